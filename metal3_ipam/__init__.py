@@ -1,0 +1,1 @@
+"""metal3-ipam: an IP address manager for Cluster API, the Metal3 way."""

@@ -1,0 +1,1 @@
+"""Helpers for running a real control plane locally (tests, demo)."""
