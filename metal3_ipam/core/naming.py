@@ -1,0 +1,49 @@
+"""Names of IPAddress objects, and the DNS-1123 rules they must obey.
+
+The name ``<namePrefix>-<ip>`` is what makes an address unique: the API server
+refuses a second object of the same name in a namespace, so the name is the
+lock that keeps one IP from being handed out twice.
+"""
+
+from __future__ import annotations
+
+import re
+
+import netaddr
+
+MAX_NAME_LENGTH = 253
+# The longest text form of an address in a name: a full IPv6 address.
+LONGEST_IP_TEXT = 39
+MAX_PREFIX_LENGTH = MAX_NAME_LENGTH - 1 - LONGEST_IP_TEXT
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+
+
+def ip_text(ip: netaddr.IPAddress) -> str:
+    """The canonical text of an address (RFC 5952 compact form for IPv6)."""
+    return str(ip)
+
+
+def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:
+    """``pool1`` and 192.168.0.13 give ``pool1-192-168-0-13``."""
+    text = ip_text(netaddr.IPAddress(ip)) if isinstance(ip, str) else ip_text(ip)
+    suffix = text.replace(".", "-").replace(":", "-")
+    return f"{name_prefix}-{suffix}".rstrip("-")
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and bool(_SUBDOMAIN.match(name))
+
+
+def name_prefix_problem(name_prefix: object) -> str | None:
+    """Why ``name_prefix`` cannot start IPAddress names, or None when it can."""
+    if not isinstance(name_prefix, str) or not name_prefix:
+        return "must be a non-empty string"
+    if len(name_prefix) > MAX_PREFIX_LENGTH:
+        return (f"must be at most {MAX_PREFIX_LENGTH} characters so that "
+                f"'<namePrefix>-<ip>' fits in {MAX_NAME_LENGTH}")
+    if not is_dns1123_subdomain(name_prefix + "-0"):
+        return ("must consist of lower case alphanumeric characters, '-' or '.', "
+                "with each '.'-separated part starting and ending with an alphanumeric character")
+    return None
