@@ -1,0 +1,729 @@
+"""The ipam.metal3.io CRDs (metal3_ipam/crds.py, config/crd/) and the manifests in samples/.
+
+The API server itself is exercised by the end-to-end tests; here the schemas are checked
+offline: generated files in sync, bounds that CEL cost estimation needs, names, columns and
+labels, and the samples against the schemas. The CEL rules are mirrored in Python below
+(every rule of the CRDs must have a mirror, so a new rule cannot slip in untested).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metal3_ipam import crds
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "samples"
+
+
+# --- generated files ------------------------------------------------------------------------
+
+def test_generated_files_are_in_sync():
+    result = subprocess.run(
+        [sys.executable, "-m", "metal3_ipam.crds", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_detects_missing_and_changed_files(tmp_path):
+    assert crds.main(["--check", "--root", str(tmp_path)]) == 1
+    assert crds.main(["--root", str(tmp_path)]) == 0
+    assert crds.main(["--check", "--root", str(tmp_path)]) == 0
+    target = tmp_path / "config/crd/bases/ipam.metal3.io_ippools.yaml"
+    target.write_text(target.read_text() + "# edited\n")
+    assert crds.main(["--check", "--root", str(tmp_path)]) == 1
+    assert crds.stale_files(tmp_path) == [Path("config/crd/bases/ipam.metal3.io_ippools.yaml")]
+
+
+def test_one_file_per_kind_and_kustomization_lists_them():
+    bases = ROOT / "config/crd/bases"
+    by_kind = {}
+    for name in ("ippools", "ipclaims", "ipaddresses"):
+        docs = [d for d in yaml.safe_load_all((bases / f"ipam.metal3.io_{name}.yaml").read_text()) if d]
+        assert len(docs) == 1
+        by_kind[docs[0]["spec"]["names"]["kind"]] = docs[0]
+    assert set(by_kind) == {"IPPool", "IPClaim", "IPAddress"}
+    for crd in crds.crd_definitions():
+        assert by_kind[crd["spec"]["names"]["kind"]] == crd
+    kustomization = yaml.safe_load((ROOT / "config/crd/kustomization.yaml").read_text())
+    assert kustomization["resources"] == [
+        "bases/ipam.metal3.io_ippools.yaml",
+        "bases/ipam.metal3.io_ipclaims.yaml",
+        "bases/ipam.metal3.io_ipaddresses.yaml",
+    ]
+
+
+def test_definitions_are_fresh_copies():
+    first = crds.crd_definitions()
+    first[0]["spec"]["group"] = "changed"
+    crds.openapi_schema("IPPool")["properties"].clear()
+    assert crds.crd_definitions()[0]["spec"]["group"] == crds.GROUP
+    assert "spec" in crds.openapi_schema("IPPool")["properties"]
+    with pytest.raises(KeyError):
+        crds.crd_for_kind("Metal3IPPool")
+
+
+# --- names, versions, labels, columns -------------------------------------------------------
+
+EXPECTED_NAMES = {
+    "IPPool": ("ippools", ["ipp", "ippool"]),
+    "IPClaim": ("ipclaims", ["ipc", "ipclaim"]),
+    "IPAddress": ("ipaddresses", ["ipa", "ipaddress"]),
+}
+
+
+@pytest.mark.parametrize("kind", crds.KINDS)
+def test_names_scope_and_version(kind):
+    crd = crds.crd_for_kind(kind)
+    plural, short_names = EXPECTED_NAMES[kind]
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["metadata"]["name"] == f"{plural}.ipam.metal3.io"
+    spec = crd["spec"]
+    assert spec["group"] == "ipam.metal3.io"
+    assert spec["scope"] == "Namespaced"
+    names = spec["names"]
+    assert names["kind"] == kind
+    assert names["plural"] == plural
+    assert names["singular"] == kind.lower()
+    assert names["listKind"] == f"{kind}List"
+    assert names["shortNames"] == short_names
+    assert names["categories"] == ["cluster-api"]
+    [version] = spec["versions"]
+    assert version["name"] == "v1alpha1"
+    assert version["served"] is True and version["storage"] is True
+
+
+@pytest.mark.parametrize("kind", crds.KINDS)
+def test_labels(kind):
+    labels = crds.crd_for_kind(kind)["metadata"]["labels"]
+    assert labels["cluster.x-k8s.io/provider"] == "ipam-metal3"
+    assert labels["clusterctl.cluster.x-k8s.io"] == ""
+    if kind == "IPPool":
+        assert labels["clusterctl.cluster.x-k8s.io/move-hierarchy"] == ""
+    else:
+        assert "clusterctl.cluster.x-k8s.io/move-hierarchy" not in labels
+
+
+def test_status_subresources():
+    def subresources(kind):
+        return crds.crd_for_kind(kind)["spec"]["versions"][0]["subresources"]
+
+    assert subresources("IPPool") == {"status": {}}
+    assert subresources("IPClaim") == {"status": {}}
+    assert subresources("IPAddress") == {}
+    assert "status" not in crds.openapi_schema("IPAddress")["properties"]
+
+
+EXPECTED_COLUMNS = {
+    "IPPool": [
+        ("Cluster", "string", ".spec.clusterName"),
+        ("Capacity", "string", ".status.capacity"),
+        ("Allocated", "string", ".status.allocated"),
+        ("Free", "string", ".status.free"),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ],
+    "IPClaim": [
+        ("Pool", "string", ".spec.pool.name"),
+        ("Address", "string", ".status.address.name"),
+        ("Error", "string", ".status.errorMessage"),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ],
+    "IPAddress": [
+        ("Address", "string", ".spec.address"),
+        ("Prefix", "integer", ".spec.prefix"),
+        ("Gateway", "string", ".spec.gateway"),
+        ("Pool", "string", ".spec.pool.name"),
+        ("Claim", "string", ".spec.claim.name"),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ],
+}
+
+
+@pytest.mark.parametrize("kind", crds.KINDS)
+def test_printer_columns(kind):
+    version = crds.crd_for_kind(kind)["spec"]["versions"][0]
+    columns = [(c["name"], c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    assert columns == EXPECTED_COLUMNS[kind]
+    schema = version["schema"]["openAPIV3Schema"]
+    for _, column_type, path in columns:
+        if path.startswith(".metadata."):
+            continue
+        node = schema
+        for part in path.strip(".").split("."):
+            node = node["properties"][part]
+        assert node["type"] == column_type, path
+
+
+# --- schema shape ---------------------------------------------------------------------------
+
+def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+ROOT_FIELDS = {".apiVersion", ".kind"}  # set by the API server, left as the usual plain strings
+
+
+@pytest.mark.parametrize("kind", crds.KINDS)
+def test_every_string_list_and_spec_map_is_bounded(kind):
+    for path, node in walk(crds.openapi_schema(kind)):
+        if path in ROOT_FIELDS:
+            continue
+        node_type = node.get("type")
+        assert node_type in {"object", "array", "string", "integer", "boolean"}, path
+        if node_type == "string":
+            assert isinstance(node.get("maxLength"), int), f"{kind}{path} has no maxLength"
+        if node_type == "array":
+            assert isinstance(node.get("maxItems"), int), f"{kind}{path} has no maxItems"
+        if node_type == "object" and "additionalProperties" in node and path.startswith(".spec"):
+            assert isinstance(node.get("maxProperties"), int), f"{kind}{path} has no maxProperties"
+        if node_type == "integer" and path.endswith("prefix"):
+            assert (node["minimum"], node["maximum"]) == (0, 128), path
+
+
+def test_structural_no_untyped_nodes():
+    for kind in crds.KINDS:
+        for path, node in walk(crds.openapi_schema(kind)):
+            assert "type" in node, f"{kind}{path}"
+            assert not ({"anyOf", "oneOf", "allOf", "not"} & set(node)), f"{kind}{path}"
+
+
+def _node(kind: str, path: str) -> dict[str, Any]:
+    node = crds.openapi_schema(kind)
+    for part in path.split("."):
+        if part == "[]":
+            node = node["items"]
+        else:
+            node = node["properties"][part]
+    return node
+
+
+SPEC_FIELDS = {
+    "IPPool": {
+        "clusterName", "namePrefix", "pools", "prefix", "gateway", "dnsServers",
+        "preAllocations", "allocationStrategy", "excludedAddresses",
+    },
+    "IPClaim": {"pool"},
+    "IPAddress": {"claim", "pool", "address", "prefix", "gateway", "dnsServers"},
+}
+STATUS_FIELDS = {
+    "IPPool": {"indexes", "lastUpdated", "capacity", "allocated", "free", "conditions", "observedGeneration"},
+    "IPClaim": {"address", "errorMessage", "conditions"},
+}
+REFERENCE_FIELDS = {"apiVersion", "fieldPath", "kind", "name", "namespace", "resourceVersion", "uid"}
+
+
+def test_field_names_and_required():
+    for kind in crds.KINDS:
+        schema = crds.openapi_schema(kind)
+        assert schema["required"] == ["spec"]
+        assert set(schema["properties"]["spec"]["properties"]) == SPEC_FIELDS[kind]
+        if kind in STATUS_FIELDS:
+            assert set(schema["properties"]["status"]["properties"]) == STATUS_FIELDS[kind]
+    assert _node("IPPool", "spec")["required"] == ["namePrefix"]
+    assert set(_node("IPPool", "spec.pools.[]")["properties"]) == {
+        "start", "end", "subnet", "prefix", "gateway", "dnsServers",
+    }
+    assert _node("IPClaim", "spec")["required"] == ["pool"]
+    assert sorted(_node("IPAddress", "spec")["required"]) == ["address", "claim", "pool"]
+    for kind, path in [
+        ("IPClaim", "spec.pool"),
+        ("IPClaim", "status.address"),
+        ("IPAddress", "spec.pool"),
+        ("IPAddress", "spec.claim"),
+    ]:
+        ref = _node(kind, path)
+        assert set(ref["properties"]) == REFERENCE_FIELDS
+        assert ref["x-kubernetes-map-type"] == "atomic"
+        assert ref.get("required", []) == ([] if path.startswith("status") else ["name"])
+
+
+def test_pool_details():
+    name_prefix = _node("IPPool", "spec.namePrefix")
+    assert (name_prefix["minLength"], name_prefix["maxLength"]) == (1, 213)
+    strategy = _node("IPPool", "spec.allocationStrategy")
+    assert strategy["enum"] == ["sequential", "random"]
+    assert strategy["default"] == "sequential"
+    for count in ("capacity", "allocated", "free"):
+        node = _node("IPPool", f"status.{count}")
+        assert node["type"] == "string" and node["pattern"] == "^[0-9]+$"
+        assert node["maxLength"] >= len(str(2**128))
+    assert _node("IPPool", "status.lastUpdated")["format"] == "date-time"
+
+
+@pytest.mark.parametrize("kind", ["IPPool", "IPClaim"])
+def test_conditions_are_metav1_conditions(kind):
+    conditions = _node(kind, "status.conditions")
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    item = conditions["items"]
+    assert set(item["properties"]) == {
+        "type", "status", "reason", "message", "lastTransitionTime", "observedGeneration",
+    }
+    assert set(item["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
+    assert item["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+
+
+def rules_of(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (path, rule)
+        for path, node in walk(crds.openapi_schema(kind))
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+
+
+def test_immutability_rules_and_messages():
+    def find(kind, path):
+        return [rule for p, rule in rules_of(kind) if p == path and "oldSelf" in rule["rule"]]
+
+    [rule] = find("IPPool", ".spec.namePrefix")
+    assert rule["message"] == "namePrefix is immutable"
+    [rule] = find("IPPool", ".spec")
+    assert rule["message"] == "allocationStrategy is immutable"
+    [rule] = find("IPClaim", ".spec.pool")
+    assert rule["message"] == "pool is immutable"
+    [rule] = find("IPAddress", ".spec")
+    assert rule["message"] == "spec is immutable"
+    # No transition rule may sit on status or on a field that can be absent on one side only.
+    for kind in crds.KINDS:
+        for path, rule in rules_of(kind):
+            if "oldSelf" in rule["rule"]:
+                assert path in {".spec", ".spec.namePrefix", ".spec.pool"}, (kind, path)
+
+
+def test_every_rule_has_a_message_and_a_python_mirror():
+    for kind in crds.KINDS:
+        for path, rule in rules_of(kind):
+            assert rule.get("message"), (kind, path)
+            assert rule["rule"] in CEL_MIRRORS, f"no Python mirror for {kind}{path}: {rule['rule']}"
+
+
+# --- a small validator: structural schema + the CEL rules mirrored in Python ----------------
+
+def _addr(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Like the Kubernetes CEL ip() parser: no zones, no IPv4-mapped IPv6, no leading zeros."""
+    if not isinstance(text, str) or "%" in text:
+        return None
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return None
+    return addr
+
+
+def _net(text: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    if not isinstance(text, str) or text.count("/") != 1:
+        return None
+    addr, bits = text.split("/")
+    if _addr(addr) is None or not re.fullmatch(r"0|[1-9][0-9]{0,2}", bits):
+        return None
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def is_ip(text: Any) -> bool:
+    return _addr(text) is not None
+
+
+def is_cidr(text: Any) -> bool:
+    return _net(text) is not None
+
+
+_ABSENT = object()
+
+
+def _get(obj: dict[str, Any], key: str) -> Any:
+    return obj.get(key, _ABSENT) if isinstance(obj, dict) else _ABSENT
+
+
+def _same_family(a: Any, b: Any) -> bool:
+    if a is _ABSENT or b is _ABSENT or not is_ip(a) or not is_ip(b):
+        return True
+    return _addr(a).version == _addr(b).version
+
+
+def _inside(addr: Any, subnet: Any) -> bool:
+    if addr is _ABSENT or subnet is _ABSENT or not is_ip(addr) or not is_cidr(subnet):
+        return True
+    return _addr(addr) in _net(subnet)
+
+
+def _excluded_ok(value: str) -> bool:
+    if is_ip(value) or is_cidr(value):
+        return True
+    parts = value.split("-")
+    return len(parts) == 2 and is_ip(parts[0]) and is_ip(parts[1]) and _same_family(parts[0], parts[1])
+
+
+def _strategy(spec: dict[str, Any]) -> str:
+    return spec.get("allocationStrategy", "sequential")
+
+
+# rule text -> (self, oldSelf or None) -> bool. Transition rules return True without oldSelf.
+CEL_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
+    "isIP(self)": lambda s, o: is_ip(s),
+    "isCIDR(self)": lambda s, o: is_cidr(s),
+    "self == oldSelf": lambda s, o: o is None or s == o,
+    "has(self.start) || has(self.end) || has(self.subnet)": (
+        lambda s, o: any(k in s for k in ("start", "end", "subnet"))
+    ),
+    crds._pool_entry_schema()["x-kubernetes-validations"][1]["rule"]: (
+        lambda s, o: _same_family(_get(s, "start"), _get(s, "end"))
+    ),
+    crds._pool_entry_schema()["x-kubernetes-validations"][2]["rule"]: (
+        lambda s, o: _inside(_get(s, "start"), _get(s, "subnet"))
+    ),
+    crds._pool_entry_schema()["x-kubernetes-validations"][3]["rule"]: (
+        lambda s, o: _inside(_get(s, "end"), _get(s, "subnet"))
+    ),
+    crds._EXCLUDED_RULE: lambda s, o: _excluded_ok(s),
+    _node("IPPool", "spec")["x-kubernetes-validations"][0]["rule"]: (
+        lambda s, o: o is None or _strategy(s) == _strategy(o)
+    ),
+}
+
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
+
+
+def validate(schema: dict[str, Any], value: Any, old: Any = None, path: str = "") -> list[str]:
+    """Errors of value (and, for transition rules, old) against a CRD schema."""
+    errors: list[str] = []
+    node_type = schema.get("type")
+    if node_type == "integer":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return [f"{path}: expected integer, got {value!r}"]
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path}: {value} < {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path}: {value} > {schema['maximum']}")
+    elif node_type in _TYPES:
+        if not isinstance(value, _TYPES[node_type]):
+            return [f"{path}: expected {node_type}, got {value!r}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: {value!r} not in {schema['enum']}")
+    if isinstance(value, str):
+        if len(value) > schema.get("maxLength", len(value)):
+            errors.append(f"{path}: longer than {schema['maxLength']}")
+        if len(value) < schema.get("minLength", 0):
+            errors.append(f"{path}: shorter than {schema['minLength']}")
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
+    if isinstance(value, list):
+        if len(value) > schema.get("maxItems", len(value)):
+            errors.append(f"{path}: more than {schema['maxItems']} items")
+        for i, item in enumerate(value):
+            errors += validate(schema["items"], item, None, f"{path}[{i}]")
+    if isinstance(value, dict):
+        if len(value) > schema.get("maxProperties", len(value)):
+            errors.append(f"{path}: more than {schema['maxProperties']} properties")
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{path}.{key}: required")
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            if properties is not None and key in properties:
+                old_item = old.get(key) if isinstance(old, dict) else None
+                errors += validate(properties[key], item, old_item, f"{path}.{key}")
+            elif isinstance(extra, dict):
+                errors += validate(extra, item, None, f"{path}.{key}")
+            elif node_type == "object" and path != ".metadata":
+                errors.append(f"{path}.{key}: unknown field")
+    if not errors:
+        for rule in schema.get("x-kubernetes-validations", []):
+            transition = "oldSelf" in rule["rule"]
+            if transition and old is None:
+                continue
+            if not CEL_MIRRORS[rule["rule"]](value, old if transition else None):
+                errors.append(f"{path}: {rule['message']}")
+    return errors
+
+
+def validate_object(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    schema = crds.openapi_schema(obj["kind"])
+    return validate(schema, apply_defaults(schema, obj), old and apply_defaults(schema, old))
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    if isinstance(value, dict) and "properties" in schema:
+        value = dict(value)
+        for key, sub in schema["properties"].items():
+            if key not in value and "default" in sub:
+                value[key] = sub["default"]
+            elif key in value:
+                value[key] = apply_defaults(sub, value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value = [apply_defaults(schema["items"], v) for v in value]
+    return value
+
+
+# --- the validator on hand-written cases -----------------------------------------------------
+
+def pool(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ipam.metal3.io/v1alpha1",
+        "kind": "IPPool",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"namePrefix": "p", **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"pools": [{"start": "10.0.0.1"}]},
+        {"pools": [{"end": "10.0.0.9"}]},
+        {"pools": [{"subnet": "10.0.0.0/24", "start": "10.0.0.5", "end": "10.0.0.9"}]},
+        {"pools": [{"subnet": "192.168.1.1/26"}]},  # host bits set, as in the Metal3 docs
+        {"pools": [{"subnet": "2001:db8::/64", "gateway": "2001:db8::1", "prefix": 64}]},
+        {"gateway": "64:ff9b::192.0.2.1"},
+        {"excludedAddresses": ["10.0.0.1", "10.0.0.0/30", "10.0.0.5-10.0.0.9", "2001:db8::1-2001:db8::9"]},
+        {"preAllocations": {"claim1": "10.0.0.3"}},
+        {"allocationStrategy": "random"},
+        {"namePrefix": "a.b-c"},
+        {"namePrefix": "ends-with-dash-"},
+        {"namePrefix": "x" * 213},
+    ],
+)
+def test_valid_pools(spec):
+    assert validate_object(pool(**spec)) == []
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ({"namePrefix": ""}, "shorter than 1"),
+        ({"namePrefix": "x" * 214}, "longer than 213"),
+        ({"namePrefix": "Upper"}, "does not match"),
+        ({"namePrefix": "a..b"}, "does not match"),
+        ({"namePrefix": "a.-b"}, "does not match"),
+        ({"namePrefix": "-a"}, "does not match"),
+        ({"namePrefix": "a."}, "does not match"),
+        ({"pools": [{"prefix": 24}]}, crds.MSG_POOL_ENTRY_BOUNDS),
+        ({"pools": [{"start": "10.0.0.256"}]}, "start must be a valid IP address"),
+        ({"pools": [{"start": "10.0.0.01"}]}, "start must be a valid IP address"),
+        ({"pools": [{"start": "fe80::1%eth0"}]}, "start must be a valid IP address"),
+        ({"pools": [{"start": "::ffff:10.0.0.1"}]}, "start must be a valid IP address"),
+        ({"pools": [{"subnet": "10.0.0.0"}]}, "subnet must be a valid CIDR"),
+        ({"pools": [{"subnet": "10.0.0.0/33"}]}, "subnet must be a valid CIDR"),
+        ({"pools": [{"start": "10.0.0.1", "end": "2001:db8::1"}]}, "same IP family"),
+        ({"pools": [{"subnet": "10.0.0.0/24", "start": "10.0.1.1"}]}, "start must be inside subnet"),
+        ({"pools": [{"subnet": "10.0.0.0/24", "end": "10.0.1.1"}]}, "end must be inside subnet"),
+        ({"pools": [{"start": "10.0.0.1", "prefix": 129}]}, "> 128"),
+        ({"prefix": -1}, "< 0"),
+        ({"gateway": "gw"}, "gateway must be a valid IP address"),
+        ({"dnsServers": ["8.8.8.8", "dns"]}, "dnsServers entries must be valid IP addresses"),
+        ({"preAllocations": {"c": "10.0.0"}}, "preAllocations values must be valid IP addresses"),
+        ({"allocationStrategy": "first"}, "not in"),
+        ({"excludedAddresses": ["10.0.0.1-"]}, "excludedAddresses entries"),
+        ({"excludedAddresses": ["10.0.0.1-2001:db8::1"]}, "excludedAddresses entries"),
+        ({"excludedAddresses": ["10.0.0.1-10.0.0.2-10.0.0.3"]}, "excludedAddresses entries"),
+        ({"unknownField": 1}, "unknown field"),
+    ],
+)
+def test_invalid_pools(spec, expected):
+    errors = validate_object(pool(**spec))
+    assert any(expected in e for e in errors), errors
+
+
+def test_pool_transitions():
+    old = pool(allocationStrategy="random")
+    assert validate_object(pool(namePrefix="q"), pool()) == [".spec.namePrefix: namePrefix is immutable"]
+    assert validate_object(pool(allocationStrategy="random"), pool()) == [
+        ".spec: allocationStrategy is immutable"
+    ]
+    assert validate_object(pool(), old) == [".spec: allocationStrategy is immutable"]
+    # Setting the field to the value it had by default is no change.
+    assert validate_object(pool(allocationStrategy="sequential"), pool()) == []
+    old_without_field = pool()
+    assert validate(crds.openapi_schema("IPPool"), pool(allocationStrategy="sequential"), old_without_field) == []
+    assert validate_object(pool(gateway="10.0.0.1", prefix=24), pool()) == []
+
+
+def test_claim_and_address_rules():
+    claim = {
+        "apiVersion": "ipam.metal3.io/v1alpha1",
+        "kind": "IPClaim",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"pool": {"name": "pool1"}},
+    }
+    assert validate_object(claim) == []
+    moved = {**claim, "spec": {"pool": {"name": "pool2"}}}
+    assert validate_object(moved, claim) == [".spec.pool: pool is immutable"]
+    assert any("required" in e for e in validate_object({**claim, "spec": {"pool": {"namespace": "x"}}}))
+    assert any("required" in e for e in validate_object({**claim, "spec": {}}))
+
+    address = {
+        "apiVersion": "ipam.metal3.io/v1alpha1",
+        "kind": "IPAddress",
+        "metadata": {"name": "test1-prov-192-168-0-13", "namespace": "default"},
+        "spec": {
+            "pool": {"name": "pool1", "namespace": "default"},
+            "claim": {"name": "test1-controlplane-template-0-pool1", "namespace": "default"},
+            "address": "192.168.0.13",
+            "prefix": 24,
+            "gateway": "192.168.0.1",
+        },
+    }
+    assert validate_object(address) == []
+    changed = {**address, "spec": {**address["spec"], "gateway": "192.168.0.254"}}
+    assert validate_object(changed, address) == [".spec: spec is immutable"]
+    assert any("address must be a valid IP" in e for e in validate_object(
+        {**address, "spec": {**address["spec"], "address": "192.168.0.300"}}
+    ))
+    for field in ("claim", "pool", "address"):
+        spec = {k: v for k, v in address["spec"].items() if k != field}
+        assert f".spec.{field}: required" in validate_object({**address, "spec": spec})
+
+
+# --- namePrefix pattern versus the IPAddress names it produces ------------------------------
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def address_name(prefix: str, ip: str) -> str:
+    text = str(ipaddress.ip_address(ip)).replace(".", "-").replace(":", "-").rstrip("-")
+    return f"{prefix}-{text}"
+
+
+def valid_object_name(name: str) -> bool:
+    return len(name) <= 253 and DNS1123_SUBDOMAIN.match(name) is not None
+
+
+ips = st.one_of(
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).filter(lambda a: int(a) > 0).map(str),
+)
+prefixes = st.text(alphabet="abz09-.A_", min_size=1, max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(prefix=prefixes, ip=ips)
+def test_name_prefix_pattern_accepts_exactly_the_prefixes_giving_valid_names(prefix, ip):
+    accepted = re.search(crds.NAME_PREFIX_PATTERN, prefix) is not None
+    if accepted:
+        assert valid_object_name(address_name(prefix, ip))
+    else:
+        # A rejected prefix breaks the names of ordinary IPv4 addresses.
+        assert not valid_object_name(address_name(prefix, "192.168.0.1"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(ip=ips)
+def test_longest_name_prefix_still_gives_valid_names(ip):
+    prefix = "a" * (crds.MAX_NAME_PREFIX_LEN - 4) + ".b-c"
+    assert re.search(crds.NAME_PREFIX_PATTERN, prefix)
+    assert valid_object_name(address_name(prefix, ip))
+
+
+def test_longest_ipv6_name_fits():
+    longest = "1111:2222:3333:4444:5555:6666:7777:8888"
+    assert len(address_name("x" * 213, longest)) == 253
+    assert len(longest) <= crds.MAX_IP_LEN
+
+
+# --- samples ---------------------------------------------------------------------------------
+
+def sample_documents() -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in sorted(SAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                docs.append((path.name, doc))
+    return docs
+
+
+def test_samples_parse_and_are_complete():
+    docs = sample_documents()
+    assert docs, "no samples"
+    for name, doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), name
+        assert doc["metadata"].get("name") and doc["metadata"].get("namespace"), name
+    kinds = [(d["apiVersion"], d["kind"]) for _, d in docs]
+    assert ("cluster.x-k8s.io/v1beta2", "Cluster") in kinds
+    assert ("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim") in kinds
+    assert kinds.count(("ipam.metal3.io/v1alpha1", "IPPool")) >= 2
+
+
+@pytest.mark.parametrize(
+    "name, doc",
+    [pytest.param(n, d, id=f"{n}:{d['kind']}/{d['metadata']['name']}") for n, d in sample_documents()
+     if d["apiVersion"] == crds.API_VERSION],
+)
+def test_metal3_samples_satisfy_the_crd_schemas(name, doc):
+    assert validate_object(doc) == []
+
+
+def _by_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for _, d in sample_documents() if d["kind"] == kind}
+
+
+def _entry_contains(entry: dict[str, Any], ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    subnet = ipaddress.ip_network(entry["subnet"], strict=False) if "subnet" in entry else None
+    low = ipaddress.ip_address(entry["start"]) if "start" in entry else subnet[1]
+    high = ipaddress.ip_address(entry["end"]) if "end" in entry else subnet[-1]
+    return low <= addr <= high
+
+
+def test_samples_fit_together():
+    pools = _by_kind("IPPool")
+    claims = _by_kind("IPClaim")
+    clusters = _by_kind("Cluster")
+
+    pool1 = pools["pool1"]
+    assert pool1["metadata"]["namespace"] == "default"
+    spec = pool1["spec"]
+    assert spec["clusterName"] == "cluster1" and spec["namePrefix"] == "test1-prov"
+    assert spec["pools"][0] == {
+        "start": "192.168.0.10", "end": "192.168.0.30", "prefix": 25, "gateway": "192.168.0.1",
+    }
+    assert spec["dnsServers"] and spec["preAllocations"]
+
+    for pool_doc in pools.values():
+        assert pool_doc["spec"].get("clusterName", "cluster1") in clusters
+    ipv6 = [p for p in pools.values() if ":" in p["spec"]["pools"][0].get("subnet", "")]
+    assert ipv6 and ipaddress.ip_network(ipv6[0]["spec"]["pools"][0]["subnet"]).prefixlen == 64
+    assert ipv6[0]["spec"]["prefix"] == 64 and is_ip(ipv6[0]["spec"]["gateway"])
+
+    for claim in claims.values():
+        assert claim["spec"]["pool"]["name"] in pools
+    assert any(c["spec"]["pool"]["name"] == ipv6[0]["metadata"]["name"] for c in claims.values())
+    # One claim is named after a preAllocations key.
+    assert set(spec["preAllocations"]) & set(claims)
+    # One claim asks for a specific address that is in pool1 and not reserved.
+    requested = [c for c in claims.values() if "ipAddress" in c["metadata"].get("annotations", {})]
+    assert requested
+    for claim in requested:
+        ip = claim["metadata"]["annotations"]["ipAddress"]
+        target = pools[claim["spec"]["pool"]["name"]]["spec"]
+        assert any(_entry_contains(e, ip) for e in target["pools"])
+        gateways = {target.get("gateway")} | {e.get("gateway") for e in target["pools"]}
+        assert ip not in gateways and ip not in target.get("preAllocations", {}).values()
+
+    [capi_claim] = _by_kind("IPAddressClaim").values()
+    assert capi_claim["spec"]["poolRef"] == {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "pool1"}
+    assert capi_claim["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "cluster1"
