@@ -1,0 +1,131 @@
+"""The ``metal3-ipam`` command.
+
+- ``validate -f PATH…``: the admission rules, offline; one line per problem.
+- ``plan -f PATH…``: the controller's reconcile run in memory to a fixed
+  point; prints every object as it would be afterwards.
+
+Exit codes: 0 done and valid, 1 invalid input, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import sys
+from typing import Sequence
+
+import yaml
+
+from . import manifests
+from .core import kinds
+from .core import objects as o
+from .core.problems import Problem
+from .core.validation import overlap_warnings, validate
+from .memory import MemoryApi, converge
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metal3-ipam", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("validate", help="check manifests against the admission rules")
+    check.add_argument("-f", "--filename", action="append", required=True, metavar="PATH",
+                       help="file or folder of YAML/JSON manifests (repeatable)")
+
+    plan = commands.add_parser("plan", help="show what the controller would allocate, without a cluster")
+    plan.add_argument("-f", "--filename", action="append", required=True, metavar="PATH",
+                      help="file or folder of YAML/JSON manifests (repeatable)")
+    plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    plan.add_argument("--seed", type=int, default=0,
+                      help="seed for pools with allocationStrategy: random (default 0, for repeatable plans)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        return _plan(args)
+    except manifests.UsageError as err:
+        print(f"metal3-ipam: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # output cut short by a pager or `head`: not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _check(paths: list[str]) -> tuple[list[manifests.Loaded], list[str], list[str]]:
+    """Load and validate; returns the objects, error lines and warning lines."""
+    loaded, file_problems = manifests.load(paths)
+    errors = [str(p) for p in file_problems]
+    warnings = []
+    seen: dict[tuple, str] = {}
+    pools = [item for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
+    for item in loaded:
+        where = manifests.relative(item.path)
+        problems: list[Problem] = validate(item.obj)
+        if kinds.kind_of(item.obj) == kinds.IPPOOL and not problems:
+            problems = overlap_warnings(item.obj, [p.obj for p in pools])
+        for problem in problems:
+            (warnings if problem.warning else errors).append(f"{where}: {problem}")
+        key = (kinds.kind_of(item.obj), o.namespace(item.obj) or "default", o.name(item.obj))
+        if key in seen and o.name(item.obj):
+            errors.append(f"{where}: {item.obj['kind']}/{key[1]}/{key[2]}: defined twice (also in {seen[key]})")
+        seen.setdefault(key, where)
+    return loaded, errors, warnings
+
+
+def _validate(args: argparse.Namespace) -> int:
+    loaded, errors, warnings = _check(args.filename)
+    for line in warnings + errors:
+        print(line)
+    if errors:
+        return EXIT_INVALID
+    print(f"{len(loaded)} object(s) valid", file=sys.stderr)
+    return EXIT_OK
+
+
+# The order objects are printed in: what the user wrote first, then what was made.
+_PRINT_ORDER = [kinds.CLUSTER, kinds.IPPOOL, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
+
+
+def _plan(args: argparse.Namespace) -> int:
+    loaded, errors, warnings = _check(args.filename)
+    for line in warnings:
+        print(line, file=sys.stderr)
+    if errors:
+        for line in errors:
+            print(line)
+        return EXIT_INVALID
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api = MemoryApi(now=now)
+    for item in loaded:
+        api.load(item.obj)
+    converge(api, rng=random.Random(args.seed))
+    for event in api.events:
+        print(f"event: {event.target}: {event.type} {event.reason}: {event.message}", file=sys.stderr)
+    items = sorted(api.inventory.objects.values(),
+                   key=lambda obj: _PRINT_ORDER.index(kinds.kind_of(obj)))
+    items = [_presentable(obj) for obj in items]
+    if args.output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=2)
+        print()
+    else:
+        yaml.safe_dump_all(items, sys.stdout, sort_keys=False, explicit_start=True)
+    return EXIT_OK
+
+
+def _presentable(obj: dict) -> dict:
+    """Drop what only the in-memory store needed (resource versions)."""
+    obj = dict(obj, metadata=dict(obj["metadata"]))
+    obj["metadata"].pop("resourceVersion", None)
+    return obj
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""What a reconcile asks to be done: API writes and Events, grouped in steps.
+
+A ``Step`` is the work for one object (a claim, an orphan address, the pool):
+its actions run in order and the first that fails abandons the rest of that
+step only, so one failing claim never holds back another. The controller
+executes steps against the API server, ``metal3-ipam plan`` against an
+in-memory store; both read the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .objects import Ref
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: dict
+
+
+@dataclass(frozen=True)
+class Delete:
+    target: Ref
+    # Delete only if this object is really gone (the cache may not have seen it yet).
+    unless_exists: Ref | None = None
+
+
+@dataclass(frozen=True)
+class SetFinalizers:
+    """Replace the finalizer list, on condition that the object is unchanged since it was read."""
+
+    target: Ref
+    finalizers: tuple[str, ...]
+    resource_version: str | None
+
+
+@dataclass(frozen=True)
+class SetMetadata:
+    """Merge labels and replace owner references."""
+
+    target: Ref
+    labels: dict[str, str] | None = None
+    owner_references: tuple[dict, ...] | None = None
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    """Replace the status; with a resource version, only if nobody wrote the object since it was read."""
+
+    target: Ref
+    status: dict
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    target: Ref
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = Union[Create, Delete, SetFinalizers, SetMetadata, SetStatus, Event]
+
+
+@dataclass
+class Step:
+    subject: str
+    actions: list[Action] = field(default_factory=list)
+
+    def add(self, action: Action) -> None:
+        self.actions.append(action)
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    # Some work could not be decided now (e.g. waiting for an address to go);
+    # the next reconcile, triggered by that change, picks it up.
+    notes: list[str] = field(default_factory=list)
+
+    def step(self, subject: str) -> Step:
+        step = Step(subject)
+        self.steps.append(step)
+        return step
+
+    @property
+    def writes(self) -> list[Action]:
+        return [a for s in self.steps for a in s.actions if not isinstance(a, Event)]
+
+    def __bool__(self) -> bool:
+        return any(s.actions for s in self.steps)
+
+    def describe(self) -> list[str]:
+        return [f"{s.subject}: {_describe(a)}" for s in self.steps for a in s.actions]
+
+
+def _describe(action: Any) -> str:
+    if isinstance(action, Create):
+        meta = action.obj.get("metadata", {})
+        return f"create {action.obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    if isinstance(action, Event):
+        return f"event {action.type} {action.reason}: {action.message}"
+    return f"{type(action).__name__} {action.target}"

@@ -1,0 +1,48 @@
+"""The API vocabulary: groups, kinds, finalizers, labels and annotations.
+
+A kind is named by (group, kind): Metal3's IPAddress and Cluster API's
+IPAddress share a kind name, and a claim is only ours when group and kind
+both match.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+METAL3_GROUP = "ipam.metal3.io"
+METAL3_VERSION = "v1alpha1"
+METAL3_API_VERSION = f"{METAL3_GROUP}/{METAL3_VERSION}"
+CAPI_IPAM_GROUP = "ipam.cluster.x-k8s.io"
+CAPI_IPAM_VERSIONS = ("v1beta2", "v1beta1")
+CLUSTER_GROUP = "cluster.x-k8s.io"
+
+IPPOOL = (METAL3_GROUP, "IPPool")
+IPCLAIM = (METAL3_GROUP, "IPClaim")
+IPADDRESS = (METAL3_GROUP, "IPAddress")
+CAPI_CLAIM = (CAPI_IPAM_GROUP, "IPAddressClaim")
+CAPI_ADDRESS = (CAPI_IPAM_GROUP, "IPAddress")
+CLUSTER = (CLUSTER_GROUP, "Cluster")
+
+FINALIZERS = {
+    IPPOOL: "ippool.ipam.metal3.io",
+    IPCLAIM: "ipclaim.ipam.metal3.io",
+    IPADDRESS: "ipaddress.ipam.metal3.io",
+    CAPI_CLAIM: "ipam.metal3.io/ipaddressclaim",
+    CAPI_ADDRESS: "ipam.metal3.io/ipaddress",
+}
+
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
+IP_ADDRESS_ANNOTATION = "ipAddress"
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def kind_of(obj: Any) -> tuple[str, str] | None:
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("kind"), str):
+        return None
+    api_version = obj.get("apiVersion")
+    return (group_of(api_version) if isinstance(api_version, str) else "", obj["kind"])

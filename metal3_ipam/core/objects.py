@@ -1,0 +1,152 @@
+"""Reading Kubernetes objects (plain dicts) the way the reconcile needs them.
+
+Objects come from the API or from files as JSON-like dicts; these helpers
+answer questions about them (who owns what, which pool a claim is for,
+is it being deleted) without ever raising on a missing field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import kinds
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Enough to address one object in the API."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None = None
+
+    @property
+    def group_kind(self) -> tuple[str, str]:
+        return (kinds.group_of(self.api_version), self.kind)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def name(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def namespace(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("namespace") or "")
+
+
+def ref(obj: Mapping[str, Any]) -> Ref:
+    return Ref(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""),
+               namespace(obj), name(obj), meta(obj).get("uid"))
+
+
+def labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    value = meta(obj).get("labels")
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    value = meta(obj).get("annotations")
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def finalizers(obj: Mapping[str, Any]) -> list[str]:
+    value = meta(obj).get("finalizers")
+    return list(value) if isinstance(value, list) else []
+
+
+def owner_references(obj: Mapping[str, Any]) -> list[dict]:
+    value = meta(obj).get("ownerReferences")
+    return [dict(r) for r in value if isinstance(r, Mapping)] if isinstance(value, list) else []
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def is_paused(obj: Mapping[str, Any] | None) -> bool:
+    return obj is not None and kinds.PAUSED_ANNOTATION in annotations(obj)
+
+
+def deleted_for_move(obj: Mapping[str, Any]) -> bool:
+    return kinds.DELETE_FOR_MOVE_ANNOTATION in annotations(obj)
+
+
+def spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("spec")
+    return value if isinstance(value, Mapping) else {}
+
+
+def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("status")
+    return value if isinstance(value, Mapping) else {}
+
+
+def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
+    return cluster is not None and spec(cluster).get("paused") is True
+
+
+# -- which pool an object belongs to ------------------------------------------
+
+PoolKey = tuple[str, str]  # (namespace, name)
+
+
+def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
+    """The IPPool a claim or an address (of either API) is for, or None when not ours."""
+    kind = kinds.kind_of(obj)
+    ns = namespace(obj)
+    if kind in (kinds.IPCLAIM, kinds.IPADDRESS):
+        pool = spec(obj).get("pool")
+        if isinstance(pool, Mapping) and pool.get("name"):
+            return (str(pool.get("namespace") or ns), str(pool["name"]))
+        return None
+    if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
+        pool = spec(obj).get("poolRef")
+        if (isinstance(pool, Mapping) and pool.get("apiGroup") == kinds.METAL3_GROUP
+                and pool.get("kind") == kinds.IPPOOL[1] and pool.get("name")):
+            return (ns, str(pool["name"]))
+        return None
+    return None
+
+
+ClaimKey = tuple[str, str]  # ("IPClaim" | "IPAddressClaim", name)
+
+
+def claim_key(claim: Mapping[str, Any]) -> ClaimKey:
+    return (str(claim.get("kind")), name(claim))
+
+
+def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
+    """The claim a Metal3 IPAddress was made for."""
+    claim = spec(address).get("claim")
+    if not isinstance(claim, Mapping) or not claim.get("name"):
+        return None
+    kind = kinds.CAPI_CLAIM[1] if claim.get("kind") == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM[1]
+    return (kind, str(claim["name"]))
+
+
+def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
+    claim = spec(address).get("claimRef")
+    if not isinstance(claim, Mapping) or not claim.get("name"):
+        return None
+    return (kinds.CAPI_CLAIM[1], str(claim["name"]))
+
+
+def index_key(key: ClaimKey) -> str:
+    """The key of a claim in ``status.indexes``.
+
+    IPClaims keep Metal3's plain name; Cluster API claims are prefixed with
+    their kind so that an IPClaim and an IPAddressClaim of one name never
+    share an entry.
+    """
+    kind, claim_name = key
+    return claim_name if kind == kinds.IPCLAIM[1] else f"{kind}/{claim_name}"

@@ -1,0 +1,169 @@
+"""Reconciling against memory: plans applied to an Inventory, the way the API server would.
+
+``metal3-ipam plan`` runs the controller's reconcile here, to a fixed point,
+and the tests use it to check the reconcile's promises without a server. The
+store behaves as the API server does where it matters to the reconcile: a
+name is taken only once, an object with finalizers is only marked for
+deletion, and it goes when its last finalizer does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import uuid
+from dataclasses import dataclass, field
+
+from .core import kinds
+from .core import objects as o
+from .core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus
+from .core.inventory import Inventory
+from .core.reconcile import reconcile
+
+_UID_NAMESPACE = uuid.UUID("7c7d6f0e-0d7b-4d8e-9a59-6d6574616c33")
+
+
+class Refused(Exception):
+    """What the API server would answer with an error (AlreadyExists, NotFound, Conflict)."""
+
+
+@dataclass
+class MemoryApi:
+    inventory: Inventory = field(default_factory=Inventory)
+    now: str = "1970-01-01T00:00:00Z"
+    events: list[Event] = field(default_factory=list)
+    _version: int = 0
+
+    def load(self, obj: dict) -> None:
+        """Take an object as it is given (from a file): fill in what the API server would."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", self._uid(obj))
+        meta.setdefault("creationTimestamp", self.now)
+        meta.setdefault("resourceVersion", self._next_version())
+        self.inventory.upsert(obj)
+
+    def _uid(self, obj: dict) -> str:
+        return str(uuid.uuid5(_UID_NAMESPACE, f"{obj.get('apiVersion')}/{obj.get('kind')}/"
+                                              f"{o.namespace(obj)}/{o.name(obj)}"))
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def _get(self, target: o.Ref) -> dict:
+        obj = self.inventory.get(target.group_kind, target.namespace, target.name)
+        if obj is None:
+            raise Refused(f"{target} not found")
+        return obj
+
+    def _store(self, obj: dict) -> None:
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.inventory.remove(obj)
+        else:
+            self.inventory.upsert(obj)
+
+    # -- the actions -------------------------------------------------------
+
+    def apply(self, plan: Plan) -> list[str]:
+        """Run every step; a refused action ends its step only. Returns what was refused."""
+        refused = []
+        for step in plan.steps:
+            versions = StepVersions()
+            for action in step.actions:
+                try:
+                    action = versions.current(action)
+                    self.do(action)
+                    target = getattr(action, "target", None)
+                    if target is not None:
+                        obj = self.inventory.get(target.group_kind, target.namespace, target.name)
+                        versions.wrote(action, obj and obj["metadata"].get("resourceVersion"))
+                except Refused as err:
+                    refused.append(f"{step.subject}: {err}")
+                    break
+        return refused
+
+    def do(self, action) -> None:
+        if isinstance(action, Event):
+            self.events.append(action)
+        elif isinstance(action, Create):
+            obj = copy.deepcopy(action.obj)
+            if self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
+                raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
+            self.load(obj)
+        elif isinstance(action, Delete):
+            if action.unless_exists is not None and self.inventory.get(
+                    action.unless_exists.group_kind, action.unless_exists.namespace, action.unless_exists.name):
+                raise Refused(f"{action.unless_exists} exists: {action.target} is kept")
+            obj = copy.deepcopy(self._get(action.target))
+            obj["metadata"].setdefault("deletionTimestamp", self.now)
+            self._store(obj)
+        else:
+            obj = copy.deepcopy(self._get(action.target))
+            meta = obj["metadata"]
+            expected = getattr(action, "resource_version", None)
+            if expected is not None and expected != meta.get("resourceVersion"):
+                raise Refused(f"{action.target} changed since it was read")
+            if isinstance(action, SetFinalizers):
+                meta["finalizers"] = list(action.finalizers)
+            elif isinstance(action, SetMetadata):
+                if action.labels:
+                    meta.setdefault("labels", {}).update(action.labels)
+                if action.owner_references is not None:
+                    meta["ownerReferences"] = [dict(r) for r in action.owner_references]
+            elif isinstance(action, SetStatus):
+                obj["status"] = copy.deepcopy(action.status)
+            self._store(obj)
+
+
+class StepVersions:
+    """Resource versions written within one step.
+
+    A plan is made from one reading, so two writes of a step to one object
+    carry the same expected version; the second must expect what the first
+    wrote, not what was read. Only that chain is followed: a write by anyone
+    else still makes the precondition fail.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple, tuple[str | None, str | None]] = {}
+
+    @staticmethod
+    def _key(target: o.Ref) -> tuple:
+        return (target.group_kind, target.namespace, target.name)
+
+    def current(self, action):
+        expected = getattr(action, "resource_version", None)
+        if expected is None:
+            return action
+        read, written = self._latest.get(self._key(action.target), (None, None))
+        if read == expected and written is not None:
+            return dataclasses.replace(action, resource_version=written)
+        return action
+
+    def wrote(self, action, new_version: str | None) -> None:
+        key = self._key(action.target)
+        read = self._latest.get(key, (getattr(action, "resource_version", None), None))[0]
+        self._latest[key] = (read, new_version)
+
+
+def converge(api: MemoryApi, rng: random.Random | None = None, max_rounds: int = 50) -> int:
+    """Reconcile every pool until no plan has anything left to do; returns the rounds taken.
+
+    Claims are served in the order the inventory holds them, which for
+    loaded files is input order.
+    """
+    for round_ in range(1, max_rounds + 1):
+        busy = False
+        for pool_key in api.inventory.pool_keys():
+            plan = reconcile(api.inventory.snapshot(pool_key, api.now, rng))
+            if plan:
+                api.apply(plan)
+                busy = True
+        if not busy:
+            return round_
+    raise RuntimeError(f"no fixed point after {max_rounds} rounds")
