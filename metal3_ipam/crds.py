@@ -645,6 +645,9 @@ def _ipaddress_crd() -> dict[str, Any]:
     return _crd(
         kind="IPAddress",
         plural="ipaddresses",
+        # On Kubernetes >= 1.33 kubectl resolves "ipaddress"/"ipaddresses" to the built-in
+        # networking.k8s.io IPAddress first; "ipa" or "ipaddresses.ipam.metal3.io" reach this one.
+        # The short name is kept for Metal3 compatibility.
         short_names=["ipa", "ipaddress"],
         schema=_ipaddress_schema(),
         status_subresource=False,
