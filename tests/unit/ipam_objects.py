@@ -1,0 +1,139 @@
+"""Builders for the objects the unit tests feed to the reconcile and the in-memory store."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.reconcile import Snapshot, reconcile
+from metal3_ipam.memory import MemoryApi, converge
+
+NS = "default"
+METAL3 = kinds.METAL3_API_VERSION
+CAPI = f"{kinds.CAPI_IPAM_GROUP}/v1beta2"
+CAPI_V1BETA1 = f"{kinds.CAPI_IPAM_GROUP}/v1beta1"
+
+
+def meta(name: str, ns: str = NS, annotations: dict | None = None, labels: dict | None = None,
+         **extra: Any) -> dict:
+    m: dict[str, Any] = {"name": name, "namespace": ns}
+    if annotations:
+        m["annotations"] = dict(annotations)
+    if labels:
+        m["labels"] = dict(labels)
+    m.update(extra)
+    return m
+
+
+def ippool(name: str = "pool1", ns: str = NS, annotations: dict | None = None, **spec: Any) -> dict:
+    spec.setdefault("namePrefix", name)
+    spec.setdefault("pools", [{"start": "192.168.0.10", "end": "192.168.0.20"}])
+    return {"apiVersion": METAL3, "kind": "IPPool", "metadata": meta(name, ns, annotations), "spec": spec}
+
+
+def ipclaim(name: str, pool: str = "pool1", ns: str = NS, ip: str | None = None,
+            annotations: dict | None = None, labels: dict | None = None) -> dict:
+    annotations = dict(annotations or {})
+    if ip is not None:
+        annotations[kinds.IP_ADDRESS_ANNOTATION] = ip
+    return {"apiVersion": METAL3, "kind": "IPClaim", "metadata": meta(name, ns, annotations, labels),
+            "spec": {"pool": {"name": pool, "namespace": ns}}}
+
+
+def capi_claim(name: str, pool: str = "pool1", ns: str = NS, ip: str | None = None,
+               api_group: str = kinds.METAL3_GROUP, kind: str = "IPPool", api_version: str = CAPI,
+               annotations: dict | None = None, labels: dict | None = None) -> dict:
+    annotations = dict(annotations or {})
+    if ip is not None:
+        annotations[kinds.IP_ADDRESS_ANNOTATION] = ip
+    return {"apiVersion": api_version, "kind": "IPAddressClaim",
+            "metadata": meta(name, ns, annotations, labels),
+            "spec": {"poolRef": {"apiGroup": api_group, "kind": kind, "name": pool}}}
+
+
+def cluster(name: str = "cluster1", ns: str = NS, paused: bool = False) -> dict:
+    return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": meta(name, ns),
+            "spec": {"paused": paused}}
+
+
+# -- the in-memory store -------------------------------------------------------
+
+def loaded(*objs: dict, now: str = "2024-01-01T00:00:00Z") -> MemoryApi:
+    api = MemoryApi(now=now)
+    for obj in objs:
+        api.load(obj)
+    return api
+
+
+def converged(*objs: dict, seed: int = 0, now: str = "2024-01-01T00:00:00Z") -> MemoryApi:
+    api = loaded(*objs, now=now)
+    converge(api, random.Random(seed))
+    return api
+
+
+def get(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS) -> dict | None:
+    return api.inventory.get(kind, ns, name)
+
+
+def metal3_addresses(api: MemoryApi) -> list[dict]:
+    return list(api.inventory.of_kind(kinds.IPADDRESS))
+
+
+def capi_addresses(api: MemoryApi) -> list[dict]:
+    return list(api.inventory.of_kind(kinds.CAPI_ADDRESS))
+
+
+def address_of(api: MemoryApi, claim_kind: str, claim_name: str) -> list[str]:
+    """The IPs of the Metal3 IPAddresses held for a claim (live or going)."""
+    return sorted(str(o.spec(a)["address"]) for a in metal3_addresses(api)
+                  if o.claim_of_address(a) == (claim_kind, claim_name))
+
+
+def ip_of(api: MemoryApi, claim_name: str, kind: str = "IPClaim") -> str:
+    ips = address_of(api, kind, claim_name)
+    assert len(ips) == 1, f"{kind} {claim_name} holds {ips}"
+    return ips[0]
+
+
+def set_meta(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS, **fields: Any) -> None:
+    """Change metadata of a stored object as a user would (a new resource version)."""
+    obj = get(api, kind, name, ns)
+    assert obj is not None
+    obj = {**obj, "metadata": {**obj["metadata"], **fields}}
+    obj["metadata"]["resourceVersion"] = api._next_version()
+    api.inventory.upsert(obj)
+
+
+def user_delete(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS,
+                annotations: dict | None = None) -> None:
+    """A user's delete: marks the object, or removes it when no finalizer holds it."""
+    obj = get(api, kind, name, ns)
+    assert obj is not None
+    m = dict(obj["metadata"])
+    if annotations:
+        m["annotations"] = {**(m.get("annotations") or {}), **annotations}
+    m["deletionTimestamp"] = api.now
+    obj = {**obj, "metadata": m}
+    obj["metadata"]["resourceVersion"] = api._next_version()
+    if obj["metadata"].get("finalizers"):
+        api.inventory.upsert(obj)
+    else:
+        api.inventory.remove(obj)
+
+
+def pool_plan(api: MemoryApi, pool: str = "pool1", ns: str = NS, seed: int = 0):
+    return reconcile(api.inventory.snapshot((ns, pool), api.now, random.Random(seed)))
+
+
+def all_plans(api: MemoryApi) -> list:
+    return [reconcile(api.inventory.snapshot(key, api.now, random.Random(0)))
+            for key in api.inventory.pool_keys()]
+
+
+def snapshot(pool: dict | None, claims: list[dict] = (), addresses: list[dict] = (),
+             capi_addresses: list[dict] = (), cluster: dict | None = None, pool_name: str = "pool1",
+             **kwargs: Any) -> Snapshot:
+    return Snapshot(namespace=NS, pool_name=pool_name, pool=pool, cluster=cluster, claims=list(claims),
+                    addresses=list(addresses), capi_addresses=list(capi_addresses), **kwargs)
