@@ -32,6 +32,11 @@ def _spec(obj: Any) -> Any:
     return obj.get("spec") if isinstance(obj, Mapping) else None
 
 
+def _spec_map(obj: Any) -> Mapping:
+    spec = _spec(obj)
+    return spec if isinstance(spec, Mapping) else {}
+
+
 def _metadata_problems(obj: Any) -> list[Problem]:
     if not isinstance(obj, Mapping):
         return [Problem("", obj, "must be an object")]
@@ -53,7 +58,7 @@ def validate_pool(obj: Any) -> list[Problem]:
 def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
     """``in_use``: IPAddress name -> address, for the addresses that reference the pool."""
     problems = validate_pool(new)
-    old_spec, new_spec = _spec(old) or {}, _spec(new) or {}
+    old_spec, new_spec = _spec_map(old), _spec_map(new)
     for field in ("namePrefix", "allocationStrategy"):
         before = old_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         after = new_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
@@ -123,7 +128,7 @@ def validate_ipclaim(obj: Any) -> list[Problem]:
 
 def validate_ipclaim_update(old: Any, new: Any) -> list[Problem]:
     problems = validate_ipclaim(new)
-    before, after = (_spec(old) or {}).get("pool"), (_spec(new) or {}).get("pool")
+    before, after = _spec_map(old).get("pool"), _spec_map(new).get("pool")
     if _ref_key(before) != _ref_key(after):
         problems += _tag(new, [Problem("spec.pool", after, "is immutable")])
     return problems
