@@ -42,6 +42,21 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     plan.add_argument("--seed", type=int, default=0,
                       help="seed for pools with allocationStrategy: random (default 0, for repeatable plans)")
+    run = commands.add_parser("run", help="run the controller against a cluster")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
+                       help="serve only this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace (the default)")
+    run.add_argument("--health-address", default="0.0.0.0:8081", metavar="HOST:PORT",
+                     help="where /healthz, /readyz and /metrics are served (default 0.0.0.0:8081)")
+    run.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
+                     help="act without holding the Lease (safe, but replicas then duplicate work)")
+    run.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                     help="namespace of the Lease (default: $POD_NAMESPACE or default)")
+    run.add_argument("--resync-seconds", type=float, default=300.0,
+                     help="look at every pool again this often (default 300)")
+    run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
     return parser
 
 
@@ -50,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "run":
+            return _run(args)
         return _plan(args)
     except manifests.UsageError as err:
         print(f"metal3-ipam: {err}", file=sys.stderr)
@@ -118,6 +135,32 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         yaml.safe_dump_all(items, sys.stdout, sort_keys=False, explicit_start=True)
     return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from .controller.main import Options, run
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("metal3_ipam").setLevel(logging.INFO)
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per handled event is noise
+    if not args.verbose:
+        logging.getLogger("metal3_ipam.pools").setLevel(logging.WARNING)
+    host, _, port = args.health_address.rpartition(":")
+    if not port.isdigit():
+        raise manifests.UsageError(f"--health-address {args.health_address!r}: expected HOST:PORT")
+    options = Options(kubeconfig=args.kubeconfig, namespaces=args.namespace, health_host=host or "0.0.0.0",
+                      health_port=int(port), leader_elect=args.leader_elect,
+                      resync_seconds=args.resync_seconds)
+    if args.leader_election_namespace:
+        options.lease_namespace = args.leader_election_namespace
+    try:
+        return asyncio.run(run(options))
+    except KeyboardInterrupt:
+        return 0
 
 
 def _presentable(obj: dict) -> dict:

@@ -136,6 +136,10 @@ class Inventory:
         keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL}
         return sorted(keys | set(self.groups))
 
+    def claims_of(self, pool_key: o.PoolKey) -> list[dict]:
+        group = self.groups.get(pool_key)
+        return list(group.claims.values()) if group else []
+
     def name_taken(self, namespace: str, name: str) -> bool:
         return name in self._address_names.get(namespace, ())
 

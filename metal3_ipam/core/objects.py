@@ -150,3 +150,23 @@ def index_key(key: ClaimKey) -> str:
     """
     kind, claim_name = key
     return claim_name if kind == kinds.IPCLAIM[1] else f"{kind}/{claim_name}"
+
+
+def merge_patch(current: Any, desired: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``desired``.
+
+    Keys that ``desired`` lacks become None (removal); maps are diffed
+    recursively, anything else is replaced whole.
+    """
+    if not isinstance(current, Mapping) or not isinstance(desired, Mapping):
+        return desired
+    patch: dict[str, Any] = {}
+    for key in current:
+        if key not in desired:
+            patch[key] = None
+    for key, value in desired.items():
+        if key not in current:
+            patch[key] = value
+        elif current[key] != value:
+            patch[key] = merge_patch(current[key], value)
+    return patch

@@ -14,6 +14,10 @@ What it guarantees, whatever it is shown:
 - a claim that cannot be served gets an error in its status and an Event,
   written only when the error changes, and does not stop the next claim;
 - nothing is written when nothing changed; a paused pool is left alone.
+
+Events are planned for failures only: every API write counts, and a
+successful allocation is already recorded by the IPAddress and the claim's
+Ready condition.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class _Reconciler:
         self.capi_address = {o.name(a): a for a in snap.capi_addresses}
         # claim key -> address text, for status.indexes
         self.bound: dict[o.ClaimKey, str] = {}
+        self.created_count = 0
 
     # -- the pass ---------------------------------------------------------------
 
@@ -167,7 +172,7 @@ class _Reconciler:
             desired["allocated"] = str(allocated)
             desired["free"] = str(self.allocator.free_count)
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
-        elif self.pool_problem:
+        else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
         if o.is_deleting(pool):
             ready = _condition(current, READY, "False", "Deleting", "the pool is being deleted", self.snap.now)
@@ -178,8 +183,6 @@ class _Reconciler:
         desired["lastUpdated"] = self.snap.now
         step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)} status")
         step.add(SetStatus(o.ref(pool), desired))
-
-    created_count = 0
 
     # -- addresses whose claim is gone or going --------------------------------
 
@@ -228,7 +231,7 @@ class _Reconciler:
             return
         if finalizer not in o.finalizers(claim):
             step.add(_with_finalizer(claim, finalizer))
-        live = [a for a in mine if not o.is_deleting(a)]
+        live = _held(mine)
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
@@ -236,7 +239,7 @@ class _Reconciler:
         self.allocate(claim, step)
 
     def remember_binding(self, claim: dict) -> None:
-        live = [a for a in self.addresses_of.get(o.claim_key(claim), []) if not o.is_deleting(a)]
+        live = _held(self.addresses_of.get(o.claim_key(claim), []))
         if live:
             self.bound[o.claim_key(claim)] = str(o.spec(live[0]).get("address"))
 
@@ -255,9 +258,6 @@ class _Reconciler:
                 mirror_finalizer = kinds.FINALIZERS[kinds.CAPI_ADDRESS]
                 if mirror_finalizer in o.finalizers(mirror):
                     step.add(_without_finalizer(mirror, mirror_finalizer))
-            if mine:
-                step.add(Event(o.ref(claim), "Normal", "AddressReleased",
-                               f"released {', '.join(str(o.spec(a).get('address')) for a in mine)}"))
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
@@ -302,8 +302,6 @@ class _Reconciler:
         if kinds.kind_of(claim) == kinds.CAPI_CLAIM and o.name(claim) not in self.capi_address:
             step.add(Create(self.capi_address_for(claim, address)))
         self.set_claim_status(claim, step, address=address)
-        step.add(Event(o.ref(claim), "Normal", "AddressAllocated",
-                       f"allocated {grant.ip} from {pool_ref} as IPAddress {o.name(address)}"))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         if self.set_claim_status(claim, step, error=(reason, message)):
@@ -419,6 +417,17 @@ def _claim_ref_of_address(address: dict) -> o.Ref:
     api_version = claim.get("apiVersion") or (kinds.METAL3_API_VERSION if kind == kinds.IPCLAIM[1]
                                               else f"{kinds.CAPI_IPAM_GROUP}/{kinds.CAPI_IPAM_VERSIONS[0]}")
     return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name)
+
+
+def _held(addresses: list[dict]) -> list[dict]:
+    """The addresses a live claim holds: those not being deleted or, when there are
+    none, those being deleted but kept by their finalizer while the claim exists.
+    A claim whose address is being deleted keeps it; it is not given a second one."""
+    live = [a for a in addresses if not o.is_deleting(a)]
+    if live:
+        return live
+    finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
+    return [a for a in addresses if finalizer in o.finalizers(a) and not o.deleted_for_move(a)]
 
 
 def _bound_address_name(claim: dict) -> str | None:

@@ -1,0 +1,295 @@
+"""Carrying out plans against the API server.
+
+Every action of a plan becomes one REST call, made with the kubernetes client
+in a thread pool so that the steps of a plan (one per claim) go out in
+parallel while the actions of one step stay in order. The API server's
+answer is written back into the inventory at once: the controller never
+decides twice from a cache that has not seen its own writes.
+
+What the server refuses is not retried blindly:
+- AlreadyExists on a create: that name (an IP) is taken by someone else; the
+  object is read and put in the inventory, and the pool is reconciled again,
+  which picks another address.
+- Conflict on a conditional write: someone wrote the object since it was
+  read; its watch event brings the new version and another reconcile.
+- NotFound on a delete or a finalizer removal: the goal is reached already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..core import kinds
+from ..core import objects as o
+from ..core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
+from ..core.inventory import Inventory
+from ..memory import StepVersions
+
+log = logging.getLogger("metal3_ipam.api")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        if name is not None:
+            path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+        return path
+
+
+@dataclass
+class Outcome:
+    """What executing a plan came to."""
+
+    done: int = 0
+    # The pool must be looked at again soon: something was refused that a
+    # fresh decision will get right (a name taken, a stale read).
+    again: bool = False
+    failures: list[str] = field(default_factory=list)
+    created: list[dict] = field(default_factory=list)
+    deleted: list[o.Ref] = field(default_factory=list)
+    warnings: list[Event] = field(default_factory=list)
+
+
+class Refusal(Exception):
+    def __init__(self, message: str, again: bool) -> None:
+        super().__init__(message)
+        self.again = again
+
+
+class ApiWriter:
+    def __init__(self, api_client: client.ApiClient, inventory: Inventory,
+                 resources: dict[tuple[str, str], Resource], parallel: int = 16,
+                 component: str = "metal3-ipam") -> None:
+        self.api = api_client
+        self.inventory = inventory
+        self.resources = resources
+        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="api")
+        self.limit = asyncio.Semaphore(parallel)
+        self.component = component
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- plans -------------------------------------------------------------
+
+    async def execute(self, plan: Plan) -> Outcome:
+        outcome = Outcome()
+        await asyncio.gather(*(self._step(step, outcome) for step in plan.steps))
+        return outcome
+
+    async def _step(self, step: Step, outcome: Outcome) -> None:
+        async with self.limit:
+            versions = StepVersions()
+            for action in step.actions:
+                action = versions.current(action)
+                try:
+                    result = await self._do(action)
+                except Refusal as refusal:
+                    outcome.again |= refusal.again
+                    outcome.failures.append(f"{step.subject}: {refusal}")
+                    log.info("%s: %s", step.subject, refusal)
+                    return
+                except ApiException as err:
+                    outcome.again = True
+                    outcome.failures.append(f"{step.subject}: {_explain(err)}")
+                    log.warning("%s: %s", step.subject, _explain(err))
+                    return
+                outcome.done += 1
+                if isinstance(action, Create) and result is not None:
+                    outcome.created.append(result)
+                elif isinstance(action, Delete):
+                    outcome.deleted.append(action.target)
+                elif isinstance(action, Event) and action.type == "Warning":
+                    outcome.warnings.append(action)
+                if isinstance(result, dict) and result.get("metadata") and hasattr(action, "target"):
+                    versions.wrote(action, result["metadata"].get("resourceVersion"))
+
+    # -- single actions ---------------------------------------------------
+    # The HTTP calls run in worker threads; the inventory is only touched here,
+    # on the event loop, like the watch handlers that feed it.
+
+    async def _do(self, action: Any) -> dict | None:
+        if isinstance(action, Event):
+            await self._post_event(action)
+            return None
+        if isinstance(action, Create):
+            return await self._create(action)
+        if isinstance(action, Delete):
+            return await self._delete(action)
+        return await self._patch(action)
+
+    def _resource(self, group_kind: tuple[str, str]) -> Resource:
+        try:
+            return self.resources[group_kind]
+        except KeyError:
+            raise Refusal(f"{group_kind[1]}.{group_kind[0]} is not served by this cluster", again=False) from None
+
+    async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+
+        def call() -> Any:
+            return request(self.api, method, path, body, headers)
+
+        return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+
+    async def _create(self, action: Create) -> dict:
+        obj = action.obj
+        resource = self._resource(kinds.kind_of(obj))
+        try:
+            created = await self._call("POST", resource.path(o.namespace(obj)), body=obj,
+                                 content_type="application/json")
+        except ApiException as err:
+            if err.status == 409:
+                # The name is the lock: someone holds it. Learn who, decide again.
+                await self._refresh(o.ref(obj))
+                raise Refusal(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} exists already", again=True) from None
+            raise
+        self.inventory.upsert(created)
+        return created
+
+    async def _delete(self, action: Delete) -> dict | None:
+        guard = action.unless_exists
+        if guard is not None and await self._refresh(guard) is not None:
+            raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
+        resource = self._resource(action.target.group_kind)
+        body = {"propagationPolicy": "Background"}
+        if action.target.uid:
+            body["preconditions"] = {"uid": action.target.uid}
+        try:
+            result = await self._call("DELETE", resource.path(action.target.namespace, action.target.name),
+                                body=body, content_type="application/json")
+        except ApiException as err:
+            if err.status in (404, 409):
+                self._forget(action.target)
+                return None
+            raise
+        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
+            self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
+            return result
+        self._forget(action.target)
+        return None
+
+    async def _patch(self, action: SetFinalizers | SetMetadata | SetStatus) -> dict:
+        target = action.target
+        resource = self._resource(target.group_kind)
+        metadata: dict[str, Any] = {}
+        if action.resource_version:
+            metadata["resourceVersion"] = action.resource_version
+        subresource = None
+        if isinstance(action, SetFinalizers):
+            metadata["finalizers"] = list(action.finalizers)
+            body: dict[str, Any] = {"metadata": metadata}
+        elif isinstance(action, SetMetadata):
+            if action.labels:
+                metadata["labels"] = action.labels
+            if action.owner_references is not None:
+                metadata["ownerReferences"] = list(action.owner_references)
+            body = {"metadata": metadata}
+        else:
+            current = self.inventory.get(target.group_kind, target.namespace, target.name)
+            status = o.merge_patch(o.status(current) if current else {}, action.status)
+            body = {"metadata": metadata, "status": status} if metadata else {"status": status}
+            subresource = "status"
+        try:
+            result = await self._call("PATCH", resource.path(target.namespace, target.name, subresource),
+                                body=body, content_type=MERGE_PATCH)
+        except ApiException as err:
+            if err.status == 404:
+                self._forget(target)
+                if isinstance(action, SetFinalizers):
+                    return {}
+                raise Refusal(f"{target} is gone", again=False) from None
+            if err.status == 409:
+                raise Refusal(f"{target} changed since it was read", again=True) from None
+            raise
+        self._settle(result)
+        return result
+
+    def _settle(self, obj: dict) -> None:
+        """An object the server returned: gone if deleting with no finalizers left, else current."""
+        if o.is_deleting(obj) and not o.finalizers(obj):
+            self.inventory.remove(obj)
+        else:
+            self.inventory.upsert(obj)
+
+    async def _refresh(self, target: o.Ref) -> dict | None:
+        """Read one object from the API server into the inventory (None when it does not exist)."""
+        try:
+            resource = self._resource(target.group_kind)
+        except Refusal:
+            return None
+        try:
+            obj = await self._call("GET", resource.path(target.namespace, target.name))
+        except ApiException as err:
+            if err.status == 404:
+                self._forget(target)
+                return None
+            raise
+        self.inventory.upsert(obj)
+        return obj
+
+    def _forget(self, target: o.Ref) -> None:
+        obj = self.inventory.get(target.group_kind, target.namespace, target.name)
+        if obj is not None:
+            self.inventory.remove(obj)
+
+    async def _post_event(self, event: Event) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        target = event.target
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{target.name}.", "namespace": target.namespace},
+            "involvedObject": {"apiVersion": target.api_version, "kind": target.kind, "name": target.name,
+                               "namespace": target.namespace, "uid": target.uid},
+            "reason": event.reason, "message": event.message[:1024], "type": event.type,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self._call("POST", Resource("", "v1", "events").path(target.namespace), body=body,
+                       content_type="application/json")
+        except ApiException as err:  # an Event is a courtesy; losing one must not stop the work
+            log.warning("could not post event for %s: %s", target, _explain(err))
+
+
+def request(api: client.ApiClient, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> Any:
+    """One REST call with the client's credentials; the decoded JSON answer, or ApiException."""
+    method, url, header_params, body, _ = api.param_serialize(
+        method, path, header_params=headers or {"Accept": "application/json"}, body=body,
+        auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=header_params, body=body)
+    response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    return json.loads(response.data) if response.data else None
+
+
+def _explain(err: ApiException) -> str:
+    try:
+        return f"{err.status} {json.loads(err.body).get('message')}"
+    except (TypeError, ValueError, AttributeError):
+        return f"{err.status} {err.reason}"

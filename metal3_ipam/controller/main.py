@@ -1,0 +1,111 @@
+"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+
+import kopf
+from kubernetes import client, config
+
+from ..core.inventory import Inventory
+from . import health
+from .api import ApiWriter
+from .leader import LeaderElector
+from .operator import Controller, NotInstalled, build_registry, discover, login_from, settings
+from .workers import PoolWorkers
+
+log = logging.getLogger("metal3_ipam")
+
+
+@dataclass
+class Options:
+    kubeconfig: str | None = None
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    health_host: str = "0.0.0.0"
+    health_port: int = 8081
+    leader_elect: bool = True
+    lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    lease_name: str = "metal3-ipam-controller"
+    resync_seconds: float = 300.0
+    parallel_writes: int = 16
+
+
+def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
+    configuration = client.Configuration()
+    if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
+    return configuration
+
+
+async def run(options: Options) -> int:
+    configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
+    api = client.ApiClient(configuration)
+    try:
+        resources = await asyncio.to_thread(discover, api)
+    except NotInstalled as err:
+        log.error("%s", err)
+        return 1
+
+    inventory = Inventory()
+    writer = ApiWriter(api, inventory, resources, parallel=options.parallel_writes)
+    state = {"leading": not options.leader_elect}
+    workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"])
+    controller = Controller(inventory, workers, writer)
+    registry = build_registry(controller, resources)
+    kopf.on.login(registry=registry)(login_from(configuration))
+
+    ready_flag = asyncio.Event()
+    stop_flag = asyncio.Event()
+
+    def on_leadership(leading: bool) -> None:
+        state["leading"] = leading
+        if leading:
+            workers.kick_all()
+
+    async def resync() -> None:
+        # Level-based safety net: every pool is looked at again now and then;
+        # an unchanged pool costs no API call.
+        while True:
+            await asyncio.sleep(options.resync_seconds)
+            if state["leading"]:
+                workers.kick_all()
+
+    background = []
+    try:
+        runner = await health.serve(options.health_host, options.health_port,
+                                    alive=lambda: not stop_flag.is_set(),
+                                    ready=lambda: ready_flag.is_set())
+    except OSError as err:
+        log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
+                  err.strerror or err)
+        writer.close()
+        return 1
+    if options.leader_elect:
+        elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
+        background.append(asyncio.create_task(elector.run(), name="leader election"))
+    background.append(asyncio.create_task(resync(), name="resync"))
+    log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in resources.values()),
+             ", ".join(options.namespaces) or "all namespaces")
+    try:
+        await kopf.operator(
+            registry=registry, settings=settings(), standalone=True,
+            clusterwide=not options.namespaces, namespaces=options.namespaces,
+            ready_flag=ready_flag, stop_flag=stop_flag)
+    finally:
+        stop_flag.set()
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await workers.stop()
+        writer.close()
+        await runner.cleanup()
+    return 0

@@ -1,0 +1,16 @@
+"""Prometheus metrics of the controller."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+POOL_CAPACITY = Gauge("metal3_ipam_pool_capacity", "Addresses the pool can hand out", ["namespace", "pool"])
+POOL_ALLOCATED = Gauge("metal3_ipam_pool_allocated", "Addresses in use", ["namespace", "pool"])
+POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", ["namespace", "pool"])
+ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", ["namespace", "pool"])
+RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespace", "pool"])
+ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])
+ALLOCATION_SECONDS = Histogram(
+    "metal3_ipam_allocation_seconds", "From a claim first seen waiting to its binding",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+RECONCILE_SECONDS = Histogram(
+    "metal3_ipam_reconcile_seconds", "One pass over a pool, planning and writing",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))

@@ -1,0 +1,158 @@
+"""The kopf operator: watches feed the inventory, pool workers reconcile.
+
+kopf does the watching (lists, watches, reconnects, namespaces). Every kind
+gets two light handlers and nothing else:
+
+- an *index* handler, which files the object into the inventory. kopf runs
+  no other handler before every indexed kind has been listed in full, so no
+  reconcile ever runs on a half-loaded inventory (a restarted controller
+  never mistakes a claim whose address it has not listed yet for a new one);
+- an *event* handler, which files changes and deletions and kicks the pools
+  they concern.
+
+Neither kind of handler makes kopf write anything (no progress or diff-base
+annotations, no finalizers of its own), so the API writes are only those the
+reconcile plans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..core import kinds
+from ..core import objects as o
+from ..core.inventory import Inventory
+from .api import ApiWriter, Resource, request
+from .workers import PoolWorkers
+
+log = logging.getLogger("metal3_ipam.operator")
+
+PLURALS = {
+    kinds.IPPOOL: "ippools",
+    kinds.IPCLAIM: "ipclaims",
+    kinds.IPADDRESS: "ipaddresses",
+    kinds.CAPI_CLAIM: "ipaddressclaims",
+    kinds.CAPI_ADDRESS: "ipaddresses",
+    kinds.CLUSTER: "clusters",
+}
+
+
+class NotInstalled(Exception):
+    pass
+
+
+def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
+    """Which versions of our kinds the cluster serves; Cluster API kinds are optional."""
+    resources = {}
+    wanted = {
+        kinds.METAL3_GROUP: ((kinds.METAL3_VERSION,), (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS)),
+        kinds.CAPI_IPAM_GROUP: (kinds.CAPI_IPAM_VERSIONS, (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)),
+        kinds.CLUSTER_GROUP: (("v1beta2", "v1beta1"), (kinds.CLUSTER,)),
+    }
+    for group, (preferred, group_kinds) in wanted.items():
+        try:
+            served = {v["version"] for v in request(api, "GET", f"/apis/{group}")["versions"]}
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            served = set()
+        version = next((v for v in preferred if v in served), None)
+        if version is None:
+            if group == kinds.METAL3_GROUP:
+                raise NotInstalled(f"the {group} CRDs ({kinds.METAL3_VERSION}) are not installed in this cluster")
+            log.warning("%s is not served by this cluster: its kinds are not watched", group)
+            continue
+        for kind in group_kinds:
+            resources[kind] = Resource(group, version, PLURALS[kind])
+    return resources
+
+
+def _newer_or_same(stored: dict | None, incoming: dict) -> bool:
+    """Drop a watch event older than what our own write already put in the inventory."""
+    if stored is None:
+        return True
+    before = str(o.meta(stored).get("resourceVersion", ""))
+    after = str(o.meta(incoming).get("resourceVersion", ""))
+    if before.isdigit() and after.isdigit() and o.meta(stored).get("uid") == o.meta(incoming).get("uid"):
+        return int(after) >= int(before)
+    return True
+
+
+@dataclass
+class Controller:
+    inventory: Inventory
+    workers: PoolWorkers
+    writer: ApiWriter
+
+    def file(self, obj: dict) -> None:
+        key = self.inventory.key(obj)
+        if key is None:
+            return
+        if _newer_or_same(self.inventory.objects.get(key), obj):
+            self.workers.kick(self.inventory.upsert(obj))
+
+    def forget(self, obj: dict) -> None:
+        self.workers.kick(self.inventory.remove(obj))
+
+
+def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource]) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    for kind, resource in resources.items():
+        _register(registry, controller, kind, resource)
+    return registry
+
+
+def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tuple[str, str],
+              resource: Resource) -> None:
+    ident = f"{resource.plural}.{resource.group}"
+
+    async def index(body: kopf.Body, **_: Any) -> None:
+        controller.file(dict(body))
+
+    async def event(event: dict, **_: Any) -> None:
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return
+        if event.get("type") == "DELETED":
+            controller.forget(obj)
+        else:
+            controller.file(obj)
+
+    kopf.index(resource.group, resource.version, resource.plural, id=f"file-{ident}",
+               registry=registry)(index)
+    kopf.on.event(resource.group, resource.version, resource.plural, id=f"watch-{ident}",
+                  registry=registry)(event)
+
+
+def settings() -> kopf.OperatorSettings:
+    s = kopf.OperatorSettings()
+    s.posting.enabled = False  # Events are the reconcile's to post, not kopf's log lines
+    s.watching.server_timeout = 300
+    s.watching.client_timeout = 330
+    return s
+
+
+def login_from(configuration: client.Configuration):
+    """A kopf login handler using the same credentials as the kubernetes client."""
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        token = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
+        scheme = None
+        if token and " " in token:
+            scheme, token = token.split(" ", 1)
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            scheme=scheme or ("Bearer" if token else None),
+            token=token,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+        )
+    return login

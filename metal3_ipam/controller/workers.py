@@ -1,0 +1,143 @@
+"""One reconcile at a time per pool, batching whatever arrived meanwhile.
+
+Watch events mark pools dirty (``kick``). Each dirty pool gets a worker task
+that waits a short moment for more events to gather (a burst of claims
+becomes one pass), takes a snapshot from the inventory, runs the shared
+reconcile and executes the plan. A pool that was kicked while it was being
+worked on is worked on again; one that hit a refusal comes back after a
+growing delay, never in a tight loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+import time
+from typing import Callable
+
+from ..core import objects as o
+from ..core.actions import Plan
+from ..core.inventory import Inventory
+from ..core.reconcile import reconcile
+from ..core import kinds
+from . import metrics
+from .api import ApiWriter, Outcome
+
+log = logging.getLogger("metal3_ipam.pools")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PoolWorkers:
+    def __init__(self, inventory: Inventory, writer: ApiWriter, *, gather_seconds: float = 0.02,
+                 max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True) -> None:
+        self.inventory = inventory
+        self.writer = writer
+        self.gather_seconds = gather_seconds
+        self.max_backoff = max_backoff
+        self.may_act = may_act
+        self.rng = random.Random()
+        self._dirty: set[o.PoolKey] = set()
+        self._tasks: dict[o.PoolKey, asyncio.Task] = {}
+        self._backoff: dict[o.PoolKey, float] = {}
+        self._retry_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
+        # When a claim was first seen waiting, for the allocation latency histogram.
+        self._waiting_since: dict[tuple, float] = {}
+        self.passes = 0
+
+    def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
+        for pool in pools:
+            self._dirty.add(pool)
+            task = self._tasks.get(pool)
+            if task is None or task.done():
+                self._tasks[pool] = asyncio.get_running_loop().create_task(self._work(pool), name=f"pool {pool}")
+
+    def kick_all(self) -> None:
+        self.kick(self.inventory.pool_keys())
+
+    def busy(self) -> bool:
+        return any(not t.done() for t in self._tasks.values())
+
+    async def stop(self) -> None:
+        for handle in self._retry_handles.values():
+            handle.cancel()
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _work(self, pool: o.PoolKey) -> None:
+        while pool in self._dirty:
+            await asyncio.sleep(self.gather_seconds)
+            self._dirty.discard(pool)
+            if not self.may_act():
+                return
+            try:
+                outcome = await self._pass(pool)
+            except Exception:  # a bug must not stop the other pools; retry later
+                log.exception("pool %s/%s: reconcile failed", *pool)
+                outcome = Outcome(again=True)
+            if outcome.again:
+                self._retry_later(pool)
+            else:
+                self._backoff.pop(pool, None)
+
+    def _retry_later(self, pool: o.PoolKey) -> None:
+        delay = min(self._backoff.get(pool, 0.25) * 2, self.max_backoff)
+        self._backoff[pool] = delay
+        old = self._retry_handles.pop(pool, None)
+        if old is not None:
+            old.cancel()
+        self._retry_handles[pool] = asyncio.get_running_loop().call_later(delay, self.kick, [pool])
+
+    async def _pass(self, pool: o.PoolKey) -> Outcome:
+        started = time.monotonic()
+        snapshot = self.inventory.snapshot(pool, utc_now(), self.rng)
+        for claim in snapshot.claims:
+            if not _is_bound(claim):
+                self._waiting_since.setdefault((pool, o.claim_key(claim)), started)
+        plan = reconcile(snapshot)
+        self.passes += 1
+        if not plan:
+            self._observe(pool, plan, Outcome(), started)
+            return Outcome()
+        for line in plan.describe():
+            log.info("pool %s/%s: %s", pool[0], pool[1], line)
+        outcome = await self.writer.execute(plan)
+        self._observe(pool, plan, outcome, started)
+        return outcome
+
+    def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
+        namespace, name = pool
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        for created in outcome.created:
+            if kinds.kind_of(created) == kinds.IPADDRESS:
+                metrics.ALLOCATIONS.labels(namespace, name).inc()
+        for target in outcome.deleted:
+            if target.group_kind == kinds.IPADDRESS:
+                metrics.RELEASES.labels(namespace, name).inc()
+        for warning in outcome.warnings:
+            metrics.ERRORS.labels(warning.reason).inc()
+        now = time.monotonic()
+        live_claims = set()
+        for claim in self.inventory.claims_of(pool):
+            key = (pool, o.claim_key(claim))
+            live_claims.add(key)
+            if _is_bound(claim) and key in self._waiting_since:
+                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(key))
+        for key in [k for k in self._waiting_since if k[0] == pool and k not in live_claims]:
+            del self._waiting_since[key]
+        pool_obj = self.inventory.get(kinds.IPPOOL, namespace, name)
+        status = o.status(pool_obj) if pool_obj else {}
+        if str(status.get("capacity", "")).isdigit():
+            metrics.POOL_CAPACITY.labels(namespace, name).set(int(status["capacity"]))
+            metrics.POOL_ALLOCATED.labels(namespace, name).set(int(status.get("allocated") or 0))
+            metrics.POOL_FREE.labels(namespace, name).set(int(status.get("free") or 0))
+
+
+def _is_bound(claim: dict) -> bool:
+    status = o.status(claim)
+    return bool(status.get("address") or status.get("addressRef"))
