@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resync-seconds", type=float, default=300.0,
                      help="look at every pool again this often (default 300)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
+
+    demo = commands.add_parser("demo", help="start a local control plane, apply the samples, run the controller, "
+                                            "show the result, stop")
+    demo.add_argument("-f", "--filename", action="append", metavar="PATH",
+                      help="manifests to apply instead of the samples (repeatable)")
     return parser
 
 
@@ -67,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "demo":
+            from . import demo
+            return demo.main(args.filename or [str(_samples())])
         return _plan(args)
     except manifests.UsageError as err:
         print(f"metal3-ipam: {err}", file=sys.stderr)
@@ -135,6 +143,14 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         yaml.safe_dump_all(items, sys.stdout, sort_keys=False, explicit_start=True)
     return EXIT_OK
+
+
+def _samples():
+    """The samples shipped beside the package (a source checkout), else in the working directory."""
+    from pathlib import Path
+
+    beside = Path(__file__).resolve().parent.parent / "samples"
+    return beside if beside.is_dir() else Path("samples")
 
 
 def _run(args: argparse.Namespace) -> int:
