@@ -25,6 +25,10 @@ class Delete:
     target: Ref
     # Delete only if this object is really gone (the cache may not have seen it yet).
     unless_exists: Ref | None = None
+    # The version the target was read at. Marking an object with finalizers for
+    # deletion is a write that changes its version: a later action of the same
+    # step on it (removing the finalizer) must expect the version this wrote.
+    resource_version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 from . import kinds
 from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
-from .addresses import AddressError, parse_ip
+from .addresses import AddressError, ip_from_int, parse_ip
 from .allocator import (ALLOCATION_FAILED, POOL_NOT_READY, AllocationError, Allocator, Grant)
 from .naming import address_name
 from .pool import Pool, read_pool
@@ -198,7 +198,7 @@ class _Reconciler:
             return
         if claim is None:
             claim_ref = _claim_ref_of_address(address)
-            step.add(Delete(o.ref(address), unless_exists=claim_ref))
+            step.add(_delete(address, unless_exists=claim_ref))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
 
@@ -214,7 +214,7 @@ class _Reconciler:
             return
         if claim is None:
             claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address), key[1] if key else "")
-            step.add(Delete(o.ref(address), unless_exists=claim_ref))
+            step.add(_delete(address, unless_exists=claim_ref))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
 
@@ -248,13 +248,13 @@ class _Reconciler:
             address_finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
             for address in mine:
                 if not o.is_deleting(address):
-                    step.add(Delete(o.ref(address)))
+                    step.add(_delete(address))
                 if address_finalizer in o.finalizers(address):
                     step.add(_without_finalizer(address, address_finalizer))
             mirror = self.capi_address.get(o.name(claim)) if kinds.kind_of(claim) == kinds.CAPI_CLAIM else None
             if mirror is not None:
                 if not o.is_deleting(mirror):
-                    step.add(Delete(o.ref(mirror)))
+                    step.add(_delete(mirror))
                 mirror_finalizer = kinds.FINALIZERS[kinds.CAPI_ADDRESS]
                 if mirror_finalizer in o.finalizers(mirror):
                     step.add(_without_finalizer(mirror, mirror_finalizer))
@@ -269,7 +269,7 @@ class _Reconciler:
         keep, extra = live[0], live[1:]
         finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
         for address in extra:
-            step.add(Delete(o.ref(address)))
+            step.add(_delete(address))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
         return keep
@@ -292,7 +292,8 @@ class _Reconciler:
         prefix = self.pool.name_prefix
         try:
             grant = self.allocator.allocate(o.name(claim), requested,
-                                            name_taken=lambda ip: self.snap.name_taken(address_name(prefix, ip)))
+                                            name_taken=lambda ip: self.snap.name_taken(
+                                                address_name(prefix, ip_from_int(ip, self.pool.version))))
         except AllocationError as err:
             return self.fail(claim, step, err.reason, err.message)
         address = self.address_for(claim, grant)
@@ -389,6 +390,10 @@ class _Reconciler:
 
 def _with_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
     return SetFinalizers(o.ref(obj), tuple(o.finalizers(obj) + [finalizer]), o.meta(obj).get("resourceVersion"))
+
+
+def _delete(obj: dict, unless_exists: o.Ref | None = None) -> Delete:
+    return Delete(o.ref(obj), unless_exists=unless_exists, resource_version=o.meta(obj).get("resourceVersion"))
 
 
 def _without_finalizer(obj: dict, finalizer: str) -> SetFinalizers:

@@ -7,6 +7,7 @@ from typing import Any
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Create
 from metal3_ipam.core.reconcile import Snapshot, reconcile
 from metal3_ipam.memory import MemoryApi, converge
 
@@ -60,14 +61,27 @@ def cluster(name: str = "cluster1", ns: str = NS, paused: bool = False) -> dict:
 
 # -- the in-memory store -------------------------------------------------------
 
-def loaded(*objs: dict, now: str = "2024-01-01T00:00:00Z") -> MemoryApi:
-    api = MemoryApi(now=now)
+class RecordingApi(MemoryApi):
+    """The in-memory store, remembering every object created through a plan."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.created: list[dict] = []
+
+    def do(self, action) -> None:
+        super().do(action)
+        if isinstance(action, Create):
+            self.created.append(action.obj)
+
+
+def loaded(*objs: dict, now: str = "2024-01-01T00:00:00Z") -> RecordingApi:
+    api = RecordingApi(now=now)
     for obj in objs:
         api.load(obj)
     return api
 
 
-def converged(*objs: dict, seed: int = 0, now: str = "2024-01-01T00:00:00Z") -> MemoryApi:
+def converged(*objs: dict, seed: int = 0, now: str = "2024-01-01T00:00:00Z") -> RecordingApi:
     api = loaded(*objs, now=now)
     converge(api, random.Random(seed))
     return api
