@@ -79,8 +79,15 @@ def _collect(path: str, number: int, doc: object, objects: list[Loaded], problem
         problems.append(FileProblem(path, f"document {number} is not a Kubernetes object (no kind)"))
         return
     if doc["kind"] == "List" or (doc["kind"].endswith("List") and isinstance(doc.get("items"), list)):
-        for item in doc.get("items") or []:
+        items = doc.get("items")
+        if items is not None and not isinstance(items, list):
+            problems.append(FileProblem(path, f"document {number} is a {doc['kind']} whose items are not a list"))
+            return
+        for item in items or []:
             _collect(path, number, item, objects, problems)
+        return
+    if "metadata" in doc and not isinstance(doc["metadata"], dict):
+        problems.append(FileProblem(path, f"document {number} ({doc['kind']}) has a metadata that is not an object"))
         return
     objects.append(Loaded(path, doc))
 

@@ -1,0 +1,254 @@
+"""``metal3-ipam validate`` and ``metal3-ipam plan``, run in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from metal3_ipam.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "samples"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse usage errors
+        code = exit_.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def dump(*docs) -> str:
+    return yaml.safe_dump_all(list(docs), sort_keys=False)
+
+
+POOL = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
+        "metadata": {"name": "pool1", "namespace": "default"},
+        "spec": {"namePrefix": "pool1", "pools": [{"start": "10.0.0.10", "end": "10.0.0.12"}], "gateway": "10.0.0.1",
+                 "prefix": 24}}
+
+
+def claim(name: str, pool: str = "pool1", **annotations) -> dict:
+    meta = {"name": name, "namespace": "default"}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim", "metadata": meta,
+            "spec": {"pool": {"name": pool}}}
+
+
+# -- validate -----------------------------------------------------------------------
+
+def test_validate_samples(capsys):
+    code, out, err = run(capsys, "validate", "-f", str(SAMPLES))
+    assert code == 0, out
+    assert out == ""
+    assert "valid" in err
+
+
+def test_validate_reports_file_object_field_and_value(capsys, tmp_path):
+    bad_pool = dict(POOL, metadata={"name": "bad", "namespace": "ns1"},
+                    spec={"namePrefix": "bad", "pools": [{"start": "10.0.0.9", "end": "10.0.0.300"}]})
+    bad_claim = claim("c1", ipAddress="1.2.3")
+    path = write(tmp_path, "bad.yaml", dump(bad_pool, bad_claim))
+    code, out, _ = run(capsys, "validate", "-f", path)
+    assert code == 1
+    lines = out.splitlines()
+    assert any("bad.yaml" in line and "IPPool/ns1/bad" in line and "spec.pools[0].end" in line and "10.0.0.300" in line
+               for line in lines), out
+    assert any("bad.yaml" in line and "IPClaim/default/c1" in line and "metadata.annotations.ipAddress" in line
+               and "1.2.3" in line for line in lines), out
+
+
+def test_validate_warns_about_overlapping_pools_but_passes(capsys, tmp_path):
+    other = dict(POOL, metadata={"name": "pool2", "namespace": "default"},
+                 spec={"namePrefix": "pool2", "pools": [{"start": "10.0.0.11", "end": "10.0.0.20"}]})
+    code, out, _ = run(capsys, "validate", "-f", write(tmp_path, "p.yaml", dump(POOL, other)))
+    assert code == 0
+    assert "warning" in out and "IPPool pool2" in out
+
+
+def test_validate_reports_an_object_defined_twice(capsys, tmp_path):
+    write(tmp_path, "a.yaml", dump(POOL))
+    write(tmp_path, "b.yaml", dump(POOL))
+    code, out, _ = run(capsys, "validate", "-f", str(tmp_path))
+    assert code == 1 and "defined twice" in out
+
+
+def test_validate_usage_errors(capsys, tmp_path):
+    code, _, err = run(capsys, "validate", "-f", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "missing.yaml" in err
+    code, _, err = run(capsys, "validate")
+    assert code == 2 and "-f" in err
+    code, _, _ = run(capsys)
+    assert code == 2
+    code, _, _ = run(capsys, "plan", "-f", str(SAMPLES), "-o", "xml")
+    assert code == 2
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("broken.yaml", "kind: IPPool\nmetadata: {name: [\n", "not valid YAML"),
+    ("tabs.yaml", "kind: IPPool\n\tmetadata: x\n", "not valid YAML"),
+    ("broken.json", '{"kind": "IPPool", ', "not valid JSON"),
+    ("scalar.yaml", "just text\n", "not a Kubernetes object"),
+    ("list.yaml", "- a\n- b\n", "not a Kubernetes object"),
+    ("nokind.yaml", "apiVersion: v1\nmetadata: {name: x}\n", "not a Kubernetes object"),
+    ("items.yaml", "apiVersion: v1\nkind: List\nitems: 5\n", "items are not a list"),
+    ("meta.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: 5\n", "metadata that is not an object"),
+    ("binary.yaml", "", "cannot be read"),
+])
+def test_broken_files_are_reported_without_a_traceback(capsys, tmp_path, name, text, words):
+    path = tmp_path / name
+    if name == "binary.yaml":
+        path.write_bytes(b"\xff\xfe\x00kind: x\x80")
+    else:
+        path.write_text(text)
+    for command in ("validate", "plan"):
+        code, out, _ = run(capsys, command, "-f", str(path))
+        assert code == 1, out
+        assert name in out and words in out
+
+
+def test_unreadable_file(capsys, tmp_path, monkeypatch):
+    path = Path(write(tmp_path, "secret.yaml", dump(POOL)))
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == "secret.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    code, out, _ = run(capsys, "validate", "-f", str(path))
+    assert code == 1 and "secret.yaml" in out and "cannot be read: Permission denied" in out
+
+
+def test_a_dangling_link_given_by_name_is_a_usage_error(capsys, tmp_path):
+    link = tmp_path / "dangling.yaml"
+    link.symlink_to(tmp_path / "nowhere.yaml")
+    code, _, err = run(capsys, "validate", "-f", str(link))
+    assert code == 2 and "dangling.yaml" in err
+
+
+def test_kind_list_json_and_multi_document_files(capsys, tmp_path):
+    write(tmp_path, "list.yaml", dump({"apiVersion": "v1", "kind": "List", "items": [POOL, claim("a")]}))
+    write(tmp_path, "claims.json", json.dumps({"apiVersion": "v1", "kind": "IPClaimList", "items": [claim("b")]}))
+    write(tmp_path, "multi.yml", "---\n" + dump(claim("c"), None, claim("d")) + "---\n")
+    write(tmp_path, "ignored.txt", "not: [yaml")
+    code, out, err = run(capsys, "validate", "-f", str(tmp_path))
+    assert code == 0, out
+    assert "5 object(s) valid" in err
+    code, out, _ = run(capsys, "plan", "-f", str(tmp_path), "-o", "json")
+    assert code == 0
+    items = json.loads(out)["items"]
+    ips = {i["spec"]["claim"]["name"]: i["spec"]["address"] for i in items if i["kind"] == "IPAddress"}
+    # Files in name order (claims.json, list.yaml, multi.yml), documents in file order.
+    assert ips == {"b": "10.0.0.10", "a": "10.0.0.11", "c": "10.0.0.12"}
+    d = next(i for i in items if i["kind"] == "IPClaim" and i["metadata"]["name"] == "d")
+    assert "no free address" in d["status"]["errorMessage"]
+
+
+def test_repeated_f_flags(capsys, tmp_path):
+    a = write(tmp_path, "a.yaml", dump(POOL))
+    b = write(tmp_path, "b.yaml", dump(claim("x")))
+    code, out, _ = run(capsys, "plan", "-f", a, "-f", b)
+    assert code == 0
+    assert "pool1-10-0-0-10" in out
+
+
+# -- plan ---------------------------------------------------------------------------------
+
+def test_plan_samples_yaml(capsys):
+    code, out, err = run(capsys, "plan", "-f", str(SAMPLES))
+    assert code == 0
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    addresses = {d["spec"]["claim"]["name"]: d for d in docs
+                 if d["kind"] == "IPAddress" and d["apiVersion"].startswith("ipam.metal3.io/")}
+    ip = {name: a["spec"]["address"] for name, a in addresses.items()}
+    # The preallocated claim, the annotated claim and the IPv6 claim have fixed answers.
+    assert ip["claim1"] == "192.168.0.12"
+    assert addresses["claim1"]["metadata"]["name"] == "test1-prov-192-168-0-12"
+    assert ip["test1-worker-static-pool1"] == "192.168.1.140"
+    assert ip["v6-claim-0"] == "2001:db8:0:1::100"
+    assert addresses["v6-claim-0"]["metadata"]["name"] == "v6pool-2001-db8-0-1--100"
+    # The others take the lowest free addresses of the first entry, around the held .12.
+    rest = sorted(ip[n] for n in ("test1-controlplane-template-0-pool1", "test1-controlplane-template-1-pool1",
+                                  "cluster1-worker-0-eth0"))
+    assert rest == ["192.168.0.10", "192.168.0.11", "192.168.0.13"]
+    assert len(set(ip.values())) == len(ip) == 6
+    # First entry's prefix and gateway; DNS from the pool defaults.
+    assert addresses["claim1"]["spec"]["prefix"] == 25
+    assert addresses["claim1"]["spec"]["gateway"] == "192.168.0.1"
+    assert addresses["claim1"]["spec"]["dnsServers"] == ["8.8.8.8", "8.8.4.4"]
+    assert addresses["test1-worker-static-pool1"]["spec"]["prefix"] == 24
+    assert addresses["test1-worker-static-pool1"]["spec"]["gateway"] == "192.168.1.1"
+    # The Cluster API mirror.
+    (mirror,) = [d for d in docs if d["kind"] == "IPAddress" and d["apiVersion"].startswith("ipam.cluster.x-k8s.io/")]
+    assert mirror["metadata"]["name"] == "cluster1-worker-0-eth0"
+    assert mirror["spec"]["address"] == ip["cluster1-worker-0-eth0"]
+    pools = {d["metadata"]["name"]: d for d in docs if d["kind"] == "IPPool"}
+    assert pools["pool1"]["status"]["indexes"]["claim1"] == "192.168.0.12"
+    assert pools["pool1"]["status"]["capacity"] == "208"
+    assert pools["v6pool"]["status"]["capacity"] == str(2**64 - 1 - 1 - 254)
+    # Nothing in the output is a store detail.
+    assert all("resourceVersion" not in d["metadata"] for d in docs)
+
+
+def test_plan_json_is_a_v1_list(capsys):
+    code, out, _ = run(capsys, "plan", "-f", str(SAMPLES), "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["apiVersion"] == "v1" and doc["kind"] == "List"
+    kinds_seen = [i["kind"] for i in doc["items"]]
+    assert kinds_seen[0] == "Cluster"
+    assert kinds_seen.count("IPPool") == 2
+    assert kinds_seen.count("IPAddress") == 7  # 6 Metal3 + 1 Cluster API mirror
+
+
+def test_plan_is_repeatable(capsys):
+    first = run(capsys, "plan", "-f", str(SAMPLES), "-o", "json")[1]
+    second = run(capsys, "plan", "-f", str(SAMPLES), "-o", "json")[1]
+
+    def stable(text):
+        return [(i["kind"], i["metadata"]["name"], i.get("spec")) for i in json.loads(text)["items"]]
+
+    assert stable(first) == stable(second)
+
+
+def test_plan_random_pool_uses_the_seed(capsys, tmp_path):
+    pool = dict(POOL, spec={"namePrefix": "r", "allocationStrategy": "random", "pools": [{"subnet": "10.0.0.0/16"}]})
+    path = write(tmp_path, "r.yaml", dump(pool, claim("a"), claim("b")))
+
+    def ips(seed):
+        out = run(capsys, "plan", "-f", path, "-o", "json", "--seed", str(seed))[1]
+        return sorted(i["spec"]["address"] for i in json.loads(out)["items"] if i["kind"] == "IPAddress")
+
+    assert ips(1) == ips(1)
+    assert ips(1) != ips(2)
+
+
+def test_plan_refuses_invalid_input(capsys, tmp_path):
+    bad = dict(POOL, spec={"namePrefix": "x", "pools": [{"start": "10.0.0.9", "end": "10.0.0.1"}]})
+    code, out, _ = run(capsys, "plan", "-f", write(tmp_path, "bad.yaml", dump(bad)))
+    assert code == 1
+    assert "IPPool/default/pool1" in out and "spec.pools[0]" in out
+    assert "kind:" not in out  # no objects printed
+
+
+def test_plan_prints_errors_as_events(capsys, tmp_path):
+    path = write(tmp_path, "x.yaml", dump(POOL, claim("a", ipAddress="10.0.0.99")))
+    code, out, err = run(capsys, "plan", "-f", path)
+    assert code == 0
+    assert "Warning AllocationFailed" in err and "10.0.0.99" in err
