@@ -15,7 +15,7 @@ from ..core.inventory import Inventory
 from . import health
 from .api import ApiWriter
 from .leader import LeaderElector
-from .operator import Controller, NotInstalled, build_registry, discover, login_from, settings
+from .operator import Controller, NotInstalled, build_registry, discover, initial_load, login_from, settings
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -55,8 +55,8 @@ async def run(options: Options) -> int:
 
     inventory = Inventory()
     writer = ApiWriter(api, inventory, resources, parallel=options.parallel_writes)
-    state = {"leading": not options.leader_elect}
-    workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"])
+    state = {"leading": not options.leader_elect, "loaded": False}
+    workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"] and state["loaded"])
     controller = Controller(inventory, workers, writer)
     registry = build_registry(controller, resources)
     kopf.on.login(registry=registry)(login_from(configuration))
@@ -68,6 +68,13 @@ async def run(options: Options) -> int:
         state["leading"] = leading
         if leading:
             workers.kick_all()
+
+    async def load() -> None:
+        for obj in await asyncio.to_thread(initial_load, api, resources, options.namespaces):
+            controller.file(obj)
+        state["loaded"] = True
+        log.info("inventory loaded: %d objects", len(inventory.objects))
+        workers.kick_all()
 
     async def resync() -> None:
         # Level-based safety net: every pool is looked at again now and then;
@@ -81,7 +88,7 @@ async def run(options: Options) -> int:
     try:
         runner = await health.serve(options.health_host, options.health_port,
                                     alive=lambda: not stop_flag.is_set(),
-                                    ready=lambda: ready_flag.is_set())
+                                    ready=lambda: ready_flag.is_set() and state["loaded"])
     except OSError as err:
         log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
                   err.strerror or err)
@@ -91,6 +98,7 @@ async def run(options: Options) -> int:
         elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
         background.append(asyncio.create_task(elector.run(), name="leader election"))
     background.append(asyncio.create_task(resync(), name="resync"))
+    background.append(asyncio.create_task(load(), name="initial load"))
     log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in resources.values()),
              ", ".join(options.namespaces) or "all namespaces")
     try:

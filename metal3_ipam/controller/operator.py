@@ -1,18 +1,15 @@
 """The kopf operator: watches feed the inventory, pool workers reconcile.
 
 kopf does the watching (lists, watches, reconnects, namespaces). Every kind
-gets two light handlers and nothing else:
+gets one light event handler, which files changes and deletions into the
+inventory and kicks the pools they concern. Before any pool is reconciled,
+every kind is listed once (``initial_load``): a restarted controller never
+mistakes a claim whose address it has not seen yet for a new one.
 
-- an *index* handler, which files the object into the inventory. kopf runs
-  no other handler before every indexed kind has been listed in full, so no
-  reconcile ever runs on a half-loaded inventory (a restarted controller
-  never mistakes a claim whose address it has not listed yet for a new one);
-- an *event* handler, which files changes and deletions and kicks the pools
-  they concern.
-
-Neither kind of handler makes kopf write anything (no progress or diff-base
+Event handlers make kopf write nothing (no progress or diff-base
 annotations, no finalizers of its own), so the API writes are only those the
-reconcile plans.
+reconcile plans; and since no change-detecting handler is used, kopf is told
+not to compute diff bases at all.
 """
 
 from __future__ import annotations
@@ -111,11 +108,7 @@ def build_registry(controller: Controller, resources: dict[tuple[str, str], Reso
 
 def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tuple[str, str],
               resource: Resource) -> None:
-    ident = f"{resource.plural}.{resource.group}"
-
-    async def index(body: kopf.Body, **_: Any) -> None:
-        controller.file(dict(body))
-
+    # Async, so that it runs on the event loop with the workers (sync handlers run in threads).
     async def event(event: dict, **_: Any) -> None:
         obj = event.get("object")
         if not isinstance(obj, dict):
@@ -125,15 +118,49 @@ def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tup
         else:
             controller.file(obj)
 
-    kopf.index(resource.group, resource.version, resource.plural, id=f"file-{ident}",
-               registry=registry)(index)
-    kopf.on.event(resource.group, resource.version, resource.plural, id=f"watch-{ident}",
-                  registry=registry)(event)
+    kopf.on.event(resource.group, resource.version, resource.plural,
+                  id=f"watch-{resource.plural}.{resource.group}", registry=registry)(event)
+
+
+def initial_load(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
+                 namespaces: list[str]) -> list[dict]:
+    """Every object of every served kind, one paginated LIST per kind (and namespace)."""
+    found = []
+    for kind, resource in resources.items():
+        for namespace in namespaces or [None]:
+            prefix = f"/apis/{resource.group}/{resource.version}"
+            path = (f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace
+                    else f"{prefix}/{resource.plural}")
+            token = None
+            while True:
+                page = request(api, "GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""))
+                for item in page.get("items") or []:
+                    item.setdefault("apiVersion", f"{resource.group}/{resource.version}")
+                    item.setdefault("kind", kind[1])
+                    found.append(item)
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+    return found
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """Only event handlers are used: there is nothing to diff, so build nothing."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> None:  # type: ignore[override]
+        return None
+
+    def fetch(self, *, body: kopf.Body) -> None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
 
 
 def settings() -> kopf.OperatorSettings:
     s = kopf.OperatorSettings()
     s.posting.enabled = False  # Events are the reconcile's to post, not kopf's log lines
+    s.persistence.diffbase_storage = _NoDiffBase()
     s.watching.server_timeout = 300
     s.watching.client_timeout = 330
     return s
