@@ -229,14 +229,17 @@ class _Reconciler:
         if o.is_deleting(claim):
             self.release(claim, step, mine, finalizer)
             return
-        if finalizer not in o.finalizers(claim):
-            step.add(_with_finalizer(claim, finalizer))
         live = _held(mine)
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
-            return
-        self.allocate(claim, step)
+        else:
+            self.allocate(claim, step)
+        # Last, so that binding is not held up behind it. A claim deleted
+        # before it carries the finalizer leaves an address without a claim,
+        # which the next pass removes (after asking the API server).
+        if finalizer not in o.finalizers(claim):
+            step.add(_with_finalizer(claim, finalizer))
 
     def remember_binding(self, claim: dict) -> None:
         live = _held(self.addresses_of.get(o.claim_key(claim), []))
