@@ -496,8 +496,16 @@ def _ippool_schema() -> dict[str, Any]:
         "properties": {
             "indexes": {
                 "type": "object",
-                "description": "Claim name to the IP address allocated to it.",
+                "description": "Claim name to the IP address allocated to it (Cluster API claims as "
+                               "IPAddressClaim/<name>); at most 10000 entries, the IPAddress objects are the record.",
                 "additionalProperties": _string("Address allocated to the claim.", MAX_IP_LEN),
+            },
+            "indexesOmitted": {
+                "type": "integer",
+                "format": "int64",
+                "minimum": 0,
+                "description": "How many allocations indexes leaves out, so that the pool stays far below "
+                               "the API server's object size limit.",
             },
             "lastUpdated": _string(
                 "When the status was last changed.", MAX_TIMESTAMP_LEN, format="date-time"
