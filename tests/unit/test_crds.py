@@ -225,7 +225,7 @@ SPEC_FIELDS = {
     "IPAddress": {"claim", "pool", "address", "prefix", "gateway", "dnsServers"},
 }
 STATUS_FIELDS = {
-    "IPPool": {"indexes", "lastUpdated", "capacity", "allocated", "free", "conditions", "observedGeneration"},
+    "IPPool": {"indexes", "indexesOmitted", "lastUpdated", "capacity", "allocated", "free", "conditions", "observedGeneration"},
     "IPClaim": {"address", "errorMessage", "conditions"},
 }
 REFERENCE_FIELDS = {"apiVersion", "fieldPath", "kind", "name", "namespace", "resourceVersion", "uid"}
