@@ -265,17 +265,37 @@ class _Reconciler:
             step.add(_without_finalizer(claim, finalizer))
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
-        """A claim has one address; when a race left more, keep the bound one."""
-        bound_name = _bound_address_name(claim)
-        live = sorted(live, key=lambda a: (o.name(a) != bound_name,
+        """A claim has one address; when a race left more, keep the bound one.
+
+        If none of them is bound yet (two replicas raced), the earliest is
+        bound — the one every replica picks — and the others are removed
+        only once that binding shows, so no replica removes an address that
+        another has just bound.
+        """
+        bound = self.bound_address_name(claim, live)
+        live = sorted(live, key=lambda a: (o.name(a) != bound,
                                            str(o.meta(a).get("creationTimestamp") or ""), o.name(a)))
         keep, extra = live[0], live[1:]
+        if bound is None:
+            if extra:
+                self.plan.notes.append(f"{o.name(claim)}: {len(live)} addresses, none bound yet")
+            return keep
         finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
         for address in extra:
             step.add(_delete(address))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
         return keep
+
+    def bound_address_name(self, claim: dict, live: list[dict]) -> str | None:
+        """The address among ``live`` that the claim's status (or its Cluster API mirror) names."""
+        if kinds.kind_of(claim) == kinds.CAPI_CLAIM:
+            mirror = self.capi_address.get(o.name(claim))
+            ip = o.spec(mirror).get("address") if mirror is not None else None
+            return next((o.name(a) for a in live if ip is not None and o.spec(a).get("address") == ip), None)
+        named = o.status(claim).get("address")
+        name = named.get("name") if isinstance(named, Mapping) else None
+        return name if any(o.name(a) == name for a in live) else None
 
     def ensure_bound(self, claim: dict, address: dict, step: Step) -> None:
         self.bound[o.claim_key(claim)] = str(o.spec(address).get("address"))
@@ -436,14 +456,6 @@ def _held(addresses: list[dict]) -> list[dict]:
         return live
     finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
     return [a for a in addresses if finalizer in o.finalizers(a) and not o.deleted_for_move(a)]
-
-
-def _bound_address_name(claim: dict) -> str | None:
-    status = o.status(claim)
-    if kinds.kind_of(claim) == kinds.CAPI_CLAIM:
-        return None
-    address = status.get("address")
-    return address.get("name") if isinstance(address, Mapping) else None
 
 
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,
