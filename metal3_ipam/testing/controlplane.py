@@ -35,7 +35,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
 from collections import deque
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -355,7 +354,9 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- processes
 
 
-_LIVE: "weakref.WeakSet[ControlPlane]" = weakref.WeakSet()
+# Strong references: a started control plane stays reachable (and is stopped at
+# exit) even when its creator dropped it without calling stop().
+_LIVE: "set[ControlPlane]" = set()
 
 
 def live_control_planes() -> list["ControlPlane"]:
@@ -471,6 +472,27 @@ class _Process:
             pass
 
 
+_DIR_PREFIX = "metal3-ipam-cp-"
+
+
+def _remove_stale_dirs() -> None:
+    """Remove directories of control planes whose owning process died without cleaning up."""
+    tmp = Path(tempfile.gettempdir())
+    for d in tmp.glob(_DIR_PREFIX + "*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # owner alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- control plane
 
 
@@ -489,6 +511,7 @@ class ControlPlane:
         die_with_parent: the processes get SIGKILL when the starting *thread*
             ends (Linux); turn off when starting from a short-lived thread.
         extra_apiserver_args: more ``--flag=value`` arguments for kube-apiserver.
+        keep_dir: leave the temporary directory (certificates, logs, etcd data) in place on stop.
     """
 
     def __init__(
@@ -550,7 +573,9 @@ class ControlPlane:
         binaries = self._binaries or find_binaries(
             REQUIRED_BINARIES if self._want_kcm else REQUIRED_BINARIES[:2]
         )
-        self.dir = Path(tempfile.mkdtemp(prefix="metal3-ipam-cp-"))
+        _remove_stale_dirs()
+        self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
+        (self.dir / "owner.pid").write_text(str(os.getpid()))
         pki_dir = self.dir / "pki"
         pki_dir.mkdir()
         service_ip = "10.0.0.1"
