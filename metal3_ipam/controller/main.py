@@ -102,10 +102,12 @@ async def run(options: Options) -> int:
     log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in resources.values()),
              ", ".join(options.namespaces) or "all namespaces")
     try:
+        # No stop_flag for kopf: it stops on SIGTERM/SIGINT by itself, and a waiter on a
+        # flag that nothing sets before it returns would hold every shutdown for 5 s.
         await kopf.operator(
             registry=registry, settings=settings(), standalone=True,
             clusterwide=not options.namespaces, namespaces=options.namespaces,
-            ready_flag=ready_flag, stop_flag=stop_flag)
+            ready_flag=ready_flag)
     finally:
         stop_flag.set()
         for task in background:
