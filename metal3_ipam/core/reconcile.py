@@ -273,7 +273,7 @@ class _Reconciler:
         another has just bound.
         """
         bound = self.bound_address_name(claim, live)
-        live = sorted(live, key=lambda a: (o.name(a) != bound,
+        live = sorted(live, key=lambda a: (o.name(a) != bound, o.is_deleting(a),
                                            str(o.meta(a).get("creationTimestamp") or ""), o.name(a)))
         keep, extra = live[0], live[1:]
         if bound is None:
@@ -282,7 +282,8 @@ class _Reconciler:
             return keep
         finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
         for address in extra:
-            step.add(_delete(address))
+            if not o.is_deleting(address):
+                step.add(_delete(address))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
         return keep
@@ -448,14 +449,14 @@ def _claim_ref_of_address(address: dict) -> o.Ref:
 
 
 def _held(addresses: list[dict]) -> list[dict]:
-    """The addresses a live claim holds: those not being deleted or, when there are
-    none, those being deleted but kept by their finalizer while the claim exists.
-    A claim whose address is being deleted keeps it; it is not given a second one."""
-    live = [a for a in addresses if not o.is_deleting(a)]
-    if live:
-        return live
+    """The addresses a live claim holds, those not being deleted first: an address being
+    deleted is kept by its finalizer while its claim exists (unless deleted for a move).
+    A claim bound to an address being deleted keeps it and is not given a second one;
+    one being deleted that the claim is not bound to is an extra, let go like any other."""
     finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
-    return [a for a in addresses if finalizer in o.finalizers(a) and not o.deleted_for_move(a)]
+    held = [a for a in addresses if not o.is_deleting(a)
+            or (finalizer in o.finalizers(a) and not o.deleted_for_move(a))]
+    return sorted(held, key=o.is_deleting)
 
 
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,
