@@ -86,6 +86,9 @@ def test_seed_pool_and_samples(controller, kube):
     # 2^64 - 1 hosts, less the gateway and the 254 excluded addresses: more than 64 bits can count
     assert v6_status["capacity"] == str(2**64 - 256)
     assert (v6_status["allocated"], v6_status["free"]) == ("1", str(2**64 - 257))
+    metrics = controller.metrics()
+    assert metrics[f'metal3_ipam_allocations_total{{namespace="{kube.ns}",pool="pool1"}}'] == 5
+    assert metrics[f'metal3_ipam_pool_free{{namespace="{kube.ns}",pool="pool1"}}'] == 203
     assert_quiet(kube, [controller], seconds=1.5)
 
 
@@ -495,3 +498,90 @@ def test_overlapping_pools_with_one_name_prefix(controller, kube):
     for name in ("left", "right"):
         indexes = kube.ippool(name)["status"]["indexes"]
         assert sorted(indexes) == sorted(f"{name[0]}{i}" for i in range(5)), indexes
+
+
+def test_pool_growth_serves_claims_in_error(controller, kube):
+    kube.pool("grows", pools=[{"start": "10.140.0.1", "end": "10.140.0.1"}], prefix=24)
+    kube.claim("a", "grows")
+    kube.claim("b", "grows")
+    kube.capi_claim("c", "grows")
+    kube.bound("a")
+    assert kube.claim_error("b") == "no free address left in the pool"
+    kube.patch(METAL3, "ippools", "grows", {"spec": {"pools": [{"start": "10.140.0.1", "end": "10.140.0.3"}]}})
+    assert {address_of(kube, "b"), kube.capi_bound("c")["spec"]["address"]} == {"10.140.0.2", "10.140.0.3"}
+    assert_invariants(kube, allow_errors=False)
+
+
+def test_invalid_pool_is_reported_then_fixed(controller, kube):
+    # Mixed address families pass the CRD schema but not the pool rules.
+    kube.pool("mixed", pools=[{"start": "10.150.0.1", "end": "10.150.0.5"}, {"subnet": "2001:db8:150::/64"}])
+    kube.claim("a", "mixed")
+    kube.capi_claim("b", "mixed")
+    error = kube.claim_error("a")
+    assert "IPPool" in error and "mixed" in error and "invalid" in error, error
+    ready = eventually(lambda: condition(kube.ippool("mixed"), "Ready"), timeout=20, what="pool Ready condition")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec") and ready["message"], ready
+    reason = eventually(lambda: (condition(kube.capi_ipclaim("b"), "Ready") or {}).get("reason"), timeout=20,
+                        what="CAPI claim to fail")
+    assert reason == "PoolNotReady"
+    kube.warning_event("a", "PoolNotReady")
+    assert kube.addresses() == []
+    kube.patch(METAL3, "ippools", "mixed", {"spec": {"pools": [{"start": "10.150.0.1", "end": "10.150.0.5"}],
+                                                     "prefix": 24}})
+    kube.bound("a")
+    kube.capi_bound("b")
+    assert condition(kube.ippool("mixed"), "Ready")["status"] == "True"
+    assert_invariants(kube, allow_errors=False)
+
+
+def test_random_strategy(controller, kube):
+    kube.pool("rnd", pools=[{"subnet": "10.160.0.0/16"}], prefix=16, allocationStrategy="random")
+    for i in range(8):
+        kube.claim(f"c{i}", "rnd")
+    ips = [ip(address_of(kube, f"c{i}")) for i in range(8)]
+    assert len(set(ips)) == 8
+    assert all(ip("10.160.0.1") <= a <= ip("10.160.255.254") for a in ips)
+    assert sorted(ips) != [ip(f"10.160.0.{i}") for i in range(1, 9)], "random pool handed out the lowest addresses"
+    assert_invariants(kube, allow_errors=False)
+
+
+def test_status_is_rebuilt_not_reallocated(controller, kube):
+    """Status is a cache: wiped (as after clusterctl move), it comes back the same from the addresses."""
+    kube.pool("p", pools=[{"start": "10.170.0.1", "end": "10.170.0.20"}], prefix=24)
+    for i in range(4):
+        kube.claim(f"c{i}", "p")
+        kube.capi_claim(f"k{i}", "p")
+    assert_invariants(kube, allow_errors=False)
+    names = sorted(a["metadata"]["name"] for a in kube.addresses())
+    claim_status = {f"c{i}": kube.ipclaim(f"c{i}")["status"]["address"] for i in range(4)}
+    indexes = kube.ippool("p")["status"]["indexes"]
+
+    for i in range(4):
+        kube.custom.patch_namespaced_custom_object_status(*METAL3, kube.ns, "ipclaims", f"c{i}", {"status": None})
+        kube.custom.patch_namespaced_custom_object_status(*CAPI, kube.ns, "ipaddressclaims", f"k{i}",
+                                                          {"status": None})
+    kube.custom.patch_namespaced_custom_object_status(*METAL3, kube.ns, "ippools", "p", {"status": None})
+    eventually(lambda: kube.ippool("p").get("status", {}).get("indexes") == indexes, timeout=20,
+               what="pool status.indexes rebuilt")
+    assert_invariants(kube, allow_errors=False)
+    assert {f"c{i}": kube.ipclaim(f"c{i}")["status"]["address"] for i in range(4)} == claim_status
+    assert sorted(a["metadata"]["name"] for a in kube.addresses()) == names, "addresses were allocated anew"
+
+
+def test_deleting_an_address_in_use_keeps_it(controller, kube):
+    kube.pool("p", pools=[{"start": "10.180.0.1", "end": "10.180.0.9"}], prefix=24)
+    kube.claim("a", "p")
+    address = kube.bound("a")
+    name = address["metadata"]["name"]
+    kube.delete(METAL3, "ipaddresses", name)
+    kube.claim("b", "p")
+    assert address_of(kube, "b") == "10.180.0.2", "the address of a live claim was handed out again"
+    held = kube.ipaddress(name)
+    assert held is not None and held["metadata"]["deletionTimestamp"] and FIN_ADDRESS in held["metadata"]["finalizers"]
+    assert kube.ipclaim("a")["status"]["address"]["name"] == name
+    assert [a["metadata"]["name"] for a in kube.addresses() if a["spec"]["claim"]["name"] == "a"] == [name]
+    # Its claim going lets it go.
+    kube.delete(METAL3, "ipclaims", "a")
+    kube.gone(METAL3, "ipaddresses", name)
+    kube.gone(METAL3, "ipclaims", "a")
+    assert_invariants(kube, allow_errors=False)
