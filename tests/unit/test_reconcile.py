@@ -111,6 +111,26 @@ def test_ipv6_counts_are_exact_strings():
     assert pool_status["free"] == str(2**64 - 3)
 
 
+def test_counts_past_2_to_the_64_are_exact():
+    api = converged(ippool(namePrefix="big", pools=[{"subnet": "2001:db8::/48"}], excludedAddresses=["2001:db8::/120"]),
+                    ipclaim("c"))
+    assert ip_of(api, "c") == "2001:db8::100"
+    pool_status = status(api, POOL, "pool1")
+    assert pool_status["capacity"] == str(2**80 - 256) == "1208925819614629174705920"
+    assert pool_status["free"] == str(2**80 - 257)
+
+
+def test_indexes_are_capped_and_the_rest_counted(monkeypatch):
+    from metal3_ipam.core import reconcile as reconcile_module
+    monkeypatch.setattr(reconcile_module, "MAX_INDEXES", 3)
+    api = converged(ippool(), *[ipclaim(f"c{i}") for i in range(5)])
+    pool_status = status(api, POOL, "pool1")
+    assert len(pool_status["indexes"]) == 3
+    assert pool_status["indexesOmitted"] == 2
+    assert pool_status["allocated"] == "5"
+    assert settled(api)
+
+
 def test_pool_is_labelled_and_owned_by_its_cluster_and_the_uid_is_refreshed():
     api = converged(cluster("cluster1"), ippool(clusterName="cluster1"))
     pool = get(api, POOL, "pool1")
