@@ -22,6 +22,10 @@
 #   METAL3_IPAM_BUILD_ONLY          space-separated subset of: etcd kube-apiserver kube-controller-manager clusterctl
 set -euo pipefail
 
+# The whole script is one compound command, parsed before anything runs, so that
+# editing or updating this file during a (long) build cannot derail the build.
+{
+
 K8S_VERSION="${METAL3_IPAM_K8S_VERSION:-v1.35.4}"
 CLUSTERCTL_VERSION="${METAL3_IPAM_CLUSTERCTL_VERSION:-v1.13.6}"
 BIN_DIR="${METAL3_IPAM_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/metal3-ipam/bin/${K8S_VERSION}}"
@@ -366,3 +370,5 @@ if (( ${#FAILED[@]} )); then
     exit 1
 fi
 log "done in ${T_TOTAL}s"
+exit 0
+}
