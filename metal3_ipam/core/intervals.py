@@ -279,15 +279,47 @@ class IntervalSet:
             ancestor.total += delta
 
     def _insert_node(self, lo: int, hi: int) -> None:
-        head, tail = _split(self._root, lo)
-        self._root = _merge(_merge(head, _Node(lo, hi)), tail)
+        """Insert ``[lo, hi]`` (disjoint from every member).
+
+        Descend while the nodes outrank the new one, then split only the
+        subtree found there: that subtree is small on average, so an insert
+        touches one root-to-leaf path instead of splitting the whole tree.
+        """
+        new = _Node(lo, hi)
+        size = hi - lo + 1
+        parent, on_left = None, False
+        node = self._root
+        while node is not None and node.prio > new.prio:
+            node.total += size
+            parent, on_left = node, lo < node.lo
+            node = node.left if on_left else node.right
+        new.left, new.right = _split(node, lo)
+        _pull(new)
+        self._attach(parent, on_left, new)
         self._count += 1
 
     def _remove_node(self, key: int) -> None:
-        head, rest = _split(self._root, key)
-        _, tail = _split(rest, key + 1)
-        self._root = _merge(head, tail)
+        """Remove the interval starting at ``key``: its children take its place."""
+        parent, on_left = None, False
+        node = self._root
+        path = []
+        while node.lo != key:
+            path.append(node)
+            parent, on_left = node, key < node.lo
+            node = node.left if on_left else node.right
+        size = node.hi - node.lo + 1
+        for ancestor in path:
+            ancestor.total -= size
+        self._attach(parent, on_left, _merge(node.left, node.right))
         self._count -= 1
+
+    def _attach(self, parent: _Node | None, on_left: bool, child: _Node | None) -> None:
+        if parent is None:
+            self._root = child
+        elif on_left:
+            parent.left = child
+        else:
+            parent.right = child
 
 
 def normalise(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
