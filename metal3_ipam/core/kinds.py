@@ -7,7 +7,8 @@ both match.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 METAL3_GROUP = "ipam.metal3.io"
 METAL3_VERSION = "v1alpha1"

@@ -8,7 +8,8 @@ is it being deleted) without ever raising on a missing field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import kinds
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .addresses import (FAMILY_BITS, AddressError, host_range, network_of, parse_cidr,
                         parse_ip, parse_span)

@@ -8,7 +8,8 @@ is something to describe, not to crash on.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from . import kinds
 from .addresses import AddressError, parse_ip
