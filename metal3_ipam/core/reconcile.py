@@ -188,33 +188,26 @@ class _Reconciler:
     # -- addresses whose claim is gone or going --------------------------------
 
     def tend_address(self, address: dict) -> None:
-        key = o.claim_of_address(address)
+        self.tend(address, o.claim_of_address(address), kinds.FINALIZERS[kinds.IPADDRESS],
+                  f"IPAddress {o.namespace(address)}/{o.name(address)}", _claim_ref_of_address(address))
+
+    def tend_capi_address(self, address: dict) -> None:
+        key = o.claim_of_capi_address(address)
+        claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address),
+                          key[1] if key else "")
+        self.tend(address, key, kinds.FINALIZERS[kinds.CAPI_ADDRESS],
+                  f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}", claim_ref)
+
+    def tend(self, address: dict, key: o.ClaimKey | None, finalizer: str, subject: str, claim_ref: o.Ref) -> None:
+        """An address (of either API) goes when its claim is gone; its finalizer goes once it is deleted."""
         claim = self.claims.get(key) if key else None
-        finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
-        step = self.plan.step(f"IPAddress {o.namespace(address)}/{o.name(address)}")
+        step = self.plan.step(subject)
         if o.is_deleting(address):
             keep = claim is not None and not o.is_deleting(claim) and not o.deleted_for_move(address)
             if finalizer in o.finalizers(address) and not keep:
                 step.add(_without_finalizer(address, finalizer))
             return
         if claim is None:
-            claim_ref = _claim_ref_of_address(address)
-            step.add(_delete(address, unless_exists=claim_ref))
-            if finalizer in o.finalizers(address):
-                step.add(_without_finalizer(address, finalizer))
-
-    def tend_capi_address(self, address: dict) -> None:
-        key = o.claim_of_capi_address(address)
-        claim = self.claims.get(key) if key else None
-        finalizer = kinds.FINALIZERS[kinds.CAPI_ADDRESS]
-        step = self.plan.step(f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}")
-        if o.is_deleting(address):
-            if finalizer in o.finalizers(address) and (claim is None or o.is_deleting(claim)
-                                                       or o.deleted_for_move(address)):
-                step.add(_without_finalizer(address, finalizer))
-            return
-        if claim is None:
-            claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address), key[1] if key else "")
             step.add(_delete(address, unless_exists=claim_ref))
             if finalizer in o.finalizers(address):
                 step.add(_without_finalizer(address, finalizer))
