@@ -75,17 +75,30 @@ class BinariesUnavailable(ControlPlaneError):
 # --------------------------------------------------------------------------- binaries
 
 
+def _is_checkout(path: Path) -> bool:
+    return (path / "hack" / "build-binaries.sh").is_file() and (path / "config" / "crd").is_dir()
+
+
 def repo_root() -> Path | None:
-    """The source checkout this module runs from, if any (has hack/build-binaries.sh)."""
+    """The source checkout to take hack/ and config/crd/ from, if any.
+
+    ``$METAL3_IPAM_SOURCE_DIR`` if set; else the checkout this module lives in
+    (editable install, or a virtualenv inside the checkout); else the current
+    directory or one of its parents.
+    """
+    env = os.environ.get("METAL3_IPAM_SOURCE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
     here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "hack" / "build-binaries.sh").is_file():
+    cwd = Path.cwd().resolve()
+    for parent in [*here.parents, cwd, *cwd.parents]:
+        if _is_checkout(parent):
             return parent
     return None
 
 
-def build_script() -> Path | None:
-    root = repo_root()
+def build_script(root: Path | None = None) -> Path | None:
+    root = root or repo_root()
     return root / "hack" / "build-binaries.sh" if root else None
 
 
@@ -141,9 +154,11 @@ def ensure_binaries(
     *,
     timeout: float = 3600.0,
     progress=None,
+    root: os.PathLike | str | None = None,
 ) -> dict[str, Path]:
     """Like :func:`find_binaries`, but runs hack/build-binaries.sh for missing ones.
 
+    ``root`` is the source checkout holding the script (default :func:`repo_root`).
     ``progress`` is called with each output line of the build (default: written to
     stderr). Raises :class:`BinariesUnavailable` with the tail of the script's
     output if the build fails.
@@ -153,7 +168,7 @@ def ensure_binaries(
         return find_binaries(names)
     except BinariesUnavailable as first:
         missing_error = first
-    script = build_script()
+    script = build_script(Path(root) if root else None)
     if script is None:
         raise BinariesUnavailable(
             f"{missing_error} (no hack/build-binaries.sh next to this installation to build them)"
@@ -224,9 +239,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def default_crd_paths() -> list[Path]:
+def default_crd_paths(root: os.PathLike | str | None = None) -> list[Path]:
     """The project's CRDs and the Cluster API CRDs the tests need (config/crd/{bases,capi})."""
-    root = repo_root()
+    root = Path(root) if root else repo_root()
     if root is None:
         return []
     return [p for p in (root / "config" / "crd" / "bases", root / "config" / "crd" / "capi") if p.is_dir()]

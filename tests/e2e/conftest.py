@@ -8,22 +8,26 @@ skipped and nothing is faked.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
 from metal3_ipam.testing import controlplane as cp_mod
 
+# The checkout these tests belong to (the package under test may be installed elsewhere, e.g. by tox).
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="session")
 def control_plane_binaries():
     try:
-        return cp_mod.ensure_binaries()
+        return cp_mod.ensure_binaries(root=REPO)
     except cp_mod.BinariesUnavailable as exc:
         pytest.fail(f"control-plane binaries unavailable:\n{exc}", pytrace=False)
 
 
 def _start(binaries, **kwargs) -> cp_mod.ControlPlane:
-    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths())
+    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(REPO))
     cp = cp_mod.ControlPlane(binaries, **kwargs)
     try:
         cp.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from metal3_ipam.testing.controlplane import default_crd_paths
 from metal3_ipam.testing.waiting import eventually
 
+REPO = Path(__file__).resolve().parents[2]
 METAL3 = ("ipam.metal3.io", "v1alpha1")
 CAPI_IPAM = "ipam.cluster.x-k8s.io"
 
@@ -32,7 +34,7 @@ CAPI_CRDS = {
 
 def _crd_names_on_disk() -> set[str]:
     names = set()
-    for d in default_crd_paths():
+    for d in default_crd_paths(REPO):
         for f in sorted(d.glob("*.y*ml")):
             for doc in yaml.safe_load_all(f.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
