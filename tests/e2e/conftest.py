@@ -23,17 +23,18 @@ def control_plane_binaries():
     try:
         return cp_mod.ensure_binaries(root=REPO)
     except cp_mod.BinariesUnavailable as exc:
-        pytest.fail(f"control-plane binaries unavailable:\n{exc}", pytrace=False)
+        reason = str(exc)
+    pytest.fail(f"control-plane binaries unavailable:\n{reason}", pytrace=False)
 
 
 def _start(binaries, **kwargs) -> cp_mod.ControlPlane:
     kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(REPO))
     cp = cp_mod.ControlPlane(binaries, **kwargs)
     try:
-        cp.start()
+        return cp.start()
     except cp_mod.ControlPlaneError as exc:
-        pytest.fail(f"control plane failed to start:\n{exc}", pytrace=False)
-    return cp
+        reason = str(exc)
+    pytest.fail(f"control plane failed to start:\n{reason}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
