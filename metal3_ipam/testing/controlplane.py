@@ -850,8 +850,11 @@ class ControlPlane:
         return client.ApiClient(self.configuration())
 
     def env(self) -> dict[str, str]:
-        """Environment variables pointing tools (kubectl, kopf, clusterctl) at this control plane."""
-        return {"KUBECONFIG": str(self.kubeconfig)}
+        """Environment variables pointing tools (kubectl, kopf, clusterctl) at this control plane.
+
+        clusterctl's check for newer releases (a call to GitHub) is turned off.
+        """
+        return {"KUBECONFIG": str(self.kubeconfig), "CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
 
     # -- CRDs ------------------------------------------------------------------------
 
@@ -860,6 +863,10 @@ class ControlPlane:
 
         Waits for the Established and NamesAccepted conditions and then until every
         served version answers a list request. Returns the CRD names.
+
+        The garbage collector rediscovers resource types every 30 seconds (fixed in
+        kube-controller-manager); CRDs passed as ``crd_paths`` to the constructor
+        are installed before it starts and are covered at once.
         """
         import yaml
         from kubernetes import client
