@@ -158,7 +158,7 @@ def run_controller(plane: ControlPlane, api: client.ApiClient, n: int, parallel:
     with open(log, "w") as out:
         profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
         proc = subprocess.Popen([sys.executable, *profile, "-m", "metal3_ipam.cli", "run", "--kubeconfig", str(plane.kubeconfig),
-                                 "-n", ns, "--no-leader-elect", "--health-address", f"127.0.0.1:{port}"],
+                                 "-n", ns, "--no-leader-elect", "--health-address", f"127.0.0.1:{port}", *(["-v"] if os.environ.get("BENCH_CONTROLLER_LOG") else [])],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
     try:
         wait_ready(port, proc)
@@ -214,7 +214,8 @@ def main() -> int:
             request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                        "metadata": {"name": ns}})
         floor_s, floor_writes = run_floor(api, args.claims, args.parallel)
-        ctrl_s, ctrl_writes, rss = run_controller(plane, api, args.claims, args.parallel, Path(tmp) / "controller.log")
+        log = Path(os.environ.get("BENCH_CONTROLLER_LOG") or Path(tmp) / "controller.log")
+        ctrl_s, ctrl_writes, rss = run_controller(plane, api, args.claims, args.parallel, log)
     ratio = ctrl_s / floor_s
     print(f"claims: {args.claims} on one /16 pool, {args.parallel} parallel requests per side")
     print(f"floor (plain client, create claims + addresses + status patches): {floor_s:.2f} s, "

@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="namespace of the Lease (default: $POD_NAMESPACE or default)")
     run.add_argument("--resync-seconds", type=float, default=300.0,
                      help="look at every pool again this often (default 300)")
+    run.add_argument("--parallel-writes", type=int, default=16, metavar="N",
+                     help="API writes in flight at once (default 16)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
     demo = commands.add_parser("demo", help="start a local control plane, apply the samples, run the controller, "
@@ -170,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         raise manifests.UsageError(f"--health-address {args.health_address!r}: expected HOST:PORT")
     options = Options(kubeconfig=args.kubeconfig, namespaces=args.namespace, health_host=host or "0.0.0.0",
                       health_port=int(port), leader_elect=args.leader_elect,
-                      resync_seconds=args.resync_seconds)
+                      resync_seconds=args.resync_seconds, parallel_writes=max(1, args.parallel_writes))
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
     try:
