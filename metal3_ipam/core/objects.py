@@ -105,10 +105,18 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     """The IPPool a claim or an address (of either API) is for, or None when not ours."""
     kind = kinds.kind_of(obj)
     ns = namespace(obj)
-    if kind in (kinds.IPCLAIM, kinds.IPADDRESS):
+    if kind == kinds.IPADDRESS:
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
             return (str(pool.get("namespace") or ns), str(pool["name"]))
+        return None
+    if kind == kinds.IPCLAIM:
+        # A claim is filed with the pool of its own namespace even when its
+        # reference names another: claims of one pool are then told apart by
+        # kind and name, and the reconcile refuses the foreign reference.
+        pool = spec(obj).get("pool")
+        if isinstance(pool, Mapping) and pool.get("name"):
+            return (ns, str(pool["name"]))
         return None
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
@@ -120,6 +128,13 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
 
 
 ClaimKey = tuple[str, str]  # ("IPClaim" | "IPAddressClaim", name)
+
+
+def foreign_pool_namespace(claim: Mapping[str, Any]) -> str | None:
+    """The namespace an IPClaim's pool reference names when it is not the claim's own."""
+    pool = spec(claim).get("pool") if kinds.kind_of(claim) == kinds.IPCLAIM else None
+    ref_ns = pool.get("namespace") if isinstance(pool, Mapping) else None
+    return str(ref_ns) if ref_ns and ref_ns != namespace(claim) else None
 
 
 def claim_key(claim: Mapping[str, Any]) -> ClaimKey:

@@ -299,6 +299,11 @@ class _Reconciler:
         self.set_claim_status(claim, step, address=address)
 
     def allocate(self, claim: dict, step: Step) -> None:
+        foreign = o.foreign_pool_namespace(claim)
+        if foreign is not None:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"spec.pool.namespace {foreign!r} must be the claim's own namespace "
+                             f"{o.namespace(claim)!r}: an address cannot be owned across namespaces")
         pool_ref = f"IPPool {self.snap.namespace}/{self.snap.pool_name}"
         if self.pool_obj is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} not found")

@@ -585,3 +585,31 @@ def test_deleting_an_address_in_use_keeps_it(controller, kube):
     kube.gone(METAL3, "ipaddresses", name)
     kube.gone(METAL3, "ipclaims", "a")
     assert_invariants(kube, allow_errors=False)
+
+
+@pytest.fixture
+def other_namespace(kube):
+    from kubernetes import client
+
+    name = f"{kube.ns}-other"
+    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield Kube(kube.api_client, name)
+    kube.core.delete_namespace(name)
+
+
+def test_claim_for_a_pool_in_another_namespace_is_refused(controller, kube, other_namespace):
+    """An address cannot be owned across namespaces: such a claim gets an error, and a claim
+    of the same name in the pool's namespace is served as usual."""
+    kube.pool("p", pools=[{"start": "10.190.0.1", "end": "10.190.0.9"}], prefix=24)
+    other_namespace.claim("x", "p", pool_namespace=kube.ns)
+    kube.claim("x", "p", pool_namespace=kube.ns)
+    assert address_of(kube, "x") == "10.190.0.1"
+    error = other_namespace.claim_error("x")
+    assert "spec.pool.namespace" in error and "own namespace" in error, error
+    other_namespace.warning_event("x", "AllocationFailed")
+    assert other_namespace.addresses() == []
+    assert [a["spec"]["claim"] for a in kube.addresses()] == [{"name": "x", "namespace": kube.ns}]
+    assert kube.ippool("p")["status"]["indexes"] == {"x": "10.190.0.1"}
+    assert_invariants(kube, allow_errors=False)
+    other_namespace.delete(METAL3, "ipclaims", "x")
+    other_namespace.gone(METAL3, "ipclaims", "x")
