@@ -613,3 +613,28 @@ def test_claim_for_a_pool_in_another_namespace_is_refused(controller, kube, othe
     assert_invariants(kube, allow_errors=False)
     other_namespace.delete(METAL3, "ipclaims", "x")
     other_namespace.gone(METAL3, "ipclaims", "x")
+
+
+def test_deleting_the_namespace_tears_everything_down(controller, kube):
+    """kubectl delete namespace: pools, claims and addresses of both APIs are all marked for
+    deletion at once; the finalizers must let go in an order that cannot deadlock."""
+    from kubernetes.client.rest import ApiException
+
+    kube.cluster("c1")
+    kube.pool("p", clusterName="c1", pools=[{"start": "10.210.0.1", "end": "10.210.0.20"}], prefix=24)
+    for i in range(5):
+        kube.claim(f"c{i}", "p")
+        kube.capi_claim(f"c{i}", "p")
+    assert_invariants(kube, allow_errors=False)
+    kube.core.delete_namespace(kube.ns)
+
+    def namespace_gone() -> bool:
+        try:
+            kube.core.read_namespace(kube.ns)
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
+    eventually(namespace_gone, timeout=90, interval=0.5, what=f"namespace {kube.ns} to be deleted")
