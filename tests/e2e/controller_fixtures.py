@@ -6,8 +6,10 @@ A pytest plugin (test modules load it with ``pytest_plugins``):
   control plane with its own health port and log file; ``stop()`` sends SIGTERM,
   ``kill()`` SIGKILL. The log of every controller that took part in a failed
   test is attached to the report.
-- fixtures: ``controller_factory`` (processes stopped after the test), ``kube``
-  (a :class:`Kube` for the test's fresh namespace).
+- fixtures: ``shared_controller`` (one ``-A`` process per test module) and
+  ``controller`` (the same, checked alive around each test); ``controller_factory``
+  (processes of a test's own, stopped after it); ``kube`` (a :class:`Kube` for
+  the test's fresh namespace).
 - :class:`Kube`: small helpers over the custom objects of one namespace.
 - :func:`check_invariants` / :func:`assert_invariants`: SPEC §10 over every
   object of a namespace.
@@ -16,7 +18,6 @@ A pytest plugin (test modules load it with ``pytest_plugins``):
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -35,7 +36,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from metal3_ipam.testing.waiting import Timeout, eventually
+from metal3_ipam.testing.waiting import eventually
 
 METAL3 = ("ipam.metal3.io", "v1alpha1")
 CAPI_IPAM_GROUP = "ipam.cluster.x-k8s.io"
