@@ -1,8 +1,7 @@
 """Carrying out plans against the API server.
 
-Every action of a plan becomes one REST call, made with the kubernetes client
-in a thread pool so that the steps of a plan (one per claim) go out in
-parallel while the actions of one step stay in order. The API server's
+Every action of a plan becomes one REST call; the steps of a plan (one per
+claim) go out in parallel while the actions of one step stay in order. The API server's
 answer is written back into the inventory at once: the controller never
 decides twice from a cache that has not seen its own writes.
 
@@ -22,10 +21,11 @@ import dataclasses
 import datetime
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -77,18 +77,44 @@ class Refusal(Exception):
 
 
 class ApiWriter:
-    def __init__(self, api_client: client.ApiClient, inventory: Inventory,
+    """Executes plans over one asynchronous HTTP session, on the event loop.
+
+    No threads: the event loop that files watch events also carries the
+    writes, so nothing waits on a lock to hand a response back.
+    """
+
+    def __init__(self, configuration: client.Configuration, inventory: Inventory,
                  resources: dict[tuple[str, str], Resource], parallel: int = 16,
                  component: str = "metal3-ipam") -> None:
-        self.api = api_client
+        self.configuration = configuration
         self.inventory = inventory
         self.resources = resources
-        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="api")
+        self.parallel = parallel
         self.limit = asyncio.Semaphore(parallel)
         self.component = component
+        self._session: aiohttp.ClientSession | None = None
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        conf = self.configuration
+        if not conf.verify_ssl:
+            return False
+        context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
+        if conf.cert_file:
+            context.load_cert_chain(conf.cert_file, conf.key_file)
+        return context
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=self._ssl())
+            self._session = aiohttp.ClientSession(
+                base_url=self.configuration.host.rstrip("/") + "/", connector=connector,
+                timeout=aiohttp.ClientTimeout(total=60))
+        return self._session
 
     # -- plans -------------------------------------------------------------
 
@@ -146,13 +172,24 @@ class ApiWriter:
 
     async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
         headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-
-        def call() -> Any:
-            return request(self.api, method, path, body, headers)
-
-        return await asyncio.get_running_loop().run_in_executor(self.pool, call)
+        for auth in self.configuration.auth_settings().values():  # refreshes expiring tokens, too
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+            data = json.dumps(body)
+        try:
+            async with self._http().request(method, path.lstrip("/"), data=data, headers=headers) as response:
+                text = await response.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            failure = ApiException(status=0, reason=f"{type(err).__name__}: {err}")
+            raise failure from None
+        if not 200 <= response.status < 300:
+            failure = ApiException(status=response.status, reason=response.reason)
+            failure.body = text
+            raise failure
+        return json.loads(text) if text else None
 
     async def _create(self, action: Create) -> dict:
         obj = action.obj

@@ -54,7 +54,7 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    writer = ApiWriter(api, inventory, resources, parallel=options.parallel_writes)
+    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes)
     state = {"leading": not options.leader_elect, "loaded": False}
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"] and state["loaded"])
     controller = Controller(inventory, workers, writer)
@@ -92,7 +92,7 @@ async def run(options: Options) -> int:
     except OSError as err:
         log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
                   err.strerror or err)
-        writer.close()
+        await writer.close()
         return 1
     if options.leader_elect:
         elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
@@ -116,6 +116,6 @@ async def run(options: Options) -> int:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await workers.stop()
-        writer.close()
+        await writer.close()
         await runner.cleanup()
     return 0

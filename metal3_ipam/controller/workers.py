@@ -106,7 +106,11 @@ class PoolWorkers:
             return Outcome()
         for line in plan.describe():
             log.info("pool %s/%s: %s", pool[0], pool[1], line)
+        planned = time.monotonic()
         outcome = await self.writer.execute(plan)
+        log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s",
+                 pool[0], pool[1], len(snapshot.claims), len(plan.steps), planned - started, outcome.done,
+                 time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "")
         self._observe(pool, plan, outcome, started)
         return outcome
 
