@@ -62,6 +62,21 @@ def _free_port() -> int:
 
 # --------------------------------------------------------------------------- the process
 
+
+def _die_with_parent():
+    """A preexec_fn making Linux SIGKILL the controller when the test process dies (None elsewhere),
+    so an interrupted run leaves no controller behind."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def hook() -> None:  # runs in the child, between fork and exec
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return hook
+
 _ALL: list["ControllerProcess"] = []
 _TEST_STARTED = {"at": 0.0}
 
@@ -95,7 +110,7 @@ class ControllerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"----- start #{self.starts + 1}: {' '.join(argv)}\n".encode())
             self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          env=env, start_new_session=True)
+                                          env=env, start_new_session=True, preexec_fn=_die_with_parent())
         self.starts += 1
         self.started_at = time.monotonic()
         self.stopped_at = None
