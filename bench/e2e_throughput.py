@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from kubernetes import client, watch  # noqa: E402
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
 from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
+from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
 GROUP, VERSION = "ipam.metal3.io", "v1alpha1"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -193,11 +193,7 @@ def run_controller(plane: ControlPlane, api: client.ApiClient, n: int, parallel:
               f"{cpu_seconds(proc.pid):.2f} s CPU in all")
         return elapsed, writes_so_far(api) - before, peak_rss_mib(proc.pid)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 def main() -> int:

@@ -9,8 +9,6 @@ and stops everything.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -64,6 +62,7 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
     from kubernetes import client
 
     from .testing.controlplane import BinariesUnavailable, ControlPlane, default_crd_paths, ensure_binaries
+    from .testing.processes import stop_group
 
     loaded, problems = manifests.load(paths)
     if problems:
@@ -111,11 +110,6 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
                          f"/apis/{kinds.CAPI_IPAM_GROUP}/v1beta2/namespaces/{ns}/ipaddresses")):
                     _print_table(api, f"{title} -n {ns}", path)
         finally:
-            os.killpg(controller.pid, signal.SIGTERM)
-            try:
-                controller.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(controller.pid, signal.SIGKILL)
-                controller.wait()
+            stop_group(controller)
         print("\n==> stopped the controller and the control plane", flush=True)
     return 0

@@ -17,7 +17,6 @@ What the server refuses is not retried blindly:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import json
 import logging

@@ -14,7 +14,6 @@ not to compute diff bases at all.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from . import kinds
 from . import objects as o

@@ -208,9 +208,7 @@ class _Reconciler:
                 step.add(_without_finalizer(address, finalizer))
             return
         if claim is None:
-            step.add(_delete(address, unless_exists=claim_ref))
-            if finalizer in o.finalizers(address):
-                step.add(_without_finalizer(address, finalizer))
+            _let_go(step, address, finalizer, unless_exists=claim_ref)
 
     # -- claims --------------------------------------------------------------
 
@@ -242,19 +240,11 @@ class _Reconciler:
 
     def release(self, claim: dict, step: Step, mine: list[dict], finalizer: str) -> None:
         if not o.deleted_for_move(claim):
-            address_finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
             for address in mine:
-                if not o.is_deleting(address):
-                    step.add(_delete(address))
-                if address_finalizer in o.finalizers(address):
-                    step.add(_without_finalizer(address, address_finalizer))
+                _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
             mirror = self.capi_address.get(o.name(claim)) if kinds.kind_of(claim) == kinds.CAPI_CLAIM else None
             if mirror is not None:
-                if not o.is_deleting(mirror):
-                    step.add(_delete(mirror))
-                mirror_finalizer = kinds.FINALIZERS[kinds.CAPI_ADDRESS]
-                if mirror_finalizer in o.finalizers(mirror):
-                    step.add(_without_finalizer(mirror, mirror_finalizer))
+                _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
@@ -274,12 +264,8 @@ class _Reconciler:
             if extra:
                 self.plan.notes.append(f"{o.name(claim)}: {len(live)} addresses, none bound yet")
             return keep
-        finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
         for address in extra:
-            if not o.is_deleting(address):
-                step.add(_delete(address))
-            if finalizer in o.finalizers(address):
-                step.add(_without_finalizer(address, finalizer))
+            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
         return keep
 
     def bound_address_name(self, claim: dict, live: list[dict]) -> str | None:
@@ -417,6 +403,14 @@ def _with_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
 
 def _delete(obj: dict, unless_exists: o.Ref | None = None) -> Delete:
     return Delete(o.ref(obj), unless_exists=unless_exists, resource_version=o.meta(obj).get("resourceVersion"))
+
+
+def _let_go(step: Step, obj: dict, finalizer: str, unless_exists: o.Ref | None = None) -> None:
+    """Delete ``obj`` (unless it is going already) and take our finalizer off it."""
+    if not o.is_deleting(obj):
+        step.add(_delete(obj, unless_exists=unless_exists))
+    if finalizer in o.finalizers(obj):
+        step.add(_without_finalizer(obj, finalizer))
 
 
 def _without_finalizer(obj: dict, finalizer: str) -> SetFinalizers:

@@ -17,7 +17,6 @@ import ipaddress
 import json
 import random
 import string
-from pathlib import Path
 
 import netaddr
 import pytest

@@ -9,7 +9,7 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Delete, Event, SetFinalizers, SetStatus
+from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetStatus
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from ipam_objects import (CAPI, CAPI_V1BETA1, NS, address_of, all_plans, capi_addresses, capi_claim, cluster,
