@@ -125,6 +125,7 @@ class PoolWorkers:
                 metrics.RELEASES.labels(namespace, name).inc()
         for warning in outcome.warnings:
             metrics.ERRORS.labels(warning.reason).inc()
+            log.warning("pool %s/%s: %s: %s: %s", namespace, name, warning.target, warning.reason, warning.message)
         now = time.monotonic()
         live_claims = set()
         for claim in self.inventory.claims_of(pool):
