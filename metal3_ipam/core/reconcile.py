@@ -219,6 +219,13 @@ class _Reconciler:
         finalizer = kinds.FINALIZERS[kind]
         mine = self.addresses_of.get(key, [])
         if o.is_deleting(claim):
+            others = [f for f in o.finalizers(claim) if f != finalizer]
+            if others and finalizer in o.finalizers(claim):
+                # Whoever else holds the claim may still use its address (as
+                # Metal3 does, release only once ours is the last finalizer).
+                self.remember_binding(claim)
+                self.plan.notes.append(f"{o.name(claim)}: release waits for finalizers {', '.join(others)}")
+                return
             self.release(claim, step, mine, finalizer)
             return
         live = _held(mine)

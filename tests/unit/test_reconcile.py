@@ -370,6 +370,21 @@ def test_deleting_a_claim_releases_its_address():
     assert ip_of(api, "c") == "192.168.0.10"
 
 
+def test_a_deleting_claim_keeps_its_address_while_other_finalizers_hold_it():
+    api = converged(ippool(), ipclaim("a"))
+    claim = get(api, IPCLAIM, "a")
+    set_meta(api, IPCLAIM, "a", finalizers=["consumer.example.com/protect"] + claim["metadata"]["finalizers"])
+    user_delete(api, IPCLAIM, "a")
+    converge(api)
+    assert get(api, ADDRESS, "pool1-192-168-0-10") is not None
+    assert status(api, POOL, "pool1")["indexes"] == {"a": "192.168.0.10"}
+    claim = get(api, IPCLAIM, "a")
+    set_meta(api, IPCLAIM, "a", finalizers=[f for f in claim["metadata"]["finalizers"] if "example" not in f])
+    converge(api)
+    assert get(api, IPCLAIM, "a") is None
+    assert get(api, ADDRESS, "pool1-192-168-0-10") is None
+
+
 def test_deleting_a_capi_claim_releases_both_addresses():
     api = converged(ippool(), capi_claim("m"))
     user_delete(api, CAPI_CLAIM, "m")
