@@ -158,7 +158,7 @@ def run_controller(plane: ControlPlane, api: client.ApiClient, n: int, parallel:
     with open(log, "w") as out:
         profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
         proc = subprocess.Popen([sys.executable, *profile, "-m", "metal3_ipam.cli", "run", "--kubeconfig", str(plane.kubeconfig),
-                                 "-n", ns, "--no-leader-elect", "--health-address", f"127.0.0.1:{port}", "--parallel-writes", str(parallel), *(["-v"] if os.environ.get("BENCH_CONTROLLER_LOG") else [])],
+                                 "-n", ns, "--no-leader-elect", "--health-address", f"127.0.0.1:{port}", "--parallel-writes", str(int(os.environ.get("BENCH_CONTROLLER_PARALLEL", parallel))), *(["-v"] if os.environ.get("BENCH_CONTROLLER_LOG") else [])],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
     try:
         wait_ready(port, proc)

@@ -21,6 +21,7 @@ import datetime
 import json
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,7 @@ class ApiWriter:
         self.limit = asyncio.Semaphore(parallel)
         self.component = component
         self._session: aiohttp.ClientSession | None = None
+        self._auth: tuple[float, dict[str, str]] | None = None
 
     async def close(self) -> None:
         if self._session is not None:
@@ -106,6 +108,20 @@ class ApiWriter:
         if conf.cert_file:
             context.load_cert_chain(conf.cert_file, conf.key_file)
         return context
+
+    def _auth_headers(self) -> dict[str, str]:
+        """Credentials for a request; asked of the configuration again only where tokens expire.
+
+        ``auth_settings()`` walks the process environment on every call, far
+        too dear for every write; a refresh hook (in-cluster service-account
+        tokens) is honoured once a minute.
+        """
+        now = time.monotonic()
+        if self._auth is None or (self.configuration.refresh_api_key_hook is not None and now > self._auth[0]):
+            headers = {auth["key"]: auth["value"] for auth in self.configuration.auth_settings().values()
+                       if auth.get("in") == "header" and auth.get("value")}
+            self._auth = (now + 60.0, headers)
+        return self._auth[1]
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -171,9 +187,7 @@ class ApiWriter:
 
     async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
         headers = {"Accept": "application/json"}
-        for auth in self.configuration.auth_settings().values():  # refreshes expiring tokens, too
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
+        headers.update(self._auth_headers())
         data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"

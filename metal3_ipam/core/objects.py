@@ -34,7 +34,8 @@ class Ref:
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     value = obj.get("metadata")
-    return value if isinstance(value, Mapping) else {}
+    # A plain dict first: this runs for every object in every pass.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def name(obj: Mapping[str, Any]) -> str:
@@ -84,12 +85,12 @@ def deleted_for_move(obj: Mapping[str, Any]) -> bool:
 
 def spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     value = obj.get("spec")
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     value = obj.get("status")
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
