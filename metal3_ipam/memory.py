@@ -10,14 +10,13 @@ deletion, and it goes when its last finalizer does.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 import uuid
 from dataclasses import dataclass, field
 
 from .core import kinds
 from .core import objects as o
-from .core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus
+from .core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions
 from .core.inventory import Inventory
 from .core.reconcile import reconcile
 
@@ -120,37 +119,6 @@ class MemoryApi:
             elif isinstance(action, SetStatus):
                 obj["status"] = copy.deepcopy(action.status)
             self._store(obj)
-
-
-class StepVersions:
-    """Resource versions written within one step.
-
-    A plan is made from one reading, so two writes of a step to one object
-    carry the same expected version; the second must expect what the first
-    wrote, not what was read. Only that chain is followed: a write by anyone
-    else still makes the precondition fail.
-    """
-
-    def __init__(self) -> None:
-        self._latest: dict[tuple, tuple[str | None, str | None]] = {}
-
-    @staticmethod
-    def _key(target: o.Ref) -> tuple:
-        return (target.group_kind, target.namespace, target.name)
-
-    def current(self, action):
-        expected = getattr(action, "resource_version", None)
-        if expected is None:
-            return action
-        read, written = self._latest.get(self._key(action.target), (None, None))
-        if read == expected and written is not None:
-            return dataclasses.replace(action, resource_version=written)
-        return action
-
-    def wrote(self, action, new_version: str | None) -> None:
-        key = self._key(action.target)
-        read = self._latest.get(key, (getattr(action, "resource_version", None), None))[0]
-        self._latest[key] = (read, new_version)
 
 
 def converge(api: MemoryApi, rng: random.Random | None = None, max_rounds: int = 50) -> int:

@@ -31,9 +31,8 @@ from kubernetes.client.rest import ApiException
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
+from ..core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions
 from ..core.inventory import Inventory
-from ..memory import StepVersions
 
 log = logging.getLogger("metal3_ipam.api")
 

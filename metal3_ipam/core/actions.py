@@ -9,6 +9,7 @@ in-memory store; both read the same plan.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -109,3 +110,34 @@ def _describe(action: Any) -> str:
     if isinstance(action, Event):
         return f"event {action.type} {action.reason}: {action.message}"
     return f"{type(action).__name__} {action.target}"
+
+
+class StepVersions:
+    """Resource versions written within one step.
+
+    A plan is made from one reading, so two writes of a step to one object
+    carry the same expected version; the second must expect what the first
+    wrote, not what was read. Only that chain is followed: a write by anyone
+    else still makes the precondition fail.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple, tuple[str | None, str | None]] = {}
+
+    @staticmethod
+    def _key(target: Ref) -> tuple:
+        return (target.group_kind, target.namespace, target.name)
+
+    def current(self, action: Action) -> Action:
+        expected = getattr(action, "resource_version", None)
+        if expected is None:
+            return action
+        read, written = self._latest.get(self._key(action.target), (None, None))
+        if read == expected and written is not None:
+            return dataclasses.replace(action, resource_version=written)
+        return action
+
+    def wrote(self, action: Action, new_version: str | None) -> None:
+        key = self._key(action.target)
+        read = self._latest.get(key, (getattr(action, "resource_version", None), None))[0]
+        self._latest[key] = (read, new_version)
