@@ -9,7 +9,9 @@ import os
 from dataclasses import dataclass, field
 
 import kopf
+import urllib3
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from ..core.inventory import Inventory
 from . import health
@@ -45,12 +47,21 @@ def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Confi
 
 
 async def run(options: Options) -> int:
-    configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
+    try:
+        configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
+    except (config.ConfigException, OSError) as err:
+        log.error("cannot load the cluster configuration%s: %s",
+                  f" from {options.kubeconfig}" if options.kubeconfig else "", err)
+        return 1
     api = client.ApiClient(configuration)
     try:
         resources = await asyncio.to_thread(discover, api)
     except NotInstalled as err:
         log.error("%s", err)
+        return 1
+    except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
+        log.error("cannot reach the API server at %s: %s", configuration.host,
+                  getattr(err, "reason", None) or err)
         return 1
 
     inventory = Inventory()
