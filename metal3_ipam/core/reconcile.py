@@ -125,7 +125,10 @@ class _Reconciler:
 
     def pool_metadata(self) -> None:
         pool = self.pool_obj
-        step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}")
+        # One step for all the pool's own writes, status last: run as separate
+        # steps, the status write would overtake a conditional metadata write
+        # and make it fail.
+        step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}")
         ref = o.ref(pool)
         finalizer = kinds.FINALIZERS[kinds.IPPOOL]
         if o.is_deleting(pool):
@@ -182,8 +185,7 @@ class _Reconciler:
         if comparable == desired and _lacks_only(current, desired):
             return
         desired["lastUpdated"] = self.snap.now
-        step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)} status")
-        step.add(SetStatus(o.ref(pool), desired))
+        self.pool_step.add(SetStatus(o.ref(pool), desired))
 
     # -- addresses whose claim is gone or going --------------------------------
 
