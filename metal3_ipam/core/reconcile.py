@@ -317,10 +317,7 @@ class _Reconciler:
         address = self.address_for(claim, grant)
         self.created_count += 1
         step.add(Create(address))
-        self.bound[o.claim_key(claim)] = str(grant.ip)
-        if kinds.kind_of(claim) == kinds.CAPI_CLAIM and o.name(claim) not in self.capi_address:
-            step.add(Create(self.capi_address_for(claim, address)))
-        self.set_claim_status(claim, step, address=address)
+        self.ensure_bound(claim, address, step)
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         if self.set_claim_status(claim, step, error=(reason, message)):
