@@ -18,7 +18,6 @@ import time
 from typing import Callable
 
 from ..core import objects as o
-from ..core.actions import Plan
 from ..core.inventory import Inventory
 from ..core.reconcile import reconcile
 from ..core import kinds
@@ -47,7 +46,6 @@ class PoolWorkers:
         self._retry_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         # When a claim was first seen waiting, for the allocation latency histogram.
         self._waiting_since: dict[tuple, float] = {}
-        self.passes = 0
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
         for pool in pools:
@@ -58,9 +56,6 @@ class PoolWorkers:
 
     def kick_all(self) -> None:
         self.kick(self.inventory.pool_keys())
-
-    def busy(self) -> bool:
-        return any(not t.done() for t in self._tasks.values())
 
     async def stop(self) -> None:
         for handle in self._retry_handles.values():
@@ -100,9 +95,8 @@ class PoolWorkers:
             if not _is_bound(claim):
                 self._waiting_since.setdefault((pool, o.claim_key(claim)), started)
         plan = reconcile(snapshot)
-        self.passes += 1
         if not plan:
-            self._observe(pool, plan, Outcome(), started)
+            self._observe(pool, Outcome(), started)
             return Outcome()
         for line in plan.describe():
             log.info("pool %s/%s: %s", pool[0], pool[1], line)
@@ -111,10 +105,10 @@ class PoolWorkers:
         log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s",
                  pool[0], pool[1], len(snapshot.claims), len(plan.steps), planned - started, outcome.done,
                  time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "")
-        self._observe(pool, plan, outcome, started)
+        self._observe(pool, outcome, started)
         return outcome
 
-    def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
+    def _observe(self, pool: o.PoolKey, outcome: Outcome, started: float) -> None:
         namespace, name = pool
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         for created in outcome.created:
