@@ -251,60 +251,81 @@ class Clusterctl:
 
     def move(self, source: ControlPlane, target: ControlPlane, namespace: str, timeout: float,
              stop_on_retry: bool = False) -> Run:
-        return self.run(["move", "--kubeconfig", str(source.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
-                         "--namespace", namespace], timeout, stop_on_retry)
+        return self.start_move(source, target, namespace).wait(timeout, stop_on_retry)
+
+    def start_move(self, source: ControlPlane, target: ControlPlane, namespace: str) -> "Running":
+        return self.start(["move", "--kubeconfig", str(source.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
+                           "--namespace", namespace])
 
     def to_directory(self, source: ControlPlane, namespace: str, directory: os.PathLike | str,
                      timeout: float, stop_on_retry: bool = False) -> Run:
-        return self.run(["move", "--kubeconfig", str(source.kubeconfig), "--namespace", namespace,
-                         "--to-directory", str(directory)], timeout, stop_on_retry)
+        return self.start(["move", "--kubeconfig", str(source.kubeconfig), "--namespace", namespace,
+                           "--to-directory", str(directory)]).wait(timeout, stop_on_retry)
 
     def from_directory(self, target: ControlPlane, directory: os.PathLike | str, timeout: float,
                        stop_on_retry: bool = False) -> Run:
         # The restore writes to --to-kubeconfig (--kubeconfig is refused with --from-directory).
-        return self.run(["move", "--to-kubeconfig", str(target.kubeconfig), "--from-directory", str(directory)],
-                        timeout, stop_on_retry)
+        return self.start(["move", "--to-kubeconfig", str(target.kubeconfig), "--from-directory",
+                           str(directory)]).wait(timeout, stop_on_retry)
 
-    def run(self, args: Sequence[str], timeout: float, stop_on_retry: bool = False) -> Run:
-        """Run ``clusterctl ARGS``; never raises on failure (see :meth:`Run.check`).
-
-        It is killed after ``timeout`` seconds, and with ``stop_on_retry`` as soon as it
-        logs a retry: a disturbed move retries each object for minutes, one at a time.
-        """
+    def start(self, args: Sequence[str]) -> "Running":
+        """Start ``clusterctl ARGS`` in its own process group, logging to a file of the workdir."""
         self.runs += 1
         log_path = self.workdir / f"clusterctl-{self.runs}-{args[0]}.log"
         argv = [self.binary, *args, "--config", str(self.config), "-v", str(self.verbosity)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
         env["CLUSTERCTL_DISABLE_VERSIONCHECK"] = "true"
         env["XDG_CONFIG_HOME"] = str(self.workdir / "config")
-        started = time.monotonic()
         with open(log_path, "wb") as log:
             log.write(("$ " + " ".join(argv) + "\n").encode())
             log.flush()
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
-            deadline = started + timeout
-            watcher = _LogWatcher(log_path)
-            returncode: int | None = None
-            timed_out = retried = False
-            try:
-                while returncode is None:
-                    try:
-                        returncode = proc.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                    except subprocess.TimeoutExpired:
-                        if stop_on_retry and watcher.seen(b"Retrying with backoff"):
-                            retried = True
-                        elif time.monotonic() < deadline:
-                            continue
-                        else:
-                            timed_out = True
-                        stop_group(proc, grace=5.0)
-                        break
-            except BaseException:
-                stop_group(proc, grace=5.0)
-                raise
-        return Run(argv, None if (timed_out or retried) else returncode, time.monotonic() - started, log_path,
-                   timed_out, retried)
+        return Running(argv, proc, log_path)
+
+
+class Running:
+    """A clusterctl process under way."""
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen, log_path: Path) -> None:
+        self.argv = argv
+        self.proc = proc
+        self.log_path = log_path
+        self.started = time.monotonic()
+
+    def logged(self, marker: str) -> bool:
+        """Whether clusterctl has written ``marker`` to its log yet."""
+        return marker.encode() in self.log_path.read_bytes()
+
+    def wait(self, timeout: float, stop_on_retry: bool = False) -> Run:
+        """Wait for the end; never raises on failure (see :meth:`Run.check`).
+
+        clusterctl is killed ``timeout`` seconds after it started, and with
+        ``stop_on_retry`` as soon as it logs a retry: a disturbed move retries
+        each object for minutes, one at a time.
+        """
+        proc, deadline = self.proc, self.started + timeout
+        watcher = _LogWatcher(self.log_path)
+        returncode: int | None = None
+        timed_out = retried = False
+        try:
+            while returncode is None:
+                try:
+                    returncode = proc.wait(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    if stop_on_retry and watcher.seen(b"Retrying with backoff"):
+                        retried = True
+                    elif time.monotonic() < deadline:
+                        continue
+                    else:
+                        timed_out = True
+                    stop_group(proc, grace=5.0)
+                    break
+        except BaseException:
+            stop_group(proc, grace=5.0)
+            raise
+        return Run(self.argv, None if (timed_out or retried) else returncode, time.monotonic() - self.started,
+                   self.log_path, timed_out, retried)
 
 
 class _LogWatcher:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -227,11 +228,15 @@ def assert_same_ipam(before: State, after: State, where: str) -> None:
     assert not problems, f"{where}: the move changed IPAM state:\n" + "\n".join(problems)
 
 
+class InvariantBroken(Exception):
+    """What must never happen happened: not retried by ``eventually``, failed at once."""
+
+
 def converged(kube: Kube) -> bool:
-    """Every claim bound with its status, every pool's indexes and counts right (check_invariants), and
-    every claim of the namespace resolved through its status."""
+    """Every claim bound, with its status, and every pool's indexes and counts right (check_invariants)."""
     findings = check_invariants(kube, allow_errors=False)
-    assert not findings.broken, f"invariants broken in {kube.ns}:\n{findings}"
+    if findings.broken:
+        raise InvariantBroken(f"invariants broken in {kube.ns}:\n{findings}")
     return not findings.pending
 
 
@@ -446,3 +451,114 @@ def test_move_there_and_back_then_through_a_directory(control_plane, control_pla
     offset, counters = c.controller.log_size(), address_counters(c.controller, namespace)
     restored = clusterctl.from_directory(c.cp, backup, timeout=MOVE_TIMEOUT, stop_on_retry=True).check()
     check_arrival(c, back, restored, "restore into C", offset, counters)
+
+
+def test_move_while_claims_are_being_served(control_plane, control_plane_factory, namespace, controllers,
+                                            clusterctl):
+    """clusterctl fixes the set of objects it moves before it pauses the Clusters. Claims created
+    just before the move are being served by the source's controller as the move starts: an
+    address made before clusterctl looked is moved with its claim; one made after it looked is
+    left behind (and collected with its claim), and that claim is served anew in the target.
+    Whatever the timing, nothing is half-done: every claim ends with exactly one address, a
+    moved address still belongs to its claim with its IP, a claim settled before keeps its IP,
+    and nothing is left in the source."""
+    prepare_management_cluster(control_plane)
+    # No leader election: the controller is held (SIGSTOP) below, and must act as soon as it is let go.
+    a = side("A", control_plane, namespace,
+             controllers(control_plane, "A", ("-n", namespace, "--no-leader-elect")))
+    create_scene(a.kube, machines_for(30))
+    wait_converged(a.kube, 120, "the first claims bound in A")
+    settled = read_state(a.kube)
+    b_cp = control_plane_factory()
+    prepare_management_cluster(b_cp)
+    b = side("B", b_cp, namespace, controllers(b_cp, "B"))
+
+    # The late claims are created while the controller on A is held; it is let go as
+    # clusterctl starts to look at the namespace, so it serves them while clusterctl lists
+    # the namespace and pauses the Clusters.
+    late = ([Machine("alpha", i, POOL_ORDER, tag="late") for i in range(8)]
+            + [Machine("beta", i, ("shared",), tag="late") for i in range(16)])
+    os.killpg(a.controller.popen.pid, signal.SIGSTOP)
+    try:
+        create_machines(a.kube, late)
+        running = clusterctl.start_move(a.cp, b.cp, namespace)
+        eventually(lambda: running.logged("Discovering Cluster API objects") or running.proc.poll() is not None,
+                   timeout=60, interval=0.01, what="clusterctl to start discovering")
+    finally:
+        os.killpg(a.controller.popen.pid, signal.SIGCONT)
+    run = running.wait(MOVE_TIMEOUT, stop_on_retry=True).check()
+    wait_converged(b.kube, REBUILD_TIMEOUT, "every claim bound in B")
+    after = read_state(b.kube)
+
+    assert {k: after.claims.get(k) for k in settled.claims} == settled.claims
+    assert set(after.claims) == set(settled.claims) | {(kind, name) for m in late for kind, name, _ in m.claims()}
+    copied = set(re.findall(r'Creating IPAddress="([^"]+)"', run.output()))
+    moved_locks = {n: spec for n, spec in after.addresses.items() if n in copied}
+    moved_mirrors = {n: spec for n, spec in after.capi_addresses.items() if n in copied}
+    assert len(moved_locks) + len(moved_mirrors) == len(copied), "an address clusterctl copied is gone from B"
+    for name, spec in moved_locks.items():
+        kind = spec["claim"].get("kind") or "IPClaim"
+        assert after.claims[(kind, spec["claim"]["name"])] == spec["address"], f"{name} lost its claim"
+    for name, spec in moved_mirrors.items():
+        assert after.claims[("IPAddressClaim", spec["claimRef"]["name"])] == spec["address"], f"{name} changed"
+    late_locks = {spec["claim"]["name"] for spec in moved_locks.values()} & {n for m in late for _, n, _ in m.claims()}
+    report(f"in flight: {len(late_locks)} of {sum(len(m.claims()) for m in late)} late claims had their address "
+           f"copied; the rest were served in B; clusterctl took {run.seconds:.1f} s")
+
+    def source_empty() -> bool:
+        left = leftovers(a.kube)
+        assert not left, f"left in A: {left}"
+        return True
+
+    # Addresses made after clusterctl looked stay behind until the garbage collector follows
+    # their deleted claims (it rediscovers owners on its own schedule).
+    eventually(source_empty, timeout=90, what="nothing of the namespace left in A")
+
+
+def test_claim_arriving_with_its_cluster_api_address_but_not_its_lock_keeps_its_ip(
+        control_plane, control_plane_factory, namespace, controllers, clusterctl):
+    """clusterctl lists kind after kind, in no fixed order, before it pauses: when the source's
+    controller serves a Cluster API claim in that instant, the claim's Cluster API IPAddress can
+    be listed (and moved) while the Metal3 IPAddress that locks its IP was not. The target must
+    then keep the IP the claim's consumers may already have read, and give it to no other claim.
+
+    The source here holds that state as the move leaves it (no controller runs on it)."""
+    prepare_management_cluster(control_plane)
+    a = Kube(control_plane.api_client(), namespace)
+    cluster = a.cluster("gamma")
+    mark_clusters_provisioned(a.api_client, namespace)
+    pool = a.pool("p", clusterName="gamma", namePrefix="gamma",
+                  pools=[{"subnet": "10.3.0.0/24", "gateway": "10.3.0.1"}], prefix=24)
+    data = a.create(INFRA, "metal3datas", {"apiVersion": "/".join(INFRA), "kind": "Metal3Data",
+                                           "metadata": {"name": "gamma-m000",
+                                                        "ownerReferences": [owner_ref(cluster, controller=False)]},
+                                           "spec": {}})
+
+    def capi_claim(name: str) -> dict:
+        return a.create(CAPI, "ipaddressclaims", {
+            "apiVersion": "/".join(CAPI), "kind": "IPAddressClaim",
+            "metadata": {"name": name, "ownerReferences": [owner_ref(data, controller=True)]},
+            "spec": {"clusterName": "gamma", "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "p"}},
+        })
+
+    half = capi_claim("half")
+    a.create(CAPI, "ipaddresses", {
+        "apiVersion": "/".join(CAPI), "kind": "IPAddress",
+        "metadata": {"name": "half", "ownerReferences": [owner_ref(half, controller=True),
+                                                         {**owner_ref(pool, controller=False)}]},
+        "spec": {"claimRef": {"name": "half"}, "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "p"},
+                 "address": "10.3.0.4", "prefix": 24, "gateway": "10.3.0.1"},
+    })
+    for i in range(4):  # sequential allocation would hand out 10.3.0.2 to .5
+        capi_claim(f"fresh-{i}")
+
+    b_cp = control_plane_factory()
+    prepare_management_cluster(b_cp)
+    b = side("B", b_cp, namespace, controllers(b_cp, "B"))
+    clusterctl.move(control_plane, b_cp, namespace, timeout=MOVE_TIMEOUT, stop_on_retry=True).check()
+    wait_converged(b.kube, REBUILD_TIMEOUT, "every claim bound in B")
+    after = read_state(b.kube)
+    assert after.claims[("IPAddressClaim", "half")] == "10.3.0.4", after.claims
+    assert after.capi_addresses["half"]["address"] == "10.3.0.4"
+    holders = sorted(k for k, ip in after.claims.items() if ip == "10.3.0.4")
+    assert holders == [("IPAddressClaim", "half")], f"10.3.0.4 went to {holders}"
