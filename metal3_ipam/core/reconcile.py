@@ -94,7 +94,9 @@ class _Reconciler:
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             return self.plan
-        for address in self.snap.addresses:
+        # Addresses of both APIs hold their IPs: a move can bring a Cluster API
+        # address without the lock it mirrors (clusterctl lists kind by kind).
+        for address in (*self.snap.addresses, *self.snap.capi_addresses):
             self.account(address)
         if self.pool_obj is not None:
             self.pool_metadata()
@@ -312,6 +314,14 @@ class _Reconciler:
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
+        mirror = self.capi_address.get(o.name(claim)) if kinds.kind_of(claim) == kinds.CAPI_CLAIM else None
+        if mirror is not None and not o.is_deleting(mirror):
+            # Its Cluster API address came without its lock: it keeps the IP its consumers may have read.
+            requested = str(o.spec(mirror).get("address"))
+            try:
+                self.allocator.release(int(parse_ip(requested)))
+            except AddressError:
+                pass  # refused below, naming the value
         prefix = self.pool.name_prefix
         try:
             grant = self.allocator.allocate(o.name(claim), requested,

@@ -609,6 +609,23 @@ def test_move_rebuilds_status_from_the_addresses_and_allocates_nothing():
     assert settled(target)
 
 
+def test_capi_claim_moved_with_its_capi_address_but_not_its_lock_keeps_that_ip():
+    """clusterctl lists kind by kind before it pauses: a claim served in between can arrive with
+    its Cluster API IPAddress and without the Metal3 lock. Its consumers may have read that IP."""
+    source = converged(ippool(), ipclaim("x"), capi_claim("m"))
+    assert ip_of(source, "m", "IPAddressClaim") == "192.168.0.11"
+    objects = [moved_copy(obj) for obj in source.inventory.objects.values()
+               if not (kinds.kind_of(obj) == ADDRESS and o.claim_of_address(obj) == ("IPAddressClaim", "m"))]
+    # Claims served before it in the target's pass would take the lowest free addresses.
+    target = loaded(ipclaim("new"), capi_claim("new-capi"), *objects)
+    converge(target)
+    assert ip_of(target, "m", "IPAddressClaim") == "192.168.0.11"
+    assert o.spec(get(target, CAPI_ADDRESS, "m"))["address"] == "192.168.0.11"
+    assert ip_of(target, "x") == "192.168.0.10"
+    assert sorted(all_bound_ips(target)) == ["192.168.0.10", "192.168.0.11", "192.168.0.12", "192.168.0.13"]
+    assert settled(target)
+
+
 def test_status_rebuilt_for_addresses_without_claim_status():
     # Addresses and claims only, the way a backup restore might give them.
     api = converged(ippool(), ipclaim("a"), ipclaim("b"))
