@@ -45,8 +45,9 @@ class MemoryApi:
         self.inventory.upsert(obj)
 
     def _uid(self, obj: dict) -> str:
+        # Repeatable for repeatable input, and new for each incarnation of a name, as on a server.
         return str(uuid.uuid5(_UID_NAMESPACE, f"{obj.get('apiVersion')}/{obj.get('kind')}/"
-                                              f"{o.namespace(obj)}/{o.name(obj)}"))
+                                              f"{o.namespace(obj)}/{o.name(obj)}/{self._version}"))
 
     def _next_version(self) -> str:
         self._version += 1

@@ -234,10 +234,14 @@ class ApiWriter:
                 self._forget(action.target)
                 return None
             raise
-        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
+        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
+                and o.finalizers(result):
             self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
             return result
-        self._forget(action.target)
+        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
+            self.inventory.remove(result)  # gone at once: its last state marks the deletion
+        else:
+            self._forget(action.target)
         return None
 
     async def _patch(self, action: SetFinalizers | SetMetadata | SetStatus) -> dict:
@@ -300,9 +304,7 @@ class ApiWriter:
         return obj
 
     def _forget(self, target: o.Ref) -> None:
-        obj = self.inventory.get(target.group_kind, target.namespace, target.name)
-        if obj is not None:
-            self.inventory.remove(obj)
+        self.inventory.forget(target.group_kind, target.namespace, target.name)
 
     async def _post_event(self, event: Event) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

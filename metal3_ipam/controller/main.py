@@ -17,7 +17,7 @@ from ..core.inventory import Inventory
 from . import health
 from .api import ApiWriter
 from .leader import LeaderElector
-from .operator import Controller, NotInstalled, build_registry, discover, initial_load, login_from, settings
+from .operator import Controller, NotInstalled, build_registry, discover, list_all, login_from, settings
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -81,17 +81,24 @@ async def run(options: Options) -> int:
             workers.kick_all()
 
     async def load() -> None:
-        for obj in await asyncio.to_thread(initial_load, api, resources, options.namespaces):
-            controller.file(obj)
+        for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+            controller.settle(listing)
         state["loaded"] = True
         log.info("inventory loaded: %d objects", len(inventory.objects))
         workers.kick_all()
 
     async def resync() -> None:
-        # Level-based safety net: every pool is looked at again now and then;
-        # an unchanged pool costs no API call.
+        # Level-based safety net: every kind is listed again now and then, so
+        # a deletion no watch event reported (a watch gap) does not leave a
+        # ghost holding an IP; and every pool is looked at again (an
+        # unchanged pool costs no API call).
         while True:
             await asyncio.sleep(options.resync_seconds)
+            try:
+                for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+                    controller.settle(listing)
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
+                log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
             if state["leading"]:
                 workers.kick_all()
 

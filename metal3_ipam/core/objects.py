@@ -97,6 +97,12 @@ def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
     return cluster is not None and spec(cluster).get("paused") is True
 
 
+def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
+    """The Cluster a claim belongs to: its cluster-name label, or a v1beta2 IPAddressClaim's spec.clusterName."""
+    name = labels(claim).get(kinds.CLUSTER_NAME_LABEL) or spec(claim).get("clusterName")
+    return str(name) if name else None
+
+
 # -- which pool an object belongs to ------------------------------------------
 
 PoolKey = tuple[str, str]  # (namespace, name)
