@@ -96,9 +96,10 @@ class MemoryApi:
                 raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
             self.load(obj)
         elif isinstance(action, Delete):
-            if action.unless_exists is not None and self.inventory.get(
-                    action.unless_exists.group_kind, action.unless_exists.namespace, action.unless_exists.name):
-                raise Refused(f"{action.unless_exists} exists: {action.target} is kept")
+            guard = action.unless_exists
+            found = guard and self.inventory.get(guard.group_kind, guard.namespace, guard.name)
+            if found and (guard.uid is None or o.meta(found).get("uid") == guard.uid):
+                raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
             if action.resource_version is not None and action.resource_version != obj["metadata"].get("resourceVersion"):
                 raise Refused(f"{action.target} changed since it was read")

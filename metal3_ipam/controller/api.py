@@ -220,8 +220,10 @@ class ApiWriter:
 
     async def _delete(self, action: Delete) -> dict | None:
         guard = action.unless_exists
-        if guard is not None and await self._refresh(guard) is not None:
-            raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
+        if guard is not None:
+            found = await self._refresh(guard)
+            if found is not None and (guard.uid is None or o.meta(found).get("uid") == guard.uid):
+                raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
         body = {"propagationPolicy": "Background"}
         if action.target.uid:

@@ -24,7 +24,8 @@ class Create:
 @dataclass(frozen=True)
 class Delete:
     target: Ref
-    # Delete only if this object is really gone (the cache may not have seen it yet).
+    # Delete only if this object is really gone (the cache may not have seen it yet);
+    # with a uid, only that incarnation of the name counts.
     unless_exists: Ref | None = None
     # The version the target was read at. Marking an object with finalizers for
     # deletion is a write that changes its version: a later action of the same

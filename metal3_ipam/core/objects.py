@@ -164,6 +164,20 @@ def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     return (kinds.CAPI_CLAIM[1], str(claim["name"]))
 
 
+def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
+    """The uid of the claim incarnation an address was made for, from its owner reference.
+
+    Addresses name their claim by name only; a claim deleted and created again
+    under that name is another claim. Owner references carry the uid (and
+    ``clusterctl move`` rewrites them to the new uids), so they tell which.
+    """
+    kind, claim_name = key
+    for owner in owner_references(address):
+        if owner.get("kind") == kind and owner.get("name") == claim_name and owner.get("uid"):
+            return str(owner["uid"])
+    return None
+
+
 def index_key(key: ClaimKey) -> str:
     """The key of a claim in ``status.indexes``.
 

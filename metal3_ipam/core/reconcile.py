@@ -100,22 +100,43 @@ class _Reconciler:
         self.allocator = (Allocator(self.pool, snap.rng, withheld=[(w.first, w.last) for w in snap.withheld])
                           if self.pool is not None else None)
         self.claims = {o.claim_key(c): c for c in snap.claims}
+        # Addresses by the claim they were made for: the claim of that name, unless
+        # their owner reference names another incarnation of it (then they are orphans).
         self.addresses_of: dict[o.ClaimKey, list[dict]] = {}
         for address in snap.addresses:
-            key = o.claim_of_address(address)
+            key = self.claim_key_of(address, o.claim_of_address(address))
             if key is not None:
                 self.addresses_of.setdefault(key, []).append(address)
         # Cluster API addresses by the claim they name: ours are named after the
         # claim, those of the Go Metal3 IPAM <namePrefix>-<ip>.
         self.mirrors_of: dict[o.ClaimKey, list[dict]] = {}
         for address in snap.capi_addresses:
-            key = o.claim_of_capi_address(address)
+            key = self.claim_key_of(address, o.claim_of_capi_address(address))
             if key is not None:
                 self.mirrors_of.setdefault(key, []).append(address)
         # claim key -> address text, for status.indexes
         self.bound: dict[o.ClaimKey, str] = {}
         # Locks being created this pass for allocations adopted as they are.
         self.adopting = 0
+
+    def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
+        """``key`` when the address belongs to the claim of that name (or to no known claim).
+
+        An address owned by another incarnation of the name that the claim is
+        younger than is a leftover of a deleted claim, not this claim's. (A
+        copy made by a move or a restore has its claim created first, and
+        clusterctl rewrites owner uids anyway: such addresses stay the claim's.)
+        """
+        claim = self.claims.get(key) if key is not None else None
+        if claim is None:
+            return key
+        owner_uid = o.claim_uid_of(address, key)
+        claim_uid = o.meta(claim).get("uid")
+        if owner_uid is None or claim_uid is None or owner_uid == claim_uid:
+            return key
+        claim_born = str(o.meta(claim).get("creationTimestamp") or "")
+        address_born = str(o.meta(address).get("creationTimestamp") or "")
+        return None if claim_born and address_born and claim_born > address_born else key
 
     # -- the pass ---------------------------------------------------------------
 
@@ -261,15 +282,18 @@ class _Reconciler:
     # -- addresses whose claim is gone or going --------------------------------
 
     def tend_address(self, address: dict) -> None:
-        self.tend(address, o.claim_of_address(address), kinds.FINALIZERS[kinds.IPADDRESS],
-                  f"IPAddress {o.namespace(address)}/{o.name(address)}", _claim_ref_of_address(address))
+        key = o.claim_of_address(address)
+        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.IPADDRESS],
+                  subject=f"IPAddress {o.namespace(address)}/{o.name(address)}",
+                  claim_ref=_claim_ref_of_address(address, key))
 
     def tend_capi_address(self, address: dict) -> None:
         key = o.claim_of_capi_address(address)
         claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address),
-                          key[1] if key else "")
-        self.tend(address, key, kinds.FINALIZERS[kinds.CAPI_ADDRESS],
-                  f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}", claim_ref)
+                          key[1] if key else "", o.claim_uid_of(address, key) if key else None)
+        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.CAPI_ADDRESS],
+                  subject=f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}",
+                  claim_ref=claim_ref)
 
     def tend(self, address: dict, key: o.ClaimKey | None, finalizer: str, subject: str, claim_ref: o.Ref) -> None:
         """An address (of either API) goes when its claim is gone; its finalizer goes once it is deleted.
@@ -593,12 +617,14 @@ def _is_cluster_ref(ref: Mapping[str, Any], cluster_name: str) -> bool:
             and ref.get("name") == cluster_name)
 
 
-def _claim_ref_of_address(address: dict) -> o.Ref:
+def _claim_ref_of_address(address: dict, key: o.ClaimKey | None) -> o.Ref:
+    """The claim an address was made for; with its uid when the owner reference tells it."""
     claim = o.spec(address).get("claim") or {}
-    kind, claim_name = o.claim_of_address(address) or (kinds.IPCLAIM[1], "")
+    kind, claim_name = key or (kinds.IPCLAIM[1], "")
     api_version = claim.get("apiVersion") or (kinds.METAL3_API_VERSION if kind == kinds.IPCLAIM[1]
                                               else f"{kinds.CAPI_IPAM_GROUP}/{kinds.CAPI_IPAM_VERSIONS[0]}")
-    return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name)
+    return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name,
+                 o.claim_uid_of(address, key) if key else None)
 
 
 def _live(addresses: list[dict]) -> list[dict]:

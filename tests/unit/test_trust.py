@@ -11,10 +11,9 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Event, SetFinalizers
+from metal3_ipam.core.actions import Create, SetFinalizers
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.naming import address_name, ip_text
-from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from go_state import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import (NS, all_plans, capi_addresses, capi_claim, cluster, converged, get, ipclaim, ippool,
@@ -337,3 +336,17 @@ def test_ipv6_names_and_addresses_are_rfc5952_and_never_collide():
                     ipclaim("x", pool="p6"), ipclaim("y", pool="p6"))
     assert sorted(o.spec(a)["address"] for a in metal3_addresses(api)) == ["::102:304", "::1:2:3:4"]
     assert sorted(o.name(a) for a in metal3_addresses(api)) == ["p6---1-2-3-4", "p6---102-304"]
+
+
+def test_a_claim_name_reused_on_another_pool_does_not_keep_the_old_claims_addresses():
+    api = converged(ippool("pa", namePrefix="pa", pools=[{"start": "10.0.0.1", "end": "10.0.0.3"}]),
+                    ippool("pb", namePrefix="pb", pools=[{"start": "10.0.1.1", "end": "10.0.1.3"}]),
+                    capi_claim("c", pool="pb"))
+    old = get(api, CAPI_CLAIM, "c")
+    # The claim goes without our release (its finalizer was stripped), and comes back for pool pa.
+    api.inventory.remove({**old, "metadata": {**old["metadata"], "resourceVersion": api._next_version()}})
+    api.load(capi_claim("c", pool="pa"))
+    converge(api, random.Random(0))
+    assert ips_of_claim(api, "IPAddressClaim", "c") == {"10.0.0.1"}
+    assert get(api, ADDRESS, "pb-10-0-1-1") is None
+    assert o.spec(get(api, CAPI_ADDRESS, "c"))["address"] == "10.0.0.1"
