@@ -118,6 +118,8 @@ class _Reconciler:
         self.bound: dict[o.ClaimKey, str] = {}
         # Locks being created this pass for allocations adopted as they are.
         self.adopting = 0
+        # The IPs this pool's addresses (of either API) hold, those created this pass included.
+        self.held_ips: set[int] = set()
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         """``key`` when the address belongs to the claim of that name (or to no known claim).
@@ -182,6 +184,7 @@ class _Reconciler:
         ip = _ip_of(address)
         if ip is not None and ip.version == self.pool.version:
             self.allocator.take(int(ip))
+            self.held_ips.add(int(ip))
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
@@ -246,7 +249,7 @@ class _Reconciler:
             desired["indexesOmitted"] = omitted
         if self.pool is not None:
             desired["capacity"] = str(self.pool.capacity())
-            desired["allocated"] = str(len(self.allocator.taken))
+            desired["allocated"] = str(len(self.held_ips))
             desired["free"] = str(self.allocator.free_count)
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
@@ -476,6 +479,7 @@ class _Reconciler:
         except AllocationError as err:
             return self.fail(claim, step, err.reason, err.message)
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
+        self.held_ips.add(int(grant.ip))
         step.add(Create(address))
         self.ensure_bound(claim, address, step)
 
