@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from .core import kinds
 from .core import objects as o
-from .core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions
+from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
+                           guard_holds)
 from .core.inventory import Inventory
 from .core.reconcile import reconcile
 
@@ -97,8 +98,8 @@ class MemoryApi:
             self.load(obj)
         elif isinstance(action, Delete):
             guard = action.unless_exists
-            found = guard and self.inventory.get(guard.group_kind, guard.namespace, guard.name)
-            if found and (guard.uid is None or o.meta(found).get("uid") == guard.uid):
+            if guard is not None and guard_holds(action, self.inventory.get(guard.group_kind, guard.namespace,
+                                                                             guard.name)):
                 raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
             if action.resource_version is not None and action.resource_version != obj["metadata"].get("resourceVersion"):

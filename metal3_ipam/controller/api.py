@@ -31,7 +31,8 @@ from kubernetes.client.rest import ApiException
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions
+from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions,
+                            guard_holds)
 from ..core.inventory import Inventory
 
 log = logging.getLogger("metal3_ipam.api")
@@ -220,10 +221,8 @@ class ApiWriter:
 
     async def _delete(self, action: Delete) -> dict | None:
         guard = action.unless_exists
-        if guard is not None:
-            found = await self._refresh(guard)
-            if found is not None and (guard.uid is None or o.meta(found).get("uid") == guard.uid):
-                raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
+        if guard is not None and guard_holds(action, await self._refresh(guard)):
+            raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
         body = {"propagationPolicy": "Background"}
         if action.target.uid:

@@ -23,7 +23,6 @@ from typing import Iterable
 
 from . import kinds
 from . import objects as o
-from .addresses import AddressError, parse_ip
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool, read_pool
 from .problems import Problem
@@ -69,11 +68,8 @@ def _is_older(incoming: dict, known_version: int | None, known_uid: str | None) 
 
 
 def _address_ip(obj: dict) -> tuple[int, int] | None:
-    try:
-        ip = parse_ip(o.spec(obj).get("address"))
-    except AddressError:
-        return None
-    return (ip.version, int(ip))
+    ip = o.address_ip(obj)
+    return (ip.version, int(ip)) if ip is not None else None
 
 
 def _pool_generation(pool: dict) -> tuple | None:
@@ -161,6 +157,9 @@ class Inventory:
         return self.remove(stored) if stored is not None else set()
 
     def _bury(self, key: ObjKey, version: int | None, uid: str | None) -> None:
+        known = self._tombstones.get(key)
+        if known is not None and known[0] is not None and (version is None or version < known[0]):
+            return  # a later deletion is known already: older news must not reopen the name
         self._tombstones[key] = (version, uid)
         self._tombstones.move_to_end(key)
         while len(self._tombstones) > MAX_TOMBSTONES:
@@ -197,7 +196,7 @@ class Inventory:
         if kind == kinds.IPPOOL:
             self._filed[key] = (ns, name)
             touched = {(ns, name)}
-            if previous is None or _pool_generation(previous) != _pool_generation(obj) \
+            if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
                 touched |= self._pools_changed(ns)
             return touched

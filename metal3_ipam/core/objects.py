@@ -164,6 +164,20 @@ def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     return (kinds.CAPI_CLAIM[1], str(claim["name"]))
 
 
+def address_ip(address: Mapping[str, Any]):
+    """The IP an address object (of either API) holds, as netaddr, or None.
+
+    An IPv4-mapped IPv6 text (``::ffff:10.0.0.5``, as some tools write it)
+    is the IPv4 address it maps: consumers read it so.
+    """
+    from .addresses import AddressError, parse_ip
+    try:
+        ip = parse_ip(spec(address).get("address"))
+    except AddressError:
+        return None
+    return ip.ipv4() if ip.version == 6 and ip.is_ipv4_mapped() else ip
+
+
 def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
     """The uid of the claim incarnation an address was made for, from its owner reference.
 

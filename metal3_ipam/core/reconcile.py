@@ -38,7 +38,7 @@ from typing import Any
 from . import kinds
 from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
-from .addresses import AddressError, ip_from_int, parse_ip
+from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError, Allocator
 from .naming import address_name, ip_text
 from .overlap import Withheld
@@ -385,9 +385,16 @@ class _Reconciler:
         entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
+        self.bound[o.claim_key(claim)] = ip_text(ip)
+        if self.snap.name_taken(o.name(lock)):
+            # Another object holds the lock's name (state an earlier IPAM left, where
+            # two pools with one namePrefix gave one IP twice): the claim keeps what it
+            # has; asking again would fail each pass, and must not hold the pool up.
+            self.plan.notes.append(f"{o.name(claim)}: its adopted IP {ip_text(ip)} cannot be locked: "
+                                   f"IPAddress {o.name(lock)} exists already")
+            return
         self.adopting += 1
         step.add(Create(lock))
-        self.bound[o.claim_key(claim)] = ip_text(ip)
         self.set_claim_status(claim, step, address=lock, mirror=mirror)
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
@@ -589,14 +596,15 @@ def _with_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
     return SetFinalizers(o.ref(obj), tuple(o.finalizers(obj) + [finalizer]), o.meta(obj).get("resourceVersion"))
 
 
-def _delete(obj: dict, unless_exists: o.Ref | None = None) -> Delete:
-    return Delete(o.ref(obj), unless_exists=unless_exists, resource_version=o.meta(obj).get("resourceVersion"))
+def _delete(obj: dict, unless_exists: o.Ref | None = None, guard_pool: o.PoolKey | None = None) -> Delete:
+    return Delete(o.ref(obj), unless_exists=unless_exists, guard_pool=guard_pool,
+                  resource_version=o.meta(obj).get("resourceVersion"))
 
 
 def _let_go(step: Step, obj: dict, finalizer: str, unless_exists: o.Ref | None = None) -> None:
     """Delete ``obj`` (unless it is going already) and take our finalizer off it."""
     if not o.is_deleting(obj):
-        step.add(_delete(obj, unless_exists=unless_exists))
+        step.add(_delete(obj, unless_exists=unless_exists, guard_pool=o.pool_of(obj) if unless_exists else None))
     if finalizer in o.finalizers(obj):
         step.add(_without_finalizer(obj, finalizer))
 
@@ -637,10 +645,7 @@ def _live(addresses: list[dict]) -> list[dict]:
 
 def _ip_of(address: dict):
     """An address object's IP (netaddr), or None when its spec does not hold one."""
-    try:
-        return parse_ip(o.spec(address).get("address"))
-    except AddressError:
-        return None
+    return o.address_ip(address)
 
 
 def _text_of(address: dict) -> str:
