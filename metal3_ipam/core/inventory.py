@@ -341,6 +341,7 @@ class Inventory:
             held_elsewhere=lambda version, ip: any(
                 self._filed.get(k) != pool_key for k in self.holders(ns, version, ip)),
             cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
+            capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
             withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
             now=now, rng=rng)

@@ -70,6 +70,8 @@ class Snapshot:
     name_taken: Callable[[str], bool] = lambda name: False    # any IPAddress of that name in the namespace
     # An address of another pool of the namespace (either API) holds (version, ip).
     held_elsewhere: Callable[[int, int], bool] = lambda version, ip: False
+    # A Cluster API IPAddress of that name in the namespace, whatever its pool.
+    capi_address_named: Callable[[str], dict | None] = lambda name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
     cluster_named: Callable[[str], dict | None] = lambda name: None
     # Parts of the pool's address set that an earlier, overlapping pool owns.
@@ -462,6 +464,15 @@ class _Reconciler:
         if any(o.name(m) == o.name(claim) for m in self.mirrors_of.get(o.claim_key(claim), [])):
             # Our name is still taken by the stray one; the next pass creates it.
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is replaced once the wrong one is gone")
+            return None
+        taken = self.snap.capi_address_named(o.name(claim))
+        if taken is not None:
+            # Held by an address of another pool (a claim of this name for another
+            # pool, not yet released): say so rather than fail to create it each pass.
+            self.fail(claim, step, ALLOCATION_FAILED,
+                      f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(claim)}/{o.name(claim)} exists already "
+                      f"for another pool or claim ({o.spec(taken).get('poolRef', {}).get('name')!s}); "
+                      f"{ip_text(_ip_of(lock))} is held for this claim until it goes")
             return None
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))

@@ -1,6 +1,6 @@
 """Inputs and orders of events that break a SPEC §10 invariant or leave the reconcile without a fixed point.
 
-Each test is the smallest case found; it fails on the core as it stands.
+Each test is the smallest case found of a problem the core once had.
 """
 
 from __future__ import annotations
