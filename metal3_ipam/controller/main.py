@@ -55,6 +55,18 @@ def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Confi
     return configuration
 
 
+def liveness(stop_flag: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
+    """What /healthz reports: failing while stopping, and for good once the leader election
+    ended by itself (a replica that can never lead again must be restarted, not left idle)."""
+    def problems() -> list[str]:
+        found = ["stopping"] if stop_flag.is_set() else []
+        if elector is not None and elector.failure:
+            found.append(elector.failure)
+        return found
+
+    return problems
+
+
 async def run(options: Options) -> int:
     try:
         configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
@@ -95,11 +107,7 @@ async def run(options: Options) -> int:
     ready_flag = asyncio.Event()
     stop_flag = asyncio.Event()
 
-    def alive() -> list[str]:
-        problems = ["stopping"] if stop_flag.is_set() else []
-        if elector is not None and elector.failure:
-            problems.append(elector.failure)
-        return problems
+    alive = liveness(stop_flag, elector)
 
     def ready() -> list[str]:
         problems = [] if ready_flag.is_set() else ["watches not started"]
