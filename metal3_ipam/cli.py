@@ -54,6 +54,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="act without holding the Lease (safe, but replicas then duplicate work)")
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
                      help="namespace of the Lease (default: $POD_NAMESPACE or default)")
+    run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
+                     help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
+    run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",
+                     help="the leader stops writing when it could not renew for this long; shorter than the lease "
+                          "duration (default 10s)")
+    run.add_argument("--leader-elect-retry-period", default="2s", metavar="DURATION",
+                     help="how often the Lease is renewed or tried for (default 2s)")
     run.add_argument("--resync-seconds", type=float, default=300.0,
                      help="look at every pool again this often (default 300)")
     run.add_argument("--parallel-writes", type=int, default=16, metavar="N",
@@ -175,10 +182,40 @@ def _run(args: argparse.Namespace) -> int:
                       resync_seconds=args.resync_seconds, parallel_writes=max(1, args.parallel_writes))
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
+    options.lease_timing = _lease_timing(args)
     try:
         return asyncio.run(run(options))
     except KeyboardInterrupt:
         return 0
+
+
+def _seconds(flag: str, text: str) -> float:
+    """A duration as Kubernetes components take it: ``15s``, ``500ms``, ``1m``, or plain seconds."""
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0))
+    number, scale = text.strip(), 1.0
+    for suffix, factor in units:
+        if number.endswith(suffix):
+            number, scale = number[:-len(suffix)], factor
+            break
+    try:
+        value = float(number) * scale
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise manifests.UsageError(f"{flag} {text!r}: expected a positive duration such as 15s, 500ms or 1m")
+    return value
+
+
+def _lease_timing(args: argparse.Namespace):
+    from .controller.leader import LeaseTiming
+
+    flags = ("--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period")
+    values = [_seconds(flag, getattr(args, flag[2:].replace("-", "_"))) for flag in flags]
+    try:
+        return LeaseTiming(*values)
+    except ValueError as err:
+        given = ", ".join(f"{flag} {getattr(args, flag[2:].replace('-', '_'))}" for flag in flags)
+        raise manifests.UsageError(f"leader election: {err} (given {given})") from None
 
 
 def _presentable(obj: dict) -> dict:

@@ -1,4 +1,11 @@
-"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server."""
+"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server.
+
+With leader election on, one gate decides whether this replica may write: the
+elector's :meth:`~.leader.LeaderElector.may_act`. The pool workers start no
+pass without it and the REST writer sends nothing without it. At shutdown the
+gate closes first, the passes under way end, and only then is the Lease
+released, so a standby that takes over at once never overlaps with us.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import kopf
 import urllib3
@@ -16,7 +24,7 @@ from kubernetes.client.rest import ApiException
 from ..core.inventory import Inventory
 from . import health
 from .api import ApiWriter
-from .leader import LeaderElector
+from .leader import LeaderElector, LeaseTiming
 from .operator import Controller, NotInstalled, build_registry, discover, list_all, login_from, settings
 from .workers import PoolWorkers
 
@@ -32,6 +40,7 @@ class Options:
     leader_elect: bool = True
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     lease_name: str = "metal3-ipam-controller"
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     resync_seconds: float = 300.0
     parallel_writes: int = 16
 
@@ -44,6 +53,18 @@ def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Confi
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return configuration
+
+
+def liveness(stop_flag: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
+    """What /healthz reports: failing while stopping, and for good once the leader election
+    ended by itself (a replica that can never lead again must be restarted, not left idle)."""
+    def problems() -> list[str]:
+        found = ["stopping"] if stop_flag.is_set() else []
+        if elector is not None and elector.failure:
+            found.append(elector.failure)
+        return found
+
+    return problems
 
 
 async def run(options: Options) -> int:
@@ -65,9 +86,20 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes)
-    state = {"leading": not options.leader_elect, "loaded": False}
-    workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"] and state["loaded"])
+    state = {"loaded": False}
+    elector: LeaderElector | None = None
+    may_write: Callable[[], bool] = lambda: True
+
+    def on_leadership(leading: bool) -> None:
+        if leading:  # whatever happened meanwhile is looked at; losing needs nothing (the gate)
+            workers.kick_all()
+
+    if options.leader_elect:
+        elector = LeaderElector(api, options.lease_namespace, options.lease_name, options.lease_timing,
+                                on_change=on_leadership)
+        may_write = elector.may_act
+    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes, may_write=may_write)
+    workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
     controller = Controller(inventory, workers, writer)
     registry = build_registry(controller, resources)
     kopf.on.login(registry=registry)(login_from(configuration))
@@ -75,10 +107,11 @@ async def run(options: Options) -> int:
     ready_flag = asyncio.Event()
     stop_flag = asyncio.Event()
 
-    def on_leadership(leading: bool) -> None:
-        state["leading"] = leading
-        if leading:
-            workers.kick_all()
+    alive = liveness(stop_flag, elector)
+
+    def ready() -> list[str]:
+        problems = [] if ready_flag.is_set() else ["watches not started"]
+        return problems + ([] if state["loaded"] else ["inventory not loaded"])
 
     async def load() -> None:
         for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
@@ -99,22 +132,20 @@ async def run(options: Options) -> int:
                     controller.settle(listing)
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
-            if state["leading"]:
+            if may_write():
                 workers.kick_all()
 
     background = []
     try:
         runner = await health.serve(options.health_host, options.health_port,
-                                    alive=lambda: not stop_flag.is_set(),
-                                    ready=lambda: ready_flag.is_set() and state["loaded"])
+                                    alive=alive, ready=ready)
     except OSError as err:
         log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
                   err.strerror or err)
         await writer.close()
         return 1
-    if options.leader_elect:
-        elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
-        background.append(asyncio.create_task(elector.run(), name="leader election"))
+    if elector is not None:
+        elector.start()
     background.append(asyncio.create_task(resync(), name="resync"))
     background.append(asyncio.create_task(load(), name="initial load"))
     log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in resources.values()),
@@ -128,12 +159,20 @@ async def run(options: Options) -> int:
             ready_flag=ready_flag)
     finally:
         stop_flag.set()
+        if elector is not None:
+            await elector.stop()  # the gate closes: passes under way stop at their next action
+        drained = await workers.stop(grace=options.lease_timing.renew_deadline / 2)
         for task in background:
             task.cancel()
         for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await workers.stop()
+        if elector is not None:
+            if drained:
+                await elector.release()
+            else:  # a request of ours may still be on its way: let the Lease expire instead
+                log.warning("passes did not end in time; the lease is left to expire")
+            elector.close()
         await writer.close()
         await runner.cleanup()
     return 0

@@ -251,3 +251,30 @@ def test_plan_prints_errors_as_events(capsys, tmp_path):
     code, out, err = run(capsys, "plan", "-f", path)
     assert code == 0
     assert "Warning AllocationFailed" in err and "10.0.0.99" in err
+
+
+# --------------------------------------------------------------------------- run: leader election timing
+
+
+def test_lease_timing_options_take_kubernetes_durations():
+    from metal3_ipam import cli
+
+    args = cli._parser().parse_args(["run", "--leader-elect-lease-duration", "1m", "--leader-elect-renew-deadline",
+                                     "40", "--leader-elect-retry-period", "500ms"])
+    timing = cli._lease_timing(args)
+    assert (timing.lease_duration, timing.renew_deadline, timing.retry_period) == (60.0, 40.0, 0.5)
+    defaults = cli._lease_timing(cli._parser().parse_args(["run"]))
+    assert (defaults.lease_duration, defaults.renew_deadline, defaults.retry_period) == (15.0, 10.0, 2.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--leader-elect-renew-deadline", "20s"],
+     "renew deadline 20s must be shorter than the lease duration 15s"),
+    (["--leader-elect-retry-period", "10s"], "retry period 10s must be shorter than the renew deadline 10s"),
+    (["--leader-elect-lease-duration", "soon"], "--leader-elect-lease-duration 'soon': expected a positive duration"),
+    (["--leader-elect-retry-period=-1s"], "--leader-elect-retry-period '-1s': expected a positive duration"),
+])
+def test_inconsistent_lease_timing_is_a_usage_error_before_connecting(capsys, argv, words):
+    assert main(["run", "--kubeconfig", "/nonexistent", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
