@@ -204,7 +204,7 @@ def test_random_strategy_is_read():
 # -- spec problems (the pool is not built) ------------------------------------------
 
 @pytest.mark.parametrize("spec, path, value", [
-    ({"pools": []}, "spec.pools", "[]"),
+    ({"pools": "10.0.0.0/24"}, "spec.pools", "10.0.0.0/24"),
     ({"pools": [{}]}, "spec.pools[0]", "{}"),
     ({"pools": ["10.0.0.1"]}, "spec.pools[0]", "10.0.0.1"),
     ({"pools": [{"start": "10.0.0.300", "end": "10.0.0.5"}]}, "spec.pools[0].start", "10.0.0.300"),
@@ -213,7 +213,7 @@ def test_random_strategy_is_read():
     ({"pools": [{"subnet": "10.0.0.0/24", "start": "10.0.1.1"}]}, "spec.pools[0].start", "10.0.1.1"),
     ({"pools": [{"subnet": "10.0.0.0/24", "end": "10.0.1.1"}]}, "spec.pools[0].end", "10.0.1.1"),
     ({"pools": [{"subnet": "10.0.0.0/24"}, {"subnet": "2001:db8::/64"}]}, "spec.pools[1].subnet", "2001:db8::/64"),
-    ({"gateway": "2001:db8::1", "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.pools[0].subnet", "10.0.0.0/24"),
+    ({"gateway": "2001:db8::1", "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.gateway", "2001:db8::1"),
     ({"pools": [{"subnet": "10.0.0.0/24", "gateway": "fe80::1"}]}, "spec.pools[0].gateway", "fe80::1"),
     ({"pools": [{"subnet": "10.0.0.0/24", "prefix": 33}]}, "spec.pools[0].prefix", "33"),
     ({"pools": [{"subnet": "10.0.0.0/24", "prefix": 129}]}, "spec.pools[0].prefix", "129"),
@@ -223,7 +223,8 @@ def test_random_strategy_is_read():
     ({"pools": [{"subnet": "10.0.0.0/24", "dnsServers": ["8.8.8.x"]}]}, "spec.pools[0].dnsServers[0]", "8.8.8.x"),
     ({"dnsServers": "8.8.8.8", "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.dnsServers", "8.8.8.8"),
     ({"pools": [{"subnet": "10.0.0.0/24"}], "excludedAddresses": ["10.0.0.x"]}, "spec.excludedAddresses[0]", "10.0.0.x"),
-    ({"pools": [{"subnet": "10.0.0.0/24"}], "excludedAddresses": ["::1"]}, "spec.excludedAddresses[0]", "::1"),
+    ({"pools": [{"subnet": "10.0.0.0/24"}], "excludedAddresses": ["::ffff:10.0.0.1"]}, "spec.excludedAddresses[0]",
+     "::ffff:10.0.0.1"),
     ({"pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"c": "10.0.1.5"}}, "spec.preAllocations.c", "10.0.1.5"),
     ({"pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"c": "nope"}}, "spec.preAllocations.c", "nope"),
     ({"gateway": "10.0.0.1", "pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"c": "10.0.0.1"}},
