@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from dataclasses import dataclass, field
 
 import kopf
@@ -14,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..core.inventory import Inventory
-from . import health
+from . import health, webhook
 from .api import ApiWriter
 from .leader import LeaderElector
 from .operator import Controller, NotInstalled, build_registry, discover, initial_load, login_from, settings
@@ -34,6 +35,8 @@ class Options:
     lease_name: str = "metal3-ipam-controller"
     resync_seconds: float = 300.0
     parallel_writes: int = 16
+    webhook_port: int = 0  # 0: no admission webhooks
+    webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
 
 
 def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
@@ -105,6 +108,18 @@ async def run(options: Options) -> int:
                   err.strerror or err)
         await writer.close()
         return 1
+    webhooks = None
+    if options.webhook_port:
+        admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces)
+        try:
+            webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
+                                                   options.webhook_cert_dir).start()
+        except (OSError, ssl.SSLError) as err:
+            log.error("cannot serve admission webhooks on port %s with the certificate in %s: %s",
+                      options.webhook_port, options.webhook_cert_dir, getattr(err, "strerror", None) or err)
+            await writer.close()
+            await runner.cleanup()
+            return 1
     if options.leader_elect:
         elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
         background.append(asyncio.create_task(elector.run(), name="leader election"))
@@ -129,4 +144,6 @@ async def run(options: Options) -> int:
         await workers.stop()
         await writer.close()
         await runner.cleanup()
+        if webhooks is not None:
+            await webhooks.close()
     return 0
