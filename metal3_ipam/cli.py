@@ -111,12 +111,15 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
     old_loaded, old_problems = manifests.load(list(old_paths)) if old_paths else ([], [])
     errors = [str(p) for p in file_problems + old_problems]
     warnings: list[str] = []
+    # Judged where kubectl would put them: an object without a namespace is in default.
+    loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in loaded]
+    old_loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in old_loaded]
     old = {_key(item.obj): item.obj for item in old_loaded}
     new_keys = {_key(item.obj) for item in loaded}
     # Every pool of the namespace as it will be: the new versions, and the old ones not replaced.
     pools = [item.obj for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
     pools += [obj for key, obj in old.items() if key[0] == kinds.IPPOOL and key not in new_keys]
-    addresses = [_defaulted(item.obj) for item in old_loaded + loaded
+    addresses = [item.obj for item in old_loaded + loaded
                  if kinds.kind_of(item.obj) in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)]
     seen: dict[tuple, str] = {}
     for item in loaded:
@@ -131,7 +134,7 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
         else:
             problems = validate(item.obj)
         if kind == kinds.IPPOOL and not delete and not [p for p in problems if not p.warning]:
-            problems += overlap_problems(_defaulted(item.obj), [_defaulted(p) for p in pools])
+            problems += overlap_problems(item.obj, pools)
         for problem in problems:
             (warnings if problem.warning else errors).append(f"{where}: {problem}")
         if key in seen and o.name(item.obj):

@@ -334,3 +334,36 @@ def test_manifests_are_read_with_the_c_loader_when_there_is_one():
         assert manifests.SafeLoader is yaml.CSafeLoader
     else:
         assert manifests.SafeLoader is yaml.SafeLoader
+
+
+# -- the corpus of invalid manifests (also applied to a real API server: tests/e2e/test_webhooks.py) --
+
+from metal3_ipam.testing import corpus  # noqa: E402
+
+CORPUS = corpus.cases(ROOT / "tests" / "data" / "invalid")
+
+
+def test_the_corpus_is_large_and_covers_every_kind_and_operation():
+    assert len(CORPUS) >= 40
+    assert {c.subject["kind"] for c in CORPUS} == {"IPPool", "IPClaim", "IPAddress", "IPAddressClaim"}
+    assert {c.operation for c in CORPUS} == {"create", "update", "delete"}
+    assert {c.layer for c in CORPUS} == {"schema", "webhook"}
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+def test_validate_refuses_every_invalid_manifest_naming_the_field(capsys, tmp_path, case):
+    argv = ["validate", "-f", write(tmp_path, "subject.yaml", dump(case.subject))]
+    if case.setup:
+        code, out, err = run(capsys, "plan", "-f", write(tmp_path, "setup.yaml", dump(*case.setup)))
+        assert code == 0, f"the setup of {case.name} is refused:\n{out}{err}"
+        argv += ["--old", write(tmp_path, "state.yaml", out)]
+    if case.operation == "delete":
+        argv.append("--delete")
+    code, out, _ = run(capsys, *argv)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": warning: " not in line]
+    # Each line names the file, the object, the field and the value.
+    who = f"subject.yaml: {case.subject['kind']}/"
+    named = [line for line in errors if who in line and f"/{case.subject['metadata']['name']}: " in line]
+    assert any(case.expect in line and "(value: " in line for line in named), \
+        f"no error names {case.expect!r}:\n{out}"
