@@ -420,7 +420,7 @@ class _Reader:
         held: dict[str, int] = {}
         owners: dict[int, str] = {}
         for claim, text in value.items():
-            path = f"spec.preAllocations.{claim}"
+            path = f"spec.preAllocations[{claim}]"  # the API server's form for a map key
             ip = self.ip(path, text)
             if ip is None:
                 continue

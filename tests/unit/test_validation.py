@@ -64,9 +64,9 @@ def test_kinds_that_are_not_ours_are_not_judged():
     ({"pools": [{"subnet": "10.0.0.0/24", "end": "10.0.1.9"}]}, "spec.pools[0].end", "10.0.1.9"),
     ({"namePrefix": "UPPER", "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.namePrefix", "UPPER"),
     ({"pools": [{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.128/25"}]}, "spec.pools[1]", "spec.pools[0]"),
-    ({"pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"c": "10.0.5.5"}}, "spec.preAllocations.c", "10.0.5.5"),
+    ({"pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"c": "10.0.5.5"}}, "spec.preAllocations[c]", "10.0.5.5"),
     ({"pools": [{"subnet": "10.0.0.0/24"}], "preAllocations": {"a": "10.0.0.5", "b": "10.0.0.5"}},
-     "spec.preAllocations.b", "10.0.0.5"),
+     "spec.preAllocations[b]", "10.0.0.5"),
 ])
 def test_pool_rules(spec, path, value):
     pool = ippool("bad", ns="ns", **spec)
@@ -332,7 +332,7 @@ def test_a_huge_preallocation_map_is_refused_without_reading_it():
     ("spec.pools[0].gateway", {"pools": [{"subnet": "2001:db8::/64", "gateway": "::ffff:10.0.0.1"}]}),
     ("spec.dnsServers[0]", {"dnsServers": ["::ffff:8.8.8.8"], "pools": [{"subnet": "2001:db8::/64"}]}),
     ("spec.excludedAddresses[0]", {"excludedAddresses": ["::ffff:0.0.0.0/96"], "pools": [{"subnet": "::/0"}]}),
-    ("spec.preAllocations.c", {"preAllocations": {"c": "::ffff:10.0.0.1"}, "pools": [{"subnet": "::/0"}]}),
+    ("spec.preAllocations[c]", {"preAllocations": {"c": "::ffff:10.0.0.1"}, "pools": [{"subnet": "::/0"}]}),
 ])
 def test_ipv4_mapped_ipv6_addresses_are_refused_as_the_api_server_does(field, spec):
     found = errors_of(ippool("p", ns="ns", **spec))
@@ -384,7 +384,7 @@ def test_an_excluded_address_of_the_other_family_is_a_warning():
      "spec.gateway", "2001:db8::1"),
     ({"gateway": "10.0.0.1", "pools": [{"subnet": "2001:db8::/64"}]}, "spec.gateway", "10.0.0.1"),
     ({"pools": [{"subnet": "2001:db8::/64", "gateway": "10.0.0.1"}]}, "spec.pools[0].gateway", "10.0.0.1"),
-    ({"preAllocations": {"c": "2001:db8::5"}, "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.preAllocations.c",
+    ({"preAllocations": {"c": "2001:db8::5"}, "pools": [{"subnet": "10.0.0.0/24"}]}, "spec.preAllocations[c]",
      "2001:db8::5"),
 ])
 def test_the_family_is_the_ranges_and_the_other_field_is_blamed(spec, path, value):
