@@ -7,6 +7,8 @@
   are judged as being deleted.
 - ``plan -f PATH…``: the controller's reconcile run in memory to a fixed
   point; prints every object as it would be afterwards.
+- ``release --version V``: the clusterctl provider components, in a local
+  provider repository.
 
 Exit codes: 0 done and valid, 1 invalid input, 2 usage errors.
 """
@@ -74,6 +76,14 @@ def _parser() -> argparse.ArgumentParser:
                           "they change (default /tmp/k8s-webhook-server/serving-certs)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
+    release = commands.add_parser("release", help="render config/default into clusterctl provider components "
+                                                   "in a local provider repository")
+    release.add_argument("--version", required=True, help="release version, e.g. v0.1.0 (metadata.yaml must "
+                                                          "have its release series)")
+    release.add_argument("--image", default=None, help="controller image (default: the one config/default names)")
+    release.add_argument("-o", "--output", default="out/repository", metavar="DIR",
+                         help="provider repository to write <DIR>/ipam-metal3/<version>/ into (default out/repository)")
+
     demo = commands.add_parser("demo", help="start a local control plane, apply the samples, run the controller, "
                                             "show the result, stop")
     demo.add_argument("-f", "--filename", action="append", metavar="PATH",
@@ -88,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "release":
+            return _release(args)
         if args.command == "demo":
             from . import demo
             return demo.main(args.filename or [str(_samples())])
@@ -227,6 +239,26 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(run(options))
     except KeyboardInterrupt:
         return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import packaging
+
+    try:
+        folder = packaging.release(Path(args.output), args.version, image=args.image)
+    except (packaging.PackagingError, OSError, yaml.YAMLError) as err:
+        print(f"metal3-ipam release: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    components = folder / packaging.COMPONENTS_FILE
+    print(f"wrote {components} and {folder / 'metadata.yaml'}")
+    print(f"clusterctl configuration (clusterctl --config FILE ...):\n"
+          f"providers:\n"
+          f"- name: {packaging.PROVIDER_NAME}\n"
+          f"  type: IPAMProvider\n"
+          f"  url: {components.resolve()}")
+    return EXIT_OK
 
 
 def _presentable(obj: dict) -> dict:

@@ -157,16 +157,18 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
-def configurations(client_config: Callable[[Hook], dict], name: str = "metal3-ipam") -> list[dict]:
+def configurations(client_config: Callable[[Hook], dict], name: str | None = "metal3-ipam") -> list[dict]:
     """The Mutating- and ValidatingWebhookConfiguration for :data:`HOOKS`.
 
     ``client_config(hook)`` gives each webhook's ``clientConfig`` (a Service
-    reference in a cluster, a URL and CA bundle in tests).
+    reference in a cluster, a URL and CA bundle in tests); ``name`` prefixes
+    the configurations' names.
     """
     out = []
     for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
+        base = f"{'mutating' if mutating else 'validating'}-webhook-configuration"
         out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-                    "metadata": {"name": f"{name}-{'mutating' if mutating else 'validating'}-webhook-configuration"},
+                    "metadata": {"name": f"{name}-{base}" if name else base},
                     "webhooks": [h.configuration(client_config(h)) for h in HOOKS if h.mutating == mutating]})
     return out
 
