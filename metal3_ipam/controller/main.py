@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,7 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..core.inventory import Inventory
-from . import health
+from . import health, webhook
 from .api import ApiWriter
 from .leader import LeaderElector, LeaseTiming
 from .operator import Controller, NotInstalled, build_registry, discover, list_all, login_from, settings
@@ -43,6 +44,8 @@ class Options:
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     resync_seconds: float = 300.0
     parallel_writes: int = 16
+    webhook_port: int = 0  # 0: no admission webhooks
+    webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
 
 
 def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
@@ -144,6 +147,18 @@ async def run(options: Options) -> int:
                   err.strerror or err)
         await writer.close()
         return 1
+    webhooks = None
+    if options.webhook_port:
+        admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces)
+        try:
+            webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
+                                                   options.webhook_cert_dir).start()
+        except (OSError, ssl.SSLError) as err:
+            log.error("cannot serve admission webhooks on port %s with the certificate in %s: %s",
+                      options.webhook_port, options.webhook_cert_dir, getattr(err, "strerror", None) or err)
+            await writer.close()
+            await runner.cleanup()
+            return 1
     if elector is not None:
         elector.start()
     background.append(asyncio.create_task(resync(), name="resync"))
@@ -175,4 +190,6 @@ async def run(options: Options) -> int:
             elector.close()
         await writer.close()
         await runner.cleanup()
+        if webhooks is not None:
+            await webhooks.close()
     return 0

@@ -173,6 +173,9 @@ def settings() -> kopf.OperatorSettings:
     s.persistence.diffbase_storage = _NoDiffBase()
     s.watching.server_timeout = 300
     s.watching.client_timeout = 330
+    # The resources are discovered once at start (discover()); kopf need not watch CRDs or
+    # namespaces for more, which would take RBAC the controller has no other use for.
+    s.scanning.disabled = True
     return s
 
 
