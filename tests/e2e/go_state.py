@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import CAPI, CAPI_IPAM_GROUP, CLUSTER_NAME_LABEL, METAL3, Kube
+from controller_fixtures import CAPI, CAPI_IPAM_GROUP, CLUSTER_NAME_LABEL, FIN_CAPI_ADDRESS, METAL3, Kube
 
 GO_POOL_FINALIZER = "ippool.ipam.metal3.io"
 GO_CLAIM_FINALIZER = "ipclaim.ipam.metal3.io"
@@ -226,6 +226,7 @@ class Served:
     kind: str          # "IPClaim" | "IPAddressClaim"
     claim: str
     pool: str
+    name_prefix: str
     ip: str
     address_name: str  # the Metal3 IPAddress (IPClaim) or Cluster API IPAddress (IPAddressClaim)
     address_uid: str
@@ -280,13 +281,18 @@ class GoIpam:
             *METAL3, self.kube.ns, "ippools", pool_name,
             {"status": {"indexes": self.indexes(pool), "lastUpdated": now()}})
 
-    def serve(self, kind: str, claim_name: str, grant: Grant | None = None) -> Served:
-        """Serve one existing claim, as the Go controller does: its address, then its finalizer, then its status."""
+    def serve(self, kind: str, claim_name: str, grant: Grant | None = None, *, stop_after_address: bool = False) \
+            -> Served:
+        """Serve one existing claim, as the Go controller does: its address, then its finalizer, then its
+        status. ``stop_after_address``: the Go controller stopped between the address and the claim's patch."""
         claim, pool = self._read(kind, claim_name)
         if grant is None:
             grant = go_allocate(pool["spec"], claim_name, _meta(claim).get("annotations"), self.taken(pool),
                                 self.rng)
-        return self._write(kind, claim, pool, self._create_address(kind, claim, pool, grant), grant)
+        address = self._create_address(kind, claim, pool, grant)
+        if stop_after_address:
+            return self._record(kind, claim, pool, address, grant)
+        return self._write(kind, claim, pool, address, grant)
 
     def serve_racing(self, kind: str, claim_name: str, attempts: int = 10) -> Served | None:
         """Serve a claim from one read of it taken at once, whatever happens to it meanwhile (another
@@ -344,7 +350,60 @@ class GoIpam:
                                                             {"metadata": {"finalizers": finalizers + [finalizer]}})
         self.kube.custom.patch_namespaced_custom_object_status(*gv, self.kube.ns, plural, claim_name,
                                                                {"status": status})
-        served = Served(kind, claim_name, _meta(pool)["name"], grant.ip, _meta(address)["name"],
-                        _meta(address)["uid"], _meta(claim)["uid"])
+        return self._record(kind, claim, pool, address, grant)
+
+    def _record(self, kind: str, claim: dict, pool: dict, address: dict, grant: Grant) -> Served:
+        served = Served(kind, _meta(claim)["name"], _meta(pool)["name"], pool["spec"]["namePrefix"], grant.ip,
+                        _meta(address)["name"], _meta(address)["uid"], _meta(claim)["uid"])
         self.served.append(served)
         return served
+
+
+# --------------------------------------------------------------------------- after the upgrade
+
+
+def adoption_problems(state, served: list[Served]) -> list[str]:
+    """Every Go allocation as it was: same IP, same address objects (names and uids), a Metal3
+    lock <namePrefix>-<ip> for each Cluster API claim, no second address of either API."""
+    problems = []
+    m3 = state.objects["addresses"]
+    capi = state.objects["capi_addresses"]
+    held = state.holdings()
+    for s in served:
+        key = (s.kind, s.claim)
+        ips = held.get(key, {})
+        if set(ips) != {ipaddress.ip_address(s.ip)}:
+            problems.append(f"{s.kind} {s.claim} held {s.ip} under the Go controller, now {sorted(map(str, ips))}")
+            continue
+        names = ips[ipaddress.ip_address(s.ip)]
+        lock_name = go_address_name(s.name_prefix, s.ip)
+        if s.kind == "IPClaim":
+            a = m3.get(s.address_name)
+            if a is None or a["metadata"]["uid"] != s.address_uid:
+                problems.append(f"IPClaim {s.claim}: its IPAddress {s.address_name} was replaced or removed")
+            if names != [("addresses", s.address_name)]:
+                problems.append(f"IPClaim {s.claim}: addresses {names}, expected only {s.address_name}")
+        else:
+            a = capi.get(s.address_name)
+            if a is None or a["metadata"]["uid"] != s.address_uid:
+                problems.append(f"IPAddressClaim {s.claim}: its Cluster API IPAddress {s.address_name} "
+                                f"was replaced or removed")
+            elif FIN_CAPI_ADDRESS not in (a["metadata"].get("finalizers") or []):
+                problems.append(f"IPAddressClaim {s.claim}: {s.address_name} lost {FIN_CAPI_ADDRESS}")
+            if sorted(names) != [("addresses", lock_name), ("capi_addresses", s.address_name)]:
+                problems.append(f"IPAddressClaim {s.claim}: addresses {names}, expected the Go one "
+                                f"{s.address_name} and a lock {lock_name}")
+            lock = m3.get(lock_name)
+            if lock is not None:
+                claim_ref = lock["spec"]["claim"]
+                if (claim_ref.get("kind"), claim_ref.get("name"), lock["spec"]["address"], lock["spec"]["pool"]["name"]) \
+                        != ("IPAddressClaim", s.claim, s.ip, s.pool):
+                    problems.append(f"IPAddressClaim {s.claim}: the lock {lock_name} says {lock['spec']}")
+            claim = state.objects["IPAddressClaim"].get(s.claim)
+            if claim and (claim.get("status") or {}).get("addressRef", {}).get("name") != s.address_name:
+                problems.append(f"IPAddressClaim {s.claim}: status.addressRef {claim['status'].get('addressRef')} "
+                                f"no longer names {s.address_name}")
+        claim = state.objects[s.kind].get(s.claim)
+        if claim is None or claim["metadata"]["uid"] != s.claim_uid:
+            problems.append(f"{s.kind} {s.claim} was replaced or removed")
+    return problems

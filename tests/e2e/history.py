@@ -275,11 +275,22 @@ def claims_keep_their_ips(exempt: Iterable[ClaimKey] = ()) -> Callable[[State, E
     return check
 
 
+def ips_by_name(state: State, names: set[str]) -> dict[str, str | None]:
+    """name -> IP (or None) of the named claims (names are unique across kinds here)."""
+    held = state.holdings()
+    out = {}
+    for key in state.live_claims():
+        if key[1] in names:
+            ips = held.get(key, {})
+            out[key[1]] = str(next(iter(ips))) if len(ips) == 1 else None
+    return out
+
+
 # --------------------------------------------------------------------------- the end state
 
 
 def converged_findings(kube: Kube, *, expect_errors: Iterable[str] | None = None,
-                       error_reasons: Iterable[str] = ("PoolExhausted",)) -> tuple[list[str], State]:
+                       error_reasons: Iterable[str] | None = ("PoolExhausted",)) -> tuple[list[str], State]:
     """What is not (yet) as it must end, for addresses of either shape.
 
     Every live claim: exactly one IP, or an error and no address. An IPClaim's
@@ -289,7 +300,8 @@ def converged_findings(kube: Kube, *, expect_errors: Iterable[str] | None = None
     status.addressRef names, with Ready=True. No address of either API outlives
     its claim. Every live pool's status.indexes (IPClaims by name,
     ``IPAddressClaim/<name>`` for the others) and allocated count match its locks.
-    ``expect_errors``: claim names allowed to end in error (None: any).
+    ``expect_errors``: claim names allowed to end in error (None: any); ``error_reasons``: the
+    Ready reasons a Cluster API claim's error may give (None: any).
     """
     state = State.listed(kube)
     f: list[str] = []
@@ -297,7 +309,7 @@ def converged_findings(kube: Kube, *, expect_errors: Iterable[str] | None = None
     held = state.holdings()
     pools = state.objects["pools"]
     errors_allowed = None if expect_errors is None else set(expect_errors)
-    error_reasons = set(error_reasons)
+    error_reasons = None if error_reasons is None else set(error_reasons)
     for key, c in live.items():
         kind, name = key
         ips = held.get(key, {})
@@ -313,7 +325,7 @@ def converged_findings(kube: Kube, *, expect_errors: Iterable[str] | None = None
                 f.append(f"{kind} {name} has neither an address nor an error (status {status})")
             elif errors_allowed is not None and name not in errors_allowed:
                 f.append(f"{kind} {name} has an error: {error or reason} {(ready or {}).get('message')}")
-            elif reason and reason not in error_reasons:
+            elif reason and error_reasons is not None and reason not in error_reasons:
                 f.append(f"{kind} {name}: unexpected reason {reason} {(ready or {}).get('message')}")
             continue
         (ip, names), = ips.items()
