@@ -247,8 +247,12 @@ def _create_many(kube: Kube, claims: list[tuple[str, str, str]]) -> None:
 
 
 def _pools_in_order(kube: Kube, first: str, second: str) -> None:
+    """``first`` is the earlier pool (creationTimestamp, then name), and the controller has seen both:
+    it reconciled the second (pools reach it in the order they were written) before any claim comes."""
     a, b = kube.ippool(first), kube.ippool(second)
     assert (a["metadata"]["creationTimestamp"], first) < (b["metadata"]["creationTimestamp"], second)
+    eventually(lambda: all((kube.ippool(p).get("status") or {}).get("capacity") for p in (first, second)),
+               timeout=30, what=f"the controller to reconcile pools {first} and {second}")
 
 
 def _served_ips(state: State, names: set[str]) -> set[str]:
@@ -311,6 +315,11 @@ def test_addresses_of_another_pool_are_never_handed_out(controller, kube, contro
         kube.patch(METAL3, "ipclaims", "b-holder", {"metadata": {"annotations": {PAUSED: None}}})
         kube.custom.patch_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", "b-capi-holder",
                                                    {"metadata": {"annotations": {PAUSED: None}}})
+        # The controller has taken the holders in (pool a's claims come after, in other watch streams).
+        eventually(lambda: (condition(kube.ipclaim("b-holder"), "Ready") or {}).get("status") == "True"
+                   and any(a["spec"]["claim"].get("kind") == "IPAddressClaim"
+                           and a["spec"]["claim"]["name"] == "b-capi-holder" for a in kube.addresses()),
+                   timeout=30, what="the holders to be taken over")
 
         claims = [("IPAddressClaim" if i % 2 else "IPClaim", f"a-{i}", "a") for i in range(8)] + \
                  [("IPAddressClaim" if i % 2 else "IPClaim", f"b-{i}", "b") for i in range(6)]
