@@ -532,6 +532,11 @@ def _ippool_crd() -> dict[str, Any]:
         short_names=["ipp", "ippool"],
         schema=_ippool_schema(),
         status_subresource=True,
+        # clusterctl moves what hangs off a Cluster by owner references. A pool
+        # without clusterName has no such owner; this label makes every pool a
+        # root of its own, moved with what it owns (its addresses of both APIs).
+        # Claims need no label: they come with their consumer (CAPM3's Metal3Data),
+        # and an address goes once its pool and its claim have both gone.
         extra_labels={MOVE_HIERARCHY_LABEL: ""},
         columns=[
             {

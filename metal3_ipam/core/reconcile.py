@@ -145,7 +145,7 @@ class _Reconciler:
     # -- the pass ---------------------------------------------------------------
 
     def run(self) -> Plan:
-        if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj):
+        if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             return self.plan
         for address in self.snap.addresses + self.snap.capi_addresses:
@@ -215,7 +215,7 @@ class _Reconciler:
         finalizer = kinds.FINALIZERS[kinds.IPPOOL]
         if o.is_deleting(pool):
             in_use = self.snap.addresses or self.snap.capi_addresses
-            if finalizer in o.finalizers(pool) and (not in_use or o.deleted_for_move(pool)):
+            if finalizer in o.finalizers(pool) and not in_use:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
                 self.plan.notes.append(f"IPPool {o.name(pool)} waits for {len(self.snap.addresses) + len(self.snap.capi_addresses)} address(es) to go")
@@ -310,7 +310,9 @@ class _Reconciler:
         claim = self.claims.get(key) if key else None
         step = self.plan.step(subject)
         if o.is_deleting(address):
-            keep = claim is not None and not o.is_deleting(claim) and not o.deleted_for_move(address)
+            if o.deleted_for_move(address):
+                return  # clusterctl strips every finalizer itself; a write here would race it
+            keep = claim is not None and not o.is_deleting(claim)
             if finalizer in o.finalizers(address) and not keep:
                 step.add(_without_finalizer(address, finalizer))
             return
@@ -358,11 +360,14 @@ class _Reconciler:
             self.bound[key] = _text_of(live[0])
 
     def release(self, claim: dict, step: Step, mine: list[dict], finalizer: str) -> None:
-        if not o.deleted_for_move(claim):
-            for address in mine:
-                _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
-            for mirror in self.mirrors_of.get(o.claim_key(claim), []):
-                _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+        if o.deleted_for_move(claim):
+            # Moved, not released; clusterctl strips the finalizers itself.
+            self.remember_binding(claim)
+            return
+        for address in mine:
+            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
+        for mirror in self.mirrors_of.get(o.claim_key(claim), []):
+            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
@@ -633,6 +638,11 @@ def _owner(obj: dict, controller: bool = False, block: bool = False) -> dict:
     if block:
         ref["blockOwnerDeletion"] = True
     return ref
+
+
+def _moving(obj: dict | None) -> bool:
+    """Deleted by ``clusterctl move`` after its copy reached the target: clusterctl's to finish."""
+    return obj is not None and o.is_deleting(obj) and o.deleted_for_move(obj)
 
 
 def _is_cluster_ref(ref: Mapping[str, Any], cluster_name: str) -> bool:
