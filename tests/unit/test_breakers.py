@@ -16,7 +16,7 @@ from metal3_ipam.core.actions import Create
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused, converge
-from go_state import go_pool, go_served_capi_claim, go_served_ipclaim
+from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import NS, all_plans, get, ipclaim, ippool, loaded
 
 POOL, IPCLAIM, CAPI_CLAIM = kinds.IPPOOL, kinds.IPCLAIM, kinds.CAPI_CLAIM

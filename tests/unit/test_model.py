@@ -34,7 +34,7 @@ from metal3_ipam.core.inventory import Inventory, SERVED
 from metal3_ipam.core.naming import ip_text
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
-from go_state import go_pool, go_served_capi_claim, go_served_ipclaim
+from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import NS, capi_claim, cluster, ipclaim, ippool
 
 CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)

@@ -15,7 +15,7 @@ from metal3_ipam.core.actions import Create, SetFinalizers
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.naming import address_name, ip_text
 from metal3_ipam.memory import converge
-from go_state import go_pool, go_served_capi_claim, go_served_ipclaim
+from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import (NS, all_plans, capi_addresses, capi_claim, cluster, converged, get, ipclaim, ippool,
                           loaded, metal3_addresses, pool_plan, user_delete)
 
