@@ -149,8 +149,8 @@ def _write_go_state(kube: Kube, go: GoIpam) -> None:
     kube.cluster("c1")
     kube.pool("p4", **P4)
     kube.pool("p6", **P6)
-    go.adopt_pool("p4")
-    go.adopt_pool("p6")
+    go.write_pool_metadata("p4")
+    go.write_pool_metadata("p6")
     for pool, claims in (("p4", P4_GO), ("p6", P6_GO)):
         for kind, name, requested, _ in claims:
             _create_claim(kube, kind, name, pool, requested, GO_LABELS)
@@ -335,8 +335,8 @@ def test_go_state_appearing_while_the_controller_runs(controller_factory, kube, 
         kube.cluster("c1")
         kube.pool("p4", **P4_RUNNING)
         kube.pool("p6", **P6)
-        go.adopt_pool("p4")
-        go.adopt_pool("p6")
+        go.write_pool_metadata("p4")
+        go.write_pool_metadata("p6")
         go_claims = {(kind, name) for kind, name, _, _ in P4_GO + P6_GO}
         for pool, claims in (("p4", P4_GO), ("p6", P6_GO)):
             for kind, name, requested, _ in claims:
