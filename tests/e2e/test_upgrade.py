@@ -21,8 +21,8 @@ import yaml
 pytest.register_assert_rewrite("controller_fixtures", "go_state", "history")
 
 from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition  # noqa: E402
-from go_state import (GO_ADDRESS_FINALIZER, GoAllocationError, GoIpam, Grant, adoption_problems,  # noqa: E402
-                      capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
+from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,  # noqa: E402
+                      adoption_problems, capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
                       ipclaim_status, pool_metadata_patch)
 from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,  # noqa: E402
                      claims_keep_their_ips, ips_by_name, moment_violations, wait_converged)
@@ -251,6 +251,13 @@ def test_upgrade_adopts_the_go_controllers_state(controller_factory, kube, contr
         indexes = kube.ippool("p4")["status"]["indexes"]
         assert indexes["IPAddressClaim/iac-0"] == "192.168.10.3" and "iac-0" not in indexes, indexes
         assert indexes["ipc-0"] == "192.168.10.1", indexes
+        # The pool's metadata as the Go controller left it: its Cluster owner reference (not a controller
+        # reference) and its labels.
+        pool = kube.ippool("p4")
+        cluster_uid = kube.get(("cluster.x-k8s.io", "v1beta2"), "clusters", "c1")["metadata"]["uid"]
+        refs = [r for r in pool["metadata"]["ownerReferences"] if r["kind"] == "Cluster"]
+        assert [(r["uid"], bool(r.get("controller"))) for r in refs] == [(cluster_uid, False)], refs
+        assert pool["metadata"]["labels"] == {CLUSTER_NAME_LABEL: "c1", PROVIDER_LABEL: "ipam-metal3"}
         # 12 addresses .1-.12 less the gateway; 12 allocations (one is the gateway the Go controller gave out).
         assert _status(kube, "p4") == ("11", "12", "0")
         assert _status(kube, "p6") == ("65536", "14", "65522")
