@@ -28,7 +28,8 @@ pool and every preallocated IP counts as taken, as the Go controller's getIndexe
 
 The body builders are pure (``*_body``); :class:`GoIpam` writes them in the order the
 Go controller does: the address, then the claim's finalizer, then the claim's status,
-and the pool's metadata and status.
+and the pool's metadata and status. :func:`adoption_problems` says how a later state
+differs from what the Go controller left.
 """
 
 from __future__ import annotations
@@ -107,14 +108,18 @@ def go_allocate(pool_spec: dict, claim_name: str, annotations: dict | None, take
     dns = list(pool_spec.get("dnsServers") or [])
     if requested and pre and ipaddress.ip_address(requested) != ipaddress.ip_address(pre):
         raise GoAllocationError("PreAllocation and requested ip address are conflicting")
+    requested_seen = False
     for entry in pool_spec.get("pools") or []:
         chosen = None
         if pre or requested:
             want = ipaddress.ip_address(pre or requested)
             for ip in _entry_addresses(entry):
-                if ip == want and (pre or str(ip) not in taken):
+                if ip != want:
+                    continue
+                requested_seen = True
+                if pre or str(ip) not in taken:
                     chosen = ip
-                    break
+                break
         elif pool_spec.get("allocationStrategy") == "random":
             candidates = list(_entry_addresses(entry))
             start = (rng or random).randrange(len(candidates))
@@ -128,6 +133,10 @@ def go_allocate(pool_spec: dict, claim_name: str, annotations: dict | None, take
         if chosen is not None:
             return Grant(str(chosen), entry.get("prefix") or prefix, entry.get("gateway") or gateway,
                          list(entry.get("dnsServers") or dns))
+    if requested and requested_seen and not pre:
+        raise GoAllocationError("Requested IP not available")
+    if pre:
+        raise GoAllocationError("Pre-allocated IP out of bounds")
     raise GoAllocationError("Exhausted IP Pools")
 
 
@@ -268,7 +277,7 @@ class GoIpam:
 
     # -- writes -------------------------------------------------------------
 
-    def adopt_pool(self, pool_name: str) -> dict:
+    def write_pool_metadata(self, pool_name: str) -> dict:
         pool = self.kube.ippool(pool_name)
         cluster = None
         if pool["spec"].get("clusterName"):

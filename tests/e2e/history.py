@@ -52,7 +52,6 @@ class Event:
     resource: str          # the first item of one of WATCHED
     type: str              # ADDED | MODIFIED | DELETED
     obj: dict
-    seen_at: float         # monotonic time the recorder got it
 
     @property
     def name(self) -> str:
@@ -200,7 +199,7 @@ class NamespaceRecorder:
                         continue
                     rv = obj["metadata"]["resourceVersion"]
                     with self._lock:
-                        self.events.append(Event(int(rv), resource, ev["type"], obj, time.monotonic()))
+                        self.events.append(Event(int(rv), resource, ev["type"], obj))
                     if self._stop.is_set():
                         w.stop()
             except ApiException as err:

@@ -21,8 +21,8 @@ import yaml
 pytest.register_assert_rewrite("controller_fixtures", "go_state", "history")
 
 from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition  # noqa: E402
-from go_state import (GO_ADDRESS_FINALIZER, GoAllocationError, GoIpam, Grant, adoption_problems,  # noqa: E402
-                      capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
+from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,  # noqa: E402
+                      adoption_problems, capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
                       ipclaim_status, pool_metadata_patch)
 from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,  # noqa: E402
                      claims_keep_their_ips, ips_by_name, moment_violations, wait_converged)
@@ -149,8 +149,8 @@ def _write_go_state(kube: Kube, go: GoIpam) -> None:
     kube.cluster("c1")
     kube.pool("p4", **P4)
     kube.pool("p6", **P6)
-    go.adopt_pool("p4")
-    go.adopt_pool("p6")
+    go.write_pool_metadata("p4")
+    go.write_pool_metadata("p6")
     for pool, claims in (("p4", P4_GO), ("p6", P6_GO)):
         for kind, name, requested, _ in claims:
             _create_claim(kube, kind, name, pool, requested, GO_LABELS)
@@ -251,6 +251,13 @@ def test_upgrade_adopts_the_go_controllers_state(controller_factory, kube, contr
         indexes = kube.ippool("p4")["status"]["indexes"]
         assert indexes["IPAddressClaim/iac-0"] == "192.168.10.3" and "iac-0" not in indexes, indexes
         assert indexes["ipc-0"] == "192.168.10.1", indexes
+        # The pool's metadata as the Go controller left it: its Cluster owner reference (not a controller
+        # reference) and its labels.
+        pool = kube.ippool("p4")
+        cluster_uid = kube.get(("cluster.x-k8s.io", "v1beta2"), "clusters", "c1")["metadata"]["uid"]
+        refs = [r for r in pool["metadata"]["ownerReferences"] if r["kind"] == "Cluster"]
+        assert [(r["uid"], bool(r.get("controller"))) for r in refs] == [(cluster_uid, False)], refs
+        assert pool["metadata"]["labels"] == {CLUSTER_NAME_LABEL: "c1", PROVIDER_LABEL: "ipam-metal3"}
         # 12 addresses .1-.12 less the gateway; 12 allocations (one is the gateway the Go controller gave out).
         assert _status(kube, "p4") == ("11", "12", "0")
         assert _status(kube, "p6") == ("65536", "14", "65522")
@@ -335,8 +342,8 @@ def test_go_state_appearing_while_the_controller_runs(controller_factory, kube, 
         kube.cluster("c1")
         kube.pool("p4", **P4_RUNNING)
         kube.pool("p6", **P6)
-        go.adopt_pool("p4")
-        go.adopt_pool("p6")
+        go.write_pool_metadata("p4")
+        go.write_pool_metadata("p6")
         go_claims = {(kind, name) for kind, name, _, _ in P4_GO + P6_GO}
         for pool, claims in (("p4", P4_GO), ("p6", P6_GO)):
             for kind, name, requested, _ in claims:
