@@ -1,8 +1,14 @@
 """The ``metal3-ipam`` command.
 
-- ``validate -f PATH…``: the admission rules, offline; one line per problem.
+- ``validate -f PATH… [--old PATH…] [--delete]``: the admission rules, offline;
+  one line per problem. With ``--old`` (the objects as they are now, e.g. from
+  ``kubectl get -o yaml``), an object found there is judged as an update of it,
+  and the addresses found there count as in use; with ``--delete`` the objects
+  are judged as being deleted.
 - ``plan -f PATH…``: the controller's reconcile run in memory to a fixed
   point; prints every object as it would be afterwards.
+- ``release --version V``: the clusterctl provider components, in a local
+  provider repository.
 
 Exit codes: 0 done and valid, 1 invalid input, 2 usage errors.
 """
@@ -22,7 +28,7 @@ from . import manifests
 from .core import kinds
 from .core import objects as o
 from .core.problems import Problem
-from .core.validation import overlap_warnings, validate
+from .core.validation import addresses_in_use, overlap_problems, validate, validate_delete, validate_update
 from .memory import MemoryApi, converge
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -35,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("validate", help="check manifests against the admission rules")
     check.add_argument("-f", "--filename", action="append", required=True, metavar="PATH",
                        help="file or folder of YAML/JSON manifests (repeatable)")
+    check.add_argument("--old", action="append", default=[], metavar="PATH",
+                       help="the objects as they are now (repeatable): a manifest naming one of them is an update, "
+                            "checked against the update rules and the addresses in use found here")
+    check.add_argument("--delete", action="store_true",
+                       help="check that the objects of -f may be deleted (a pool in use may not)")
 
     plan = commands.add_parser("plan", help="show what the controller would allocate, without a cluster")
     plan.add_argument("-f", "--filename", action="append", required=True, metavar="PATH",
@@ -54,11 +65,31 @@ def _parser() -> argparse.ArgumentParser:
                      help="act without holding the Lease (safe, but replicas then duplicate work)")
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
                      help="namespace of the Lease (default: $POD_NAMESPACE or default)")
+    run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
+                     help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
+    run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",
+                     help="the leader stops writing when it could not renew for this long; shorter than the lease "
+                          "duration (default 10s)")
+    run.add_argument("--leader-elect-retry-period", default="2s", metavar="DURATION",
+                     help="how often the Lease is renewed or tried for (default 2s)")
     run.add_argument("--resync-seconds", type=float, default=300.0,
                      help="look at every pool again this often (default 300)")
     run.add_argument("--parallel-writes", type=int, default=16, metavar="N",
                      help="API writes in flight at once (default 16)")
+    run.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
+                     help="serve the admission webhooks over HTTPS on this port (default 0: not served)")
+    run.add_argument("--webhook-cert-dir", default=None, metavar="DIR",
+                     help="directory holding the serving certificate tls.crt and its key tls.key, reloaded when "
+                          "they change (default /tmp/k8s-webhook-server/serving-certs)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
+
+    release = commands.add_parser("release", help="render config/default into clusterctl provider components "
+                                                   "in a local provider repository")
+    release.add_argument("--version", required=True, help="release version, e.g. v0.1.0 (metadata.yaml must "
+                                                          "have its release series)")
+    release.add_argument("--image", default=None, help="controller image (default: the one config/default names)")
+    release.add_argument("-o", "--output", default="out/repository", metavar="DIR",
+                         help="provider repository to write <DIR>/ipam-metal3/<version>/ into (default out/repository)")
 
     demo = commands.add_parser("demo", help="start a local control plane, apply the samples, run the controller, "
                                             "show the result, stop")
@@ -74,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "release":
+            return _release(args)
         if args.command == "demo":
             from . import demo
             return demo.main(args.filename or [str(_samples())])
@@ -86,34 +119,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _check(paths: list[str]) -> tuple[list[manifests.Loaded], list[str], list[str]]:
+def _key(obj: dict) -> tuple:
+    return (kinds.kind_of(obj), o.namespace(obj) or "default", o.name(obj))
+
+
+def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
+           ) -> tuple[list[manifests.Loaded], list[str], list[str]]:
     """Load and validate; returns the objects, error lines and warning lines."""
     loaded, file_problems = manifests.load(paths)
-    errors = [str(p) for p in file_problems]
-    warnings = []
+    old_loaded, old_problems = manifests.load(list(old_paths)) if old_paths else ([], [])
+    errors = [str(p) for p in file_problems + old_problems]
+    warnings: list[str] = []
+    # Judged where kubectl would put them: an object without a namespace is in default.
+    loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in loaded]
+    old_loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in old_loaded]
+    old = {_key(item.obj): item.obj for item in old_loaded}
+    new_keys = {_key(item.obj) for item in loaded}
+    # Every pool of the namespace as it will be: the new versions, and the old ones not replaced.
+    pools = [item.obj for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
+    pools += [obj for key, obj in old.items() if key[0] == kinds.IPPOOL and key not in new_keys]
+    addresses = [item.obj for item in old_loaded + loaded
+                 if kinds.kind_of(item.obj) in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)]
     seen: dict[tuple, str] = {}
-    pools = [item for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
     for item in loaded:
         where = manifests.relative(item.path)
-        problems: list[Problem] = validate(item.obj)
-        if kinds.kind_of(item.obj) == kinds.IPPOOL and not problems:
-            problems = overlap_warnings(item.obj, [p.obj for p in pools])
+        key = _key(item.obj)
+        kind = kinds.kind_of(item.obj)
+        in_use = addresses_in_use(addresses, key[1], key[2]) if kind == kinds.IPPOOL else None
+        if delete:
+            problems: list[Problem] = validate_delete(item.obj, in_use)
+        elif key in old:
+            problems = validate_update(old[key], item.obj, in_use)
+        else:
+            problems = validate(item.obj)
+        if kind == kinds.IPPOOL and not delete and not [p for p in problems if not p.warning]:
+            problems += overlap_problems(item.obj, pools)
         for problem in problems:
             (warnings if problem.warning else errors).append(f"{where}: {problem}")
-        key = (kinds.kind_of(item.obj), o.namespace(item.obj) or "default", o.name(item.obj))
         if key in seen and o.name(item.obj):
             errors.append(f"{where}: {item.obj['kind']}/{key[1]}/{key[2]}: defined twice (also in {seen[key]})")
         seen.setdefault(key, where)
     return loaded, errors, warnings
 
 
+def _defaulted(obj: dict) -> dict:
+    """An object without a namespace is in ``default``, as kubectl would put it."""
+    if o.namespace(obj):
+        return obj
+    return dict(obj, metadata=dict(o.meta(obj), namespace="default"))
+
+
 def _validate(args: argparse.Namespace) -> int:
-    loaded, errors, warnings = _check(args.filename)
+    loaded, errors, warnings = _check(args.filename, args.old, args.delete)
     for line in warnings + errors:
         print(line)
     if errors:
         return EXIT_INVALID
-    print(f"{len(loaded)} object(s) valid", file=sys.stderr)
+    print(f"{len(loaded)} object(s) {'may be deleted' if args.delete else 'valid'}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -175,10 +237,65 @@ def _run(args: argparse.Namespace) -> int:
                       resync_seconds=args.resync_seconds, parallel_writes=max(1, args.parallel_writes))
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
+    options.lease_timing = _lease_timing(args)
+    if not 0 <= args.webhook_port <= 65535:
+        raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
+    options.webhook_port = args.webhook_port
+    if args.webhook_cert_dir:
+        options.webhook_cert_dir = args.webhook_cert_dir
     try:
         return asyncio.run(run(options))
     except KeyboardInterrupt:
         return 0
+
+
+def _seconds(flag: str, text: str) -> float:
+    """A duration as Kubernetes components take it: ``15s``, ``500ms``, ``1m``, or plain seconds."""
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0))
+    number, scale = text.strip(), 1.0
+    for suffix, factor in units:
+        if number.endswith(suffix):
+            number, scale = number[:-len(suffix)], factor
+            break
+    try:
+        value = float(number) * scale
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise manifests.UsageError(f"{flag} {text!r}: expected a positive duration such as 15s, 500ms or 1m")
+    return value
+
+
+def _lease_timing(args: argparse.Namespace):
+    from .controller.leader import LeaseTiming
+
+    flags = ("--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period")
+    values = [_seconds(flag, getattr(args, flag[2:].replace("-", "_"))) for flag in flags]
+    try:
+        return LeaseTiming(*values)
+    except ValueError as err:
+        given = ", ".join(f"{flag} {getattr(args, flag[2:].replace('-', '_'))}" for flag in flags)
+        raise manifests.UsageError(f"leader election: {err} (given {given})") from None
+
+
+def _release(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import packaging
+
+    try:
+        folder = packaging.release(Path(args.output), args.version, image=args.image)
+    except (packaging.PackagingError, OSError, yaml.YAMLError) as err:
+        print(f"metal3-ipam release: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    components = folder / packaging.COMPONENTS_FILE
+    print(f"wrote {components} and {folder / 'metadata.yaml'}")
+    print(f"clusterctl configuration (clusterctl --config FILE ...):\n"
+          f"providers:\n"
+          f"- name: {packaging.PROVIDER_NAME}\n"
+          f"  type: IPAMProvider\n"
+          f"  url: {components.resolve()}")
+    return EXIT_OK
 
 
 def _presentable(obj: dict) -> dict:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from .core import kinds
 from .core import objects as o
-from .core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions
+from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
+                           guard_holds)
 from .core.inventory import Inventory
 from .core.reconcile import reconcile
 
@@ -45,8 +46,9 @@ class MemoryApi:
         self.inventory.upsert(obj)
 
     def _uid(self, obj: dict) -> str:
+        # Repeatable for repeatable input, and new for each incarnation of a name, as on a server.
         return str(uuid.uuid5(_UID_NAMESPACE, f"{obj.get('apiVersion')}/{obj.get('kind')}/"
-                                              f"{o.namespace(obj)}/{o.name(obj)}"))
+                                              f"{o.namespace(obj)}/{o.name(obj)}/{self._version}"))
 
     def _next_version(self) -> str:
         self._version += 1
@@ -95,9 +97,10 @@ class MemoryApi:
                 raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
             self.load(obj)
         elif isinstance(action, Delete):
-            if action.unless_exists is not None and self.inventory.get(
-                    action.unless_exists.group_kind, action.unless_exists.namespace, action.unless_exists.name):
-                raise Refused(f"{action.unless_exists} exists: {action.target} is kept")
+            guard = action.unless_exists
+            if guard is not None and guard_holds(action, self.inventory.get(guard.group_kind, guard.namespace,
+                                                                             guard.name)):
+                raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
             if action.resource_version is not None and action.resource_version != obj["metadata"].get("resourceVersion"):
                 raise Refused(f"{action.target} changed since it was read")

@@ -12,6 +12,12 @@ What the server refuses is not retried blindly:
 - Conflict on a conditional write: someone wrote the object since it was
   read; its watch event brings the new version and another reconcile.
 - NotFound on a delete or a finalizer removal: the goal is reached already.
+
+Writes go out only while ``may_write()`` says so (the leader election's gate):
+it is asked before every action of every step and once more as a write leaves
+for the wire, so a pass still running when leadership is lost stops where it
+is. A step stopped that way is not a failure; whoever leads next reconciles
+the pool from what was written.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 from kubernetes import client
@@ -31,7 +37,8 @@ from kubernetes.client.rest import ApiException
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions
+from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions,
+                            guard_holds)
 from ..core.inventory import Inventory
 
 log = logging.getLogger("metal3_ipam.api")
@@ -67,6 +74,25 @@ class Outcome:
     created: list[dict] = field(default_factory=list)
     deleted: list[o.Ref] = field(default_factory=list)
     warnings: list[Event] = field(default_factory=list)
+    # Steps left unfinished because writing stopped being allowed (leadership lost).
+    stopped: int = 0
+
+
+class Fenced(Exception):
+    """Writing is no longer allowed: nothing more of this step is sent."""
+
+
+def _fenced_request_class(may_write: Callable[[], bool]) -> type[aiohttp.ClientRequest]:
+    class FencedRequest(aiohttp.ClientRequest):
+        # The last moment before a write's bytes go out: a pass that was frozen (SIGSTOP, a
+        # paused VM) between its checks and the wire must not send what it prepared as leader.
+        async def write_bytes(self, writer, conn, *args, **kwargs):  # type: ignore[override]
+            if self.method != "GET" and not may_write():
+                conn.close()  # nothing complete was sent: the server sees a connection closed mid-request
+                return
+            await super().write_bytes(writer, conn, *args, **kwargs)
+
+    return FencedRequest
 
 
 class Refusal(Exception):
@@ -84,8 +110,9 @@ class ApiWriter:
 
     def __init__(self, configuration: client.Configuration, inventory: Inventory,
                  resources: dict[tuple[str, str], Resource], parallel: int = 16,
-                 component: str = "metal3-ipam") -> None:
+                 component: str = "metal3-ipam", may_write: Callable[[], bool] = lambda: True) -> None:
         self.configuration = configuration
+        self.may_write = may_write
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
@@ -127,7 +154,7 @@ class ApiWriter:
             connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=self._ssl())
             self._session = aiohttp.ClientSession(
                 base_url=self.configuration.host.rstrip("/") + "/", connector=connector,
-                timeout=aiohttp.ClientTimeout(total=60))
+                timeout=aiohttp.ClientTimeout(total=60), request_class=_fenced_request_class(self.may_write))
         return self._session
 
     # -- plans -------------------------------------------------------------
@@ -141,9 +168,15 @@ class ApiWriter:
         async with self.limit:
             versions = StepVersions()
             for action in step.actions:
+                if not self.may_write():
+                    outcome.stopped += 1
+                    return
                 action = versions.current(action)
                 try:
                     result = await self._do(action)
+                except Fenced:
+                    outcome.stopped += 1
+                    return
                 except Refusal as refusal:
                     outcome.again |= refusal.again
                     outcome.failures.append(f"{step.subject}: {refusal}")
@@ -195,6 +228,8 @@ class ApiWriter:
             async with self._http().request(method, path.lstrip("/"), data=data, headers=headers) as response:
                 text = await response.text()
         except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            if method != "GET" and not self.may_write():
+                raise Fenced() from None  # stopped on its way out (FencedRequest)
             failure = ApiException(status=0, reason=f"{type(err).__name__}: {err}")
             raise failure from None
         if not 200 <= response.status < 300:
@@ -220,7 +255,7 @@ class ApiWriter:
 
     async def _delete(self, action: Delete) -> dict | None:
         guard = action.unless_exists
-        if guard is not None and await self._refresh(guard) is not None:
+        if guard is not None and guard_holds(action, await self._refresh(guard)):
             raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
         body = {"propagationPolicy": "Background"}
@@ -234,10 +269,14 @@ class ApiWriter:
                 self._forget(action.target)
                 return None
             raise
-        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
+        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
+                and o.finalizers(result):
             self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
             return result
-        self._forget(action.target)
+        if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
+            self.inventory.remove(result)  # gone at once: its last state marks the deletion
+        else:
+            self._forget(action.target)
         return None
 
     async def _patch(self, action: SetFinalizers | SetMetadata | SetStatus) -> dict:
@@ -300,9 +339,7 @@ class ApiWriter:
         return obj
 
     def _forget(self, target: o.Ref) -> None:
-        obj = self.inventory.get(target.group_kind, target.namespace, target.name)
-        if obj is not None:
-            self.inventory.remove(obj)
+        self.inventory.forget(target.group_kind, target.namespace, target.name)
 
     async def _post_event(self, event: Event) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,26 +1,37 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` on one small HTTP server."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` on one small HTTP server.
+
+A check returns the problems it sees (empty when all is well); a failing
+probe answers 503 with one line per problem, so whoever looks at a restarted
+pod's events learns why.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+Check = Callable[[], Iterable[str]]
 
-async def serve(host: str, port: int, alive: Callable[[], bool], ready: Callable[[], bool]) -> web.AppRunner:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n") if alive() else web.Response(status=503, text="not alive\n")
 
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n") if ready() else web.Response(status=503, text="not ready\n")
+def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"]:
+    async def handler(_: web.Request) -> web.Response:
+        problems = list(check())
+        if problems:
+            return web.Response(status=503, text=failing + "".join(f"\n- {p}" for p in problems) + "\n")
+        return web.Response(text="ok\n")
 
+    return handler
+
+
+async def serve(host: str, port: int, alive: Check, ready: Check) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/healthz", _probe(alive, "not alive"))
+    app.router.add_get("/readyz", _probe(ready, "not ready"))
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -1,4 +1,11 @@
-"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server."""
+"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server.
+
+With leader election on, one gate decides whether this replica may write: the
+elector's :meth:`~.leader.LeaderElector.may_act`. The pool workers start no
+pass without it and the REST writer sends nothing without it. At shutdown the
+gate closes first, the passes under way end, and only then is the Lease
+released, so a standby that takes over at once never overlaps with us.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from dataclasses import dataclass, field
+from typing import Callable
 
 import kopf
 import urllib3
@@ -14,10 +23,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from ..core.inventory import Inventory
-from . import health
+from . import health, webhook
 from .api import ApiWriter
-from .leader import LeaderElector
-from .operator import Controller, NotInstalled, build_registry, discover, initial_load, login_from, settings
+from .leader import LeaderElector, LeaseTiming
+from .operator import Controller, NotInstalled, build_registry, discover, list_all, login_from, settings
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -32,8 +41,11 @@ class Options:
     leader_elect: bool = True
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     lease_name: str = "metal3-ipam-controller"
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     resync_seconds: float = 300.0
     parallel_writes: int = 16
+    webhook_port: int = 0  # 0: no admission webhooks
+    webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
 
 
 def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
@@ -44,6 +56,18 @@ def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Confi
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
     return configuration
+
+
+def liveness(stop_flag: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
+    """What /healthz reports: failing while stopping, and for good once the leader election
+    ended by itself (a replica that can never lead again must be restarted, not left idle)."""
+    def problems() -> list[str]:
+        found = ["stopping"] if stop_flag.is_set() else []
+        if elector is not None and elector.failure:
+            found.append(elector.failure)
+        return found
+
+    return problems
 
 
 async def run(options: Options) -> int:
@@ -65,9 +89,20 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes)
-    state = {"leading": not options.leader_elect, "loaded": False}
-    workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"] and state["loaded"])
+    state = {"loaded": False}
+    elector: LeaderElector | None = None
+    may_write: Callable[[], bool] = lambda: True
+
+    def on_leadership(leading: bool) -> None:
+        if leading:  # whatever happened meanwhile is looked at; losing needs nothing (the gate)
+            workers.kick_all()
+
+    if options.leader_elect:
+        elector = LeaderElector(api, options.lease_namespace, options.lease_name, options.lease_timing,
+                                on_change=on_leadership)
+        may_write = elector.may_act
+    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes, may_write=may_write)
+    workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
     controller = Controller(inventory, workers, writer)
     registry = build_registry(controller, resources)
     kopf.on.login(registry=registry)(login_from(configuration))
@@ -75,39 +110,57 @@ async def run(options: Options) -> int:
     ready_flag = asyncio.Event()
     stop_flag = asyncio.Event()
 
-    def on_leadership(leading: bool) -> None:
-        state["leading"] = leading
-        if leading:
-            workers.kick_all()
+    alive = liveness(stop_flag, elector)
+
+    def ready() -> list[str]:
+        problems = [] if ready_flag.is_set() else ["watches not started"]
+        return problems + ([] if state["loaded"] else ["inventory not loaded"])
 
     async def load() -> None:
-        for obj in await asyncio.to_thread(initial_load, api, resources, options.namespaces):
-            controller.file(obj)
+        for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+            controller.settle(listing)
         state["loaded"] = True
         log.info("inventory loaded: %d objects", len(inventory.objects))
         workers.kick_all()
 
     async def resync() -> None:
-        # Level-based safety net: every pool is looked at again now and then;
-        # an unchanged pool costs no API call.
+        # Level-based safety net: every kind is listed again now and then, so
+        # a deletion no watch event reported (a watch gap) does not leave a
+        # ghost holding an IP; and every pool is looked at again (an
+        # unchanged pool costs no API call).
         while True:
             await asyncio.sleep(options.resync_seconds)
-            if state["leading"]:
+            try:
+                for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+                    controller.settle(listing)
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
+                log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
+            if may_write():
                 workers.kick_all()
 
     background = []
     try:
         runner = await health.serve(options.health_host, options.health_port,
-                                    alive=lambda: not stop_flag.is_set(),
-                                    ready=lambda: ready_flag.is_set() and state["loaded"])
+                                    alive=alive, ready=ready)
     except OSError as err:
         log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
                   err.strerror or err)
         await writer.close()
         return 1
-    if options.leader_elect:
-        elector = LeaderElector(api, options.lease_namespace, options.lease_name, on_change=on_leadership)
-        background.append(asyncio.create_task(elector.run(), name="leader election"))
+    webhooks = None
+    if options.webhook_port:
+        admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces)
+        try:
+            webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
+                                                   options.webhook_cert_dir).start()
+        except (OSError, ssl.SSLError) as err:
+            log.error("cannot serve admission webhooks on port %s with the certificate in %s: %s",
+                      options.webhook_port, options.webhook_cert_dir, getattr(err, "strerror", None) or err)
+            await writer.close()
+            await runner.cleanup()
+            return 1
+    if elector is not None:
+        elector.start()
     background.append(asyncio.create_task(resync(), name="resync"))
     background.append(asyncio.create_task(load(), name="initial load"))
     log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in resources.values()),
@@ -121,12 +174,22 @@ async def run(options: Options) -> int:
             ready_flag=ready_flag)
     finally:
         stop_flag.set()
+        if elector is not None:
+            await elector.stop()  # the gate closes: passes under way stop at their next action
+        drained = await workers.stop(grace=options.lease_timing.renew_deadline / 2)
         for task in background:
             task.cancel()
         for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await workers.stop()
+        if elector is not None:
+            if drained:
+                await elector.release()
+            else:  # a request of ours may still be on its way: let the Lease expire instead
+                log.warning("passes did not end in time; the lease is left to expire")
+            elector.close()
         await writer.close()
         await runner.cleanup()
+        if webhooks is not None:
+            await webhooks.close()
     return 0

@@ -7,6 +7,8 @@ POOL_ALLOCATED = Gauge("metal3_ipam_pool_allocated", "Addresses in use", ["names
 POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", ["namespace", "pool"])
 ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", ["namespace", "pool"])
 RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespace", "pool"])
+# The series labelled by pool, dropped when the pool is gone.
+PER_POOL = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, ALLOCATIONS, RELEASES)
 ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])
 ALLOCATION_SECONDS = Histogram(
     "metal3_ipam_allocation_seconds", "From a claim first seen waiting to its binding",
@@ -14,3 +16,4 @@ ALLOCATION_SECONDS = Histogram(
 RECONCILE_SECONDS = Histogram(
     "metal3_ipam_reconcile_seconds", "One pass over a pool, planning and writing",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+LEADER = Gauge("metal3_ipam_leader", "1 while this replica holds the leader Lease and may write, else 0")

@@ -23,7 +23,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core import kinds
-from ..core import objects as o
 from ..core.inventory import Inventory
 from .api import ApiWriter, Resource, request
 from .workers import PoolWorkers
@@ -70,32 +69,23 @@ def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
     return resources
 
 
-def _newer_or_same(stored: dict | None, incoming: dict) -> bool:
-    """Drop a watch event older than what our own write already put in the inventory."""
-    if stored is None:
-        return True
-    before = str(o.meta(stored).get("resourceVersion", ""))
-    after = str(o.meta(incoming).get("resourceVersion", ""))
-    if before.isdigit() and after.isdigit() and o.meta(stored).get("uid") == o.meta(incoming).get("uid"):
-        return int(after) >= int(before)
-    return True
-
-
 @dataclass
 class Controller:
+    """Watch events into the inventory (which drops news older than it knows), pools kicked."""
+
     inventory: Inventory
     workers: PoolWorkers
     writer: ApiWriter
 
     def file(self, obj: dict) -> None:
-        key = self.inventory.key(obj)
-        if key is None:
-            return
-        if _newer_or_same(self.inventory.objects.get(key), obj):
-            self.workers.kick(self.inventory.upsert(obj))
+        self.workers.kick(self.inventory.upsert(obj))
 
     def forget(self, obj: dict) -> None:
         self.workers.kick(self.inventory.remove(obj))
+
+    def settle(self, listing: "Listing") -> None:
+        self.workers.kick(self.inventory.settle_listing(listing.kind, listing.namespace, listing.items,
+                                                        listing.resource_version))
 
 
 def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource]) -> kopf.OperatorRegistry:
@@ -121,26 +111,47 @@ def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tup
                   id=f"watch-{resource.plural}.{resource.group}", registry=registry)(event)
 
 
-def initial_load(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
-                 namespaces: list[str]) -> list[dict]:
-    """Every object of every served kind, one paginated LIST per kind (and namespace)."""
-    found = []
+@dataclass
+class Listing:
+    """One complete LIST of a kind (in a namespace, or everywhere), consistent as of ``resource_version``."""
+
+    kind: tuple[str, str]
+    namespace: str | None
+    items: list[dict]
+    resource_version: str | None
+
+
+def list_all(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
+             namespaces: list[str]) -> list[Listing]:
+    """Every object of every served kind, one paginated LIST per kind (and namespace).
+
+    Pages of one LIST share the first page's snapshot, so a listing is
+    consistent as of one resourceVersion: the inventory files it against
+    what the watches already told (an object deleted since is not revived),
+    and drops what the listing proves gone.
+    """
+    listings = []
     for kind, resource in resources.items():
         for namespace in namespaces or [None]:
             prefix = f"/apis/{resource.group}/{resource.version}"
             path = (f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace
                     else f"{prefix}/{resource.plural}")
             token = None
+            items: list[dict] = []
+            version = None
             while True:
                 page = request(api, "GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""))
                 for item in page.get("items") or []:
                     item.setdefault("apiVersion", f"{resource.group}/{resource.version}")
                     item.setdefault("kind", kind[1])
-                    found.append(item)
-                token = (page.get("metadata") or {}).get("continue")
+                    items.append(item)
+                meta = page.get("metadata") or {}
+                version = version or meta.get("resourceVersion")
+                token = meta.get("continue")
                 if not token:
                     break
-    return found
+            listings.append(Listing(kind, namespace, items, version))
+    return listings
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -162,6 +173,9 @@ def settings() -> kopf.OperatorSettings:
     s.persistence.diffbase_storage = _NoDiffBase()
     s.watching.server_timeout = 300
     s.watching.client_timeout = 330
+    # The resources are discovered once at start (discover()); kopf need not watch CRDs or
+    # namespaces for more, which would take RBAC the controller has no other use for.
+    s.scanning.disabled = True
     return s
 
 

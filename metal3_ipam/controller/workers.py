@@ -6,6 +6,12 @@ becomes one pass), takes a snapshot from the inventory, runs the shared
 reconcile and executes the plan. A pool that was kicked while it was being
 worked on is worked on again; one that hit a refusal comes back after a
 growing delay, never in a tight loop.
+
+Nothing starts while ``may_act()`` is false (not the leader, inventory not
+loaded yet); a pass under way when it turns false is stopped by the writer's
+own gate. A pool that is gone from the inventory with every object that
+referred to it leaves nothing behind: no task, no retry timer, no metric
+series.
 """
 
 from __future__ import annotations
@@ -57,28 +63,61 @@ class PoolWorkers:
     def kick_all(self) -> None:
         self.kick(self.inventory.pool_keys())
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 0.0) -> bool:
+        """End every pass. Those under way get up to ``grace`` seconds to finish (with writing
+        no longer allowed they stop at their next action); the rest are cancelled. True when
+        none had to be cancelled: no request of ours can still be on its way."""
         for handle in self._retry_handles.values():
             handle.cancel()
-        for task in self._tasks.values():
+        self._dirty.clear()
+        tasks = [task for task in self._tasks.values() if not task.done()]
+        pending = set(tasks)
+        if tasks and grace > 0:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return not pending
 
     async def _work(self, pool: o.PoolKey) -> None:
-        while pool in self._dirty:
-            await asyncio.sleep(self.gather_seconds)
-            self._dirty.discard(pool)
-            if not self.may_act():
-                return
+        try:
+            while pool in self._dirty:
+                await asyncio.sleep(self.gather_seconds)
+                self._dirty.discard(pool)
+                if not self.may_act():
+                    return
+                try:
+                    outcome = await self._pass(pool)
+                except Exception:  # a bug must not stop the other pools; retry later
+                    log.exception("pool %s/%s: reconcile failed", *pool)
+                    outcome = Outcome(again=True)
+                if outcome.again:
+                    self._retry_later(pool)
+                else:
+                    self._backoff.pop(pool, None)
+        finally:
+            if self._tasks.get(pool) is asyncio.current_task():
+                del self._tasks[pool]
+            if self._gone(pool):
+                self._forget(pool)
+
+    def _gone(self, pool: o.PoolKey) -> bool:
+        """Neither the pool nor anything filed under it is in the inventory."""
+        return self.inventory.get(kinds.IPPOOL, *pool) is None and pool not in self.inventory.groups
+
+    def _forget(self, pool: o.PoolKey) -> None:
+        self._dirty.discard(pool)
+        self._backoff.pop(pool, None)
+        handle = self._retry_handles.pop(pool, None)
+        if handle is not None:
+            handle.cancel()
+        for key in [k for k in self._waiting_since if k[0] == pool]:
+            del self._waiting_since[key]
+        for metric in metrics.PER_POOL:
             try:
-                outcome = await self._pass(pool)
-            except Exception:  # a bug must not stop the other pools; retry later
-                log.exception("pool %s/%s: reconcile failed", *pool)
-                outcome = Outcome(again=True)
-            if outcome.again:
-                self._retry_later(pool)
-            else:
-                self._backoff.pop(pool, None)
+                metric.remove(*pool)
+            except KeyError:  # this pool never had that series
+                pass
 
     def _retry_later(self, pool: o.PoolKey) -> None:
         delay = min(self._backoff.get(pool, 0.25) * 2, self.max_backoff)
@@ -102,9 +141,10 @@ class PoolWorkers:
             log.info("pool %s/%s: %s", pool[0], pool[1], line)
         planned = time.monotonic()
         outcome = await self.writer.execute(plan)
-        log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s",
+        log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s",
                  pool[0], pool[1], len(snapshot.claims), len(plan.steps), planned - started, outcome.done,
-                 time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "")
+                 time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "",
+                 f", {outcome.stopped} steps stopped: no longer leading" if outcome.stopped else "")
         self._observe(pool, outcome, started)
         return outcome
 

@@ -24,8 +24,12 @@ class Create:
 @dataclass(frozen=True)
 class Delete:
     target: Ref
-    # Delete only if this object is really gone (the cache may not have seen it yet).
+    # Delete only if this object is really gone (the cache may not have seen it yet);
+    # with a uid, only that incarnation of the name counts.
     unless_exists: Ref | None = None
+    # ... and with a pool, only when it is for that pool: a claim of that name for
+    # another pool does not keep this pool's address.
+    guard_pool: tuple[str, str] | None = None
     # The version the target was read at. Marking an object with finalizers for
     # deletion is a write that changes its version: a later action of the same
     # step on it (removing the finalizer) must expect the version this wrote.
@@ -69,6 +73,17 @@ class Event:
 
 
 Action = Union[Create, Delete, SetFinalizers, SetMetadata, SetStatus, Event]
+
+
+def guard_holds(action: "Delete", found: dict | None) -> bool:
+    """Whether the object a Delete's guard found keeps the target from being deleted."""
+    from .objects import meta, pool_of
+    if found is None:
+        return False
+    guard = action.unless_exists
+    if guard.uid is not None and meta(found).get("uid") != guard.uid:
+        return False
+    return action.guard_pool is None or pool_of(found) == action.guard_pool
 
 
 @dataclass

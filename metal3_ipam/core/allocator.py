@@ -12,6 +12,7 @@ It knows nothing of the API: the caller tells it which addresses are in use
 
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -19,7 +20,8 @@ from typing import Callable
 import netaddr
 
 from .addresses import AddressError, ip_from_int, parse_ip
-from .intervals import IntervalSet
+from .intervals import IntervalSet, normalise, subtract
+from .naming import ip_text
 from .pool import Entry, Pool
 
 # Reasons, as Cluster API conditions and Events carry them.
@@ -56,10 +58,13 @@ class Grant:
 
 
 class Allocator:
-    def __init__(self, pool: Pool, rng: random.Random | None = None) -> None:
+    def __init__(self, pool: Pool, rng: random.Random | None = None,
+                 withheld: list[tuple[int, int]] = ()) -> None:
         self.pool = pool
         self.rng = rng or random.Random()
-        self.free = [IntervalSet(pool.allocatable(e)) for e in pool.entries]
+        # Never handed out here: owned by an earlier overlapping pool (see overlap.py).
+        self.withheld = normalise(withheld)
+        self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
         self.taken: set[int] = set()
 
@@ -76,9 +81,13 @@ class Allocator:
         """An address is no longer in use; it is free again unless it is held back."""
         self.taken.discard(ip)
         entry = self.pool.entry_of(ip)
-        if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None:
+        if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None or self.is_withheld(ip):
             return
         self.free[self._slot[entry.index]].add(ip)
+
+    def is_withheld(self, ip: int) -> bool:
+        i = bisect.bisect_right(self.withheld, (ip, float("inf"))) - 1
+        return i >= 0 and self.withheld[i][0] <= ip <= self.withheld[i][1]
 
     @property
     def free_count(self) -> int:
@@ -112,7 +121,7 @@ class Allocator:
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool) -> Grant:
-        text = str(ip_from_int(ip, self.pool.version))
+        text = ip_text(ip_from_int(ip, self.pool.version))
         if preallocated and requested is not None:
             try:
                 same = int(parse_ip(requested)) == ip
@@ -126,6 +135,9 @@ class Allocator:
             raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is not inside any range of the pool")
         if self.pool.is_reserved(ip):
             raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is a gateway or excluded address of the pool")
+        if self.is_withheld(ip):
+            raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is withheld: an earlier pool of the "
+                                                     "namespace with another namePrefix owns it")
         holder = self.pool.holder_of(ip)
         if holder is not None and holder != claim:
             raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is preallocated to claim {holder}")

@@ -1,21 +1,38 @@
 """An in-memory index of the objects that matter, grouped by the pool they concern.
 
-The controller feeds it from watch events, ``metal3-ipam plan`` from files;
-either way a pool's snapshot is assembled from it without listing anything,
-and every change says which pools it concerns so only those are reconciled.
+The controller feeds it from watch events and from the API server's answers to
+its own writes, ``metal3-ipam plan`` from files; either way a pool's snapshot
+is assembled from it without listing anything, and every change says which
+pools it concerns so only those are reconciled.
+
+An object is one incarnation of a name: its uid. Watch streams lag behind the
+answers to our own writes, a LIST taken at start-up may be filed after the
+watch already reported a deletion, and a released name is reused at once by
+the next allocation (the normal sequential case). So every object is filed
+with its resourceVersion, deletions leave a tombstone, and news older than
+what is known of a name — an event about an earlier incarnation, a listing
+taken before a deletion — is dropped instead of overwriting newer knowledge.
 """
 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import kinds
 from . import objects as o
+from .overlap import PoolFacts, Withheld, withheld_by_pool
+from .pool import Pool, read_pool
+from .problems import Problem
 from .reconcile import Snapshot
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
+
+# How many deletions are remembered to reject late news of them. A tombstone
+# only matters until the watch stream has caught up with the deletion.
+MAX_TOMBSTONES = 100_000
 
 
 @dataclass
@@ -29,6 +46,37 @@ class _PoolGroup:
 
 
 SERVED = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
+
+
+def _version(obj: dict) -> int | None:
+    """The resourceVersion as a number, when it is one (the API server's are; files have none)."""
+    value = o.meta(obj).get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def _uid(obj: dict) -> str | None:
+    return o.meta(obj).get("uid")
+
+
+def _is_older(incoming: dict, known_version: int | None, known_uid: str | None) -> bool:
+    """True when ``incoming`` is news from before what is known of its name."""
+    version = _version(incoming)
+    if version is not None and known_version is not None:
+        return version < known_version
+    return False
+
+
+def _address_ip(obj: dict) -> tuple[int, int] | None:
+    ip = o.address_ip(obj)
+    return (ip.version, int(ip)) if ip is not None else None
+
+
+def _pool_generation(pool: dict) -> tuple | None:
+    """What identifies a pool's spec: the API server bumps generation only on spec changes."""
+    generation = o.meta(pool).get("generation")
+    uid = _uid(pool)
+    return (uid, generation) if generation is not None and uid else None
 
 
 class Inventory:
@@ -39,6 +87,13 @@ class Inventory:
         self._filed: dict[ObjKey, o.PoolKey | None] = {}
         # Metal3 IPAddress names per namespace: the name locks.
         self._address_names: dict[str, set[str]] = {}
+        # Addresses of both APIs of our pools, per namespace and IP: who holds an IP.
+        self._holders: dict[str, dict[tuple[int, int], set[ObjKey]]] = {}
+        # Deleted names: key -> (resourceVersion, uid) of the deletion.
+        self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
+        # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
+        self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
+        self._withheld: dict[str, dict[str, list[Withheld]]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -50,42 +105,117 @@ class Inventory:
     # -- feeding -----------------------------------------------------------
 
     def upsert(self, obj: dict) -> set[o.PoolKey]:
-        """Store ``obj`` (new or changed); returns the pools it concerns."""
+        """Store ``obj`` (new or changed); returns the pools it concerns.
+
+        News older than what is known of the name (a stored newer version, or
+        a deletion after it) is dropped and concerns no pool.
+        """
         key = self.key(obj)
         if key is None:
             return set()
-        if key in self.objects and key[0] not in (kinds.IPPOOL, kinds.CLUSTER) \
-                and self._filed.get(key) == o.pool_of(obj):
+        stored = self.objects.get(key)
+        if stored is not None and _is_older(obj, _version(stored), _uid(stored)):
+            return set()
+        tombstone = self._tombstones.get(key)
+        if tombstone is not None:
+            if _is_older(obj, tombstone[0], tombstone[1]) or _version(obj) == tombstone[0] \
+                    or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
+                return set()
+            del self._tombstones[key]
+        if stored is not None and key[0] not in (kinds.IPPOOL, kinds.CLUSTER) \
+                and self._filed.get(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
             return self._file(key, obj)
-        touched = self._unfile(key)
+        touched = self._unfile(key, obj)
         self.objects[key] = obj
-        touched |= self._file(key, obj)
+        touched |= self._file(key, obj, previous=stored)
         return touched
 
     def remove(self, obj: dict) -> set[o.PoolKey]:
+        """A deletion of ``obj``'s incarnation; one about an older incarnation changes nothing."""
         key = self.key(obj)
-        if key is None or key not in self.objects:
+        if key is None:
             return set()
-        touched = self._unfile(key)
+        stored = self.objects.get(key)
+        if stored is not None:
+            if _is_older(obj, _version(stored), _uid(stored)):
+                return set()
+            if _version(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
+                return set()
+        self._bury(key, _version(obj) if _version(obj) is not None else (stored and _version(stored)),
+                   _uid(obj) or (stored and _uid(stored)))
+        if stored is None:
+            return set()
+        touched = self._unfile(key, None)
         del self.objects[key]
         return touched
 
-    def _file(self, key: ObjKey, obj: dict) -> set[o.PoolKey]:
+    def forget(self, kind: tuple[str, str], namespace: str, name: str) -> set[o.PoolKey]:
+        """The API server says the name does not exist now: drop what is stored of it."""
+        stored = self.get(kind, namespace, name)
+        return self.remove(stored) if stored is not None else set()
+
+    def _bury(self, key: ObjKey, version: int | None, uid: str | None) -> None:
+        known = self._tombstones.get(key)
+        if known is not None and known[0] is not None and (version is None or version < known[0]):
+            return  # a later deletion is known already: older news must not reopen the name
+        self._tombstones[key] = (version, uid)
+        self._tombstones.move_to_end(key)
+        while len(self._tombstones) > MAX_TOMBSTONES:
+            self._tombstones.popitem(last=False)
+
+    def settle_listing(self, kind: tuple[str, str], namespace: str | None, items: Iterable[dict],
+                       list_version: str | None) -> set[o.PoolKey]:
+        """File a complete LIST of ``kind`` (in ``namespace``, or everywhere) taken at ``list_version``.
+
+        Listed objects are filed like events. A stored object the listing does
+        not hold and that is older than the listing was deleted while no watch
+        reported it (a watch gap): it goes.
+        """
+        touched: set[o.PoolKey] = set()
+        seen = set()
+        for item in items:
+            key = self.key(item)
+            if key is not None:
+                seen.add(key)
+                touched |= self.upsert(item)
+        at = int(list_version) if isinstance(list_version, str) and list_version.isdigit() else None
+        if at is None:
+            return touched
+        for key, stored in list(self.objects.items()):
+            if key[0] != kind or key in seen or (namespace and key[1] != namespace):
+                continue
+            version = _version(stored)
+            if version is not None and version <= at:
+                touched |= self.remove({**stored, "metadata": {**stored["metadata"], "resourceVersion": str(at)}})
+        return touched
+
+    def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
         if kind == kinds.IPPOOL:
             self._filed[key] = (ns, name)
-            return {(ns, name)}
+            touched = {(ns, name)}
+            if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
+                    or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
+                touched |= self._pools_changed(ns)
+            return touched
         if kind == kinds.CLUSTER:
             self._filed[key] = None
-            return self.pools_of_cluster(ns, name)
+            if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
+                    and _uid(previous) == _uid(obj):
+                return set()  # status churn of a Cluster concerns no pool
+            return self.pools_in(ns)
         if kind == kinds.IPADDRESS:
             self._address_names.setdefault(ns, set()).add(name)
         pool = o.pool_of(obj)
         self._filed[key] = pool
         if pool is None:
             return set()
+        if kind in ADDRESS_KINDS:
+            ip = _address_ip(obj)
+            if ip is not None:
+                self._holders.setdefault(ns, {}).setdefault(ip, set()).add(key)
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
             group.claims[o.claim_key(obj)] = obj
@@ -95,7 +225,7 @@ class Inventory:
             group.capi_addresses[name] = obj
         return {pool}
 
-    def _unfile(self, key: ObjKey) -> set[o.PoolKey]:
+    def _unfile(self, key: ObjKey, incoming: dict | None) -> set[o.PoolKey]:
         kind, ns, name = key
         if key not in self.objects:
             return set()
@@ -103,10 +233,22 @@ class Inventory:
         pool = self._filed.pop(key, None)
         if kind == kinds.IPADDRESS:
             self._address_names.get(ns, set()).discard(name)
+        if kind in ADDRESS_KINDS:
+            ip = _address_ip(old)
+            holders = self._holders.get(ns, {}).get(ip)
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._holders[ns][ip]
         if kind == kinds.CLUSTER:
-            return self.pools_of_cluster(ns, name)
-        if pool is None or kind == kinds.IPPOOL:
+            return self.pools_in(ns) if incoming is None else set()
+        if kind == kinds.IPPOOL:
+            if incoming is None:
+                self._models.pop(key, None)
+                return ({pool} if pool else set()) | self._pools_changed(ns)
             return {pool} if pool else set()
+        if pool is None:
+            return set()
         group = self.groups.get(pool)
         if group is not None:
             if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -119,6 +261,11 @@ class Inventory:
                 del self.groups[pool]
         return {pool}
 
+    def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
+        """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
+        self._withheld.pop(namespace, None)
+        return self.pools_in(namespace)
+
     # -- reading -------------------------------------------------------------
 
     def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict | None:
@@ -126,6 +273,10 @@ class Inventory:
 
     def of_kind(self, kind: tuple[str, str]) -> Iterable[dict]:
         return [obj for (k, _, _), obj in self.objects.items() if k == kind]
+
+    def pools_in(self, namespace: str) -> set[o.PoolKey]:
+        keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL and ns == namespace}
+        return keys | {key for key in self.groups if key[0] == namespace}
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
         return {(ns, name) for (k, ns, name), pool in self.objects.items()
@@ -143,12 +294,43 @@ class Inventory:
     def name_taken(self, namespace: str, name: str) -> bool:
         return name in self._address_names.get(namespace, ())
 
+    def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
+        """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
+        return self._holders.get(namespace, {}).get((version, ip), set())
+
+    def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
+        """The pool's spec read once per generation (status writes do not change it)."""
+        key = self.key(pool)
+        ident = _pool_generation(pool)
+        cached = self._models.get(key)
+        if ident is not None and cached is not None and cached[0] == ident:
+            return cached[1], cached[2]
+        model, problems = read_pool(o.spec(pool))
+        if ident is not None:
+            self._models[key] = (ident, model, problems)
+        return model, problems
+
+    def withheld(self, namespace: str, pool_name: str) -> list[Withheld]:
+        if namespace not in self._withheld:
+            facts = []
+            for (k, ns, name), pool in self.objects.items():
+                if k != kinds.IPPOOL or ns != namespace or o.is_deleting(pool):
+                    continue
+                model, _ = self.pool_model(pool)
+                if model is not None:
+                    facts.append(PoolFacts(name, str(o.meta(pool).get("creationTimestamp") or ""), model))
+            self._withheld[namespace] = withheld_by_pool(facts)
+        return self._withheld[namespace].get(pool_name, [])
+
     def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None) -> Snapshot:
         ns, name = pool_key
         pool = self.get(kinds.IPPOOL, ns, name)
         cluster = None
-        if pool is not None and o.spec(pool).get("clusterName"):
-            cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
+        model = None
+        if pool is not None:
+            model = self.pool_model(pool)
+            if o.spec(pool).get("clusterName"):
+                cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
         group = self.groups.get(pool_key, _PoolGroup())
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
@@ -156,4 +338,10 @@ class Inventory:
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=lambda address_name: self.name_taken(ns, address_name),
+            held_elsewhere=lambda version, ip: any(
+                self._filed.get(k) != pool_key for k in self.holders(ns, version, ip)),
+            cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
+            capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
+            withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],
+            model=model,
             now=now, rng=rng)

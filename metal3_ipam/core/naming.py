@@ -21,8 +21,30 @@ _SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 
 
 def ip_text(ip: netaddr.IPAddress) -> str:
-    """The canonical text of an address (RFC 5952 compact form for IPv6)."""
-    return str(ip)
+    """The canonical text of an address: dotted quad for IPv4, RFC 5952 for IPv6.
+
+    IPv6 is always written in hexadecimal groups. netaddr (like some other
+    libraries) prints addresses of the old IPv4-compatible range in the
+    deprecated ``::1.2.3.4`` form, which would give ``::102:304`` and
+    ``::1:2:3:4`` the same IPAddress name.
+    """
+    if ip.version == 4:
+        return str(ip)
+    value = int(ip)
+    groups = [(value >> (112 - 16 * i)) & 0xFFFF for i in range(8)]
+    # The longest run of two or more zero groups becomes "::" (the first such run on a tie).
+    best_start, best_len, start = -1, 1, None
+    for i, group in enumerate(groups + [1]):
+        if group == 0 and start is None:
+            start = i
+        elif group != 0 and start is not None:
+            if i - start > best_len:
+                best_start, best_len = start, i - start
+            start = None
+    hexes = [format(g, "x") for g in groups]
+    if best_start < 0:
+        return ":".join(hexes)
+    return ":".join(hexes[:best_start]) + "::" + ":".join(hexes[best_start + best_len:])
 
 
 def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:

@@ -97,6 +97,12 @@ def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
     return cluster is not None and spec(cluster).get("paused") is True
 
 
+def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
+    """The Cluster a claim belongs to: its cluster-name label, or a v1beta2 IPAddressClaim's spec.clusterName."""
+    name = labels(claim).get(kinds.CLUSTER_NAME_LABEL) or spec(claim).get("clusterName")
+    return str(name) if name else None
+
+
 # -- which pool an object belongs to ------------------------------------------
 
 PoolKey = tuple[str, str]  # (namespace, name)
@@ -156,6 +162,34 @@ def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
     return (kinds.CAPI_CLAIM[1], str(claim["name"]))
+
+
+def address_ip(address: Mapping[str, Any]):
+    """The IP an address object (of either API) holds, as netaddr, or None.
+
+    An IPv4-mapped IPv6 text (``::ffff:10.0.0.5``, as some tools write it)
+    is the IPv4 address it maps: consumers read it so.
+    """
+    from .addresses import AddressError, parse_ip
+    try:
+        ip = parse_ip(spec(address).get("address"))
+    except AddressError:
+        return None
+    return ip.ipv4() if ip.version == 6 and ip.is_ipv4_mapped() else ip
+
+
+def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
+    """The uid of the claim incarnation an address was made for, from its owner reference.
+
+    Addresses name their claim by name only; a claim deleted and created again
+    under that name is another claim. Owner references carry the uid (and
+    ``clusterctl move`` rewrites them to the new uids), so they tell which.
+    """
+    kind, claim_name = key
+    for owner in owner_references(address):
+        if owner.get("kind") == kind and owner.get("name") == claim_name and owner.get("uid"):
+            return str(owner["uid"])
+    return None
 
 
 def index_key(key: ClaimKey) -> str:

@@ -8,23 +8,38 @@ its free space from them without looking at single addresses.
 
 Reading a spec never raises: what is wrong comes back as ``Problem``s naming
 the field and the value, and a pool is only built when there are none.
+
+What the CRD schema refuses is refused here too (its size limits, IPv4-mapped
+IPv6 addresses, leading zeros in a prefix length), so ``metal3-ipam validate``
+and the API server agree; on top come the rules a schema cannot say.
 """
 
 from __future__ import annotations
 
 import bisect
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
-from .addresses import (FAMILY_BITS, AddressError, host_range, network_of, parse_cidr,
+import netaddr
+
+from .addresses import (FAMILY_BITS, AddressError, host_range, ip_from_int, network_of, parse_cidr,
                         parse_ip, parse_span)
 from .intervals import normalise, subtract
 from .naming import name_prefix_problem
 from .problems import Problem
 
 STRATEGIES = ("sequential", "random")
-MAX_ENTRIES = 1000
+# The CRD's limits (metal3_ipam/crds.py; a test keeps the two equal): what the API
+# server refuses is refused offline too, and a huge list is refused before it is read.
+MAX_ENTRIES = 256
+MAX_PREALLOCATIONS = 4096
+MAX_EXCLUDED_ADDRESSES = 1024
+MAX_DNS_SERVERS = 32
+MAX_CLUSTER_NAME = 63  # the pool is labelled with it
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 @dataclass(frozen=True)
@@ -95,12 +110,49 @@ class Pool:
         held = normalise((ip, ip) for ip in self.preallocations.values() if ip in entry)
         return subtract(self.usable(entry), held)
 
-
 def read_pool(spec: Any) -> tuple[Pool | None, list[Problem]]:
     """Read an IPPool ``spec``; the pool is None when any error was found."""
     reader = _Reader()
     pool = reader.read(spec)
     return (pool if not any(not p.warning for p in reader.problems) else None), reader.problems
+
+
+# -- addresses as the API server reads them ------------------------------------------
+
+def admitted_ip(text: object) -> netaddr.IPAddress:
+    """An IP address the CRD's ``isIP()`` accepts too: no IPv4-mapped IPv6 address."""
+    ip = parse_ip(text)
+    if ip.version == 6 and ip.is_ipv4_mapped():
+        raise AddressError(f"is an IPv4-mapped IPv6 address, which the API does not accept: "
+                           f"write {ipaddress.IPv6Address(int(ip)).ipv4_mapped}")
+    return ip
+
+
+def admitted_cidr(text: object) -> netaddr.IPNetwork:
+    """A CIDR the CRD's ``isCIDR()`` accepts too (no leading zero in the length)."""
+    net = parse_cidr(text)
+    length = str(text).partition("/")[2]
+    if length != "0" and length.startswith("0"):
+        raise AddressError("has a prefix length with a leading zero")
+    admitted_ip(str(text).partition("/")[0])
+    return net
+
+
+def ipv4_compatible_form(text: object) -> str | None:
+    """The RFC 5952 text of an IPv6 address written in the deprecated ``::a.b.c.d`` form, else None."""
+    if not isinstance(text, str) or ":" not in text or "." not in text:
+        return None
+    try:
+        return str(ipaddress.IPv6Address(text))
+    except ValueError:
+        return None
+
+
+def span_text(lo: int, hi: int, version: int) -> str:
+    """``a`` or ``a-b``, in canonical text."""
+    first, last = (ipaddress.IPv4Address(lo), ipaddress.IPv4Address(hi)) if version == 4 else \
+        (ipaddress.IPv6Address(lo), ipaddress.IPv6Address(hi))
+    return str(first) if lo == hi else f"{first}-{last}"
 
 
 class _Reader:
@@ -113,16 +165,25 @@ class _Reader:
 
     # -- typed field readers ---------------------------------------------
 
+    def parse(self, path: str, value: object) -> netaddr.IPAddress | None:
+        """An address of any family, or None (the problem is recorded)."""
+        try:
+            ip = admitted_ip(value)
+        except AddressError as err:
+            self.problem(path, value, str(err))
+            return None
+        canonical = ipv4_compatible_form(value)
+        if canonical is not None:
+            self.problem(path, value, f"uses the deprecated IPv4-compatible form; write {canonical}",
+                         warning=True)
+        return ip
+
     def ip(self, path: str, value: object) -> int | None:
         """An address of the pool's family, as an integer."""
         if value is None:
             return None
-        try:
-            ip = parse_ip(value)
-        except AddressError as err:
-            self.problem(path, value, str(err))
-            return None
-        if not self.same_family(path, value, ip.version):
+        ip = self.parse(path, value)
+        if ip is None or not self.same_family(path, value, ip.version):
             return None
         return int(ip)
 
@@ -130,7 +191,7 @@ class _Reader:
         if self.version is None:
             self.version = version
         if version != self.version:
-            self.problem(path, value, f"is IPv{version} but the pool is IPv{self.version}; "
+            self.problem(path, value, f"is IPv{version} but the pool is IPv{self.version} (its ranges say so); "
                                       "a pool holds one address family")
             return False
         return True
@@ -144,21 +205,25 @@ class _Reader:
             return None
         return value or None
 
-    def string_list(self, path: str, value: object) -> list[str]:
+    def string_list(self, path: str, value: object, limit: int) -> list[str]:
         if value is None:
             return []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list):
             self.problem(path, value, "must be a list of strings")
             return []
+        if len(value) > limit:
+            self.problem(path, f"{len(value)} items", f"must have at most {limit} items")
+            return []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                self.problem(f"{path}[{i}]", item, "must be a string")
+                return []
         return value
 
     def dns_servers(self, path: str, value: object) -> tuple[str, ...]:
-        servers = self.string_list(path, value)
+        servers = self.string_list(path, value, MAX_DNS_SERVERS)
         for i, server in enumerate(servers):
-            try:
-                parse_ip(server)
-            except AddressError as err:
-                self.problem(f"{path}[{i}]", server, str(err))
+            self.parse(f"{path}[{i}]", server)  # DNS servers may be of either family
         return tuple(servers)
 
     # -- the pool ----------------------------------------------------------
@@ -174,42 +239,63 @@ class _Reader:
         strategy = spec.get("allocationStrategy") or "sequential"
         if strategy not in STRATEGIES:
             self.problem("spec.allocationStrategy", strategy, f"must be one of {', '.join(STRATEGIES)}")
-        cluster = spec.get("clusterName")
-        if cluster is not None and not isinstance(cluster, str):
-            self.problem("spec.clusterName", cluster, "must be a string")
-
-        default_prefix = self.prefix("spec.prefix", spec.get("prefix"))
-        default_gateway_text = spec.get("gateway")
-        default_gateway = self.ip("spec.gateway", default_gateway_text)
-        default_dns = self.dns_servers("spec.dnsServers", spec.get("dnsServers"))
+        self.cluster_name(spec.get("clusterName"))
 
         raw_entries = spec.get("pools")
-        if not isinstance(raw_entries, list) or not raw_entries:
-            self.problem("spec.pools", raw_entries, "must list at least one range or subnet")
+        if raw_entries is None or raw_entries == []:
+            # The CRD and Metal3 accept it; nothing can be handed out until ranges are added.
+            self.problem("spec.pools", raw_entries, "lists no range or subnet: every claim on this pool "
+                                                    "will wait as exhausted", warning=True)
+            raw_entries = []
+        elif not isinstance(raw_entries, list):
+            self.problem("spec.pools", raw_entries, "must be a list of ranges or subnets")
             raw_entries = []
         elif len(raw_entries) > MAX_ENTRIES:
             self.problem("spec.pools", f"{len(raw_entries)} entries", f"must have at most {MAX_ENTRIES} entries")
             raw_entries = []
+        # A pool's family is that of its ranges: a gateway or a preallocation of
+        # the other family is the field in error, never the ranges.
+        self.version = _family_of(raw_entries)
+
+        default_prefix = self.prefix("spec.prefix", spec.get("prefix"))
+        default_gateway = self.ip("spec.gateway", spec.get("gateway"))
+        default_dns = self.dns_servers("spec.dnsServers", spec.get("dnsServers"))
+
         entries = []
+        prefix_fields: dict[int, str] = {}
         gateways = {default_gateway} if default_gateway is not None else set()
         for index, raw in enumerate(raw_entries):
-            entry = self.entry(index, raw, default_prefix, default_gateway_text, default_dns)
+            entry = self.entry(index, raw, default_prefix, default_gateway, default_dns)
             if entry is not None:
                 entries.append(entry)
+                # Where the entry's prefix comes from, to blame the right field.
+                prefix_fields[index] = (f"{entry.field}.prefix" if raw.get("prefix")
+                                        else "spec.prefix" if default_prefix else f"{entry.field}.subnet")
                 if entry.gateway is not None:
                     gateways.add(int(parse_ip(entry.gateway)))
-        self.check_prefixes(default_prefix, entries)
+        self.check_prefixes(entries, prefix_fields)
         self.check_overlaps(entries)
 
         reserved = normalise([(g, g) for g in gateways] + self.excluded(spec.get("excludedAddresses")))
         preallocations = self.preallocations(spec.get("preAllocations"), entries, reserved)
-        if self.version is None or not isinstance(name_prefix, str):
+        if not isinstance(name_prefix, str):
             return None
-        return Pool(name_prefix=name_prefix, version=self.version, strategy=strategy,
+        # A pool without ranges has no family of its own; it holds nothing either way.
+        return Pool(name_prefix=name_prefix, version=self.version or 4, strategy=strategy,
                     entries=tuple(entries), reserved=reserved, preallocations=preallocations)
 
+    def cluster_name(self, cluster: object) -> None:
+        if cluster is None:
+            return
+        if not isinstance(cluster, str):
+            self.problem("spec.clusterName", cluster, "must be a string")
+        elif len(cluster) > MAX_CLUSTER_NAME or not _LABEL_VALUE.match(cluster):
+            self.problem("spec.clusterName", cluster,
+                         f"must be a valid label value (at most {MAX_CLUSTER_NAME} characters: letters, digits, "
+                         "'-', '_' or '.', starting and ending with a letter or digit): the pool is labelled with it")
+
     def entry(self, index: int, raw: object, default_prefix: int | None,
-              default_gateway: str | None, default_dns: tuple[str, ...]) -> Entry | None:
+              default_gateway: int | None, default_dns: tuple[str, ...]) -> Entry | None:
         path = f"spec.pools[{index}]"
         if not isinstance(raw, Mapping):
             self.problem(path, raw, "must be an object")
@@ -220,18 +306,18 @@ class _Reader:
         subnet = None
         if raw.get("subnet") is not None:
             try:
-                subnet = parse_cidr(raw["subnet"])
+                subnet = admitted_cidr(raw["subnet"])
             except AddressError as err:
                 self.problem(f"{path}.subnet", raw["subnet"], str(err))
             else:
                 if not self.same_family(f"{path}.subnet", raw["subnet"], subnet.version):
                     subnet = None
         own_prefix = self.prefix(f"{path}.prefix", raw.get("prefix"))
-        gateway_text = raw.get("gateway") or default_gateway
+        gateway = default_gateway
         if raw.get("gateway"):
-            self.ip(f"{path}.gateway", raw["gateway"])
+            gateway = self.ip(f"{path}.gateway", raw["gateway"])
         dns = self.dns_servers(f"{path}.dnsServers", raw.get("dnsServers")) or default_dns
-        if len(self.problems) > before:
+        if len([p for p in self.problems[before:] if not p.warning]):
             return None
         if all(raw.get(k) is None for k in ("start", "end", "subnet")):
             self.problem(path, dict(raw), "needs at least one of start, end or subnet")
@@ -250,7 +336,7 @@ class _Reader:
             for name, value in (("start", start), ("end", end)):
                 if value is not None and not net_first <= value <= net_last:
                     self.problem(f"{path}.{name}", raw[name], f"is outside the entry's subnet {subnet}")
-            if len(self.problems) > before:
+            if len([p for p in self.problems[before:] if not p.warning]):
                 return None
         elif start is not None and end is not None:
             hosts = None
@@ -270,35 +356,53 @@ class _Reader:
             self.problem(path, dict(raw), "starts after it ends (start must not be greater than end)")
             return None
         return Entry(index=index, first=first, last=last, prefix=prefix,
-                     gateway=str(parse_ip(gateway_text)) if gateway_text else None, dns_servers=dns)
+                     gateway=str(ip_from_int(gateway, version)) if gateway is not None else None,
+                     dns_servers=dns)
 
-    def check_prefixes(self, default_prefix: int | None, entries: list[Entry]) -> None:
-        """An address's prefix must describe a network that holds its whole entry."""
+    def check_prefixes(self, entries: list[Entry], prefix_fields: dict[int, str]) -> None:
+        """An address's prefix must describe a network that holds its whole entry.
+
+        The problem is the prefix's own field: the entry's when it sets one,
+        else ``spec.prefix``, the default it inherited.
+        """
         for entry in entries:
             if entry.prefix is None:
                 continue
             if network_of(entry.first, self.version, entry.prefix) != network_of(entry.last, self.version, entry.prefix):
-                self.problem(f"{entry.field}.prefix", entry.prefix,
-                             f"does not cover the entry's range: addresses from it would lie in different /{entry.prefix} networks")
+                self.problem(prefix_fields[entry.index], entry.prefix,
+                             f"does not cover the range of {entry.field} "
+                             f"({span_text(entry.first, entry.last, self.version)}): addresses from it "
+                             f"would lie in different /{entry.prefix} networks")
 
     def check_overlaps(self, entries: list[Entry]) -> None:
         ordered = sorted(entries, key=lambda e: e.first)
         for before, after in zip(ordered, ordered[1:]):
             if after.first <= before.last:
                 self.problem(after.field, f"spec.pools[{before.index}] and spec.pools[{after.index}]",
-                             "overlaps another entry of the pool")
+                             f"overlaps another entry of the pool in "
+                             f"{span_text(after.first, min(after.last, before.last), self.version)}")
 
     def excluded(self, value: object) -> list[tuple[int, int]]:
         spans = []
-        for i, text in enumerate(self.string_list("spec.excludedAddresses", value)):
+        for i, text in enumerate(self.string_list("spec.excludedAddresses", value, MAX_EXCLUDED_ADDRESSES)):
             path = f"spec.excludedAddresses[{i}]"
             try:
                 version, lo, hi = parse_span(text)
+                if "/" in text:
+                    admitted_cidr(text)
+                else:
+                    for part in text.split("-"):
+                        admitted_ip(part)
             except AddressError as err:
                 self.problem(path, text, str(err))
                 continue
-            if self.same_family(path, text, version):
-                spans.append((lo, hi))
+            if self.version is not None and version != self.version:
+                # Accepted by the CRD; it can only be a slip, and it excludes nothing.
+                self.problem(path, text, f"is IPv{version} but the pool is IPv{self.version}: it excludes nothing",
+                             warning=True)
+                continue
+            self.version = self.version or version
+            spans.append((lo, hi))
         return spans
 
     def preallocations(self, value: object, entries: list[Entry],
@@ -308,20 +412,45 @@ class _Reader:
         if not isinstance(value, Mapping):
             self.problem("spec.preAllocations", value, "must map claim names to IP addresses")
             return {}
+        if len(value) > MAX_PREALLOCATIONS:
+            self.problem("spec.preAllocations", f"{len(value)} entries",
+                         f"must have at most {MAX_PREALLOCATIONS} entries")
+            return {}
+        ranges = normalise((e.first, e.last) for e in entries)
         held: dict[str, int] = {}
         owners: dict[int, str] = {}
         for claim, text in value.items():
-            path = f"spec.preAllocations.{claim}"
+            path = f"spec.preAllocations[{claim}]"  # the API server's form for a map key
             ip = self.ip(path, text)
             if ip is None:
                 continue
-            if not any(ip in e for e in entries):
+            if not _within(ranges, ip):
                 self.problem(path, text, "is not inside any range of the pool")
-            elif any(lo <= ip <= hi for lo, hi in reserved):
+            elif _within(reserved, ip):
                 self.problem(path, text, "is a gateway or an excluded address of the pool")
             elif ip in owners:
                 self.problem(path, text, f"is preallocated to claim {owners[ip]} already")
             else:
                 owners[ip] = claim
-                held[claim] = ip
+                held[str(claim)] = ip
         return held
+
+
+def _within(spans: list[tuple[int, int]], value: int) -> bool:
+    """Whether ``value`` lies in one of the sorted, disjoint ``spans``."""
+    i = bisect.bisect_right(spans, (value, float("inf"))) - 1
+    return i >= 0 and spans[i][0] <= value <= spans[i][1]
+
+
+def _family_of(raw_entries: list) -> int | None:
+    """The family of the first address a range names, if any."""
+    for raw in raw_entries:
+        if not isinstance(raw, Mapping):
+            continue
+        for key in ("start", "end", "subnet"):
+            text = raw.get(key)
+            try:
+                return (admitted_cidr(text) if key == "subnet" else admitted_ip(text)).version
+            except AddressError:
+                continue
+    return None

@@ -11,6 +11,14 @@ What it guarantees, whatever it is shown:
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
   for Cluster API claims, so one name lock guards every allocation;
+- a Cluster API claim served by an earlier IPAM with only a Cluster API
+  IPAddress (the Go Metal3 IPAM names it ``<namePrefix>-<ip>``) keeps that
+  address; its lock is created for it, and the pool hands out nothing new
+  until every such lock is in place;
+- an IP that any address of the namespace holds, in any pool and of either
+  API, is never handed out; where pools with different namePrefixes overlap,
+  the overlap belongs to the earlier pool only (see ``overlap``);
+- a claim whose own Cluster is paused is left alone, whatever its pool;
 - a claim that cannot be served gets an error in its status and an Event,
   written only when the error changes, and does not stop the next claim;
 - nothing is written when nothing changed; a paused pool is left alone.
@@ -30,17 +38,22 @@ from typing import Any
 from . import kinds
 from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
-from .addresses import AddressError, ip_from_int, parse_ip
-from .allocator import (ALLOCATION_FAILED, POOL_NOT_READY, AllocationError, Allocator, Grant)
-from .naming import address_name
+from .addresses import ip_from_int
+from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError, Allocator
+from .naming import address_name, ip_text
+from .overlap import Withheld
 from .pool import Pool, read_pool
-from .problems import errors
+from .problems import Problem, errors
 
-# status.indexes stays well below the API server's object size limit; the
-# IPAddress objects, not this map, are the record of what is allocated.
-MAX_INDEXES = 10_000
+# status.indexes stays far below etcd's object size limit (about 1.5 MiB, with
+# managedFields on top) whatever the number and length of claim names: it is a
+# convenience, the IPAddress objects are the record. Bounded by serialised bytes.
+MAX_INDEXES_BYTES = 256 * 1024
+# A message written into a status or an Event is bounded too.
+MAX_MESSAGE = 1024
 
 READY = "Ready"
+OVERLAPPING = "Overlapping"
 
 
 @dataclass
@@ -55,6 +68,16 @@ class Snapshot:
     addresses: list[dict] = field(default_factory=list)       # Metal3 IPAddresses of this pool
     capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
     name_taken: Callable[[str], bool] = lambda name: False    # any IPAddress of that name in the namespace
+    # An address of another pool of the namespace (either API) holds (version, ip).
+    held_elsewhere: Callable[[int, int], bool] = lambda version, ip: False
+    # A Cluster API IPAddress of that name in the namespace, whatever its pool.
+    capi_address_named: Callable[[str], dict | None] = lambda name: None
+    # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
+    cluster_named: Callable[[str], dict | None] = lambda name: None
+    # Parts of the pool's address set that an earlier, overlapping pool owns.
+    withheld: list[Withheld] = field(default_factory=list)
+    # The pool spec already read (the inventory keeps it per generation); read here when None.
+    model: tuple[Pool | None, list[Problem]] | None = None
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
 
@@ -71,22 +94,53 @@ class _Reconciler:
         self.pool: Pool | None = None
         self.pool_problem: str | None = None
         if snap.pool is not None:
-            pool, problems = read_pool(snap.pool.get("spec"))
+            pool, problems = snap.model if snap.model is not None else read_pool(snap.pool.get("spec"))
             self.pool = pool
             if pool is None:
                 first = errors(problems)[0]
-                self.pool_problem = f"{first.field}: {first.message} (value: {first.value!r})"
-        self.allocator = Allocator(self.pool, snap.rng) if self.pool is not None else None
+                self.pool_problem = _bounded(f"{first.field}: {first.message} (value: {first.value!r})")
+        self.allocator = (Allocator(self.pool, snap.rng, withheld=[(w.first, w.last) for w in snap.withheld])
+                          if self.pool is not None else None)
         self.claims = {o.claim_key(c): c for c in snap.claims}
+        # Addresses by the claim they were made for: the claim of that name, unless
+        # their owner reference names another incarnation of it (then they are orphans).
         self.addresses_of: dict[o.ClaimKey, list[dict]] = {}
         for address in snap.addresses:
-            key = o.claim_of_address(address)
+            key = self.claim_key_of(address, o.claim_of_address(address))
             if key is not None:
                 self.addresses_of.setdefault(key, []).append(address)
-        self.capi_address = {o.name(a): a for a in snap.capi_addresses}
+        # Cluster API addresses by the claim they name: ours are named after the
+        # claim, those of the Go Metal3 IPAM <namePrefix>-<ip>.
+        self.mirrors_of: dict[o.ClaimKey, list[dict]] = {}
+        for address in snap.capi_addresses:
+            key = self.claim_key_of(address, o.claim_of_capi_address(address))
+            if key is not None:
+                self.mirrors_of.setdefault(key, []).append(address)
         # claim key -> address text, for status.indexes
         self.bound: dict[o.ClaimKey, str] = {}
-        self.created_count = 0
+        # Locks being created this pass for allocations adopted as they are.
+        self.adopting = 0
+        # The IPs this pool's addresses (of either API) hold, those created this pass included.
+        self.held_ips: set[int] = set()
+
+    def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
+        """``key`` when the address belongs to the claim of that name (or to no known claim).
+
+        An address owned by another incarnation of the name that the claim is
+        younger than is a leftover of a deleted claim, not this claim's. (A
+        copy made by a move or a restore has its claim created first, and
+        clusterctl rewrites owner uids anyway: such addresses stay the claim's.)
+        """
+        claim = self.claims.get(key) if key is not None else None
+        if claim is None:
+            return key
+        owner_uid = o.claim_uid_of(address, key)
+        claim_uid = o.meta(claim).get("uid")
+        if owner_uid is None or claim_uid is None or owner_uid == claim_uid:
+            return key
+        claim_born = str(o.meta(claim).get("creationTimestamp") or "")
+        address_born = str(o.meta(address).get("creationTimestamp") or "")
+        return None if claim_born and address_born and claim_born > address_born else key
 
     # -- the pass ---------------------------------------------------------------
 
@@ -94,34 +148,60 @@ class _Reconciler:
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             return self.plan
-        # Addresses of both APIs hold their IPs: a move can bring a Cluster API
-        # address without the lock it mirrors (clusterctl lists kind by kind).
-        for address in (*self.snap.addresses, *self.snap.capi_addresses):
+        for address in self.snap.addresses + self.snap.capi_addresses:
             self.account(address)
         if self.pool_obj is not None:
             self.pool_metadata()
         for address in self.snap.addresses:
-            self.tend_address(address)
+            if not self.address_paused(address):
+                self.tend_address(address)
         for address in self.snap.capi_addresses:
-            self.tend_capi_address(address)
+            if not self.address_paused(address):
+                self.tend_capi_address(address)
+        waiting = []
         for claim in self.snap.claims:
-            if not o.is_paused(claim):
+            if self.claim_paused(claim):
+                self.remember_binding(claim)
+            elif self.holds_anything(claim):
                 self.serve(claim)
             else:
-                self.remember_binding(claim)
+                waiting.append(claim)
+        # New addresses only once every adopted allocation holds its lock: an
+        # adopted IP is guarded by the allocator here, but by nothing else
+        # (another pool sharing the namePrefix, another replica) until then.
+        if self.adopting:
+            self.plan.notes.append(f"{len(waiting)} claim(s) wait until {self.adopting} adopted address(es) hold their lock")
+        else:
+            for claim in waiting:
+                self.serve(claim)
         if self.pool_obj is not None:
             self.pool_status()
         self.plan.steps = [s for s in self.plan.steps if s.actions]
         return self.plan
 
     def account(self, address: dict) -> None:
-        """An existing address is in use until it is gone, whatever its state."""
+        """An existing address (of either API) is in use until it is gone, whatever its state."""
         if self.allocator is None:
             return
-        try:
-            self.allocator.take(int(parse_ip(o.spec(address).get("address"))))
-        except AddressError:
-            pass
+        ip = _ip_of(address)
+        if ip is not None and ip.version == self.pool.version:
+            self.allocator.take(int(ip))
+            self.held_ips.add(int(ip))
+
+    def claim_paused(self, claim: dict) -> bool:
+        """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
+        return o.is_paused(claim) or self.cluster_paused(o.cluster_name_of(claim))
+
+    def address_paused(self, address: dict) -> bool:
+        """An address goes with its claim; while the claim is unknown, its Cluster label speaks for it."""
+        return o.is_paused(address) or self.cluster_paused(o.labels(address).get(kinds.CLUSTER_NAME_LABEL))
+
+    def cluster_paused(self, cluster_name: str | None) -> bool:
+        return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(cluster_name))
+
+    def holds_anything(self, claim: dict) -> bool:
+        key = o.claim_key(claim)
+        return bool(self.addresses_of.get(key) or self.mirrors_of.get(key)) or o.is_deleting(claim)
 
     # -- the pool's own metadata --------------------------------------------
 
@@ -165,17 +245,13 @@ class _Reconciler:
     def pool_status(self) -> None:
         pool = self.pool_obj
         current = o.status(pool)
-        indexes = {o.index_key(k): ip for k, ip in sorted(self.bound.items(), key=lambda kv: o.index_key(kv[0]))}
         desired: dict[str, Any] = {}
-        omitted = max(0, len(indexes) - MAX_INDEXES)
-        desired["indexes"] = dict(list(indexes.items())[:MAX_INDEXES])
+        desired["indexes"], omitted = _bounded_indexes(self.bound)
         if omitted:
             desired["indexesOmitted"] = omitted
         if self.pool is not None:
-            capacity = self.pool.capacity()
-            allocated = len(self.snap.addresses) + self.created_count
-            desired["capacity"] = str(capacity)
-            desired["allocated"] = str(allocated)
+            desired["capacity"] = str(self.pool.capacity())
+            desired["allocated"] = str(len(self.held_ips))
             desired["free"] = str(self.allocator.free_count)
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
@@ -183,27 +259,54 @@ class _Reconciler:
         if o.is_deleting(pool):
             ready = _condition(current, READY, "False", "Deleting", "the pool is being deleted", self.snap.now)
         desired["conditions"] = [ready]
+        overlapping = self.overlap_condition(current)
+        if overlapping is not None:
+            desired["conditions"].append(overlapping)
         comparable = {k: current.get(k) for k in desired}
         if comparable == desired and _lacks_only(current, desired):
             return
         desired["lastUpdated"] = self.snap.now
         self.pool_step.add(SetStatus(o.ref(pool), desired))
+        before = next((c for c in current.get("conditions") or [] if isinstance(c, Mapping)
+                       and c.get("type") == OVERLAPPING), None)
+        if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
+            self.pool_step.add(Event(o.ref(pool), "Warning", overlapping["reason"], overlapping["message"]))
+
+    def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
+        """Where an earlier pool with another namePrefix owns part of this one, say so."""
+        withheld = self.snap.withheld if self.pool is not None else []
+        if not withheld:
+            return None
+        version = self.pool.version
+        parts = [f"{_span_text(w.first, w.last, version)} (IPPool {w.owner}, namePrefix {w.owner_prefix})"
+                 for w in withheld]
+        message = _bounded("addresses also in an earlier pool of the namespace with another namePrefix are "
+                           "not handed out from this pool: " + "; ".join(parts))
+        return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)
 
     # -- addresses whose claim is gone or going --------------------------------
 
     def tend_address(self, address: dict) -> None:
-        self.tend(address, o.claim_of_address(address), kinds.FINALIZERS[kinds.IPADDRESS],
-                  f"IPAddress {o.namespace(address)}/{o.name(address)}", _claim_ref_of_address(address))
+        key = o.claim_of_address(address)
+        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.IPADDRESS],
+                  subject=f"IPAddress {o.namespace(address)}/{o.name(address)}",
+                  claim_ref=_claim_ref_of_address(address, key))
 
     def tend_capi_address(self, address: dict) -> None:
         key = o.claim_of_capi_address(address)
         claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address),
-                          key[1] if key else "")
-        self.tend(address, key, kinds.FINALIZERS[kinds.CAPI_ADDRESS],
-                  f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}", claim_ref)
+                          key[1] if key else "", o.claim_uid_of(address, key) if key else None)
+        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.CAPI_ADDRESS],
+                  subject=f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}",
+                  claim_ref=claim_ref)
 
     def tend(self, address: dict, key: o.ClaimKey | None, finalizer: str, subject: str, claim_ref: o.Ref) -> None:
-        """An address (of either API) goes when its claim is gone; its finalizer goes once it is deleted."""
+        """An address (of either API) goes when its claim is gone; its finalizer goes once it is deleted.
+
+        While its claim lives, an address carries our finalizer: one that lost
+        it (an edit, an earlier IPAM) gets it back, so it cannot vanish under
+        a claim that still uses it.
+        """
         claim = self.claims.get(key) if key else None
         step = self.plan.step(subject)
         if o.is_deleting(address):
@@ -215,6 +318,8 @@ class _Reconciler:
             return
         if claim is None:
             _let_go(step, address, finalizer, unless_exists=claim_ref)
+        elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
+            step.add(_with_finalizer(address, finalizer))
 
     # -- claims --------------------------------------------------------------
 
@@ -238,6 +343,8 @@ class _Reconciler:
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
+        elif _live(self.mirrors_of.get(key, [])):
+            self.adopt(claim, step)
         else:
             self.allocate(claim, step)
         # Last, so that binding is not held up behind it. A claim deleted
@@ -247,9 +354,10 @@ class _Reconciler:
             step.add(_with_finalizer(claim, finalizer))
 
     def remember_binding(self, claim: dict) -> None:
-        live = _held(self.addresses_of.get(o.claim_key(claim), []))
+        key = o.claim_key(claim)
+        live = _held(self.addresses_of.get(key, [])) or _live(self.mirrors_of.get(key, []))
         if live:
-            self.bound[o.claim_key(claim)] = str(o.spec(live[0]).get("address"))
+            self.bound[key] = _text_of(live[0])
 
     def release(self, claim: dict, step: Step, mine: list[dict], finalizer: str) -> None:
         if o.deleted_for_move(claim):
@@ -258,11 +366,43 @@ class _Reconciler:
             return
         for address in mine:
             _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
-        mirror = self.capi_address.get(o.name(claim)) if kinds.kind_of(claim) == kinds.CAPI_CLAIM else None
-        if mirror is not None:
+        for mirror in self.mirrors_of.get(o.claim_key(claim), []):
             _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
+
+    def adopt(self, claim: dict, step: Step) -> None:
+        """A Cluster API claim served with only a Cluster API IPAddress keeps it, and gets its lock.
+
+        This is the state the Go Metal3 IPAM leaves (its address is named
+        ``<namePrefix>-<ip>``). The lock is a Metal3 IPAddress at the same IP,
+        so from now on the name lock guards this IP like any other.
+        """
+        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        named = o.status(claim).get("addressRef")
+        named = named.get("name") if isinstance(named, Mapping) else None
+        mirror = sorted(mirrors, key=lambda a: (o.name(a) != named, str(o.meta(a).get("creationTimestamp") or ""),
+                                                o.name(a)))[0]
+        ip = _ip_of(mirror)
+        if ip is None or self.pool is None:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"its IPAddress {o.name(mirror)} holds {o.spec(mirror).get('address')!r}, which cannot be "
+                             f"adopted: " + ("not an IP address" if ip is None else f"IPPool {self.snap.pool_name} is invalid"))
+        spec = o.spec(mirror)
+        entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
+        lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
+                             dns_servers=entry.dns_servers if entry is not None else ())
+        self.bound[o.claim_key(claim)] = ip_text(ip)
+        if self.snap.name_taken(o.name(lock)):
+            # Another object holds the lock's name (state an earlier IPAM left, where
+            # two pools with one namePrefix gave one IP twice): the claim keeps what it
+            # has; asking again would fail each pass, and must not hold the pool up.
+            self.plan.notes.append(f"{o.name(claim)}: its adopted IP {ip_text(ip)} cannot be locked: "
+                                   f"IPAddress {o.name(lock)} exists already")
+            return
+        self.adopting += 1
+        step.add(Create(lock))
+        self.set_claim_status(claim, step, address=lock, mirror=mirror)
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
         """A claim has one address; when a race left more, keep the bound one.
@@ -287,18 +427,61 @@ class _Reconciler:
     def bound_address_name(self, claim: dict, live: list[dict]) -> str | None:
         """The address among ``live`` that the claim's status (or its Cluster API mirror) names."""
         if kinds.kind_of(claim) == kinds.CAPI_CLAIM:
-            mirror = self.capi_address.get(o.name(claim))
-            ip = o.spec(mirror).get("address") if mirror is not None else None
-            return next((o.name(a) for a in live if ip is not None and o.spec(a).get("address") == ip), None)
+            mirror = self.bound_mirror(claim)
+            ip = _ip_of(mirror) if mirror is not None else None
+            return next((o.name(a) for a in live if ip is not None and _ip_of(a) == ip), None)
         named = o.status(claim).get("address")
         name = named.get("name") if isinstance(named, Mapping) else None
         return name if any(o.name(a) == name for a in live) else None
 
+    def bound_mirror(self, claim: dict) -> dict | None:
+        """The Cluster API address the claim's status names, else the one named after the claim."""
+        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        named = o.status(claim).get("addressRef")
+        named = named.get("name") if isinstance(named, Mapping) else None
+        return (next((m for m in mirrors if o.name(m) == named), None)
+                or next((m for m in mirrors if o.name(m) == o.name(claim)), None))
+
     def ensure_bound(self, claim: dict, address: dict, step: Step) -> None:
-        self.bound[o.claim_key(claim)] = str(o.spec(address).get("address"))
-        if kinds.kind_of(claim) == kinds.CAPI_CLAIM and o.name(claim) not in self.capi_address:
-            step.add(Create(self.capi_address_for(claim, address)))
-        self.set_claim_status(claim, step, address=address)
+        self.bound[o.claim_key(claim)] = _text_of(address)
+        mirror = None
+        if kinds.kind_of(claim) == kinds.CAPI_CLAIM:
+            mirror = self.ensure_mirror(claim, address, step)
+            if mirror is None:
+                return
+        self.set_claim_status(claim, step, address=address, mirror=mirror)
+
+    def ensure_mirror(self, claim: dict, lock: dict, step: Step) -> dict | None:
+        """The Cluster API address of a claim matches its lock; one that does not is replaced, never trusted.
+
+        Returns the mirror to bind, or None while a wrong one is being removed.
+        """
+        ip = _ip_of(lock)
+        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        matching = [m for m in mirrors if _ip_of(m) == ip]
+        preferred = self.bound_mirror(claim)
+        keep = preferred if any(m is preferred for m in matching) else (matching[0] if matching else None)
+        stray = [m for m in mirrors if m is not keep]
+        for mirror in stray:
+            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+        if keep is not None:
+            return keep
+        if any(o.name(m) == o.name(claim) for m in self.mirrors_of.get(o.claim_key(claim), [])):
+            # Our name is still taken by the stray one; the next pass creates it.
+            self.plan.notes.append(f"{o.name(claim)}: its IPAddress is replaced once the wrong one is gone")
+            return None
+        taken = self.snap.capi_address_named(o.name(claim))
+        if taken is not None:
+            # Held by an address of another pool (a claim of this name for another
+            # pool, not yet released): say so rather than fail to create it each pass.
+            self.fail(claim, step, ALLOCATION_FAILED,
+                      f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(claim)}/{o.name(claim)} exists already "
+                      f"for another pool or claim ({o.spec(taken).get('poolRef', {}).get('name')!s}); "
+                      f"{ip_text(_ip_of(lock))} is held for this claim until it goes")
+            return None
+        mirror = self.capi_address_for(claim, lock)
+        step.add(Create(mirror))
+        return mirror
 
     def allocate(self, claim: dict, step: Step) -> None:
         foreign = o.foreign_pool_namespace(claim)
@@ -314,42 +497,47 @@ class _Reconciler:
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
-        mirror = self.capi_address.get(o.name(claim)) if kinds.kind_of(claim) == kinds.CAPI_CLAIM else None
-        if mirror is not None and not o.is_deleting(mirror):
-            # Its Cluster API address came without its lock: it keeps the IP its consumers may have read.
-            requested = str(o.spec(mirror).get("address"))
-            try:
-                self.allocator.release(int(parse_ip(requested)))
-            except AddressError:
-                pass  # refused below, naming the value
-        prefix = self.pool.name_prefix
         try:
-            grant = self.allocator.allocate(o.name(claim), requested,
-                                            name_taken=lambda ip: self.snap.name_taken(
-                                                address_name(prefix, ip_from_int(ip, self.pool.version))))
+            grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere)
         except AllocationError as err:
             return self.fail(claim, step, err.reason, err.message)
-        address = self.address_for(claim, grant)
-        self.created_count += 1
+        address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
+        self.held_ips.add(int(grant.ip))
         step.add(Create(address))
         self.ensure_bound(claim, address, step)
 
+    def taken_elsewhere(self, ip: int) -> bool:
+        """In use by something this pool's own addresses do not show.
+
+        The name lock (another pool with the same namePrefix, or any object of
+        that name) and any address of another pool of the namespace, of either
+        API, at that IP, whatever its namePrefix.
+        """
+        version = self.pool.version
+        return (self.snap.name_taken(address_name(self.pool.name_prefix, ip_from_int(ip, version)))
+                or self.snap.held_elsewhere(version, ip))
+
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
+        message = _bounded(message)
         if self.set_claim_status(claim, step, error=(reason, message)):
             step.add(Event(o.ref(claim), "Warning", reason, message))
 
     # -- what claims and addresses look like -----------------------------------
 
     def set_claim_status(self, claim: dict, step: Step, address: dict | None = None,
-                         error: tuple[str, str] | None = None) -> bool:
-        """Write the claim's status if it differs; True when a write was planned."""
+                         error: tuple[str, str] | None = None, mirror: dict | None = None) -> bool:
+        """Write the claim's status if it differs; True when a write was planned.
+
+        A Cluster API claim is bound to its Cluster API address (``mirror``),
+        a Metal3 claim to its Metal3 address.
+        """
         current = o.status(claim)
         capi = kinds.kind_of(claim) == kinds.CAPI_CLAIM
         v1beta1 = capi and str(claim.get("apiVersion", "")).endswith("/v1beta1")
         if address is not None:
             ready = _condition(current, READY, "True", "AddressAllocated",
                                f"bound to {o.spec(address).get('address')}", self.snap.now, v1beta1)
-            desired: dict[str, Any] = ({"addressRef": {"name": o.name(claim)}} if capi else
+            desired: dict[str, Any] = ({"addressRef": {"name": o.name(mirror)}} if capi else
                                        {"address": {"name": o.name(address), "namespace": o.namespace(address)}})
         else:
             reason, message = error
@@ -362,25 +550,27 @@ class _Reconciler:
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
         return True
 
-    def address_for(self, claim: dict, grant: Grant) -> dict:
+    def lock_for(self, claim: dict, ip, prefix: int | None, gateway: str | None,
+                 dns_servers: tuple[str, ...]) -> dict:
+        """The Metal3 IPAddress ``<namePrefix>-<ip>`` that holds ``ip`` for ``claim``."""
         pool = self.pool_obj
         capi = kinds.kind_of(claim) == kinds.CAPI_CLAIM
         claim_ref: dict[str, Any] = {"name": o.name(claim), "namespace": o.namespace(claim)}
         if capi:
             claim_ref = {"apiVersion": claim.get("apiVersion"), "kind": claim.get("kind"), **claim_ref}
         spec: dict[str, Any] = {
-            "address": str(grant.ip),
+            "address": ip_text(ip),
             "pool": {"name": o.name(pool), "namespace": o.namespace(pool)},
             "claim": claim_ref,
         }
-        if grant.prefix is not None:
-            spec["prefix"] = grant.prefix
-        if grant.gateway:
-            spec["gateway"] = grant.gateway
-        if grant.dns_servers:
-            spec["dnsServers"] = list(grant.dns_servers)
+        if prefix is not None:
+            spec["prefix"] = prefix
+        if gateway:
+            spec["gateway"] = gateway
+        if dns_servers:
+            spec["dnsServers"] = list(dns_servers)
         metadata: dict[str, Any] = {
-            "name": address_name(self.pool.name_prefix, grant.ip),
+            "name": address_name(self.pool.name_prefix, ip),
             "namespace": o.namespace(pool),
             "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
             "ownerReferences": [_owner(pool, block=True), _owner(claim, controller=True)],
@@ -394,7 +584,7 @@ class _Reconciler:
         """The Cluster API IPAddress mirroring the Metal3 one that holds the lock."""
         pool = self.pool_obj
         spec = o.spec(address)
-        ip_version = 4 if "." in str(spec.get("address")) else 6
+        ip_version = 4 if ":" not in str(spec.get("address")) else 6
         mirror_spec: dict[str, Any] = {
             "claimRef": {"name": o.name(claim)},
             "poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": kinds.IPPOOL[1], "name": self.snap.pool_name},
@@ -422,14 +612,15 @@ def _with_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
     return SetFinalizers(o.ref(obj), tuple(o.finalizers(obj) + [finalizer]), o.meta(obj).get("resourceVersion"))
 
 
-def _delete(obj: dict, unless_exists: o.Ref | None = None) -> Delete:
-    return Delete(o.ref(obj), unless_exists=unless_exists, resource_version=o.meta(obj).get("resourceVersion"))
+def _delete(obj: dict, unless_exists: o.Ref | None = None, guard_pool: o.PoolKey | None = None) -> Delete:
+    return Delete(o.ref(obj), unless_exists=unless_exists, guard_pool=guard_pool,
+                  resource_version=o.meta(obj).get("resourceVersion"))
 
 
 def _let_go(step: Step, obj: dict, finalizer: str, unless_exists: o.Ref | None = None) -> None:
     """Delete ``obj`` (unless it is going already) and take our finalizer off it."""
     if not o.is_deleting(obj):
-        step.add(_delete(obj, unless_exists=unless_exists))
+        step.add(_delete(obj, unless_exists=unless_exists, guard_pool=o.pool_of(obj) if unless_exists else None))
     if finalizer in o.finalizers(obj):
         step.add(_without_finalizer(obj, finalizer))
 
@@ -459,12 +650,50 @@ def _is_cluster_ref(ref: Mapping[str, Any], cluster_name: str) -> bool:
             and ref.get("name") == cluster_name)
 
 
-def _claim_ref_of_address(address: dict) -> o.Ref:
+def _claim_ref_of_address(address: dict, key: o.ClaimKey | None) -> o.Ref:
+    """The claim an address was made for; with its uid when the owner reference tells it."""
     claim = o.spec(address).get("claim") or {}
-    kind, claim_name = o.claim_of_address(address) or (kinds.IPCLAIM[1], "")
+    kind, claim_name = key or (kinds.IPCLAIM[1], "")
     api_version = claim.get("apiVersion") or (kinds.METAL3_API_VERSION if kind == kinds.IPCLAIM[1]
                                               else f"{kinds.CAPI_IPAM_GROUP}/{kinds.CAPI_IPAM_VERSIONS[0]}")
-    return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name)
+    return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name,
+                 o.claim_uid_of(address, key) if key else None)
+
+
+def _live(addresses: list[dict]) -> list[dict]:
+    return [a for a in addresses if not o.is_deleting(a)]
+
+
+def _ip_of(address: dict):
+    """An address object's IP (netaddr), or None when its spec does not hold one."""
+    return o.address_ip(address)
+
+
+def _text_of(address: dict) -> str:
+    ip = _ip_of(address)
+    return ip_text(ip) if ip is not None else str(o.spec(address).get("address"))
+
+
+def _span_text(first: int, last: int, version: int) -> str:
+    a, b = ip_text(ip_from_int(first, version)), ip_text(ip_from_int(last, version))
+    return a if first == last else f"{a}-{b}"
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
+
+
+def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> tuple[dict[str, str], int]:
+    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out."""
+    entries = sorted((o.index_key(k), ip) for k, ip in bound.items())
+    kept: dict[str, str] = {}
+    size = 2
+    for i, (key, ip) in enumerate(entries):
+        size += len(key.encode()) + len(ip) + 6  # "key":"ip",
+        if size > MAX_INDEXES_BYTES:
+            return kept, len(entries) - i
+        kept[key] = ip
+    return kept, 0
 
 
 def _held(addresses: list[dict]) -> list[dict]:

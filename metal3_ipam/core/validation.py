@@ -13,7 +13,8 @@ from typing import Any
 
 from . import kinds
 from .addresses import AddressError, parse_ip
-from .pool import Pool, read_pool
+from .objects import deleted_for_move, is_deleting, pool_of
+from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem
 
 
@@ -57,7 +58,7 @@ def validate_pool(obj: Any) -> list[Problem]:
 
 
 def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
-    """``in_use``: IPAddress name -> address, for the addresses that reference the pool."""
+    """``in_use``: address object name -> IP, for the live addresses (of either API) of the pool."""
     problems = validate_pool(new)
     old_spec, new_spec = _spec_map(old), _spec_map(new)
     for field in ("namePrefix", "allocationStrategy"):
@@ -65,45 +66,145 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
         after = new_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         if before != after:
             problems += _tag(new, [Problem(f"spec.{field}", after, f"is immutable (was {before!r})")])
-    if problems or not in_use:
+    if any(not p.warning for p in problems) or not in_use:
         return problems
     pool, _ = read_pool(new_spec)
-    for name, text in sorted(in_use.items()):
-        if not _holds(pool, text):
-            problems += _tag(new, [Problem("spec.pools", text,
-                                           f"no longer holds address {text} of IPAddress {name}, which is in use")])
-    return problems
+    if pool is None:
+        return problems
+    holders: dict[int, list[str]] = {}
+    for name, text in in_use.items():
+        try:
+            ip = parse_ip(text)
+        except AddressError:
+            continue  # not an address any pool hands out
+        # An address of the other family is outside the pool whatever its value.
+        holders.setdefault(int(ip) if ip.version == pool.version else -1 - int(ip), []).append(str(name))
+    gateways = _gateway_fields(new_spec, pool.version)
+    found = []
+    for ip, names in sorted(holders.items()):
+        text = span_text(ip, ip, pool.version) if ip >= 0 else str(in_use[names[0]])
+        users = ", ".join(sorted(names))
+        if ip < 0 or pool.entry_of(ip) is None:
+            found.append(Problem("spec.pools", text, f"no longer holds {text}, which is in use (IPAddress {users}); "
+                                                     "release it before removing the range that holds it"))
+        elif ip in gateways:
+            found.append(Problem(gateways[ip], text, f"makes {text} a gateway, but it is in use as a host's address "
+                                                     f"(IPAddress {users})"))
+        elif pool.is_reserved(ip):
+            found.append(Problem("spec.excludedAddresses", text,
+                                 f"excludes {text}, which is in use (IPAddress {users}): it stays with its claim "
+                                 "until released, and is never handed out again", warning=True))
+    return problems + _tag(new, found)
 
 
-def _holds(pool: Pool, text: str) -> bool:
-    try:
-        ip = int(parse_ip(text))
-    except AddressError:
-        return True  # not ours to judge here
-    return pool.entry_of(ip) is not None
+def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
+    """Gateway address -> the field that sets it, for a valid pool spec."""
+    fields = {}
+    entries = spec.get("pools") if isinstance(spec.get("pools"), list) else []
+    for path, text in [("spec.gateway", spec.get("gateway"))] + [
+            (f"spec.pools[{i}].gateway", e.get("gateway")) for i, e in enumerate(entries) if isinstance(e, Mapping)]:
+        try:
+            ip = parse_ip(text)
+        except AddressError:
+            continue
+        if ip.version == version:
+            fields.setdefault(int(ip), path)
+    return fields
 
 
-def overlap_warnings(obj: Any, others: Iterable[Any]) -> list[Problem]:
-    """Warn when a pool's ranges overlap those of another pool in its namespace."""
+def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str) -> dict[str, str]:
+    """Name -> IP of the live addresses, of both APIs, that were handed out from a pool.
+
+    An address being deleted is on its way out and holds nothing back.
+    """
+    found = {}
+    for address in addresses:
+        if not isinstance(address, Mapping) or is_deleting(address) or pool_of(address) != (namespace, pool):
+            continue
+        ip = _spec_map(address).get("address")
+        if not isinstance(ip, str):
+            continue
+        kind = kinds.kind_of(address)
+        name = str(_name(address))
+        found[name if kind == kinds.IPADDRESS else f"{name} (Cluster API)"] = ip
+    return found
+
+
+def _name(obj: Mapping) -> str:
+    meta = obj.get("metadata")
+    return meta.get("name", "") if isinstance(meta, Mapping) else ""
+
+
+def validate_pool_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
+    """A pool is not deleted while addresses are handed out from it.
+
+    Deletions for ``clusterctl move`` are never refused: the addresses go to the
+    target cluster with it. Nor is a pool already being deleted (deleting it
+    again changes nothing).
+    """
+    if not isinstance(obj, Mapping) or deleted_for_move(obj) or is_deleting(obj) or not in_use:
+        return []
+    names = sorted(str(name) for name in in_use)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return _tag(obj, [Problem("spec.pool", f"{len(names)} address(es)",
+                              f"is still in use: the IPAddresses {shown} name this pool in spec.pool; delete their "
+                              "claims first (the addresses go with them)")])
+
+
+def overlap_problems(obj: Any, others: Iterable[Any]) -> list[Problem]:
+    """Pools of one namespace must not share addresses unless they share the namePrefix.
+
+    The lock on an address is the IPAddress named ``<namePrefix>-<ip>``: two
+    pools with one namePrefix take the same lock for a shared address, so only
+    one of them can hand it out (a warning: the user may mean it). Pools with
+    different namePrefixes would take different locks, and one IP could be
+    handed out twice: an error.
+    """
     pool, _ = read_pool(_spec(obj))
     if pool is None:
         return []
     me = object_id(obj)
-    warnings = []
+    mine = {e.index: pool.usable(e) for e in pool.entries}
+    found = []
     for other in others:
         oid = object_id(other)
-        if oid.namespace != me.namespace or oid.name == me.name:
+        if kinds.kind_of(other) != kinds.IPPOOL or oid.namespace != me.namespace or oid.name == me.name:
             continue
         theirs, _ = read_pool(_spec(other))
-        if theirs is None or theirs.version != pool.version:
+        if theirs is None or theirs.version != pool.version or not theirs.entries:
             continue
+        their_spans = [(lo, hi, e) for e in theirs.entries for lo, hi in theirs.usable(e)]
         for entry in pool.entries:
-            if any(entry.first <= e.last and e.first <= entry.last for e in theirs.entries):
-                same = " and the same namePrefix" if theirs.name_prefix == pool.name_prefix else ""
-                warnings.append(Problem(entry.field, f"IPPool {oid.name}",
-                                        f"overlaps a range of another pool{same}; an address may be handed out by only one of them",
-                                        warning=True))
-    return _tag(obj, warnings)
+            shared = _shared(mine[entry.index], their_spans)
+            if shared is None:
+                continue
+            lo, hi, their_entry = shared
+            where = (f"{span_text(lo, hi, pool.version)} with IPPool {oid.name} ({their_entry.field})")
+            if theirs.name_prefix == pool.name_prefix:
+                found.append(Problem(entry.field, span_text(lo, hi, pool.version),
+                                     f"shares {where}; both have namePrefix {pool.name_prefix!r}, so each shared "
+                                     "address is locked by one IPAddress name and handed out by only one of them",
+                                     warning=True))
+            else:
+                found.append(Problem(entry.field, span_text(lo, hi, pool.version),
+                                     f"shares {where}, whose namePrefix is {theirs.name_prefix!r}, not "
+                                     f"{pool.name_prefix!r}: their IPAddress names (<namePrefix>-<ip>) differ, so one "
+                                     "IP could be handed out by both. Pools of a namespace may only overlap when they "
+                                     "share the namePrefix"))
+    return _tag(obj, found)
+
+
+# The name it had when overlaps were only ever warned about.
+overlap_warnings = overlap_problems
+
+
+def _shared(spans: list[tuple[int, int]], others: list[tuple[int, int, Any]]) -> tuple[int, int, Any] | None:
+    """The first stretch ``spans`` share with ``others`` (with the entry it belongs to), or None."""
+    for lo, hi in spans:
+        for their_lo, their_hi, entry in others:
+            if lo <= their_hi and their_lo <= hi:
+                return max(lo, their_lo), min(hi, their_hi), entry
+    return None
 
 
 # -- IPClaim ------------------------------------------------------------------
@@ -144,29 +245,53 @@ def _annotation_problems(obj: Any) -> list[Problem]:
     if not isinstance(annotations, Mapping) or kinds.IP_ADDRESS_ANNOTATION not in annotations:
         return []
     value = annotations[kinds.IP_ADDRESS_ANNOTATION]
+    path = f"metadata.annotations.{kinds.IP_ADDRESS_ANNOTATION}"
     try:
-        parse_ip(value)
+        admitted_ip(value)
     except AddressError as err:
-        return [Problem(f"metadata.annotations.{kinds.IP_ADDRESS_ANNOTATION}", value, str(err))]
+        return [Problem(path, value, str(err))]
+    canonical = ipv4_compatible_form(value)
+    if canonical is not None:
+        return [Problem(path, value, f"uses the deprecated IPv4-compatible form; write {canonical}", warning=True)]
     return []
 
 
 # -- Cluster API IPAddressClaim -----------------------------------------------
 
+def is_our_capi_claim(obj: Any) -> bool:
+    """An IPAddressClaim is ours to judge only when its poolRef names our group.
+
+    Claims on other providers' pools are theirs: not a word about them.
+    """
+    spec = _spec(obj)
+    ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
+    return isinstance(ref, Mapping) and ref.get("apiGroup") == kinds.METAL3_GROUP
+
+
 def validate_capi_claim(obj: Any) -> list[Problem]:
+    if not is_our_capi_claim(obj):
+        return []
     problems = _metadata_problems(obj)
     if problems:
         return _tag(obj, problems)
-    spec = _spec(obj)
-    ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-    if not isinstance(ref, Mapping):
-        problems.append(Problem("spec.poolRef", ref, "is required"))
-    else:
-        for field in ("kind", "name"):
-            if not isinstance(ref.get(field), str) or not ref.get(field):
-                problems.append(Problem(f"spec.poolRef.{field}", ref.get(field), "is required"))
+    ref = _spec(obj)["poolRef"]
+    if ref.get("kind") != kinds.IPPOOL[1]:
+        problems.append(Problem("spec.poolRef.kind", ref.get("kind"),
+                                f"must be {kinds.IPPOOL[1]}: the only kind of {kinds.METAL3_GROUP} that hands out addresses"))
+    if not isinstance(ref.get("name"), str) or not ref.get("name"):
+        problems.append(Problem("spec.poolRef.name", ref.get("name"), "is required: the IPPool to take an address from"))
     problems += _annotation_problems(obj)
     return _tag(obj, problems)
+
+
+def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
+    problems = validate_capi_claim(new)
+    if not is_our_capi_claim(old) and not is_our_capi_claim(new):
+        return problems
+    before, after = _spec_map(old).get("poolRef"), _spec_map(new).get("poolRef")
+    if before != after:
+        problems += _tag(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
+    return problems
 
 
 # -- IPAddress -------------------------------------------------------------
@@ -185,7 +310,7 @@ def validate_ipaddress(obj: Any) -> list[Problem]:
                                     "is required"))
     version = None
     try:
-        version = parse_ip(spec.get("address")).version
+        version = admitted_ip(spec.get("address")).version
     except AddressError as err:
         problems.append(Problem("spec.address", spec.get("address"), str(err)))
     prefix = spec.get("prefix")
@@ -195,8 +320,8 @@ def validate_ipaddress(obj: Any) -> list[Problem]:
     gateway = spec.get("gateway")
     if gateway is not None:
         try:
-            if version is not None and parse_ip(gateway).version != version:
-                problems.append(Problem("spec.gateway", gateway, "is not of the address's family"))
+            if version is not None and admitted_ip(gateway).version != version:
+                problems.append(Problem("spec.gateway", gateway, f"is not of the address's family (IPv{version})"))
         except AddressError as err:
             problems.append(Problem("spec.gateway", gateway, str(err)))
     servers = spec.get("dnsServers") or []
@@ -205,7 +330,7 @@ def validate_ipaddress(obj: Any) -> list[Problem]:
     else:
         for i, server in enumerate(servers):
             try:
-                parse_ip(server)
+                admitted_ip(server)
             except AddressError as err:
                 problems.append(Problem(f"spec.dnsServers[{i}]", server, str(err)))
     return _tag(obj, problems)
@@ -230,3 +355,24 @@ def validate(obj: Any) -> list[Problem]:
     """Validate any object of a kind this project knows; other kinds are not ours to judge."""
     validator = VALIDATORS.get(kinds.kind_of(obj))
     return validator(obj) if validator else []
+
+
+def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
+    """The update rules of ``new``'s kind (immutable fields; a pool keeps the addresses in use)."""
+    kind = kinds.kind_of(new)
+    if kind == kinds.IPPOOL:
+        return validate_pool_update(old, new, in_use)
+    if kind == kinds.IPCLAIM:
+        return validate_ipclaim_update(old, new)
+    if kind == kinds.IPADDRESS:
+        return validate_ipaddress_update(old, new)
+    if kind == kinds.CAPI_CLAIM:
+        return validate_capi_claim_update(old, new)
+    return []
+
+
+def validate_delete(obj: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
+    """The delete rules: only a pool in use is kept."""
+    if kinds.kind_of(obj) == kinds.IPPOOL:
+        return validate_pool_delete(obj, in_use or {})
+    return []

@@ -560,6 +560,7 @@ class ControlPlane:
         self.etcd_url: str | None = None
         self.startup_seconds: dict[str, float] = {}
         self.running = False
+        self._apiserver_launch: tuple[Path, dict[str, Path]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -683,18 +684,20 @@ class ControlPlane:
 
         self._start_with_port_retry("etcd", launch, ready)
 
-    def _start_apiserver(self, apiserver: Path, pki: dict[str, Path]) -> None:
+    def _start_apiserver(self, apiserver: Path, pki: dict[str, Path], port: int | None = None) -> None:
+        """Start kube-apiserver on a free port, or on ``port`` (a restart: clients keep their address)."""
         assert self.dir is not None
+        self._apiserver_launch = (apiserver, pki)
 
         def launch() -> _Process:
-            port = _free_port()
-            self.server = f"https://127.0.0.1:{port}"
+            chosen = port or _free_port()
+            self.server = f"https://127.0.0.1:{chosen}"
             return self._spawn("kube-apiserver", [
                 str(apiserver),
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                f"--secure-port={port}",
+                f"--secure-port={chosen}",
                 f"--tls-cert-file={pki['apiserver.crt']}",
                 f"--tls-private-key-file={pki['apiserver.key']}",
                 f"--client-ca-file={pki['ca.crt']}",
@@ -716,7 +719,30 @@ class ControlPlane:
         def ready(proc: _Process, deadline: float) -> None:
             self._wait_for(proc, f"kube-apiserver {self.server}/readyz", lambda: self._http_ok("/readyz"), deadline)
 
-        self._start_with_port_retry("kube-apiserver", launch, ready)
+        self._start_with_port_retry("kube-apiserver", launch, ready, attempts=1 if port else 3)
+
+    def stop_apiserver(self, grace: float | None = None) -> None:
+        """Stop kube-apiserver alone (SIGTERM, SIGKILL after ``grace``); etcd and its data stay.
+
+        Clients then get connection refused, as while an API server restarts.
+        """
+        with self._lock:
+            proc = self._procs.pop("kube-apiserver", None)
+            if proc is None:
+                raise ControlPlaneError("kube-apiserver is not running")
+            proc.terminate(self.stop_timeout if grace is None else grace)
+            self._last_logs["kube-apiserver (stopped)"] = proc.tail()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again after :meth:`stop_apiserver`: same port, certificates, tokens
+        and etcd, so every client (kubeconfig, running controllers) finds it where it was."""
+        with self._lock:
+            if "kube-apiserver" in self._procs:
+                raise ControlPlaneError("kube-apiserver is running already")
+            if not self.server or self._apiserver_launch is None:
+                raise ControlPlaneError("control plane is not started")
+            port = int(self.server.rsplit(":", 1)[1])
+            self._start_apiserver(*self._apiserver_launch, port=port)
 
     def _start_controller_manager(self, kcm: Path, kubeconfig: Path, pki: dict[str, Path]) -> None:
         assert self.dir is not None

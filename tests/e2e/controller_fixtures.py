@@ -4,7 +4,7 @@ A pytest plugin (test modules load it with ``pytest_plugins``):
 
 - :class:`ControllerProcess` runs ``python -m metal3_ipam.cli run`` against a
   control plane with its own health port and log file; ``stop()`` sends SIGTERM,
-  ``kill()`` SIGKILL. The log of every controller that took part in a failed
+  ``kill()`` SIGKILL, ``freeze()``/``thaw()`` SIGSTOP/SIGCONT. The log of every controller that took part in a failed
   test is attached to the report.
 - fixtures: ``shared_controller`` (one ``-A`` process per test module) and
   ``controller`` (the same, checked alive around each test); ``controller_factory``
@@ -12,7 +12,8 @@ A pytest plugin (test modules load it with ``pytest_plugins``):
   the test's fresh namespace).
 - :class:`Kube`: small helpers over the custom objects of one namespace.
 - :func:`check_invariants` / :func:`assert_invariants`: SPEC §10 over every
-  object of a namespace.
+  object of a namespace; :class:`Sentinel` checks the never-allowed ones over
+  and over in a thread while a test runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -137,6 +139,7 @@ class ControllerProcess:
             return None
         if self.popen.poll() is None:
             self._signal(signal.SIGTERM)
+            self._signal(signal.SIGCONT)  # a frozen process handles SIGTERM only once it runs
             try:
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -147,6 +150,15 @@ class ControllerProcess:
                 return None
         self.stopped_at = time.monotonic()
         return self.popen.returncode
+
+    def freeze(self) -> None:
+        """SIGSTOP: the process stops where it is, as in a long GC pause or a paused VM."""
+        self._signal(signal.SIGSTOP)
+        self._note("frozen with SIGSTOP")
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+        self._note("thawed with SIGCONT")
 
     def kill(self) -> None:
         """SIGKILL: a crash, no goodbye (the Lease, if held, is not released)."""
@@ -641,6 +653,45 @@ def assert_invariants(kube: Kube, timeout: float = 30.0, **kwargs: Any) -> Findi
         if time.monotonic() >= deadline:
             raise AssertionError(f"{kube.ns} did not converge within {timeout:g}s ({last.counts}):\n{last}")
         time.sleep(0.25)
+
+
+class Sentinel:
+    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own."""
+
+    def __init__(self, control_plane, namespace: str, interval: float = 0.3) -> None:
+        self.control_plane = control_plane
+        self.namespace = namespace
+        self.interval = interval
+        self.broken: list[str] = []
+        self.rounds = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="invariant sentinel", daemon=True)
+
+    def __enter__(self) -> "Sentinel":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with self.control_plane.api_client() as api:
+            kube = Kube(api, self.namespace)
+            while not self._stop.is_set():
+                try:
+                    found = check_invariants(kube)
+                except Exception as err:  # a list may fail while the API server is busy; keep looking
+                    self.errors.append(repr(err))
+                else:
+                    self.rounds += 1
+                    self.broken.extend(found.broken)
+                self._stop.wait(self.interval)
+
+    def assert_clean(self) -> None:
+        assert self.rounds > 0, f"the sentinel never completed a round: {self.errors[-3:]}"
+        assert not self.broken, "invariants broken while running:\n" + "\n".join(self.broken[:40])
 
 
 def resource_versions(kube: Kube) -> dict[tuple[str, str], str]:

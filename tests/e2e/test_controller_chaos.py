@@ -17,50 +17,11 @@ pytest.register_assert_rewrite("controller_fixtures")
 
 from kubernetes import client  # noqa: E402
 
-from controller_fixtures import (CAPI, METAL3, Kube, assert_invariants, assert_quiet,  # noqa: E402
+from controller_fixtures import (CAPI, METAL3, Kube, Sentinel, assert_invariants, assert_quiet,  # noqa: E402
                                  check_invariants, resource_versions)
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
-
-
-class Sentinel:
-    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own."""
-
-    def __init__(self, control_plane, namespace: str, interval: float = 0.3) -> None:
-        self.control_plane = control_plane
-        self.namespace = namespace
-        self.interval = interval
-        self.broken: list[str] = []
-        self.rounds = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="invariant sentinel", daemon=True)
-
-    def __enter__(self) -> "Sentinel":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        with self.control_plane.api_client() as api:
-            kube = Kube(api, self.namespace)
-            while not self._stop.is_set():
-                try:
-                    found = check_invariants(kube)
-                except Exception as err:  # a list may fail while the API server is busy; keep looking
-                    self.errors.append(repr(err))
-                else:
-                    self.rounds += 1
-                    self.broken.extend(found.broken)
-                self._stop.wait(self.interval)
-
-    def assert_clean(self) -> None:
-        assert self.rounds > 0, f"the sentinel never completed a round: {self.errors[-3:]}"
-        assert not self.broken, "invariants broken while running:\n" + "\n".join(self.broken[:40])
 
 
 @pytest.fixture

@@ -71,12 +71,23 @@ def test_validate_reports_file_object_field_and_value(capsys, tmp_path):
                and "1.2.3" in line for line in lines), out
 
 
-def test_validate_warns_about_overlapping_pools_but_passes(capsys, tmp_path):
-    other = dict(POOL, metadata={"name": "pool2", "namespace": "default"},
+def test_validate_refuses_pools_of_a_namespace_sharing_addresses_under_different_name_prefixes(capsys, tmp_path):
+    other = dict(POOL, metadata={"name": "pool2"},  # no namespace: default, like pool1's
                  spec={"namePrefix": "pool2", "pools": [{"start": "10.0.0.11", "end": "10.0.0.20"}]})
     code, out, _ = run(capsys, "validate", "-f", write(tmp_path, "p.yaml", dump(POOL, other)))
-    assert code == 0
-    assert "warning" in out and "IPPool pool2" in out
+    assert code == 1
+    errors = [line for line in out.splitlines() if "warning" not in line]
+    assert any("IPPool/default/pool1: spec.pools[0]" in line and "IPPool pool2" in line
+               and "10.0.0.11-10.0.0.12" in line for line in errors), out
+    assert any("IPPool/default/pool2: spec.pools[0]" in line and "IPPool pool1" in line for line in errors), out
+
+
+def test_validate_warns_about_pools_sharing_addresses_and_the_name_prefix(capsys, tmp_path):
+    other = dict(POOL, metadata={"name": "pool2", "namespace": "default"},
+                 spec={"namePrefix": "pool1", "pools": [{"start": "10.0.0.11", "end": "10.0.0.20"}]})
+    code, out, _ = run(capsys, "validate", "-f", write(tmp_path, "p.yaml", dump(POOL, other)))
+    assert code == 0, out
+    assert "warning" in out and "IPPool pool2" in out and "10.0.0.11-10.0.0.12" in out
 
 
 def test_validate_reports_an_object_defined_twice(capsys, tmp_path):
@@ -251,3 +262,135 @@ def test_plan_prints_errors_as_events(capsys, tmp_path):
     code, out, err = run(capsys, "plan", "-f", path)
     assert code == 0
     assert "Warning AllocationFailed" in err and "10.0.0.99" in err
+
+
+# --------------------------------------------------------------------------- run: leader election timing
+
+
+def test_lease_timing_options_take_kubernetes_durations():
+    from metal3_ipam import cli
+
+    args = cli._parser().parse_args(["run", "--leader-elect-lease-duration", "1m", "--leader-elect-renew-deadline",
+                                     "40", "--leader-elect-retry-period", "500ms"])
+    timing = cli._lease_timing(args)
+    assert (timing.lease_duration, timing.renew_deadline, timing.retry_period) == (60.0, 40.0, 0.5)
+    defaults = cli._lease_timing(cli._parser().parse_args(["run"]))
+    assert (defaults.lease_duration, defaults.renew_deadline, defaults.retry_period) == (15.0, 10.0, 2.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--leader-elect-renew-deadline", "20s"],
+     "renew deadline 20s must be shorter than the lease duration 15s"),
+    (["--leader-elect-retry-period", "10s"], "retry period 10s must be shorter than the renew deadline 10s"),
+    (["--leader-elect-lease-duration", "soon"], "--leader-elect-lease-duration 'soon': expected a positive duration"),
+    (["--leader-elect-retry-period=-1s"], "--leader-elect-retry-period '-1s': expected a positive duration"),
+])
+def test_inconsistent_lease_timing_is_a_usage_error_before_connecting(capsys, argv, words):
+    assert main(["run", "--kubeconfig", "/nonexistent", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+# -- update and delete rules, offline ------------------------------------------------------
+
+def _state(capsys, tmp_path, *docs) -> str:
+    """What the cluster would hold after the controller served ``docs``: `plan` output, as `kubectl get -o yaml` gives."""
+    code, out, _ = run(capsys, "plan", "-f", write(tmp_path, "before.yaml", dump(*docs)))
+    assert code == 0, out
+    return write(tmp_path, "state.yaml", out)
+
+
+def test_validate_old_judges_updates_against_the_addresses_in_use(capsys, tmp_path):
+    old = _state(capsys, tmp_path, POOL, claim("a"), claim("b"))  # a: 10.0.0.10, b: 10.0.0.11
+    shrunk = dict(POOL, spec=dict(POOL["spec"], pools=[{"start": "10.0.0.11", "end": "10.0.0.12"}]))
+    code, out, _ = run(capsys, "validate", "--old", old, "-f", write(tmp_path, "new.yaml", dump(shrunk)))
+    assert code == 1
+    (line,) = out.splitlines()
+    assert "new.yaml: IPPool/default/pool1: spec.pools: no longer holds 10.0.0.10" in line
+    assert "pool1-10-0-0-10" in line
+    # Without the old state it is a valid pool.
+    code, out, _ = run(capsys, "validate", "-f", str(tmp_path / "new.yaml"))
+    assert code == 0, out
+    # Growing it is fine; renaming the prefix is not.
+    grown = dict(POOL, spec=dict(POOL["spec"], pools=[{"start": "10.0.0.10", "end": "10.0.0.40"}]))
+    code, out, err = run(capsys, "validate", "--old", old, "-f", write(tmp_path, "grown.yaml", dump(grown)))
+    assert code == 0 and "1 object(s) valid" in err, out
+    renamed = dict(POOL, spec=dict(POOL["spec"], namePrefix="other"))
+    code, out, _ = run(capsys, "validate", "--old", old, "-f", write(tmp_path, "renamed.yaml", dump(renamed)))
+    assert code == 1 and "spec.namePrefix: is immutable (was 'pool1')" in out
+
+
+def test_validate_old_judges_a_new_pool_against_the_pools_that_exist(capsys, tmp_path):
+    old = _state(capsys, tmp_path, POOL)
+    other = dict(POOL, metadata={"name": "pool2", "namespace": "default"},
+                 spec={"namePrefix": "pool2", "pools": [{"start": "10.0.0.12", "end": "10.0.0.20"}]})
+    code, out, _ = run(capsys, "validate", "--old", old, "-f", write(tmp_path, "new.yaml", dump(other)))
+    assert code == 1 and "IPPool/default/pool2: spec.pools[0]" in out and "IPPool pool1" in out
+
+
+def test_validate_delete(capsys, tmp_path):
+    old = _state(capsys, tmp_path, POOL, claim("a"))
+    pool_file = write(tmp_path, "pool.yaml", dump(POOL))
+    code, out, _ = run(capsys, "validate", "--delete", "--old", old, "-f", pool_file)
+    assert code == 1 and "IPPool/default/pool1: spec.pool: is still in use" in out and "pool1-10-0-0-10" in out
+    moving = dict(POOL, metadata=dict(POOL["metadata"], annotations={"clusterctl.cluster.x-k8s.io/delete-for-move": ""}))
+    code, out, err = run(capsys, "validate", "--delete", "--old", old, "-f", write(tmp_path, "m.yaml", dump(moving)))
+    assert code == 0 and "may be deleted" in err, out
+    unused = _state(capsys, tmp_path, POOL)
+    code, out, _ = run(capsys, "validate", "--delete", "--old", unused, "-f", pool_file)
+    assert code == 0, out
+
+
+def test_a_huge_preallocation_map_is_read_and_refused_quickly(capsys, tmp_path):
+    import time
+
+    held = "\n".join(f"    claim-{i}: 2001:db8::{i:x}" for i in range(100_000))
+    path = write(tmp_path, "huge.yaml", "apiVersion: ipam.metal3.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: big\n"
+                 "spec:\n  namePrefix: big\n  pools:\n  - subnet: 2001:db8::/8\n  preAllocations:\n" + held + "\n")
+    started = time.perf_counter()
+    code, out, _ = run(capsys, "validate", "-f", path)
+    took = time.perf_counter() - started
+    assert code == 1 and "spec.preAllocations: must have at most 4096 entries" in out
+    assert took < 8, f"{took:.1f}s"  # the pure-Python loader alone takes about 10 s here
+
+
+def test_manifests_are_read_with_the_c_loader_when_there_is_one():
+    from metal3_ipam import manifests
+
+    if yaml.__with_libyaml__:
+        assert manifests.SafeLoader is yaml.CSafeLoader
+    else:
+        assert manifests.SafeLoader is yaml.SafeLoader
+
+
+# -- the corpus of invalid manifests (also applied to a real API server: tests/e2e/test_webhooks.py) --
+
+from metal3_ipam.testing import corpus  # noqa: E402
+
+CORPUS = corpus.cases(ROOT / "tests" / "data" / "invalid")
+
+
+def test_the_corpus_is_large_and_covers_every_kind_and_operation():
+    assert len(CORPUS) >= 40
+    assert {c.subject["kind"] for c in CORPUS} == {"IPPool", "IPClaim", "IPAddress", "IPAddressClaim"}
+    assert {c.operation for c in CORPUS} == {"create", "update", "delete"}
+    assert {c.layer for c in CORPUS} == {"schema", "webhook"}
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+def test_validate_refuses_every_invalid_manifest_naming_the_field(capsys, tmp_path, case):
+    argv = ["validate", "-f", write(tmp_path, "subject.yaml", dump(case.subject))]
+    if case.setup:
+        code, out, err = run(capsys, "plan", "-f", write(tmp_path, "setup.yaml", dump(*case.setup)))
+        assert code == 0, f"the setup of {case.name} is refused:\n{out}{err}"
+        argv += ["--old", write(tmp_path, "state.yaml", out)]
+    if case.operation == "delete":
+        argv.append("--delete")
+    code, out, _ = run(capsys, *argv)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": warning: " not in line]
+    # Each line names the file, the object, the field and the value.
+    who = f"subject.yaml: {case.subject['kind']}/"
+    named = [line for line in errors if who in line and f"/{case.subject['metadata']['name']}: " in line]
+    assert any(case.expect in line and "(value: " in line for line in named), \
+        f"no error names {case.expect!r}:\n{out}"

@@ -1,0 +1,70 @@
+"""Pools of one namespace whose address sets overlap.
+
+The name ``<namePrefix>-<ip>`` is the lock that keeps an IP from being handed
+out twice, so it only guards pools that share a namePrefix. Where two pools of
+a namespace with different prefixes overlap (validation refuses that, but such
+pools can exist: created before the webhook ran, or left by another IPAM), the
+overlapping addresses belong to the pool that came first — earliest
+``creationTimestamp``, then name — and the other pool withholds them. Every
+replica derives the same answer from the same objects, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Iterable
+
+from .intervals import normalise
+from .pool import Pool
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """Addresses a pool must not hand out because an earlier pool owns them."""
+
+    first: int
+    last: int
+    owner: str        # the earlier pool's name
+    owner_prefix: str
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    name: str
+    created: str      # creationTimestamp, "" when unknown
+    pool: Pool
+
+    @property
+    def precedence(self) -> tuple[str, str]:
+        return (self.created or "", self.name)
+
+
+def _spans(pool: Pool) -> list[tuple[int, int]]:
+    return normalise(span for entry in pool.entries for span in pool.usable(entry))
+
+
+def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[str, list[Withheld]]:
+    """For each pool, the parts of its address set that an earlier pool with another namePrefix owns.
+
+    A sweep over all spans sorted by start: O(n log n) for n spans, plus the
+    overlapping pairs themselves.
+    """
+    spans = []
+    for facts in pools:
+        for lo, hi in _spans(facts.pool):
+            spans.append((facts.pool.version, lo, hi, facts))
+    spans.sort(key=lambda s: (s[0], s[1], s[2]))
+    result: dict[str, list[Withheld]] = {}
+    active: list[tuple[int, int, int, PoolFacts]] = []
+    for span in spans:
+        version, lo, hi, facts = span
+        active = [a for a in active if a[0] == version and a[2] >= lo]
+        for _, other_lo, other_hi, other in active:
+            if other.name == facts.name or other.pool.name_prefix == facts.pool.name_prefix:
+                continue
+            first, last = max(lo, other_lo), min(hi, other_hi)
+            earlier, later = sorted((facts, other), key=lambda f: f.precedence)
+            result.setdefault(later.name, []).append(
+                Withheld(first, last, earlier.name, earlier.pool.name_prefix))
+        active.append(span)
+    return {name: sorted(set(items), key=lambda w: (w.first, w.last, w.owner)) for name, items in result.items()}

@@ -1,0 +1,150 @@
+"""The admission webhooks on a real API server, which calls the controller over TLS.
+
+Every manifest of tests/data/invalid is refused the way ``kubectl apply
+--server-side`` meets it, with a message naming the field, by the layer its
+file names (the CRD schema, or our webhook), and nothing is created or
+changed; every sample is accepted; a pool in use is kept unless deleted for
+``clusterctl move``; a controller outage never blocks a deletion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
+
+from controller_fixtures import condition  # noqa: E402
+from metal3_ipam.testing import corpus  # noqa: E402
+from metal3_ipam.testing.waiting import eventually  # noqa: E402
+from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
+
+pytest_plugins = ("controller_fixtures", "webhook_fixtures")
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = corpus.cases(ROOT / "tests" / "data" / "invalid")
+SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
+MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
+
+
+def served(api, obj: dict, namespace: str, timeout: float = 30.0) -> None:
+    """Wait until the controller has answered a claim (an address, or an error)."""
+    def check():
+        current = get(api, obj, namespace) or {}
+        status = current.get("status") or {}
+        if obj["kind"] == "IPClaim":
+            return status.get("address") or status.get("errorMessage")
+        ready = condition(current, "Ready")
+        return ready is not None and ready["status"] in ("True", "False")
+
+    eventually(check, timeout=timeout, what=f"{obj['kind']} {namespace}/{obj['metadata']['name']} to be served")
+
+
+def set_up(api, case_or_docs, namespace: str) -> None:
+    docs = case_or_docs.setup if isinstance(case_or_docs, corpus.Case) else case_or_docs
+    for doc in docs:
+        answer = apply(api, doc, namespace)
+        assert answer.status < 300, f"setup document {doc['kind']} {doc['metadata']['name']} refused: {answer.message}"
+    for doc in docs:
+        if doc["kind"] in ("IPClaim", "IPAddressClaim"):
+            served(api, doc, namespace)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_invalid_manifest_is_refused_naming_the_field_and_nothing_changes(webhook_controller, webhook_api,
+                                                                                case):
+    api = webhook_api
+    namespace = new_namespace(api)
+    set_up(api, case, namespace)
+    before = get(api, case.subject, namespace)
+
+    if case.operation == "delete":
+        answer = call(api, "DELETE", path_of(case.subject, namespace, case.subject["metadata"]["name"]))
+    else:
+        answer = apply(api, case.subject, namespace)
+
+    assert 400 <= answer.status < 500, f"{case.name}: expected a refusal, got {answer.status}: {answer.body}"
+    assert case.expect in answer.message, f"{case.name}: the message does not name {case.expect!r}: {answer.message}"
+    by_webhook = "admission webhook" in answer.message and "denied the request" in answer.message
+    assert by_webhook == (case.layer == "webhook"), f"{case.name}: refused by the wrong layer: {answer.message}"
+    after = get(api, case.subject, namespace)
+    if case.operation == "create":
+        assert after is None, f"{case.name}: created although refused"
+    else:
+        assert after is not None and after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], \
+            f"{case.name}: changed although refused"
+        assert not after["metadata"].get("deletionTimestamp")
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_every_sample_is_accepted(webhook_controller, webhook_api, sample):
+    namespace = new_namespace(webhook_api, "s")
+    docs = [d for d in yaml.safe_load_all(sample.read_text()) if d]
+    set_up(webhook_api, docs, namespace)
+    for doc in docs:
+        assert get(webhook_api, doc, namespace) is not None
+
+
+def test_overlap_under_one_name_prefix_is_accepted_with_a_warning(webhook_controller, webhook_api):
+    namespace = new_namespace(webhook_api)
+    pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "a"},
+            "spec": {"namePrefix": "shared", "pools": [{"start": "10.0.0.10", "end": "10.0.0.20"}]}}
+    assert apply(webhook_api, pool, namespace).status == 201
+    twin = dict(pool, metadata={"name": "b"}, spec=dict(pool["spec"], pools=[{"start": "10.0.0.15", "end": "10.0.0.30"}]))
+    answer = apply(webhook_api, twin, namespace)
+    assert answer.status == 201, answer.message
+    assert any("spec.pools[0]: shares 10.0.0.15-10.0.0.20 with IPPool a" in w for w in answer.warnings), answer.warnings
+    # The defaulting webhook and the schema agree on the strategy.
+    assert get(webhook_api, twin, namespace)["spec"]["allocationStrategy"] == "sequential"
+
+
+def _pool_in_use(api, namespace: str) -> dict:
+    pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "p"},
+            "spec": {"namePrefix": "p", "pools": [{"start": "10.0.0.10", "end": "10.0.0.20"}]}}
+    claim = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim", "metadata": {"name": "c"},
+             "spec": {"pool": {"name": "p"}}}
+    set_up(api, [pool, claim], namespace)
+    return pool
+
+
+def test_a_pool_deleted_for_clusterctl_move_is_never_refused(webhook_controller, webhook_api):
+    namespace = new_namespace(webhook_api)
+    pool = _pool_in_use(webhook_api, namespace)
+    path = path_of(pool, namespace, "p")
+    refused = call(webhook_api, "DELETE", path)
+    assert refused.status == 422 and "is still in use" in refused.message
+    # clusterctl marks what it moves, then deletes it: the mark is a metadata change, the delete goes through.
+    marked = call(webhook_api, "PATCH", path, {"metadata": {"annotations": {MOVE: ""}}},
+                  "application/merge-patch+json")
+    assert marked.status == 200, marked.message
+    deleted = call(webhook_api, "DELETE", path)
+    assert deleted.status == 200, deleted.message
+    assert get(webhook_api, pool, namespace)["metadata"].get("deletionTimestamp")
+
+
+def test_a_controller_outage_blocks_no_deletion_and_lets_nothing_invalid_in(webhook_controller, webhook_api):
+    """Runs last in this module: it stops the controller and starts it again."""
+    api = webhook_api
+    namespace = new_namespace(api)
+    pool = _pool_in_use(api, namespace)
+    foreign = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+               "metadata": {"name": "theirs", "annotations": {"ipAddress": "not-ours-to-judge"}},
+               "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "x"}}}
+    webhook_controller.process.stop()
+    try:
+        # Metadata-only changes and deletions pass; a claim on another provider's pool never reaches us.
+        relabelled = call(api, "PATCH", path_of(pool, namespace, "p"), {"metadata": {"labels": {"a": "b"}}},
+                          "application/merge-patch+json")
+        assert relabelled.status == 200, relabelled.message
+        assert apply(api, foreign, namespace).status == 201
+        deleted = call(api, "DELETE", path_of(pool, namespace, "p"))
+        assert deleted.status == 200, deleted.message
+        # A new pool is refused rather than let in unchecked.
+        other = dict(pool, metadata={"name": "q"}, spec=dict(pool["spec"], namePrefix="q"))
+        refused = apply(api, other, namespace)
+        assert "failed calling webhook" in refused.message, refused.message
+        assert get(api, other, namespace) is None
+    finally:
+        webhook_controller.process.start()

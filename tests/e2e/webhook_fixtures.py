@@ -1,0 +1,215 @@
+"""A control plane whose API server calls the controller's admission webhooks over TLS.
+
+A pytest plugin (``pytest_plugins = ("controller_fixtures", "webhook_fixtures")``):
+
+- ``webhook_plane``: a control plane of the module's own (the webhook
+  configurations it carries would refuse every pool of other modules' tests
+  while no controller answers them);
+- ``webhook_controller``: ``metal3-ipam run --webhook-port … --webhook-cert-dir …``
+  with a serving certificate for 127.0.0.1 from a CA of the test's own, and the
+  Validating/MutatingWebhookConfigurations of :data:`metal3_ipam.controller.webhook.HOOKS`
+  registered with ``clientConfig.url: https://127.0.0.1:PORT/<path>`` and that CA;
+- :func:`call` and :func:`apply`: REST calls that also return the API server's
+  warnings; :func:`apply` is ``kubectl apply --server-side --force-conflicts``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from controller_fixtures import ControllerProcess
+from metal3_ipam.controller import webhook
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing.certs import Authority
+from metal3_ipam.testing.waiting import eventually
+
+PLURALS = {"IPPool": "ippools", "IPClaim": "ipclaims", "IPAddress": "ipaddresses",
+           "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters"}
+FIELD_MANAGER = "metal3-ipam-e2e"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        return (self.body or {}).get("message", "") if isinstance(self.body, dict) else str(self.body)
+
+
+def call(api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str | None = None,
+         query: list[tuple[str, str]] | None = None) -> Answer:
+    """One REST call; never raises on an HTTP error status."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    method, url, header_params, body, _ = api.param_serialize(
+        method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
+    try:
+        response = api.call_api(method, url, header_params=header_params, body=body)
+    except ApiException as err:  # transport-level failures carry no response
+        return Answer(err.status or 0, {"message": str(err)})
+    response.read()
+    try:
+        decoded = json.loads(response.data) if response.data else None
+    except ValueError:
+        decoded = response.data.decode(errors="replace")
+    return Answer(response.status, decoded, list(response.response.headers.getlist("Warning")))
+
+
+def path_of(obj: dict, namespace: str, name: str | None = None) -> str:
+    group_version = obj["apiVersion"]
+    plural = PLURALS[obj["kind"]]
+    path = f"/apis/{group_version}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def placed(obj: dict, namespace: str) -> dict:
+    """``obj`` moved to ``namespace``, with references to the ``default`` namespace following it."""
+    obj = json.loads(json.dumps(obj))
+    obj.setdefault("metadata", {})["namespace"] = namespace
+    ref = (obj.get("spec") or {}).get("pool") if isinstance(obj.get("spec"), dict) else None
+    if isinstance(ref, dict) and ref.get("namespace") == "default":
+        ref["namespace"] = namespace
+    return obj
+
+
+def apply(api: client.ApiClient, obj: dict, namespace: str) -> Answer:
+    """What ``kubectl apply`` does: create what is not there, else change it.
+
+    A change is a server-side apply that takes over conflicting fields (the
+    controller owns an IPAddress's spec). A new object is created with a POST:
+    a server-side apply of a body of the wrong shape (a string where the schema
+    wants a list) is answered 500, not 422, by the API server.
+    """
+    obj = placed(obj, namespace)
+    path = path_of(obj, namespace, obj["metadata"]["name"])
+    if call(api, "GET", path).status == 404:
+        return call(api, "POST", path_of(obj, namespace), obj, "application/json", [("fieldManager", FIELD_MANAGER)])
+    return call(api, "PATCH", path, obj, "application/apply-patch+yaml",
+                [("fieldManager", FIELD_MANAGER), ("force", "true")])
+
+
+def get(api: client.ApiClient, obj: dict, namespace: str) -> dict | None:
+    answer = call(api, "GET", path_of(obj, namespace, obj["metadata"]["name"]))
+    if answer.status == 404:
+        return None
+    assert answer.status == 200, answer
+    return answer.body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def register_webhooks(api: client.ApiClient, port: int, ca_pem: bytes, name: str = "metal3-ipam-e2e") -> list[dict]:
+    """The webhook configurations of HOOKS, calling https://127.0.0.1:PORT."""
+    bundle = base64.b64encode(ca_pem).decode()
+    configurations = webhook.configurations(
+        lambda hook: {"url": f"https://127.0.0.1:{port}{hook.path}", "caBundle": bundle}, name=name)
+    admission = client.AdmissionregistrationV1Api(api)
+    for configuration in configurations:
+        if configuration["kind"] == "MutatingWebhookConfiguration":
+            admission.create_mutating_webhook_configuration(configuration)
+        else:
+            admission.create_validating_webhook_configuration(configuration)
+    return configurations
+
+
+def unregister_webhooks(api: client.ApiClient, configurations: list[dict]) -> None:
+    admission = client.AdmissionregistrationV1Api(api)
+    for configuration in configurations:
+        name = configuration["metadata"]["name"]
+        try:
+            if configuration["kind"] == "MutatingWebhookConfiguration":
+                admission.delete_mutating_webhook_configuration(name)
+            else:
+                admission.delete_validating_webhook_configuration(name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def new_namespace(api: client.ApiClient, prefix: str = "w") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def wait_until_webhooks_answer(api: client.ApiClient) -> None:
+    """The API server picks webhook configurations up asynchronously: wait until a webhook refusal comes back."""
+    namespace = new_namespace(api, "probe")
+    probe = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "probe"},
+             "spec": {"namePrefix": "probe", "pools": [{"start": "10.0.0.9", "end": "10.0.0.1"}]}}
+
+    def refused_by_webhook() -> bool:
+        answer = apply(api, probe, namespace)
+        if answer.status < 300:  # accepted before the webhook was in place: try again with it gone
+            call(api, "DELETE", path_of(probe, namespace, "probe"))
+            return False
+        return "admission webhook" in answer.message
+
+    eventually(refused_by_webhook, timeout=30, interval=0.2, what="the API server to call the webhooks")
+    client.CoreV1Api(api).delete_namespace(namespace)
+
+
+@dataclass
+class WebhookController:
+    process: ControllerProcess
+    port: int
+    authority: Authority
+    configurations: list[dict]
+
+
+@pytest.fixture(scope="module")
+def webhook_plane(control_plane_binaries):
+    plane = cp_mod.ControlPlane(control_plane_binaries, crd_paths=cp_mod.default_crd_paths(REPO))
+    try:
+        plane.start()
+    except cp_mod.ControlPlaneError as exc:
+        pytest.fail(f"control plane failed to start:\n{exc}", pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def webhook_api(webhook_plane):
+    with webhook_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def webhook_controller(webhook_plane, webhook_api, tmp_path_factory):
+    cert_dir = tmp_path_factory.mktemp("serving-certs")
+    authority = Authority.create()
+    authority.issue(cert_dir, hosts=("127.0.0.1",))
+    port = free_port()
+    process = ControllerProcess(webhook_plane.kubeconfig,
+                                ["-A", "--leader-election-namespace", "default", "--webhook-port", str(port),
+                                 "--webhook-cert-dir", str(cert_dir)],
+                                name="webhook-controller", log_dir=tmp_path_factory.mktemp("controller"))
+    process.start()
+    configurations = register_webhooks(webhook_api, port, authority.pem)
+    try:
+        wait_until_webhooks_answer(webhook_api)
+        yield WebhookController(process, port, authority, configurations)
+    finally:
+        unregister_webhooks(webhook_api, configurations)
+        process.stop()

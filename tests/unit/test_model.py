@@ -1,0 +1,271 @@
+"""The controller against a model of the world it lives in: an API store apart from its cache.
+
+The store (the API server) is authoritative: it refuses a second object of a
+name, checks resourceVersion preconditions, gives every incarnation of a name
+a new uid. The controller decides from its own cache (the Inventory), which is
+fed, as in the controller, by the answers to its own writes at once and by
+watch events that lag: one FIFO stream per kind (so kinds interleave in any
+order), events delivered again, and LISTs taken at one moment and filed at a
+later one. The store starts with pools of different and shared namePrefixes
+whose ranges overlap, and with state the Go Metal3 IPAM left.
+
+After every step, on the store: no IP is bound to two live claims, across both
+address APIs and all pools; a claim that was bound never changes IP while it
+lives. Once events are drained and the controller has nothing left to do:
+every live claim has exactly one IP or a Ready=False condition, and nothing
+is leaked.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import deque
+
+import netaddr
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Create, Delete
+from metal3_ipam.core.inventory import Inventory, SERVED
+from metal3_ipam.core.naming import ip_text
+from metal3_ipam.core.reconcile import reconcile
+from metal3_ipam.memory import MemoryApi, Refused
+from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
+from ipam_objects import NS, capi_claim, cluster, ipclaim, ippool
+
+CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
+
+
+class Store(MemoryApi):
+    """The API server: every stored change becomes a watch event on its kind's stream."""
+
+    def __init__(self) -> None:
+        super().__init__(now="2024-01-01T00:00:00Z")
+        self.streams: dict[tuple[str, str], deque] = {kind: deque() for kind in SERVED}
+
+    def load(self, obj: dict) -> None:
+        super().load(obj)
+        stored = self.inventory.get(kinds.kind_of(obj), o.namespace(obj) or "default", o.name(obj))
+        self.streams[kinds.kind_of(obj)].append(("ADDED", copy.deepcopy(stored)))
+
+    def _store(self, obj: dict) -> None:
+        super()._store(obj)
+        meta = obj["metadata"]
+        gone = meta.get("deletionTimestamp") and not meta.get("finalizers")
+        self.streams[kinds.kind_of(obj)].append(("DELETED" if gone else "MODIFIED", copy.deepcopy(obj)))
+
+    def listing(self, kind) -> tuple[list[dict], str]:
+        return [copy.deepcopy(x) for x in self.inventory.of_kind(kind)], str(self._version)
+
+
+def bindings(store: Store) -> dict[tuple[str, str], set[int]]:
+    """Live claim (kind, name) -> the IPs that live addresses of either API hold for it."""
+    live = {(c["kind"], o.name(c)) for kind in CLAIM_KINDS for c in store.inventory.of_kind(kind)
+            if not o.is_deleting(c)}
+    held: dict[tuple[str, str], set[int]] = {}
+    for kind, claim_of in ((kinds.IPADDRESS, o.claim_of_address), (kinds.CAPI_ADDRESS, o.claim_of_capi_address)):
+        for address in store.inventory.of_kind(kind):
+            key = claim_of(address)
+            if key in live and not o.is_deleting(address):
+                held.setdefault(key, set()).add(int(netaddr.IPAddress(o.spec(address)["address"])))
+    return held
+
+
+def go_state(rng: random.Random) -> list[dict]:
+    """A pool served by the Go IPAM: IPClaims with Metal3 addresses, IPAddressClaims with Cluster API ones only."""
+    pool = go_pool("gopool", NS, {"namePrefix": "gp", "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}]})
+    objs = [pool]
+    for i, ip in enumerate(rng.sample(range(1, 9), 3)):
+        served = go_served_capi_claim if i % 2 else go_served_ipclaim
+        objs += served(f"go-{i}", pool, f"10.0.0.{ip}")
+    return objs
+
+
+class ControllerInTheWorld(RuleBasedStateMachine):
+    @initialize(seed=st.integers(0, 10_000), shared_prefix=st.booleans(), with_go=st.booleans())
+    def start(self, seed, shared_prefix, with_go):
+        self.rng = random.Random(seed)
+        self.store = Store()
+        self.cache = Inventory()
+        self.delivered: list[tuple[str, dict]] = []
+        self.pending_listings: list[tuple[tuple[str, str], list[dict], str]] = []
+        self.bound_ip: dict[tuple[str, str, str], int] = {}  # (kind, name, uid) -> IP once bound
+        self.counter = 0
+        objs = [cluster("c1")]
+        # Pools overlapping on 10.0.0.5-10.0.0.8: one with its own prefix, one sharing "gp" or not.
+        objs.append(ippool("pa", namePrefix="pa", pools=[{"start": "10.0.0.5", "end": "10.0.0.12"}]))
+        objs.append(ippool("pb", namePrefix="gp" if shared_prefix else "pb",
+                           pools=[{"start": "10.0.0.3", "end": "10.0.0.6"}], clusterName="c1"))
+        if with_go:
+            objs += go_state(self.rng)
+        for obj in objs:
+            self.store.load(obj)
+        # The controller starts: a LIST of every kind, filed after some watch events.
+        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in SERVED]
+        self.started = False
+
+    # -- the world ----------------------------------------------------------------------
+
+    @rule(pool=st.sampled_from(["pa", "pb", "gopool"]), capi=st.booleans(), paused_cluster=st.booleans())
+    def user_creates_claim(self, pool, capi, paused_cluster):
+        self.counter += 1
+        labels = {kinds.CLUSTER_NAME_LABEL: "c1"} if paused_cluster else None
+        make = capi_claim if capi else ipclaim
+        self.store.load(make(f"c{self.counter % 7}", pool=pool, labels=labels)
+                        if self.store.inventory.get(kinds.CAPI_CLAIM if capi else kinds.IPCLAIM, NS,
+                                                    f"c{self.counter % 7}") is None
+                        else make(f"n{self.counter}", pool=pool, labels=labels))
+
+    @rule(k=st.integers(0, 50))
+    def user_deletes_claim(self, k):
+        claims = sorted((c for kind in CLAIM_KINDS for c in self.store.inventory.of_kind(kind)
+                         if not o.is_deleting(c)), key=lambda c: (c["kind"], o.name(c)))
+        if not claims:
+            return
+        claim = copy.deepcopy(claims[k % len(claims)])
+        claim["metadata"]["deletionTimestamp"] = self.store.now
+        self.store._store(claim)
+
+    @rule(paused=st.booleans())
+    def user_pauses_cluster(self, paused):
+        c = copy.deepcopy(self.store.inventory.get(kinds.CLUSTER, NS, "c1"))
+        c["spec"]["paused"] = paused
+        self.store._store(c)
+
+    # -- the watch ------------------------------------------------------------------------
+
+    @rule(k=st.integers(0, 10))
+    def an_event_arrives(self, k):
+        streams = [s for s in self.store.streams.values() if s]
+        if not streams:
+            return
+        kind, obj = streams[k % len(streams)].popleft()
+        self.file(kind, obj)
+        self.delivered.append((kind, obj))
+
+    @rule(k=st.integers(0, 1000))
+    def an_old_event_arrives_again(self, k):
+        if self.delivered:
+            self.file(*self.delivered[k % len(self.delivered)])
+
+    @rule(kind=st.sampled_from(SERVED))
+    def a_list_is_taken(self, kind):
+        self.pending_listings.append((kind, *self.store.listing(kind)))
+
+    @rule()
+    def a_list_is_filed(self):
+        if self.pending_listings:
+            kind, items, version = self.pending_listings.pop(0)
+            self.cache.settle_listing(kind, None, items, version)
+            if not self.pending_listings:
+                self.started = True
+
+    def file(self, kind, obj):
+        if kind == "DELETED":
+            self.cache.remove(copy.deepcopy(obj))
+        else:
+            self.cache.upsert(copy.deepcopy(obj))
+
+    # -- the controller -------------------------------------------------------------------
+
+    @precondition(lambda self: self.started)
+    @rule(pool=st.sampled_from(["pa", "pb", "gopool"]))
+    def a_pool_pass(self, pool):
+        self.run_pass((NS, pool))
+
+    def run_pass(self, pool_key) -> bool:
+        plan = reconcile(self.cache.snapshot(pool_key, self.store.now, self.rng))
+        for step in plan.steps:
+            for action in step.actions:
+                try:
+                    self.store.do(action)
+                except Refused:
+                    if isinstance(action, Create):
+                        # The writer reads the name that is taken into its cache.
+                        obj = action.obj
+                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+                        if taken is not None:
+                            self.cache.upsert(copy.deepcopy(taken))
+                    break
+                self.answer(action)
+        return bool(plan)
+
+    def answer(self, action):
+        """The API server's answer goes into the cache at once, as the REST writer does."""
+        target = o.ref(action.obj) if isinstance(action, Create) else getattr(action, "target", None)
+        if target is None:
+            return
+        stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+        if stored is not None:
+            self.cache.upsert(copy.deepcopy(stored))
+        elif isinstance(action, Delete) or True:
+            self.cache.forget(target.group_kind, target.namespace, target.name)
+
+    # -- what must hold ---------------------------------------------------------------------
+
+    @invariant()
+    def no_ip_bound_to_two_live_claims_and_bound_claims_keep_their_ip(self):
+        if not hasattr(self, "store"):
+            return
+        held = bindings(self.store)
+        owners: dict[int, list] = {}
+        for key, ips in held.items():
+            for ip in ips:
+                owners.setdefault(ip, []).append(key)
+        twice = {ip_text(netaddr.IPAddress(ip, 4)): who for ip, who in owners.items() if len(who) > 1}
+        assert not twice, f"bound to two live claims: {twice}"
+        for kind in CLAIM_KINDS:
+            for claim in self.store.inventory.of_kind(kind):
+                key = (claim["kind"], o.name(claim))
+                ident = (*key, o.meta(claim)["uid"])
+                status = o.status(claim)
+                named = status.get("address") or status.get("addressRef")
+                if o.is_deleting(claim) or not named or len(held.get(key, ())) != 1:
+                    continue
+                (ip,) = held[key]
+                assert self.bound_ip.setdefault(ident, ip) == ip, f"{key} moved from one IP to another"
+
+    def teardown(self):
+        if not hasattr(self, "store"):
+            return
+        # Drain: every event delivered, every listing filed, then the controller to a fixed point.
+        while self.pending_listings:
+            self.a_list_is_filed()
+        for _ in range(200):
+            for stream in self.store.streams.values():
+                while stream:
+                    self.file(*stream.popleft())
+            busy = False
+            for pool_key in self.cache.pool_keys():
+                busy |= self.run_pass(pool_key)
+            if not busy and not any(self.store.streams.values()):
+                break
+        else:
+            raise AssertionError("no fixed point")
+        self.no_ip_bound_to_two_live_claims_and_bound_claims_keep_their_ip()
+        held = bindings(self.store)
+        paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, NS, "c1"))
+        for kind in CLAIM_KINDS:
+            for claim in self.store.inventory.of_kind(kind):
+                key = (claim["kind"], o.name(claim))
+                if o.cluster_name_of(claim) == "c1" and paused or o.is_deleting(claim):
+                    continue
+                if o.pool_of(claim) == (NS, "pb") and paused:
+                    continue
+                ready = [c for c in o.status(claim).get("conditions") or [] if c.get("type") == "Ready"]
+                assert len(held.get(key, ())) == 1 or (ready and ready[0]["status"] == "False"), (
+                    f"{key}: {held.get(key)} {o.status(claim)}")
+        # Nothing leaked: every address of ours belongs to a claim that exists (or waits on a paused one).
+        claims = {(c["kind"], o.name(c)) for kind in CLAIM_KINDS for c in self.store.inventory.of_kind(kind)}
+        for address in self.store.inventory.of_kind(kinds.IPADDRESS):
+            assert o.claim_of_address(address) in claims or paused, o.name(address)
+
+
+ControllerInTheWorld.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+test_controller_in_a_world_of_lagging_reordered_repeated_events = ControllerInTheWorld.TestCase

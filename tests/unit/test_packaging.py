@@ -1,0 +1,232 @@
+"""config/ and the clusterctl release: generated parts current, the rendered tree consistent and hardened."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from metal3_ipam import crds, packaging
+from metal3_ipam.cli import _parser
+from metal3_ipam.controller import permissions, webhook
+from metal3_ipam.core import kinds
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "metal3-ipam-system"
+VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict]:
+    return packaging.render(ROOT / "config" / "default")
+
+
+def one(objects: list[dict], kind: str) -> dict:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, [o["metadata"]["name"] for o in found]
+    return found[0]
+
+
+def named(objects: list[dict], kind: str, name: str) -> dict:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert found, f"no {kind} {name}"
+    return found[0]
+
+
+# -- generated files ---------------------------------------------------------------------
+
+def test_generated_files_are_current():
+    assert packaging.stale_files(ROOT) == [], "run `python -m metal3_ipam.packaging`"
+    assert crds.stale_files(ROOT) == []
+
+
+def test_check_reports_a_stale_file(tmp_path, capsys):
+    packaging.write_files(tmp_path)
+    assert packaging.main(["--check", "--root", str(tmp_path)]) == 0
+    (tmp_path / "config/rbac/role.yaml").write_text("edited\n")
+    assert packaging.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "config/rbac/role.yaml" in capsys.readouterr().err
+
+
+# -- least privilege ----------------------------------------------------------------------
+
+def test_roles_hold_no_wildcard_and_only_known_verbs():
+    for role in (permissions.cluster_role(), permissions.leader_election_role()):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key] and all("*" not in v for v in rule[key]), rule
+            assert set(rule["verbs"]) <= VERBS, rule
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+
+
+def test_the_cluster_role_is_the_table():
+    granted = {(group, resource, verb) for rule in permissions.cluster_role()["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted == permissions.granted(permissions.CLUSTER_RULES)
+    # Nothing outside the kinds the controller serves, Events and nothing else.
+    groups = {g for g, _, _ in granted}
+    assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, ""}
+    assert {(g, r) for g, r, _ in granted if g == ""} == {("", "events")}
+    assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
+    for rule in permissions.CLUSTER_RULES + permissions.LEADER_ELECTION_RULES:
+        assert rule.why, rule
+
+
+def test_rbac_objects_bind_the_roles_to_the_service_account(rendered):
+    account = one(rendered, "ServiceAccount")
+    assert account["metadata"]["namespace"] == NAMESPACE
+    binding = one(rendered, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == one(rendered, "ClusterRole")["metadata"]["name"]
+    role_binding = one(rendered, "RoleBinding")
+    assert role_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                       "name": one(rendered, "Role")["metadata"]["name"]}
+    for b in (binding, role_binding):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                  "namespace": NAMESPACE}]
+    assert one(rendered, "Role")["metadata"]["namespace"] == NAMESPACE
+
+
+# -- the rendered tree ----------------------------------------------------------------------
+
+def test_every_object_is_labelled_and_namespaced_objects_live_in_the_namespace(rendered):
+    assert {o["kind"] for o in rendered} >= {"Namespace", "CustomResourceDefinition", "ServiceAccount",
+                                             "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                             "Deployment", "Service", "Issuer", "Certificate",
+                                             "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    assert one(rendered, "Namespace")["metadata"]["name"] == NAMESPACE
+    for obj in rendered:
+        assert obj["metadata"]["labels"]["cluster.x-k8s.io/provider"] == "ipam-metal3", obj["metadata"]["name"]
+        if obj["kind"] not in packaging.CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+        if obj["kind"] not in ("Namespace", "CustomResourceDefinition"):
+            assert obj["metadata"]["name"].startswith("metal3-ipam-"), obj["metadata"]["name"]
+
+
+def test_the_crds_are_the_generated_ones(rendered):
+    mine = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "CustomResourceDefinition"}
+    for crd in crds.crd_definitions():
+        assert mine[crd["metadata"]["name"]]["spec"] == crd["spec"]
+
+
+def test_the_webhooks_reach_the_service_and_carry_the_injected_ca(rendered):
+    service = one(rendered, "Service")
+    certificate = one(rendered, "Certificate")
+    deployment = one(rendered, "Deployment")
+    issuer = one(rendered, "Issuer")
+    assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    host = f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert certificate["spec"]["dnsNames"] == [host, f"{host}.cluster.local"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["cert"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    paths = {h.name: h.path for h in webhook.HOOKS}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        configuration = one(rendered, kind)
+        assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            f"{NAMESPACE}/{certificate['metadata']['name']}"
+        for hook in configuration["webhooks"]:
+            assert hook["clientConfig"] == {"service": {"name": service["metadata"]["name"],
+                                                        "namespace": NAMESPACE, "path": paths[hook["name"]]}}
+    # The Service's selector picks the Deployment's pods, and its target port is the webhook's.
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook-server"
+    assert service["spec"]["ports"][0]["port"] == 443
+
+
+def test_the_deployment_is_hardened_and_its_arguments_start_the_controller(rendered):
+    deployment = one(rendered, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == one(rendered, "ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["name"] == "manager"
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]} and security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+    args = _parser().parse_args(container["args"])
+    assert container["command"] == ["metal3-ipam"] and args.command == "run"
+    assert args.health_address.rpartition(":")[2] == str(ports["metrics"])
+    assert args.webhook_port == ports["webhook-server"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert args.webhook_cert_dir == mounts["cert"] == webhook.DEFAULT_CERT_DIR
+    assert args.leader_elect and args.all_namespaces
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert container["image"] == "localhost/metal3-ipam:v0.1.0"
+
+
+def test_render_refuses_what_it_does_not_understand(tmp_path):
+    (tmp_path / "kustomization.yaml").write_text("resources: []\npatches:\n- path: x.yaml\n")
+    with pytest.raises(packaging.PackagingError, match="patches not supported"):
+        packaging.render(tmp_path)
+    with pytest.raises(packaging.PackagingError, match="no kustomization.yaml"):
+        packaging.render(tmp_path / "missing")
+
+
+# -- the clusterctl release -----------------------------------------------------------------
+
+def test_components_carry_the_clusterctl_labels_and_variables():
+    objects = packaging.components(ROOT, image="registry.example.com/ipam/metal3-ipam:v9.9.9")
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels[packaging.CLUSTERCTL_LABEL] == "" and labels["cluster.x-k8s.io/provider"] == "ipam-metal3"
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/ipam/metal3-ipam:v9.9.9"
+    assert "--parallel-writes=${IPAM_METAL3_PARALLEL_WRITES:=16}" in container["args"]
+    assert "--resync-seconds=${IPAM_METAL3_RESYNC_SECONDS:=300}" in container["args"]
+    text = packaging.components_yaml(objects)
+    assert set(re.findall(r"\$\{(\w+)", text)) == set(packaging.VARIABLES.values())
+
+
+def test_release_lays_out_a_local_provider_repository(tmp_path, capsys):
+    from metal3_ipam.cli import main
+
+    assert main(["release", "--version", "v0.1.0", "-o", str(tmp_path)]) == 0
+    folder = tmp_path / "ipam-metal3" / "v0.1.0"
+    docs = [d for d in yaml.safe_load_all((folder / "ipam-components.yaml").read_text()) if d]
+    assert len(docs) == len(packaging.render(ROOT / "config" / "default"))
+    metadata = yaml.safe_load((folder / "metadata.yaml").read_text())
+    assert metadata["kind"] == "Metadata" and {"major": 0, "minor": 1, "contract": "v1beta2"} in \
+        metadata["releaseSeries"]
+    out = capsys.readouterr().out
+    assert "type: IPAMProvider" in out and str(folder / "ipam-components.yaml") in out
+
+
+@pytest.mark.parametrize("version, words", [("0.1.0", "semantic version"), ("v7.3.0", "no releaseSeries for 7.3")])
+def test_release_refuses_a_version_it_cannot_describe(tmp_path, capsys, version, words):
+    from metal3_ipam.cli import main
+
+    assert main(["release", "--version", version, "-o", str(tmp_path)]) == 1
+    assert words in capsys.readouterr().err
+
+
+def test_the_image_is_built_from_pinned_wheels_as_a_non_root_user():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "--only-binary=:all:" in dockerfile and "-r /tmp/requirements.lock" in dockerfile
+    stages = dockerfile.split("\nFROM ")
+    final = stages[-1]
+    assert "USER 65532" in final and "pip install" not in final and "apt-get" not in dockerfile
+    pins = [line for line in (ROOT / "requirements.lock").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins), pins
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    required = {re.split(r"[<>=!~ ]", line.strip())[0].lower().replace("_", "-")
+                for line in setup["options"]["install_requires"].splitlines() if line.strip()}
+    pinned = {p.split("==")[0].lower().replace("_", "-") for p in pins}
+    assert required <= pinned

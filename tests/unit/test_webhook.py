@@ -1,0 +1,276 @@
+"""The admission webhooks: answers from the rules and the live inventory, and the TLS server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import ssl
+
+import aiohttp
+import pytest
+from cryptography import x509
+
+from metal3_ipam.controller import webhook
+from metal3_ipam.controller.webhook import HOOKS, Admission, CertificateFiles, WebhookServer
+from metal3_ipam.core import kinds
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.testing.certs import Authority
+from ipam_objects import METAL3, capi_claim, ipclaim, ippool
+
+MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
+
+
+def address(name: str, ip: str, pool: str = "pool1", ns: str = "default") -> dict:
+    return {"apiVersion": METAL3, "kind": "IPAddress", "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": ip, "pool": {"name": pool}, "claim": {"name": f"claim-{name}"}, "prefix": 24}}
+
+
+def capi_address(name: str, ip: str, pool: str = "pool1", ns: str = "default") -> dict:
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": ip, "prefix": 24, "claimRef": {"name": name},
+                     "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": pool}}}
+
+
+def inventory(*objs: dict) -> Inventory:
+    inv = Inventory()
+    for obj in objs:
+        inv.upsert(obj)
+    return inv
+
+
+def request(operation: str, obj: dict | None, old: dict | None = None, uid: str = "u-1") -> dict:
+    subject = obj if obj is not None else old
+    group, _, version = subject["apiVersion"].rpartition("/")
+    return {"uid": uid, "operation": operation, "namespace": subject["metadata"].get("namespace"),
+            "name": subject["metadata"]["name"], "kind": {"group": group, "version": version, "kind": subject["kind"]},
+            "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}
+
+
+POOL = ippool("pool1", pools=[{"start": "192.168.0.10", "end": "192.168.0.20"}])
+
+
+# -- the answers --------------------------------------------------------------------
+
+def test_a_valid_create_is_allowed():
+    response = Admission(inventory()).review(request("CREATE", POOL))
+    assert response == {"uid": "u-1", "allowed": True}
+
+
+def test_an_invalid_create_is_denied_naming_object_field_and_value():
+    bad = ippool("bad", pools=[{"start": "192.168.0.20", "end": "192.168.0.10"}], gateway="2001:db8::1")
+    response = Admission(inventory()).review(request("CREATE", bad))
+    assert response["allowed"] is False
+    status = response["status"]
+    assert status["code"] == 422 and status["reason"] == "Invalid"
+    assert status["message"].startswith('IPPool.ipam.metal3.io "bad" is invalid: ')
+    assert 'spec.gateway: is IPv6 but the pool is IPv4' in status["message"]
+    assert 'spec.pools[0]: starts after it ends' in status["message"]
+    assert {c["field"] for c in status["details"]["causes"]} == {"spec.gateway", "spec.pools[0]"}
+
+
+def test_warnings_are_admission_warnings():
+    twin = ippool("pool2", namePrefix="pool1", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    response = Admission(inventory(POOL)).review(request("CREATE", twin))
+    assert response["allowed"] is True
+    (warning,) = response["warnings"]
+    assert warning.startswith("spec.pools[0]: shares 192.168.0.15-192.168.0.20 with IPPool pool1")
+
+
+def test_a_pool_sharing_addresses_under_another_name_prefix_is_denied():
+    other = ippool("pool2", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    admission = Admission(inventory(POOL))
+    response = admission.review(request("CREATE", other))
+    assert not response["allowed"]
+    assert "spec.pools[0]" in response["status"]["message"] and "IPPool pool1" in response["status"]["message"]
+    # Other namespaces' pools do not count, nor does a pool being deleted.
+    elsewhere = ippool("pool2", ns="other", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    assert admission.review(request("CREATE", elsewhere))["allowed"]
+    deleting = dict(POOL, metadata=dict(POOL["metadata"], deletionTimestamp="2024-01-01T00:00:00Z"))
+    assert Admission(inventory(deleting)).review(request("CREATE", other))["allowed"]
+
+
+def test_a_create_without_namespace_in_the_body_is_judged_in_the_request_namespace():
+    other = ippool("pool2", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    del other["metadata"]["namespace"]
+    req = request("CREATE", other)
+    req["namespace"] = "default"
+    assert not Admission(inventory(POOL)).review(req)["allowed"]
+
+
+def test_a_pool_update_may_not_drop_an_address_in_use_of_either_api():
+    live = inventory(POOL, address("pool1-192-168-0-12", "192.168.0.12"), capi_address("c1", "192.168.0.19"))
+    shrunk = ippool("pool1", pools=[{"start": "192.168.0.10", "end": "192.168.0.15"}])
+    response = Admission(live).review(request("UPDATE", shrunk, POOL))
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert "spec.pools: no longer holds 192.168.0.19, which is in use (IPAddress c1 (Cluster API))" in message
+    assert "192.168.0.12" not in message
+    grown = ippool("pool1", pools=[{"start": "192.168.0.10", "end": "192.168.0.40"}])
+    assert Admission(live).review(request("UPDATE", grown, POOL))["allowed"]
+
+
+def test_immutable_fields():
+    admission = Admission(inventory(POOL))
+    renamed = ippool("pool1", namePrefix="other", pools=POOL["spec"]["pools"])
+    response = admission.review(request("UPDATE", renamed, POOL))
+    assert "spec.namePrefix: is immutable" in response["status"]["message"]
+    claim = ipclaim("c1", pool="pool1")
+    moved = ipclaim("c1", pool="pool2")
+    assert "spec.pool: is immutable" in admission.review(request("UPDATE", moved, claim))["status"]["message"]
+
+
+def test_pool_deletion_is_refused_while_addresses_are_in_use_except_for_clusterctl_move():
+    live = inventory(POOL, address("pool1-192-168-0-12", "192.168.0.12"))
+    admission = Admission(live)
+    response = admission.review(request("DELETE", None, POOL))
+    assert not response["allowed"]
+    assert "spec.pool: is still in use" in response["status"]["message"]
+    assert "pool1-192-168-0-12" in response["status"]["message"]
+    moving = dict(POOL, metadata=dict(POOL["metadata"], annotations={MOVE: ""}))
+    assert admission.review(request("DELETE", None, moving))["allowed"]
+    assert Admission(inventory(POOL)).review(request("DELETE", None, POOL))["allowed"]
+    # Other kinds' deletions are not judged.
+    assert admission.review(request("DELETE", None, ipclaim("c1")))["allowed"]
+
+
+def test_until_the_inventory_is_loaded_live_rules_wait_and_deletions_pass():
+    admission = Admission(inventory(), loaded=lambda: False)
+    response = admission.review(request("CREATE", POOL))
+    assert not response["allowed"] and response["status"]["code"] == 503
+    assert "try again" in response["status"]["message"]
+    assert admission.review(request("DELETE", None, POOL))["allowed"]
+    # Rules that need no live state answer at once.
+    assert admission.review(request("CREATE", ipclaim("c1")))["allowed"]
+    assert not admission.review(request("CREATE", ipclaim("c1", ip="x")))["allowed"]
+
+
+def test_namespaces_the_controller_does_not_watch_get_the_rules_without_live_state():
+    admission = Admission(inventory(POOL), loaded=lambda: False, namespaces=["mine"])
+    other = ippool("pool2", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    assert admission.review(request("CREATE", other))["allowed"]
+    assert admission.review(request("DELETE", None, POOL))["allowed"]
+
+
+def test_capi_claims():
+    admission = Admission(inventory())
+    assert admission.review(request("CREATE", capi_claim("c1")))["allowed"]
+    bad = capi_claim("c1", ip="10.0.0.300")
+    response = admission.review(request("CREATE", bad))
+    assert "metadata.annotations.ipAddress" in response["status"]["message"]
+    theirs = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InClusterIPPool")
+    assert admission.review(request("CREATE", theirs))["allowed"]
+
+
+def test_defaulting_sets_the_allocation_strategy_as_metal3_does():
+    pool = ippool("pool1")
+    response = Admission(inventory()).review(request("CREATE", pool), mutating=True)
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == [
+        {"op": "add", "path": "/spec/allocationStrategy", "value": "sequential"}]
+    random_pool = ippool("pool1", allocationStrategy="random")
+    assert "patch" not in Admission(inventory()).review(request("CREATE", random_pool), mutating=True)
+    assert "patch" not in Admission(inventory()).review(request("CREATE", ipclaim("c")), mutating=True)
+
+
+@pytest.mark.parametrize("broken", [{}, {"operation": "CREATE", "object": "x"}, {"operation": "UPDATE", "object": {}},
+                                    {"operation": "DELETE"}])
+def test_odd_requests_never_raise(broken):
+    assert "allowed" in Admission(inventory()).review(broken)
+
+
+# -- the configuration ----------------------------------------------------------------
+
+def test_every_served_kind_has_a_validating_hook_and_deletions_never_fail_closed():
+    validating = {(h.kind, op) for h in HOOKS if not h.mutating for op in h.operations}
+    for kind in (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM):
+        assert (kind, "CREATE") in validating and (kind, "UPDATE") in validating
+    assert (kinds.IPPOOL, "DELETE") in validating
+    for hook in HOOKS:
+        if "DELETE" in hook.operations:
+            assert hook.operations == ("DELETE",) and hook.failure_policy == "Ignore"
+            names = {c["name"] for c in hook.match_conditions}
+            assert {"not-delete-for-move", "not-namespace-teardown"} <= names
+        assert hook.timeout_seconds <= 10
+    assert len({h.name for h in HOOKS}) == len(HOOKS)
+    (capi,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    assert any("poolRef.apiGroup == 'ipam.metal3.io'" in c["expression"] for c in capi.match_conditions)
+
+
+def test_configurations_cover_every_hook():
+    mutating, validating = webhook.configurations(lambda h: {"url": f"https://127.0.0.1:1{h.path}"})
+    assert mutating["kind"] == "MutatingWebhookConfiguration"
+    assert [w["name"] for w in mutating["webhooks"] + validating["webhooks"]] == \
+        [h.name for h in HOOKS if h.mutating] + [h.name for h in HOOKS if not h.mutating]
+    for entry in validating["webhooks"]:
+        assert entry["sideEffects"] == "None" and entry["admissionReviewVersions"] == ["v1"]
+        assert entry["clientConfig"]["url"].endswith(next(h.path for h in HOOKS if h.name == entry["name"]))
+
+
+# -- the server -------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _served_certificate(port: int, ca: bytes) -> x509.Certificate:
+    context = ssl.create_default_context(cadata=ca.decode())
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+
+
+def test_the_server_answers_over_tls_and_reloads_a_renewed_certificate(tmp_path):
+    authority = Authority.create()
+    first = authority.issue(tmp_path)
+    port = _free_port()
+
+    async def scenario() -> None:
+        server = await WebhookServer(Admission(inventory(POOL)), "127.0.0.1", port, tmp_path,
+                                     reload_seconds=0.05).start()
+        try:
+            context = ssl.create_default_context(cadata=authority.pem.decode())
+            async with aiohttp.ClientSession() as session:
+                path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+                review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                          "request": request("CREATE", ippool("bad", namePrefix="Bad"))}
+                async with session.post(f"https://127.0.0.1:{port}{path}", json=review, ssl=context) as resp:
+                    assert resp.status == 200
+                    answer = await resp.json()
+                assert answer["kind"] == "AdmissionReview" and answer["response"]["uid"] == "u-1"
+                assert "spec.namePrefix" in answer["response"]["status"]["message"]
+                async with session.post(f"https://127.0.0.1:{port}{path}", data=b"{", ssl=context) as resp:
+                    assert resp.status == 400
+            served = await asyncio.to_thread(_served_certificate, port, authority.pem)
+            assert served.serial_number == first.serial_number
+            second = authority.issue(tmp_path)
+            deadline = asyncio.get_running_loop().time() + 10
+            while (await asyncio.to_thread(_served_certificate, port, authority.pem)).serial_number \
+                    != second.serial_number:
+                assert asyncio.get_running_loop().time() < deadline, "the renewed certificate was never served"
+                await asyncio.sleep(0.05)
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
+
+
+def test_broken_certificate_files_keep_the_old_certificate(tmp_path):
+    authority = Authority.create()
+    authority.issue(tmp_path)
+    files = CertificateFiles(tmp_path)
+    assert files.loads == 1 and not files.reload_if_changed()
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    assert not files.reload_if_changed()
+    assert files.loads == 1
+    authority.issue(tmp_path)
+    assert files.reload_if_changed() and files.loads == 2
+
+
+def test_missing_certificates_fail_at_start(tmp_path):
+    with pytest.raises(OSError):
+        CertificateFiles(tmp_path)
