@@ -22,11 +22,13 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from ..core import kinds
 from ..core.inventory import Inventory
 from . import health, webhook
 from .api import ApiWriter
 from .leader import LeaderElector, LeaseTiming
-from .operator import Controller, NotInstalled, build_registry, discover, list_all, login_from, settings
+from .operator import (Controller, Listing, NotInstalled, build_registry, discover, list_all, login_from,
+                       settings)
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -103,7 +105,12 @@ async def run(options: Options) -> int:
         may_write = elector.may_act
     writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes, may_write=may_write)
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
-    controller = Controller(inventory, workers, writer)
+    addresses = {k: r for k, r in resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
+
+    async def relist(namespace: str) -> list[Listing]:
+        return await asyncio.to_thread(list_all, api, addresses, [namespace])
+
+    controller = Controller(inventory, workers, writer, relist=relist)
     registry = build_registry(controller, resources)
     kopf.on.login(registry=registry)(login_from(configuration))
 

@@ -14,8 +14,10 @@ not to compute diff bases at all.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -23,6 +25,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core import kinds
+from ..core import objects as o
 from ..core.inventory import Inventory
 from .api import ApiWriter, Resource, request
 from .workers import PoolWorkers
@@ -71,17 +74,55 @@ def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
 
 @dataclass
 class Controller:
-    """Watch events into the inventory (which drops news older than it knows), pools kicked."""
+    """Watch events into the inventory (which drops news older than it knows), pools kicked.
+
+    A Cluster that resumes (paused in the inventory, unpaused in the event) is
+    filed only once the addresses of its namespace have been listed again.
+    ``clusterctl move`` creates the moved addresses and unpauses the Cluster
+    right after; the watch of addresses may lag behind the watch of Clusters,
+    and a claim served before its moved address is known would get another.
+    """
 
     inventory: Inventory
     workers: PoolWorkers
     writer: ApiWriter
+    relist: Callable[[str], Awaitable[list["Listing"]]] | None = None  # a namespace's addresses, listed again
+    _resuming: dict[tuple[str, str], dict] = field(default_factory=dict)  # Cluster -> its newest object
+    _tasks: set[asyncio.Task] = field(default_factory=set)
 
     def file(self, obj: dict) -> None:
+        if self.relist is not None and self._resumes(obj):
+            key = (o.namespace(obj), o.name(obj))
+            if key not in self._resuming:
+                task = asyncio.get_running_loop().create_task(self._resume(key))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            self._resuming[key] = obj
+            return
         self.workers.kick(self.inventory.upsert(obj))
 
     def forget(self, obj: dict) -> None:
+        if kinds.kind_of(obj) == kinds.CLUSTER:
+            self._resuming.pop((o.namespace(obj), o.name(obj)), None)
         self.workers.kick(self.inventory.remove(obj))
+
+    def _resumes(self, obj: dict) -> bool:
+        if kinds.kind_of(obj) != kinds.CLUSTER or o.cluster_paused(obj):
+            return False
+        key = (o.namespace(obj), o.name(obj))
+        return key in self._resuming or o.cluster_paused(self.inventory.get(kinds.CLUSTER, *key))
+
+    async def _resume(self, key: tuple[str, str]) -> None:
+        await asyncio.sleep(0)  # the event that started this is recorded first
+        try:
+            for listing in await self.relist(key[0]):
+                self.settle(listing)
+        except Exception as err:  # the watches still catch up; the Cluster is not held for good
+            log.warning("listing the addresses of %s before Cluster %s/%s resumes failed: %s",
+                        key[0], key[0], key[1], getattr(err, "reason", None) or err)
+        obj = self._resuming.pop(key, None)
+        if obj is not None:
+            self.workers.kick(self.inventory.upsert(obj))
 
     def settle(self, listing: "Listing") -> None:
         self.workers.kick(self.inventory.settle_listing(listing.kind, listing.namespace, listing.items,
