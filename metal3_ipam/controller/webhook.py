@@ -283,16 +283,12 @@ def _denied(uid: str, code: int, reason: str, message: str, warnings: list[str] 
             problems: list[Problem] = ()) -> dict:
     status: dict[str, Any] = {"code": code, "reason": reason, "message": message}
     if problems:
-        status["details"] = {"causes": [{"field": p.field, "message": f"{p.message} (value: {_value(p)})",
+        status["details"] = {"causes": [{"field": p.field, "message": _short(p).removeprefix(f"{p.field}: "),
                                          "reason": "FieldValueInvalid"} for p in problems]}
     response = {"uid": uid, "allowed": False, "status": status}
     if warnings:
         response["warnings"] = warnings
     return response
-
-
-def _value(problem: Problem) -> str:
-    return str(problem).rpartition("(value: ")[2].rstrip(")")
 
 
 def _invalid_message(obj: dict, problems: list[Problem]) -> str:
