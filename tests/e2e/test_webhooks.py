@@ -25,6 +25,7 @@ pytest_plugins = ("controller_fixtures", "webhook_fixtures")
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = corpus.cases(ROOT / "tests" / "data" / "invalid")
+VALID = corpus.valid_cases(ROOT / "tests" / "data" / "valid")
 SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
 MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
@@ -87,6 +88,18 @@ def test_every_sample_is_accepted(webhook_controller, webhook_api, sample):
     set_up(webhook_api, docs, namespace)
     for doc in docs:
         assert get(webhook_api, doc, namespace) is not None
+
+
+@pytest.mark.parametrize("case", VALID, ids=lambda c: c.name)
+def test_every_tricky_valid_manifest_is_accepted(webhook_controller, webhook_api, case):
+    namespace = new_namespace(webhook_api, "v")
+    warnings = []
+    for doc in case.docs:
+        answer = apply(webhook_api, doc, namespace)
+        assert answer.status == 201, f"{case.name}: {doc['kind']} {doc['metadata']['name']} refused: {answer.message}"
+        warnings += answer.warnings
+    if case.warns:
+        assert any(case.warns in w for w in warnings), warnings
 
 
 def test_overlap_under_one_name_prefix_is_accepted_with_a_warning(webhook_controller, webhook_api):
