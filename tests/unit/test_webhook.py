@@ -274,3 +274,61 @@ def test_broken_certificate_files_keep_the_old_certificate(tmp_path):
 def test_missing_certificates_fail_at_start(tmp_path):
     with pytest.raises(OSError):
         CertificateFiles(tmp_path)
+
+
+def test_only_pool_reviews_read_the_inventory():
+    assert Admission.reads_inventory(request("CREATE", POOL))
+    assert Admission.reads_inventory(request("DELETE", None, POOL))
+    assert not Admission.reads_inventory(request("CREATE", POOL), mutating=True)
+    for obj in (ipclaim("c"), capi_claim("c"), address("a", "10.0.0.1")):
+        assert not Admission.reads_inventory(request("CREATE", obj))
+    # Whatever the request claims to be about, the object decides.
+    assert not Admission.reads_inventory({"operation": "CREATE", "kind": {"group": "ipam.metal3.io",
+                                                                          "kind": "IPPool"}, "object": {}})
+
+
+def _post(port: int, ca: bytes, path: str, review: dict) -> dict:
+    import urllib.request
+
+    context = ssl.create_default_context(cadata=ca.decode())
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=json.dumps(review).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with opener.open(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_reviews_are_answered_while_the_controller_loop_is_busy(tmp_path):
+    """A reconcile pass holding the controller's event loop does not hold up the API server's
+    admission calls; a pool review, which reads the inventory, waits for that loop."""
+    import threading
+    import time
+
+    authority = Authority.create()
+    authority.issue(tmp_path)
+    port = _free_port()
+    claim_path = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
+    pool_path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+    answered: dict[str, float] = {}
+
+    def ask(name: str, path: str, obj: dict) -> None:
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request("CREATE", obj)}
+        assert _post(port, authority.pem, path, review)["response"]["allowed"]
+        answered[name] = time.monotonic()
+
+    async def scenario() -> None:
+        server = await WebhookServer(Admission(inventory()), "127.0.0.1", port, tmp_path).start()
+        try:
+            askers = [threading.Thread(target=ask, args=("claim", claim_path, ipclaim("c1"))),
+                      threading.Thread(target=ask, args=("pool", pool_path, POOL))]
+            for t in askers:
+                t.start()
+            busy_until = time.monotonic() + 1.5
+            time.sleep(1.5)  # the controller's loop, busy: nothing else runs on it meanwhile
+            await asyncio.to_thread(lambda: [t.join(10) for t in askers])
+            assert answered["claim"] < busy_until, "a claim review waited for the controller's loop"
+            assert answered["pool"] >= busy_until, "a pool review read the inventory off the controller's loop"
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
