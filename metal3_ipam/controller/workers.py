@@ -69,6 +69,7 @@ class PoolWorkers:
         none had to be cancelled: no request of ours can still be on its way."""
         for handle in self._retry_handles.values():
             handle.cancel()
+        self._retry_handles.clear()
         self._dirty.clear()
         tasks = [task for task in self._tasks.values() if not task.done()]
         pending = set(tasks)
@@ -125,7 +126,11 @@ class PoolWorkers:
         old = self._retry_handles.pop(pool, None)
         if old is not None:
             old.cancel()
-        self._retry_handles[pool] = asyncio.get_running_loop().call_later(delay, self.kick, [pool])
+        self._retry_handles[pool] = asyncio.get_running_loop().call_later(delay, self._retry, pool)
+
+    def _retry(self, pool: o.PoolKey) -> None:
+        self._retry_handles.pop(pool, None)  # fired: nothing left to cancel
+        self.kick([pool])
 
     async def _pass(self, pool: o.PoolKey) -> Outcome:
         started = time.monotonic()
