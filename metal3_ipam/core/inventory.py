@@ -59,7 +59,7 @@ def _uid(obj: dict) -> str | None:
     return o.meta(obj).get("uid")
 
 
-def _is_older(incoming: dict, known_version: int | None, known_uid: str | None) -> bool:
+def _is_older(incoming: dict, known_version: int | None) -> bool:
     """True when ``incoming`` is news from before what is known of its name."""
     version = _version(incoming)
     if version is not None and known_version is not None:
@@ -114,11 +114,11 @@ class Inventory:
         if key is None:
             return set()
         stored = self.objects.get(key)
-        if stored is not None and _is_older(obj, _version(stored), _uid(stored)):
+        if stored is not None and _is_older(obj, _version(stored)):
             return set()
         tombstone = self._tombstones.get(key)
         if tombstone is not None:
-            if _is_older(obj, tombstone[0], tombstone[1]) or _version(obj) == tombstone[0] \
+            if _is_older(obj, tombstone[0]) or _version(obj) == tombstone[0] \
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[key]
@@ -139,7 +139,7 @@ class Inventory:
             return set()
         stored = self.objects.get(key)
         if stored is not None:
-            if _is_older(obj, _version(stored), _uid(stored)):
+            if _is_older(obj, _version(stored)):
                 return set()
             if _version(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
                 return set()

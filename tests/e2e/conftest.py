@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from controller_fixtures import start_control_plane
 from metal3_ipam.testing import controlplane as cp_mod
 
 # The checkout these tests belong to (the package under test may be installed elsewhere, e.g. by tox).
@@ -27,20 +28,10 @@ def control_plane_binaries():
     pytest.fail(f"control-plane binaries unavailable:\n{reason}", pytrace=False)
 
 
-def _start(binaries, **kwargs) -> cp_mod.ControlPlane:
-    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(REPO))
-    cp = cp_mod.ControlPlane(binaries, **kwargs)
-    try:
-        return cp.start()
-    except cp_mod.ControlPlaneError as exc:
-        reason = str(exc)
-    pytest.fail(f"control plane failed to start:\n{reason}", pytrace=False)
-
-
 @pytest.fixture(scope="session")
 def control_plane(control_plane_binaries):
     """One control plane for the whole session, with every CRD of config/crd/{bases,capi} installed."""
-    cp = _start(control_plane_binaries)
+    cp = start_control_plane(control_plane_binaries)
     try:
         yield cp
     finally:
@@ -53,7 +44,7 @@ def control_plane_factory(control_plane_binaries):
     created: list[cp_mod.ControlPlane] = []
 
     def make(**kwargs) -> cp_mod.ControlPlane:
-        cp = _start(control_plane_binaries, **kwargs)
+        cp = start_control_plane(control_plane_binaries, **kwargs)
         created.append(cp)
         return cp
 

@@ -38,6 +38,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.waiting import eventually
 
 METAL3 = ("ipam.metal3.io", "v1alpha1")
@@ -750,3 +751,14 @@ def controller(shared_controller):
     assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
     yield shared_controller
     assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
+
+
+def start_control_plane(binaries, **kwargs) -> cp_mod.ControlPlane:
+    """A started control plane (every CRD of the checkout unless ``crd_paths`` says otherwise), or a failed test."""
+    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(Path(__file__).resolve().parents[2]))
+    cp = cp_mod.ControlPlane(binaries, **kwargs)
+    try:
+        return cp.start()
+    except cp_mod.ControlPlaneError as exc:
+        reason = str(exc)
+    pytest.fail(f"control plane failed to start:\n{reason}", pytrace=False)

@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -30,9 +29,9 @@ from metal3_ipam.controller.main import liveness
 from metal3_ipam.core import kinds
 from metal3_ipam.core.actions import Create, Plan
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.testing import controlplane as cp_mod
 
-REPO = Path(__file__).resolve().parents[2]
+from controller_fixtures import start_control_plane
+
 TIMING = LeaseTiming(lease_duration=6.0, renew_deadline=4.0, retry_period=1.0)
 # How late the elector may notice what its clock already says (a loaded two-core machine).
 SLACK = 0.75
@@ -41,12 +40,7 @@ NS = "default"
 
 @pytest.fixture(scope="module")
 def plane(control_plane_binaries):
-    cp = cp_mod.ControlPlane(control_plane_binaries, controller_manager=False,
-                             crd_paths=cp_mod.default_crd_paths(REPO))
-    try:
-        cp.start()
-    except cp_mod.ControlPlaneError as exc:
-        pytest.fail(f"control plane failed to start:\n{exc}", pytrace=False)
+    cp = start_control_plane(control_plane_binaries, controller_manager=False)
     try:
         yield cp
     finally:

@@ -23,7 +23,7 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import (CAPI, CLUSTER, METAL3, ControllerProcess, Kube, assert_invariants,  # noqa: E402
+from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, assert_invariants, start_control_plane,  # noqa: E402
                                  condition)
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.controller import permissions  # noqa: E402
@@ -59,14 +59,10 @@ def audited_plane(control_plane_binaries, tmp_path_factory, audit_log):
         "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
         "rules": [{"level": "Metadata", "userGroups": [f"system:serviceaccounts:{namespace}"]},
                   {"level": "None"}]}))
-    plane = cp_mod.ControlPlane(control_plane_binaries, crd_paths=cp_mod.default_crd_paths(ROOT),
+    plane = start_control_plane(control_plane_binaries,
                                 extra_apiserver_args=[f"--audit-policy-file={policy}",
                                                       f"--audit-log-path={audit_log}",
                                                       "--audit-log-mode=blocking"])
-    try:
-        plane.start()
-    except cp_mod.ControlPlaneError as exc:
-        pytest.fail(f"control plane failed to start:\n{exc}", pytrace=False)
     try:
         yield plane
     finally:

@@ -20,23 +20,20 @@ import json
 import socket
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import ControllerProcess
+from controller_fixtures import ControllerProcess, start_control_plane
 from metal3_ipam.controller import webhook
-from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
 
 PLURALS = {"IPPool": "ippools", "IPClaim": "ipclaims", "IPAddress": "ipaddresses",
            "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters"}
 FIELD_MANAGER = "metal3-ipam-e2e"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -178,11 +175,7 @@ class WebhookController:
 
 @pytest.fixture(scope="module")
 def webhook_plane(control_plane_binaries):
-    plane = cp_mod.ControlPlane(control_plane_binaries, crd_paths=cp_mod.default_crd_paths(REPO))
-    try:
-        plane.start()
-    except cp_mod.ControlPlaneError as exc:
-        pytest.fail(f"control plane failed to start:\n{exc}", pytrace=False)
+    plane = start_control_plane(control_plane_binaries)
     try:
         yield plane
     finally:
