@@ -99,6 +99,9 @@ class MemoryApi:
                     action.unless_exists.group_kind, action.unless_exists.namespace, action.unless_exists.name):
                 raise Refused(f"{action.unless_exists} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
+            # The preconditions the API server checks on a delete: this incarnation, unchanged since read.
+            if action.target.uid and action.target.uid != obj["metadata"].get("uid"):
+                raise Refused(f"{action.target} was replaced since it was read")
             if action.resource_version is not None and action.resource_version != obj["metadata"].get("resourceVersion"):
                 raise Refused(f"{action.target} changed since it was read")
             obj["metadata"].setdefault("deletionTimestamp", self.now)

@@ -8,12 +8,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
-async def serve(host: str, port: int, alive: Callable[[], bool], ready: Callable[[], bool]) -> web.AppRunner:
+async def serve(host: str, port: int, alive: Callable[[], bool],
+                readiness: Callable[[], str | None]) -> web.AppRunner:
+    """``readiness()`` is None when ready, else why not (the body of the 503)."""
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n") if alive() else web.Response(status=503, text="not alive\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n") if ready() else web.Response(status=503, text="not ready\n")
+        why = readiness()
+        return web.Response(text="ok\n") if why is None else web.Response(status=503, text=f"not ready: {why}\n")
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 
 import kopf
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core.inventory import Inventory
 from . import health
 from .api import ApiWriter
+from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector
 from .operator import Controller, NotInstalled, build_registry, discover, initial_load, login_from, settings
 from .workers import PoolWorkers
@@ -36,23 +37,20 @@ class Options:
     parallel_writes: int = 16
 
 
-def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
-    configuration = client.Configuration()
-    if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
-    return configuration
+def client_configuration(credentials: Credentials, pool_size: int) -> client.Configuration:
+    """The kubernetes client's configuration, asking ``credentials`` before every request (as the writer and
+    kopf do), so reads, writes and watches always go out as the same user."""
+    return credentials.configuration(pool_size)
 
 
 async def run(options: Options) -> int:
     try:
-        configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
-    except (config.ConfigException, OSError) as err:
-        log.error("cannot load the cluster configuration%s: %s",
-                  f" from {options.kubeconfig}" if options.kubeconfig else "", err)
+        credentials = await asyncio.to_thread(load_credentials, options.kubeconfig)
+    except CredentialsError as err:
+        log.error("cannot load the cluster credentials: %s", err)
         return 1
+    log.info("API server: %s", credentials.describe())
+    configuration = client_configuration(credentials, options.parallel_writes + 4)
     api = client.ApiClient(configuration)
     try:
         resources = await asyncio.to_thread(discover, api)
@@ -65,12 +63,12 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes)
+    writer = ApiWriter(credentials, inventory, resources, parallel=options.parallel_writes)
     state = {"leading": not options.leader_elect, "loaded": False}
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["leading"] and state["loaded"])
     controller = Controller(inventory, workers, writer)
     registry = build_registry(controller, resources)
-    kopf.on.login(registry=registry)(login_from(configuration))
+    kopf.on.login(registry=registry)(login_from(credentials))
 
     ready_flag = asyncio.Event()
     stop_flag = asyncio.Event()
@@ -95,11 +93,18 @@ async def run(options: Options) -> int:
             if state["leading"]:
                 workers.kick_all()
 
+    def readiness() -> str | None:
+        if not ready_flag.is_set():
+            return "the watches are not started"
+        if not state["loaded"]:
+            return "the inventory is not loaded"
+        return writer.readiness()
+
     background = []
     try:
         runner = await health.serve(options.health_host, options.health_port,
                                     alive=lambda: not stop_flag.is_set(),
-                                    ready=lambda: ready_flag.is_set() and state["loaded"])
+                                    readiness=readiness)
     except OSError as err:
         log.error("cannot serve health and metrics on %s:%s: %s", options.health_host, options.health_port,
                   err.strerror or err)

@@ -8,6 +8,9 @@ POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", ["
 ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", ["namespace", "pool"])
 RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespace", "pool"])
 ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])
+WRITE_REFUSALS = Counter(
+    "metal3_ipam_write_refusals_total", "Writes the API server refused for good (not allowed, too large, invalid)",
+    ["verb", "kind", "code"])
 ALLOCATION_SECONDS = Histogram(
     "metal3_ipam_allocation_seconds", "From a claim first seen waiting to its binding",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))

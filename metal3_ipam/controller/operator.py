@@ -26,6 +26,7 @@ from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
 from .api import ApiWriter, Resource, request
+from .credentials import Credentials
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam.operator")
@@ -165,20 +166,12 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
-def login_from(configuration: client.Configuration):
-    """A kopf login handler using the same credentials as the kubernetes client."""
+def login_from(credentials: Credentials):
+    """A kopf login handler: the credentials the reads and the writer use, asked again at every login.
+
+    kopf logs in again when a credential expires (an exec plugin's) and when
+    the server answers 401, so a rotated token reaches the watches too.
+    """
     def login(**_: Any) -> kopf.ConnectionInfo:
-        token = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
-        scheme = None
-        if token and " " in token:
-            scheme, token = token.split(" ", 1)
-        return kopf.ConnectionInfo(
-            server=configuration.host,
-            ca_path=configuration.ssl_ca_cert,
-            insecure=not configuration.verify_ssl,
-            scheme=scheme or ("Bearer" if token else None),
-            token=token,
-            certificate_path=configuration.cert_file,
-            private_key_path=configuration.key_file,
-        )
+        return credentials.connection_info()
     return login
