@@ -50,6 +50,10 @@ async def run(options: Options) -> int:
         log.error("cannot load the cluster credentials: %s", err)
         return 1
     log.info("API server: %s", credentials.describe())
+    if credentials.insecure:
+        # Asked for in the kubeconfig, and said once above: not again on every request.
+        log.warning("the API server's certificate is not verified (insecure-skip-tls-verify)")
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     configuration = client_configuration(credentials, options.parallel_writes + 4)
     api = client.ApiClient(configuration)
     try:
