@@ -106,7 +106,7 @@ class ApiWriter:
         self.limit = asyncio.Semaphore(parallel)
         self.component = component
         self.request_timeout = request_timeout
-        self.backoff = refusal_backoff or Backoff()
+        self.backoff = refusal_backoff if refusal_backoff is not None else Backoff()
         self.access = WriteAccess()
         self._session: aiohttp.ClientSession | None = None
         self._tls: tuple | None = None

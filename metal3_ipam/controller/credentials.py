@@ -299,8 +299,10 @@ class _ExecPlugin(_TokenSource):
                 raise CredentialsError(f"{self.where}: status.expirationTimestamp of {self.argv[0]} is not a time "
                                        f"(value: {stamp!r})") from None
             left = (expires - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-            credential.expires = expires
-            credential.renew_at = time.monotonic() + max(0.0, left - min(EXEC_RENEW_AHEAD_SECONDS, left / 10))
+            ahead = min(EXEC_RENEW_AHEAD_SECONDS, max(0.0, left) / 10)
+            credential.renew_at = time.monotonic() + max(0.0, left - ahead)
+            # kopf logs in again at this time: when every other client renews too.
+            credential.expires = expires - datetime.timedelta(seconds=ahead)
         return credential
 
 

@@ -169,9 +169,18 @@ def settings() -> kopf.OperatorSettings:
 def login_from(credentials: Credentials):
     """A kopf login handler: the credentials the reads and the writer use, asked again at every login.
 
-    kopf logs in again when a credential expires (an exec plugin's) and when
-    the server answers 401, so a rotated token reaches the watches too.
+    kopf logs in again when a credential expires (an exec plugin's, a little
+    before it does) and after the server answered 401. Asked again for the
+    very header it had, it had been refused: the token file is read and the
+    plugin run anew, as the writer does after a 401.
     """
+    last: dict[str, str | None] = {}
+
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return credentials.connection_info()
+        header = credentials.authorization()
+        if "header" in last and last["header"] == header:
+            credentials.refused(header)
+        info = credentials.connection_info()
+        last["header"] = credentials.authorization()
+        return info
     return login

@@ -267,3 +267,59 @@ def _body(proc: ControllerProcess, path: str) -> str:
             return resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.read().decode()
+
+
+def test_a_create_forbidden_by_rbac_is_on_the_claim_once_and_retried_slowly(control_plane, api_client, kube,
+                                                                             tmp_path):
+    """Everything allowed but creating Metal3 IPAddresses: the claim says so (errorMessage, Ready=False,
+    one Warning Event), the controller stays ready, and the create is tried again on a growing delay."""
+    user = f"no-create-{uuid.uuid4().hex[:6]}"
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_cluster_role({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
+        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
+                                                                  "ipclaims/status"], "verbs": ["*"]},
+                  {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"],
+                   "verbs": ["get", "list", "watch", "patch", "delete"]},
+                  {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+                  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    try:
+        cert, key = control_plane.client_certificate(user)
+        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{user}", user, {
+            "client-certificate": str(cert), "client-key": str(key)}, trust="file")
+        proc = ControllerProcess(kubeconfig, ["-n", kube.ns, "--no-leader-elect"], name=user, log_dir=tmp_path)
+        try:
+            proc.start()
+            kube.pool("p", pools=[{"start": "10.90.0.10", "end": "10.90.0.19"}], prefix=24)
+            kube.claim("c1", "p")
+            message = kube.claim_error("c1")
+            assert message.startswith(f"create IPAddress {kube.ns}/p-10-90-0-10 refused: 403 "), message
+            ready = [c for c in kube.ipclaim("c1")["status"]["conditions"] if c["type"] == "Ready"][0]
+            assert (ready["status"], ready["reason"], ready["message"]) == ("False", "AllocationFailed", message)
+            kube.warning_event("c1", "AllocationFailed")
+            assert f"IPClaim {kube.ns}/c1: create IPAddress {kube.ns}/p-10-90-0-10 refused: 403" in proc.log_text()
+
+            def tries() -> float:
+                return proc.metrics().get('metal3_ipam_write_refusals_total{code="403",'
+                                          'kind="IPAddress.ipam.metal3.io",verb="create"}', 0.0)
+
+            first = tries()
+            time.sleep(6.0)  # an observation window: how often it is tried, not a synchronisation
+            later = tries()
+            # Delays of 1, 2, 4 s (and the pool's own backoff): a handful of tries, never a loop.
+            assert 1 <= first and later - first <= 4, (first, later)
+            events = [e for e in kube.events() if e.involved_object.name == "c1" and e.reason == "AllocationFailed"]
+            assert len(events) == 1, [e.message for e in events]
+            assert proc.http_status("/readyz") == 200, "other writes are accepted: the controller can write"
+        finally:
+            proc.stop()
+    finally:
+        rbac.delete_cluster_role_binding(user)
+        rbac.delete_cluster_role(user)

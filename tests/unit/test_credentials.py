@@ -260,9 +260,9 @@ else:
 
 
 def test_exec_credential_refused_by_the_server_is_renewed(tmp_path):
-    plugin = exec_plugin(tmp_path / "plugin", f"""
-print(json.dumps({{'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',
-                  'status': {{'token': 'token-%d' % n}}}}))
+    plugin = exec_plugin(tmp_path / "plugin", """
+print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',
+                  'status': {'token': 'token-%d' % n}}))
 """)
     creds = c.from_kubeconfig([str(kubeconfig(tmp_path / "kc", {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}}))])
@@ -468,3 +468,28 @@ def test_rotated_certificate_files_are_noticed(tmp_path, pki, monkeypatch):
     replacement.write_bytes(pki["client.crt"].read_bytes())
     os.replace(replacement, cert)
     assert creds.tls_generation() != before
+
+
+# --------------------------------------------------------------------------- kopf's login
+
+
+def test_kopf_logs_in_with_the_same_credentials_and_a_second_login_renews(tmp_path):
+    from metal3_ipam.controller.operator import login_from
+
+    plugin = exec_plugin(tmp_path / "plugin", """
+at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).strftime('%Y-%m-%dT%H:%M:%SZ')
+print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',
+                  'status': {'token': 'token-%d' % n, 'expirationTimestamp': at}}))
+""")
+    creds = c.from_kubeconfig([str(kubeconfig(tmp_path / "kc", {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}}))])
+    login = login_from(creds)
+    first = login()
+    assert (first.server, first.scheme, first.token) == (creds.server, "Bearer", "token-0")
+    in_an_hour = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    # Renewed a little ahead of the expiry, with every other client.
+    assert in_an_hour - datetime.timedelta(seconds=60) < first.expiration < in_an_hour
+    # kopf logs in again only when what it had failed (401) or expired: that one is not handed back.
+    second = login()
+    assert second.token == "token-1" and creds.authorization() == "Bearer token-1"
+    assert runs(plugin) == 2
