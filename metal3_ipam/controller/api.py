@@ -118,6 +118,11 @@ class ApiWriter:
                 await session.close()
         self._session, self._retired = None, []
 
+    def _close_retired(self, session: aiohttp.ClientSession) -> None:
+        if session in self._retired:
+            self._retired.remove(session)
+            asyncio.ensure_future(session.close())
+
     def readiness(self) -> str | None:
         """Why the controller cannot write at all (every write it tried refused as not allowed), or None."""
         return self.access.blocked()
@@ -125,9 +130,12 @@ class ApiWriter:
     def _http(self) -> aiohttp.ClientSession:
         tls = self.credentials.tls_generation()
         if self._session is not None and tls != self._tls:
-            # A renewed client certificate or CA: new connections; requests under way finish on the old ones.
-            self._retired.append(self._session)
+            # A renewed client certificate or CA: new connections; requests under way finish on the old
+            # ones, closed once the longest of them has timed out.
+            old = self._session
+            self._retired.append(old)
             self._session = None
+            asyncio.get_running_loop().call_later(self.request_timeout + 1, self._close_retired, old)
         if self._session is None:
             context = self.credentials.ssl_context()
             connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=context if context is not None else True)

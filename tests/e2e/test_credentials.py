@@ -323,3 +323,38 @@ def test_a_create_forbidden_by_rbac_is_on_the_claim_once_and_retried_slowly(cont
     finally:
         rbac.delete_cluster_role_binding(user)
         rbac.delete_cluster_role(user)
+
+
+def test_rotated_client_certificate_files_reach_the_writer(control_plane, namespace, tmp_path, monkeypatch):
+    """cert-manager style: the files named in the kubeconfig are replaced; the writer's next connections use them."""
+    monkeypatch.setattr(creds_mod, "TLS_FILES_RECHECK_SECONDS", 0.0)
+    nobody_cert, nobody_key = control_plane.client_certificate("nobody-at-all", name="rotating-old")
+    admin_cert, admin_key = control_plane.client_certificate(CLIENT_CN, ["system:masters"], name="rotating-new")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(nobody_cert.read_bytes())
+    key.write_bytes(nobody_key.read_bytes())
+    kubeconfig = control_plane.write_kubeconfig("rotating", "someone", {"client-certificate": str(cert),
+                                                                         "client-key": str(key)})
+    credentials = creds_mod.from_kubeconfig([str(kubeconfig)])
+    with client.ApiClient(control_plane.configuration()) as admin:
+        resources = discover(admin)
+
+    async def scenario():
+        writer = ApiWriter(credentials, Inventory(), resources)
+        try:
+            plan = Plan()
+            plan.step("before").add(Create(_address(namespace, "cert-before")))
+            before = await writer.execute(plan)
+            for source, target in ((admin_cert, cert), (admin_key, key)):
+                staged = target.with_suffix(".new")
+                staged.write_bytes(source.read_bytes())
+                os.replace(staged, target)
+            plan = Plan()
+            plan.step("after").add(Create(_address(namespace, "cert-after")))
+            return before, await writer.execute(plan)
+        finally:
+            await writer.close()
+
+    before, after = asyncio.run(scenario())
+    assert "403" in before.failures[0] and "nobody-at-all" in before.failures[0], before.failures
+    assert after.done == 1 and not after.failures, after.failures
