@@ -61,6 +61,10 @@ class MemoryApi:
         return obj
 
     def _store(self, obj: dict) -> None:
+        # Versions only grow, also past those of objects filed from elsewhere (a server's listing).
+        known = str(obj["metadata"].get("resourceVersion") or "")
+        if known.isdigit():
+            self._version = max(self._version, int(known))
         obj["metadata"]["resourceVersion"] = self._next_version()
         meta = obj["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -102,6 +106,9 @@ class MemoryApi:
                                                                              guard.name)):
                 raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
+            # The preconditions the API server checks on a delete: this incarnation, unchanged since read.
+            if action.target.uid and action.target.uid != obj["metadata"].get("uid"):
+                raise Refused(f"{action.target} was replaced since it was read")
             if action.resource_version is not None and action.resource_version != obj["metadata"].get("resourceVersion"):
                 raise Refused(f"{action.target} changed since it was read")
             obj["metadata"].setdefault("deletionTimestamp", self.now)

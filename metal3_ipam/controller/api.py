@@ -11,13 +11,24 @@ What the server refuses is not retried blindly:
   which picks another address.
 - Conflict on a conditional write: someone wrote the object since it was
   read; its watch event brings the new version and another reconcile.
+- Conflict on a delete: its preconditions (uid, resourceVersion) failed, the
+  object changed or was replaced since it was read; it is read again and the
+  pool reconciled again.
 - NotFound on a delete or a finalizer removal: the goal is reached already.
+- Refused for good (not allowed, too large, invalid; see ``refusals``): the
+  claim or pool the step was for says so, with an Event, a log line and a
+  metric, and the step waits a growing while before it is tried again.
+- Unauthorized with a token that has since been renewed (a rotated token
+  file, an exec plugin's new credential): sent once more with the new one.
 
 Writes go out only while ``may_write()`` says so (the leader election's gate):
 it is asked before every action of every step and once more as a write leaves
 for the wire, so a pass still running when leadership is lost stops where it
 is. A step stopped that way is not a failure; whoever leads next reconciles
 the pool from what was written.
+
+Every request carries what ``Credentials`` gives, as every other client of
+the controller does.
 """
 
 from __future__ import annotations
@@ -26,7 +37,6 @@ import asyncio
 import datetime
 import json
 import logging
-import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -40,6 +50,9 @@ from ..core import objects as o
 from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions,
                             guard_holds)
 from ..core.inventory import Inventory
+from . import metrics
+from .credentials import Credentials, CredentialsError
+from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent, status_patch
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -108,53 +121,56 @@ class ApiWriter:
     writes, so nothing waits on a lock to hand a response back.
     """
 
-    def __init__(self, configuration: client.Configuration, inventory: Inventory,
+    def __init__(self, credentials: Credentials, inventory: Inventory,
                  resources: dict[tuple[str, str], Resource], parallel: int = 16,
-                 component: str = "metal3-ipam", may_write: Callable[[], bool] = lambda: True) -> None:
-        self.configuration = configuration
+                 component: str = "metal3-ipam", may_write: Callable[[], bool] = lambda: True,
+                 request_timeout: float = 60.0, refusal_backoff: Backoff | None = None) -> None:
+        self.credentials = credentials
         self.may_write = may_write
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
         self.limit = asyncio.Semaphore(parallel)
         self.component = component
+        self.request_timeout = request_timeout
+        self.backoff = refusal_backoff if refusal_backoff is not None else Backoff()
+        self.access = WriteAccess()
         self._session: aiohttp.ClientSession | None = None
-        self._auth: tuple[float, dict[str, str]] | None = None
+        self._tls: tuple | None = None
+        self._retired: list[aiohttp.ClientSession] = []
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in [*self._retired, self._session]:
+            if session is not None:
+                await session.close()
+        self._session, self._retired = None, []
 
-    def _ssl(self) -> ssl.SSLContext | bool:
-        conf = self.configuration
-        if not conf.verify_ssl:
-            return False
-        context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
-        if conf.cert_file:
-            context.load_cert_chain(conf.cert_file, conf.key_file)
-        return context
+    def _close_retired(self, session: aiohttp.ClientSession) -> None:
+        if session in self._retired:
+            self._retired.remove(session)
+            asyncio.ensure_future(session.close())
 
-    def _auth_headers(self) -> dict[str, str]:
-        """Credentials for a request; asked of the configuration again only where tokens expire.
-
-        ``auth_settings()`` walks the process environment on every call, far
-        too dear for every write; a refresh hook (in-cluster service-account
-        tokens) is honoured once a minute.
-        """
-        now = time.monotonic()
-        if self._auth is None or (self.configuration.refresh_api_key_hook is not None and now > self._auth[0]):
-            headers = {auth["key"]: auth["value"] for auth in self.configuration.auth_settings().values()
-                       if auth.get("in") == "header" and auth.get("value")}
-            self._auth = (now + 60.0, headers)
-        return self._auth[1]
+    def readiness(self) -> str | None:
+        """Why the controller cannot write at all (every write it tried refused as not allowed), or None."""
+        return self.access.blocked()
 
     def _http(self) -> aiohttp.ClientSession:
+        tls = self.credentials.tls_generation()
+        if self._session is not None and tls != self._tls:
+            # A renewed client certificate or CA: new connections; requests under way finish on the old
+            # ones, closed once the longest of them has timed out.
+            old = self._session
+            self._retired.append(old)
+            self._session = None
+            asyncio.get_running_loop().call_later(self.request_timeout + 1, self._close_retired, old)
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=self._ssl())
+            context = self.credentials.ssl_context()
+            connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=context if context is not None else True)
             self._session = aiohttp.ClientSession(
-                base_url=self.configuration.host.rstrip("/") + "/", connector=connector,
-                timeout=aiohttp.ClientTimeout(total=60), request_class=_fenced_request_class(self.may_write))
+                base_url=self.credentials.server.rstrip("/") + "/", connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                request_class=_fenced_request_class(self.may_write))
+            self._tls = tls
         return self._session
 
     # -- plans -------------------------------------------------------------
@@ -166,6 +182,11 @@ class ApiWriter:
 
     async def _step(self, step: Step, outcome: Outcome) -> None:
         async with self.limit:
+            wait = self._refused_lately(step)
+            if wait:
+                outcome.again = True
+                outcome.failures.append(f"{step.subject}: refused before; tried again in {wait:.1f} s")
+                return
             versions = StepVersions()
             for action in step.actions:
                 if not self.may_write():
@@ -184,9 +205,13 @@ class ApiWriter:
                     return
                 except ApiException as err:
                     outcome.again = True
+                    if is_permanent(err.status):
+                        await self._refused(step, action, err, outcome)
+                        return
                     outcome.failures.append(f"{step.subject}: {_explain(err)}")
                     log.warning("%s: %s", step.subject, _explain(err))
                     return
+                self._accepted(step, action)
                 outcome.done += 1
                 if isinstance(action, Create) and result is not None:
                     outcome.created.append(result)
@@ -197,9 +222,65 @@ class ApiWriter:
                 if isinstance(result, dict) and result.get("metadata") and hasattr(action, "target"):
                     versions.wrote(action, result["metadata"].get("resourceVersion"))
 
+    # -- refused for good ---------------------------------------------------
+
+    def _refused_lately(self, step: Step) -> float:
+        """Seconds this step must still wait because one of its writes was refused for good lately."""
+        now = time.monotonic()
+        return max((self.backoff.wait((step.subject, *_verb_kind(a)), now)
+                    for a in step.actions if not isinstance(a, Event)), default=0.0)
+
+    def _accepted(self, step: Step, action: Any) -> None:
+        if isinstance(action, Event):
+            return
+        verb, kind = _verb_kind(action)
+        self.backoff.accepted((step.subject, verb, kind))
+        if self.access.accepted(verb, kind):
+            log.warning("writes are accepted again (%s %s)", verb, kind)
+
+    async def _refused(self, step: Step, action: Any, err: ApiException, outcome: Outcome) -> None:
+        """A write refused for good: say so everywhere it is looked for, and wait before trying again."""
+        verb, kind = _verb_kind(action)
+        target = o.ref(action.obj) if isinstance(action, Create) else action.target
+        refused = Refused(verb, target, err.status, _server_message(err))
+        self._count(refused)
+        delay = self.backoff.refused((step.subject, verb, kind), time.monotonic())
+        log.error("%s: %s (tried again in %.0f s)", step.subject, refused.describe(), delay)
+        outcome.failures.append(f"{step.subject}: {refused.describe()}")
+        await self._report(step, refused)
+
+    def _count(self, refused: Refused) -> None:
+        metrics.WRITE_REFUSALS.labels(refused.verb, refused.kind, str(refused.status)).inc()
+        if refused.target.kind != "Event" and self.access.refused(refused):
+            log.error("cannot write: %s", self.access.blocked())
+
+    async def _report(self, step: Step, refused: Refused) -> None:
+        """On the claim or pool the step was for: Ready=False (and errorMessage), and a Warning Event."""
+        about = step.about
+        obj = self.inventory.get(about.group_kind, about.namespace, about.name) if about else None
+        if obj is None or (about.uid and o.meta(obj).get("uid") != about.uid):
+            return
+        patch = status_patch(obj, refused, _utc_now())
+        if patch is None:
+            return  # it says so already: no write, no second Event
+        resource = self.resources.get(about.group_kind)
+        if resource is not None:
+            body = {"metadata": {"resourceVersion": o.meta(obj).get("resourceVersion")}, "status": patch}
+            try:
+                result = await self._call("PATCH", resource.path(about.namespace, about.name, "status"),
+                                          body=body, content_type=MERGE_PATCH)
+            except ApiException as err:
+                log.warning("%s: could not record the refusal on %s: %s", step.subject, about, _explain(err))
+                if is_permanent(err.status):
+                    self._count(Refused("patch-status", about, err.status, _server_message(err)))
+            else:
+                self._settle(result)
+                self.access.accepted("patch-status", refused_kind(about))
+        await self._post_event(Event(about, "Warning", event_reason(obj), refused.describe()))
+
     # -- single actions ---------------------------------------------------
-    # The HTTP calls run in worker threads; the inventory is only touched here,
-    # on the event loop, like the watch handlers that feed it.
+    # The inventory is only touched here, on the event loop, like the watch
+    # handlers that feed it.
 
     async def _do(self, action: Any) -> dict | None:
         if isinstance(action, Event):
@@ -219,19 +300,31 @@ class ApiWriter:
 
     async def _call(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
         headers = {"Accept": "application/json"}
-        headers.update(self._auth_headers())
         data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
             data = json.dumps(body)
-        try:
-            async with self._http().request(method, path.lstrip("/"), data=data, headers=headers) as response:
-                text = await response.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-            if method != "GET" and not self.may_write():
-                raise Fenced() from None  # stopped on its way out (FencedRequest)
-            failure = ApiException(status=0, reason=f"{type(err).__name__}: {err}")
-            raise failure from None
+        for attempt in (1, 2):
+            try:
+                authorization = await self.credentials.authorization_async()
+            except CredentialsError as err:
+                raise ApiException(status=0, reason=f"no credentials: {err}") from None
+            if authorization:
+                headers["Authorization"] = authorization
+            try:
+                async with self._http().request(method, path.lstrip("/"), data=data, headers=headers,
+                                                proxy=self.credentials.proxy) as response:
+                    text = await response.text()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+                if method != "GET" and not self.may_write():
+                    raise Fenced() from None  # stopped on its way out (FencedRequest)
+                failure = ApiException(status=0, reason=f"{type(err).__name__}: {err}")
+                raise failure from None
+            # A rotated token file or an exec plugin's renewed credential gets one more try.
+            if response.status == 401 and attempt == 1 and \
+                    await asyncio.to_thread(self.credentials.refused, authorization):
+                continue
+            break
         if not 200 <= response.status < 300:
             failure = ApiException(status=response.status, reason=response.reason)
             failure.body = text
@@ -258,16 +351,26 @@ class ApiWriter:
         if guard is not None and guard_holds(action, await self._refresh(guard)):
             raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
-        body = {"propagationPolicy": "Background"}
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        # What the in-memory executor enforces too: this incarnation, unchanged since it was read.
+        preconditions = {}
         if action.target.uid:
-            body["preconditions"] = {"uid": action.target.uid}
+            preconditions["uid"] = action.target.uid
+        if action.resource_version:
+            preconditions["resourceVersion"] = action.resource_version
+        if preconditions:
+            body["preconditions"] = preconditions
         try:
             result = await self._call("DELETE", resource.path(action.target.namespace, action.target.name),
                                 body=body, content_type="application/json")
         except ApiException as err:
-            if err.status in (404, 409):
+            if err.status == 404:
                 self._forget(action.target)
                 return None
+            if err.status == 409:
+                # Changed or replaced since it was read: learn what it is now, decide again.
+                await self._refresh(action.target)
+                raise Refusal(f"{action.target} changed since it was read; not deleted", again=True) from None
             raise
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
                 and o.finalizers(result):
@@ -359,6 +462,9 @@ class ApiWriter:
                        content_type="application/json")
         except ApiException as err:  # an Event is a courtesy; losing one must not stop the work
             log.warning("could not post event for %s: %s", target, _explain(err))
+            if is_permanent(err.status):
+                self._count(Refused("create", o.Ref("v1", "Event", target.namespace, f"{target.name}.*"),
+                                    err.status, _server_message(err)))
 
 
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
@@ -372,6 +478,36 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
     return json.loads(response.data) if response.data else None
+
+
+def _verb_kind(action: Any) -> tuple[str, str]:
+    """The verb and the kind (``Kind.group``) of a write, as refusals are counted and waited on."""
+    if isinstance(action, Create):
+        group, kind = kinds.kind_of(action.obj) or ("", "?")
+        verb = "create"
+    else:
+        group, kind = action.target.group_kind
+        verb = ("delete" if isinstance(action, Delete) else "patch-status" if isinstance(action, SetStatus)
+                else "create" if isinstance(action, Event) else "patch")
+    return verb, f"{kind}.{group}" if group else kind
+
+
+def refused_kind(ref: o.Ref) -> str:
+    group, kind = ref.group_kind
+    return f"{kind}.{group}" if group else kind
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _server_message(err: ApiException) -> str:
+    """What the API server said (its Status message), else the HTTP reason."""
+    try:
+        message = json.loads(err.body).get("message")
+    except (TypeError, ValueError, AttributeError):
+        message = None
+    return str(message or err.reason or "")
 
 
 def _explain(err: ApiException) -> str:

@@ -19,13 +19,14 @@ from typing import Callable
 
 import kopf
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core import kinds
 from ..core.inventory import Inventory
 from . import health, webhook
 from .api import ApiWriter
+from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from .operator import (Controller, Listing, NotInstalled, build_registry, discover, list_all, login_from,
                        settings)
@@ -50,14 +51,10 @@ class Options:
     webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
 
 
-def client_configuration(kubeconfig: str | None, pool_size: int) -> client.Configuration:
-    configuration = client.Configuration()
-    if kubeconfig or os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
-    return configuration
+def client_configuration(credentials: Credentials, pool_size: int) -> client.Configuration:
+    """The kubernetes client's configuration, asking ``credentials`` before every request (as the writer and
+    kopf do), so reads, writes and watches always go out as the same user."""
+    return credentials.configuration(pool_size)
 
 
 def liveness(stop_flag: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
@@ -74,11 +71,16 @@ def liveness(stop_flag: asyncio.Event, elector: LeaderElector | None) -> Callabl
 
 async def run(options: Options) -> int:
     try:
-        configuration = client_configuration(options.kubeconfig, options.parallel_writes + 4)
-    except (config.ConfigException, OSError) as err:
-        log.error("cannot load the cluster configuration%s: %s",
-                  f" from {options.kubeconfig}" if options.kubeconfig else "", err)
+        credentials = await asyncio.to_thread(load_credentials, options.kubeconfig)
+    except CredentialsError as err:
+        log.error("cannot load the cluster credentials: %s", err)
         return 1
+    log.info("API server: %s", credentials.describe())
+    if credentials.insecure:
+        # Asked for in the kubeconfig, and said once above: not again on every request.
+        log.warning("the API server's certificate is not verified (insecure-skip-tls-verify)")
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    configuration = client_configuration(credentials, options.parallel_writes + 4)
     api = client.ApiClient(configuration)
     try:
         resources = await asyncio.to_thread(discover, api)
@@ -103,7 +105,7 @@ async def run(options: Options) -> int:
         elector = LeaderElector(api, options.lease_namespace, options.lease_name, options.lease_timing,
                                 on_change=on_leadership)
         may_write = elector.may_act
-    writer = ApiWriter(configuration, inventory, resources, parallel=options.parallel_writes, may_write=may_write)
+    writer = ApiWriter(credentials, inventory, resources, parallel=options.parallel_writes, may_write=may_write)
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
     addresses = {k: r for k, r in resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
 
@@ -112,7 +114,7 @@ async def run(options: Options) -> int:
 
     controller = Controller(inventory, workers, writer, relist=relist)
     registry = build_registry(controller, resources)
-    kopf.on.login(registry=registry)(login_from(configuration))
+    kopf.on.login(registry=registry)(login_from(credentials))
 
     ready_flag = asyncio.Event()
     stop_flag = asyncio.Event()
@@ -121,7 +123,9 @@ async def run(options: Options) -> int:
 
     def ready() -> list[str]:
         problems = [] if ready_flag.is_set() else ["watches not started"]
-        return problems + ([] if state["loaded"] else ["inventory not loaded"])
+        problems += [] if state["loaded"] else ["inventory not loaded"]
+        cannot_write = writer.readiness()
+        return problems + ([cannot_write] if cannot_write else [])
 
     async def load() -> None:
         for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):

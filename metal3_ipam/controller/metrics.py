@@ -10,6 +10,9 @@ RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespa
 # The series labelled by pool, dropped when the pool is gone.
 PER_POOL = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, ALLOCATIONS, RELEASES)
 ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])
+WRITE_REFUSALS = Counter(
+    "metal3_ipam_write_refusals_total", "Writes the API server refused for good (not allowed, too large, invalid)",
+    ["verb", "kind", "code"])
 ALLOCATION_SECONDS = Histogram(
     "metal3_ipam_allocation_seconds", "From a claim first seen waiting to its binding",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))

@@ -3,7 +3,7 @@
 kopf does the watching (lists, watches, reconnects, namespaces). Every kind
 gets one light event handler, which files changes and deletions into the
 inventory and kicks the pools they concern. Before any pool is reconciled,
-every kind is listed once (``initial_load``): a restarted controller never
+every kind is listed once (``list_all``): a restarted controller never
 mistakes a claim whose address it has not seen yet for a new one.
 
 Event handlers make kopf write nothing (no progress or diff-base
@@ -28,6 +28,7 @@ from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
 from .api import ApiWriter, Resource, request
+from .credentials import Credentials
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam.operator")
@@ -220,20 +221,21 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
-def login_from(configuration: client.Configuration):
-    """A kopf login handler using the same credentials as the kubernetes client."""
+def login_from(credentials: Credentials):
+    """A kopf login handler: the credentials the reads and the writer use, asked again at every login.
+
+    kopf logs in again when a credential expires (an exec plugin's, a little
+    before it does) and after the server answered 401. Asked again for the
+    very header it had, it had been refused: the token file is read and the
+    plugin run anew, as the writer does after a 401.
+    """
+    last: dict[str, str | None] = {}
+
     def login(**_: Any) -> kopf.ConnectionInfo:
-        token = (configuration.api_key or {}).get("authorization") or (configuration.api_key or {}).get("BearerToken")
-        scheme = None
-        if token and " " in token:
-            scheme, token = token.split(" ", 1)
-        return kopf.ConnectionInfo(
-            server=configuration.host,
-            ca_path=configuration.ssl_ca_cert,
-            insecure=not configuration.verify_ssl,
-            scheme=scheme or ("Bearer" if token else None),
-            token=token,
-            certificate_path=configuration.cert_file,
-            private_key_path=configuration.key_file,
-        )
+        header = credentials.authorization()
+        if "header" in last and last["header"] == header:
+            credentials.refused(header)
+        info = credentials.connection_info()
+        last["header"] = credentials.authorization()
+        return info
     return login

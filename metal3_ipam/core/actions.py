@@ -90,6 +90,9 @@ def guard_holds(action: "Delete", found: dict | None) -> bool:
 class Step:
     subject: str
     actions: list[Action] = field(default_factory=list)
+    # The claim or pool this work is for: where a write the API server
+    # refuses for good is reported (its status, an Event).
+    about: Ref | None = None
 
     def add(self, action: Action) -> None:
         self.actions.append(action)
@@ -102,8 +105,8 @@ class Plan:
     # the next reconcile, triggered by that change, picks it up.
     notes: list[str] = field(default_factory=list)
 
-    def step(self, subject: str) -> Step:
-        step = Step(subject)
+    def step(self, subject: str, about: Ref | None = None) -> Step:
+        step = Step(subject, about=about)
         self.steps.append(step)
         return step
 

@@ -210,7 +210,7 @@ class _Reconciler:
         # One step for all the pool's own writes, status last: run as separate
         # steps, the status write would overtake a conditional metadata write
         # and make it fail.
-        step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}")
+        step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}", about=o.ref(pool))
         ref = o.ref(pool)
         finalizer = kinds.FINALIZERS[kinds.IPPOOL]
         if o.is_deleting(pool):
@@ -326,7 +326,7 @@ class _Reconciler:
     def serve(self, claim: dict) -> None:
         key = o.claim_key(claim)
         kind = kinds.kind_of(claim)
-        step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}")
+        step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))
         finalizer = kinds.FINALIZERS[kind]
         mine = self.addresses_of.get(key, [])
         if o.is_deleting(claim):

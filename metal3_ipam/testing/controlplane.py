@@ -557,6 +557,7 @@ class ControlPlane:
         self.kubeconfig: Path | None = None
         self.token: str | None = None
         self.ca_file: Path | None = None
+        self.pki: dict[str, Path] = {}
         self.etcd_url: str | None = None
         self.startup_seconds: dict[str, float] = {}
         self.running = False
@@ -598,6 +599,7 @@ class ControlPlane:
         pki = _write_pki(pki_dir, ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
                                    "kubernetes.default.svc"], service_ip)
         self.ca_file = pki["ca.crt"]
+        self.pki = pki
         self.token = secrets.token_urlsafe(32)
         kcm_token = secrets.token_urlsafe(32)
         tokens = self.dir / "tokens.csv"
@@ -832,20 +834,33 @@ class ControlPlane:
             return resp.status == 200
 
     def _write_kubeconfig(self, filename: str, user: str, token: str) -> Path:
+        return self.write_kubeconfig(filename, user, {"token": token})
+
+    def write_kubeconfig(self, filename: str, user: str, credentials: Mapping[str, object], *,
+                         trust: str = "data") -> Path:
+        """A kubeconfig for this API server with ``credentials`` as its user entry (``token``,
+        ``tokenFile``, ``client-certificate(-data)``/``client-key(-data)``, ``exec``…).
+
+        ``trust``: ``data`` (the CA inline), ``file`` (the CA's path) or ``insecure``
+        (``insecure-skip-tls-verify: true`` and no CA, as kubectl wants it).
+        """
         import yaml
 
         assert self.dir is not None and self.ca_file is not None
+        cluster: dict[str, object] = {"server": self.server}
+        if trust == "data":
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca_file.read_bytes()).decode()
+        elif trust == "file":
+            cluster["certificate-authority"] = str(self.ca_file)
+        elif trust == "insecure":
+            cluster["insecure-skip-tls-verify"] = True
+        else:
+            raise ValueError(f"trust must be data, file or insecure, not {trust!r}")
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{
-                "name": "metal3-ipam-test",
-                "cluster": {
-                    "server": self.server,
-                    "certificate-authority-data": base64.b64encode(self.ca_file.read_bytes()).decode(),
-                },
-            }],
-            "users": [{"name": user, "user": {"token": token}}],
+            "clusters": [{"name": "metal3-ipam-test", "cluster": cluster}],
+            "users": [{"name": user, "user": dict(credentials)}],
             "contexts": [{"name": "metal3-ipam-test", "context": {"cluster": "metal3-ipam-test", "user": user}}],
             "current-context": "metal3-ipam-test",
             "preferences": {},
@@ -853,6 +868,66 @@ class ControlPlane:
         path = self.dir / filename
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
+        return path
+
+    def client_certificate(self, common_name: str, organizations: Sequence[str] = (),
+                           name: str | None = None) -> tuple[Path, Path]:
+        """A client certificate and key signed by this control plane's CA, as files.
+
+        The API server takes the CN as the user name and each O as a group
+        (``system:masters`` has every right; without it, RBAC decides).
+        """
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        assert self.dir is not None and self.pki, "control plane is not started"
+        ca_cert = x509.load_pem_x509_certificate(self.pki["ca.crt"].read_bytes())
+        ca_key = serialization.load_pem_private_key(self.pki["ca.key"].read_bytes(), password=None)
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+                            + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        stem = self.dir / "users" / (name or common_name.replace(":", "_"))
+        stem.parent.mkdir(exist_ok=True)
+        cert_path, key_path = stem.with_suffix(".crt"), stem.with_suffix(".key")
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        key_path.chmod(0o600)
+        return cert_path, key_path
+
+    def exec_plugin(self, name: str, token: str, expires_in: float | None = None) -> Path:
+        """A credential plugin on disk (client.authentication.k8s.io/v1) printing an ExecCredential with
+        ``token`` (and an expiry ``expires_in`` seconds after each run); each run is counted in ``<path>.runs``."""
+        assert self.dir is not None
+        path = self.dir / "users" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"""#!{sys.executable}
+import datetime, json, os
+runs = {str(path) + '.runs'!r}
+n = int(open(runs).read()) if os.path.exists(runs) else 0
+open(runs, 'w').write(str(n + 1))
+status = {{'token': {token!r}}}
+if {expires_in!r} is not None:
+    at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds={expires_in!r} or 0)
+    status['expirationTimestamp'] = at.strftime('%Y-%m-%dT%H:%M:%SZ')
+print(json.dumps({{'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential', 'status': status}}))
+""")
+        path.chmod(0o700)
         return path
 
     def configuration(self):

@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import health
+from metal3_ipam.controller.credentials import from_kubeconfig  # noqa: E402
 from metal3_ipam.controller.api import ApiWriter, Resource
 from metal3_ipam.controller.leader import LeaderElector, LeaseTiming
 from metal3_ipam.controller.main import liveness
@@ -358,7 +359,7 @@ def _pool(namespace: str, name: str) -> dict:
 
 def _writer(cp, may_write: Callable[[], bool]) -> ApiWriter:
     resources = {kinds.IPPOOL: Resource("ipam.metal3.io", "v1alpha1", "ippools")}
-    return ApiWriter(cp.configuration(), Inventory(), resources, parallel=4, may_write=may_write)
+    return ApiWriter(from_kubeconfig([str(cp.kubeconfig)]), Inventory(), resources, parallel=4, may_write=may_write)
 
 
 def _pools_on_server(cp) -> set[str]:

@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import Kube  # noqa: E402
+from metal3_ipam.controller.credentials import from_kubeconfig  # noqa: E402
 from metal3_ipam.controller.api import ApiWriter  # noqa: E402
 from metal3_ipam.controller.operator import discover  # noqa: E402
 from metal3_ipam.controller.workers import PoolWorkers  # noqa: E402
@@ -43,7 +44,7 @@ def test_a_pool_gone_with_all_its_objects_leaves_no_task_timer_or_metric_series(
 
     async def scenario() -> tuple[PoolWorkers, Inventory]:
         inventory = Inventory()
-        writer = ApiWriter(control_plane.configuration(), inventory, resources, parallel=4)
+        writer = ApiWriter(from_kubeconfig([str(control_plane.kubeconfig)]), inventory, resources, parallel=4)
         workers = PoolWorkers(inventory, writer)
         try:
             for plural, kind in (("ippools", kinds.IPPOOL), ("ipclaims", kinds.IPCLAIM)):
