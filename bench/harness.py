@@ -131,6 +131,21 @@ class Claims:
         run_parallel(one, objs, parallel)
 
 
+def wait_gone(api: client.ApiClient, p: str, timeout: float) -> float:
+    """Poll until GET ``p`` answers 404; the seconds it took."""
+    started = time.monotonic()
+    while True:
+        try:
+            request(api, "GET", p)
+        except ApiException as exc:
+            if exc.status == 404:
+                return time.monotonic() - started
+            raise
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"{p} still there after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def run_parallel(work: Callable, items: Iterable, parallel: int) -> None:
     with ThreadPoolExecutor(parallel) as pool:
         for _ in pool.map(work, items):
@@ -180,7 +195,7 @@ def write_counts(api: client.ApiClient) -> Counter[WriteKey]:
 
 def describe_writes(counts: Counter[WriteKey], per: int) -> str:
     """``PATCH ipclaims/status 1.00, POST ipaddresses 1.00, ...`` per claim."""
-    parts = [f"{verb} {res}{'/' + sub if sub else ''} {n / per:.2f}"
+    parts = [f"{verb} {res}{'/' + sub if sub else ''} " + (f"{n / per:.2f}" if n * 100 >= per else f"{n} in all")
              for (verb, res, sub), n in sorted(counts.items(), key=lambda kv: -kv[1]) if n]
     return ", ".join(parts) or "none"
 
@@ -296,6 +311,7 @@ class ClaimWatch:
     def __init__(self, api: client.ApiClient):
         self.bound: dict[ClaimKey, float] = {}
         self.refused: dict[ClaimKey, str] = {}
+        self._order: list[ClaimKey] = []  # bound claims, in the order they were seen bound
         self._changed = threading.Condition()
         self._watch = watch.Watch()
         objects = client.CustomObjectsApi(api)
@@ -316,6 +332,7 @@ class ClaimWatch:
                 if status.get("address") and key not in self.bound:
                     with self._changed:
                         self.bound[key] = time.monotonic()
+                        self._order.append(key)
                         self._changed.notify_all()
                 elif not status.get("address"):
                     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
@@ -343,10 +360,15 @@ class ClaimWatch:
     def wait_bound(self, keys: Iterable[ClaimKey], timeout: float) -> float:
         """Wait until every claim of ``keys`` is bound; when the last one was."""
         keys = list(keys)
-        missing = set(keys)
+        with self._changed:
+            missing = set(keys) - self.bound.keys()
+            seen = len(self._order)
 
         def done() -> bool:
-            missing.difference_update([k for k in list(missing) if k in self.bound])
+            # Only the claims bound since the last look: a check per event stays cheap at 65,536 claims.
+            nonlocal seen
+            missing.difference_update(self._order[seen:])
+            seen = len(self._order)
             return not missing
 
         self.wait(done, timeout, lambda: f"{len(missing)} of {len(keys)} claims to be bound")
