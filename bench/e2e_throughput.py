@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (ClaimWatch, Claims, Controller, Floor, Slot, claim_obj, control_plane,  # noqa: E402
-                     create_namespace, describe_writes, path, pool_obj, positive, parser, request, rss_growth,
+                     create_namespace, path, pool_obj, positive, parser, print_writes, request, rss_growth,
                      verdict, write_counts)
 
 GOAL = 1.3
@@ -96,12 +96,7 @@ def main() -> int:
     print(f"controller (metal3-ipam run, claims created until all bound): {ctrl_s:.2f} s, {ctrl_s / n * 1000:.2f} ms/claim")
     print(f"floor (plain client, claims + the controller's writes):      {floor_s:.2f} s, {floor_s / n * 1000:.2f} ms/claim")
     print(f"ratio controller/floor: {ratio:.2f} {verdict(ratio, GOAL)}")
-    print(f"writes per claim besides its creation: controller {sum(ctrl_writes.values()) / n:.2f} "
-          f"({describe_writes(ctrl_writes, n)})")
-    print(f"                                       floor      {sum(floor_writes.values()) / n:.2f} "
-          f"({describe_writes(floor_writes, n)})")
-    if floor.not_copied:
-        print(f"not made by the floor (no plain-client equivalent): {describe_writes(Counter(floor.not_copied), n)}")
+    print_writes(ctrl_writes, floor_writes, floor.not_copied, n)
     print(f"controller RSS growth: {rss_growth(ready_rss, peak_rss, n)}")
     return 0
 

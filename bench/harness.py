@@ -485,6 +485,17 @@ def _ready(reason: str, message: str) -> dict:
 # --------------------------------------------------------------------------- reporting
 
 
+def print_writes(controller: Counter[WriteKey], floor: Counter[WriteKey], not_copied: dict[WriteKey, int],
+                 n: int) -> None:
+    """The writes per claim of both sides, and what the floor could not imitate."""
+    print(f"writes per claim besides its creation: controller {sum(controller.values()) / n:.2f} "
+          f"({describe_writes(controller, n)})")
+    print(f"                                       floor      {sum(floor.values()) / n:.2f} "
+          f"({describe_writes(floor, n)})")
+    if not_copied:
+        print(f"not made by the floor (no plain-client equivalent): {describe_writes(Counter(not_copied), n)}")
+
+
 def median_ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1000 if seconds else float("nan")
 
