@@ -46,7 +46,7 @@ def run_controller(plane, api, tmp: Path, n: int, parallel: int, timeout: int):
     ns = "controller"
     create_namespace(api, ns)
     request(api, "POST", path(ns, "ippools"), pool_obj(ns, "bench", SUBNET, PREFIX, GATEWAY))
-    with Controller(plane, [ns], tmp / "controller.log", parallel) as ctrl:
+    with Controller(plane, [ns], tmp / "controller.log", parallel).running() as ctrl:
         ready_rss = ctrl.rss_kib()
         watch = ClaimWatch(api)
         claims = Claims()

@@ -250,12 +250,14 @@ class Controller:
             stop_group(self.proc)
             self.proc = None
 
-    def __enter__(self) -> "Controller":
+    @contextlib.contextmanager
+    def running(self) -> Iterator["Controller"]:
+        """Started and ready inside the block, stopped after it."""
         self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        try:
+            yield self
+        finally:
+            self.stop()
 
     @property
     def pid(self) -> int:

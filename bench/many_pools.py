@@ -74,7 +74,7 @@ def run_controller(plane, api, tmp: Path, args):
     ns = "pools"
     create_namespace(api, ns)
     create_pools(api, ns, args.pools, args.parallel)
-    with Controller(plane, [ns], tmp / "controller.log", args.parallel) as ctrl:
+    with Controller(plane, [ns], tmp / "controller.log", args.parallel).running() as ctrl:
         ready_s = wait_pools_ready(api, ns, args.pools, args.timeout)
         ctrl.settle(timeout=args.timeout)
         ready_rss = ctrl.rss_kib()

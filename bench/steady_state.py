@@ -90,7 +90,7 @@ def main() -> int:
         create_namespace(api, NS)
         for name, subnet in POOLS.items():
             request(api, "POST", path(NS, "ippools"), pool_obj(NS, name, subnet, 16))
-        with Controller(plane, [NS], tmp / "controller.log", args.parallel) as ctrl:
+        with Controller(plane, [NS], tmp / "controller.log", args.parallel).running() as ctrl:
             watch = ClaimWatch(api)
             singles = Singles(api, ctrl, watch, args.timeout)
             baseline = singles.alternating(list(POOLS), args.singles)
