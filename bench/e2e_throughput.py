@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import (ClaimWatch, Claims, Controller, Floor, Slot, claim_obj, control_plane,  # noqa: E402
-                     create_namespace, path, pool_obj, positive, parser, print_writes, request, rss_growth,
+from harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,  # noqa: E402
+                     create_namespace, path, pool_obj, parser, print_writes, request, rss_growth,
                      verdict, write_counts)
 
 GOAL = 1.3
@@ -82,10 +82,9 @@ def run_floor(api, n: int, parallel: int, controller_writes: Counter) -> tuple[f
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--claims", type=positive, default=1000, help="claims on the one pool (default 1000; at most 65,000)")
+    p.add_argument("--claims", type=bounded(1, 65_000), default=1000,
+                   help="claims on the one pool (default 1000; at most 65,000: it is a /16)")
     args = p.parse_args()
-    if args.claims > 65_000:
-        p.error(f"--claims: a /16 pool holds 65,533 claims; {args.claims} is too many")
     with control_plane(args.parallel) as (plane, api, tmp):
         ctrl_s, ctrl_writes, ready_rss, peak_rss = run_controller(plane, api, tmp, args.claims, args.parallel,
                                                                   args.timeout)
