@@ -8,11 +8,13 @@ while the writer, which reads the renewed files, carries on.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -121,3 +123,22 @@ def test_an_exec_client_certificate_refused_with_401_is_renewed_and_worth_a_retr
     assert int(Path(str(plugin) + ".count").read_text()) == 2
     second = login()
     assert second != first, "kopf drops a login equal to one it saw refused"
+
+
+def test_inline_certificates_with_no_writable_temporary_folder_are_a_clear_error(tmp_path, monkeypatch):
+    """The shipped Deployment has a read-only root file system and no writable /tmp. kubectl keeps inline
+    certificate data in memory; Python's ssl loads it only from files. Run there with such a kubeconfig, the
+    controller must say which field needs a writable folder, not die with a traceback."""
+    pem, key = _certificate("someone", hours=1)
+    config = _kubeconfig(tmp_path / "kc", {"client-certificate-data": base64.b64encode(pem).decode(),
+                                           "client-key-data": base64.b64encode(key).decode()})
+    not_a_folder = tmp_path / "read-only"
+    not_a_folder.write_text("")  # a file where a folder should be: every mkdtemp fails with an OSError
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))
+    monkeypatch.setattr(c, "_FILES", c._PrivateFiles())
+    try:
+        c.from_kubeconfig([str(config)])
+    except c.CredentialsError as err:
+        assert "client-certificate-data" in str(err), err
+    else:
+        raise AssertionError("no error, yet the certificate could not be written anywhere")
