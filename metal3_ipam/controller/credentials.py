@@ -401,10 +401,16 @@ class Credentials:
             # Certificate and key in one file, replaced by rename: whoever loads it
             # (a new connection of any client) gets a matching pair.
             pem = pair[0].rstrip(b"\n") + b"\n" + pair[1]
-            if self._exec_cert is None:
-                self.cert_file = self.key_file = _FILES.new("exec-client.pem", pem)
-            else:
-                _FILES.replace(self.cert_file, pem)
+            try:
+                if self._exec_cert is None:
+                    self.cert_file = self.key_file = _FILES.new("exec-client.pem", pem)
+                else:
+                    _FILES.replace(self.cert_file, pem)
+            except OSError as err:
+                raise CredentialsError(
+                    f"{self.source.what}: its client certificate cannot be written to a file, which Python's ssl "
+                    f"needs ({err.strerror or err}); give the controller a writable temporary folder (an emptyDir "
+                    "at /tmp, or $TMPDIR)") from None
             self._exec_cert = pair
             self._generation += 1
 
@@ -609,7 +615,14 @@ def _material(entry: _Entry, file_key: str, data_key: str, name: str) -> tuple[s
             content = base64.b64decode(str(data), validate=True)
         except (binascii.Error, ValueError):
             raise CredentialsError(f"{entry.where}.{data_key}: not base64") from None
-        return _FILES.new(name, content), content
+        try:
+            return _FILES.new(name, content), content
+        except OSError as err:
+            raise CredentialsError(
+                f"{entry.where}.{data_key}: cannot be written to a file, which Python's ssl needs "
+                f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}); give the controller a "
+                "writable temporary folder (an emptyDir at /tmp, or $TMPDIR) or name files in the kubeconfig "
+                "instead") from None
     path = entry.value.get(file_key)
     if path:
         path = os.path.join(entry.base, os.path.expanduser(str(path)))
