@@ -56,6 +56,9 @@ from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent,
 
 log = logging.getLogger("metal3_ipam.api")
 
+# While no write gets through, how often the API server is asked whether they would now.
+ACCESS_RECHECK_SECONDS = 10.0
+
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -138,8 +141,12 @@ class ApiWriter:
         self._session: aiohttp.ClientSession | None = None
         self._tls: tuple | None = None
         self._retired: list[aiohttp.ClientSession] = []
+        self._access_check: asyncio.Task | None = None
+        self._access_recheck_at = 0.0
 
     async def close(self) -> None:
+        if self._access_check is not None:
+            self._access_check.cancel()
         for session in [*self._retired, self._session]:
             if session is not None:
                 await session.close()
@@ -151,8 +158,47 @@ class ApiWriter:
             asyncio.ensure_future(session.close())
 
     def readiness(self) -> str | None:
-        """Why the controller cannot write at all (every write it tried refused as not allowed), or None."""
-        return self.access.blocked()
+        """Why the controller cannot write at all (every write it tried refused as not allowed), or None.
+
+        While it says so, the API server is asked now and then whether the
+        refused writes are allowed by now: once RBAC is fixed, readiness must
+        not wait for a write that may never come (the work refused may be
+        gone, and an unready controller serves no webhook to bring new work).
+        """
+        blocked = self.access.blocked()
+        if blocked is not None:
+            now = time.monotonic()
+            if now >= self._access_recheck_at and (self._access_check is None or self._access_check.done()):
+                self._access_recheck_at = now + ACCESS_RECHECK_SECONDS
+                try:
+                    self._access_check = asyncio.get_running_loop().create_task(self._recheck_access())
+                except RuntimeError:  # no event loop: asked from outside, nothing to schedule on
+                    pass
+        return blocked
+
+    async def _recheck_access(self) -> None:
+        """Ask the API server (SelfSubjectAccessReview) whether each write last refused as not allowed is now."""
+        for refused in self.access.refusals():
+            resource = self.resources.get(refused.target.group_kind)
+            if resource is None:
+                continue
+            verb, subresource = ("patch", "status") if refused.verb == "patch-status" else (refused.verb, None)
+            attributes = {"namespace": refused.target.namespace, "verb": verb, "group": resource.group,
+                          "resource": resource.plural}
+            if subresource:
+                attributes["subresource"] = subresource
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "spec": {"resourceAttributes": attributes}}
+            try:
+                answer = await self._call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                          body=review, content_type="application/json")
+            except (ApiException, Fenced) as err:
+                log.debug("could not ask whether %s %s is allowed now: %s", refused.verb, refused.kind, err)
+                continue
+            if isinstance(answer, dict) and (answer.get("status") or {}).get("allowed") is True \
+                    and self.access.accepted(refused.verb, refused.kind):
+                log.warning("writes are allowed again (%s %s, says the API server's access review)",
+                            refused.verb, refused.kind)
 
     def _http(self) -> aiohttp.ClientSession:
         tls = self.credentials.tls_generation()

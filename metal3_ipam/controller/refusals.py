@@ -161,6 +161,10 @@ class WriteAccess:
         self._last[(refused.verb, refused.kind)] = refused if refused.status in AUTH else None
         return not was_blocked and self.blocked() is not None
 
+    def refusals(self) -> list[Refused]:
+        """The writes last refused as not allowed, one per (verb, kind)."""
+        return [r for r in self._last.values() if r is not None]
+
     def blocked(self) -> str | None:
         """Why no write gets through, or None."""
         if not self._last or any(r is None for r in self._last.values()):
