@@ -52,7 +52,8 @@ from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetad
 from ..core.inventory import Inventory
 from . import metrics
 from .credentials import Credentials, CredentialsError
-from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent, status_patch
+from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
+                       status_patch)
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -293,18 +294,26 @@ class ApiWriter:
         delay = self.backoff.refused((step.subject, verb, kind), time.monotonic())
         log.error("%s: %s (tried again in %.0f s)", step.subject, refused.describe(), delay)
         outcome.failures.append(f"{step.subject}: {refused.describe()}")
-        await self._report(step, refused)
+        await self._report(step, refused, first=delay <= self.backoff.first)
 
     def _count(self, refused: Refused) -> None:
         metrics.WRITE_REFUSALS.labels(refused.verb, refused.kind, str(refused.status)).inc()
         if refused.target.kind != "Event" and self.access.refused(refused):
             log.error("cannot write: %s", self.access.blocked())
 
-    async def _report(self, step: Step, refused: Refused) -> None:
-        """On the claim or pool the step was for: Ready=False (and errorMessage), and a Warning Event."""
+    async def _report(self, step: Step, refused: Refused, first: bool = True) -> None:
+        """On the claim or pool the step was for: Ready=False (and errorMessage), and a Warning Event.
+
+        An object with no status to say it on (an address whose claim is
+        gone) gets the Event alone, once per run of refusals (``first``).
+        """
         about = step.about
         obj = self.inventory.get(about.group_kind, about.namespace, about.name) if about else None
         if obj is None or (about.uid and o.meta(obj).get("uid") != about.uid):
+            return
+        if not shows_refusals(obj):
+            if first:
+                await self._post_event(Event(about, "Warning", event_reason(obj), refused.describe()))
             return
         patch = status_patch(obj, refused, _utc_now())
         if patch is None:
