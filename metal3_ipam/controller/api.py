@@ -52,9 +52,13 @@ from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetad
 from ..core.inventory import Inventory
 from . import metrics
 from .credentials import Credentials, CredentialsError
-from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent, status_patch
+from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
+                       status_patch)
 
 log = logging.getLogger("metal3_ipam.api")
+
+# While no write gets through, how often the API server is asked whether they would now.
+ACCESS_RECHECK_SECONDS = 10.0
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -138,8 +142,12 @@ class ApiWriter:
         self._session: aiohttp.ClientSession | None = None
         self._tls: tuple | None = None
         self._retired: list[aiohttp.ClientSession] = []
+        self._access_check: asyncio.Task | None = None
+        self._access_recheck_at = 0.0
 
     async def close(self) -> None:
+        if self._access_check is not None:
+            self._access_check.cancel()
         for session in [*self._retired, self._session]:
             if session is not None:
                 await session.close()
@@ -151,8 +159,47 @@ class ApiWriter:
             asyncio.ensure_future(session.close())
 
     def readiness(self) -> str | None:
-        """Why the controller cannot write at all (every write it tried refused as not allowed), or None."""
-        return self.access.blocked()
+        """Why the controller cannot write at all (every write it tried refused as not allowed), or None.
+
+        While it says so, the API server is asked now and then whether the
+        refused writes are allowed by now: once RBAC is fixed, readiness must
+        not wait for a write that may never come (the work refused may be
+        gone, and an unready controller serves no webhook to bring new work).
+        """
+        blocked = self.access.blocked()
+        if blocked is not None:
+            now = time.monotonic()
+            if now >= self._access_recheck_at and (self._access_check is None or self._access_check.done()):
+                self._access_recheck_at = now + ACCESS_RECHECK_SECONDS
+                try:
+                    self._access_check = asyncio.get_running_loop().create_task(self._recheck_access())
+                except RuntimeError:  # no event loop: asked from outside, nothing to schedule on
+                    pass
+        return blocked
+
+    async def _recheck_access(self) -> None:
+        """Ask the API server (SelfSubjectAccessReview) whether each write last refused as not allowed is now."""
+        for refused in self.access.refusals():
+            resource = self.resources.get(refused.target.group_kind)
+            if resource is None:
+                continue
+            verb, subresource = ("patch", "status") if refused.verb == "patch-status" else (refused.verb, None)
+            attributes = {"namespace": refused.target.namespace, "verb": verb, "group": resource.group,
+                          "resource": resource.plural}
+            if subresource:
+                attributes["subresource"] = subresource
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "spec": {"resourceAttributes": attributes}}
+            try:
+                answer = await self._call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                          body=review, content_type="application/json")
+            except (ApiException, Fenced) as err:
+                log.debug("could not ask whether %s %s is allowed now: %s", refused.verb, refused.kind, err)
+                continue
+            if isinstance(answer, dict) and (answer.get("status") or {}).get("allowed") is True \
+                    and self.access.accepted(refused.verb, refused.kind):
+                log.warning("writes are allowed again (%s %s, says the API server's access review)",
+                            refused.verb, refused.kind)
 
     def _http(self) -> aiohttp.ClientSession:
         tls = self.credentials.tls_generation()
@@ -247,18 +294,26 @@ class ApiWriter:
         delay = self.backoff.refused((step.subject, verb, kind), time.monotonic())
         log.error("%s: %s (tried again in %.0f s)", step.subject, refused.describe(), delay)
         outcome.failures.append(f"{step.subject}: {refused.describe()}")
-        await self._report(step, refused)
+        await self._report(step, refused, first=delay <= self.backoff.first)
 
     def _count(self, refused: Refused) -> None:
         metrics.WRITE_REFUSALS.labels(refused.verb, refused.kind, str(refused.status)).inc()
         if refused.target.kind != "Event" and self.access.refused(refused):
             log.error("cannot write: %s", self.access.blocked())
 
-    async def _report(self, step: Step, refused: Refused) -> None:
-        """On the claim or pool the step was for: Ready=False (and errorMessage), and a Warning Event."""
+    async def _report(self, step: Step, refused: Refused, first: bool = True) -> None:
+        """On the claim or pool the step was for: Ready=False (and errorMessage), and a Warning Event.
+
+        An object with no status to say it on (an address whose claim is
+        gone) gets the Event alone, once per run of refusals (``first``).
+        """
         about = step.about
         obj = self.inventory.get(about.group_kind, about.namespace, about.name) if about else None
         if obj is None or (about.uid and o.meta(obj).get("uid") != about.uid):
+            return
+        if not shows_refusals(obj):
+            if first:
+                await self._post_event(Event(about, "Warning", event_reason(obj), refused.describe()))
             return
         patch = status_patch(obj, refused, _utc_now())
         if patch is None:

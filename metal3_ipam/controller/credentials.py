@@ -343,18 +343,44 @@ class Credentials:
         return self.authorization()
 
     def refused(self, header: str | None) -> bool:
-        """The server answered 401 to ``header``: True when a fresh credential differs (worth one retry)."""
+        """The server answered 401 to ``header``: True when a fresh credential differs (worth one retry).
+
+        A plugin's client certificate counts as the credential too: it may
+        come with no Authorization header at all.
+        """
         if self.source.current().header != header:
             return True  # renewed meanwhile
+        certificate = self._exec_cert
         self.source.invalidate()
         try:
-            return self.authorization() != header
+            return self.authorization() != header or self._exec_cert != certificate
         except CredentialsError as err:
             log.error("%s", err)
             return False
 
     def expiration(self) -> datetime.datetime | None:
-        return self.source.current().expires
+        """When kopf must log in again: a little before the token or the client certificate expires.
+
+        kopf loads the client certificate once per login, and drops a login
+        equal to one the server refused; the certificate's own end makes it
+        log in again in time, and makes the login after a renewal a new one.
+        """
+        ends = [e for e in (self.source.current().expires, self._certificate_renewal()) if e is not None]
+        return min(ends) if ends else None
+
+    def _certificate_renewal(self) -> datetime.datetime | None:
+        if not self.cert_file:
+            return None
+        from cryptography import x509
+
+        try:
+            not_after = x509.load_pem_x509_certificate(Path(self.cert_file).read_bytes()).not_valid_after_utc
+        except (OSError, ValueError):
+            return None  # whoever loads it says what is wrong
+        left = (not_after - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        if left <= 0:
+            return None  # expired already: logging in again would not help
+        return not_after - datetime.timedelta(seconds=min(EXEC_RENEW_AHEAD_SECONDS, left / 10))
 
     def describe(self) -> str:
         parts = [self.source.what] if not isinstance(self.source, _Static) or self.source.current().header else []
@@ -375,10 +401,16 @@ class Credentials:
             # Certificate and key in one file, replaced by rename: whoever loads it
             # (a new connection of any client) gets a matching pair.
             pem = pair[0].rstrip(b"\n") + b"\n" + pair[1]
-            if self._exec_cert is None:
-                self.cert_file = self.key_file = _FILES.new("exec-client.pem", pem)
-            else:
-                _FILES.replace(self.cert_file, pem)
+            try:
+                if self._exec_cert is None:
+                    self.cert_file = self.key_file = _FILES.new("exec-client.pem", pem)
+                else:
+                    _FILES.replace(self.cert_file, pem)
+            except OSError as err:
+                raise CredentialsError(
+                    f"{self.source.what}: its client certificate cannot be written to a file, which Python's ssl "
+                    f"needs ({err.strerror or err}); give the controller a writable temporary folder (an emptyDir "
+                    "at /tmp, or $TMPDIR)") from None
             self._exec_cert = pair
             self._generation += 1
 
@@ -447,14 +479,18 @@ class Credentials:
 
         header = self.authorization()
         scheme, _, token = (header or "").partition(" ")
+        # A plugin's certificate by content: kopf tells a renewed one from the refused one by comparing logins.
+        exec_cert = self._exec_cert
         return kopf.ConnectionInfo(
             server=self.server,
             ca_path=self.ca_file,
             insecure=self.insecure,
             scheme=scheme or None,
             token=token or None,
-            certificate_path=self.cert_file,
-            private_key_path=self.key_file,
+            certificate_path=None if exec_cert else self.cert_file,
+            private_key_path=None if exec_cert else self.key_file,
+            certificate_data=exec_cert[0] if exec_cert else None,
+            private_key_data=exec_cert[1] if exec_cert else None,
             proxy_url=self.proxy,
             expiration=self.expiration(),
         )
@@ -579,7 +615,14 @@ def _material(entry: _Entry, file_key: str, data_key: str, name: str) -> tuple[s
             content = base64.b64decode(str(data), validate=True)
         except (binascii.Error, ValueError):
             raise CredentialsError(f"{entry.where}.{data_key}: not base64") from None
-        return _FILES.new(name, content), content
+        try:
+            return _FILES.new(name, content), content
+        except OSError as err:
+            raise CredentialsError(
+                f"{entry.where}.{data_key}: cannot be written to a file, which Python's ssl needs "
+                f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}); give the controller a "
+                "writable temporary folder (an emptyDir at /tmp, or $TMPDIR) or name files in the kubeconfig "
+                "instead") from None
     path = entry.value.get(file_key)
     if path:
         path = os.path.join(entry.base, os.path.expanduser(str(path)))

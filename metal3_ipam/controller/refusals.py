@@ -95,7 +95,12 @@ def status_patch(obj: Mapping[str, Any], refused: Refused, now: str) -> dict | N
 
 
 def event_reason(obj: Mapping[str, Any]) -> str:
-    return POOL_REASON if kinds.kind_of(obj) == kinds.IPPOOL else CLAIM_REASON
+    return CLAIM_REASON if kinds.kind_of(obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM) else POOL_REASON
+
+
+def shows_refusals(obj: Mapping[str, Any]) -> bool:
+    """True for the kinds whose status records a refusal (claims, pools); others get a Warning Event only."""
+    return kinds.kind_of(obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPPOOL)
 
 
 # --------------------------------------------------------------------------- when to try again
@@ -160,6 +165,10 @@ class WriteAccess:
         was_blocked = self.blocked() is not None
         self._last[(refused.verb, refused.kind)] = refused if refused.status in AUTH else None
         return not was_blocked and self.blocked() is not None
+
+    def refusals(self) -> list[Refused]:
+        """The writes last refused as not allowed, one per (verb, kind)."""
+        return [r for r in self._last.values() if r is not None]
 
     def blocked(self) -> str | None:
         """Why no write gets through, or None."""

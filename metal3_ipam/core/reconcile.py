@@ -308,7 +308,7 @@ class _Reconciler:
         a claim that still uses it.
         """
         claim = self.claims.get(key) if key else None
-        step = self.plan.step(subject)
+        step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address
         if o.is_deleting(address):
             if o.deleted_for_move(address):
                 return  # clusterctl strips every finalizer itself; a write here would race it
