@@ -94,6 +94,11 @@ class Inventory:
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[str, list[Withheld]]] = {}
+        # The change log: per pool, the keys of its claims and addresses stored or gone since
+        # the pool's ledger last took them (``drain``), and the pools whose ledger must be
+        # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
+        self._changes: dict[o.PoolKey, dict[ObjKey, None]] = {}
+        self._reload: set[o.PoolKey] = set()
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -205,7 +210,7 @@ class Inventory:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
-            return self.pools_in(ns)
+            return self._reloaded(self.pools_in(ns))
         if kind == kinds.IPADDRESS:
             self._address_names.setdefault(ns, set()).add(name)
         pool = o.pool_of(obj)
@@ -216,6 +221,7 @@ class Inventory:
             ip = _address_ip(obj)
             if ip is not None:
                 self._holders.setdefault(ns, {}).setdefault(ip, set()).add(key)
+        self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
             group.claims[o.claim_key(obj)] = obj
@@ -241,7 +247,7 @@ class Inventory:
                 if not holders:
                     del self._holders[ns][ip]
         if kind == kinds.CLUSTER:
-            return self.pools_in(ns) if incoming is None else set()
+            return self._reloaded(self.pools_in(ns)) if incoming is None else set()
         if kind == kinds.IPPOOL:
             if incoming is None:
                 self._models.pop(key, None)
@@ -249,6 +255,7 @@ class Inventory:
             return {pool} if pool else set()
         if pool is None:
             return set()
+        self._changes.setdefault(pool, {})[key] = None
         group = self.groups.get(pool)
         if group is not None:
             if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -264,7 +271,25 @@ class Inventory:
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
         """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
         self._withheld.pop(namespace, None)
-        return self.pools_in(namespace)
+        return self._reloaded(self.pools_in(namespace))
+
+    def _reloaded(self, pools: set[o.PoolKey]) -> set[o.PoolKey]:
+        self._reload |= pools
+        for pool in pools:
+            self._changes.pop(pool, None)  # a ledger loaded afresh needs no list of changes
+        return pools
+
+    def drain(self, pool_key: o.PoolKey) -> tuple[bool, list[tuple[ObjKey, dict | None]]]:
+        """What changed in the pool since the last drain: (load afresh, [(key, object now or None)]).
+
+        The object is None when it is gone or now filed under another pool.
+        """
+        reload = pool_key in self._reload
+        self._reload.discard(pool_key)
+        keys = self._changes.pop(pool_key, {})
+        if reload:
+            return True, []
+        return False, [(key, self.objects.get(key) if self._filed.get(key) == pool_key else None) for key in keys]
 
     # -- reading -------------------------------------------------------------
 
@@ -322,7 +347,10 @@ class Inventory:
             self._withheld[namespace] = withheld_by_pool(facts)
         return self._withheld[namespace].get(pool_name, [])
 
-    def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None) -> Snapshot:
+    def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None,
+                 members: bool = True) -> Snapshot:
+        """What a reconcile of the pool looks at; without ``members``, only the pool and its
+        surroundings (a pass over what changed takes the pool's objects from its ledger)."""
         ns, name = pool_key
         pool = self.get(kinds.IPPOOL, ns, name)
         cluster = None
@@ -331,7 +359,7 @@ class Inventory:
             model = self.pool_model(pool)
             if o.spec(pool).get("clusterName"):
                 cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
-        group = self.groups.get(pool_key, _PoolGroup())
+        group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),

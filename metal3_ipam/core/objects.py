@@ -186,8 +186,10 @@ def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
     ``clusterctl move`` rewrites them to the new uids), so they tell which.
     """
     kind, claim_name = key
-    for owner in owner_references(address):
-        if owner.get("kind") == kind and owner.get("name") == claim_name and owner.get("uid"):
+    owners = meta(address).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():  # read in place: this runs per claim per pass
+        if isinstance(owner, Mapping) and owner.get("kind") == kind and owner.get("name") == claim_name \
+                and owner.get("uid"):
             return str(owner["uid"])
     return None
 

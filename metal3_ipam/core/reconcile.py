@@ -111,8 +111,8 @@ def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
 
 
 def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, dict | None]] = (),
-              full: bool = False, max_steps: int | None = None,
-              status_due: bool = True) -> Generator[None, None, Plan]:
+              full: bool = False, max_steps: int | None = None, status_due: bool = True,
+              loaded: Callable[[Ledger], None] = lambda ledger: None) -> Generator[None, None, Plan]:
     """One pass over a pool, as a generator that yields now and then and returns the Plan.
 
     ``full``: the ledger is loaded from every object of ``snap`` and every claim
@@ -122,6 +122,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
     are planned; what is left waits in the ledger for the next pass. With
     ``status_due`` false a pool status write that would only change counts and
     indexes is put off (``ledger.status_held``).
+    ``loaded`` is shown the ledger before anything is decided (the audit compares it then).
     The caller runs ``ledger.settle()`` once the plan was carried out.
     """
     model = _model(snap)
@@ -130,6 +131,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
         withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
         ledger.reset(ident_of(snap), pool, withheld, snap.rng)
         yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
+        loaded(ledger)
         claims = dict.fromkeys(ledger.claims)
         addresses = dict.fromkeys([(METAL3, n) for n in ledger.addresses] + [(CAPI, n) for n in ledger.capi_addresses])
     else:
