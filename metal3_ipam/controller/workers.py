@@ -30,7 +30,7 @@ import logging
 import random
 import time
 from collections.abc import Generator
-from typing import Callable
+from typing import Any, Callable
 
 from ..core import objects as o
 from ..core.actions import Create, Plan, SetStatus
@@ -191,7 +191,9 @@ class PoolWorkers:
             self._audit_at[pool] = started + self.audit_seconds
             if kept is not None:
                 self._compare(pool, kept, recomputed[0], fresh, plan)
-            ledger = self._ledgers[pool] = fresh
+            previous, ledger = ledger, fresh
+            self._ledgers[pool] = fresh
+            await self._cooperate(previous.dismantle())
             await self._note_claims(pool, snapshot.claims, started)
             for key in [k for k in self._waiting_since if k[0] == pool and k[1] not in ledger.claims]:
                 del self._waiting_since[key]
@@ -229,8 +231,8 @@ class PoolWorkers:
         self._observe(pool, plan, outcome, started)
         return outcome
 
-    async def _cooperate(self, pass_: Generator[None, None, Plan]) -> Plan:
-        """Run a pass, giving the event loop its turn every ``slice_seconds`` of work."""
+    async def _cooperate(self, pass_: Generator[None, None, Any]) -> Any:
+        """Run a pass (or other work in pieces), giving the event loop its turn every ``slice_seconds`` of work."""
         until = time.monotonic() + self.slice_seconds
         while True:
             try:

@@ -99,6 +99,8 @@ class Inventory:
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
         self._changes: dict[o.PoolKey, dict[ObjKey, None]] = {}
         self._reload: set[o.PoolKey] = set()
+        # IPPool names per namespace: the pools of a namespace without a walk over every object.
+        self._pool_names: dict[str, set[str]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -200,6 +202,7 @@ class Inventory:
         kind, ns, name = key
         if kind == kinds.IPPOOL:
             self._filed[key] = (ns, name)
+            self._pool_names.setdefault(ns, set()).add(name)
             touched = {(ns, name)}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
@@ -251,6 +254,10 @@ class Inventory:
         if kind == kinds.IPPOOL:
             if incoming is None:
                 self._models.pop(key, None)
+                names = self._pool_names.get(ns, set())
+                names.discard(name)
+                if not names:
+                    self._pool_names.pop(ns, None)
                 return ({pool} if pool else set()) | self._pools_changed(ns)
             return {pool} if pool else set()
         if pool is None:
@@ -300,16 +307,16 @@ class Inventory:
         return [obj for (k, _, _), obj in self.objects.items() if k == kind]
 
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
-        keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL and ns == namespace}
+        keys = {(namespace, name) for name in self._pool_names.get(namespace, ())}
         return keys | {key for key in self.groups if key[0] == namespace}
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
-        return {(ns, name) for (k, ns, name), pool in self.objects.items()
-                if k == kinds.IPPOOL and ns == namespace and o.spec(pool).get("clusterName") == cluster}
+        return {(namespace, name) for name in self._pool_names.get(namespace, ())
+                if o.spec(self.objects[(kinds.IPPOOL, namespace, name)]).get("clusterName") == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
-        keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL}
+        keys = {(ns, name) for ns, names in self._pool_names.items() for name in names}
         return sorted(keys | set(self.groups))
 
     def claims_of(self, pool_key: o.PoolKey) -> list[dict]:
@@ -338,8 +345,9 @@ class Inventory:
     def withheld(self, namespace: str, pool_name: str) -> list[Withheld]:
         if namespace not in self._withheld:
             facts = []
-            for (k, ns, name), pool in self.objects.items():
-                if k != kinds.IPPOOL or ns != namespace or o.is_deleting(pool):
+            for name in sorted(self._pool_names.get(namespace, ())):
+                pool = self.objects[(kinds.IPPOOL, namespace, name)]
+                if o.is_deleting(pool):
                     continue
                 model, _ = self.pool_model(pool)
                 if model is not None:

@@ -30,6 +30,7 @@ Ready condition.
 
 from __future__ import annotations
 
+import heapq
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -145,8 +146,9 @@ def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
     return snap.model if snap.model is not None else read_pool(snap.pool.get("spec"))
 
 
-# Decisions between two yields of a pass: a few milliseconds of work at most.
-DECISIONS_PER_YIELD = 64
+# Decisions between two yields of a pass: about a millisecond of work (the caller
+# decides how many such pieces it runs before the event loop gets its turn).
+DECISIONS_PER_YIELD = 32
 
 
 class _Reconciler:
@@ -199,7 +201,7 @@ class _Reconciler:
             if decided % DECISIONS_PER_YIELD == 0:
                 yield
         holding, waiting = [], []
-        for key in claim_keys:
+        for n, key in enumerate(claim_keys, 1):
             claim = ledger.claims.get(key)
             if claim is None:
                 ledger.unbind(key)
@@ -208,6 +210,8 @@ class _Reconciler:
                 waiting.append(claim)
             else:
                 holding.append(claim)
+            if n % (4 * DECISIONS_PER_YIELD) == 0:
+                yield
         for claim in holding:
             if budget[0] <= 0:
                 ledger.deferred_claims[o.claim_key(claim)] = None
@@ -248,8 +252,11 @@ class _Reconciler:
         """Counts a decision that planned writes against the pass's budget of steps."""
         before = len(self.plan.steps)
         yield
-        if any(s.actions for s in self.plan.steps[before:]):
+        made = [s for s in self.plan.steps[before:] if s.actions]
+        if made:
             budget[0] -= 1
+        if len(made) != len(self.plan.steps) - before:
+            self.plan.steps[before:] = made  # a big pass makes few steps with writes: keep only those
 
     @contextmanager
     def _decision(self, claim: dict, budget: list) -> Iterator[None]:
@@ -351,10 +358,8 @@ class _Reconciler:
         if not self.status_due and current.get("conditions") == conditions:
             ledger.status_held = True
             return
-        yield  # sorting the indexes of a big pool is a piece of work of its own
         desired: dict[str, Any] = {}
-        desired["indexes"], omitted = _bounded_indexes(ledger.bound)
-        yield
+        desired["indexes"], omitted = yield from _bounded_indexes(ledger.bound)
         if omitted:
             desired["indexesOmitted"] = omitted
         desired.update(counts)
@@ -783,17 +788,39 @@ def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> tuple[dict[str, str], int]:
-    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out."""
-    entries = sorted((o.index_key(k), ip) for k, ip in bound.items())
+# Entries of status.indexes handled between two yields while they are sorted and cut.
+INDEX_PIECE = 4096
+
+
+def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, tuple[dict[str, str], int]]:
+    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out.
+
+    In pieces, yielding between them: sorted runs merged lazily, so only the
+    entries that fit are ever taken from the merge.
+    """
+    items = list(bound.items())
+    runs = []
+    for start in range(0, len(items), INDEX_PIECE):
+        runs.append(sorted((o.index_key(k), ip) for k, ip in items[start:start + INDEX_PIECE]))
+        yield
+    del items[:]  # (freeing tens of thousands of objects at once is a piece of work too)
     kept: dict[str, str] = {}
     size = 2
-    for i, (key, ip) in enumerate(entries):
+    omitted = 0
+    merged = heapq.merge(*runs)
+    for i, (key, ip) in enumerate(merged, 1):
         size += len(key.encode()) + len(ip) + 6  # "key":"ip",
         if size > MAX_INDEXES_BYTES:
-            return kept, len(entries) - i
+            omitted = len(bound) - i + 1
+            break
         kept[key] = ip
-    return kept, 0
+        if i % INDEX_PIECE == 0:
+            yield
+    merged.close()
+    while runs:
+        runs.pop()
+        yield
+    return kept, omitted
 
 
 def _held(addresses: list[dict]) -> list[dict]:

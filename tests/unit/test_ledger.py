@@ -28,8 +28,10 @@ from test_model import ControllerInTheWorld
 
 
 class KeptLedgersInTheWorld(ControllerInTheWorld):
-    @initialize(max_steps=st.sampled_from([1, 2, 3, None]))
-    def keep_ledgers(self, max_steps):
+    @initialize(seed=st.integers(0, 10_000), shared_prefix=st.booleans(), with_go=st.booleans(),
+                max_steps=st.sampled_from([1, 2, 3, None]))
+    def start(self, seed, shared_prefix, with_go, max_steps):
+        super().start(seed, shared_prefix, with_go)
         self.ledgers: dict[tuple[str, str], Ledger] = {}
         self.max_steps = max_steps
         self.refuse_at: int | None = None
@@ -53,11 +55,15 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
         else:
             plan = run_to_end(plan_pass(ledger, context, changes, max_steps=self.max_steps,
                                         status_due=self.rng.random() < 0.5))
+        # A full pass over what this pass saw, before the plan is carried out (it looks up names in the cache).
+        fresh = Ledger()
+        full_plan = run_to_end(plan_pass(fresh, seen, full=True))
+        fresh.settle()
         refused = self.execute(plan)
         ledger.settle()
         if refused:
             ledger.needs_full = True
-        self.kept_equals_recomputed(ledger, seen)
+        self.kept_equals_recomputed(ledger, fresh, full_plan)
         return bool(plan) or ledger.deferred or ledger.status_held
 
     def execute(self, plan) -> bool:
@@ -82,10 +88,7 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
                 self.answer(action)
         return refused
 
-    def kept_equals_recomputed(self, ledger: Ledger, seen) -> None:
-        fresh = Ledger()
-        full_plan = run_to_end(plan_pass(fresh, seen, full=True))
-        fresh.settle()
+    def kept_equals_recomputed(self, ledger: Ledger, fresh: Ledger, full_plan) -> None:
         if ledger.needs_full:
             return  # paused, or writes refused: the next pass loads it afresh anyway
         kept, recomputed = ledger.state(decisions=False), fresh.state(decisions=False)

@@ -8,9 +8,6 @@ REST writer: what is tested is how passes are cut and checked, not the API.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import json
-import random
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import Outcome
@@ -19,8 +16,9 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
 from metal3_ipam.core.ledger import LOAD_CHUNK, PLANNED, Ledger
-from metal3_ipam.core.reconcile import plan_pass, run_to_end
+from metal3_ipam.core.reconcile import DECISIONS_PER_YIELD, plan_pass, run_to_end
 from metal3_ipam.memory import MemoryApi
+from metal3_ipam.testing.bound_pool import bound_pool
 from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
 
 POOL = (NS, "pool1")
@@ -55,24 +53,6 @@ async def until_quiet(workers: PoolWorkers, pool=POOL, passes: int = 50) -> None
 
 def bound_ips(api: MemoryApi) -> dict[str, str]:
     return {o.name(a): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)}
-
-
-def bound_claims(n: int) -> MemoryApi:
-    """A pool of ``n`` claims bound as the reconcile binds them: one bound through the store, copied."""
-    api = loaded(ippool(pools=[{"subnet": "10.0.0.0/16"}]), ipclaim("claimzero"))
-    api.apply(run_to_end(plan_pass(Ledger(), api.inventory.snapshot(POOL, api.now, random.Random(0)), full=True)))
-    claim = json.dumps(api.inventory.get(kinds.IPCLAIM, NS, "claimzero"))
-    (address,) = [json.dumps(a) for a in api.inventory.of_kind(kinds.IPADDRESS)]
-    assert "10.0.0.1" in address
-    uids = {o.meta(json.loads(text))["uid"] for text in (claim, address)}
-    for i in range(1, n):
-        ip = ipaddress.IPv4Address("10.0.0.1") + i
-        for text in (claim, address):
-            for uid in uids:
-                text = text.replace(uid, f"{uid}-{i}")
-            api.inventory.upsert(json.loads(text.replace("claimzero", f"claim{i}").replace("10.0.0.1", str(ip))
-                                            .replace("10-0-0-1", str(ip).replace(".", "-"))))
-    return api
 
 
 def test_the_audit_finds_a_corrupted_ledger_counts_it_and_repairs_it():
@@ -117,7 +97,7 @@ def test_the_audit_finds_a_corrupted_ledger_counts_it_and_repairs_it():
 def test_a_pass_of_a_big_pool_gives_the_event_loop_turns():
     """20,000 bound claims loaded afresh and decided: the loop runs in between, counted, not timed."""
     n = 20_000
-    api = bound_claims(n)
+    api = bound_pool(n)
 
     async def scenario():
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0)
@@ -140,8 +120,8 @@ def test_a_pass_of_a_big_pool_gives_the_event_loop_turns():
     workers, ticks = asyncio.run(scenario())
     ledger = workers._ledgers[POOL]
     assert len(ledger.claims) == n and ledger.allocated == n
-    # Loading yields every LOAD_CHUNK objects, deciding every 64 claims.
-    assert workers.yields >= 2 * n // LOAD_CHUNK + n // 64
+    # Loading yields every LOAD_CHUNK objects, deciding every DECISIONS_PER_YIELD claims.
+    assert workers.yields >= 2 * n // LOAD_CHUNK + n // DECISIONS_PER_YIELD
     assert ticks >= workers.yields
 
 
