@@ -33,11 +33,12 @@ from metal3_ipam.controller.api import Outcome  # noqa: E402
 from metal3_ipam.controller.workers import PoolWorkers  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.ledger import Ledger  # noqa: E402
+from metal3_ipam.core.objects import PoolKey  # noqa: E402
 from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end  # noqa: E402
 from metal3_ipam.testing.bound_pool import NOW, bound_pool, claim  # noqa: E402
 
 NS, POOL_NAME = "default", "pool1"
-POOL = (NS, POOL_NAME)
+POOL = PoolKey(NS, POOL_NAME)
 GOAL_BLOCK_MS = 20.0
 
 

@@ -25,11 +25,13 @@ series.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import gc
 import logging
 import random
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, Callable
 
 from ..core import objects as o
@@ -67,6 +69,8 @@ class PoolWorkers:
         self._status_written: dict[o.PoolKey, float] = {}
         self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         self._audit_at: dict[o.PoolKey, float] = {}
+        self._building = 0  # full passes under way (see _collector_paused)
+        self._collector_was_on = True
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -81,6 +85,7 @@ class PoolWorkers:
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
         for pool in pools:
+            pool = o.PoolKey(*pool)
             self._dirty.add(pool)
             task = self._tasks.get(pool)
             if task is None or task.done():
@@ -117,7 +122,7 @@ class PoolWorkers:
                 try:
                     outcome = await self._pass(pool)
                 except Exception:  # a bug must not stop the other pools; retry later
-                    log.exception("pool %s/%s: reconcile failed", *pool)
+                    log.exception("pool %s/%s: reconcile failed", pool.namespace, pool.name)
                     outcome = Outcome(again=True)
                 if outcome.again:
                     self._retry_later(pool)
@@ -131,7 +136,7 @@ class PoolWorkers:
 
     def _gone(self, pool: o.PoolKey) -> bool:
         """Neither the pool nor anything filed under it is in the inventory."""
-        return self.inventory.get(kinds.IPPOOL, *pool) is None and pool not in self.inventory.groups
+        return self.inventory.get(pool.kind, pool.namespace, pool.name) is None and pool not in self.inventory.groups
 
     def _forget(self, pool: o.PoolKey) -> None:
         self._dirty.discard(pool)
@@ -148,7 +153,7 @@ class PoolWorkers:
             del self._waiting_since[key]
         for metric in metrics.PER_POOL:
             try:
-                metric.remove(*pool)
+                metric.remove(pool.namespace, pool.name)
             except KeyError:  # this pool never had that series
                 pass
 
@@ -166,7 +171,7 @@ class PoolWorkers:
 
     async def _pass(self, pool: o.PoolKey) -> Outcome:
         started = time.monotonic()
-        namespace, name = pool
+        namespace, name = pool.namespace, pool.name
         ledger = self._ledgers.get(pool)
         if ledger is None:
             ledger = self._ledgers[pool] = Ledger()
@@ -185,9 +190,10 @@ class PoolWorkers:
                 if not dirty_claims and not ledger.deferred:
                     kept["bound"] = dict(ledger.bound)
             recomputed: list[dict] = []
-            plan = await self._cooperate(plan_pass(
-                fresh, snapshot, full=True, max_steps=self.max_steps, status_due=status_due,
-                loaded=lambda loaded: recomputed.append(loaded.state(decisions=False)) if kept else None))
+            with self._collector_paused():
+                plan = await self._cooperate(plan_pass(
+                    fresh, snapshot, full=True, max_steps=self.max_steps, status_due=status_due,
+                    loaded=lambda loaded: recomputed.append(loaded.state(decisions=False)) if kept else None))
             self._audit_at[pool] = started + self.audit_seconds
             if kept is not None:
                 self._compare(pool, kept, recomputed[0], fresh, plan)
@@ -221,7 +227,7 @@ class PoolWorkers:
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
-        if any(isinstance(a, SetStatus) and a.target.group_kind == kinds.IPPOOL for a in plan.writes):
+        if any(isinstance(a, SetStatus) and a.target.group_kind in kinds.POOL_KINDS for a in plan.writes):
             self._status_written[pool] = planned
         log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
                  namespace, name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
@@ -244,6 +250,30 @@ class PoolWorkers:
                 await asyncio.sleep(0)
                 until = time.monotonic() + self.slice_seconds
 
+    @contextlib.contextmanager
+    def _collector_paused(self) -> Iterator[None]:
+        """No cyclic garbage collection while a ledger is built; what is in memory then is frozen.
+
+        Building a ledger of 50,000 claims makes hundreds of thousands of
+        long-lived containers; each full collection it triggers walks all of
+        them (and the inventory) at once, holding the event loop for up to a
+        second. They hold no reference cycles (plain objects from JSON and
+        indexes of them), so they are moved out of the collector's reach
+        (``gc.freeze``) instead: they are still freed by reference counting.
+        """
+        self._building += 1
+        if self._building == 1:
+            self._collector_was_on = gc.isenabled()
+            gc.disable()
+        try:
+            yield
+        finally:
+            self._building -= 1
+            if self._building == 0:
+                gc.freeze()
+                if self._collector_was_on:
+                    gc.enable()
+
     def _compare(self, pool: o.PoolKey, kept: dict, recomputed: dict, fresh: Ledger, plan: Plan) -> None:
         """The audit: the ledger kept from changes against one loaded afresh; a difference is a bug, repaired.
 
@@ -258,9 +288,9 @@ class PoolWorkers:
             kept.pop("bound", None)
         found = differences(kept, recomputed)
         if found:
-            metrics.AUDIT_MISMATCHES.labels(*pool).inc()
+            metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
             log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
-                      pool[0], pool[1], "; ".join(found))
+                      pool.namespace, pool.name, "; ".join(found))
 
     def _status_later(self, pool: o.PoolKey, delay: float) -> None:
         if pool not in self._status_handles:
@@ -283,7 +313,7 @@ class PoolWorkers:
                 await asyncio.sleep(0)
 
     def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
-        namespace, name = pool
+        namespace, name = pool.namespace, pool.name
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
@@ -303,7 +333,7 @@ class PoolWorkers:
             claim = self.inventory.get(about.group_kind, about.namespace, about.name)
             if claim is not None and _is_bound(claim):
                 metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop((pool, (about.kind, about.name))))
-        pool_obj = self.inventory.get(kinds.IPPOOL, namespace, name)
+        pool_obj = self.inventory.get(pool.kind, namespace, name)
         status = o.status(pool_obj) if pool_obj else {}
         if str(status.get("capacity", "")).isdigit():
             metrics.POOL_CAPACITY.labels(namespace, name).set(int(status["capacity"]))

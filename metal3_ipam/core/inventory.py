@@ -23,8 +23,9 @@ from typing import Iterable
 
 from . import kinds
 from . import objects as o
+from . import pool_kinds
 from .overlap import PoolFacts, Withheld, withheld_by_pool
-from .pool import Pool, read_pool
+from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
 
@@ -45,7 +46,7 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
-SERVED = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
@@ -99,8 +100,8 @@ class Inventory:
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
         self._changes: dict[o.PoolKey, dict[ObjKey, None]] = {}
         self._reload: set[o.PoolKey] = set()
-        # IPPool names per namespace: the pools of a namespace without a walk over every object.
-        self._pool_names: dict[str, set[str]] = {}
+        # The pools of each namespace, without a walk over every object.
+        self._pool_names: dict[str, set[o.PoolKey]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -129,7 +130,7 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[key]
-        if stored is not None and key[0] not in (kinds.IPPOOL, kinds.CLUSTER) \
+        if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
                 and self._filed.get(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
@@ -200,10 +201,11 @@ class Inventory:
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
-        if kind == kinds.IPPOOL:
-            self._filed[key] = (ns, name)
-            self._pool_names.setdefault(ns, set()).add(name)
-            touched = {(ns, name)}
+        if kind in kinds.POOL_KINDS:
+            pool_key = o.PoolKey(ns, name, kind)
+            self._filed[key] = pool_key
+            self._pool_names.setdefault(ns, set()).add(pool_key)
+            touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
                 touched |= self._pools_changed(ns)
@@ -251,11 +253,11 @@ class Inventory:
                     del self._holders[ns][ip]
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_in(ns)) if incoming is None else set()
-        if kind == kinds.IPPOOL:
+        if kind in kinds.POOL_KINDS:
             if incoming is None:
                 self._models.pop(key, None)
                 names = self._pool_names.get(ns, set())
-                names.discard(name)
+                names.discard(pool)
                 if not names:
                     self._pool_names.pop(ns, None)
                 return ({pool} if pool else set()) | self._pools_changed(ns)
@@ -291,6 +293,7 @@ class Inventory:
 
         The object is None when it is gone or now filed under another pool.
         """
+        pool_key = o.PoolKey(*pool_key)
         reload = pool_key in self._reload
         self._reload.discard(pool_key)
         keys = self._changes.pop(pool_key, {})
@@ -307,16 +310,15 @@ class Inventory:
         return [obj for (k, _, _), obj in self.objects.items() if k == kind]
 
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
-        keys = {(namespace, name) for name in self._pool_names.get(namespace, ())}
-        return keys | {key for key in self.groups if key[0] == namespace}
+        return set(self._pool_names.get(namespace, ())) | {key for key in self.groups if key.namespace == namespace}
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
-        return {(namespace, name) for name in self._pool_names.get(namespace, ())
-                if o.spec(self.objects[(kinds.IPPOOL, namespace, name)]).get("clusterName") == cluster}
+        return {key for key in self._pool_names.get(namespace, ())
+                if o.spec(self.objects[(key.kind, namespace, key.name)]).get("clusterName") == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
-        keys = {(ns, name) for ns, names in self._pool_names.items() for name in names}
+        keys = {key for keys in self._pool_names.values() for key in keys}
         return sorted(keys | set(self.groups))
 
     def claims_of(self, pool_key: o.PoolKey) -> list[dict]:
@@ -337,7 +339,7 @@ class Inventory:
         cached = self._models.get(key)
         if ident is not None and cached is not None and cached[0] == ident:
             return cached[1], cached[2]
-        model, problems = read_pool(o.spec(pool))
+        model, problems = pool_kinds.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
         return model, problems
@@ -345,13 +347,13 @@ class Inventory:
     def withheld(self, namespace: str, pool_name: str) -> list[Withheld]:
         if namespace not in self._withheld:
             facts = []
-            for name in sorted(self._pool_names.get(namespace, ())):
-                pool = self.objects[(kinds.IPPOOL, namespace, name)]
+            for key in sorted(self._pool_names.get(namespace, ())):
+                pool = self.objects[(key.kind, namespace, key.name)]
                 if o.is_deleting(pool):
                     continue
                 model, _ = self.pool_model(pool)
                 if model is not None:
-                    facts.append(PoolFacts(name, str(o.meta(pool).get("creationTimestamp") or ""), model))
+                    facts.append(PoolFacts(key.name, str(o.meta(pool).get("creationTimestamp") or ""), model))
             self._withheld[namespace] = withheld_by_pool(facts)
         return self._withheld[namespace].get(pool_name, [])
 
@@ -359,8 +361,9 @@ class Inventory:
                  members: bool = True) -> Snapshot:
         """What a reconcile of the pool looks at; without ``members``, only the pool and its
         surroundings (a pass over what changed takes the pool's objects from its ledger)."""
-        ns, name = pool_key
-        pool = self.get(kinds.IPPOOL, ns, name)
+        pool_key = o.PoolKey(*pool_key)
+        ns, name = pool_key.namespace, pool_key.name
+        pool = self.get(pool_key.kind, ns, name)
         cluster = None
         model = None
         if pool is not None:

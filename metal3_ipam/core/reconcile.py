@@ -31,6 +31,7 @@ Ready condition.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .ledger import CAPI, METAL3, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
-from .pool import Pool, read_pool
+from . import pool_kinds
+from .pool import Pool
 from .problems import Problem, errors
 
 # status.indexes stays far below etcd's object size limit (about 1.5 MiB, with
@@ -133,8 +135,9 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
         ledger.reset(ident_of(snap), pool, withheld, snap.rng)
         yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
         loaded(ledger)
-        claims = dict.fromkeys(ledger.claims)
-        addresses = dict.fromkeys([(METAL3, n) for n in ledger.addresses] + [(CAPI, n) for n in ledger.capi_addresses])
+        claims = list(ledger.claims)
+        addresses = itertools.chain(((METAL3, n) for n in list(ledger.addresses)),
+                                    ((CAPI, n) for n in list(ledger.capi_addresses)))
     else:
         claims, addresses = ledger.apply(changes)
     return (yield from _Reconciler(snap, ledger, model, status_due).run(claims, addresses, max_steps))
@@ -143,7 +146,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
 def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
     if snap.pool is None:
         return None, []
-    return snap.model if snap.model is not None else read_pool(snap.pool.get("spec"))
+    return snap.model if snap.model is not None else pool_kinds.read(snap.pool)
 
 
 # Decisions between two yields of a pass: about a millisecond of work (the caller
@@ -293,7 +296,7 @@ class _Reconciler:
         # and make it fail.
         step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}", about=o.ref(pool))
         ref = o.ref(pool)
-        finalizer = kinds.FINALIZERS[kinds.IPPOOL]
+        finalizer = kinds.FINALIZERS[kinds.kind_of(pool)]
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
             if finalizer in o.finalizers(pool) and not in_use:
@@ -690,9 +693,12 @@ class _Reconciler:
         pool = self.pool_obj
         spec = o.spec(address)
         ip_version = 4 if ":" not in str(spec.get("address")) else 6
+        claim_pool = o.spec(claim).get("poolRef") or {}
         mirror_spec: dict[str, Any] = {
             "claimRef": {"name": o.name(claim)},
-            "poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": kinds.IPPOOL[1], "name": self.snap.pool_name},
+            # The kind of pool the claim asked for (it is filed under this pool only when it is this kind).
+            "poolRef": {"apiGroup": claim_pool.get("apiGroup"), "kind": claim_pool.get("kind"),
+                        "name": self.snap.pool_name},
             "address": spec.get("address"),
             "prefix": spec.get("prefix") if spec.get("prefix") is not None else (32 if ip_version == 4 else 128),
         }

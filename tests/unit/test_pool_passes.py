@@ -21,7 +21,7 @@ from metal3_ipam.memory import MemoryApi
 from metal3_ipam.testing.bound_pool import bound_pool
 from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
 
-POOL = (NS, "pool1")
+POOL = o.PoolKey(NS, "pool1")
 
 
 class MemoryWriter:
@@ -40,7 +40,7 @@ class MemoryWriter:
 
 
 def mismatches(pool=POOL) -> float:
-    return metrics.AUDIT_MISMATCHES.labels(*pool)._value.get()
+    return metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name)._value.get()
 
 
 async def until_quiet(workers: PoolWorkers, pool=POOL, passes: int = 50) -> None:
