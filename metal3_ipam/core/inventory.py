@@ -106,7 +106,7 @@ class Inventory:
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if kind not in SERVED or not o.name(obj):
+        if (kind not in SERVED and kind not in kinds.POOL_KINDS) or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 

@@ -139,7 +139,13 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     if kind == kinds.IPADDRESS:
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
-            return PoolKey(str(pool.get("namespace") or ns), str(pool["name"]))
+            # Locks of IPPools name the pool alone; those of other kinds say their kind.
+            pool_kind = kinds.IPPOOL
+            if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
+                pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
+                if pool_kind not in kinds.POOL_KINDS:
+                    return None
+            return PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind)
         return None
     if kind == kinds.IPCLAIM:
         # A claim is filed with the pool of its own namespace even when its

@@ -671,6 +671,8 @@ class _Reconciler:
             "pool": {"name": o.name(pool), "namespace": o.namespace(pool)},
             "claim": claim_ref,
         }
+        if kinds.kind_of(pool) != kinds.IPPOOL:  # an IPPool's lock names it alone, as Metal3's do
+            spec["pool"].update(apiVersion=pool.get("apiVersion"), kind=pool.get("kind"))
         if prefix is not None:
             spec["prefix"] = prefix
         if gateway:
