@@ -88,8 +88,9 @@ def one_claim_kept(api, passes: Passes, name: str, status_due: bool) -> None:
     passes.run(status_due=status_due)  # the claim gone again: not timed
 
 
-def longest_block(api) -> tuple[float, float, float, int]:
-    """(longest gap between event-loop turns in ms, wall and CPU; the same pass in one go in ms; turns given)."""
+def longest_block(api) -> tuple[float, float, float, float, int]:
+    """Longest gaps between event-loop turns in ms (wall and CPU at start-up, CPU in an audit);
+    the same full pass in one go in ms; turns given."""
     class Writer:
         async def execute(self, plan):
             return Outcome(done=len(plan.writes))
@@ -111,15 +112,19 @@ def longest_block(api) -> tuple[float, float, float, int]:
 
         task = asyncio.get_running_loop().create_task(ticker())
         await asyncio.sleep(0)
-        await workers._pass(POOL)
+        await workers._pass(POOL)  # start-up: the ledger loaded and every claim decided
+        first = list(gaps)
+        gaps[:] = [0.0, 0.0]
+        workers._audit_at[POOL] = 0.0
+        await workers._pass(POOL)  # the audit: loaded again and compared with the kept one
         done = True
         await task
-        return gaps, workers.yields
+        return first, list(gaps), workers.yields
 
-    (gap, cpu_gap), turns = asyncio.run(scenario())
+    first, audit, turns = asyncio.run(scenario())
     started = time.perf_counter()
     reconcile(api.inventory.snapshot(POOL, NOW, random.Random(0)))
-    return gap * 1000, cpu_gap * 1000, (time.perf_counter() - started) * 1000, turns
+    return first[0] * 1000, first[1] * 1000, audit[1] * 1000, (time.perf_counter() - started) * 1000, turns
 
 
 def main() -> int:
@@ -147,11 +152,12 @@ def main() -> int:
             print(f"{n:>7}  {what:<32} {full / n * 1e6:>14.3f} {kept / n * 1e6:>14.4f} {full / kept:>9.0f}×")
     n = max(sizes)
     api = bound_pool(n)
-    gap, cpu_gap, whole, turns = longest_block(api)
-    verdict = "PASS" if cpu_gap <= GOAL_BLOCK_MS else "FAIL"
+    gap, cpu_gap, audit_gap, whole, turns = longest_block(api)
+    verdict = "PASS" if max(cpu_gap, audit_gap) <= GOAL_BLOCK_MS else "FAIL"
     print(f"\nfull recompute of {n} claims by the controller's pass: longest event-loop block {cpu_gap:.1f} ms "
-          f"of CPU ({gap:.1f} ms wall, other processes included; {turns} turns given); the same pass in one go "
-          f"blocks {whole:.0f} ms (goal <= {GOAL_BLOCK_MS:.0f} ms of CPU: {verdict})")
+          f"of CPU ({gap:.1f} ms wall, other processes included), {audit_gap:.1f} ms in an audit "
+          f"({turns} turns given in both); the same pass in one go blocks {whole:.0f} ms "
+          f"(goal <= {GOAL_BLOCK_MS:.0f} ms of CPU: {verdict})")
     return 0
 
 

@@ -37,8 +37,8 @@ from typing import Any, Callable
 from ..core import objects as o
 from ..core.actions import Create, Plan, SetStatus
 from ..core.inventory import Inventory
-from ..core.ledger import CLAIM_KINDS, Ledger, differences
-from ..core.reconcile import needs_full, plan_pass
+from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
+from ..core.reconcile import load, needs_full, plan_pass
 from ..core import kinds
 from . import metrics
 from .api import ApiWriter, Outcome
@@ -183,20 +183,23 @@ class PoolWorkers:
             # Every object of the pool, copied now: what changes from here on is in the change log.
             snapshot = self.inventory.snapshot(pool, context.now, self.rng)
             fresh = Ledger()
-            kept = None
-            if audit and not reload and not needs_full(ledger, context):
-                dirty_claims, _ = ledger.apply(changes)
-                kept = ledger.state(decisions=False)
-                if not dirty_claims and not ledger.deferred:
-                    kept["bound"] = dict(ledger.bound)
-            recomputed: list[dict] = []
+            audited = audit and not reload and not needs_full(ledger, context)
             with self._collector_paused():
-                plan = await self._cooperate(plan_pass(
-                    fresh, snapshot, full=True, max_steps=self.max_steps, status_due=status_due,
-                    loaded=lambda loaded: recomputed.append(loaded.state(decisions=False)) if kept else None))
+                await self._cooperate(load(fresh, snapshot))
+                found = []
+                if audited:
+                    # The kept ledger, told what changed, against the one just loaded.
+                    dirty_claims, _ = ledger.apply(changes)
+                    found = await self._cooperate(compare(ledger, fresh))
+                plan = await self._cooperate(plan_pass(fresh, snapshot, full=True, loaded=True,
+                                                       max_steps=self.max_steps, status_due=status_due))
+                if audited and not dirty_claims and not ledger.deferred and not fresh.deferred:
+                    found += await self._cooperate(self._compare_bindings(ledger, fresh, plan))
             self._audit_at[pool] = started + self.audit_seconds
-            if kept is not None:
-                self._compare(pool, kept, recomputed[0], fresh, plan)
+            if found:
+                metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
+                log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
+                          namespace, name, "; ".join(found))
             previous, ledger = ledger, fresh
             self._ledgers[pool] = fresh
             await self._cooperate(previous.dismantle())
@@ -274,23 +277,15 @@ class PoolWorkers:
                 if self._collector_was_on:
                     gc.enable()
 
-    def _compare(self, pool: o.PoolKey, kept: dict, recomputed: dict, fresh: Ledger, plan: Plan) -> None:
-        """The audit: the ledger kept from changes against one loaded afresh; a difference is a bug, repaired.
-
-        Bindings are compared when the kept ledger had nothing left to decide, and
-        only those the full pass did not just make (a claim it could serve now).
-        """
-        if "bound" in kept and not fresh.deferred:
-            served = {(s.about.kind, s.about.name) for s in plan.steps if s.about is not None
-                      and any(isinstance(a, Create) for a in s.actions)}
-            recomputed["bound"] = {k: v for k, v in fresh.bound.items() if k in kept["bound"] or k not in served}
-        else:
-            kept.pop("bound", None)
-        found = differences(kept, recomputed)
-        if found:
-            metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
-            log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
-                      pool.namespace, pool.name, "; ".join(found))
+    @staticmethod
+    def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:
+        """Bindings, when the kept ledger had nothing left to decide: all but those the full pass just made."""
+        served = {(s.about.kind, s.about.name) for s in plan.steps if s.about is not None
+                  and any(isinstance(a, Create) for a in s.actions)}
+        recomputed = {k: v for k, v in fresh.bound.items() if k in kept.bound or k not in served}
+        found: list[str] = []
+        yield from compare_maps("bound", kept.bound, recomputed, lambda text: text, found)
+        return found
 
     def _status_later(self, pool: o.PoolKey, delay: float) -> None:
         if pool not in self._status_handles:

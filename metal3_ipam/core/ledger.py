@@ -23,8 +23,9 @@ ledger loaded afresh from the inventory.
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from . import kinds
@@ -307,7 +308,7 @@ class Ledger:
 
     def state(self, decisions: bool = True) -> dict[str, Any]:
         """What must equal a ledger loaded afresh from the same objects (and, with
-        ``decisions``, given a full pass over them): the audit compares these."""
+        ``decisions``, given a full pass over them), in one go: for tests (the audit uses ``compare``)."""
         state: dict[str, Any] = {
             "claims": {k: _version(c) for k, c in self.claims.items()},
             "addresses": {n: _version(a) for n, a in self.addresses.items()},
@@ -329,19 +330,46 @@ def _version(obj: dict) -> tuple:
     return (meta.get("uid"), meta.get("resourceVersion"))
 
 
-def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The parts of two ``Ledger.state()`` that differ, with a few examples each, for a log line."""
-    out = []
-    for part in a:
-        x, y = a[part], b.get(part)
-        if x == y:
-            continue
-        if isinstance(x, dict) and isinstance(y, dict):
-            keys = sorted({k for k in x.keys() | y.keys() if x.get(k) != y.get(k)}, key=repr)
-            out.append(f"{part}: {len(keys)} differ, e.g. " + ", ".join(
-                f"{k!r}: {x.get(k)!r} != {y.get(k)!r}" for k in keys[:3]))
-        elif isinstance(x, set) and isinstance(y, set):
-            out.append(f"{part}: only kept {sorted(x - y, key=repr)[:3]!r}, only recomputed {sorted(y - x, key=repr)[:3]!r}")
-        else:
-            out.append(f"{part} differs")
-    return out
+def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
+    """Where a ledger kept from changes differs from one loaded afresh from the same objects.
+
+    In pieces, yielding between them: the audit runs it on the event loop.
+    Returns one line per part that differs, with a few examples.
+    """
+    found: list[str] = []
+    for part, x, y, view in (
+            ("claims", kept.claims, fresh.claims, _version),
+            ("addresses", kept.addresses, fresh.addresses, _version),
+            ("capi_addresses", kept.capi_addresses, fresh.capi_addresses, _version),
+            ("named", kept.named, fresh.named, sorted),
+            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, sorted),
+            ("holders", kept.holders, fresh.holders, sorted)):
+        yield from compare_maps(part, x, y, view, found)
+    if (kept.allocator is None) != (fresh.allocator is None):
+        found.append("allocator: one of them has none")
+    elif kept.allocator is not None:
+        if kept.allocator.taken != fresh.allocator.taken:
+            found.append(f"taken: only kept {sorted(kept.allocator.taken - fresh.allocator.taken)[:3]}, "
+                         f"only recomputed {sorted(fresh.allocator.taken - kept.allocator.taken)[:3]}")
+        for n, (a, b) in enumerate(itertools.zip_longest(
+                (span for f in kept.allocator.free for span in f.intervals()),
+                (span for f in fresh.allocator.free for span in f.intervals())), 1):
+            if a != b:
+                found.append(f"free: kept {a} where recomputed {b}")
+                break
+            if n % 1024 == 0:
+                yield
+    return found
+
+
+def compare_maps(part: str, x: dict, y: dict, view: Callable[[Any], Any], found: list[str]) -> Iterator[None]:
+    """Append to ``found`` how the maps ``x`` (kept) and ``y`` (recomputed) differ, as seen through ``view``."""
+    differing: list[Any] = []
+    for n, key in enumerate(itertools.chain(x, (k for k in y if k not in x)), 1):
+        if key not in x or key not in y or view(x[key]) != view(y[key]):
+            differing.append(key)
+        if n % 1024 == 0:
+            yield
+    if differing:
+        found.append(f"{part}: {len(differing)} differ, e.g. " + ", ".join(
+            f"{k!r}: {view(x[k]) if k in x else None!r} != {view(y[k]) if k in y else None!r}" for k in differing[:3]))

@@ -113,9 +113,17 @@ def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
     return ledger.needs_full or ledger.ident != ident_of(snap)
 
 
+def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
+    """Load the ledger afresh from every object of ``snap``, in pieces."""
+    pool = _model(snap)[0]
+    withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
+    ledger.reset(ident_of(snap), pool, withheld, snap.rng)
+    yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
+
+
 def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, dict | None]] = (),
               full: bool = False, max_steps: int | None = None, status_due: bool = True,
-              loaded: Callable[[Ledger], None] = lambda ledger: None) -> Generator[None, None, Plan]:
+              loaded: bool = False) -> Generator[None, None, Plan]:
     """One pass over a pool, as a generator that yields now and then and returns the Plan.
 
     ``full``: the ledger is loaded from every object of ``snap`` and every claim
@@ -125,16 +133,13 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
     are planned; what is left waits in the ledger for the next pass. With
     ``status_due`` false a pool status write that would only change counts and
     indexes is put off (``ledger.status_held``).
-    ``loaded`` is shown the ledger before anything is decided (the audit compares it then).
+    With ``loaded``, a full pass takes the ledger as ``load`` left it (the audit compares it first).
     The caller runs ``ledger.settle()`` once the plan was carried out.
     """
     model = _model(snap)
     if full:
-        pool = model[0]
-        withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
-        ledger.reset(ident_of(snap), pool, withheld, snap.rng)
-        yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
-        loaded(ledger)
+        if not loaded:
+            yield from load(ledger, snap)
         claims = list(ledger.claims)
         addresses = itertools.chain(((METAL3, n) for n in list(ledger.addresses)),
                                     ((CAPI, n) for n in list(ledger.capi_addresses)))

@@ -21,7 +21,7 @@ from hypothesis.stateful import initialize, rule
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
-from metal3_ipam.core.ledger import Ledger, differences
+from metal3_ipam.core.ledger import Ledger, compare, compare_maps
 from metal3_ipam.core.reconcile import needs_full, plan_pass, run_to_end
 from metal3_ipam.memory import Refused
 from test_model import ControllerInTheWorld
@@ -91,12 +91,14 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
     def kept_equals_recomputed(self, ledger: Ledger, fresh: Ledger, full_plan) -> None:
         if ledger.needs_full:
             return  # paused, or writes refused: the next pass loads it afresh anyway
-        kept, recomputed = ledger.state(decisions=False), fresh.state(decisions=False)
-        assert kept == recomputed, differences(kept, recomputed)
+        assert ledger.state(decisions=False) == fresh.state(decisions=False), run_to_end(compare(ledger, fresh))
+        assert not run_to_end(compare(ledger, fresh))
         allocating = any(isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.IPADDRESS
                          for a in full_plan.writes)
         if not ledger.deferred and not allocating:
-            assert ledger.bound == fresh.bound, differences({"bound": ledger.bound}, {"bound": fresh.bound})
+            found: list[str] = []
+            run_to_end(compare_maps("bound", ledger.bound, fresh.bound, lambda text: text, found))
+            assert ledger.bound == fresh.bound and not found, found
 
 
 KeptLedgersInTheWorld.TestCase.settings = settings(
