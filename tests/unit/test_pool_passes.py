@@ -135,9 +135,9 @@ def test_a_pool_with_a_backlog_hands_the_writer_a_bounded_share_per_pass():
         workers = PoolWorkers(api.inventory, writer, max_steps=40, gather_seconds=0.0)
         workers.kick_all()
         await asyncio.sleep(0)
-        # A single claim of another pool arrives while the backlog is being served.
-        for _ in range(3):
-            await asyncio.sleep(0.01)
+        # A single claim of another pool arrives once the backlog is being served.
+        while not writer.steps:
+            await asyncio.sleep(0)
         api.load(ipclaim("single", pool="other"))
         workers.kick([(NS, "other")])
         while workers._tasks:
