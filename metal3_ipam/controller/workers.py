@@ -282,7 +282,12 @@ class PoolWorkers:
         """Bindings, when the kept ledger had nothing left to decide: all but those the full pass just made."""
         served = {(s.about.kind, s.about.name) for s in plan.steps if s.about is not None
                   and any(isinstance(a, Create) for a in s.actions)}
-        recomputed = {k: v for k, v in fresh.bound.items() if k in kept.bound or k not in served}
+        recomputed = {}
+        for n, (key, text) in enumerate(fresh.bound.items(), 1):
+            if key in kept.bound or key not in served:
+                recomputed[key] = text
+            if n % 4096 == 0:
+                yield
         found: list[str] = []
         yield from compare_maps("bound", kept.bound, recomputed, lambda text: text, found)
         return found

@@ -365,8 +365,13 @@ def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
 def compare_maps(part: str, x: dict, y: dict, view: Callable[[Any], Any], found: list[str]) -> Iterator[None]:
     """Append to ``found`` how the maps ``x`` (kept) and ``y`` (recomputed) differ, as seen through ``view``."""
     differing: list[Any] = []
-    for n, key in enumerate(itertools.chain(x, (k for k in y if k not in x)), 1):
-        if key not in x or key not in y or view(x[key]) != view(y[key]):
+    for n, key in enumerate(x, 1):
+        if key not in y or view(x[key]) != view(y[key]):
+            differing.append(key)
+        if n % 1024 == 0:
+            yield
+    for n, key in enumerate(y, 1):
+        if key not in x:
             differing.append(key)
         if n % 1024 == 0:
             yield
