@@ -2,8 +2,11 @@
 
 ``reconcile(snapshot)`` looks at a pool, the claims for it (Metal3 IPClaims and
 Cluster API IPAddressClaims), the addresses that reference it, and its Cluster,
-and returns a ``Plan``. It is pure: the controller and ``metal3-ipam plan``
-both run it and execute the plan their own way.
+and returns a ``Plan``. It is pure: ``metal3-ipam plan`` runs it and executes
+the plan its own way. The controller runs the same decisions as ``plan_pass``
+over the pool's ``Ledger``, kept across passes: for what changed since the
+last pass, or for everything (``reconcile`` is that full pass over a ledger
+loaded afresh).
 
 What it guarantees, whatever it is shown:
 - a claim that has an address keeps it: status is rebuilt from the addresses,
