@@ -43,6 +43,7 @@ class MemoryApi:
         meta.setdefault("uid", self._uid(obj))
         meta.setdefault("creationTimestamp", self.now)
         meta.setdefault("resourceVersion", self._next_version())
+        meta.setdefault("generation", 1)
         self.inventory.upsert(obj)
 
     def _uid(self, obj: dict) -> str:
@@ -67,6 +68,10 @@ class MemoryApi:
             self._version = max(self._version, int(known))
         obj["metadata"]["resourceVersion"] = self._next_version()
         meta = obj["metadata"]
+        stored = self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+        if stored is not None and "spec" in obj and obj.get("spec") != stored.get("spec"):
+            # As the API server: generation counts changes of the spec only.
+            meta["generation"] = int(o.meta(stored).get("generation") or 1) + 1
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.inventory.remove(obj)
         else:

@@ -7,8 +7,12 @@ POOL_ALLOCATED = Gauge("metal3_ipam_pool_allocated", "Addresses in use", ["names
 POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", ["namespace", "pool"])
 ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", ["namespace", "pool"])
 RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespace", "pool"])
+AUDIT_MISMATCHES = Counter(
+    "metal3_ipam_audit_mismatches_total",
+    "Audits that found a pool's kept allocation state differing from a recompute (then replaced by it)",
+    ["namespace", "pool"])
 # The series labelled by pool, dropped when the pool is gone.
-PER_POOL = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, ALLOCATIONS, RELEASES)
+PER_POOL = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, ALLOCATIONS, RELEASES, AUDIT_MISMATCHES)
 ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])
 WRITE_REFUSALS = Counter(
     "metal3_ipam_write_refusals_total", "Writes the API server refused for good (not allowed, too large, invalid)",

@@ -2,10 +2,18 @@
 
 Watch events mark pools dirty (``kick``). Each dirty pool gets a worker task
 that waits a short moment for more events to gather (a burst of claims
-becomes one pass), takes a snapshot from the inventory, runs the shared
-reconcile and executes the plan. A pool that was kicked while it was being
-worked on is worked on again; one that hit a refusal comes back after a
-growing delay, never in a tight loop.
+becomes one pass), drains the pool's changes from the inventory into its
+ledger, runs the shared reconcile over what they made dirty and executes the
+plan. A pool that was kicked while it was being worked on is worked on again;
+one that hit a refusal comes back after a growing delay, never in a tight loop.
+
+The ledger is loaded afresh (a full pass) at the first pass, when the pool's
+spec or what it withholds changes, when a Cluster of its namespace pauses or
+resumes, after a pass whose writes did not all go through, and in a periodic
+audit that compares it with the kept one (a difference is logged, counted and
+repaired). Passes run in slices of a few milliseconds between which the event
+loop serves watches and other pools, and one pass hands the writer at most
+``max_steps`` steps: a pool with a backlog does not keep another's claim waiting.
 
 Nothing starts while ``may_act()`` is false (not the leader, inventory not
 loaded yet); a pass under way when it turns false is stopped by the writer's
@@ -17,20 +25,29 @@ series.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import gc
 import logging
 import random
 import time
-from typing import Callable
+from collections.abc import Generator, Iterator
+from typing import Any, Callable
 
 from ..core import objects as o
+from ..core.actions import Create, Plan, SetStatus
 from ..core.inventory import Inventory
-from ..core.reconcile import reconcile
+from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
+from ..core.reconcile import load, needs_full, plan_pass
 from ..core import kinds
 from . import metrics
 from .api import ApiWriter, Outcome
 
 log = logging.getLogger("metal3_ipam.pools")
+
+# Steps with writes one pass hands the writer: a pool with a backlog takes several
+# passes, and the passes of other pools (a single claim) get their turn in between.
+MAX_STEPS_PER_PASS = 200
 
 
 def utc_now() -> str:
@@ -39,8 +56,21 @@ def utc_now() -> str:
 
 class PoolWorkers:
     def __init__(self, inventory: Inventory, writer: ApiWriter, *, gather_seconds: float = 0.02,
-                 max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True) -> None:
+                 max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True,
+                 max_steps: int = MAX_STEPS_PER_PASS, slice_seconds: float = 0.005,
+                 status_seconds: float = 1.0, audit_seconds: float = 600.0) -> None:
         self.inventory = inventory
+        self.max_steps = max_steps
+        self.slice_seconds = slice_seconds
+        self.status_seconds = status_seconds
+        self.audit_seconds = audit_seconds
+        self.yields = 0  # turns given to the event loop in the middle of a pass
+        self._ledgers: dict[o.PoolKey, Ledger] = {}
+        self._status_written: dict[o.PoolKey, float] = {}
+        self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
+        self._audit_at: dict[o.PoolKey, float] = {}
+        self._building = 0  # full passes under way (see _collector_paused)
+        self._collector_was_on = True
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -55,6 +85,7 @@ class PoolWorkers:
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
         for pool in pools:
+            pool = o.PoolKey(*pool)
             self._dirty.add(pool)
             task = self._tasks.get(pool)
             if task is None or task.done():
@@ -67,9 +98,10 @@ class PoolWorkers:
         """End every pass. Those under way get up to ``grace`` seconds to finish (with writing
         no longer allowed they stop at their next action); the rest are cancelled. True when
         none had to be cancelled: no request of ours can still be on its way."""
-        for handle in self._retry_handles.values():
+        for handle in [*self._retry_handles.values(), *self._status_handles.values()]:
             handle.cancel()
         self._retry_handles.clear()
+        self._status_handles.clear()
         self._dirty.clear()
         tasks = [task for task in self._tasks.values() if not task.done()]
         pending = set(tasks)
@@ -90,7 +122,7 @@ class PoolWorkers:
                 try:
                     outcome = await self._pass(pool)
                 except Exception:  # a bug must not stop the other pools; retry later
-                    log.exception("pool %s/%s: reconcile failed", *pool)
+                    log.exception("pool %s/%s: reconcile failed", pool.namespace, pool.name)
                     outcome = Outcome(again=True)
                 if outcome.again:
                     self._retry_later(pool)
@@ -104,19 +136,24 @@ class PoolWorkers:
 
     def _gone(self, pool: o.PoolKey) -> bool:
         """Neither the pool nor anything filed under it is in the inventory."""
-        return self.inventory.get(kinds.IPPOOL, *pool) is None and pool not in self.inventory.groups
+        return self.inventory.get(pool.kind, pool.namespace, pool.name) is None and pool not in self.inventory.groups
 
     def _forget(self, pool: o.PoolKey) -> None:
         self._dirty.discard(pool)
         self._backoff.pop(pool, None)
-        handle = self._retry_handles.pop(pool, None)
-        if handle is not None:
-            handle.cancel()
+        for handles in (self._retry_handles, self._status_handles):
+            handle = handles.pop(pool, None)
+            if handle is not None:
+                handle.cancel()
+        self._ledgers.pop(pool, None)
+        self._status_written.pop(pool, None)
+        self._audit_at.pop(pool, None)
+        self.inventory.drain(pool)
         for key in [k for k in self._waiting_since if k[0] == pool]:
             del self._waiting_since[key]
         for metric in metrics.PER_POOL:
             try:
-                metric.remove(*pool)
+                metric.remove(pool.namespace, pool.name)
             except KeyError:  # this pool never had that series
                 pass
 
@@ -134,27 +171,149 @@ class PoolWorkers:
 
     async def _pass(self, pool: o.PoolKey) -> Outcome:
         started = time.monotonic()
-        snapshot = self.inventory.snapshot(pool, utc_now(), self.rng)
-        for claim in snapshot.claims:
-            if not _is_bound(claim):
-                self._waiting_since.setdefault((pool, o.claim_key(claim)), started)
-        plan = reconcile(snapshot)
+        namespace, name = pool.namespace, pool.name
+        ledger = self._ledgers.get(pool)
+        if ledger is None:
+            ledger = self._ledgers[pool] = Ledger()
+        reload, changes = self.inventory.drain(pool)
+        context = self.inventory.snapshot(pool, utc_now(), self.rng, members=False)
+        status_due = started - self._status_written.get(pool, float("-inf")) >= self.status_seconds
+        audit = not reload and started >= self._audit_at.get(pool, started)
+        if reload or needs_full(ledger, context) or audit:
+            # Every object of the pool, copied now: what changes from here on is in the change log.
+            snapshot = self.inventory.snapshot(pool, context.now, self.rng)
+            fresh = Ledger()
+            audited = audit and not reload and not needs_full(ledger, context)
+            with self._collector_paused():
+                await self._cooperate(load(fresh, snapshot))
+                found = []
+                if audited:
+                    # The kept ledger, told what changed, against the one just loaded.
+                    dirty_claims, _ = ledger.apply(changes)
+                    found = await self._cooperate(compare(ledger, fresh))
+                plan = await self._cooperate(plan_pass(fresh, snapshot, full=True, loaded=True,
+                                                       max_steps=self.max_steps, status_due=status_due))
+                if audited and not dirty_claims and not ledger.deferred and not fresh.deferred:
+                    found += await self._cooperate(self._compare_bindings(ledger, fresh, plan))
+            self._audit_at[pool] = started + self.audit_seconds
+            if found:
+                metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
+                log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
+                          namespace, name, "; ".join(found))
+            previous, ledger = ledger, fresh
+            self._ledgers[pool] = fresh
+            await self._cooperate(previous.dismantle())
+            await self._note_claims(pool, snapshot.claims, started)
+            for key in [k for k in self._waiting_since if k[0] == pool and k[1] not in ledger.claims]:
+                del self._waiting_since[key]
+        else:
+            await self._note_claims(pool, [obj for key, obj in changes if key[0] in CLAIM_KINDS and obj is not None],
+                                    started)
+            for key, obj in changes:
+                if key[0] in CLAIM_KINDS and obj is None:
+                    self._waiting_since.pop((pool, (key[0][1], key[2])), None)
+            plan = await self._cooperate(plan_pass(ledger, context, changes, max_steps=self.max_steps,
+                                                   status_due=status_due))
+        if ledger.deferred:
+            self._dirty.add(pool)  # the rest in the next pass, after other pools had theirs
+        if ledger.status_held:
+            self._status_later(pool, self._status_written.get(pool, started) + self.status_seconds - started)
         if not plan:
-            self._observe(pool, Outcome(), started)
+            ledger.settle()
+            self._observe(pool, plan, Outcome(), started)
             return Outcome()
         for line in plan.describe():
-            log.info("pool %s/%s: %s", pool[0], pool[1], line)
+            log.info("pool %s/%s: %s", namespace, name, line)
         planned = time.monotonic()
         outcome = await self.writer.execute(plan)
-        log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s",
-                 pool[0], pool[1], len(snapshot.claims), len(plan.steps), planned - started, outcome.done,
+        ledger.settle()
+        if outcome.again or outcome.failures or outcome.stopped:
+            # What was planned but not written must not stay taken, whatever the writer read back.
+            ledger.needs_full = True
+        if any(isinstance(a, SetStatus) and a.target.group_kind in kinds.POOL_KINDS for a in plan.writes):
+            self._status_written[pool] = planned
+        log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
+                 namespace, name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
                  time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "",
-                 f", {outcome.stopped} steps stopped: no longer leading" if outcome.stopped else "")
-        self._observe(pool, outcome, started)
+                 f", {outcome.stopped} steps stopped: no longer leading" if outcome.stopped else "",
+                 ", more next pass" if ledger.deferred else "")
+        self._observe(pool, plan, outcome, started)
         return outcome
 
-    def _observe(self, pool: o.PoolKey, outcome: Outcome, started: float) -> None:
-        namespace, name = pool
+    async def _cooperate(self, pass_: Generator[None, None, Any]) -> Any:
+        """Run a pass (or other work in pieces), giving the event loop its turn every ``slice_seconds`` of work."""
+        until = time.monotonic() + self.slice_seconds
+        while True:
+            try:
+                next(pass_)
+            except StopIteration as done:
+                return done.value
+            if time.monotonic() >= until:
+                self.yields += 1
+                await asyncio.sleep(0)
+                until = time.monotonic() + self.slice_seconds
+
+    @contextlib.contextmanager
+    def _collector_paused(self) -> Iterator[None]:
+        """No cyclic garbage collection while a ledger is built; what is in memory then is frozen.
+
+        Building a ledger of 50,000 claims makes hundreds of thousands of
+        long-lived containers; each full collection it triggers walks all of
+        them (and the inventory) at once, holding the event loop for up to a
+        second. They hold no reference cycles (plain objects from JSON and
+        indexes of them), so they are moved out of the collector's reach
+        (``gc.freeze``) instead: they are still freed by reference counting.
+        """
+        self._building += 1
+        if self._building == 1:
+            self._collector_was_on = gc.isenabled()
+            gc.disable()
+        try:
+            yield
+        finally:
+            self._building -= 1
+            if self._building == 0:
+                gc.freeze()
+                if self._collector_was_on:
+                    gc.enable()
+
+    @staticmethod
+    def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:
+        """Bindings, when the kept ledger had nothing left to decide: all but those the full pass just made."""
+        served = {(s.about.kind, s.about.name) for s in plan.steps if s.about is not None
+                  and any(isinstance(a, Create) for a in s.actions)}
+        recomputed = {}
+        for n, (key, text) in enumerate(fresh.bound.items(), 1):
+            if key in kept.bound or key not in served:
+                recomputed[key] = text
+            if n % 4096 == 0:
+                yield
+        found: list[str] = []
+        yield from compare_maps("bound", kept.bound, recomputed, lambda text: text, found)
+        return found
+
+    def _status_later(self, pool: o.PoolKey, delay: float) -> None:
+        if pool not in self._status_handles:
+            self._status_handles[pool] = asyncio.get_running_loop().call_later(max(delay, 0.0), self._status_due, pool)
+
+    def _status_due(self, pool: o.PoolKey) -> None:
+        self._status_handles.pop(pool, None)
+        self.kick([pool])
+
+    async def _note_claims(self, pool: o.PoolKey, claims: list[dict], started: float) -> None:
+        """Claims seen waiting start the latency clock; those seen bound stop it."""
+        now = time.monotonic()
+        for n, claim in enumerate(claims, 1):
+            key = (pool, o.claim_key(claim))
+            if not _is_bound(claim):
+                self._waiting_since.setdefault(key, started)
+            elif key in self._waiting_since:
+                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(key))
+            if n % 2048 == 0:
+                await asyncio.sleep(0)
+
+    def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
+        namespace, name = pool.namespace, pool.name
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
@@ -165,16 +324,16 @@ class PoolWorkers:
         for warning in outcome.warnings:
             metrics.ERRORS.labels(warning.reason).inc()
             log.warning("pool %s/%s: %s: %s: %s", namespace, name, warning.target, warning.reason, warning.message)
+        # Only the claims this pass wrote to can have been bound by it (the writer filed its answers).
         now = time.monotonic()
-        live_claims = set()
-        for claim in self.inventory.claims_of(pool):
-            key = (pool, o.claim_key(claim))
-            live_claims.add(key)
-            if _is_bound(claim) and key in self._waiting_since:
-                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(key))
-        for key in [k for k in self._waiting_since if k[0] == pool and k not in live_claims]:
-            del self._waiting_since[key]
-        pool_obj = self.inventory.get(kinds.IPPOOL, namespace, name)
+        for step in plan.steps:
+            about = step.about
+            if about is None or (pool, (about.kind, about.name)) not in self._waiting_since:
+                continue
+            claim = self.inventory.get(about.group_kind, about.namespace, about.name)
+            if claim is not None and _is_bound(claim):
+                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop((pool, (about.kind, about.name))))
+        pool_obj = self.inventory.get(pool.kind, namespace, name)
         status = o.status(pool_obj) if pool_obj else {}
         if str(status.get("capacity", "")).isdigit():
             metrics.POOL_CAPACITY.labels(namespace, name).set(int(status["capacity"]))

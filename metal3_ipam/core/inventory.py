@@ -23,8 +23,9 @@ from typing import Iterable
 
 from . import kinds
 from . import objects as o
+from . import pool_kinds
 from .overlap import PoolFacts, Withheld, withheld_by_pool
-from .pool import Pool, read_pool
+from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
 
@@ -45,7 +46,7 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
-SERVED = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
@@ -94,11 +95,18 @@ class Inventory:
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[str, list[Withheld]]] = {}
+        # The change log: per pool, the keys of its claims and addresses stored or gone since
+        # the pool's ledger last took them (``drain``), and the pools whose ledger must be
+        # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
+        self._changes: dict[o.PoolKey, dict[ObjKey, None]] = {}
+        self._reload: set[o.PoolKey] = set()
+        # The pools of each namespace, without a walk over every object.
+        self._pool_names: dict[str, set[o.PoolKey]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if kind not in SERVED or not o.name(obj):
+        if (kind not in SERVED and kind not in kinds.POOL_KINDS) or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 
@@ -122,7 +130,7 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[key]
-        if stored is not None and key[0] not in (kinds.IPPOOL, kinds.CLUSTER) \
+        if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
                 and self._filed.get(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
@@ -193,9 +201,11 @@ class Inventory:
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
-        if kind == kinds.IPPOOL:
-            self._filed[key] = (ns, name)
-            touched = {(ns, name)}
+        if kind in kinds.POOL_KINDS:
+            pool_key = o.PoolKey(ns, name, kind)
+            self._filed[key] = pool_key
+            self._pool_names.setdefault(ns, set()).add(pool_key)
+            touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
                 touched |= self._pools_changed(ns)
@@ -205,7 +215,7 @@ class Inventory:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
-            return self.pools_in(ns)
+            return self._reloaded(self.pools_in(ns))
         if kind == kinds.IPADDRESS:
             self._address_names.setdefault(ns, set()).add(name)
         pool = o.pool_of(obj)
@@ -216,6 +226,7 @@ class Inventory:
             ip = _address_ip(obj)
             if ip is not None:
                 self._holders.setdefault(ns, {}).setdefault(ip, set()).add(key)
+        self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
             group.claims[o.claim_key(obj)] = obj
@@ -241,14 +252,19 @@ class Inventory:
                 if not holders:
                     del self._holders[ns][ip]
         if kind == kinds.CLUSTER:
-            return self.pools_in(ns) if incoming is None else set()
-        if kind == kinds.IPPOOL:
+            return self._reloaded(self.pools_in(ns)) if incoming is None else set()
+        if kind in kinds.POOL_KINDS:
             if incoming is None:
                 self._models.pop(key, None)
+                names = self._pool_names.get(ns, set())
+                names.discard(pool)
+                if not names:
+                    self._pool_names.pop(ns, None)
                 return ({pool} if pool else set()) | self._pools_changed(ns)
             return {pool} if pool else set()
         if pool is None:
             return set()
+        self._changes.setdefault(pool, {})[key] = None
         group = self.groups.get(pool)
         if group is not None:
             if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -264,7 +280,26 @@ class Inventory:
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
         """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
         self._withheld.pop(namespace, None)
-        return self.pools_in(namespace)
+        return self._reloaded(self.pools_in(namespace))
+
+    def _reloaded(self, pools: set[o.PoolKey]) -> set[o.PoolKey]:
+        self._reload |= pools
+        for pool in pools:
+            self._changes.pop(pool, None)  # a ledger loaded afresh needs no list of changes
+        return pools
+
+    def drain(self, pool_key: o.PoolKey) -> tuple[bool, list[tuple[ObjKey, dict | None]]]:
+        """What changed in the pool since the last drain: (load afresh, [(key, object now or None)]).
+
+        The object is None when it is gone or now filed under another pool.
+        """
+        pool_key = o.PoolKey(*pool_key)
+        reload = pool_key in self._reload
+        self._reload.discard(pool_key)
+        keys = self._changes.pop(pool_key, {})
+        if reload:
+            return True, []
+        return False, [(key, self.objects.get(key) if self._filed.get(key) == pool_key else None) for key in keys]
 
     # -- reading -------------------------------------------------------------
 
@@ -275,16 +310,15 @@ class Inventory:
         return [obj for (k, _, _), obj in self.objects.items() if k == kind]
 
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
-        keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL and ns == namespace}
-        return keys | {key for key in self.groups if key[0] == namespace}
+        return set(self._pool_names.get(namespace, ())) | {key for key in self.groups if key.namespace == namespace}
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
-        return {(ns, name) for (k, ns, name), pool in self.objects.items()
-                if k == kinds.IPPOOL and ns == namespace and o.spec(pool).get("clusterName") == cluster}
+        return {key for key in self._pool_names.get(namespace, ())
+                if o.spec(self.objects[(key.kind, namespace, key.name)]).get("clusterName") == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
-        keys = {(ns, name) for (k, ns, name) in self.objects if k == kinds.IPPOOL}
+        keys = {key for keys in self._pool_names.values() for key in keys}
         return sorted(keys | set(self.groups))
 
     def claims_of(self, pool_key: o.PoolKey) -> list[dict]:
@@ -305,7 +339,7 @@ class Inventory:
         cached = self._models.get(key)
         if ident is not None and cached is not None and cached[0] == ident:
             return cached[1], cached[2]
-        model, problems = read_pool(o.spec(pool))
+        model, problems = pool_kinds.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
         return model, problems
@@ -313,25 +347,30 @@ class Inventory:
     def withheld(self, namespace: str, pool_name: str) -> list[Withheld]:
         if namespace not in self._withheld:
             facts = []
-            for (k, ns, name), pool in self.objects.items():
-                if k != kinds.IPPOOL or ns != namespace or o.is_deleting(pool):
+            for key in sorted(self._pool_names.get(namespace, ())):
+                pool = self.objects[(key.kind, namespace, key.name)]
+                if o.is_deleting(pool):
                     continue
                 model, _ = self.pool_model(pool)
                 if model is not None:
-                    facts.append(PoolFacts(name, str(o.meta(pool).get("creationTimestamp") or ""), model))
+                    facts.append(PoolFacts(key.name, str(o.meta(pool).get("creationTimestamp") or ""), model))
             self._withheld[namespace] = withheld_by_pool(facts)
         return self._withheld[namespace].get(pool_name, [])
 
-    def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None) -> Snapshot:
-        ns, name = pool_key
-        pool = self.get(kinds.IPPOOL, ns, name)
+    def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None,
+                 members: bool = True) -> Snapshot:
+        """What a reconcile of the pool looks at; without ``members``, only the pool and its
+        surroundings (a pass over what changed takes the pool's objects from its ledger)."""
+        pool_key = o.PoolKey(*pool_key)
+        ns, name = pool_key.namespace, pool_key.name
+        pool = self.get(pool_key.kind, ns, name)
         cluster = None
         model = None
         if pool is not None:
             model = self.pool_model(pool)
             if o.spec(pool).get("clusterName"):
                 cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
-        group = self.groups.get(pool_key, _PoolGroup())
+        group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),

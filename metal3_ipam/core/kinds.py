@@ -23,6 +23,8 @@ IPADDRESS = (METAL3_GROUP, "IPAddress")
 CAPI_CLAIM = (CAPI_IPAM_GROUP, "IPAddressClaim")
 CAPI_ADDRESS = (CAPI_IPAM_GROUP, "IPAddress")
 CLUSTER = (CLUSTER_GROUP, "Cluster")
+# The kinds of pool claims are served from (a claim's pool reference names one of them).
+POOL_KINDS = (IPPOOL,)
 
 FINALIZERS = {
     IPPOOL: "ippool.ipam.metal3.io",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import kinds
 
@@ -105,17 +105,47 @@ def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
 
 # -- which pool an object belongs to ------------------------------------------
 
-PoolKey = tuple[str, str]  # (namespace, name)
+class PoolKey(NamedTuple):
+    """A pool's identity: namespace, name and kind (two kinds of pool may share a name).
+
+    An IPPool's key equals the plain ``(namespace, name)`` that named it
+    before there were other kinds, and hashes as it: callers that name an
+    IPPool so keep working; a pool of another kind is never equal to one.
+    """
+
+    namespace: str
+    name: str
+    kind: tuple[str, str] = kinds.IPPOOL
+
+    def _plain(self) -> tuple:
+        return (self.namespace, self.name) if self.kind == kinds.IPPOOL else tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PoolKey):
+            return tuple(self) == tuple(other)
+        return isinstance(other, tuple) and self._plain() == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self._plain())
 
 
 def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
-    """The IPPool a claim or an address (of either API) is for, or None when not ours."""
+    """The pool a claim or an address (of either API) is for, or None when not ours."""
     kind = kinds.kind_of(obj)
     ns = namespace(obj)
     if kind == kinds.IPADDRESS:
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
-            return (str(pool.get("namespace") or ns), str(pool["name"]))
+            # Locks of IPPools name the pool alone; those of other kinds say their kind.
+            pool_kind = kinds.IPPOOL
+            if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
+                pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
+                if pool_kind not in kinds.POOL_KINDS:
+                    return None
+            return PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind)
         return None
     if kind == kinds.IPCLAIM:
         # A claim is filed with the pool of its own namespace even when its
@@ -123,13 +153,13 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
         # kind and name, and the reconcile refuses the foreign reference.
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
-            return (ns, str(pool["name"]))
+            return PoolKey(ns, str(pool["name"]))
         return None
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
-        if (isinstance(pool, Mapping) and pool.get("apiGroup") == kinds.METAL3_GROUP
-                and pool.get("kind") == kinds.IPPOOL[1] and pool.get("name")):
-            return (ns, str(pool["name"]))
+        pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
+        if pool_kind in kinds.POOL_KINDS and pool.get("name"):
+            return PoolKey(ns, str(pool["name"]), pool_kind)
         return None
     return None
 
@@ -186,8 +216,10 @@ def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
     ``clusterctl move`` rewrites them to the new uids), so they tell which.
     """
     kind, claim_name = key
-    for owner in owner_references(address):
-        if owner.get("kind") == kind and owner.get("name") == claim_name and owner.get("uid"):
+    owners = meta(address).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():  # read in place: this runs per claim per pass
+        if isinstance(owner, Mapping) and owner.get("kind") == kind and owner.get("name") == claim_name \
+                and owner.get("uid"):
             return str(owner["uid"])
     return None
 

@@ -2,8 +2,11 @@
 
 ``reconcile(snapshot)`` looks at a pool, the claims for it (Metal3 IPClaims and
 Cluster API IPAddressClaims), the addresses that reference it, and its Cluster,
-and returns a ``Plan``. It is pure: the controller and ``metal3-ipam plan``
-both run it and execute the plan their own way.
+and returns a ``Plan``. It is pure: ``metal3-ipam plan`` runs it and executes
+the plan its own way. The controller runs the same decisions as ``plan_pass``
+over the pool's ``Ledger``, kept across passes: for what changed since the
+last pass, or for everything (``reconcile`` is that full pass over a ledger
+loaded afresh).
 
 What it guarantees, whatever it is shown:
 - a claim that has an address keeps it: status is rebuilt from the addresses,
@@ -30,19 +33,24 @@ Ready condition.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import kinds
 from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
 from .addresses import ip_from_int
-from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError, Allocator
+from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
+from .ledger import CAPI, METAL3, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
-from .pool import Pool, read_pool
+from . import pool_kinds
+from .pool import Pool
 from .problems import Problem, errors
 
 # status.indexes stays far below etcd's object size limit (about 1.5 MiB, with
@@ -83,110 +91,194 @@ class Snapshot:
 
 
 def reconcile(snap: Snapshot) -> Plan:
-    return _Reconciler(snap).run()
+    """The full reconcile: every claim and address of the pool decided, from a ledger loaded afresh."""
+    return run_to_end(plan_pass(Ledger(), snap, full=True))
+
+
+def run_to_end(pass_: Generator[None, None, Plan]) -> Plan:
+    """Run a pass without ever pausing it (the CLI, the tests)."""
+    while True:
+        try:
+            next(pass_)
+        except StopIteration as done:
+            return done.value
+
+
+def ident_of(snap: Snapshot) -> tuple:
+    """What a ledger of this pool is built from (see ``Ledger.ident_of``)."""
+    model = _model(snap)[0]
+    return Ledger.ident_of(snap.pool, model, snap.withheld if model is not None else ())
+
+
+def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
+    """A pass must load the ledger afresh: it was never loaded, its pool spec or what the pool
+    withholds changed, or an earlier pass asked for it (writes failed, the pool was paused)."""
+    return ledger.needs_full or ledger.ident != ident_of(snap)
+
+
+def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
+    """Load the ledger afresh from every object of ``snap``, in pieces."""
+    pool = _model(snap)[0]
+    withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
+    ledger.reset(ident_of(snap), pool, withheld, snap.rng)
+    yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
+
+
+def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, dict | None]] = (),
+              full: bool = False, max_steps: int | None = None, status_due: bool = True,
+              loaded: bool = False) -> Generator[None, None, Plan]:
+    """One pass over a pool, as a generator that yields now and then and returns the Plan.
+
+    ``full``: the ledger is loaded from every object of ``snap`` and every claim
+    and address is decided. Otherwise ``snap`` need not hold the pool's objects:
+    the ledger is told ``changes`` and only what they make dirty is decided.
+    Either way the same decisions run. At most ``max_steps`` steps with writes
+    are planned; what is left waits in the ledger for the next pass. With
+    ``status_due`` false a pool status write that would only change counts and
+    indexes is put off (``ledger.status_held``).
+    With ``loaded``, a full pass takes the ledger as ``load`` left it (the audit compares it first).
+    The caller runs ``ledger.settle()`` once the plan was carried out.
+    """
+    model = _model(snap)
+    if full:
+        if not loaded:
+            yield from load(ledger, snap)
+        claims = list(ledger.claims)
+        addresses = itertools.chain(((METAL3, n) for n in list(ledger.addresses)),
+                                    ((CAPI, n) for n in list(ledger.capi_addresses)))
+    else:
+        claims, addresses = ledger.apply(changes)
+    return (yield from _Reconciler(snap, ledger, model, status_due).run(claims, addresses, max_steps))
+
+
+def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
+    if snap.pool is None:
+        return None, []
+    return snap.model if snap.model is not None else pool_kinds.read(snap.pool)
+
+
+# Decisions between two yields of a pass: about a millisecond of work (the caller
+# decides how many such pieces it runs before the event loop gets its turn).
+DECISIONS_PER_YIELD = 32
 
 
 class _Reconciler:
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, ledger: Ledger, model: tuple[Pool | None, list[Problem]],
+                 status_due: bool = True) -> None:
         self.snap = snap
+        self.ledger = ledger
+        self.status_due = status_due
         self.plan = Plan()
         self.pool_obj = snap.pool
         self.pool: Pool | None = None
         self.pool_problem: str | None = None
         if snap.pool is not None:
-            pool, problems = snap.model if snap.model is not None else read_pool(snap.pool.get("spec"))
+            pool, problems = model
             self.pool = pool
             if pool is None:
                 first = errors(problems)[0]
                 self.pool_problem = _bounded(f"{first.field}: {first.message} (value: {first.value!r})")
-        self.allocator = (Allocator(self.pool, snap.rng, withheld=[(w.first, w.last) for w in snap.withheld])
-                          if self.pool is not None else None)
-        self.claims = {o.claim_key(c): c for c in snap.claims}
-        # Addresses by the claim they were made for: the claim of that name, unless
-        # their owner reference names another incarnation of it (then they are orphans).
-        self.addresses_of: dict[o.ClaimKey, list[dict]] = {}
-        for address in snap.addresses:
-            key = self.claim_key_of(address, o.claim_of_address(address))
-            if key is not None:
-                self.addresses_of.setdefault(key, []).append(address)
-        # Cluster API addresses by the claim they name: ours are named after the
-        # claim, those of the Go Metal3 IPAM <namePrefix>-<ip>.
-        self.mirrors_of: dict[o.ClaimKey, list[dict]] = {}
-        for address in snap.capi_addresses:
-            key = self.claim_key_of(address, o.claim_of_capi_address(address))
-            if key is not None:
-                self.mirrors_of.setdefault(key, []).append(address)
-        # claim key -> address text, for status.indexes
-        self.bound: dict[o.ClaimKey, str] = {}
+        self.allocator = ledger.allocator
         # Locks being created this pass for allocations adopted as they are.
         self.adopting = 0
-        # The IPs this pool's addresses (of either API) hold, those created this pass included.
-        self.held_ips: set[int] = set()
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
-        """``key`` when the address belongs to the claim of that name (or to no known claim).
-
-        An address owned by another incarnation of the name that the claim is
-        younger than is a leftover of a deleted claim, not this claim's. (A
-        copy made by a move or a restore has its claim created first, and
-        clusterctl rewrites owner uids anyway: such addresses stay the claim's.)
-        """
-        claim = self.claims.get(key) if key is not None else None
-        if claim is None:
-            return key
-        owner_uid = o.claim_uid_of(address, key)
-        claim_uid = o.meta(claim).get("uid")
-        if owner_uid is None or claim_uid is None or owner_uid == claim_uid:
-            return key
-        claim_born = str(o.meta(claim).get("creationTimestamp") or "")
-        address_born = str(o.meta(address).get("creationTimestamp") or "")
-        return None if claim_born and address_born and claim_born > address_born else key
+        return self.ledger.claim_key_of(address, key)
 
     # -- the pass ---------------------------------------------------------------
 
-    def run(self) -> Plan:
+    def run(self, claim_keys: Iterable[o.ClaimKey], address_keys: Iterable[tuple[str, str]],
+            max_steps: int | None) -> Generator[None, None, Plan]:
+        ledger = self.ledger
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
+            ledger.needs_full = True  # what changed meanwhile is looked at in full once it resumes
             return self.plan
-        for address in self.snap.addresses + self.snap.capi_addresses:
-            self.account(address)
+        ledger.begin()
         if self.pool_obj is not None:
             self.pool_metadata()
-        for address in self.snap.addresses:
-            if not self.address_paused(address):
-                self.tend_address(address)
-        for address in self.snap.capi_addresses:
-            if not self.address_paused(address):
-                self.tend_capi_address(address)
-        waiting = []
-        for claim in self.snap.claims:
-            if self.claim_paused(claim):
-                self.remember_binding(claim)
-            elif self.holds_anything(claim):
-                self.serve(claim)
-            else:
+        budget = [max_steps if max_steps is not None else float("inf")]
+        decided = 0
+        for tag, name in address_keys:
+            if budget[0] <= 0:
+                ledger.deferred_addresses[(tag, name)] = None
+                continue
+            address = (ledger.addresses if tag == METAL3 else ledger.capi_addresses).get(name)
+            if address is None or self.address_paused(address):
+                continue
+            with self._counted(budget):
+                (self.tend_address if tag == METAL3 else self.tend_capi_address)(address)
+            decided += 1
+            if decided % DECISIONS_PER_YIELD == 0:
+                yield
+        holding, waiting = [], []
+        for n, key in enumerate(claim_keys, 1):
+            claim = ledger.claims.get(key)
+            if claim is None:
+                ledger.unbind(key)
+                ledger.unserved.pop(key, None)
+            elif not self.claim_paused(claim) and not self.holds_anything(claim):
                 waiting.append(claim)
+            else:
+                holding.append(claim)
+            if n % (4 * DECISIONS_PER_YIELD) == 0:
+                yield
+        for claim in holding:
+            if budget[0] <= 0:
+                ledger.deferred_claims[o.claim_key(claim)] = None
+                continue
+            with self._decision(claim, budget):
+                if self.claim_paused(claim):
+                    self.remember_binding(claim)
+                else:
+                    self.serve(claim)
+            decided += 1
+            if decided % DECISIONS_PER_YIELD == 0:
+                yield
         # New addresses only once every adopted allocation holds its lock: an
         # adopted IP is guarded by the allocator here, but by nothing else
         # (another pool sharing the namePrefix, another replica) until then.
-        if self.adopting:
-            self.plan.notes.append(f"{len(waiting)} claim(s) wait until {self.adopting} adopted address(es) hold their lock")
+        if self.adopting or ledger.deferred_claims:
+            if self.adopting:
+                self.plan.notes.append(f"{len(waiting)} claim(s) wait until {self.adopting} adopted address(es) hold their lock")
+            for claim in waiting:
+                ledger.deferred_claims[o.claim_key(claim)] = None
         else:
             for claim in waiting:
-                self.serve(claim)
+                if budget[0] <= 0:
+                    ledger.deferred_claims[o.claim_key(claim)] = None
+                    continue
+                with self._decision(claim, budget):
+                    self.serve(claim)
+                decided += 1
+                if decided % DECISIONS_PER_YIELD == 0:
+                    yield
         if self.pool_obj is not None:
-            self.pool_status()
+            yield from self.pool_status()
         self.plan.steps = [s for s in self.plan.steps if s.actions]
         return self.plan
 
-    def account(self, address: dict) -> None:
-        """An existing address (of either API) is in use until it is gone, whatever its state."""
-        if self.allocator is None:
-            return
-        ip = _ip_of(address)
-        if ip is not None and ip.version == self.pool.version:
-            self.allocator.take(int(ip))
-            self.held_ips.add(int(ip))
+    @contextmanager
+    def _counted(self, budget: list) -> Iterator[None]:
+        """Counts a decision that planned writes against the pass's budget of steps."""
+        before = len(self.plan.steps)
+        yield
+        made = [s for s in self.plan.steps[before:] if s.actions]
+        if made:
+            budget[0] -= 1
+        if len(made) != len(self.plan.steps) - before:
+            self.plan.steps[before:] = made  # a big pass makes few steps with writes: keep only those
+
+    @contextmanager
+    def _decision(self, claim: dict, budget: list) -> Iterator[None]:
+        """A claim decided anew: its binding and its error are what this decision says."""
+        key = o.claim_key(claim)
+        bound = self.ledger.bound.pop(key, None)
+        self.ledger.unserved.pop(key, None)
+        with self._counted(budget):
+            yield
+        if self.ledger.bound.get(key) != bound:
+            self.ledger.bound_version += 1
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
@@ -201,7 +293,7 @@ class _Reconciler:
 
     def holds_anything(self, claim: dict) -> bool:
         key = o.claim_key(claim)
-        return bool(self.addresses_of.get(key) or self.mirrors_of.get(key)) or o.is_deleting(claim)
+        return bool(self.ledger.addresses_of(key) or self.ledger.mirrors_of(key)) or o.is_deleting(claim)
 
     # -- the pool's own metadata --------------------------------------------
 
@@ -212,13 +304,13 @@ class _Reconciler:
         # and make it fail.
         step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}", about=o.ref(pool))
         ref = o.ref(pool)
-        finalizer = kinds.FINALIZERS[kinds.IPPOOL]
+        finalizer = kinds.FINALIZERS[kinds.kind_of(pool)]
         if o.is_deleting(pool):
-            in_use = self.snap.addresses or self.snap.capi_addresses
+            in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
             if finalizer in o.finalizers(pool) and not in_use:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
-                self.plan.notes.append(f"IPPool {o.name(pool)} waits for {len(self.snap.addresses) + len(self.snap.capi_addresses)} address(es) to go")
+                self.plan.notes.append(f"IPPool {o.name(pool)} waits for {in_use} address(es) to go")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))
@@ -242,28 +334,51 @@ class _Reconciler:
             step.add(SetMetadata(ref, labels=labels, owner_references=owners,
                                  resource_version=o.meta(pool).get("resourceVersion")))
 
-    def pool_status(self) -> None:
+    def pool_status(self) -> Generator[None, None, None]:
+        """The pool's status: counts, conditions and ``status.indexes``.
+
+        Counts are the ledger's, O(1). ``status.indexes`` is sorted and cut to
+        MAX_INDEXES_BYTES: O(n log n), and a write of up to 256 KiB. Keeping it
+        sorted incrementally would still leave that write per claim, so it is
+        built only when the bindings or the pool changed since the status was
+        last found current, and, with ``status_due`` false, a write that would
+        change only counts and indexes is put off (the controller writes them
+        at most about once a second per pool): a claim's own status write is in
+        its own step and never waits for the pool's.
+        """
         pool = self.pool_obj
+        ledger = self.ledger
         current = o.status(pool)
-        desired: dict[str, Any] = {}
-        desired["indexes"], omitted = _bounded_indexes(self.bound)
-        if omitted:
-            desired["indexesOmitted"] = omitted
+        counts: dict[str, Any] = {}
         if self.pool is not None:
-            desired["capacity"] = str(self.pool.capacity())
-            desired["allocated"] = str(len(self.held_ips))
-            desired["free"] = str(self.allocator.free_count)
+            counts["capacity"] = str(self.pool.capacity())
+            counts["allocated"] = str(ledger.allocated)
+            counts["free"] = str(self.allocator.free_count)
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
         if o.is_deleting(pool):
             ready = _condition(current, READY, "False", "Deleting", "the pool is being deleted", self.snap.now)
-        desired["conditions"] = [ready]
+        conditions = [ready]
         overlapping = self.overlap_condition(current)
         if overlapping is not None:
-            desired["conditions"].append(overlapping)
+            conditions.append(overlapping)
+        checked = (id(pool), o.meta(pool).get("resourceVersion"), ledger.bound_version, tuple(counts.items()))
+        if checked == ledger.status_clean:
+            return
+        if not self.status_due and current.get("conditions") == conditions:
+            ledger.status_held = True
+            return
+        desired: dict[str, Any] = {}
+        desired["indexes"], omitted = yield from _bounded_indexes(ledger.bound)
+        if omitted:
+            desired["indexesOmitted"] = omitted
+        desired.update(counts)
+        desired["conditions"] = conditions
+        ledger.status_held = False
         comparable = {k: current.get(k) for k in desired}
         if comparable == desired and _lacks_only(current, desired):
+            ledger.status_clean = checked
             return
         desired["lastUpdated"] = self.snap.now
         self.pool_step.add(SetStatus(o.ref(pool), desired))
@@ -307,7 +422,7 @@ class _Reconciler:
         it (an edit, an earlier IPAM) gets it back, so it cannot vanish under
         a claim that still uses it.
         """
-        claim = self.claims.get(key) if key else None
+        claim = self.ledger.claims.get(key) if key else None
         step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address
         if o.is_deleting(address):
             if o.deleted_for_move(address):
@@ -328,7 +443,7 @@ class _Reconciler:
         kind = kinds.kind_of(claim)
         step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))
         finalizer = kinds.FINALIZERS[kind]
-        mine = self.addresses_of.get(key, [])
+        mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
             others = [f for f in o.finalizers(claim) if f != finalizer]
             if others and finalizer in o.finalizers(claim):
@@ -343,7 +458,7 @@ class _Reconciler:
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
-        elif _live(self.mirrors_of.get(key, [])):
+        elif _live(self.ledger.mirrors_of(key)):
             self.adopt(claim, step)
         else:
             self.allocate(claim, step)
@@ -355,9 +470,9 @@ class _Reconciler:
 
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
-        live = _held(self.addresses_of.get(key, [])) or _live(self.mirrors_of.get(key, []))
+        live = _held(self.ledger.addresses_of(key)) or _live(self.ledger.mirrors_of(key))
         if live:
-            self.bound[key] = _text_of(live[0])
+            self.ledger.bound[key] = _text_of(live[0])
 
     def release(self, claim: dict, step: Step, mine: list[dict], finalizer: str) -> None:
         if o.deleted_for_move(claim):
@@ -366,7 +481,7 @@ class _Reconciler:
             return
         for address in mine:
             _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
-        for mirror in self.mirrors_of.get(o.claim_key(claim), []):
+        for mirror in self.ledger.mirrors_of(o.claim_key(claim)):
             _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
@@ -378,7 +493,7 @@ class _Reconciler:
         ``<namePrefix>-<ip>``). The lock is a Metal3 IPAddress at the same IP,
         so from now on the name lock guards this IP like any other.
         """
-        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        mirrors = _live(self.ledger.mirrors_of(o.claim_key(claim)))
         named = o.status(claim).get("addressRef")
         named = named.get("name") if isinstance(named, Mapping) else None
         mirror = sorted(mirrors, key=lambda a: (o.name(a) != named, str(o.meta(a).get("creationTimestamp") or ""),
@@ -392,7 +507,7 @@ class _Reconciler:
         entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
-        self.bound[o.claim_key(claim)] = ip_text(ip)
+        self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
         if self.snap.name_taken(o.name(lock)):
             # Another object holds the lock's name (state an earlier IPAM left, where
             # two pools with one namePrefix gave one IP twice): the claim keeps what it
@@ -436,14 +551,14 @@ class _Reconciler:
 
     def bound_mirror(self, claim: dict) -> dict | None:
         """The Cluster API address the claim's status names, else the one named after the claim."""
-        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        mirrors = _live(self.ledger.mirrors_of(o.claim_key(claim)))
         named = o.status(claim).get("addressRef")
         named = named.get("name") if isinstance(named, Mapping) else None
         return (next((m for m in mirrors if o.name(m) == named), None)
                 or next((m for m in mirrors if o.name(m) == o.name(claim)), None))
 
     def ensure_bound(self, claim: dict, address: dict, step: Step) -> None:
-        self.bound[o.claim_key(claim)] = _text_of(address)
+        self.ledger.bound[o.claim_key(claim)] = _text_of(address)
         mirror = None
         if kinds.kind_of(claim) == kinds.CAPI_CLAIM:
             mirror = self.ensure_mirror(claim, address, step)
@@ -457,7 +572,7 @@ class _Reconciler:
         Returns the mirror to bind, or None while a wrong one is being removed.
         """
         ip = _ip_of(lock)
-        mirrors = _live(self.mirrors_of.get(o.claim_key(claim), []))
+        mirrors = _live(self.ledger.mirrors_of(o.claim_key(claim)))
         matching = [m for m in mirrors if _ip_of(m) == ip]
         preferred = self.bound_mirror(claim)
         keep = preferred if any(m is preferred for m in matching) else (matching[0] if matching else None)
@@ -466,7 +581,7 @@ class _Reconciler:
             _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
         if keep is not None:
             return keep
-        if any(o.name(m) == o.name(claim) for m in self.mirrors_of.get(o.claim_key(claim), [])):
+        if any(o.name(m) == o.name(claim) for m in self.ledger.mirrors_of(o.claim_key(claim))):
             # Our name is still taken by the stray one; the next pass creates it.
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is replaced once the wrong one is gone")
             return None
@@ -502,7 +617,7 @@ class _Reconciler:
         except AllocationError as err:
             return self.fail(claim, step, err.reason, err.message)
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
-        self.held_ips.add(int(grant.ip))
+        self.ledger.planned(int(grant.ip), o.name(address))
         step.add(Create(address))
         self.ensure_bound(claim, address, step)
 
@@ -519,6 +634,7 @@ class _Reconciler:
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
+        self.ledger.unserved[o.claim_key(claim)] = None
         if self.set_claim_status(claim, step, error=(reason, message)):
             step.add(Event(o.ref(claim), "Warning", reason, message))
 
@@ -563,6 +679,8 @@ class _Reconciler:
             "pool": {"name": o.name(pool), "namespace": o.namespace(pool)},
             "claim": claim_ref,
         }
+        if kinds.kind_of(pool) != kinds.IPPOOL:  # an IPPool's lock names it alone, as Metal3's do
+            spec["pool"].update(apiVersion=pool.get("apiVersion"), kind=pool.get("kind"))
         if prefix is not None:
             spec["prefix"] = prefix
         if gateway:
@@ -585,9 +703,12 @@ class _Reconciler:
         pool = self.pool_obj
         spec = o.spec(address)
         ip_version = 4 if ":" not in str(spec.get("address")) else 6
+        claim_pool = o.spec(claim).get("poolRef") or {}
         mirror_spec: dict[str, Any] = {
             "claimRef": {"name": o.name(claim)},
-            "poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": kinds.IPPOOL[1], "name": self.snap.pool_name},
+            # The kind of pool the claim asked for (it is filed under this pool only when it is this kind).
+            "poolRef": {"apiGroup": claim_pool.get("apiGroup"), "kind": claim_pool.get("kind"),
+                        "name": self.snap.pool_name},
             "address": spec.get("address"),
             "prefix": spec.get("prefix") if spec.get("prefix") is not None else (32 if ip_version == 4 else 128),
         }
@@ -683,17 +804,39 @@ def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> tuple[dict[str, str], int]:
-    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out."""
-    entries = sorted((o.index_key(k), ip) for k, ip in bound.items())
+# Entries of status.indexes handled between two yields while they are sorted and cut.
+INDEX_PIECE = 4096
+
+
+def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, tuple[dict[str, str], int]]:
+    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out.
+
+    In pieces, yielding between them: sorted runs merged lazily, so only the
+    entries that fit are ever taken from the merge.
+    """
+    items = list(bound.items())
+    runs = []
+    for start in range(0, len(items), INDEX_PIECE):
+        runs.append(sorted((o.index_key(k), ip) for k, ip in items[start:start + INDEX_PIECE]))
+        yield
+    del items[:]  # (freeing tens of thousands of objects at once is a piece of work too)
     kept: dict[str, str] = {}
     size = 2
-    for i, (key, ip) in enumerate(entries):
+    omitted = 0
+    merged = heapq.merge(*runs)
+    for i, (key, ip) in enumerate(merged, 1):
         size += len(key.encode()) + len(ip) + 6  # "key":"ip",
         if size > MAX_INDEXES_BYTES:
-            return kept, len(entries) - i
+            omitted = len(bound) - i + 1
+            break
         kept[key] = ip
-    return kept, 0
+        if i % INDEX_PIECE == 0:
+            yield
+    merged.close()
+    while runs:
+        runs.pop()
+        yield
+    return kept, omitted
 
 
 def _held(addresses: list[dict]) -> list[dict]:

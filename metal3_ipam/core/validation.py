@@ -13,7 +13,7 @@ from typing import Any
 
 from . import kinds
 from .addresses import AddressError, parse_ip
-from .objects import deleted_for_move, is_deleting, pool_of
+from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem
 
@@ -119,7 +119,7 @@ def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str) -> dic
     """
     found = {}
     for address in addresses:
-        if not isinstance(address, Mapping) or is_deleting(address) or pool_of(address) != (namespace, pool):
+        if not isinstance(address, Mapping) or is_deleting(address) or pool_of(address) != PoolKey(namespace, pool):
             continue
         ip = _spec_map(address).get("address")
         if not isinstance(ip, str):

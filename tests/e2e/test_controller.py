@@ -68,13 +68,14 @@ def test_seed_pool_and_samples(controller, kube):
     assert (v6["spec"]["address"], v6["spec"]["prefix"], v6["spec"]["gateway"], v6["spec"]["dnsServers"]) == \
         ("2001:db8:0:1::100", 64, "2001:db8:0:1::1", ["2001:db8:0:1::53"])
 
-    pool = kube.ippool("pool1")
-    status = pool["status"]
-    # 21 (.0.10-.30) + 61 (192.168.1.0/26 less its broadcast and the gateway) + 126 (.1.128/25)
-    assert (status["capacity"], status["allocated"], status["free"]) == ("208", "5", "203")
-    assert status["indexes"]["claim1"] == "192.168.0.12"
-    assert status["indexes"]["test1-worker-static-pool1"] == "192.168.1.140"
-    assert "IPAddressClaim/cluster1-worker-0-eth0" in status["indexes"]
+    def pool1_status(pool):
+        status = pool["status"]
+        # 21 (.0.10-.30) + 61 (192.168.1.0/26 less its broadcast and the gateway) + 126 (.1.128/25)
+        assert (status["capacity"], status["allocated"], status["free"]) == ("208", "5", "203")
+        assert status["indexes"]["claim1"] == "192.168.0.12"
+        assert status["indexes"]["test1-worker-static-pool1"] == "192.168.1.140"
+        assert "IPAddressClaim/cluster1-worker-0-eth0" in status["indexes"]
+    pool = settled(kube, "pool1", pool1_status)
     assert condition(pool, "Ready")["status"] == "True"
     assert pool["metadata"]["labels"][CLUSTER_NAME_LABEL] == "cluster1"
     cluster = kube.get(CLUSTER, "clusters", "cluster1")
@@ -82,10 +83,11 @@ def test_seed_pool_and_samples(controller, kube):
     assert ref["uid"] == cluster["metadata"]["uid"] and not ref.get("controller")
     assert FIN_POOL in pool["metadata"]["finalizers"]
 
-    v6_status = kube.ippool("v6pool")["status"]
-    # 2^64 - 1 hosts, less the gateway and the 254 excluded addresses: more than 64 bits can count
-    assert v6_status["capacity"] == str(2**64 - 256)
-    assert (v6_status["allocated"], v6_status["free"]) == ("1", str(2**64 - 257))
+    def v6_status(pool):
+        # 2^64 - 1 hosts, less the gateway and the 254 excluded addresses: more than 64 bits can count
+        assert pool["status"]["capacity"] == str(2**64 - 256)
+        assert (pool["status"]["allocated"], pool["status"]["free"]) == ("1", str(2**64 - 257))
+    settled(kube, "v6pool", v6_status)
     assert (controller.http_status("/healthz"), controller.http_status("/readyz")) == (200, 200)
     metrics = controller.metrics()
     assert metrics[f'metal3_ipam_allocations_total{{namespace="{kube.ns}",pool="pool1"}}'] == 5
@@ -126,8 +128,7 @@ def test_ipclaim_allocation_and_release(controller, kube):
     kube.claim("c", "p")
     assert address_of(kube, "c") == "10.10.0.5"
     assert_invariants(kube, allow_errors=False)
-    status = kube.ippool("p")["status"]
-    assert (status["capacity"], status["allocated"], status["free"]) == ("5", "2", "3")
+    settled(kube, "p", counts("5", "2", "3"))
 
 
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
@@ -163,7 +164,7 @@ def test_capi_claim_allocation(controller, kube, version):
     # The lock behind it: a Metal3 IPAddress named after the IP, pointing at the CAPI claim.
     lock = kube.ipaddress("capi-10-20-0-2")
     assert lock["spec"]["claim"]["kind"] == "IPAddressClaim" and lock["spec"]["claim"]["name"] == "m0-eth0"
-    assert kube.ippool("p")["status"]["indexes"] == {"IPAddressClaim/m0-eth0": "10.20.0.2"}
+    settled(kube, "p", indexes_are({"IPAddressClaim/m0-eth0": "10.20.0.2"}))
 
     assert_invariants(kube, allow_errors=False)
     for name in ("foreign-kind", "foreign-group"):
@@ -240,8 +241,7 @@ def test_exhaustion_and_recovery(controller, kube):
     assert e_ready["message"]
     kube.warning_event("d", "PoolExhausted")
     kube.warning_event("e", "PoolExhausted")
-    status = kube.ippool("small")["status"]
-    assert (status["capacity"], status["allocated"], status["free"]) == ("3", "3", "0")
+    settled(kube, "small", counts("3", "3", "0"))
     # Errors are not hot loops: nothing is rewritten, no Event repeated.
     assert_quiet(kube, [controller], seconds=2.0)
 
@@ -281,8 +281,7 @@ def test_entries_in_order_with_overrides(controller, kube):
     assert {a: (s["prefix"], s["gateway"], s["dnsServers"]) for a, s in got.items()} == expected
     kube.claim("c5", "ordered")
     assert "no free address" in kube.claim_error("c5")
-    status = kube.ippool("ordered")["status"]
-    assert (status["capacity"], status["allocated"], status["free"]) == ("5", "5", "0")
+    settled(kube, "ordered", counts("5", "5", "0"))
     assert_invariants(kube, expect_errors={"c5"}, allow_errors=False)
 
 
@@ -309,9 +308,8 @@ def test_metal3_and_capi_claims_never_share_an_ip(controller, kube):
     ips = [address_of(kube, f"m{i}") for i in range(5)] + \
           [kube.capi_bound(f"m{i}")["spec"]["address"] for i in range(5)]
     assert len(set(ips)) == 10, ips
-    indexes = kube.ippool("shared")["status"]["indexes"]
-    assert len(indexes) == 10 and {f"m{i}" for i in range(5)} | {f"IPAddressClaim/m{i}" for i in range(5)} == \
-        set(indexes)
+    settled(kube, "shared", lambda pool: _same(set(pool["status"]["indexes"]),
+                                               {f"m{i}" for i in range(5)} | {f"IPAddressClaim/m{i}" for i in range(5)}))
     kube.claim("m5", "shared")
     kube.capi_claim("m5", "shared")
     assert "no free address" in kube.claim_error("m5")
@@ -510,8 +508,8 @@ def test_overlapping_pools_with_one_name_prefix(controller, kube):
     assert_invariants(kube, expect_errors={"wants-right"}, allow_errors=False)
     assert_quiet(kube, [controller], seconds=3.0)
     for name in ("left", "right"):
-        indexes = kube.ippool(name)["status"]["indexes"]
-        assert sorted(indexes) == sorted(f"{name[0]}{i}" for i in range(5)), indexes
+        settled(kube, name, lambda pool: _same(sorted(pool["status"]["indexes"]),
+                                               sorted(f"{pool['metadata']['name'][0]}{i}" for i in range(5))))
 
 
 def test_pool_growth_serves_claims_in_error(controller, kube):
@@ -568,7 +566,7 @@ def test_status_is_rebuilt_not_reallocated(controller, kube):
     assert_invariants(kube, allow_errors=False)
     names = sorted(a["metadata"]["name"] for a in kube.addresses())
     claim_status = {f"c{i}": kube.ipclaim(f"c{i}")["status"]["address"] for i in range(4)}
-    indexes = kube.ippool("p")["status"]["indexes"]
+    indexes = settled(kube, "p", lambda pool: _same(len(pool["status"]["indexes"]), 8))["status"]["indexes"]
 
     for i in range(4):
         kube.custom.patch_namespaced_custom_object_status(*METAL3, kube.ns, "ipclaims", f"c{i}", {"status": None})
@@ -623,7 +621,7 @@ def test_claim_for_a_pool_in_another_namespace_is_refused(controller, kube, othe
     other_namespace.warning_event("x", "AllocationFailed")
     assert other_namespace.addresses() == []
     assert [a["spec"]["claim"] for a in kube.addresses()] == [{"name": "x", "namespace": kube.ns}]
-    assert kube.ippool("p")["status"]["indexes"] == {"x": "10.190.0.1"}
+    settled(kube, "p", indexes_are({"x": "10.190.0.1"}))
     assert_invariants(kube, allow_errors=False)
     other_namespace.delete(METAL3, "ipclaims", "x")
     other_namespace.gone(METAL3, "ipclaims", "x")
@@ -652,3 +650,31 @@ def test_deleting_the_namespace_tears_everything_down(controller, kube):
         return False
 
     eventually(namespace_gone, timeout=90, interval=0.5, what=f"namespace {kube.ns} to be deleted")
+
+
+# -- the pool's status ---------------------------------------------------------------------------
+
+def settled(kube, name: str, check) -> dict:
+    """The pool once ``check(pool)`` holds: counts and indexes are written at most about once a second."""
+    def passes():
+        pool = kube.ippool(name)
+        check(pool)
+        return pool
+    return eventually(passes, timeout=20, what=f"IPPool {name} status", retry_on=(AssertionError, KeyError))
+
+
+def counts(capacity: str, allocated: str, free: str):
+    def check(pool):
+        status = pool["status"]
+        assert (status["capacity"], status["allocated"], status["free"]) == (capacity, allocated, free), status
+    return check
+
+
+def indexes_are(expected: dict):
+    def check(pool):
+        assert pool["status"]["indexes"] == expected, pool["status"]
+    return check
+
+
+def _same(got, expected) -> None:
+    assert got == expected, (got, expected)

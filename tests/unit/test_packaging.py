@@ -134,7 +134,7 @@ def test_the_webhooks_reach_the_service_and_carry_the_injected_ca(rendered):
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert service["spec"]["ports"][0]["targetPort"] == "webhook-server"
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook-server" and "webhook-server" in ports
     assert service["spec"]["ports"][0]["port"] == 443
 
 

@@ -226,6 +226,7 @@ def test_claim_in_error_is_retried_when_the_pool_grows():
     api = converged(ippool(pools=[{"start": "192.168.0.10", "end": "192.168.0.10"}]), ipclaim("a"), ipclaim("b"))
     pool = copy.deepcopy(get(api, POOL, "pool1"))
     pool["spec"]["pools"] = [{"start": "192.168.0.10", "end": "192.168.0.11"}]
+    pool["metadata"]["generation"] += 1  # as the API server counts a change of spec
     api.inventory.upsert(pool)
     converge(api)
     assert ip_of(api, "b") == "192.168.0.11"

@@ -1,0 +1,380 @@
+"""A pool's ledger: what its claims and addresses come to, kept across reconciles.
+
+Rebuilding a pool's allocation state from every address at every event makes
+one claim cost as much as the whole pool. The ledger keeps that state and is
+told what changed (an object stored or gone, by key): it updates its indexes
+in O(changes) and names the claims and addresses whose decision may differ
+now (the dirty ones). The decision for one claim or one address stays the
+reconcile's (``reconcile.plan_pass``); a full reconcile is that same decision
+over a ledger loaded from every object of the pool.
+
+What it keeps:
+- the pool's claims and addresses (of both APIs) by name, and the addresses
+  by the claim they name;
+- the allocator, with every IP an address of the pool holds taken, counted
+  by the address objects holding it (two addresses of one IP are one use);
+- what the decisions left behind: the bound map (``status.indexes``), claims
+  that could not be served (tried again when an IP is freed), adoptions
+  being made, claims and addresses left for the next pass.
+
+It knows only what it was told: ``state()`` is what an audit compares with a
+ledger loaded afresh from the inventory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
+
+from . import kinds
+from . import objects as o
+from .allocator import Allocator
+from .pool import Pool
+
+ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
+Holder = tuple[str, str]  # ("IPAddress" | "IPAddress.capi" | "planned", name)
+
+CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
+METAL3 = "IPAddress"
+CAPI = "IPAddress.capi"
+PLANNED = "planned"
+# Objects accounted between two yields when a ledger is loaded: about a millisecond of work.
+LOAD_CHUNK = 128
+
+
+class _Allocator(Allocator):
+    """An allocator that notes what a pass takes, so what was only planned is given back after it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.planned: set[int] | None = None
+
+    def take(self, ip: int) -> None:
+        super().take(ip)
+        if self.planned is not None:
+            self.planned.add(ip)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.ident: tuple | None = None
+        self.pool: Pool | None = None
+        self.allocator: _Allocator | None = None
+        self.claims: dict[o.ClaimKey, dict] = {}
+        self.addresses: dict[str, dict] = {}        # Metal3 IPAddresses of the pool, by name
+        self.capi_addresses: dict[str, dict] = {}   # Cluster API IPAddresses of the pool, by name
+        # Addresses by the claim they name (whatever its incarnation; see claim_key_of).
+        self.named: dict[o.ClaimKey, dict[str, dict]] = {}
+        self.mirrors_named: dict[o.ClaimKey, dict[str, dict]] = {}
+        # IP -> what holds it: address objects of either API, and allocations a pass planned.
+        self.holders: dict[int, set[Holder]] = {}
+        # -- what the decisions left --
+        self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
+        self.bound_version = 0                      # bumped whenever ``bound`` changes
+        self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
+        self.deferred_claims: dict[o.ClaimKey, None] = {}
+        self.deferred_addresses: dict[tuple[str, str], None] = {}
+        # A full reconcile is due: set when writes of a pass failed, when the pool was paused.
+        self.needs_full = True
+        # The status key (see reconcile.pool_status) for which the pool's status was found current.
+        self.status_clean: tuple | None = None
+        self.status_held = False  # a status write was put off (counts and indexes only)
+        self._freed = False  # an IP went free since the last pass
+
+    # -- the pool itself ---------------------------------------------------
+
+    @staticmethod
+    def ident_of(pool_obj: dict | None, model: Pool | None, withheld: Iterable) -> tuple:
+        """What the ledger's allocator is built from: a change of any of it means a full reload."""
+        meta = o.meta(pool_obj) if pool_obj is not None else {}
+        # The API server bumps generation on every spec change; objects from files have none.
+        spec = repr(o.spec(pool_obj)) if pool_obj is not None and meta.get("generation") is None else None
+        return (meta.get("uid"), meta.get("generation"), spec, tuple(withheld), pool_obj is None, model is None)
+
+    def reset(self, ident: tuple, pool: Pool | None, withheld: list[tuple[int, int]],
+              rng: random.Random | None) -> None:
+        self.__init__()
+        self.ident = ident
+        self.pool = pool
+        self.allocator = _Allocator(pool, rng, withheld=withheld) if pool is not None else None
+        self.needs_full = False
+
+    def load(self, claims: list[dict], addresses: list[dict], capi_addresses: list[dict]) -> Iterator[None]:
+        """Account every object of the pool; yields now and then so a big pool does not hold the loop."""
+        for n, obj in enumerate(addresses + capi_addresses + claims, 1):
+            self.add(obj)
+            if n % LOAD_CHUNK == 0:
+                yield
+
+    # -- being told what changed ---------------------------------------------
+
+    def apply(self, changes: Iterable[tuple[ObjKey, dict | None]]) -> tuple[dict, dict]:
+        """Take the changes (key, the object now filed in this pool or None); returns what to decide again.
+
+        Dirty are: changed claims and the addresses naming them, changed
+        addresses and the claims they named before and name now; then what
+        an earlier pass left over, and the unserved claims when an IP went free.
+        """
+        claims: dict[o.ClaimKey, None] = dict.fromkeys(self.deferred_claims)
+        addresses: dict[tuple[str, str], None] = dict.fromkeys(self.deferred_addresses)
+        self.deferred_claims, self.deferred_addresses = {}, {}
+        for key, obj in changes:
+            kind, _, name = key
+            if kind in CLAIM_KINDS:
+                ckey = (kind[1], name)
+                old = self.claims.get(ckey)
+                if old is not None:
+                    self.drop(old)
+                if obj is not None:
+                    self.add(obj)
+                claims[ckey] = None
+                for address_name in self.named.get(ckey, ()):
+                    addresses[(METAL3, address_name)] = None
+                for address_name in self.mirrors_named.get(ckey, ()):
+                    addresses[(CAPI, address_name)] = None
+            elif kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
+                tag, stored, claim_of = ((METAL3, self.addresses, o.claim_of_address) if kind == kinds.IPADDRESS
+                                         else (CAPI, self.capi_addresses, o.claim_of_capi_address))
+                old = stored.get(name)
+                for version in (old, obj):
+                    if version is not None:
+                        named = claim_of(version)
+                        if named is not None:
+                            claims[named] = None
+                if old is not None:
+                    self.drop(old)
+                if obj is not None:
+                    self.add(obj)
+                addresses[(tag, name)] = None
+        if self._freed:
+            self._freed = False
+            for ckey in self.unserved:
+                claims[ckey] = None
+        return claims, addresses
+
+    def add(self, obj: dict) -> None:
+        kind = kinds.kind_of(obj)
+        name = o.name(obj)
+        if kind in CLAIM_KINDS:
+            self.claims[o.claim_key(obj)] = obj
+            return
+        if kind == kinds.IPADDRESS:
+            tag, stored, index, named = METAL3, self.addresses, self.named, o.claim_of_address(obj)
+        else:
+            tag, stored, index, named = CAPI, self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
+        stored[name] = obj
+        if named is not None:
+            index.setdefault(named, {})[name] = obj
+        ip = self._ip(obj)
+        if ip is not None:
+            self.hold(ip, (tag, name))
+
+    def drop(self, obj: dict) -> None:
+        kind = kinds.kind_of(obj)
+        name = o.name(obj)
+        if kind in CLAIM_KINDS:
+            key = o.claim_key(obj)
+            self.claims.pop(key, None)
+            self.unserved.pop(key, None)
+            self.unbind(key)
+            return
+        if kind == kinds.IPADDRESS:
+            tag, stored, index, named = METAL3, self.addresses, self.named, o.claim_of_address(obj)
+        else:
+            tag, stored, index, named = CAPI, self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
+        stored.pop(name, None)
+        if named is not None and named in index:
+            index[named].pop(name, None)
+            if not index[named]:
+                del index[named]
+        ip = self._ip(obj)
+        if ip is not None:
+            self.let_go(ip, (tag, name))
+
+    def _ip(self, address: dict) -> int | None:
+        """The IP an address holds in this pool's allocator: of the pool's family, else none."""
+        if self.pool is None:
+            return None
+        ip = o.address_ip(address)
+        return int(ip) if ip is not None and ip.version == self.pool.version else None
+
+    def hold(self, ip: int, holder: Holder) -> None:
+        holders = self.holders.get(ip)
+        if holders is None:
+            holders = self.holders[ip] = set()
+            if self.allocator is not None:
+                planned, self.allocator.planned = self.allocator.planned, None
+                self.allocator.take(ip)
+                self.allocator.planned = planned
+        holders.add(holder)
+
+    def let_go(self, ip: int, holder: Holder) -> None:
+        holders = self.holders.get(ip)
+        if holders is None:
+            return
+        holders.discard(holder)
+        if not holders:
+            del self.holders[ip]
+            if self.allocator is not None:
+                self.allocator.release(ip)
+            self._freed = True
+
+    # -- a pass ----------------------------------------------------------------
+
+    def begin(self) -> None:
+        """A pass starts deciding: what the allocator takes from now on is only planned."""
+        if self.allocator is not None:
+            self.allocator.planned = set()
+
+    def planned(self, ip: int, address_name: str) -> None:
+        """An allocation the pass plans: held until the pass is over (``settle``)."""
+        self.hold(ip, (PLANNED, address_name))
+
+    def settle(self) -> None:
+        """The pass was carried out: what it only planned is given back.
+
+        An allocation that was written comes back as its address (a change
+        to apply); one that was not must not stay taken.
+        """
+        if self.allocator is None:
+            return
+        planned, self.allocator.planned = self.allocator.planned or set(), None
+        for ip in planned:
+            holders = self.holders.get(ip)
+            if holders is not None:
+                for holder in [h for h in holders if h[0] == PLANNED]:
+                    self.let_go(ip, holder)
+            elif ip in self.allocator.taken:
+                self.allocator.release(ip)  # skipped as taken elsewhere: looked at again next time
+        self._freed = False
+
+    def bind(self, key: o.ClaimKey, text: str) -> None:
+        if self.bound.get(key) != text:
+            self.bound[key] = text
+            self.bound_version += 1
+
+    def unbind(self, key: o.ClaimKey) -> None:
+        if self.bound.pop(key, None) is not None:
+            self.bound_version += 1
+
+    def dismantle(self) -> Iterator[None]:
+        """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
+        for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
+                          self.holders, self.bound, self.unserved):
+            while container:
+                for _ in range(min(4 * LOAD_CHUNK, len(container))):
+                    container.popitem()
+                yield
+        self.allocator = None
+
+    # -- reading ----------------------------------------------------------------
+
+    def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
+        """``key`` when the address belongs to the claim of that name (or to no known claim).
+
+        An address owned by another incarnation of the name that the claim is
+        younger than is a leftover of a deleted claim, not this claim's. (A
+        copy made by a move or a restore has its claim created first, and
+        clusterctl rewrites owner uids anyway: such addresses stay the claim's.)
+        """
+        claim = self.claims.get(key) if key is not None else None
+        if claim is None:
+            return key
+        owner_uid = o.claim_uid_of(address, key)
+        claim_uid = o.meta(claim).get("uid")
+        if owner_uid is None or claim_uid is None or owner_uid == claim_uid:
+            return key
+        claim_born = str(o.meta(claim).get("creationTimestamp") or "")
+        address_born = str(o.meta(address).get("creationTimestamp") or "")
+        return None if claim_born and address_born and claim_born > address_born else key
+
+    def addresses_of(self, key: o.ClaimKey) -> list[dict]:
+        """The Metal3 addresses made for this incarnation of the claim."""
+        return [a for a in self.named.get(key, {}).values() if self.claim_key_of(a, key) == key]
+
+    def mirrors_of(self, key: o.ClaimKey) -> list[dict]:
+        """The Cluster API addresses of the claim: ours are named after it, the Go IPAM's <namePrefix>-<ip>."""
+        return [a for a in self.mirrors_named.get(key, {}).values() if self.claim_key_of(a, key) == key]
+
+    @property
+    def allocated(self) -> int:
+        return len(self.holders)
+
+    @property
+    def deferred(self) -> bool:
+        return bool(self.deferred_claims or self.deferred_addresses)
+
+    def state(self, decisions: bool = True) -> dict[str, Any]:
+        """What must equal a ledger loaded afresh from the same objects (and, with
+        ``decisions``, given a full pass over them), in one go: for tests (the audit uses ``compare``)."""
+        state: dict[str, Any] = {
+            "claims": {k: _version(c) for k, c in self.claims.items()},
+            "addresses": {n: _version(a) for n, a in self.addresses.items()},
+            "capi_addresses": {n: _version(a) for n, a in self.capi_addresses.items()},
+            "named": {k: sorted(v) for k, v in self.named.items()},
+            "mirrors_named": {k: sorted(v) for k, v in self.mirrors_named.items()},
+            "holders": {ip: sorted(h) for ip, h in self.holders.items()},
+            "free": [list(f.intervals()) for f in self.allocator.free] if self.allocator is not None else None,
+            "taken": set(self.allocator.taken) if self.allocator is not None else None,
+        }
+        if decisions:
+            state["bound"] = dict(self.bound)
+            state["unserved"] = set(self.unserved)
+        return state
+
+
+def _version(obj: dict) -> tuple:
+    meta = o.meta(obj)
+    return (meta.get("uid"), meta.get("resourceVersion"))
+
+
+def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
+    """Where a ledger kept from changes differs from one loaded afresh from the same objects.
+
+    In pieces, yielding between them: the audit runs it on the event loop.
+    Returns one line per part that differs, with a few examples.
+    """
+    found: list[str] = []
+    for part, x, y, view in (
+            ("claims", kept.claims, fresh.claims, _version),
+            ("addresses", kept.addresses, fresh.addresses, _version),
+            ("capi_addresses", kept.capi_addresses, fresh.capi_addresses, _version),
+            ("named", kept.named, fresh.named, sorted),
+            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, sorted),
+            ("holders", kept.holders, fresh.holders, sorted)):
+        yield from compare_maps(part, x, y, view, found)
+    if (kept.allocator is None) != (fresh.allocator is None):
+        found.append("allocator: one of them has none")
+    elif kept.allocator is not None:
+        if kept.allocator.taken != fresh.allocator.taken:
+            found.append(f"taken: only kept {sorted(kept.allocator.taken - fresh.allocator.taken)[:3]}, "
+                         f"only recomputed {sorted(fresh.allocator.taken - kept.allocator.taken)[:3]}")
+        for n, (a, b) in enumerate(itertools.zip_longest(
+                (span for f in kept.allocator.free for span in f.intervals()),
+                (span for f in fresh.allocator.free for span in f.intervals())), 1):
+            if a != b:
+                found.append(f"free: kept {a} where recomputed {b}")
+                break
+            if n % 1024 == 0:
+                yield
+    return found
+
+
+def compare_maps(part: str, x: dict, y: dict, view: Callable[[Any], Any], found: list[str]) -> Iterator[None]:
+    """Append to ``found`` how the maps ``x`` (kept) and ``y`` (recomputed) differ, as seen through ``view``."""
+    differing: list[Any] = []
+    for n, key in enumerate(x, 1):
+        if key not in y or view(x[key]) != view(y[key]):
+            differing.append(key)
+        if n % 1024 == 0:
+            yield
+    for n, key in enumerate(y, 1):
+        if key not in x:
+            differing.append(key)
+        if n % 1024 == 0:
+            yield
+    if differing:
+        found.append(f"{part}: {len(differing)} differ, e.g. " + ", ".join(
+            f"{k!r}: {view(x[k]) if k in x else None!r} != {view(y[k]) if k in y else None!r}" for k in differing[:3]))

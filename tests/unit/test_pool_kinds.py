@@ -1,0 +1,69 @@
+"""A second kind of pool is an addition: its kind, a reader of its spec, its finalizer; nothing else changes.
+
+An IPPool and a pool of another kind with the same name in one namespace are
+two pools: their claims are filed apart, each is served from its own
+addresses, and each pool's key says its kind.
+"""
+
+from __future__ import annotations
+
+import random
+
+import netaddr
+import pytest
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core import pool_kinds
+from metal3_ipam.core.pool import read_pool
+from metal3_ipam.memory import converge
+from ipam_objects import NS, capi_claim, ippool, loaded
+
+OTHER = ("ipam.cluster.x-k8s.io", "InClusterIPPool")
+
+
+@pytest.fixture
+def other_kind(monkeypatch):
+    """A kind of pool read from ``spec.addresses`` (a list of ranges), as the in-cluster provider's."""
+    def read(pool):
+        spec = pool.get("spec") or {}
+        entries = [{"start": a.split("-")[0], "end": a.split("-")[-1]} for a in spec.get("addresses") or []]
+        return read_pool({"namePrefix": o.name(pool), "pools": entries, "prefix": spec.get("prefix")})
+    monkeypatch.setattr(kinds, "POOL_KINDS", (*kinds.POOL_KINDS, OTHER))
+    monkeypatch.setitem(pool_kinds.READERS, OTHER, read)
+    monkeypatch.setitem(kinds.FINALIZERS, OTHER, "ipam.metal3.io/inclusterippool")
+
+
+def other_pool(name: str, addresses: list[str]) -> dict:
+    return {"apiVersion": f"{OTHER[0]}/v1alpha2", "kind": OTHER[1], "metadata": {"name": name, "namespace": NS},
+            "spec": {"addresses": addresses, "prefix": 24}}
+
+
+def test_a_pool_key_names_its_kind_and_an_ippool_key_equals_its_plain_pair():
+    ippool_key = o.PoolKey(NS, "p")
+    assert ippool_key == (NS, "p") and hash(ippool_key) == hash((NS, "p")) and ippool_key.kind == kinds.IPPOOL
+    assert o.PoolKey(NS, "p", OTHER) != ippool_key and o.PoolKey(NS, "p", OTHER) != (NS, "p")
+    assert len({ippool_key, (NS, "p"), o.PoolKey(NS, "p", OTHER)}) == 2
+
+
+def test_a_claim_for_a_kind_not_served_is_nobody_s():
+    claim = capi_claim("k", pool="p", api_group=OTHER[0], kind=OTHER[1])
+    assert o.pool_of(claim) is None
+
+
+def test_two_kinds_of_pool_with_one_name_are_two_pools(other_kind):
+    api = loaded(ippool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}]),
+                 other_pool("p", ["10.9.0.1-10.9.0.9"]),
+                 capi_claim("from-ippool", pool="p"),
+                 capi_claim("from-other", pool="p", api_group=OTHER[0], kind=OTHER[1]))
+    keys = api.inventory.pool_keys()
+    assert sorted(k.kind for k in keys) == sorted([kinds.IPPOOL, OTHER])
+    converge(api, random.Random(0))
+    held = {o.spec(a)["claimRef"]["name"]: (o.spec(a)["poolRef"]["kind"], o.spec(a)["address"])
+            for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)}
+    assert held["from-ippool"][0] == "IPPool" and netaddr.IPAddress(held["from-ippool"][1]) in netaddr.IPRange(
+        "10.0.0.1", "10.0.0.9")
+    assert held["from-other"][0] == OTHER[1] and netaddr.IPAddress(held["from-other"][1]) in netaddr.IPRange(
+        "10.9.0.1", "10.9.0.9")
+    other = api.inventory.get(OTHER, NS, "p")
+    assert kinds.FINALIZERS[OTHER] in o.finalizers(other) and o.status(other)["allocated"] == "1"
