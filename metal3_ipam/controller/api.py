@@ -50,6 +50,7 @@ from ..core import objects as o
 from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions,
                             guard_holds)
 from ..core.inventory import Inventory
+from ..core.slim import slim
 from . import metrics
 from .credentials import Credentials, CredentialsError
 from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent, status_patch
@@ -343,6 +344,7 @@ class ApiWriter:
                 await self._refresh(o.ref(obj))
                 raise Refusal(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} exists already", again=True) from None
             raise
+        created = slim(created)
         self.inventory.upsert(created)
         return created
 
@@ -374,6 +376,7 @@ class ApiWriter:
             raise
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
                 and o.finalizers(result):
+            result = slim(result)
             self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
             return result
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
@@ -423,7 +426,7 @@ class ApiWriter:
         if o.is_deleting(obj) and not o.finalizers(obj):
             self.inventory.remove(obj)
         else:
-            self.inventory.upsert(obj)
+            self.inventory.upsert(slim(obj))
 
     async def _refresh(self, target: o.Ref) -> dict | None:
         """Read one object from the API server into the inventory (None when it does not exist)."""
@@ -438,6 +441,7 @@ class ApiWriter:
                 self._forget(target)
                 return None
             raise
+        obj = slim(obj)
         self.inventory.upsert(obj)
         return obj
 

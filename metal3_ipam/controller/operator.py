@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
+from ..core.slim import slim
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials
 from .workers import PoolWorkers
@@ -92,6 +93,7 @@ class Controller:
     _tasks: set[asyncio.Task] = field(default_factory=set)
 
     def file(self, obj: dict) -> None:
+        obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
         if self.relist is not None and self._resumes(obj):
             key = (o.namespace(obj), o.name(obj))
             if key not in self._resuming:
@@ -186,7 +188,7 @@ def list_all(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
                 for item in page.get("items") or []:
                     item.setdefault("apiVersion", f"{resource.group}/{resource.version}")
                     item.setdefault("kind", kind[1])
-                    items.append(item)
+                    items.append(slim(item))  # here, off the event loop, page by page
                 meta = page.get("metadata") or {}
                 version = version or meta.get("resourceVersion")
                 token = meta.get("continue")
