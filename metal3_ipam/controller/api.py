@@ -53,6 +53,7 @@ from ..core.inventory import Inventory
 from ..core.slim import slim
 from . import metrics
 from .credentials import Credentials, CredentialsError
+from .fairness import FairSlots
 from .refusals import Backoff, Refused, WriteAccess, event_reason, is_permanent, status_patch
 
 log = logging.getLogger("metal3_ipam.api")
@@ -131,7 +132,8 @@ class ApiWriter:
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
-        self.limit = asyncio.Semaphore(parallel)
+        # Shared by every pool, handed out in turn: one pool's backlog does not hold up another's claims.
+        self.slots = FairSlots(parallel)
         self.component = component
         self.request_timeout = request_timeout
         self.backoff = refusal_backoff if refusal_backoff is not None else Backoff()
@@ -176,13 +178,15 @@ class ApiWriter:
 
     # -- plans -------------------------------------------------------------
 
-    async def execute(self, plan: Plan) -> Outcome:
+    async def execute(self, plan: Plan, pool: Any = None) -> Outcome:
+        """Carry out ``plan``, the work of ``pool`` (its steps queue for the writer's slots in that pool's
+        line; plans of no named pool share one line)."""
         outcome = Outcome()
-        await asyncio.gather(*(self._step(step, outcome) for step in plan.steps))
+        await asyncio.gather(*(self._step(step, outcome, pool) for step in plan.steps))
         return outcome
 
-    async def _step(self, step: Step, outcome: Outcome) -> None:
-        async with self.limit:
+    async def _step(self, step: Step, outcome: Outcome, pool: Any = None) -> None:
+        async with self.slots.slot(pool):
             wait = self._refused_lately(step)
             if wait:
                 outcome.again = True

@@ -145,7 +145,7 @@ class PoolWorkers:
         for line in plan.describe():
             log.info("pool %s/%s: %s", pool[0], pool[1], line)
         planned = time.monotonic()
-        outcome = await self.writer.execute(plan)
+        outcome = await self.writer.execute(plan, pool)
         log.info("pool %s/%s: pass of %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s",
                  pool[0], pool[1], len(snapshot.claims), len(plan.steps), planned - started, outcome.done,
                  time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "",
