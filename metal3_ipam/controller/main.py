@@ -129,7 +129,7 @@ async def run(options: Options) -> int:
 
     async def load() -> None:
         for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
-            controller.settle(listing)
+            await controller.settle_in_steps(listing)
         state["loaded"] = True
         log.info("inventory loaded: %d objects", len(inventory.objects))
         workers.kick_all()
@@ -143,7 +143,7 @@ async def run(options: Options) -> int:
             await asyncio.sleep(options.resync_seconds)
             try:
                 for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
-                    controller.settle(listing)
+                    await controller.settle_in_steps(listing)
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
             if may_write():
