@@ -60,19 +60,30 @@ class Follow:
         self.gone: set[str] = set()
         self.changed = threading.Condition()
         self.watcher = watch.Watch()
+        self.stopped = False
         threading.Thread(target=self._run, args=(api, version), daemon=True).start()
 
     def _run(self, api: client.ApiClient, version: str) -> None:
         custom = client.CustomObjectsApi(api)
-        for event in self.watcher.stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS, "ipclaims",
-                                         resource_version=version, timeout_seconds=900):
-            name = event["object"]["metadata"]["name"]
-            with self.changed:
-                if event["type"] == "DELETED":
-                    self.gone.add(name)
-                elif (event["object"].get("status") or {}).get("address"):
-                    self.bound.add(name)
-                self.changed.notify_all()
+        while not self.stopped:
+            try:  # a stream the server or the connection ends goes on from the last version seen
+                for event in self.watcher.stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS,
+                                                 "ipclaims", resource_version=version, timeout_seconds=240):
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    name = event["object"]["metadata"]["name"]
+                    with self.changed:
+                        if event["type"] == "DELETED":
+                            self.gone.add(name)
+                        elif (event["object"].get("status") or {}).get("address"):
+                            self.bound.add(name)
+                        self.changed.notify_all()
+            except Exception as err:  # noqa: BLE001 - the bench must not hang on a broken stream
+                print(f"(claims watch: {type(err).__name__}: {err}; resuming)", file=sys.stderr)
+                self.watcher = watch.Watch()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.watcher.stop()
 
     def wait(self, what: set[str], n: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -132,7 +143,7 @@ def main() -> int:
 
             bind = phase(api, proc, create, lambda: follow.wait(follow.bound, n, 600))
             release = phase(api, proc, delete, lambda: follow.wait(follow.gone, n, 600))
-            follow.watcher.stop()
+            follow.stop()
         finally:
             stop_group(proc)
             log.close()

@@ -105,6 +105,13 @@ class Controller:
             return
         self.workers.kick(self.inventory.upsert(obj))
 
+    def on_event(self, event_type: str, obj: dict) -> None:
+        """A watch event, as ``watch.KindWatch`` hands it over."""
+        if event_type == "DELETED":
+            self.forget(obj)
+        else:
+            self.file(obj)
+
     def forget(self, obj: dict) -> None:
         if kinds.kind_of(obj) == kinds.CLUSTER:
             self._resuming.pop((o.namespace(obj), o.name(obj)), None)
@@ -154,10 +161,17 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
         await asyncio.sleep(0)
 
 
-def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource]) -> kopf.OperatorRegistry:
+# Kinds that come by the thousand: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
+HOT_KINDS = (kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
+
+
+def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource],
+                   skip: tuple[tuple[str, str], ...] = ()) -> kopf.OperatorRegistry:
+    """kopf's handlers: one event handler per served kind, but for those in ``skip`` (watched otherwise)."""
     registry = kopf.OperatorRegistry()
     for kind, resource in resources.items():
-        _register(registry, controller, kind, resource)
+        if kind not in skip:
+            _register(registry, controller, kind, resource)
     return registry
 
 
