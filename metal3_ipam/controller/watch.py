@@ -93,6 +93,7 @@ class KindWatch:
         self.max_pause = max_pause
         self.api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
         self.events = 0
+        self.version: str | None = None  # the last version seen: where a new stream starts
 
     def path(self) -> str:
         prefix = f"/apis/{self.resource.group}/{self.resource.version}"
@@ -104,25 +105,28 @@ class KindWatch:
         return f"{self.resource.plural}.{self.resource.group}{where}"
 
     async def run(self, version: str | None) -> None:
+        """Follow the kind from ``version`` (None: list it first) until cancelled."""
+        self.version = version
         pause = 0.5
         while True:
             try:
-                if version is None:
-                    version = await self.relist(self.kind, self.namespace)
-                version = await self._follow(version)
+                if self.version is None:
+                    self.version = await self.relist(self.kind, self.namespace)
+                await self._follow(self.version)
                 pause = 0.5  # ended by the server's timeout, as asked: go on from where it was
             except Gone:
-                log.info("watch of %s: version %s is gone; listing again", self, version)
-                version = None
+                log.info("watch of %s: version %s is gone; listing again", self, self.version)
+                self.version = None
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # a broken connection, a refusal, a listing that failed: retry, slower
+                # From the last version seen: what was filed already is not asked for again.
                 log.warning("watch of %s failed: %s; again in %.1f s", self, err, pause)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self.max_pause)
 
-    async def _follow(self, version: str) -> str:
-        """One stream, from ``version``; returns the version it reached when the server ended it."""
+    async def _follow(self, version: str) -> None:
+        """One stream, from ``version``, until the server ends it; ``self.version`` follows the events."""
         query = (f"watch=1&allowWatchBookmarks=true&timeoutSeconds={SERVER_TIMEOUT}"
                  f"&resourceVersion={version}")
         for attempt in (1, 2):
@@ -143,10 +147,13 @@ class KindWatch:
                 if response.status != 200:
                     text = await response.text()
                     raise WatchFailed(f"{response.status} {_message(text) or response.reason}")
-                return await self._read(response, version)
+                await self._read(response)
+                return
         raise WatchFailed("401 Unauthorized")
 
-    async def _read(self, response: aiohttp.ClientResponse, version: str) -> str:
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        # One JSON document per line; lines are cut here rather than by the stream reader, which
+        # refuses lines longer than its buffer (an object may be as large as etcd allows).
         pending = b""
         async for chunk in response.content.iter_any():
             pending += chunk
@@ -155,27 +162,30 @@ class KindWatch:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
-                    version = self._event(json.loads(line), version)
+                    self._event(json.loads(line))
         if pending.strip():
-            version = self._event(json.loads(pending), version)
-        return version
+            self._event(json.loads(pending))
 
-    def _event(self, event: dict, version: str) -> str:
+    def _event(self, event: dict) -> None:
         kind, obj = event.get("type"), event.get("object")
         if not isinstance(obj, dict):
-            return version
+            return
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
             raise WatchFailed(f"{obj.get('code')} {obj.get('message')}")
-        new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
-        if kind == "BOOKMARK":
-            return new_version
-        obj.setdefault("apiVersion", self.api_version)
-        obj.setdefault("kind", self.kind[1])
-        self.events += 1
-        self.on_event(kind, obj)
-        return new_version
+        new_version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind != "BOOKMARK":
+            obj.setdefault("apiVersion", self.api_version)
+            obj.setdefault("kind", self.kind[1])
+            self.events += 1
+            try:
+                self.on_event(kind, obj)
+            except Exception:  # a bug filing one object must not stop the stream for every other
+                log.exception("watch of %s: filing %s %s failed", self, kind,
+                              (obj.get("metadata") or {}).get("name"))
+        if new_version:
+            self.version = new_version
 
 
 def _message(text: str) -> str | None:
