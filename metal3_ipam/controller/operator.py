@@ -1,8 +1,11 @@
 """The kopf operator: watches feed the inventory, pool workers reconcile.
 
-kopf does the watching (lists, watches, reconnects, namespaces). Every kind
+kopf runs the operator and watches pools and Clusters: each of those kinds
 gets one light event handler, which files changes and deletions into the
-inventory and kicks the pools they concern. Before any pool is reconciled,
+inventory and kicks the pools they concern. Claims and addresses, which come
+by the thousand, are watched by ``watch.KindWatch`` instead and handed to the
+same ``Controller``: kopf's per-object machinery cost more CPU per event
+than everything else the controller does for it. Before any pool is reconciled,
 every kind is listed once (``list_all``): a restarted controller never
 mistakes a claim whose address it has not seen yet for a new one.
 
@@ -135,12 +138,8 @@ class Controller:
         if obj is not None:
             self.workers.kick(self.inventory.upsert(obj))
 
-    def settle(self, listing: "Listing") -> None:
-        self.workers.kick(self.inventory.settle_listing(listing.kind, listing.namespace, listing.items,
-                                                        listing.resource_version))
-
     async def settle_in_steps(self, listing: "Listing") -> None:
-        """``settle``, letting the event loop run between every few hundred objects (a listing of
+        """File a listing, letting the event loop run between every few hundred objects (a listing of
         50,000 filed in one go would hold up watch events, health probes and lease renewals for seconds)."""
         await file_in_steps(self.inventory.settle_listing_in_steps(
             listing.kind, listing.namespace, listing.items, listing.resource_version), self.workers.kick)
