@@ -178,7 +178,10 @@ def _compact(value: Any, intern: bool) -> Any:
     if type(value) is str:
         return _intern(value) if intern else value
     if type(value) is dict:
-        return {_intern(k) if type(k) is str else k: _compact(v, intern and k not in _UNIQUE)
+        # A unique field keeps its own text; what is nested under it (a claim's status.address
+        # names its IPAddress and namespace) is interned like anything else.
+        return {_intern(k) if type(k) is str else k:
+                (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
                 for k, v in value.items()}
     if type(value) is list:
         return [_compact(v, intern) for v in value]
