@@ -6,6 +6,13 @@ wall time, the controller's CPU, and the requests the API server answered,
 by verb and resource (from its own counters), per claim. The goal is a
 release no slower than the allocation (ratio release/allocation <= 1).
 
+First, the floor of each phase in another namespace: a plain client makes
+the requests the controller's run makes per claim, in the same order and
+with the same parallelism (allocation: create the claim, create its address,
+patch the claim's status, add its finalizer; release: delete the claim,
+delete its address, take the address's finalizer off, take the claim's off).
+What the API server needs for a deletion against a creation shows there.
+
     python bench/release_throughput.py [--claims 1000] [--parallel 16]
 
 BENCH_PROFILE=<file> runs the controller under cProfile (written at exit).
@@ -32,6 +39,8 @@ from kubernetes import client, watch  # noqa: E402
 
 from e2e_throughput import base, claim, cpu_seconds, free_port, pool, request_text, wait_ready  # noqa: E402
 from metal3_ipam.controller.api import request  # noqa: E402
+from metal3_ipam.core import kinds  # noqa: E402
+from metal3_ipam.core.naming import address_name  # noqa: E402
 from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
 from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
@@ -107,6 +116,45 @@ def phase(api, proc, act, done) -> tuple[float, float, Counter]:
     return elapsed, cpu_seconds(proc.pid) - cpu, requests_so_far(api) - before
 
 
+def floor(api: client.ApiClient, n: int, parallel: int) -> tuple[float, float]:
+    """Allocation and release by a plain client: the same requests per claim, no controller."""
+    ns = "floor"
+    request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    request(api, "POST", base(ns, "ippools"), pool(ns))
+    patch = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+
+    def allocate(i: int) -> None:
+        name = f"claim-{i:05d}"
+        request(api, "POST", base(ns, "ipclaims"), claim(ns, i))
+        ip = f"10.10.{(i + 2) // 256}.{(i + 2) % 256}"
+        lock = address_name("bench", ip)
+        request(api, "POST", base(ns, "ipaddresses"), {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAddress",
+            "metadata": {"name": lock, "namespace": ns, "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]]},
+            "spec": {"address": ip, "prefix": 16, "gateway": "10.10.0.1", "pool": {"name": "bench", "namespace": ns},
+                     "claim": {"name": name, "namespace": ns}}})
+        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}/status",
+                {"status": {"address": {"name": lock, "namespace": ns}}}, headers=patch)
+        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}",
+                {"metadata": {"finalizers": [kinds.FINALIZERS[kinds.IPCLAIM]]}}, headers=patch)
+
+    def release(i: int) -> None:
+        name = f"claim-{i:05d}"
+        lock = address_name("bench", f"10.10.{(i + 2) // 256}.{(i + 2) % 256}")
+        request(api, "DELETE", f"{base(ns, 'ipclaims')}/{name}")
+        request(api, "DELETE", f"{base(ns, 'ipaddresses')}/{lock}", {"propagationPolicy": "Background"})
+        request(api, "PATCH", f"{base(ns, 'ipaddresses')}/{lock}", {"metadata": {"finalizers": []}}, headers=patch)
+        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}", {"metadata": {"finalizers": []}}, headers=patch)
+
+    times = []
+    for work in (allocate, release):
+        started = time.perf_counter()
+        with ThreadPoolExecutor(parallel) as workers:
+            list(workers.map(work, range(n)))
+        times.append(time.perf_counter() - started)
+    return times[0], times[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=1000)
@@ -120,6 +168,7 @@ def main() -> int:
         api.configuration.connection_pool_maxsize = args.parallel + 4
         request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": NS}})
+        floor_bind, floor_release = floor(api, n, args.parallel)
         request(api, "POST", base(NS, "ippools"), pool(NS))
         port = free_port()
         log = open(Path(os.environ.get("BENCH_CONTROLLER_LOG") or Path(tmp) / "controller.log"), "w")
@@ -156,7 +205,10 @@ def main() -> int:
         shown = ", ".join(f"{verb} {resource} {count / n:.2f}" for (verb, resource), count in counts.most_common()
                           if count and verb not in ("WATCH",))
         print(f"  {name} requests per claim: {shown}")
+    print(f"floor (plain client, the same 4 requests per claim): allocation {floor_bind:.2f} s, "
+          f"release {floor_release:.2f} s, ratio {floor_release / floor_bind:.2f}")
     ratio = release[0] / bind[0]
+    print(f"controller/floor: allocation {bind[0] / floor_bind:.2f}, release {release[0] / floor_release:.2f}")
     print(f"ratio release/allocation: {ratio:.2f} (goal <= 1) {'PASS' if ratio <= 1 else 'FAIL'}")
     return 0
 
