@@ -50,8 +50,10 @@ from ..core import objects as o
 from ..core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step, StepVersions,
                             guard_holds)
 from ..core.inventory import Inventory
+from ..core.slim import slim
 from . import metrics
 from .credentials import Credentials, CredentialsError
+from .fairness import FairSlots
 from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
                        status_patch)
 
@@ -134,7 +136,8 @@ class ApiWriter:
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
-        self.limit = asyncio.Semaphore(parallel)
+        # Shared by every pool, handed out in turn: one pool's backlog does not hold up another's claims.
+        self.slots = FairSlots(parallel)
         self.component = component
         self.request_timeout = request_timeout
         self.backoff = refusal_backoff if refusal_backoff is not None else Backoff()
@@ -222,13 +225,15 @@ class ApiWriter:
 
     # -- plans -------------------------------------------------------------
 
-    async def execute(self, plan: Plan) -> Outcome:
+    async def execute(self, plan: Plan, pool: Any = None) -> Outcome:
+        """Carry out ``plan``, the work of ``pool`` (its steps queue for the writer's slots in that pool's
+        line; plans of no named pool share one line)."""
         outcome = Outcome()
-        await asyncio.gather(*(self._step(step, outcome) for step in plan.steps))
+        await asyncio.gather(*(self._step(step, outcome, pool) for step in plan.steps))
         return outcome
 
-    async def _step(self, step: Step, outcome: Outcome) -> None:
-        async with self.limit:
+    async def _step(self, step: Step, outcome: Outcome, pool: Any = None) -> None:
+        async with self.slots.slot(pool):
             wait = self._refused_lately(step)
             if wait:
                 outcome.again = True
@@ -398,6 +403,7 @@ class ApiWriter:
                 await self._refresh(o.ref(obj))
                 raise Refusal(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} exists already", again=True) from None
             raise
+        created = slim(created)
         self.inventory.upsert(created)
         return created
 
@@ -429,6 +435,7 @@ class ApiWriter:
             raise
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
                 and o.finalizers(result):
+            result = slim(result)
             self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
             return result
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
@@ -478,7 +485,7 @@ class ApiWriter:
         if o.is_deleting(obj) and not o.finalizers(obj):
             self.inventory.remove(obj)
         else:
-            self.inventory.upsert(obj)
+            self.inventory.upsert(slim(obj))
 
     async def _refresh(self, target: o.Ref) -> dict | None:
         """Read one object from the API server into the inventory (None when it does not exist)."""
@@ -493,6 +500,7 @@ class ApiWriter:
                 self._forget(target)
                 return None
             raise
+        obj = slim(obj)
         self.inventory.upsert(obj)
         return obj
 

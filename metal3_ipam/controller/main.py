@@ -28,8 +28,9 @@ from . import health, webhook
 from .api import ApiWriter
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
-from .operator import (Controller, Listing, NotInstalled, build_registry, discover, list_all, login_from,
-                       settings)
+from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, list_all,
+                       login_from, settings)
+from .watch import KindWatch, Streams
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -93,7 +94,7 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    state = {"loaded": False}
+    state = {"loaded": False, "watching": False}
     elector: LeaderElector | None = None
     may_write: Callable[[], bool] = lambda: True
 
@@ -113,7 +114,16 @@ async def run(options: Options) -> int:
         return await asyncio.to_thread(list_all, api, addresses, [namespace])
 
     controller = Controller(inventory, workers, writer, relist=relist)
-    registry = build_registry(controller, resources)
+    # Claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
+    hot = tuple(kind for kind in HOT_KINDS if kind in resources)
+    registry = build_registry(controller, resources, skip=hot)
+    streams = Streams(credentials)
+
+    async def relist_kind(kind: tuple[str, str], namespace: str | None) -> str | None:
+        """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
+        [listing] = await asyncio.to_thread(list_all, api, {kind: resources[kind]}, [namespace] if namespace else [])
+        await controller.settle_in_steps(listing)
+        return listing.resource_version
     kopf.on.login(registry=registry)(login_from(credentials))
 
     ready_flag = asyncio.Event()
@@ -122,14 +132,19 @@ async def run(options: Options) -> int:
     alive = liveness(stop_flag, elector)
 
     def ready() -> list[str]:
-        problems = [] if ready_flag.is_set() else ["watches not started"]
+        problems = [] if ready_flag.is_set() and state["watching"] else ["watches not started"]
         problems += [] if state["loaded"] else ["inventory not loaded"]
         cannot_write = writer.readiness()
         return problems + ([cannot_write] if cannot_write else [])
 
     async def load() -> None:
         for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
-            controller.settle(listing)
+            await controller.settle_in_steps(listing)
+            if listing.kind in hot:  # watched from the version it was listed at: nothing in between is missed
+                watch = KindWatch(streams, resources[listing.kind], listing.kind, listing.namespace,
+                                  controller.on_event, relist_kind)
+                background.append(asyncio.create_task(watch.run(listing.resource_version), name=f"watch {watch}"))
+        state["watching"] = True
         state["loaded"] = True
         log.info("inventory loaded: %d objects", len(inventory.objects))
         workers.kick_all()
@@ -143,7 +158,7 @@ async def run(options: Options) -> int:
             await asyncio.sleep(options.resync_seconds)
             try:
                 for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
-                    controller.settle(listing)
+                    await controller.settle_in_steps(listing)
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
             if may_write():
@@ -200,6 +215,7 @@ async def run(options: Options) -> int:
                 log.warning("passes did not end in time; the lease is left to expire")
             elector.close()
         await writer.close()
+        await streams.close()
         await runner.cleanup()
         if webhooks is not None:
             await webhooks.close()

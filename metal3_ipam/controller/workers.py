@@ -225,7 +225,7 @@ class PoolWorkers:
         for line in plan.describe():
             log.info("pool %s/%s: %s", namespace, name, line)
         planned = time.monotonic()
-        outcome = await self.writer.execute(plan)
+        outcome = await self.writer.execute(plan, pool)
         ledger.settle()
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from . import kinds
 from . import objects as o
@@ -34,6 +34,8 @@ ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
 # How many deletions are remembered to reject late news of them. A tombstone
 # only matters until the watch stream has caught up with the deletion.
 MAX_TOMBSTONES = 100_000
+# Objects of a listing filed between two yields to the event loop (a few ms of work).
+SETTLE_STEP = 200
 
 
 @dataclass
@@ -182,22 +184,51 @@ class Inventory:
         reported it (a watch gap): it goes.
         """
         touched: set[o.PoolKey] = set()
+        for part in self.settle_listing_in_steps(kind, namespace, items, list_version):
+            touched |= part
+        return touched
+
+    def settle_listing_in_steps(self, kind: tuple[str, str], namespace: str | None, items: Iterable[dict],
+                                list_version: str | None, step: int = SETTLE_STEP) -> Iterator[set[o.PoolKey]]:
+        """``settle_listing`` a few objects at a time: yields the pools each ``step`` objects touched.
+
+        Between two of them the caller may let other work run (the event loop's
+        watch events, health probes, lease renewals): filing 50,000 objects at
+        once would stop all of it for seconds. Events filed meanwhile are no
+        different from events that came before or after the listing: each name
+        keeps the newest of what is known of it (newer versions, tombstones),
+        and only objects no newer than the listing can be proved gone by it.
+        """
+        touched: set[o.PoolKey] = set()
         seen = set()
+        done = 0
         for item in items:
             key = self.key(item)
             if key is not None:
                 seen.add(key)
                 touched |= self.upsert(item)
+            done += 1
+            if done % step == 0:
+                yield touched
+                touched = set()
         at = int(list_version) if isinstance(list_version, str) and list_version.isdigit() else None
-        if at is None:
-            return touched
-        for key, stored in list(self.objects.items()):
-            if key[0] != kind or key in seen or (namespace and key[1] != namespace):
-                continue
-            version = _version(stored)
-            if version is not None and version <= at:
-                touched |= self.remove({**stored, "metadata": {**stored["metadata"], "resourceVersion": str(at)}})
-        return touched
+        if at is not None:
+            # Looking a key over costs a fraction of filing an object: many more per step.
+            work = 0
+            for key in list(self.objects):
+                work += 1
+                if key[0] == kind and key not in seen and not (namespace and key[1] != namespace):
+                    stored = self.objects.get(key)  # as it is now: it may have changed since
+                    version = _version(stored) if stored is not None else None
+                    if version is not None and version <= at:
+                        touched |= self.remove({**stored, "metadata": {**stored["metadata"],
+                                                                      "resourceVersion": str(at)}})
+                        work += 20
+                if work >= step * 20:
+                    work = 0
+                    yield touched
+                    touched = set()
+        yield touched
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key

@@ -44,8 +44,17 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 
 
+# (apiVersion, kind) -> (group, kind): one tuple per kind, not one per object that is filed under it.
+_KIND_OF: dict[tuple[Any, str], tuple[str, str]] = {}
+
+
 def kind_of(obj: Any) -> tuple[str, str] | None:
     if not isinstance(obj, Mapping) or not isinstance(obj.get("kind"), str):
         return None
     api_version = obj.get("apiVersion")
-    return (group_of(api_version) if isinstance(api_version, str) else "", obj["kind"])
+    found = _KIND_OF.get((api_version, obj["kind"])) if isinstance(api_version, str) else None
+    if found is None:
+        found = (group_of(api_version) if isinstance(api_version, str) else "", obj["kind"])
+        if isinstance(api_version, str) and len(_KIND_OF) < 256:
+            _KIND_OF[(api_version, obj["kind"])] = found
+    return found

@@ -31,7 +31,7 @@ class MemoryWriter:
         self.api = api
         self.steps: list[tuple[str, int]] = []  # (pool name, steps) of every plan handed over
 
-    async def execute(self, plan) -> Outcome:
+    async def execute(self, plan, pool=None) -> Outcome:
         pools = {o.pool_of(a.obj) for s in plan.steps for a in s.actions if isinstance(a, Create)}
         self.steps.append((",".join(sorted(p[1] for p in pools if p)), len(plan.steps)))
         refused = self.api.apply(plan)

@@ -1,0 +1,188 @@
+"""The slim form of an object: what the controller reads of it, and nothing else.
+
+The API server sends whole objects: managedFields (often larger than the rest
+of the object), the last-applied annotation, a Cluster's topology and status.
+The inventory holds tens of thousands of claims and addresses for as long as
+they live, so each is cut down to what the reconcile, the writer and the
+webhooks read of it before it is filed, in the same dict shape (``objects``
+reads both alike).
+
+Strings repeated across objects are interned, so that one copy serves them
+all: dict keys, namespaces, apiVersion and kind, finalizers, label keys and
+values, condition types, reasons and times, pool names, and the names and uids
+by which addresses refer to their claims (a claim's uid and the owner
+reference of its address are then one string). What is unique to one object
+(its resourceVersion, an IP, a message) is kept as it came. Small parts that
+many objects have alike (a claim's spec naming its pool, a finalizer list, a
+cluster label, the pool's owner reference on every address) are shared: one
+dict or list for all of them.
+
+Filed objects are therefore read-only: nothing may change them in place (no
+code does; ``objects`` hands out copies of labels, finalizers and owner
+references). A change is a new object, filed anew.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from . import kinds
+
+_intern = sys.intern
+
+# metadata fields something reads (objects.py, inventory, reconcile, the writer's preconditions).
+_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+             "deletionTimestamp", "finalizers", "labels", "annotations", "ownerReferences")
+# Fields whose string values are unique to one object: interning them would only grow the intern table.
+_UNIQUE = frozenset(("resourceVersion", "message", "address", "errorMessage", "lastUpdated"))
+# Annotations no one reads that can be as large as the object itself.
+_DROPPED_ANNOTATIONS = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
+# Kinds whose spec and status are kept whole: a pool's spec is parsed, its status compared as a whole
+# (status.indexes may hold tens of thousands of entries: copying it each event would cost more than it saves).
+_AS_IS = frozenset((kinds.IPPOOL,))
+# Owner reference fields read of claims and addresses (a pool's are written back whole, so kept whole).
+_OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")
+# Owner references shared by many objects: the pool's (and a Cluster's) on every address of the pool.
+_SHARED_OWNERS = frozenset(("IPPool", "Cluster"))
+_CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
+# Shared parts, by their frozen value. Bounded: when full it starts again (objects filed before
+# keep what they share; only new ones stop sharing with them), so labels unique to each object
+# never pile up.
+MAX_SHARED = 4096
+_shared: dict[Any, Any] = {}
+
+
+def slim(obj: Mapping[str, Any]) -> dict:
+    """``obj`` with only the fields the controller reads, its repeated strings interned.
+
+    Anything that is not an object of ours (no kind, no metadata) is returned as it is.
+    """
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return obj  # type: ignore[return-value]
+    kind = kinds.kind_of(obj)
+    out: dict[str, Any] = {}
+    api_version = obj.get("apiVersion")
+    if isinstance(api_version, str):
+        out["apiVersion"] = _intern(api_version)
+    if isinstance(obj.get("kind"), str):
+        out["kind"] = _intern(obj["kind"])
+    out["metadata"] = _metadata(obj["metadata"], kind)
+    if kind == kinds.CLUSTER:
+        # Only whether it is paused is read of a Cluster's spec; its status is never read.
+        paused = (obj.get("spec") or {}).get("paused") if isinstance(obj.get("spec"), dict) else None
+        out["spec"] = {"paused": paused} if paused is not None else {}
+        return out
+    whole = kind in _AS_IS
+    spec, status = obj.get("spec"), obj.get("status")
+    if spec is not None:
+        if whole:
+            out["spec"] = spec
+        elif kind in _CLAIMS:
+            out["spec"] = _share(spec)  # a claim's spec names its pool, as its neighbours' do
+        else:
+            out["spec"] = _address_spec(spec) if type(spec) is dict else _compact(spec, True)
+    if status is not None:
+        out["status"] = status if whole else _compact(status, intern=True)
+    return out
+
+
+def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
+    out: dict[str, Any] = {}
+    for key in _METADATA:
+        value = meta.get(key)
+        if value is None:
+            continue
+        if key == "annotations" and isinstance(value, dict):
+            value = {_intern(k): _value(v) for k, v in value.items() if k not in _DROPPED_ANNOTATIONS}
+            if not value:
+                continue
+        elif key == "resourceVersion":
+            pass
+        elif key == "uid":
+            # A claim's uid is what its addresses' owner references name: one string for all.
+            value = _intern(value) if kind in _CLAIMS and type(value) is str else value
+        elif key in ("finalizers", "labels"):
+            value = _share(value)
+        elif key == "ownerReferences" and kind not in _AS_IS and type(value) is list:
+            value = [_owner(r) for r in value]
+        else:
+            value = _compact(value, intern=True)
+        out[key] = value
+    return out
+
+
+def _owner(ref: Any) -> Any:
+    if type(ref) is not dict:
+        return _compact(ref, True)
+    lean = {k: _compact(ref[k], True) for k in _OWNER_FIELDS if k in ref}
+    return _share(lean) if ref.get("kind") in _SHARED_OWNERS else lean
+
+
+def _address_spec(spec: dict) -> dict:
+    """An address's spec: its pool reference is its neighbours'; the rest is its own."""
+    out = {}
+    for key, value in spec.items():
+        key = _intern(key) if type(key) is str else key
+        if key in ("pool", "poolRef"):
+            out[key] = _share(value)
+        else:
+            out[key] = _compact(value, key not in _UNIQUE)
+    return out
+
+
+def _share(value: Any) -> Any:
+    """One copy of ``value`` for every object that has it alike."""
+    frozen = _freeze(value)
+    if frozen is None:
+        return _compact(value, True)
+    found = _shared.get(frozen)
+    if found is None:
+        if len(_shared) >= MAX_SHARED:
+            _shared.clear()
+        found = _shared[frozen] = _compact(value, True)
+    return found
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable image of a JSON value that tells dicts, lists and scalars apart; None if it has none."""
+    if type(value) is dict:
+        items = []
+        for k, v in value.items():
+            frozen = _freeze(v)
+            if frozen is None:
+                return None
+            items.append((k, frozen))
+        return ("d", tuple(items))
+    if type(value) is list:
+        items = []
+        for v in value:
+            frozen = _freeze(v)
+            if frozen is None:
+                return None
+            items.append(frozen)
+        return ("l", tuple(items))
+    if value is None or type(value) in (str, int, bool, float):
+        return (type(value).__name__, value)
+    return None
+
+
+def _value(value: Any) -> Any:
+    """An annotation's value: short ones repeat (paused, move markers); long ones are someone else's data."""
+    return _intern(value) if isinstance(value, str) and len(value) <= 64 else value
+
+
+def _compact(value: Any, intern: bool) -> Any:
+    """A copy of a JSON value, its keys interned and its string values too where ``intern``."""
+    if type(value) is str:
+        return _intern(value) if intern else value
+    if type(value) is dict:
+        # A unique field keeps its own text; what is nested under it (a claim's status.address
+        # names its IPAddress and namespace) is interned like anything else.
+        return {_intern(k) if type(k) is str else k:
+                (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
+                for k, v in value.items()}
+    if type(value) is list:
+        return [_compact(v, intern) for v in value]
+    return value
