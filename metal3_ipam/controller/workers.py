@@ -70,7 +70,7 @@ class PoolWorkers:
         self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         self._audit_at: dict[o.PoolKey, float] = {}
         self._building = 0  # full passes under way (see _collector_paused)
-        self._collector_was_on = True
+        self._thresholds = gc.get_threshold()
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -293,7 +293,7 @@ class PoolWorkers:
 
     @contextlib.contextmanager
     def _collector_paused(self) -> Iterator[None]:
-        """No cyclic garbage collection while a ledger is built; what is in memory then is frozen.
+        """No full cyclic garbage collection while a ledger is built; what is in memory then is frozen.
 
         Building a ledger of 50,000 claims makes hundreds of thousands of
         long-lived containers; each full collection it triggers walks all of
@@ -301,19 +301,25 @@ class PoolWorkers:
         second. They hold no reference cycles (plain objects from JSON and
         indexes of them), so they are moved out of the collector's reach
         (``gc.freeze``) instead: they are still freed by reference counting.
+        Only the oldest generation's collections are put off: the young ones
+        go on (each walks a few thousand objects at most), so the cycles the
+        event loop makes meanwhile are collected, and the young generations
+        are collected once more before the freeze. Disabling the collector
+        instead froze every cycle that became garbage during the pass for good.
         """
         self._building += 1
         if self._building == 1:
-            self._collector_was_on = gc.isenabled()
-            gc.disable()
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(self._thresholds[0], self._thresholds[1], 1 << 30)
         try:
             yield
         finally:
             self._building -= 1
             if self._building == 0:
+                gc.set_threshold(*self._thresholds)
+                if gc.isenabled():
+                    gc.collect(1)
                 gc.freeze()
-                if self._collector_was_on:
-                    gc.enable()
 
     @staticmethod
     def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:
