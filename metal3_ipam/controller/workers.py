@@ -70,7 +70,7 @@ class PoolWorkers:
         self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         self._audit_at: dict[o.PoolKey, float] = {}
         self._building = 0  # full passes under way (see _collector_paused)
-        self._collector_was_on = True
+        self._thresholds = gc.get_threshold()
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -82,6 +82,9 @@ class PoolWorkers:
         self._retry_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         # When a claim was first seen waiting, for the allocation latency histogram.
         self._waiting_since: dict[tuple, float] = {}
+        # Per namespace, the pools with claims that could not be served: woken when another pool
+        # of the namespace lets an IP or an address name go (see ``_wake_waiting``).
+        self._unserved_pools: dict[str, set[o.PoolKey]] = {}
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
         for pool in pools:
@@ -146,6 +149,7 @@ class PoolWorkers:
             if handle is not None:
                 handle.cancel()
         self._ledgers.pop(pool, None)
+        self._unserved_pools.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
         self._audit_at.pop(pool, None)
         self.inventory.drain(pool)
@@ -176,6 +180,7 @@ class PoolWorkers:
         if ledger is None:
             ledger = self._ledgers[pool] = Ledger()
         reload, changes = self.inventory.drain(pool)
+        released = ledger.released
         context = self.inventory.snapshot(pool, utc_now(), self.rng, members=False)
         status_due = started - self._status_written.get(pool, float("-inf")) >= self.status_seconds
         audit = not reload and started >= self._audit_at.get(pool, started)
@@ -201,6 +206,7 @@ class PoolWorkers:
                 log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
                           namespace, name, "; ".join(found))
             previous, ledger = ledger, fresh
+            released = -1  # what went since the kept ledger's last pass is not counted: wake anyway
             self._ledgers[pool] = fresh
             await self._cooperate(previous.dismantle())
             await self._note_claims(pool, snapshot.claims, started)
@@ -214,6 +220,9 @@ class PoolWorkers:
                     self._waiting_since.pop((pool, (key[0][1], key[2])), None)
             plan = await self._cooperate(plan_pass(ledger, context, changes, max_steps=self.max_steps,
                                                    status_due=status_due))
+        if ledger.released != released:
+            self._wake_waiting(pool)
+        self._note_unserved(pool, ledger)
         if ledger.deferred:
             self._dirty.add(pool)  # the rest in the next pass, after other pools had theirs
         if ledger.status_held:
@@ -227,6 +236,12 @@ class PoolWorkers:
         planned = time.monotonic()
         outcome = await self.writer.execute(plan, pool)
         ledger.settle()
+        if self.inventory.pending(pool):
+            # The writer filed its answers (and the watch may have brought news) meanwhile. The
+            # watch events of our own writes come after their answers, are older news and kick
+            # nothing: without another pass the ledger would not take them in (a released IP
+            # would stay taken, the counts in the status wrong) until some other event.
+            self._dirty.add(pool)
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
@@ -239,6 +254,29 @@ class PoolWorkers:
                  ", more next pass" if ledger.deferred else "")
         self._observe(pool, plan, outcome, started)
         return outcome
+
+    def _note_unserved(self, pool: o.PoolKey, ledger: Ledger) -> None:
+        pools = self._unserved_pools.setdefault(pool.namespace, set())
+        if ledger.unserved:
+            pools.add(pool)
+        else:
+            pools.discard(pool)
+            if not pools:
+                del self._unserved_pools[pool.namespace]
+
+    def _wake_waiting(self, pool: o.PoolKey) -> None:
+        """An address of ``pool`` went: the claims other pools of its namespace could not serve are tried again.
+
+        Such a claim may have failed on this pool's doing (an IP its address
+        held at the same name lock or in an overlapping range, the name of a
+        Cluster API address), which nothing in that pool's own changes shows.
+        """
+        waiting = [other for other in self._unserved_pools.get(pool.namespace, ()) if other != pool]
+        for other in waiting:
+            ledger = self._ledgers.get(other)
+            if ledger is not None:
+                ledger.wake()
+        self.kick(waiting)
 
     async def _cooperate(self, pass_: Generator[None, None, Any]) -> Any:
         """Run a pass (or other work in pieces), giving the event loop its turn every ``slice_seconds`` of work."""
@@ -255,7 +293,7 @@ class PoolWorkers:
 
     @contextlib.contextmanager
     def _collector_paused(self) -> Iterator[None]:
-        """No cyclic garbage collection while a ledger is built; what is in memory then is frozen.
+        """No full cyclic garbage collection while a ledger is built; what is in memory then is frozen.
 
         Building a ledger of 50,000 claims makes hundreds of thousands of
         long-lived containers; each full collection it triggers walks all of
@@ -263,19 +301,25 @@ class PoolWorkers:
         second. They hold no reference cycles (plain objects from JSON and
         indexes of them), so they are moved out of the collector's reach
         (``gc.freeze``) instead: they are still freed by reference counting.
+        Only the oldest generation's collections are put off: the young ones
+        go on (each walks a few thousand objects at most), so the cycles the
+        event loop makes meanwhile are collected, and the young generations
+        are collected once more before the freeze. Disabling the collector
+        instead froze every cycle that became garbage during the pass for good.
         """
         self._building += 1
         if self._building == 1:
-            self._collector_was_on = gc.isenabled()
-            gc.disable()
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(self._thresholds[0], self._thresholds[1], 1 << 30)
         try:
             yield
         finally:
             self._building -= 1
             if self._building == 0:
+                gc.set_threshold(*self._thresholds)
+                if gc.isenabled():
+                    gc.collect(1)
                 gc.freeze()
-                if self._collector_was_on:
-                    gc.enable()
 
     @staticmethod
     def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:

@@ -332,6 +332,11 @@ class Inventory:
             return True, []
         return False, [(key, self.objects.get(key) if self._filed.get(key) == pool_key else None) for key in keys]
 
+    def pending(self, pool_key: o.PoolKey) -> bool:
+        """Something of the pool changed since its last drain (the writer files the answers to a pass's writes)."""
+        pool_key = o.PoolKey(*pool_key)
+        return pool_key in self._reload or bool(self._changes.get(pool_key))
+
     # -- reading -------------------------------------------------------------
 
     def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict | None:

@@ -81,7 +81,10 @@ class Ledger:
         # The status key (see reconcile.pool_status) for which the pool's status was found current.
         self.status_clean: tuple | None = None
         self.status_held = False  # a status write was put off (counts and indexes only)
-        self._freed = False  # an IP went free since the last pass
+        self._freed = False  # an IP went free since the last pass (or another pool let one go: ``wake``)
+        # Addresses of the pool that went (or moved), ever: the IPs and names they let go may be what
+        # another pool of the namespace waits for (its unserved claims; see ``wake``).
+        self.released = 0
 
     # -- the pool itself ---------------------------------------------------
 
@@ -145,6 +148,8 @@ class Ledger:
                             claims[named] = None
                 if old is not None:
                     self.drop(old)
+                    if obj is None or o.address_ip(old) != o.address_ip(obj):
+                        self.released += 1  # its IP and name are no longer held by it
                 if obj is not None:
                     self.add(obj)
                 addresses[(tag, name)] = None
@@ -219,7 +224,16 @@ class Ledger:
             del self.holders[ip]
             if self.allocator is not None:
                 self.allocator.release(ip)
-            self._freed = True
+            if holder[0] != PLANNED:  # an allocation only planned was free before the pass
+                self._freed = True
+
+    def wake(self) -> None:
+        """Another pool of the namespace let an IP or an address name go: the unserved claims are tried again.
+
+        Their error may be that pool's doing (an IP its address held, a name
+        its address had), and nothing in this pool's own changes says so.
+        """
+        self._freed = True
 
     # -- a pass ----------------------------------------------------------------
 
@@ -248,7 +262,6 @@ class Ledger:
                     self.let_go(ip, holder)
             elif ip in self.allocator.taken:
                 self.allocator.release(ip)  # skipped as taken elsewhere: looked at again next time
-        self._freed = False
 
     def bind(self, key: o.ClaimKey, text: str) -> None:
         if self.bound.get(key) != text:
