@@ -27,12 +27,14 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import pytest
 from kubernetes import client
@@ -762,3 +764,63 @@ def start_control_plane(binaries, **kwargs) -> cp_mod.ControlPlane:
     except cp_mod.ControlPlaneError as exc:
         reason = str(exc)
     pytest.fail(f"control plane failed to start:\n{reason}", pytrace=False)
+
+
+# -- controllers running as users with limited rights ---------------------------------------------
+
+# What the controller must read to start at all: every kind it watches, and what kopf looks at.
+READ_RULES = [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io"],
+               "resources": ["*"], "verbs": ["get", "list", "watch"]},
+              {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+               "verbs": ["get", "list", "watch"]},
+              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
+
+
+def rules_with_ipaddress_verbs(verbs: list[str]) -> list[dict]:
+    """Every right the controller uses, but only ``verbs`` on Metal3 IPAddresses."""
+    return [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
+                                                            "ipclaims/status"], "verbs": ["*"]},
+            {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"], "verbs": verbs},
+            {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+            *READ_RULES[1:],
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+
+
+@contextmanager
+def controller_as_user(control_plane, api_client, namespace: str, log_dir: Path, user: str,
+                       rules: list[dict], trust: str = "file") -> Iterator[ControllerProcess]:
+    """A controller (not started yet) of ``namespace`` that authenticates by client certificate as ``user``,
+    who has ``rules`` cluster-wide; stopped, and its rights taken back, at the end."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                              "metadata": {"name": user}, "rules": rules})
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    try:
+        cert, key = control_plane.client_certificate(user)
+        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{user}", user, {
+            "client-certificate": str(cert), "client-key": str(key)}, trust=trust)
+        proc = ControllerProcess(kubeconfig, ["-n", namespace, "--no-leader-elect"], name=user, log_dir=log_dir)
+        try:
+            yield proc
+        finally:
+            proc.stop()
+    finally:
+        rbac.delete_cluster_role_binding(user)
+        rbac.delete_cluster_role(user)
+
+
+def grant_writes(api_client, namespace: str, subject: dict) -> None:
+    """Every right on the Metal3 kinds, and Events, in ``namespace`` for ``subject`` (a RoleBinding subject)."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    name = f"writer-{uuid.uuid4().hex[:6]}"
+    rbac.create_namespaced_role(namespace, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
+        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["*"], "verbs": ["*"]},
+                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject]})

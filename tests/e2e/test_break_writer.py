@@ -5,42 +5,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import METAL3, ControllerProcess
+from controller_fixtures import METAL3, READ_RULES, controller_as_user, grant_writes, rules_with_ipaddress_verbs
 from metal3_ipam.testing.waiting import eventually
 
 pytest_plugins = ("controller_fixtures",)
-
-
-def _reader(api_client, name: str) -> None:
-    """A user who may read and watch everything the controller watches, and write nothing."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.create_cluster_role({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-        "rules": [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io"],
-                   "resources": ["*"], "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]})
-    rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"}]})
-
-
-def _grant_writes(api_client, namespace: str, user: str) -> None:
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.create_namespaced_role(namespace, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": user},
-        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["*"], "verbs": ["*"]},
-                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
 
 
 def test_readiness_recovers_once_rbac_allows_writes_also_when_the_refused_work_is_gone(
@@ -50,32 +21,20 @@ def test_readiness_recovers_once_rbac_allows_writes_also_when_the_refused_work_i
     write is ever accepted again: /readyz must still recover, or a single replica stays unready for good (and
     the validating webhook it serves, failurePolicy Fail, refuses the very IPPool that would bring a write)."""
     user = f"reader-{uuid.uuid4().hex[:6]}"
-    _reader(api_client, user)
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    try:
-        cert, key = control_plane.client_certificate(user)
-        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{user}", user, {
-            "client-certificate": str(cert), "client-key": str(key)}, trust="file")
-        proc = ControllerProcess(kubeconfig, ["-n", kube.ns, "--no-leader-elect"], name=user, log_dir=tmp_path)
-        try:
-            proc.start()
-            kube.pool("p", pools=[{"start": "10.71.0.10", "end": "10.71.0.19"}], prefix=24)
-            kube.claim("c1", "p")
-            eventually(lambda: proc.http_status("/readyz") == 503, timeout=30, what="/readyz to say not ready")
+    with controller_as_user(control_plane, api_client, kube.ns, tmp_path, user, READ_RULES) as proc:
+        proc.start()
+        kube.pool("p", pools=[{"start": "10.71.0.10", "end": "10.71.0.19"}], prefix=24)
+        kube.claim("c1", "p")
+        eventually(lambda: proc.http_status("/readyz") == 503, timeout=30, what="/readyz to say not ready")
 
-            kube.delete(METAL3, "ipclaims", "c1")
-            kube.delete(METAL3, "ippools", "p")
-            kube.gone(METAL3, "ipclaims", "c1")
-            kube.gone(METAL3, "ippools", "p")
-            _grant_writes(api_client, kube.ns, user)
-            # Longer than the writer's and the pool workers' longest backoff (60 s each) put together.
-            eventually(lambda: proc.http_status("/readyz") == 200, timeout=150,
-                       what="/readyz to recover once writes are allowed")
-        finally:
-            proc.stop()
-    finally:
-        rbac.delete_cluster_role_binding(user)
-        rbac.delete_cluster_role(user)
+        kube.delete(METAL3, "ipclaims", "c1")
+        kube.delete(METAL3, "ippools", "p")
+        kube.gone(METAL3, "ipclaims", "c1")
+        kube.gone(METAL3, "ippools", "p")
+        grant_writes(api_client, kube.ns, {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"})
+        # Longer than the writer's and the pool workers' longest backoff (60 s each) put together.
+        eventually(lambda: proc.http_status("/readyz") == 200, timeout=150,
+                   what="/readyz to recover once writes are allowed")
 
 
 def test_a_delete_of_an_address_whose_claim_is_gone_refused_by_rbac_is_not_silent(
@@ -84,44 +43,18 @@ def test_a_delete_of_an_address_whose_claim_is_gone_refused_by_rbac_is_not_silen
     finalizer) is deleted by the controller. RBAC forbids that delete: besides the log line and the metric, the
     refusal must show where users look (a Warning Event on the address or its pool), as item 8 asks."""
     user = f"no-delete-{uuid.uuid4().hex[:6]}"
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.create_cluster_role({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
-        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
-                                                                  "ipclaims/status"], "verbs": ["*"]},
-                  {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"],
-                   "verbs": ["get", "list", "watch", "create", "patch"]},
-                  {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io"], "resources": ["*"],
-                   "verbs": ["*"]},
-                  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
-    rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    try:
-        cert, key = control_plane.client_certificate(user)
-        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{user}", user, {
-            "client-certificate": str(cert), "client-key": str(key)}, trust="file")
+    rules = rules_with_ipaddress_verbs(["get", "list", "watch", "create", "patch"])
+    with controller_as_user(control_plane, api_client, kube.ns, tmp_path, user, rules) as proc:
         kube.pool("p", pools=[{"start": "10.72.0.10", "end": "10.72.0.19"}], prefix=24)
         kube.create(METAL3, "ipaddresses", {
             "apiVersion": "/".join(METAL3), "kind": "IPAddress", "metadata": {"name": "p-10-72-0-10"},
             "spec": {"address": "10.72.0.10", "prefix": 24, "pool": {"name": "p"}, "claim": {"name": "ghost"}}})
-        proc = ControllerProcess(kubeconfig, ["-n", kube.ns, "--no-leader-elect"], name=user, log_dir=tmp_path)
-        try:
-            proc.start()
-            eventually(lambda: "delete IPAddress" in proc.log_text() and "403" in proc.log_text(), timeout=30,
-                       what="the delete of the orphaned address to be refused")
+        proc.start()
+        eventually(lambda: "delete IPAddress" in proc.log_text() and "403" in proc.log_text(), timeout=30,
+                   what="the delete of the orphaned address to be refused")
 
-            def warning():
-                return [e for e in kube.events() if e.type == "Warning"
-                        and e.involved_object.name in ("p-10-72-0-10", "p") and "403" in (e.message or "")]
+        def warning():
+            return [e for e in kube.events() if e.type == "Warning"
+                    and e.involved_object.name in ("p-10-72-0-10", "p") and "403" in (e.message or "")]
 
-            eventually(warning, timeout=30, what="a Warning Event saying the delete was refused")
-        finally:
-            proc.stop()
-    finally:
-        rbac.delete_cluster_role_binding(user)
-        rbac.delete_cluster_role(user)
+        eventually(warning, timeout=30, what="a Warning Event saying the delete was refused")

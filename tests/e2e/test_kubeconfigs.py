@@ -20,7 +20,8 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import METAL3, ControllerProcess, Kube, assert_invariants
+from controller_fixtures import (METAL3, READ_RULES, ControllerProcess, Kube, assert_invariants,  # noqa: E402
+                                 controller_as_user, grant_writes, rules_with_ipaddress_verbs)
 from metal3_ipam.controller import credentials as creds_mod
 from metal3_ipam.controller.api import ApiWriter
 from metal3_ipam.controller.operator import discover
@@ -104,19 +105,6 @@ def _service_account_token(api_client, namespace: str, name: str) -> str:
     return core.create_namespaced_service_account_token(name, namespace, request).status.token
 
 
-def _grant_writes(api_client, namespace: str, subject: dict) -> None:
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    name = f"writer-{uuid.uuid4().hex[:6]}"
-    rbac.create_namespaced_role(namespace, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
-        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["*"], "verbs": ["*"]},
-                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [subject]})
-
-
 def _who(configuration) -> str:
     with client.ApiClient(configuration) as api:
         review = client.AuthenticationV1Api(api).create_self_subject_review(
@@ -142,7 +130,7 @@ def _rotate(directory: Path, token: str) -> None:
 def test_in_cluster_token_rotation_reaches_reads_writes_and_kopf(control_plane, api_client, namespace, tmp_path):
     without_rights = _service_account_token(api_client, namespace, "no-rights")
     writer_token = _service_account_token(api_client, namespace, "writer")
-    _grant_writes(api_client, namespace, {"kind": "ServiceAccount", "name": "writer", "namespace": namespace})
+    grant_writes(api_client, namespace, {"kind": "ServiceAccount", "name": "writer", "namespace": namespace})
 
     sa_dir = tmp_path / "serviceaccount"
     sa_dir.mkdir()
@@ -214,47 +202,25 @@ echo '{{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential
 
 def test_readiness_says_when_no_write_is_allowed(control_plane, api_client, kube, tmp_path):
     """A user who may read and watch but not write: /readyz turns 503 saying why, and recovers once RBAC allows."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
     reader = f"reader-{uuid.uuid4().hex[:6]}"
-    rbac.create_cluster_role({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": reader},
-        "rules": [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io"],
-                   "resources": ["*"], "verbs": ["get", "list", "watch"]},
-                  # what kopf looks at to know what it watches
-                  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]})
-    rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": reader},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
-        "subjects": [{"kind": "User", "name": reader, "apiGroup": "rbac.authorization.k8s.io"}]})
-    try:
-        cert, key = control_plane.client_certificate(reader)
-        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{reader}", reader, {
-            "client-certificate": str(cert), "client-key": str(key)}, trust="insecure")
-        proc = ControllerProcess(kubeconfig, ["-n", kube.ns, "--no-leader-elect"], name="reader", log_dir=tmp_path)
-        try:
-            proc.start()
-            kube.pool("p", pools=[{"start": "10.70.0.10", "end": "10.70.0.19"}], prefix=24)
-            kube.claim("c1", "p")
-            eventually(lambda: proc.http_status("/readyz") == 503, timeout=30, what="/readyz to say not ready")
-            body = _body(proc, "/readyz")
-            assert "every write is refused" in body and "403" in body, body
-            assert "cannot write: every write is refused" in proc.log_text()
-            samples = proc.metrics()
-            refused = {k: v for k, v in samples.items() if k.startswith("metal3_ipam_write_refusals_total{")}
-            assert any('code="403"' in k and v >= 1 for k, v in refused.items()), refused
+    with controller_as_user(control_plane, api_client, kube.ns, tmp_path, reader, READ_RULES,
+                            trust="insecure") as proc:
+        proc.start()
+        kube.pool("p", pools=[{"start": "10.70.0.10", "end": "10.70.0.19"}], prefix=24)
+        kube.claim("c1", "p")
+        eventually(lambda: proc.http_status("/readyz") == 503, timeout=30, what="/readyz to say not ready")
+        body = _body(proc, "/readyz")
+        assert "every write is refused" in body and "403" in body, body
+        assert "cannot write: every write is refused" in proc.log_text()
+        samples = proc.metrics()
+        refused = {k: v for k, v in samples.items() if k.startswith("metal3_ipam_write_refusals_total{")}
+        assert any('code="403"' in k and v >= 1 for k, v in refused.items()), refused
 
-            _grant_writes(api_client, kube.ns, {"kind": "User", "name": reader,
-                                                "apiGroup": "rbac.authorization.k8s.io"})
-            kube.bound("c1", timeout=90)
-            eventually(lambda: proc.http_status("/readyz") == 200, timeout=30, what="/readyz to recover")
-            assert "writes are accepted again" in proc.log_text()
-        finally:
-            proc.stop()
-    finally:
-        rbac.delete_cluster_role_binding(reader)
-        rbac.delete_cluster_role(reader)
+        grant_writes(api_client, kube.ns, {"kind": "User", "name": reader,
+                                            "apiGroup": "rbac.authorization.k8s.io"})
+        kube.bound("c1", timeout=90)
+        eventually(lambda: proc.http_status("/readyz") == 200, timeout=30, what="/readyz to recover")
+        assert "writes are accepted again" in proc.log_text()
 
 
 def _body(proc: ControllerProcess, path: str) -> str:
@@ -274,55 +240,30 @@ def test_a_create_forbidden_by_rbac_is_on_the_claim_once_and_retried_slowly(cont
     """Everything allowed but creating Metal3 IPAddresses: the claim says so (errorMessage, Ready=False,
     one Warning Event), the controller stays ready, and the create is tried again on a growing delay."""
     user = f"no-create-{uuid.uuid4().hex[:6]}"
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.create_cluster_role({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
-        "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
-                                                                  "ipclaims/status"], "verbs": ["*"]},
-                  {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"],
-                   "verbs": ["get", "list", "watch", "patch", "delete"]},
-                  {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
-                  {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
-    rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    try:
-        cert, key = control_plane.client_certificate(user)
-        kubeconfig = control_plane.write_kubeconfig(f"kubeconfig-{user}", user, {
-            "client-certificate": str(cert), "client-key": str(key)}, trust="file")
-        proc = ControllerProcess(kubeconfig, ["-n", kube.ns, "--no-leader-elect"], name=user, log_dir=tmp_path)
-        try:
-            proc.start()
-            kube.pool("p", pools=[{"start": "10.90.0.10", "end": "10.90.0.19"}], prefix=24)
-            kube.claim("c1", "p")
-            message = kube.claim_error("c1")
-            assert message.startswith(f"create IPAddress {kube.ns}/p-10-90-0-10 refused: 403 "), message
-            ready = [c for c in kube.ipclaim("c1")["status"]["conditions"] if c["type"] == "Ready"][0]
-            assert (ready["status"], ready["reason"], ready["message"]) == ("False", "AllocationFailed", message)
-            kube.warning_event("c1", "AllocationFailed")
-            assert f"IPClaim {kube.ns}/c1: create IPAddress {kube.ns}/p-10-90-0-10 refused: 403" in proc.log_text()
+    rules = rules_with_ipaddress_verbs(["get", "list", "watch", "patch", "delete"])
+    with controller_as_user(control_plane, api_client, kube.ns, tmp_path, user, rules) as proc:
+        proc.start()
+        kube.pool("p", pools=[{"start": "10.90.0.10", "end": "10.90.0.19"}], prefix=24)
+        kube.claim("c1", "p")
+        message = kube.claim_error("c1")
+        assert message.startswith(f"create IPAddress {kube.ns}/p-10-90-0-10 refused: 403 "), message
+        ready = [c for c in kube.ipclaim("c1")["status"]["conditions"] if c["type"] == "Ready"][0]
+        assert (ready["status"], ready["reason"], ready["message"]) == ("False", "AllocationFailed", message)
+        kube.warning_event("c1", "AllocationFailed")
+        assert f"IPClaim {kube.ns}/c1: create IPAddress {kube.ns}/p-10-90-0-10 refused: 403" in proc.log_text()
 
-            def tries() -> float:
-                return proc.metrics().get('metal3_ipam_write_refusals_total{code="403",'
-                                          'kind="IPAddress.ipam.metal3.io",verb="create"}', 0.0)
+        def tries() -> float:
+            return proc.metrics().get('metal3_ipam_write_refusals_total{code="403",'
+                                      'kind="IPAddress.ipam.metal3.io",verb="create"}', 0.0)
 
-            first = tries()
-            time.sleep(6.0)  # an observation window: how often it is tried, not a synchronisation
-            later = tries()
-            # Delays of 1, 2, 4 s (and the pool's own backoff): a handful of tries, never a loop.
-            assert 1 <= first and later - first <= 4, (first, later)
-            events = [e for e in kube.events() if e.involved_object.name == "c1" and e.reason == "AllocationFailed"]
-            assert len(events) == 1, [e.message for e in events]
-            assert proc.http_status("/readyz") == 200, "other writes are accepted: the controller can write"
-        finally:
-            proc.stop()
-    finally:
-        rbac.delete_cluster_role_binding(user)
-        rbac.delete_cluster_role(user)
+        first = tries()
+        time.sleep(6.0)  # an observation window: how often it is tried, not a synchronisation
+        later = tries()
+        # Delays of 1, 2, 4 s (and the pool's own backoff): a handful of tries, never a loop.
+        assert 1 <= first and later - first <= 4, (first, later)
+        events = [e for e in kube.events() if e.involved_object.name == "c1" and e.reason == "AllocationFailed"]
+        assert len(events) == 1, [e.message for e in events]
+        assert proc.http_status("/readyz") == 200, "other writes are accepted: the controller can write"
 
 
 def test_rotated_client_certificate_files_reach_the_writer(control_plane, namespace, tmp_path, monkeypatch):
