@@ -159,6 +159,7 @@ def keep_ledger(inventory: Inventory) -> Ledger:
     """What a full pass of the controller keeps of the pool: its ledger loaded from the inventory and
     decided over (``PoolWorkers._pass``); the pool status it writes is filed back, as the writer's answer is."""
     pool = o.PoolKey(NS, POOL, kinds.IPPOOL)
+    inventory.drain(pool)  # the pass takes the change log: what the ledger now knows
     snapshot = inventory.snapshot(pool, "2026-11-22T02:00:00Z")
     ledger = Ledger()
     run_to_end(load(ledger, snapshot))

@@ -169,9 +169,9 @@ class Ledger:
             self.claims[o.claim_key(obj)] = obj
             return
         if kind == kinds.IPADDRESS:
-            tag, stored, index, named = METAL3, self.addresses, self.named, o.claim_of_address(obj)
+            stored, index, named = self.addresses, self.named, o.claim_of_address(obj)
         else:
-            tag, stored, index, named = CAPI, self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
+            stored, index, named = self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
         stored[name] = obj
         if named is not None:
             known = index.get(named)
