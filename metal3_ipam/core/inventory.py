@@ -90,8 +90,9 @@ class Inventory:
         self._filed: dict[ObjKey, o.PoolKey | None] = {}
         # Metal3 IPAddress names per namespace: the name locks.
         self._address_names: dict[str, set[str]] = {}
-        # Addresses of both APIs of our pools, per namespace and IP: who holds an IP.
-        self._holders: dict[str, dict[tuple[int, int], set[ObjKey]]] = {}
+        # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
+        # or a list of keys when several hold it: a set per IP would cost more than the address).
+        self._holders: dict[str, dict[tuple[int, int], ObjKey | list[ObjKey]]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -256,7 +257,15 @@ class Inventory:
         if kind in ADDRESS_KINDS:
             ip = _address_ip(obj)
             if ip is not None:
-                self._holders.setdefault(ns, {}).setdefault(ip, set()).add(key)
+                held = self._holders.setdefault(ns, {})
+                known = held.get(ip)
+                if known is None or known == key:
+                    held[ip] = key
+                elif type(known) is list:
+                    if key not in known:
+                        known.append(key)
+                else:
+                    held[ip] = [known, key]
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -277,11 +286,15 @@ class Inventory:
             self._address_names.get(ns, set()).discard(name)
         if kind in ADDRESS_KINDS:
             ip = _address_ip(old)
-            holders = self._holders.get(ns, {}).get(ip)
-            if holders is not None:
-                holders.discard(key)
-                if not holders:
-                    del self._holders[ns][ip]
+            held = self._holders.get(ns, {})
+            known = held.get(ip)
+            if type(known) is list:
+                if key in known:
+                    known.remove(key)
+                if len(known) == 1:
+                    held[ip] = known[0]
+            elif known == key:
+                del held[ip]
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_in(ns)) if incoming is None else set()
         if kind in kinds.POOL_KINDS:
@@ -366,7 +379,10 @@ class Inventory:
 
     def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
-        return self._holders.get(namespace, {}).get((version, ip), set())
+        known = self._holders.get(namespace, {}).get((version, ip))
+        if known is None:
+            return set()
+        return set(known) if type(known) is list else {known}
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""

@@ -65,11 +65,14 @@ class Ledger:
         self.claims: dict[o.ClaimKey, dict] = {}
         self.addresses: dict[str, dict] = {}        # Metal3 IPAddresses of the pool, by name
         self.capi_addresses: dict[str, dict] = {}   # Cluster API IPAddresses of the pool, by name
-        # Addresses by the claim they name (whatever its incarnation; see claim_key_of).
-        self.named: dict[o.ClaimKey, dict[str, dict]] = {}
-        self.mirrors_named: dict[o.ClaimKey, dict[str, dict]] = {}
-        # IP -> what holds it: address objects of either API, and allocations a pass planned.
-        self.holders: dict[int, set[Holder]] = {}
+        # Addresses by the claim they name (whatever its incarnation; see claim_key_of): the one
+        # address object, or a dict of them by name when there are several (one is the rule, and a
+        # dict per claim would be the largest part of the ledger).
+        self.named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
+        self.mirrors_named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
+        # IP -> what holds it: address objects of either API, and allocations a pass planned
+        # (a Holder). One entry, or a list of them when several hold the IP (see ``holders_of``).
+        self.holders: dict[int, Any] = {}
         # -- what the decisions left --
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
         self.bound_version = 0                      # bumped whenever ``bound`` changes
@@ -133,9 +136,9 @@ class Ledger:
                 if obj is not None:
                     self.add(obj)
                 claims[ckey] = None
-                for address_name in self.named.get(ckey, ()):
+                for address_name in _names(self.named.get(ckey)):
                     addresses[(METAL3, address_name)] = None
-                for address_name in self.mirrors_named.get(ckey, ()):
+                for address_name in _names(self.mirrors_named.get(ckey)):
                     addresses[(CAPI, address_name)] = None
             elif kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
                 tag, stored, claim_of = ((METAL3, self.addresses, o.claim_of_address) if kind == kinds.IPADDRESS
@@ -166,15 +169,21 @@ class Ledger:
             self.claims[o.claim_key(obj)] = obj
             return
         if kind == kinds.IPADDRESS:
-            tag, stored, index, named = METAL3, self.addresses, self.named, o.claim_of_address(obj)
+            stored, index, named = self.addresses, self.named, o.claim_of_address(obj)
         else:
-            tag, stored, index, named = CAPI, self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
+            stored, index, named = self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
         stored[name] = obj
         if named is not None:
-            index.setdefault(named, {})[name] = obj
+            known = index.get(named)
+            if known is None or (type(known) is not _ByName and o.name(known) == name):
+                index[named] = obj
+            elif type(known) is _ByName:
+                known[name] = obj
+            else:
+                index[named] = _ByName({o.name(known): known, name: obj})
         ip = self._ip(obj)
         if ip is not None:
-            self.hold(ip, (tag, name))
+            self.hold(ip, obj)
 
     def drop(self, obj: dict) -> None:
         kind = kinds.kind_of(obj)
@@ -190,10 +199,13 @@ class Ledger:
         else:
             tag, stored, index, named = CAPI, self.capi_addresses, self.mirrors_named, o.claim_of_capi_address(obj)
         stored.pop(name, None)
-        if named is not None and named in index:
-            index[named].pop(name, None)
-            if not index[named]:
-                del index[named]
+        known = index.get(named) if named is not None else None
+        if type(known) is _ByName:
+            known.pop(name, None)
+            if len(known) == 1:
+                index[named] = next(iter(known.values()))
+        elif known is not None and o.name(known) == name:
+            del index[named]
         ip = self._ip(obj)
         if ip is not None:
             self.let_go(ip, (tag, name))
@@ -205,22 +217,38 @@ class Ledger:
         ip = o.address_ip(address)
         return int(ip) if ip is not None and ip.version == self.pool.version else None
 
-    def hold(self, ip: int, holder: Holder) -> None:
-        holders = self.holders.get(ip)
-        if holders is None:
-            holders = self.holders[ip] = set()
+    def hold(self, ip: int, holder: Holder | dict) -> None:
+        """``holder`` holds ``ip``: an address object (of either API), or a Holder (a planned allocation)."""
+        held = self.holders.get(ip)
+        if held is None:
+            self.holders[ip] = holder
             if self.allocator is not None:
                 planned, self.allocator.planned = self.allocator.planned, None
                 self.allocator.take(ip)
                 self.allocator.planned = planned
-        holders.add(holder)
+            return
+        entries = held if type(held) is list else [held]
+        who = _holder(holder)
+        entries = [e for e in entries if _holder(e) != who] + [holder]
+        self.holders[ip] = entries if len(entries) > 1 else entries[0]
+
+    def holders_of(self, ip: int) -> list[Holder]:
+        """What holds ``ip``, as (tag, name) pairs."""
+        held = self.holders.get(ip)
+        if held is None:
+            return []
+        return [_holder(e) for e in held] if type(held) is list else [_holder(held)]
 
     def let_go(self, ip: int, holder: Holder) -> None:
-        holders = self.holders.get(ip)
-        if holders is None:
+        held = self.holders.get(ip)
+        if held is None:
             return
-        holders.discard(holder)
-        if not holders:
+        entries = [e for e in (held if type(held) is list else [held]) if _holder(e) != holder]
+        if len(entries) == (len(held) if type(held) is list else 1):
+            return
+        if entries:
+            self.holders[ip] = entries if len(entries) > 1 else entries[0]
+        else:
             del self.holders[ip]
             if self.allocator is not None:
                 self.allocator.release(ip)
@@ -256,9 +284,8 @@ class Ledger:
             return
         planned, self.allocator.planned = self.allocator.planned or set(), None
         for ip in planned:
-            holders = self.holders.get(ip)
-            if holders is not None:
-                for holder in [h for h in holders if h[0] == PLANNED]:
+            if ip in self.holders:
+                for holder in [h for h in self.holders_of(ip) if h[0] == PLANNED]:
                     self.let_go(ip, holder)
             elif ip in self.allocator.taken:
                 self.allocator.release(ip)  # skipped as taken elsewhere: looked at again next time
@@ -305,11 +332,11 @@ class Ledger:
 
     def addresses_of(self, key: o.ClaimKey) -> list[dict]:
         """The Metal3 addresses made for this incarnation of the claim."""
-        return [a for a in self.named.get(key, {}).values() if self.claim_key_of(a, key) == key]
+        return [a for a in _objects(self.named.get(key)) if self.claim_key_of(a, key) == key]
 
     def mirrors_of(self, key: o.ClaimKey) -> list[dict]:
         """The Cluster API addresses of the claim: ours are named after it, the Go IPAM's <namePrefix>-<ip>."""
-        return [a for a in self.mirrors_named.get(key, {}).values() if self.claim_key_of(a, key) == key]
+        return [a for a in _objects(self.mirrors_named.get(key)) if self.claim_key_of(a, key) == key]
 
     @property
     def allocated(self) -> int:
@@ -326,9 +353,9 @@ class Ledger:
             "claims": {k: _version(c) for k, c in self.claims.items()},
             "addresses": {n: _version(a) for n, a in self.addresses.items()},
             "capi_addresses": {n: _version(a) for n, a in self.capi_addresses.items()},
-            "named": {k: sorted(v) for k, v in self.named.items()},
-            "mirrors_named": {k: sorted(v) for k, v in self.mirrors_named.items()},
-            "holders": {ip: sorted(h) for ip, h in self.holders.items()},
+            "named": {k: _sorted_names(v) for k, v in self.named.items()},
+            "mirrors_named": {k: _sorted_names(v) for k, v in self.mirrors_named.items()},
+            "holders": {ip: sorted(self.holders_of(ip)) for ip in self.holders},
             "free": [list(f.intervals()) for f in self.allocator.free] if self.allocator is not None else None,
             "taken": set(self.allocator.taken) if self.allocator is not None else None,
         }
@@ -336,6 +363,37 @@ class Ledger:
             state["bound"] = dict(self.bound)
             state["unserved"] = set(self.unserved)
         return state
+
+
+class _ByName(dict):
+    """Several addresses naming one claim, by name (the ``named`` indexes hold the address itself when it is one)."""
+
+
+def _names(entry: dict | None) -> Iterable[str]:
+    if entry is None:
+        return ()
+    return list(entry) if type(entry) is _ByName else (o.name(entry),)
+
+
+def _objects(entry: dict | None) -> Iterable[dict]:
+    if entry is None:
+        return ()
+    return list(entry.values()) if type(entry) is _ByName else (entry,)
+
+
+def _sorted_names(entry: dict | None) -> list[str]:
+    return sorted(_names(entry))
+
+
+def _holder(entry: Holder | dict) -> Holder:
+    """The (tag, name) of what holds an IP: an address object, or a planned allocation's Holder itself."""
+    if type(entry) is tuple:
+        return entry
+    return (METAL3 if kinds.kind_of(entry) == kinds.IPADDRESS else CAPI, o.name(entry))
+
+
+def _sorted_holders(held: Any) -> list[Holder]:
+    return sorted(_holder(e) for e in held) if type(held) is list else [_holder(held)]
 
 
 def _version(obj: dict) -> tuple:
@@ -354,9 +412,9 @@ def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
             ("claims", kept.claims, fresh.claims, _version),
             ("addresses", kept.addresses, fresh.addresses, _version),
             ("capi_addresses", kept.capi_addresses, fresh.capi_addresses, _version),
-            ("named", kept.named, fresh.named, sorted),
-            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, sorted),
-            ("holders", kept.holders, fresh.holders, sorted)):
+            ("named", kept.named, fresh.named, _sorted_names),
+            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, _sorted_names),
+            ("holders", kept.holders, fresh.holders, _sorted_holders)):
         yield from compare_maps(part, x, y, view, found)
     if (kept.allocator is None) != (fresh.allocator is None):
         found.append("allocator: one of them has none")

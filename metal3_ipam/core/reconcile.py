@@ -792,7 +792,12 @@ def _ip_of(address: dict):
 
 def _text_of(address: dict) -> str:
     ip = _ip_of(address)
-    return ip_text(ip) if ip is not None else str(o.spec(address).get("address"))
+    written = o.spec(address).get("address")
+    if ip is None:
+        return str(written)
+    text = ip_text(ip)
+    # The address's own text when it is canonical: one string for the address and the pool's bound map.
+    return written if text == written else text
 
 
 def _span_text(first: int, last: int, version: int) -> str:

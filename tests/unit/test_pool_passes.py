@@ -71,10 +71,10 @@ def test_the_audit_finds_a_corrupted_ledger_counts_it_and_repairs_it():
         assert mismatches() == before
         # A bug (simulated): the ledger forgets that c0's IP is held and binds c1 elsewhere.
         ledger = workers._ledgers[POOL]
-        c0_ip = next(ip for ip, holders in ledger.holders.items()
-                     if any(h[1] == f"pool1-10-0-0-{ip & 0xff}" for h in holders)
+        c0_ip = next(ip for ip in ledger.holders
+                     if any(h[1] == f"pool1-10-0-0-{ip & 0xff}" for h in ledger.holders_of(ip))
                      and ledger.bound.get(("IPClaim", "c0")) == f"10.0.0.{ip & 0xff}")
-        for holder in list(ledger.holders[c0_ip]):
+        for holder in ledger.holders_of(c0_ip):
             ledger.let_go(c0_ip, holder)
         ledger.bound[("IPClaim", "c1")] = "10.9.9.9"
         workers._audit_at[POOL] = 0
@@ -157,6 +157,6 @@ def test_planned_allocations_are_given_back_when_their_writes_did_not_happen():
     ledger = Ledger()
     plan = run_to_end(plan_pass(ledger, api.inventory.snapshot(POOL, api.now), full=True))
     assert len([a for a in plan.writes if isinstance(a, Create)]) == 3
-    assert any(h[0] == PLANNED for hs in ledger.holders.values() for h in hs)
+    assert any(h[0] == PLANNED for ip in ledger.holders for h in ledger.holders_of(ip))
     ledger.settle()  # nothing was written
     assert ledger.allocated == 0 and ledger.allocator.free_count == 5
