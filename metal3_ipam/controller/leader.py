@@ -256,8 +256,12 @@ class LeaderElector:
         self.tenure.end()
         self._set(False)
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # asyncio.wait_for (before Python 3.12) can swallow a cancellation that arrives just as
+            # its inner call completes; the loop then also ends on ``_stopping``, and is cancelled
+            # again until it has ended, so a stop never hangs.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=1.0)
 
     async def release(self) -> bool:
         """Empty the holder if the Lease still names us, so a standby takes over at once.
@@ -291,7 +295,7 @@ class LeaderElector:
 
     async def run(self) -> None:
         try:
-            while True:
+            while not self._stopping:
                 await self.attempt()
                 await asyncio.sleep(self._pause())
                 self._check_tenure()

@@ -224,3 +224,39 @@ def test_defaults_are_controller_runtimes():
 def test_inconsistent_timing_is_refused_with_the_values(values, words):
     with pytest.raises(ValueError, match=words):
         LeaseTiming(*values)
+
+
+def test_a_stop_ends_the_election_also_when_one_cancellation_is_swallowed():
+    """Before Python 3.12, asyncio.wait_for can swallow a cancellation that arrives as its inner call
+    completes; the election loop must still end, or a controller's shutdown hangs for good."""
+    import asyncio
+
+    from metal3_ipam.controller.leader import LeaderElector
+
+    class Swallowing(LeaderElector):
+        swallowed = 0
+        attempts = 0
+
+        async def attempt(self) -> None:
+            self.attempts += 1
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if self.swallowed:
+                    raise
+                self.swallowed += 1  # as wait_for may: the cancellation is lost
+
+        def _pause(self) -> float:
+            return 0.0
+
+    async def scenario() -> Swallowing:
+        elector = Swallowing(None, "ns", timing=LeaseTiming(lease_duration=15, renew_deadline=10, retry_period=2))
+        elector.start()
+        while not elector.attempts:
+            await asyncio.sleep(0)
+        await asyncio.wait_for(elector.stop(), timeout=30)
+        elector.close()
+        return elector
+
+    elector = asyncio.run(scenario())
+    assert elector.swallowed == 1 and elector._task.done() and elector.failure is None
