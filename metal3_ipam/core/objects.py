@@ -174,8 +174,25 @@ def foreign_pool_namespace(claim: Mapping[str, Any]) -> str | None:
     return str(ref_ns) if ref_ns and ref_ns != namespace(claim) else None
 
 
+# One tuple per claim key, whoever asks: the inventory, the ledger's claims, the addresses naming the
+# claim and the bound map each hold the key of every claim, and a tuple apiece would cost more than
+# the table's slot. Bounded: when full it starts again (keys handed out before stay valid: equal
+# tuples are equal keys, only no longer one object).
+MAX_CLAIM_KEYS = 1 << 17
+_claim_keys: dict[ClaimKey, ClaimKey] = {}
+
+
+def _one_key(key: ClaimKey) -> ClaimKey:
+    found = _claim_keys.get(key)
+    if found is None:
+        if len(_claim_keys) >= MAX_CLAIM_KEYS:
+            _claim_keys.clear()
+        found = _claim_keys[key] = key
+    return found
+
+
 def claim_key(claim: Mapping[str, Any]) -> ClaimKey:
-    return (str(claim.get("kind")), name(claim))
+    return _one_key((str(claim.get("kind")), name(claim)))
 
 
 def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
@@ -184,14 +201,14 @@ def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
     kind = kinds.CAPI_CLAIM[1] if claim.get("kind") == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM[1]
-    return (kind, str(claim["name"]))
+    return _one_key((kind, str(claim["name"])))
 
 
 def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     claim = spec(address).get("claimRef")
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
-    return (kinds.CAPI_CLAIM[1], str(claim["name"]))
+    return _one_key((kinds.CAPI_CLAIM[1], str(claim["name"])))
 
 
 def address_ip(address: Mapping[str, Any]):

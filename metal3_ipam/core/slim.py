@@ -12,10 +12,13 @@ all: dict keys, namespaces, apiVersion and kind, finalizers, label keys and
 values, condition types, reasons and times, pool names, and the names and uids
 by which addresses refer to their claims (a claim's uid and the owner
 reference of its address are then one string). What is unique to one object
-(its resourceVersion, an IP, a message) is kept as it came. Small parts that
+(its resourceVersion, a message) is kept as it came; an address's IP is
+interned, as a claim's two addresses hold the same text. Small parts that
 many objects have alike (a claim's spec naming its pool, a finalizer list, a
 cluster label, the pool's owner reference on every address) are shared: one
 dict or list for all of them.
+A claim's owner reference on its addresses, and references by name alone
+(``{name: X}``), are shared between the claim and its addresses the same way.
 
 Filed objects are therefore read-only: nothing may change them in place (no
 code does; ``objects`` hands out copies of labels, finalizers and owner
@@ -52,6 +55,13 @@ _CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
 # never pile up.
 MAX_SHARED = 4096
 _shared: dict[Any, Any] = {}
+# Parts alike between one claim and its addresses, found by a string they already hold (so an entry
+# costs a table slot, not a frozen key): the claim's owner reference on each address, by the claim's
+# uid; a reference by name alone ({name: X}: a Cluster API claim's status.addressRef and its address's
+# spec.claimRef), by X. The claim and its addresses may be filed far apart (a start-up lists each kind
+# in turn), so the table holds one pool's worth; when full it starts again, as ``_shared`` does.
+MAX_ALIKE = 1 << 17
+_alike: dict[str, dict] = {}
 
 
 def slim(obj: Mapping[str, Any]) -> dict:
@@ -117,7 +127,21 @@ def _owner(ref: Any) -> Any:
     if type(ref) is not dict:
         return _compact(ref, True)
     lean = {k: _compact(ref[k], True) for k in _OWNER_FIELDS if k in ref}
-    return _share(lean) if ref.get("kind") in _SHARED_OWNERS else lean
+    if ref.get("kind") in _SHARED_OWNERS:
+        return _share(lean)
+    uid = lean.get("uid")
+    return _alike_by(uid, lean) if type(uid) is str else lean
+
+
+def _alike_by(found_by: str, value: dict) -> dict:
+    """The dict filed before under ``found_by`` when it equals ``value`` (then one serves both), else ``value``."""
+    known = _alike.get(found_by)
+    if known is not None and known == value:
+        return known
+    if len(_alike) >= MAX_ALIKE:
+        _alike.clear()
+    _alike[found_by] = value
+    return value
 
 
 def _address_spec(spec: dict) -> dict:
@@ -127,6 +151,8 @@ def _address_spec(spec: dict) -> dict:
         key = _intern(key) if type(key) is str else key
         if key in ("pool", "poolRef"):
             out[key] = _share(value)
+        elif key == "address" and type(value) is str:
+            out[key] = _intern(value)  # its IP: the other API's address of the claim holds the same text
         else:
             out[key] = _compact(value, key not in _UNIQUE)
     return out
@@ -180,9 +206,12 @@ def _compact(value: Any, intern: bool) -> Any:
     if type(value) is dict:
         # A unique field keeps its own text; what is nested under it (a claim's status.address
         # names its IPAddress and namespace) is interned like anything else.
-        return {_intern(k) if type(k) is str else k:
-                (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
-                for k, v in value.items()}
+        out = {_intern(k) if type(k) is str else k:
+               (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
+               for k, v in value.items()}
+        if intern and len(out) == 1 and type(out.get("name")) is str:
+            return _alike_by(out["name"], out)  # a reference by name alone: who else names X so is alike
+        return out
     if type(value) is list:
         return [_compact(v, intern) for v in value]
     return value
