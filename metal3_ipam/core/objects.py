@@ -132,6 +132,22 @@ class PoolKey(NamedTuple):
         return hash(self._plain())
 
 
+# One PoolKey per pool for every object of it: the inventory notes each object's pool, and a key
+# apiece (with its kind tuple) would cost more than the object's own index entries. Pools are few;
+# when the table is full it starts again (keys handed out before stay equal keys).
+MAX_POOL_KEYS = 4096
+_pool_keys: dict[PoolKey, PoolKey] = {}
+
+
+def _one_pool(key: PoolKey) -> PoolKey:
+    found = _pool_keys.get(key)
+    if found is None:
+        if len(_pool_keys) >= MAX_POOL_KEYS:
+            _pool_keys.clear()
+        found = _pool_keys[key] = key
+    return found
+
+
 def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     """The pool a claim or an address (of either API) is for, or None when not ours."""
     kind = kinds.kind_of(obj)
@@ -145,7 +161,7 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
                 if pool_kind not in kinds.POOL_KINDS:
                     return None
-            return PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind)
+            return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
     if kind == kinds.IPCLAIM:
         # A claim is filed with the pool of its own namespace even when its
@@ -153,13 +169,13 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
         # kind and name, and the reconcile refuses the foreign reference.
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
-            return PoolKey(ns, str(pool["name"]))
+            return _one_pool(PoolKey(ns, str(pool["name"])))
         return None
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
         if pool_kind in kinds.POOL_KINDS and pool.get("name"):
-            return PoolKey(ns, str(pool["name"]), pool_kind)
+            return _one_pool(PoolKey(ns, str(pool["name"]), pool_kind))
         return None
     return None
 
