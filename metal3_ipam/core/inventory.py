@@ -86,10 +86,8 @@ class Inventory:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict] = {}
         self.groups: dict[o.PoolKey, _PoolGroup] = {}
-        # Where each object was filed, so a change of spec moves it cleanly.
-        self._filed: dict[ObjKey, o.PoolKey | None] = {}
-        # Metal3 IPAddress names per namespace: the name locks.
-        self._address_names: dict[str, set[str]] = {}
+        # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
+        # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
         # or a list of keys when several hold it: a set per IP would cost more than the address).
         self._holders: dict[str, dict[tuple[int, int], ObjKey | list[ObjKey]]] = {}
@@ -134,7 +132,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
-                and self._filed.get(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
+                and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
             return self._file(key, obj)
@@ -231,11 +229,20 @@ class Inventory:
                     touched = set()
         yield touched
 
+    def _filed(self, key: ObjKey) -> o.PoolKey | None:
+        """The pool the object stored under ``key`` is filed with (None: none, or nothing stored)."""
+        obj = self.objects.get(key)
+        if obj is None:
+            return None
+        kind, ns, name = key
+        if kind in kinds.POOL_KINDS:
+            return o.PoolKey(ns, name, kind)
+        return None if kind == kinds.CLUSTER else o.pool_of(obj)
+
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
         if kind in kinds.POOL_KINDS:
             pool_key = o.PoolKey(ns, name, kind)
-            self._filed[key] = pool_key
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
@@ -243,15 +250,11 @@ class Inventory:
                 touched |= self._pools_changed(ns)
             return touched
         if kind == kinds.CLUSTER:
-            self._filed[key] = None
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
             return self._reloaded(self.pools_in(ns))
-        if kind == kinds.IPADDRESS:
-            self._address_names.setdefault(ns, set()).add(name)
         pool = o.pool_of(obj)
-        self._filed[key] = pool
         if pool is None:
             return set()
         if kind in ADDRESS_KINDS:
@@ -281,9 +284,7 @@ class Inventory:
         if key not in self.objects:
             return set()
         old = self.objects[key]
-        pool = self._filed.pop(key, None)
-        if kind == kinds.IPADDRESS:
-            self._address_names.get(ns, set()).discard(name)
+        pool = self._filed(key)
         if kind in ADDRESS_KINDS:
             ip = _address_ip(old)
             held = self._holders.get(ns, {})
@@ -343,7 +344,7 @@ class Inventory:
         keys = self._changes.pop(pool_key, {})
         if reload:
             return True, []
-        return False, [(key, self.objects.get(key) if self._filed.get(key) == pool_key else None) for key in keys]
+        return False, [(key, self.objects.get(key) if self._filed(key) == pool_key else None) for key in keys]
 
     def pending(self, pool_key: o.PoolKey) -> bool:
         """Something of the pool changed since its last drain (the writer files the answers to a pass's writes)."""
@@ -375,7 +376,7 @@ class Inventory:
         return list(group.claims.values()) if group else []
 
     def name_taken(self, namespace: str, name: str) -> bool:
-        return name in self._address_names.get(namespace, ())
+        return (kinds.IPADDRESS, namespace, name) in self.objects
 
     def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
@@ -430,7 +431,7 @@ class Inventory:
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=lambda address_name: self.name_taken(ns, address_name),
             held_elsewhere=lambda version, ip: any(
-                self._filed.get(k) != pool_key for k in self.holders(ns, version, ip)),
+                self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
             cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
             capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
             withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],

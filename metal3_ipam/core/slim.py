@@ -116,7 +116,7 @@ def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
         elif key in ("finalizers", "labels"):
             value = _share(value)
         elif key == "ownerReferences" and kind not in _AS_IS and type(value) is list:
-            value = [_owner(r) for r in value]
+            value = _exact([_owner(r) for r in value])
         else:
             value = _compact(value, intern=True)
         out[key] = value
@@ -213,5 +213,11 @@ def _compact(value: Any, intern: bool) -> Any:
             return _alike_by(out["name"], out)  # a reference by name alone: who else names X so is alike
         return out
     if type(value) is list:
-        return [_compact(v, intern) for v in value]
+        return _exact([_compact(v, intern) for v in value])
     return value
+
+
+def _exact(items: list) -> list:
+    """``items`` in a list of its own length (one built by appending keeps room for more: a conditions or
+    owner-references list of one or two would carry two spare slots for as long as it is filed)."""
+    return items[:]
