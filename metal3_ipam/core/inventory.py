@@ -70,9 +70,15 @@ def _is_older(incoming: dict, known_version: int | None) -> bool:
     return False
 
 
-def _address_ip(obj: dict) -> tuple[int, int] | None:
+def _address_ip(obj: dict) -> int | tuple[int, int] | None:
     ip = o.address_ip(obj)
-    return (ip.version, int(ip)) if ip is not None else None
+    return None if ip is None else _ip_key(ip.version, int(ip))
+
+
+def _ip_key(version: int, ip: int) -> int | tuple[int, int]:
+    """How an IP is known in ``_holders``: an IPv4 address as its number (most are IPv4: a tuple apiece
+    would cost more than the number), an IPv6 one with its version (an int never equals a tuple)."""
+    return ip if version == 4 else (version, ip)
 
 
 def _pool_generation(pool: dict) -> tuple | None:
@@ -90,7 +96,7 @@ class Inventory:
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
         # or a list of keys when several hold it: a set per IP would cost more than the address).
-        self._holders: dict[str, dict[tuple[int, int], ObjKey | list[ObjKey]]] = {}
+        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | list[ObjKey]]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -380,7 +386,7 @@ class Inventory:
 
     def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
-        known = self._holders.get(namespace, {}).get((version, ip))
+        known = self._holders.get(namespace, {}).get(_ip_key(version, ip))
         if known is None:
             return set()
         return set(known) if type(known) is list else {known}

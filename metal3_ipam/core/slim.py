@@ -78,14 +78,19 @@ def slim(obj: Mapping[str, Any]) -> dict:
         out["apiVersion"] = _intern(api_version)
     if isinstance(obj.get("kind"), str):
         out["kind"] = _intern(obj["kind"])
-    out["metadata"] = _metadata(obj["metadata"], kind)
+    spec = obj.get("spec")
+    # A Metal3 address's name is named again only by an IPClaim's status: one made for a Cluster API
+    # claim keeps its own (an interned string costs a slot in the interpreter's table besides).
+    own_name = kind == kinds.IPADDRESS and type(spec) is dict and type(spec.get("claim")) is dict \
+        and spec["claim"].get("kind") == kinds.CAPI_CLAIM[1]
+    out["metadata"] = _metadata(obj["metadata"], kind, own_name)
     if kind == kinds.CLUSTER:
         # Only whether it is paused is read of a Cluster's spec; its status is never read.
         paused = (obj.get("spec") or {}).get("paused") if isinstance(obj.get("spec"), dict) else None
         out["spec"] = {"paused": paused} if paused is not None else {}
         return out
     whole = kind in _AS_IS
-    spec, status = obj.get("spec"), obj.get("status")
+    status = obj.get("status")
     if spec is not None:
         if whole:
             out["spec"] = spec
@@ -98,7 +103,7 @@ def slim(obj: Mapping[str, Any]) -> dict:
     return out
 
 
-def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
+def _metadata(meta: dict, kind: tuple[str, str] | None, own_name: bool = False) -> dict:
     out: dict[str, Any] = {}
     for key in _METADATA:
         value = meta.get(key)
@@ -108,7 +113,7 @@ def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
             value = {_intern(k): _value(v) for k, v in value.items() if k not in _DROPPED_ANNOTATIONS}
             if not value:
                 continue
-        elif key == "resourceVersion":
+        elif key == "resourceVersion" or (key == "name" and own_name):
             pass
         elif key == "uid":
             # A claim's uid is what its addresses' owner references name: one string for all.
@@ -144,6 +149,13 @@ def _alike_by(found_by: str, value: dict) -> dict:
     return value
 
 
+def _mirrored(spec: dict) -> bool:
+    """Whether a Metal3 address (by its spec) has a Cluster API address holding the same IP: it does
+    when made for a Cluster API claim (a Cluster API address's spec has no ``claim``: it is one)."""
+    claim = spec.get("claim")
+    return type(claim) is not dict or claim.get("kind") == kinds.CAPI_CLAIM[1]
+
+
 def _address_spec(spec: dict) -> dict:
     """An address's spec: its pool reference is its neighbours'; the rest is its own."""
     out = {}
@@ -152,7 +164,7 @@ def _address_spec(spec: dict) -> dict:
         if key in ("pool", "poolRef"):
             out[key] = _share(value)
         elif key == "address" and type(value) is str:
-            out[key] = _intern(value)  # its IP: the other API's address of the claim holds the same text
+            out[key] = _intern(value) if _mirrored(spec) else value
         else:
             out[key] = _compact(value, key not in _UNIQUE)
     return out
