@@ -48,6 +48,12 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
+class _Keys(tuple):
+    """The keys of several addresses holding one IP (a tuple: never changed in place, and smaller than a list)."""
+
+    __slots__ = ()
+
+
 SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
@@ -95,8 +101,8 @@ class Inventory:
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
-        # or a list of keys when several hold it: a set per IP would cost more than the address).
-        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | list[ObjKey]]] = {}
+        # or _Keys when several hold it: a set per IP would cost more than the address).
+        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | _Keys]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -270,11 +276,11 @@ class Inventory:
                 known = held.get(ip)
                 if known is None or known == key:
                     held[ip] = key
-                elif type(known) is list:
+                elif type(known) is _Keys:
                     if key not in known:
-                        known.append(key)
+                        held[ip] = _Keys((*known, key))
                 else:
-                    held[ip] = [known, key]
+                    held[ip] = _Keys((known, key))
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -295,11 +301,9 @@ class Inventory:
             ip = _address_ip(old)
             held = self._holders.get(ns, {})
             known = held.get(ip)
-            if type(known) is list:
-                if key in known:
-                    known.remove(key)
-                if len(known) == 1:
-                    held[ip] = known[0]
+            if type(known) is _Keys:
+                rest = tuple(k for k in known if k != key)
+                held[ip] = rest[0] if len(rest) == 1 else _Keys(rest)
             elif known == key:
                 del held[ip]
         if kind == kinds.CLUSTER:
@@ -389,7 +393,7 @@ class Inventory:
         known = self._holders.get(namespace, {}).get(_ip_key(version, ip))
         if known is None:
             return set()
-        return set(known) if type(known) is list else {known}
+        return set(known) if type(known) is _Keys else {known}
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
