@@ -141,7 +141,8 @@ def _owner(ref: Any) -> Any:
 def _alike_by(found_by: str, value: dict) -> dict:
     """The dict filed before under ``found_by`` when it equals ``value`` (then one serves both), else ``value``."""
     known = _alike.get(found_by)
-    if known is not None and known == value:
+    # Equal, and alike in the types of their values too (True == 1, yet they are different JSON).
+    if known is not None and known == value and all(type(v) is type(value[k]) for k, v in known.items()):
         return known
     if len(_alike) >= MAX_ALIKE:
         _alike.clear()
