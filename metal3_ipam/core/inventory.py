@@ -48,6 +48,12 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
+class _Keys(tuple):
+    """The keys of several addresses holding one IP (a tuple: never changed in place, and smaller than a list)."""
+
+    __slots__ = ()
+
+
 SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
@@ -70,9 +76,15 @@ def _is_older(incoming: dict, known_version: int | None) -> bool:
     return False
 
 
-def _address_ip(obj: dict) -> tuple[int, int] | None:
+def _address_ip(obj: dict) -> int | tuple[int, int] | None:
     ip = o.address_ip(obj)
-    return (ip.version, int(ip)) if ip is not None else None
+    return None if ip is None else _ip_key(ip.version, int(ip))
+
+
+def _ip_key(version: int, ip: int) -> int | tuple[int, int]:
+    """How an IP is known in ``_holders``: an IPv4 address as its number (most are IPv4: a tuple apiece
+    would cost more than the number), an IPv6 one with its version (an int never equals a tuple)."""
+    return ip if version == 4 else (version, ip)
 
 
 def _pool_generation(pool: dict) -> tuple | None:
@@ -86,13 +98,11 @@ class Inventory:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict] = {}
         self.groups: dict[o.PoolKey, _PoolGroup] = {}
-        # Where each object was filed, so a change of spec moves it cleanly.
-        self._filed: dict[ObjKey, o.PoolKey | None] = {}
-        # Metal3 IPAddress names per namespace: the name locks.
-        self._address_names: dict[str, set[str]] = {}
+        # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
+        # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
-        # or a list of keys when several hold it: a set per IP would cost more than the address).
-        self._holders: dict[str, dict[tuple[int, int], ObjKey | list[ObjKey]]] = {}
+        # or _Keys when several hold it: a set per IP would cost more than the address).
+        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | _Keys]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -134,7 +144,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
-                and self._filed.get(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
+                and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
             return self._file(key, obj)
@@ -231,11 +241,20 @@ class Inventory:
                     touched = set()
         yield touched
 
+    def _filed(self, key: ObjKey) -> o.PoolKey | None:
+        """The pool the object stored under ``key`` is filed with (None: none, or nothing stored)."""
+        obj = self.objects.get(key)
+        if obj is None:
+            return None
+        kind, ns, name = key
+        if kind in kinds.POOL_KINDS:
+            return o.PoolKey(ns, name, kind)
+        return None if kind == kinds.CLUSTER else o.pool_of(obj)
+
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
         if kind in kinds.POOL_KINDS:
             pool_key = o.PoolKey(ns, name, kind)
-            self._filed[key] = pool_key
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
@@ -243,15 +262,11 @@ class Inventory:
                 touched |= self._pools_changed(ns)
             return touched
         if kind == kinds.CLUSTER:
-            self._filed[key] = None
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
             return self._reloaded(self.pools_in(ns))
-        if kind == kinds.IPADDRESS:
-            self._address_names.setdefault(ns, set()).add(name)
         pool = o.pool_of(obj)
-        self._filed[key] = pool
         if pool is None:
             return set()
         if kind in ADDRESS_KINDS:
@@ -261,11 +276,11 @@ class Inventory:
                 known = held.get(ip)
                 if known is None or known == key:
                     held[ip] = key
-                elif type(known) is list:
+                elif type(known) is _Keys:
                     if key not in known:
-                        known.append(key)
+                        held[ip] = _Keys((*known, key))
                 else:
-                    held[ip] = [known, key]
+                    held[ip] = _Keys((known, key))
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -281,18 +296,14 @@ class Inventory:
         if key not in self.objects:
             return set()
         old = self.objects[key]
-        pool = self._filed.pop(key, None)
-        if kind == kinds.IPADDRESS:
-            self._address_names.get(ns, set()).discard(name)
+        pool = self._filed(key)
         if kind in ADDRESS_KINDS:
             ip = _address_ip(old)
             held = self._holders.get(ns, {})
             known = held.get(ip)
-            if type(known) is list:
-                if key in known:
-                    known.remove(key)
-                if len(known) == 1:
-                    held[ip] = known[0]
+            if type(known) is _Keys:
+                rest = tuple(k for k in known if k != key)
+                held[ip] = rest[0] if len(rest) == 1 else _Keys(rest)
             elif known == key:
                 del held[ip]
         if kind == kinds.CLUSTER:
@@ -343,7 +354,7 @@ class Inventory:
         keys = self._changes.pop(pool_key, {})
         if reload:
             return True, []
-        return False, [(key, self.objects.get(key) if self._filed.get(key) == pool_key else None) for key in keys]
+        return False, [(key, self.objects.get(key) if self._filed(key) == pool_key else None) for key in keys]
 
     def pending(self, pool_key: o.PoolKey) -> bool:
         """Something of the pool changed since its last drain (the writer files the answers to a pass's writes)."""
@@ -375,14 +386,14 @@ class Inventory:
         return list(group.claims.values()) if group else []
 
     def name_taken(self, namespace: str, name: str) -> bool:
-        return name in self._address_names.get(namespace, ())
+        return (kinds.IPADDRESS, namespace, name) in self.objects
 
     def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
-        known = self._holders.get(namespace, {}).get((version, ip))
+        known = self._holders.get(namespace, {}).get(_ip_key(version, ip))
         if known is None:
             return set()
-        return set(known) if type(known) is list else {known}
+        return set(known) if type(known) is _Keys else {known}
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
@@ -430,7 +441,7 @@ class Inventory:
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=lambda address_name: self.name_taken(ns, address_name),
             held_elsewhere=lambda version, ip: any(
-                self._filed.get(k) != pool_key for k in self.holders(ns, version, ip)),
+                self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
             cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
             capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
             withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],

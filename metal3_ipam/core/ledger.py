@@ -71,7 +71,7 @@ class Ledger:
         self.named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
         self.mirrors_named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
         # IP -> what holds it: address objects of either API, and allocations a pass planned
-        # (a Holder). One entry, or a list of them when several hold the IP (see ``holders_of``).
+        # (a Holder). One entry, or _Several of them when several hold the IP (see ``holders_of``).
         self.holders: dict[int, Any] = {}
         # -- what the decisions left --
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
@@ -227,9 +227,9 @@ class Ledger:
                 self.allocator.take(ip)
                 self.allocator.planned = planned
             return
-        entries = held if type(held) is list else [held]
+        entries = held if type(held) is _Several else (held,)
         who = _holder(holder)
-        entries = [e for e in entries if _holder(e) != who] + [holder]
+        entries = _Several((*(e for e in entries if _holder(e) != who), holder))
         self.holders[ip] = entries if len(entries) > 1 else entries[0]
 
     def holders_of(self, ip: int) -> list[Holder]:
@@ -237,14 +237,14 @@ class Ledger:
         held = self.holders.get(ip)
         if held is None:
             return []
-        return [_holder(e) for e in held] if type(held) is list else [_holder(held)]
+        return [_holder(e) for e in held] if type(held) is _Several else [_holder(held)]
 
     def let_go(self, ip: int, holder: Holder) -> None:
         held = self.holders.get(ip)
         if held is None:
             return
-        entries = [e for e in (held if type(held) is list else [held]) if _holder(e) != holder]
-        if len(entries) == (len(held) if type(held) is list else 1):
+        entries = _Several(e for e in (held if type(held) is _Several else (held,)) if _holder(e) != holder)
+        if len(entries) == (len(held) if type(held) is _Several else 1):
             return
         if entries:
             self.holders[ip] = entries if len(entries) > 1 else entries[0]
@@ -365,6 +365,12 @@ class Ledger:
         return state
 
 
+class _Several(tuple):
+    """What holds one IP when several do (a tuple: never changed in place, and smaller than a list)."""
+
+    __slots__ = ()
+
+
 class _ByName(dict):
     """Several addresses naming one claim, by name (the ``named`` indexes hold the address itself when it is one)."""
 
@@ -393,7 +399,7 @@ def _holder(entry: Holder | dict) -> Holder:
 
 
 def _sorted_holders(held: Any) -> list[Holder]:
-    return sorted(_holder(e) for e in held) if type(held) is list else [_holder(held)]
+    return sorted(_holder(e) for e in held) if type(held) is _Several else [_holder(held)]
 
 
 def _version(obj: dict) -> tuple:

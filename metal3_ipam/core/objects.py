@@ -132,6 +132,22 @@ class PoolKey(NamedTuple):
         return hash(self._plain())
 
 
+# One PoolKey per pool for every object of it: the inventory notes each object's pool, and a key
+# apiece (with its kind tuple) would cost more than the object's own index entries. Pools are few;
+# when the table is full it starts again (keys handed out before stay equal keys).
+MAX_POOL_KEYS = 4096
+_pool_keys: dict[PoolKey, PoolKey] = {}
+
+
+def _one_pool(key: PoolKey) -> PoolKey:
+    found = _pool_keys.get(key)
+    if found is None:
+        if len(_pool_keys) >= MAX_POOL_KEYS:
+            _pool_keys.clear()
+        found = _pool_keys[key] = key
+    return found
+
+
 def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     """The pool a claim or an address (of either API) is for, or None when not ours."""
     kind = kinds.kind_of(obj)
@@ -145,7 +161,7 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
                 if pool_kind not in kinds.POOL_KINDS:
                     return None
-            return PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind)
+            return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
     if kind == kinds.IPCLAIM:
         # A claim is filed with the pool of its own namespace even when its
@@ -153,13 +169,13 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
         # kind and name, and the reconcile refuses the foreign reference.
         pool = spec(obj).get("pool")
         if isinstance(pool, Mapping) and pool.get("name"):
-            return PoolKey(ns, str(pool["name"]))
+            return _one_pool(PoolKey(ns, str(pool["name"])))
         return None
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
         if pool_kind in kinds.POOL_KINDS and pool.get("name"):
-            return PoolKey(ns, str(pool["name"]), pool_kind)
+            return _one_pool(PoolKey(ns, str(pool["name"]), pool_kind))
         return None
     return None
 
@@ -174,8 +190,25 @@ def foreign_pool_namespace(claim: Mapping[str, Any]) -> str | None:
     return str(ref_ns) if ref_ns and ref_ns != namespace(claim) else None
 
 
+# One tuple per claim key, whoever asks: the inventory, the ledger's claims, the addresses naming the
+# claim and the bound map each hold the key of every claim, and a tuple apiece would cost more than
+# the table's slot. Bounded: when full it starts again (keys handed out before stay valid: equal
+# tuples are equal keys, only no longer one object).
+MAX_CLAIM_KEYS = 1 << 17
+_claim_keys: dict[ClaimKey, ClaimKey] = {}
+
+
+def _one_key(key: ClaimKey) -> ClaimKey:
+    found = _claim_keys.get(key)
+    if found is None:
+        if len(_claim_keys) >= MAX_CLAIM_KEYS:
+            _claim_keys.clear()
+        found = _claim_keys[key] = key
+    return found
+
+
 def claim_key(claim: Mapping[str, Any]) -> ClaimKey:
-    return (str(claim.get("kind")), name(claim))
+    return _one_key((str(claim.get("kind")), name(claim)))
 
 
 def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
@@ -184,14 +217,14 @@ def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
     kind = kinds.CAPI_CLAIM[1] if claim.get("kind") == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM[1]
-    return (kind, str(claim["name"]))
+    return _one_key((kind, str(claim["name"])))
 
 
 def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     claim = spec(address).get("claimRef")
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
-    return (kinds.CAPI_CLAIM[1], str(claim["name"]))
+    return _one_key((kinds.CAPI_CLAIM[1], str(claim["name"])))
 
 
 def address_ip(address: Mapping[str, Any]):

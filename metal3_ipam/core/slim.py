@@ -12,10 +12,13 @@ all: dict keys, namespaces, apiVersion and kind, finalizers, label keys and
 values, condition types, reasons and times, pool names, and the names and uids
 by which addresses refer to their claims (a claim's uid and the owner
 reference of its address are then one string). What is unique to one object
-(its resourceVersion, an IP, a message) is kept as it came. Small parts that
+(its resourceVersion, a message) is kept as it came; an address's IP is
+interned, as a claim's two addresses hold the same text. Small parts that
 many objects have alike (a claim's spec naming its pool, a finalizer list, a
 cluster label, the pool's owner reference on every address) are shared: one
 dict or list for all of them.
+A claim's owner reference on its addresses, and references by name alone
+(``{name: X}``), are shared between the claim and its addresses the same way.
 
 Filed objects are therefore read-only: nothing may change them in place (no
 code does; ``objects`` hands out copies of labels, finalizers and owner
@@ -52,6 +55,13 @@ _CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
 # never pile up.
 MAX_SHARED = 4096
 _shared: dict[Any, Any] = {}
+# Parts alike between one claim and its addresses, found by a string they already hold (so an entry
+# costs a table slot, not a frozen key): the claim's owner reference on each address, by the claim's
+# uid; a reference by name alone ({name: X}: a Cluster API claim's status.addressRef and its address's
+# spec.claimRef), by X. The claim and its addresses may be filed far apart (a start-up lists each kind
+# in turn), so the table holds one pool's worth; when full it starts again, as ``_shared`` does.
+MAX_ALIKE = 1 << 17
+_alike: dict[str, dict] = {}
 
 
 def slim(obj: Mapping[str, Any]) -> dict:
@@ -68,14 +78,19 @@ def slim(obj: Mapping[str, Any]) -> dict:
         out["apiVersion"] = _intern(api_version)
     if isinstance(obj.get("kind"), str):
         out["kind"] = _intern(obj["kind"])
-    out["metadata"] = _metadata(obj["metadata"], kind)
+    spec = obj.get("spec")
+    # A Metal3 address's name is named again only by an IPClaim's status: one made for a Cluster API
+    # claim keeps its own (an interned string costs a slot in the interpreter's table besides).
+    own_name = kind == kinds.IPADDRESS and type(spec) is dict and type(spec.get("claim")) is dict \
+        and spec["claim"].get("kind") == kinds.CAPI_CLAIM[1]
+    out["metadata"] = _metadata(obj["metadata"], kind, own_name)
     if kind == kinds.CLUSTER:
         # Only whether it is paused is read of a Cluster's spec; its status is never read.
         paused = (obj.get("spec") or {}).get("paused") if isinstance(obj.get("spec"), dict) else None
         out["spec"] = {"paused": paused} if paused is not None else {}
         return out
     whole = kind in _AS_IS
-    spec, status = obj.get("spec"), obj.get("status")
+    status = obj.get("status")
     if spec is not None:
         if whole:
             out["spec"] = spec
@@ -88,7 +103,7 @@ def slim(obj: Mapping[str, Any]) -> dict:
     return out
 
 
-def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
+def _metadata(meta: dict, kind: tuple[str, str] | None, own_name: bool = False) -> dict:
     out: dict[str, Any] = {}
     for key in _METADATA:
         value = meta.get(key)
@@ -98,7 +113,7 @@ def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
             value = {_intern(k): _value(v) for k, v in value.items() if k not in _DROPPED_ANNOTATIONS}
             if not value:
                 continue
-        elif key == "resourceVersion":
+        elif key == "resourceVersion" or (key == "name" and own_name):
             pass
         elif key == "uid":
             # A claim's uid is what its addresses' owner references name: one string for all.
@@ -106,7 +121,7 @@ def _metadata(meta: dict, kind: tuple[str, str] | None) -> dict:
         elif key in ("finalizers", "labels"):
             value = _share(value)
         elif key == "ownerReferences" and kind not in _AS_IS and type(value) is list:
-            value = [_owner(r) for r in value]
+            value = _exact([_owner(r) for r in value])
         else:
             value = _compact(value, intern=True)
         out[key] = value
@@ -117,7 +132,29 @@ def _owner(ref: Any) -> Any:
     if type(ref) is not dict:
         return _compact(ref, True)
     lean = {k: _compact(ref[k], True) for k in _OWNER_FIELDS if k in ref}
-    return _share(lean) if ref.get("kind") in _SHARED_OWNERS else lean
+    if ref.get("kind") in _SHARED_OWNERS:
+        return _share(lean)
+    uid = lean.get("uid")
+    return _alike_by(uid, lean) if type(uid) is str else lean
+
+
+def _alike_by(found_by: str, value: dict) -> dict:
+    """The dict filed before under ``found_by`` when it equals ``value`` (then one serves both), else ``value``."""
+    known = _alike.get(found_by)
+    # Equal, and alike in the types of their values too (True == 1, yet they are different JSON).
+    if known is not None and known == value and all(type(v) is type(value[k]) for k, v in known.items()):
+        return known
+    if len(_alike) >= MAX_ALIKE:
+        _alike.clear()
+    _alike[found_by] = value
+    return value
+
+
+def _mirrored(spec: dict) -> bool:
+    """Whether a Metal3 address (by its spec) has a Cluster API address holding the same IP: it does
+    when made for a Cluster API claim (a Cluster API address's spec has no ``claim``: it is one)."""
+    claim = spec.get("claim")
+    return type(claim) is not dict or claim.get("kind") == kinds.CAPI_CLAIM[1]
 
 
 def _address_spec(spec: dict) -> dict:
@@ -127,6 +164,8 @@ def _address_spec(spec: dict) -> dict:
         key = _intern(key) if type(key) is str else key
         if key in ("pool", "poolRef"):
             out[key] = _share(value)
+        elif key == "address" and type(value) is str:
+            out[key] = _intern(value) if _mirrored(spec) else value
         else:
             out[key] = _compact(value, key not in _UNIQUE)
     return out
@@ -180,9 +219,18 @@ def _compact(value: Any, intern: bool) -> Any:
     if type(value) is dict:
         # A unique field keeps its own text; what is nested under it (a claim's status.address
         # names its IPAddress and namespace) is interned like anything else.
-        return {_intern(k) if type(k) is str else k:
-                (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
-                for k, v in value.items()}
+        out = {_intern(k) if type(k) is str else k:
+               (v if k in _UNIQUE or not intern else _intern(v)) if type(v) is str else _compact(v, intern)
+               for k, v in value.items()}
+        if intern and len(out) == 1 and type(out.get("name")) is str:
+            return _alike_by(out["name"], out)  # a reference by name alone: who else names X so is alike
+        return out
     if type(value) is list:
-        return [_compact(v, intern) for v in value]
+        return _exact([_compact(v, intern) for v in value])
     return value
+
+
+def _exact(items: list) -> list:
+    """``items`` in a list of its own length (one built by appending keeps room for more: a conditions or
+    owner-references list of one or two would carry two spare slots for as long as it is filed)."""
+    return items[:]

@@ -142,3 +142,38 @@ def test_parts_alike_are_shared_and_the_table_stays_bounded(monkeypatch):
 def test_what_is_not_an_object_passes_as_it_is():
     for value in ({}, {"metadata": "x"}, [], None):
         assert slim(value) is value
+
+
+def test_a_claim_and_its_addresses_share_the_parts_they_have_alike(monkeypatch):
+    claim_owner = {"apiVersion": CAPI, "kind": "IPAddressClaim", "name": "m-0", "uid": "u-claim", "controller": True}
+    pool_ref = {"apiGroup": kinds.METAL3_GROUP, "kind": "IPPool", "name": "p"}
+    claim = slim(as_served({"apiVersion": CAPI, "kind": "IPAddressClaim",
+                            "metadata": {"name": "m-0", "namespace": "default", "uid": "u-claim"},
+                            "spec": {"poolRef": pool_ref}, "status": {"addressRef": {"name": "m-0"}}}))
+    lock = slim(as_served({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+                           "metadata": {"name": "p-10-0-0-2", "namespace": "default", "uid": "u-lock",
+                                        "ownerReferences": [dict(claim_owner)]},
+                           "spec": {"address": "10.0.0.2", "pool": {"name": "p"},
+                                    "claim": {"apiVersion": CAPI, "kind": "IPAddressClaim", "name": "m-0"}}}))
+    mirror = slim(as_served({"apiVersion": CAPI, "kind": "IPAddress",
+                             "metadata": {"name": "m-0", "namespace": "default", "uid": "u-mirror",
+                                          "ownerReferences": [dict(claim_owner)]},
+                             "spec": {"address": "10.0.0.2", "claimRef": {"name": "m-0"}, "poolRef": pool_ref}}))
+    assert lock["metadata"]["ownerReferences"][0] is mirror["metadata"]["ownerReferences"][0]
+    assert mirror["metadata"]["ownerReferences"] == [claim_owner]
+    assert claim["status"]["addressRef"] is mirror["spec"]["claimRef"] == {"name": "m-0"}
+    assert lock["spec"]["address"] is mirror["spec"]["address"]
+    # One key per claim and per pool, whoever asks for it.
+    assert o.claim_key(claim) is o.claim_of_address(lock) is o.claim_of_capi_address(mirror)
+    assert o.pool_of(claim) is o.pool_of(mirror) is o.pool_of(lock) == ("default", "p")
+    # Not alike: another claim of that uid with other fields, or controller 1 where it was True.
+    other = slim({"kind": "IPAddress", "metadata": {"name": "x", "ownerReferences": [dict(claim_owner, name="m-1")]}})
+    assert other["metadata"]["ownerReferences"] == [dict(claim_owner, name="m-1")]
+    one = slim({"kind": "IPAddress", "metadata": {"name": "y", "ownerReferences": [dict(claim_owner, controller=1)]}})
+    assert one["metadata"]["ownerReferences"][0]["controller"] is not True
+    monkeypatch.setattr(slim_module, "MAX_ALIKE", 10)
+    monkeypatch.setattr(o, "MAX_CLAIM_KEYS", 10)
+    for i in range(50):
+        slim({"kind": "IPAddress", "metadata": {"name": f"z{i}", "ownerReferences": [dict(claim_owner, uid=str(i))]}})
+        o.claim_key({"kind": "IPClaim", "metadata": {"name": f"z{i}"}})
+        assert len(slim_module._alike) <= 10 and len(o._claim_keys) <= 10
