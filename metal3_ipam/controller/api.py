@@ -531,12 +531,12 @@ class ApiWriter:
 
 
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
-            headers: dict[str, str] | None = None) -> Any:
+            headers: dict[str, str] | None = None, timeout: float | None = None) -> Any:
     """One REST call with the client's credentials; the decoded JSON answer, or ApiException."""
     method, url, header_params, body, _ = api.param_serialize(
         method, path, header_params=headers or {"Accept": "application/json"}, body=body,
         auth_settings=["BearerToken"])
-    response = api.call_api(method, url, header_params=header_params, body=body)
+    response = api.call_api(method, url, header_params=header_params, body=body, _request_timeout=timeout)
     response.read()
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)

@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 from ..core import kinds
 from ..core.inventory import Inventory
 from . import health, webhook
-from .api import ApiWriter
+from .api import ApiWriter, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, list_all,
@@ -175,7 +175,15 @@ async def run(options: Options) -> int:
         return 1
     webhooks = None
     if options.webhook_port:
-        admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces)
+        pools = resources[kinds.IPPOOL]
+
+        def list_pools(namespace: str) -> list[dict]:
+            # Well within the API server's wait for the webhook (10 s): on a timeout the inventory answers.
+            path = f"/apis/{pools.group}/{pools.version}/namespaces/{namespace}/{pools.plural}"
+            return request(api, "GET", path, timeout=3.0).get("items") or []
+
+        admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces,
+                                      list_pools=list_pools)
         try:
             webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
                                                    options.webhook_cert_dir).start()

@@ -6,8 +6,9 @@ deleted. The answer comes from the same rules as ``metal3-ipam validate``
 (:mod:`metal3_ipam.core.validation`); the rules that need the live state (a
 pool overlapping another of its namespace, a pool update dropping an address
 in use, a pool deleted while addresses are handed out from it) read the
-controller's inventory, which the watches keep current. Nothing here calls
-the API server.
+controller's inventory, which the watches keep current; the pools a new or
+changed pool is checked against for overlap are read from the API server
+(see ``Admission.current_pools``).
 
 :data:`HOOKS` is the one description of the webhooks: the server routes by
 it, and ``config/webhook/manifests.yaml`` is generated from it
@@ -181,14 +182,38 @@ class Admission:
     """Answers AdmissionReview requests from the rules and the inventory (read only)."""
 
     def __init__(self, inventory: Inventory, loaded: Callable[[], bool] = lambda: True,
-                 namespaces: Iterable[str] = ()) -> None:
+                 namespaces: Iterable[str] = (), list_pools: Callable[[str], list[dict]] | None = None) -> None:
         self.inventory = inventory
         self.loaded = loaded
+        # The pools of a namespace as the API server holds them now (blocking; see ``current_pools``).
+        self.list_pools = list_pools
         # Namespaces the controller watches (empty: all). Elsewhere the inventory knows nothing.
         self.namespaces = set(namespaces)
 
-    def review(self, request: dict, mutating: bool = False) -> dict:
-        """The ``response`` of an AdmissionReview for its ``request``."""
+    def current_pools(self, request: dict) -> list[dict] | None:
+        """For a pool created or changed, the other pools of its namespace read from the API server.
+
+        The inventory learns of a pool from the watch, a moment after it was
+        created: two pools created back to back would each be judged without
+        the other, and an overlap under different namePrefixes let in. Pools
+        are created rarely, so the overlap check reads them afresh. None when
+        that read fails (the inventory answers then) or is not needed.
+        """
+        obj = request.get("object")
+        if self.list_pools is None or request.get("operation") == "DELETE" or kinds.kind_of(obj) != kinds.IPPOOL:
+            return None
+        namespace = request.get("namespace") or o.namespace(obj)
+        if not self._knows(namespace):
+            return None
+        try:
+            return self.list_pools(namespace)
+        except Exception as err:  # noqa: BLE001 - any failure: judged from the inventory instead
+            log.warning("listing the IPPools of %s for an admission review failed (%s); judged from the "
+                        "controller's inventory", namespace, getattr(err, "reason", None) or err)
+            return None
+
+    def review(self, request: dict, mutating: bool = False, pools: list[dict] | None = None) -> dict:
+        """The ``response`` of an AdmissionReview for its ``request``; ``pools`` from :meth:`current_pools`."""
         uid = request.get("uid", "")
         operation = request.get("operation")
         obj = request.get("object") if operation != "DELETE" else request.get("oldObject")
@@ -199,7 +224,7 @@ class Admission:
             return self._default(uid, obj)
         old = _with_namespace(request.get("oldObject"), request.get("namespace"))
         try:
-            problems = self._judge(operation, obj, old)
+            problems = self._judge(operation, obj, old, pools)
         except _NotReady as not_ready:
             return _denied(uid, 503, "ServiceUnavailable", str(not_ready))
         errors = [p for p in problems if not p.warning]
@@ -214,7 +239,8 @@ class Admission:
         obj = request.get("object") if request.get("operation") != "DELETE" else request.get("oldObject")
         return not mutating and kinds.kind_of(obj) == kinds.IPPOOL
 
-    def _judge(self, operation: str | None, obj: dict, old: dict | None) -> list[Problem]:
+    def _judge(self, operation: str | None, obj: dict, old: dict | None,
+               pools: list[dict] | None = None) -> list[Problem]:
         kind = kinds.kind_of(obj)
         live = kind == kinds.IPPOOL and self._knows(o.namespace(obj))
         if operation == "DELETE":
@@ -229,7 +255,8 @@ class Admission:
         else:
             problems = validate(obj)
         if live and not [p for p in problems if not p.warning]:
-            problems += overlap_problems(obj, self._pools_of(o.namespace(obj)))
+            others = [p for p in pools if not o.is_deleting(p)] if pools is not None else None
+            problems += overlap_problems(obj, others if others is not None else self._pools_of(o.namespace(obj)))
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -432,8 +459,8 @@ class WebhookServer:
         self._thread = None
 
 
-async def _answer(admission: Admission, body: dict, mutating: bool) -> dict:
-    return admission.review(body, mutating=mutating)
+async def _answer(admission: Admission, body: dict, mutating: bool, pools: list[dict] | None) -> dict:
+    return admission.review(body, mutating=mutating, pools=pools)
 
 
 def _handler(admission: Admission, mutating: bool, path: str, owner: asyncio.AbstractEventLoop | None = None):
@@ -447,11 +474,12 @@ def _handler(admission: Admission, mutating: bool, path: str, owner: asyncio.Abs
                 raise TypeError("request is not an object")
         except (ValueError, KeyError, TypeError) as err:
             return web.json_response({"error": f"not an AdmissionReview: {err}"}, status=400)
+        pools = None if mutating else await asyncio.to_thread(admission.current_pools, body)
         if owner is not None and owner is not asyncio.get_running_loop() and admission.reads_inventory(body, mutating):
             response = await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(_answer(admission, body, mutating), owner))
+                asyncio.run_coroutine_threadsafe(_answer(admission, body, mutating, pools), owner))
         else:
-            response = admission.review(body, mutating=mutating)
+            response = admission.review(body, mutating=mutating, pools=pools)
         operation = str(body.get("operation"))
         DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
         REVIEW_SECONDS.observe(time.perf_counter() - started)

@@ -332,3 +332,33 @@ def test_reviews_are_answered_while_the_controller_loop_is_busy(tmp_path):
             await server.close()
 
     asyncio.run(scenario())
+
+
+def test_overlap_is_judged_against_the_pools_the_api_server_holds_now():
+    """A pool created a moment ago is not in the inventory yet (its watch event is on its way): the pools the
+    overlap check reads come from the API server, so back-to-back creates cannot both get in."""
+    other = {**POOL, "metadata": {"name": "pool2", "namespace": "default"},
+             "spec": {**POOL["spec"], "namePrefix": "other"}}
+    listed = []
+
+    def list_pools(namespace: str) -> list[dict]:
+        listed.append(namespace)
+        return [POOL]
+
+    admission = Admission(inventory(), list_pools=list_pools)
+    req = request("CREATE", other)
+    response = admission.review(req, pools=admission.current_pools(req))
+    assert not response["allowed"] and "pool1" in response["status"]["message"] and listed == ["default"]
+
+
+def test_when_the_pools_cannot_be_listed_the_inventory_answers():
+    def list_pools(namespace: str) -> list[dict]:
+        raise OSError("connection refused")
+
+    other = {**POOL, "metadata": {"name": "pool2", "namespace": "default"},
+             "spec": {**POOL["spec"], "namePrefix": "other"}}
+    admission = Admission(inventory(POOL), list_pools=list_pools)
+    req = request("CREATE", other)
+    assert admission.current_pools(req) is None
+    assert not admission.review(req, pools=None)["allowed"]
+    assert admission.current_pools(request("CREATE", address("a", "10.0.0.5"))) is None  # only pools list
