@@ -92,7 +92,7 @@ def longest_block(api) -> tuple[float, float, float, float, int]:
     """Longest gaps between event-loop turns in ms (wall and CPU at start-up, CPU in an audit);
     the same full pass in one go in ms; turns given."""
     class Writer:
-        async def execute(self, plan):
+        async def execute(self, plan, pool=None):
             return Outcome(done=len(plan.writes))
 
     async def scenario():
