@@ -135,17 +135,28 @@ class PoolKey(NamedTuple):
 # One PoolKey per pool for every object of it: the inventory notes each object's pool, and a key
 # apiece (with its kind tuple) would cost more than the object's own index entries. Pools are few;
 # when the table is full it starts again (keys handed out before stay equal keys).
+class _OneOfEach:
+    """Hands out one object for all equal ones, from a table of at most ``limit`` entries.
+
+    When full it starts again: what was handed out before stays equal to what
+    comes after, only no longer the same object.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.table: dict = {}
+
+    def __call__(self, value: Any) -> Any:
+        found = self.table.get(value)
+        if found is None:
+            if len(self.table) >= self.limit:
+                self.table.clear()
+            found = self.table[value] = value
+        return found
+
+
 MAX_POOL_KEYS = 4096
-_pool_keys: dict[PoolKey, PoolKey] = {}
-
-
-def _one_pool(key: PoolKey) -> PoolKey:
-    found = _pool_keys.get(key)
-    if found is None:
-        if len(_pool_keys) >= MAX_POOL_KEYS:
-            _pool_keys.clear()
-        found = _pool_keys[key] = key
-    return found
+_one_pool = _OneOfEach(MAX_POOL_KEYS)
 
 
 def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
@@ -195,16 +206,7 @@ def foreign_pool_namespace(claim: Mapping[str, Any]) -> str | None:
 # the table's slot. Bounded: when full it starts again (keys handed out before stay valid: equal
 # tuples are equal keys, only no longer one object).
 MAX_CLAIM_KEYS = 1 << 17
-_claim_keys: dict[ClaimKey, ClaimKey] = {}
-
-
-def _one_key(key: ClaimKey) -> ClaimKey:
-    found = _claim_keys.get(key)
-    if found is None:
-        if len(_claim_keys) >= MAX_CLAIM_KEYS:
-            _claim_keys.clear()
-        found = _claim_keys[key] = key
-    return found
+_one_key = _OneOfEach(MAX_CLAIM_KEYS)
 
 
 def claim_key(claim: Mapping[str, Any]) -> ClaimKey:

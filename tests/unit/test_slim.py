@@ -172,8 +172,8 @@ def test_a_claim_and_its_addresses_share_the_parts_they_have_alike(monkeypatch):
     one = slim({"kind": "IPAddress", "metadata": {"name": "y", "ownerReferences": [dict(claim_owner, controller=1)]}})
     assert one["metadata"]["ownerReferences"][0]["controller"] is not True
     monkeypatch.setattr(slim_module, "MAX_ALIKE", 10)
-    monkeypatch.setattr(o, "MAX_CLAIM_KEYS", 10)
+    monkeypatch.setattr(o._one_key, "limit", 10)
     for i in range(50):
         slim({"kind": "IPAddress", "metadata": {"name": f"z{i}", "ownerReferences": [dict(claim_owner, uid=str(i))]}})
         o.claim_key({"kind": "IPClaim", "metadata": {"name": f"z{i}"}})
-        assert len(slim_module._alike) <= 10 and len(o._claim_keys) <= 10
+        assert len(slim_module._alike) <= 10 and len(o._one_key.table) <= 10
