@@ -27,7 +27,7 @@ import argparse
 import copy
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -764,34 +764,31 @@ def write_files(root: Path | None = None) -> list[Path]:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m metal3_ipam.crds",
-        description="Generate the ipam.metal3.io CRD manifests under config/crd/.",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if a generated file is missing or out of date",
-    )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="repository root holding config/ (default: the one this package lives in)",
-    )
+def generator_main(argv: list[str] | None, module: str, what: str,
+                   stale_files: Callable[[Path | None], list[str]],
+                   write_files: Callable[[Path | None], list[str]]) -> int:
+    """The command line of a module that generates files under config/ (``--check``, ``--root``)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"Generate {what}.")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a generated file is missing or out of date")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="repository root holding config/ (default: the one this package lives in)")
     args = parser.parse_args(argv)
     if args.check:
         stale = stale_files(args.root)
         for rel in stale:
             print(f"out of date: {rel}", file=sys.stderr)
         if stale:
-            print("run `python -m metal3_ipam.crds` to regenerate", file=sys.stderr)
-            return 1
-        return 0
+            print(f"run `python -m {module}` to regenerate", file=sys.stderr)
+        return 1 if stale else 0
     for rel in write_files(args.root):
         print(f"wrote {rel}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return generator_main(argv, "metal3_ipam.crds", "the ipam.metal3.io CRD manifests under config/crd/",
+                          stale_files, write_files)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ uses, and refuses any other (so the tree cannot grow out of it unnoticed).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import re
 import sys
@@ -32,6 +31,7 @@ from typing import Any, Iterator
 import yaml
 
 from .controller import permissions, webhook
+from .crds import generator_main
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -381,21 +381,8 @@ def release(repository: Path, version: str, root: Path | None = None, image: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metal3_ipam.packaging",
-                                     description="Generate config/rbac roles and config/webhook manifests.")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is not current")
-    parser.add_argument("--root", type=Path, default=None, help="repository root (default: this checkout)")
-    args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_files(args.root)
-        for rel in stale:
-            print(f"out of date: {rel}", file=sys.stderr)
-        if stale:
-            print("run `python -m metal3_ipam.packaging` to regenerate", file=sys.stderr)
-        return 1 if stale else 0
-    for rel in write_files(args.root):
-        print(f"wrote {rel}")
-    return 0
+    return generator_main(argv, "metal3_ipam.packaging", "config/rbac roles and config/webhook manifests",
+                          stale_files, write_files)
 
 
 if __name__ == "__main__":
