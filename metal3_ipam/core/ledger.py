@@ -31,6 +31,7 @@ from typing import Any
 from . import kinds
 from . import objects as o
 from .allocator import Allocator
+from .indexes import StatusIndex
 from .pool import Pool
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -76,6 +77,7 @@ class Ledger:
         # -- what the decisions left --
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
         self.bound_version = 0                      # bumped whenever ``bound`` changes
+        self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
         self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
         self.deferred_claims: dict[o.ClaimKey, None] = {}
         self.deferred_addresses: dict[tuple[str, str], None] = {}
@@ -290,14 +292,14 @@ class Ledger:
             elif ip in self.allocator.taken:
                 self.allocator.release(ip)  # skipped as taken elsewhere: looked at again next time
 
-    def bind(self, key: o.ClaimKey, text: str) -> None:
-        if self.bound.get(key) != text:
-            self.bound[key] = text
-            self.bound_version += 1
-
     def unbind(self, key: o.ClaimKey) -> None:
         if self.bound.pop(key, None) is not None:
-            self.bound_version += 1
+            self.rebound(key)
+
+    def rebound(self, key: o.ClaimKey) -> None:
+        """The binding of ``key`` changed (whoever changed ``bound``): the status must say so."""
+        self.bound_version += 1
+        self.index.touch(key)
 
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""

@@ -33,7 +33,6 @@ Ready condition.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from contextlib import contextmanager
@@ -53,10 +52,6 @@ from . import pool_kinds
 from .pool import Pool
 from .problems import Problem, errors
 
-# status.indexes stays far below etcd's object size limit (about 1.5 MiB, with
-# managedFields on top) whatever the number and length of claim names: it is a
-# convenience, the IPAddress objects are the record. Bounded by serialised bytes.
-MAX_INDEXES_BYTES = 256 * 1024
 # A message written into a status or an Event is bounded too.
 MAX_MESSAGE = 1024
 
@@ -278,7 +273,7 @@ class _Reconciler:
         with self._counted(budget):
             yield
         if self.ledger.bound.get(key) != bound:
-            self.ledger.bound_version += 1
+            self.ledger.rebound(key)
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
@@ -337,14 +332,14 @@ class _Reconciler:
     def pool_status(self) -> Generator[None, None, None]:
         """The pool's status: counts, conditions and ``status.indexes``.
 
-        Counts are the ledger's, O(1). ``status.indexes`` is sorted and cut to
-        MAX_INDEXES_BYTES: O(n log n), and a write of up to 256 KiB. Keeping it
-        sorted incrementally would still leave that write per claim, so it is
-        built only when the bindings or the pool changed since the status was
-        last found current, and, with ``status_due`` false, a write that would
-        change only counts and indexes is put off (the controller writes them
-        at most about once a second per pool): a claim's own status write is in
-        its own step and never waits for the pool's.
+        Counts are the ledger's, O(1). ``status.indexes`` is kept in order by
+        the ledger (``indexes.StatusIndex``): a build costs the claims whose
+        binding changed and the walk to the cut, and the write is a patch of
+        up to 256 KiB. It is built only when the bindings or the pool changed
+        since the status was last found current, and, with ``status_due``
+        false, a write that would change only counts and indexes is put off
+        (the controller writes them at most about once a second per pool): a
+        claim's own status write is in its own step and never waits for the pool's.
         """
         pool = self.pool_obj
         ledger = self.ledger
@@ -370,7 +365,7 @@ class _Reconciler:
             ledger.status_held = True
             return
         desired: dict[str, Any] = {}
-        desired["indexes"], omitted = yield from _bounded_indexes(ledger.bound)
+        desired["indexes"], omitted = yield from ledger.index.build(ledger.bound)
         if omitted:
             desired["indexesOmitted"] = omitted
         desired.update(counts)
@@ -807,43 +802,6 @@ def _span_text(first: int, last: int, version: int) -> str:
 
 def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
-
-
-# Entries of status.indexes handled between two yields while they are sorted and cut.
-INDEX_PIECE = 4096
-
-
-def _bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, tuple[dict[str, str], int]]:
-    """``status.indexes`` in key order, cut where its JSON would pass MAX_INDEXES_BYTES; and how many were left out.
-
-    In pieces, yielding between them: sorted runs merged lazily, so only the
-    entries that fit are ever taken from the merge.
-    """
-    # The keys alone (no new objects: a list of (key, ip) pairs for 50,000 claims is itself a
-    # dozen milliseconds of work); each piece reads its IPs as it goes.
-    keys = list(bound)
-    runs = []
-    for start in range(0, len(keys), INDEX_PIECE):
-        runs.append(sorted((o.index_key(k), bound[k]) for k in keys[start:start + INDEX_PIECE] if k in bound))
-        yield
-    del keys[:]
-    kept: dict[str, str] = {}
-    size = 2
-    omitted = 0
-    merged = heapq.merge(*runs)
-    for i, (key, ip) in enumerate(merged, 1):
-        size += len(key.encode()) + len(ip) + 6  # "key":"ip",
-        if size > MAX_INDEXES_BYTES:
-            omitted = len(bound) - i + 1
-            break
-        kept[key] = ip
-        if i % INDEX_PIECE == 0:
-            yield
-    merged.close()
-    while runs:
-        runs.pop()
-        yield
-    return kept, omitted
 
 
 def _held(addresses: list[dict]) -> list[dict]:

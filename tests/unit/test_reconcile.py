@@ -121,9 +121,9 @@ def test_counts_past_2_to_the_64_are_exact():
 
 
 def test_indexes_are_capped_and_the_rest_counted(monkeypatch):
-    from metal3_ipam.core import reconcile as reconcile_module
+    from metal3_ipam.core import indexes
     # Room for three entries of the form "cN":"192.168.0.1N" (24 bytes each).
-    monkeypatch.setattr(reconcile_module, "MAX_INDEXES_BYTES", 2 + 3 * 24)
+    monkeypatch.setattr(indexes, "MAX_INDEXES_BYTES", 2 + 3 * 24)
     api = converged(ippool(), *[ipclaim(f"c{i}") for i in range(5)])
     pool_status = status(api, POOL, "pool1")
     assert len(pool_status["indexes"]) == 3
