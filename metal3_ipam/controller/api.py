@@ -56,6 +56,7 @@ from .credentials import Credentials, CredentialsError
 from .fairness import FairSlots
 from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
                        status_patch)
+from .wire import decode_object
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -374,7 +375,7 @@ class ApiWriter:
             try:
                 async with self._http().request(method, path.lstrip("/"), data=data, headers=headers,
                                                 proxy=self.credentials.proxy) as response:
-                    text = await response.text()
+                    raw = await response.read()
             except (aiohttp.ClientError, asyncio.TimeoutError) as err:
                 if method != "GET" and not self.may_write():
                     raise Fenced() from None  # stopped on its way out (FencedRequest)
@@ -387,9 +388,9 @@ class ApiWriter:
             break
         if not 200 <= response.status < 300:
             failure = ApiException(status=response.status, reason=response.reason)
-            failure.body = text
+            failure.body = raw.decode(errors="replace")
             raise failure
-        return json.loads(text) if text else None
+        return decode_object(raw) if raw else None
 
     async def _create(self, action: Create) -> dict:
         obj = action.obj
@@ -531,8 +532,9 @@ class ApiWriter:
 
 
 def request(api: client.ApiClient, method: str, path: str, body: Any = None,
-            headers: dict[str, str] | None = None, timeout: float | None = None) -> Any:
-    """One REST call with the client's credentials; the decoded JSON answer, or ApiException."""
+            headers: dict[str, str] | None = None, timeout: float | None = None,
+            decode: Callable[[bytes], Any] = json.loads) -> Any:
+    """One REST call with the client's credentials; the answer decoded (JSON by default), or ApiException."""
     method, url, header_params, body, _ = api.param_serialize(
         method, path, header_params=headers or {"Accept": "application/json"}, body=body,
         auth_settings=["BearerToken"])
@@ -540,7 +542,7 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     response.read()
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
-    return json.loads(response.data) if response.data else None
+    return decode(response.data) if response.data else None
 
 
 def _verb_kind(action: Any) -> tuple[str, str]:

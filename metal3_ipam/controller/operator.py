@@ -34,6 +34,7 @@ from ..core.inventory import Inventory
 from ..core.slim import slim
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials
+from .wire import decode_list
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam.operator")
@@ -161,7 +162,7 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
 
 
 # Kinds that come by the thousand: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
-HOT_KINDS = (kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
+HOT_KINDS = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
 
 
 def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource],
@@ -219,7 +220,8 @@ def list_all(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
             items: list[dict] = []
             version = None
             while True:
-                page = request(api, "GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""))
+                page = request(api, "GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""),
+                               decode=decode_list)
                 for item in page.get("items") or []:
                     item.setdefault("apiVersion", f"{resource.group}/{resource.version}")
                     item.setdefault("kind", kind[1])

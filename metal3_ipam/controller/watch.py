@@ -33,6 +33,7 @@ import aiohttp
 
 from .api import Resource
 from .credentials import Credentials, CredentialsError
+from .wire import decode_event
 
 log = logging.getLogger("metal3_ipam.watch")
 
@@ -162,12 +163,11 @@ class KindWatch:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
-                    self._event(json.loads(line))
+                    self._event(*decode_event(line))
         if pending.strip():
-            self._event(json.loads(pending))
+            self._event(*decode_event(pending))
 
-    def _event(self, event: dict) -> None:
-        kind, obj = event.get("type"), event.get("object")
+    def _event(self, kind: Any, obj: Any) -> None:
         if not isinstance(obj, dict):
             return
         if kind == "ERROR":

@@ -73,7 +73,7 @@ class PoolWorkers:
         self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         self._audit_at: dict[o.PoolKey, float] = {}
         self._building = 0  # full passes under way (see _collector_paused)
-        self._thresholds = gc.get_threshold()
+        self._collecting = True  # the collector was on when they began
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -188,11 +188,14 @@ class PoolWorkers:
         status_due = started - self._status_written.get(pool, float("-inf")) >= self._status_interval(ledger)
         audit = not reload and started >= self._audit_at.get(pool, started)
         if reload or needs_full(ledger, context) or audit:
-            # Every object of the pool, copied now: what changes from here on is in the change log.
-            snapshot = self.inventory.snapshot(pool, context.now, self.rng)
             fresh = Ledger()
             audited = audit and not reload and not needs_full(ledger, context)
             with self._collector_paused():
+                # Every object of the pool, copied now: what changes from here on is in the change log.
+                # Its lists are frozen at once: nothing else was made since the collection that
+                # began the build, so no garbage goes with them, and the collector never walks them.
+                snapshot = self.inventory.snapshot(pool, context.now, self.rng)
+                gc.freeze()
                 await self._cooperate(load(fresh, snapshot))
                 found = []
                 if audited:
@@ -291,37 +294,42 @@ class PoolWorkers:
                 return done.value
             if time.monotonic() >= until:
                 self.yields += 1
+                if self._building and self._collecting:
+                    gc.collect(1)  # see _collector_paused
                 await asyncio.sleep(0)
                 until = time.monotonic() + self.slice_seconds
 
     @contextlib.contextmanager
     def _collector_paused(self) -> Iterator[None]:
-        """No full cyclic garbage collection while a ledger is built; what is in memory then is frozen.
+        """While a ledger is built, the collector runs only between slices; what is in memory after it is frozen.
 
-        Building a ledger of 50,000 claims makes hundreds of thousands of
-        long-lived containers; each full collection it triggers walks all of
-        them (and the inventory) at once, holding the event loop for up to a
-        second. They hold no reference cycles (plain objects from JSON and
-        indexes of them), so they are moved out of the collector's reach
-        (``gc.freeze``) instead: they are still freed by reference counting.
-        Only the oldest generation's collections are put off: the young ones
-        go on (each walks a few thousand objects at most), so the cycles the
-        event loop makes meanwhile are collected, and the young generations
-        are collected once more before the freeze. Disabling the collector
-        instead froze every cycle that became garbage during the pass for good.
+        Building a ledger of 50,000 claims grows a dozen containers of 50,000
+        entries. Left to itself the collector finds them young at full size
+        (the load makes few new objects, so young collections are rare while
+        they grow) and walks each of them twice, tens of milliseconds at once;
+        a full collection would walk the whole inventory (up to a second). So
+        automatic collection is off while a build is under way, and the young
+        generations are collected when it begins and at the end of every slice (``_cooperate``):
+        what a slice made (and the event loop's garbage meanwhile) is walked
+        once, while small, then moved to the oldest generation, which is not
+        collected. At the end what is in memory is frozen (``gc.freeze``): it
+        holds no reference cycles (plain objects from JSON and indexes of
+        them) and is still freed by reference counting.
         """
         self._building += 1
         if self._building == 1:
-            self._thresholds = gc.get_threshold()
-            gc.set_threshold(self._thresholds[0], self._thresholds[1], 1 << 30)
+            self._collecting = gc.isenabled()
+            gc.disable()
+            if self._collecting:
+                gc.collect(1)
         try:
             yield
         finally:
             self._building -= 1
             if self._building == 0:
-                gc.set_threshold(*self._thresholds)
-                if gc.isenabled():
+                if self._collecting:
                     gc.collect(1)
+                    gc.enable()
                 gc.freeze()
 
     @staticmethod

@@ -24,9 +24,10 @@ from . import objects as o
 # managedFields on top) whatever the number and length of claim names: it is a
 # convenience, the IPAddress objects are the record. Bounded by serialised bytes.
 MAX_INDEXES_BYTES = 256 * 1024
-# Entries handled between two yields while the order is built or walked, and claims
-# put in place or taken out of it (a list insert moves up to 400 KB at 50,000).
+# Entries handled between two yields while the order is built or the prefix grown, and
+# claims put in place or taken out of the order (a list insert moves up to 400 KB at 50,000).
 INDEX_PIECE = 4096
+FIT_PIECE = 1024
 PLACE_PIECE = 256
 
 
@@ -100,7 +101,7 @@ class StatusIndex:
                 break
             kept[index_key] = text
             self._size += size
-            if len(kept) % INDEX_PIECE == 0:
+            if len(kept) % FIT_PIECE == 0:
                 yield
 
 
@@ -115,12 +116,13 @@ def _entry_size(index_key: str, text: str) -> int:
 
 def _sorted_keys(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, list[o.ClaimKey]]:
     # Sorted runs of a few thousand, merged lazily: no one sort of 50,000 holds the event loop.
-    keys = list(bound)
+    # Read from the map itself, not a copy of its keys (a new list of 50,000 the collector
+    # would walk); nothing else changes the map while its pool's pass runs.
+    keys = iter(bound)
     runs = []
-    for start in range(0, len(keys), INDEX_PIECE):
-        runs.append(sorted((o.index_key(k), k) for k in keys[start:start + INDEX_PIECE]))
+    while piece := list(itertools.islice(keys, INDEX_PIECE)):
+        runs.append(sorted((o.index_key(k), k) for k in piece))
         yield
-    del keys[:]
     order: list[o.ClaimKey] = []
     merged = heapq.merge(*runs)
     while piece := list(itertools.islice(merged, INDEX_PIECE)):

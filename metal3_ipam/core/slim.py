@@ -36,7 +36,7 @@ from . import kinds
 _intern = sys.intern
 
 # metadata fields something reads (objects.py, inventory, reconcile, the writer's preconditions).
-_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+METADATA_READ = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
              "deletionTimestamp", "finalizers", "labels", "annotations", "ownerReferences")
 # Fields whose string values are unique to one object: interning them would only grow the intern table.
 _UNIQUE = frozenset(("resourceVersion", "message", "address", "errorMessage", "lastUpdated"))
@@ -105,7 +105,7 @@ def slim(obj: Mapping[str, Any]) -> dict:
 
 def _metadata(meta: dict, kind: tuple[str, str] | None, own_name: bool = False) -> dict:
     out: dict[str, Any] = {}
-    for key in _METADATA:
+    for key in METADATA_READ:
         value = meta.get(key)
         if value is None:
             continue

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 
 from metal3_ipam.controller.api import Resource
 from metal3_ipam.controller.watch import Gone, KindWatch, WatchFailed
+from metal3_ipam.controller.wire import decode_event
 from metal3_ipam.core import kinds
 
 
@@ -20,11 +22,16 @@ def watch(on_event) -> KindWatch:
     return w
 
 
+def feed(w: KindWatch, event: dict) -> None:
+    """One line of the stream, as the API server sends it."""
+    w._event(*decode_event(json.dumps(event).encode()))
+
+
 def test_events_are_filed_with_their_kind_and_move_the_version_bookmarks_only_move_it():
     seen = []
     w = watch(lambda kind, obj: seen.append((kind, obj)))
-    w._event({"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}})
-    w._event({"type": "BOOKMARK", "object": {"kind": "IPClaim", "metadata": {"resourceVersion": "15"}}})
+    feed(w, {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}})
+    feed(w, {"type": "BOOKMARK", "object": {"kind": "IPClaim", "metadata": {"resourceVersion": "15"}}})
     assert seen == [("ADDED", {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPClaim",
                                "metadata": {"name": "a", "resourceVersion": "11"}})]
     assert w.version == "15"
@@ -33,9 +40,9 @@ def test_events_are_filed_with_their_kind_and_move_the_version_bookmarks_only_mo
 def test_410_in_the_stream_asks_for_a_listing_other_errors_fail_the_stream():
     w = watch(lambda kind, obj: None)
     with pytest.raises(Gone):
-        w._event({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}})
+        feed(w, {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}})
     with pytest.raises(WatchFailed, match="500"):
-        w._event({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}})
+        feed(w, {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}})
     assert w.version == "10"
 
 
@@ -44,5 +51,5 @@ def test_an_object_that_fails_to_be_filed_does_not_stop_the_stream(caplog):
         raise ValueError("a bug")
     w = watch(fail)
     with caplog.at_level(logging.ERROR, logger="metal3_ipam.watch"):
-        w._event({"type": "MODIFIED", "object": {"metadata": {"name": "a", "resourceVersion": "12"}}})
+        feed(w, {"type": "MODIFIED", "object": {"metadata": {"name": "a", "resourceVersion": "12"}}})
     assert w.version == "12" and "filing MODIFIED a failed" in caplog.text
