@@ -1,0 +1,183 @@
+"""Full passes pause the garbage collector and freeze what is in memory: no cycle may be lost to it.
+
+A full pass (a ledger built afresh: first pass, spec change, audit every few
+minutes) turns automatic collection off, collects the young generations
+between its slices, freezes everything right after the pool's snapshot is
+taken and again at the end (``PoolWorkers._collector_paused``). Frozen
+objects are out of the collector's reach for good: a reference cycle frozen
+as garbage is memory the controller never gets back, and audits come back
+for as long as it runs. The event loop makes cycles all the time (an
+exception kept with its frame, a finished request), so each case here makes
+some in another task while passes run, as a watch or the writer would, and
+asserts they are all collected once they are garbage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+from metal3_ipam.controller.workers import PoolWorkers
+from metal3_ipam.core import objects as o
+from ipam_objects import NS, ipclaim, ippool, loaded
+from test_pool_passes import MemoryWriter
+
+PA = o.PoolKey(NS, "pa")
+PB = o.PoolKey(NS, "pb")
+
+
+class _Cycle:
+    """A reference cycle, as an exception kept with its frame makes one."""
+
+    def __init__(self) -> None:
+        self.me = self
+        self.payload = bytearray(1024)
+
+
+def _two_pools(claims: int = 300):
+    return loaded(ippool("pa", namePrefix="pa", pools=[{"start": "10.0.0.1", "end": "10.0.3.250"}]),
+                  ippool("pb", namePrefix="pb", pools=[{"start": "10.1.0.1", "end": "10.1.3.250"}]),
+                  *[ipclaim(f"a{i}", pool="pa") for i in range(claims)],
+                  *[ipclaim(f"b{i}", pool="pb") for i in range(claims)])
+
+
+def _never_collected(scenario) -> tuple[int, int, int]:
+    """Run ``scenario`` (it fills the list it is given with weak references to cycles it dropped),
+    then collect in full: how many are still alive, of how many, and how many objects were frozen."""
+    made: list[weakref.ref] = []
+    frozen_before = gc.get_freeze_count()
+    try:
+        asyncio.run(scenario(made))
+        frozen = gc.get_freeze_count() - frozen_before
+        gc.collect()
+        return sum(ref() is not None for ref in made), len(made), frozen
+    finally:
+        gc.unfreeze()  # (leave the other tests a collector that sees everything)
+        gc.collect()
+
+
+def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_is_still_collected():
+    """A cycle that lives a little while (a request in flight, a handler's exception) survives the
+    young collection at the end of a slice and moves to the oldest generation, which nothing collects
+    while the pass runs; the freeze at its end then keeps it for good. Each audit would add more."""
+    api = _two_pools()
+
+    async def scenario(made):
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        done = False
+
+        async def event_loop_work():
+            while not done:
+                cycle = _Cycle()
+                made.append(weakref.ref(cycle))
+                for _ in range(3):  # alive for a few turns of the loop: across a slice end
+                    await asyncio.sleep(0)
+                del cycle
+
+        task = asyncio.get_running_loop().create_task(event_loop_work())
+        for _ in range(5):  # every pass is an audit: a full pass
+            await workers._pass(PA)
+        done = True
+        await task
+
+    alive, made, frozen = _never_collected(scenario)
+    assert made and alive == 0, f"{alive} of {made} cycles never collected; {frozen} objects frozen"
+
+
+def test_a_cycle_that_was_garbage_before_a_full_pass_began_is_still_collected():
+    """Garbage already in the oldest generation when a full pass begins (a cycle that lived through a
+    young collection before it was dropped: the normal life of a request's objects) is frozen with the
+    snapshot: ``collect(1)`` at the start does not reach it, and no full collection ever will."""
+    api = _two_pools(50)
+
+    async def scenario(made):
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        await workers._pass(PA)
+        for _ in range(20):
+            cycle = _Cycle()
+            made.append(weakref.ref(cycle))
+            gc.collect(1)  # it lived through a young collection (the automatic ones do this)
+            del cycle      # and is garbage now, in the oldest generation
+        await workers._pass(PA)  # an audit: a full pass
+
+    alive, made, frozen = _never_collected(scenario)
+    assert made and alive == 0, f"{alive} of {made} cycles never collected; {frozen} objects frozen"
+
+
+def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot():
+    """Two pools' full passes overlap (an audit of each, two spec changes, a restart). The second
+    snapshot is frozen at once: only the first pass's start collected the young generations, and the
+    event loop made garbage between its slices since. That garbage is frozen with the snapshot."""
+    api = _two_pools()
+
+    async def scenario(made):
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        await workers._pass(PA)
+        await workers._pass(PB)
+        loop = asyncio.get_running_loop()
+        for _ in range(5):
+            first = loop.create_task(workers._pass(PA))  # pa's full pass under way ...
+            done = False
+
+            async def event_loop_work():
+                while not done:
+                    cycle = _Cycle()  # ... garbage at once, as a watch event's handling leaves it ...
+                    made.append(weakref.ref(cycle))
+                    del cycle
+                    await asyncio.sleep(0)
+
+            litter = loop.create_task(event_loop_work())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert workers._building == 1 and not first.done()
+            await workers._pass(PB)  # ... when pb's full pass starts, its snapshot frozen at once
+            await first
+            done = True
+            await litter
+
+    alive, made, frozen = _never_collected(scenario)
+    assert made and alive == 0, f"{alive} of {made} cycles never collected; {frozen} objects frozen"
+
+
+def test_the_collector_is_on_again_after_overlapping_passes_that_fail_or_are_cancelled(monkeypatch):
+    """However full passes of several pools end (one cancelled mid-way, one raising a bug while a
+    third runs on), automatic collection is back on once none is under way."""
+    from metal3_ipam.controller import workers as workers_module
+    api = loaded(*[ippool(p, namePrefix=p, pools=[{"start": f"10.{n}.0.1", "end": f"10.{n}.3.250"}])
+                   for n, p in enumerate(("pa", "pb", "pc"))],
+                 *[ipclaim(f"{p}{i}", pool=p) for p in ("pa", "pb", "pc") for i in range(300)])
+    pc = o.PoolKey(NS, "pc")
+    real_plan_pass = workers_module.plan_pass
+
+    def plan_pass(ledger, snap, *args, **kwargs):
+        if snap.pool_name == "pb":
+            yield
+            raise RuntimeError("a bug in a pass")
+        return (yield from real_plan_pass(ledger, snap, *args, **kwargs))
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        for pool in (PA, PB, pc):
+            await workers._pass(pool)
+        monkeypatch.setattr(workers_module, "plan_pass", plan_pass)
+        loop = asyncio.get_running_loop()
+        a, b, c = (loop.create_task(workers._pass(pool)) for pool in (PA, PB, pc))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert workers._building == 3
+        a.cancel()
+        results = await asyncio.gather(a, b, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError) and isinstance(results[1], RuntimeError)
+        assert workers._building == 1
+        await c
+        assert workers._building == 0 and gc.isenabled()
+
+    assert gc.isenabled()
+    try:
+        asyncio.run(scenario())
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.collect()
