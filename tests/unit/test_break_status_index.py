@@ -4,19 +4,26 @@
 event loop gets its turn between them, and a pass may be cancelled there
 (the workers stop, the task is cancelled) while the ledger, and its index,
 are kept. Whatever a build that was not run to its end did, the next build
-must still answer what sorting and cutting the bindings afresh does.
+must still answer what sorting and cutting the bindings afresh does. And what
+is written stays within the byte budget the cut promises.
 """
 
 from __future__ import annotations
 
+import json
+import random
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core import indexes
+from metal3_ipam.core import indexes, kinds
+from metal3_ipam.core import objects as o
 from metal3_ipam.core.indexes import PLACE_PIECE, StatusIndex, bounded_indexes
 from metal3_ipam.core.reconcile import run_to_end
+from metal3_ipam.memory import converge
+from go_ipam_objects import go_pool, go_served_capi_claim
+from ipam_objects import NS, loaded
 
 
 def _ip(i: int, net: int = 0) -> str:
@@ -75,3 +82,20 @@ def test_after_any_build_cut_short_the_next_equals_a_fresh_sort(changes, steps, 
 
 def _key(i: int) -> tuple[str, str]:
     return ("IPAddressClaim" if i % 3 else "IPClaim", f"n{i}")
+
+
+def test_the_indexes_written_stay_within_the_byte_budget_whatever_the_address_text(monkeypatch):
+    """The budget is one of serialised bytes: a key is counted by its UTF-8 bytes, but an address's
+    text by its characters. A text that is not an IP (a Cluster API IPAddress of a paused claim whose
+    spec.address is any string: the Cluster API CRD does not require an IP) is written as it is, and
+    its bytes may be several times its length: the status written passes the budget."""
+    monkeypatch.setattr(indexes, "MAX_INDEXES_BYTES", 400)
+    pool = go_pool("gp", NS, {"namePrefix": "gp", "pools": [{"start": "10.0.0.1", "end": "10.0.0.9"}]})
+    claim, address = go_served_capi_claim("c", pool, "10.0.0.5")
+    claim["metadata"]["annotations"] = {kinds.PAUSED_ANNOTATION: ""}  # left as it is: remembered, not served
+    address["spec"]["address"] = "\u00e9" * 300  # 300 characters, 600 bytes of UTF-8 (1800 as \\u escapes)
+    api = loaded(pool, claim, address)
+    converge(api, random.Random(0))
+    written = o.status(api.inventory.get(kinds.IPPOOL, NS, "gp")).get("indexes") or {}
+    size = len(json.dumps(written, ensure_ascii=False, separators=(",", ":")).encode())
+    assert size <= indexes.MAX_INDEXES_BYTES, f"status.indexes of {size} bytes written: {list(written)}"
