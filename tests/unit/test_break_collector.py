@@ -21,18 +21,22 @@ import weakref
 from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import objects as o
 from ipam_objects import NS, ipclaim, ippool, loaded
+from test_break_ledger import _Litter
 from test_pool_passes import MemoryWriter
 
 PA = o.PoolKey(NS, "pa")
 PB = o.PoolKey(NS, "pb")
 
 
-class _Cycle:
-    """A reference cycle, as an exception kept with its frame makes one."""
-
-    def __init__(self) -> None:
-        self.me = self
-        self.payload = bytearray(1024)
+async def _litter(made: list[weakref.ref], running, turns: int = 0) -> None:
+    """The event loop's work meanwhile: a cycle made every turn, kept ``turns`` turns, then dropped."""
+    while running():
+        cycle = _Litter()
+        made.append(weakref.ref(cycle))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        del cycle
+        await asyncio.sleep(0)
 
 
 def _two_pools(claims: int = 300):
@@ -65,20 +69,12 @@ def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_is_still_colle
 
     async def scenario(made):
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
-        done = False
-
-        async def event_loop_work():
-            while not done:
-                cycle = _Cycle()
-                made.append(weakref.ref(cycle))
-                for _ in range(3):  # alive for a few turns of the loop: across a slice end
-                    await asyncio.sleep(0)
-                del cycle
-
-        task = asyncio.get_running_loop().create_task(event_loop_work())
+        done = []
+        # Each cycle alive for a few turns of the loop: across a slice end.
+        task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=3))
         for _ in range(5):  # every pass is an audit: a full pass
             await workers._pass(PA)
-        done = True
+        done.append(True)
         await task
 
     alive, made, frozen = _never_collected(scenario)
@@ -95,7 +91,7 @@ def test_a_cycle_that_was_garbage_before_a_full_pass_began_is_still_collected():
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
         await workers._pass(PA)
         for _ in range(20):
-            cycle = _Cycle()
+            cycle = _Litter()
             made.append(weakref.ref(cycle))
             gc.collect(1)  # it lived through a young collection (the automatic ones do this)
             del cycle      # and is garbage now, in the oldest generation
@@ -118,22 +114,15 @@ def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot(
         loop = asyncio.get_running_loop()
         for _ in range(5):
             first = loop.create_task(workers._pass(PA))  # pa's full pass under way ...
-            done = False
-
-            async def event_loop_work():
-                while not done:
-                    cycle = _Cycle()  # ... garbage at once, as a watch event's handling leaves it ...
-                    made.append(weakref.ref(cycle))
-                    del cycle
-                    await asyncio.sleep(0)
-
-            litter = loop.create_task(event_loop_work())
+            done = []
+            # ... garbage at once, as a watch event's handling leaves it ...
+            litter = loop.create_task(_litter(made, lambda: not done))
             await asyncio.sleep(0)
             await asyncio.sleep(0)
             assert workers._building == 1 and not first.done()
             await workers._pass(PB)  # ... when pb's full pass starts, its snapshot frozen at once
             await first
-            done = True
+            done.append(True)
             await litter
 
     alive, made, frozen = _never_collected(scenario)
