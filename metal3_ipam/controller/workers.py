@@ -45,6 +45,8 @@ from .api import ApiWriter, Outcome
 
 # A pool's status is written at most once per second for every this many bindings (see _status_interval).
 STATUS_BINDINGS_PER_SECOND = 5000
+# Claims and addresses from which a pool's full pass keeps the collector away from its ledger (see _collector_paused).
+FREEZE_AT = 10_000
 
 log = logging.getLogger("metal3_ipam.pools")
 
@@ -190,12 +192,10 @@ class PoolWorkers:
         if reload or needs_full(ledger, context) or audit:
             fresh = Ledger()
             audited = audit and not reload and not needs_full(ledger, context)
-            with self._collector_paused():
+            with self._collector_paused(self.inventory.size_of(pool) >= FREEZE_AT) as freeze:
                 # Every object of the pool, copied now: what changes from here on is in the change log.
-                # Its lists are frozen at once: nothing else was made since the collection that
-                # began the build, so no garbage goes with them, and the collector never walks them.
                 snapshot = self.inventory.snapshot(pool, context.now, self.rng)
-                gc.freeze()
+                freeze()
                 await self._cooperate(load(fresh, snapshot))
                 found = []
                 if audited:
@@ -300,30 +300,38 @@ class PoolWorkers:
                 until = time.monotonic() + self.slice_seconds
 
     @contextlib.contextmanager
-    def _collector_paused(self) -> Iterator[None]:
-        """While a ledger is built, the collector runs only between slices; what is in memory after it is frozen.
+    def _collector_paused(self, big: bool) -> Iterator[Callable[[], None]]:
+        """While a big ledger is built, the collector runs only between slices; what is in memory after it is frozen.
 
         Building a ledger of 50,000 claims grows a dozen containers of 50,000
         entries. Left to itself the collector finds them young at full size
         (the load makes few new objects, so young collections are rare while
         they grow) and walks each of them twice, tens of milliseconds at once;
-        a full collection would walk the whole inventory (up to a second). So
-        automatic collection is off while a build is under way, and the young
-        generations are collected when it begins and at the end of every slice (``_cooperate``):
+        every full collection after would walk them again. So automatic
+        collection is off while such a build is under way, and the young
+        generations are collected at the end of every slice (``_cooperate``):
         what a slice made (and the event loop's garbage meanwhile) is walked
-        once, while small, then moved to the oldest generation, which is not
-        collected. At the end what is in memory is frozen (``gc.freeze``): it
-        holds no reference cycles (plain objects from JSON and indexes of
-        them) and is still freed by reference counting.
+        once, while small, then moved to the oldest generation. The pool's
+        snapshot, and at the end everything in memory, is frozen
+        (``gc.freeze``): out of the collector's reach, still freed by
+        reference counting. Each freeze is preceded by a collection, so no
+        garbage is frozen; a reference cycle alive at a freeze that becomes
+        garbage later is never collected, so only pools of FREEZE_AT claims
+        and addresses or more are built this way (their full passes come at
+        start-up, on a spec change and at the audit, every ten minutes).
+        The yielded function freezes (the snapshot, once taken).
         """
+        if not big:
+            yield lambda: None
+            return
         self._building += 1
         if self._building == 1:
             self._collecting = gc.isenabled()
             gc.disable()
             if self._collecting:
-                gc.collect(1)
+                gc.collect()  # the garbage of the oldest generation too: nothing dead is frozen below
         try:
-            yield
+            yield self._freeze
         finally:
             self._building -= 1
             if self._building == 0:
@@ -331,6 +339,11 @@ class PoolWorkers:
                     gc.collect(1)
                     gc.enable()
                 gc.freeze()
+
+    def _freeze(self) -> None:
+        if self._collecting:
+            gc.collect(1)  # what the event loop left since the last slice (another pool's build may be under way)
+        gc.freeze()
 
     @staticmethod
     def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:

@@ -14,6 +14,7 @@ their index keys: a pool of 50,000 claims pays 8 bytes a claim for it.
 from __future__ import annotations
 
 import bisect
+import json
 import heapq
 import itertools
 from collections.abc import Generator, Mapping
@@ -65,9 +66,11 @@ class StatusIndex:
             self._kept, self._size = {}, 2
             self._order = order
         else:
-            touched, self._touched = self._touched, {}
-            for n, key in enumerate(touched, 1):
+            # Each placed claim is struck off only once placed: a build given up half-way
+            # (a pass cancelled) leaves the rest for the next.
+            for n, key in enumerate(list(self._touched), 1):
                 self._replace(key, bound.get(key))
+                del self._touched[key]
                 if n % PLACE_PIECE == 0:
                     yield
         yield from self._fit(bound)
@@ -111,7 +114,15 @@ def bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, tu
 
 
 def _entry_size(index_key: str, text: str) -> int:
-    return len(index_key.encode()) + len(text) + 6  # "key":"ip",
+    return _json_size(index_key) + _json_size(text) + 2  # "key":"ip",
+
+
+def _json_size(text: str) -> int:
+    """Bytes of ``text`` as a JSON string, quotes included (claim names and IPs are plain ASCII;
+    an address text that is not an IP may be anything)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2
+    return len(json.dumps(text, ensure_ascii=False).encode())
 
 
 def _sorted_keys(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, list[o.ClaimKey]]:

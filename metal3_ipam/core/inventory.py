@@ -420,6 +420,11 @@ class Inventory:
             self._withheld[namespace] = withheld_by_pool(facts)
         return self._withheld[namespace].get(pool_name, [])
 
+    def size_of(self, pool_key: o.PoolKey) -> int:
+        """How many claims and addresses are filed under the pool."""
+        group = self.groups.get(pool_key)
+        return len(group.claims) + len(group.addresses) + len(group.capi_addresses) if group is not None else 0
+
     def snapshot(self, pool_key: o.PoolKey, now: str, rng: random.Random | None = None,
                  members: bool = True) -> Snapshot:
         """What a reconcile of the pool looks at; without ``members``, only the pool and its
