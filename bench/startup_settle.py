@@ -81,7 +81,8 @@ async def file(lists, stepwise: bool) -> tuple[float, float, Inventory]:
     started = time.perf_counter()
     for kind, items, version in lists:
         if stepwise:  # as the controller files them at start-up
-            await file_in_steps(inventory.settle_listing_in_steps(kind, None, items, version), lambda pools: None)
+            await file_in_steps(inventory.settle_listing_in_steps(kind, None, items, version), lambda pools: None,
+                                lambda: len(inventory.objects))
         else:
             inventory.settle_listing(kind, None, items, version)
             await asyncio.sleep(0)

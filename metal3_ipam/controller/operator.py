@@ -143,21 +143,36 @@ class Controller:
         """File a listing, letting the event loop run between every few hundred objects (a listing of
         50,000 filed in one go would hold up watch events, health probes and lease renewals for seconds)."""
         await file_in_steps(self.inventory.settle_listing_in_steps(
-            listing.kind, listing.namespace, listing.items, listing.resource_version), self.workers.kick)
+            listing.kind, listing.namespace, listing.items, listing.resource_version), self.workers.kick,
+            lambda: len(self.inventory.objects))
 
 
-async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None]) -> None:
+# Objects the inventory grows by before what it holds is frozen (see file_in_steps).
+FREEZE_GROWTH = 2000
+
+
+async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None],
+                        size: Callable[[], int]) -> None:
     """Run a filing that yields after each step, letting the event loop run in between.
 
-    What a step filed is moved out of the garbage collector's reach
-    (``gc.freeze``): the inventory holds no reference cycles, so the
-    collector has nothing to find there, and a full collection that walked
-    50,000 freshly filed objects would hold the loop for 200 ms.
+    Once the inventory (``size``) has grown by FREEZE_GROWTH objects, what it
+    holds is moved out of the garbage collector's reach (``gc.freeze``): it
+    holds no reference cycles, so the collector has nothing to find there, and
+    a full collection that walked 50,000 freshly filed objects would hold the
+    loop for 200 ms. The young generations are collected first, so no garbage
+    is frozen. A listing that files nothing new (the periodic resync) freezes
+    nothing: a reference cycle of the event loop's alive at a freeze and
+    dropped later would never be collected.
     """
+    frozen_at = size()
     for touched in steps:
         if touched:
             kick(touched)
-        gc.freeze()
+        if size() - frozen_at >= FREEZE_GROWTH:
+            if gc.isenabled():
+                gc.collect(1)
+            gc.freeze()
+            frozen_at = size()
         await asyncio.sleep(0)
 
 
