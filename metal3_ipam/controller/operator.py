@@ -1,11 +1,12 @@
 """The kopf operator: watches feed the inventory, pool workers reconcile.
 
-kopf runs the operator and watches pools and Clusters: each of those kinds
-gets one light event handler, which files changes and deletions into the
-inventory and kicks the pools they concern. Claims and addresses, which come
-by the thousand, are watched by ``watch.KindWatch`` instead and handed to the
-same ``Controller``: kopf's per-object machinery cost more CPU per event
-than everything else the controller does for it. Before any pool is reconciled,
+kopf runs the operator and watches Clusters: one light event handler files
+changes and deletions into the inventory and kicks the pools they concern.
+Pools, claims and addresses are watched by ``watch.KindWatch`` instead and
+handed to the same ``Controller``: claims and addresses come by the thousand,
+and kopf's per-object machinery cost more CPU per event than everything else
+the controller does for it; a big pool's object (its ``status.indexes``) comes
+with every status write, and is decoded without its managedFields (``wire``). Before any pool is reconciled,
 every kind is listed once (``list_all``): a restarted controller never
 mistakes a claim whose address it has not seen yet for a new one.
 
@@ -176,7 +177,7 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
         await asyncio.sleep(0)
 
 
-# Kinds that come by the thousand: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
+# Kinds that come by the thousand, or big: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
 HOT_KINDS = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
 
 

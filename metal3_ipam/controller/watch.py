@@ -1,11 +1,12 @@
-"""A lean watch for the kinds that come by the thousand: claims and addresses.
+"""A lean watch for the kinds that come by the thousand, or big: pools, claims and addresses.
 
 kopf hands every watch event to a task of its own per object, with a
 logging context, a body wrapper, per-object memories and handler
 bookkeeping: several milliseconds of CPU per event, for a handler that only
 files the object. These kinds are watched here instead, one stream per kind
-(and namespace), each event parsed and filed at once; kopf keeps watching
-pools and Clusters, and keeps the operator's lifecycle.
+(and namespace), each event decoded (``wire``: without what is never read)
+and filed at once; kopf keeps watching Clusters, and keeps the operator's
+lifecycle.
 
 A stream starts at the resourceVersion of the listing the inventory was
 loaded from, so nothing between the two is missed; it asks for bookmarks so
