@@ -1,1 +1,1 @@
-"""The controller: kopf watches feeding the inventory, pool workers running the shared reconcile."""
+"""The controller: watches feeding the inventory, pool workers running the shared reconcile."""

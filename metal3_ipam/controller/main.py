@@ -1,4 +1,4 @@
-"""``metal3-ipam run``: wire the kopf watches, the pool workers, leader election and the health server.
+"""``metal3-ipam run``: wire the watches, the pool workers, leader election and the health server.
 
 With leader election on, one gate decides whether this replica may write: the
 elector's :meth:`~.leader.LeaderElector.may_act`. The pool workers start no
@@ -114,7 +114,7 @@ async def run(options: Options) -> int:
         return await asyncio.to_thread(list_all, api, addresses, [namespace])
 
     controller = Controller(inventory, workers, writer, relist=relist)
-    # Claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
+    # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
     hot = tuple(kind for kind in HOT_KINDS if kind in resources)
     registry = build_registry(controller, resources, skip=hot)
     streams = Streams(credentials)
