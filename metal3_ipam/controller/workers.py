@@ -45,7 +45,7 @@ from .api import ApiWriter, Outcome
 
 # A pool's status is written at most once per second for every this many bindings (see _status_interval).
 STATUS_BINDINGS_PER_SECOND = 5000
-# Claims and addresses from which a pool's full pass keeps the collector away from its ledger (see _collector_paused).
+# Claims and addresses built into ledgers between two freezes of what is in memory (see _collector_paused).
 FREEZE_AT = 10_000
 
 log = logging.getLogger("metal3_ipam.pools")
@@ -76,6 +76,7 @@ class PoolWorkers:
         self._audit_at: dict[o.PoolKey, float] = {}
         self._building = 0  # full passes under way (see _collector_paused)
         self._collecting = True  # the collector was on when they began
+        self._unfrozen = 0  # claims and addresses built into ledgers since the last freeze
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -192,7 +193,8 @@ class PoolWorkers:
         if reload or needs_full(ledger, context) or audit:
             fresh = Ledger()
             audited = audit and not reload and not needs_full(ledger, context)
-            with self._collector_paused(self.inventory.size_of(pool) >= FREEZE_AT) as freeze:
+            self._unfrozen += self.inventory.size_of(pool)
+            with self._collector_paused(self._unfrozen >= FREEZE_AT) as freeze:
                 # Every object of the pool, copied now: what changes from here on is in the change log.
                 snapshot = self.inventory.snapshot(pool, context.now, self.rng)
                 freeze()
@@ -316,9 +318,11 @@ class PoolWorkers:
         (``gc.freeze``): out of the collector's reach, still freed by
         reference counting. Each freeze is preceded by a collection, so no
         garbage is frozen; a reference cycle alive at a freeze that becomes
-        garbage later is never collected, so only pools of FREEZE_AT claims
-        and addresses or more are built this way (their full passes come at
-        start-up, on a spec change and at the audit, every ten minutes).
+        garbage later is never collected, so a build freezes only once
+        FREEZE_AT claims and addresses were built since the last freeze: a
+        pool that big at each of its full passes (start-up, a spec change, the
+        audit every ten minutes), smaller ones together now and then; what
+        the collector walks outside freezes stays below that.
         The yielded function freezes (the snapshot, once taken).
         """
         if not big:
@@ -339,6 +343,7 @@ class PoolWorkers:
                     gc.collect(1)
                     gc.enable()
                 gc.freeze()
+                self._unfrozen = 0
 
     def _freeze(self) -> None:
         if self._collecting:

@@ -73,8 +73,9 @@ def _never_collected(scenario) -> tuple[int, int, int]:
 def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_of_a_small_pool_is_still_collected():
     """A cycle that lives a little while (a request in flight, a handler's exception) would survive the
     young collection at the end of a slice and move to the oldest generation, and a freeze would keep it
-    for good: each audit would add more. A pool below FREEZE_AT is built with the collector left alone.
-    (Above it such a cycle is the price of keeping the collector off a big ledger: see _collector_paused.)"""
+    for good: each audit would add more. Builds of fewer than FREEZE_AT claims and addresses in all since
+    the last freeze leave the collector alone. (Past it such a cycle is the price of keeping the collector
+    off big ledgers: see _collector_paused.)"""
     api = _two_pools()
 
     async def scenario(made):
@@ -180,3 +181,28 @@ def test_the_collector_is_on_again_after_overlapping_passes_that_fail_or_are_can
         gc.enable()
         gc.unfreeze()
         gc.collect()
+
+
+def test_small_pools_built_again_and_again_are_frozen_now_and_then(monkeypatch):
+    """Ledgers of small pools left to the collector add up: what it walks outside freezes stays
+    below FREEZE_AT claims and addresses built, whatever the number of pools and audits."""
+    from metal3_ipam.controller import workers as workers_module
+    monkeypatch.setattr(workers_module, "FREEZE_AT", 1000)
+    api = _two_pools(200)  # 200 claims in each, and no address yet: 200 objects per build
+    frozen = []
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        real_freeze = gc.freeze
+        monkeypatch.setattr(gc, "freeze", lambda: (frozen.append(workers._unfrozen), real_freeze()))
+        for _ in range(6):
+            await workers._pass(PA)
+            await workers._pass(PB)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.unfreeze()
+        gc.collect()
+    assert frozen, "twelve builds of 200 or more objects, and never a freeze"
+    assert all(size >= 1000 for size in frozen) and len(frozen) <= 2 * 12 * 400 // 1000
