@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_per_claim import NS, POOL, bound_claim  # noqa: E402
+from metal3_ipam.controller.freezing import Freezer  # noqa: E402
 from metal3_ipam.controller.operator import file_in_steps  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.actions import SetStatus  # noqa: E402
@@ -74,6 +75,7 @@ async def ticker(stop: asyncio.Event, longest: list[float]) -> None:
 
 async def file(lists, stepwise: bool) -> tuple[float, float, Inventory]:
     inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
     stop, longest = asyncio.Event(), [0.0]
     tick = asyncio.create_task(ticker(stop, longest))
     await asyncio.sleep(0.01)
@@ -82,7 +84,7 @@ async def file(lists, stepwise: bool) -> tuple[float, float, Inventory]:
     for kind, items, version in lists:
         if stepwise:  # as the controller files them at start-up
             await file_in_steps(inventory.settle_listing_in_steps(kind, None, items, version), lambda pools: None,
-                                lambda: len(inventory.objects))
+                                freezer)
         else:
             inventory.settle_listing(kind, None, items, version)
             await asyncio.sleep(0)

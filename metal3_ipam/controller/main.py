@@ -110,8 +110,12 @@ async def run(options: Options) -> int:
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
     addresses = {k: r for k, r in resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
 
+    async def listed(kinds_listed: dict, namespaces: list[str]) -> list[Listing]:
+        workers.freezer.before_listing()
+        return await asyncio.to_thread(list_all, api, kinds_listed, namespaces)
+
     async def relist(namespace: str) -> list[Listing]:
-        return await asyncio.to_thread(list_all, api, addresses, [namespace])
+        return await listed(addresses, [namespace])
 
     controller = Controller(inventory, workers, writer, relist=relist)
     # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
@@ -121,7 +125,7 @@ async def run(options: Options) -> int:
 
     async def relist_kind(kind: tuple[str, str], namespace: str | None) -> str | None:
         """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
-        [listing] = await asyncio.to_thread(list_all, api, {kind: resources[kind]}, [namespace] if namespace else [])
+        [listing] = await listed({kind: resources[kind]}, [namespace] if namespace else [])
         await controller.settle_in_steps(listing)
         return listing.resource_version
     kopf.on.login(registry=registry)(login_from(credentials))
@@ -138,7 +142,7 @@ async def run(options: Options) -> int:
         return problems + ([cannot_write] if cannot_write else [])
 
     async def load() -> None:
-        for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+        for listing in await listed(resources, options.namespaces):
             await controller.settle_in_steps(listing)
             if listing.kind in hot:  # watched from the version it was listed at: nothing in between is missed
                 watch = KindWatch(streams, resources[listing.kind], listing.kind, listing.namespace,
@@ -157,7 +161,7 @@ async def run(options: Options) -> int:
         while True:
             await asyncio.sleep(options.resync_seconds)
             try:
-                for listing in await asyncio.to_thread(list_all, api, resources, options.namespaces):
+                for listing in await listed(resources, options.namespaces):
                     await controller.settle_in_steps(listing)
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)

@@ -19,7 +19,6 @@ not to compute diff bases at all.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from ..core.inventory import Inventory
 from ..core.slim import slim
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials
+from .freezing import Freezer
 from .wire import decode_list
 from .workers import PoolWorkers
 
@@ -109,6 +109,7 @@ class Controller:
             self._resuming[key] = obj
             return
         self.workers.kick(self.inventory.upsert(obj))
+        self.workers.freezer.maybe_freeze()
 
     def on_event(self, event_type: str, obj: dict) -> None:
         """A watch event, as ``watch.KindWatch`` hands it over."""
@@ -145,36 +146,23 @@ class Controller:
         50,000 filed in one go would hold up watch events, health probes and lease renewals for seconds)."""
         await file_in_steps(self.inventory.settle_listing_in_steps(
             listing.kind, listing.namespace, listing.items, listing.resource_version), self.workers.kick,
-            lambda: len(self.inventory.objects))
-
-
-# Objects the inventory grows by before what it holds is frozen (see file_in_steps).
-FREEZE_GROWTH = 2000
+            self.workers.freezer)
 
 
 async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None],
-                        size: Callable[[], int]) -> None:
+                        freezer: Freezer) -> None:
     """Run a filing that yields after each step, letting the event loop run in between.
 
-    Once the inventory (``size``) has grown by FREEZE_GROWTH objects, what it
-    holds is moved out of the garbage collector's reach (``gc.freeze``): it
-    holds no reference cycles, so the collector has nothing to find there, and
-    a full collection that walked 50,000 freshly filed objects would hold the
-    loop for 200 ms. The young generations are collected first, so no garbage
-    is frozen. A listing that files nothing new (the periodic resync) freezes
-    nothing: a reference cycle of the event loop's alive at a freeze and
-    dropped later would never be collected.
+    Automatic collection is paused meanwhile (``freezer``): a full collection
+    would walk every object listed, 50,000 at start-up, holding the loop for
+    hundreds of milliseconds. What the listing filed is frozen at its end.
     """
-    frozen_at = size()
-    for touched in steps:
-        if touched:
-            kick(touched)
-        if size() - frozen_at >= FREEZE_GROWTH:
-            if gc.isenabled():
-                gc.collect(1)
-            gc.freeze()
-            frozen_at = size()
-        await asyncio.sleep(0)
+    with freezer.paused(listing=True):
+        for touched in steps:
+            if touched:
+                kick(touched)
+            freezer.between_slices()
+            await asyncio.sleep(0)
 
 
 # Kinds that come by the thousand, or big: watched by ``watch.KindWatch``, not through kopf's per-object machinery.

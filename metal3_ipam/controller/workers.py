@@ -27,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import gc
+import functools
 import logging
 import random
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any, Callable
 
 from ..core import objects as o
@@ -42,11 +42,13 @@ from ..core.reconcile import load, needs_full, plan_pass
 from ..core import kinds
 from . import metrics
 from .api import ApiWriter, Outcome
+from .freezing import Freezer
 
 # A pool's status is written at most once per second for every this many bindings (see _status_interval).
 STATUS_BINDINGS_PER_SECOND = 5000
-# Claims and addresses built into ledgers between two freezes of what is in memory (see _collector_paused).
-FREEZE_AT = 10_000
+# Claims and addresses of a pool from which its full passes build the ledger with the collector paused
+# (see freezing.py): below it the collector walks a ledger in a few milliseconds.
+PAUSE_AT = 10_000
 
 log = logging.getLogger("metal3_ipam.pools")
 
@@ -63,7 +65,7 @@ class PoolWorkers:
     def __init__(self, inventory: Inventory, writer: ApiWriter, *, gather_seconds: float = 0.02,
                  max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True,
                  max_steps: int = MAX_STEPS_PER_PASS, slice_seconds: float = 0.005,
-                 status_seconds: float = 1.0, audit_seconds: float = 600.0) -> None:
+                 status_seconds: float = 1.0, audit_seconds: float = 600.0, freezer: Freezer | None = None) -> None:
         self.inventory = inventory
         self.max_steps = max_steps
         self.slice_seconds = slice_seconds
@@ -74,9 +76,7 @@ class PoolWorkers:
         self._status_written: dict[o.PoolKey, float] = {}
         self._status_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
         self._audit_at: dict[o.PoolKey, float] = {}
-        self._building = 0  # full passes under way (see _collector_paused)
-        self._collecting = True  # the collector was on when they began
-        self._unfrozen = 0  # claims and addresses built into ledgers since the last freeze
+        self.freezer = freezer or Freezer(lambda: inventory.filed)
         self.writer = writer
         self.gather_seconds = gather_seconds
         self.max_backoff = max_backoff
@@ -193,11 +193,16 @@ class PoolWorkers:
         if reload or needs_full(ledger, context) or audit:
             fresh = Ledger()
             audited = audit and not reload and not needs_full(ledger, context)
-            self._unfrozen += self.inventory.size_of(pool)
-            with self._collector_paused(self._unfrozen >= FREEZE_AT) as freeze:
+            size = self.inventory.size_of(pool)
+            self.freezer.built += size
+            big = size >= PAUSE_AT
+            first = big and not self.freezer.pauses
+            with self.freezer.paused() if big else contextlib.nullcontext():
                 # Every object of the pool, copied now: what changes from here on is in the change log.
-                snapshot = self.inventory.snapshot(pool, context.now, self.rng)
-                freeze()
+                # A big pool's lists are frozen at once, unless another build has paused the collector
+                # (its garbage meanwhile is young, or in the oldest generation: collected when it ends).
+                take = functools.partial(self.inventory.snapshot, pool, context.now, self.rng)
+                snapshot = self.freezer.freeze_with(take) if first else take()
                 await self._cooperate(load(fresh, snapshot))
                 found = []
                 if audited:
@@ -208,6 +213,8 @@ class PoolWorkers:
                                                        max_steps=self.max_steps, status_due=status_due))
                 if audited and not dirty_claims and not ledger.deferred and not fresh.deferred:
                     found += await self._cooperate(self._compare_bindings(ledger, fresh, plan))
+                if big:
+                    await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own
             self._audit_at[pool] = started + self.audit_seconds
             if found:
                 metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
@@ -228,6 +235,7 @@ class PoolWorkers:
                     self._waiting_since.pop((pool, (key[0][1], key[2])), None)
             plan = await self._cooperate(plan_pass(ledger, context, changes, max_steps=self.max_steps,
                                                    status_due=status_due))
+        self.freezer.maybe_freeze()
         if ledger.released != released:
             self._wake_waiting(pool)
         self._note_unserved(pool, ledger)
@@ -296,59 +304,9 @@ class PoolWorkers:
                 return done.value
             if time.monotonic() >= until:
                 self.yields += 1
-                if self._building and self._collecting:
-                    gc.collect(1)  # see _collector_paused
+                self.freezer.between_slices()
                 await asyncio.sleep(0)
                 until = time.monotonic() + self.slice_seconds
-
-    @contextlib.contextmanager
-    def _collector_paused(self, big: bool) -> Iterator[Callable[[], None]]:
-        """While a big ledger is built, the collector runs only between slices; what is in memory after it is frozen.
-
-        Building a ledger of 50,000 claims grows a dozen containers of 50,000
-        entries. Left to itself the collector finds them young at full size
-        (the load makes few new objects, so young collections are rare while
-        they grow) and walks each of them twice, tens of milliseconds at once;
-        every full collection after would walk them again. So automatic
-        collection is off while such a build is under way, and the young
-        generations are collected at the end of every slice (``_cooperate``):
-        what a slice made (and the event loop's garbage meanwhile) is walked
-        once, while small, then moved to the oldest generation. The pool's
-        snapshot, and at the end everything in memory, is frozen
-        (``gc.freeze``): out of the collector's reach, still freed by
-        reference counting. Each freeze is preceded by a collection, so no
-        garbage is frozen; a reference cycle alive at a freeze that becomes
-        garbage later is never collected, so a build freezes only once
-        FREEZE_AT claims and addresses were built since the last freeze: a
-        pool that big at each of its full passes (start-up, a spec change, the
-        audit every ten minutes), smaller ones together now and then; what
-        the collector walks outside freezes stays below that.
-        The yielded function freezes (the snapshot, once taken).
-        """
-        if not big:
-            yield lambda: None
-            return
-        self._building += 1
-        if self._building == 1:
-            self._collecting = gc.isenabled()
-            gc.disable()
-            if self._collecting:
-                gc.collect()  # the garbage of the oldest generation too: nothing dead is frozen below
-        try:
-            yield self._freeze
-        finally:
-            self._building -= 1
-            if self._building == 0:
-                if self._collecting:
-                    gc.collect(1)
-                    gc.enable()
-                gc.freeze()
-                self._unfrozen = 0
-
-    def _freeze(self) -> None:
-        if self._collecting:
-            gc.collect(1)  # what the event loop left since the last slice (another pool's build may be under way)
-        gc.freeze()
 
     @staticmethod
     def _compare_bindings(kept: Ledger, fresh: Ledger, plan: Plan) -> Generator[None, None, list[str]]:

@@ -76,6 +76,13 @@ def _is_older(incoming: dict, known_version: int | None) -> bool:
     return False
 
 
+def _same_version(incoming: dict, stored: dict) -> bool:
+    """The version already filed, as it was filed (a listing again, the watch echo of an answer
+    filed): nothing new, and the copy filed stays (it may be out of the collector's reach already)."""
+    version = _version(incoming)
+    return version is not None and version == _version(stored) and incoming == stored
+
+
 def _address_ip(obj: dict) -> int | tuple[int, int] | None:
     ip = o.address_ip(obj)
     return None if ip is None else _ip_key(ip.version, int(ip))
@@ -98,6 +105,7 @@ class Inventory:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict] = {}
         self.groups: dict[o.PoolKey, _PoolGroup] = {}
+        self.filed = 0  # objects stored so far, new or replacing another (what the collector may come to walk)
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
@@ -135,7 +143,7 @@ class Inventory:
         if key is None:
             return set()
         stored = self.objects.get(key)
-        if stored is not None and _is_older(obj, _version(stored)):
+        if stored is not None and (_is_older(obj, _version(stored)) or _same_version(obj, stored)):
             return set()
         tombstone = self._tombstones.get(key)
         if tombstone is not None:
@@ -143,6 +151,7 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[key]
+        self.filed += 1
         if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
                 and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.

@@ -3,7 +3,7 @@
 A full pass (a ledger built afresh: first pass, spec change, audit every few
 minutes) turns automatic collection off, collects the young generations
 between its slices, freezes everything right after the pool's snapshot is
-taken and again at the end (``PoolWorkers._collector_paused``). Frozen
+taken and again at the end (``freezing.Freezer``). Frozen
 objects are out of the collector's reach for good: a reference cycle frozen
 as garbage is memory the controller never gets back, and audits come back
 for as long as it runs. The event loop makes cycles all the time (an
@@ -50,9 +50,9 @@ def _two_pools(claims: int = 300):
 
 @pytest.fixture
 def big_pools(monkeypatch):
-    """Every pool built the way a pool of FREEZE_AT claims and addresses is: collector paused, memory frozen."""
+    """Every pool built the way a pool of PAUSE_AT claims and addresses is: collector paused, memory frozen."""
     from metal3_ipam.controller import workers as workers_module
-    monkeypatch.setattr(workers_module, "FREEZE_AT", 0)
+    monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
 
 
 def _never_collected(scenario) -> tuple[int, int, int]:
@@ -73,9 +73,9 @@ def _never_collected(scenario) -> tuple[int, int, int]:
 def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_of_a_small_pool_is_still_collected():
     """A cycle that lives a little while (a request in flight, a handler's exception) would survive the
     young collection at the end of a slice and move to the oldest generation, and a freeze would keep it
-    for good: each audit would add more. Builds of fewer than FREEZE_AT claims and addresses in all since
+    for good: each audit would add more. Builds of fewer than FREEZE_EVERY claims and addresses in all since
     the last freeze leave the collector alone. (Past it such a cycle is the price of keeping the collector
-    off big ledgers: see _collector_paused.)"""
+    off what is kept: see freezing.py.)"""
     api = _two_pools()
 
     async def scenario(made):
@@ -130,7 +130,7 @@ def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot(
             litter = loop.create_task(_litter(made, lambda: not done))
             await asyncio.sleep(0)
             await asyncio.sleep(0)
-            assert workers._building == 1 and not first.done()
+            assert workers.freezer.pauses == 1 and not first.done()
             await workers._pass(PB)  # ... when pb's full pass starts, its snapshot frozen at once
             await first
             done.append(True)
@@ -165,13 +165,13 @@ def test_the_collector_is_on_again_after_overlapping_passes_that_fail_or_are_can
         a, b, c = (loop.create_task(workers._pass(pool)) for pool in (PA, PB, pc))
         for _ in range(3):
             await asyncio.sleep(0)
-        assert workers._building == 3
+        assert workers.freezer.pauses == 3
         a.cancel()
         results = await asyncio.gather(a, b, return_exceptions=True)
         assert isinstance(results[0], asyncio.CancelledError) and isinstance(results[1], RuntimeError)
-        assert workers._building == 1
+        assert workers.freezer.pauses == 1
         await c
-        assert workers._building == 0 and gc.isenabled()
+        assert workers.freezer.pauses == 0 and gc.isenabled()
 
     assert gc.isenabled()
     try:
@@ -183,26 +183,34 @@ def test_the_collector_is_on_again_after_overlapping_passes_that_fail_or_are_can
         gc.collect()
 
 
-def test_small_pools_built_again_and_again_are_frozen_now_and_then(monkeypatch):
+def test_small_pools_built_again_and_again_are_frozen_now_and_then():
     """Ledgers of small pools left to the collector add up: what it walks outside freezes stays
-    below FREEZE_AT claims and addresses built, whatever the number of pools and audits."""
-    from metal3_ipam.controller import workers as workers_module
-    monkeypatch.setattr(workers_module, "FREEZE_AT", 1000)
-    api = _two_pools(200)  # 200 claims in each, and no address yet: 200 objects per build
+    about FREEZE_EVERY claims and addresses built or filed, whatever the number of pools and audits."""
+    from metal3_ipam.controller.freezing import Freezer
+    api = _two_pools(200)  # 200 claims in each, and no address yet: 200 objects or more per build
     frozen = []
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        freezer = Freezer(lambda: api.inventory.filed, every=1000)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, freezer=freezer)
         real_freeze = gc.freeze
-        monkeypatch.setattr(gc, "freeze", lambda: (frozen.append(workers._unfrozen), real_freeze()))
-        for _ in range(6):
-            await workers._pass(PA)
-            await workers._pass(PB)
+
+        def freeze():
+            frozen.append(freezer._count() - freezer._mark)
+            real_freeze()
+        gc.freeze = freeze
+        try:
+            for _ in range(6):
+                await workers._pass(PA)
+                await workers._pass(PB)
+        finally:
+            gc.freeze = real_freeze
+        return freezer._count()
 
     try:
-        asyncio.run(scenario())
+        grown = asyncio.run(scenario())
     finally:
         gc.unfreeze()
         gc.collect()
     assert frozen, "twelve builds of 200 or more objects, and never a freeze"
-    assert all(size >= 1000 for size in frozen) and len(frozen) <= 2 * 12 * 400 // 1000
+    assert all(size >= 1000 for size in frozen) and len(frozen) <= grown // 1000

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 
+from metal3_ipam.controller.freezing import Freezer
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -26,8 +27,11 @@ LABEL = {kinds.CLUSTER_NAME_LABEL: "c1"}
 
 
 class Kicks:
+    """The workers as the Controller sees them: pools kicked, and when to freeze (never here)."""
+
     def __init__(self) -> None:
         self.pools: list[set] = []
+        self.freezer = Freezer(every=10**9)
 
     def kick(self, pools) -> None:
         self.pools.append(set(pools))

@@ -72,7 +72,8 @@ def test_a_start_up_listing_is_frozen_as_it_grows_a_resync_that_files_nothing_ne
     import gc
     import weakref
 
-    from metal3_ipam.controller.operator import FREEZE_GROWTH, file_in_steps
+    from metal3_ipam.controller.freezing import FREEZE_EVERY as FREEZE_GROWTH, Freezer
+    from metal3_ipam.controller.operator import file_in_steps
 
     class Cycle:
         def __init__(self) -> None:
@@ -95,7 +96,7 @@ def test_a_start_up_listing_is_frozen_as_it_grows_a_resync_that_files_nothing_ne
                     kept.pop(0)
                 await asyncio.sleep(0)
         task = asyncio.get_running_loop().create_task(litter())
-        await file_in_steps(steps, lambda pools: None, lambda: len(inventory.objects))
+        await file_in_steps(steps, lambda pools: None, Freezer(lambda: inventory.filed))
         done.append(True)
         await task
 
