@@ -43,7 +43,6 @@ class Freezer:
         self.built = 0  # a running count of the claims and addresses built into ledgers
         self.every = every
         self.pauses = 0  # pauses under way
-        self._thorough = False  # one of them must end in a full collection
         self._resume = False  # automatic collection was on when the first of them began
         self._mark = self._count()
 
@@ -75,31 +74,29 @@ class Freezer:
 
     @contextlib.contextmanager
     def paused(self, listing: bool = False) -> Iterator[None]:
-        """Automatic collection off until the last pause ends; then a freeze, and collection back as it was.
+        """Automatic collection off until the last pause ends; then a freeze (after a full collection),
+        and collection back as it was.
 
-        A ``listing`` being filed is the one kind of pause that does not end in a
-        full collection: the objects listed (all of them, at start-up 50,000)
-        would be walked by it, hundreds of milliseconds. Its end freezes only
-        when due, after a young collection; garbage of the oldest generation is
-        left for a full collection before the listing is made (``before_listing``).
+        A ``listing`` is frozen as the pause begins, after a young collection
+        only: a full one would walk every object listed (at start-up 50,000,
+        hundreds of milliseconds). Garbage of the oldest generation was found
+        by the full collection made before the listing was (``before_listing``);
+        the full collection at the end walks what came since the listing's freeze.
         """
         self.pauses += 1
-        self._thorough = self._thorough or not listing
         if self.pauses == 1:
             self._resume = gc.isenabled()
             gc.disable()
         try:
+            if listing:
+                self.freeze(full=False)
             yield
         finally:
             self.pauses -= 1
             if self.pauses == 0:
                 try:
-                    if self._thorough:
-                        self.freeze()
-                    elif self.due():
-                        self.freeze(full=False)
+                    self.freeze()
                 finally:
-                    self._thorough = False
                     if self._resume:
                         gc.enable()
 

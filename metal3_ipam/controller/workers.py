@@ -203,7 +203,13 @@ class PoolWorkers:
                 # (its garbage meanwhile is young, or in the oldest generation: collected when it ends).
                 take = functools.partial(self.inventory.snapshot, pool, context.now, self.rng)
                 snapshot = self.freezer.freeze_with(take) if first else take()
-                await self._cooperate(load(fresh, snapshot))
+                loading = load(fresh, snapshot)
+                if big:
+                    # The ledger's containers frozen while they are small (after its first objects):
+                    # they grow to 50,000 entries each, which no collection walks then.
+                    next(loading, None)
+                    self.freezer.freeze()
+                await self._cooperate(loading)
                 found = []
                 if audited:
                     # The kept ledger, told what changed, against the one just loaded.
@@ -214,7 +220,9 @@ class PoolWorkers:
                 if audited and not dirty_claims and not ledger.deferred and not fresh.deferred:
                     found += await self._cooperate(self._compare_bindings(ledger, fresh, plan))
                 if big:
-                    await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own
+                    await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own ...
+            if big:
+                await asyncio.sleep(0)  # ... with nothing after it
             self._audit_at[pool] = started + self.audit_seconds
             if found:
                 metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
