@@ -158,10 +158,13 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
     hundreds of milliseconds. What the listing filed is frozen at its end.
     """
     with freezer.paused(listing=True):
-        for touched in steps:
+        for n, touched in enumerate(steps):
             if touched:
                 kick(touched)
-            freezer.between_slices()
+            if n == 0:
+                freezer.freeze()  # the inventory's own maps too, while they may still be small
+            else:
+                freezer.between_slices()
             await asyncio.sleep(0)
 
 
