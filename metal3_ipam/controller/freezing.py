@@ -11,17 +11,19 @@ what is kept is moved out of the collector's reach now and then
 Two rules keep that from costing memory:
 
 - every freeze follows a full collection, with nothing run in between, so no
-  garbage is frozen. A cycle alive at a freeze that becomes garbage later is
-  never collected (the event loop's requests in flight), so freezes come
-  only once FREEZE_EVERY objects were filed or built into ledgers since the
-  last one: what the collector walks stays about that size, and a quiet
-  controller (or a resync that files nothing new) freezes nothing;
-- a big pool's ledger is built with automatic collection paused
-  (``paused``): it grows a dozen containers of 50,000 entries, which the
-  collector would otherwise find young at full size and walk at once, tens
-  of milliseconds each time. The builder collects the young generations
-  between its slices (``between_slices``), while what they hold is small;
-  the end of the last pause freezes.
+  garbage is frozen (but the freeze a listing begins with: a full collection
+  would walk everything listed; one was made before the LIST, ``before_listing``).
+  A cycle alive at a freeze that becomes garbage later is never collected
+  (the event loop's requests in flight), so freezes come only once
+  FREEZE_EVERY objects were filed or built into ledgers since the last one,
+  and when a big pass or a listing begins and ends: what the collector
+  walks stays about that size, and a quiet controller freezes nothing;
+- a big pool's ledger is built, and a listing filed, with automatic
+  collection paused (``paused``): a ledger grows a dozen containers of
+  50,000 entries, which the collector would otherwise find young at full
+  size and walk at once, tens of milliseconds each time. The builder
+  collects the young generations between its slices (``between_slices``),
+  while what they hold is small; the end of the last pause freezes.
 """
 
 from __future__ import annotations
