@@ -145,6 +145,13 @@ def test_a_cycle_that_dies_while_a_listing_is_filed_is_not_frozen_at_its_end(col
         f"{alive} of {len(made)} cycles never collected: more than the {len(frozen_count)} alive at the freezes"
 
 
+def _listed_answers(count: int):
+    """Objects tracked per listed object, and the LIST answers of ``count`` addresses (what is listed
+    is made only as a case decodes it)."""
+    items = listing(count, 10**6)
+    return _tracked_per_object(items), _answers(items, "1000000")
+
+
 def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_the_pauses_end(
         monkeypatch, collector, walked):
     """A relist (a watch expired, a Cluster resumed after a clusterctl move) brings new objects while a
@@ -154,10 +161,7 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
     What it walks must stay about FREEZE_EVERY objects."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
     api = _two_pools()
-    items = listing(5 * FREEZE_EVERY, 10**6)
-    per_object = _tracked_per_object(items)
-    answers = _answers(items, "1000000")
-    del items
+    per_object, answers = _listed_answers(5 * FREEZE_EVERY)
 
     async def scenario():
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
@@ -254,10 +258,7 @@ def test_a_listing_after_a_big_build_ended_does_not_walk_what_it_listed_at_its_e
     every object it listed (they were frozen as it began)."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
     api = _two_pools(50)
-    items = listing(3 * FREEZE_EVERY, 10**6)
-    per_object = _tracked_per_object(items)
-    answers = _answers(items, "1000000")
-    del items
+    per_object, answers = _listed_answers(3 * FREEZE_EVERY)
 
     async def scenario():
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
