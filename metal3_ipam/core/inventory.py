@@ -28,6 +28,7 @@ from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
+from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
 
@@ -46,12 +47,6 @@ class _PoolGroup:
 
     def __bool__(self) -> bool:
         return bool(self.claims or self.addresses or self.capi_addresses)
-
-
-class _Keys(tuple):
-    """The keys of several addresses holding one IP (a tuple: never changed in place, and smaller than a list)."""
-
-    __slots__ = ()
 
 
 SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
@@ -109,8 +104,8 @@ class Inventory:
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
-        # or _Keys when several hold it: a set per IP would cost more than the address).
-        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | _Keys]] = {}
+        # or Several when several hold it: a set per IP would cost more than the address).
+        self._holders: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -282,14 +277,9 @@ class Inventory:
             ip = _address_ip(obj)
             if ip is not None:
                 held = self._holders.setdefault(ns, {})
-                known = held.get(ip)
-                if known is None or known == key:
-                    held[ip] = key
-                elif type(known) is _Keys:
-                    if key not in known:
-                        held[ip] = _Keys((*known, key))
-                else:
-                    held[ip] = _Keys((known, key))
+                known = each(held.get(ip))
+                if key not in known:
+                    held[ip] = entry_of((*known, key))
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -309,12 +299,13 @@ class Inventory:
         if kind in ADDRESS_KINDS:
             ip = _address_ip(old)
             held = self._holders.get(ns, {})
-            known = held.get(ip)
-            if type(known) is _Keys:
-                rest = tuple(k for k in known if k != key)
-                held[ip] = rest[0] if len(rest) == 1 else _Keys(rest)
-            elif known == key:
-                del held[ip]
+            known = each(held.get(ip))
+            if key in known:
+                rest = entry_of(k for k in known if k != key)
+                if rest is None:
+                    del held[ip]
+                else:
+                    held[ip] = rest
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_in(ns)) if incoming is None else set()
         if kind in kinds.POOL_KINDS:
@@ -399,10 +390,7 @@ class Inventory:
 
     def holders(self, namespace: str, version: int, ip: int) -> set[ObjKey]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
-        known = self._holders.get(namespace, {}).get(_ip_key(version, ip))
-        if known is None:
-            return set()
-        return set(known) if type(known) is _Keys else {known}
+        return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""

@@ -33,6 +33,7 @@ from . import objects as o
 from .allocator import Allocator
 from .indexes import StatusIndex
 from .pool import Pool
+from .several import each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
 Holder = tuple[str, str]  # ("IPAddress" | "IPAddress.capi" | "planned", name)
@@ -72,7 +73,7 @@ class Ledger:
         self.named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
         self.mirrors_named: dict[o.ClaimKey, dict | dict[str, dict]] = {}
         # IP -> what holds it: address objects of either API, and allocations a pass planned
-        # (a Holder). One entry, or _Several of them when several hold the IP (see ``holders_of``).
+        # (a Holder). One entry, or ``several.Several`` of them when several hold the IP (see ``holders_of``).
         self.holders: dict[int, Any] = {}
         # -- what the decisions left --
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
@@ -229,27 +230,20 @@ class Ledger:
                 self.allocator.take(ip)
                 self.allocator.planned = planned
             return
-        entries = held if type(held) is _Several else (held,)
         who = _holder(holder)
-        entries = _Several((*(e for e in entries if _holder(e) != who), holder))
-        self.holders[ip] = entries if len(entries) > 1 else entries[0]
+        self.holders[ip] = entry_of((*(e for e in each(held) if _holder(e) != who), holder))
 
     def holders_of(self, ip: int) -> list[Holder]:
         """What holds ``ip``, as (tag, name) pairs."""
-        held = self.holders.get(ip)
-        if held is None:
-            return []
-        return [_holder(e) for e in held] if type(held) is _Several else [_holder(held)]
+        return [_holder(e) for e in each(self.holders.get(ip))]
 
     def let_go(self, ip: int, holder: Holder) -> None:
-        held = self.holders.get(ip)
-        if held is None:
+        held = each(self.holders.get(ip))
+        rest = tuple(e for e in held if _holder(e) != holder)
+        if len(rest) == len(held):
             return
-        entries = _Several(e for e in (held if type(held) is _Several else (held,)) if _holder(e) != holder)
-        if len(entries) == (len(held) if type(held) is _Several else 1):
-            return
-        if entries:
-            self.holders[ip] = entries if len(entries) > 1 else entries[0]
+        if rest:
+            self.holders[ip] = entry_of(rest)
         else:
             del self.holders[ip]
             if self.allocator is not None:
@@ -367,12 +361,6 @@ class Ledger:
         return state
 
 
-class _Several(tuple):
-    """What holds one IP when several do (a tuple: never changed in place, and smaller than a list)."""
-
-    __slots__ = ()
-
-
 class _ByName(dict):
     """Several addresses naming one claim, by name (the ``named`` indexes hold the address itself when it is one)."""
 
@@ -401,7 +389,7 @@ def _holder(entry: Holder | dict) -> Holder:
 
 
 def _sorted_holders(held: Any) -> list[Holder]:
-    return sorted(_holder(e) for e in held) if type(held) is _Several else [_holder(held)]
+    return sorted(_holder(e) for e in each(held))
 
 
 def _version(obj: dict) -> tuple:
