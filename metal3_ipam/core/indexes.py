@@ -108,11 +108,6 @@ class StatusIndex:
                 yield
 
 
-def bounded_indexes(bound: Mapping[o.ClaimKey, str]) -> Generator[None, None, tuple[dict[str, str], int]]:
-    """``status.indexes`` of ``bound`` sorted and cut afresh, and how many entries did not fit."""
-    return (yield from StatusIndex().build(bound))
-
-
 def _entry_size(index_key: str, text: str) -> int:
     return _json_size(index_key) + _json_size(text) + 2  # "key":"ip",
 

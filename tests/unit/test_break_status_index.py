@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import indexes, kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.indexes import PLACE_PIECE, StatusIndex, bounded_indexes
+from metal3_ipam.core.indexes import PLACE_PIECE, StatusIndex
 from metal3_ipam.core.reconcile import run_to_end
 from metal3_ipam.memory import converge
 from go_ipam_objects import go_pool, go_served_capi_claim
@@ -50,7 +50,7 @@ def test_a_build_dropped_while_it_places_the_changed_claims_loses_none_of_them()
         bound[key] = _ip(i, net=1)  # rebound to another address
         index.touch(key)
     _started(index.build(bound), 1)
-    assert run_to_end(index.build(bound)) == run_to_end(bounded_indexes(bound))
+    assert run_to_end(index.build(bound)) == run_to_end(StatusIndex().build(bound))
 
 
 @settings(max_examples=300, deadline=None)
@@ -77,7 +77,7 @@ def test_after_any_build_cut_short_the_next_equals_a_fresh_sort(changes, steps, 
         except StopIteration:
             pass
         build.close()
-        assert run_to_end(index.build(bound)) == run_to_end(bounded_indexes(bound))
+        assert run_to_end(index.build(bound)) == run_to_end(StatusIndex().build(bound))
 
 
 def _key(i: int) -> tuple[str, str]:

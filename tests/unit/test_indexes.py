@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metal3_ipam.core import indexes
-from metal3_ipam.core.indexes import StatusIndex, bounded_indexes
+from metal3_ipam.core.indexes import StatusIndex
 from metal3_ipam.core.objects import index_key
 from metal3_ipam.core.reconcile import run_to_end
 
@@ -49,13 +49,13 @@ def test_kept_order_equals_a_fresh_sort_after_any_changes(monkeypatch_budget, op
             index.touch(key)
         elif op == "build":
             assert run_to_end(index.build(bound)) == sorted_and_cut(bound)
-    assert run_to_end(index.build(bound)) == run_to_end(bounded_indexes(bound)) == sorted_and_cut(bound)
+    assert run_to_end(index.build(bound)) == run_to_end(StatusIndex().build(bound)) == sorted_and_cut(bound)
 
 
 def test_the_cut_keeps_the_first_keys_that_fit_and_counts_the_rest(monkeypatch_budget):
     monkeypatch_budget(2 + 2 * len('"a":"10.0.0.1",'))
     bound = {("IPClaim", n): "10.0.0.1" for n in "dbca"}
-    assert run_to_end(bounded_indexes(bound)) == ({"a": "10.0.0.1", "b": "10.0.0.1"}, 2)
+    assert run_to_end(StatusIndex().build(bound)) == ({"a": "10.0.0.1", "b": "10.0.0.1"}, 2)
     index = StatusIndex()
     run_to_end(index.build(bound))
     del bound[("IPClaim", "a")]
@@ -76,7 +76,7 @@ def test_many_changes_at_once_sort_afresh_and_stay_equal():
     for i in range(1, 20_000, 2):
         bound[("IPClaim", f"c{i:05d}")] = f"10.1.{i // 256}.{i % 256}"
         index.touch(("IPClaim", f"c{i:05d}"))
-    assert run_to_end(index.build(bound)) == run_to_end(bounded_indexes(bound))
+    assert run_to_end(index.build(bound)) == run_to_end(StatusIndex().build(bound))
 
 
 @pytest.fixture

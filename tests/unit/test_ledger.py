@@ -21,7 +21,7 @@ from hypothesis.stateful import initialize, rule
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
-from metal3_ipam.core.indexes import bounded_indexes
+from metal3_ipam.core.indexes import StatusIndex
 from metal3_ipam.core.ledger import Ledger, compare, compare_maps
 from metal3_ipam.core.reconcile import needs_full, plan_pass, run_to_end
 from metal3_ipam.memory import Refused
@@ -95,7 +95,7 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
         assert ledger.state(decisions=False) == fresh.state(decisions=False), run_to_end(compare(ledger, fresh))
         assert not run_to_end(compare(ledger, fresh))
         # status.indexes as kept in order across passes, against the bindings sorted afresh.
-        assert run_to_end(ledger.index.build(ledger.bound)) == run_to_end(bounded_indexes(ledger.bound))
+        assert run_to_end(ledger.index.build(ledger.bound)) == run_to_end(StatusIndex().build(ledger.bound))
         allocating = any(isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.IPADDRESS
                          for a in full_plan.writes)
         if not ledger.deferred and not allocating:
