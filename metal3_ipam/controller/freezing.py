@@ -11,19 +11,20 @@ what is kept is moved out of the collector's reach now and then
 Two rules keep that from costing memory:
 
 - every freeze follows a full collection, with nothing run in between, so no
-  garbage is frozen (but the freeze a listing begins with: a full collection
-  would walk everything listed; one was made before the LIST, ``before_listing``).
-  A cycle alive at a freeze that becomes garbage later is never collected
-  (the event loop's requests in flight), so freezes come only once
-  FREEZE_EVERY objects were filed or built into ledgers since the last one,
-  and when a big pass or a listing begins and ends: what the collector
-  walks stays about that size, and a quiet controller freezes nothing;
-- a big pool's ledger is built, and a listing filed, with automatic
-  collection paused (``paused``): a ledger grows a dozen containers of
-  50,000 entries, which the collector would otherwise find young at full
-  size and walk at once, tens of milliseconds each time. The builder
-  collects the young generations between its slices (``between_slices``),
-  while what they hold is small; the end of the last pause freezes.
+  garbage is frozen. A cycle alive at a freeze that becomes garbage later is
+  never collected (the event loop's requests in flight), so freezes come
+  only once FREEZE_EVERY objects were filed or built into ledgers since the
+  last one (or, while paused, once the collector's young generations grew by
+  FREEZE_YOUNG objects), and when a big pass or a listing ends: what a full
+  collection walks stays about that size, and a quiet controller freezes nothing;
+- a big pool's ledger is built, and a listing fetched and filed, with
+  automatic collection paused (``paused``): a ledger grows a dozen
+  containers of 50,000 entries, which the collector would otherwise find
+  young at full size and walk at once, tens of milliseconds each time; and
+  a full collection during a listing would walk everything listed so far.
+  Between slices the young generations are collected (``between_slices``),
+  while what they hold is small, or everything is frozen when that is due;
+  so at the end of the last pause.
 """
 
 from __future__ import annotations
@@ -35,15 +36,21 @@ from typing import TypeVar
 
 # Objects filed or built between two freezes.
 FREEZE_EVERY = 5000
+# While paused: objects the young generations may grow by between two freezes (a listed or
+# built object is a few; a full collection walks them at about a microsecond each).
+FREEZE_YOUNG = 25_000
 
 T = TypeVar("T")
 
 
 class Freezer:
-    def __init__(self, filed: Callable[[], int] = lambda: 0, every: int = FREEZE_EVERY) -> None:
+    def __init__(self, filed: Callable[[], int] = lambda: 0, every: int = FREEZE_EVERY,
+                 young: int = FREEZE_YOUNG) -> None:
         self._filed = filed  # a running count of the objects filed (the inventory's)
         self.built = 0  # a running count of the claims and addresses built into ledgers
         self.every = every
+        self.young = young
+        self._grown = 0  # what the young generations grew by since the last freeze, while paused
         self.pauses = 0  # pauses under way
         self._resume = False  # automatic collection was on when the first of them began
         self._mark = self._count()
@@ -54,11 +61,9 @@ class Freezer:
     def due(self) -> bool:
         return self._count() - self._mark >= self.every
 
-    def freeze(self, full: bool = True) -> None:
-        """Collect (in full: nothing dead is frozen; or the young generations only), then freeze what is alive."""
-        gc.collect(2 if full else 1)
-        gc.freeze()
-        self._mark = self._count()
+    def freeze(self) -> None:
+        """Collect in full (nothing dead is frozen), then freeze what is alive."""
+        self.freeze_with(lambda: None)
 
     def freeze_with(self, make: Callable[[], T]) -> T:
         """``make()``, frozen with the rest right away: collected first, then made, then frozen,
@@ -67,6 +72,7 @@ class Freezer:
         made = make()
         gc.freeze()
         self._mark = self._count()
+        self._grown = 0
         return made
 
     def maybe_freeze(self) -> None:
@@ -75,39 +81,34 @@ class Freezer:
             self.freeze()
 
     @contextlib.contextmanager
-    def paused(self, listing: bool = False) -> Iterator[None]:
-        """Automatic collection off until the last pause ends; then a freeze (after a full collection),
-        and collection back as it was.
-
-        A ``listing`` is frozen as the pause begins, after a young collection
-        only: a full one would walk every object listed (at start-up 50,000,
-        hundreds of milliseconds). Garbage of the oldest generation was found
-        by the full collection made before the listing was (``before_listing``);
-        the full collection at the end walks what came since the listing's freeze.
-        """
+    def paused(self) -> Iterator[None]:
+        """Automatic collection off until the last pause ends, then back as it was; what the pauses
+        made is collected young or frozen, as between slices."""
         self.pauses += 1
         if self.pauses == 1:
             self._resume = gc.isenabled()
             gc.disable()
         try:
-            if listing:
-                self.freeze(full=False)
             yield
         finally:
             self.pauses -= 1
             if self.pauses == 0:
                 try:
-                    self.freeze()
+                    self._collect_or_freeze()
                 finally:
                     if self._resume:
                         gc.enable()
 
-    def before_listing(self) -> None:
-        """A full collection before objects are listed: the garbage of the oldest generation, found
-        now (what the collector walks is small: what came since the last freeze), is not frozen with them."""
-        gc.collect()
-
     def between_slices(self) -> None:
-        """While paused: the young generations collected (what a slice made is walked once, while small)."""
+        """While paused: the young generations collected (what a slice made is walked once, while
+        small), or everything frozen when that is due (what a full collection walks stays bounded,
+        however long the pause and whatever runs in it: several big builds, a listing)."""
         if self.pauses:
+            self._collect_or_freeze()
+
+    def _collect_or_freeze(self) -> None:
+        self._grown += gc.get_count()[0]
+        if self.due() or self._grown >= self.young:
+            self.freeze()
+        else:
             gc.collect(1)

@@ -28,7 +28,7 @@ from . import health, webhook
 from .api import ApiWriter, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
-from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, list_all,
+from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
 from .watch import KindWatch, Streams
 from .workers import PoolWorkers
@@ -110,12 +110,8 @@ async def run(options: Options) -> int:
     workers = PoolWorkers(inventory, writer, may_act=lambda: state["loaded"] and may_write())
     addresses = {k: r for k, r in resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
 
-    async def listed(kinds_listed: dict, namespaces: list[str]) -> list[Listing]:
-        workers.freezer.before_listing()
-        return await asyncio.to_thread(list_all, api, kinds_listed, namespaces)
-
-    async def relist(namespace: str) -> list[Listing]:
-        return await listed(addresses, [namespace])
+    def relist(namespace: str) -> list[Listing]:
+        return listings(api, addresses, [namespace])
 
     controller = Controller(inventory, workers, writer, relist=relist)
     # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
@@ -125,9 +121,8 @@ async def run(options: Options) -> int:
 
     async def relist_kind(kind: tuple[str, str], namespace: str | None) -> str | None:
         """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
-        [listing] = await listed({kind: resources[kind]}, [namespace] if namespace else [])
-        await controller.settle_in_steps(listing)
-        return listing.resource_version
+        [listing] = listings(api, {kind: resources[kind]}, [namespace] if namespace else [])
+        return await controller.settle(listing)
     kopf.on.login(registry=registry)(login_from(credentials))
 
     ready_flag = asyncio.Event()
@@ -142,12 +137,12 @@ async def run(options: Options) -> int:
         return problems + ([cannot_write] if cannot_write else [])
 
     async def load() -> None:
-        for listing in await listed(resources, options.namespaces):
-            await controller.settle_in_steps(listing)
+        for listing in listings(api, resources, options.namespaces):
+            version = await controller.settle(listing)
             if listing.kind in hot:  # watched from the version it was listed at: nothing in between is missed
                 watch = KindWatch(streams, resources[listing.kind], listing.kind, listing.namespace,
                                   controller.on_event, relist_kind)
-                background.append(asyncio.create_task(watch.run(listing.resource_version), name=f"watch {watch}"))
+                background.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
         state["watching"] = True
         state["loaded"] = True
         log.info("inventory loaded: %d objects", len(inventory.objects))
@@ -161,8 +156,8 @@ async def run(options: Options) -> int:
         while True:
             await asyncio.sleep(options.resync_seconds)
             try:
-                for listing in await listed(resources, options.namespaces):
-                    await controller.settle_in_steps(listing)
+                for listing in listings(api, resources, options.namespaces):
+                    await controller.settle(listing)
             except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
             if may_write():

@@ -7,7 +7,7 @@ handed to the same ``Controller``: claims and addresses come by the thousand,
 and kopf's per-object machinery cost more CPU per event than everything else
 the controller does for it; a big pool's object (its ``status.indexes``) comes
 with every status write, and is decoded without its managedFields (``wire``). Before any pool is reconciled,
-every kind is listed once (``list_all``): a restarted controller never
+every kind is listed once (``listings``): a restarted controller never
 mistakes a claim whose address it has not seen yet for a new one.
 
 Event handlers make kopf write nothing (no progress or diff-base
@@ -19,8 +19,9 @@ not to compute diff bases at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +95,7 @@ class Controller:
     inventory: Inventory
     workers: PoolWorkers
     writer: ApiWriter
-    relist: Callable[[str], Awaitable[list["Listing"]]] | None = None  # a namespace's addresses, listed again
+    relist: Callable[[str], list["Listing"]] | None = None  # a namespace's addresses, to be listed again
     _resuming: dict[tuple[str, str], dict] = field(default_factory=dict)  # Cluster -> its newest object
     _tasks: set[asyncio.Task] = field(default_factory=set)
 
@@ -132,8 +133,8 @@ class Controller:
     async def _resume(self, key: tuple[str, str]) -> None:
         await asyncio.sleep(0)  # the event that started this is recorded first
         try:
-            for listing in await self.relist(key[0]):
-                await self.settle_in_steps(listing)
+            for listing in self.relist(key[0]):
+                await self.settle(listing)
         except Exception as err:  # the watches still catch up; the Cluster is not held for good
             log.warning("listing the addresses of %s before Cluster %s/%s resumes failed: %s",
                         key[0], key[0], key[1], getattr(err, "reason", None) or err)
@@ -141,30 +142,37 @@ class Controller:
         if obj is not None:
             self.workers.kick(self.inventory.upsert(obj))
 
-    async def settle_in_steps(self, listing: "Listing") -> None:
-        """File a listing, letting the event loop run between every few hundred objects (a listing of
-        50,000 filed in one go would hold up watch events, health probes and lease renewals for seconds)."""
-        await file_in_steps(self.inventory.settle_listing_in_steps(
-            listing.kind, listing.namespace, listing.items, listing.resource_version), self.workers.kick,
-            self.workers.freezer)
+    async def settle(self, listing: "Listing") -> str | None:
+        """File a LIST as its pages come, letting the event loop run between every few hundred objects
+        (a listing of 50,000 filed in one go would hold up watch events, health probes and lease
+        renewals for seconds); returns the version it was taken at, where a watch goes on from.
+
+        Automatic collection is paused throughout (``freezer``), the fetching
+        included: the collector would otherwise walk every object listed so
+        far, again and again, with the loop held. What the listing files is
+        frozen as it grows, and at its end.
+        """
+        filing = self.inventory.listing(listing.kind, listing.namespace)
+        version = None
+        freezer = self.workers.freezer
+        with freezer.paused():
+            async with contextlib.aclosing(listing.pages()) as pages:
+                async for page in pages:
+                    version = version or page.resource_version
+                    await file_in_steps(filing.file(page.items), self.workers.kick, freezer)
+            await file_in_steps(filing.finish(version), self.workers.kick, freezer)
+        return version
 
 
 async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None],
                         freezer: Freezer) -> None:
-    """Run a filing that yields after each step, letting the event loop run in between.
-
-    Automatic collection is paused meanwhile (``freezer``): a full collection
-    would walk every object listed, 50,000 at start-up, holding the loop for
-    hundreds of milliseconds. What the listing filed is frozen at its end.
-    """
-    with freezer.paused(listing=True):
-        for n, touched in enumerate(steps):
+    """Run a filing that yields after each step, letting the event loop run in between, with
+    automatic collection paused (``freezer``): what is filed is frozen as it grows, and at the end."""
+    with freezer.paused():
+        for touched in steps:
             if touched:
                 kick(touched)
-            if n == 0:
-                freezer.freeze()  # the inventory's own maps too, while they may still be small
-            else:
-                freezer.between_slices()
+            freezer.between_slices()
             await asyncio.sleep(0)
 
 
@@ -198,48 +206,94 @@ def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tup
                   id=f"watch-{resource.plural}.{resource.group}", registry=registry)(event)
 
 
-@dataclass
-class Listing:
-    """One complete LIST of a kind (in a namespace, or everywhere), consistent as of ``resource_version``."""
+# Objects asked for per page of a LIST.
+PAGE = 500
 
-    kind: tuple[str, str]
-    namespace: str | None
+
+@dataclass
+class Page:
     items: list[dict]
     resource_version: str | None
+    token: str | None  # where the next page starts (the LIST's "continue"); None: this is the last
 
 
-def list_all(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
-             namespaces: list[str]) -> list[Listing]:
-    """Every object of every served kind, one paginated LIST per kind (and namespace).
+class Listing:
+    """One LIST of a kind (in a namespace, or everywhere), read page by page.
 
     Pages of one LIST share the first page's snapshot, so a listing is
     consistent as of one resourceVersion: the inventory files it against
     what the watches already told (an object deleted since is not revived),
-    and drops what the listing proves gone.
+    and drops what the listing proves gone. ``fetch(token)`` reads one page
+    (blocking: it runs in a thread, where the page is also decoded).
     """
-    listings = []
-    for kind, resource in resources.items():
-        for namespace in namespaces or [None]:
-            prefix = f"/apis/{resource.group}/{resource.version}"
-            path = (f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace
-                    else f"{prefix}/{resource.plural}")
-            token = None
-            items: list[dict] = []
-            version = None
-            while True:
-                page = request(api, "GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""),
-                               decode=decode_list)
-                for item in page.get("items") or []:
-                    item.setdefault("apiVersion", f"{resource.group}/{resource.version}")
-                    item.setdefault("kind", kind[1])
-                    items.append(slim(item))  # here, off the event loop, page by page
-                meta = page.get("metadata") or {}
-                version = version or meta.get("resourceVersion")
-                token = meta.get("continue")
-                if not token:
-                    break
-            listings.append(Listing(kind, namespace, items, version))
-    return listings
+
+    def __init__(self, kind: tuple[str, str], namespace: str | None, fetch: Callable[[str | None], Page]) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.fetch = fetch
+
+    @classmethod
+    def of(cls, kind: tuple[str, str], namespace: str | None, items: list[dict], resource_version: str | None,
+           page: int = PAGE) -> "Listing":
+        """A listing of objects at hand (read from files, or made by tests), paged as the API server pages."""
+        def fetch(token: str | None) -> Page:
+            start = int(token or 0)
+            more = start + page < len(items)
+            return Page(items[start:start + page], resource_version, str(start + page) if more else None)
+        return cls(kind, namespace, fetch)
+
+    def read(self) -> tuple[list[dict], str | None]:
+        """Every page at once, blocking, and the version (tools and tests: the controller files pages as they come)."""
+        items: list[dict] = []
+        page = self.fetch(None)
+        version = page.resource_version
+        items += page.items
+        while page.token:
+            page = self.fetch(page.token)
+            items += page.items
+        return items, version
+
+    async def pages(self) -> AsyncIterator[Page]:
+        """The pages in order, each fetched in a thread; the next is on its way while this one is filed."""
+        pending: asyncio.Future[Page] | None = asyncio.ensure_future(asyncio.to_thread(self.fetch, None))
+        try:
+            while pending is not None:
+                page = await pending
+                pending = asyncio.ensure_future(asyncio.to_thread(self.fetch, page.token)) if page.token else None
+                yield page
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
+def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
+             namespaces: list[str]) -> list[Listing]:
+    """Every served kind, one LIST per kind (and namespace); nothing is asked before its pages are read."""
+    return [_listing(api, kind, resource, namespace)
+            for kind, resource in resources.items() for namespace in namespaces or [None]]
+
+
+def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, namespace: str | None) -> Listing:
+    prefix = f"/apis/{resource.group}/{resource.version}"
+    path = f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace else f"{prefix}/{resource.plural}"
+    api_version = f"{resource.group}/{resource.version}"
+
+    def fetch(token: str | None) -> Page:
+        return page_of(request(api, "GET", f"{path}?limit={PAGE}" + (f"&continue={token}" if token else ""),
+                               decode=decode_list), kind, api_version)
+
+    return Listing(kind, namespace, fetch)
+
+
+def page_of(answer: dict, kind: tuple[str, str], api_version: str) -> Page:
+    """One page of a LIST answer (as ``decode_list`` makes it), its objects kept as ``slim`` keeps them."""
+    items = []
+    for item in answer.get("items") or []:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind[1])
+        items.append(slim(item))  # here, in the fetching thread
+    meta = answer.get("metadata") or {}
+    return Page(items, meta.get("resourceVersion"), meta.get("continue") or None)
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):

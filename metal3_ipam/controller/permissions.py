@@ -30,7 +30,7 @@ WATCH = ("list", "watch")
 
 CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(kinds.METAL3_GROUP, "ippools", ("list", "watch", "patch"),
-         "watched into the inventory (operator.list_all, kopf); finalizer, cluster-name label and "
+         "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
          "owner reference patched (api.ApiWriter._patch)"),
     Rule(kinds.METAL3_GROUP, "ippools/status", ("patch",), "indexes, counts and Ready written (SetStatus)"),
     Rule(kinds.METAL3_GROUP, "ipclaims", ("get", "list", "watch", "patch"),

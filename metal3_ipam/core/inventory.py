@@ -214,36 +214,13 @@ class Inventory:
         keeps the newest of what is known of it (newer versions, tombstones),
         and only objects no newer than the listing can be proved gone by it.
         """
-        touched: set[o.PoolKey] = set()
-        seen = set()
-        done = 0
-        for item in items:
-            key = self.key(item)
-            if key is not None:
-                seen.add(key)
-                touched |= self.upsert(item)
-            done += 1
-            if done % step == 0:
-                yield touched
-                touched = set()
-        at = int(list_version) if isinstance(list_version, str) and list_version.isdigit() else None
-        if at is not None:
-            # Looking a key over costs a fraction of filing an object: many more per step.
-            work = 0
-            for key in list(self.objects):
-                work += 1
-                if key[0] == kind and key not in seen and not (namespace and key[1] != namespace):
-                    stored = self.objects.get(key)  # as it is now: it may have changed since
-                    version = _version(stored) if stored is not None else None
-                    if version is not None and version <= at:
-                        touched |= self.remove({**stored, "metadata": {**stored["metadata"],
-                                                                      "resourceVersion": str(at)}})
-                        work += 20
-                if work >= step * 20:
-                    work = 0
-                    yield touched
-                    touched = set()
-        yield touched
+        listing = self.listing(kind, namespace)
+        yield from listing.file(items, step)
+        yield from listing.finish(list_version, step)
+
+    def listing(self, kind: tuple[str, str], namespace: str | None) -> "Listed":
+        """A LIST of ``kind`` (in ``namespace``, or everywhere) filed as its pages come: see ``Listed``."""
+        return Listed(self, kind, namespace)
 
     def _filed(self, key: ObjKey) -> o.PoolKey | None:
         """The pool the object stored under ``key`` is filed with (None: none, or nothing stored)."""
@@ -449,3 +426,61 @@ class Inventory:
             withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
             now=now, rng=rng)
+
+
+class Listed:
+    """One LIST being filed into an inventory page by page (``file``), then closed (``finish``).
+
+    A LIST of 50,000 objects comes in pages of a few hundred; each is filed as
+    it comes, so no whole listing is ever held, and nothing listed waits
+    unfiled (new objects to be walked by the collector, seen objects to be
+    dropped). Only once every page was filed does the listing prove anything
+    gone: what it did not hold, stored at a version no newer than the listing's.
+    """
+
+    def __init__(self, inventory: Inventory, kind: tuple[str, str], namespace: str | None) -> None:
+        self.inventory = inventory
+        self.kind = kind
+        self.namespace = namespace
+        self.seen: set[ObjKey] = set()
+
+    def file(self, items: Iterable[dict], step: int = SETTLE_STEP) -> Iterator[set[o.PoolKey]]:
+        """File listed objects like events; yields the pools each ``step`` of them touched."""
+        touched: set[o.PoolKey] = set()
+        for done, item in enumerate(items, 1):
+            key = self.inventory.key(item)
+            if key is not None:
+                self.seen.add(key)
+                touched |= self.inventory.upsert(item)
+            if done % step == 0:
+                yield touched
+                touched = set()
+        if touched:
+            yield touched
+
+    def finish(self, list_version: str | None, step: int = SETTLE_STEP) -> Iterator[set[o.PoolKey]]:
+        """Every page filed: what the listing (taken at ``list_version``) proves gone goes.
+
+        Yields the pools touched, now and then (looking a key over costs a
+        fraction of filing an object: many more per yield), and always once.
+        """
+        inventory = self.inventory
+        touched: set[o.PoolKey] = set()
+        at = int(list_version) if isinstance(list_version, str) and list_version.isdigit() else None
+        if at is not None:
+            work = 0
+            for key in list(inventory.objects):
+                work += 1
+                if key[0] == self.kind and key not in self.seen \
+                        and not (self.namespace and key[1] != self.namespace):
+                    stored = inventory.objects.get(key)  # as it is now: it may have changed since
+                    version = _version(stored) if stored is not None else None
+                    if version is not None and version <= at:
+                        touched |= inventory.remove({**stored, "metadata": {**stored["metadata"],
+                                                                           "resourceVersion": str(at)}})
+                        work += 20
+                if work >= step * 20:
+                    work = 0
+                    yield touched
+                    touched = set()
+        yield touched

@@ -16,7 +16,7 @@ pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import METAL3  # noqa: E402
 from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
-from metal3_ipam.controller.operator import discover, list_all  # noqa: E402
+from metal3_ipam.controller.operator import discover, listings  # noqa: E402
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 
@@ -46,7 +46,8 @@ async def until(check, timeout: float = 60.0, what: str = "condition"):
 def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version(control_plane, resources, kube):
     kube.create(METAL3, "ipclaims", claim("before"))
     with client.ApiClient(control_plane.configuration()) as api:
-        [listing] = list_all(api, {kinds.IPCLAIM: resources[kinds.IPCLAIM]}, [kube.ns])
+        [listing] = listings(api, {kinds.IPCLAIM: resources[kinds.IPCLAIM]}, [kube.ns])
+        _, version = listing.read()
     kube.create(METAL3, "ipclaims", claim("between"))  # after the listing, before the watch starts
     seen: list[tuple[str, str, str]] = []
     relisted = []
@@ -60,7 +61,7 @@ def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version
         streams = Streams(credentials)
         watch = KindWatch(streams, resources[kinds.IPCLAIM], kinds.IPCLAIM, kube.ns,
                           lambda kind, obj: seen.append((kind, obj["kind"], obj["metadata"]["name"])), relist)
-        task = asyncio.create_task(watch.run(listing.resource_version))
+        task = asyncio.create_task(watch.run(version))
         try:
             await until(lambda: ("ADDED", "IPClaim", "between") in seen, what="the claim created in between")
             await asyncio.to_thread(kube.create, METAL3, "ipclaims", claim("after"))
@@ -86,9 +87,10 @@ def test_a_version_the_server_no_longer_has_is_listed_again_and_watched_from_the
 
     async def relist(kind, namespace):
         with client.ApiClient(control_plane.configuration()) as api:
-            [listing] = await asyncio.to_thread(list_all, api, {kind: resources[kind]}, [namespace])
-        relisted.append(listing.resource_version)
-        return listing.resource_version
+            [listing] = listings(api, {kind: resources[kind]}, [namespace])
+            _, version = await asyncio.to_thread(listing.read)
+        relisted.append(version)
+        return version
 
     async def scenario():
         streams = Streams(credentials)

@@ -206,16 +206,14 @@ def test_claims_and_addresses_taken_in_by_passes_over_changes_count_toward_a_fre
 
 def test_a_listing_that_grows_the_inventory_freezes_no_garbage_of_the_oldest_generation(collector):
     """A listing that brings new objects (start-up, a relist after a watch expired, a Cluster resuming
-    after a clusterctl move) is frozen at its end after a young collection only: a full one would walk
-    every object listed. Cycles that lived through a young collection and died since the last full
-    one are in the oldest generation; the full collection made before anything is listed (as
-    ``main`` lists, ``Freezer.before_listing``) is what keeps them from being frozen dead."""
+    after a clusterctl move) is frozen as it grows, and at its end. Cycles that lived through a young
+    collection and died since the last full one are in the oldest generation: each freeze must begin
+    with a full collection to keep them from being frozen dead."""
     made: list[weakref.ref] = []
     for _ in range(20):
         _old_garbage(made)
     inventory = Inventory()
     freezer = Freezer(lambda: inventory.filed)
-    freezer.before_listing()
     steps = inventory.settle_listing_in_steps(kinds.IPADDRESS, None, listing(FREEZE_GROWTH + 10, 10**6), "1000000")
     frozen_before = gc.get_freeze_count()
     asyncio.run(file_in_steps(steps, lambda pools: None, freezer))

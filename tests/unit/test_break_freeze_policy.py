@@ -7,17 +7,15 @@ Two promises are checked here, as ``main`` and ``Controller`` use the policy:
 - what a full collection walks stays about FREEZE_EVERY objects filed or
   built, so none holds the event loop for long.
 
-A listing is filed with automatic collection paused. It is filed in hundreds
-of turns of the event loop: the young collections at its step ends move the
-event loop's live cycles to the oldest generation, where those that die
-before the listing ends are out of reach of a young collection; so the
-listing is frozen when it begins (after a young collection: a full one
-would walk all of it) and its end freezes after a full collection, which
-walks only what came since.
+A listing is fetched page by page (seconds at 50,000 objects) and filed as
+its pages come, over hundreds of turns of the event loop, with automatic
+collection paused throughout: the collector must neither walk what is listed
+(the loop is held meanwhile) nor let a cycle of the event loop's that dies
+during the listing be frozen.
 
-``operator.list_all`` needs an API server; where a case needs a listing being
-decoded, it runs the same steps list_all runs for each page (``decode_list``,
-``slim``) on the JSON text of a LIST answer, in a thread as ``main.listed`` does.
+The API server's LIST answers are served here from their JSON text, each page
+decoded when it is fetched, in a thread, as ``operator.listings`` does
+(``testing.listing``).
 """
 
 from __future__ import annotations
@@ -26,26 +24,23 @@ import asyncio
 import gc
 import json
 import weakref
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from metal3_ipam.controller import workers as workers_module
 from metal3_ipam.controller.freezing import FREEZE_EVERY, Freezer
-from metal3_ipam.controller.operator import file_in_steps
-from metal3_ipam.controller.wire import decode_list
+from metal3_ipam.controller.operator import Controller, Listing, file_in_steps
 from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import inventory as inventory_module
-from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.core.slim import slim
-from ipam_objects import NS
+from metal3_ipam.testing.listing import answers as _answers, served
 from test_break_collector import PA, _litter, _two_pools
+from test_break_ledger import _Litter
 from test_pool_passes import MemoryWriter
 from test_settle_in_steps import address, listing
-
-PC = o.PoolKey(NS, "pc")
 
 
 @pytest.fixture
@@ -100,19 +95,15 @@ def _tracked_per_object(items: list[dict]) -> float:
     return sum(tracked(item) for item in items) / len(items)
 
 
-def _answers(items: list[dict], version: str, page: int = 500) -> list[bytes]:
-    """A LIST answer's pages, as the API server sends them."""
-    return [json.dumps({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version},
-                        "items": items[start:start + page]}).encode() for start in range(0, len(items), page)]
+def _served(pages: list[bytes]) -> Listing:
+    """A LIST of addresses as the API server serves it: each page decoded as it is fetched."""
+    return served(kinds.IPADDRESS, kinds.METAL3_API_VERSION, pages)
 
 
-def _decoded(pages: list[bytes]) -> list[dict]:
-    """What ``list_all`` does with each page of a LIST answer (off the event loop)."""
-    items = []
-    for raw in pages:
-        for item in decode_list(raw)["items"]:
-            items.append(slim(item))
-    return items
+async def _settle(listing: Listing, inventory: Inventory, freezer: Freezer) -> str | None:
+    """Filed as the controller files a listing (``Controller.settle``)."""
+    return await Controller(inventory, SimpleNamespace(kick=lambda pools: None, freezer=freezer),
+                            writer=None).settle(listing)
 
 
 # --- (a) no garbage frozen --------------------------------------------------------------------
@@ -122,8 +113,7 @@ def test_a_cycle_that_dies_while_a_listing_is_filed_is_not_frozen_at_its_end(col
     """A listing of new objects (start-up, a relist after a watch expired, a Cluster resuming) is filed
     over hundreds of turns of the event loop, each step ending in a young collection. A cycle of the
     event loop's alive at one of those (a request in flight) is moved to the oldest generation; answered
-    a few turns later, it is garbage there, and the listing's end freezes it with a young collection
-    only. ``before_listing`` came before all of it. Only the cycle alive at the freeze may be kept."""
+    a few turns later, it is garbage there. Only the cycles alive at the freezes may be kept."""
     inventory = Inventory()
     freezer = Freezer(lambda: inventory.filed)
     made: list[weakref.ref] = []
@@ -131,7 +121,6 @@ def test_a_cycle_that_dies_while_a_listing_is_filed_is_not_frozen_at_its_end(col
 
     async def scenario():
         done: list[bool] = []
-        freezer.before_listing()
         task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=2))
         await file_in_steps(inventory.settle_listing_in_steps(kinds.IPADDRESS, None, items, "1000000"),
                             lambda pools: None, freezer)
@@ -145,6 +134,40 @@ def test_a_cycle_that_dies_while_a_listing_is_filed_is_not_frozen_at_its_end(col
         f"{alive} of {len(made)} cycles never collected: more than the {len(frozen_count)} alive at the freezes"
 
 
+def test_a_cycle_that_dies_while_the_list_is_fetched_is_not_frozen_with_the_listing(collector, frozen_count):
+    """A LIST of 50,000 takes seconds to fetch and decode, while the event loop goes on. Were automatic
+    collections to run meanwhile (the decoding makes containers by the hundred thousand), they would
+    move the loop's live cycles to the oldest generation: one alive when the LIST began and garbage
+    before its pages are filed (a request answered meanwhile) must not be frozen with the listing."""
+    inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
+    answers = _answers(listing(3 * FREEZE_EVERY, 10**6), "1000000")
+    made: list[weakref.ref] = []
+    served = _served(answers)
+    fetch = served.fetch
+
+    def fetched(token):
+        page = fetch(token)
+        if token is None:
+            fetched.first = page
+        return page
+
+    async def scenario():
+        in_flight = _Litter()  # a request of the event loop's, on its way while the LIST is fetched
+        made.append(weakref.ref(in_flight))
+        settling = asyncio.get_running_loop().create_task(_settle(Listing(served.kind, None, fetched),
+                                                                  inventory, freezer))
+        while not hasattr(fetched, "first"):
+            await asyncio.sleep(0)
+        gc.collect(1)  # as automatic young collections would, while pages are decoded
+        del in_flight  # answered: garbage, in the oldest generation
+        await settling
+
+    asyncio.run(scenario())
+    assert frozen_count, "a listing of 3 x FREEZE_EVERY new objects froze nothing"
+    assert _leaked(made) == 0, "a cycle dead before the listing was filed was frozen with it"
+
+
 def _listed_answers(count: int):
     """Objects tracked per listed object, and the LIST answers of ``count`` addresses (what is listed
     is made only as a case decodes it)."""
@@ -156,9 +179,8 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
         monkeypatch, collector, walked):
     """A relist (a watch expired, a Cluster resumed after a clusterctl move) brings new objects while a
     big pool's ledger is built: both pause the collector, and the end of the last pause is a full
-    collection, since the build asked for one. It walks every object the listing filed: at 50,000,
-    hundreds of milliseconds with the event loop held (the very collection ``listing=True`` avoids).
-    What it walks must stay about FREEZE_EVERY objects."""
+    collection. It must not walk every object the listing filed (at 50,000, hundreds of milliseconds
+    with the event loop held): what it walks must stay about FREEZE_EVERY objects."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
     api = _two_pools()
     per_object, answers = _listed_answers(5 * FREEZE_EVERY)
@@ -171,11 +193,8 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
             await asyncio.sleep(0)
         gc.collect()
         gc.freeze()  # (what came before is not this case's)
-        listed = _decoded(answers)  # the LIST just fetched: new objects
         walked.clear()
-        # Filed as Controller.settle_in_steps files a listing: the workers' freezer.
-        await file_in_steps(api.inventory.settle_listing_in_steps(kinds.IPADDRESS, None, listed, "1000000"),
-                            lambda pools: None, workers.freezer)
+        await _settle(_served(answers), api.inventory, workers.freezer)  # new objects
         await build
         assert workers.freezer.pauses == 0
 
@@ -187,11 +206,32 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
         f"tracked each), against about {bound:.0f} for 2 x FREEZE_EVERY objects"
 
 
-def _entries_walked() -> int:
-    """What a full collection goes through: every tracked object, and every entry of every container
-    among them (a ledger is a dozen containers of an entry per claim: few objects, much work)."""
-    return sum(1 + (len(obj) if isinstance(obj, (dict, list, set, frozenset, tuple)) else 0)
-               for obj in gc.get_objects())
+def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, walked):
+    """The resync lists everything every few minutes, 50,000 objects at goal size. Were its pages
+    decoded with automatic collection on, the objects decoded would be in the collector's reach as
+    they pile up, and full collections (every time the oldest generation grew by a quarter) would walk
+    all of them so far, with the interpreter lock held. Measured with the whole LIST decoded in a
+    thread before it was filed: 25,000 bound claims and their addresses, 7 full collections during the
+    resync's LIST, the longest 114 ms; at start-up 250 ms. Every full collection must walk no more
+    than about FREEZE_EVERY listed objects."""
+    items = listing(10 * FREEZE_EVERY, 10**6)
+    per_object = _tracked_per_object(items)
+    answers = _answers(items, "1000000")
+    del items
+    inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
+
+    async def scenario():
+        walked.clear()
+        await _settle(_served(answers), inventory, freezer)
+        assert len(inventory.objects) == 10 * FREEZE_EVERY
+
+    asyncio.run(scenario())
+    bound = 2 * FREEZE_EVERY * per_object
+    assert walked, "a listing of 10 x FREEZE_EVERY new objects ended in no full collection"
+    assert max(walked) <= bound, \
+        f"{len(walked)} full collections while a listing of {10 * FREEZE_EVERY} was fetched and filed, the " \
+        f"biggest walking {max(walked)} objects, against about {bound:.0f} for 2 x FREEZE_EVERY objects"
 
 
 def test_garbage_made_in_the_last_turn_of_a_listing_is_collected_before_it_is_frozen(collector, frozen_count):
@@ -206,7 +246,6 @@ def test_garbage_made_in_the_last_turn_of_a_listing_is_collected_before_it_is_fr
 
     async def scenario():
         done: list[bool] = []
-        freezer.before_listing()
         task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=0))
         await file_in_steps(inventory.settle_listing_in_steps(kinds.IPADDRESS, None, items, "1000000",
                                                               step=FREEZE_EVERY), lambda pools: None, freezer)
@@ -255,7 +294,7 @@ def test_a_pause_that_finds_the_collector_off_leaves_it_off(monkeypatch, collect
 
 def test_a_listing_after_a_big_build_ended_does_not_walk_what_it_listed_at_its_end(monkeypatch, collector, walked):
     """A listing filed after a big build's pause ended: the full collection at its end must not walk
-    every object it listed (they were frozen as it began)."""
+    every object it listed (they were frozen as they came)."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
     api = _two_pools(50)
     per_object, answers = _listed_answers(3 * FREEZE_EVERY)
@@ -264,11 +303,8 @@ def test_a_listing_after_a_big_build_ended_does_not_walk_what_it_listed_at_its_e
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
         await workers._pass(PA)
         await workers._pass(PA)  # an audit: a pause of its own, over
-        workers.freezer.before_listing()
-        listed = _decoded(answers)
         walked.clear()
-        await file_in_steps(api.inventory.settle_listing_in_steps(kinds.IPADDRESS, None, listed, "1000000"),
-                            lambda pools: None, workers.freezer)
+        await _settle(_served(answers), api.inventory, workers.freezer)
 
     asyncio.run(scenario())
     bound = FREEZE_EVERY * per_object

@@ -56,7 +56,7 @@ def moved_state():
     paused = get(source, kinds.CLUSTER, "c1")
     unpaused = {**paused, "spec": {"paused": False},
                 "metadata": {**paused["metadata"], "resourceVersion": source._next_version()}}
-    listing = Listing(kinds.IPADDRESS, NS, [copy.deepcopy(a) for a in addresses.values()], source._next_version())
+    listing = Listing.of(kinds.IPADDRESS, NS, [copy.deepcopy(a) for a in addresses.values()], source._next_version())
     return inventory, unpaused, listing
 
 
@@ -76,7 +76,7 @@ def test_resuming_cluster_waits_for_the_addresses_listed_again():
     kicks = Kicks()
     listed: list[str] = []
 
-    async def relist(namespace: str) -> list[Listing]:
+    def relist(namespace: str) -> list[Listing]:
         listed.append(namespace)
         return [listing]
 
@@ -98,8 +98,11 @@ def test_resuming_cluster_waits_for_the_addresses_listed_again():
 def test_a_failed_listing_does_not_hold_the_cluster_for_good():
     inventory, unpaused, _ = moved_state()
 
-    async def relist(namespace: str) -> list[Listing]:
+    def refused(token):
         raise OSError("connection refused")
+
+    def relist(namespace: str) -> list[Listing]:
+        return [Listing(kinds.IPADDRESS, namespace, refused)]
 
     async def scenario() -> None:
         controller = Controller(inventory, Kicks(), writer=None, relist=relist)
@@ -113,15 +116,14 @@ def test_a_failed_listing_does_not_hold_the_cluster_for_good():
 def test_a_cluster_deleted_while_resuming_is_not_filed_again():
     inventory, unpaused, listing = moved_state()
 
-    async def relist(namespace: str) -> list[Listing]:
-        await asyncio.sleep(0)
+    def relist(namespace: str) -> list[Listing]:
         return [listing]
 
     async def scenario() -> None:
         controller = Controller(inventory, Kicks(), writer=None, relist=relist)
         controller.file(unpaused)
         deleted = {**unpaused, "metadata": {**unpaused["metadata"],
-                                            "resourceVersion": str(int(listing.resource_version) + 1)}}
+                                            "resourceVersion": str(int(listing.fetch(None).resource_version) + 1)}}
         controller.forget(deleted)
         await asyncio.gather(*controller._tasks)
 
