@@ -212,8 +212,9 @@ def free_port() -> int:
 class Controller:
     """``metal3-ipam run`` for some namespaces, as a subprocess: started, waited ready, measured, stopped."""
 
-    def __init__(self, plane: ControlPlane, namespaces: list[str], log: Path, parallel: int):
+    def __init__(self, plane: ControlPlane, namespaces: list[str], log: Path, parallel: int, tree: Path = ROOT):
         self.plane, self.namespaces, self.parallel = plane, namespaces, parallel
+        self.tree = tree  # the source tree run (another checkout, to compare)
         self.log = Path(os.environ.get("BENCH_CONTROLLER_LOG") or log)
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -231,7 +232,8 @@ class Controller:
                 [sys.executable, *profile, "-m", "metal3_ipam.cli", "run", "--kubeconfig", str(self.plane.kubeconfig),
                  *scope, "--no-leader-elect", "--health-address", f"127.0.0.1:{self.port}",
                  "--parallel-writes", writes, *verbose],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.tree,
+                env={**os.environ, "PYTHONPATH": str(self.tree)})
         deadline = started + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

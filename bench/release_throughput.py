@@ -21,8 +21,6 @@ BENCH_PROFILE=<file> runs the controller under cProfile (written at exit).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,21 +35,28 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from kubernetes import client, watch  # noqa: E402
 
-from e2e_throughput import base, claim, cpu_seconds, free_port, pool, request_text, wait_ready  # noqa: E402
+from harness import Controller, claim_obj, path, pool_obj, raw_get  # noqa: E402
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
 from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
-from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
 GROUP, VERSION = "ipam.metal3.io", "v1alpha1"
 NS = "release"
 
 
+def _pool(ns: str) -> dict:
+    return pool_obj(ns, "bench", "10.10.0.0/16", 16, "10.10.0.1")
+
+
+def _claim(ns: str, i: int) -> dict:
+    return claim_obj(ns, f"claim-{i:05d}", "bench")
+
+
 def requests_so_far(api: client.ApiClient) -> Counter:
     """Requests the API server answered, by (verb, resource), from its own metrics."""
     counts: Counter = Counter()
-    for line in request_text(api, "/metrics").splitlines():
+    for line in raw_get(api, "/metrics", "text/plain").decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.rindex("}")].split(","))
@@ -105,46 +110,46 @@ class Follow:
         return True
 
 
-def phase(api, proc, act, done) -> tuple[float, float, Counter]:
-    before, cpu = requests_so_far(api), cpu_seconds(proc.pid)
+def phase(api, ctrl: Controller, act, done) -> tuple[float, float, Counter]:
+    before, cpu = requests_so_far(api), ctrl.cpu_seconds()
     started = time.perf_counter()
     act()
     if not done():
         raise SystemExit("the phase did not finish in time")
     elapsed = time.perf_counter() - started
     time.sleep(1.0)  # the last pool status writes
-    return elapsed, cpu_seconds(proc.pid) - cpu, requests_so_far(api) - before
+    return elapsed, ctrl.cpu_seconds() - cpu, requests_so_far(api) - before
 
 
 def floor(api: client.ApiClient, n: int, parallel: int) -> tuple[float, float]:
     """Allocation and release by a plain client: the same requests per claim, no controller."""
     ns = "floor"
     request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    request(api, "POST", base(ns, "ippools"), pool(ns))
+    request(api, "POST", path(ns, "ippools"), _pool(ns))
     patch = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
 
     def allocate(i: int) -> None:
         name = f"claim-{i:05d}"
-        request(api, "POST", base(ns, "ipclaims"), claim(ns, i))
+        request(api, "POST", path(ns, "ipclaims"), _claim(ns, i))
         ip = f"10.10.{(i + 2) // 256}.{(i + 2) % 256}"
         lock = address_name("bench", ip)
-        request(api, "POST", base(ns, "ipaddresses"), {
+        request(api, "POST", path(ns, "ipaddresses"), {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAddress",
             "metadata": {"name": lock, "namespace": ns, "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]]},
             "spec": {"address": ip, "prefix": 16, "gateway": "10.10.0.1", "pool": {"name": "bench", "namespace": ns},
                      "claim": {"name": name, "namespace": ns}}})
-        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}/status",
+        request(api, "PATCH", f"{path(ns, 'ipclaims')}/{name}/status",
                 {"status": {"address": {"name": lock, "namespace": ns}}}, headers=patch)
-        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}",
+        request(api, "PATCH", f"{path(ns, 'ipclaims')}/{name}",
                 {"metadata": {"finalizers": [kinds.FINALIZERS[kinds.IPCLAIM]]}}, headers=patch)
 
     def release(i: int) -> None:
         name = f"claim-{i:05d}"
         lock = address_name("bench", f"10.10.{(i + 2) // 256}.{(i + 2) % 256}")
-        request(api, "DELETE", f"{base(ns, 'ipclaims')}/{name}")
-        request(api, "DELETE", f"{base(ns, 'ipaddresses')}/{lock}", {"propagationPolicy": "Background"})
-        request(api, "PATCH", f"{base(ns, 'ipaddresses')}/{lock}", {"metadata": {"finalizers": []}}, headers=patch)
-        request(api, "PATCH", f"{base(ns, 'ipclaims')}/{name}", {"metadata": {"finalizers": []}}, headers=patch)
+        request(api, "DELETE", f"{path(ns, 'ipclaims')}/{name}")
+        request(api, "DELETE", f"{path(ns, 'ipaddresses')}/{lock}", {"propagationPolicy": "Background"})
+        request(api, "PATCH", f"{path(ns, 'ipaddresses')}/{lock}", {"metadata": {"finalizers": []}}, headers=patch)
+        request(api, "PATCH", f"{path(ns, 'ipclaims')}/{name}", {"metadata": {"finalizers": []}}, headers=patch)
 
     times = []
     for work in (allocate, release):
@@ -169,33 +174,26 @@ def main() -> int:
         request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": NS}})
         floor_bind, floor_release = floor(api, n, args.parallel)
-        request(api, "POST", base(NS, "ippools"), pool(NS))
-        port = free_port()
-        log = open(Path(os.environ.get("BENCH_CONTROLLER_LOG") or Path(tmp) / "controller.log"), "w")
-        profile = ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
-        proc = subprocess.Popen([sys.executable, *profile, "-m", "metal3_ipam.cli", "run", "--kubeconfig",
-                                 str(plane.kubeconfig), "-n", NS, "--no-leader-elect",
-                                 "--health-address", f"127.0.0.1:{port}", "--parallel-writes", str(args.parallel)],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        request(api, "POST", path(NS, "ippools"), _pool(NS))
+        ctrl = Controller(plane, [NS], Path(tmp) / "controller.log", args.parallel)
+        ctrl.start()
         try:
-            wait_ready(port, proc)
-            follow = Follow(api, request(api, "GET", base(NS, "ipclaims"))["metadata"]["resourceVersion"])
+            follow = Follow(api, request(api, "GET", path(NS, "ipclaims"))["metadata"]["resourceVersion"])
 
             def create() -> None:
                 with ThreadPoolExecutor(args.parallel) as workers:
-                    list(workers.map(lambda i: request(api, "POST", base(NS, "ipclaims"), claim(NS, i)), range(n)))
+                    list(workers.map(lambda i: request(api, "POST", path(NS, "ipclaims"), _claim(NS, i)), range(n)))
 
             def delete() -> None:
                 with ThreadPoolExecutor(args.parallel) as workers:
-                    list(workers.map(lambda i: request(api, "DELETE", f"{base(NS, 'ipclaims')}/claim-{i:05d}"),
+                    list(workers.map(lambda i: request(api, "DELETE", f"{path(NS, 'ipclaims')}/claim-{i:05d}"),
                                      range(n)))
 
-            bind = phase(api, proc, create, lambda: follow.wait(follow.bound, n, 600))
-            release = phase(api, proc, delete, lambda: follow.wait(follow.gone, n, 600))
+            bind = phase(api, ctrl, create, lambda: follow.wait(follow.bound, n, 600))
+            release = phase(api, ctrl, delete, lambda: follow.wait(follow.gone, n, 600))
             follow.stop()
         finally:
-            stop_group(proc)
-            log.close()
+            ctrl.stop()
     print(f"{n} claims on one pool, {args.parallel} parallel requests")
     print(f"{'phase':<12}{'time':>9}{'ms/claim':>10}{'CPU ms/claim':>14}{'requests/claim':>16}")
     for name, (elapsed, cpu, counts) in (("allocation", bind), ("release", release)):

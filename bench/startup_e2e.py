@@ -16,8 +16,6 @@ restart over a converged state should write almost nothing).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,32 +28,35 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from kubernetes import client  # noqa: E402
 
-from e2e_throughput import base, claim, cpu_seconds, free_port, pool  # noqa: E402
+from harness import Controller, claim_obj, path, pool_obj  # noqa: E402
 from release_throughput import requests_so_far  # noqa: E402
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
 from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
-from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
 NS = "restart"
+def _claim(i: int) -> dict:
+    return claim_obj(NS, f"claim-{i:05d}", "bench")
+
+
 PATCH = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
 
 
 def converged_pool(api: client.ApiClient, n: int, parallel: int) -> None:
-    made = request(api, "POST", base(NS, "ippools"), pool(NS))
-    request(api, "PATCH", f"{base(NS, 'ippools')}/bench", {"metadata": {"finalizers": [kinds.FINALIZERS[kinds.IPPOOL]]}},
+    made = request(api, "POST", path(NS, "ippools"), pool_obj(NS, "bench", "10.10.0.0/16", 16, "10.10.0.1"))
+    request(api, "PATCH", f"{path(NS, 'ippools')}/bench", {"metadata": {"finalizers": [kinds.FINALIZERS[kinds.IPPOOL]]}},
             headers=PATCH)
     pool_owner = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPPool", "name": "bench",
                   "uid": made["metadata"]["uid"], "blockOwnerDeletion": True}
 
     def bound(i: int) -> None:
-        body = claim(NS, i)
+        body = _claim(i)
         body["metadata"]["finalizers"] = [kinds.FINALIZERS[kinds.IPCLAIM]]
-        made = request(api, "POST", base(NS, "ipclaims"), body)
+        made = request(api, "POST", path(NS, "ipclaims"), body)
         ip = f"10.10.{(i + 2) // 256}.{(i + 2) % 256}"
         name = address_name("bench", ip)
-        request(api, "POST", base(NS, "ipaddresses"), {
+        request(api, "POST", path(NS, "ipaddresses"), {
             "apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
             "metadata": {"name": name, "namespace": NS, "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
                          "ownerReferences": [pool_owner, {
@@ -64,7 +65,7 @@ def converged_pool(api: client.ApiClient, n: int, parallel: int) -> None:
                              "controller": True}]},
             "spec": {"address": ip, "prefix": 16, "gateway": "10.10.0.1", "pool": {"name": "bench", "namespace": NS},
                      "claim": {"name": body["metadata"]["name"], "namespace": NS}}})
-        request(api, "PATCH", f"{base(NS, 'ipclaims')}/{body['metadata']['name']}/status", {"status": {
+        request(api, "PATCH", f"{path(NS, 'ipclaims')}/{body['metadata']['name']}/status", {"status": {
             "address": {"name": name, "namespace": NS},
             "conditions": [{"type": "Ready", "status": "True", "reason": "AddressAllocated",
                             "message": f"bound to {ip}", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
@@ -74,38 +75,16 @@ def converged_pool(api: client.ApiClient, n: int, parallel: int) -> None:
         list(workers.map(bound, range(n)))
 
 
-def ready_at(port: int, proc: subprocess.Popen, timeout: float = 900) -> float:
-    import urllib.request
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("the controller exited before it was ready")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return time.monotonic()
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit("the controller did not become ready")
-
-
-def restart(plane: ControlPlane, api: client.ApiClient, tree: Path, probe: int, log: Path) -> dict:
-    port = free_port()
+def restart(plane: ControlPlane, api: client.ApiClient, tree: Path, probe: int, log: Path, parallel: int) -> dict:
     before = requests_so_far(api)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    started = time.monotonic()
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "metal3_ipam.cli", "run", "--kubeconfig", str(plane.kubeconfig),
-                                 "-n", NS, "--no-leader-elect", "--health-address", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=tree, env=env)
+    ctrl = Controller(plane, [NS], log, parallel, tree=tree)
     try:
-        ready = ready_at(port, proc)
-        cpu_ready = cpu_seconds(proc.pid)
+        ready = ctrl.start(timeout=900)
+        cpu_ready = ctrl.cpu_seconds()
         asked = time.monotonic()
-        request(api, "POST", base(NS, "ipclaims"), claim(NS, probe))
-        name = claim(NS, probe)["metadata"]["name"]
-        while not (request(api, "GET", f"{base(NS, 'ipclaims')}/{name}").get("status") or {}).get("address"):
+        request(api, "POST", path(NS, "ipclaims"), _claim(probe))
+        name = _claim(probe)["metadata"]["name"]
+        while not (request(api, "GET", f"{path(NS, 'ipclaims')}/{name}").get("status") or {}).get("address"):
             if time.monotonic() - asked > 600:
                 raise SystemExit(f"{name} not bound in 600 s; see {log}")
             time.sleep(0.02)
@@ -113,10 +92,9 @@ def restart(plane: ControlPlane, api: client.ApiClient, tree: Path, probe: int, 
         time.sleep(2.0)  # what the start-up passes still write
         writes = {k: v for k, v in (requests_so_far(api) - before).items()
                   if k[0] in ("POST", "PUT", "PATCH", "DELETE") and v}
-        return {"ready": ready - started, "cpu_ready": cpu_ready, "served": served,
-                "cpu": cpu_seconds(proc.pid), "writes": writes}
+        return {"ready": ready, "cpu_ready": cpu_ready, "served": served, "cpu": ctrl.cpu_seconds(), "writes": writes}
     finally:
-        stop_group(proc)
+        ctrl.stop()
 
 
 def main() -> int:
@@ -135,7 +113,7 @@ def main() -> int:
         made = time.monotonic()
         converged_pool(api, args.claims, args.parallel)
         print(f"{args.claims} bound IPClaims + IPAddresses made in {time.monotonic() - made:.0f} s")
-        results = [(tree, restart(plane, api, tree, 90_000 + i, Path(tmp) / f"controller-{i}.log"))
+        results = [(tree, restart(plane, api, tree, 90_000 + i, Path(tmp) / f"controller-{i}.log", args.parallel))
                    for i, tree in enumerate(trees)]
     print(f"restart over {2 * args.claims} objects ({args.claims} bound claims and their addresses)")
     print(f"{'tree':<40}{'ready':>9}{'CPU at ready':>14}{'new claim bound':>17}{'CPU total':>11}  writes")
