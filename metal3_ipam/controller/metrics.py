@@ -2,15 +2,28 @@
 
 from prometheus_client import Counter, Gauge, Histogram
 
-POOL_CAPACITY = Gauge("metal3_ipam_pool_capacity", "Addresses the pool can hand out", ["namespace", "pool"])
-POOL_ALLOCATED = Gauge("metal3_ipam_pool_allocated", "Addresses in use", ["namespace", "pool"])
-POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", ["namespace", "pool"])
-ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", ["namespace", "pool"])
-RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", ["namespace", "pool"])
+from ..core.objects import PoolKey
+
+# A pool's series are labelled by its namespace, name and kind (two kinds of pool may share a name):
+# ``labels(*pool_labels(key))``.
+POOL_LABELS = ["namespace", "pool", "kind"]
+
+
+def pool_labels(pool: PoolKey) -> tuple[str, str, str]:
+    """The label values of a pool's series."""
+    key = PoolKey(*pool)
+    return key.namespace, key.name, key.kind[1]
+
+
+POOL_CAPACITY = Gauge("metal3_ipam_pool_capacity", "Addresses the pool can hand out", POOL_LABELS)
+POOL_ALLOCATED = Gauge("metal3_ipam_pool_allocated", "Addresses in use", POOL_LABELS)
+POOL_FREE = Gauge("metal3_ipam_pool_free", "Addresses a new claim could get", POOL_LABELS)
+ALLOCATIONS = Counter("metal3_ipam_allocations_total", "Addresses allocated", POOL_LABELS)
+RELEASES = Counter("metal3_ipam_releases_total", "Addresses released", POOL_LABELS)
 AUDIT_MISMATCHES = Counter(
     "metal3_ipam_audit_mismatches_total",
     "Audits that found a pool's kept allocation state differing from a recompute (then replaced by it)",
-    ["namespace", "pool"])
+    POOL_LABELS)
 # The series labelled by pool, dropped when the pool is gone.
 PER_POOL = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, ALLOCATIONS, RELEASES, AUDIT_MISMATCHES)
 ERRORS = Counter("metal3_ipam_errors_total", "Claims that could not be served, by reason", ["reason"])

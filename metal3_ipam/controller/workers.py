@@ -163,7 +163,7 @@ class PoolWorkers:
             del self._waiting_since[key]
         for metric in metrics.PER_POOL:
             try:
-                metric.remove(pool.namespace, pool.name)
+                metric.remove(*metrics.pool_labels(pool))
             except KeyError:  # this pool never had that series
                 pass
 
@@ -225,7 +225,7 @@ class PoolWorkers:
                 await asyncio.sleep(0)  # ... with nothing after it
             self._audit_at[pool] = started + self.audit_seconds
             if found:
-                metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name).inc()
+                metrics.AUDIT_MISMATCHES.labels(*metrics.pool_labels(pool)).inc()
                 log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
                           namespace, name, "; ".join(found))
             previous, ledger = ledger, fresh
@@ -368,10 +368,10 @@ class PoolWorkers:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
-                metrics.ALLOCATIONS.labels(namespace, name).inc()
+                metrics.ALLOCATIONS.labels(*metrics.pool_labels(pool)).inc()
         for target in outcome.deleted:
             if target.group_kind == kinds.IPADDRESS:
-                metrics.RELEASES.labels(namespace, name).inc()
+                metrics.RELEASES.labels(*metrics.pool_labels(pool)).inc()
         for warning in outcome.warnings:
             metrics.ERRORS.labels(warning.reason).inc()
             log.warning("pool %s/%s: %s: %s: %s", namespace, name, warning.target, warning.reason, warning.message)
@@ -387,9 +387,10 @@ class PoolWorkers:
         pool_obj = self.inventory.get(pool.kind, namespace, name)
         status = o.status(pool_obj) if pool_obj else {}
         if str(status.get("capacity", "")).isdigit():
-            metrics.POOL_CAPACITY.labels(namespace, name).set(int(status["capacity"]))
-            metrics.POOL_ALLOCATED.labels(namespace, name).set(int(status.get("allocated") or 0))
-            metrics.POOL_FREE.labels(namespace, name).set(int(status.get("free") or 0))
+            labels = metrics.pool_labels(pool)
+            metrics.POOL_CAPACITY.labels(*labels).set(int(status["capacity"]))
+            metrics.POOL_ALLOCATED.labels(*labels).set(int(status.get("allocated") or 0))
+            metrics.POOL_FREE.labels(*labels).set(int(status.get("free") or 0))
 
 
 def _is_bound(claim: dict) -> bool:

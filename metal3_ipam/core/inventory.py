@@ -110,7 +110,7 @@ class Inventory:
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
-        self._withheld: dict[str, dict[str, list[Withheld]]] = {}
+        self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
         # The change log: per pool, the keys of its claims and addresses stored or gone since
         # the pool's ledger last took them (``drain``), and the pools whose ledger must be
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
@@ -381,7 +381,8 @@ class Inventory:
             self._models[key] = (ident, model, problems)
         return model, problems
 
-    def withheld(self, namespace: str, pool_name: str) -> list[Withheld]:
+    def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
+        namespace = pool_key.namespace
         if namespace not in self._withheld:
             facts = []
             for key in sorted(self._pool_names.get(namespace, ())):
@@ -390,9 +391,9 @@ class Inventory:
                     continue
                 model, _ = self.pool_model(pool)
                 if model is not None:
-                    facts.append(PoolFacts(key.name, str(o.meta(pool).get("creationTimestamp") or ""), model))
+                    facts.append(PoolFacts(key, str(o.meta(pool).get("creationTimestamp") or ""), model))
             self._withheld[namespace] = withheld_by_pool(facts)
-        return self._withheld[namespace].get(pool_name, [])
+        return self._withheld[namespace].get(pool_key, [])
 
     def size_of(self, pool_key: o.PoolKey) -> int:
         """How many claims and addresses are filed under the pool."""
@@ -423,7 +424,7 @@ class Inventory:
                 self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
             cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
             capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
-            withheld=self.withheld(ns, name) if pool is not None and not o.is_deleting(pool) else [],
+            withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
             now=now, rng=rng)
 

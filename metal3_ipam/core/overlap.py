@@ -5,8 +5,10 @@ out twice, so it only guards pools that share a namePrefix. Where two pools of
 a namespace with different prefixes overlap (validation refuses that, but such
 pools can exist: created before the webhook ran, or left by another IPAM), the
 overlapping addresses belong to the pool that came first — earliest
-``creationTimestamp``, then name — and the other pool withholds them. Every
-replica derives the same answer from the same objects, so no lock is needed.
+``creationTimestamp``, then kind and name — and the other pool withholds
+them. Every replica derives the same answer from the same objects, so no
+lock is needed. Pools are known by their key (``objects.PoolKey``): two
+kinds of pool may share a name.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 
 from .intervals import normalise
+from .objects import PoolKey
 from .pool import Pool
 
 
@@ -24,26 +27,26 @@ class Withheld:
 
     first: int
     last: int
-    owner: str        # the earlier pool's name
+    owner: PoolKey    # the earlier pool
     owner_prefix: str
 
 
 @dataclass(frozen=True)
 class PoolFacts:
-    name: str
+    key: PoolKey
     created: str      # creationTimestamp, "" when unknown
     pool: Pool
 
     @property
-    def precedence(self) -> tuple[str, str]:
-        return (self.created or "", self.name)
+    def precedence(self) -> tuple[str, tuple[str, str], str]:
+        return (self.created or "", self.key.kind, self.key.name)
 
 
 def _spans(pool: Pool) -> list[tuple[int, int]]:
     return normalise(span for entry in pool.entries for span in pool.usable(entry))
 
 
-def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[str, list[Withheld]]:
+def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]]:
     """For each pool, the parts of its address set that an earlier pool with another namePrefix owns.
 
     A sweep over all spans sorted by start: O(n log n) for n spans, plus the
@@ -54,17 +57,17 @@ def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[str, list[Withheld]]:
         for lo, hi in _spans(facts.pool):
             spans.append((facts.pool.version, lo, hi, facts))
     spans.sort(key=lambda s: (s[0], s[1], s[2]))
-    result: dict[str, list[Withheld]] = {}
+    result: dict[PoolKey, list[Withheld]] = {}
     active: list[tuple[int, int, int, PoolFacts]] = []
     for span in spans:
         version, lo, hi, facts = span
         active = [a for a in active if a[0] == version and a[2] >= lo]
         for _, other_lo, other_hi, other in active:
-            if other.name == facts.name or other.pool.name_prefix == facts.pool.name_prefix:
+            if other.key == facts.key or other.pool.name_prefix == facts.pool.name_prefix:
                 continue
             first, last = max(lo, other_lo), min(hi, other_hi)
             earlier, later = sorted((facts, other), key=lambda f: f.precedence)
-            result.setdefault(later.name, []).append(
-                Withheld(first, last, earlier.name, earlier.pool.name_prefix))
+            result.setdefault(later.key, []).append(
+                Withheld(first, last, earlier.key, earlier.pool.name_prefix))
         active.append(span)
-    return {name: sorted(set(items), key=lambda w: (w.first, w.last, w.owner)) for name, items in result.items()}
+    return {key: sorted(set(items), key=lambda w: (w.first, w.last, tuple(w.owner))) for key, items in result.items()}

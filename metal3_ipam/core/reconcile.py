@@ -388,7 +388,7 @@ class _Reconciler:
         if not withheld:
             return None
         version = self.pool.version
-        parts = [f"{_span_text(w.first, w.last, version)} (IPPool {w.owner}, namePrefix {w.owner_prefix})"
+        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} {w.owner.name}, namePrefix {w.owner_prefix})"
                  for w in withheld]
         message = _bounded("addresses also in an earlier pool of the namespace with another namePrefix are "
                            "not handed out from this pool: " + "; ".join(parts))

@@ -90,8 +90,8 @@ def test_seed_pool_and_samples(controller, kube):
     settled(kube, "v6pool", v6_status)
     assert (controller.http_status("/healthz"), controller.http_status("/readyz")) == (200, 200)
     metrics = controller.metrics()
-    assert metrics[f'metal3_ipam_allocations_total{{namespace="{kube.ns}",pool="pool1"}}'] == 5
-    assert metrics[f'metal3_ipam_pool_free{{namespace="{kube.ns}",pool="pool1"}}'] == 203
+    assert metrics[f'metal3_ipam_allocations_total{{kind="IPPool",namespace="{kube.ns}",pool="pool1"}}'] == 5
+    assert metrics[f'metal3_ipam_pool_free{{kind="IPPool",namespace="{kube.ns}",pool="pool1"}}'] == 203
     assert_quiet(kube, [controller], seconds=1.5)
 
 

@@ -37,10 +37,10 @@ def test_a_pool_gone_with_all_its_objects_leaves_no_task_timer_or_metric_series(
     for name, pool in (("a", "p"), ("b", "p"), ("c", "q")):
         kube.claim(name, pool)
     resources = discover(api_client)
-    labels = {"namespace": kube.ns, "pool": "p"}
+    labels = {"namespace": kube.ns, "pool": "p", "kind": "IPPool"}
 
     def sample(name: str, pool: str = "p") -> float | None:
-        return REGISTRY.get_sample_value(name, {"namespace": kube.ns, "pool": pool})
+        return REGISTRY.get_sample_value(name, {**labels, "pool": pool})
 
     async def scenario() -> tuple[PoolWorkers, Inventory]:
         inventory = Inventory()

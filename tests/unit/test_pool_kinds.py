@@ -67,3 +67,31 @@ def test_two_kinds_of_pool_with_one_name_are_two_pools(other_kind):
         "10.9.0.1", "10.9.0.9")
     other = api.inventory.get(OTHER, NS, "p")
     assert kinds.FINALIZERS[OTHER] in o.finalizers(other) and o.status(other)["allocated"] == "1"
+
+
+def test_pools_of_two_kinds_with_one_name_that_overlap_never_hand_out_one_ip_twice(other_kind):
+    """An IPPool (namePrefix "ip") and a pool of another kind named like it (its own prefix) whose
+    ranges overlap: the name lock does not guard them (the prefixes differ), so the later pool must
+    withhold what the earlier one owns. Known by name alone, the two would pass for one pool."""
+    api = loaded(ippool("p", namePrefix="ip", pools=[{"start": "10.0.0.1", "end": "10.0.0.4"}]),
+                 other_pool("p", ["10.0.0.1-10.0.0.4"]),
+                 *[capi_claim(f"ip{i}", pool="p") for i in range(4)],
+                 *[capi_claim(f"other{i}", pool="p", api_group=OTHER[0], kind=OTHER[1]) for i in range(4)])
+    converge(api, random.Random(0))
+    held = [o.spec(a)["address"] for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)]
+    assert len(held) == 4 and len(set(held)) == 4, f"one IP handed out twice: {sorted(held)}"
+    # Created at once: the earlier is the one whose kind sorts first.
+    later = api.inventory.get(kinds.IPPOOL, NS, "p")
+    overlap = next(c for c in o.status(later)["conditions"] if c["type"] == "Overlapping")
+    assert f"{OTHER[1]} p, namePrefix p" in overlap["message"], overlap["message"]
+
+
+def test_the_metric_series_of_two_kinds_of_pool_with_one_name_are_two(other_kind):
+    from metal3_ipam.controller import metrics
+
+    ippool_key, other_key = o.PoolKey(NS, "p"), o.PoolKey(NS, "p", OTHER)
+    metrics.POOL_FREE.labels(*metrics.pool_labels(ippool_key)).set(1)
+    metrics.POOL_FREE.labels(*metrics.pool_labels(other_key)).set(2)
+    metrics.POOL_FREE.remove(*metrics.pool_labels(other_key))
+    assert metrics.pool_labels(ippool_key) == (NS, "p", "IPPool")
+    assert metrics.POOL_FREE.labels(*metrics.pool_labels(ippool_key))._value.get() == 1

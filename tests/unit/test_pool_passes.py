@@ -40,7 +40,7 @@ class MemoryWriter:
 
 
 def mismatches(pool=POOL) -> float:
-    return metrics.AUDIT_MISMATCHES.labels(pool.namespace, pool.name)._value.get()
+    return metrics.AUDIT_MISMATCHES.labels(*metrics.pool_labels(pool))._value.get()
 
 
 async def until_quiet(workers: PoolWorkers, pool=POOL, passes: int = 50) -> None:
