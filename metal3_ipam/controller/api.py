@@ -56,7 +56,7 @@ from .credentials import Credentials, CredentialsError
 from .fairness import FairSlots
 from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
                        status_patch)
-from .wire import decode_object
+from .wire import decode_object, encode
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -364,7 +364,7 @@ class ApiWriter:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-            data = json.dumps(body)
+            data = encode(body)
         for attempt in (1, 2):
             try:
                 authorization = await self.credentials.authorization_async()

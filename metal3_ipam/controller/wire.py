@@ -1,4 +1,4 @@
-"""Objects from the API server's JSON, decoded without what nothing reads.
+"""Objects to and from the API server's JSON: bodies encoded, answers decoded without what nothing reads.
 
 An IPPool with 20,000 bindings comes as about 430 KiB of JSON, half of it
 managedFields (one entry per key of ``status.indexes``), and it comes twice
@@ -10,6 +10,9 @@ fields ``slim`` reads: the rest is skipped by the decoder, never built.
 Whatever does not fit the schema (a Status, an object whose metadata is not
 a map) is decoded plainly, so nothing is lost: ``slim`` and the callers see
 the same dicts as before, less the fields they never read.
+
+Request bodies are encoded by msgspec too: a big pool's status (20,000
+``status.indexes`` entries) takes about a tenth of ``json.dumps``'s time.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ _List = msgspec.defstruct("List", [("metadata", Any, None), ("items", list[msgsp
 _objects = msgspec.json.Decoder(_Object)
 _events = msgspec.json.Decoder(_Event)
 _lists = msgspec.json.Decoder(_List)
+
+
+def encode(body: Any) -> bytes:
+    """A request body as JSON (UTF-8, as the API server reads it)."""
+    return msgspec.json.encode(body)
 
 
 def decode_object(raw: bytes | str) -> Any:

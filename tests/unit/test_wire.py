@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.controller.wire import decode_event, decode_list, decode_object
+from metal3_ipam.controller.wire import decode_event, decode_list, decode_object, encode
 from metal3_ipam.core.slim import slim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +90,14 @@ def test_a_list_page_keeps_its_continue_token_and_its_items():
     assert decoded == {"metadata": {"resourceVersion": "12", "continue": "abc"},
                        "items": [{"kind": "IPClaim", "metadata": {"name": "a"}, "spec": {"pool": {"name": "p"}}}]}
     assert decode_list(b'{"metadata": {}, "items": null}') == {"metadata": {}, "items": []}
+
+
+@settings(max_examples=300)
+@given(body=JSON)
+def test_a_body_encodes_to_json_that_reads_back_as_it_was(body):
+    assert json.loads(encode(body)) == body
+
+
+def test_a_body_with_text_beyond_ascii_or_control_characters_reads_back_as_it_was():
+    body = {"status": {"indexes": {"clé-\u2028\"\\\x00": "2001:db8::1"}, "errorMessage": "naïve \U0001F600"}}
+    assert json.loads(encode(body).decode("utf-8")) == body
