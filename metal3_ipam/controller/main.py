@@ -141,7 +141,7 @@ async def run(options: Options) -> int:
             version = await controller.settle(listing)
             if listing.kind in hot:  # watched from the version it was listed at: nothing in between is missed
                 watch = KindWatch(streams, resources[listing.kind], listing.kind, listing.namespace,
-                                  controller.on_event, relist_kind)
+                                  controller.on_event, relist_kind, known=controller.knows)
                 background.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
         state["watching"] = True
         state["loaded"] = True

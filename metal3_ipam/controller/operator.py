@@ -119,6 +119,11 @@ class Controller:
         else:
             self.file(obj)
 
+    def knows(self, kind: tuple[str, str], meta: dict) -> bool:
+        """Whether a watch event of ``kind`` with this metadata is no news (``Inventory.holds``): the echo of
+        a write whose answer was filed is not decoded past its metadata."""
+        return self.inventory.holds(kind, meta)
+
     def forget(self, obj: dict) -> None:
         if kinds.kind_of(obj) == kinds.CLUSTER:
             self._resuming.pop((o.namespace(obj), o.name(obj)), None)

@@ -85,7 +85,7 @@ class KindWatch:
     def __init__(self, streams: Streams, resource: Resource, kind: tuple[str, str], namespace: str | None,
                  on_event: Callable[[str, dict], None],
                  relist: Callable[[tuple[str, str], str | None], Awaitable[str | None]],
-                 max_pause: float = 30.0) -> None:
+                 max_pause: float = 30.0, known: Callable[[tuple[str, str], dict], bool] | None = None) -> None:
         self.streams = streams
         self.resource = resource
         self.kind = kind
@@ -93,6 +93,8 @@ class KindWatch:
         self.on_event = on_event
         self.relist = relist
         self.max_pause = max_pause
+        # Whether an object's metadata (its name at its version) is no news: it is then not decoded further.
+        self.known = (lambda meta: known(kind, meta)) if known is not None else None
         self.api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
         self.events = 0
         self.version: str | None = None  # the last version seen: where a new stream starts
@@ -164,11 +166,11 @@ class KindWatch:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
-                    self._event(*decode_event(line))
+                    self._event(*decode_event(line, self.known))
         if pending.strip():
-            self._event(*decode_event(pending))
+            self._event(*decode_event(pending, self.known))
 
-    def _event(self, kind: Any, obj: Any) -> None:
+    def _event(self, kind: Any, obj: Any, stale: bool = False) -> None:
         if not isinstance(obj, dict):
             return
         if kind == "ERROR":
@@ -176,7 +178,7 @@ class KindWatch:
                 raise Gone()
             raise WatchFailed(f"{obj.get('code')} {obj.get('message')}")
         new_version = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind != "BOOKMARK":
+        if kind != "BOOKMARK" and not stale:
             obj.setdefault("apiVersion", self.api_version)
             obj.setdefault("kind", self.kind[1])
             self.events += 1

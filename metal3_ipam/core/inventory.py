@@ -157,6 +157,16 @@ class Inventory:
         touched |= self._file(key, obj, previous=stored)
         return touched
 
+    def holds(self, kind: tuple[str, str], meta: dict) -> bool:
+        """True when the object ``meta`` describes is no news: its name is stored at that
+        resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
+        version = meta.get("resourceVersion")
+        if not isinstance(version, str) or not version.isdigit():
+            return False
+        stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+        known = _version(stored) if stored is not None else None
+        return known is not None and int(version) <= known
+
     def remove(self, obj: dict) -> set[o.PoolKey]:
         """A deletion of ``obj``'s incarnation; one about an older incarnation changes nothing."""
         key = self.key(obj)

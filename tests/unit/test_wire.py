@@ -73,14 +73,37 @@ def test_watch_events_and_their_errors():
     pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
             "metadata": {"name": "p", "resourceVersion": "7", "managedFields": [{"manager": "x"}]},
             "status": {"indexes": {"a": "10.0.0.1"}}}
-    kind, obj = decode_event(json.dumps({"type": "MODIFIED", "object": pool}).encode())
+    kind, obj, stale = decode_event(json.dumps({"type": "MODIFIED", "object": pool}).encode())
+    assert not stale
     assert kind == "MODIFIED" and obj["metadata"] == {"name": "p", "resourceVersion": "7"}
     assert obj["status"] == pool["status"]
     gone = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410,
             "reason": "Expired", "message": "too old resource version"}
-    assert decode_event(json.dumps({"type": "ERROR", "object": gone}).encode()) == ("ERROR", gone)
+    assert decode_event(json.dumps({"type": "ERROR", "object": gone}).encode()) == ("ERROR", gone, False)
     assert decode_event(b'{"type": "BOOKMARK", "object": {"kind": "IPPool", "metadata": {"resourceVersion": "9"}}}') \
-        == ("BOOKMARK", {"kind": "IPPool", "metadata": {"resourceVersion": "9"}})
+        == ("BOOKMARK", {"kind": "IPPool", "metadata": {"resourceVersion": "9"}}, False)
+
+
+def test_an_event_no_news_is_decoded_no_further_than_its_metadata():
+    pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7", "managedFields": [{"manager": "x"}]},
+            "status": {"indexes": {"a": "10.0.0.1"}}}
+    asked = []
+
+    def known(meta):
+        asked.append(meta)
+        return meta["resourceVersion"] == "7"
+
+    for kind in ("ADDED", "MODIFIED"):
+        assert decode_event(json.dumps({"type": kind, "object": pool}).encode(), known) == \
+            (kind, {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"}}, True)
+    # A deletion is always news (it also comes at a new version); so is a version not known.
+    kind, obj, stale = decode_event(json.dumps({"type": "DELETED", "object": pool}).encode(), known)
+    assert not stale and obj["status"] == pool["status"]
+    newer = {**pool, "metadata": {**pool["metadata"], "resourceVersion": "8"}}
+    kind, obj, stale = decode_event(json.dumps({"type": "MODIFIED", "object": newer}).encode(), known)
+    assert not stale and obj["status"] == pool["status"]
+    assert [m["resourceVersion"] for m in asked] == ["7", "7", "8"]
 
 
 def test_a_list_page_keeps_its_continue_token_and_its_items():
