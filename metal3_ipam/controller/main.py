@@ -94,7 +94,7 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
-    state = {"loaded": False, "watching": False}
+    state = {"loaded": False, "watching": False, "load_failure": ""}
     elector: LeaderElector | None = None
     may_write: Callable[[], bool] = lambda: True
 
@@ -132,13 +132,31 @@ async def run(options: Options) -> int:
 
     def ready() -> list[str]:
         problems = [] if ready_flag.is_set() and state["watching"] else ["watches not started"]
-        problems += [] if state["loaded"] else ["inventory not loaded"]
+        problems += [] if state["loaded"] else [f"inventory not loaded{state['load_failure']}"]
         cannot_write = writer.readiness()
         return problems + ([cannot_write] if cannot_write else [])
 
+    async def settle_until_done(listing: Listing) -> str | None:
+        """A start-up listing, listed again until it goes through: a refusal (rights not granted yet),
+        an API server restarting. Until then the replica is not ready, and /readyz says why."""
+        pause = 0.5
+        while True:
+            try:
+                version = await controller.settle(listing)
+                state["load_failure"] = ""
+                return version
+            except Exception as err:
+                reason = f"{getattr(err, 'status', None) or ''} {getattr(err, 'reason', None) or err}".strip()
+                state["load_failure"] = f": listing {listing} failed ({reason}); again in {pause:.1f} s"
+                expected = isinstance(err, (ApiException, OSError, urllib3.exceptions.HTTPError))
+                log.log(logging.WARNING if expected else logging.ERROR, "start-up listing of %s failed: %s; "
+                        "again in %.1f s", listing, reason, pause, exc_info=not expected)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 30.0)
+
     async def load() -> None:
         for listing in listings(api, resources, options.namespaces):
-            version = await controller.settle(listing)
+            version = await settle_until_done(listing)
             if listing.kind in hot:  # watched from the version it was listed at: nothing in between is missed
                 watch = KindWatch(streams, resources[listing.kind], listing.kind, listing.namespace,
                                   controller.on_event, relist_kind, known=controller.knows)

@@ -247,6 +247,9 @@ class Listing:
             return Page(items[start:start + page], resource_version, str(start + page) if more else None)
         return cls(kind, namespace, fetch)
 
+    def __str__(self) -> str:
+        return f"{self.kind[1]}.{self.kind[0]}" + (f" in {self.namespace}" if self.namespace else "")
+
     def read(self) -> tuple[list[dict], str | None]:
         """Every page at once, blocking, and the version (tools and tests: the controller files pages as they come)."""
         items: list[dict] = []
