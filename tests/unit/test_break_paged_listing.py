@@ -1,0 +1,247 @@
+"""Orders of events around a LIST filed page by page (``Controller.settle``) that break an invariant.
+
+A listing is filed like watch events, page by page as the pages come, with the
+event loop running in between (watch events, pool passes, Clusters resuming).
+The cases here play such orders into the controller's own inventory and ask the
+reconcile, or the collector, what happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import threading
+
+import pytest
+
+from metal3_ipam.controller.freezing import FREEZE_EVERY, Freezer
+from metal3_ipam.controller.operator import PAGE, Controller, Listing
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.testing.listing import answers, served
+from test_resume import NS, Kicks, creates, moved_state
+from test_settle_in_steps import address, listing
+
+# How long a case waits for what it holds back (a page on its way) before it fails.
+DEADLINE = 60.0
+
+
+class WatchedKicks(Kicks):
+    """The workers as the Controller sees them, with what a pass would create at every kick
+    (a pool kicked is reconciled at the loop's next turn, on the inventory as it is then)."""
+
+    def __init__(self, inventory: Inventory, freezer: Freezer | None = None) -> None:
+        super().__init__()
+        self.inventory = inventory
+        self.created: list[list[str]] = []
+        if freezer is not None:
+            self.freezer = freezer
+
+    def kick(self, pools) -> None:
+        super().kick(pools)
+        self.created.append(creates(self.inventory))
+
+
+def _cluster_listing(cluster: dict) -> Listing:
+    """The Clusters of the namespace as a LIST (the resync's, or the start-up's) sees them."""
+    return Listing.of(kinds.CLUSTER, None, [copy.deepcopy(cluster)], o.meta(cluster)["resourceVersion"])
+
+
+# --- a Cluster listed unpaused after a clusterctl move -----------------------------------------
+
+
+def test_a_cluster_listed_unpaused_after_a_move_is_not_served_before_its_addresses_are_listed_again():
+    """clusterctl move: the Cluster is created paused (the watch told), its addresses are created and
+    the Cluster unpaused right after; the watch of addresses lags (one moved address not filed yet).
+    The resync lists Clusters last of all kinds, the start-up too: the Cluster's LIST shows it
+    unpaused before kopf's watch event does. Filed as a watch event it would be held until the
+    namespace's addresses were listed again (``Controller._resume``); filed by the listing, the
+    lagging claim must not be served a new address either (SPEC §10, 4: every claim keeps its exact
+    address after a move, nothing allocated anew)."""
+    inventory, unpaused, addresses = moved_state()
+    relisted: list[str] = []
+
+    def relist(namespace: str) -> list[Listing]:
+        relisted.append(namespace)
+        return [addresses]
+
+    kicks = WatchedKicks(inventory)
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None, relist=relist)
+        await controller.settle(_cluster_listing(unpaused))
+        assert creates(inventory) == [], \
+            f"right after the Clusters' LIST, the reconcile allocates anew: {creates(inventory)}"
+        await asyncio.gather(*controller._tasks)
+        # kopf's watch event of the unpause, after the listing.
+        controller.on_event("MODIFIED", copy.deepcopy(unpaused))
+        await asyncio.gather(*controller._tasks)
+
+    asyncio.run(scenario())
+    allocated = [names for names in kicks.created if names]
+    assert not allocated, f"pools kicked while a pass would allocate anew for a moved claim: {allocated}"
+    assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+    assert creates(inventory) == []
+
+
+def test_a_resync_listing_clusters_does_not_unhold_a_cluster_waiting_for_its_addresses():
+    """The Cluster's unpause came by the watch first: it is held (paused in the inventory) while the
+    namespace's addresses are listed again; that LIST is slow (a page on its way). The resync's LIST
+    of Clusters, meanwhile, shows the Cluster unpaused: filed as it is, it unpauses the Cluster in the
+    inventory before the moved addresses are in, and the lagging claim is served anew (SPEC §10, 4)."""
+    inventory, unpaused, addresses = moved_state()
+    release = threading.Event()
+    asked = threading.Event()
+
+    def held(token):
+        asked.set()
+        if not release.wait(DEADLINE):
+            raise TimeoutError("the addresses' page was never released")
+        return addresses.fetch(token)
+
+    def relist(namespace: str) -> list[Listing]:
+        return [Listing(kinds.IPADDRESS, namespace, held)]
+
+    kicks = WatchedKicks(inventory)
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None, relist=relist)
+        controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # kopf's event: held
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while not asked.is_set():  # the addresses' LIST is on its way
+            assert loop.time() < deadline, "the addresses were never listed again"
+            await asyncio.sleep(0.01)
+        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+        try:
+            await controller.settle(_cluster_listing(unpaused))  # the resync's LIST of Clusters
+            during = creates(inventory)
+        finally:
+            release.set()
+        await asyncio.gather(*controller._tasks)
+        assert during == [], f"while the moved addresses were being listed, the reconcile allocates anew: {during}"
+
+    asyncio.run(scenario())
+    allocated = [names for names in kicks.created if names]
+    assert not allocated, f"pools kicked while a pass would allocate anew for a moved claim: {allocated}"
+    assert creates(inventory) == []
+
+
+# --- the collector while a page is on its way ------------------------------------------------
+
+
+@pytest.fixture
+def collector():
+    """The collector as the controller runs it: on, everything kept so far frozen; left on and unfrozen."""
+    enabled = gc.isenabled()
+    gc.enable()
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+    gc.enable() if enabled else gc.disable()
+    gc.collect()
+
+
+@pytest.fixture
+def walked():
+    """The objects each full collection walks (everything tracked and not frozen when it starts)."""
+    sizes: list[int] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            sizes.append(len(gc.get_objects()))
+
+    gc.callbacks.append(callback)
+    yield sizes
+    gc.callbacks.remove(callback)
+
+
+def _tracked(value) -> int:
+    if isinstance(value, dict):
+        return gc.is_tracked(value) + sum(_tracked(v) for v in value.values())
+    if isinstance(value, list):
+        return gc.is_tracked(value) + sum(_tracked(v) for v in value)
+    return 0
+
+
+def _news(i: int) -> dict:
+    """A new address told by a watch (a burst of claims served elsewhere, another kind's watch)."""
+    return address(f"n{i}", 2 * 10**6 + i, ip=f"10.{100 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}")
+
+
+def test_watch_events_filed_while_a_page_is_on_its_way_are_not_walked_at_once(collector, walked):
+    """Automatic collection is paused from a listing's first fetch to its end, and while paused,
+    freezes come only between the listing's slices: none while a page is on its way. A LIST page can
+    take long to come (the API server's flow control queues LISTs, a slow link, a resync's LIST while
+    a relist runs); the watches go on filing meanwhile, and what they file is neither collected nor
+    frozen until the page is in. Filed without a listing under way, a freeze would come every
+    FREEZE_EVERY objects (``maybe_freeze``). The promise: no full collection walks much more than
+    FREEZE_EVERY objects' worth, so the event loop is never held long."""
+    inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
+    kicks = WatchedKicks(inventory, freezer)
+    kicks.kick = lambda pools: None  # (no reconcile here: the collector is the case)
+    listed = answers(listing(2 * PAGE, 10**6), "1000000")
+    pages = served(kinds.IPADDRESS, kinds.METAL3_API_VERSION, listed)
+    release = threading.Event()
+    events = 4 * FREEZE_EVERY
+    per_object = _tracked(_news(0))
+
+    def fetch(token):
+        if token is not None and not release.wait(DEADLINE):
+            raise TimeoutError("the second page was never released")
+        return pages.fetch(token)
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None)
+        settling = asyncio.get_running_loop().create_task(
+            controller.settle(Listing(kinds.IPADDRESS, None, fetch)))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while len(inventory.objects) < PAGE:  # the first page filed; the second on its way
+            assert loop.time() < deadline, "the first page was never filed"
+            await asyncio.sleep(0.01)
+        walked.clear()
+        try:
+            for i in range(events):  # the watches, meanwhile
+                controller.on_event("ADDED", _news(i))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+        finally:
+            release.set()
+        assert await settling == "1000000"
+        assert len(inventory.objects) == 2 * PAGE + events
+
+    asyncio.run(scenario())
+    bound = 2 * FREEZE_EVERY * per_object
+    assert walked, "no full collection after the watches filed 4 x FREEZE_EVERY objects"
+    assert max(walked) <= bound, \
+        f"a full collection walked {max(walked)} objects: the {events} filed while a page was on its way " \
+        f"({per_object} tracked each), against about {bound} for 2 x FREEZE_EVERY objects"
+
+
+def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(collector, walked):
+    """The same burst of watch events, no listing under way: frozen every FREEZE_EVERY objects
+    (``maybe_freeze``), no full collection walks much more than that."""
+    inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
+    kicks = WatchedKicks(inventory, freezer)
+    kicks.kick = lambda pools: None
+    events = 4 * FREEZE_EVERY
+    per_object = _tracked(_news(0))
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None)
+        walked.clear()
+        for i in range(events):
+            controller.on_event("ADDED", _news(i))
+            if i % 50 == 0:
+                await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    bound = 2 * FREEZE_EVERY * per_object
+    assert len(walked) >= 3, f"{len(walked)} full collections while {events} objects were filed"
+    assert max(walked) <= bound, f"a full collection walked {max(walked)} objects, against about {bound}"
