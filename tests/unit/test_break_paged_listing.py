@@ -12,6 +12,7 @@ import asyncio
 import copy
 import gc
 import threading
+import weakref
 
 import pytest
 
@@ -245,3 +246,66 @@ def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(co
     bound = 2 * FREEZE_EVERY * per_object
     assert len(walked) >= 3, f"{len(walked)} full collections while {events} objects were filed"
     assert max(walked) <= bound, f"a full collection walked {max(walked)} objects, against about {bound}"
+
+
+def test_a_listing_whose_page_fails_keeps_nothing_it_listed_once_its_failure_is_handled(collector):
+    """A page of a LIST fails (the connection reset, the API server restarted, the continue token
+    expired): the resync logs it and goes on, a watch lists again later. The failure leaves a cycle
+    of the listing's own (the prefetch task holds the exception, whose traceback holds the frames
+    that hold the task), and through those frames what the listing filed so far: the keys it saw
+    (up to a whole LIST's), the last page. The pause the listing began ends while that exception is
+    on its way up, with a freeze when one is due (here: watch events filed while the failing page was
+    on its way). Frozen then, the listing is never freed: every failed listing could keep a LIST's
+    worth of memory for good. Once the failure is handled, nothing of the listing may stay."""
+    inventory = Inventory()
+    freezer = Freezer(lambda: inventory.filed)
+    kicks = WatchedKicks(inventory, freezer)
+    kicks.kick = lambda pools: None
+    listed = answers(listing(2 * PAGE, 10**6), "1000000")
+    pages = served(kinds.IPADDRESS, kinds.METAL3_API_VERSION, listed)
+    release = threading.Event()
+    filings: list[weakref.ref] = []
+    real_listing = inventory.listing
+
+    def filing(kind, namespace):  # (the Listed the controller files with, watched)
+        made = real_listing(kind, namespace)
+        filings.append(weakref.ref(made))
+        return made
+
+    inventory.listing = filing
+
+    def fetch(token):
+        if token is not None:
+            if not release.wait(DEADLINE):
+                raise TimeoutError("the second page was never released")
+            raise ConnectionResetError("connection reset by peer")
+        return pages.fetch(token)
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None)
+        settling = asyncio.get_running_loop().create_task(
+            controller.settle(Listing(kinds.IPADDRESS, None, fetch)))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while len(inventory.objects) < PAGE:
+            assert loop.time() < deadline, "the first page was never filed"
+            await asyncio.sleep(0.01)
+        try:
+            for i in range(FREEZE_EVERY):  # the watches, while the second page is on its way
+                controller.on_event("ADDED", _news(i))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+        finally:
+            release.set()
+        try:  # as the resync does
+            await settling
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the failed page did not fail the listing")
+
+    asyncio.run(scenario())
+    assert len(filings) == 1
+    gc.collect()
+    assert filings[0]() is None, \
+        "the failed listing (the keys it saw, its last page) is still alive after a full collection: frozen"
