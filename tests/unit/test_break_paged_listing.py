@@ -309,3 +309,55 @@ def test_a_listing_whose_page_fails_keeps_nothing_it_listed_once_its_failure_is_
     gc.collect()
     assert filings[0]() is None, \
         "the failed listing (the keys it saw, its last page) is still alive after a full collection: frozen"
+
+
+# --- what a listing proves gone: only once every page is in ------------------------------------
+
+
+def _stale_and_listed() -> tuple[Inventory, Listing]:
+    """Addresses a0..a4 stored, and "gone" (deleted while no watch told, older than the LIST); the LIST
+    holds a0..a4, two a page."""
+    inventory = Inventory()
+    items = [address(f"a{i}", 900 + i, ip=f"10.0.0.{i + 1}") for i in range(5)]
+    for item in items:
+        inventory.upsert(copy.deepcopy(item))
+    inventory.upsert(address("gone", 800, ip="10.0.0.99"))
+    return inventory, Listing.of(kinds.IPADDRESS, None, items, "1000", page=2)
+
+
+def test_a_listing_whose_last_page_fails_proves_nothing_gone():
+    """A LIST failing at its last page (the continue token expired): the pages before it are filed,
+    nothing the LIST did not get to is proved gone, and the failure reaches the caller (the watch
+    lists again, the resync logs it)."""
+    inventory, good = _stale_and_listed()
+    fetched: list[str | None] = []
+
+    def fetch(token):
+        fetched.append(token)
+        if token == "4":
+            raise ConnectionResetError("connection reset by peer")
+        return good.fetch(token)
+
+    async def scenario() -> None:
+        with pytest.raises(ConnectionResetError):
+            await Controller(inventory, Kicks(), writer=None).settle(Listing(kinds.IPADDRESS, None, fetch))
+
+    asyncio.run(scenario())
+    assert fetched == [None, "2", "4"]
+    assert inventory.get(kinds.IPADDRESS, "ns", "gone") is not None
+    assert inventory.get(kinds.IPADDRESS, "ns", "a4") is not None
+
+
+def test_an_empty_listing_proves_everything_older_gone_and_the_watch_goes_on_from_its_version():
+    """An empty LIST (every address deleted while no watch told): everything stored of the kind no newer
+    than the LIST goes, what a watch told since (newer) stays, and its version is where the watch goes on."""
+    inventory, _ = _stale_and_listed()
+    inventory.upsert(address("newer", 1001, ip="10.0.0.50"))
+    kicks = Kicks()
+
+    async def scenario() -> str | None:
+        return await Controller(inventory, kicks, writer=None).settle(Listing.of(kinds.IPADDRESS, None, [], "1000"))
+
+    assert asyncio.run(scenario()) == "1000"
+    assert [key[2] for key in inventory.objects] == ["newer"]
+    assert ("ns", "p") in set().union(*kicks.pools)
