@@ -22,8 +22,13 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import answers, served
+import test_break_freeze_policy as freeze_policy
 from test_resume import NS, Kicks, creates, moved_state
 from test_settle_in_steps import address, listing
+
+# The collector's fixtures, as the freezing policy's cases have them.
+collector, walked = freeze_policy.collector, freeze_policy.walked
+_tracked_per_object = freeze_policy._tracked_per_object
 
 # How long a case waits for what it holds back (a page on its way) before it fails.
 DEADLINE = 60.0
@@ -133,44 +138,61 @@ def test_a_resync_listing_clusters_does_not_unhold_a_cluster_waiting_for_its_add
 # --- the collector while a page is on its way ------------------------------------------------
 
 
-@pytest.fixture
-def collector():
-    """The collector as the controller runs it: on, everything kept so far frozen; left on and unfrozen."""
-    enabled = gc.isenabled()
-    gc.enable()
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-    gc.enable() if enabled else gc.disable()
-    gc.collect()
-
-
-@pytest.fixture
-def walked():
-    """The objects each full collection walks (everything tracked and not frozen when it starts)."""
-    sizes: list[int] = []
-
-    def callback(phase: str, info: dict) -> None:
-        if phase == "start" and info["generation"] == 2:
-            sizes.append(len(gc.get_objects()))
-
-    gc.callbacks.append(callback)
-    yield sizes
-    gc.callbacks.remove(callback)
-
-
-def _tracked(value) -> int:
-    if isinstance(value, dict):
-        return gc.is_tracked(value) + sum(_tracked(v) for v in value.values())
-    if isinstance(value, list):
-        return gc.is_tracked(value) + sum(_tracked(v) for v in value)
-    return 0
-
-
 def _news(i: int) -> dict:
     """A new address told by a watch (a burst of claims served elsewhere, another kind's watch)."""
     return address(f"n{i}", 2 * 10**6 + i, ip=f"10.{100 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}")
+
+
+def _within_two_freezes(walked: list[int], per_object: float, what: str) -> None:
+    """No full collection walked much more than FREEZE_EVERY objects' worth (twice, for slack)."""
+    bound = 2 * FREEZE_EVERY * per_object
+    assert walked, f"no full collection after {what}"
+    assert max(walked) <= bound, f"a full collection walked {max(walked)} objects ({what}, {per_object:.0f} " \
+                                 f"tracked each), against about {bound:.0f} for 2 x FREEZE_EVERY objects"
+
+
+class HeldPage:
+    """A LIST of two pages whose second is held on its way (``release``) while the watches file
+    ``events`` new addresses through the controller; then it comes, or fails with ``failure``."""
+
+    def __init__(self, events: int, failure: Exception | None = None) -> None:
+        self.inventory = Inventory()
+        self.freezer = Freezer(lambda: self.inventory.filed)
+        workers = WatchedKicks(self.inventory, self.freezer)
+        workers.kick = lambda pools: None  # (no reconcile here: the collector is the case)
+        self.controller = Controller(self.inventory, workers, writer=None)
+        self.pages = served(kinds.IPADDRESS, kinds.METAL3_API_VERSION,
+                            answers(listing(2 * PAGE, 10**6), "1000000"))
+        self.events = events
+        self.failure = failure
+        self.release = threading.Event()
+
+    def fetch(self, token):
+        if token is not None:
+            if not self.release.wait(DEADLINE):
+                raise TimeoutError("the second page was never released")
+            if self.failure is not None:
+                raise self.failure
+        return self.pages.fetch(token)
+
+    async def run(self, first_page_in=lambda: None) -> str | None:
+        """The listing settled (its version, or its failure raised), the watch events filed meanwhile."""
+        settling = asyncio.get_running_loop().create_task(
+            self.controller.settle(Listing(kinds.IPADDRESS, None, self.fetch)))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while len(self.inventory.objects) < PAGE:  # the first page filed; the second on its way
+            assert loop.time() < deadline, "the first page was never filed"
+            await asyncio.sleep(0.01)
+        first_page_in()
+        try:
+            for i in range(self.events):  # the watches, meanwhile
+                self.controller.on_event("ADDED", _news(i))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+        finally:
+            self.release.set()
+        return await settling
 
 
 def test_watch_events_filed_while_a_page_is_on_its_way_are_not_walked_at_once(collector, walked):
@@ -181,47 +203,13 @@ def test_watch_events_filed_while_a_page_is_on_its_way_are_not_walked_at_once(co
     frozen until the page is in. Filed without a listing under way, a freeze would come every
     FREEZE_EVERY objects (``maybe_freeze``). The promise: no full collection walks much more than
     FREEZE_EVERY objects' worth, so the event loop is never held long."""
-    inventory = Inventory()
-    freezer = Freezer(lambda: inventory.filed)
-    kicks = WatchedKicks(inventory, freezer)
-    kicks.kick = lambda pools: None  # (no reconcile here: the collector is the case)
-    listed = answers(listing(2 * PAGE, 10**6), "1000000")
-    pages = served(kinds.IPADDRESS, kinds.METAL3_API_VERSION, listed)
-    release = threading.Event()
     events = 4 * FREEZE_EVERY
-    per_object = _tracked(_news(0))
+    held = HeldPage(events)
+    per_object = _tracked_per_object([_news(0)])
 
-    def fetch(token):
-        if token is not None and not release.wait(DEADLINE):
-            raise TimeoutError("the second page was never released")
-        return pages.fetch(token)
-
-    async def scenario() -> None:
-        controller = Controller(inventory, kicks, writer=None)
-        settling = asyncio.get_running_loop().create_task(
-            controller.settle(Listing(kinds.IPADDRESS, None, fetch)))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE
-        while len(inventory.objects) < PAGE:  # the first page filed; the second on its way
-            assert loop.time() < deadline, "the first page was never filed"
-            await asyncio.sleep(0.01)
-        walked.clear()
-        try:
-            for i in range(events):  # the watches, meanwhile
-                controller.on_event("ADDED", _news(i))
-                if i % 50 == 0:
-                    await asyncio.sleep(0)
-        finally:
-            release.set()
-        assert await settling == "1000000"
-        assert len(inventory.objects) == 2 * PAGE + events
-
-    asyncio.run(scenario())
-    bound = 2 * FREEZE_EVERY * per_object
-    assert walked, "no full collection after the watches filed 4 x FREEZE_EVERY objects"
-    assert max(walked) <= bound, \
-        f"a full collection walked {max(walked)} objects: the {events} filed while a page was on its way " \
-        f"({per_object} tracked each), against about {bound} for 2 x FREEZE_EVERY objects"
+    assert asyncio.run(held.run(first_page_in=walked.clear)) == "1000000"
+    assert len(held.inventory.objects) == 2 * PAGE + events
+    _within_two_freezes(walked, per_object, f"the {events} filed while a page was on its way")
 
 
 def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(collector, walked):
@@ -232,7 +220,7 @@ def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(co
     kicks = WatchedKicks(inventory, freezer)
     kicks.kick = lambda pools: None
     events = 4 * FREEZE_EVERY
-    per_object = _tracked(_news(0))
+    per_object = _tracked_per_object([_news(0)])
 
     async def scenario() -> None:
         controller = Controller(inventory, kicks, writer=None)
@@ -243,9 +231,8 @@ def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(co
                 await asyncio.sleep(0)
 
     asyncio.run(scenario())
-    bound = 2 * FREEZE_EVERY * per_object
     assert len(walked) >= 3, f"{len(walked)} full collections while {events} objects were filed"
-    assert max(walked) <= bound, f"a full collection walked {max(walked)} objects, against about {bound}"
+    _within_two_freezes(walked, per_object, f"the {events} filed")
 
 
 def test_a_listing_whose_page_fails_keeps_nothing_it_listed_once_its_failure_is_handled(collector):
@@ -257,48 +244,20 @@ def test_a_listing_whose_page_fails_keeps_nothing_it_listed_once_its_failure_is_
     on its way up, with a freeze when one is due (here: watch events filed while the failing page was
     on its way). Frozen then, the listing is never freed: every failed listing could keep a LIST's
     worth of memory for good. Once the failure is handled, nothing of the listing may stay."""
-    inventory = Inventory()
-    freezer = Freezer(lambda: inventory.filed)
-    kicks = WatchedKicks(inventory, freezer)
-    kicks.kick = lambda pools: None
-    listed = answers(listing(2 * PAGE, 10**6), "1000000")
-    pages = served(kinds.IPADDRESS, kinds.METAL3_API_VERSION, listed)
-    release = threading.Event()
+    held = HeldPage(FREEZE_EVERY, failure=ConnectionResetError("connection reset by peer"))
     filings: list[weakref.ref] = []
-    real_listing = inventory.listing
+    real_listing = held.inventory.listing
 
     def filing(kind, namespace):  # (the Listed the controller files with, watched)
         made = real_listing(kind, namespace)
         filings.append(weakref.ref(made))
         return made
 
-    inventory.listing = filing
-
-    def fetch(token):
-        if token is not None:
-            if not release.wait(DEADLINE):
-                raise TimeoutError("the second page was never released")
-            raise ConnectionResetError("connection reset by peer")
-        return pages.fetch(token)
+    held.inventory.listing = filing
 
     async def scenario() -> None:
-        controller = Controller(inventory, kicks, writer=None)
-        settling = asyncio.get_running_loop().create_task(
-            controller.settle(Listing(kinds.IPADDRESS, None, fetch)))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE
-        while len(inventory.objects) < PAGE:
-            assert loop.time() < deadline, "the first page was never filed"
-            await asyncio.sleep(0.01)
-        try:
-            for i in range(FREEZE_EVERY):  # the watches, while the second page is on its way
-                controller.on_event("ADDED", _news(i))
-                if i % 50 == 0:
-                    await asyncio.sleep(0)
-        finally:
-            release.set()
         try:  # as the resync does
-            await settling
+            await held.run()
         except OSError:
             pass
         else:
