@@ -320,3 +320,59 @@ def test_an_empty_listing_proves_everything_older_gone_and_the_watch_goes_on_fro
     assert asyncio.run(scenario()) == "1000"
     assert [key[2] for key in inventory.objects] == ["newer"]
     assert ("ns", "p") in set().union(*kicks.pools)
+
+
+def test_a_listing_cancelled_while_a_page_is_on_its_way_ends_its_pause_and_leaves_nothing_running():
+    """Shutdown, or a watch stopped, cancels a listing while its next page is being fetched (the
+    prefetch, in a thread): the collector is on again as it was, no pause is left under way, the
+    page that comes late is dropped (nothing filed after the cancellation) and nothing is reported
+    as an error nobody retrieved."""
+    held = HeldPage(0, failure=ConnectionResetError("connection reset by peer"))
+    problems: list[dict] = []
+    fetched = threading.Event()
+    fetch = held.fetch
+
+    def fetch_and_tell(token):
+        try:
+            return fetch(token)
+        finally:
+            if token is not None:
+                fetched.set()
+
+    held.fetch = fetch_and_tell
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: problems.append(context))
+        settling = loop.create_task(held.controller.settle(Listing(kinds.IPADDRESS, None, held.fetch)))
+        deadline = loop.time() + DEADLINE
+        while len(held.inventory.objects) < PAGE:
+            assert loop.time() < deadline, "the first page was never filed"
+            await asyncio.sleep(0.01)
+        assert held.freezer.pauses and not gc.isenabled()
+        settling.cancel()
+        try:
+            await settling
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the cancelled listing ended")
+        assert held.freezer.pauses == 0 and gc.isenabled()
+        filed = held.inventory.filed
+        held.release.set()  # the page on its way fails now, after the cancellation
+        while not fetched.is_set():
+            assert loop.time() < deadline, "the second page's fetch never ended"
+            await asyncio.sleep(0.01)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert held.inventory.filed == filed
+        gc.collect()  # (a task whose exception nobody retrieved says so when it is freed)
+
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        asyncio.run(scenario())
+        gc.collect()
+    finally:
+        gc.enable() if enabled else gc.disable()
+    assert problems == []
