@@ -76,8 +76,9 @@ class Freezer:
         return made
 
     def maybe_freeze(self) -> None:
-        """Freeze when it is due, unless a pause is under way (its end freezes)."""
-        if not self.pauses and self.due():
+        """Freeze when it is due (also while paused: watch events filed while a listing waits for
+        its next page are walked by nothing else)."""
+        if self.due():
             self.freeze()
 
     @contextlib.contextmanager
@@ -88,13 +89,20 @@ class Freezer:
         if self.pauses == 1:
             self._resume = gc.isenabled()
             gc.disable()
+        failed = False
         try:
             yield
+        except BaseException:
+            # Not frozen on the way out: the frames the failure goes through are alive now, and
+            # garbage once it is handled (with what they hold: a listing's worth of keys).
+            failed = True
+            raise
         finally:
             self.pauses -= 1
             if self.pauses == 0:
                 try:
-                    self._collect_or_freeze()
+                    if not failed:
+                        self._collect_or_freeze()
                 finally:
                     if self._resume:
                         gc.enable()

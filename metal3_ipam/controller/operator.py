@@ -101,16 +101,25 @@ class Controller:
 
     def file(self, obj: dict) -> None:
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
-        if self.relist is not None and self._resumes(obj):
-            key = (o.namespace(obj), o.name(obj))
-            if key not in self._resuming:
-                task = asyncio.get_running_loop().create_task(self._resume(key))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            self._resuming[key] = obj
+        if self._held(obj):
             return
         self.workers.kick(self.inventory.upsert(obj))
         self.workers.freezer.maybe_freeze()
+
+    def _held(self, obj: dict) -> bool:
+        """A Cluster that resumes, held until its namespace's addresses are listed again (a watch
+        event or a listing that shows it unpaused while it is paused here, or while it is held)."""
+        if self.relist is None or not self._resumes(obj):
+            return False
+        key = (o.namespace(obj), o.name(obj))
+        held = self._resuming.get(key)
+        if held is None:
+            task = asyncio.get_running_loop().create_task(self._resume(key))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if held is None or not _older(obj, held):  # a listing may be older than the event that is held
+            self._resuming[key] = obj
+        return True
 
     def on_event(self, event_type: str, obj: dict) -> None:
         """A watch event, as ``watch.KindWatch`` hands it over."""
@@ -160,13 +169,20 @@ class Controller:
         filing = self.inventory.listing(listing.kind, listing.namespace)
         version = None
         freezer = self.workers.freezer
+        hold = (lambda obj: self._held(obj)) if listing.kind == kinds.CLUSTER else None
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
                     version = version or page.resource_version
-                    await file_in_steps(filing.file(page.items), self.workers.kick, freezer)
+                    await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
         return version
+
+
+def _older(obj: dict, than: dict) -> bool:
+    version, known = o.meta(obj).get("resourceVersion"), o.meta(than).get("resourceVersion")
+    return isinstance(version, str) and isinstance(known, str) and version.isdigit() and known.isdigit() \
+        and int(version) < int(known)
 
 
 async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None],
@@ -211,8 +227,9 @@ def _register(registry: kopf.OperatorRegistry, controller: Controller, kind: tup
                   id=f"watch-{resource.plural}.{resource.group}", registry=registry)(event)
 
 
-# Objects asked for per page of a LIST.
+# Objects asked for per page of a LIST, and how long a page may take (collection is paused meanwhile).
 PAGE = 500
+PAGE_TIMEOUT = 60.0
 
 
 @dataclass
@@ -272,13 +289,22 @@ class Listing:
         finally:
             if pending is not None:
                 pending.cancel()
+                # A failure's traceback holds this frame: without the task, it is no cycle.
+                pending = None
 
 
 def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
              namespaces: list[str]) -> list[Listing]:
-    """Every served kind, one LIST per kind (and namespace); nothing is asked before its pages are read."""
+    """Every served kind, one LIST per kind (and namespace); nothing is asked before its pages are read.
+
+    Clusters come first: one listed paused waits for its addresses to be
+    listed again when it resumes (``Controller``); one listed unpaused was
+    unpaused before the addresses are listed, and ``clusterctl move``
+    creates the addresses before it unpauses the Cluster.
+    """
+    ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
     return [_listing(api, kind, resource, namespace)
-            for kind, resource in resources.items() for namespace in namespaces or [None]]
+            for kind, resource in ordered for namespace in namespaces or [None]]
 
 
 def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, namespace: str | None) -> Listing:
@@ -288,7 +314,7 @@ def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, n
 
     def fetch(token: str | None) -> Page:
         return page_of(request(api, "GET", f"{path}?limit={PAGE}" + (f"&continue={token}" if token else ""),
-                               decode=decode_list), kind, api_version)
+                               decode=decode_list, timeout=PAGE_TIMEOUT), kind, api_version)
 
     return Listing(kind, namespace, fetch)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from . import kinds
 from . import objects as o
@@ -455,14 +455,19 @@ class Listed:
         self.namespace = namespace
         self.seen: set[ObjKey] = set()
 
-    def file(self, items: Iterable[dict], step: int = SETTLE_STEP) -> Iterator[set[o.PoolKey]]:
-        """File listed objects like events; yields the pools each ``step`` of them touched."""
+    def file(self, items: Iterable[dict], step: int = SETTLE_STEP,
+             hold: Callable[[dict], bool] | None = None) -> Iterator[set[o.PoolKey]]:
+        """File listed objects like events; yields the pools each ``step`` of them touched.
+
+        An object ``hold`` takes (it files it later itself) is listed, not filed.
+        """
         touched: set[o.PoolKey] = set()
         for done, item in enumerate(items, 1):
             key = self.inventory.key(item)
             if key is not None:
                 self.seen.add(key)
-                touched |= self.inventory.upsert(item)
+                if hold is None or not hold(item):
+                    touched |= self.inventory.upsert(item)
             if done % step == 0:
                 yield touched
                 touched = set()

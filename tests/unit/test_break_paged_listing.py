@@ -171,8 +171,8 @@ class HeldPage:
         if token is not None:
             if not self.release.wait(DEADLINE):
                 raise TimeoutError("the second page was never released")
-            if self.failure is not None:
-                raise self.failure
+            if self.failure is not None:  # a new one, as a request's failure is (this one keeps no traceback)
+                raise type(self.failure)(*self.failure.args)
         return self.pages.fetch(token)
 
     async def run(self, first_page_in=lambda: None) -> str | None:
@@ -192,7 +192,10 @@ class HeldPage:
                     await asyncio.sleep(0)
         finally:
             self.release.set()
-        return await settling
+        try:
+            return await settling
+        finally:
+            settling = None  # (a failure's traceback holds this frame: no cycle of the case's own through the task)
 
 
 def test_watch_events_filed_while_a_page_is_on_its_way_are_not_walked_at_once(collector, walked):
@@ -329,10 +332,12 @@ def test_a_listing_cancelled_while_a_page_is_on_its_way_ends_its_pause_and_leave
     as an error nobody retrieved."""
     held = HeldPage(0, failure=ConnectionResetError("connection reset by peer"))
     problems: list[dict] = []
-    fetched = threading.Event()
+    started, fetched = threading.Event(), threading.Event()
     fetch = held.fetch
 
     def fetch_and_tell(token):
+        if token is not None:
+            started.set()
         try:
             return fetch(token)
         finally:
@@ -360,7 +365,7 @@ def test_a_listing_cancelled_while_a_page_is_on_its_way_ends_its_pause_and_leave
         assert held.freezer.pauses == 0 and gc.isenabled()
         filed = held.inventory.filed
         held.release.set()  # the page on its way fails now, after the cancellation
-        while not fetched.is_set():
+        while started.is_set() and not fetched.is_set():  # (a prefetch cancelled before it ran never starts)
             assert loop.time() < deadline, "the second page's fetch never ended"
             await asyncio.sleep(0.01)
         for _ in range(10):
