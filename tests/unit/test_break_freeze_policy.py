@@ -175,6 +175,14 @@ def _listed_answers(count: int):
     return _tracked_per_object(items), _answers(items, "1000000")
 
 
+def _within_two_freezes(walked: list[int], per_object: float, what: str) -> None:
+    """No full collection walked much more than FREEZE_EVERY objects' worth (twice, for slack)."""
+    bound = 2 * FREEZE_EVERY * per_object
+    assert walked, f"no full collection after {what}"
+    assert max(walked) <= bound, f"a full collection walked {max(walked)} objects ({what}, {per_object:.0f} " \
+                                 f"tracked each), against about {bound:.0f} for 2 x FREEZE_EVERY objects"
+
+
 def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_the_pauses_end(
         monkeypatch, collector, walked):
     """A relist (a watch expired, a Cluster resumed after a clusterctl move) brings new objects while a
@@ -199,11 +207,7 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
         assert workers.freezer.pauses == 0
 
     asyncio.run(scenario())
-    bound = 2 * FREEZE_EVERY * per_object
-    assert walked, "no full collection at the end of the pauses"
-    assert max(walked) <= bound, \
-        f"a full collection walked {max(walked)} objects: the {5 * FREEZE_EVERY} listed (about {per_object:.1f} " \
-        f"tracked each), against about {bound:.0f} for 2 x FREEZE_EVERY objects"
+    _within_two_freezes(walked, per_object, f"the {5 * FREEZE_EVERY} listed while a big pool was built")
 
 
 def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, walked):
@@ -227,11 +231,7 @@ def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, wa
         assert len(inventory.objects) == 10 * FREEZE_EVERY
 
     asyncio.run(scenario())
-    bound = 2 * FREEZE_EVERY * per_object
-    assert walked, "a listing of 10 x FREEZE_EVERY new objects ended in no full collection"
-    assert max(walked) <= bound, \
-        f"{len(walked)} full collections while a listing of {10 * FREEZE_EVERY} was fetched and filed, the " \
-        f"biggest walking {max(walked)} objects, against about {bound:.0f} for 2 x FREEZE_EVERY objects"
+    _within_two_freezes(walked, per_object, f"a listing of {10 * FREEZE_EVERY} fetched and filed")
 
 
 def test_garbage_made_in_the_last_turn_of_a_listing_is_collected_before_it_is_frozen(collector, frozen_count):

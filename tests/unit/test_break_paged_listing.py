@@ -28,7 +28,7 @@ from test_settle_in_steps import address, listing
 
 # The collector's fixtures, as the freezing policy's cases have them.
 collector, walked = freeze_policy.collector, freeze_policy.walked
-_tracked_per_object = freeze_policy._tracked_per_object
+_tracked_per_object, _within_two_freezes = freeze_policy._tracked_per_object, freeze_policy._within_two_freezes
 
 # How long a case waits for what it holds back (a page on its way) before it fails.
 DEADLINE = 60.0
@@ -141,14 +141,6 @@ def test_a_resync_listing_clusters_does_not_unhold_a_cluster_waiting_for_its_add
 def _news(i: int) -> dict:
     """A new address told by a watch (a burst of claims served elsewhere, another kind's watch)."""
     return address(f"n{i}", 2 * 10**6 + i, ip=f"10.{100 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}")
-
-
-def _within_two_freezes(walked: list[int], per_object: float, what: str) -> None:
-    """No full collection walked much more than FREEZE_EVERY objects' worth (twice, for slack)."""
-    bound = 2 * FREEZE_EVERY * per_object
-    assert walked, f"no full collection after {what}"
-    assert max(walked) <= bound, f"a full collection walked {max(walked)} objects ({what}, {per_object:.0f} " \
-                                 f"tracked each), against about {bound:.0f} for 2 x FREEZE_EVERY objects"
 
 
 class HeldPage:
