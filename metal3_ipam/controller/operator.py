@@ -169,7 +169,7 @@ class Controller:
         filing = self.inventory.listing(listing.kind, listing.namespace)
         version = None
         freezer = self.workers.freezer
-        hold = (lambda obj: self._held(obj)) if listing.kind == kinds.CLUSTER else None
+        hold = self._held if listing.kind == kinds.CLUSTER else None
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
@@ -266,17 +266,6 @@ class Listing:
 
     def __str__(self) -> str:
         return f"{self.kind[1]}.{self.kind[0]}" + (f" in {self.namespace}" if self.namespace else "")
-
-    def read(self) -> tuple[list[dict], str | None]:
-        """Every page at once, blocking, and the version (tools and tests: the controller files pages as they come)."""
-        items: list[dict] = []
-        page = self.fetch(None)
-        version = page.resource_version
-        items += page.items
-        while page.token:
-            page = self.fetch(page.token)
-            items += page.items
-        return items, version
 
     async def pages(self) -> AsyncIterator[Page]:
         """The pages in order, each fetched in a thread; the next is on its way while this one is filed."""

@@ -1,4 +1,4 @@
-"""LIST answers served from their JSON text, for tests and benchmarks of how listings are filed.
+"""LIST answers served from their JSON text, and listings read whole, for tests and benchmarks.
 
 A listing served here goes through what the controller does with the API
 server's pages (``decode_list``, ``page_of``), in the thread ``Listing.pages``
@@ -26,3 +26,13 @@ def served(kind: tuple[str, str], api_version: str, pages: list[bytes], namespac
     def fetch(token: str | None) -> Page:
         return page_of(decode_list(pages[int(token or 0)]), kind, api_version)
     return Listing(kind, namespace, fetch)
+
+
+def read(listing: Listing) -> tuple[list[dict], str | None]:
+    """Every page of ``listing`` at once, blocking, and the version it was taken at."""
+    page = listing.fetch(None)
+    items, version = list(page.items), page.resource_version
+    while page.token:
+        page = listing.fetch(page.token)
+        items += page.items
+    return items, version

@@ -17,6 +17,7 @@ pytest.register_assert_rewrite("controller_fixtures")
 from controller_fixtures import METAL3  # noqa: E402
 from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
 from metal3_ipam.controller.operator import discover, listings  # noqa: E402
+from metal3_ipam.testing.listing import read  # noqa: E402
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 
@@ -47,7 +48,7 @@ def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version
     kube.create(METAL3, "ipclaims", claim("before"))
     with client.ApiClient(control_plane.configuration()) as api:
         [listing] = listings(api, {kinds.IPCLAIM: resources[kinds.IPCLAIM]}, [kube.ns])
-        _, version = listing.read()
+        _, version = read(listing)
     kube.create(METAL3, "ipclaims", claim("between"))  # after the listing, before the watch starts
     seen: list[tuple[str, str, str]] = []
     relisted = []
@@ -88,7 +89,7 @@ def test_a_version_the_server_no_longer_has_is_listed_again_and_watched_from_the
     async def relist(kind, namespace):
         with client.ApiClient(control_plane.configuration()) as api:
             [listing] = listings(api, {kind: resources[kind]}, [namespace])
-            _, version = await asyncio.to_thread(listing.read)
+            _, version = await asyncio.to_thread(read, listing)
         relisted.append(version)
         return version
 
