@@ -36,6 +36,7 @@ from ..core.slim import slim
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials
 from .freezing import Freezer
+from .resuming import Resumptions
 from .wire import decode_list
 from .workers import PoolWorkers
 
@@ -85,41 +86,36 @@ def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
 class Controller:
     """Watch events into the inventory (which drops news older than it knows), pools kicked.
 
-    A Cluster that resumes (paused in the inventory, unpaused in the event) is
-    filed only once the addresses of its namespace have been listed again.
-    ``clusterctl move`` creates the moved addresses and unpauses the Cluster
-    right after; the watch of addresses may lag behind the watch of Clusters,
-    and a claim served before its moved address is known would get another.
+    A Cluster that resumes after ``clusterctl move`` is filed only once the
+    addresses of its namespace have been listed again (``resuming``).
     """
 
     inventory: Inventory
     workers: PoolWorkers
     writer: ApiWriter
     relist: Callable[[str], list["Listing"]] | None = None  # a namespace's addresses, to be listed again
-    _resuming: dict[tuple[str, str], dict] = field(default_factory=dict)  # Cluster -> its newest object
-    _tasks: set[asyncio.Task] = field(default_factory=set)
+    resumptions: Resumptions | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.relist is not None:
+            self.resumptions = Resumptions(self.inventory, self._relist_addresses, self._file_now)
 
     def file(self, obj: dict) -> None:
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
         if self._held(obj):
             return
-        self.workers.kick(self.inventory.upsert(obj))
+        self._file_now(obj)
         self.workers.freezer.maybe_freeze()
 
+    def _file_now(self, obj: dict) -> None:
+        self.workers.kick(self.inventory.upsert(obj))
+
     def _held(self, obj: dict) -> bool:
-        """A Cluster that resumes, held until its namespace's addresses are listed again (a watch
-        event or a listing that shows it unpaused while it is paused here, or while it is held)."""
-        if self.relist is None or not self._resumes(obj):
-            return False
-        key = (o.namespace(obj), o.name(obj))
-        held = self._resuming.get(key)
-        if held is None:
-            task = asyncio.get_running_loop().create_task(self._resume(key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        if held is None or not _older(obj, held):  # a listing may be older than the event that is held
-            self._resuming[key] = obj
-        return True
+        return self.resumptions is not None and self.resumptions.hold(obj)
+
+    async def _relist_addresses(self, namespace: str) -> None:
+        for listing in self.relist(namespace):
+            await self.settle(listing)
 
     def on_event(self, event_type: str, obj: dict) -> None:
         """A watch event, as ``watch.KindWatch`` hands it over."""
@@ -134,27 +130,9 @@ class Controller:
         return self.inventory.holds(kind, meta)
 
     def forget(self, obj: dict) -> None:
-        if kinds.kind_of(obj) == kinds.CLUSTER:
-            self._resuming.pop((o.namespace(obj), o.name(obj)), None)
+        if kinds.kind_of(obj) == kinds.CLUSTER and self.resumptions is not None:
+            self.resumptions.forget((o.namespace(obj), o.name(obj)))
         self.workers.kick(self.inventory.remove(obj))
-
-    def _resumes(self, obj: dict) -> bool:
-        if kinds.kind_of(obj) != kinds.CLUSTER or o.cluster_paused(obj):
-            return False
-        key = (o.namespace(obj), o.name(obj))
-        return key in self._resuming or o.cluster_paused(self.inventory.get(kinds.CLUSTER, *key))
-
-    async def _resume(self, key: tuple[str, str]) -> None:
-        await asyncio.sleep(0)  # the event that started this is recorded first
-        try:
-            for listing in self.relist(key[0]):
-                await self.settle(listing)
-        except Exception as err:  # the watches still catch up; the Cluster is not held for good
-            log.warning("listing the addresses of %s before Cluster %s/%s resumes failed: %s",
-                        key[0], key[0], key[1], getattr(err, "reason", None) or err)
-        obj = self._resuming.pop(key, None)
-        if obj is not None:
-            self.workers.kick(self.inventory.upsert(obj))
 
     async def settle(self, listing: "Listing") -> str | None:
         """File a LIST as its pages come, letting the event loop run between every few hundred objects
@@ -177,12 +155,6 @@ class Controller:
                     await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
         return version
-
-
-def _older(obj: dict, than: dict) -> bool:
-    version, known = o.meta(obj).get("resourceVersion"), o.meta(than).get("resourceVersion")
-    return isinstance(version, str) and isinstance(known, str) and version.isdigit() and known.isdigit() \
-        and int(version) < int(known)
 
 
 async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.PoolKey]], None],

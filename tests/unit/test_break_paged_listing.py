@@ -80,10 +80,10 @@ def test_a_cluster_listed_unpaused_after_a_move_is_not_served_before_its_address
         await controller.settle(_cluster_listing(unpaused))
         assert creates(inventory) == [], \
             f"right after the Clusters' LIST, the reconcile allocates anew: {creates(inventory)}"
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
         # kopf's watch event of the unpause, after the listing.
         controller.on_event("MODIFIED", copy.deepcopy(unpaused))
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
     allocated = [names for names in kicks.created if names]
@@ -126,7 +126,7 @@ def test_a_resync_listing_clusters_does_not_unhold_a_cluster_waiting_for_its_add
             during = creates(inventory)
         finally:
             release.set()
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
         assert during == [], f"while the moved addresses were being listed, the reconcile allocates anew: {during}"
 
     asyncio.run(scenario())

@@ -86,7 +86,7 @@ def test_resuming_cluster_waits_for_the_addresses_listed_again():
         # Not yet: the Cluster is still paused in the inventory, so nothing is served.
         assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         assert creates(inventory) == [] and kicks.pools == []
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
     assert listed == [NS]
@@ -107,7 +107,7 @@ def test_a_failed_listing_does_not_hold_the_cluster_for_good():
     async def scenario() -> None:
         controller = Controller(inventory, Kicks(), writer=None, relist=relist)
         controller.file(unpaused)
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
     assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
@@ -125,7 +125,7 @@ def test_a_cluster_deleted_while_resuming_is_not_filed_again():
         deleted = {**unpaused, "metadata": {**unpaused["metadata"],
                                             "resourceVersion": str(int(listing.fetch(None).resource_version) + 1)}}
         controller.forget(deleted)
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
     assert inventory.get(kinds.CLUSTER, NS, "c1") is None

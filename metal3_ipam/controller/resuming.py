@@ -1,0 +1,102 @@
+"""Clusters that resume after ``clusterctl move``, held until their namespace's addresses are listed again.
+
+``clusterctl move`` creates a Cluster paused, then everything of it, its
+addresses included, and unpauses it last. The watch of addresses may lag
+behind the watch (or the listing) of Clusters: a claim served before its
+moved address is known would get another IP. So a Cluster seen unpaused
+while it is paused here is not filed at once: it is held, its namespace's
+addresses are listed again (a LIST begun after the unpause, so it holds
+every moved address), and only then is the Cluster filed.
+
+Each resumption is its own: a listing releases only the Cluster it was
+begun for. A Cluster paused again, deleted, or made anew while it is held
+ends that resumption, and its next unpause waits for a listing of its own.
+A listing that fails is tried again a few times; after that the Cluster is
+filed all the same (the watches catch up; it must not be held for good).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..core import kinds
+from ..core import objects as o
+from ..core.inventory import Inventory
+
+log = logging.getLogger("metal3_ipam.operator")
+
+# Tries of a namespace's addresses listing before the Cluster is filed anyway, and the first pause between them.
+ATTEMPTS = 3
+FIRST_PAUSE = 0.5
+
+ClusterKey = tuple[str, str]  # namespace, name
+
+
+class Resumptions:
+    def __init__(self, inventory: Inventory, relist: Callable[[str], Awaitable[None]],
+                 file: Callable[[dict], None], pause: float = FIRST_PAUSE) -> None:
+        self.inventory = inventory
+        self.relist = relist  # lists a namespace's addresses again, into the inventory
+        self.file = file  # files a Cluster at last
+        self.pause = pause
+        self._held: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
+        self.tasks: set[asyncio.Task] = set()  # the listings under way
+
+    def hold(self, obj: dict) -> bool:
+        """Whether ``obj`` (a Cluster, from a watch event or a listing) is held rather than filed now."""
+        if kinds.kind_of(obj) != kinds.CLUSTER:
+            return False
+        key = (o.namespace(obj), o.name(obj))
+        stored = self.inventory.get(kinds.CLUSTER, *key)
+        if stored is not None and _older(obj, stored):
+            return False  # older news (a listing taken before an event): the inventory drops it
+        held = self._held.get(key)
+        if held is not None:
+            resumption, newest = held
+            if _older(obj, newest):
+                return True  # older than what is held: nothing new
+            if not o.cluster_paused(obj) and o.meta(obj).get("uid") == o.meta(newest).get("uid"):
+                self._held[key] = (resumption, obj)  # still resuming: the listing under way was begun after
+                return True
+            del self._held[key]  # paused again, or another Cluster: this resumption is over
+        if o.cluster_paused(obj) or not o.cluster_paused(stored):
+            return False
+        resumption = object()
+        self._held[key] = (resumption, obj)
+        task = asyncio.get_running_loop().create_task(self._resume(key, resumption))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return True
+
+    def forget(self, key: ClusterKey) -> None:
+        """The Cluster is gone: whatever was held of it goes too."""
+        self._held.pop(key, None)
+
+    async def _resume(self, key: ClusterKey, resumption: Any) -> None:
+        await asyncio.sleep(0)  # the event that started this is recorded first
+        pause = self.pause
+        for attempt in range(1, ATTEMPTS + 1):
+            if self._held.get(key, (None,))[0] is not resumption:
+                return  # over meanwhile
+            try:
+                await self.relist(key[0])
+                break
+            except Exception as err:
+                log.warning("listing the addresses of %s before Cluster %s/%s resumes failed (%d of %d): %s",
+                            key[0], key[0], key[1], attempt, ATTEMPTS, getattr(err, "reason", None) or err)
+                if attempt < ATTEMPTS:
+                    await asyncio.sleep(pause)
+                    pause *= 2
+        held = self._held.get(key)
+        if held is not None and held[0] is resumption:
+            del self._held[key]
+            self.file(held[1])
+
+
+def _older(obj: dict, than: dict) -> bool:
+    version, known = o.meta(obj).get("resourceVersion"), o.meta(than).get("resourceVersion")
+    return isinstance(version, str) and isinstance(known, str) and version.isdigit() and known.isdigit() \
+        and int(version) < int(known)
