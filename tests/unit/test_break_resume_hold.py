@@ -22,27 +22,35 @@ from test_break_paged_listing import DEADLINE, WatchedKicks
 from test_resume import NS, creates, moved_state
 
 
-class HeldListing:
-    """Listings of the namespace's addresses handed out one per relist, each held back at its first
-    page until released: ``asked[i]`` is set once listing i is on its way, ``release[i]`` lets it go."""
+class HeldListings:
+    """The namespace's addresses as the API server holds them, listed again once per relist: each LIST
+    sees them as they are when it reaches the server (its first page's request), and is then held back
+    until released. ``asked[i]`` is set once LIST i is taken, ``release[i]`` lets it go."""
 
-    def __init__(self, answers: list[Listing]) -> None:
-        self.answers = answers
-        self.asked = [threading.Event() for _ in answers]
-        self.release = [threading.Event() for _ in answers]
+    def __init__(self, before: Listing, after: Listing, most: int = 4) -> None:
+        self.before, self.after = before, after
+        self.created = False  # c's moved address exists: a LIST taken from now on holds it
+        self.asked = [threading.Event() for _ in range(most)]
+        self.release = [threading.Event() for _ in range(most)]
         self.handed = 0
 
     def relist(self, namespace: str) -> list[Listing]:
         index = self.handed
         self.handed += 1
-        answer = self.answers[index]
+        taken: list[Listing] = []
 
         def fetch(token):
-            self.asked[index].set()
+            if not taken:
+                taken.append(self.after if self.created else self.before)
+                self.asked[index].set()
             if not self.release[index].wait(DEADLINE):
-                raise TimeoutError(f"listing {index} was never released")
-            return answer.fetch(token)
-        return [Listing(answer.kind, namespace, fetch)]
+                raise TimeoutError(f"LIST {index} was never released")
+            return taken[0].fetch(token)
+        return [Listing(kinds.IPADDRESS, namespace, fetch)]
+
+    def release_all(self) -> None:
+        for flag in self.release:
+            flag.set()
 
 
 async def until(flag: threading.Event, what: str) -> None:
@@ -85,41 +93,38 @@ def the_move_there_and_back():
 
 def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_released_by_that_listing():
     """Cluster c1 resumes (unpaused: held, its namespace's addresses listed again, a slow LIST). Before
-    that LIST ends, the Cluster is moved away (deleted here) and back (created paused anew, the
-    moved addresses created, unpaused): a second resumption, held, with a LIST of its own. The first
-    LIST, taken before the second move created c's address, ends: it must not release the Cluster of
-    the second resumption, else claim c is looked at with its Cluster unpaused and its moved address
-    unknown, and is served anew (SPEC §10, 4: after a move every claim keeps its exact address)."""
+    that LIST ends, the Cluster is moved away (deleted here) and back (created paused anew, c's moved
+    address created, then unpaused): a second resumption. The first LIST, taken before c's address
+    existed, ends: it must not release the Cluster of the second resumption, else claim c is looked at
+    with its Cluster unpaused and its moved address unknown, and is served anew (SPEC §10, 4: after a
+    move every claim keeps its exact address, nothing allocated anew)."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListing([before, after])
+    listings = HeldListings(before, after)
     kicks = WatchedKicks(inventory)
 
     async def scenario() -> tuple[list[str], bool]:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
-        controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: held
-        await until(listings.asked[0], "the first resumption's LIST went out")
-        [first] = list(controller._tasks)
-        # Moved away: deleted. Moved back: created paused (a new uid), then unpaused.
-        controller.on_event("DELETED", at(unpaused, version + 2))
-        controller.on_event("ADDED", paused(at(unpaused, version + 3, uid="c1-again"), True))
-        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-        controller.on_event("MODIFIED", paused(at(unpaused, version + 5, uid="c1-again"), False))
-        await until(listings.asked[1], "the second resumption's LIST went out")
-        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         try:
-            listings.release[0].set()  # the first LIST ends; the second is still on its way
+            controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: held
+            await until(listings.asked[0], "the first resumption's LIST went out")
+            [first] = list(controller._tasks)
+            # Moved away: deleted. Moved back: created paused (a new uid), c's address, then unpaused.
+            controller.on_event("DELETED", at(unpaused, version + 2))
+            controller.on_event("ADDED", paused(at(unpaused, version + 3, uid="c1-again"), True))
+            assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+            listings.created = True
+            controller.on_event("MODIFIED", paused(at(unpaused, version + 5, uid="c1-again"), False))
+            listings.release[0].set()  # the first LIST ends; any other is still on its way
             await until_done(first, "the first resumption ended")
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
-            listings.release[1].set()
+            listings.release_all()
             await asyncio.gather(*controller._tasks)
 
-    while_second_lists, still_paused = asyncio.run(scenario())
-    assert while_second_lists == [] and still_paused, (
-        f"the first LIST's end released the Cluster of the second resumption (paused: {still_paused}) while "
-        f"the second move's addresses are being listed; the reconcile allocates anew: {while_second_lists}")
-    allocated = [names for names in kicks.created if names]
-    assert not allocated, f"pools kicked while a pass would allocate anew for a moved claim: {allocated}"
+    allocated, still_paused = asyncio.run(scenario())
+    assert allocated == [] and still_paused, (
+        f"the first LIST's end released the Cluster of the second resumption (paused: {still_paused}); "
+        f"the reconcile allocates anew: {allocated}")
     assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
     assert creates(inventory) == []
 
@@ -127,29 +132,72 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
 def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begun_after_that_unpause():
     """Cluster c1 resumes: held, its namespace's addresses listed again (a slow LIST). Before that LIST
     ends the Cluster is paused again (filed: paused in the inventory), c's moved address is created,
-    and the Cluster is unpaused again: a resumption like the first (paused in the inventory,
-    unpaused in the event). It is released by the first LIST, which began before c's address existed,
-    and no LIST is taken after it: claim c is served anew (SPEC §10, 4)."""
+    and the Cluster is unpaused again: a resumption like the first (paused in the inventory, unpaused
+    in the event). It is released by the first LIST, which began before c's address existed: claim c
+    is served anew (SPEC §10, 4)."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListing([before, after])
+    listings = HeldListings(before, after)
     kicks = WatchedKicks(inventory)
 
-    async def scenario() -> tuple[list[str], int]:
+    async def scenario() -> tuple[list[str], bool]:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
-        controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # held
-        await until(listings.asked[0], "the first resumption's LIST went out")
-        [first] = list(controller._tasks)
-        controller.on_event("MODIFIED", paused(at(unpaused, version + 2), True))
-        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-        controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))  # resumes again
         try:
+            controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # held
+            await until(listings.asked[0], "the first resumption's LIST went out")
+            [first] = list(controller._tasks)
+            controller.on_event("MODIFIED", paused(at(unpaused, version + 2), True))
+            assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+            listings.created = True
+            controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))  # resumes again
             listings.release[0].set()
             await until_done(first, "the first resumption ended")
-            return creates(inventory), listings.handed
+            return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
-            listings.release[1].set()
+            listings.release_all()
             await asyncio.gather(*controller._tasks)
 
-    after_first, lists = asyncio.run(scenario())
-    assert after_first == [], (f"released by a LIST begun before its last unpause ({lists} LIST(s) in all), "
-                               f"the reconcile allocates anew: {after_first}")
+    allocated, still_paused = asyncio.run(scenario())
+    assert allocated == [] and still_paused, (
+        f"released by a LIST begun before its last unpause (paused: {still_paused}); "
+        f"the reconcile allocates anew: {allocated}")
+    assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+    assert creates(inventory) == []
+
+
+def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that_releases_its_next_unpause():
+    """The Cluster is paused in the inventory (the watch told, at version P). A resync's LIST of Clusters,
+    taken before that pause and filed after it, shows the Cluster unpaused (older than what is filed):
+    it is held all the same, and a LIST of the namespace's addresses goes out. Then clusterctl creates
+    c's moved address and unpauses the Cluster (newer than P): held, it waits on the LIST the stale
+    copy started, begun before c's address existed, and is released by it: claim c is served anew
+    (SPEC §10, 4)."""
+    inventory, unpaused, before, after, version = the_move_there_and_back()
+    stored = int(o.meta(inventory.get(kinds.CLUSTER, NS, "c1"))["resourceVersion"])
+    stale = paused(at(unpaused, stored - 1), False)
+    listings = HeldListings(before, after)
+    kicks = WatchedKicks(inventory)
+
+    async def scenario() -> tuple[list[str], bool]:
+        controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
+        try:
+            await controller.settle(Listing.of(kinds.CLUSTER, None, [stale], str(stored - 1)))
+            assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+            started = list(controller._tasks)
+            if started:
+                await until(listings.asked[0], "the stale copy's LIST went out")
+            listings.created = True
+            controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))
+            listings.release[0].set()
+            for task in started:
+                await until_done(task, "the stale copy's resumption ended")
+            return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+        finally:
+            listings.release_all()
+            await asyncio.gather(*controller._tasks)
+
+    allocated, still_paused = asyncio.run(scenario())
+    assert allocated == [] and still_paused, (
+        f"the Cluster's unpause was released by a LIST begun before it (paused: {still_paused}); "
+        f"the reconcile allocates anew: {allocated}")
+    assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+    assert creates(inventory) == []
