@@ -201,3 +201,38 @@ def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that
         f"the reconcile allocates anew: {allocated}")
     assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
     assert creates(inventory) == []
+
+
+def test_a_listing_refused_once_is_not_taken_for_the_addresses_listed_again():
+    """Cluster c1 resumes; the LIST of its namespace's addresses is refused once (an API server busy
+    with the move's creations answers 429, or restarts), and would go through if asked again. The
+    Cluster is released at once, unpaused, with c's moved address not listed: the reconcile looks at
+    claim c with its Cluster unpaused and serves it anew (SPEC §10, 4). A Cluster need not be held
+    for good when its LIST never goes through, but one refusal is not that."""
+    inventory, unpaused, _, after, version = the_move_there_and_back()
+    kicks = WatchedKicks(inventory)
+    asked: list[str] = []
+
+    def relist(namespace: str) -> list[Listing]:
+        asked.append(namespace)
+        if len(asked) == 1:
+            def refused(token):
+                raise OSError("503 Service Unavailable: the API server is restarting")
+            return [Listing(kinds.IPADDRESS, namespace, refused)]
+        return [after]
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None, relist=relist)
+        controller.on_event("MODIFIED", copy.deepcopy(unpaused))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1")):
+            assert loop.time() < deadline, f"the Cluster was never released ({len(asked)} LIST(s))"
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*controller._tasks)
+
+    asyncio.run(scenario())
+    allocated = [names for names in kicks.created if names]
+    assert not allocated and creates(inventory) == [], (
+        f"released after one refused LIST ({len(asked)} LIST(s) in all), the reconcile allocates anew: "
+        f"{allocated or creates(inventory)}")
