@@ -45,8 +45,16 @@ _lists = msgspec.json.Decoder(_List)
 
 
 def encode(body: Any) -> bytes:
-    """A request body as JSON (UTF-8, as the API server reads it)."""
-    return msgspec.json.encode(body)
+    """A request body as JSON (UTF-8, as the API server reads it).
+
+    msgspec writes a NaN or an infinity as null, which a merge patch reads as
+    "remove this field"; such a body is refused here instead (ValueError), as
+    ``json.dumps`` would. A body with no null in it holds neither.
+    """
+    data = msgspec.json.encode(body)
+    if b"null" in data:
+        json.dumps(body, allow_nan=False)  # raises on a NaN or an infinity
+    return data
 
 
 def decode_object(raw: bytes | str) -> Any:

@@ -27,6 +27,7 @@ from metal3_ipam.controller.operator import discover, listings  # noqa: E402
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core import objects as o  # noqa: E402
+from metal3_ipam.testing.listing import read  # noqa: E402
 from metal3_ipam.core.actions import Create, SetStatus  # noqa: E402
 from metal3_ipam.core.inventory import Inventory  # noqa: E402
 from metal3_ipam.core.slim import slim  # noqa: E402
@@ -47,7 +48,7 @@ def test_the_echoes_of_answered_writes_are_not_filed_and_the_inventory_ends_as_t
     with client.ApiClient(control_plane.configuration()) as api:
         resources = discover(api)
         [listing] = listings(api, {kinds.IPCLAIM: resources[kinds.IPCLAIM]}, [kube.ns])
-        items, listed_at = listing.read()
+        items, listed_at = read(listing)
     inventory = Inventory()
     inventory.settle_listing(kinds.IPCLAIM, kube.ns, items, listed_at)
     credentials = creds_mod.from_kubeconfig([str(control_plane.kubeconfig)])

@@ -63,7 +63,7 @@ def test_a_cluster_listed_unpaused_after_a_move_is_not_served_before_its_address
     the Cluster unpaused right after; the watch of addresses lags (one moved address not filed yet).
     The resync lists Clusters last of all kinds, the start-up too: the Cluster's LIST shows it
     unpaused before kopf's watch event does. Filed as a watch event it would be held until the
-    namespace's addresses were listed again (``Controller._resume``); filed by the listing, the
+    namespace's addresses were listed again (``resuming.Resumptions``); filed by the listing, the
     lagging claim must not be served a new address either (SPEC §10, 4: every claim keeps its exact
     address after a move, nothing allocated anew)."""
     inventory, unpaused, addresses = moved_state()

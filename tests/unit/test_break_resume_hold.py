@@ -1,7 +1,7 @@
 """Orders of events in which a Cluster held while it resumes (``Controller._held``) is filed too early.
 
 A Cluster that resumes is held (paused in the inventory) until its namespace's
-addresses have been listed again (``Controller._resume``): ``clusterctl move``
+addresses have been listed again (``resuming.Resumptions``): ``clusterctl move``
 creates the moved addresses right before it unpauses the Cluster, and the watch
 of addresses may lag. The listing that releases a Cluster must therefore have
 begun after the unpause it releases. Here the listings are held back (a page on
@@ -18,6 +18,7 @@ import threading
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.testing.listing import read
 from test_break_paged_listing import DEADLINE, WatchedKicks
 from test_resume import NS, creates, moved_state
 
@@ -81,7 +82,7 @@ def the_move_there_and_back():
     """The moved state (Cluster c1 paused, claim c's moved address not filed yet), its unpause, the
     namespace's addresses as a LIST taken before c's address was created, and one taken after."""
     inventory, unpaused, listing = moved_state()
-    items, _ = listing.read()
+    items, _ = read(listing)
     stored = {o.name(a) for a in inventory.of_kind(kinds.IPADDRESS)}
     lagging = [a for a in items if o.name(a) not in stored]
     assert len(lagging) == 1
@@ -107,7 +108,7 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
         try:
             controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: held
             await until(listings.asked[0], "the first resumption's LIST went out")
-            [first] = list(controller._tasks)
+            [first] = list(controller.resumptions.tasks)
             # Moved away: deleted. Moved back: created paused (a new uid), c's address, then unpaused.
             controller.on_event("DELETED", at(unpaused, version + 2))
             controller.on_event("ADDED", paused(at(unpaused, version + 3, uid="c1-again"), True))
@@ -119,7 +120,7 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
             listings.release_all()
-            await asyncio.gather(*controller._tasks)
+            await asyncio.gather(*controller.resumptions.tasks)
 
     allocated, still_paused = asyncio.run(scenario())
     assert allocated == [] and still_paused, (
@@ -144,7 +145,7 @@ def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begu
         try:
             controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # held
             await until(listings.asked[0], "the first resumption's LIST went out")
-            [first] = list(controller._tasks)
+            [first] = list(controller.resumptions.tasks)
             controller.on_event("MODIFIED", paused(at(unpaused, version + 2), True))
             assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
             listings.created = True
@@ -154,7 +155,7 @@ def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begu
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
             listings.release_all()
-            await asyncio.gather(*controller._tasks)
+            await asyncio.gather(*controller.resumptions.tasks)
 
     allocated, still_paused = asyncio.run(scenario())
     assert allocated == [] and still_paused, (
@@ -182,7 +183,7 @@ def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that
         try:
             await controller.settle(Listing.of(kinds.CLUSTER, None, [stale], str(stored - 1)))
             assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-            started = list(controller._tasks)
+            started = list(controller.resumptions.tasks)
             if started:
                 await until(listings.asked[0], "the stale copy's LIST went out")
             listings.created = True
@@ -193,7 +194,7 @@ def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
             listings.release_all()
-            await asyncio.gather(*controller._tasks)
+            await asyncio.gather(*controller.resumptions.tasks)
 
     allocated, still_paused = asyncio.run(scenario())
     assert allocated == [] and still_paused, (
@@ -229,7 +230,7 @@ def test_a_listing_refused_once_is_not_taken_for_the_addresses_listed_again():
         while o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1")):
             assert loop.time() < deadline, f"the Cluster was never released ({len(asked)} LIST(s))"
             await asyncio.sleep(0.01)
-        await asyncio.gather(*controller._tasks)
+        await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
     allocated = [names for names in kicks.created if names]
