@@ -131,7 +131,7 @@ class Controller:
 
     def forget(self, obj: dict) -> None:
         if kinds.kind_of(obj) == kinds.CLUSTER and self.resumptions is not None:
-            self.resumptions.forget((o.namespace(obj), o.name(obj)))
+            self.resumptions.forget(obj)
         self.workers.kick(self.inventory.remove(obj))
 
     async def settle(self, listing: "Listing") -> str | None:

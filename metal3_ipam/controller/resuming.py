@@ -9,8 +9,10 @@ addresses are listed again (a LIST begun after the unpause, so it holds
 every moved address), and only then is the Cluster filed.
 
 Each resumption is its own: a listing releases only the Cluster it was
-begun for. A Cluster paused again, deleted, or made anew while it is held
-ends that resumption, and its next unpause waits for a listing of its own.
+begun for. A Cluster paused again, deleted, made anew, or whose spec changed
+while it is held (a pause and an unpause seen only as their sum, by a
+listing) ends that resumption, and its next unpause waits for a listing of
+its own.
 A listing that fails is tried again a few times; after that the Cluster is
 filed all the same (the watches catch up; it must not be held for good).
 """
@@ -58,10 +60,12 @@ class Resumptions:
             resumption, newest = held
             if _older(obj, newest):
                 return True  # older than what is held: nothing new
-            if not o.cluster_paused(obj) and o.meta(obj).get("uid") == o.meta(newest).get("uid"):
+            if not o.cluster_paused(obj) and _same_spec(obj, newest):
                 self._held[key] = (resumption, obj)  # still resuming: the listing under way was begun after
                 return True
-            del self._held[key]  # paused again, or another Cluster: this resumption is over
+            # Paused again, or another Cluster, or its spec changed (a pause and an unpause missed in
+            # between, as a listing would show them): this resumption is over.
+            del self._held[key]
         if o.cluster_paused(obj) or not o.cluster_paused(stored):
             return False
         resumption = object()
@@ -71,9 +75,13 @@ class Resumptions:
         task.add_done_callback(self.tasks.discard)
         return True
 
-    def forget(self, key: ClusterKey) -> None:
-        """The Cluster is gone: whatever was held of it goes too."""
-        self._held.pop(key, None)
+    def forget(self, cluster: dict) -> None:
+        """The Cluster is gone: what is held of it goes too (not what is held of another one of its name)."""
+        key = (o.namespace(cluster), o.name(cluster))
+        held = self._held.get(key)
+        uid = o.meta(cluster).get("uid")
+        if held is not None and (uid is None or uid == o.meta(held[1]).get("uid")):
+            del self._held[key]
 
     async def _resume(self, key: ClusterKey, resumption: Any) -> None:
         await asyncio.sleep(0)  # the event that started this is recorded first
@@ -94,6 +102,11 @@ class Resumptions:
         if held is not None and held[0] is resumption:
             del self._held[key]
             self.file(held[1])
+
+
+def _same_spec(obj: dict, than: dict) -> bool:
+    """One Cluster, its spec unchanged (``spec.paused`` bumps the generation; status churn does not)."""
+    return all(o.meta(obj).get(field) == o.meta(than).get(field) for field in ("uid", "generation"))
 
 
 def _older(obj: dict, than: dict) -> bool:

@@ -18,14 +18,11 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator
 
-import pytest
-
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.controller.resuming import ATTEMPTS
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.testing.listing import read
 from test_break_paged_listing import WatchedKicks
 from test_break_resume_hold import HeldListings, at, paused, the_move_there_and_back, until, until_done
 from test_resume import NS, creates, moved_state
@@ -94,46 +91,6 @@ def _resumed_with_every_address(inventory: Inventory, kicks: WatchedKicks) -> No
     """In the end: the Cluster runs, no pass would create an address, and none would have at any kick."""
     assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
     assert creates(inventory) == [] and not [names for names in kicks.created if names]
-
-
-@pytest.mark.parametrize("cluster_name", [None, "c1"], ids=["shared pool", "pool of the Cluster"])
-def test_claims_of_a_moved_cluster_not_seen_yet_are_not_served_before_their_addresses(cluster_name):
-    """clusterctl move creates the Cluster paused first, then its pool, its claims, and the claims'
-    addresses after them (owners first), and unpauses the Cluster last. The Cluster comes by kopf's
-    watch, the rest by streams of their own: when kopf's lags (its stream cut and listed again, a
-    backlog), the pool and the claims are filed while no Cluster of that name is known. The inventory
-    takes a Cluster it does not know for one that runs: the claims are served at once, before their
-    moved addresses exist, and each claim ends with two addresses (SPEC §10, 2 and 4). So with a pool
-    shared by Clusters (the claims name c1 by label), and with a pool of c1's own (``clusterName``),
-    which the Go IPAM leaves alone while it cannot find its Cluster ("it might not exist yet")."""
-    source, unpaused, listing = moved_state()
-    cluster_paused = copy.deepcopy(source.get(kinds.CLUSTER, NS, "c1"))
-    moved_addresses, _ = read(listing)
-    others = [copy.deepcopy(obj) for obj in source.objects.values()
-              if kinds.kind_of(obj) not in (kinds.CLUSTER, kinds.IPADDRESS)]
-    for obj in others:
-        if kinds.kind_of(obj) == kinds.IPPOOL and cluster_name:
-            obj["spec"]["clusterName"] = cluster_name
-    order = {kinds.IPPOOL: 0, kinds.IPCLAIM: 1}
-    others.sort(key=lambda obj: order.get(kinds.kind_of(obj), 2))
-    inventory = Inventory()
-    kicks = WatchedKicks(inventory)
-
-    async def scenario() -> None:
-        controller = Controller(inventory, kicks, writer=None, relist=lambda namespace: [listing])
-        for obj in others:  # the pool, then the claims: their watch is ahead of kopf's
-            controller.on_event("ADDED", obj)
-        controller.on_event("ADDED", cluster_paused)  # kopf's lagging event
-        for address in moved_addresses:
-            controller.on_event("ADDED", copy.deepcopy(address))
-        controller.on_event("MODIFIED", copy.deepcopy(unpaused))
-        await asyncio.gather(*controller.resumptions.tasks)
-
-    asyncio.run(scenario())
-    allocated = [names for names in kicks.created if names]
-    assert not allocated, (
-        f"while the moved Cluster was not known yet, a pass would allocate anew for its claims: {allocated}")
-    _resumed_with_every_address(inventory, kicks)
 
 
 def test_the_deletion_of_the_cluster_moved_away_does_not_end_the_resumption_of_the_one_moved_back():
