@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, TypeVar
 
@@ -38,3 +39,16 @@ def eventually(
         if time.monotonic() >= deadline:
             raise Timeout(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
         time.sleep(interval)
+
+
+async def eventually_async(check: Callable[[], T], *, timeout: float = 60.0, interval: float = 0.05,
+                           what: str = "condition") -> T:
+    """``eventually`` on an event loop: the loop runs between the checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise Timeout(f"timed out after {timeout:g}s waiting for {what}; last: {result!r}")
+        await asyncio.sleep(interval)

@@ -13,7 +13,6 @@ encoded by ``wire.encode``).
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from kubernetes import client
@@ -26,6 +25,7 @@ from metal3_ipam.controller.api import ApiWriter  # noqa: E402
 from metal3_ipam.controller.operator import discover, listings  # noqa: E402
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
+from metal3_ipam.testing.waiting import eventually_async  # noqa: E402
 from metal3_ipam.core import objects as o  # noqa: E402
 from metal3_ipam.testing.listing import read  # noqa: E402
 from metal3_ipam.core.actions import Create, SetStatus  # noqa: E402
@@ -33,15 +33,6 @@ from metal3_ipam.core.inventory import Inventory  # noqa: E402
 from metal3_ipam.core.slim import slim  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
-
-
-async def until(check, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout} s")
 
 
 def test_the_echoes_of_answered_writes_are_not_filed_and_the_inventory_ends_as_the_server(control_plane, kube):
@@ -76,7 +67,7 @@ def test_the_echoes_of_answered_writes_are_not_filed_and_the_inventory_ends_as_t
             task = asyncio.create_task(watch.run(listed_at))
             try:
                 version = other["metadata"]["resourceVersion"]
-                await until(lambda: watch.version == version, what="the watch at the other client's change")
+                await eventually_async(lambda: watch.version == version, what="the watch at the other client's change")
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

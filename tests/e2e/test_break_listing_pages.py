@@ -10,10 +10,8 @@ a newer version is not overwritten by the listed one.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +19,7 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import METAL3, Kube, controller_as_user, rules_with_ipaddress_verbs  # noqa: E402
+from controller_fixtures import METAL3  # noqa: E402
 from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
 from metal3_ipam.controller import operator  # noqa: E402
 from metal3_ipam.controller.freezing import Freezer  # noqa: E402
@@ -29,7 +27,6 @@ from metal3_ipam.controller.operator import Controller, Listing, discover, listi
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.inventory import Inventory  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
 
@@ -128,59 +125,3 @@ def test_news_the_watch_tells_between_the_pages_of_a_resync_list_is_kept(control
     kept = {key[2]: (obj["metadata"]["uid"], obj["metadata"]["resourceVersion"])
             for key, obj in inventory.objects.items() if key[0] == kinds.IPCLAIM and key[1] == kube.ns}
     assert kept == actual
-
-
-def test_a_start_up_list_refused_at_first_is_listed_again_once_allowed(control_plane_factory, tmp_path):
-    """The controller starts before its rights are all in place (RBAC applied after the Deployment, a
-    binding still propagating): the start-up LIST of IPAddresses is refused (403). Once the right is
-    there, the controller must load and serve claims (SPEC §10, 2: every claim ends with exactly one
-    address or a clear error), as it would had the refusal come a minute later, at a resync. A start-up
-    load that gives up at the first failed page leaves a live, never ready replica that serves nothing."""
-    user = f"no-list-{uuid.uuid4().hex[:6]}"
-    audit_log = tmp_path / "audit.log"
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                                  "rules": [{"level": "Metadata", "users": [user]}, {"level": "None"}]}))
-    plane = control_plane_factory(extra_apiserver_args=[f"--audit-policy-file={policy}",
-                                                        f"--audit-log-path={audit_log}", "--audit-log-mode=blocking"])
-    rules = rules_with_ipaddress_verbs(["get", "watch", "create", "patch", "delete"])
-    lister = f"{user}-list"
-    with plane.api_client() as api_client:
-        namespace = f"t-{uuid.uuid4().hex[:10]}"
-        client.CoreV1Api(api_client).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        kube = Kube(api_client, namespace)
-        rbac = client.RbacAuthorizationV1Api(api_client)
-        kube.pool("p", pools=[{"start": "10.73.0.10", "end": "10.73.0.19"}], prefix=24)
-        kube.claim("c1", "p")
-        with controller_as_user(plane, api_client, namespace, tmp_path, user, rules) as proc:
-            proc.start(ready_timeout=0)
-            eventually(lambda: _refused_list(audit_log), timeout=60,
-                       what="the controller's LIST of IPAddresses to be refused (the audit log)")
-            assert proc.alive() and proc.http_status("/readyz") == 503
-            rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                                      "metadata": {"name": lister},
-                                      "rules": [{"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"],
-                                                 "verbs": ["list"]}]})
-            rbac.create_cluster_role_binding({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": lister},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": lister},
-                "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-            address = kube.bound("c1", timeout=120)
-            assert address["spec"]["address"] == "10.73.0.10"
-            eventually(lambda: proc.http_status("/readyz") == 200, timeout=60, what="/readyz once loaded")
-
-
-def _refused_list(audit_log) -> bool:
-    """Whether the audit log shows a LIST of IPAddresses refused (403)."""
-    try:
-        lines = audit_log.read_text().splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        event = json.loads(line)
-        ref = event.get("objectRef") or {}
-        if event.get("verb") == "list" and ref.get("resource") == "ipaddresses" \
-                and ref.get("apiGroup") == "ipam.metal3.io" and (event.get("responseStatus") or {}).get("code") == 403:
-            return True
-    return False

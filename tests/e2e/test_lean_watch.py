@@ -7,7 +7,6 @@ and when that version is gone it lists again and goes on from there.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from kubernetes import client
@@ -20,6 +19,7 @@ from metal3_ipam.controller.operator import discover, listings  # noqa: E402
 from metal3_ipam.testing.listing import read  # noqa: E402
 from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
+from metal3_ipam.testing.waiting import eventually_async  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
 
@@ -33,15 +33,6 @@ def resources(control_plane):
 def claim(name: str) -> dict:
     return {"apiVersion": "/".join(METAL3), "kind": "IPClaim", "metadata": {"name": name},
             "spec": {"pool": {"name": "p"}}}
-
-
-async def until(check, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout} s")
 
 
 def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version(control_plane, resources, kube):
@@ -64,11 +55,11 @@ def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version
                           lambda kind, obj: seen.append((kind, obj["kind"], obj["metadata"]["name"])), relist)
         task = asyncio.create_task(watch.run(version))
         try:
-            await until(lambda: ("ADDED", "IPClaim", "between") in seen, what="the claim created in between")
+            await eventually_async(lambda: ("ADDED", "IPClaim", "between") in seen, what="the claim created in between")
             await asyncio.to_thread(kube.create, METAL3, "ipclaims", claim("after"))
             await asyncio.to_thread(kube.patch, METAL3, "ipclaims", "after", {"metadata": {"labels": {"a": "b"}}})
             await asyncio.to_thread(kube.delete, METAL3, "ipclaims", "before")
-            await until(lambda: ("DELETED", "IPClaim", "before") in seen, what="the deletion")
+            await eventually_async(lambda: ("DELETED", "IPClaim", "before") in seen, what="the deletion")
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -99,9 +90,9 @@ def test_a_version_the_server_no_longer_has_is_listed_again_and_watched_from_the
                           lambda kind, obj: seen.append(obj["metadata"]["name"]), relist)
         task = asyncio.create_task(watch.run("1"))  # long compacted away, or older than the watch cache
         try:
-            await until(lambda: relisted, what="a listing after 410 Gone")
+            await eventually_async(lambda: relisted, what="a listing after 410 Gone")
             await asyncio.to_thread(kube.create, METAL3, "ipclaims", claim("after-relist"))
-            await until(lambda: "after-relist" in seen, what="the claim created after the listing")
+            await eventually_async(lambda: "after-relist" in seen, what="the claim created after the listing")
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -18,6 +18,7 @@ import threading
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import read
 from test_break_paged_listing import DEADLINE, WatchedKicks
 from test_resume import NS, creates, moved_state
@@ -92,13 +93,11 @@ def the_move_there_and_back():
     return inventory, unpaused, before, after, version
 
 
-def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_released_by_that_listing():
-    """Cluster c1 resumes (unpaused: held, its namespace's addresses listed again, a slow LIST). Before
-    that LIST ends, the Cluster is moved away (deleted here) and back (created paused anew, c's moved
-    address created, then unpaused): a second resumption. The first LIST, taken before c's address
-    existed, ends: it must not release the Cluster of the second resumption, else claim c is looked at
-    with its Cluster unpaused and its moved address unknown, and is served anew (SPEC §10, 4: after a
-    move every claim keeps its exact address, nothing allocated anew)."""
+def _a_second_resumption_while_the_first_lists(between) -> tuple[list[str], bool, Inventory]:
+    """Cluster c1 resumes: held, its namespace's addresses listed again (a slow LIST). ``between(
+    controller, unpaused, version)`` plays what comes before that LIST ends (c's moved address is
+    created meanwhile); then it ends. Returns what a pass would create at that moment, whether c1 is
+    paused then, and the inventory once every listing is in."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
     listings = HeldListings(before, after)
     kicks = WatchedKicks(inventory)
@@ -109,12 +108,7 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
             controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: held
             await until(listings.asked[0], "the first resumption's LIST went out")
             [first] = list(controller.resumptions.tasks)
-            # Moved away: deleted. Moved back: created paused (a new uid), c's address, then unpaused.
-            controller.on_event("DELETED", at(unpaused, version + 2))
-            controller.on_event("ADDED", paused(at(unpaused, version + 3, uid="c1-again"), True))
-            assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-            listings.created = True
-            controller.on_event("MODIFIED", paused(at(unpaused, version + 5, uid="c1-again"), False))
+            between(controller, unpaused, version, listings)
             listings.release[0].set()  # the first LIST ends; any other is still on its way
             await until_done(first, "the first resumption ended")
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
@@ -123,6 +117,23 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
             await asyncio.gather(*controller.resumptions.tasks)
 
     allocated, still_paused = asyncio.run(scenario())
+    return allocated, still_paused, inventory
+
+
+def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_released_by_that_listing():
+    """Before the first resumption's LIST ends, the Cluster is moved away (deleted here) and back
+    (created paused anew, c's moved address created, then unpaused): a second resumption. The first
+    LIST, taken before c's address existed, must not release the Cluster of the second, else claim c
+    is looked at with its Cluster unpaused and its moved address unknown, and is served anew (SPEC
+    §10, 4: after a move every claim keeps its exact address, nothing allocated anew)."""
+    def moved_away_and_back(controller, unpaused, version, listings):
+        controller.on_event("DELETED", at(unpaused, version + 2))
+        controller.on_event("ADDED", paused(at(unpaused, version + 3, uid="c1-again"), True))
+        assert o.cluster_paused(controller.inventory.get(kinds.CLUSTER, NS, "c1"))
+        listings.created = True
+        controller.on_event("MODIFIED", paused(at(unpaused, version + 5, uid="c1-again"), False))
+
+    allocated, still_paused, inventory = _a_second_resumption_while_the_first_lists(moved_away_and_back)
     assert allocated == [] and still_paused, (
         f"the first LIST's end released the Cluster of the second resumption (paused: {still_paused}); "
         f"the reconcile allocates anew: {allocated}")
@@ -131,33 +142,17 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
 
 
 def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begun_after_that_unpause():
-    """Cluster c1 resumes: held, its namespace's addresses listed again (a slow LIST). Before that LIST
-    ends the Cluster is paused again (filed: paused in the inventory), c's moved address is created,
-    and the Cluster is unpaused again: a resumption like the first (paused in the inventory, unpaused
-    in the event). It is released by the first LIST, which began before c's address existed: claim c
-    is served anew (SPEC §10, 4)."""
-    inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(before, after)
-    kicks = WatchedKicks(inventory)
+    """Before the first resumption's LIST ends the Cluster is paused again (filed: paused in the
+    inventory), c's moved address is created, and the Cluster is unpaused again: a resumption like
+    the first. Released by the first LIST, which began before c's address existed, claim c would be
+    served anew (SPEC §10, 4)."""
+    def paused_and_unpaused(controller, unpaused, version, listings):
+        controller.on_event("MODIFIED", paused(at(unpaused, version + 2), True))
+        assert o.cluster_paused(controller.inventory.get(kinds.CLUSTER, NS, "c1"))
+        listings.created = True
+        controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))  # resumes again
 
-    async def scenario() -> tuple[list[str], bool]:
-        controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
-        try:
-            controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # held
-            await until(listings.asked[0], "the first resumption's LIST went out")
-            [first] = list(controller.resumptions.tasks)
-            controller.on_event("MODIFIED", paused(at(unpaused, version + 2), True))
-            assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-            listings.created = True
-            controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))  # resumes again
-            listings.release[0].set()
-            await until_done(first, "the first resumption ended")
-            return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-        finally:
-            listings.release_all()
-            await asyncio.gather(*controller.resumptions.tasks)
-
-    allocated, still_paused = asyncio.run(scenario())
+    allocated, still_paused, inventory = _a_second_resumption_while_the_first_lists(paused_and_unpaused)
     assert allocated == [] and still_paused, (
         f"released by a LIST begun before its last unpause (paused: {still_paused}); "
         f"the reconcile allocates anew: {allocated}")
