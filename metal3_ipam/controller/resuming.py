@@ -28,7 +28,7 @@ from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
 
-log = logging.getLogger("metal3_ipam.operator")
+log = logging.getLogger("metal3_ipam.resuming")
 
 # Tries of a namespace's addresses listing before the Cluster is filed anyway, and the first pause between them.
 ATTEMPTS = 3
