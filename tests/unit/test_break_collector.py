@@ -28,6 +28,9 @@ from test_pool_passes import MemoryWriter
 
 PA = o.PoolKey(NS, "pa")
 PB = o.PoolKey(NS, "pb")
+# The workers' status interval in these cases: no pass of their own, kicked by a status timer, runs
+# (and pauses the collector) while a case looks at the pauses of the passes it ran.
+QUIET = 3600.0
 
 
 async def _litter(made: list[weakref.ref], running, turns: int = 0) -> None:
@@ -79,7 +82,7 @@ def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_of_a_small_poo
     api = _two_pools()
 
     async def scenario(made):
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         done = []
         # Each cycle alive for a few turns of the loop: across a slice end.
         task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=3))
@@ -99,7 +102,7 @@ def test_a_cycle_that_was_garbage_before_a_full_pass_began_is_still_collected(bi
     api = _two_pools(50)
 
     async def scenario(made):
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         for _ in range(20):
             cycle = _Litter()
@@ -119,7 +122,7 @@ def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot(
     api = _two_pools()
 
     async def scenario(made):
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         await workers._pass(PB)
         loop = asyncio.get_running_loop()
@@ -157,7 +160,7 @@ def test_the_collector_is_on_again_after_overlapping_passes_that_fail_or_are_can
         return (yield from real_plan_pass(ledger, snap, *args, **kwargs))
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         for pool in (PA, PB, pc):
             await workers._pass(pool)
         monkeypatch.setattr(workers_module, "plan_pass", plan_pass)
@@ -192,7 +195,7 @@ def test_small_pools_built_again_and_again_are_frozen_now_and_then():
 
     async def scenario():
         freezer = Freezer(lambda: api.inventory.filed, every=1000)
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, freezer=freezer)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET, freezer=freezer)
         real_freeze = gc.freeze
 
         def freeze():

@@ -28,7 +28,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from ipam_objects import NS, ipclaim
-from test_break_collector import _litter, _two_pools
+from test_break_collector import QUIET, _litter, _two_pools
 from test_break_ledger import _Litter
 from test_pool_passes import MemoryWriter
 from test_settle_in_steps import listing
@@ -103,7 +103,7 @@ def test_cycles_that_live_across_a_slice_end_and_die_before_a_big_build_ends_are
     monkeypatch.setattr(gc, "freeze", lambda: (freezes.append(True), real_freeze()))
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         done = []
         freezes.clear()
@@ -131,7 +131,7 @@ def test_garbage_of_the_oldest_generation_made_while_one_build_runs_is_not_froze
     made: list[weakref.ref] = []
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         await workers._pass(PB)
         first = asyncio.get_running_loop().create_task(workers._pass(PA))  # pa's audit under way
@@ -159,7 +159,7 @@ def test_a_big_build_that_finds_the_collector_off_freezes_no_garbage(big_pools, 
     made: list[weakref.ref] = []
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         gc.disable()
         for _ in range(20):
@@ -254,7 +254,7 @@ def test_a_listing_filed_while_a_big_build_has_the_collector_off_freezes_no_youn
     made: list[weakref.ref] = []
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         build = asyncio.get_running_loop().create_task(workers._pass(PA))  # an audit under way
         await _turns_until(lambda: workers.freezer.pauses == 1)

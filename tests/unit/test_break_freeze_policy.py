@@ -37,7 +37,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import inventory as inventory_module
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import answers as _answers, served
-from test_break_collector import PA, _litter, _two_pools
+from test_break_collector import PA, QUIET, _litter, _two_pools
 from test_break_ledger import _Litter
 from test_pool_passes import MemoryWriter
 from test_settle_in_steps import address, listing
@@ -194,7 +194,7 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
     per_object, answers = _listed_answers(5 * FREEZE_EVERY)
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         build = asyncio.get_running_loop().create_task(workers._pass(PA))  # pa's audit under way
         while not workers.freezer.pauses:
@@ -265,7 +265,7 @@ def test_a_pause_that_finds_the_collector_off_leaves_it_off(monkeypatch, collect
     api = _two_pools(50)
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         gc.disable()
         await workers._pass(PA)  # an audit
@@ -300,7 +300,7 @@ def test_a_listing_after_a_big_build_ended_does_not_walk_what_it_listed_at_its_e
     per_object, answers = _listed_answers(3 * FREEZE_EVERY)
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0)
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         await workers._pass(PA)  # an audit: a pause of its own, over
         walked.clear()
