@@ -46,8 +46,7 @@ from metal3_ipam.core.actions import SetStatus  # noqa: E402
 from metal3_ipam.core.inventory import Inventory  # noqa: E402
 from metal3_ipam.core.reconcile import reconcile  # noqa: E402
 from metal3_ipam.core.slim import slim  # noqa: E402
-from metal3_ipam.controller.wire import decode_list  # noqa: E402
-from metal3_ipam.testing.listing import answers, served  # noqa: E402
+from metal3_ipam.testing.listing import answers, read, served  # noqa: E402
 
 GOAL_MS = 20.0
 
@@ -121,16 +120,14 @@ async def file(lists, how: str, inventory: Inventory) -> tuple[Held, float]:
     controller = Controller(inventory, _Workers(inventory), writer=None)
     for kind, api_version, pages in lists:
         if how == "whole":
-            items = [slim(item) for page in pages for item in decode_list(page)["items"]]
-            inventory.settle_listing(kind, None, items, json.loads(pages[0])["metadata"]["resourceVersion"])
+            items, version = read(served(kind, api_version, pages))
+            inventory.settle_listing(kind, None, items, version)
             del items
             await asyncio.sleep(0)
         elif how == "thread":
-            def decode(pages=pages) -> list[dict]:
-                return [slim(item) for page in pages for item in decode_list(page)["items"]]
-            items = await asyncio.to_thread(decode)
-            await file_in_steps(inventory.settle_listing_in_steps(kind, None, items, json.loads(pages[0])["metadata"][
-                "resourceVersion"]), controller.workers.kick, controller.workers.freezer)
+            items, version = await asyncio.to_thread(read, served(kind, api_version, pages))
+            await file_in_steps(inventory.settle_listing_in_steps(kind, None, items, version),
+                                controller.workers.kick, controller.workers.freezer)
             del items
         else:  # as the controller files them
             await controller.settle(served(kind, api_version, pages))
