@@ -26,7 +26,7 @@ from typing import Any
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.inventory import Inventory
+from ..core.inventory import Inventory, older
 
 log = logging.getLogger("metal3_ipam.resuming")
 
@@ -53,12 +53,12 @@ class Resumptions:
             return False
         key = (o.namespace(obj), o.name(obj))
         stored = self.inventory.get(kinds.CLUSTER, *key)
-        if stored is not None and _older(obj, stored):
+        if stored is not None and older(obj, stored):
             return False  # older news (a listing taken before an event): the inventory drops it
         held = self._held.get(key)
         if held is not None:
             resumption, newest = held
-            if _older(obj, newest):
+            if older(obj, newest):
                 return True  # older than what is held: nothing new
             if not o.cluster_paused(obj) and _same_spec(obj, newest):
                 self._held[key] = (resumption, obj)  # still resuming: the listing under way was begun after
@@ -107,9 +107,3 @@ class Resumptions:
 def _same_spec(obj: dict, than: dict) -> bool:
     """One Cluster, its spec unchanged (``spec.paused`` bumps the generation; status churn does not)."""
     return all(o.meta(obj).get(field) == o.meta(than).get(field) for field in ("uid", "generation"))
-
-
-def _older(obj: dict, than: dict) -> bool:
-    version, known = o.meta(obj).get("resourceVersion"), o.meta(than).get("resourceVersion")
-    return isinstance(version, str) and isinstance(known, str) and version.isdigit() and known.isdigit() \
-        and int(version) < int(known)

@@ -365,13 +365,14 @@ class PoolWorkers:
 
     def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
         namespace, name = pool.namespace, pool.name
+        labels = metrics.pool_labels(pool)
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
-                metrics.ALLOCATIONS.labels(*metrics.pool_labels(pool)).inc()
+                metrics.ALLOCATIONS.labels(*labels).inc()
         for target in outcome.deleted:
             if target.group_kind == kinds.IPADDRESS:
-                metrics.RELEASES.labels(*metrics.pool_labels(pool)).inc()
+                metrics.RELEASES.labels(*labels).inc()
         for warning in outcome.warnings:
             metrics.ERRORS.labels(warning.reason).inc()
             log.warning("pool %s/%s: %s: %s: %s", namespace, name, warning.target, warning.reason, warning.message)
@@ -387,7 +388,6 @@ class PoolWorkers:
         pool_obj = self.inventory.get(pool.kind, namespace, name)
         status = o.status(pool_obj) if pool_obj else {}
         if str(status.get("capacity", "")).isdigit():
-            labels = metrics.pool_labels(pool)
             metrics.POOL_CAPACITY.labels(*labels).set(int(status["capacity"]))
             metrics.POOL_ALLOCATED.labels(*labels).set(int(status.get("allocated") or 0))
             metrics.POOL_FREE.labels(*labels).set(int(status.get("free") or 0))

@@ -53,10 +53,13 @@ SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, k
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
+def _number(version: object) -> int | None:
+    """A resourceVersion as a number, when it is one (the API server's are; files have none)."""
+    return int(version) if isinstance(version, str) and version.isdigit() else None
+
+
 def _version(obj: dict) -> int | None:
-    """The resourceVersion as a number, when it is one (the API server's are; files have none)."""
-    value = o.meta(obj).get("resourceVersion")
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+    return _number(o.meta(obj).get("resourceVersion"))
 
 
 def _uid(obj: dict) -> str | None:
@@ -69,6 +72,11 @@ def _is_older(incoming: dict, known_version: int | None) -> bool:
     if version is not None and known_version is not None:
         return version < known_version
     return False
+
+
+def older(obj: dict, than: dict) -> bool:
+    """True when ``obj`` is an earlier version than ``than`` (both versions known)."""
+    return _is_older(obj, _version(than))
 
 
 def _same_version(incoming: dict, stored: dict) -> bool:
@@ -160,12 +168,10 @@ class Inventory:
     def holds(self, kind: tuple[str, str], meta: dict) -> bool:
         """True when the object ``meta`` describes is no news: its name is stored at that
         resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
-        version = meta.get("resourceVersion")
-        if not isinstance(version, str) or not version.isdigit():
-            return False
+        version = _number(meta.get("resourceVersion"))
         stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
         known = _version(stored) if stored is not None else None
-        return known is not None and int(version) <= known
+        return version is not None and known is not None and version <= known
 
     def remove(self, obj: dict) -> set[o.PoolKey]:
         """A deletion of ``obj``'s incarnation; one about an older incarnation changes nothing."""
@@ -482,7 +488,7 @@ class Listed:
         """
         inventory = self.inventory
         touched: set[o.PoolKey] = set()
-        at = int(list_version) if isinstance(list_version, str) and list_version.isdigit() else None
+        at = _number(list_version)
         if at is not None:
             work = 0
             for key in list(inventory.objects):
