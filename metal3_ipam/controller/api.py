@@ -72,9 +72,10 @@ class Resource:
     version: str
     plural: str
 
-    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        """The path of the collection in ``namespace`` (None: in every namespace), or of one object of it."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
         if name is not None:
             path += f"/{name}"
         if subresource:

@@ -196,8 +196,7 @@ async def run(options: Options) -> int:
 
         def list_pools(namespace: str) -> list[dict]:
             # Well within the API server's wait for the webhook (10 s): on a timeout the inventory answers.
-            path = f"/apis/{pools.group}/{pools.version}/namespaces/{namespace}/{pools.plural}"
-            return request(api, "GET", path, timeout=3.0).get("items") or []
+            return request(api, "GET", pools.path(namespace), timeout=3.0).get("items") or []
 
         admission = webhook.Admission(inventory, loaded=lambda: state["loaded"], namespaces=options.namespaces,
                                       list_pools=list_pools)

@@ -226,16 +226,6 @@ class Listing:
         self.namespace = namespace
         self.fetch = fetch
 
-    @classmethod
-    def of(cls, kind: tuple[str, str], namespace: str | None, items: list[dict], resource_version: str | None,
-           page: int = PAGE) -> "Listing":
-        """A listing of objects at hand (read from files, or made by tests), paged as the API server pages."""
-        def fetch(token: str | None) -> Page:
-            start = int(token or 0)
-            more = start + page < len(items)
-            return Page(items[start:start + page], resource_version, str(start + page) if more else None)
-        return cls(kind, namespace, fetch)
-
     def __str__(self) -> str:
         return f"{self.kind[1]}.{self.kind[0]}" + (f" in {self.namespace}" if self.namespace else "")
 
@@ -269,8 +259,7 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
 
 
 def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, namespace: str | None) -> Listing:
-    prefix = f"/apis/{resource.group}/{resource.version}"
-    path = f"{prefix}/namespaces/{namespace}/{resource.plural}" if namespace else f"{prefix}/{resource.plural}"
+    path = resource.path(namespace)
     api_version = f"{resource.group}/{resource.version}"
 
     def fetch(token: str | None) -> Page:

@@ -100,9 +100,7 @@ class KindWatch:
         self.version: str | None = None  # the last version seen: where a new stream starts
 
     def path(self) -> str:
-        prefix = f"/apis/{self.resource.group}/{self.resource.version}"
-        return (f"{prefix}/namespaces/{self.namespace}/{self.resource.plural}" if self.namespace
-                else f"{prefix}/{self.resource.plural}")
+        return self.resource.path(self.namespace)
 
     def __str__(self) -> str:
         where = f" in {self.namespace}" if self.namespace else ""

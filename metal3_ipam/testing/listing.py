@@ -21,6 +21,16 @@ def answers(items: list[dict], version: str, page: int = PAGE) -> list[bytes]:
                         "items": items[n * page:(n + 1) * page]}).encode() for n in range(count)]
 
 
+def at_hand(kind: tuple[str, str], namespace: str | None, items: list[dict], version: str | None,
+            page: int = PAGE) -> Listing:
+    """A listing of objects made by a test, paged as the API server pages (``continue``: the next index)."""
+    def fetch(token: str | None) -> Page:
+        start = int(token or 0)
+        more = start + page < len(items)
+        return Page(items[start:start + page], version, str(start + page) if more else None)
+    return Listing(kind, namespace, fetch)
+
+
 def served(kind: tuple[str, str], api_version: str, pages: list[bytes], namespace: str | None = None) -> Listing:
     """A listing whose pages are ``pages``, each decoded when it is fetched."""
     def fetch(token: str | None) -> Page:

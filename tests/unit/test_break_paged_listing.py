@@ -21,7 +21,7 @@ from metal3_ipam.controller.operator import PAGE, Controller, Listing
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.testing.listing import answers, served
+from metal3_ipam.testing.listing import answers, at_hand, served
 import test_break_freeze_policy as freeze_policy
 from test_resume import NS, Kicks, creates, moved_state
 from test_settle_in_steps import address, listing
@@ -52,7 +52,7 @@ class WatchedKicks(Kicks):
 
 def _cluster_listing(cluster: dict) -> Listing:
     """The Clusters of the namespace as a LIST (the resync's, or the start-up's) sees them."""
-    return Listing.of(kinds.CLUSTER, None, [copy.deepcopy(cluster)], o.meta(cluster)["resourceVersion"])
+    return at_hand(kinds.CLUSTER, None, [copy.deepcopy(cluster)], o.meta(cluster)["resourceVersion"])
 
 
 # --- a Cluster listed unpaused after a clusterctl move -----------------------------------------
@@ -276,7 +276,7 @@ def _stale_and_listed() -> tuple[Inventory, Listing]:
     for item in items:
         inventory.upsert(copy.deepcopy(item))
     inventory.upsert(address("gone", 800, ip="10.0.0.99"))
-    return inventory, Listing.of(kinds.IPADDRESS, None, items, "1000", page=2)
+    return inventory, at_hand(kinds.IPADDRESS, None, items, "1000", page=2)
 
 
 def test_a_listing_whose_last_page_fails_proves_nothing_gone():
@@ -310,7 +310,7 @@ def test_an_empty_listing_proves_everything_older_gone_and_the_watch_goes_on_fro
     kicks = Kicks()
 
     async def scenario() -> str | None:
-        return await Controller(inventory, kicks, writer=None).settle(Listing.of(kinds.IPADDRESS, None, [], "1000"))
+        return await Controller(inventory, kicks, writer=None).settle(at_hand(kinds.IPADDRESS, None, [], "1000"))
 
     assert asyncio.run(scenario()) == "1000"
     assert [key[2] for key in inventory.objects] == ["newer"]

@@ -19,7 +19,7 @@ from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.testing.listing import read
+from metal3_ipam.testing.listing import at_hand, read
 from test_break_paged_listing import DEADLINE, WatchedKicks
 from test_resume import NS, creates, moved_state
 
@@ -88,8 +88,8 @@ def the_move_there_and_back():
     lagging = [a for a in items if o.name(a) not in stored]
     assert len(lagging) == 1
     version = int(o.meta(unpaused)["resourceVersion"])
-    before = Listing.of(kinds.IPADDRESS, NS, [a for a in items if a not in lagging], str(version + 1))
-    after = Listing.of(kinds.IPADDRESS, NS, copy.deepcopy(items), str(version + 20))
+    before = at_hand(kinds.IPADDRESS, NS, [a for a in items if a not in lagging], str(version + 1))
+    after = at_hand(kinds.IPADDRESS, NS, copy.deepcopy(items), str(version + 20))
     return inventory, unpaused, before, after, version
 
 
@@ -176,7 +176,7 @@ def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that
     async def scenario() -> tuple[list[str], bool]:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
         try:
-            await controller.settle(Listing.of(kinds.CLUSTER, None, [stale], str(stored - 1)))
+            await controller.settle(at_hand(kinds.CLUSTER, None, [stale], str(stored - 1)))
             assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
             started = list(controller.resumptions.tasks)
             if started:

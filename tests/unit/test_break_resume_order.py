@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.controller.resuming import ATTEMPTS
 from metal3_ipam.core import kinds
+from metal3_ipam.testing.listing import at_hand
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from test_break_paged_listing import WatchedKicks
@@ -30,7 +31,7 @@ from test_resume import NS, creates, moved_state
 
 def _clusters_listed(*clusters: dict, version: int) -> Listing:
     """A LIST of Clusters (the resync's, or kopf's own after its stream was cut) taken at ``version``."""
-    return Listing.of(kinds.CLUSTER, None, [copy.deepcopy(c) for c in clusters], str(version))
+    return at_hand(kinds.CLUSTER, None, [copy.deepcopy(c) for c in clusters], str(version))
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ import copy
 from metal3_ipam.controller.freezing import Freezer
 from metal3_ipam.controller.operator import Controller, Listing
 from metal3_ipam.core import kinds
+from metal3_ipam.testing.listing import at_hand
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
 from metal3_ipam.core.inventory import Inventory
@@ -56,7 +57,7 @@ def moved_state():
     paused = get(source, kinds.CLUSTER, "c1")
     unpaused = {**paused, "spec": {"paused": False},
                 "metadata": {**paused["metadata"], "resourceVersion": source._next_version()}}
-    listing = Listing.of(kinds.IPADDRESS, NS, [copy.deepcopy(a) for a in addresses.values()], source._next_version())
+    listing = at_hand(kinds.IPADDRESS, NS, [copy.deepcopy(a) for a in addresses.values()], source._next_version())
     return inventory, unpaused, listing
 
 
