@@ -94,6 +94,7 @@ async def run(options: Options) -> int:
         return 1
 
     inventory = Inventory()
+    inventory.clusters_served = kinds.CLUSTER in resources
     state = {"loaded": False, "watching": False, "load_failure": ""}
     elector: LeaderElector | None = None
     may_write: Callable[[], bool] = lambda: True
@@ -142,7 +143,7 @@ async def run(options: Options) -> int:
         pause = 0.5
         while True:
             try:
-                version = await controller.settle(listing)
+                version = await controller.settle(listing, first=True)
                 state["load_failure"] = ""
                 return version
             except Exception as err:

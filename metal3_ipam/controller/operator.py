@@ -134,7 +134,7 @@ class Controller:
             self.resumptions.forget(obj)
         self.workers.kick(self.inventory.remove(obj))
 
-    async def settle(self, listing: "Listing") -> str | None:
+    async def settle(self, listing: "Listing", first: bool = False) -> str | None:
         """File a LIST as its pages come, letting the event loop run between every few hundred objects
         (a listing of 50,000 filed in one go would hold up watch events, health probes and lease
         renewals for seconds); returns the version it was taken at, where a watch goes on from.
@@ -143,11 +143,14 @@ class Controller:
         included: the collector would otherwise walk every object listed so
         far, again and again, with the loop held. What the listing files is
         frozen as it grows, and at its end.
+
+        ``first``: the start-up listing of its kind. Clusters it shows are
+        filed at once (``resuming``): the addresses are listed after them.
         """
         filing = self.inventory.listing(listing.kind, listing.namespace)
         version = None
         freezer = self.workers.freezer
-        hold = self._held if listing.kind == kinds.CLUSTER else None
+        hold = self._held if listing.kind == kinds.CLUSTER and not first else None
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:

@@ -8,13 +8,19 @@ while it is paused here is not filed at once: it is held, its namespace's
 addresses are listed again (a LIST begun after the unpause, so it holds
 every moved address), and only then is the Cluster filed.
 
+So is a Cluster seen unpaused that is not filed at all: its pause may never
+have been seen (kopf folds the events of a short while into one, and lists
+again after its stream was cut). Until it is filed, its claims wait for it
+(``reconcile``). Only the start-up listing of Clusters files them at once:
+every listing of addresses comes after it, and no pool is looked at before.
+
 Each resumption is its own: a listing releases only the Cluster it was
 begun for. A Cluster paused again, deleted, made anew, or whose spec changed
 while it is held (a pause and an unpause seen only as their sum, by a
 listing) ends that resumption, and its next unpause waits for a listing of
 its own.
-A listing that fails is tried again a few times; after that the Cluster is
-filed all the same (the watches catch up; it must not be held for good).
+A listing that fails is tried again, with a growing pause, for as long as
+it fails: filing the Cluster without it would risk the very IP it guards.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from ..core.inventory import Inventory, older
 
 log = logging.getLogger("metal3_ipam.resuming")
 
-# Tries of a namespace's addresses listing before the Cluster is filed anyway, and the first pause between them.
-ATTEMPTS = 3
+# The pauses between tries of a namespace's addresses listing: the first, and the longest.
 FIRST_PAUSE = 0.5
+LONGEST_PAUSE = 30.0
 
 ClusterKey = tuple[str, str]  # namespace, name
 
@@ -66,7 +72,7 @@ class Resumptions:
             # Paused again, or another Cluster, or its spec changed (a pause and an unpause missed in
             # between, as a listing would show them): this resumption is over.
             del self._held[key]
-        if o.cluster_paused(obj) or not o.cluster_paused(stored):
+        if o.cluster_paused(obj) or (stored is not None and not o.cluster_paused(stored)):
             return False
         resumption = object()
         self._held[key] = (resumption, obj)
@@ -84,24 +90,26 @@ class Resumptions:
             del self._held[key]
 
     async def _resume(self, key: ClusterKey, resumption: Any) -> None:
-        await asyncio.sleep(0)  # the event that started this is recorded first
-        pause = self.pause
-        for attempt in range(1, ATTEMPTS + 1):
-            if self._held.get(key, (None,))[0] is not resumption:
-                return  # over meanwhile
-            try:
-                await self.relist(key[0])
-                break
-            except Exception as err:
-                log.warning("listing the addresses of %s before Cluster %s/%s resumes failed (%d of %d): %s",
-                            key[0], key[0], key[1], attempt, ATTEMPTS, getattr(err, "reason", None) or err)
-                if attempt < ATTEMPTS:
+        try:
+            await asyncio.sleep(0)  # the event that started this is recorded first
+            pause = self.pause
+            while self._held.get(key, (None,))[0] is resumption:
+                try:
+                    await self.relist(key[0])
+                    break
+                except Exception as err:
+                    log.warning("listing the addresses of %s before Cluster %s/%s is filed failed: %s; again in "
+                                "%.1f s", key[0], key[0], key[1], getattr(err, "reason", None) or err, pause)
                     await asyncio.sleep(pause)
-                    pause *= 2
-        held = self._held.get(key)
-        if held is not None and held[0] is resumption:
-            del self._held[key]
-            self.file(held[1])
+                    pause = min(pause * 2, LONGEST_PAUSE)
+            held = self._held.get(key)
+            if held is not None and held[0] is resumption:
+                del self._held[key]
+                self.file(held[1])
+        finally:
+            # Cancelled (the controller stops): a later event of the Cluster starts a resumption anew.
+            if self._held.get(key, (None,))[0] is resumption:
+                del self._held[key]
 
 
 def _same_spec(obj: dict, than: dict) -> bool:

@@ -108,6 +108,9 @@ class Inventory:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict] = {}
         self.groups: dict[o.PoolKey, _PoolGroup] = {}
+        # Clusters are watched and filed here (Cluster API is installed): a claim of a Cluster not
+        # filed waits for it (``reconcile``).
+        self.clusters_served = True
         self.filed = 0  # objects stored so far, new or replacing another (what the collector may come to walk)
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
@@ -439,6 +442,7 @@ class Inventory:
             held_elsewhere=lambda version, ip: any(
                 self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
             cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
+            clusters_served=self.clusters_served,
             capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             model=model,

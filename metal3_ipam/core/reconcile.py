@@ -22,6 +22,10 @@ What it guarantees, whatever it is shown:
   API, is never handed out; where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
 - a claim whose own Cluster is paused is left alone, whatever its pool;
+- a claim whose Cluster (its own, or its pool's ``clusterName``) is not
+  known is given nothing new until it is: ``clusterctl move`` creates a
+  Cluster before its claims, and a claim seen first may still have a moved
+  address on its way. Its Ready condition says what it waits for;
 - a claim that cannot be served gets an error in its status and an Event,
   written only when the error changes, and does not stop the next claim;
 - nothing is written when nothing changed; a paused pool is left alone.
@@ -57,6 +61,7 @@ MAX_MESSAGE = 1024
 
 READY = "Ready"
 OVERLAPPING = "Overlapping"
+WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
 @dataclass
@@ -77,6 +82,8 @@ class Snapshot:
     capi_address_named: Callable[[str], dict | None] = lambda name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
     cluster_named: Callable[[str], dict | None] = lambda name: None
+    # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
+    clusters_served: bool = True
     # Parts of the pool's address set that an earlier, overlapping pool owns.
     withheld: list[Withheld] = field(default_factory=list)
     # The pool spec already read (the inventory keeps it per generation); read here when None.
@@ -286,6 +293,18 @@ class _Reconciler:
     def cluster_paused(self, cluster_name: str | None) -> bool:
         return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(cluster_name))
 
+    def missing_cluster(self, claim: dict | None) -> str | None:
+        """The Cluster the claim (by label or spec.clusterName) or the pool (spec.clusterName) belongs to,
+        when it is not known; None when every one is, or Clusters are not served at all."""
+        if not self.snap.clusters_served:
+            return None
+        names = [o.cluster_name_of(claim) if claim is not None else None,
+                 o.spec(self.pool_obj).get("clusterName") if self.pool_obj is not None else None]
+        return next((str(n) for n in names if n and self.snap.cluster_named(str(n)) is None), None)
+
+    def cluster_text(self, name: str) -> str:
+        return f"Cluster {self.snap.namespace}/{name}"
+
     def holds_anything(self, claim: dict) -> bool:
         key = o.claim_key(claim)
         return bool(self.ledger.addresses_of(key) or self.ledger.mirrors_of(key)) or o.is_deleting(claim)
@@ -352,6 +371,11 @@ class _Reconciler:
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
+        missing = self.missing_cluster(None)
+        if missing is not None and self.pool is not None:
+            ready = _condition(current, READY, "False", WAITING_FOR_CLUSTER,
+                               f"{self.cluster_text(missing)} (spec.clusterName) not found: no address is "
+                               "handed out until it exists", self.snap.now)
         if o.is_deleting(pool):
             ready = _condition(current, READY, "False", "Deleting", "the pool is being deleted", self.snap.now)
         conditions = [ready]
@@ -599,6 +623,10 @@ class _Reconciler:
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"spec.pool.namespace {foreign!r} must be the claim's own namespace "
                              f"{o.namespace(claim)!r}: an address cannot be owned across namespaces")
+        missing = self.missing_cluster(claim)
+        if missing is not None:
+            return self.wait(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
+                                          "once it exists (a moved Cluster's claims may be seen before it)")
         pool_ref = f"IPPool {self.snap.namespace}/{self.snap.pool_name}"
         if self.pool_obj is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} not found")
@@ -633,10 +661,16 @@ class _Reconciler:
         if self.set_claim_status(claim, step, error=(reason, message)):
             step.add(Event(o.ref(claim), "Warning", reason, message))
 
+    def wait(self, claim: dict, step: Step, message: str) -> None:
+        """Not served yet, and not failed: the Ready condition says why, no error (Cluster API Metal3
+        takes an IPClaim's errorMessage for a failure of the machine), no Event."""
+        self.set_claim_status(claim, step, waiting=(WAITING_FOR_CLUSTER, _bounded(message)))
+
     # -- what claims and addresses look like -----------------------------------
 
     def set_claim_status(self, claim: dict, step: Step, address: dict | None = None,
-                         error: tuple[str, str] | None = None, mirror: dict | None = None) -> bool:
+                         error: tuple[str, str] | None = None, mirror: dict | None = None,
+                         waiting: tuple[str, str] | None = None) -> bool:
         """Write the claim's status if it differs; True when a write was planned.
 
         A Cluster API claim is bound to its Cluster API address (``mirror``),
@@ -650,6 +684,9 @@ class _Reconciler:
                                f"bound to {o.spec(address).get('address')}", self.snap.now, v1beta1)
             desired: dict[str, Any] = ({"addressRef": {"name": o.name(mirror)}} if capi else
                                        {"address": {"name": o.name(address), "namespace": o.namespace(address)}})
+        elif waiting is not None:
+            ready = _condition(current, READY, "False", *waiting, self.snap.now, v1beta1)
+            desired = {}
         else:
             reason, message = error
             ready = _condition(current, READY, "False", reason, message, self.snap.now, v1beta1)
@@ -824,7 +861,7 @@ def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, m
     condition = {"type": type_, "status": value, "reason": reason, "message": message,
                  "lastTransitionTime": since or now}
     if v1beta1 and value != "True":
-        condition["severity"] = "Error" if reason != "PoolExhausted" else "Warning"
+        condition["severity"] = {"PoolExhausted": "Warning", WAITING_FOR_CLUSTER: "Info"}.get(reason, "Error")
     return condition
 
 

@@ -18,10 +18,11 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator
 
+import pytest
+
 from metal3_ipam.controller.operator import Controller, Listing
-from metal3_ipam.controller.resuming import ATTEMPTS
 from metal3_ipam.core import kinds
-from metal3_ipam.testing.listing import at_hand
+from metal3_ipam.testing.listing import at_hand, read
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from test_break_paged_listing import WatchedKicks
@@ -127,27 +128,144 @@ def test_the_deletion_of_the_cluster_moved_away_does_not_end_the_resumption_of_t
     assert creates(inventory) == []
 
 
-def test_a_listing_failing_with_anything_is_tried_three_times_and_the_cluster_filed_all_the_same():
+def test_a_listing_failing_with_anything_is_tried_again_until_it_goes_through_and_only_then_is_the_cluster_filed():
     """Not only refusals (OSError, ApiException): a page that cannot be read (a ValueError from its
-    decoding) fails the LIST as well. It is tried ``ATTEMPTS`` times in all, and then the Cluster is
-    filed anyway, not held for good (SPEC §10, 2: a Cluster held for good leaves its claims unserved)."""
-    inventory, unpaused, _ = moved_state()
+    decoding) fails the LIST as well. It is tried again, with a pause that grows to a bound, for as
+    long as it fails: the Cluster stays paused here meanwhile (filed without the listing, a claim whose
+    moved address has not come would get another IP: SPEC §10, 2 and 4), and is filed once it goes through."""
+    inventory, unpaused, listing = moved_state()
     asked: list[str] = []
+    failures = 5
 
     def unreadable(token):
         raise ValueError("the page is not JSON")
 
     def relist(namespace: str) -> list[Listing]:
         asked.append(namespace)
-        return [Listing(kinds.IPADDRESS, namespace, unreadable)]
+        if len(asked) <= failures:
+            return [Listing(kinds.IPADDRESS, namespace, unreadable)]
+        return [listing]
 
     async def scenario() -> None:
         controller = Controller(inventory, WatchedKicks(inventory), writer=None, relist=relist)
-        controller.resumptions.pause = 0.01
+        controller.resumptions.pause = 0.001
         controller.on_event("MODIFIED", copy.deepcopy(unpaused))
-        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(asked) < failures:
+            assert asyncio.get_running_loop().time() < deadline and controller.resumptions.tasks, (
+                f"tried {len(asked)} times, then given up")
+            await asyncio.sleep(0.001)
+        assert o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1")), "filed while its listing failed"
         await asyncio.gather(*controller.resumptions.tasks)
 
     asyncio.run(scenario())
-    assert asked == [NS] * ATTEMPTS
+    assert asked == [NS] * (failures + 1)
     assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+    assert creates(inventory) == []
+
+
+def test_a_resumption_cancelled_leaves_nothing_held():
+    """A Cluster's resumption is cancelled while its LIST is under way (the controller stops). What it
+    held goes with it, so a later event of the Cluster starts a resumption of its own rather than being
+    taken for news of one that will never end (the Cluster then never filed)."""
+    inventory, unpaused, before, after, version = the_move_there_and_back()
+    listings = HeldListings(before, after)
+    listings.created = True
+
+    async def scenario() -> None:
+        controller = Controller(inventory, WatchedKicks(inventory), writer=None, relist=listings.relist)
+        try:
+            controller.on_event("MODIFIED", copy.deepcopy(unpaused))
+            [task] = list(controller.resumptions.tasks)
+            await until(listings.asked[0], "the first LIST went out")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            controller.on_event("MODIFIED", at(unpaused, version + 30))
+            assert controller.resumptions.tasks, "the later event was taken for news of the cancelled resumption"
+            listings.release[1].set()
+            await asyncio.gather(*controller.resumptions.tasks)
+        finally:
+            listings.release_all()
+
+    asyncio.run(scenario())
+    assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
+    assert creates(inventory) == []
+
+
+def _moved_without_cluster(cluster_name: str | None):
+    """The moved state split as streams deliver it: the pool and the claims (no Cluster, no address),
+    the paused Cluster, its addresses, its unpause, and the LIST of the namespace's addresses."""
+    source, unpaused, listing = moved_state()
+    cluster_paused = copy.deepcopy(source.get(kinds.CLUSTER, NS, "c1"))
+    moved_addresses, _ = read(listing)
+    others = [copy.deepcopy(obj) for obj in source.objects.values()
+              if kinds.kind_of(obj) not in (kinds.CLUSTER, kinds.IPADDRESS)]
+    for obj in others:
+        if kinds.kind_of(obj) == kinds.IPPOOL and cluster_name:
+            obj["spec"]["clusterName"] = cluster_name
+    order = {kinds.IPPOOL: 0, kinds.IPCLAIM: 1}
+    others.sort(key=lambda obj: order.get(kinds.kind_of(obj), 2))
+    return others, cluster_paused, moved_addresses, unpaused, listing
+
+
+@pytest.mark.parametrize("cluster_name", [None, "c1"], ids=["shared pool", "pool of the Cluster"])
+def test_claims_of_a_moved_cluster_not_seen_yet_are_not_served_before_their_addresses(cluster_name):
+    """clusterctl move creates the Cluster paused first, then its pool, its claims, and the claims'
+    addresses after them (owners first), and unpauses the Cluster last. The Cluster comes by kopf's
+    watch, the rest by streams of their own: when kopf's lags (its stream cut and listed again, a
+    backlog), the pool and the claims are filed while no Cluster of that name is known. A claim of a
+    Cluster not known is given nothing (SPEC §10, 2 and 4): its moved address may be on its way. So
+    with a pool shared by Clusters (the claims name c1 by label), and with a pool of c1's own
+    (``clusterName``), which the Go IPAM leaves alone while it cannot find its Cluster."""
+    others, cluster_paused, moved_addresses, unpaused, listing = _moved_without_cluster(cluster_name)
+    inventory = Inventory()
+    kicks = WatchedKicks(inventory)
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None, relist=lambda namespace: [listing])
+        for obj in others:  # the pool, then the claims: their watch is ahead of kopf's
+            controller.on_event("ADDED", obj)
+        controller.on_event("ADDED", cluster_paused)  # kopf's lagging event
+        for address in moved_addresses:
+            controller.on_event("ADDED", copy.deepcopy(address))
+        controller.on_event("MODIFIED", copy.deepcopy(unpaused))
+        await asyncio.gather(*controller.resumptions.tasks)
+
+    asyncio.run(scenario())
+    allocated = [names for names in kicks.created if names]
+    assert not allocated, (
+        f"while the moved Cluster was not known yet, a pass would allocate anew for its claims: {allocated}")
+    _resumed_with_every_address(inventory, kicks)
+
+
+def test_a_moved_cluster_first_seen_unpaused_waits_for_its_addresses_listed_again():
+    """kopf folds the events of a short while into one (its batch window), and lists again after its
+    stream was cut: the first the controller hears of a moved Cluster may be that it runs, while the
+    address watch has not brought its moved addresses yet. Such a Cluster is held like one seen
+    resuming: filed once a LIST of its namespace's addresses, begun after it was seen, is in. Until
+    then its claims wait for it, and no pass allocates anew."""
+    others, _, moved_addresses, unpaused, listing = _moved_without_cluster(None)
+    inventory = Inventory()
+    kicks = WatchedKicks(inventory)
+    listings = HeldListings(at_hand(kinds.IPADDRESS, NS, [], "1"), listing)
+    listings.created = True
+
+    async def scenario() -> None:
+        controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
+        try:
+            for obj in others:
+                controller.on_event("ADDED", obj)
+            controller.on_event("ADDED", copy.deepcopy(unpaused))  # created paused and unpaused, as one event
+            assert inventory.get(kinds.CLUSTER, NS, "c1") is None, "filed before its addresses were listed"
+            await until(listings.asked[0], "the namespace's addresses listed again")
+            kicks.kick({o.PoolKey(NS, "pool1")})
+            listings.release[0].set()
+            await asyncio.gather(*controller.resumptions.tasks)
+        finally:
+            listings.release_all()
+
+    asyncio.run(scenario())
+    allocated = [names for names in kicks.created if names]
+    assert not allocated, f"a pass would allocate anew before the moved addresses were in: {allocated}"
+    assert inventory.get(kinds.CLUSTER, NS, "c1") is not None
+    assert sorted(o.name(a) for a in inventory.of_kind(kinds.IPADDRESS)) == sorted(o.name(a) for a in moved_addresses)

@@ -68,7 +68,8 @@ def test_address_object_carries_entry_values_refs_owners_and_claim_labels():
                   pools=[{"start": "192.168.0.10", "end": "192.168.0.10", "prefix": 25, "gateway": "192.168.0.2",
                           "dnsServers": ["1.1.1.1"]},
                          {"start": "192.168.0.20", "end": "192.168.0.20"}])
-    api = converged(pool, ipclaim("a", labels={"team": "x", kinds.CLUSTER_NAME_LABEL: "cluster1"}), ipclaim("b"))
+    api = converged(cluster("cluster1"), pool, ipclaim("a", labels={"team": "x", kinds.CLUSTER_NAME_LABEL: "cluster1"}),
+                    ipclaim("b"))
     a = get(api, ADDRESS, "pool1-192-168-0-10")
     assert a["apiVersion"] == "ipam.metal3.io/v1alpha1" and a["kind"] == "IPAddress"
     assert a["spec"] == {"address": "192.168.0.10", "prefix": 25, "gateway": "192.168.0.2", "dnsServers": ["1.1.1.1"],
@@ -263,7 +264,7 @@ def test_conditions_keep_their_transition_time():
 def test_capi_claim_gets_a_locking_metal3_address_and_a_capi_mirror():
     pool = ippool(prefix=24, gateway="192.168.0.1")
     claim = capi_claim("m0", labels={kinds.CLUSTER_NAME_LABEL: "cluster1", "other": "x"})
-    api = converged(pool, claim)
+    api = converged(cluster("cluster1"), pool, claim)
     assert ip_of(api, "m0", kind="IPAddressClaim") == "192.168.0.10"
     lock = get(api, ADDRESS, "pool1-192-168-0-10")
     assert lock["spec"]["claim"] == {"apiVersion": CAPI, "kind": "IPAddressClaim", "name": "m0", "namespace": NS}

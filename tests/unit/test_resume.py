@@ -96,24 +96,6 @@ def test_resuming_cluster_waits_for_the_addresses_listed_again():
     assert creates(inventory) == []  # c is bound to its moved address
 
 
-def test_a_failed_listing_does_not_hold_the_cluster_for_good():
-    inventory, unpaused, _ = moved_state()
-
-    def refused(token):
-        raise OSError("connection refused")
-
-    def relist(namespace: str) -> list[Listing]:
-        return [Listing(kinds.IPADDRESS, namespace, refused)]
-
-    async def scenario() -> None:
-        controller = Controller(inventory, Kicks(), writer=None, relist=relist)
-        controller.file(unpaused)
-        await asyncio.gather(*controller.resumptions.tasks)
-
-    asyncio.run(scenario())
-    assert not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
-
-
 def test_a_cluster_deleted_while_resuming_is_not_filed_again():
     inventory, unpaused, listing = moved_state()
 
