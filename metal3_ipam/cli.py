@@ -28,6 +28,7 @@ from . import manifests
 from .core import kinds
 from .core import objects as o
 from .core.problems import Problem
+from .core.reconcile import WAITING_FOR_CLUSTER
 from .core.validation import addresses_in_use, overlap_problems, validate, validate_delete, validate_update
 from .memory import MemoryApi, converge
 
@@ -193,11 +194,18 @@ def _plan(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     api = MemoryApi(now=now)
+    # Files without any Cluster plan as if each Cluster named exists and runs; with Clusters, as the
+    # controller does: a claim of a Cluster not among them waits for it.
+    api.inventory.clusters_served = any(kinds.kind_of(item.obj) == kinds.CLUSTER for item in loaded)
     for item in loaded:
         api.load(item.obj)
     converge(api, rng=random.Random(args.seed))
     for event in api.events:
         print(f"event: {event.target}: {event.type} {event.reason}: {event.message}", file=sys.stderr)
+    for obj in api.inventory.objects.values():
+        ready = next((c for c in o.status(obj).get("conditions") or [] if c.get("type") == "Ready"), None)
+        if ready and ready.get("reason") == WAITING_FOR_CLUSTER:
+            print(f"waits: {obj['kind']} {o.namespace(obj)}/{o.name(obj)}: {ready.get('message')}", file=sys.stderr)
     items = sorted(api.inventory.objects.values(),
                    key=lambda obj: _PRINT_ORDER.index(kinds.kind_of(obj)))
     items = [_presentable(obj) for obj in items]

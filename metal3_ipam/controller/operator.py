@@ -98,7 +98,7 @@ class Controller:
 
     def __post_init__(self) -> None:
         if self.relist is not None:
-            self.resumptions = Resumptions(self.inventory, self._relist_addresses, self._file_now)
+            self.resumptions = Resumptions(self.inventory, self._relist_addresses, self._file_now, self._remove)
 
     def file(self, obj: dict) -> None:
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
@@ -132,6 +132,9 @@ class Controller:
     def forget(self, obj: dict) -> None:
         if kinds.kind_of(obj) == kinds.CLUSTER and self.resumptions is not None:
             self.resumptions.forget(obj)
+        self._remove(obj)
+
+    def _remove(self, obj: dict) -> None:
         self.workers.kick(self.inventory.remove(obj))
 
     async def settle(self, listing: "Listing", first: bool = False) -> str | None:

@@ -8,14 +8,17 @@ while it is paused here is not filed at once: it is held, its namespace's
 addresses are listed again (a LIST begun after the unpause, so it holds
 every moved address), and only then is the Cluster filed.
 
-So is a Cluster seen unpaused that is not filed at all: its pause may never
-have been seen (kopf folds the events of a short while into one, and lists
-again after its stream was cut). Until it is filed, its claims wait for it
-(``reconcile``). Only the start-up listing of Clusters files them at once:
-every listing of addresses comes after it, and no pool is looked at before.
+So is a Cluster seen unpaused that is not filed at all, or filed under
+another uid (made anew, its deletion never told: that one is taken out):
+its pause may never have been seen (kopf folds the events of a short while
+into one, and lists again after its stream was cut). Until it is filed, its
+claims wait for it (``reconcile``). Only the start-up listing of Clusters
+files them at once: every listing of addresses comes after it, and no pool
+is looked at before.
 
-Each resumption is its own: a listing releases only the Cluster it was
-begun for. A Cluster paused again, deleted, made anew, or whose spec changed
+One listing per namespace at a time serves every Cluster held before it
+began (Clusters created together cost one), and releases only those.
+Each resumption is its own: a Cluster paused again, deleted, made anew, or whose spec changed
 while it is held (a pause and an unpause seen only as their sum, by a
 listing) ends that resumption, and its next unpause waits for a listing of
 its own.
@@ -39,18 +42,27 @@ log = logging.getLogger("metal3_ipam.resuming")
 # The pauses between tries of a namespace's addresses listing: the first, and the longest.
 FIRST_PAUSE = 0.5
 LONGEST_PAUSE = 30.0
+# How long a namespace's listing waits for more Clusters to hold before it begins: Clusters created
+# together (a fleet applied at once, kopf's first listing) are released by one listing, not one each.
+GATHER = 0.05
 
 ClusterKey = tuple[str, str]  # namespace, name
 
 
 class Resumptions:
     def __init__(self, inventory: Inventory, relist: Callable[[str], Awaitable[None]],
-                 file: Callable[[dict], None], pause: float = FIRST_PAUSE) -> None:
+                 file: Callable[[dict], None], drop: Callable[[dict], None] = lambda obj: None,
+                 pause: float = FIRST_PAUSE, gather: float = GATHER) -> None:
         self.inventory = inventory
         self.relist = relist  # lists a namespace's addresses again, into the inventory
         self.file = file  # files a Cluster at last
+        self.drop = drop  # takes a Cluster out of the inventory (one made anew replaces it)
         self.pause = pause
+        self.gather = gather
         self._held: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
+        # Per namespace, the resumptions that wait for its next listing (one not begun yet), and its lister.
+        self._waiting: dict[str, list[tuple[ClusterKey, Any]]] = {}
+        self._listers: dict[str, asyncio.Task] = {}
         self.tasks: set[asyncio.Task] = set()  # the listings under way
 
     def hold(self, obj: dict) -> bool:
@@ -72,13 +84,23 @@ class Resumptions:
             # Paused again, or another Cluster, or its spec changed (a pause and an unpause missed in
             # between, as a listing would show them): this resumption is over.
             del self._held[key]
-        if o.cluster_paused(obj) or (stored is not None and not o.cluster_paused(stored)):
+        if o.cluster_paused(obj):
+            return False
+        if stored is not None and o.meta(stored).get("uid") != o.meta(obj).get("uid"):
+            # Made anew (restored, moved back) while the one before it is still filed: its deletion was
+            # never told (kopf tells none it missed while its stream was cut). Its claims must not pass
+            # for claims of a running Cluster meanwhile.
+            self.drop(stored)
+        elif stored is not None and not o.cluster_paused(stored):
             return False
         resumption = object()
         self._held[key] = (resumption, obj)
-        task = asyncio.get_running_loop().create_task(self._resume(key, resumption))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._waiting.setdefault(key[0], []).append((key, resumption))
+        if key[0] not in self._listers:
+            task = asyncio.get_running_loop().create_task(self._list_for(key[0]))
+            self._listers[key[0]] = task
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
         return True
 
     def forget(self, cluster: dict) -> None:
@@ -89,27 +111,43 @@ class Resumptions:
         if held is not None and (uid is None or uid == o.meta(held[1]).get("uid")):
             del self._held[key]
 
-    async def _resume(self, key: ClusterKey, resumption: Any) -> None:
+    def _current(self, key: ClusterKey, resumption: Any) -> bool:
+        return self._held.get(key, (None,))[0] is resumption
+
+    async def _list_for(self, namespace: str) -> None:
+        """List the namespace's addresses again for as long as Clusters wait for it; each listing
+        releases the Clusters held before it began."""
+        batch: list[tuple[ClusterKey, Any]] = []
         try:
-            await asyncio.sleep(0)  # the event that started this is recorded first
-            pause = self.pause
-            while self._held.get(key, (None,))[0] is resumption:
-                try:
-                    await self.relist(key[0])
-                    break
-                except Exception as err:
-                    log.warning("listing the addresses of %s before Cluster %s/%s is filed failed: %s; again in "
-                                "%.1f s", key[0], key[0], key[1], getattr(err, "reason", None) or err, pause)
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, LONGEST_PAUSE)
-            held = self._held.get(key)
-            if held is not None and held[0] is resumption:
-                del self._held[key]
-                self.file(held[1])
+            while True:
+                await asyncio.sleep(self.gather)  # the event that started this is recorded first, and others join
+                batch = [(k, r) for k, r in self._waiting.pop(namespace, []) if self._current(k, r)]
+                if not batch:
+                    return
+                await self._relist_until_done(namespace, batch)
+                for key, resumption in batch:
+                    if self._current(key, resumption):
+                        self.file(self._held.pop(key)[1])
+                batch = []
         finally:
-            # Cancelled (the controller stops): a later event of the Cluster starts a resumption anew.
-            if self._held.get(key, (None,))[0] is resumption:
-                del self._held[key]
+            del self._listers[namespace]
+            # Cancelled (the controller stops): what waited goes, so a later event of a Cluster starts anew.
+            for key, resumption in [*self._waiting.pop(namespace, []), *batch]:
+                if self._current(key, resumption):
+                    del self._held[key]
+
+    async def _relist_until_done(self, namespace: str, batch: list[tuple[ClusterKey, Any]]) -> None:
+        pause = self.pause
+        while any(self._current(k, r) for k, r in batch):
+            try:
+                await self.relist(namespace)
+                return
+            except Exception as err:
+                names = ", ".join(f"{k[0]}/{k[1]}" for k, r in batch if self._current(k, r))
+                log.warning("listing the addresses of %s before Cluster(s) %s are filed failed: %s; again in "
+                            "%.1f s", namespace, names, getattr(err, "reason", None) or err, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, LONGEST_PAUSE)
 
 
 def _same_spec(obj: dict, than: dict) -> bool:

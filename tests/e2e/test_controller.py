@@ -98,6 +98,7 @@ def test_seed_pool_and_samples(controller, kube):
 def test_ipclaim_allocation_and_release(controller, kube):
     pool = kube.pool("p", namePrefix="node", pools=[{"start": "10.10.0.5", "end": "10.10.0.9"}], prefix=24,
                      gateway="10.10.0.1", dnsServers=["10.10.0.53"])
+    kube.cluster("c1")  # the claims' Cluster: a claim of a Cluster not known waits for it
     kube.claim("a", "p", labels={CLUSTER_NAME_LABEL: "c1", "role": "worker"})
     address = kube.bound("a")
     claim = kube.ipclaim("a")
@@ -135,6 +136,7 @@ def test_ipclaim_allocation_and_release(controller, kube):
 def test_capi_claim_allocation(controller, kube, version):
     pool = kube.pool("p", namePrefix="capi", pools=[{"subnet": "10.20.0.0/29", "gateway": "10.20.0.1"}],
                      prefix=29)
+    kube.cluster("c1")  # the claims' Cluster: a claim of a Cluster not known waits for it
     kube.capi_claim("m0-eth0", "p", version=version, labels={CLUSTER_NAME_LABEL: "c1", "other": "x"})
     # Claims for another provider's pools are not ours, even with the same pool name.
     kube.capi_claim("foreign-kind", "p", kind="InClusterIPPool")

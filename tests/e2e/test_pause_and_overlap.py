@@ -211,12 +211,13 @@ def test_shared_pool_pause_follows_each_claims_cluster(controller, kube, control
         assert all(ips_by_name(state, {name for _, name in A_NEW}).values())
 
         # A claim of a Cluster that is gone (paused, then deleted) and one whose Cluster never existed
-        # are still released on deletion.
+        # are still released on deletion (the latter waits for its Cluster, holding nothing).
         kube.cluster("cd")
+        ghosts = {"ghost-ipc", "ghost-spec-0"}
         for kind, name, cluster in (("IPClaim", "d-ipc", "cd"), ("IPAddressClaim", "d-spec-0", "cd"),
                                     ("IPClaim", "ghost-ipc", "ghost"), ("IPAddressClaim", "ghost-spec-0", "ghost")):
             _create(kube, kind, name, cluster, _how(name))
-        wait_converged(kube, expect_errors=set())
+        wait_converged(kube, expect_errors=ghosts, error_reasons={"WaitingForCluster"})
         pause(kube, "cd", True)
         cluster_barrier(kube)
         kube.delete(CLUSTER, "clusters", "cd")
@@ -333,3 +334,35 @@ def test_addresses_of_another_pool_are_never_handed_out(controller, kube, contro
         recorder.drain(kube)
     findings = recorder.replay(claims_keep_their_ips())
     assert not findings, "at some moment:\n" + "\n".join(findings[:40])
+
+
+def test_a_claim_waits_for_its_cluster_and_says_so_then_is_served_once_it_exists(controller, kube):
+    """A claim labelled with a Cluster that does not exist (yet) gets no address: its Ready condition
+    says it waits for that Cluster, with no errorMessage and no Warning Event; a pool whose
+    spec.clusterName names no Cluster says the same. Once the Cluster is created, both are served."""
+    kube.pool("shared", pools=[{"start": "10.175.0.10", "end": "10.175.0.19"}], prefix=24)
+    kube.pool("own", clusterName="later", pools=[{"start": "10.176.0.10", "end": "10.176.0.19"}], prefix=24)
+    kube.claim("labelled", "shared", labels={CLUSTER_NAME_LABEL: "later"})
+    kube.claim("of-own-pool", "own")
+    kube.claim("nobody", "shared")
+    kube.bound("nobody")  # created last, in the same stream: the others have been looked at
+
+    def waiting(obj: dict | None) -> dict | None:
+        ready = condition(obj, "Ready")
+        return ready if ready and ready["reason"] == "WaitingForCluster" else None
+
+    for name in ("labelled", "of-own-pool"):
+        ready = eventually(lambda: waiting(kube.ipclaim(name)), timeout=30, what=f"{name} to say it waits")
+        assert ready["status"] == "False" and f"Cluster {kube.ns}/later not found" in ready["message"], ready
+        assert "errorMessage" not in kube.ipclaim(name)["status"]
+    ready = eventually(lambda: waiting(kube.ippool("own")), timeout=30, what="pool own to say it waits")
+    assert "spec.clusterName" in ready["message"], ready
+    assert {a["spec"]["claim"]["name"] for a in kube.addresses()} == {"nobody"}
+    assert not [e for e in kube.events() if e.type == "Warning"], [e.message for e in kube.events()]
+
+    kube.cluster("later")
+    taken = kube.bound("nobody")["spec"]["address"]
+    assert kube.bound("labelled")["spec"]["address"] not in (taken, None)
+    assert kube.bound("of-own-pool")["spec"]["address"].startswith("10.176.0.")
+    eventually(lambda: (condition(kube.ippool("own"), "Ready") or {}).get("status") == "True",
+               timeout=30, what="pool own to be Ready")

@@ -63,10 +63,13 @@ async def until(flag: threading.Event, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def until_done(future: asyncio.Future, what: str) -> None:
+async def until_done(future: asyncio.Future, what: str, listings: HeldListings | None = None,
+                     listed: int = 0) -> None:
+    """Until ``future`` (a namespace's lister) is done, or, with ``listings``, until LIST ``listed`` was
+    dealt with: the lister goes on to the next LIST only once the Clusters the last one served are filed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE
-    while not future.done():
+    while not (future.done() or (listings is not None and listings.asked[listed + 1].is_set())):
         assert loop.time() < deadline, f"never: {what}"
         await asyncio.sleep(0.01)
 
@@ -110,7 +113,7 @@ def _a_second_resumption_while_the_first_lists(between) -> tuple[list[str], bool
             [first] = list(controller.resumptions.tasks)
             between(controller, unpaused, version, listings)
             listings.release[0].set()  # the first LIST ends; any other is still on its way
-            await until_done(first, "the first resumption ended")
+            await until_done(first, "the first resumption ended", listings)
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
             listings.release_all()
@@ -185,7 +188,7 @@ def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that
             controller.on_event("MODIFIED", paused(at(unpaused, version + 5), False))
             listings.release[0].set()
             for task in started:
-                await until_done(task, "the stale copy's resumption ended")
+                await until_done(task, "the stale copy's resumption ended", listings)
             return creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
         finally:
             listings.release_all()

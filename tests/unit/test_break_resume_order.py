@@ -75,7 +75,7 @@ def test_a_pause_and_unpause_seen_only_by_a_listing_while_held_waits_for_a_listi
             listings.created = True  # paused again, c's moved address created, unpaused again
             await controller.settle(_clusters_listed(unpaused_again, version=version + 6))
             listings.release[0].set()  # LIST 0 ends; any LIST begun since is still on its way
-            await until_done(first, "the first resumption ended")
+            await until_done(first, "the first resumption ended", listings)
             result = creates(inventory), o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1"))
             # kopf's lagging events come at last.
             controller.on_event("MODIFIED", copy.deepcopy(paused_again))
@@ -119,7 +119,7 @@ def test_the_deletion_of_the_cluster_moved_away_does_not_end_the_resumption_of_t
             [resumption] = list(controller.resumptions.tasks)
             controller.on_event("DELETED", at(old, version + 1))  # uid1's deletion, late
             listings.release[0].set()
-            await until_done(resumption, "uid2's resumption ended")
+            await until_done(resumption, "uid2's resumption ended", listings)
             return copy.deepcopy(inventory.get(kinds.CLUSTER, NS, "c1"))
 
     filed = asyncio.run(scenario())

@@ -86,3 +86,17 @@ def test_without_cluster_api_a_cluster_label_holds_nothing_up():
     api.inventory.clusters_served = False
     converge(api)
     assert ip_of(api, "a") == "192.168.0.10"
+
+
+def test_plan_with_clusters_in_its_files_says_on_stderr_which_claims_wait_for_which_cluster(capsys, tmp_path):
+    """``plan`` over files that hold Clusters, but not the one a claim names: the claim waits, as in the
+    controller, and stderr says so (files without any Cluster plan as if every Cluster named runs)."""
+    import yaml
+    from test_cli import run
+
+    files = tmp_path / "objects.yaml"
+    files.write_text(yaml.safe_dump_all([cluster("other"), ippool(), ipclaim("a", labels=LABEL)]))
+    code, out, err = run(capsys, "plan", "-f", str(files))
+    assert code == 0
+    assert not [d for d in yaml.safe_load_all(out) if d and d["kind"] == "IPAddress"]
+    assert f"waits: IPClaim {NS}/a: Cluster {NS}/c1 not found" in err, err
