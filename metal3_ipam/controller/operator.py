@@ -160,6 +160,8 @@ class Controller:
                     version = version or page.resource_version
                     await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
+        if hold is not None and self.resumptions is not None:
+            self.resumptions.listed(listing.namespace, filing.seen, version)  # held ones it proves gone
         return version
 
 

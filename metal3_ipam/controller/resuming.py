@@ -18,10 +18,12 @@ is looked at before.
 
 One listing per namespace at a time serves every Cluster held before it
 began (Clusters created together cost one), and releases only those.
-Each resumption is its own: a Cluster paused again, deleted, made anew, or whose spec changed
-while it is held (a pause and an unpause seen only as their sum, by a
-listing) ends that resumption, and its next unpause waits for a listing of
-its own.
+Each resumption is its own: a Cluster paused again, deleted (told, or
+proved by a LIST of Clusters), made anew, or moved by two spec writes or
+more while it is held (a pause and an unpause seen only as their sum, by
+folded events or a listing; one write cannot do both) ends that resumption,
+and its next unpause waits for a listing of its own. A Cluster filed
+running and seen running again two writes or more later waits the same way.
 A listing that fails is tried again, with a growing pause, for as long as
 it fails: filing the Cluster without it would risk the very IP it guards.
 """
@@ -35,7 +37,7 @@ from typing import Any
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.inventory import Inventory, older
+from ..core.inventory import Inventory, older, version_number
 
 log = logging.getLogger("metal3_ipam.resuming")
 
@@ -63,6 +65,7 @@ class Resumptions:
         # Per namespace, the resumptions that wait for its next listing (one not begun yet), and its lister.
         self._waiting: dict[str, list[tuple[ClusterKey, Any]]] = {}
         self._listers: dict[str, asyncio.Task] = {}
+        self._batches: dict[asyncio.Task, list[tuple[ClusterKey, Any]]] = {}  # what each lister's LIST serves
         self.tasks: set[asyncio.Task] = set()  # the listings under way
 
     def hold(self, obj: dict) -> bool:
@@ -78,30 +81,44 @@ class Resumptions:
             resumption, newest = held
             if older(obj, newest):
                 return True  # older than what is held: nothing new
-            if not o.cluster_paused(obj) and _same_spec(obj, newest):
+            if not o.cluster_paused(obj) and not _may_have_paused(newest, obj):
                 self._held[key] = (resumption, obj)  # still resuming: the listing under way was begun after
                 return True
-            # Paused again, or another Cluster, or its spec changed (a pause and an unpause missed in
-            # between, as a listing would show them): this resumption is over.
+            # Paused again, or another Cluster, or paused and unpaused in between (seen only as their
+            # sum, as kopf's folded events or a listing show them): this resumption is over.
             del self._held[key]
         if o.cluster_paused(obj):
             return False
-        if stored is not None and o.meta(stored).get("uid") != o.meta(obj).get("uid"):
-            # Made anew (restored, moved back) while the one before it is still filed: its deletion was
-            # never told (kopf tells none it missed while its stream was cut). Its claims must not pass
-            # for claims of a running Cluster meanwhile.
+        if stored is not None and not o.cluster_paused(stored):
+            if not _may_have_paused(stored, obj):
+                return False
+            # Made anew (restored, moved back) while the one before it is still filed running (its
+            # deletion never told: kopf tells none it missed while its stream was cut), or paused and
+            # unpaused since it was filed: its claims must not pass for claims of a running Cluster
+            # until its addresses are listed again.
             self.drop(stored)
-        elif stored is not None and not o.cluster_paused(stored):
-            return False
         resumption = object()
         self._held[key] = (resumption, obj)
         self._waiting.setdefault(key[0], []).append((key, resumption))
-        if key[0] not in self._listers:
+        lister = self._listers.get(key[0])
+        if lister is None or lister.cancelling():  # one being cancelled serves nothing more
             task = asyncio.get_running_loop().create_task(self._list_for(key[0]))
             self._listers[key[0]] = task
             self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(lambda done, namespace=key[0]: self._lister_ended(namespace, done))
         return True
+
+    def listed(self, namespace: str | None, seen: set, version: str | None) -> None:
+        """A LIST of Clusters (of ``namespace``, or of all) taken at ``version`` is in: a Cluster held,
+        not in it, and older than it, is gone; its lister must not file it."""
+        at = version_number(version)
+        if at is None:
+            return
+        for key, (_, newest) in list(self._held.items()):
+            held_at = version_number(o.meta(newest).get("resourceVersion"))
+            if (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
+                    and held_at is not None and held_at <= at:
+                del self._held[key]
 
     def forget(self, cluster: dict) -> None:
         """The Cluster is gone: what is held of it goes too (not what is held of another one of its name)."""
@@ -117,24 +134,31 @@ class Resumptions:
     async def _list_for(self, namespace: str) -> None:
         """List the namespace's addresses again for as long as Clusters wait for it; each listing
         releases the Clusters held before it began."""
-        batch: list[tuple[ClusterKey, Any]] = []
-        try:
-            while True:
-                await asyncio.sleep(self.gather)  # the event that started this is recorded first, and others join
-                batch = [(k, r) for k, r in self._waiting.pop(namespace, []) if self._current(k, r)]
-                if not batch:
-                    return
-                await self._relist_until_done(namespace, batch)
-                for key, resumption in batch:
-                    if self._current(key, resumption):
-                        self.file(self._held.pop(key)[1])
-                batch = []
-        finally:
-            del self._listers[namespace]
-            # Cancelled (the controller stops): what waited goes, so a later event of a Cluster starts anew.
-            for key, resumption in [*self._waiting.pop(namespace, []), *batch]:
+        while True:
+            await asyncio.sleep(self.gather)  # the event that started this is recorded first, and others join
+            batch = [(k, r) for k, r in self._waiting.pop(namespace, []) if self._current(k, r)]
+            if not batch:
+                return
+            me = asyncio.current_task()
+            self._batches[me] = batch
+            await self._relist_until_done(namespace, batch)
+            for key, resumption in batch:
                 if self._current(key, resumption):
-                    del self._held[key]
+                    self.file(self._held.pop(key)[1])
+            del self._batches[me]
+
+    def _lister_ended(self, namespace: str, task: asyncio.Task) -> None:
+        """A lister ended: returned, or cancelled (the controller stops; also before it ever ran, when
+        no ``finally`` of its own would run). What it was to serve goes, so that a later event of one
+        of those Clusters (or the resync's listing) starts a resumption anew."""
+        self.tasks.discard(task)
+        dropped = self._batches.pop(task, [])
+        if self._listers.get(namespace) is task:  # else another lister serves what waits
+            del self._listers[namespace]
+            dropped += self._waiting.pop(namespace, [])
+        for key, resumption in dropped:
+            if self._current(key, resumption):
+                del self._held[key]
 
     async def _relist_until_done(self, namespace: str, batch: list[tuple[ClusterKey, Any]]) -> None:
         pause = self.pause
@@ -150,6 +174,11 @@ class Resumptions:
                 pause = min(pause * 2, LONGEST_PAUSE)
 
 
-def _same_spec(obj: dict, than: dict) -> bool:
-    """One Cluster, its spec unchanged (``spec.paused`` bumps the generation; status churn does not)."""
-    return all(o.meta(obj).get(field) == o.meta(than).get(field) for field in ("uid", "generation"))
+def _may_have_paused(before: dict, after: dict) -> bool:
+    """Whether a Cluster seen running in ``before`` and in ``after`` may have been paused in between:
+    another Cluster (uid), or two spec writes or more (``spec.paused`` moves the generation, status
+    churn does not; one write cannot both pause and unpause)."""
+    if o.meta(before).get("uid") != o.meta(after).get("uid"):
+        return True
+    first, last = o.meta(before).get("generation"), o.meta(after).get("generation")
+    return isinstance(first, int) and isinstance(last, int) and last - first >= 2

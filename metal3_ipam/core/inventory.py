@@ -53,13 +53,13 @@ SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, k
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
-def _number(version: object) -> int | None:
+def version_number(version: object) -> int | None:
     """A resourceVersion as a number, when it is one (the API server's are; files have none)."""
     return int(version) if isinstance(version, str) and version.isdigit() else None
 
 
 def _version(obj: dict) -> int | None:
-    return _number(o.meta(obj).get("resourceVersion"))
+    return version_number(o.meta(obj).get("resourceVersion"))
 
 
 def _uid(obj: dict) -> str | None:
@@ -171,7 +171,7 @@ class Inventory:
     def holds(self, kind: tuple[str, str], meta: dict) -> bool:
         """True when the object ``meta`` describes is no news: its name is stored at that
         resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
-        version = _number(meta.get("resourceVersion"))
+        version = version_number(meta.get("resourceVersion"))
         stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
         known = _version(stored) if stored is not None else None
         return version is not None and known is not None and version <= known
@@ -492,7 +492,7 @@ class Listed:
         """
         inventory = self.inventory
         touched: set[o.PoolKey] = set()
-        at = _number(list_version)
+        at = version_number(list_version)
         if at is not None:
             work = 0
             for key in list(inventory.objects):
