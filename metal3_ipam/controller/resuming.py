@@ -66,6 +66,7 @@ class Resumptions:
         self._waiting: dict[str, list[tuple[ClusterKey, Any]]] = {}
         self._listers: dict[str, asyncio.Task] = {}
         self._batches: dict[asyncio.Task, list[tuple[ClusterKey, Any]]] = {}  # what each lister's LIST serves
+        self._filed_lately: dict[ClusterKey, None] = {}  # filed by listers since the last LIST of Clusters
         self.tasks: set[asyncio.Task] = set()  # the listings under way
 
     def hold(self, obj: dict) -> bool:
@@ -101,7 +102,7 @@ class Resumptions:
         self._held[key] = (resumption, obj)
         self._waiting.setdefault(key[0], []).append((key, resumption))
         lister = self._listers.get(key[0])
-        if lister is None or lister.cancelling():  # one being cancelled serves nothing more
+        if lister is None or lister.done() or lister.cancelling():  # one ending serves nothing more
             task = asyncio.get_running_loop().create_task(self._list_for(key[0]))
             self._listers[key[0]] = task
             self.tasks.add(task)
@@ -114,11 +115,23 @@ class Resumptions:
         at = version_number(version)
         if at is None:
             return
+        def gone(key: ClusterKey, obj: dict) -> bool:
+            version = version_number(o.meta(obj).get("resourceVersion"))
+            return (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
+                and version is not None and version <= at
+
         for key, (_, newest) in list(self._held.items()):
-            held_at = version_number(o.meta(newest).get("resourceVersion"))
-            if (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
-                    and held_at is not None and held_at <= at:
+            if gone(key, newest):
                 del self._held[key]
+                # Buried at the listing's version: a late copy of it (kopf's lagging stream) is dropped.
+                self.drop({**newest, "metadata": {**o.meta(newest), "resourceVersion": str(at)}})
+        # Filed by a lister while the listing was being closed: its look over the inventory may have
+        # passed them by.
+        filed, self._filed_lately = self._filed_lately, {}
+        for key in filed:
+            stored = self.inventory.get(kinds.CLUSTER, *key)
+            if stored is not None and gone(key, stored):
+                self.drop({**stored, "metadata": {**o.meta(stored), "resourceVersion": str(at)}})
 
     def forget(self, cluster: dict) -> None:
         """The Cluster is gone: what is held of it goes too (not what is held of another one of its name)."""
@@ -145,6 +158,7 @@ class Resumptions:
             for key, resumption in batch:
                 if self._current(key, resumption):
                     self.file(self._held.pop(key)[1])
+                    self._filed_lately[key] = None
             del self._batches[me]
 
     def _lister_ended(self, namespace: str, task: asyncio.Task) -> None:
