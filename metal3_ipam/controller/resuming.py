@@ -58,7 +58,7 @@ class Resumptions:
         self.inventory = inventory
         self.relist = relist  # lists a namespace's addresses again, into the inventory
         self.file = file  # files a Cluster at last
-        self.drop = drop  # takes a Cluster out of the inventory (one made anew replaces it)
+        self.drop = drop  # takes a Cluster out of the inventory, its name buried at the object's version
         self.pause = pause
         self.gather = gather
         self._held: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
@@ -115,10 +115,11 @@ class Resumptions:
         at = version_number(version)
         if at is None:
             return
+
         def gone(key: ClusterKey, obj: dict) -> bool:
-            version = version_number(o.meta(obj).get("resourceVersion"))
+            since = version_number(o.meta(obj).get("resourceVersion"))
             return (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
-                and version is not None and version <= at
+                and since is not None and since <= at
 
         for key, (_, newest) in list(self._held.items()):
             if gone(key, newest):
@@ -181,7 +182,7 @@ class Resumptions:
                 await self.relist(namespace)
                 return
             except Exception as err:
-                names = ", ".join(f"{k[0]}/{k[1]}" for k, r in batch if self._current(k, r))
+                names = ", ".join(f"{k[0]}/{k[1]}" for k, r in batch if self._current(k, r)) or "none left"
                 log.warning("listing the addresses of %s before Cluster(s) %s are filed failed: %s; again in "
                             "%.1f s", namespace, names, getattr(err, "reason", None) or err, pause)
                 await asyncio.sleep(pause)
