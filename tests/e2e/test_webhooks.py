@@ -45,12 +45,29 @@ def served(api, obj: dict, namespace: str, timeout: float = 30.0) -> None:
 
 def set_up(api, case_or_docs, namespace: str) -> None:
     docs = case_or_docs.setup if isinstance(case_or_docs, corpus.Case) else case_or_docs
+    # The Clusters the documents name and do not hold exist, as where Cluster API runs (samples/cluster.yaml):
+    # a claim of a Cluster not there waits for it.
+    for name in sorted(_clusters_named(docs) - {d["metadata"]["name"] for d in docs if d["kind"] == "Cluster"}):
+        cluster = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name},
+                   "spec": {"paused": False}}
+        assert apply(api, cluster, namespace).status < 300
     for doc in docs:
         answer = apply(api, doc, namespace)
         assert answer.status < 300, f"setup document {doc['kind']} {doc['metadata']['name']} refused: {answer.message}"
     for doc in docs:
         if doc["kind"] in ("IPClaim", "IPAddressClaim"):
             served(api, doc, namespace)
+
+
+def _clusters_named(docs: list[dict]) -> set[str]:
+    names = set()
+    for doc in docs:
+        spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+        labels = (doc.get("metadata") or {}).get("labels") or {}
+        for name in (spec.get("clusterName"), labels.get("cluster.x-k8s.io/cluster-name")):
+            if isinstance(name, str) and name:
+                names.add(name)
+    return names
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
