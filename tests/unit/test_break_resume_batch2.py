@@ -95,6 +95,24 @@ def test_a_held_cluster_proved_gone_by_a_listing_of_clusters_is_not_filed_by_a_l
     kicks = WatchedKicks(inventory)
     lists = FutureLists()
 
+    async def then(controller: Controller) -> None:
+        assert not controller.resumptions._held, "the LIST of Clusters did not end c1-old's resumption"
+        controller.on_event("MODIFIED", copy.deepcopy(old))  # kopf's late copy, older than that LIST
+        lists.end_all()
+        await _eventually(lambda: not controller.resumptions.tasks, lists=lists)
+
+    filed, allocated = _held_then_proved_gone(inventory, kicks, lists, old, version, then)
+    assert filed is None and not allocated, (
+        f"c1-old, proved gone by a LIST of Clusters at {version + 3}, was filed running from a copy at "
+        f"{version} told after that LIST ({filed and o.meta(filed)}); c1's claims moved back are served "
+        f"anew before their addresses: {allocated}")
+    assert creates(inventory) == []
+
+
+def _held_then_proved_gone(inventory: Inventory, kicks: WatchedKicks, lists: "FutureLists", old: dict,
+                           version: int, then) -> tuple[dict | None, list]:
+    """c1-old seen running: held, its LIST out; a LIST of Clusters at ``version + 3`` without it; then
+    ``then(controller)``. Returns c1 as filed, and what a pass would create for c1 moved back."""
     async def scenario() -> tuple[dict | None, list]:
         controller = Controller(inventory, kicks, writer=None, relist=lambda namespace: [])
         controller.resumptions.relist = lists.relist
@@ -102,22 +120,14 @@ def test_a_held_cluster_proved_gone_by_a_listing_of_clusters_is_not_filed_by_a_l
             controller.on_event("MODIFIED", copy.deepcopy(old))  # held: not filed
             assert await _eventually(lambda: lists.asked == 1), "c1-old's LIST never went out"
             await controller.settle(at_hand(kinds.CLUSTER, None, [], str(version + 3)))  # proves it gone
-            assert not controller.resumptions._held, "the LIST of Clusters did not end c1-old's resumption"
-            controller.on_event("MODIFIED", copy.deepcopy(old))  # kopf's late copy, older than that LIST
-            lists.end_all()
-            await _eventually(lambda: not controller.resumptions.tasks, lists=lists)
+            await then(controller)
             filed = copy.deepcopy(inventory.get(kinds.CLUSTER, NS, "c1"))
             return filed, _the_moved_back_claims_served(controller, kicks)
         finally:
             lists.end_all()
             await asyncio.gather(*controller.resumptions.tasks, return_exceptions=True)
 
-    filed, allocated = asyncio.run(scenario())
-    assert filed is None and not allocated, (
-        f"c1-old, proved gone by a LIST of Clusters at {version + 3}, was filed running from a copy at "
-        f"{version} told after that LIST ({filed and o.meta(filed)}); c1's claims moved back are served "
-        f"anew before their addresses: {allocated}")
-    assert creates(inventory) == []
+    return asyncio.run(scenario())
 
 
 # --- a lister files a Cluster while the LIST of Clusters that proves it gone is being closed ----------
@@ -168,21 +178,10 @@ def test_a_cluster_its_lister_files_while_a_listing_of_clusters_proving_it_gone_
 
     kicks = WatchedKicks(inventory, freezer=_TripOnSlice(trip))
 
-    async def scenario() -> tuple[dict | None, list]:
-        controller = Controller(inventory, kicks, writer=None, relist=lambda namespace: [])
-        controller.resumptions.relist = lists.relist
-        try:
-            controller.on_event("MODIFIED", copy.deepcopy(old))  # held: not filed
-            assert await _eventually(lambda: lists.asked == 1), "c1-old's LIST never went out"
-            await controller.settle(at_hand(kinds.CLUSTER, None, [], str(version + 3)))  # proves it gone
-            assert tripped and tripped[0] == 1, f"the LIST of Clusters was closed in one go: {tripped}"
-            filed = copy.deepcopy(inventory.get(kinds.CLUSTER, NS, "c1"))
-            return filed, _the_moved_back_claims_served(controller, kicks)
-        finally:
-            lists.end_all()
-            await asyncio.gather(*controller.resumptions.tasks, return_exceptions=True)
+    async def then(controller: Controller) -> None:
+        assert tripped and tripped[0] == 1, f"the LIST of Clusters was closed in one go: {tripped}"
 
-    filed, allocated = asyncio.run(scenario())
+    filed, allocated = _held_then_proved_gone(inventory, kicks, lists, old, version, then)
     assert filed is None and not allocated, (
         f"c1-old, proved gone by a LIST of Clusters at {version + 3}, stays filed running "
         f"({filed and o.meta(filed)}): its lister filed it while that LIST was being closed; c1's claims "
