@@ -203,8 +203,7 @@ def _plan(args: argparse.Namespace) -> int:
     for event in api.events:
         print(f"event: {event.target}: {event.type} {event.reason}: {event.message}", file=sys.stderr)
     for obj in api.inventory.objects.values():
-        ready = next((c for c in o.status(obj).get("conditions") or []
-                      if isinstance(c, dict) and c.get("type") == "Ready"), None)
+        ready = o.condition(o.status(obj), "Ready")
         if ready and ready.get("reason") == WAITING_FOR_CLUSTER:
             print(f"waits: {obj['kind']} {o.namespace(obj)}/{o.name(obj)}: {ready.get('message')}", file=sys.stderr)
     items = sorted(api.inventory.objects.values(),

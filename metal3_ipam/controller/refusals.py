@@ -55,8 +55,7 @@ class Refused:
 
 
 def _condition(status: Mapping[str, Any], reason: str, message: str, now: str, severity: bool) -> dict:
-    before = next((c for c in status.get("conditions") or []
-                   if isinstance(c, Mapping) and c.get("type") == READY), None)
+    before = o.condition(status, READY)
     since = before.get("lastTransitionTime") if before and before.get("status") == "False" else None
     condition = {"type": READY, "status": "False", "reason": reason, "message": message,
                  "lastTransitionTime": since or now}
@@ -84,8 +83,7 @@ def status_patch(obj: Mapping[str, Any], refused: Refused, now: str) -> dict | N
     else:
         return None
     others = [c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") != READY]
-    current = next((c for c in status.get("conditions") or []
-                    if isinstance(c, Mapping) and c.get("type") == READY), None)
+    current = o.condition(status, READY)
     patch: dict[str, Any] = {}
     if current is None or any(current.get(k) != condition[k] for k in ("status", "reason", "message")):
         patch["conditions"] = [condition] + others

@@ -93,6 +93,12 @@ def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
+def condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The condition of ``type_`` in a status (entries that are not mappings passed over), or None."""
+    return next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == type_),
+                None)
+
+
 def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
     return cluster is not None and spec(cluster).get("paused") is True
 

@@ -401,8 +401,7 @@ class _Reconciler:
             return
         desired["lastUpdated"] = self.snap.now
         self.pool_step.add(SetStatus(o.ref(pool), desired))
-        before = next((c for c in current.get("conditions") or [] if isinstance(c, Mapping)
-                       and c.get("type") == OVERLAPPING), None)
+        before = o.condition(current, OVERLAPPING)
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
             self.pool_step.add(Event(o.ref(pool), "Warning", overlapping["reason"], overlapping["message"]))
 
@@ -855,8 +854,7 @@ def _held(addresses: list[dict]) -> list[dict]:
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,
                now: str, v1beta1: bool = False) -> dict:
     """A condition that keeps its transition time while its status holds."""
-    before = next((c for c in status.get("conditions") or []
-                   if isinstance(c, Mapping) and c.get("type") == type_), None)
+    before = o.condition(status, type_)
     since = before.get("lastTransitionTime") if before and before.get("status") == value else None
     condition = {"type": type_, "status": value, "reason": reason, "message": message,
                  "lastTransitionTime": since or now}
