@@ -37,7 +37,7 @@ from typing import Any
 
 from ..core import kinds
 from ..core import objects as o
-from ..core.inventory import Inventory, older, version_number
+from ..core.inventory import Inventory, older, version_number, version_of
 
 log = logging.getLogger("metal3_ipam.resuming")
 
@@ -53,7 +53,7 @@ ClusterKey = tuple[str, str]  # namespace, name
 
 class Resumptions:
     def __init__(self, inventory: Inventory, relist: Callable[[str], Awaitable[None]],
-                 file: Callable[[dict], None], drop: Callable[[dict], None] = lambda obj: None,
+                 file: Callable[[dict], None], drop: Callable[[dict], None],
                  pause: float = FIRST_PAUSE, gather: float = GATHER) -> None:
         self.inventory = inventory
         self.relist = relist  # lists a namespace's addresses again, into the inventory
@@ -117,7 +117,7 @@ class Resumptions:
             return
 
         def gone(key: ClusterKey, obj: dict) -> bool:
-            since = version_number(o.meta(obj).get("resourceVersion"))
+            since = version_of(obj)
             return (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
                 and since is not None and since <= at
 
@@ -127,7 +127,7 @@ class Resumptions:
                 # Buried at the listing's version: a late copy of it (kopf's lagging stream) is dropped.
                 self.drop({**newest, "metadata": {**o.meta(newest), "resourceVersion": str(at)}})
         # Filed by a lister while the listing was being closed: its look over the inventory may have
-        # passed them by.
+        # passed them by. (A watch event filed so is followed by its DELETED; a held copy, kopf's, may not.)
         filed, self._filed_lately = self._filed_lately, {}
         for key in filed:
             stored = self.inventory.get(kinds.CLUSTER, *key)

@@ -58,7 +58,8 @@ def version_number(version: object) -> int | None:
     return int(version) if isinstance(version, str) and version.isdigit() else None
 
 
-def _version(obj: dict) -> int | None:
+def version_of(obj: dict) -> int | None:
+    """An object's resourceVersion as a number (``version_number``)."""
     return version_number(o.meta(obj).get("resourceVersion"))
 
 
@@ -68,7 +69,7 @@ def _uid(obj: dict) -> str | None:
 
 def _is_older(incoming: dict, known_version: int | None) -> bool:
     """True when ``incoming`` is news from before what is known of its name."""
-    version = _version(incoming)
+    version = version_of(incoming)
     if version is not None and known_version is not None:
         return version < known_version
     return False
@@ -76,14 +77,14 @@ def _is_older(incoming: dict, known_version: int | None) -> bool:
 
 def older(obj: dict, than: dict) -> bool:
     """True when ``obj`` is an earlier version than ``than`` (both versions known)."""
-    return _is_older(obj, _version(than))
+    return _is_older(obj, version_of(than))
 
 
 def _same_version(incoming: dict, stored: dict) -> bool:
     """The version already filed, as it was filed (a listing again, the watch echo of an answer
     filed): nothing new, and the copy filed stays (it may be out of the collector's reach already)."""
-    version = _version(incoming)
-    return version is not None and version == _version(stored) and incoming == stored
+    version = version_of(incoming)
+    return version is not None and version == version_of(stored) and incoming == stored
 
 
 def _address_ip(obj: dict) -> int | tuple[int, int] | None:
@@ -149,11 +150,11 @@ class Inventory:
         if key is None:
             return set()
         stored = self.objects.get(key)
-        if stored is not None and (_is_older(obj, _version(stored)) or _same_version(obj, stored)):
+        if stored is not None and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
             return set()
         tombstone = self._tombstones.get(key)
         if tombstone is not None:
-            if _is_older(obj, tombstone[0]) or _version(obj) == tombstone[0] \
+            if _is_older(obj, tombstone[0]) or version_of(obj) == tombstone[0] \
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[key]
@@ -173,7 +174,7 @@ class Inventory:
         resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
         version = version_number(meta.get("resourceVersion"))
         stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
-        known = _version(stored) if stored is not None else None
+        known = version_of(stored) if stored is not None else None
         return version is not None and known is not None and version <= known
 
     def remove(self, obj: dict) -> set[o.PoolKey]:
@@ -183,11 +184,11 @@ class Inventory:
             return set()
         stored = self.objects.get(key)
         if stored is not None:
-            if _is_older(obj, _version(stored)):
+            if _is_older(obj, version_of(stored)):
                 return set()
-            if _version(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
+            if version_of(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
                 return set()
-        self._bury(key, _version(obj) if _version(obj) is not None else (stored and _version(stored)),
+        self._bury(key, version_of(obj) if version_of(obj) is not None else (stored and version_of(stored)),
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
@@ -500,7 +501,7 @@ class Listed:
                 if key[0] == self.kind and key not in self.seen \
                         and not (self.namespace and key[1] != self.namespace):
                     stored = inventory.objects.get(key)  # as it is now: it may have changed since
-                    version = _version(stored) if stored is not None else None
+                    version = version_of(stored) if stored is not None else None
                     if version is not None and version <= at:
                         touched |= inventory.remove({**stored, "metadata": {**stored["metadata"],
                                                                            "resourceVersion": str(at)}})
