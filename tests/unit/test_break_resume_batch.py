@@ -22,7 +22,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import at_hand
 from test_break_paged_listing import WatchedKicks
 from test_break_resume_hold import HeldListings, at, paused, the_move_there_and_back, until, until_done
-from test_break_resume_order import _moved_without_cluster
+from test_break_resume_order import _moved_without_cluster, cancelled_while_listing
 from test_resume import NS, creates
 
 # How long a test waits for what a working lister does in milliseconds (the machine is shared).
@@ -195,12 +195,9 @@ def test_a_cluster_held_while_its_namespace_lister_is_being_cancelled_is_not_los
     async def scenario() -> tuple[bool, dict]:
         controller = Controller(inventory, WatchedKicks(inventory), writer=None, relist=listings.relist)
         try:
-            controller.on_event("MODIFIED", copy.deepcopy(unpaused))
-            [lister] = list(controller.resumptions.tasks)
-            await until(listings.asked[0], "c1's LIST went out")
-            lister.cancel()
-            controller.on_event("ADDED", copy.deepcopy(c2))  # before the cancellation reaches the lister
-            await asyncio.gather(lister, return_exceptions=True)
+            # c2 is seen before the cancellation reaches c1's lister.
+            await cancelled_while_listing(controller, listings, unpaused,
+                                          lambda: controller.on_event("ADDED", copy.deepcopy(c2)))
             listings.release_all()
             known = await _eventually(lambda: inventory.get(kinds.CLUSTER, NS, "c2") is not None
                                       or bool(controller.resumptions.tasks), "c2 filed or listed for")

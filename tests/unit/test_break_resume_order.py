@@ -164,6 +164,18 @@ def test_a_listing_failing_with_anything_is_tried_again_until_it_goes_through_an
     assert creates(inventory) == []
 
 
+async def cancelled_while_listing(controller: Controller, listings: HeldListings, unpaused: dict,
+                                  meanwhile=lambda: None) -> None:
+    """The Cluster resumes: held, its namespace's lister's LIST out; the lister is cancelled, and
+    ``meanwhile()`` runs before the cancellation reaches it."""
+    controller.on_event("MODIFIED", copy.deepcopy(unpaused))
+    [lister] = list(controller.resumptions.tasks)
+    await until(listings.asked[0], "the first LIST went out")
+    lister.cancel()
+    meanwhile()
+    await asyncio.gather(lister, return_exceptions=True)
+
+
 def test_a_resumption_cancelled_leaves_nothing_held():
     """A Cluster's resumption is cancelled while its LIST is under way (the controller stops). What it
     held goes with it, so a later event of the Cluster starts a resumption of its own rather than being
@@ -175,11 +187,7 @@ def test_a_resumption_cancelled_leaves_nothing_held():
     async def scenario() -> None:
         controller = Controller(inventory, WatchedKicks(inventory), writer=None, relist=listings.relist)
         try:
-            controller.on_event("MODIFIED", copy.deepcopy(unpaused))
-            [task] = list(controller.resumptions.tasks)
-            await until(listings.asked[0], "the first LIST went out")
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancelled_while_listing(controller, listings, unpaused)
             controller.on_event("MODIFIED", at(unpaused, version + 30))
             assert controller.resumptions.tasks, "the later event was taken for news of the cancelled resumption"
             listings.release[1].set()
