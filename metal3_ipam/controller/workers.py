@@ -111,8 +111,11 @@ class PoolWorkers:
         # Per namespace, the pools with claims that could not be served: woken when another pool
         # of the namespace lets an IP or an address name go (see ``_wake_waiting``).
         self._unserved_pools: dict[str, set[o.PoolKey]] = {}
+        self._stopping = False  # stop() was called: no pass starts any more
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
+        if self._stopping:
+            return
         for pool in pools:
             pool = o.PoolKey(*pool)
             self._dirty.add(pool)
@@ -124,9 +127,11 @@ class PoolWorkers:
         self.kick(self.inventory.pool_keys())
 
     async def stop(self, grace: float = 0.0) -> bool:
-        """End every pass. Those under way get up to ``grace`` seconds to finish (with writing
-        no longer allowed they stop at their next action); the rest are cancelled. True when
-        none had to be cancelled: no request of ours can still be on its way."""
+        """End every pass and start none any more (a kick, a timer, a backlog's next share start
+        nothing). Those under way get up to ``grace`` seconds to finish (with writing no longer
+        allowed they stop at their next action); the rest are cancelled. True when none had to
+        be cancelled: no request of ours can still be on its way."""
+        self._stopping = True
         for handle in [*self._retry_handles.values(), *self._status_handles.values()]:
             handle.cancel()
         self._retry_handles.clear()
@@ -146,7 +151,7 @@ class PoolWorkers:
             while pool in self._dirty:
                 await asyncio.sleep(self.gather_seconds)
                 self._dirty.discard(pool)
-                if not self.may_act():
+                if self._stopping or not self.may_act():
                     return
                 try:
                     outcome = await self._pass(pool)
