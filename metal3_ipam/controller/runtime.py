@@ -1,6 +1,6 @@
 """``metal3-ipam run``: the controller's parts, started in one order and stopped in a stated one.
 
-A :class:`Runtime` holds every part as an attribute and has one method per
+A :class:`Runtime` keeps every part as an attribute and has one method per
 phase: :meth:`~Runtime.connect` (credentials, the API client, which kinds the
 cluster serves), :meth:`~Runtime.assemble` (the parts, without I/O),
 :meth:`~Runtime.start` (the servers, the election, the resync and the initial

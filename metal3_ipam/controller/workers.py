@@ -396,7 +396,7 @@ class PoolWorkers:
         most pools, and further apart the more bindings a pool has, so that in
         a pool of 50,000 the status written after each claim does not cost more
         than the claim itself. The IPAddress objects and the claims' own status
-        are the record, and are never held back.
+        are the record, and are never put off.
         """
         return self.status_seconds * max(1.0, len(ledger.bound) / STATUS_BINDINGS_PER_SECOND)
 
