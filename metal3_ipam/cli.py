@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from .controller.main import Options, run
+    from .controller.runtime import Options, run
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

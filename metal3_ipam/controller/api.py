@@ -138,7 +138,7 @@ class ApiWriter:
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
-        # Shared by every pool, handed out in turn: one pool's backlog does not hold up another's claims.
+        # Shared by every pool, handed out in turn: one pool's backlog does not keep another's claims waiting.
         self.slots = FairSlots(parallel)
         self.component = component
         self.request_timeout = request_timeout

@@ -559,7 +559,7 @@ def from_kubeconfig(paths: list[str], merged: bool = False) -> Credentials:
 
     Merging: the first file to name a cluster, user or context wins, as does
     the first ``current-context``; relative paths are relative to the file
-    that holds them. Files of the list that do not exist are skipped.
+    they are in. Files of the list that do not exist are skipped.
     """
     named: dict[str, dict[str, _Entry]] = {"clusters": {}, "users": {}, "contexts": {}}
     current = None
@@ -646,7 +646,7 @@ def _from_entries(cluster: _Entry, user: _Entry | None) -> Credentials:
         raise CredentialsError(f"{cluster.where}.server: an http(s) URL is required (value: {server!r})")
     if cluster.value.get("tls-server-name"):
         raise CredentialsError(f"{cluster.where}.tls-server-name: not supported (kopf's watches cannot use it); "
-                               "point server at a name its certificate holds "
+                               "point server at a name its certificate covers "
                                f"(value: {cluster.value.get('tls-server-name')!r})")
     insecure = cluster.value.get("insecure-skip-tls-verify") is True
     ca_file, ca = _material(cluster, "certificate-authority", "certificate-authority-data", "ca.crt")

@@ -2,9 +2,9 @@
 
 The controller keeps tens of thousands of objects for as long as they live:
 the inventory (plain dicts and lists from JSON) and each pool's ledger
-(indexes of them). None of it holds a reference cycle, so the cyclic
+(indexes of them). None of it forms a reference cycle, so the cyclic
 collector has nothing to find there, yet a full collection walks all of it:
-a few hundred milliseconds at 50,000 claims, with the event loop held. So
+a few hundred milliseconds at 50,000 claims, with the event loop blocked. So
 what is kept is moved out of the collector's reach now and then
 (``gc.freeze``): it is still freed by reference counting.
 
@@ -23,7 +23,7 @@ Two rules keep that from costing memory:
   young at full size and walk at once, tens of milliseconds each time; and
   a full collection during a listing would walk everything listed so far.
   Between slices the young generations are collected (``between_slices``),
-  while what they hold is small, or everything is frozen when that is due;
+  while what they contain is small, or everything is frozen when that is due;
   so at the end of the last pause.
 """
 
@@ -94,7 +94,7 @@ class Freezer:
             yield
         except BaseException:
             # Not frozen on the way out: the frames the failure goes through are alive now, and
-            # garbage once it is handled (with what they hold: a listing's worth of keys).
+            # garbage once it is handled (with what they refer to: a listing's worth of keys).
             failed = True
             raise
         finally:

@@ -4,7 +4,7 @@ Only the holder of the Lease writes; the other replicas keep their inventory
 warm and take over when the holder stops renewing. The allocations never rest
 on this (the name lock and conditional writes keep SPEC §10 with any number of
 writers); the election keeps two replicas from working at the same moment, and
-it has to hold when the API server goes away, a request hangs, clocks disagree
+it has to stay sound when the API server goes away, a request hangs, clocks disagree
 or the process is frozen and thawed:
 
 - The holder may act only while its last successful renew *started* less than
@@ -147,7 +147,7 @@ class Tenure:
     def renewed(self, attempt_started: float) -> None:
         self._until = max(self._until, attempt_started + self.renew_deadline)
 
-    def holds(self) -> bool:
+    def in_force(self) -> bool:
         return self.clock() < self._until
 
     def left(self) -> float:
@@ -218,7 +218,7 @@ class LeaderElector:
         self._failed_attempts = 0
         self._rng = random.Random()
         # The kubernetes client blocks; its calls get threads of their own, so a hung call never
-        # waits behind (or holds up) the initial listing.
+        # waits behind (or delays) the initial listing.
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="lease")
 
     @property
@@ -228,8 +228,8 @@ class LeaderElector:
     # -- the gate -------------------------------------------------------------------
 
     def may_act(self) -> bool:
-        """True only while this replica leads and its tenure holds, judged from the clock right now."""
-        return self.leading and self.tenure.holds()
+        """True only while this replica leads and its tenure is in force, judged from the clock right now."""
+        return self.leading and self.tenure.in_force()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -353,7 +353,7 @@ class LeaderElector:
             log.info("lease %s/%s: taken over from %r (unchanged for %.1fs as seen here)", self.namespace,
                      self.name, record.holder, self.watch.unchanged_for() if record.holder else 0.0)
         self.tenure.renewed(started)
-        self._set(self.tenure.holds())
+        self._set(self.tenure.in_force())
 
     def _write(self, lease: dict | None, record: LeaseRecord | None, move: Move) -> tuple[str, str, dict]:
         now = _micro_time(datetime.datetime.now(datetime.timezone.utc))
@@ -374,7 +374,7 @@ class LeaderElector:
         return "PUT", f"{self.path}/{self.name}", dict(lease, spec=spec)
 
     def _check_tenure(self) -> None:
-        if self.leading and not self.tenure.holds():
+        if self.leading and not self.tenure.in_force():
             log.warning("lease %s/%s: not renewed within %gs: stepping down", self.namespace, self.name,
                         self.timing.renew_deadline)
             self._set(False)

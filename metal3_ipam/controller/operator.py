@@ -102,7 +102,7 @@ class Controller:
 
     def file(self, obj: dict) -> None:
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
-        if self._held(obj):
+        if self._parked(obj):
             return
         self._file_now(obj)
         self.workers.freezer.maybe_freeze()
@@ -110,8 +110,8 @@ class Controller:
     def _file_now(self, obj: dict) -> None:
         self.workers.kick(self.inventory.upsert(obj))
 
-    def _held(self, obj: dict) -> bool:
-        return self.resumptions is not None and self.resumptions.hold(obj)
+    def _parked(self, obj: dict) -> bool:
+        return self.resumptions is not None and self.resumptions.park(obj)
 
     async def _relist_addresses(self, namespace: str) -> None:
         for listing in self.relist(namespace):
@@ -139,12 +139,12 @@ class Controller:
 
     async def settle(self, listing: "Listing", first: bool = False) -> str | None:
         """File a LIST as its pages come, letting the event loop run between every few hundred objects
-        (a listing of 50,000 filed in one go would hold up watch events, health probes and lease
+        (a listing of 50,000 filed in one go would delay watch events, health probes and lease
         renewals for seconds); returns the version it was taken at, where a watch goes on from.
 
         Automatic collection is paused throughout (``freezer``), the fetching
         included: the collector would otherwise walk every object listed so
-        far, again and again, with the loop held. What the listing files is
+        far, again and again, with the loop blocked. What the listing files is
         frozen as it grows, and at its end.
 
         ``first``: the start-up listing of its kind. Clusters it shows are
@@ -153,15 +153,15 @@ class Controller:
         filing = self.inventory.listing(listing.kind, listing.namespace)
         version = None
         freezer = self.workers.freezer
-        hold = self._held if listing.kind == kinds.CLUSTER and not first else None
+        park = self._parked if listing.kind == kinds.CLUSTER and not first else None
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
                     version = version or page.resource_version
-                    await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
+                    await file_in_steps(filing.file(page.items, hold=park), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
-        if hold is not None and self.resumptions is not None:
-            self.resumptions.listed(listing.namespace, filing.seen, version)  # held ones it proves gone
+        if park is not None and self.resumptions is not None:
+            self.resumptions.listed(listing.namespace, filing.seen, version)  # parked ones it proves gone
         return version
 
 
@@ -248,7 +248,7 @@ class Listing:
         finally:
             if pending is not None:
                 pending.cancel()
-                # A failure's traceback holds this frame: without the task, it is no cycle.
+                # A failure's traceback refers to this frame: without the task, it is no cycle.
                 pending = None
 
 

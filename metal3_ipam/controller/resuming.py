@@ -1,11 +1,11 @@
-"""Clusters that resume after ``clusterctl move``, held until their namespace's addresses are listed again.
+"""Clusters that resume after ``clusterctl move``, parked until their namespace's addresses are listed again.
 
 ``clusterctl move`` creates a Cluster paused, then everything of it, its
 addresses included, and unpauses it last. The watch of addresses may lag
 behind the watch (or the listing) of Clusters: a claim served before its
 moved address is known would get another IP. So a Cluster seen unpaused
-while it is paused here is not filed at once: it is held, its namespace's
-addresses are listed again (a LIST begun after the unpause, so it holds
+while it is paused here is not filed at once: it is parked, its namespace's
+addresses are listed again (a LIST begun after the unpause, so it shows
 every moved address), and only then is the Cluster filed.
 
 So is a Cluster seen unpaused that is not filed at all, or filed under
@@ -16,11 +16,11 @@ claims wait for it (``reconcile``). Only the start-up listing of Clusters
 files them at once: every listing of addresses comes after it, and no pool
 is looked at before.
 
-One listing per namespace at a time serves every Cluster held before it
+One listing per namespace at a time serves every Cluster parked before it
 began (Clusters created together cost one), and releases only those.
 Each resumption is its own: a Cluster paused again, deleted (told, or
 proved by a LIST of Clusters), made anew, or moved by two spec writes or
-more while it is held (a pause and an unpause seen only as their sum, by
+more while it is parked (a pause and an unpause seen only as their sum, by
 folded events or a listing; one write cannot do both) ends that resumption,
 and its next unpause waits for a listing of its own. A Cluster filed
 running and seen running again two writes or more later waits the same way.
@@ -44,7 +44,7 @@ log = logging.getLogger("metal3_ipam.resuming")
 # The pauses between tries of a namespace's addresses listing: the first, and the longest.
 FIRST_PAUSE = 0.5
 LONGEST_PAUSE = 30.0
-# How long a namespace's listing waits for more Clusters to hold before it begins: Clusters created
+# How long a namespace's listing waits for more Clusters to park before it begins: Clusters created
 # together (a fleet applied at once, kopf's first listing) are released by one listing, not one each.
 GATHER = 0.05
 
@@ -61,7 +61,7 @@ class Resumptions:
         self.drop = drop  # takes a Cluster out of the inventory, its name buried at the object's version
         self.pause = pause
         self.gather = gather
-        self._held: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
+        self._parked: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
         # Per namespace, the resumptions that wait for its next listing (one not begun yet), and its lister.
         self._waiting: dict[str, list[tuple[ClusterKey, Any]]] = {}
         self._listers: dict[str, asyncio.Task] = {}
@@ -69,25 +69,25 @@ class Resumptions:
         self._filed_lately: dict[ClusterKey, None] = {}  # filed by listers since the last LIST of Clusters
         self.tasks: set[asyncio.Task] = set()  # the listings under way
 
-    def hold(self, obj: dict) -> bool:
-        """Whether ``obj`` (a Cluster, from a watch event or a listing) is held rather than filed now."""
+    def park(self, obj: dict) -> bool:
+        """Whether ``obj`` (a Cluster, from a watch event or a listing) is parked rather than filed now."""
         if kinds.kind_of(obj) != kinds.CLUSTER:
             return False
         key = (o.namespace(obj), o.name(obj))
         stored = self.inventory.get(kinds.CLUSTER, *key)
         if stored is not None and older(obj, stored):
             return False  # older news (a listing taken before an event): the inventory drops it
-        held = self._held.get(key)
-        if held is not None:
-            resumption, newest = held
+        parked = self._parked.get(key)
+        if parked is not None:
+            resumption, newest = parked
             if older(obj, newest):
-                return True  # older than what is held: nothing new
+                return True  # older than what is parked: nothing new
             if not o.cluster_paused(obj) and not _may_have_paused(newest, obj):
-                self._held[key] = (resumption, obj)  # still resuming: the listing under way was begun after
+                self._parked[key] = (resumption, obj)  # still resuming: the listing under way was begun after
                 return True
             # Paused again, or another Cluster, or paused and unpaused in between (seen only as their
             # sum, as kopf's folded events or a listing show them): this resumption is over.
-            del self._held[key]
+            del self._parked[key]
         if o.cluster_paused(obj):
             return False
         if stored is not None and not o.cluster_paused(stored):
@@ -99,7 +99,7 @@ class Resumptions:
             # until its addresses are listed again.
             self.drop(stored)
         resumption = object()
-        self._held[key] = (resumption, obj)
+        self._parked[key] = (resumption, obj)
         self._waiting.setdefault(key[0], []).append((key, resumption))
         lister = self._listers.get(key[0])
         if lister is None or lister.done() or lister.cancelling():  # one ending serves nothing more
@@ -110,7 +110,7 @@ class Resumptions:
         return True
 
     def listed(self, namespace: str | None, seen: set, version: str | None) -> None:
-        """A LIST of Clusters (of ``namespace``, or of all) taken at ``version`` is in: a Cluster held,
+        """A LIST of Clusters (of ``namespace``, or of all) taken at ``version`` is in: a Cluster parked,
         not in it, and older than it, is gone; its lister must not file it."""
         at = version_number(version)
         if at is None:
@@ -121,13 +121,13 @@ class Resumptions:
             return (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
                 and since is not None and since <= at
 
-        for key, (_, newest) in list(self._held.items()):
+        for key, (_, newest) in list(self._parked.items()):
             if gone(key, newest):
-                del self._held[key]
+                del self._parked[key]
                 # Buried at the listing's version: a late copy of it (kopf's lagging stream) is dropped.
                 self.drop({**newest, "metadata": {**o.meta(newest), "resourceVersion": str(at)}})
         # Filed by a lister while the listing was being closed: its look over the inventory may have
-        # passed them by. (A watch event filed so is followed by its DELETED; a held copy, kopf's, may not.)
+        # passed them by. (A watch event filed so is followed by its DELETED; a parked copy, kopf's, may not.)
         filed, self._filed_lately = self._filed_lately, {}
         for key in filed:
             stored = self.inventory.get(kinds.CLUSTER, *key)
@@ -135,19 +135,19 @@ class Resumptions:
                 self.drop({**stored, "metadata": {**o.meta(stored), "resourceVersion": str(at)}})
 
     def forget(self, cluster: dict) -> None:
-        """The Cluster is gone: what is held of it goes too (not what is held of another one of its name)."""
+        """The Cluster is gone: what is parked of it goes too (not what is parked of another one of its name)."""
         key = (o.namespace(cluster), o.name(cluster))
-        held = self._held.get(key)
+        parked = self._parked.get(key)
         uid = o.meta(cluster).get("uid")
-        if held is not None and (uid is None or uid == o.meta(held[1]).get("uid")):
-            del self._held[key]
+        if parked is not None and (uid is None or uid == o.meta(parked[1]).get("uid")):
+            del self._parked[key]
 
     def _current(self, key: ClusterKey, resumption: Any) -> bool:
-        return self._held.get(key, (None,))[0] is resumption
+        return self._parked.get(key, (None,))[0] is resumption
 
     async def _list_for(self, namespace: str) -> None:
         """List the namespace's addresses again for as long as Clusters wait for it; each listing
-        releases the Clusters held before it began."""
+        releases the Clusters parked before it began."""
         while True:
             await asyncio.sleep(self.gather)  # the event that started this is recorded first, and others join
             batch = [(k, r) for k, r in self._waiting.pop(namespace, []) if self._current(k, r)]
@@ -158,7 +158,7 @@ class Resumptions:
             await self._relist_until_done(namespace, batch)
             for key, resumption in batch:
                 if self._current(key, resumption):
-                    self.file(self._held.pop(key)[1])
+                    self.file(self._parked.pop(key)[1])
                     self._filed_lately[key] = None
             del self._batches[me]
 
@@ -173,7 +173,7 @@ class Resumptions:
             dropped += self._waiting.pop(namespace, [])
         for key, resumption in dropped:
             if self._current(key, resumption):
-                del self._held[key]
+                del self._parked[key]
 
     async def _relist_until_done(self, namespace: str, batch: list[tuple[ClusterKey, Any]]) -> None:
         pause = self.pause

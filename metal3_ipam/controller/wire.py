@@ -49,7 +49,7 @@ def encode(body: Any) -> bytes:
 
     msgspec writes a NaN or an infinity as null, which a merge patch reads as
     "remove this field"; such a body is refused here instead (ValueError), as
-    ``json.dumps`` would. A body with no null in it holds neither.
+    ``json.dumps`` would. A body with no null in it contains neither.
     """
     data = msgspec.json.encode(body)
     if b"null" in data:

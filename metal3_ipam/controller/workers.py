@@ -15,6 +15,11 @@ repaired). Passes run in slices of a few milliseconds between which the event
 loop serves watches and other pools, and one pass hands the writer at most
 ``max_steps`` steps: a pool with a backlog does not keep another's claim waiting.
 
+A pass has three parts, one method each: what it covers (``_scope``: what
+changed, or every object), the decisions (the core's ``plan_pass``, over the
+kept ledger told what changed in ``_decide_changes``, or over a ledger built
+again in ``_decide_afresh``), and their execution by the writer (``_execute``).
+
 Nothing starts while ``may_act()`` is false (not the leader, inventory not
 loaded yet); a pass under way when it turns false is stopped by the writer's
 own gate. A pool that is gone from the inventory with every object that
@@ -32,13 +37,14 @@ import logging
 import random
 import time
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core import objects as o
 from ..core.actions import Create, Plan, SetStatus
-from ..core.inventory import Inventory
+from ..core.inventory import Inventory, ObjKey
 from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
-from ..core.reconcile import load, needs_full, plan_pass
+from ..core.reconcile import Snapshot, load, needs_full, plan_pass
 from ..core import kinds
 from . import metrics
 from .api import ApiWriter, Outcome
@@ -59,6 +65,20 @@ MAX_STEPS_PER_PASS = 200
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class PassScope:
+    """What one pass over a pool covers, settled before anything is decided."""
+
+    started: float
+    ledger: Ledger  # the kept one
+    changes: list[tuple[ObjKey, dict | None]]  # since the last pass
+    context: Snapshot  # the pool and its surroundings, without its objects
+    released: int  # the kept ledger's count of addresses gone, before this pass
+    full: bool  # the ledger built again from every object of the pool
+    audited: bool  # ... and the kept one compared with it
+    status_due: bool  # the pool's counts and indexes may be written
 
 
 class PoolWorkers:
@@ -91,8 +111,11 @@ class PoolWorkers:
         # Per namespace, the pools with claims that could not be served: woken when another pool
         # of the namespace lets an IP or an address name go (see ``_wake_waiting``).
         self._unserved_pools: dict[str, set[o.PoolKey]] = {}
+        self._stopping = False  # stop() was called: no pass starts any more
 
     def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
+        if self._stopping:
+            return
         for pool in pools:
             pool = o.PoolKey(*pool)
             self._dirty.add(pool)
@@ -104,9 +127,11 @@ class PoolWorkers:
         self.kick(self.inventory.pool_keys())
 
     async def stop(self, grace: float = 0.0) -> bool:
-        """End every pass. Those under way get up to ``grace`` seconds to finish (with writing
-        no longer allowed they stop at their next action); the rest are cancelled. True when
-        none had to be cancelled: no request of ours can still be on its way."""
+        """End every pass and start none any more (a kick, a timer, a backlog's next share start
+        nothing). Those under way get up to ``grace`` seconds to finish (with writing no longer
+        allowed they stop at their next action); the rest are cancelled. True when none had to
+        be cancelled: no request of ours can still be on its way."""
+        self._stopping = True
         for handle in [*self._retry_handles.values(), *self._status_handles.values()]:
             handle.cancel()
         self._retry_handles.clear()
@@ -126,7 +151,7 @@ class PoolWorkers:
             while pool in self._dirty:
                 await asyncio.sleep(self.gather_seconds)
                 self._dirty.discard(pool)
-                if not self.may_act():
+                if self._stopping or not self.may_act():
                     return
                 try:
                     outcome = await self._pass(pool)
@@ -180,70 +205,99 @@ class PoolWorkers:
         self.kick([pool])
 
     async def _pass(self, pool: o.PoolKey) -> Outcome:
+        """One pass over a pool: what it covers, the core's decisions over it, the writer executing them."""
+        scope = self._scope(pool)
+        if scope.full:
+            ledger, plan = await self._decide_afresh(pool, scope)
+            released = -1  # what went since the kept ledger's last pass is not counted: wake anyway
+        else:
+            ledger, plan = await self._decide_changes(pool, scope)
+            released = scope.released
+        self.freezer.maybe_freeze()
+        self._follow_up(pool, ledger, released, scope.started)
+        return await self._execute(pool, ledger, plan, scope.started)
+
+    def _scope(self, pool: o.PoolKey) -> PassScope:
+        """What the pass covers: what changed in the pool since the last pass, or every object of it."""
         started = time.monotonic()
-        namespace, name = pool.namespace, pool.name
         ledger = self._ledgers.get(pool)
         if ledger is None:
             ledger = self._ledgers[pool] = Ledger()
         reload, changes = self.inventory.drain(pool)
-        released = ledger.released
         context = self.inventory.snapshot(pool, utc_now(), self.rng, members=False)
         status_due = started - self._status_written.get(pool, float("-inf")) >= self._status_interval(ledger)
         audit = not reload and started >= self._audit_at.get(pool, started)
-        if reload or needs_full(ledger, context) or audit:
-            fresh = Ledger()
-            audited = audit and not reload and not needs_full(ledger, context)
-            size = self.inventory.size_of(pool)
-            self.freezer.built += size
-            big = size >= PAUSE_AT
-            first = big and not self.freezer.pauses
-            with self.freezer.paused() if big else contextlib.nullcontext():
-                # Every object of the pool, copied now: what changes from here on is in the change log.
-                # A big pool's lists are frozen at once, unless another build has paused the collector
-                # (its garbage meanwhile is young, or in the oldest generation: collected when it ends).
-                take = functools.partial(self.inventory.snapshot, pool, context.now, self.rng)
-                snapshot = self.freezer.freeze_with(take) if first else take()
-                loading = load(fresh, snapshot)
-                if big:
-                    # The ledger's containers frozen while they are small (after its first objects):
-                    # they grow to 50,000 entries each, which no collection walks then.
-                    next(loading, None)
-                    self.freezer.freeze()
-                await self._cooperate(loading)
-                found = []
-                if audited:
-                    # The kept ledger, told what changed, against the one just loaded.
-                    dirty_claims, _ = ledger.apply(changes)
-                    found = await self._cooperate(compare(ledger, fresh))
-                plan = await self._cooperate(plan_pass(fresh, snapshot, full=True, loaded=True,
-                                                       max_steps=self.max_steps, status_due=status_due))
-                if audited and not dirty_claims and not ledger.deferred and not fresh.deferred:
-                    found += await self._cooperate(self._compare_bindings(ledger, fresh, plan))
-                if big:
-                    await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own ...
+        stale = reload or needs_full(ledger, context)
+        return PassScope(started, ledger, changes, context, ledger.released, full=stale or audit,
+                         audited=audit and not stale, status_due=status_due)
+
+    async def _decide_changes(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Plan]:
+        """The kept ledger told what changed; only what that makes dirty is decided."""
+        changes = scope.changes
+        await self._note_claims(pool, [obj for key, obj in changes if key[0] in CLAIM_KINDS and obj is not None],
+                                scope.started)
+        for key, obj in changes:
+            if key[0] in CLAIM_KINDS and obj is None:
+                self._waiting_since.pop((pool, (key[0][1], key[2])), None)
+        plan = await self._cooperate(plan_pass(scope.ledger, scope.context, changes, max_steps=self.max_steps,
+                                               status_due=scope.status_due))
+        return scope.ledger, plan
+
+    async def _decide_afresh(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Plan]:
+        """The ledger built again from every object of the pool, which replaces the kept one; every claim and
+        address decided. In an audit, a difference from the kept ledger is logged, counted and repaired."""
+        fresh, snapshot, plan, found = await self._build(pool, scope)
+        self._audit_at[pool] = scope.started + self.audit_seconds
+        if found:
+            metrics.AUDIT_MISMATCHES.labels(*metrics.pool_labels(pool)).inc()
+            log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
+                      pool.namespace, pool.name, "; ".join(found))
+        self._ledgers[pool] = fresh
+        await self._cooperate(scope.ledger.dismantle())
+        await self._note_claims(pool, snapshot.claims, scope.started)
+        for key in [k for k in self._waiting_since if k[0] == pool and k[1] not in fresh.claims]:
+            del self._waiting_since[key]
+        return fresh, plan
+
+    async def _build(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Snapshot, Plan, list[str]]:
+        """A ledger loaded from a snapshot of every object of the pool, the full plan over it, and what an
+        audit found. A big pool is built with the collector paused (see freezing.py)."""
+        kept, fresh = scope.ledger, Ledger()
+        size = self.inventory.size_of(pool)
+        self.freezer.built += size
+        big = size >= PAUSE_AT
+        first = big and not self.freezer.pauses
+        with self.freezer.paused() if big else contextlib.nullcontext():
+            # Every object of the pool, copied now: what changes from here on is in the change log.
+            # A big pool's lists are frozen at once, unless another build has paused the collector
+            # (its garbage meanwhile is young, or in the oldest generation: collected when it ends).
+            take = functools.partial(self.inventory.snapshot, pool, scope.context.now, self.rng)
+            snapshot = self.freezer.freeze_with(take) if first else take()
+            loading = load(fresh, snapshot)
             if big:
-                await asyncio.sleep(0)  # ... with nothing after it
-            self._audit_at[pool] = started + self.audit_seconds
-            if found:
-                metrics.AUDIT_MISMATCHES.labels(*metrics.pool_labels(pool)).inc()
-                log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
-                          namespace, name, "; ".join(found))
-            previous, ledger = ledger, fresh
-            released = -1  # what went since the kept ledger's last pass is not counted: wake anyway
-            self._ledgers[pool] = fresh
-            await self._cooperate(previous.dismantle())
-            await self._note_claims(pool, snapshot.claims, started)
-            for key in [k for k in self._waiting_since if k[0] == pool and k[1] not in ledger.claims]:
-                del self._waiting_since[key]
-        else:
-            await self._note_claims(pool, [obj for key, obj in changes if key[0] in CLAIM_KINDS and obj is not None],
-                                    started)
-            for key, obj in changes:
-                if key[0] in CLAIM_KINDS and obj is None:
-                    self._waiting_since.pop((pool, (key[0][1], key[2])), None)
-            plan = await self._cooperate(plan_pass(ledger, context, changes, max_steps=self.max_steps,
-                                                   status_due=status_due))
-        self.freezer.maybe_freeze()
+                # The ledger's containers frozen while they are small (after its first objects):
+                # they grow to 50,000 entries each, which no collection walks then.
+                next(loading, None)
+                self.freezer.freeze()
+            await self._cooperate(loading)
+            found = []
+            if scope.audited:
+                # The kept ledger, told what changed, against the one just loaded.
+                dirty_claims, _ = kept.apply(scope.changes)
+                found = await self._cooperate(compare(kept, fresh))
+            plan = await self._cooperate(plan_pass(fresh, snapshot, full=True, loaded=True,
+                                                   max_steps=self.max_steps, status_due=scope.status_due))
+            if scope.audited and not dirty_claims and not kept.deferred and not fresh.deferred:
+                found += await self._cooperate(self._compare_bindings(kept, fresh, plan))
+            if big:
+                await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own ...
+        if big:
+            await asyncio.sleep(0)  # ... with nothing after it
+        return fresh, snapshot, plan, found
+
+    def _follow_up(self, pool: o.PoolKey, ledger: Ledger, released: int, started: float) -> None:
+        """What the decisions leave for later: other pools' unserved claims woken when an address of this one
+        went, this pool's noted, the rest of a backlog in the next pass, a status write put off scheduled."""
         if ledger.released != released:
             self._wake_waiting(pool)
         self._note_unserved(pool, ledger)
@@ -251,12 +305,15 @@ class PoolWorkers:
             self._dirty.add(pool)  # the rest in the next pass, after other pools had theirs
         if ledger.status_held:
             self._status_later(pool, self._status_written.get(pool, started) + self._status_interval(ledger) - started)
+
+    async def _execute(self, pool: o.PoolKey, ledger: Ledger, plan: Plan, started: float) -> Outcome:
+        """The plan carried out by the writer; what did not go through makes the next pass a full one."""
         if not plan:
             ledger.settle()
             self._observe(pool, plan, Outcome(), started)
             return Outcome()
         for line in plan.describe():
-            log.info("pool %s/%s: %s", namespace, name, line)
+            log.info("pool %s/%s: %s", pool.namespace, pool.name, line)
         planned = time.monotonic()
         outcome = await self.writer.execute(plan, pool)
         ledger.settle()
@@ -272,7 +329,7 @@ class PoolWorkers:
         if any(isinstance(a, SetStatus) and a.target.group_kind in kinds.POOL_KINDS for a in plan.writes):
             self._status_written[pool] = planned
         log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
-                 namespace, name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
+                 pool.namespace, pool.name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
                  time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "",
                  f", {outcome.stopped} steps stopped: no longer leading" if outcome.stopped else "",
                  ", more next pass" if ledger.deferred else "")
@@ -339,7 +396,7 @@ class PoolWorkers:
         most pools, and further apart the more bindings a pool has, so that in
         a pool of 50,000 the status written after each claim does not cost more
         than the claim itself. The IPAddress objects and the claims' own status
-        are the record, and are never held back.
+        are the record, and are never put off.
         """
         return self.status_seconds * max(1.0, len(ledger.bound) / STATUS_BINDINGS_PER_SECOND)
 

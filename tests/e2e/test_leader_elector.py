@@ -26,7 +26,7 @@ from metal3_ipam.controller import health
 from metal3_ipam.controller.credentials import from_kubeconfig  # noqa: E402
 from metal3_ipam.controller.api import ApiWriter, Resource
 from metal3_ipam.controller.leader import LeaderElector, LeaseTiming
-from metal3_ipam.controller.main import liveness
+from metal3_ipam.controller.runtime import liveness
 from metal3_ipam.core import kinds
 from metal3_ipam.core.actions import Create, Plan
 from metal3_ipam.core.inventory import Inventory

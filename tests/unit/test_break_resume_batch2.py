@@ -96,7 +96,7 @@ def test_a_held_cluster_proved_gone_by_a_listing_of_clusters_is_not_filed_by_a_l
     lists = FutureLists()
 
     async def then(controller: Controller) -> None:
-        assert not controller.resumptions._held, "the LIST of Clusters did not end c1-old's resumption"
+        assert not controller.resumptions._parked, "the LIST of Clusters did not end c1-old's resumption"
         controller.on_event("MODIFIED", copy.deepcopy(old))  # kopf's late copy, older than that LIST
         lists.end_all()
         await _eventually(lambda: not controller.resumptions.tasks, lists=lists)
@@ -203,7 +203,7 @@ def test_a_cluster_held_after_its_namespace_lister_returned_but_before_it_was_ca
     waiting and returns. A task's done callbacks run at a later turn of the event loop, not when it
     returns: until ``_lister_ended`` runs, the lister is still named the namespace's, done but not
     being cancelled. Cluster c2 of that namespace is seen running in that window (another task's step
-    queued behind the lister's last one: a kopf handler, a slice of a resync): ``hold`` queues it for
+    queued behind the lister's last one: a kopf handler, a slice of a resync): ``park`` queues it for
     the done lister and starts none. ``_lister_ended`` then takes what waits as its own and drops it:
     c2 is neither filed, nor held, nor listed for. Its claims wait (Ready=False WaitingForCluster)
     until kopf tells c2 again or the resync lists Clusters, while the API server answers everything.
@@ -216,15 +216,15 @@ def test_a_cluster_held_after_its_namespace_lister_returned_but_before_it_was_ca
 
     async def scenario() -> tuple[bool, dict]:
         try:
-            assert resumptions.hold(_running("c1", 10))
+            assert resumptions.park(_running("c1", 10))
             assert await _eventually(lambda: lists.asked == 1), "c1's LIST never went out"
             lists.end_all()  # the lister is woken at the next turn
             await asyncio.sleep(0)  # the lister files c1, then yields (gather 0): queued ahead of this task
             await asyncio.sleep(0)  # the lister finds nothing waiting and returns; its done callback is queued
             assert inventory.get(kinds.CLUSTER, NS, "c1") is not None, "c1 was not filed by its LIST"
-            assert resumptions.hold(_running("c2", 12)), "c2, seen running and not filed, was not held"
+            assert resumptions.park(_running("c2", 12)), "c2, seen running and not filed, was not held"
             filed = await _eventually(lambda: inventory.get(kinds.CLUSTER, NS, "c2") is not None, lists=lists)
-            state = {"held": list(resumptions._held), "waiting": dict(resumptions._waiting),
+            state = {"held": list(resumptions._parked), "waiting": dict(resumptions._waiting),
                      "listers": list(resumptions._listers), "LISTs": lists.asked}
             return filed, state
         finally:

@@ -148,15 +148,15 @@ def test_take_only_after_a_full_duration_without_change(steps, duration):
 def test_the_holder_stops_at_the_deadline_from_the_start_of_its_last_successful_renew():
     clock = Clock()
     tenure = Tenure(10.0, clock)
-    assert not tenure.holds()
+    assert not tenure.in_force()
     started = clock.now
     clock.advance(3.0)  # the renew took 3 s to come back: the deadline still counts from its start
     tenure.renewed(started)
-    assert tenure.holds() and tenure.left() == pytest.approx(7.0)
+    assert tenure.in_force() and tenure.left() == pytest.approx(7.0)
     clock.advance(6.99)
-    assert tenure.holds()
+    assert tenure.in_force()
     clock.advance(0.01)
-    assert not tenure.holds(), "no answer came since: the holder must have stopped"
+    assert not tenure.in_force(), "no answer came since: the holder must have stopped"
 
 
 def test_a_renew_that_never_answers_extends_nothing():
@@ -165,7 +165,7 @@ def test_a_renew_that_never_answers_extends_nothing():
     tenure.renewed(clock.now)
     for _ in range(5):  # attempts go out every 2 s and hang; nothing is renewed
         clock.advance(2.0)
-    assert not tenure.holds()
+    assert not tenure.in_force()
 
 
 def test_a_late_answer_to_an_older_attempt_does_not_shorten_the_tenure():
@@ -181,7 +181,7 @@ def test_stepping_down_ends_the_tenure_at_once():
     tenure = Tenure(10.0, clock)
     tenure.renewed(clock.now)
     tenure.end()
-    assert not tenure.holds()
+    assert not tenure.in_force()
 
 
 @given(st.floats(0.01, 5), st.floats(0.01, 10), st.floats(0, 30), st.floats(0, 5))
@@ -202,7 +202,7 @@ def test_the_holder_has_stopped_before_a_candidate_may_take_over(retry, margin, 
     candidate_clock.advance(timing.lease_duration + 1e-6)
     assert decide(seen, "me", watch, timing.lease_duration) is Move.TAKE
     holder_clock.now = candidate_clock.now
-    assert not tenure.holds()
+    assert not tenure.in_force()
 
 
 # -- the options --------------------------------------------------------------------------

@@ -152,6 +152,47 @@ def test_a_pool_with_a_backlog_hands_the_writer_a_bounded_share_per_pass():
     assert len(bound_ips(api)) == 501
 
 
+class GatedWriter(MemoryWriter):
+    """A MemoryWriter whose plans wait until ``go`` is set: a pass whose writes are on their way."""
+
+    def __init__(self, api: MemoryApi) -> None:
+        super().__init__(api)
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def execute(self, plan, pool=None) -> Outcome:
+        self.entered.set()
+        await self.go.wait()
+        return await super().execute(plan, pool)
+
+
+def test_a_stop_lets_the_pass_under_way_end_and_starts_no_other():
+    """Without leader election no gate closes at shutdown: the pass whose writes are on their way
+    ends, and neither its backlog's next share nor a kick that arrives meanwhile (a watch event,
+    a retry timer, a pool woken) or afterwards starts another."""
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.3.250"}]),
+                 ippool("other", pools=[{"start": "10.1.0.1", "end": "10.1.0.9"}]),
+                 *[ipclaim(f"c{i}") for i in range(100)], ipclaim("single", pool="other"))
+    writer = GatedWriter(api)
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, writer, max_steps=40, gather_seconds=0.0)
+        workers.kick([POOL])
+        await asyncio.wait_for(writer.entered.wait(), 10)
+        stopping = asyncio.get_running_loop().create_task(workers.stop(grace=30))
+        while not workers._stopping:
+            await asyncio.sleep(0)
+        workers.kick([(NS, "other")])
+        writer.go.set()
+        assert await asyncio.wait_for(stopping, 30), "the pass under way was cancelled"
+        assert not [pool for pool, task in workers._tasks.items() if not task.done()]
+        workers.kick_all()
+        assert not workers._tasks, "a kick after the stop started a pass"
+
+    asyncio.run(scenario())
+    assert [pool for pool, _ in writer.steps] == ["pool1"], writer.steps
+
+
 def test_planned_allocations_are_given_back_when_their_writes_did_not_happen():
     api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.5"}]), *[ipclaim(f"c{i}") for i in range(3)])
     ledger = Ledger()

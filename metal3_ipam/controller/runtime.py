@@ -1,0 +1,348 @@
+"""``metal3-ipam run``: the controller's parts, started in one order and stopped in a stated one.
+
+A :class:`Runtime` keeps every part as an attribute and has one method per
+phase: :meth:`~Runtime.connect` (credentials, the API client, which kinds the
+cluster serves), :meth:`~Runtime.assemble` (the parts, without I/O),
+:meth:`~Runtime.start` (the servers, the election, the resync and the initial
+load), :meth:`~Runtime.serve` (kopf, until SIGTERM or SIGINT) and
+:meth:`~Runtime.stop`.
+
+With leader election on, one gate decides whether this replica may write: the
+elector's :meth:`~.leader.LeaderElector.may_act`. The pool workers start no
+pass without it and the REST writer sends nothing without it. At shutdown the
+gate closes first, the passes under way end, and only then is the Lease
+released, so a standby that takes over at once never overlaps with us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+from dataclasses import dataclass, field
+from typing import Callable
+
+import kopf
+import urllib3
+from aiohttp import web
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..core import kinds
+from ..core.inventory import Inventory
+from . import health, webhook
+from .api import ApiWriter, Resource, request
+from .credentials import Credentials, CredentialsError, load as load_credentials
+from .leader import LeaderElector, LeaseTiming
+from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, listings,
+                       login_from, settings)
+from .watch import KindWatch, Streams
+from .workers import PoolWorkers
+
+log = logging.getLogger("metal3_ipam")
+
+# The errors of an API server that cannot be reached or answers with an error: expected, never a traceback.
+UNREACHABLE = (ApiException, OSError, urllib3.exceptions.HTTPError)
+
+
+@dataclass
+class Options:
+    kubeconfig: str | None = None
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    health_host: str = "0.0.0.0"
+    health_port: int = 8081
+    leader_elect: bool = True
+    lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    lease_name: str = "metal3-ipam-controller"
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
+    resync_seconds: float = 300.0
+    parallel_writes: int = 16
+    webhook_port: int = 0  # 0: no admission webhooks
+    webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
+
+
+class CannotStart(Exception):
+    """A part could not be had (credentials, the API server, a port): said in one line, exit status 1."""
+
+
+def liveness(stopping: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
+    """What /healthz reports: failing while stopping, and for good once the leader election
+    ended by itself (a replica that can never lead again must be restarted, not left idle)."""
+    def problems() -> list[str]:
+        found = ["stopping"] if stopping.is_set() else []
+        if elector is not None and elector.failure:
+            found.append(elector.failure)
+        return found
+
+    return problems
+
+
+async def run(options: Options) -> int:
+    return await Runtime(options).run()
+
+
+class Runtime:
+    """One controller process: its parts, and the order in which they start and stop."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        # connect()
+        self.credentials: Credentials | None = None
+        self.api: client.ApiClient | None = None
+        self.resources: dict[tuple[str, str], Resource] = {}
+        # assemble()
+        self.inventory = Inventory()
+        self.elector: LeaderElector | None = None
+        self.writer: ApiWriter | None = None
+        self.workers: PoolWorkers | None = None
+        self.controller: Controller | None = None
+        self.hot: tuple[tuple[str, str], ...] = ()  # the kinds our own watches follow; kopf watches the rest
+        self.registry: kopf.OperatorRegistry | None = None
+        self.streams: Streams | None = None
+        # start()
+        self.health: web.AppRunner | None = None
+        self.webhooks: webhook.WebhookServer | None = None
+        self.election: asyncio.Task | None = None
+        self.resync_task: asyncio.Task | None = None
+        self.load_task: asyncio.Task | None = None
+        self.watches: list[asyncio.Task] = []
+        # What /readyz and /healthz read.
+        self.kopf_ready = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.loaded = False
+        self.watching = False
+        self.load_failure = ""
+
+    # -- the whole life ---------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Connect, start, serve until kopf ends (SIGTERM, SIGINT), stop. The exit status."""
+        try:
+            await self.connect()
+            self.assemble()
+        except CannotStart as err:
+            log.error("%s", err)
+            return 1
+        try:
+            await self.start()
+        except CannotStart as err:
+            log.error("%s", err)
+            await self.stop()
+            return 1
+        try:
+            await self.serve()
+        finally:
+            await self.stop()
+        return 0
+
+    # -- the phases -------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Credentials, the API client, and which of our kinds the cluster serves."""
+        try:
+            credentials = await asyncio.to_thread(load_credentials, self.options.kubeconfig)
+        except CredentialsError as err:
+            raise CannotStart(f"cannot load the cluster credentials: {err}") from None
+        log.info("API server: %s", credentials.describe())
+        if credentials.insecure:
+            # Asked for in the kubeconfig, and said once above: not again on every request.
+            log.warning("the API server's certificate is not verified (insecure-skip-tls-verify)")
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        # Asks the credentials before every request (as the writer and kopf do): reads, writes and
+        # watches always go out as the same user.
+        configuration = credentials.configuration(self.options.parallel_writes + 4)
+        self.credentials, self.api = credentials, client.ApiClient(configuration)
+        try:
+            self.resources = await asyncio.to_thread(discover, self.api)
+        except NotInstalled as err:
+            raise CannotStart(str(err)) from None
+        except UNREACHABLE as err:
+            raise CannotStart(f"cannot reach the API server at {configuration.host}: "
+                              f"{getattr(err, 'reason', None) or err}") from None
+
+    def assemble(self) -> None:
+        """The parts, wired to one another; nothing runs yet."""
+        options, resources = self.options, self.resources
+        self.inventory.clusters_served = kinds.CLUSTER in resources
+        if options.leader_elect:
+            self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
+                                         options.lease_timing, on_change=self._on_leadership)
+        self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
+                                may_write=self.may_write)
+        self.workers = PoolWorkers(self.inventory, self.writer, may_act=lambda: self.loaded and self.may_write())
+        self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
+        # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
+        self.hot = tuple(kind for kind in HOT_KINDS if kind in resources)
+        self.registry = build_registry(self.controller, resources, skip=self.hot)
+        kopf.on.login(registry=self.registry)(login_from(self.credentials))
+        self.streams = Streams(self.credentials)
+
+    async def start(self) -> None:
+        """Probes first (a replica that is not ready yet says why), then the webhooks, the election,
+        the resync and the initial load; the watches of our kinds start as their listings are filed."""
+        options = self.options
+        try:
+            self.health = await health.serve(options.health_host, options.health_port,
+                                             alive=liveness(self.stopping, self.elector), ready=self.readiness)
+        except OSError as err:
+            raise CannotStart(f"cannot serve health and metrics on {options.health_host}:{options.health_port}: "
+                              f"{err.strerror or err}") from None
+        if options.webhook_port:
+            await self._start_webhooks()
+        if self.elector is not None:
+            self.election = self.elector.start()
+        self.resync_task = asyncio.create_task(self._resync(), name="resync")
+        self.load_task = asyncio.create_task(self._load(), name="initial load")
+        log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in self.resources.values()),
+                 ", ".join(options.namespaces) or "all namespaces")
+
+    async def serve(self) -> None:
+        """kopf's operator (Clusters' events, and kopf's own signal handling), until it ends."""
+        # No stop_flag for kopf: it stops on SIGTERM/SIGINT by itself, and a waiter on a
+        # flag that nothing sets before it returns would delay every shutdown by 5 s.
+        await kopf.operator(
+            registry=self.registry, settings=settings(), standalone=True,
+            clusterwide=not self.options.namespaces, namespaces=self.options.namespaces,
+            ready_flag=self.kopf_ready)
+
+    async def stop(self) -> None:
+        """Stop whatever started, in this order:
+
+        1. /healthz says "stopping".
+        2. The gate closes (:meth:`LeaderElector.stop`): leadership ends at once, so the writer
+           sends nothing more and no pass starts; the Lease is still ours.
+        3. The passes under way end: half the renew deadline to reach their next action, where the
+           closed gate stops them; those still running then are cancelled.
+        4. The watches, the resync and the initial load end: nothing files or kicks any more.
+        5. The Lease is released, only now: no request of ours can still be on its way, so a standby
+           that takes over at once never overlaps with us. If a pass had to be cancelled, one may be:
+           the Lease is left to expire instead.
+        6. The writer's and the watches' connections close.
+        7. The probes and metrics, then the admission webhooks, last: until the process ends the API
+           server's admission requests are answered (creates fail closed while nobody answers).
+        """
+        self.stopping.set()
+        if self.elector is not None:
+            await self.elector.stop()
+        drained = True
+        if self.workers is not None:
+            drained = await self.workers.stop(grace=self.options.lease_timing.renew_deadline / 2)
+        await self._stop_background()
+        if self.elector is not None:
+            if self.election is not None:
+                if drained:
+                    await self.elector.release()
+                else:
+                    log.warning("passes did not end in time; the lease is left to expire")
+            self.elector.close()
+        if self.writer is not None:
+            await self.writer.close()
+        if self.streams is not None:
+            await self.streams.close()
+        if self.health is not None:
+            await self.health.cleanup()
+        if self.webhooks is not None:
+            await self.webhooks.close()
+
+    # -- the gate and the probes --------------------------------------------------------
+
+    def may_write(self) -> bool:
+        """Whether this replica may write now: while it leads (always, without leader election)."""
+        return self.elector is None or self.elector.may_act()
+
+    def readiness(self) -> list[str]:
+        """What /readyz reports: watches not started, inventory not loaded (and why), writes refused."""
+        problems = [] if self.kopf_ready.is_set() and self.watching else ["watches not started"]
+        problems += [] if self.loaded else [f"inventory not loaded{self.load_failure}"]
+        cannot_write = self.writer.readiness()
+        return problems + ([cannot_write] if cannot_write else [])
+
+    def _on_leadership(self, leading: bool) -> None:
+        if leading:  # whatever happened meanwhile is looked at; losing needs nothing (the gate)
+            self.workers.kick_all()
+
+    # -- started by start() -------------------------------------------------------------
+
+    async def _start_webhooks(self) -> None:
+        options = self.options
+        pools = self.resources[kinds.IPPOOL]
+
+        def list_pools(namespace: str) -> list[dict]:
+            # Well within the API server's wait for the webhook (10 s): on a timeout the inventory answers.
+            return request(self.api, "GET", pools.path(namespace), timeout=3.0).get("items") or []
+
+        admission = webhook.Admission(self.inventory, loaded=lambda: self.loaded, namespaces=options.namespaces,
+                                      list_pools=list_pools)
+        try:
+            self.webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
+                                                        options.webhook_cert_dir).start()
+        except (OSError, ssl.SSLError) as err:
+            raise CannotStart(f"cannot serve admission webhooks on port {options.webhook_port} with the certificate "
+                              f"in {options.webhook_cert_dir}: {getattr(err, 'strerror', None) or err}") from None
+
+    async def _load(self) -> None:
+        """Every kind listed once before any pool is worked on; each of our kinds watched from the
+        version it was listed at, so nothing in between is missed."""
+        for listing in listings(self.api, self.resources, self.options.namespaces):
+            version = await self._settle_until_done(listing)
+            if listing.kind in self.hot:
+                watch = KindWatch(self.streams, self.resources[listing.kind], listing.kind, listing.namespace,
+                                  self.controller.on_event, self._relist_kind, known=self.controller.knows)
+                self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
+        self.watching = True
+        self.loaded = True
+        log.info("inventory loaded: %d objects", len(self.inventory.objects))
+        self.workers.kick_all()
+
+    async def _settle_until_done(self, listing: Listing) -> str | None:
+        """A start-up listing, listed again until it goes through: a refusal (rights not granted yet),
+        an API server restarting. Until then the replica is not ready, and /readyz says why."""
+        pause = 0.5
+        while True:
+            try:
+                version = await self.controller.settle(listing, first=True)
+                self.load_failure = ""
+                return version
+            except Exception as err:
+                reason = f"{getattr(err, 'status', None) or ''} {getattr(err, 'reason', None) or err}".strip()
+                self.load_failure = f": listing {listing} failed ({reason}); again in {pause:.1f} s"
+                expected = isinstance(err, UNREACHABLE)
+                log.log(logging.WARNING if expected else logging.ERROR, "start-up listing of %s failed: %s; "
+                        "again in %.1f s", listing, reason, pause, exc_info=not expected)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 30.0)
+
+    async def _resync(self) -> None:
+        # Level-based safety net: every kind is listed again now and then, so
+        # a deletion no watch event reported (a watch gap) does not leave a
+        # ghost holding an IP; and every pool is looked at again (an
+        # unchanged pool costs no API call).
+        while True:
+            await asyncio.sleep(self.options.resync_seconds)
+            try:
+                for listing in listings(self.api, self.resources, self.options.namespaces):
+                    await self.controller.settle(listing)
+            except UNREACHABLE as err:
+                log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
+            if self.may_write():
+                self.workers.kick_all()
+
+    def _addresses_of(self, namespace: str) -> list[Listing]:
+        """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""
+        addresses = {k: r for k, r in self.resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
+        return listings(self.api, addresses, [namespace])
+
+    async def _relist_kind(self, kind: tuple[str, str], namespace: str | None) -> str | None:
+        """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
+        [listing] = listings(self.api, {kind: self.resources[kind]}, [namespace] if namespace else [])
+        return await self.controller.settle(listing)
+
+    async def _stop_background(self) -> None:
+        tasks = [task for task in (self.resync_task, self.load_task, *self.watches) if task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
