@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import yaml
 
+from metal3_ipam.core import kinds
+
 GROUP = "ipam.metal3.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -39,8 +41,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # ``clusterctl.cluster.x-k8s.io`` make clusterctl treat the CRDs as part of this provider
 # (``clusterctl move`` copies their objects); the contract labels map the Cluster API
 # contract versions to the API version served here.
-PROVIDER_LABEL = "cluster.x-k8s.io/provider"
-PROVIDER_NAME = "ipam-metal3"
+PROVIDER_LABEL = kinds.PROVIDER_LABEL
+PROVIDER_NAME = kinds.PROVIDER_NAME
 CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
 MOVE_HIERARCHY_LABEL = "clusterctl.cluster.x-k8s.io/move-hierarchy"
 CONTRACT_LABELS = {
