@@ -85,6 +85,8 @@ def test_every_invalid_manifest_is_refused_naming_the_field_and_nothing_changes(
 
     assert 400 <= answer.status < 500, f"{case.name}: expected a refusal, got {answer.status}: {answer.body}"
     assert case.expect in answer.message, f"{case.name}: the message does not name {case.expect!r}: {answer.message}"
+    for value in case.values:
+        assert value in answer.message, f"{case.name}: the message does not name {value!r}: {answer.message}"
     by_webhook = "admission webhook" in answer.message and "denied the request" in answer.message
     assert by_webhook == (case.layer == "webhook"), f"{case.name}: refused by the wrong layer: {answer.message}"
     after = get(api, case.subject, namespace)

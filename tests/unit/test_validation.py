@@ -143,6 +143,7 @@ def test_ipclaim_pool_is_immutable():
     old = ipclaim("c1", ns="ns", pool="pool1")
     new = ipclaim("c1", ns="ns", pool="pool2")
     assert_problem(lines(validate_ipclaim_update(old, new)), "IPClaim/ns/c1", "spec.pool", "pool2")
+    assert 'spec.pool: is immutable (was "ns/pool1") (value: "ns/pool2")' in lines(validate_ipclaim_update(old, new))[0]
     assert validate_ipclaim_update(old, copy.deepcopy(old)) == []
     # Other changes are fine.
     relabelled = copy.deepcopy(old)
@@ -171,7 +172,17 @@ def test_ipaddress_spec_is_immutable():
                    {"claim": {"name": "c2"}}, {"pool": {"name": "pool2"}}, {"dnsServers": ["8.8.8.8"]}):
         new = copy.deepcopy(old)
         new["spec"].update(change)
-        assert any("spec: is immutable" in line for line in lines(validate_ipaddress_update(old, new))), change
+        (field,) = change
+        found = lines(validate_ipaddress_update(old, new))
+        assert len(found) == 1 and f"spec.{field}: is immutable" in found[0], (change, found)
+    moved = copy.deepcopy(old)
+    moved["spec"]["address"] = "10.0.0.2"
+    (line,) = lines(validate_ipaddress_update(old, moved))
+    assert f'spec.address: is immutable: an IPAddress never changes (was "{old["spec"]["address"]}") (value: "10.0.0.2")' in line
+    moved = copy.deepcopy(old)
+    moved["spec"]["address"] = "10.0.0.2"
+    (line,) = lines(validate_ipaddress_update(old, moved))
+    assert f'spec.address: is immutable: an IPAddress never changes (was "{old["spec"]["address"]}") (value: "10.0.0.2")' in line
     relabelled = copy.deepcopy(old)
     relabelled["metadata"]["labels"] = {"a": "b"}
     assert validate_ipaddress_update(old, relabelled) == []
