@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import yaml
 
+from metal3_ipam.core import kinds
+
 GROUP = "ipam.metal3.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -39,8 +41,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # ``clusterctl.cluster.x-k8s.io`` make clusterctl treat the CRDs as part of this provider
 # (``clusterctl move`` copies their objects); the contract labels map the Cluster API
 # contract versions to the API version served here.
-PROVIDER_LABEL = "cluster.x-k8s.io/provider"
-PROVIDER_NAME = "ipam-metal3"
+PROVIDER_LABEL = kinds.PROVIDER_LABEL
+PROVIDER_NAME = kinds.PROVIDER_NAME
 CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
 MOVE_HIERARCHY_LABEL = "clusterctl.cluster.x-k8s.io/move-hierarchy"
 CONTRACT_LABELS = {
@@ -89,7 +91,8 @@ CONDITION_TYPE_PATTERN = (
 )
 CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
-# Messages of the immutability rules (tests and clients may match on them).
+# Messages of the immutability rules (tests and clients may match on them); each rule's
+# messageExpression starts with the same text and adds the old and new values.
 MSG_NAME_PREFIX_IMMUTABLE = "namePrefix is immutable"
 MSG_ALLOCATION_STRATEGY_IMMUTABLE = "allocationStrategy is immutable"
 MSG_POOL_IMMUTABLE = "pool is immutable"
@@ -115,6 +118,57 @@ def _string(description: str, max_length: int, **extra: Any) -> dict[str, Any]:
 
 def _quoted_self() -> str:
     return "'\"' + self + '\"'"
+
+
+def _quoted(expr: str) -> str:
+    """CEL: the string ``expr`` between double quotes, for a message."""
+    return f"'\"' + {expr} + '\"'"
+
+
+def _immutable(message: str, old: str, new: str) -> str:
+    """CEL message of an immutability rule: the field's old and new value (SPEC §9: field and value)."""
+    return f"'{message} (was ' + {old} + '), got ' + {new}"
+
+
+def _ref_text(ref: str) -> str:
+    """CEL: an object reference as ``[namespace/]name`` (``namespace`` is a CEL keyword, escaped)."""
+    ns = f"{ref}.__namespace__"
+    return f"(has({ns}) && {ns} != '' ? {ns} + '/' : '') + {ref}.name"
+
+
+def _ipaddress_spec_changes() -> str:
+    """CEL: which fields of an IPAddress spec changed, each as ``field old -> new``.
+
+    Kept to plain comparisons and concatenations of bounded strings: the API server
+    refuses a CRD whose estimated message cost is over its budget (lists, filters and
+    joins over ``dnsServers`` are).
+    """
+    def change(field: str, old: str, new: str, cond: str | None = None) -> str:
+        return f"({cond or f'{old} != {new}'} ? ' {field} ' + {old} + ' -> ' + {new} + ';' : '')"
+
+    # string(int) has no bounded length for the cost estimator; a lookup of the 129 prefix lengths has.
+    lengths = "[" + ", ".join(f"'{n}'" for n in range(129)) + "]"
+
+    def optional(field: str, number: bool = False) -> str:
+        def text(x: str) -> str:
+            value = f"{lengths}[{x}.{field}]" if number else f"{x}.{field}"
+            return f"(has({x}.{field}) ? {value} : 'none')"
+        return change(field, text("oldSelf"), text("self"))
+
+    parts = [
+        change("address", "oldSelf.address", "self.address"),
+        change("pool", "oldSelf.pool.name", "self.pool.name"),
+        change("claim", "oldSelf.claim.name", "self.claim.name"),
+        optional("prefix", number=True),
+        optional("gateway"),
+        "(has(oldSelf.dnsServers) != has(self.dnsServers) || (has(self.dnsServers) && "
+        "oldSelf.dnsServers != self.dnsServers) ? ' dnsServers;' : '')",
+    ]
+    return f"'{MSG_SPEC_IMMUTABLE} (IPAddress of ' + oldSelf.address + '), changed:' + " + " + ".join(parts)
+
+
+def _paren(expr: str) -> str:
+    return f"({expr})"
 
 
 def _ip(description: str, what: str, *, plural: bool = False) -> dict[str, Any]:
@@ -412,7 +466,8 @@ def _ippool_schema() -> dict[str, Any]:
                 pattern=NAME_PREFIX_PATTERN,
                 **{
                     "x-kubernetes-validations": [
-                        {"rule": "self == oldSelf", "message": MSG_NAME_PREFIX_IMMUTABLE}
+                        {"rule": "self == oldSelf", "message": MSG_NAME_PREFIX_IMMUTABLE, "messageExpression": _immutable(
+                            MSG_NAME_PREFIX_IMMUTABLE, _quoted("oldSelf"), _quoted("self"))}
                     ]
                 },
             ),
@@ -481,6 +536,10 @@ def _ippool_schema() -> dict[str, Any]:
                     "(has(oldSelf.allocationStrategy) ? oldSelf.allocationStrategy : 'sequential')"
                 ),
                 "message": MSG_ALLOCATION_STRATEGY_IMMUTABLE,
+                "messageExpression": _immutable(
+                    MSG_ALLOCATION_STRATEGY_IMMUTABLE,
+                    _quoted("(has(oldSelf.allocationStrategy) ? oldSelf.allocationStrategy : 'sequential')"),
+                    _quoted("(has(self.allocationStrategy) ? self.allocationStrategy : 'sequential')")),
                 "fieldPath": ".allocationStrategy",
             }
         ],
@@ -575,7 +634,8 @@ def _ipclaim_schema() -> dict[str, Any]:
         "The IPPool to take the address from; an empty namespace means the claim's. Immutable.",
         name_required=True,
     )
-    pool["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": MSG_POOL_IMMUTABLE}]
+    pool["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": MSG_POOL_IMMUTABLE, "messageExpression": _immutable(
+        MSG_POOL_IMMUTABLE, _quoted(_paren(_ref_text("oldSelf"))), _quoted(_paren(_ref_text("self"))))}]
     spec = {
         "type": "object",
         "description": "IPClaimSpec is the desired state of an IPClaim.",
@@ -649,7 +709,8 @@ def _ipaddress_schema() -> dict[str, Any]:
             "gateway": _ip("Gateway for the address.", "gateway"),
             "dnsServers": _dns_servers(),
         },
-        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": MSG_SPEC_IMMUTABLE}],
+        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": MSG_SPEC_IMMUTABLE,
+                                      "messageExpression": _ipaddress_spec_changes()}],
     }
     return _root_schema("IPAddress is an IP address allocated from an IPPool to a claim.", spec, None)
 

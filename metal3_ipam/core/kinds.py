@@ -35,6 +35,10 @@ FINALIZERS = {
 }
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+# clusterctl's provider label: on this provider's CRDs, and on a pool with clusterName (as the Go
+# Metal3 IPAM labels it, so selectors on it find every pool of a Cluster).
+PROVIDER_LABEL = "cluster.x-k8s.io/provider"
+PROVIDER_NAME = "ipam-metal3"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 IP_ADDRESS_ANNOTATION = "ipAddress"

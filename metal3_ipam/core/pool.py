@@ -276,6 +276,8 @@ class _Reader:
                 if entry.gateway is not None:
                     gateways.add(int(parse_ip(entry.gateway)))
         self.check_prefixes(entries, prefix_fields)
+        if not default_prefix:
+            self.no_prefix_warning(raw_entries, entries)
         self.check_overlaps(entries)
 
         reserved = normalise([(g, g) for g in gateways] + self.excluded(spec.get("excludedAddresses")))
@@ -360,6 +362,25 @@ class _Reader:
         return Entry(index=index, first=first, last=last, prefix=prefix,
                      gateway=str(ip_from_int(gateway, version)) if gateway is not None else None,
                      dns_servers=dns)
+
+    def no_prefix_warning(self, raw_entries: list, entries: list[Entry]) -> None:
+        """Neither an entry nor the pool sets a prefix: what its addresses carry differs from the Go Metal3 IPAM's.
+
+        A user switching over would see another netmask on the host (CAPM3
+        renders it from ``spec.prefix``), so one warning per pool names both
+        behaviours and the entries concerned.
+        """
+        bare = [e for e in entries if not raw_entries[e.index].get("prefix")]
+        if not bare:
+            return
+        first = raw_entries[bare[0].index]
+        ours = (f"prefix {bare[0].prefix} (the subnet's) on both IPAddresses" if first.get("subnet")
+                else f"no prefix on the Metal3 IPAddress and {FAMILY_BITS[self.version]} on the Cluster API one")
+        more = f" (nor do {len(bare) - 1} more)" if len(bare) > 1 else ""
+        self.problem(bare[0].field, dict(first),
+                     f"sets no prefix{more} and spec.prefix is not set: this controller writes {ours}; the Go "
+                     "Metal3 IPAM writes no prefix on the Metal3 IPAddress and prefix 0 on the Cluster API one; "
+                     "set spec.prefix or the entry's prefix to choose", warning=True)
 
     def check_prefixes(self, entries: list[Entry], prefix_fields: dict[int, str]) -> None:
         """An address's prefix must describe a network that holds its whole entry.

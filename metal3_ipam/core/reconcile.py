@@ -331,9 +331,10 @@ class _Reconciler:
         cluster_name = o.spec(pool).get("clusterName")
         if not cluster_name:
             return
-        labels = None
-        if o.labels(pool).get(kinds.CLUSTER_NAME_LABEL) != cluster_name:
-            labels = {kinds.CLUSTER_NAME_LABEL: cluster_name}
+        # As the Go Metal3 IPAM labels a pool of a Cluster: its Cluster and this provider.
+        wanted_labels = {kinds.CLUSTER_NAME_LABEL: cluster_name, kinds.PROVIDER_LABEL: kinds.PROVIDER_NAME}
+        current_labels = o.labels(pool)
+        labels = {k: v for k, v in wanted_labels.items() if current_labels.get(k) != v} or None
         owners = None
         cluster = self.snap.cluster
         if cluster is not None:
@@ -480,11 +481,19 @@ class _Reconciler:
             self.adopt(claim, step)
         else:
             self.allocate(claim, step)
-        # Last, so that binding is not held up behind it. A claim deleted
-        # before it carries the finalizer leaves an address without a claim,
-        # which the next pass removes (after asking the API server).
-        if finalizer not in o.finalizers(claim):
+        # The finalizer guards what the claim holds, so only a claim that holds
+        # (or is just given) an address carries it: one that holds nothing (its
+        # pool missing, exhausted, a Cluster awaited) stays deletable without
+        # the controller, as the Go Metal3 IPAM leaves it. Added in the step that
+        # creates the address, last so that binding is not held up behind it: a
+        # claim deleted before it carries the finalizer leaves an address
+        # without a claim, which the next pass removes (after asking the API
+        # server). One that holds nothing any more has it taken off.
+        holds = key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key))
+        if holds and finalizer not in o.finalizers(claim):
             step.add(_with_finalizer(claim, finalizer))
+        elif not holds and finalizer in o.finalizers(claim):
+            step.add(_without_finalizer(claim, finalizer))
 
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
@@ -722,7 +731,9 @@ class _Reconciler:
             "name": address_name(self.pool.name_prefix, ip),
             "namespace": o.namespace(pool),
             "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
-            "ownerReferences": [_owner(pool, block=True), _owner(claim, controller=True)],
+            # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it
+            # writes). Our finalizer, not the garbage collector, keeps the address while its claim lives.
+            "ownerReferences": [_owner(pool), _owner(claim)],
         }
         labels = o.labels(claim)
         if labels:
@@ -752,9 +763,9 @@ class _Reconciler:
             "ownerReferences": [_owner(claim, controller=True, block=True)]
                                + ([_owner(pool, block=True)] if pool is not None else []),
         }
-        cluster = o.labels(claim).get(kinds.CLUSTER_NAME_LABEL)
-        if cluster:
-            metadata["labels"] = {kinds.CLUSTER_NAME_LABEL: cluster}
+        labels = o.labels(claim)  # all of them, cluster-name included, as the Go Metal3 IPAM copies them
+        if labels:
+            metadata["labels"] = dict(labels)
         return {"apiVersion": claim.get("apiVersion"), "kind": "IPAddress", "metadata": metadata, "spec": mirror_spec}
 
 

@@ -65,7 +65,7 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
         before = old_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         after = new_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         if before != after:
-            problems += _tag(new, [Problem(f"spec.{field}", after, f"is immutable (was {before!r})")])
+            problems += _tag(new, [Problem(f"spec.{field}", after, f"is immutable ({_was(before)})")])
     if any(not p.warning for p in problems) or not in_use:
         return problems
     pool, _ = read_pool(new_spec)
@@ -232,8 +232,20 @@ def validate_ipclaim_update(old: Any, new: Any) -> list[Problem]:
     problems = validate_ipclaim(new)
     before, after = _spec_map(old).get("pool"), _spec_map(new).get("pool")
     if _ref_key(before) != _ref_key(after):
-        problems += _tag(new, [Problem("spec.pool", after, "is immutable")])
+        problems += _tag(new, [Problem("spec.pool", _ref_text(after), f"is immutable ({_was(_ref_text(before))})")])
     return problems
+
+
+def _was(before: Any) -> str:
+    """The old value of a changed immutable field, quoted as the CRD's rules quote it."""
+    return f'was "{before}"' if isinstance(before, str) else f"was {before!r}"
+
+
+def _ref_text(ref: Any) -> Any:
+    """An object reference as ``[namespace/]name`` (as the CRD's rule shows it), else as it is."""
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+        return ref
+    return f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"]
 
 
 def _ref_key(ref: Any) -> tuple:
@@ -338,8 +350,13 @@ def validate_ipaddress(obj: Any) -> list[Problem]:
 
 def validate_ipaddress_update(old: Any, new: Any) -> list[Problem]:
     problems = validate_ipaddress(new)
-    if _spec(old) != _spec(new):
-        problems += _tag(new, [Problem("spec", _spec(new), "is immutable")])
+    before, after = _spec_map(old), _spec_map(new)
+    if before != after:
+        # Each changed field, with its old and new value; the spec as a whole when it is not an object.
+        changed = [Problem(f"spec.{k}", _ref_text(after.get(k)),
+                           f"is immutable: an IPAddress never changes ({_was(_ref_text(before.get(k)))})")
+                   for k in sorted(set(before) | set(after), key=str) if before.get(k) != after.get(k)]
+        problems += _tag(new, changed or [Problem("spec", _spec(new), f"is immutable ({_was(_spec(old))})")])
     return problems
 
 

@@ -33,6 +33,7 @@ class Case:
     operation: str  # create, update or delete
     setup: tuple[dict, ...]
     subject: dict
+    values: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -46,18 +47,21 @@ def key(obj: dict) -> tuple[str, str, str]:
 def read(path: Path) -> Case:
     text = path.read_text()
     header = {}
+    values = []
     for line in text.splitlines():
         if not line.startswith("#"):
             break
         word, sep, value = line[1:].strip().partition(":")
         if sep and word in ("expect", "layer", "operation"):
             header[word] = value.strip()
+        elif sep and word == "value":
+            values.append(value.strip())
     docs = [d for d in yaml.load_all(text, Loader=SafeLoader) if d]
     if not docs or "expect" not in header or header.get("layer") not in ("schema", "webhook"):
         raise ValueError(f"{path}: needs '# expect:', '# layer: schema|webhook' and at least one document")
     *setup, subject = docs
     operation = header.get("operation") or ("update" if any(key(d) == key(subject) for d in setup) else "create")
-    return Case(path, header["expect"], header["layer"], operation, tuple(setup), subject)
+    return Case(path, header["expect"], header["layer"], operation, tuple(setup), subject, tuple(values))
 
 
 def cases(directory: Path) -> list[Case]:

@@ -115,7 +115,7 @@ def test_ipclaim_allocation_and_release(controller, kube):
     assert address["metadata"]["finalizers"] == [FIN_ADDRESS]
     by_pool, by_claim = owner(address, "IPPool"), owner(address, "IPClaim")
     assert by_pool["uid"] == pool["metadata"]["uid"] and not by_pool.get("controller")
-    assert by_claim["uid"] == claim["metadata"]["uid"] and by_claim.get("controller")
+    assert by_claim["uid"] == claim["metadata"]["uid"] and not by_claim.get("controller")
     assert_invariants(kube, allow_errors=False)
 
     kube.claim("b", "p")
@@ -155,7 +155,7 @@ def test_capi_claim_allocation(controller, kube, version):
     assert mirror["spec"]["poolRef"] == {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "p"}
     assert (mirror["spec"]["address"], mirror["spec"]["prefix"], mirror["spec"]["gateway"]) == \
         ("10.20.0.2", 29, "10.20.0.1")
-    assert mirror["metadata"]["labels"] == {CLUSTER_NAME_LABEL: "c1"}
+    assert mirror["metadata"]["labels"] == {CLUSTER_NAME_LABEL: "c1", "other": "x"}
     assert mirror["metadata"]["finalizers"] == [FIN_CAPI_ADDRESS]
     by_claim, by_pool = owner(mirror, "IPAddressClaim"), owner(mirror, "IPPool")
     assert by_claim["uid"] == claim["metadata"]["uid"]

@@ -85,6 +85,8 @@ def test_every_invalid_manifest_is_refused_naming_the_field_and_nothing_changes(
 
     assert 400 <= answer.status < 500, f"{case.name}: expected a refusal, got {answer.status}: {answer.body}"
     assert case.expect in answer.message, f"{case.name}: the message does not name {case.expect!r}: {answer.message}"
+    for value in case.values:
+        assert value in answer.message, f"{case.name}: the message does not name {value!r}: {answer.message}"
     by_webhook = "admission webhook" in answer.message and "denied the request" in answer.message
     assert by_webhook == (case.layer == "webhook"), f"{case.name}: refused by the wrong layer: {answer.message}"
     after = get(api, case.subject, namespace)
@@ -130,6 +132,23 @@ def test_overlap_under_one_name_prefix_is_accepted_with_a_warning(webhook_contro
     assert any("spec.pools[0]: shares 10.0.0.15-10.0.0.20 with IPPool a" in w for w in answer.warnings), answer.warnings
     # The defaulting webhook and the schema agree on the strategy.
     assert get(webhook_api, twin, namespace)["spec"]["allocationStrategy"] == "sequential"
+
+
+def test_a_pool_without_any_prefix_is_accepted_with_a_warning_naming_both_behaviours(webhook_controller, webhook_api):
+    """This controller writes the subnet's prefix where the Go Metal3 IPAM writes none (Metal3) or 0 (Cluster API)."""
+    namespace = new_namespace(webhook_api)
+    pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "np"},
+            "spec": {"namePrefix": "np", "pools": [{"subnet": "10.85.0.0/29"}]}}
+    answer = apply(webhook_api, pool, namespace)
+    assert answer.status == 201, answer.message
+    (warning,) = [w for w in answer.warnings if "prefix" in w]
+    assert "spec.pools[0]: sets no prefix and spec.prefix is not set" in warning, warning
+    assert "this controller writes prefix 29 (the subnet's) on both IPAddresses" in warning
+    assert "the Go Metal3 IPAM writes no prefix on the Metal3 IPAddress and prefix 0 on the Cluster API one" in warning
+    # Saying which prefix takes the warning away.
+    pool["spec"]["prefix"] = 29
+    answer = apply(webhook_api, pool, namespace)
+    assert answer.status == 200 and not answer.warnings, (answer.status, answer.warnings)
 
 
 def _pool_in_use(api, namespace: str) -> dict:

@@ -7,7 +7,9 @@ server (``shared/fixtures/go-metal3-ipam-state.yaml``):
 - an IPAddressClaim is served with ONLY a Cluster API IPAddress, also named
   ``<namePrefix>-<ip>`` (not after the claim), and no Metal3 IPAddress;
 - owner references (pool, claim) carry no controller flag and no
-  blockOwnerDeletion; addresses carry the claim's labels;
+  blockOwnerDeletion; addresses of both APIs carry every label of the claim;
+- a pool with ``clusterName`` is labelled with it and ``cluster.x-k8s.io/provider:
+  ipam-metal3``;
 - claims carry the Go finalizers, IPClaims ``status.address``, IPAddressClaims
   ``status.addressRef.name`` and a Ready condition with empty reason/message;
 - the pool's ``status.indexes`` is keyed by plain claim name, for both kinds.
@@ -34,7 +36,7 @@ def go_pool(name: str, ns: str, spec: dict, cluster: dict | None = None, indexes
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": _uid(), "creationTimestamp": WHEN,
                             "finalizers": [kinds.FINALIZERS[kinds.IPPOOL]], "generation": 1}
     if cluster is not None:
-        meta["labels"] = {kinds.CLUSTER_NAME_LABEL: cluster["metadata"]["name"]}
+        meta["labels"] = {kinds.CLUSTER_NAME_LABEL: cluster["metadata"]["name"], kinds.PROVIDER_LABEL: kinds.PROVIDER_NAME}
         meta["ownerReferences"] = [{"apiVersion": cluster["apiVersion"], "kind": "Cluster", "controller": False,
                                     "name": cluster["metadata"]["name"], "uid": cluster["metadata"]["uid"]}]
     return {"apiVersion": METAL3, "kind": "IPPool", "metadata": meta, "spec": dict(spec),

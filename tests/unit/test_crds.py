@@ -302,6 +302,12 @@ def test_immutability_rules_and_messages():
     assert rule["message"] == "pool is immutable"
     [rule] = find("IPAddress", ".spec")
     assert rule["message"] == "spec is immutable"
+    # Each refusal also names the old and new value (SPEC §9), starting with the same text.
+    for kind, path in (("IPPool", ".spec.namePrefix"), ("IPPool", ".spec"), ("IPClaim", ".spec.pool"),
+                       ("IPAddress", ".spec")):
+        [rule] = find(kind, path)
+        assert rule["messageExpression"].startswith(f"'{rule['message']} (")
+        assert "oldSelf" in rule["messageExpression"] and "self" in rule["messageExpression"].replace("oldSelf", "")
     # No transition rule may sit on status or on a field that can be absent on one side only.
     for kind in crds.KINDS:
         for path, rule in rules_of(kind):

@@ -77,9 +77,10 @@ def test_address_object_carries_entry_values_refs_owners_and_claim_labels():
     assert a["metadata"]["labels"] == {"team": "x", kinds.CLUSTER_NAME_LABEL: "cluster1"}
     owners = {r["kind"]: r for r in a["metadata"]["ownerReferences"]}
     assert owners["IPPool"]["uid"] == get(api, POOL, "pool1")["metadata"]["uid"]
-    assert owners["IPPool"].get("blockOwnerDeletion") is True and not owners["IPPool"].get("controller")
     assert owners["IPClaim"]["uid"] == get(api, IPCLAIM, "a")["metadata"]["uid"]
-    assert owners["IPClaim"]["controller"] is True
+    # The Go Metal3 IPAM's shape: pool then claim, neither controller nor blockOwnerDeletion.
+    assert [r["kind"] for r in a["metadata"]["ownerReferences"]] == ["IPPool", "IPClaim"]
+    assert all(set(r) == {"apiVersion", "kind", "name", "uid"} for r in a["metadata"]["ownerReferences"])
     b = get(api, ADDRESS, "pool1-192-168-0-20")
     assert (b["spec"]["prefix"], b["spec"]["gateway"], b["spec"]["dnsServers"]) == (24, "192.168.0.1", ["8.8.8.8"])
     assert "labels" not in b["metadata"]
@@ -137,6 +138,8 @@ def test_pool_is_labelled_and_owned_by_its_cluster_and_the_uid_is_refreshed():
     api = converged(cluster("cluster1"), ippool(clusterName="cluster1"))
     pool = get(api, POOL, "pool1")
     assert pool["metadata"]["labels"][kinds.CLUSTER_NAME_LABEL] == "cluster1"
+    # As the Go Metal3 IPAM labels a pool of a Cluster, so selectors on the provider find new pools.
+    assert pool["metadata"]["labels"][kinds.PROVIDER_LABEL] == "ipam-metal3"
     (ref,) = pool["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["uid"]) == ("Cluster", "cluster1", get(api, kinds.CLUSTER, "cluster1")["metadata"]["uid"])
     assert not ref.get("controller")
@@ -201,6 +204,27 @@ def test_missing_pool_is_an_error_on_the_claim():
     assert "IPPool default/nowhere not found" in status(api, IPCLAIM, "c")["errorMessage"]
     assert ready(api, IPCLAIM, "c")["reason"] == "PoolNotReady"
     assert metal3_addresses(api) == []
+    # Nothing to release, so no finalizer: deletable with the controller gone, as the Go IPAM leaves it.
+    assert o.finalizers(get(api, IPCLAIM, "c")) == []
+
+
+@pytest.mark.parametrize("kind", [IPCLAIM, CAPI_CLAIM])
+def test_a_claim_that_holds_nothing_carries_no_finalizer(kind):
+    """Exhausted, or its pool missing: no finalizer; one left from before is taken off; given an address, it gets one."""
+    make = ipclaim if kind == IPCLAIM else capi_claim
+    finalizer = kinds.FINALIZERS[kind]
+    full = ippool(pools=[{"start": "192.168.0.10", "end": "192.168.0.10"}])
+    stale = make("late")
+    stale["metadata"]["finalizers"] = [finalizer, "example.com/other"]
+    api = converged(full, make("first"), stale, make("lost", pool="nowhere"))
+    assert o.finalizers(get(api, kind, "first")) == [finalizer]
+    assert ready(api, kind, "late")["reason"] == "PoolExhausted"
+    assert o.finalizers(get(api, kind, "late")) == ["example.com/other"]
+    assert o.finalizers(get(api, kind, "lost")) == []
+    user_delete(api, kind, "first")
+    converge(api)
+    assert o.finalizers(get(api, kind, "late")) == ["example.com/other", finalizer]
+    assert settled(api)
 
 
 def test_invalid_pool_is_an_error_on_the_claim_and_the_pool():
@@ -277,7 +301,9 @@ def test_capi_claim_gets_a_locking_metal3_address_and_a_capi_mirror():
     assert owners["IPAddressClaim"]["controller"] is True and owners["IPAddressClaim"]["blockOwnerDeletion"] is True
     assert owners["IPAddressClaim"]["uid"] == get(api, CAPI_CLAIM, "m0")["metadata"]["uid"]
     assert not owners["IPPool"].get("controller") and owners["IPPool"]["blockOwnerDeletion"] is True
-    assert mirror["metadata"]["labels"] == {kinds.CLUSTER_NAME_LABEL: "cluster1"}
+    # Every label of the claim, as the Go Metal3 IPAM copies them.
+    assert mirror["metadata"]["labels"] == get(api, CAPI_CLAIM, "m0")["metadata"]["labels"]
+    assert mirror["metadata"]["labels"][kinds.CLUSTER_NAME_LABEL] == "cluster1" and len(mirror["metadata"]["labels"]) > 1
     assert mirror["metadata"]["finalizers"] == ["ipam.metal3.io/ipaddress"]
     claim_now = get(api, CAPI_CLAIM, "m0")
     assert claim_now["metadata"]["finalizers"] == ["ipam.metal3.io/ipaddressclaim"]

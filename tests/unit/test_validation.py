@@ -143,6 +143,7 @@ def test_ipclaim_pool_is_immutable():
     old = ipclaim("c1", ns="ns", pool="pool1")
     new = ipclaim("c1", ns="ns", pool="pool2")
     assert_problem(lines(validate_ipclaim_update(old, new)), "IPClaim/ns/c1", "spec.pool", "pool2")
+    assert 'spec.pool: is immutable (was "ns/pool1") (value: "ns/pool2")' in lines(validate_ipclaim_update(old, new))[0]
     assert validate_ipclaim_update(old, copy.deepcopy(old)) == []
     # Other changes are fine.
     relabelled = copy.deepcopy(old)
@@ -171,7 +172,17 @@ def test_ipaddress_spec_is_immutable():
                    {"claim": {"name": "c2"}}, {"pool": {"name": "pool2"}}, {"dnsServers": ["8.8.8.8"]}):
         new = copy.deepcopy(old)
         new["spec"].update(change)
-        assert any("spec: is immutable" in line for line in lines(validate_ipaddress_update(old, new))), change
+        (field,) = change
+        found = lines(validate_ipaddress_update(old, new))
+        assert len(found) == 1 and f"spec.{field}: is immutable" in found[0], (change, found)
+    moved = copy.deepcopy(old)
+    moved["spec"]["address"] = "10.0.0.2"
+    (line,) = lines(validate_ipaddress_update(old, moved))
+    assert f'spec.address: is immutable: an IPAddress never changes (was "{old["spec"]["address"]}") (value: "10.0.0.2")' in line
+    moved = copy.deepcopy(old)
+    moved["spec"]["address"] = "10.0.0.2"
+    (line,) = lines(validate_ipaddress_update(old, moved))
+    assert f'spec.address: is immutable: an IPAddress never changes (was "{old["spec"]["address"]}") (value: "10.0.0.2")' in line
     relabelled = copy.deepcopy(old)
     relabelled["metadata"]["labels"] = {"a": "b"}
     assert validate_ipaddress_update(old, relabelled) == []
@@ -186,25 +197,25 @@ def test_name_prefix_is_immutable():
 
 
 def test_allocation_strategy_is_immutable_and_defaults_to_sequential():
-    old = ippool("p", ns="ns")
-    new = ippool("p", ns="ns", allocationStrategy="random")
+    old = ippool("p", ns="ns", prefix=24)
+    new = ippool("p", ns="ns", prefix=24, allocationStrategy="random")
     assert_problem(lines(validate_pool_update(old, new)), "IPPool/ns/p", "spec.allocationStrategy", "random")
-    same = ippool("p", ns="ns", allocationStrategy="sequential")
+    same = ippool("p", ns="ns", prefix=24, allocationStrategy="sequential")
     assert validate_pool_update(old, same) == []
 
 
 def test_pool_update_may_not_drop_an_address_in_use():
-    old = ippool("p", ns="ns", pools=[{"start": "10.0.0.1", "end": "10.0.0.20"}])
-    new = ippool("p", ns="ns", pools=[{"start": "10.0.0.1", "end": "10.0.0.10"}])
+    old = ippool("p", ns="ns", prefix=24, pools=[{"start": "10.0.0.1", "end": "10.0.0.20"}])
+    new = ippool("p", ns="ns", prefix=24, pools=[{"start": "10.0.0.1", "end": "10.0.0.10"}])
     in_use = {"p-10-0-0-5": "10.0.0.5", "p-10-0-0-15": "10.0.0.15"}
     found = lines(validate_pool_update(old, new, in_use))
     assert_problem(found, "IPPool/ns/p", "spec.pools", "10.0.0.15")
     assert "p-10-0-0-15" in " ".join(found)
     assert not any("10.0.0.5 " in line for line in found)
     # Growing, or shrinking around the addresses in use, is fine.
-    grown = ippool("p", ns="ns", pools=[{"start": "10.0.0.1", "end": "10.0.0.30"}])
+    grown = ippool("p", ns="ns", prefix=24, pools=[{"start": "10.0.0.1", "end": "10.0.0.30"}])
     assert validate_pool_update(old, grown, in_use) == []
-    split = ippool("p", ns="ns", pools=[{"start": "10.0.0.5", "end": "10.0.0.5"}, {"start": "10.0.0.15", "end": "10.0.0.16"}])
+    split = ippool("p", ns="ns", prefix=24, pools=[{"start": "10.0.0.5", "end": "10.0.0.5"}, {"start": "10.0.0.15", "end": "10.0.0.16"}])
     assert validate_pool_update(old, split, in_use) == []
 
 
@@ -372,7 +383,7 @@ def test_a_pool_without_ranges_is_valid_with_a_warning_as_in_the_crd():
 
 
 def test_an_excluded_address_of_the_other_family_is_a_warning():
-    pool = ippool("p", ns="ns", pools=[{"subnet": "10.0.0.0/24"}], excludedAddresses=["2001:db8::1", "10.0.0.9"])
+    pool = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.0.0/24"}], excludedAddresses=["2001:db8::1", "10.0.0.9"])
     (warning,) = validate(pool)
     assert warning.warning and warning.field == "spec.excludedAddresses[0]" and "excludes nothing" in warning.message
 
@@ -427,18 +438,18 @@ def test_cluster_name_must_be_a_label_value(name):
 # -- updates and deletes against the addresses in use ----------------------------------------
 
 def test_a_pool_update_may_not_make_an_address_in_use_a_gateway():
-    old = ippool("p", ns="ns", pools=[{"subnet": "10.0.0.0/24"}])
-    new = ippool("p", ns="ns", pools=[{"subnet": "10.0.0.0/24", "gateway": "10.0.0.7"}])
+    old = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.0.0/24"}])
+    new = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.0.0/24", "gateway": "10.0.0.7"}])
     found = lines(validate_pool_update(old, new, {"p-10-0-0-7": "10.0.0.7"}))
     assert_problem(found, "IPPool/ns/p", "spec.pools[0].gateway", "10.0.0.7")
-    excluded = ippool("p", ns="ns", pools=[{"subnet": "10.0.0.0/24"}], excludedAddresses=["10.0.0.0/29"])
+    excluded = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.0.0/24"}], excludedAddresses=["10.0.0.0/29"])
     (warning,) = validate_pool_update(old, excluded, {"p-10-0-0-7": "10.0.0.7"})
     assert warning.warning and warning.field == "spec.excludedAddresses"
 
 
 def test_a_pool_update_names_every_holder_of_an_address_once():
-    old = ippool("p", ns="ns", pools=[{"subnet": "10.0.0.0/24"}])
-    new = ippool("p", ns="ns", pools=[{"subnet": "10.0.1.0/24"}])
+    old = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.0.0/24"}])
+    new = ippool("p", ns="ns", prefix=24, pools=[{"subnet": "10.0.1.0/24"}])
     in_use = {"p-10-0-0-7": "10.0.0.7", "c1 (Cluster API)": "10.0.0.7", "v6": "2001:db8::1", "junk": "x"}
     found = lines(validate_pool_update(old, new, in_use))
     assert len(found) == 2, found
@@ -481,3 +492,18 @@ def test_capi_claim_pool_ref_is_immutable():
     new = capi_claim("c1", ns="ns", pool="b")
     assert_problem(lines(validate_update(old, new)), "IPAddressClaim/ns/c1", "spec.poolRef", "'b'")
     assert validate_update(old, copy.deepcopy(old)) == []
+
+
+# -- a pool without any prefix: what its addresses carry differs from the Go Metal3 IPAM's ---------------
+
+def test_a_pool_without_any_prefix_is_warned_naming_both_behaviours():
+    (subnet,) = validate(ippool("p", ns="ns", pools=[{"subnet": "10.85.0.0/29"}]))
+    assert subnet.warning and subnet.field == "spec.pools[0]" and subnet.value == {"subnet": "10.85.0.0/29"}
+    assert "this controller writes prefix 29" in subnet.message
+    assert "Go Metal3 IPAM writes no prefix on the Metal3 IPAddress and prefix 0 on the Cluster API one" in subnet.message
+    (ranges,) = validate(ippool("p", ns="ns", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"},
+                                                      {"start": "10.0.0.10", "end": "10.0.0.19"}]))
+    assert "(nor do 1 more)" in ranges.message and "32 on the Cluster API one" in ranges.message
+    # A prefix on the pool or on every entry says which: no warning.
+    assert validate(ippool("p", ns="ns", prefix=29, pools=[{"subnet": "10.85.0.0/29"}])) == []
+    assert validate(ippool("p", ns="ns", pools=[{"subnet": "10.85.0.0/29", "prefix": 29}])) == []

@@ -49,7 +49,7 @@ def request(operation: str, obj: dict | None, old: dict | None = None, uid: str 
             "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}
 
 
-POOL = ippool("pool1", pools=[{"start": "192.168.0.10", "end": "192.168.0.20"}])
+POOL = ippool("pool1", prefix=24, pools=[{"start": "192.168.0.10", "end": "192.168.0.20"}])
 
 
 # -- the answers --------------------------------------------------------------------
@@ -72,7 +72,7 @@ def test_an_invalid_create_is_denied_naming_object_field_and_value():
 
 
 def test_warnings_are_admission_warnings():
-    twin = ippool("pool2", namePrefix="pool1", pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
+    twin = ippool("pool2", namePrefix="pool1", prefix=24, pools=[{"start": "192.168.0.15", "end": "192.168.0.30"}])
     response = Admission(inventory(POOL)).review(request("CREATE", twin))
     assert response["allowed"] is True
     (warning,) = response["warnings"]
