@@ -51,6 +51,7 @@ __all__ = [
     "ensure_binaries",
     "find_binaries",
     "repo_root",
+    "search_dirs",
 ]
 
 K8S_VERSION = "v1.35.4"
@@ -112,7 +113,8 @@ def default_bin_dir() -> Path:
     return Path(cache) / "metal3-ipam" / "bin" / version
 
 
-def _search_dirs() -> list[Path]:
+def search_dirs() -> list[Path]:
+    """Where :func:`find_binaries` looks, in order."""
     dirs = []
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets:
@@ -128,7 +130,7 @@ def find_binaries(names: Iterable[str] = REQUIRED_BINARIES) -> dict[str, Path]:
     """
     found: dict[str, Path] = {}
     missing = []
-    dirs = _search_dirs()
+    dirs = search_dirs()
     for name in names:
         for d in dirs:
             candidate = d / name

@@ -29,6 +29,16 @@ def control_plane_binaries():
 
 
 @pytest.fixture(scope="session")
+def kustomize_binary() -> Path:
+    """kustomize, which renders config/ (metal3-ipam release, packaging.render); built when missing."""
+    try:
+        return cp_mod.ensure_binaries(("kustomize",), root=REPO)["kustomize"]
+    except cp_mod.BinariesUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(f"kustomize unavailable:\n{reason}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def control_plane(control_plane_binaries):
     """One control plane for the whole session, with every CRD of config/crd/{bases,capi} installed."""
     cp = start_control_plane(control_plane_binaries)

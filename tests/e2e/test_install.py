@@ -67,7 +67,7 @@ def object_path(obj: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def rendered_by_clusterctl(control_plane_binaries, tmp_path_factory) -> list[dict]:
+def rendered_by_clusterctl(control_plane_binaries, kustomize_binary, tmp_path_factory) -> list[dict]:
     repository = tmp_path_factory.mktemp("provider-repository")
     done = subprocess.run([sys.executable, "-m", "metal3_ipam.cli", "release", "--version", VERSION,
                            "-o", str(repository)], capture_output=True, text=True, cwd=ROOT, timeout=120)
