@@ -27,20 +27,14 @@ from controller_fixtures import ControllerProcess, Kube, assert_invariants  # no
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import call, free_port, wait_until_webhooks_answer  # noqa: E402
+from webhook_fixtures import (call, free_port, install, object_path, use_webhooks_at,  # noqa: E402
+                             wait_until_webhooks_answer)
 
 pytest_plugins = ("controller_fixtures",)
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "v0.1.0"
 CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
-PLURALS = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Service": "services",
-           "CustomResourceDefinition": "customresourcedefinitions", "ClusterRole": "clusterroles",
-           "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
-           "Deployment": "deployments", "Issuer": "issuers", "Certificate": "certificates",
-           "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-           "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
 
 
 def clusterctl(binaries_dir: Path, *args: str, home: Path) -> str:
@@ -50,20 +44,6 @@ def clusterctl(binaries_dir: Path, *args: str, home: Path) -> str:
                           timeout=120)
     assert done.returncode == 0, f"clusterctl {' '.join(args)} failed:\n{done.stderr}"
     return done.stdout
-
-
-def established(api: client.ApiClient, name: str) -> bool:
-    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
-    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-
-
-def object_path(obj: dict) -> str:
-    group_version = obj["apiVersion"]
-    base = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
-    namespace = obj["metadata"].get("namespace")
-    collection = f"{base}/namespaces/{namespace}/{PLURALS[obj['kind']]}" if namespace else \
-        f"{base}/{PLURALS[obj['kind']]}"
-    return f"{collection}/{obj['metadata']['name']}"
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +86,11 @@ def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
     objects = rendered_by_clusterctl
     with plane.api_client() as admin:
         # Server-side apply, in clusterctl's order (Namespace, cert-manager objects, the rest).
-        for obj in objects:
-            answer = call(admin, "PATCH", object_path(obj), obj, "application/apply-patch+yaml",
-                          [("fieldManager", "clusterctl"), ("force", "true")])
-            assert answer.status in (200, 201), f"{obj['kind']} {obj['metadata']['name']}: {answer.message}"
+        install(admin, objects, "clusterctl")
         for obj in objects:
             stored = call(admin, "GET", object_path(obj))
             assert stored.status == 200
             assert stored.body["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == ""
-        for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
-            eventually(lambda: established(admin, crd["metadata"]["name"]), timeout=60,
-                       what=f"CRD {crd['metadata']['name']} to be established")
 
         (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
         pod = deployment["spec"]["template"]["spec"]
@@ -158,17 +132,7 @@ def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
         controller = ControllerProcess(kubeconfig, args, name="installed-controller", log_dir=tmp_path)
         controller.start()
         try:
-            # No Service routing on loopback: the webhooks call the process directly, with the CA
-            # cert-manager's injector would have put in.
-            bundle = base64.b64encode(authority.pem).decode()
-            for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-                (configuration,) = [o for o in objects if o["kind"] == kind]
-                for hook in configuration["webhooks"]:
-                    path = hook["clientConfig"]["service"]["path"]
-                    hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": bundle}
-                answer = call(admin, "PATCH", object_path(configuration), {"webhooks": configuration["webhooks"]},
-                              "application/merge-patch+json")
-                assert answer.status == 200, answer.message
+            use_webhooks_at(admin, objects, webhook_port, authority.pem)
             wait_until_webhooks_answer(admin)
 
             ns = "installed"

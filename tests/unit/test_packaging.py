@@ -239,10 +239,18 @@ def test_the_image_is_built_from_pinned_wheels_as_a_non_root_user():
     assert "--only-binary=:all:" in dockerfile and "-r /tmp/requirements.lock" in dockerfile
     stages = dockerfile.split("\nFROM ")
     final = stages[-1]
-    assert "USER 65532" in final and "pip install" not in final and "apt-get" not in dockerfile
+    assert "USER 65532" in final and "pip" not in final and "apt-get" not in dockerfile
+    # The runtime environment is made without pip; the build's own pip and backend come from a lock too.
+    assert "python3 -m venv --without-pip /opt/metal3-ipam" in dockerfile
+    assert "--no-build-isolation" in dockerfile and "-r /tmp/requirements-build.lock" in dockerfile
+    steps = [line for line in dockerfile.splitlines() if line.startswith(("RUN", " "))]
+    assert not [line for line in steps if re.search(r"(^|[\s/])python(\s|$)", line)], "python3 in build steps"
+    for lock in ("requirements.lock", "requirements-build.lock"):
+        pins = [line for line in (ROOT / lock).read_text().splitlines() if line and not line.startswith("#")]
+        assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins), pins
+        assert f"!{lock}" in (ROOT / ".dockerignore").read_text()
     pins = [line for line in (ROOT / "requirements.lock").read_text().splitlines()
             if line and not line.startswith("#")]
-    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins), pins
     import configparser
 
     setup = configparser.ConfigParser()
