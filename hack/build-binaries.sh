@@ -86,6 +86,29 @@ from_assets() {
 FAILED=()
 SUMMARY=()
 
+# cached NAME STAMP -> 0 when NAME is not to be built: KUBEBUILDER_ASSETS has it, or its stamp matches
+cached() {
+    if from_assets "$1"; then
+        log "$1: using ${KUBEBUILDER_ASSETS}/$1 (KUBEBUILDER_ASSETS)"
+        return 0
+    fi
+    if up_to_date "$1" "$2"; then
+        log "$1: up to date ($2) in $BIN_DIR"
+        SUMMARY+=("$1 cached $(human_size "$BIN_DIR/$1")")
+        return 0
+    fi
+    return 1
+}
+
+# installed NAME STAMP T0 -> puts the fresh build (BIN_DIR/.NAME.tmp) in place and stamps it
+installed() {
+    mv -f "$BIN_DIR/.$1.tmp" "$BIN_DIR/$1"
+    echo "$2" >"$STAMP_DIR/$1"
+    local secs=$(( $(now) - $3 ))
+    log "$1: built in ${secs}s, $(human_size "$BIN_DIR/$1")"
+    SUMMARY+=("$1 built ${secs}s $(human_size "$BIN_DIR/$1")")
+}
+
 # Pull a file out of the module cache (downloading if needed) and print its path.
 # mod_field MODULE@VERSION FIELD
 mod_field() {
@@ -219,11 +242,7 @@ build_kube_binary() {
         err "$name: go build of k8s.io/kubernetes/cmd/$name@${K8S_VERSION} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------------- etcd
@@ -278,26 +297,14 @@ EOF
         err "$name: go build of go.etcd.io/etcd/server/v3@${version} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------- clusterctl
 build_clusterctl() {
     local name=clusterctl version="$CLUSTERCTL_VERSION"
-    if from_assets "$name"; then
-        log "$name: using ${KUBEBUILDER_ASSETS}/$name (KUBEBUILDER_ASSETS)"
-        return 0
-    fi
     local stamp="sigs.k8s.io/cluster-api@${version}"
-    if up_to_date "$name" "$stamp"; then
-        log "$name: up to date ($stamp) in $BIN_DIR"
-        SUMMARY+=("$name cached $(human_size "$BIN_DIR/$name")")
-        return 0
-    fi
+    cached "$name" "$stamp" && return 0
     have_go "$name" || return 0
     local t0 dir="${BUILD_DIR}/cluster-api-${version}" gomod goline; t0="$(now)"
     log "$name: building from $stamp"
@@ -350,26 +357,14 @@ EOF
         err "$name: go build of sigs.k8s.io/cluster-api/cmd/clusterctl@${version} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ----------------------------------------------------------------- kustomize
 build_kustomize() {
     local name=kustomize version="$KUSTOMIZE_VERSION"
-    if from_assets "$name"; then
-        log "$name: using ${KUBEBUILDER_ASSETS}/$name (KUBEBUILDER_ASSETS)"
-        return 0
-    fi
     local stamp="sigs.k8s.io/kustomize/kustomize/v5@${version}"
-    if up_to_date "$name" "$stamp"; then
-        log "$name: up to date ($stamp) in $BIN_DIR"
-        SUMMARY+=("$name cached $(human_size "$BIN_DIR/$name")")
-        return 0
-    fi
+    cached "$name" "$stamp" && return 0
     have_go "$name" || return 0
     local t0 dir="${BUILD_DIR}/kustomize-${version}" gomod goline; t0="$(now)"
     log "$name: building from $stamp"
@@ -403,11 +398,7 @@ EOF
         err "$name: go build of $stamp failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------------- main

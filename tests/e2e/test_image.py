@@ -31,19 +31,19 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
-from controller_fixtures import SUMMARY, Kube, assert_invariants, start_control_plane  # noqa: E402
+from controller_fixtures import SUMMARY, start_control_plane  # noqa: E402
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.testing import image as image_mod  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import (call, free_port, install, use_webhooks_at,  # noqa: E402
-                              wait_until_webhooks_answer)
+from webhook_fixtures import free_port, install, serves_claims_and_webhooks, use_webhooks_at  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
 
 ROOT = Path(__file__).resolve().parents[2]
 CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
 OPENSHIFT_USER = (1000650000, 0)
+NAMESPACE = "metal3-ipam-system"  # config/default's
 
 
 def report(request, line: str) -> None:
@@ -185,7 +185,7 @@ class Container:
 
 def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kubelet:
     plane, admin, certs, webhook_port = installed
-    namespace = "metal3-ipam-system"
+    namespace = NAMESPACE
     (cert,) = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     return image_mod.Kubelet(
@@ -193,23 +193,6 @@ def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kube
         service_account=service_account_folder(admin, pod, namespace, plane.ca_file, tmp_path / "serviceaccount"),
         api_port=int(plane.server.rpartition(":")[2]),
         published={ports["webhook-server"]: webhook_port, ports["metrics"]: free_port()}, **kwargs)
-
-
-def serves_claims_and_webhooks(admin, namespace: str) -> None:
-    wait_until_webhooks_answer(admin)
-    client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    kube = Kube(admin, namespace)
-    kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
-    kube.claim("c", "p")
-    kube.capi_claim("d", "p")
-    served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
-    assert served == {"10.0.0.1", "10.0.0.2"}
-    assert_invariants(kube)
-    refused = call(admin, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{namespace}/ippools",
-                   {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
-                    "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
-                   "application/json")
-    assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
 
 
 def ends_cleanly(running: Container) -> None:
@@ -269,7 +252,7 @@ def test_the_manager_container_runs_as_the_manifest_says(built, installed, manag
         assert writable == {m["mountPath"] for m in container["volumeMounts"]
                             if "emptyDir" in volumes[m["name"]] and not m.get("readOnly")}
 
-        serves_claims_and_webhooks(admin, "image")
+        serves_claims_and_webhooks(admin, "image", pod_namespace=NAMESPACE)
         ends_cleanly(running)
 
 
@@ -282,7 +265,7 @@ def test_the_image_runs_as_an_arbitrary_user_of_group_root(built, installed, man
         running.wait_ready()
         status = running.exec("cat", "/proc/1/status")
         assert f"Uid:\t{OPENSHIFT_USER[0]}\t" in status
-        serves_claims_and_webhooks(admin, "openshift-uid")
+        serves_claims_and_webhooks(admin, "openshift-uid", pod_namespace=NAMESPACE)
         ends_cleanly(running)
 
 

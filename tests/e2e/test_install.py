@@ -11,7 +11,6 @@ and its webhooks.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import sys
@@ -23,12 +22,12 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
-from controller_fixtures import ControllerProcess, Kube, assert_invariants  # noqa: E402
+from controller_fixtures import ControllerProcess  # noqa: E402
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
-from webhook_fixtures import (call, free_port, install, object_path, use_webhooks_at,  # noqa: E402
-                             wait_until_webhooks_answer)
+from webhook_fixtures import (call, free_port, install, object_path, serves_claims_and_webhooks,  # noqa: E402
+                              use_webhooks_at)
 
 pytest_plugins = ("controller_fixtures",)
 
@@ -133,24 +132,7 @@ def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
         controller.start()
         try:
             use_webhooks_at(admin, objects, webhook_port, authority.pem)
-            wait_until_webhooks_answer(admin)
-
-            ns = "installed"
-            client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            kube = Kube(admin, ns)
-            kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
-            kube.claim("c", "p")
-            kube.capi_claim("d", "p")
-            served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
-            assert served == {"10.0.0.1", "10.0.0.2"}
-            assert_invariants(kube)
-            lease = client.CoordinationV1Api(admin).read_namespaced_lease("metal3-ipam-controller", namespace)
-            assert lease.spec.holder_identity
-            refused = call(admin, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{ns}/ippools",
-                           {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
-                            "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
-                           "application/json")
-            assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
+            serves_claims_and_webhooks(admin, "installed", pod_namespace=namespace)
             assert "Forbidden" not in controller.log_text(), controller.log_tail(40)
         finally:
             controller.stop()

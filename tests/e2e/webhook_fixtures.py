@@ -156,6 +156,29 @@ def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pe
         assert answer.status == 200, answer.message
 
 
+
+def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namespace: str) -> None:
+    """An installed controller at work: claims of both APIs get addresses, its webhooks refuse an overlapping
+    pool, and it holds the leader-election Lease in its own namespace."""
+    from controller_fixtures import Kube, assert_invariants
+
+    wait_until_webhooks_answer(api)
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    kube = Kube(api, namespace)
+    kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
+    kube.claim("c", "p")
+    kube.capi_claim("d", "p")
+    served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
+    assert served == {"10.0.0.1", "10.0.0.2"}
+    assert_invariants(kube)
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("metal3-ipam-controller", pod_namespace)
+    assert lease.spec.holder_identity
+    refused = call(api, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{namespace}/ippools",
+                   {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
+                    "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
+                   "application/json")
+    assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
