@@ -100,6 +100,12 @@ cached() {
     return 1
 }
 
+# tools_go DIR PACKAGE -> DIR/tools.go, which pins the command PACKAGE in the generated module
+tools_go() {
+    printf '//go:build tools\n\n// Package tools pins the command this module builds.\npackage tools\n\nimport _ "%s"\n' \
+        "$2" >"$1/tools.go"
+}
+
 # installed NAME STAMP T0 -> puts the fresh build (BIN_DIR/.NAME.tmp) in place and stamps it
 installed() {
     mv -f "$BIN_DIR/.$1.tmp" "$BIN_DIR/$1"
@@ -284,14 +290,7 @@ go 1.24
 
 require go.etcd.io/etcd/server/v3 ${version}
 EOF
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the command this module builds.
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-EOF
+    tools_go "$dir" go.etcd.io/etcd/server/v3
     if ! (cd "$dir" && go mod tidy && go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/.$name.tmp" go.etcd.io/etcd/server/v3); then
         rm -f "$BIN_DIR/.$name.tmp"
         err "$name: go build of go.etcd.io/etcd/server/v3@${version} failed"
@@ -335,14 +334,7 @@ if mods:
     print(")")
 EOF
     } >"$dir/go.mod"
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the command this module builds.
-package tools
-
-import _ "sigs.k8s.io/cluster-api/cmd/clusterctl"
-EOF
+    tools_go "$dir" sigs.k8s.io/cluster-api/cmd/clusterctl
     local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     local ver="${version#v}" major minor
     major="${ver%%.*}"; minor="${ver#*.}"; minor="${minor%%.*}"
@@ -382,14 +374,7 @@ ${goline}
 
 require sigs.k8s.io/kustomize/kustomize/v5 ${version}
 EOF
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the command this module builds.
-package tools
-
-import _ "sigs.k8s.io/kustomize/kustomize/v5"
-EOF
+    tools_go "$dir" sigs.k8s.io/kustomize/kustomize/v5
     # `kustomize version` names the release it was built from.
     local ldflags="-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${version}"
     ldflags+=" -X sigs.k8s.io/kustomize/api/provenance.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
