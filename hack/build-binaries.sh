@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries the end-to-end tests run on loopback:
-#   etcd, kube-apiserver, kube-controller-manager and clusterctl.
+#   etcd, kube-apiserver, kube-controller-manager and clusterctl;
+# and kustomize, which renders config/ (metal3-ipam release, the install and
+# image tests).
 #
 # Everything is built from Go modules (the Go module proxy is the only network
 # access needed) into a cache outside the repository:
@@ -18,8 +20,10 @@
 #   METAL3_IPAM_K8S_VERSION         kubernetes release   (default v1.35.4)
 #   METAL3_IPAM_ETCD_VERSION        etcd release         (default: the one kubernetes requires)
 #   METAL3_IPAM_CLUSTERCTL_VERSION  cluster-api release  (default v1.13.6)
+#   METAL3_IPAM_KUSTOMIZE_VERSION   kustomize release    (default v5.8.2)
 #   METAL3_IPAM_BIN_DIR             output directory
-#   METAL3_IPAM_BUILD_ONLY          space-separated subset of: etcd kube-apiserver kube-controller-manager clusterctl
+#   METAL3_IPAM_BUILD_ONLY          space-separated subset of: etcd kube-apiserver kube-controller-manager
+#                                   clusterctl kustomize
 set -euo pipefail
 
 # The whole script is one compound command, parsed before anything runs, so that
@@ -28,10 +32,11 @@ set -euo pipefail
 
 K8S_VERSION="${METAL3_IPAM_K8S_VERSION:-v1.35.4}"
 CLUSTERCTL_VERSION="${METAL3_IPAM_CLUSTERCTL_VERSION:-v1.13.6}"
+KUSTOMIZE_VERSION="${METAL3_IPAM_KUSTOMIZE_VERSION:-v5.8.2}"
 BIN_DIR="${METAL3_IPAM_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/metal3-ipam/bin/${K8S_VERSION}}"
 BUILD_DIR="${BIN_DIR}/.build"
 STAMP_DIR="${BIN_DIR}/.stamps"
-ALL_BINARIES="etcd kube-apiserver kube-controller-manager clusterctl"
+ALL_BINARIES="etcd kube-apiserver kube-controller-manager clusterctl kustomize"
 WANTED="${METAL3_IPAM_BUILD_ONLY:-$ALL_BINARIES}"
 
 # Static binaries, no VCS stamping (the build modules are not repositories),
@@ -80,6 +85,35 @@ from_assets() {
 
 FAILED=()
 SUMMARY=()
+
+# cached NAME STAMP -> 0 when NAME is not to be built: KUBEBUILDER_ASSETS has it, or its stamp matches
+cached() {
+    if from_assets "$1"; then
+        log "$1: using ${KUBEBUILDER_ASSETS}/$1 (KUBEBUILDER_ASSETS)"
+        return 0
+    fi
+    if up_to_date "$1" "$2"; then
+        log "$1: up to date ($2) in $BIN_DIR"
+        SUMMARY+=("$1 cached $(human_size "$BIN_DIR/$1")")
+        return 0
+    fi
+    return 1
+}
+
+# tools_go DIR PACKAGE -> DIR/tools.go, which pins the command PACKAGE in the generated module
+tools_go() {
+    printf '//go:build tools\n\n// Package tools pins the command this module builds.\npackage tools\n\nimport _ "%s"\n' \
+        "$2" >"$1/tools.go"
+}
+
+# installed NAME STAMP T0 -> puts the fresh build (BIN_DIR/.NAME.tmp) in place and stamps it
+installed() {
+    mv -f "$BIN_DIR/.$1.tmp" "$BIN_DIR/$1"
+    echo "$2" >"$STAMP_DIR/$1"
+    local secs=$(( $(now) - $3 ))
+    log "$1: built in ${secs}s, $(human_size "$BIN_DIR/$1")"
+    SUMMARY+=("$1 built ${secs}s $(human_size "$BIN_DIR/$1")")
+}
 
 # Pull a file out of the module cache (downloading if needed) and print its path.
 # mod_field MODULE@VERSION FIELD
@@ -214,11 +248,7 @@ build_kube_binary() {
         err "$name: go build of k8s.io/kubernetes/cmd/$name@${K8S_VERSION} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------------- etcd
@@ -260,39 +290,20 @@ go 1.24
 
 require go.etcd.io/etcd/server/v3 ${version}
 EOF
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the command this module builds.
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"
-EOF
+    tools_go "$dir" go.etcd.io/etcd/server/v3
     if ! (cd "$dir" && go mod tidy && go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/.$name.tmp" go.etcd.io/etcd/server/v3); then
         rm -f "$BIN_DIR/.$name.tmp"
         err "$name: go build of go.etcd.io/etcd/server/v3@${version} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------- clusterctl
 build_clusterctl() {
     local name=clusterctl version="$CLUSTERCTL_VERSION"
-    if from_assets "$name"; then
-        log "$name: using ${KUBEBUILDER_ASSETS}/$name (KUBEBUILDER_ASSETS)"
-        return 0
-    fi
     local stamp="sigs.k8s.io/cluster-api@${version}"
-    if up_to_date "$name" "$stamp"; then
-        log "$name: up to date ($stamp) in $BIN_DIR"
-        SUMMARY+=("$name cached $(human_size "$BIN_DIR/$name")")
-        return 0
-    fi
+    cached "$name" "$stamp" && return 0
     have_go "$name" || return 0
     local t0 dir="${BUILD_DIR}/cluster-api-${version}" gomod goline; t0="$(now)"
     log "$name: building from $stamp"
@@ -323,14 +334,7 @@ if mods:
     print(")")
 EOF
     } >"$dir/go.mod"
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the command this module builds.
-package tools
-
-import _ "sigs.k8s.io/cluster-api/cmd/clusterctl"
-EOF
+    tools_go "$dir" sigs.k8s.io/cluster-api/cmd/clusterctl
     local date; date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     local ver="${version#v}" major minor
     major="${ver%%.*}"; minor="${ver#*.}"; minor="${minor%%.*}"
@@ -345,21 +349,52 @@ EOF
         err "$name: go build of sigs.k8s.io/cluster-api/cmd/clusterctl@${version} failed"
         FAILED+=("$name"); return 0
     fi
-    mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
-    echo "$stamp" >"$STAMP_DIR/$name"
-    local secs=$(( $(now) - t0 ))
-    log "$name: built in ${secs}s, $(human_size "$BIN_DIR/$name")"
-    SUMMARY+=("$name built ${secs}s $(human_size "$BIN_DIR/$name")")
+    installed "$name" "$stamp" "$t0"
+}
+
+# ----------------------------------------------------------------- kustomize
+build_kustomize() {
+    local name=kustomize version="$KUSTOMIZE_VERSION"
+    local stamp="sigs.k8s.io/kustomize/kustomize/v5@${version}"
+    cached "$name" "$stamp" && return 0
+    have_go "$name" || return 0
+    local t0 dir="${BUILD_DIR}/kustomize-${version}" gomod goline; t0="$(now)"
+    log "$name: building from $stamp"
+    mkdir -p "$dir"
+    if ! gomod="$(mod_field "$stamp" GoMod)"; then
+        err "$name: $stamp is not available from the module proxy"
+        FAILED+=("$name"); return 0
+    fi
+    goline="$(grep -m1 -E '^go [0-9]' "$gomod")"
+    cat >"$dir/go.mod" <<EOF
+// Generated by hack/build-binaries.sh; builds kustomize.
+module metal3-ipam.local/kustomize-binary
+
+${goline}
+
+require sigs.k8s.io/kustomize/kustomize/v5 ${version}
+EOF
+    tools_go "$dir" sigs.k8s.io/kustomize/kustomize/v5
+    # `kustomize version` names the release it was built from.
+    local ldflags="-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${version}"
+    ldflags+=" -X sigs.k8s.io/kustomize/api/provenance.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    if ! (cd "$dir" && go mod tidy && go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" sigs.k8s.io/kustomize/kustomize/v5); then
+        rm -f "$BIN_DIR/.$name.tmp"
+        err "$name: go build of $stamp failed"
+        FAILED+=("$name"); return 0
+    fi
+    installed "$name" "$stamp" "$t0"
 }
 
 # ---------------------------------------------------------------------- main
 T_START="$(now)"
-log "output: $BIN_DIR ($(command -v go >/dev/null 2>&1 && go version | cut -d' ' -f3- || echo 'no go on PATH'), kubernetes ${K8S_VERSION}, clusterctl ${CLUSTERCTL_VERSION})"
+log "output: $BIN_DIR ($(command -v go >/dev/null 2>&1 && go version | cut -d' ' -f3- || echo 'no go on PATH'), kubernetes ${K8S_VERSION}, clusterctl ${CLUSTERCTL_VERSION}, kustomize ${KUSTOMIZE_VERSION})"
 for b in $WANTED; do
     case "$b" in
         etcd) build_etcd ;;
         kube-apiserver | kube-controller-manager) build_kube_binary "$b" ;;
         clusterctl) build_clusterctl ;;
+        kustomize) build_kustomize ;;
         *) err "unknown binary '$b' (known: $ALL_BINARIES)"; FAILED+=("$b") ;;
     esac
 done

@@ -15,18 +15,18 @@ code that does it::
 ``metal3-ipam release`` renders ``config/default`` into the provider
 components clusterctl reads (``ipam-components.yaml``: every object labelled
 for clusterctl, tunables as ``${VARIABLE:=default}``) and lays out a local
-provider repository with ``metadata.yaml``. Rendering needs no kustomize
-binary: :func:`render` understands the part of kustomize that ``config/``
-uses, and refuses any other (so the tree cannot grow out of it unnoticed).
+provider repository with ``metadata.yaml``. ``config/default`` is rendered by
+kustomize itself (:func:`kustomize`: the one ``hack/build-binaries.sh``
+builds, else ``kustomize`` on PATH).
 """
 
 from __future__ import annotations
 
-import copy
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
 
 import yaml
 
@@ -98,234 +98,49 @@ def write_files(root: Path | None = None) -> list[Path]:
 
 # -- rendering a kustomization ------------------------------------------------------------
 
-SUPPORTED_KEYS = {"apiVersion", "kind", "resources", "namespace", "namePrefix", "labels", "images",
-                  "replacements", "configurations"}
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                   "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-# Where kustomize looks for names when it renames the objects they name: referee kind ->
-# (referrer kind, path); a path step "*" walks a list, "[k=v]" keeps its items with k == v.
-NAME_REFERENCES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "ServiceAccount": [("RoleBinding", ("subjects", "[kind=ServiceAccount]", "name")),
-                       ("ClusterRoleBinding", ("subjects", "[kind=ServiceAccount]", "name")),
-                       ("Deployment", ("spec", "template", "spec", "serviceAccountName"))],
-    "Role": [("RoleBinding", ("roleRef[kind=Role]", "name"))],
-    "ClusterRole": [("RoleBinding", ("roleRef[kind=ClusterRole]", "name")),
-                    ("ClusterRoleBinding", ("roleRef[kind=ClusterRole]", "name"))],
-    "Service": [(kind, ("webhooks", "*", "clientConfig", "service", "name")) for kind in WEBHOOK_KINDS],
-    "Secret": [("Deployment", ("spec", "template", "spec", "volumes", "*", "secret", "secretName"))],
-}
+KUSTOMIZE_TIMEOUT_SECONDS = 120.0
+
+
+def kustomize() -> Path:
+    """The kustomize binary: the one hack/build-binaries.sh built (the tested version), else ``kustomize`` on PATH."""
+    from .testing import controlplane
+
+    try:
+        return controlplane.find_binaries(("kustomize",))["kustomize"]
+    except controlplane.BinariesUnavailable:
+        pass
+    on_path = shutil.which("kustomize")
+    if on_path:
+        return Path(on_path)
+    looked = ", ".join(str(d) for d in controlplane.search_dirs())
+    raise PackagingError(f"kustomize not found (looked in {looked} and on PATH): install kustomize v5 "
+                         "(https://kubectl.docs.kubernetes.io/installation/kustomize/), or build it from a source "
+                         "checkout with `METAL3_IPAM_BUILD_ONLY=kustomize bash hack/build-binaries.sh`")
+
+
+def render(directory: Path, binary: Path | None = None) -> list[dict]:
+    """The objects ``kustomize build directory`` gives."""
+    binary = binary or kustomize()
+    argv = [str(binary), "build", str(directory)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=KUSTOMIZE_TIMEOUT_SECONDS,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise PackagingError(f"{' '.join(argv)}: {err}") from None
+    if done.returncode != 0:
+        raise PackagingError(f"{' '.join(argv)} failed: {done.stderr.strip() or f'exit status {done.returncode}'}")
+    return [doc for doc in yaml.load_all(done.stdout, Loader=SafeLoader) if doc]
 
 
 def _load_docs(path: Path) -> list[dict]:
     return [doc for doc in yaml.load_all(path.read_text(encoding="utf-8"), Loader=SafeLoader) if doc]
 
 
-def render(directory: Path) -> list[dict]:
-    """The objects ``kubectl kustomize directory`` gives, for the kustomize features config/ uses."""
-    return _render(Path(directory))[0]
-
-
-def _render(directory: Path) -> tuple[list[dict], dict]:
-    """The objects of a kustomization, and the name references its tree declares (they apply upwards)."""
-    path = directory / "kustomization.yaml"
-    if not path.is_file():
-        raise PackagingError(f"{directory}: no kustomization.yaml")
-    (spec,) = _load_docs(path) or [{}]
-    unknown = set(spec) - SUPPORTED_KEYS
-    if unknown:
-        raise PackagingError(f"{path}: {', '.join(sorted(unknown))} not supported by metal3-ipam release")
-    objects: list[dict] = []
-    references = copy.deepcopy(NAME_REFERENCES)
-    for resource in spec.get("resources") or []:
-        target = directory / resource
-        if target.is_dir():
-            below, their_references = _render(target)
-            objects += below
-            for kind, fields in their_references.items():
-                references.setdefault(kind, [])
-                references[kind] += [f for f in fields if f not in references[kind]]
-        else:
-            objects += _load_docs(target)
-    for extra in spec.get("configurations") or []:
-        _add_references(references, directory / extra)
-    renamed: dict[tuple[str, str], str] = {}
-    if spec.get("namePrefix"):
-        for obj in objects:
-            if obj["kind"] not in ("Namespace", "CustomResourceDefinition"):
-                old = obj["metadata"]["name"]
-                obj["metadata"]["name"] = spec["namePrefix"] + old
-                renamed[(obj["kind"], old)] = obj["metadata"]["name"]
-        _follow_names(objects, renamed, references)
-    if spec.get("namespace"):
-        _set_namespace(objects, spec["namespace"])
-    for entry in spec.get("labels") or []:
-        _set_labels(objects, entry)
-    for image in spec.get("images") or []:
-        _set_image(objects, image)
-    for replacement in spec.get("replacements") or []:
-        _replace(objects, replacement, renamed)
-    return objects, references
-
-
-def _add_references(references: dict, path: Path) -> None:
-    (config,) = _load_docs(path)
-    unknown = set(config) - {"nameReference"}
-    if unknown:
-        raise PackagingError(f"{path}: {', '.join(sorted(unknown))} not supported by metal3-ipam release")
-    for entry in config.get("nameReference") or []:
-        for spec in entry.get("fieldSpecs") or []:
-            references.setdefault(entry["kind"], []).append((spec["kind"], tuple(spec["path"].split("/"))))
-
-
-def _walk(node: Any, steps: tuple[str, ...]) -> Iterator[tuple[dict, str]]:
-    """(parent, key) of every field ``steps`` reach in ``node``."""
-    if not steps:
-        return
-    step, rest = steps[0], steps[1:]
-    if isinstance(node, list):
-        keep = re.fullmatch(r"\[(\w+)=(\w+)\]", step)
-        if step == "*" or keep:
-            for item in node:
-                if keep is None or (isinstance(item, dict) and item.get(keep[1]) == keep[2]):
-                    yield from _walk(item, rest)
-        return
-    if not isinstance(node, dict):
-        return
-    keep = re.fullmatch(r"(\w+)\[(\w+)=(\w+)\]", step)  # a map, taken only when one of its keys has a value
-    if keep:
-        child = node.get(keep[1])
-        if isinstance(child, dict) and child.get(keep[2]) == keep[3]:
-            yield from _walk(child, rest)
-    elif not rest:
-        if step in node:
-            yield node, step
-    else:
-        yield from _walk(node.get(step), rest)
-
-
-def _follow_names(objects: list[dict], renamed: dict[tuple[str, str], str], references: dict) -> None:
-    for (kind, old), new in renamed.items():
-        for referrer_kind, steps in references.get(kind, []):
-            for obj in objects:
-                if obj["kind"] != referrer_kind:
-                    continue
-                for parent, key in _walk(obj, steps):
-                    if parent[key] == old:
-                        parent[key] = new
-
-
-def _set_namespace(objects: list[dict], namespace: str) -> None:
-    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
-    for obj in objects:
-        kind, meta = obj["kind"], obj["metadata"]
-        if kind == "Namespace":
-            meta["name"] = namespace
-        elif kind not in CLUSTER_SCOPED:
-            meta["namespace"] = namespace
-        if kind in ("RoleBinding", "ClusterRoleBinding"):
-            for subject in obj.get("subjects") or []:
-                if subject.get("kind") == "ServiceAccount" and subject.get("name") in accounts:
-                    subject["namespace"] = namespace
-        if kind in WEBHOOK_KINDS:
-            for hook in obj.get("webhooks") or []:
-                service = (hook.get("clientConfig") or {}).get("service")
-                if service:
-                    service["namespace"] = namespace
-
-
-def _set_labels(objects: list[dict], entry: dict) -> None:
-    pairs = entry.get("pairs") or {}
-    unknown = set(entry) - {"pairs", "includeSelectors"}
-    if unknown:
-        raise PackagingError(f"labels: {', '.join(sorted(unknown))} not supported by metal3-ipam release")
-    for obj in objects:
-        obj["metadata"].setdefault("labels", {}).update(pairs)
-        if not entry.get("includeSelectors"):
-            continue
-        if obj["kind"] == "Deployment":
-            obj["spec"]["selector"].setdefault("matchLabels", {}).update(pairs)
-            obj["spec"]["template"]["metadata"].setdefault("labels", {}).update(pairs)
-        elif obj["kind"] == "Service":
-            obj["spec"].setdefault("selector", {}).update(pairs)
-        elif obj["kind"] in ("StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
-            raise PackagingError(f"labels with includeSelectors on a {obj['kind']}: not supported")
-
-
 def _containers(obj: dict) -> list[dict]:
     pod = (((obj.get("spec") or {}).get("template") or {}).get("spec") or {})
     return list(pod.get("containers") or []) + list(pod.get("initContainers") or [])
-
-
-def _set_image(objects: list[dict], image: dict) -> None:
-    for obj in objects:
-        for container in _containers(obj):
-            name, _, _ = container["image"].partition("@")
-            base = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-            if base != image["name"]:
-                continue
-            tag = name[len(base):] or ""
-            new = image.get("newName", base)
-            container["image"] = f"{new}:{image['newTag']}" if image.get("newTag") else new + tag
-
-
-def _selects(obj: dict, select: dict, renamed: dict[tuple[str, str], str]) -> bool:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    if select.get("kind") not in (None, obj["kind"]) or select.get("group") not in (None, group) \
-            or select.get("version") not in (None, version):
-        return False
-    name = select.get("name")
-    return name is None or obj["metadata"]["name"] in (name, renamed.get((obj["kind"], name)))
-
-
-def _path(text: str) -> list[str | int]:
-    """``.metadata.annotations.[a/b]`` or ``.spec.dnsNames.0`` as steps."""
-    steps: list[str | int] = []
-    for part in re.findall(r"\[([^\]]*)\]|([^.\[\]]+)", text):
-        key = part[0] or part[1]
-        steps.append(int(key) if key.isdigit() and not part[0] else key)
-    return steps
-
-
-def _replace(objects: list[dict], replacement: dict, renamed: dict[tuple[str, str], str]) -> None:
-    source = replacement["source"]
-    sources = [o for o in objects if _selects(o, source, renamed)]
-    if len(sources) != 1:
-        raise PackagingError(f"replacement source {source} matches {len(sources)} objects")
-    value: Any = sources[0]
-    for step in _path(source["fieldPath"]):
-        value = value[step]
-    for target in replacement["targets"]:
-        options = target.get("options") or {}
-        for obj in (o for o in objects if _selects(o, target["select"], renamed)):
-            for field_path in target["fieldPaths"]:
-                _put(obj, _path(field_path), value, options)
-
-
-def _put(obj: dict, steps: list[str | int], value: str, options: dict) -> None:
-    node: Any = obj
-    for step in steps[:-1]:
-        if isinstance(step, int):
-            node = node[step]
-        else:
-            if step not in node and not options.get("create"):
-                return
-            node = node.setdefault(step, {})
-    last = steps[-1]
-    exists = (last < len(node)) if isinstance(last, int) else last in node
-    if not exists and not options.get("create"):
-        return
-    if "delimiter" in options:
-        parts = str(node[last]).split(options["delimiter"]) if exists else []
-        index = options.get("index", 0)
-        if index < len(parts):
-            parts[index] = value
-        elif index == len(parts):
-            parts.append(value)
-        else:
-            raise PackagingError(f"replacement index {index} out of range in {'.'.join(map(str, steps))}")
-        value = options["delimiter"].join(parts)
-    node[last] = value
 
 
 # -- the clusterctl release ----------------------------------------------------------------

@@ -98,6 +98,19 @@ class _PrivateFiles:
 
 _FILES = _PrivateFiles()
 
+_GIVE_A_TEMPORARY_FOLDER = "give the controller a writable temporary folder (an emptyDir at /tmp, or $TMPDIR)"
+
+
+def _unwritable(err: OSError) -> str:
+    """Why a private file could not be written, from the error alone.
+
+    With no usable temporary folder at all, ``tempfile`` raises without a file
+    name (its message lists the folders it tried); asking it for the folder
+    again would only raise once more.
+    """
+    reason = err.strerror or str(err)
+    return f"{reason}: {err.filename}" if err.filename else reason
+
 
 # --------------------------------------------------------------------------- token sources
 
@@ -409,8 +422,7 @@ class Credentials:
             except OSError as err:
                 raise CredentialsError(
                     f"{self.source.what}: its client certificate cannot be written to a file, which Python's ssl "
-                    f"needs ({err.strerror or err}); give the controller a writable temporary folder (an emptyDir "
-                    "at /tmp, or $TMPDIR)") from None
+                    f"needs ({_unwritable(err)}); {_GIVE_A_TEMPORARY_FOLDER}") from None
             self._exec_cert = pair
             self._generation += 1
 
@@ -620,9 +632,7 @@ def _material(entry: _Entry, file_key: str, data_key: str, name: str) -> tuple[s
         except OSError as err:
             raise CredentialsError(
                 f"{entry.where}.{data_key}: cannot be written to a file, which Python's ssl needs "
-                f"({err.strerror or err}: {err.filename or tempfile.gettempdir()}); give the controller a "
-                "writable temporary folder (an emptyDir at /tmp, or $TMPDIR) or name files in the kubeconfig "
-                "instead") from None
+                f"({_unwritable(err)}); {_GIVE_A_TEMPORARY_FOLDER} or name files in the kubeconfig instead") from None
     path = entry.value.get(file_key)
     if path:
         path = os.path.join(entry.base, os.path.expanduser(str(path)))

@@ -51,6 +51,7 @@ __all__ = [
     "ensure_binaries",
     "find_binaries",
     "repo_root",
+    "search_dirs",
 ]
 
 K8S_VERSION = "v1.35.4"
@@ -112,7 +113,8 @@ def default_bin_dir() -> Path:
     return Path(cache) / "metal3-ipam" / "bin" / version
 
 
-def _search_dirs() -> list[Path]:
+def search_dirs() -> list[Path]:
+    """Where :func:`find_binaries` looks, in order."""
     dirs = []
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets:
@@ -128,7 +130,7 @@ def find_binaries(names: Iterable[str] = REQUIRED_BINARIES) -> dict[str, Path]:
     """
     found: dict[str, Path] = {}
     missing = []
-    dirs = _search_dirs()
+    dirs = search_dirs()
     for name in names:
         for d in dirs:
             candidate = d / name
@@ -540,6 +542,7 @@ class ControlPlane:
         die_with_parent: bool = True,
         extra_apiserver_args: Sequence[str] = (),
         keep_dir: bool = False,
+        serving_hosts: Sequence[str] = (),
     ):
         self._binaries = {k: Path(v) for k, v in binaries.items()} if binaries else None
         self._crd_paths = [Path(p) for p in crd_paths]
@@ -549,6 +552,8 @@ class ControlPlane:
         self._die_with_parent = die_with_parent
         self._extra_apiserver_args = list(extra_apiserver_args)
         self._keep_dir = keep_dir
+        # Further names or addresses the API server's certificate holds (e.g. the host as a container sees it).
+        self._serving_hosts = list(serving_hosts)
         self._procs: dict[str, _Process] = {}
         self._last_logs: dict[str, str] = {}
         self._lock = threading.RLock()
@@ -597,7 +602,7 @@ class ControlPlane:
         pki_dir.mkdir()
         service_ip = "10.0.0.1"
         pki = _write_pki(pki_dir, ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                                   "kubernetes.default.svc"], service_ip)
+                                   "kubernetes.default.svc", *self._serving_hosts], service_ip)
         self.ca_file = pki["ca.crt"]
         self.pki = pki
         self.token = secrets.token_urlsafe(32)

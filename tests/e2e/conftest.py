@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from controller_fixtures import start_control_plane
+from controller_fixtures import SUMMARY, start_control_plane
 from metal3_ipam.testing import controlplane as cp_mod
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = config.stash.get(SUMMARY, [])
+    if lines:
+        terminalreporter.section("metal3-ipam")
+        for line in lines:
+            terminalreporter.write_line(line)
+
 
 # The checkout these tests belong to (the package under test may be installed elsewhere, e.g. by tox).
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +34,16 @@ def control_plane_binaries():
     except cp_mod.BinariesUnavailable as exc:
         reason = str(exc)
     pytest.fail(f"control-plane binaries unavailable:\n{reason}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kustomize_binary() -> Path:
+    """kustomize, which renders config/ (metal3-ipam release, packaging.render); built when missing."""
+    try:
+        return cp_mod.ensure_binaries(("kustomize",), root=REPO)["kustomize"]
+    except cp_mod.BinariesUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(f"kustomize unavailable:\n{reason}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

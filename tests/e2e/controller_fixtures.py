@@ -59,6 +59,10 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+#: Lines for the end of pytest's output (conftest's pytest_terminal_summary), captured output or not: figures
+#: such as the image's size.
+SUMMARY = pytest.StashKey[list]()
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

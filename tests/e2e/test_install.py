@@ -11,7 +11,6 @@ and its webhooks.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import sys
@@ -23,24 +22,18 @@ from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
-from controller_fixtures import ControllerProcess, Kube, assert_invariants  # noqa: E402
+from controller_fixtures import ControllerProcess  # noqa: E402
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import call, free_port, wait_until_webhooks_answer  # noqa: E402
+from webhook_fixtures import (call, free_port, install, object_path, serves_claims_and_webhooks,  # noqa: E402
+                              use_webhooks_at)
 
 pytest_plugins = ("controller_fixtures",)
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "v0.1.0"
 CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
-PLURALS = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Service": "services",
-           "CustomResourceDefinition": "customresourcedefinitions", "ClusterRole": "clusterroles",
-           "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
-           "Deployment": "deployments", "Issuer": "issuers", "Certificate": "certificates",
-           "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-           "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
 
 
 def clusterctl(binaries_dir: Path, *args: str, home: Path) -> str:
@@ -52,22 +45,8 @@ def clusterctl(binaries_dir: Path, *args: str, home: Path) -> str:
     return done.stdout
 
 
-def established(api: client.ApiClient, name: str) -> bool:
-    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
-    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-
-
-def object_path(obj: dict) -> str:
-    group_version = obj["apiVersion"]
-    base = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
-    namespace = obj["metadata"].get("namespace")
-    collection = f"{base}/namespaces/{namespace}/{PLURALS[obj['kind']]}" if namespace else \
-        f"{base}/{PLURALS[obj['kind']]}"
-    return f"{collection}/{obj['metadata']['name']}"
-
-
 @pytest.fixture(scope="module")
-def rendered_by_clusterctl(control_plane_binaries, tmp_path_factory) -> list[dict]:
+def rendered_by_clusterctl(control_plane_binaries, kustomize_binary, tmp_path_factory) -> list[dict]:
     repository = tmp_path_factory.mktemp("provider-repository")
     done = subprocess.run([sys.executable, "-m", "metal3_ipam.cli", "release", "--version", VERSION,
                            "-o", str(repository)], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -106,17 +85,11 @@ def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
     objects = rendered_by_clusterctl
     with plane.api_client() as admin:
         # Server-side apply, in clusterctl's order (Namespace, cert-manager objects, the rest).
-        for obj in objects:
-            answer = call(admin, "PATCH", object_path(obj), obj, "application/apply-patch+yaml",
-                          [("fieldManager", "clusterctl"), ("force", "true")])
-            assert answer.status in (200, 201), f"{obj['kind']} {obj['metadata']['name']}: {answer.message}"
+        install(admin, objects, "clusterctl")
         for obj in objects:
             stored = call(admin, "GET", object_path(obj))
             assert stored.status == 200
             assert stored.body["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == ""
-        for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
-            eventually(lambda: established(admin, crd["metadata"]["name"]), timeout=60,
-                       what=f"CRD {crd['metadata']['name']} to be established")
 
         (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
         pod = deployment["spec"]["template"]["spec"]
@@ -158,35 +131,8 @@ def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
         controller = ControllerProcess(kubeconfig, args, name="installed-controller", log_dir=tmp_path)
         controller.start()
         try:
-            # No Service routing on loopback: the webhooks call the process directly, with the CA
-            # cert-manager's injector would have put in.
-            bundle = base64.b64encode(authority.pem).decode()
-            for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-                (configuration,) = [o for o in objects if o["kind"] == kind]
-                for hook in configuration["webhooks"]:
-                    path = hook["clientConfig"]["service"]["path"]
-                    hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": bundle}
-                answer = call(admin, "PATCH", object_path(configuration), {"webhooks": configuration["webhooks"]},
-                              "application/merge-patch+json")
-                assert answer.status == 200, answer.message
-            wait_until_webhooks_answer(admin)
-
-            ns = "installed"
-            client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            kube = Kube(admin, ns)
-            kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
-            kube.claim("c", "p")
-            kube.capi_claim("d", "p")
-            served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
-            assert served == {"10.0.0.1", "10.0.0.2"}
-            assert_invariants(kube)
-            lease = client.CoordinationV1Api(admin).read_namespaced_lease("metal3-ipam-controller", namespace)
-            assert lease.spec.holder_identity
-            refused = call(admin, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{ns}/ippools",
-                           {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
-                            "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
-                           "application/json")
-            assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
+            use_webhooks_at(admin, objects, webhook_port, authority.pem)
+            serves_claims_and_webhooks(admin, "installed", pod_namespace=namespace)
             assert "Forbidden" not in controller.log_text(), controller.log_tail(40)
         finally:
             controller.stop()

@@ -52,7 +52,7 @@ def audit_log(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def audited_plane(control_plane_binaries, tmp_path_factory, audit_log):
+def audited_plane(control_plane_binaries, kustomize_binary, tmp_path_factory, audit_log):
     namespace, _ = service_account()
     policy = tmp_path_factory.mktemp("audit-policy") / "policy.yaml"
     policy.write_text(yaml.safe_dump({

@@ -108,6 +108,77 @@ def get(api: client.ApiClient, obj: dict, namespace: str) -> dict | None:
     return answer.body
 
 
+# -- installing rendered manifests ----------------------------------------------------------------
+
+INSTALL_PLURALS = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Service": "services",
+                   "CustomResourceDefinition": "customresourcedefinitions", "ClusterRole": "clusterroles",
+                   "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
+                   "Deployment": "deployments", "Issuer": "issuers", "Certificate": "certificates",
+                   "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+                   "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
+
+
+def object_path(obj: dict) -> str:
+    """The REST path of one object of config/ (any kind it holds)."""
+    group_version = obj["apiVersion"]
+    base = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+    namespace = obj["metadata"].get("namespace")
+    collection = f"{base}/namespaces/{namespace}/{INSTALL_PLURALS[obj['kind']]}" if namespace else \
+        f"{base}/{INSTALL_PLURALS[obj['kind']]}"
+    return f"{collection}/{obj['metadata']['name']}"
+
+
+def established(api: client.ApiClient, name: str) -> bool:
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+
+def install(api: client.ApiClient, objects: list[dict], manager: str) -> None:
+    """Server-side apply of rendered objects in their order, then every CRD among them established."""
+    for obj in objects:
+        answer = call(api, "PATCH", object_path(obj), obj, "application/apply-patch+yaml",
+                      [("fieldManager", manager), ("force", "true")])
+        assert answer.status in (200, 201), f"{obj['kind']} {obj['metadata']['name']}: {answer.message}"
+    for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
+        eventually(lambda: established(api, crd["metadata"]["name"]), timeout=60,
+                   what=f"CRD {crd['metadata']['name']} to be established")
+
+
+def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pem: bytes) -> None:
+    """No Service routing on loopback: the installed webhook configurations call https://127.0.0.1:PORT, with the
+    CA cert-manager's injector would have put in."""
+    bundle = base64.b64encode(ca_pem).decode()
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        (configuration,) = [o for o in objects if o["kind"] == kind]
+        hooks = [{**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}",
+                                            "caBundle": bundle}} for hook in configuration["webhooks"]]
+        answer = call(api, "PATCH", object_path(configuration), {"webhooks": hooks}, "application/merge-patch+json")
+        assert answer.status == 200, answer.message
+
+
+
+def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namespace: str) -> None:
+    """An installed controller at work: claims of both APIs get addresses, its webhooks refuse an overlapping
+    pool, and it holds the leader-election Lease in its own namespace."""
+    from controller_fixtures import Kube, assert_invariants
+
+    wait_until_webhooks_answer(api)
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    kube = Kube(api, namespace)
+    kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
+    kube.claim("c", "p")
+    kube.capi_claim("d", "p")
+    served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
+    assert served == {"10.0.0.1", "10.0.0.2"}
+    assert_invariants(kube)
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("metal3-ipam-controller", pod_namespace)
+    assert lease.spec.holder_identity
+    refused = call(api, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{namespace}/ippools",
+                   {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
+                    "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
+                   "application/json")
+    assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

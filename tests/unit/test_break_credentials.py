@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import errno
 import json
 import os
 import stat
@@ -17,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from metal3_ipam.controller import credentials as c
@@ -142,3 +144,25 @@ def test_inline_certificates_with_no_writable_temporary_folder_are_a_clear_error
         assert "client-certificate-data" in str(err), err
     else:
         raise AssertionError("no error, yet the certificate could not be written anywhere")
+
+
+def test_no_usable_temporary_folder_at_all_is_one_clear_error(tmp_path, monkeypatch):
+    """A read-only root with no /tmp volume: tempfile finds no folder to use and raises without a file name.
+    The error must say so once, not ask tempfile for the folder again (which raised a second time)."""
+    pem, key = _certificate("someone", hours=1)
+    config = _kubeconfig(tmp_path / "kc", {"client-certificate-data": base64.b64encode(pem).decode(),
+                                           "client-key-data": base64.b64encode(key).decode()})
+
+    def no_folder() -> str:
+        raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found in ['/tmp', '/var/tmp']")
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "gettempdir", no_folder)
+    monkeypatch.setattr(c, "_FILES", c._PrivateFiles())
+    with pytest.raises(c.CredentialsError) as caught:
+        c.from_kubeconfig([str(config)])
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "client-certificate-data" in message and "No usable temporary directory found in ['/tmp'" in message
+    assert "emptyDir at /tmp" in message
+    assert caught.value.__suppress_context__, "the OSError behind it is not printed as a second traceback"

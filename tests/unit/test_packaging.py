@@ -12,10 +12,21 @@ from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
 from metal3_ipam.controller import permissions, webhook
 from metal3_ipam.core import kinds
+from metal3_ipam.testing import controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "metal3-ipam-system"
 VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kustomize() -> Path:
+    """config/ is rendered by kustomize, built by hack/build-binaries.sh when missing (never skipped)."""
+    try:
+        return controlplane.ensure_binaries(("kustomize",), root=ROOT)["kustomize"]
+    except controlplane.BinariesUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(f"kustomize unavailable:\n{reason}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +179,22 @@ def test_the_deployment_is_hardened_and_its_arguments_start_the_controller(rende
     assert container["image"] == "localhost/metal3-ipam:v0.1.0"
 
 
-def test_render_refuses_what_it_does_not_understand(tmp_path):
-    (tmp_path / "kustomization.yaml").write_text("resources: []\npatches:\n- path: x.yaml\n")
-    with pytest.raises(packaging.PackagingError, match="patches not supported"):
+def test_render_says_what_kustomize_refused(tmp_path):
+    (tmp_path / "kustomization.yaml").write_text("resources:\n- missing.yaml\n")
+    with pytest.raises(packaging.PackagingError, match=r"kustomize build .* failed: .*missing\.yaml"):
         packaging.render(tmp_path)
-    with pytest.raises(packaging.PackagingError, match="no kustomization.yaml"):
-        packaging.render(tmp_path / "missing")
+
+
+def test_without_kustomize_the_release_says_where_it_looked_and_how_to_get_one(tmp_path, monkeypatch, capsys):
+    from metal3_ipam.cli import main
+
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("METAL3_IPAM_BIN_DIR", str(tmp_path / "bin"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["release", "--version", "v0.1.0", "-o", str(tmp_path / "out")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("metal3-ipam release: kustomize not found") and str(tmp_path / "bin") in line
+    assert "on PATH" in line and "hack/build-binaries.sh" in line
 
 
 # -- the clusterctl release -----------------------------------------------------------------
@@ -218,10 +239,18 @@ def test_the_image_is_built_from_pinned_wheels_as_a_non_root_user():
     assert "--only-binary=:all:" in dockerfile and "-r /tmp/requirements.lock" in dockerfile
     stages = dockerfile.split("\nFROM ")
     final = stages[-1]
-    assert "USER 65532" in final and "pip install" not in final and "apt-get" not in dockerfile
+    assert "USER 65532" in final and "pip" not in final and "apt-get" not in dockerfile
+    # The runtime environment is made without pip; the build's own pip and backend come from a lock too.
+    assert "python3 -m venv --without-pip /opt/metal3-ipam" in dockerfile
+    assert "--no-build-isolation" in dockerfile and "-r /tmp/requirements-build.lock" in dockerfile
+    steps = [line for line in dockerfile.splitlines() if line.startswith(("RUN", " "))]
+    assert not [line for line in steps if re.search(r"(^|[\s/])python(\s|$)", line)], "python3 in build steps"
+    for lock in ("requirements.lock", "requirements-build.lock"):
+        pins = [line for line in (ROOT / lock).read_text().splitlines() if line and not line.startswith("#")]
+        assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins), pins
+        assert f"!{lock}" in (ROOT / ".dockerignore").read_text()
     pins = [line for line in (ROOT / "requirements.lock").read_text().splitlines()
             if line and not line.startswith("#")]
-    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins), pins
     import configparser
 
     setup = configparser.ConfigParser()
