@@ -425,22 +425,37 @@ def _urlopen(url_or_request, *, timeout: float, context: ssl.SSLContext | None =
 
 
 class _Process:
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path, die_with_parent: bool):
+    """A child in a process group of its own, its output appended to ``log_path``.
+
+    ``env``: more environment variables; ``user``: run as that user (and its
+    primary group), e.g. a server that refuses to run as root.
+    """
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path, die_with_parent: bool, *,
+                 env: Mapping[str, str] | None = None, user: str | None = None):
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "ab", buffering=0)
         self._log.write(("$ " + " ".join(argv) + "\n").encode())
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
+        environ.update(env or {})
+        identity: dict[str, object] = {}
+        if user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(user)
+            identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         self.popen = subprocess.Popen(
             argv,
             cwd=str(cwd),
-            env=env,
+            env=environ,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_pdeathsig_hook() if die_with_parent else None,
+            **identity,
         )
         self.started = time.monotonic()
 
