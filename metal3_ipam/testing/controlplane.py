@@ -369,14 +369,15 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- processes
 
 
-# Strong references: a started control plane stays reachable (and is stopped at
-# exit) even when its creator dropped it without calling stop().
-_LIVE: "set[ControlPlane]" = set()
+# Strong references: a started control plane (or any other group of servers of
+# this module's kind, such as testing.netbox's) stays reachable, and is stopped at
+# exit, even when its creator dropped it without calling stop().
+_LIVE: "set" = set()
 
 
 def live_control_planes() -> list["ControlPlane"]:
     """Control planes of this process that are started and not yet stopped."""
-    return [cp for cp in list(_LIVE) if cp.running]
+    return [cp for cp in list(_LIVE) if isinstance(cp, ControlPlane) and cp.running]
 
 
 @atexit.register
@@ -386,6 +387,41 @@ def _stop_all_at_exit() -> None:
             cp.stop()
         except Exception:  # pragma: no cover - best effort at exit
             pass
+
+
+class _Lifecycle:
+    """Servers started once (what was started is stopped again when starting fails), stopped by
+    ``stop()``, by the context manager and at exit. Subclasses set ``_lock`` and ``running``,
+    and provide ``_start()`` and ``stop()`` (which calls ``_LIVE.discard(self)``)."""
+
+    _lock: threading.RLock
+    running: bool
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self):
+        with self._lock:
+            if self.running:
+                return self
+            _LIVE.add(self)
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+            self.running = True
+            return self
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
 
 def _pdeathsig_hook():
@@ -505,10 +541,10 @@ class _Process:
 _DIR_PREFIX = "metal3-ipam-cp-"
 
 
-def _remove_stale_dirs() -> None:
-    """Remove directories of control planes whose owning process died without cleaning up."""
+def _remove_stale_dirs(prefix: str = _DIR_PREFIX) -> None:
+    """Remove temporary directories named ``prefix*`` whose owning process (``owner.pid``) died without cleaning up."""
     tmp = Path(tempfile.gettempdir())
-    for d in tmp.glob(_DIR_PREFIX + "*"):
+    for d in tmp.glob(prefix + "*"):
         try:
             pid = int((d / "owner.pid").read_text())
         except (OSError, ValueError):
@@ -526,7 +562,7 @@ def _remove_stale_dirs() -> None:
 # --------------------------------------------------------------------------- control plane
 
 
-class ControlPlane:
+class ControlPlane(_Lifecycle):
     """etcd + kube-apiserver (+ kube-controller-manager) on free 127.0.0.1 ports.
 
     Parameters:
@@ -581,24 +617,10 @@ class ControlPlane:
     # -- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> "ControlPlane":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return super().__enter__()
 
     def start(self) -> "ControlPlane":
-        with self._lock:
-            if self.running:
-                return self
-            _LIVE.add(self)
-            try:
-                self._start()
-            except BaseException:
-                self.stop()
-                raise
-            self.running = True
-            return self
+        return super().start()
 
     def _start(self) -> None:
         t0 = time.monotonic()

@@ -26,7 +26,6 @@ gunicorn alone on the same port; :meth:`NetBox.slowed` delays every request;
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import fcntl
 import json
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from metal3_ipam.core.netbox import KEY_FIELD
-from metal3_ipam.testing.controlplane import _free_port, _Process, _urlopen
+from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
 
 __all__ = [
     "NETBOX_VERSION",
@@ -314,40 +313,12 @@ def prepare(version: str = NETBOX_VERSION, *, progress: Callable[[str], None] = 
 
 # --------------------------------------------------------------------------- processes
 
-_LIVE: "set[NetBox | _Backends]" = set()
-
-
 def live_netboxes() -> list["NetBox"]:
+    """NetBoxes of this process that are started and not yet stopped."""
     return [nb for nb in list(_LIVE) if isinstance(nb, NetBox) and nb.running]
 
 
-@atexit.register
-def _stop_all_at_exit() -> None:
-    for thing in list(_LIVE):
-        try:
-            thing.stop()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
-
-
 _DIR_PREFIX = "metal3-ipam-netbox-"
-
-
-def _remove_stale_dirs() -> None:
-    """Directories of NetBoxes whose owning process died without cleaning up."""
-    for d in Path(tempfile.gettempdir()).glob(_DIR_PREFIX + "*"):
-        try:
-            pid = int((d / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process | None = None,
@@ -402,7 +373,7 @@ class _Backends:
 
     def start(self, *, dump: Path | None = None) -> None:
         _LIVE.add(self)
-        _remove_stale_dirs()
+        _remove_stale_dirs(_DIR_PREFIX)
         self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
         self.dir.chmod(0o755)  # PostgreSQL, run as another user, reaches its data and socket through it
         (self.dir / "owner.pid").write_text(str(os.getpid()))
@@ -421,46 +392,46 @@ class _Backends:
                 os.chown(d, entry.pw_uid, entry.pw_gid)
         _run([str(self.bindir / "initdb"), "-D", str(pg / "data"), "--auth=trust", "-U", "postgres",
               "-E", "UTF8", "--locale=C", "--no-sync"], what="initdb", timeout=300, user=user)
-        for attempt in range(3):
-            self.pg_port = _free_port()
-            proc = self.spawn("postgres", [
-                str(self.bindir / "postgres"), "-D", str(pg / "data"), "-p", str(self.pg_port),
+        def launch(port: int) -> _Process:
+            self.pg_port = port
+            return self.spawn("postgres", [
+                str(self.bindir / "postgres"), "-D", str(pg / "data"), "-p", str(port),
                 "-c", "listen_addresses=127.0.0.1", "-k", str(pg / "sock"),
                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                 "-c", "max_connections=200",
             ], user=user)
 
-            def ready() -> bool:
-                r = subprocess.run([str(self.bindir / "pg_isready"), "-q", "-h", "127.0.0.1",
-                                    "-p", str(self.pg_port), "-U", "postgres", "-d", "postgres"],
-                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
-                return r.returncode == 0
+        def ready() -> bool:
+            r = subprocess.run([str(self.bindir / "pg_isready"), "-q", "-h", "127.0.0.1",
+                                "-p", str(self.pg_port), "-U", "postgres", "-d", "postgres"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+            return r.returncode == 0
 
-            try:
-                _wait("PostgreSQL to accept connections", ready, time.monotonic() + self.ready_timeout, proc)
-                return
-            except NetBoxError:
-                if attempt < 2 and not proc.alive() and "could not bind" in proc.tail(40):
-                    proc.terminate(1)
-                    continue
-                raise
+        self._start_on_free_port("PostgreSQL to accept connections", launch, ready, "could not bind")
 
     def _start_redis(self) -> None:
-        for attempt in range(3):
-            self.redis_port = _free_port()
-            proc = self.spawn("redis", [str(self._redis), "--bind", "127.0.0.1", "--port", str(self.redis_port),
+        def launch(port: int) -> _Process:
+            self.redis_port = port
+            return self.spawn("redis", [str(self._redis), "--bind", "127.0.0.1", "--port", str(port),
                                         "--save", "", "--appendonly", "no", "--dir", str(self.dir)])
 
-            def ready() -> bool:
-                with socket.create_connection(("127.0.0.1", self.redis_port), timeout=2) as s:
-                    s.sendall(b"PING\r\n")
-                    return s.recv(16).startswith(b"+PONG")
+        def ready() -> bool:
+            with socket.create_connection(("127.0.0.1", self.redis_port), timeout=2) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
 
+        self._start_on_free_port("Redis to answer PING", launch, ready, "already in use")
+
+    def _start_on_free_port(self, what: str, launch: Callable[[int], _Process], ready: Callable[[], bool],
+                            port_taken: str, attempts: int = 3) -> None:
+        """launch(port) on a free port until ready(); a port taken between probe and bind is retried."""
+        for attempt in range(1, attempts + 1):
+            proc = launch(_free_port())
             try:
-                _wait("Redis to answer PING", ready, time.monotonic() + self.ready_timeout, proc)
+                _wait(what, ready, time.monotonic() + self.ready_timeout, proc)
                 return
             except NetBoxError:
-                if attempt < 2 and not proc.alive() and "already in use" in proc.tail(40):
+                if attempt < attempts and not proc.alive() and port_taken in proc.tail(40):
                     proc.terminate(1)
                     continue
                 raise
@@ -549,7 +520,7 @@ def when_ready(server):
 '''
 
 
-class NetBox:
+class NetBox(_Lifecycle):
     """A NetBox on 127.0.0.1: PostgreSQL + Redis + gunicorn, from the cached install and dump.
 
     Attributes once started: ``url`` (``http://127.0.0.1:PORT``), ``token``
@@ -577,28 +548,14 @@ class NetBox:
     # -- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> "NetBox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return super().__enter__()
 
     @property
     def dir(self) -> Path | None:
         return self._backends.dir if self._backends else None
 
     def start(self) -> "NetBox":
-        with self._lock:
-            if self.running:
-                return self
-            _LIVE.add(self)
-            try:
-                self._start()
-            except BaseException:
-                self.stop()
-                raise
-            self.running = True
-            return self
+        return super().start()
 
     def _start(self) -> None:
         t0 = time.monotonic()

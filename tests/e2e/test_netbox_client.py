@@ -26,6 +26,13 @@ def fresh(length: int = 29) -> ipaddress.IPv4Network:
     return ipaddress.ip_network(f"10.{n // 256}.{n % 256}.0/{length}")
 
 
+def seeded(netbox, length: int = 29, **fields) -> ipaddress.IPv4Network:
+    """A fresh prefix, created in NetBox's global table."""
+    net = fresh(length)
+    netbox.create_prefix(str(net), **fields)
+    return net
+
+
 def owner() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
@@ -52,8 +59,7 @@ async def refused(coro) -> NetBoxError:
 
 
 def test_lowest_free_never_a_held_address_and_one_address_per_key(netbox):
-    net = fresh(29)  # .1 … .6 usable
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)  # .1 … .6 usable
     netbox.create_ip_address(f"{net[1]}/29", status="reserved", description="gateway")
     netbox.create_ip_address(f"{net[3]}/29", description="made by hand")
     who = owner()
@@ -77,8 +83,7 @@ def test_lowest_free_never_a_held_address_and_one_address_per_key(netbox):
 
 
 def test_concurrent_allocations_with_one_key_make_one_address(netbox):
-    net = fresh(27)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 27)
     who = owner()
 
     async def run():
@@ -100,8 +105,7 @@ def test_concurrent_allocations_with_one_key_make_one_address(netbox):
 
 
 def test_release_then_404_counts_as_released(netbox):
-    net = fresh(29)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)
     who = owner()
 
     async def run():
@@ -121,8 +125,7 @@ def test_release_then_404_counts_as_released(netbox):
 
 
 def test_sweep_lists_and_releases_only_this_owners_addresses(netbox):
-    net = fresh(28)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 28)
     who, other = owner(), owner()
     by_hand = netbox.create_ip_address(f"{net[1]}/28", description="no key at all")
     with_a_key = netbox.create_ip_address(f"{net[2]}/28", custom_fields={KEY_FIELD: f"{other}/x"})
@@ -151,8 +154,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
     net = fresh(28)
     start, end = net[4], net[6]
     netbox.create_ip_range(f"{start}/28", f"{end}/28")
-    pool = fresh(30)
-    netbox.create_prefix(str(pool), is_pool=True)
+    pool = seeded(netbox, 30, is_pool=True)
     vrf = netbox.create_vrf(f"v-{uuid.uuid4().hex[:6]}", rd=f"65000:{next(_NETS)}")
     in_vrf = fresh(29)
     netbox.create_prefix(str(in_vrf), vrf=vrf["id"])
@@ -184,8 +186,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
 
 
 def test_avoided_address_is_kept_back_in_netbox_not_handed_out(netbox):
-    net = fresh(29)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)
     who = owner()
 
     async def run():
@@ -204,8 +205,7 @@ def test_avoided_address_is_kept_back_in_netbox_not_handed_out(netbox):
 
 
 def test_token_refused_and_least_permissions(netbox):
-    net = fresh(29)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)
     vrf = netbox.create_vrf(f"lp-{uuid.uuid4().hex[:6]}")
     in_vrf = fresh(29)
     netbox.create_prefix(str(in_vrf), vrf=vrf["id"])
@@ -254,8 +254,7 @@ def test_misconfigured_key_field_is_refused_by_check(netbox):
 
 
 def test_stopped_paused_and_slow_netbox_are_classified_then_served_again(netbox):
-    net = fresh(29)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)
     who = owner()
 
     async def run():
@@ -302,8 +301,7 @@ def test_requests_to_one_server_are_bounded(netbox):
 
 def test_https_with_a_ca_bundle(netbox):
     url, ca = netbox.serve_tls()
-    net = fresh(29)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 29)
     who = owner()
 
     async def run():
@@ -320,8 +318,7 @@ def test_https_with_a_ca_bundle(netbox):
 
 def test_allocation_rate(netbox, record_property):
     """A burst of allocations from one client: all distinct; the rate is recorded, not asserted."""
-    net = fresh(25)
-    netbox.create_prefix(str(net))
+    net = seeded(netbox, 25)
     who = owner()
 
     async def run():
