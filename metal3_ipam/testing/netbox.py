@@ -770,8 +770,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with NetBox() as nb:
                 print(f"NETBOX_URL={nb.url}\nNETBOX_TOKEN={nb.token}\n# {nb.startup_seconds}", flush=True)
-                with contextlib.suppress(KeyboardInterrupt):
-                    time.sleep(args.seconds or 10**9)
+                stopped = threading.Event()
+                for sig in (signal.SIGINT, signal.SIGTERM):  # a background job ignores SIGINT: TERM too
+                    signal.signal(sig, lambda *_: stopped.set())
+                stopped.wait(args.seconds or None)
     except NetBoxError as exc:
         _say(f"error: {exc}")
         return 1
