@@ -227,7 +227,7 @@ def _install_stamp(version: str) -> str:
 
 
 def ensure_install(version: str = NETBOX_VERSION, *, progress: Callable[[str], None] = _say,
-                   timeout: float = 1800.0) -> Path:
+                   timeout: float = 900.0) -> Path:
     """NetBox's virtualenv (its directory), installed with pip on first use.
 
     ``pip install --no-deps netbox==V``, then NetBox's pinned requirements with
@@ -276,7 +276,7 @@ def dump_path(version: str = NETBOX_VERSION) -> Path:
 
 
 def ensure_dump(version: str = NETBOX_VERSION, *, progress: Callable[[str], None] = _say,
-                timeout: float = 3600.0) -> Path:
+                timeout: float = 1800.0) -> Path:
     """The ``pg_dump -Fc`` of a database NetBox's migrations have run on, made on first use."""
     path = dump_path(version)
     if path.is_file():

@@ -128,3 +128,26 @@ def test_backoff_doubles_up_to_its_cap(attempt):
     assert backoff(attempt + 1) >= delay
     if 1 <= attempt <= 8:
         assert delay == 2 ** (attempt - 1)
+
+
+def test_a_python_too_old_for_netbox_is_refused_by_name(tmp_path, monkeypatch):
+    from metal3_ipam.testing import netbox as harness
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 3 11\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("METAL3_IPAM_NETBOX_PYTHON", str(fake))
+    with pytest.raises(harness.NetBoxUnavailable, match="METAL3_IPAM_NETBOX_PYTHON=.*python.*3, 11"):
+        harness.find_python()
+    fake.write_text("#!/bin/sh\necho 3 12\n")
+    assert harness.find_python() == fake
+
+
+def test_the_netbox_cache_is_keyed_by_version(monkeypatch, tmp_path):
+    from metal3_ipam.testing import netbox as harness
+
+    monkeypatch.delenv("METAL3_IPAM_NETBOX_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert harness.cache_dir("4.7.3") == tmp_path / "metal3-ipam" / "netbox-4.7.3"
+    monkeypatch.setenv("METAL3_IPAM_NETBOX_CACHE", str(tmp_path / "elsewhere"))
+    assert harness.cache_dir() == tmp_path / "elsewhere"
