@@ -371,14 +371,15 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- processes
 
 
-# Strong references: a started control plane stays reachable (and is stopped at
-# exit) even when its creator dropped it without calling stop().
-_LIVE: "set[ControlPlane]" = set()
+# Strong references: a started control plane (or any other group of servers of
+# this module's kind, such as testing.netbox's) stays reachable, and is stopped at
+# exit, even when its creator dropped it without calling stop().
+_LIVE: "set" = set()
 
 
 def live_control_planes() -> list["ControlPlane"]:
     """Control planes of this process that are started and not yet stopped."""
-    return [cp for cp in list(_LIVE) if cp.running]
+    return [cp for cp in list(_LIVE) if isinstance(cp, ControlPlane) and cp.running]
 
 
 @atexit.register
@@ -388,6 +389,41 @@ def _stop_all_at_exit() -> None:
             cp.stop()
         except Exception:  # pragma: no cover - best effort at exit
             pass
+
+
+class _Lifecycle:
+    """Servers started once (what was started is stopped again when starting fails), stopped by
+    ``stop()``, by the context manager and at exit. Subclasses set ``_lock`` and ``running``,
+    and provide ``_start()`` and ``stop()`` (which calls ``_LIVE.discard(self)``)."""
+
+    _lock: threading.RLock
+    running: bool
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self):
+        with self._lock:
+            if self.running:
+                return self
+            _LIVE.add(self)
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+            self.running = True
+            return self
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
 
 def _pdeathsig_hook():
@@ -427,22 +463,37 @@ def _urlopen(url_or_request, *, timeout: float, context: ssl.SSLContext | None =
 
 
 class _Process:
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path, die_with_parent: bool):
+    """A child in a process group of its own, its output appended to ``log_path``.
+
+    ``env``: more environment variables; ``user``: run as that user (and its
+    primary group), e.g. a server that refuses to run as root.
+    """
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path, die_with_parent: bool, *,
+                 env: Mapping[str, str] | None = None, user: str | None = None):
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self._log = open(log_path, "ab", buffering=0)
         self._log.write(("$ " + " ".join(argv) + "\n").encode())
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
+        environ.update(env or {})
+        identity: dict[str, object] = {}
+        if user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(user)
+            identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         self.popen = subprocess.Popen(
             argv,
             cwd=str(cwd),
-            env=env,
+            env=environ,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_pdeathsig_hook() if die_with_parent else None,
+            **identity,
         )
         self.started = time.monotonic()
 
@@ -492,10 +543,10 @@ class _Process:
 _DIR_PREFIX = "metal3-ipam-cp-"
 
 
-def _remove_stale_dirs() -> None:
-    """Remove directories of control planes whose owning process died without cleaning up."""
+def _remove_stale_dirs(prefix: str = _DIR_PREFIX) -> None:
+    """Remove temporary directories named ``prefix*`` whose owning process (``owner.pid``) died without cleaning up."""
     tmp = Path(tempfile.gettempdir())
-    for d in tmp.glob(_DIR_PREFIX + "*"):
+    for d in tmp.glob(prefix + "*"):
         try:
             pid = int((d / "owner.pid").read_text())
         except (OSError, ValueError):
@@ -513,7 +564,7 @@ def _remove_stale_dirs() -> None:
 # --------------------------------------------------------------------------- control plane
 
 
-class ControlPlane:
+class ControlPlane(_Lifecycle):
     """etcd + kube-apiserver (+ kube-controller-manager) on free 127.0.0.1 ports.
 
     Parameters:
@@ -571,24 +622,10 @@ class ControlPlane:
     # -- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> "ControlPlane":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return super().__enter__()
 
     def start(self) -> "ControlPlane":
-        with self._lock:
-            if self.running:
-                return self
-            _LIVE.add(self)
-            try:
-                self._start()
-            except BaseException:
-                self.stop()
-                raise
-            self.running = True
-            return self
+        return super().start()
 
     def _start(self) -> None:
         t0 = time.monotonic()

@@ -14,6 +14,7 @@ import pytest
 
 from controller_fixtures import SUMMARY, start_control_plane
 from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing import netbox as netbox_mod
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     lines = config.stash.get(SUMMARY, [])
@@ -54,6 +55,26 @@ def control_plane(control_plane_binaries):
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def netbox():
+    """One real NetBox (PostgreSQL, Redis, gunicorn on loopback) for the whole session, its key field made.
+
+    Installed and migrated on first use into ~/.cache/metal3-ipam/netbox-<version>
+    (hack/prepare-netbox.sh does it ahead); fails, never skips, when it cannot be had.
+    """
+    nb = netbox_mod.NetBox()
+    try:
+        nb.start()
+        nb.ensure_key_field()
+    except netbox_mod.NetBoxError as exc:
+        nb.stop()
+        pytest.fail(f"NetBox unavailable:\n{exc}", pytrace=False)
+    try:
+        yield nb
+    finally:
+        nb.stop()
 
 
 @pytest.fixture
@@ -105,3 +126,5 @@ def pytest_runtest_makereport(item, call):
         return
     for cp in cp_mod.live_control_planes():
         report.sections.append((f"control plane {cp.server} logs", cp.format_logs()))
+    for nb in netbox_mod.live_netboxes():
+        report.sections.append((f"NetBox {nb.url} logs", nb.format_logs()))
