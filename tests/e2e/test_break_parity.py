@@ -27,7 +27,8 @@ pytest_plugins = ("controller_fixtures",)
 
 
 @pytest.mark.parametrize("field,value", [("uid", "6b1c9a8e-0000-4000-8000-000000000001"),
-                                         ("namespace", "")])  # empty: the claim's own, as when absent
+                                         ("namespace", ""),  # empty: the claim's own, as when absent
+                                         ("kind", "OtherPool")])  # another referent: refused by both
 def test_an_ipclaim_pool_reference_update_is_judged_alike_offline_and_by_the_server(kube, field, value):
     kube.claim("c", "p")
     old = kube.ipclaim("c")
