@@ -131,9 +131,20 @@ def _immutable(message: str, old: str, new: str) -> str:
 
 
 def _ref_text(ref: str) -> str:
-    """CEL: an object reference as ``[namespace/]name`` (``namespace`` is a CEL keyword, escaped)."""
+    """CEL: an object reference as ``[kind ][namespace/]name`` (``namespace`` is a CEL keyword, escaped)."""
     ns = f"{ref}.__namespace__"
-    return f"(has({ns}) && {ns} != '' ? {ns} + '/' : '') + {ref}.name"
+    return (f"(has({ref}.kind) && {ref}.kind != '' ? {ref}.kind + ' ' : '') + "
+            f"(has({ns}) && {ns} != '' ? {ns} + '/' : '') + {ref}.name")
+
+
+def _same_referent(a: str, b: str) -> str:
+    """CEL: two object references name one object: name, namespace and kind alike, an empty
+    namespace or kind being the same as none (what the Go Metal3 IPAM's webhook compares; a
+    reference that gains its uid still names the same pool)."""
+    def field(ref: str, name: str) -> str:
+        return f"(has({ref}.{name}) ? {ref}.{name} : '')"
+    return " && ".join([f"{a}.name == {b}.name"]
+                       + [f"{field(a, f)} == {field(b, f)}" for f in ("__namespace__", "kind")])
 
 
 def _ipaddress_spec_changes() -> str:
@@ -634,7 +645,7 @@ def _ipclaim_schema() -> dict[str, Any]:
         "The IPPool to take the address from; an empty namespace means the claim's. Immutable.",
         name_required=True,
     )
-    pool["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": MSG_POOL_IMMUTABLE, "messageExpression": _immutable(
+    pool["x-kubernetes-validations"] = [{"rule": _same_referent("self", "oldSelf"), "message": MSG_POOL_IMMUTABLE, "messageExpression": _immutable(
         MSG_POOL_IMMUTABLE, _quoted(_paren(_ref_text("oldSelf"))), _quoted(_paren(_ref_text("self"))))}]
     spec = {
         "type": "object",

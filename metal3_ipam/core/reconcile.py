@@ -465,9 +465,12 @@ class _Reconciler:
         mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
             others = [f for f in o.finalizers(claim) if f != finalizer]
-            if others and finalizer in o.finalizers(claim):
+            if others:
                 # Whoever else holds the claim may still use its address (as
-                # Metal3 does, release only once ours is the last finalizer).
+                # Metal3 does, release only once no other finalizer is left),
+                # also when ours never made it on: the step that served it may
+                # have stopped after the status write. Once the claim goes,
+                # what it held is an address without a claim, which is released.
                 self.remember_binding(claim)
                 self.plan.notes.append(f"{o.name(claim)}: release waits for finalizers {', '.join(others)}")
                 return

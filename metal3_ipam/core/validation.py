@@ -242,14 +242,18 @@ def _was(before: Any) -> str:
 
 
 def _ref_text(ref: Any) -> Any:
-    """An object reference as ``[namespace/]name`` (as the CRD's rule shows it), else as it is."""
+    """An object reference as ``[kind ][namespace/]name`` (as the CRD's rule shows it), else as it is."""
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
         return ref
-    return f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"]
+    kind = f"{ref['kind']} " if ref.get("kind") else ""
+    return kind + (f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"])
 
 
 def _ref_key(ref: Any) -> tuple:
-    return (ref.get("name"), ref.get("namespace") or None) if isinstance(ref, Mapping) else (None, None)
+    """What names the referent: name, namespace and kind (an empty one is none), as the CRD's rule compares."""
+    if not isinstance(ref, Mapping):
+        return (None, None, None)
+    return (ref.get("name"), ref.get("namespace") or None, ref.get("kind") or None)
 
 
 def _annotation_problems(obj: Any) -> list[Problem]:

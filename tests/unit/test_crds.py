@@ -408,6 +408,9 @@ CEL_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
     _node("IPPool", "spec")["x-kubernetes-validations"][0]["rule"]: (
         lambda s, o: o is None or _strategy(s) == _strategy(o)
     ),
+    _node("IPClaim", "spec.pool")["x-kubernetes-validations"][0]["rule"]: (
+        lambda s, o: o is None or all((s.get(k) or "") == (o.get(k) or "") for k in ("name", "namespace", "kind"))
+    ),
 }
 
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
