@@ -307,9 +307,20 @@ class ControllerInTheWorld(RuleBasedStateMachine):
                 before = self.bound_ip.setdefault(ident(claim), ip)
                 if before != ip:
                     holders = self.holders_of(before) - {key}
-                    assert holders, f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
+                    assert holders or not self.usable_for(claim, before), f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
                                     f"{ip_text(netaddr.IPAddress(ip, 4))} while its IP was free"
                     self.bound_ip[ident(claim)] = ip
+
+    def usable_for(self, claim: dict, ip: int) -> bool:
+        """Whether the claim's pool may hand ``ip`` to it: in a range, not a gateway or excluded, not
+        preallocated to another claim, not withheld for an earlier overlapping pool."""
+        pool_key = o.pool_of(claim)
+        pool = self.store.inventory.get(kinds.IPPOOL, NS, pool_key.name) if pool_key else None
+        model = self.store.inventory.pool_model(pool)[0] if pool is not None else None
+        if model is None or model.entry_of(ip) is None or model.is_reserved(ip) \
+                or model.holder_of(ip) not in (None, o.name(claim)):
+            return False
+        return not any(w.first <= ip <= w.last for w in self.store.inventory.withheld(pool_key))
 
     def holders_of(self, ip: int) -> set[tuple[str, str]]:
         """The claims (live or not) that address objects of either API at ``ip`` name."""
