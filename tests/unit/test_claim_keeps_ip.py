@@ -18,12 +18,9 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
 from ipam_objects import (NS, RecordingApi, capi_claim, converged, get, ip_of, ipclaim, ippool, loaded,
                           metal3_addresses, set_meta)
+from test_model import named_by_status
+from test_reconcile import ADDRESS, CAPI_ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
 
-IPCLAIM = kinds.IPCLAIM
-CAPI_CLAIM = kinds.CAPI_CLAIM
-ADDRESS = kinds.IPADDRESS
-CAPI_ADDRESS = kinds.CAPI_ADDRESS
-POOL = kinds.IPPOOL
 KIND = {"IPClaim": IPCLAIM, "IPAddressClaim": CAPI_CLAIM}
 
 
@@ -41,19 +38,6 @@ class WatchedApi(RecordingApi):
     def do(self, action) -> None:
         super().do(action)
         statuses_name_distinct_ips(self)
-
-
-def named_by_status(claim: dict) -> set[tuple[str, str]]:
-    """What a claim's status says it holds: the address it names (IPClaim) and the IP its Ready condition names."""
-    status = o.status(claim)
-    named = set()
-    address = status.get("address")
-    if isinstance(address, dict) and address.get("name"):
-        named.add(("address", address["name"]))
-    ready = o.condition(status, "Ready")
-    if ready and ready.get("status") == "True" and str(ready.get("message", "")).startswith("bound to "):
-        named.add(("ip", ready["message"][len("bound to "):]))
-    return named
 
 
 def statuses_name_distinct_ips(api) -> None:
