@@ -67,8 +67,8 @@ class Allocator:
         self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
         self.taken: set[int] = set()
-        # IP -> the claim (its label) it is kept for: a bound claim whose address objects are gone.
-        self.kept: dict[int, str] = {}
+        # IP -> the claim it is kept for, as (kind, name): a bound claim whose address objects are gone.
+        self.kept: dict[int, tuple[str, str]] = {}
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -88,8 +88,8 @@ class Allocator:
             return
         self.free[self._slot[entry.index]].add(ip)
 
-    def keep(self, ip: int, claim: str) -> None:
-        """Keep ``ip`` for ``claim`` (its label): handed out to it alone until ``unkeep``."""
+    def keep(self, ip: int, claim: tuple[str, str]) -> None:
+        """Keep ``ip`` for ``claim`` (kind, name): handed out to it alone until ``unkeep``."""
         self.kept[ip] = claim
         entry = self.pool.entry_of(ip)
         if entry is not None:
@@ -110,14 +110,15 @@ class Allocator:
     # -- choosing --------------------------------------------------------
 
     def allocate(self, claim: str, requested: str | None = None,
-                 name_taken: Callable[[int], bool] = lambda ip: False, kept_as: str | None = None) -> Grant:
+                 name_taken: Callable[[int], bool] = lambda ip: False,
+                 kept_as: tuple[str, str] | None = None) -> Grant:
         """Choose an address for ``claim`` and mark it taken.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
         says whether the IPAddress name of an address is already used by an
         object this pool does not know of (another pool with the same
         namePrefix): such addresses are skipped, not fought over.
-        ``kept_as`` is the claim's label: a requested IP kept for another claim is refused.
+        ``kept_as`` is the claim's (kind, name): a requested IP kept for another claim is refused.
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
@@ -134,12 +135,12 @@ class Allocator:
             return self._exact(claim, int(ip), None, name_taken, preallocated=False, kept_as=kept_as)
         return self._next(name_taken)
 
-    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: str) -> Grant:
+    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
         """The IP a claim held before its address objects were deleted, if it may have it again."""
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=kept_as, what="its address")
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
-               preallocated: bool, kept_as: str | None = None, what: str = "requested address") -> Grant:
+               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
         text = ip_text(ip_from_int(ip, self.pool.version))
         if preallocated and requested is not None:
             try:
@@ -162,7 +163,7 @@ class Allocator:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
         keeper = self.kept.get(ip)
         if not preallocated and keeper is not None and keeper != kept_as:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {keeper}, whose status names it "
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
                                                      "and whose address objects were deleted")
         if ip in self.taken or name_taken(ip):
             what = "preallocated address" if preallocated else what

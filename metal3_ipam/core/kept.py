@@ -69,7 +69,3 @@ def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
         return int(ip) if ip.version == pool.version else None
     return None
 
-
-def label(key: o.ClaimKey) -> str:
-    """How a claim is named in messages: ``IPClaim zeta``."""
-    return f"{key[0]} {key[1]}"

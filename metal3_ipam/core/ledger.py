@@ -35,7 +35,7 @@ from . import kinds
 from . import objects as o
 from .allocator import Allocator
 from .indexes import StatusIndex
-from .kept import label, own_ip
+from .kept import own_ip
 from .pool import Pool
 from .several import each, entry_of
 
@@ -247,7 +247,7 @@ class Ledger:
         if keeper is None:
             self.allocator.unkeep(ip)
         else:
-            self.allocator.keep(ip, label(keeper))
+            self.allocator.keep(ip, keeper)
 
     def _ip(self, address: dict) -> int | None:
         """The IP an address holds in this pool's allocator: of the pool's family, else none."""

@@ -57,7 +57,7 @@ from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
-from .kept import BOUND_REASON, bound_message, label
+from .kept import BOUND_REASON, bound_message
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
@@ -655,13 +655,13 @@ class _Reconciler:
                 self.plan.notes.append(f"{o.name(claim)}: waits for {going} to go, to take its IP back")
                 return
             try:
-                grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=label(key))
+                grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
             except AllocationError as err:
                 lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere,
-                                                kept_as=label(key))
+                                                kept_as=key)
             except AllocationError as err:
                 return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
