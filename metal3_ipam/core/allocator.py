@@ -161,13 +161,13 @@ class Allocator:
         holder = self.pool.holder_of(ip)
         if holder is not None and holder != claim:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
+        if ip in self.taken or name_taken(ip):
+            what = "preallocated address" if preallocated else what
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         keeper = self.kept.get(ip)
         if not preallocated and keeper is not None and keeper != kept_as:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
                                                      "and whose address objects were deleted")
-        if ip in self.taken or name_taken(ip):
-            what = "preallocated address" if preallocated else what
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         self.take(ip)
         return Grant(ip_from_int(ip, self.pool.version), entry)
 
