@@ -136,8 +136,12 @@ class Allocator:
         return self._next(name_taken)
 
     def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
-        """The IP a claim held before its address objects were deleted, if it may have it again."""
-        return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=kept_as, what="its address")
+        """The IP a claim held before its address objects were deleted, if it may have it again.
+
+        Kept or not: which of the claims naming it may have it is the caller's to say.
+        """
+        return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
+                           what="its address")
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:

@@ -61,6 +61,7 @@ from .kept import BOUND_REASON, bound_message
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
+from .several import each
 from . import pool_kinds
 from .pool import Pool
 from .problems import Problem, errors
@@ -654,10 +655,15 @@ class _Reconciler:
                 # Its IP comes free once that address is gone (a change that brings the claim back).
                 self.plan.notes.append(f"{o.name(claim)}: waits for {going} to go, to take its IP back")
                 return
-            try:
-                grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
-            except AllocationError as err:
-                lost = f"{err.message}; its address objects were deleted"
+            rival = self.rival_for(key, own)
+            if rival is not None:
+                lost = (f"its address {ip_text(ip_from_int(own, self.pool.version))} is named by the status of "
+                        f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
+            else:
+                try:
+                    grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
+                except AllocationError as err:
+                    lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere,
@@ -672,6 +678,17 @@ class _Reconciler:
                            _bounded(f"{lost}, so it is given {ip_text(grant.ip)} instead: whatever runs on "
                                     f"{ip_text(ip_from_int(own, self.pool.version))} must move")))
         self.ensure_bound(claim, address, step)
+
+    def rival_for(self, key: o.ClaimKey, ip: int) -> o.ClaimKey | None:
+        """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding
+        no address either, wants it back: the one created first gets it. None when that is ``key``."""
+        ledger = self.ledger
+        wanting = [k for k in each(ledger.keepers.get(ip))
+                   if k == key or (k in ledger.claims and not self.holds_anything(ledger.claims[k]))]
+        if len(wanting) <= 1:
+            return None
+        first = min(wanting, key=lambda k: (str(o.meta(ledger.claims[k]).get("creationTimestamp") or ""), k))
+        return None if first == key else first
 
     def still_going(self, key: o.ClaimKey, ip: int) -> str | None:
         """What holds ``ip`` that is on its way out: an address of this claim being deleted, or one whose
