@@ -231,3 +231,16 @@ def test_a_kept_ip_is_neither_allocated_nor_free_in_the_pool_counts():
     set_meta(api, IPCLAIM, "zeta", annotations={})
     converge(api, random.Random(0))
     assert ip_of(api, "zeta") == "10.7.0.1"
+
+
+def test_a_claim_holding_another_address_never_keeps_an_ip_its_rewritten_status_names():
+    """alpha (first by name, as creation times tie) holds .2 and its status is made to name .1, zeta's, just
+    as zeta's address goes: zeta still gets .1 back, and alpha keeps .2."""
+    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"), ipclaim("alpha"))
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    alpha = get(api, IPCLAIM, "alpha")
+    api.inventory.upsert({**alpha, "status": o.status(get(api, IPCLAIM, "zeta")),
+                          "metadata": {**alpha["metadata"], "resourceVersion": api._next_version()}})
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1" and ip_of(api, "alpha") == "10.7.0.2"
+    assert o.status(get(api, IPCLAIM, "alpha"))["address"]["name"] == "pool1-10-7-0-2"
