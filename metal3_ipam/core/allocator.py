@@ -67,6 +67,8 @@ class Allocator:
         self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
         self.taken: set[int] = set()
+        # IP -> the claim it is kept for, as (kind, name): a bound claim whose address objects are gone.
+        self.kept: dict[int, tuple[str, str]] = {}
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -81,9 +83,21 @@ class Allocator:
         """An address is no longer in use; it is free again unless it is held back."""
         self.taken.discard(ip)
         entry = self.pool.entry_of(ip)
-        if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None or self.is_withheld(ip):
+        if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None or self.is_withheld(ip) \
+                or ip in self.kept:
             return
         self.free[self._slot[entry.index]].add(ip)
+
+    def keep(self, ip: int, claim: tuple[str, str]) -> None:
+        """Keep ``ip`` for ``claim`` (kind, name): handed out to it alone until ``unkeep``."""
+        self.kept[ip] = claim
+        entry = self.pool.entry_of(ip)
+        if entry is not None:
+            self.free[self._slot[entry.index]].discard(ip)
+
+    def unkeep(self, ip: int) -> None:
+        if self.kept.pop(ip, None) is not None and ip not in self.taken:
+            self.release(ip)
 
     def is_withheld(self, ip: int) -> bool:
         i = bisect.bisect_right(self.withheld, (ip, float("inf"))) - 1
@@ -96,13 +110,15 @@ class Allocator:
     # -- choosing --------------------------------------------------------
 
     def allocate(self, claim: str, requested: str | None = None,
-                 name_taken: Callable[[int], bool] = lambda ip: False) -> Grant:
+                 name_taken: Callable[[int], bool] = lambda ip: False,
+                 kept_as: tuple[str, str] | None = None) -> Grant:
         """Choose an address for ``claim`` and mark it taken.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
         says whether the IPAddress name of an address is already used by an
         object this pool does not know of (another pool with the same
         namePrefix): such addresses are skipped, not fought over.
+        ``kept_as`` is the claim's (kind, name): a requested IP kept for another claim is refused.
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
@@ -116,11 +132,19 @@ class Allocator:
             if ip.version != self.pool.version:
                 raise AllocationError(ALLOCATION_FAILED,
                                       f"requested address {requested} is IPv{ip.version}, the pool is IPv{self.pool.version}")
-            return self._exact(claim, int(ip), None, name_taken, preallocated=False)
+            return self._exact(claim, int(ip), None, name_taken, preallocated=False, kept_as=kept_as)
         return self._next(name_taken)
 
+    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
+        """The IP a claim held before its address objects were deleted, if it may have it again.
+
+        Kept or not: which of the claims naming it may have it is the caller's to say.
+        """
+        return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
+                           what="its address")
+
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
-               preallocated: bool) -> Grant:
+               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
         text = ip_text(ip_from_int(ip, self.pool.version))
         if preallocated and requested is not None:
             try:
@@ -132,18 +156,22 @@ class Allocator:
                                       f"conflict: claim {claim} is preallocated {text} but its ipAddress annotation asks for {requested}")
         entry = self.pool.entry_of(ip)
         if entry is None:
-            raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is not inside any range of the pool")
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is not inside any range of the pool")
         if self.pool.is_reserved(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is a gateway or excluded address of the pool")
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is a gateway or excluded address of the pool")
         if self.is_withheld(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is withheld: an earlier pool of the "
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: an earlier pool of the "
                                                      "namespace with another namePrefix owns it")
         holder = self.pool.holder_of(ip)
         if holder is not None and holder != claim:
-            raise AllocationError(ALLOCATION_FAILED, f"requested address {text} is preallocated to claim {holder}")
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
         if ip in self.taken or name_taken(ip):
-            what = "preallocated address" if preallocated else "requested address"
+            what = "preallocated address" if preallocated else what
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
+        keeper = self.kept.get(ip)
+        if not preallocated and keeper is not None and keeper != kept_as:
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
+                                                     "and whose address objects were deleted")
         self.take(ip)
         return Grant(ip_from_int(ip, self.pool.version), entry)
 

@@ -13,6 +13,9 @@ What it keeps:
   by the claim they name;
 - the allocator, with every IP an address of the pool holds taken, counted
   by the address objects holding it (two addresses of one IP are one use);
+- the IP each claim's status says it holds (``kept``; see ``kept.own_ip``),
+  kept in the allocator for the first claim naming it, so that a claim whose
+  address objects a user deleted gets it back and no other claim takes it;
 - what the decisions left behind: the bound map (``status.indexes``), claims
   that could not be served (tried again when an IP is freed), adoptions
   being made, claims and addresses left for the next pass.
@@ -32,6 +35,7 @@ from . import kinds
 from . import objects as o
 from .allocator import Allocator
 from .indexes import StatusIndex
+from .kept import own_ip
 from .pool import Pool
 from .several import each, entry_of
 
@@ -75,6 +79,9 @@ class Ledger:
         # IP -> what holds it: address objects of either API, and allocations a pass planned
         # (a Holder). One entry, or ``several.Several`` of them when several hold the IP (see ``holders_of``).
         self.holders: dict[int, Any] = {}
+        # Claim -> the IP its status says it holds; IP -> the claims whose status names it (one, or Several).
+        self.kept: dict[o.ClaimKey, int] = {}
+        self.keepers: dict[int, Any] = {}
         # -- what the decisions left --
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
         self.bound_version = 0                      # bumped whenever ``bound`` changes
@@ -169,7 +176,13 @@ class Ledger:
         kind = kinds.kind_of(obj)
         name = o.name(obj)
         if kind in CLAIM_KINDS:
-            self.claims[o.claim_key(obj)] = obj
+            key = o.claim_key(obj)
+            self.claims[key] = obj
+            ip = own_ip(obj, self.pool) if self.pool is not None else None
+            if ip is not None:
+                self.kept[key] = ip
+                self.keepers[ip] = entry_of((*each(self.keepers.get(ip)), key))
+                self._keep(ip)
             return
         if kind == kinds.IPADDRESS:
             stored, index, named = self.addresses, self.named, o.claim_of_address(obj)
@@ -196,6 +209,12 @@ class Ledger:
             self.claims.pop(key, None)
             self.unserved.pop(key, None)
             self.unbind(key)
+            ip = self.kept.pop(key, None)
+            if ip is not None:
+                self.keepers[ip] = entry_of(k for k in each(self.keepers.get(ip)) if k != key)
+                if self.keepers[ip] is None:
+                    del self.keepers[ip]
+                self._keep(ip)
             return
         if kind == kinds.IPADDRESS:
             tag, stored, index, named = METAL3, self.addresses, self.named, o.claim_of_address(obj)
@@ -212,6 +231,23 @@ class Ledger:
         ip = self._ip(obj)
         if ip is not None:
             self.let_go(ip, (tag, name))
+
+    def keeper_of(self, ip: int) -> o.ClaimKey | None:
+        """The claim ``ip`` is kept for: of the claims whose status names it, the one created first."""
+        keepers = each(self.keepers.get(ip))
+        if len(keepers) <= 1:
+            return keepers[0] if keepers else None
+        return min(keepers, key=lambda k: (str(o.meta(self.claims[k]).get("creationTimestamp") or ""), k))
+
+    def _keep(self, ip: int) -> None:
+        """The allocator keeps ``ip`` for its keeper, or no longer keeps it."""
+        if self.allocator is None:
+            return
+        keeper = self.keeper_of(ip)
+        if keeper is None:
+            self.allocator.unkeep(ip)
+        else:
+            self.allocator.keep(ip, keeper)
 
     def _ip(self, address: dict) -> int | None:
         """The IP an address holds in this pool's allocator: of the pool's family, else none."""
@@ -298,7 +334,7 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.bound, self.unserved):
+                          self.holders, self.kept, self.keepers, self.bound, self.unserved):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
                     container.popitem()
@@ -352,6 +388,8 @@ class Ledger:
             "named": {k: _sorted_names(v) for k, v in self.named.items()},
             "mirrors_named": {k: _sorted_names(v) for k, v in self.mirrors_named.items()},
             "holders": {ip: sorted(self.holders_of(ip)) for ip in self.holders},
+            "kept": dict(self.kept),
+            "kept_for": dict(self.allocator.kept) if self.allocator is not None else None,
             "free": [list(f.intervals()) for f in self.allocator.free] if self.allocator is not None else None,
             "taken": set(self.allocator.taken) if self.allocator is not None else None,
         }
@@ -410,11 +448,13 @@ def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
             ("capi_addresses", kept.capi_addresses, fresh.capi_addresses, _version),
             ("named", kept.named, fresh.named, _sorted_names),
             ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, _sorted_names),
-            ("holders", kept.holders, fresh.holders, _sorted_holders)):
+            ("holders", kept.holders, fresh.holders, _sorted_holders),
+            ("kept", kept.kept, fresh.kept, lambda ip: ip)):
         yield from compare_maps(part, x, y, view, found)
     if (kept.allocator is None) != (fresh.allocator is None):
         found.append("allocator: one of them has none")
     elif kept.allocator is not None:
+        yield from compare_maps("kept for", kept.allocator.kept, fresh.allocator.kept, lambda who: who, found)
         if kept.allocator.taken != fresh.allocator.taken:
             found.append(f"taken: only kept {sorted(kept.allocator.taken - fresh.allocator.taken)[:3]}, "
                          f"only recomputed {sorted(fresh.allocator.taken - kept.allocator.taken)[:3]}")

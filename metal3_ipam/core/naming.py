@@ -54,6 +54,30 @@ def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:
     return f"{name_prefix}-{suffix}".rstrip("-")
 
 
+def ip_of_name(name_prefix: str, name: str, version: int) -> netaddr.IPAddress | None:
+    """The IP an IPAddress name ``<namePrefix>-<ip>`` stands for, or None when it is not such a name.
+
+    The inverse of ``address_name``: only a name that ``address_name`` gives back
+    exactly, for an IP of ``version``, is read.
+    """
+    if not isinstance(name, str) or not name.startswith(name_prefix + "-"):
+        return None
+    suffix = name[len(name_prefix) + 1:]
+    if version == 4:
+        candidates = [suffix.replace("-", ".")]
+    else:
+        text = suffix.replace("-", ":")
+        candidates = [text, text + "::"]  # a trailing "::" lost its dashes to the name's rstrip
+    for candidate in candidates:
+        try:
+            ip = netaddr.IPAddress(candidate, version)
+        except (netaddr.AddrFormatError, ValueError, TypeError):
+            continue
+        if address_name(name_prefix, ip) == name:
+            return ip
+    return None
+
+
 def is_dns1123_subdomain(name: str) -> bool:
     return len(name) <= MAX_NAME_LENGTH and bool(_SUBDOMAIN.match(name))
 

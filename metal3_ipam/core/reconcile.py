@@ -11,6 +11,14 @@ loaded afresh).
 What it guarantees, whatever it is shown:
 - a claim that has an address keeps it: status is rebuilt from the addresses,
   never allocated anew (this is what makes ``clusterctl move`` safe);
+- a claim whose address objects were deleted under it gets the IP its status
+  names back (see ``kept``), before any other claim of the pool is served,
+  and meanwhile that IP is kept from every other claim. Where it cannot have
+  it (the IP left the pool, is reserved, preallocated or held by another
+  live claim) it gets a new IP and a Warning Event ``AddressChanged`` naming
+  both: whatever runs on the claim must be told, but a machine left without
+  any address (an error) would be worse, and CAPM3 reads an IPClaim's error
+  as a failed machine;
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
   for Cluster API claims, so one name lock guards every allocation;
@@ -49,9 +57,11 @@ from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
-from .ledger import CAPI, METAL3, Ledger, ObjKey
+from .kept import BOUND_REASON, bound_message
+from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
+from .several import each
 from . import pool_kinds
 from .pool import Pool
 from .problems import Problem, errors
@@ -225,6 +235,8 @@ class _Reconciler:
                 holding.append(claim)
             if n % (4 * DECISIONS_PER_YIELD) == 0:
                 yield
+        # Claims whose address objects were deleted get their own IP back before any other is served.
+        waiting.sort(key=lambda claim: o.claim_key(claim) not in ledger.kept)
         for claim in holding:
             if budget[0] <= 0:
                 ledger.deferred_claims[o.claim_key(claim)] = None
@@ -645,15 +657,68 @@ class _Reconciler:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is being deleted")
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
+        key = o.claim_key(claim)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
-        try:
-            grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere)
-        except AllocationError as err:
-            return self.fail(claim, step, err.reason, err.message)
+        own = self.ledger.kept.get(key)
+        grant, lost = None, None
+        if own is not None:
+            going = self.still_going(key, own)
+            if going:
+                # Its IP comes free once that address is gone (a change that brings the claim back).
+                self.plan.notes.append(f"{o.name(claim)}: waits for {going} to go, to take its IP back")
+                return
+            rival = self.rival_for(key, own)
+            if rival is not None:
+                lost = (f"its address {ip_text(ip_from_int(own, self.pool.version))} is named by the status of "
+                        f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
+            else:
+                try:
+                    grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
+                except AllocationError as err:
+                    lost = f"{err.message}; its address objects were deleted"
+        if grant is None:
+            try:
+                grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere,
+                                                kept_as=key)
+            except AllocationError as err:
+                return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(int(grant.ip), o.name(address))
         step.add(Create(address))
+        if lost:
+            step.add(Event(o.ref(claim), "Warning", "AddressChanged",
+                           _bounded(f"{lost}, so it is given {ip_text(grant.ip)} instead: whatever runs on "
+                                    f"{ip_text(ip_from_int(own, self.pool.version))} must move")))
         self.ensure_bound(claim, address, step)
+
+    def rival_for(self, key: o.ClaimKey, ip: int) -> o.ClaimKey | None:
+        """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding
+        no address either, wants it back: the one created first gets it. None when that is ``key``."""
+        ledger = self.ledger
+        wanting = [k for k in each(ledger.keepers.get(ip))
+                   if k == key or (k in ledger.claims and not self.holds_anything(ledger.claims[k]))]
+        if len(wanting) <= 1:
+            return None
+        first = min(wanting, key=lambda k: (str(o.meta(ledger.claims[k]).get("creationTimestamp") or ""), k))
+        return None if first == key else first
+
+    def still_going(self, key: o.ClaimKey, ip: int) -> str | None:
+        """What holds ``ip`` that is on its way out: an address of this claim being deleted, or one whose
+        claim is gone or going. None when nothing holds it, or a live claim (or a planned allocation) does."""
+        going = None
+        for tag, name in self.ledger.holders_of(ip):
+            if tag == PLANNED:
+                return None
+            address = (self.ledger.addresses if tag == METAL3 else self.ledger.capi_addresses).get(name)
+            named = (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(address)
+            owner = self.ledger.claim_key_of(address, named)
+            claim = self.ledger.claims.get(owner) if owner is not None else None
+            if claim is not None and not o.is_deleting(claim) and owner != key:
+                return None
+            if claim is not None and owner == key and not o.is_deleting(address):
+                return None
+            going = f"{tag} {name}"
+        return going
 
     def taken_elsewhere(self, ip: int) -> bool:
         """In use by something this pool's own addresses do not show.
@@ -691,8 +756,8 @@ class _Reconciler:
         capi = kinds.kind_of(claim) == kinds.CAPI_CLAIM
         v1beta1 = capi and str(claim.get("apiVersion", "")).endswith("/v1beta1")
         if address is not None:
-            ready = _condition(current, READY, "True", "AddressAllocated",
-                               f"bound to {o.spec(address).get('address')}", self.snap.now, v1beta1)
+            ready = _condition(current, READY, "True", BOUND_REASON,
+                               bound_message(o.spec(address).get("address")), self.snap.now, v1beta1)
             desired: dict[str, Any] = ({"addressRef": {"name": o.name(mirror)}} if capi else
                                        {"address": {"name": o.name(address), "namespace": o.namespace(address)}})
         elif waiting is not None:

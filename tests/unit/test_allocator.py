@@ -213,3 +213,20 @@ def test_filling_a_pool_gives_every_address_once():
             break
     expected = set(range(ip("10.0.0.2"), ip("10.0.0.254") + 1)) - set(range(ip("10.0.0.100"), ip("10.0.0.120") + 1))
     assert len(ips) == len(set(ips)) and set(ips) == expected
+
+
+def test_a_kept_ip_goes_to_its_claim_alone_and_comes_back_free_once_no_longer_kept():
+    pool, _ = read_pool({"namePrefix": "p", "pools": [{"start": "10.0.0.1", "end": "10.0.0.3"}]})
+    alloc = Allocator(pool)
+    one = int(parse_ip("10.0.0.1"))
+    alloc.take(one)
+    alloc.keep(one, ("IPClaim", "zeta"))
+    alloc.release(one)  # its address went: still kept
+    assert alloc.free_count == 2
+    assert str(alloc.allocate("new").ip) == "10.0.0.2"
+    with pytest.raises(AllocationError, match="10.0.0.1 is kept for IPClaim zeta"):
+        alloc.allocate("asks", "10.0.0.1", kept_as=("IPClaim", "asks"))
+    assert str(alloc.reclaim("zeta", one, lambda ip: False, kept_as=("IPClaim", "zeta")).ip) == "10.0.0.1"
+    alloc.release(one)
+    alloc.unkeep(one)
+    assert alloc.free_count == 2 and str(alloc.allocate("later").ip) == "10.0.0.1"

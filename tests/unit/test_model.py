@@ -9,9 +9,15 @@ order), events delivered again, and LISTs taken at one moment and filed at a
 later one. The store starts with pools of different and shared namePrefixes
 whose ranges overlap, and with state the Go Metal3 IPAM left.
 
+The user's hand is in it too: address objects of either API deleted with
+their finalizers stripped (alone, a claim's together, in any order, seen
+deleting first or gone at once), and a claim's status rewritten by hand.
+
 After every step, on the store: no IP is bound to two live claims, across both
-address APIs and all pools; a claim that was bound never changes IP while it
-lives. Once events are drained and the controller has nothing left to do:
+address APIs and all pools; no two live claims' statuses (as the controller
+last wrote them) name one address or one IP; a claim that was bound never
+changes IP while that IP is free (no address object of another claim holds
+it). Once events are drained and the controller has nothing left to do:
 every live claim has exactly one IP or a Ready=False condition, and nothing
 is leaked.
 """
@@ -29,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Delete
+from metal3_ipam.core.actions import Create, Delete, SetStatus
 from metal3_ipam.core.inventory import Inventory, SERVED
 from metal3_ipam.core.naming import ip_text
 from metal3_ipam.core.reconcile import reconcile
@@ -75,6 +81,25 @@ def bindings(store: Store) -> dict[tuple[str, str], set[int]]:
     return held
 
 
+def named_by_status(claim: dict) -> set[tuple[str, str]]:
+    """What a claim's status says it holds: the address it names, and the IP its Ready condition names."""
+    status = o.status(claim)
+    named = set()
+    for field in ("address", "addressRef"):
+        ref = status.get(field)
+        if isinstance(ref, dict) and ref.get("name"):
+            named.add((field, str(ref["name"])))
+    ready = o.condition(status, "Ready")
+    message = str(ready.get("message", "")) if ready else ""
+    if ready and ready.get("status") == "True" and message.startswith("bound to "):
+        named.add(("ip", ip_text(netaddr.IPAddress(message[len("bound to "):]))))
+    return named
+
+
+def ident(claim: dict) -> tuple[str, str, str]:
+    return (claim["kind"], o.name(claim), o.meta(claim)["uid"])
+
+
 def go_state(rng: random.Random) -> list[dict]:
     """A pool served by the Go IPAM: IPClaims with Metal3 addresses, IPAddressClaims with Cluster API ones only."""
     pool = go_pool("gopool", NS, {"namePrefix": "gp", "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}]})
@@ -94,6 +119,7 @@ class ControllerInTheWorld(RuleBasedStateMachine):
         self.delivered: list[tuple[str, dict]] = []
         self.pending_listings: list[tuple[tuple[str, str], list[dict], str]] = []
         self.bound_ip: dict[tuple[str, str, str], int] = {}  # (kind, name, uid) -> IP once bound
+        self.by_hand: set[tuple[str, str, str]] = set()  # claims whose status the user wrote last
         self.counter = 0
         objs = [cluster("c1")]
         # Pools overlapping on 10.0.0.5-10.0.0.8: one with its own prefix, one sharing "gp" or not.
@@ -135,6 +161,51 @@ class ControllerInTheWorld(RuleBasedStateMachine):
         c = copy.deepcopy(self.store.inventory.get(kinds.CLUSTER, NS, "c1"))
         c["spec"]["paused"] = paused
         self.store._store(c)
+
+    @rule(picks=st.lists(st.integers(0, 50), min_size=1, max_size=4), apis=st.sampled_from(["metal3", "capi", "both"]),
+          a_claims=st.booleans(), seen_deleting=st.booleans())
+    def user_deletes_address_objects(self, picks, apis, a_claims, seen_deleting):
+        """Address objects deleted and their finalizers stripped, one after the other in the order picked:
+        any of them, or the objects of one claim (its Metal3 lock and its Cluster API address)."""
+        group_kinds = {"metal3": (kinds.IPADDRESS,), "capi": (kinds.CAPI_ADDRESS,),
+                       "both": (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}[apis]
+        addresses = sorted((a for kind in group_kinds for a in self.store.inventory.of_kind(kind)),
+                           key=lambda a: (a["apiVersion"], o.name(a)))
+        if not addresses:
+            return
+        if a_claims:
+            address = addresses[picks[0] % len(addresses)]
+            claim_of = o.claim_of_address if kinds.kind_of(address) == kinds.IPADDRESS else o.claim_of_capi_address
+            key = claim_of(address)
+            addresses = [a for a in addresses
+                         if (o.claim_of_address if kinds.kind_of(a) == kinds.IPADDRESS else o.claim_of_capi_address)(a) == key]
+            chosen = [addresses[k % len(addresses)] for k in picks]
+        else:
+            chosen = [addresses[k % len(addresses)] for k in picks]
+        for address in chosen:
+            stored = self.store.inventory.get(kinds.kind_of(address), NS, o.name(address))
+            if stored is None:
+                continue
+            gone = copy.deepcopy(stored)
+            gone["metadata"].setdefault("deletionTimestamp", self.store.now)
+            if seen_deleting and gone["metadata"].get("finalizers"):
+                self.store._store(copy.deepcopy(gone))  # deleted first: the finalizers hold it a moment
+            gone["metadata"]["finalizers"] = []
+            self.store._store(gone)
+
+    @rule(k=st.integers(0, 50), j=st.integers(0, 50))
+    def user_rewrites_a_claim_status(self, k, j):
+        """A claim's status replaced by hand with another claim's (or its own, unchanged)."""
+        claims = sorted((c for kind in CLAIM_KINDS for c in self.store.inventory.of_kind(kind)
+                         if not o.is_deleting(c)), key=lambda c: (c["kind"], o.name(c)))
+        if not claims:
+            return
+        target, source = claims[k % len(claims)], claims[j % len(claims)]
+        rewritten = copy.deepcopy(target)
+        rewritten["status"] = copy.deepcopy(o.status(source))
+        self.store._store(rewritten)
+        self.by_hand.add(ident(target))
+        self.bound_ip.pop(ident(target), None)  # what it holds now is what the user said
 
     # -- the watch ------------------------------------------------------------------------
 
@@ -200,6 +271,8 @@ class ControllerInTheWorld(RuleBasedStateMachine):
         if target is None:
             return
         stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+        if stored is not None and isinstance(action, SetStatus) and kinds.kind_of(stored) in CLAIM_KINDS:
+            self.by_hand.discard(ident(stored))
         if stored is not None:
             self.cache.upsert(copy.deepcopy(stored))
         elif isinstance(action, Delete) or True:
@@ -218,16 +291,45 @@ class ControllerInTheWorld(RuleBasedStateMachine):
                 owners.setdefault(ip, []).append(key)
         twice = {ip_text(netaddr.IPAddress(ip, 4)): who for ip, who in owners.items() if len(who) > 1}
         assert not twice, f"bound to two live claims: {twice}"
+        named: dict[tuple[str, str], tuple] = {}
         for kind in CLAIM_KINDS:
             for claim in self.store.inventory.of_kind(kind):
                 key = (claim["kind"], o.name(claim))
-                ident = (*key, o.meta(claim)["uid"])
+                if o.is_deleting(claim) or ident(claim) in self.by_hand:
+                    continue
+                for what in named_by_status(claim):
+                    other = named.setdefault(what, key)
+                    assert other == key, f"{what} is named by the statuses of {other} and {key}"
                 status = o.status(claim)
-                named = status.get("address") or status.get("addressRef")
-                if o.is_deleting(claim) or not named or len(held.get(key, ())) != 1:
+                if not (status.get("address") or status.get("addressRef")) or len(held.get(key, ())) != 1:
                     continue
                 (ip,) = held[key]
-                assert self.bound_ip.setdefault(ident, ip) == ip, f"{key} moved from one IP to another"
+                before = self.bound_ip.setdefault(ident(claim), ip)
+                if before != ip:
+                    holders = self.holders_of(before) - {key}
+                    assert holders or not self.usable_for(claim, before), f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
+                                    f"{ip_text(netaddr.IPAddress(ip, 4))} while its IP was free"
+                    self.bound_ip[ident(claim)] = ip
+
+    def usable_for(self, claim: dict, ip: int) -> bool:
+        """Whether the claim's pool may hand ``ip`` to it: in a range, not a gateway or excluded, not
+        preallocated to another claim, not withheld for an earlier overlapping pool."""
+        pool_key = o.pool_of(claim)
+        pool = self.store.inventory.get(kinds.IPPOOL, NS, pool_key.name) if pool_key else None
+        model = self.store.inventory.pool_model(pool)[0] if pool is not None else None
+        if model is None or model.entry_of(ip) is None or model.is_reserved(ip) \
+                or model.holder_of(ip) not in (None, o.name(claim)):
+            return False
+        return not any(w.first <= ip <= w.last for w in self.store.inventory.withheld(pool_key))
+
+    def holders_of(self, ip: int) -> set[tuple[str, str]]:
+        """The claims (live or not) that address objects of either API at ``ip`` name."""
+        found = set()
+        for kind, claim_of in ((kinds.IPADDRESS, o.claim_of_address), (kinds.CAPI_ADDRESS, o.claim_of_capi_address)):
+            for address in self.store.inventory.of_kind(kind):
+                if int(netaddr.IPAddress(o.spec(address)["address"])) == ip:
+                    found.add(claim_of(address))
+        return found
 
     def teardown(self):
         if not hasattr(self, "store"):

@@ -6,7 +6,7 @@ import netaddr
 import pytest
 
 from metal3_ipam.core.addresses import AddressError, host_range, network_of, parse_cidr, parse_ip, parse_span
-from metal3_ipam.core.naming import (MAX_NAME_LENGTH, MAX_PREFIX_LENGTH, address_name, is_dns1123_subdomain,
+from metal3_ipam.core.naming import (ip_of_name, MAX_NAME_LENGTH, MAX_PREFIX_LENGTH, address_name, is_dns1123_subdomain,
                                      name_prefix_problem)
 
 
@@ -97,3 +97,17 @@ def test_host_range():
     # IPv6 has no broadcast.
     assert host_range(0, 2**64 - 1, 6, 64) == (1, 2**64 - 1)
     assert network_of(0x0A000105, 4, 24) == (0x0A000100, 0x0A0001FF)
+
+
+@pytest.mark.parametrize("prefix,ip", [("pool1", "10.7.0.1"), ("a-b", "1.2.3.4"), ("pfx", "2001:db8::1"),
+                                       ("pfx", "2001:db8::"), ("p", "::1")])
+def test_a_name_reads_back_as_its_ip(prefix, ip):
+    value = netaddr.IPAddress(ip)
+    assert ip_of_name(prefix, address_name(prefix, value), value.version) == value
+
+
+@pytest.mark.parametrize("prefix,name,version", [("pool1", "pool1-10-07-0-1", 4), ("pool", "pool1-10-7-0-1", 4),
+                                                 ("pool1", "zeta", 4), ("pool1", "pool1-10-7-0-1-9", 4),
+                                                 ("pool1", "pool1-10-7-0", 4)])
+def test_names_that_are_not_prefix_and_ip_read_as_nothing(prefix, name, version):
+    assert ip_of_name(prefix, name, version) is None

@@ -53,7 +53,10 @@ def moved_state():
     inventory = Inventory()
     for obj in source.inventory.objects.values():
         if obj is not lagging:
-            inventory.upsert(copy.deepcopy(obj))
+            obj = copy.deepcopy(obj)
+            if kinds.kind_of(obj) == kinds.IPCLAIM:
+                obj.pop("status", None)  # clusterctl move does not carry status
+            inventory.upsert(obj)
     paused = get(source, kinds.CLUSTER, "c1")
     unpaused = {**paused, "spec": {"paused": False},
                 "metadata": {**paused["metadata"], "resourceVersion": source._next_version()}}

@@ -1,0 +1,71 @@
+"""The IP a claim's own status says it holds: kept for it while its address objects are gone.
+
+A user may delete a bound claim's address objects (finalizers stripped: a
+mistaken cleanup, a botched restore). The claim lives on, and whatever runs
+on its IP does too; it gets that IP back, not the next free one. Which IP
+that is, in order of trust:
+
+1. a live address object of the claim, of either API (the reconcile binds
+   the claim to it as it is; not read here);
+2. the address name its status names, when that name is ``<namePrefix>-<ip>``
+   of the pool (an IPClaim's ``status.address``; a Cluster API claim's
+   ``status.addressRef`` as the Go Metal3 IPAM names it);
+3. its ``Ready`` condition as this controller writes it on binding
+   (``True``, ``AddressAllocated``, "bound to <ip>"): all that a Cluster API
+   claim's status says of its IP when its address is named after it, and
+   all a pool kind whose addresses are named after their claims leaves.
+
+The controller's memory of a binding it made is not trusted: it is gone
+after a restart, and a decision must come out the same from the objects
+alone (a recompute, the audit, the target of a move). A binding that never
+reached the status was never read by a consumer either.
+
+A claim that is preallocated or asks for an IP (``ipAddress``) gets that IP
+as it is; nothing is kept for it. Neither for a claim being deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import kinds
+from . import objects as o
+from .addresses import AddressError, parse_ip
+from .naming import ip_of_name
+from .pool import Pool
+
+BOUND_REASON = "AddressAllocated"
+BOUND_PREFIX = "bound to "
+
+
+def bound_message(address_text: object) -> str:
+    """The Ready message of a bound claim: what ``own_ip`` reads back."""
+    return f"{BOUND_PREFIX}{address_text}"
+
+
+def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
+    """The IP ``claim``'s status says it holds in ``pool`` (see the module's order of trust), or None."""
+    if o.is_deleting(claim) or pool.preallocations.get(o.name(claim)) is not None \
+            or kinds.IP_ADDRESS_ANNOTATION in o.annotations(claim):
+        return None
+    status = o.status(claim)
+    field = "address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef"
+    ref = status.get(field)
+    if isinstance(ref, Mapping) and pool.name_prefix and ref.get("namespace") in (None, "", o.namespace(claim)):
+        ip = ip_of_name(pool.name_prefix, str(ref.get("name") or ""), pool.version)
+        if ip is not None:
+            return int(ip)
+    ready = o.condition(status, "Ready")
+    message = ready.get("message") if ready else None
+    if ready and ready.get("status") == "True" and ready.get("reason") == BOUND_REASON \
+            and isinstance(message, str) and message.startswith(BOUND_PREFIX):
+        try:
+            ip = parse_ip(message[len(BOUND_PREFIX):])
+        except AddressError:
+            return None
+        if ip.version == 6 and ip.is_ipv4_mapped():
+            ip = ip.ipv4()
+        return int(ip) if ip.version == pool.version else None
+    return None
+
