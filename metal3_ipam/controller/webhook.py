@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import logging
@@ -653,6 +654,9 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
 
+EVICTION_GRACE = 1.0  # seconds a connection may keep us waiting before it can be closed to make room
+
+
 @dataclass(eq=False)
 class _Open:
     """An accepted connection: when it last had our attention, and whether a request of it is being answered."""
@@ -751,7 +755,9 @@ class WebhookServer:
         await runner.setup()
         try:
             family, *_, address = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0]
-            listener = socket.create_server(address[:2], family=family, backlog=limits.connections)
+            # Connections past the cap wait in the kernel's queue (its memory, not ours) rather than
+            # being refused by it, so that a client is answered as soon as there is room.
+            listener = socket.create_server(address[:2], family=family, backlog=1024)
             listener.setblocking(False)
         except BaseException:
             await runner.cleanup()
@@ -763,11 +769,16 @@ class WebhookServer:
         loop = asyncio.get_running_loop()
         while True:
             if len(self._open) >= self.limits.connections:
+                # Full: the connection that has kept us waiting longest goes, once it has had a second
+                # (a handshake or a request under way takes milliseconds; an attacker's keeps us waiting).
                 self._room.clear()
-                waiting = [e for e in self._open.values() if not e.busy]
+                now = loop.time()
+                waiting = [e for e in set(self._open.values()) if not e.busy and now - e.since >= EVICTION_GRACE]
                 if waiting:
                     min(waiting, key=lambda e: e.since).drop()
-                await self._room.wait()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(EVICTION_GRACE / 4):
+                        await self._room.wait()
                 continue
             sock, _ = await loop.sock_accept(listener)
             entry = _Open(since=loop.time())

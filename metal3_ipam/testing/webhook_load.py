@@ -223,7 +223,53 @@ def serve(port: int, cert_dir: str) -> None:
     asyncio.run(main())
 
 
+def hostile(port: int, ca_file: str, path: str, kinds: str) -> None:
+    """A :class:`HostileLoad` (``kinds``: its counts as JSON) in this process, so that it does not share a
+    test's interpreter with the clients the test times; says "loaded" once 30 answers came, and what came
+    back when stdin closes."""
+    load = HostileLoad(port, Path(ca_file).read_bytes(), path, **json.loads(kinds)).start()
+    while sum(load.answers.values()) < 30 and load._going():
+        time.sleep(0.05)
+    print("loaded", flush=True)
+    sys.stdin.read()
+    load.stop()
+    print(json.dumps({str(k): v for k, v in load.answers.items()}), flush=True)
+
+
+USAGE = ("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR\n"
+         "       python -m metal3_ipam.testing.webhook_load hostile PORT CA_FILE PATH KINDS_JSON")
+
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["serve"] or len(sys.argv) != 4:
-        sys.exit("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR")
-    serve(int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 4:
+        serve(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1:2] == ["hostile"] and len(sys.argv) == 6:
+        hostile(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
+    else:
+        sys.exit(USAGE)
+
+
+class HostileProcess:
+    """:func:`hostile` in a process: started with ``with``, loaded once :meth:`__enter__` returns, and
+    ``answers`` (status or failure -> count) known once the ``with`` ends."""
+
+    def __init__(self, port: int, ca_pem: bytes, path: str, directory: Path, seconds: float = 30.0,
+                 **kinds: int) -> None:
+        self.ca_file = Path(directory) / "hostile-ca.pem"
+        self.ca_file.write_bytes(ca_pem)
+        self.args = [sys.executable, "-m", "metal3_ipam.testing.webhook_load", "hostile", str(port),
+                     str(self.ca_file), path, json.dumps({"seconds": seconds, **kinds})]
+        self.answers: dict[str, int] = {}
+
+    def __enter__(self) -> "HostileProcess":
+        import subprocess
+
+        self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline().strip()
+        if line != "loaded":
+            self.process.kill()
+            raise RuntimeError(f"the hostile clients did not start: {line!r}")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        out, _ = self.process.communicate("", timeout=30)
+        self.answers = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
