@@ -42,6 +42,7 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -604,19 +605,25 @@ class _Lane:
             except BaseException as err:  # noqa: BLE001 - handed to the waiting request
                 future.set_exception(err)
 
-    async def run(self, work: Callable[[], Any], size: int, seconds: float) -> Any:
+    async def run(self, work: Callable[[], Any], size: int, deadline: float) -> Any:
+        """``work()`` judged by this lane's thread, or _Refused when the queue is full or ``deadline``
+        (the loop's clock) passes first."""
         if self.taken >= self.bound:
             raise _Refused(503, f"{self.taken} reviews are waiting to be judged; try again")
         loop = asyncio.get_running_loop()
         self.taken += 1
         future: concurrent.futures.Future = concurrent.futures.Future()
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._free))
+        future.add_done_callback(lambda _: self._freed(loop))
         self._queue.put((size, next(self._order), work, future))
-        done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=seconds)
+        done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=max(0.0, deadline - loop.time()))
         if not done:  # not begun: dropped; under way: it holds its place until it ends, its answer dropped
             future.cancel()
-            raise _Refused(503, f"not judged within {seconds:g} s")
+            raise _Refused(503, "not judged in time; try again")
         return done.pop().result()
+
+    def _freed(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
+            loop.call_soon_threadsafe(self._free)
 
     def _free(self) -> None:
         self.taken -= 1
@@ -708,6 +715,8 @@ class WebhookServer:
         self._open: dict[asyncio.BaseTransport | _Open, _Open] = {}
         self._room: asyncio.Event | None = None
         self._large_held = 0  # bytes of large bodies held now
+        self._fetching = asyncio.Semaphore(limits.queued_reviews)  # used on the server's loop only
+        self._listers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="admission facts")
 
     async def start(self) -> "WebhookServer":
         self._main = asyncio.get_running_loop()
@@ -741,6 +750,7 @@ class WebhookServer:
             loop.run_until_complete(runner.cleanup())
             for lane in self._lanes.values():
                 lane.close()
+            self._listers.shutdown(wait=False, cancel_futures=True)
             loop.close()
 
     async def _open_listener(self) -> tuple[web.AppRunner, socket.socket]:
@@ -791,7 +801,7 @@ class WebhookServer:
         try:
             transport, _ = await loop.connect_accepted_socket(
                 lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
-                ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=1.0)
+                ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
             entry.transport = transport
             self._open[transport] = entry
             await closed
@@ -839,9 +849,18 @@ class WebhookServer:
             body = await self._read(request, held)
             if entry is not None:  # from here on we keep it waiting, not the other way round
                 entry.busy = True
-            lane = self._lanes["small" if len(body) <= self.limits.small_review_bytes else "large"]
-            status, answer, line = await lane.run(lambda: self._judge(body, mutating, path), len(body),
-                                                  self.limits.judge_seconds)
+            size, deadline = len(body), asyncio.get_running_loop().time() + self.limits.judge_seconds
+            lane = self._lanes["small" if size <= self.limits.small_review_bytes else "large"]
+            api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
+            del body
+            pools, live = await self._facts(review, mutating, deadline)
+            status, answer, line = await lane.run(
+                functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
+        except Malformed as err:
+            log.warning("refused a malformed review from %s to %s: %s", peer, path, err)
+            response = web.json_response({"error": f"not an AdmissionReview: {err}"}, status=err.status)
+            response.force_close()
+            return response
         except _Refused as refused:
             log.warning("refused an admission request from %s to %s: %s", peer, path, refused)
             response = web.json_response({"error": str(refused)}, status=refused.status)
@@ -883,19 +902,38 @@ class WebhookServer:
             raise _Refused(400, f"the body is not well framed: {clipped(str(err), 100)}") from None
         return body
 
-    def _judge(self, body: bytearray, mutating: bool, path: str) -> tuple[int, bytes, str | None]:
-        """On a judge's thread: the status, the answer and the log line (None: nothing to log)."""
+    async def _facts(self, request: dict, mutating: bool, deadline: float) -> tuple[list[dict] | None, Any]:
+        """For a pool review, the namespace's pools as the API server has them now and what it reads of
+        the inventory (copied on the controller's loop, which keeps it), each waited for until ``deadline``;
+        the judges meanwhile judge others."""
+        if not self.admission.reads_inventory(request, mutating):
+            return None, None
+        loop = asyncio.get_running_loop()
         try:
-            api_version, request = read_review(body)
-        except Malformed as err:
-            return err.status, _error(f"not an AdmissionReview: {err}"), f"refused a malformed review to {path}: {err}"
+            async with asyncio.timeout_at(deadline):
+                async with self._fetching:  # parsed reviews waiting for facts: bounded, like the queues
+                    pools = await loop.run_in_executor(self._listers, self.admission.current_pools, request)
+                    owner = self._main
+                    if owner is None or owner.is_closed():
+                        return pools, await loop.run_in_executor(self._listers, self.admission.live, request)
+                    copied = asyncio.run_coroutine_threadsafe(_call(self.admission.live, request, mutating), owner)
+                    try:
+                        return pools, await asyncio.wrap_future(copied)
+                    except asyncio.CancelledError:
+                        copied.cancel()
+                        raise
+        except TimeoutError:
+            return None, BUSY
+
+    def _judge(self, api_version: str, request: dict, mutating: bool, path: str, pools: list[dict] | None,
+               live: Any) -> tuple[int, bytes, str | None]:
+        """On a judge's thread: the status, the answer and the log line (None: nothing to log)."""
         operation = request["operation"]
         what = f"{operation} {clipped(request['kind'].get('kind') or '?', 63)} " \
                f"{clipped(request.get('namespace') or '', 63)}/{clipped(request.get('name') or '', 253)}"
         try:
-            pools = None if mutating else self.admission.current_pools(request)
-            live = self._live(request, mutating)
-            response = self.admission.review(request, mutating=mutating, pools=pools, live=live)
+            response = self.admission.review(request, mutating=mutating, pools=pools,
+                                             live=live)
         except RecursionError:
             return 400, _error("not an AdmissionReview: the object is nested too deeply"), \
                 f"refused a malformed review to {path} ({what}): the object is nested too deeply"
@@ -909,20 +947,6 @@ class WebhookServer:
         if not response["allowed"]:
             line = f"refused {what}: {clipped(response['status']['message'], LOGGED_CHARS)}"
         return 200, answer, line
-
-    def _live(self, request: dict, mutating: bool) -> Live | None | object:
-        """What the review reads of the inventory, copied on the controller's loop (which keeps it)."""
-        if not self.admission.reads_inventory(request, mutating):
-            return None
-        owner = self._main
-        if owner is None or owner.is_closed():
-            return self.admission.live(request, mutating)
-        copied = asyncio.run_coroutine_threadsafe(_call(self.admission.live, request, mutating), owner)
-        try:
-            return copied.result(self.limits.judge_seconds / 2)
-        except concurrent.futures.TimeoutError:
-            copied.cancel()
-            return BUSY
 
 
 async def _call(function: Callable, *args: Any) -> Any:
