@@ -661,7 +661,10 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
 
-EVICTION_GRACE = 1.0  # seconds a connection may keep us waiting before it can be closed to make room
+# Seconds a connection may keep us waiting before it can be closed to make room: one that has sent no
+# request since its handshake or its last answer, and one still in its TLS handshake (which a server
+# busy with many takes longer to finish). Those past their handshake go first.
+EVICTION_GRACE, HANDSHAKE_GRACE = 0.5, 1.0
 
 
 @dataclass(eq=False)
@@ -672,6 +675,10 @@ class _Open:
     busy: bool = False
     transport: asyncio.BaseTransport | None = None
     task: asyncio.Task | None = None
+
+    @property
+    def grace(self) -> float:
+        return EVICTION_GRACE if self.transport is not None else HANDSHAKE_GRACE
 
     def drop(self) -> None:
         if self.transport is not None:
@@ -779,15 +786,18 @@ class WebhookServer:
         loop = asyncio.get_running_loop()
         while True:
             if len(self._open) >= self.limits.connections:
-                # Full: the connection that has kept us waiting longest goes, once it has had a second
-                # (a handshake or a request under way takes milliseconds; an attacker's keeps us waiting).
+                # Full: the connection that has kept us waiting longest goes, once it has had its grace
+                # (a request on its way takes milliseconds; an attacker's keeps us waiting).
                 self._room.clear()
                 now = loop.time()
-                waiting = [e for e in set(self._open.values()) if not e.busy and now - e.since >= EVICTION_GRACE]
+                waiting = [e for e in set(self._open.values()) if not e.busy and now - e.since >= e.grace]
                 if waiting:
-                    min(waiting, key=lambda e: e.since).drop()
+                    oldest = min(waiting, key=lambda e: (e.transport is None, e.since))
+                    log.debug("closing a webhook connection that kept us waiting %.2f s: %d are open", now - oldest.since,
+                              len(set(self._open.values())))
+                    oldest.drop()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(EVICTION_GRACE / 4):
+                    async with asyncio.timeout(EVICTION_GRACE / 5):
                         await self._room.wait()
                 continue
             sock, _ = await loop.sock_accept(listener)
@@ -802,7 +812,7 @@ class WebhookServer:
             transport, _ = await loop.connect_accepted_socket(
                 lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
                 ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
-            entry.transport = transport
+            entry.transport, entry.since = transport, loop.time()  # its request's grace begins now
             self._open[transport] = entry
             await closed
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
