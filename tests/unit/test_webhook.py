@@ -369,7 +369,6 @@ def test_when_the_pools_cannot_be_listed_the_inventory_answers():
 import logging  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 
 from metal3_ipam.controller.webhook import MESSAGE_CHARS, Limits, Malformed, read_review  # noqa: E402
