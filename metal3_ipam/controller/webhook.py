@@ -565,6 +565,15 @@ class Limits:
     headers: int = 64
 
 
+class _OneLine(logging.LoggerAdapter):
+    """aiohttp's reports of requests it could not read (a header too long, too many): one line, the reason
+    in it, no traceback."""
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        reason = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        self.warning(f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
+
+
 class _Refused(Exception):
     """A request answered with an HTTP error (no AdmissionReview comes back)."""
 
@@ -778,7 +787,8 @@ class WebhookServer:
         limits = self.limits
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,
                                max_line_size=limits.header_line_bytes, max_field_size=limits.header_line_bytes,
-                               max_headers=limits.headers, lingering_time=0, auto_decompress=False)
+                               max_headers=limits.headers, lingering_time=0, auto_decompress=False,
+                               logger=_OneLine(log, {}))
         await runner.setup()
         try:
             family, *_, address = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0]

@@ -476,6 +476,16 @@ def test_every_malformed_request_is_a_4xx_with_one_line_of_log(tmp_path, caplog)
                     lines = _webhook_lines(caplog)
                     assert len(lines) == 1 and not lines[0].exc_info, (name, [r.getMessage() for r in lines])
                     assert len(lines[0].getMessage()) < 600, name
+                # Headers past their limits: refused by the HTTP parser, in one line too.
+                for headers in ("X-Long: " + "a" * 9000 + "\r\n", "".join(f"X-{i}: a\r\n" for i in range(100))):
+                    caplog.clear()
+                    with load.tls_socket(served.port, served.context) as sock:
+                        sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+                        assert " 400 " in load.status_line(sock, 5)
+                    eventually(lambda: _webhook_lines(caplog), timeout=5, interval=0.05, what="the header's line")
+                    lines = _webhook_lines(caplog)
+                    assert len(lines) == 1 and not lines[0].exc_info and len(lines[0].getMessage()) < 600, \
+                        [r.getMessage() for r in lines]
                 # A body abandoned half way: one line, no traceback.
                 caplog.clear()
                 with load.tls_socket(served.port, served.context) as sock:
