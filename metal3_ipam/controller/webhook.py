@@ -732,7 +732,8 @@ class WebhookServer:
         self._thread: threading.Thread | None = None
         self._lanes = {"small": _Lane("judge small reviews", limits.queued_reviews),
                        "large": _Lane("judge large reviews", limits.queued_reviews)}
-        self._open: dict[asyncio.BaseTransport | _Open, _Open] = {}
+        self._open: set[_Open] = set()  # every accepted connection, handshakes included
+        self._by_transport: dict[asyncio.BaseTransport, _Open] = {}  # those past their handshake
         self._room: asyncio.Event | None = None
         self._large_held = 0  # bytes of large bodies held now
         self._fetching = asyncio.Semaphore(limits.queued_reviews)  # used on the server's loop only
@@ -770,7 +771,7 @@ class WebhookServer:
             for task in tasks:
                 task.cancel()
             listener.close()
-            for entry in list(self._open.values()):
+            for entry in list(self._open):
                 entry.drop()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.run_until_complete(runner.cleanup())
@@ -810,11 +811,11 @@ class WebhookServer:
                 # (a request on its way takes milliseconds; an attacker's keeps us waiting).
                 self._room.clear()
                 now = loop.time()
-                waiting = [e for e in set(self._open.values()) if not e.busy and now - e.since >= e.grace]
+                waiting = [e for e in self._open if not e.busy and now - e.since >= e.grace]
                 if waiting:
                     oldest = min(waiting, key=lambda e: (e.transport is None, e.since))
                     log.debug("closing a webhook connection that kept us waiting %.2f s: %d are open", now - oldest.since,
-                              len(set(self._open.values())))
+                              len(self._open))
                     oldest.drop()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(EVICTION_GRACE / 5):
@@ -822,7 +823,7 @@ class WebhookServer:
                 continue
             sock, _ = await loop.sock_accept(listener)
             entry = _Open(since=loop.time())
-            self._open[entry] = entry
+            self._open.add(entry)
             entry.task = loop.create_task(self._connection(sock, entry, protocols))
 
     async def _connection(self, sock: socket.socket, entry: _Open, protocols: Callable[[], asyncio.Protocol]) -> None:
@@ -833,7 +834,7 @@ class WebhookServer:
                 lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
                 ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
             entry.transport, entry.since = transport, loop.time()  # its request's grace begins now
-            self._open[transport] = entry
+            self._by_transport[transport] = entry
             await closed
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
             log.debug("a webhook client's TLS handshake failed: %s", clipped(str(err), 200))
@@ -841,8 +842,8 @@ class WebhookServer:
         except asyncio.CancelledError:
             sock.close()
         finally:
-            self._open.pop(entry, None)
-            self._open.pop(entry.transport, None)
+            self._open.discard(entry)
+            self._by_transport.pop(entry.transport, None)
             self._room.set()
 
     async def _reload(self) -> None:
@@ -862,7 +863,7 @@ class WebhookServer:
 
     def _handler(self, mutating: bool, path: str):
         async def handle(request: web.Request) -> web.StreamResponse:
-            entry = self._open.get(request.transport)
+            entry = self._by_transport.get(request.transport)
             held = [0]
             try:
                 return await self._respond(request, mutating, path, held, entry)
