@@ -697,6 +697,7 @@ class _Open:
             self.task.cancel()  # still in its TLS handshake
 
 
+REFUSED_LINGER = 0.05  # seconds a refused request's answer has to go out before its connection is cut
 SWITCH_INTERVAL = 0.001  # seconds a thread holds the interpreter while another waits (see WebhookServer.start)
 
 
@@ -897,6 +898,12 @@ class WebhookServer:
             log.warning("refused an admission request from %s to %s: %s", peer, path, refused)
             response = web.json_response({"error": str(refused)}, status=refused.status)
             response.force_close()
+            transport = request.transport
+            if transport is not None and not request.content.is_eof():
+                # The rest of its body is not wanted: not read (nor decrypted) while the answer goes out,
+                # and the connection cut a moment later rather than closed in turn with the client.
+                transport.pause_reading()
+                asyncio.get_running_loop().call_later(REFUSED_LINGER, transport.abort)
             return response
         except ConnectionError as err:
             log.info("an admission request from %s to %s was abandoned: %s", peer, path, clipped(str(err), 100))

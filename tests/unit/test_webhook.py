@@ -590,7 +590,7 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
             ticking.cancel()
             assert max(good) < 1.0, good
             assert max(gaps) < 0.25, f"the controller's loop stalled {max(gaps):.3f} s"
-            assert set(hostile.answers) <= {200, 503}, hostile.answers
+            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError', 'BrokenPipeError'}, hostile.answers
 
     asyncio.run(scenario())
 
