@@ -82,6 +82,36 @@ def post(port: int, context: ssl.SSLContext, path: str, body: bytes, timeout: fl
         conn.close()
 
 
+class KeptAlive:
+    """A client that keeps its connection open between requests, as the API server does with a webhook's,
+    and sends a request again on a new connection when the server had closed the kept one before answering
+    (as Go's HTTP client does)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext, timeout: float = 10.0) -> None:
+        self.port, self.context, self.timeout = port, context, timeout
+        self.conn: http.client.HTTPSConnection | None = None
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        for attempt in (1, 2):
+            reused = self.conn is not None
+            if self.conn is None:
+                self.conn = http.client.HTTPSConnection(HOST, self.port, context=self.context, timeout=self.timeout)
+            try:
+                self.conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+                answer = self.conn.getresponse()
+                return answer.status, answer.read()
+            except (ConnectionError, http.client.RemoteDisconnected, ssl.SSLError):
+                self.close()
+                if not reused or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 def closed_by_server(sock: ssl.SSLSocket, timeout: float) -> bool:
     """Whether the server closes ``sock`` within ``timeout`` seconds (it sends nothing meanwhile)."""
     sock.settimeout(timeout)
