@@ -41,10 +41,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
+import functools
+import itertools
 import json
 import logging
+import math
 import os
+import queue
+import socket
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -176,6 +183,11 @@ def configurations(client_config: Callable[[Hook], dict], name: str | None = "me
     return out
 
 
+# What Admission.review is given for ``live``: read the inventory here (one thread, as in tests and
+# ``metal3-ipam validate``), or the controller's loop did not copy it in time (answered 503).
+HERE, BUSY = object(), object()
+
+
 # -- the answers ----------------------------------------------------------------------
 
 class Admission:
@@ -212,8 +224,10 @@ class Admission:
                         "controller's inventory", namespace, getattr(err, "reason", None) or err)
             return None
 
-    def review(self, request: dict, mutating: bool = False, pools: list[dict] | None = None) -> dict:
-        """The ``response`` of an AdmissionReview for its ``request``; ``pools`` from :meth:`current_pools`."""
+    def review(self, request: dict, mutating: bool = False, pools: list[dict] | None = None,
+               live: "Live | None | object" = HERE) -> dict:
+        """The ``response`` of an AdmissionReview for its ``request``; ``pools`` from :meth:`current_pools`,
+        ``live`` from :meth:`live` (:data:`HERE`: read here; :data:`BUSY`: it could not be read in time)."""
         uid = request.get("uid", "")
         operation = request.get("operation")
         obj = request.get("object") if operation != "DELETE" else request.get("oldObject")
@@ -223,8 +237,12 @@ class Admission:
         if mutating:
             return self._default(uid, obj)
         old = _with_namespace(request.get("oldObject"), request.get("namespace"))
+        if live is HERE:
+            live = self.live(request)
+        if live is BUSY:
+            return _denied(uid, 503, "ServiceUnavailable", "the IPAM controller is busy; try again in a few seconds")
         try:
-            problems = self._judge(operation, obj, old, pools)
+            problems = self._judge(operation, obj, old, pools, live)
         except _NotReady as not_ready:
             return _denied(uid, 503, "ServiceUnavailable", str(not_ready))
         errors = [p for p in problems if not p.warning]
@@ -239,36 +257,49 @@ class Admission:
         obj = request.get("object") if request.get("operation") != "DELETE" else request.get("oldObject")
         return not mutating and kinds.kind_of(obj) == kinds.IPPOOL
 
+    def live(self, request: dict, mutating: bool = False) -> "Live | None":
+        """What judging ``request`` reads of the inventory, copied out of it; None when nothing.
+
+        Runs where the inventory is kept (the controller's event loop) and
+        costs a lookup per pool of the namespace and per address of the pool:
+        the judging itself runs elsewhere, on these copies.
+        """
+        if not self.reads_inventory(request, mutating):
+            return None
+        operation = request.get("operation")
+        obj = _with_namespace(request.get("object") if operation != "DELETE" else request.get("oldObject"),
+                              request.get("namespace"))
+        namespace = o.namespace(obj)
+        if not self._knows(namespace):
+            return None
+        pool = o.PoolKey(namespace, o.name(obj))
+        group = self.inventory.groups.get(pool)
+        addresses = [*group.addresses.values(), *group.capi_addresses.values()] if group is not None else []
+        pools = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
+                 if key.kind == kinds.IPPOOL]
+        return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name),
+                    pools=[p for p in pools if p is not None and not o.is_deleting(p)])
+
     def _judge(self, operation: str | None, obj: dict, old: dict | None,
-               pools: list[dict] | None = None) -> list[Problem]:
-        kind = kinds.kind_of(obj)
-        live = kind == kinds.IPPOOL and self._knows(o.namespace(obj))
+               pools: list[dict] | None = None, live: "Live | None" = None) -> list[Problem]:
         if operation == "DELETE":
-            if not live or not self.loaded():
+            if live is None or not live.loaded:
                 # Never hold a deletion on what is not known: the pool's finalizer keeps it anyway.
                 return []
-            return validate_delete(obj, self._in_use(obj))
-        if live and not self.loaded():
+            return validate_delete(obj, live.in_use)
+        if live is not None and not live.loaded:
             raise _NotReady("the IPAM controller is still reading the cluster; try again in a few seconds")
         if operation == "UPDATE" and isinstance(old, dict):
-            problems = validate_update(old, obj, self._in_use(obj) if live else None)
+            problems = validate_update(old, obj, live.in_use if live is not None else None)
         else:
             problems = validate(obj)
-        if live and not [p for p in problems if not p.warning]:
-            others = [p for p in pools if not o.is_deleting(p)] if pools is not None else None
-            problems += overlap_problems(obj, others if others is not None else self._pools_of(o.namespace(obj)))
+        if live is not None and not [p for p in problems if not p.warning]:
+            others = [p for p in pools if not o.is_deleting(p)] if pools is not None else live.pools
+            problems += overlap_problems(obj, others)
         return problems
 
     def _knows(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces
-
-    def _in_use(self, pool: dict) -> dict[str, str]:
-        addresses = [*self.inventory.of_kind(kinds.IPADDRESS), *self.inventory.of_kind(kinds.CAPI_ADDRESS)]
-        return addresses_in_use(addresses, o.namespace(pool), o.name(pool))
-
-    def _pools_of(self, namespace: str) -> list[dict]:
-        return [p for p in self.inventory.of_kind(kinds.IPPOOL)
-                if o.namespace(p) == namespace and not o.is_deleting(p)]
 
     @staticmethod
     def _default(uid: str, obj: dict) -> dict:
@@ -285,6 +316,15 @@ class Admission:
         return response
 
 
+@dataclass(frozen=True)
+class Live:
+    """The inventory's part in judging a pool: copied on the controller's loop, read on a judge's thread."""
+
+    loaded: bool
+    in_use: dict[str, str]  # address name -> IP, of the pool under review
+    pools: list[dict]       # the namespace's IPPools, but those being deleted
+
+
 class _NotReady(Exception):
     pass
 
@@ -299,29 +339,60 @@ def _with_namespace(obj: Any, namespace: Any) -> Any:
     return dict(obj, metadata=dict(meta, namespace=namespace))
 
 
+# What an answer may carry: the API server shows the message to whoever made the request, puts the
+# warnings in its response headers, and we log the message. A refusal of the largest object the
+# rules can find fault with (hundreds of problems) stays a few KiB.
+MESSAGE_CHARS = 4096       # a refusal's message
+SHOWN_CHARS = 512          # one cause's or one warning's text
+SHOWN_ITEMS = 16           # causes, warnings
+LOGGED_CHARS = 512         # the part of a message a log line repeats
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in "…" when cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _listed(items: list[str], what: str) -> list[str]:
+    shown = [clipped(item, SHOWN_CHARS) for item in items[:SHOWN_ITEMS]]
+    if len(items) > SHOWN_ITEMS:
+        shown.append(f"… and {len(items) - SHOWN_ITEMS} more {what}")
+    return shown
+
+
 def _allowed(uid: str, warnings: list[str] | None = None) -> dict:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if warnings:
-        response["warnings"] = warnings
+        response["warnings"] = _listed(warnings, "warnings")
     return response
 
 
 def _denied(uid: str, code: int, reason: str, message: str, warnings: list[str] | None = None,
             problems: list[Problem] = ()) -> dict:
-    status: dict[str, Any] = {"code": code, "reason": reason, "message": message}
+    status: dict[str, Any] = {"code": code, "reason": reason, "message": clipped(message, MESSAGE_CHARS)}
     if problems:
-        status["details"] = {"causes": [{"field": p.field, "message": _short(p).removeprefix(f"{p.field}: "),
-                                         "reason": "FieldValueInvalid"} for p in problems]}
+        status["details"] = {"causes": [
+            {"field": clipped(p.field, SHOWN_CHARS),
+             "message": clipped(_short(p).removeprefix(f"{p.field}: "), SHOWN_CHARS),
+             "reason": "FieldValueInvalid"} for p in problems[:SHOWN_ITEMS]]}
     response = {"uid": uid, "allowed": False, "status": status}
     if warnings:
-        response["warnings"] = warnings
+        response["warnings"] = _listed(warnings, "warnings")
     return response
 
 
 def _invalid_message(obj: dict, problems: list[Problem]) -> str:
     kind, group = obj.get("kind"), kinds.group_of(str(obj.get("apiVersion") or ""))
     what = f'{kind}.{group} "{o.name(obj)}"'
-    return f"{what} is invalid: " + "; ".join(_short(p) for p in problems)
+    text, shown = f"{what} is invalid: ", 0
+    for problem in problems:  # whole problems while they fit, then how many more
+        part = ("; " if shown else "") + _short(problem)
+        if len(text) + len(part) > MESSAGE_CHARS - 40:
+            break
+        text, shown = text + part, shown + 1
+    if shown < len(problems):
+        text += f"{'; ' if shown else ''}… and {len(problems) - shown} more problem(s)"
+    return text
 
 
 def _short(problem: Problem) -> str:
@@ -381,28 +452,301 @@ class CertificateFiles:
         return True
 
 
+# -- reading a review -------------------------------------------------------------------
+
+# The largest body read. The API server sends an AdmissionReview of the object as it came in a
+# request (kube-apiserver's MaxRequestBodyBytes: 3 MiB; the mutating hook sees it before the CRD
+# schema's caps do) and, on an update or a delete, the object as stored (bounded by etcd's request
+# limit, 1.5 MiB by default; some clusters raise it towards the 3 MiB the API server accepts),
+# re-encoded as JSON, plus an envelope of a few KiB (uid, kinds, userInfo with its groups). Two
+# objects of 3 MiB and 256 KiB of envelope cover everything it can send; a larger body is not
+# from it and is refused with 413 before it is read.
+MAX_REVIEW_BYTES = 2 * 3 * 1024 * 1024 + 256 * 1024
+# Objects and lists a body may hold (counted as its "{" and "[", strings included, so an
+# over-estimate). The largest review the CRD schemas let through has a few thousand (256 pool
+# entries, 4096 preAllocations in one map, managedFields); this bound keeps a body's parsed form
+# under ~15 times its size (a body of empty lists would be ~25 times).
+MAX_REVIEW_CONTAINERS = 100_000
+REVIEW_VERSION = "admission.k8s.io/v1"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MAX_UID_CHARS = 128  # echoed in the answer; the API server's are 36
+# The request's fields that are read, or that the API server always sends in this shape.
+_REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "uid": (str,), "operation": (str,), "kind": (dict,), "resource": (dict,), "subResource": (str,),
+    "requestKind": (dict,), "requestResource": (dict,), "requestSubResource": (str,), "name": (str,),
+    "namespace": (str,), "object": (dict, type(None)), "oldObject": (dict, type(None)), "userInfo": (dict,),
+    "dryRun": (bool,), "options": (dict, type(None)),
+}
+
+
+class Malformed(ValueError):
+    """A body that is not an AdmissionReview the API server would send: answered 400, or 413."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(clipped(reason, 200))
+        self.status = status
+
+
+def _no_constant(name: str) -> Any:
+    raise Malformed(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise Malformed(f"the number {clipped(text, 40)} is out of range")
+    return value
+
+
+def read_review(body: bytes | bytearray) -> tuple[str, dict]:
+    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+    if len(body) > MAX_REVIEW_BYTES:
+        raise Malformed(f"the body has {len(body)} bytes; at most {MAX_REVIEW_BYTES} are read", 413)
+    if body.count(b"{") + body.count(b"[") > MAX_REVIEW_CONTAINERS:
+        raise Malformed(f"the body holds more than {MAX_REVIEW_CONTAINERS} objects and lists", 413)
+    try:
+        review = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise Malformed("the body is nested too deeply") from None
+    except Malformed:
+        raise
+    except ValueError as err:  # UnicodeDecodeError too; and integers of over 4300 digits
+        raise Malformed(f"the body is not JSON: {err}") from None
+    if not isinstance(review, dict):
+        raise Malformed("the body is not a JSON object")
+    if review.get("apiVersion") != REVIEW_VERSION or review.get("kind") != "AdmissionReview":
+        raise Malformed(f"not an AdmissionReview of {REVIEW_VERSION} (apiVersion "
+                        f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise Malformed(f"request is {_shown(request)}, not an object")
+    for name, types in _REQUEST_FIELDS.items():
+        if name in request and not isinstance(request[name], types):
+            raise Malformed(f"request.{name} is {_shown(request[name])}, not "
+                            + " or ".join("null" if t is type(None) else _JSON_TYPES[t] for t in types))
+    uid, operation, kind = request.get("uid"), request.get("operation"), request.get("kind")
+    if not uid or len(uid) > MAX_UID_CHARS:
+        raise Malformed(f"request.uid {_shown(uid)} is missing or longer than {MAX_UID_CHARS} characters")
+    if operation not in OPERATIONS:
+        raise Malformed(f"request.operation {_shown(operation)} is not one of {', '.join(OPERATIONS)}")
+    if not isinstance(kind, dict) or not all(isinstance(kind.get(k, ""), str) for k in ("group", "version", "kind")):
+        raise Malformed(f"request.kind {_shown(kind)} is not a group, version and kind")
+    return REVIEW_VERSION, request
+
+
+_JSON_TYPES = {str: "a string", dict: "an object", bool: "a boolean"}
+
+
+def _shown(value: Any) -> str:
+    """A value of a malformed request, short enough for a log line."""
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return f"a{'n object' if isinstance(value, dict) else ' list'} of {len(value)}"
+    return clipped(repr(value), 60)
+
+
+# -- serving ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    """What a client of the webhook server may take of it (README, "Admission webhooks")."""
+
+    review_bytes: int = MAX_REVIEW_BYTES   # a larger body: 413, before it is read
+    small_review_bytes: int = 64 * 1024    # always read; beyond this, bodies share ``large_reviews_bytes``
+    large_reviews_bytes: int = 2 * MAX_REVIEW_BYTES  # bytes of large bodies held at once; past it: 503
+    connections: int = 64                  # open at once, TLS handshakes included
+    handshake_seconds: float = 5.0         # for the TLS handshake
+    read_seconds: float = 5.0              # for a request's body, from its headers on
+    idle_seconds: float = 15.0             # with no request under way, or with its headers unfinished
+    judge_seconds: float = 4.0             # for the answer, from the body read (queueing included)
+    queued_reviews: int = 8                # waiting for a judge or being judged, per lane: past it, 503
+    header_line_bytes: int = 8190          # the request line, and any one header
+    headers: int = 64
+
+
+class _OneLine(logging.LoggerAdapter):
+    """aiohttp's reports of requests it could not read (a header too long, too many): one line, the reason
+    in it, no traceback."""
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        reason = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        self.warning(f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
+
+
+class _Refused(Exception):
+    """A request answered with an HTTP error (no AdmissionReview comes back)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class _Lane:
+    """Reviews judged one at a time on a thread of their own, smallest body first; at most ``bound``
+    queued or under way.
+
+    Judging never runs on an event loop: not the controller's (whose reconcile
+    passes and watches it would hold up), nor the server's (which reads the
+    other requests meanwhile). Its time is bounded by the rules' caps (a pool
+    of 256 entries of 32 DNS servers each, 1024 excluded addresses, 4096
+    preAllocations: about 1 s when every one of them is wrong, 0.3 s within
+    64 KiB); taking the smallest first, an ordinary review of a few KiB waits
+    for at most the one under way, however many large ones are queued.
+    """
+
+    def __init__(self, name: str, bound: int) -> None:
+        self.bound = bound
+        self.taken = 0  # changed on the server's loop only
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            _, _, work, future = self._queue.get()
+            if work is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(work())
+            except BaseException as err:  # noqa: BLE001 - handed to the waiting request
+                future.set_exception(err)
+
+    async def run(self, work: Callable[[], Any], size: int, deadline: float) -> Any:
+        """``work()`` judged by this lane's thread, or _Refused when the queue is full or ``deadline``
+        (the loop's clock) passes first."""
+        if self.taken >= self.bound:
+            raise _Refused(503, f"{self.taken} reviews are waiting to be judged; try again")
+        loop = asyncio.get_running_loop()
+        self.taken += 1
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.add_done_callback(lambda _: self._freed(loop))
+        self._queue.put((size, next(self._order), work, future))
+        done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=max(0.0, deadline - loop.time()))
+        if not done:  # not begun: dropped; under way: it holds its place until it ends, its answer dropped
+            future.cancel()
+            raise _Refused(503, "not judged in time; try again")
+        return done.pop().result()
+
+    def _freed(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
+            loop.call_soon_threadsafe(self._free)
+
+    def _free(self) -> None:
+        self.taken -= 1
+
+    def close(self) -> None:
+        self._queue.put((-1, -1, None, None))
+
+
+class _Connection(asyncio.Protocol):
+    """A client connection: aiohttp's protocol inside, and what the connection cap needs to know."""
+
+    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future) -> None:
+        self.inner, self.closed = inner, closed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self.inner.connection_lost(exc)
+        finally:
+            if not self.closed.done():
+                self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+# Seconds a connection may keep us waiting before it can be closed to make room: one that has sent no
+# request since its handshake or its last answer, and one still in its TLS handshake (which a server
+# busy with many takes longer to finish). Those past their handshake go first.
+EVICTION_GRACE, HANDSHAKE_GRACE = 0.5, 1.0
+
+
+@dataclass(eq=False)
+class _Open:
+    """An accepted connection: when it last had our attention, and whether a request of it is being answered."""
+
+    since: float
+    busy: bool = False
+    transport: asyncio.BaseTransport | None = None
+    task: asyncio.Task | None = None
+
+    @property
+    def grace(self) -> float:
+        return EVICTION_GRACE if self.transport is not None else HANDSHAKE_GRACE
+
+    def drop(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        elif self.task is not None:
+            self.task.cancel()  # still in its TLS handshake
+
+
+REFUSED_LINGER = 0.05  # seconds a refused request's answer has to go out before its connection is cut
+SWITCH_INTERVAL = 0.001  # seconds a thread holds the interpreter while another waits (see WebhookServer.start)
+
+
 class WebhookServer:
     """The HTTPS server answering admission reviews, on a thread and event loop of its own.
 
     The API server waits for every answer, and a create our controller makes
     waits for it too: answers must not queue behind a reconcile pass on the
     controller's event loop (measured: 0.7 ms per review when idle, 40 ms
-    behind a burst of 500 claims). Reviews that read the inventory (pools)
-    are answered on the controller's loop, which owns the inventory; all
-    others right here. The certificate watch runs here as well.
+    behind a burst of 500 claims), and a review must not hold that loop up
+    either. So this loop only accepts, reads and answers; reviews are judged
+    on two judge threads (:class:`_Lane`: small bodies on one, large ones on
+    the other, so a stream of large hostile reviews never delays the API
+    server's ordinary ones); what a pool review reads of the inventory is
+    copied on the controller's loop, which owns it (:meth:`Admission.live`).
+
+    Whatever clients do, what the server holds is bounded (:class:`Limits`):
+    connections are capped (when full, the one that has kept us waiting
+    longest is closed), and timed out in their handshake, while idle, and
+    while sending a body; bodies are read in chunks, up to a cap, with large
+    ones sharing a budget; judges have a queue bound and a deadline.
     """
 
     def __init__(self, admission: Admission, host: str, port: int, cert_dir: str | os.PathLike,
-                 reload_seconds: float = 2.0) -> None:
+                 reload_seconds: float = 2.0, limits: Limits = Limits()) -> None:
         self.admission = admission
         self.host, self.port = host, port
         self.certificates = CertificateFiles(cert_dir)  # fails early on missing or broken files
         self.reload_seconds = reload_seconds
+        self.limits = limits
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._lanes = {"small": _Lane("judge small reviews", limits.queued_reviews),
+                       "large": _Lane("judge large reviews", limits.queued_reviews)}
+        self._open: set[_Open] = set()  # every accepted connection, handshakes included
+        self._by_transport: dict[asyncio.BaseTransport, _Open] = {}  # those past their handshake
+        self._room: asyncio.Event | None = None
+        self._large_held = 0  # bytes of large bodies held now
+        self._fetching = asyncio.Semaphore(limits.queued_reviews)  # used on the server's loop only
+        self._listers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="admission facts")
 
     async def start(self) -> "WebhookServer":
+        # The judges are busy with the interpreter for up to a second per review, while this server's
+        # loop and the controller's wait on sockets: every time one of those wakes it waits for the
+        # interpreter, up to the switch interval. At 5 ms (the default) a burst of large hostile
+        # reviews made a claim's binding ten times slower (0.04 s to 0.4 s); at 1 ms, four times.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         self._main = asyncio.get_running_loop()
         started: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._serve, args=(started,), name="admission webhooks",
@@ -414,37 +758,94 @@ class WebhookServer:
     def _serve(self, started: concurrent.futures.Future) -> None:
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        runner = None
         try:
-            runner = loop.run_until_complete(self._open())
+            runner, listener = loop.run_until_complete(self._open_listener())
         except BaseException as err:  # noqa: BLE001 - handed to start()
             started.set_exception(err)
             loop.close()
             return
-        watch = loop.create_task(self._reload())
+        tasks = [loop.create_task(self._reload()), loop.create_task(self._accept(listener, runner.server))]
         started.set_result(None)
         try:
             loop.run_forever()
         finally:
-            watch.cancel()
-            loop.run_until_complete(asyncio.gather(watch, return_exceptions=True))
+            for task in tasks:
+                task.cancel()
+            listener.close()
+            for entry in list(self._open):
+                entry.drop()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.run_until_complete(runner.cleanup())
+            for lane in self._lanes.values():
+                lane.close()
+            self._listers.shutdown(wait=False, cancel_futures=True)
             loop.close()
 
-    async def _open(self) -> web.AppRunner:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+    async def _open_listener(self) -> tuple[web.AppRunner, socket.socket]:
+        app = web.Application(client_max_size=self.limits.review_bytes)
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
-            app.router.add_post(path, _handler(self.admission, mutating=path in mutating_paths, path=path,
-                                               owner=self._main))
-        runner = web.AppRunner(app, access_log=None)
+            app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
+        limits = self.limits
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,
+                               max_line_size=limits.header_line_bytes, max_field_size=limits.header_line_bytes,
+                               max_headers=limits.headers, lingering_time=0, auto_decompress=False,
+                               logger=_OneLine(log, {}))
         await runner.setup()
         try:
-            await web.TCPSite(runner, self.host, self.port, ssl_context=self.certificates.context).start()
+            family, *_, address = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0]
+            # Connections past the cap wait in the kernel's queue (its memory, not ours) rather than
+            # being refused by it, so that a client is answered as soon as there is room.
+            listener = socket.create_server(address[:2], family=family, backlog=1024)
+            listener.setblocking(False)
         except BaseException:
             await runner.cleanup()
             raise
-        return runner
+        self._room = asyncio.Event()
+        return runner, listener
+
+    async def _accept(self, listener: socket.socket, protocols: Callable[[], asyncio.Protocol]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if len(self._open) >= self.limits.connections:
+                # Full: the connection that has kept us waiting longest goes, once it has had its grace
+                # (a request on its way takes milliseconds; an attacker's keeps us waiting).
+                self._room.clear()
+                now = loop.time()
+                waiting = [e for e in self._open if not e.busy and now - e.since >= e.grace]
+                if waiting:
+                    oldest = min(waiting, key=lambda e: (e.transport is None, e.since))
+                    log.debug("closing a webhook connection that kept us waiting %.2f s: %d are open", now - oldest.since,
+                              len(self._open))
+                    oldest.drop()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(EVICTION_GRACE / 5):
+                        await self._room.wait()
+                continue
+            sock, _ = await loop.sock_accept(listener)
+            entry = _Open(since=loop.time())
+            self._open.add(entry)
+            entry.task = loop.create_task(self._connection(sock, entry, protocols))
+
+    async def _connection(self, sock: socket.socket, entry: _Open, protocols: Callable[[], asyncio.Protocol]) -> None:
+        loop = asyncio.get_running_loop()
+        closed = loop.create_future()
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
+                ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
+            entry.transport, entry.since = transport, loop.time()  # its request's grace begins now
+            self._by_transport[transport] = entry
+            await closed
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
+            log.debug("a webhook client's TLS handshake failed: %s", clipped(str(err), 200))
+            sock.close()
+        except asyncio.CancelledError:
+            sock.close()
+        finally:
+            self._open.discard(entry)
+            self._by_transport.pop(entry.transport, None)
+            self._room.set()
 
     async def _reload(self) -> None:
         while True:
@@ -457,35 +858,139 @@ class WebhookServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         await asyncio.to_thread(self._thread.join, 10)
         self._thread = None
+        sys.setswitchinterval(self._switch_interval)
 
+    # -- one request ------------------------------------------------------------
 
-async def _answer(admission: Admission, body: dict, mutating: bool, pools: list[dict] | None) -> dict:
-    return admission.review(body, mutating=mutating, pools=pools)
+    def _handler(self, mutating: bool, path: str):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            entry = self._by_transport.get(request.transport)
+            held = [0]
+            try:
+                return await self._respond(request, mutating, path, held, entry)
+            finally:
+                self._large_held -= held[0]
+                if entry is not None:
+                    entry.busy, entry.since = False, asyncio.get_running_loop().time()
+        return handle
 
-
-def _handler(admission: Admission, mutating: bool, path: str, owner: asyncio.AbstractEventLoop | None = None):
-    """A request handler; reviews that read the inventory run on ``owner``, the loop that feeds it."""
-    async def handle(request: web.Request) -> web.Response:
+    async def _respond(self, request: web.Request, mutating: bool, path: str, held: list[int],
+                       entry: _Open | None) -> web.StreamResponse:
         started = time.perf_counter()
+        peer = request.remote or "?"
         try:
-            review = await request.json()
-            body = review["request"]
-            if not isinstance(body, dict):
-                raise TypeError("request is not an object")
-        except (ValueError, KeyError, TypeError) as err:
-            return web.json_response({"error": f"not an AdmissionReview: {err}"}, status=400)
-        pools = None if mutating else await asyncio.to_thread(admission.current_pools, body)
-        if owner is not None and owner is not asyncio.get_running_loop() and admission.reads_inventory(body, mutating):
-            response = await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(_answer(admission, body, mutating, pools), owner))
-        else:
-            response = admission.review(body, mutating=mutating, pools=pools)
-        operation = str(body.get("operation"))
-        DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
+            body = await self._read(request, held)
+            if entry is not None:  # from here on we keep it waiting, not the other way round
+                entry.busy = True
+            size, deadline = len(body), asyncio.get_running_loop().time() + self.limits.judge_seconds
+            lane = self._lanes["small" if size <= self.limits.small_review_bytes else "large"]
+            api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
+            del body
+            pools, live = await self._facts(review, mutating, deadline)
+            status, answer, line = await lane.run(
+                functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
+        except Malformed as err:
+            log.warning("refused a malformed review from %s to %s: %s", peer, path, err)
+            response = web.json_response({"error": f"not an AdmissionReview: {err}"}, status=err.status)
+            response.force_close()
+            return response
+        except _Refused as refused:
+            log.warning("refused an admission request from %s to %s: %s", peer, path, refused)
+            response = web.json_response({"error": str(refused)}, status=refused.status)
+            response.force_close()
+            transport = request.transport
+            if transport is not None and not request.content.is_eof():
+                # The rest of its body is not wanted: not read (nor decrypted) while the answer goes out,
+                # and the connection cut a moment later rather than closed in turn with the client.
+                transport.pause_reading()
+                asyncio.get_running_loop().call_later(REFUSED_LINGER, transport.abort)
+            return response
+        except ConnectionError as err:
+            log.info("an admission request from %s to %s was abandoned: %s", peer, path, clipped(str(err), 100))
+            return web.Response(status=400)  # nobody reads it
+        if line:
+            log.log(logging.WARNING if status >= 400 else logging.INFO, "%s (from %s)", line, peer)
         REVIEW_SECONDS.observe(time.perf_counter() - started)
+        return web.Response(status=status, body=answer, content_type="application/json")
+
+    async def _read(self, request: web.Request, held: list[int]) -> bytearray:
+        """The body, read in chunks as it comes: refused (413) past the cap, 408 when too slow,
+        503 when large bodies already fill their budget."""
+        limits = self.limits
+        length = request.content_length
+        if length is not None and length > limits.review_bytes:
+            raise _Refused(413, f"the body has {length} bytes; at most {limits.review_bytes} are read")
+        body = bytearray()
+        try:
+            async with asyncio.timeout(limits.read_seconds):
+                while chunk := await request.content.readany():
+                    size = len(body) + len(chunk)
+                    if size > limits.review_bytes:
+                        raise _Refused(413, f"the body has more than {limits.review_bytes} bytes")
+                    more = max(0, size - limits.small_review_bytes) - held[0]
+                    if more > 0:
+                        if self._large_held + more > limits.large_reviews_bytes:
+                            raise _Refused(503, "too many large reviews are being read; try again")
+                        self._large_held += more
+                        held[0] += more
+                    body += chunk
+        except TimeoutError:
+            raise _Refused(408, f"the body did not arrive within {limits.read_seconds:g} s "
+                                f"({len(body)} bytes came)") from None
+        except web.RequestPayloadError as err:
+            raise _Refused(400, f"the body is not well framed: {clipped(str(err), 100)}") from None
+        return body
+
+    async def _facts(self, request: dict, mutating: bool, deadline: float) -> tuple[list[dict] | None, Any]:
+        """For a pool review, the namespace's pools as the API server has them now and what it reads of
+        the inventory (copied on the controller's loop, which keeps it), each waited for until ``deadline``;
+        the judges meanwhile judge others."""
+        if not self.admission.reads_inventory(request, mutating):
+            return None, None
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._fetching:  # parsed reviews waiting for facts: bounded, like the queues
+                    pools = await loop.run_in_executor(self._listers, self.admission.current_pools, request)
+                    owner = self._main
+                    if owner is None or owner.is_closed():
+                        return pools, await loop.run_in_executor(self._listers, self.admission.live, request)
+                    copied = asyncio.run_coroutine_threadsafe(_call(self.admission.live, request, mutating), owner)
+                    try:
+                        return pools, await asyncio.wrap_future(copied)
+                    except asyncio.CancelledError:
+                        copied.cancel()
+                        raise
+        except TimeoutError:
+            return None, BUSY
+
+    def _judge(self, api_version: str, request: dict, mutating: bool, path: str, pools: list[dict] | None,
+               live: Any) -> tuple[int, bytes, str | None]:
+        """On a judge's thread: the status, the answer and the log line (None: nothing to log)."""
+        operation = request["operation"]
+        what = f"{operation} {clipped(request['kind'].get('kind') or '?', 63)} " \
+               f"{clipped(request.get('namespace') or '', 63)}/{clipped(request.get('name') or '', 253)}"
+        try:
+            response = self.admission.review(request, mutating=mutating, pools=pools,
+                                             live=live)
+        except RecursionError:
+            return 400, _error("not an AdmissionReview: the object is nested too deeply"), \
+                f"refused a malformed review to {path} ({what}): the object is nested too deeply"
+        except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
+            return 500, _error("the review could not be judged"), \
+                f"could not judge {what} at {path}: {type(err).__name__}: {clipped(str(err), 200)}"
+        DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
+        answer = json.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response},
+                            allow_nan=False).encode()
+        line = None
         if not response["allowed"]:
-            log.info("refused %s %s %s/%s: %s", operation, body.get("kind", {}).get("kind"),
-                     body.get("namespace"), body.get("name"), response["status"]["message"])
-        return web.json_response({"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
-                                  "kind": "AdmissionReview", "response": response})
-    return handle
+            line = f"refused {what}: {clipped(response['status']['message'], LOGGED_CHARS)}"
+        return 200, answer, line
+
+
+async def _call(function: Callable, *args: Any) -> Any:
+    return function(*args)
+
+
+def _error(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()

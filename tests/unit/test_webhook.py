@@ -362,3 +362,276 @@ def test_when_the_pools_cannot_be_listed_the_inventory_answers():
     assert admission.current_pools(req) is None
     assert not admission.review(req, pools=None)["allowed"]
     assert admission.current_pools(request("CREATE", address("a", "10.0.0.5"))) is None  # only pools list
+
+
+# -- hostile clients ----------------------------------------------------------------------
+
+import logging  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from metal3_ipam.controller.webhook import MESSAGE_CHARS, Limits, Malformed, read_review  # noqa: E402
+from metal3_ipam.testing import webhook_load as load  # noqa: E402
+from metal3_ipam.testing.waiting import eventually  # noqa: E402
+
+POOL_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+CLAIM_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
+
+
+def _envelope(request_json: str) -> bytes:
+    return ('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": %s}' % request_json).encode()
+
+
+GOOD = '{"uid": "u", "operation": "CREATE", "kind": {"group": "g", "version": "v", "kind": "IPClaim"}, %s}'
+MALFORMED = {
+    "not JSON": b"{",
+    "not UTF-8": b'{"a": "\xff"}',
+    "a list": b"[]",
+    "nested deeper than the parser goes": b"[" * 100_000 + b"]" * 100_000,
+    "objects and lists past the bound": b"[" + b"[]," * 100_001 + b"[]]",
+    "NaN": _envelope(GOOD % '"object": {"a": NaN}'),
+    "Infinity": _envelope(GOOD % '"object": {"a": -Infinity}'),
+    "a number out of range": _envelope(GOOD % '"object": {"a": 1e999}'),
+    "an integer of 5000 digits": _envelope(GOOD % ('"object": {"a": %s}' % ("9" * 5000))),
+    "another apiVersion": b'{"apiVersion": "v1", "kind": "AdmissionReview", "request": {}}',
+    "request a string": _envelope('"x"'),
+    "request.kind null": _envelope('{"uid": "u", "operation": "CREATE", "kind": null}'),
+    "request.kind a string": _envelope('{"uid": "u", "operation": "CREATE", "kind": "IPPool"}'),
+    "request.kind a list": _envelope('{"uid": "u", "operation": "CREATE", "kind": ["IPPool"]}'),
+    "request.kind.kind a list": _envelope('{"uid": "u", "operation": "CREATE", "kind": {"kind": []}}'),
+    "request.kind missing": _envelope('{"uid": "u", "operation": "CREATE"}'),
+    "request.uid a number": _envelope('{"uid": 7, "operation": "CREATE", "kind": {}}'),
+    "request.uid too long": _envelope('{"uid": "%s", "operation": "CREATE", "kind": {}}' % ("u" * 200)),
+    "request.operation unknown": _envelope('{"uid": "u", "operation": "PATCH", "kind": {}}'),
+    "request.object a string": _envelope(GOOD % '"object": "x"'),
+    "request.namespace a list": _envelope(GOOD % '"namespace": []'),
+    "request.userInfo a string": _envelope(GOOD % '"userInfo": "root"'),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_what_the_api_server_never_sends_is_malformed(body):
+    with pytest.raises(Malformed) as refused:
+        read_review(body)
+    assert 400 <= refused.value.status < 500 and len(str(refused.value)) <= 200
+
+
+def test_a_good_review_reads():
+    version, request = read_review(_envelope(GOOD % '"object": {"a": 1.5}, "namespace": "default"'))
+    assert version == "admission.k8s.io/v1" and request["object"] == {"a": 1.5}
+
+
+def test_the_largest_refusal_is_a_few_kib():
+    response = Admission(inventory()).review(load.pool_request(load.largest_refused_pool()))
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert len(message) <= MESSAGE_CHARS and message.endswith("more problem(s)")
+    assert len(response["status"]["details"]["causes"]) <= 16
+    assert len(json.dumps(response)) < 16 * 1024
+
+
+class Served:
+    """A webhook server on loopback, on a loop of the test's own, with short limits."""
+
+    def __init__(self, tmp_path, limits: Limits, admission: Admission | None = None) -> None:
+        self.authority = Authority.create()
+        self.authority.issue(tmp_path)
+        self.port = _free_port()
+        self.context = load.client_context(self.authority.pem)
+        self.limits, self.tmp_path = limits, tmp_path
+        self.admission = admission or Admission(inventory())
+
+    async def __aenter__(self) -> "Served":
+        self.server = await WebhookServer(self.admission, "127.0.0.1", self.port, self.tmp_path,
+                                          limits=self.limits).start()
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        await self.server.close()
+
+    def post(self, body: bytes, path: str = POOL_PATH) -> tuple[int, bytes]:
+        return load.post(self.port, self.context, path, body)
+
+    def timed_good_review(self) -> float:
+        started = time.monotonic()
+        status, answer = self.post(load.review(load.claim_request()), CLAIM_PATH)
+        assert status == 200 and json.loads(answer)["response"]["allowed"], answer
+        return time.monotonic() - started
+
+
+def _webhook_lines(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith(("metal3_ipam", "aiohttp", "asyncio"))]
+
+
+def test_every_malformed_request_is_a_4xx_with_one_line_of_log(tmp_path, caplog):
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits(read_seconds=1.0)) as served:
+            def ask() -> None:
+                for name, body in MALFORMED.items():
+                    caplog.clear()
+                    status, answer = served.post(body)
+                    assert 400 <= status < 500, (name, status, answer)
+                    assert "not an AdmissionReview" in json.loads(answer)["error"], name
+                    lines = _webhook_lines(caplog)
+                    assert len(lines) == 1 and not lines[0].exc_info, (name, [r.getMessage() for r in lines])
+                    assert len(lines[0].getMessage()) < 600, name
+                # Headers past their limits: refused by the HTTP parser, in one line too.
+                for headers in ("X-Long: " + "a" * 9000 + "\r\n", "".join(f"X-{i}: a\r\n" for i in range(100))):
+                    caplog.clear()
+                    with load.tls_socket(served.port, served.context) as sock:
+                        sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+                        assert " 400 " in load.status_line(sock, 5)
+                    eventually(lambda: _webhook_lines(caplog), timeout=5, interval=0.05, what="the header's line")
+                    lines = _webhook_lines(caplog)
+                    assert len(lines) == 1 and not lines[0].exc_info and len(lines[0].getMessage()) < 600, \
+                        [r.getMessage() for r in lines]
+                # A body abandoned half way: one line, no traceback.
+                caplog.clear()
+                with load.tls_socket(served.port, served.context) as sock:
+                    sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{{".encode())
+                eventually(lambda: _webhook_lines(caplog), timeout=5, interval=0.05, what="the abandoned body's line")
+                lines = _webhook_lines(caplog)
+                assert len(lines) == 1 and "abandoned" in lines[0].getMessage() and not lines[0].exc_info
+            await asyncio.to_thread(ask)
+
+    with caplog.at_level(logging.DEBUG, logger="metal3_ipam"), caplog.at_level(logging.INFO):
+        asyncio.run(scenario())
+
+
+def test_bodies_over_the_cap_are_refused_before_they_are_read(tmp_path):
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            def ask() -> None:
+                with load.tls_socket(served.port, served.context) as sock:  # announced: refused on the headers
+                    sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\n"
+                                 f"Content-Length: {webhook.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+                    assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
+                with load.tls_socket(served.port, served.context) as sock:  # chunked: refused past the cap
+                    sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+                    chunk = b"0" * 65536
+                    sock.settimeout(5)
+                    try:
+                        for _ in range(webhook.MAX_REVIEW_BYTES // len(chunk) + 2):
+                            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    except OSError:
+                        pass
+                    assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
+            await asyncio.to_thread(ask)
+
+    asyncio.run(scenario())
+
+
+def test_idle_half_sent_and_slow_connections_are_closed_after_their_timeout(tmp_path):
+    limits = Limits(idle_seconds=0.5, read_seconds=0.5)
+
+    async def scenario() -> None:
+        async with Served(tmp_path, limits) as served:
+            def ask() -> None:
+                idle = [load.tls_socket(served.port, served.context) for _ in range(5)]
+                half = [load.tls_socket(served.port, served.context) for _ in range(5)]
+                slow = [load.tls_socket(served.port, served.context) for _ in range(3)]
+                for sock in half:
+                    sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nContent-".encode())
+                for sock in slow:
+                    sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
+                started = time.monotonic()
+                try:
+                    assert all(load.closed_by_server(sock, 5) for sock in idle + half), "a connection stayed open"
+                    assert all(load.status_line(sock, 5).startswith("HTTP/1.1 408 ") for sock in slow)
+                    assert time.monotonic() - started < 4
+                finally:
+                    for sock in idle + half + slow:
+                        sock.close()
+            await asyncio.to_thread(ask)
+
+    asyncio.run(scenario())
+
+
+def test_when_connections_are_at_the_cap_the_longest_waiting_makes_room(tmp_path):
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits(connections=8)) as served:
+            await asyncio.sleep(0)
+            def ask() -> None:
+                idle = [load.tls_socket(served.port, served.context) for _ in range(8)]
+                try:
+                    assert served.timed_good_review() < 1.0
+                    assert load.closed_by_server(idle[0], 5), "the oldest idle connection was kept"
+                finally:
+                    for sock in idle:
+                        sock.close()
+            await asyncio.to_thread(ask)
+
+    asyncio.run(scenario())
+
+
+def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path):
+    """Clients posting the largest refused pool back to back: the loop that owns the inventory keeps
+    turning (it only copies what a pool review reads), and an ordinary review is answered at once."""
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            loop = asyncio.get_running_loop()
+            gaps = []
+
+            async def ticker() -> None:
+                last = loop.time()
+                while True:
+                    await asyncio.sleep(0.01)
+                    gaps.append(loop.time() - last)
+                    last = loop.time()
+
+            ticking = asyncio.create_task(ticker())
+            hostile = load.HostileLoad(served.port, served.authority.pem, POOL_PATH, largest_reviews=4, seconds=20)
+            with hostile:
+                await asyncio.to_thread(eventually, lambda: hostile.answers[200] >= 4, timeout=15, interval=0.05,
+                                        what="largest reviews to be refused")
+                gaps.clear()
+                good = [await asyncio.to_thread(served.timed_good_review) for _ in range(5)]
+            ticking.cancel()
+            assert max(good) < 1.0, good
+            assert max(gaps) < 0.25, f"the controller's loop stalled {max(gaps):.3f} s"
+            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError', 'BrokenPipeError'}, hostile.answers
+
+    asyncio.run(scenario())
+
+
+def test_memory_stays_bounded_whatever_clients_send(tmp_path):
+    """The server alone in a process: 60 clients sending 8 MiB bodies, others bodies just under the cap,
+    idle and half-sent connections, and the largest refused review back to back. Its peak resident memory
+    stays within a bound, and an ordinary review is answered in under a second meanwhile, on a connection
+    kept open as the API server keeps it (a new connection waits its turn behind the hostile ones: the
+    connection cap test shows that it gets one)."""
+    authority = Authority.create()
+    authority.issue(tmp_path)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "metal3_ipam.testing.webhook_load", "serve", str(port),
+                               str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=(tmp_path / "server.log").open("w"), text=True)
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        context = load.client_context(authority.pem)
+        api_server = load.KeptAlive(port, context)  # as the API server calls a webhook: on a kept connection
+        status, _ = api_server.post(CLAIM_PATH, load.review(load.claim_request()))
+        assert status == 200
+        before = load.rss_bytes(server.pid)
+        good = []
+        stages = [dict(big_bodies=60), dict(big_bodies=24, big_body_bytes=webhook.MAX_REVIEW_BYTES - 1),
+                  dict(idle=40, half_headers=20, largest_reviews=4, big_bodies=8)]
+        for stage in stages:
+            with load.HostileProcess(port, authority.pem, POOL_PATH, tmp_path, seconds=20, **stage) as hostile:
+                for _ in range(3):
+                    started = time.monotonic()
+                    status, _ = api_server.post(CLAIM_PATH, load.review(load.claim_request()))
+                    good.append((status, round(time.monotonic() - started, 3), len(good) // 3))
+            print(stage, hostile.answers, f"peak {load.rss_bytes(server.pid, 'VmHWM') / 2**20:.0f} MiB")
+        peak = load.rss_bytes(server.pid, "VmHWM")
+        after = load.rss_bytes(server.pid)
+    finally:
+        if "api_server" in locals():
+            api_server.close()
+        server.stdin.close()
+        server.wait(15)
+    print(f"resident: {before / 2**20:.0f} MiB before, {peak / 2**20:.0f} MiB at the peak, {after / 2**20:.0f} after;"
+          f" good reviews in {max(seconds for _, seconds, _ in good):.2f} s at most")
+    assert all(status == 200 and seconds < 1.0 for status, seconds, _ in good), good
+    assert peak - before < 160 * 2**20, f"peak {peak / 2**20:.0f} MiB from {before / 2**20:.0f} MiB"
