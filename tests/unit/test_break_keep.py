@@ -1,0 +1,124 @@
+"""Orders of events and inputs under which a claim whose address objects were deleted loses its IP.
+
+The promise: a claim whose address objects were deleted gets its own IP back
+whenever that IP is free in its pool, before any other claim is served; where
+it cannot, a new IP or a clear error and an Event naming the old IP; and at no
+moment do two live claims' statuses name one IP or one address.
+"""
+
+from __future__ import annotations
+
+import random
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.memory import converge
+from ipam_objects import capi_claim, cluster, converged, get, ip_of, ipclaim, ippool
+from test_claim_keeps_ip import pool, refile_in_name_order, strip_and_delete, watched
+from test_reconcile import ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
+
+
+def test_a_cluster_api_claim_named_like_an_address_keeps_the_ip_it_holds_not_the_one_its_name_spells():
+    """A Cluster API claim's address is named after the claim: a claim named ``pool1-10-7-0-3`` holds .1,
+    and .3 is free. Its status.addressRef says nothing of its IP; reading it as ``<namePrefix>-<ip>`` kept
+    .3 from every other claim (the pool said it was exhausted with .3 unused) and would give the claim
+    .3, not .1, once its address objects are deleted."""
+    api = watched(pool(end="10.7.0.3"), capi_claim("pool1-10-7-0-3"), ipclaim("b"))
+    assert ip_of(api, "pool1-10-7-0-3", "IPAddressClaim") == "10.7.0.1"
+    assert ip_of(api, "b") == "10.7.0.2"
+    api.load(ipclaim("c"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "c") == "10.7.0.3"
+    status = o.status(get(api, POOL, "pool1"))
+    assert (status["capacity"], status["allocated"], status["free"]) == ("3", "3", "0")
+
+
+def test_a_cluster_api_claim_named_like_an_address_gets_its_own_ip_back():
+    api = watched(pool(end="10.7.0.3"), capi_claim("pool1-10-7-0-3"))
+    assert ip_of(api, "pool1-10-7-0-3", "IPAddressClaim") == "10.7.0.1"
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    strip_and_delete(api, kinds.CAPI_ADDRESS, "pool1-10-7-0-3")
+    converge(api, random.Random(0))
+    assert ip_of(api, "pool1-10-7-0-3", "IPAddressClaim") == "10.7.0.1"
+
+
+def test_a_claim_asking_for_its_ip_by_annotation_gets_it_back_before_a_new_claim_is_served():
+    """zeta asked for .1 (ipAddress) and holds it; its address is deleted as aaa arrives, served first by
+    name. aaa took .1 while zeta's status still named it, and zeta was left with 'already in use'."""
+    api = watched(pool(end="10.7.0.3"), ipclaim("zeta", ip="10.7.0.1"), ipclaim("alpha"))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    api.load(ipclaim("aaa"))
+    refile_in_name_order(api)
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    assert ip_of(api, "aaa") == "10.7.0.3"
+
+
+def test_a_claim_waiting_for_its_cluster_keeps_its_ip():
+    """zeta's address objects are deleted while its Cluster is not known (made anew by a restore, or
+    parked until the namespace's addresses are listed again): it waits, as it should. But the wait
+    status dropped status.address, so its IP was no longer kept: aaa, created meanwhile, took it, and
+    zeta got .3 without an AddressChanged Event."""
+    labels = {kinds.CLUSTER_NAME_LABEL: "c1"}
+    api = watched(cluster("c1"), pool(end="10.7.0.3"), ipclaim("zeta", labels=labels), ipclaim("alpha"))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    api.inventory.remove(get(api, kinds.CLUSTER, "c1"))
+    converge(api, random.Random(0))
+    assert o.condition(o.status(get(api, IPCLAIM, "zeta")), "Ready")["reason"] == "WaitingForCluster"
+    api.load(ipclaim("aaa"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "aaa") == "10.7.0.3"
+    api.load(cluster("c1"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+
+
+def test_a_claim_waiting_for_its_pools_cluster_keeps_its_ip():
+    """The same with the pool's spec.clusterName Cluster missing: every claim waits, and once it is
+    back the first claim by name, not the one whose IP it was, gets .1."""
+    api = watched(cluster("c1"), pool(end="10.7.0.3", clusterName="c1"), ipclaim("zeta"), ipclaim("alpha"))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    api.inventory.remove(get(api, kinds.CLUSTER, "c1"))
+    api.load(ipclaim("aaa"))
+    converge(api, random.Random(0))
+    api.load(cluster("c1"))
+    refile_in_name_order(api)
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    assert ip_of(api, "aaa") == "10.7.0.3"
+
+
+def test_a_pool_sharing_the_name_prefix_does_not_take_a_kept_ip():
+    """Two pools with one namePrefix over one range (the name lock keeps them apart). zeta of pool-b
+    holds shared-10-7-0-1; its address is deleted as a claim of pool-a arrives. pool-a's pass knows
+    nothing of zeta's kept IP: y was given shared-10-7-0-1 while zeta's status still named that very
+    address object (the check after every write fails), and zeta got a new IP."""
+    spec = {"namePrefix": "shared", "pools": [{"start": "10.7.0.1", "end": "10.7.0.3"}]}
+    api = watched(ippool("pool-b", **spec), ipclaim("zeta", pool="pool-b"))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    api.load(ippool("pool-a", **spec))
+    converge(api, random.Random(0))
+    strip_and_delete(api, ADDRESS, "shared-10-7-0-1")
+    api.load(ipclaim("y", pool="pool-a"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    assert ip_of(api, "y") != "10.7.0.1"
+
+
+def test_a_preallocation_does_not_make_two_statuses_name_one_ip_while_the_keeper_is_paused():
+    """zeta (paused) lost its address; the pool now preallocates .1 to 'other'. other was given .1 at
+    once, while zeta's status (left alone: it is paused) still named pool1-10-7-0-1, other's address."""
+    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
+    api.inventory.upsert({**get(api, IPCLAIM, "zeta"), "metadata": {
+        **get(api, IPCLAIM, "zeta")["metadata"], "annotations": {kinds.PAUSED_ANNOTATION: ""},
+        "resourceVersion": api._next_version()}})
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    changed = get(api, POOL, "pool1")
+    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {"other": "10.7.0.1"}},
+                          "metadata": {**changed["metadata"], "generation": 2,
+                                       "resourceVersion": api._next_version()}})
+    api.load(ipclaim("other"))
+    converge(api, random.Random(0))
