@@ -8,12 +8,15 @@ moment do two live claims' statuses name one IP or one address.
 
 from __future__ import annotations
 
+import asyncio
 import random
 
+from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
-from ipam_objects import address_of, capi_claim, cluster, converged, get, ip_of, ipclaim, ippool
+from ipam_objects import address_of, capi_claim, cluster, get, ip_of, ipclaim, ippool, loaded, set_meta, user_delete
+from test_pool_passes import MemoryWriter, until_quiet
 from test_claim_keeps_ip import pool, refile_in_name_order, strip_and_delete, watched
 from test_reconcile import ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
 
@@ -122,3 +125,25 @@ def test_a_preallocation_does_not_make_two_statuses_name_one_ip_while_the_keeper
                                        "resourceVersion": api._next_version()}})
     api.load(ipclaim("other"))
     converge(api, random.Random(0))
+
+
+def test_a_claim_in_error_is_served_when_a_kept_ip_is_let_go():
+    """Passes over what changed (the controller's): zeta, paused, lost its address, so .1 is kept for it
+    and 'waiting' is told the pool is exhausted. zeta is deleted: .1 is kept no more and is free, but
+    nothing told the unserved claims, and 'waiting' stayed in error until the next full pass."""
+    api = loaded(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), audit_seconds=3600)
+        await until_quiet(workers)
+        assert ip_of(api, "zeta") == "10.7.0.1"
+        set_meta(api, IPCLAIM, "zeta", annotations={kinds.PAUSED_ANNOTATION: ""})
+        strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+        api.load(ipclaim("waiting"))
+        await until_quiet(workers)
+        assert o.condition(o.status(get(api, IPCLAIM, "waiting")), "Ready")["reason"] == "PoolExhausted"
+        user_delete(api, IPCLAIM, "zeta")
+        await until_quiet(workers)
+        assert ip_of(api, "waiting") == "10.7.0.1"
+
+    asyncio.run(scenario())
