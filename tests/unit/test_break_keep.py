@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -58,33 +60,22 @@ def test_a_claim_asking_for_its_ip_by_annotation_gets_it_back_before_a_new_claim
     assert ip_of(api, "aaa") == "10.7.0.3"
 
 
-def test_a_claim_waiting_for_its_cluster_keeps_its_ip():
-    """zeta's address objects are deleted while its Cluster is not known (made anew by a restore, or
-    parked until the namespace's addresses are listed again): it waits, as it should. But a wait
-    status written over its own dropped status.address, so its IP was no longer kept: aaa, created meanwhile, took it, and
+@pytest.mark.parametrize("whose", ["the claim's", "the pool's"])
+def test_a_claim_waiting_for_its_cluster_keeps_its_ip(whose):
+    """zeta's address objects are deleted while its Cluster (by its label, or the pool's clusterName)
+    is not known: made anew by a restore, or parked until the namespace's addresses are listed again.
+    It waits, as it should; but a wait status written over its own dropped status.address, so its IP
+    was kept no more: aaa, created meanwhile and first by name, took it once the Cluster was back, and
     zeta got .3 without an AddressChanged Event."""
-    labels = {kinds.CLUSTER_NAME_LABEL: "c1"}
-    api = watched(cluster("c1"), pool(end="10.7.0.3"), ipclaim("zeta", labels=labels), ipclaim("alpha"))
+    claim_cluster = {"labels": {kinds.CLUSTER_NAME_LABEL: "c1"}} if whose == "the claim's" else {}
+    pool_cluster = {"clusterName": "c1"} if whose == "the pool's" else {}
+    api = watched(cluster("c1"), pool(end="10.7.0.3", **pool_cluster), ipclaim("zeta", **claim_cluster),
+                  ipclaim("alpha"))
     assert ip_of(api, "zeta") == "10.7.0.1"
     strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
     api.inventory.remove(get(api, kinds.CLUSTER, "c1"))
     converge(api, random.Random(0))
     assert not address_of(api, "IPClaim", "zeta")  # given nothing while its Cluster is not known
-    api.load(ipclaim("aaa"))
-    converge(api, random.Random(0))
-    assert ip_of(api, "aaa") == "10.7.0.3"
-    api.load(cluster("c1"))
-    converge(api, random.Random(0))
-    assert ip_of(api, "zeta") == "10.7.0.1"
-
-
-def test_a_claim_waiting_for_its_pools_cluster_keeps_its_ip():
-    """The same with the pool's spec.clusterName Cluster missing: every claim waits, and once it is
-    back the first claim by name, not the one whose IP it was, gets .1."""
-    api = watched(cluster("c1"), pool(end="10.7.0.3", clusterName="c1"), ipclaim("zeta"), ipclaim("alpha"))
-    assert ip_of(api, "zeta") == "10.7.0.1"
-    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    api.inventory.remove(get(api, kinds.CLUSTER, "c1"))
     api.load(ipclaim("aaa"))
     converge(api, random.Random(0))
     api.load(cluster("c1"))
