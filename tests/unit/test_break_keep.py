@@ -138,3 +138,22 @@ def test_a_claim_in_error_is_served_when_a_kept_ip_is_let_go():
         assert ip_of(api, "waiting") == "10.7.0.1"
 
     asyncio.run(scenario())
+
+
+def test_a_claim_left_in_error_for_want_of_its_ip_says_so_once_and_keeps_saying_it():
+    """zeta lost its address and .1 is now preallocated to 'other'; the pool has nothing else free. The
+    error and its Event name .1, but the error replaced the status that named .1: the next pass reads
+    no IP of zeta's own, rewrites the error without it and sends a second Event, and the claim's
+    status no longer says why it lost the IP it had."""
+    api = watched(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    changed = get(api, POOL, "pool1")
+    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {"other": "10.7.0.1"}},
+                          "metadata": {**changed["metadata"], "generation": 2,
+                                       "resourceVersion": api._next_version()}})
+    api.load(ipclaim("other"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "other") == "10.7.0.1"
+    events = [e for e in api.events if e.target.name == "zeta"]
+    assert len(events) == 1 and "10.7.0.1" in events[0].message
+    assert "10.7.0.1" in o.status(get(api, IPCLAIM, "zeta"))["errorMessage"]
