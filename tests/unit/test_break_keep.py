@@ -102,19 +102,22 @@ def test_a_pool_sharing_the_name_prefix_does_not_take_a_kept_ip():
     assert ip_of(api, "y") != "10.7.0.1"
 
 
+def preallocate_to_a_new_claim(api, name: str, ip: str) -> None:
+    """The pool's spec changed to preallocate ``ip`` to ``name``, and that claim created."""
+    changed = get(api, POOL, "pool1")
+    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {name: ip}},
+                          "metadata": {**changed["metadata"], "generation": 2,
+                                       "resourceVersion": api._next_version()}})
+    api.load(ipclaim(name))
+
+
 def test_a_preallocation_does_not_make_two_statuses_name_one_ip_while_the_keeper_is_paused():
     """zeta (paused) lost its address; the pool now preallocates .1 to 'other'. other was given .1 at
     once, while zeta's status (left alone: it is paused) still named pool1-10-7-0-1, other's address."""
     api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
-    api.inventory.upsert({**get(api, IPCLAIM, "zeta"), "metadata": {
-        **get(api, IPCLAIM, "zeta")["metadata"], "annotations": {kinds.PAUSED_ANNOTATION: ""},
-        "resourceVersion": api._next_version()}})
+    set_meta(api, IPCLAIM, "zeta", annotations={kinds.PAUSED_ANNOTATION: ""})
     strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    changed = get(api, POOL, "pool1")
-    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {"other": "10.7.0.1"}},
-                          "metadata": {**changed["metadata"], "generation": 2,
-                                       "resourceVersion": api._next_version()}})
-    api.load(ipclaim("other"))
+    preallocate_to_a_new_claim(api, "other", "10.7.0.1")
     converge(api, random.Random(0))
 
 
@@ -147,11 +150,7 @@ def test_a_claim_left_in_error_for_want_of_its_ip_says_so_once_and_keeps_saying_
     status no longer says why it lost the IP it had."""
     api = watched(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
     strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    changed = get(api, POOL, "pool1")
-    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {"other": "10.7.0.1"}},
-                          "metadata": {**changed["metadata"], "generation": 2,
-                                       "resourceVersion": api._next_version()}})
-    api.load(ipclaim("other"))
+    preallocate_to_a_new_claim(api, "other", "10.7.0.1")
     converge(api, random.Random(0))
     assert ip_of(api, "other") == "10.7.0.1"
     events = [e for e in api.events if e.target.name == "zeta"]
