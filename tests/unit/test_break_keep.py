@@ -17,10 +17,10 @@ from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
-from ipam_objects import address_of, capi_claim, cluster, get, ip_of, ipclaim, ippool, loaded, set_meta, user_delete
+from ipam_objects import address_of, capi_claim, cluster, get, ip_of, ipclaim, loaded, set_meta, user_delete
 from test_pool_passes import MemoryWriter, until_quiet
 from test_claim_keeps_ip import pool, refile_in_name_order, strip_and_delete, watched
-from test_reconcile import ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
+from test_reconcile import ADDRESS, IPCLAIM, POOL
 
 
 def test_a_cluster_api_claim_named_like_an_address_keeps_the_ip_it_holds_not_the_one_its_name_spells():
@@ -85,42 +85,6 @@ def test_a_claim_waiting_for_its_cluster_keeps_its_ip(whose):
     assert ip_of(api, "aaa") == "10.7.0.3"
 
 
-def test_a_pool_sharing_the_name_prefix_does_not_take_a_kept_ip():
-    """Two pools with one namePrefix over one range (the name lock keeps them apart). zeta of pool-b
-    holds shared-10-7-0-1; its address is deleted as a claim of pool-a arrives. pool-a's pass knows
-    nothing of zeta's kept IP: y was given shared-10-7-0-1 while zeta's status still named that very
-    address object (the check after every write fails), and zeta got a new IP."""
-    spec = {"namePrefix": "shared", "pools": [{"start": "10.7.0.1", "end": "10.7.0.3"}]}
-    api = watched(ippool("pool-b", **spec), ipclaim("zeta", pool="pool-b"))
-    assert ip_of(api, "zeta") == "10.7.0.1"
-    api.load(ippool("pool-a", **spec))
-    converge(api, random.Random(0))
-    strip_and_delete(api, ADDRESS, "shared-10-7-0-1")
-    api.load(ipclaim("y", pool="pool-a"))
-    converge(api, random.Random(0))
-    assert ip_of(api, "zeta") == "10.7.0.1"
-    assert ip_of(api, "y") != "10.7.0.1"
-
-
-def preallocate_to_a_new_claim(api, name: str, ip: str) -> None:
-    """The pool's spec changed to preallocate ``ip`` to ``name``, and that claim created."""
-    changed = get(api, POOL, "pool1")
-    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {name: ip}},
-                          "metadata": {**changed["metadata"], "generation": 2,
-                                       "resourceVersion": api._next_version()}})
-    api.load(ipclaim(name))
-
-
-def test_a_preallocation_does_not_make_two_statuses_name_one_ip_while_the_keeper_is_paused():
-    """zeta (paused) lost its address; the pool now preallocates .1 to 'other'. other was given .1 at
-    once, while zeta's status (left alone: it is paused) still named pool1-10-7-0-1, other's address."""
-    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
-    set_meta(api, IPCLAIM, "zeta", annotations={kinds.PAUSED_ANNOTATION: ""})
-    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    preallocate_to_a_new_claim(api, "other", "10.7.0.1")
-    converge(api, random.Random(0))
-
-
 def test_a_claim_in_error_is_served_when_a_kept_ip_is_let_go():
     """Passes over what changed (the controller's): zeta, paused, lost its address, so .1 is kept for it
     and 'waiting' is told the pool is exhausted. zeta is deleted: .1 is kept no more and is free, but
@@ -141,18 +105,3 @@ def test_a_claim_in_error_is_served_when_a_kept_ip_is_let_go():
         assert ip_of(api, "waiting") == "10.7.0.1"
 
     asyncio.run(scenario())
-
-
-def test_a_claim_left_in_error_for_want_of_its_ip_says_so_once_and_keeps_saying_it():
-    """zeta lost its address and .1 is now preallocated to 'other'; the pool has nothing else free. The
-    error and its Event name .1, but the error replaced the status that named .1: the next pass reads
-    no IP of zeta's own, rewrites the error without it and sends a second Event, and the claim's
-    status no longer says why it lost the IP it had."""
-    api = watched(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
-    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    preallocate_to_a_new_claim(api, "other", "10.7.0.1")
-    converge(api, random.Random(0))
-    assert ip_of(api, "other") == "10.7.0.1"
-    events = [e for e in api.events if e.target.name == "zeta"]
-    assert len(events) == 1 and "10.7.0.1" in events[0].message
-    assert "10.7.0.1" in o.status(get(api, IPCLAIM, "zeta"))["errorMessage"]
