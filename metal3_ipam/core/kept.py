@@ -20,8 +20,9 @@ after a restart, and a decision must come out the same from the objects
 alone (a recompute, the audit, the target of a move). A binding that never
 reached the status was never read by a consumer either.
 
-A claim that is preallocated or asks for an IP (``ipAddress``) gets that IP
-as it is; nothing is kept for it. Neither for a claim being deleted.
+A claim that is preallocated gets that IP as it is; nothing is kept for it.
+One that asks for an IP (``ipAddress``) keeps it when its status names that
+IP. Nothing is kept for a claim being deleted.
 """
 
 from __future__ import annotations
@@ -46,13 +47,26 @@ def bound_message(address_text: object) -> str:
 
 def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     """The IP ``claim``'s status says it holds in ``pool`` (see the module's order of trust), or None."""
-    if o.is_deleting(claim) or pool.preallocations.get(o.name(claim)) is not None \
-            or kinds.IP_ADDRESS_ANNOTATION in o.annotations(claim):
+    if o.is_deleting(claim) or pool.preallocations.get(o.name(claim)) is not None:
         return None
+    ip = _named_ip(claim, pool)
+    requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
+    if requested is not None:
+        # The IP it asks for, when its status says it holds that one: kept like any other.
+        try:
+            return ip if ip is not None and int(parse_ip(requested)) == ip else None
+        except AddressError:
+            return None
+    return ip
+
+
+def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     status = o.status(claim)
-    field = "address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef"
-    ref = status.get(field)
-    if isinstance(ref, Mapping) and pool.name_prefix and ref.get("namespace") in (None, "", o.namespace(claim)):
+    capi = kinds.kind_of(claim) != kinds.IPCLAIM
+    ref = status.get("addressRef" if capi else "address")
+    # A Cluster API address of this controller is named after its claim: that name says nothing of its IP.
+    if isinstance(ref, Mapping) and pool.name_prefix and ref.get("namespace") in (None, "", o.namespace(claim)) \
+            and not (capi and ref.get("name") == o.name(claim)):
         ip = ip_of_name(pool.name_prefix, str(ref.get("name") or ""), pool.version)
         if ip is not None:
             return int(ip)

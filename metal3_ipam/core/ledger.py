@@ -245,6 +245,8 @@ class Ledger:
             return
         keeper = self.keeper_of(ip)
         if keeper is None:
+            if ip in self.allocator.kept and ip not in self.allocator.taken:
+                self._freed = True  # free now: the claims in error are tried again
             self.allocator.unkeep(ip)
         else:
             self.allocator.keep(ip, keeper)

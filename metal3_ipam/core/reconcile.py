@@ -647,6 +647,11 @@ class _Reconciler:
                              f"spec.pool.namespace {foreign!r} must be the claim's own namespace "
                              f"{o.namespace(claim)!r}: an address cannot be owned across namespaces")
         missing = self.missing_cluster(claim)
+        if missing is not None and o.claim_key(claim) in self.ledger.kept:
+            # Its status names the IP it gets back once the Cluster is there: a wait written over it
+            # would let that IP go to another claim meanwhile. Left as it is, as a paused claim's is.
+            self.plan.notes.append(f"{o.name(claim)}: waits for {self.cluster_text(missing)}, its IP kept for it")
+            return
         if missing is not None:
             return self.wait(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
                                           "once it exists (a moved Cluster's claims may be seen before it)")
