@@ -13,7 +13,7 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI, METAL3, assert_invariants
-from test_claim_keeps_ip import own_ip, strip_and_delete
+from test_addresses_deleted_by_hand import own_ip, strip_and_delete
 from metal3_ipam.testing.waiting import eventually
 
 pytest_plugins = ("controller_fixtures",)
