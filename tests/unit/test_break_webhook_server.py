@@ -175,3 +175,24 @@ def test_hostile_kinds_are_not_kept_once_answered(tmp_path):
         server.wait(15)
     assert statuses == {200}, statuses
     assert after - before < 48 * 2**20, f"{before / 2**20:.0f} MiB before, {after / 2**20:.0f} MiB after"
+
+
+@pytest.mark.parametrize("namespace", ["x/ippools/../../../../api/v1/secrets?", "a" * (1024 * 1024), "ns\nERROR forged",
+                                       "default?watch=true"])
+def test_a_namespace_no_api_server_would_send_is_never_listed(namespace, caplog):
+    """A pool review sent straight to the port, its namespace not a namespace's name: the controller lists
+    nothing for it (the namespace would go into the path it asks the API server for), and logs no more than
+    a line of bounded length."""
+    asked = []
+
+    def list_pools(ns: str) -> list[dict]:
+        asked.append(ns)
+        raise RuntimeError(f"GET /apis/ipam.metal3.io/v1alpha1/namespaces/{ns}/ippools: 404")
+
+    pool = json.loads(json.dumps(POOL))
+    pool["metadata"]["namespace"] = namespace
+    review = request("CREATE", pool)
+    with caplog.at_level(logging.DEBUG, logger="metal3_ipam"):
+        assert Admission(inventory(), list_pools=list_pools).current_pools(review) is None
+    assert asked == []
+    assert all(len(r.getMessage()) < 1000 and "\n" not in r.getMessage() for r in caplog.records)
