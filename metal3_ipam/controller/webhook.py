@@ -240,6 +240,8 @@ class Admission:
         if live is HERE:
             live = self.live(request)
         if live is BUSY:
+            if operation == "DELETE":  # never held on what is not known (see _judge)
+                return _allowed(uid)
             return _denied(uid, 503, "ServiceUnavailable", "the IPAM controller is busy; try again in a few seconds")
         try:
             problems = self._judge(operation, obj, old, pools, live)
@@ -351,6 +353,14 @@ LOGGED_CHARS = 512         # the part of a message a log line repeats
 def clipped(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, ending in "…" when cut."""
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """``text`` in one line: line breaks and other unprintable characters escaped (a review sent straight
+    to the port may carry them in any name or value)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _listed(items: list[str], what: str) -> list[str]:
@@ -730,6 +740,7 @@ class WebhookServer:
         self.limits = limits
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._switch_interval: float | None = None  # the process's, while this server has it at 1 ms
         self._thread: threading.Thread | None = None
         self._lanes = {"small": _Lane("judge small reviews", limits.queued_reviews),
                        "large": _Lane("judge large reviews", limits.queued_reviews)}
@@ -745,14 +756,14 @@ class WebhookServer:
         # loop and the controller's wait on sockets: every time one of those wakes it waits for the
         # interpreter, up to the switch interval. At 5 ms (the default) a burst of large hostile
         # reviews made a claim's binding ten times slower (0.04 s to 0.4 s); at 1 ms, four times.
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         self._main = asyncio.get_running_loop()
         started: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._serve, args=(started,), name="admission webhooks",
                                         daemon=True)
         self._thread.start()
         await asyncio.wrap_future(started)  # an address in use or a bad certificate comes back here
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         return self
 
     def _serve(self, started: concurrent.futures.Future) -> None:
@@ -853,12 +864,14 @@ class WebhookServer:
             self.certificates.reload_if_changed()
 
     async def close(self) -> None:
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
         if self._thread is None or not self._thread.is_alive() or self._loop is None:
             return
         self._loop.call_soon_threadsafe(self._loop.stop)
         await asyncio.to_thread(self._thread.join, 10)
         self._thread = None
-        sys.setswitchinterval(self._switch_interval)
 
     # -- one request ------------------------------------------------------------
 
@@ -909,7 +922,7 @@ class WebhookServer:
             log.info("an admission request from %s to %s was abandoned: %s", peer, path, clipped(str(err), 100))
             return web.Response(status=400)  # nobody reads it
         if line:
-            log.log(logging.WARNING if status >= 400 else logging.INFO, "%s (from %s)", line, peer)
+            log.log(logging.WARNING if status >= 400 else logging.INFO, "%s (from %s)", printable(line), peer)
         REVIEW_SECONDS.observe(time.perf_counter() - started)
         return web.Response(status=status, body=answer, content_type="application/json")
 
