@@ -64,6 +64,7 @@ from prometheus_client import Counter, Histogram
 from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
+from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
 
@@ -183,6 +184,11 @@ def configurations(client_config: Callable[[Hook], dict], name: str | None = "me
     return out
 
 
+def is_namespace_name(name: Any) -> bool:
+    """Whether ``name`` can name a namespace (a DNS-1123 label)."""
+    return isinstance(name, str) and 0 < len(name) <= 63 and "." not in name and is_dns1123_subdomain(name)
+
+
 # What Admission.review is given for ``live``: read the inventory here (one thread, as in tests and
 # ``metal3-ipam validate``), or the controller's loop did not copy it in time (answered 503).
 HERE, BUSY = object(), object()
@@ -215,7 +221,8 @@ class Admission:
         if self.list_pools is None or request.get("operation") == "DELETE" or kinds.kind_of(obj) != kinds.IPPOOL:
             return None
         namespace = request.get("namespace") or o.namespace(obj)
-        if not self._knows(namespace):
+        if not is_namespace_name(namespace) or not self._knows(namespace):
+            # Not a namespace's name (a review sent straight to the port): it would go into the path listed.
             return None
         try:
             return self.list_pools(namespace)

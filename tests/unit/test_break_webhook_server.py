@@ -178,7 +178,7 @@ def test_hostile_kinds_are_not_kept_once_answered(tmp_path):
 
 
 @pytest.mark.parametrize("namespace", ["x/ippools/../../../../api/v1/secrets?", "a" * (1024 * 1024), "ns\nERROR forged",
-                                       "default?watch=true"])
+                                       "default?watch=true", "default\n"])
 def test_a_namespace_no_api_server_would_send_is_never_listed(namespace, caplog):
     """A pool review sent straight to the port, its namespace not a namespace's name: the controller lists
     nothing for it (the namespace would go into the path it asks the API server for), and logs no more than
