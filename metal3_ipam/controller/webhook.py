@@ -662,8 +662,8 @@ class _Lane:
 class _Connection(asyncio.Protocol):
     """A client connection: aiohttp's protocol inside, and what the connection cap needs to know."""
 
-    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future) -> None:
-        self.inner, self.closed = inner, closed
+    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future, entry: "_Open") -> None:
+        self.inner, self.closed, self.entry = inner, closed, entry
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.inner.connection_made(transport)
@@ -676,6 +676,9 @@ class _Connection(asyncio.Protocol):
                 self.closed.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        entry = self.entry
+        if not entry.requesting:  # a request begins: it has its grace from here, not from the last answer
+            entry.requesting, entry.since = True, asyncio.get_running_loop().time()
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -700,6 +703,7 @@ class _Open:
 
     since: float
     busy: bool = False
+    requesting: bool = False  # a request's bytes have come since the last answer
     transport: asyncio.BaseTransport | None = None
     task: asyncio.Task | None = None
 
@@ -850,7 +854,7 @@ class WebhookServer:
         closed = loop.create_future()
         try:
             transport, _ = await loop.connect_accepted_socket(
-                lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
+                lambda: _Connection(protocols(), closed, entry), sock, ssl=self.certificates.context,
                 ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
             entry.transport, entry.since = transport, loop.time()  # its request's grace begins now
             self._by_transport[transport] = entry
@@ -891,7 +895,7 @@ class WebhookServer:
             finally:
                 self._large_held -= held[0]
                 if entry is not None:
-                    entry.busy, entry.since = False, asyncio.get_running_loop().time()
+                    entry.busy, entry.requesting, entry.since = False, False, asyncio.get_running_loop().time()
         return handle
 
     async def _respond(self, request: web.Request, mutating: bool, path: str, held: list[int],
