@@ -192,3 +192,29 @@ def test_a_namespace_no_api_server_would_send_is_never_listed(namespace, caplog)
         assert Admission(inventory(), list_pools=list_pools).current_pools(review) is None
     assert asked == []
     assert all(len(r.getMessage()) < 1000 and "\n" not in r.getMessage() for r in caplog.records)
+
+
+def test_a_full_lane_makes_way_for_smaller_reviews_and_keeps_its_bound():
+    """The lane's queue full of large reviews, smaller ones arriving together take their places one for one:
+    never more than its bound queued, the largest dropped first (503), each dropped once, and the count of
+    what is queued back to zero once all is done."""
+    async def scenario() -> None:
+        lane = webhook._Lane("test lane", 3)
+        gate = threading.Event()
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            big = [asyncio.create_task(lane.run(gate.wait, size, deadline)) for size in (900, 800, 700)]
+            await asyncio.sleep(0.05)  # the smallest of them (700) is under way, held by the gate
+            small = [asyncio.create_task(lane.run(lambda: "small", size, deadline)) for size in (10, 20, 30)]
+            await asyncio.sleep(0)
+            assert lane.taken <= lane.bound
+            gate.set()
+            results = await asyncio.gather(*big, *small, return_exceptions=True)
+            refused = [isinstance(r, webhook._Refused) and r.status == 503 for r in results]
+            assert refused == [True, True, False, False, False, True], results  # 900, 800 made way; 700 under way
+            await asyncio.sleep(0.05)
+            assert lane.taken == 0
+        finally:
+            lane.close()
+
+    asyncio.run(scenario())
