@@ -615,6 +615,8 @@ class _Lane:
     def __init__(self, name: str, bound: int) -> None:
         self.bound = bound
         self.taken = 0  # changed on the server's loop only
+        self._waiting: dict[concurrent.futures.Future, int] = {}  # queued or under way -> body size (ditto)
+        self._uncounted: set[concurrent.futures.Future] = set()   # made way: taken already given back
         self._queue: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -635,25 +637,45 @@ class _Lane:
     async def run(self, work: Callable[[], Any], size: int, deadline: float) -> Any:
         """``work()`` judged by this lane's thread, or _Refused when the queue is full or ``deadline``
         (the loop's clock) passes first."""
-        if self.taken >= self.bound:
+        if self.taken >= self.bound and not self._make_way(size):
             raise _Refused(503, f"{self.taken} reviews are waiting to be judged; try again")
         loop = asyncio.get_running_loop()
         self.taken += 1
         future: concurrent.futures.Future = concurrent.futures.Future()
-        future.add_done_callback(lambda _: self._freed(loop))
+        self._waiting[future] = size
+        future.add_done_callback(lambda _: self._freed(loop, future))
         self._queue.put((size, next(self._order), work, future))
         done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=max(0.0, deadline - loop.time()))
         if not done:  # not begun: dropped; under way: it holds its place until it ends, its answer dropped
             future.cancel()
             raise _Refused(503, "not judged in time; try again")
+        if future.cancelled():
+            raise _Refused(503, "a smaller review took its place in the queue; try again")
         return done.pop().result()
 
-    def _freed(self, loop: asyncio.AbstractEventLoop) -> None:
-        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
-            loop.call_soon_threadsafe(self._free)
+    def _make_way(self, size: int) -> bool:
+        """Full: the largest review not begun, if larger than ``size``, is dropped (answered 503) for it. The
+        smallest are judged first anyway; a queue full of larger ones must not refuse them."""
+        for other, other_size in sorted(self._waiting.items(), key=lambda item: -item[1]):
+            if other_size <= size:
+                return False
+            if other.cancel():  # False: begun meanwhile
+                del self._waiting[other]  # (cancel() says True again of a cancelled future)
+                self._uncounted.add(other)
+                self.taken -= 1
+                return True
+        return False
 
-    def _free(self) -> None:
-        self.taken -= 1
+    def _freed(self, loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future) -> None:
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
+            loop.call_soon_threadsafe(self._free, future)
+
+    def _free(self, future: concurrent.futures.Future) -> None:
+        self._waiting.pop(future, None)
+        if future in self._uncounted:
+            self._uncounted.discard(future)
+        else:
+            self.taken -= 1
 
     def close(self) -> None:
         self._queue.put((-1, -1, None, None))
