@@ -218,3 +218,27 @@ def test_a_full_lane_makes_way_for_smaller_reviews_and_keeps_its_bound():
             lane.close()
 
     asyncio.run(scenario())
+
+
+def test_a_request_with_a_bad_method_is_logged_without_a_traceback(tmp_path, caplog):
+    """A method that is not one (what a client speaking another protocol sends first): 400, and its log line
+    (aiohttp's, at debug level) carries no traceback."""
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            def ask() -> str:
+                with load.tls_socket(served.port, served.context) as sock:
+                    sock.sendall(f"P\x00ST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+                    return load.status_line(sock, 5)
+            assert " 400 " in await asyncio.to_thread(ask)
+            await asyncio.to_thread(eventually, lambda: _lines(caplog), timeout=5, interval=0.05,
+                                    what="the request's line")
+
+    with caplog.at_level(logging.DEBUG, logger="metal3_ipam"):
+        asyncio.run(scenario())
+    lines = _lines(caplog)
+    assert len(lines) == 1 and not lines[0].exc_info and "\n" not in lines[0].getMessage(), \
+        [(r.getMessage(), r.exc_info) for r in lines]
+
+
+def _lines(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("metal3_ipam.webhook") and "handshake" not in r.getMessage()]
