@@ -587,8 +587,19 @@ class _OneLine(logging.LoggerAdapter):
     in it, no traceback."""
 
     def exception(self, msg: str, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-        reason = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        self.warning(f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
+        self._one_line(logging.WARNING, msg, args, exc_info)
+
+    def debug(self, msg: str, *args: Any, exc_info: Any = None, **kwargs: Any) -> None:
+        # A bad method as a connection's first request (not HTTP at all) comes here, with its exception.
+        self._one_line(logging.DEBUG, msg, args, exc_info)
+
+    def _one_line(self, level: int, msg: str, args: tuple, exc_info: Any) -> None:
+        if not exc_info:
+            self.log(level, msg, *args)
+            return
+        reason = exc_info if isinstance(exc_info, BaseException) else \
+            exc_info[1] if isinstance(exc_info, tuple) else sys.exc_info()[1]
+        self.log(level, f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
 
 
 class _Refused(Exception):
