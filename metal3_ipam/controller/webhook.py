@@ -577,7 +577,7 @@ class Limits:
     read_seconds: float = 5.0              # for a request's body, from its headers on
     idle_seconds: float = 15.0             # with no request under way, or with its headers unfinished
     judge_seconds: float = 4.0             # for the answer, from the body read (queueing included)
-    queued_reviews: int = 8                # waiting for a judge or being judged, per lane: past it, 503
+    queued_reviews: int = 8                # large ones waiting for a judge or being judged: past it, 503
     header_line_bytes: int = 8190          # the request line, and any one header
     headers: int = 64
 
@@ -786,7 +786,10 @@ class WebhookServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._switch_interval: float | None = None  # the process's, while this server has it at 1 ms
         self._thread: threading.Thread | None = None
-        self._lanes = {"small": _Lane("judge small reviews", limits.queued_reviews),
+        # Small reviews are what the API server sends, as many at once as it has creates under way: their
+        # lane holds one per connection (a connection has one request at a time in hand), so none is refused
+        # for the queue; they are bounded by the connection cap, 64 KiB each, and the deadline.
+        self._lanes = {"small": _Lane("judge small reviews", max(limits.queued_reviews, limits.connections)),
                        "large": _Lane("judge large reviews", limits.queued_reviews)}
         self._open: set[_Open] = set()  # every accepted connection, handshakes included
         self._by_transport: dict[asyncio.BaseTransport, _Open] = {}  # those past their handshake
