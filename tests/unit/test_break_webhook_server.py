@@ -242,3 +242,17 @@ def test_a_request_with_a_bad_method_is_logged_without_a_traceback(tmp_path, cap
 
 def _lines(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("metal3_ipam.webhook") and "handshake" not in r.getMessage()]
+
+
+def test_brackets_inside_strings_are_not_counted_as_objects_and_lists():
+    """The API server lets an object carry 256 KiB of annotations, whatever characters they hold: a claim whose
+    annotation is 150,000 brackets is a review it sends, and is read (the bound on objects and lists counts
+    those the body holds, not characters of its strings)."""
+    claim = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim",
+             "metadata": {"name": "c", "namespace": "default", "annotations": {"note": "[{" * 75_000}},
+             "spec": {"pool": {"name": "pool1"}}}
+    _, read = webhook.read_review(load.review(request("CREATE", claim)))
+    assert read["object"]["metadata"]["annotations"]["note"].startswith("[{")
+    with pytest.raises(webhook.Malformed) as refused:  # the bound still holds for what a body holds
+        webhook.read_review(load.review(request("CREATE", dict(claim, spec={"x": [[]] * 100_001}))))
+    assert refused.value.status == 413
