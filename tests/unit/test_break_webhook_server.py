@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from metal3_ipam.controller.webhook import BUSY, Admission, Limits, WebhookServe
 from metal3_ipam.testing import webhook_load as load
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
-from test_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, _free_port, address, inventory, request
+from test_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, address, inventory, request
 
 
 def _costly_small_pool(name: str = "costly") -> dict:
@@ -146,15 +145,8 @@ def test_the_switch_interval_is_restored_when_the_server_cannot_start(tmp_path):
 def test_hostile_kinds_are_not_kept_once_answered(tmp_path):
     """Reviews whose object has a kind of megabytes, each a different one: once they are answered, the
     server's resident memory is back near where it was (nothing of them is kept)."""
-    authority = Authority.create()
-    authority.issue(tmp_path)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "metal3_ipam.testing.webhook_load", "serve", str(port),
-                               str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=(tmp_path / "server.log").open("w"), text=True)
-    try:
-        assert server.stdout.readline().strip() == "serving"
-        context = load.client_context(authority.pem)
+    with load.ServerProcess(tmp_path) as server:
+        port, context = server.port, server.context
         status, _ = load.post(port, context, CLAIM_PATH, load.review(load.claim_request()))
         assert status == 200
         before = load.rss_bytes(server.pid)
@@ -166,9 +158,6 @@ def test_hostile_kinds_are_not_kept_once_answered(tmp_path):
                  "object": obj}))
             statuses.add(status)
         after = load.rss_bytes(server.pid)
-    finally:
-        server.stdin.close()
-        server.wait(15)
     assert statuses == {200}, statuses
     assert after - before < 48 * 2**20, f"{before / 2**20:.0f} MiB before, {after / 2**20:.0f} MiB after"
 
