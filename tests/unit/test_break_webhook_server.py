@@ -245,3 +245,38 @@ def test_brackets_inside_strings_are_not_counted_as_objects_and_lists():
     with pytest.raises(webhook.Malformed) as refused:  # the bound still holds for what a body holds
         webhook.read_review(load.review(request("CREATE", dict(claim, spec={"x": [[]] * 100_001}))))
     assert refused.value.status == 413
+
+
+def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path):
+    """The process's descriptors run out while clients connect (accept fails with EMFILE): once they are
+    back, the server accepts and answers again; it does not stop accepting for good."""
+    import os
+    import resource
+    import socket
+
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+            def ask() -> int:
+                clients = []
+                resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 12, hard))
+                try:
+                    for _ in range(10):  # each takes a descriptor here and one in the server, until none is left
+                        try:
+                            clients.append(socket.create_connection(("127.0.0.1", served.port), timeout=2))
+                        except OSError:
+                            break
+                    time.sleep(0.5)
+                finally:
+                    for sock in clients:
+                        sock.close()
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+                good = load.review(load.claim_request())
+                return eventually(lambda: load.post(served.port, served.context, CLAIM_PATH, good, timeout=1.0)[0],
+                                  timeout=10, interval=0.2, what="a good review answered",
+                                  retry_on=(AssertionError, OSError))
+
+            assert await asyncio.to_thread(ask) == 200
+
+    asyncio.run(scenario())
