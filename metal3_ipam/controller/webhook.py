@@ -763,6 +763,7 @@ class _Open:
             self.task.cancel()  # still in its TLS handshake
 
 
+ACCEPT_RETRY = 0.25  # seconds before accepting again after accept() failed
 REFUSED_LINGER = 0.05  # seconds a refused request's answer has to go out before its connection is cut
 SWITCH_INTERVAL = 0.001  # seconds a thread holds the interpreter while another waits (see WebhookServer.start)
 
@@ -892,7 +893,15 @@ class WebhookServer:
                     async with asyncio.timeout(EVICTION_GRACE / 5):
                         await self._room.wait()
                 continue
-            sock, _ = await loop.sock_accept(listener)
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as err:
+                # Out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS), or a connection aborted in the queue:
+                # the listener is sound; try again shortly rather than stop accepting for good.
+                log.warning("accepting a webhook connection failed (%s); trying again in %g s",
+                            err.strerror or err, ACCEPT_RETRY)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
             entry = _Open(since=loop.time())
             self._open.add(entry)
             entry.task = loop.create_task(self._connection(sock, entry, protocols))
