@@ -49,6 +49,7 @@ import logging
 import math
 import os
 import queue
+import re
 import socket
 import ssl
 import sys
@@ -64,6 +65,7 @@ from prometheus_client import Counter, Histogram
 from ..core import kinds
 from ..core import objects as o
 from ..core.inventory import Inventory
+from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
 
@@ -183,6 +185,11 @@ def configurations(client_config: Callable[[Hook], dict], name: str | None = "me
     return out
 
 
+def is_namespace_name(name: Any) -> bool:
+    """Whether ``name`` can name a namespace (a DNS-1123 label)."""
+    return isinstance(name, str) and 0 < len(name) <= 63 and "." not in name and is_dns1123_subdomain(name)
+
+
 # What Admission.review is given for ``live``: read the inventory here (one thread, as in tests and
 # ``metal3-ipam validate``), or the controller's loop did not copy it in time (answered 503).
 HERE, BUSY = object(), object()
@@ -215,7 +222,8 @@ class Admission:
         if self.list_pools is None or request.get("operation") == "DELETE" or kinds.kind_of(obj) != kinds.IPPOOL:
             return None
         namespace = request.get("namespace") or o.namespace(obj)
-        if not self._knows(namespace):
+        if not is_namespace_name(namespace) or not self._knows(namespace):
+            # Not a namespace's name (a review sent straight to the port): it would go into the path listed.
             return None
         try:
             return self.list_pools(namespace)
@@ -240,6 +248,8 @@ class Admission:
         if live is HERE:
             live = self.live(request)
         if live is BUSY:
+            if operation == "DELETE":  # never held on what is not known (see _judge)
+                return _allowed(uid)
             return _denied(uid, 503, "ServiceUnavailable", "the IPAM controller is busy; try again in a few seconds")
         try:
             problems = self._judge(operation, obj, old, pools, live)
@@ -353,6 +363,14 @@ def clipped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def printable(text: str) -> str:
+    """``text`` in one line: line breaks and other unprintable characters escaped (a review sent straight
+    to the port may carry them in any name or value)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _listed(items: list[str], what: str) -> list[str]:
     shown = [clipped(item, SHOWN_CHARS) for item in items[:SHOWN_ITEMS]]
     if len(items) > SHOWN_ITEMS:
@@ -462,8 +480,8 @@ class CertificateFiles:
 # objects of 3 MiB and 256 KiB of envelope cover everything it can send; a larger body is not
 # from it and is refused with 413 before it is read.
 MAX_REVIEW_BYTES = 2 * 3 * 1024 * 1024 + 256 * 1024
-# Objects and lists a body may hold (counted as its "{" and "[", strings included, so an
-# over-estimate). The largest review the CRD schemas let through has a few thousand (256 pool
+# Objects and lists a body may hold (its "{" and "[" outside strings: an object's annotations may
+# hold 256 KiB of brackets). The largest review the CRD schemas let through has a few thousand (256 pool
 # entries, 4096 preAllocations in one map, managedFields); this bound keeps a body's parsed form
 # under ~15 times its size (a body of empty lists would be ~25 times).
 MAX_REVIEW_CONTAINERS = 100_000
@@ -498,11 +516,22 @@ def _finite(text: str) -> float:
     return value
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _containers(body: bytes | bytearray) -> int:
+    """The objects and lists a JSON body holds, brackets inside its strings not counted (an annotation may hold
+    256 KiB of them): exact for as much of the body as parses."""
+    bare = _JSON_STRING.sub(b'""', body)
+    return bare.count(b"{") + bare.count(b"[")
+
+
 def read_review(body: bytes | bytearray) -> tuple[str, dict]:
     """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
     if len(body) > MAX_REVIEW_BYTES:
         raise Malformed(f"the body has {len(body)} bytes; at most {MAX_REVIEW_BYTES} are read", 413)
-    if body.count(b"{") + body.count(b"[") > MAX_REVIEW_CONTAINERS:
+    if body.count(b"{") + body.count(b"[") > MAX_REVIEW_CONTAINERS \
+            and _containers(body) > MAX_REVIEW_CONTAINERS:
         raise Malformed(f"the body holds more than {MAX_REVIEW_CONTAINERS} objects and lists", 413)
     try:
         review = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
@@ -560,7 +589,7 @@ class Limits:
     read_seconds: float = 5.0              # for a request's body, from its headers on
     idle_seconds: float = 15.0             # with no request under way, or with its headers unfinished
     judge_seconds: float = 4.0             # for the answer, from the body read (queueing included)
-    queued_reviews: int = 8                # waiting for a judge or being judged, per lane: past it, 503
+    queued_reviews: int = 8                # large ones waiting for a judge or being judged: past it, 503
     header_line_bytes: int = 8190          # the request line, and any one header
     headers: int = 64
 
@@ -570,8 +599,19 @@ class _OneLine(logging.LoggerAdapter):
     in it, no traceback."""
 
     def exception(self, msg: str, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-        reason = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        self.warning(f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
+        self._one_line(logging.WARNING, msg, args, exc_info)
+
+    def debug(self, msg: str, *args: Any, exc_info: Any = None, **kwargs: Any) -> None:
+        # A bad method as a connection's first request (not HTTP at all) comes here, with its exception.
+        self._one_line(logging.DEBUG, msg, args, exc_info)
+
+    def _one_line(self, level: int, msg: str, args: tuple, exc_info: Any) -> None:
+        if not exc_info:
+            self.log(level, msg, *args)
+            return
+        reason = exc_info if isinstance(exc_info, BaseException) else \
+            exc_info[1] if isinstance(exc_info, tuple) else sys.exc_info()[1]
+        self.log(level, f"{msg}: %s", *args, clipped(" ".join(str(reason).split()), 200))
 
 
 class _Refused(Exception):
@@ -598,6 +638,8 @@ class _Lane:
     def __init__(self, name: str, bound: int) -> None:
         self.bound = bound
         self.taken = 0  # changed on the server's loop only
+        self._waiting: dict[concurrent.futures.Future, int] = {}  # queued or under way -> body size (ditto)
+        self._uncounted: set[concurrent.futures.Future] = set()   # made way: taken already given back
         self._queue: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -618,25 +660,45 @@ class _Lane:
     async def run(self, work: Callable[[], Any], size: int, deadline: float) -> Any:
         """``work()`` judged by this lane's thread, or _Refused when the queue is full or ``deadline``
         (the loop's clock) passes first."""
-        if self.taken >= self.bound:
+        if self.taken >= self.bound and not self._make_way(size):
             raise _Refused(503, f"{self.taken} reviews are waiting to be judged; try again")
         loop = asyncio.get_running_loop()
         self.taken += 1
         future: concurrent.futures.Future = concurrent.futures.Future()
-        future.add_done_callback(lambda _: self._freed(loop))
+        self._waiting[future] = size
+        future.add_done_callback(lambda _: self._freed(loop, future))
         self._queue.put((size, next(self._order), work, future))
         done, _ = await asyncio.wait({asyncio.wrap_future(future)}, timeout=max(0.0, deadline - loop.time()))
         if not done:  # not begun: dropped; under way: it holds its place until it ends, its answer dropped
             future.cancel()
             raise _Refused(503, "not judged in time; try again")
+        if future.cancelled():
+            raise _Refused(503, "a smaller review took its place in the queue; try again")
         return done.pop().result()
 
-    def _freed(self, loop: asyncio.AbstractEventLoop) -> None:
-        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
-            loop.call_soon_threadsafe(self._free)
+    def _make_way(self, size: int) -> bool:
+        """Full: the largest review not begun, if larger than ``size``, is dropped (answered 503) for it. The
+        smallest are judged first anyway; a queue full of larger ones must not refuse them."""
+        for other, other_size in sorted(self._waiting.items(), key=lambda item: -item[1]):
+            if other_size <= size:
+                return False
+            if other.cancel():  # False: begun meanwhile
+                del self._waiting[other]  # (cancel() says True again of a cancelled future)
+                self._uncounted.add(other)
+                self.taken -= 1
+                return True
+        return False
 
-    def _free(self) -> None:
-        self.taken -= 1
+    def _freed(self, loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future) -> None:
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing to count any more
+            loop.call_soon_threadsafe(self._free, future)
+
+    def _free(self, future: concurrent.futures.Future) -> None:
+        self._waiting.pop(future, None)
+        if future in self._uncounted:
+            self._uncounted.discard(future)
+        else:
+            self.taken -= 1
 
     def close(self) -> None:
         self._queue.put((-1, -1, None, None))
@@ -645,8 +707,8 @@ class _Lane:
 class _Connection(asyncio.Protocol):
     """A client connection: aiohttp's protocol inside, and what the connection cap needs to know."""
 
-    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future) -> None:
-        self.inner, self.closed = inner, closed
+    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future, entry: "_Open") -> None:
+        self.inner, self.closed, self.entry = inner, closed, entry
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.inner.connection_made(transport)
@@ -659,6 +721,9 @@ class _Connection(asyncio.Protocol):
                 self.closed.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        entry = self.entry
+        if not entry.requesting:  # a request begins: it has its grace from here, not from the last answer
+            entry.requesting, entry.since = True, asyncio.get_running_loop().time()
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -683,6 +748,7 @@ class _Open:
 
     since: float
     busy: bool = False
+    requesting: bool = False  # a request's bytes have come since the last answer
     transport: asyncio.BaseTransport | None = None
     task: asyncio.Task | None = None
 
@@ -697,6 +763,7 @@ class _Open:
             self.task.cancel()  # still in its TLS handshake
 
 
+ACCEPT_RETRY = 0.25  # seconds before accepting again after accept() failed
 REFUSED_LINGER = 0.05  # seconds a refused request's answer has to go out before its connection is cut
 SWITCH_INTERVAL = 0.001  # seconds a thread holds the interpreter while another waits (see WebhookServer.start)
 
@@ -730,8 +797,12 @@ class WebhookServer:
         self.limits = limits
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._switch_interval: float | None = None  # the process's, while this server has it at 1 ms
         self._thread: threading.Thread | None = None
-        self._lanes = {"small": _Lane("judge small reviews", limits.queued_reviews),
+        # Small reviews are what the API server sends, as many at once as it has creates under way: their
+        # lane holds one per connection (a connection has one request at a time in hand), so none is refused
+        # for the queue; they are bounded by the connection cap, 64 KiB each, and the deadline.
+        self._lanes = {"small": _Lane("judge small reviews", max(limits.queued_reviews, limits.connections)),
                        "large": _Lane("judge large reviews", limits.queued_reviews)}
         self._open: set[_Open] = set()  # every accepted connection, handshakes included
         self._by_transport: dict[asyncio.BaseTransport, _Open] = {}  # those past their handshake
@@ -745,14 +816,14 @@ class WebhookServer:
         # loop and the controller's wait on sockets: every time one of those wakes it waits for the
         # interpreter, up to the switch interval. At 5 ms (the default) a burst of large hostile
         # reviews made a claim's binding ten times slower (0.04 s to 0.4 s); at 1 ms, four times.
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         self._main = asyncio.get_running_loop()
         started: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._serve, args=(started,), name="admission webhooks",
                                         daemon=True)
         self._thread.start()
         await asyncio.wrap_future(started)  # an address in use or a bad certificate comes back here
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         return self
 
     def _serve(self, started: concurrent.futures.Future) -> None:
@@ -822,7 +893,15 @@ class WebhookServer:
                     async with asyncio.timeout(EVICTION_GRACE / 5):
                         await self._room.wait()
                 continue
-            sock, _ = await loop.sock_accept(listener)
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as err:
+                # Out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS), or a connection aborted in the queue:
+                # the listener is sound; try again shortly rather than stop accepting for good.
+                log.warning("accepting a webhook connection failed (%s); trying again in %g s",
+                            err.strerror or err, ACCEPT_RETRY)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
             entry = _Open(since=loop.time())
             self._open.add(entry)
             entry.task = loop.create_task(self._connection(sock, entry, protocols))
@@ -832,7 +911,7 @@ class WebhookServer:
         closed = loop.create_future()
         try:
             transport, _ = await loop.connect_accepted_socket(
-                lambda: _Connection(protocols(), closed), sock, ssl=self.certificates.context,
+                lambda: _Connection(protocols(), closed, entry), sock, ssl=self.certificates.context,
                 ssl_handshake_timeout=self.limits.handshake_seconds, ssl_shutdown_timeout=0.25)
             entry.transport, entry.since = transport, loop.time()  # its request's grace begins now
             self._by_transport[transport] = entry
@@ -853,12 +932,14 @@ class WebhookServer:
             self.certificates.reload_if_changed()
 
     async def close(self) -> None:
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
         if self._thread is None or not self._thread.is_alive() or self._loop is None:
             return
         self._loop.call_soon_threadsafe(self._loop.stop)
         await asyncio.to_thread(self._thread.join, 10)
         self._thread = None
-        sys.setswitchinterval(self._switch_interval)
 
     # -- one request ------------------------------------------------------------
 
@@ -871,7 +952,7 @@ class WebhookServer:
             finally:
                 self._large_held -= held[0]
                 if entry is not None:
-                    entry.busy, entry.since = False, asyncio.get_running_loop().time()
+                    entry.busy, entry.requesting, entry.since = False, False, asyncio.get_running_loop().time()
         return handle
 
     async def _respond(self, request: web.Request, mutating: bool, path: str, held: list[int],
@@ -909,7 +990,7 @@ class WebhookServer:
             log.info("an admission request from %s to %s was abandoned: %s", peer, path, clipped(str(err), 100))
             return web.Response(status=400)  # nobody reads it
         if line:
-            log.log(logging.WARNING if status >= 400 else logging.INFO, "%s (from %s)", line, peer)
+            log.log(logging.WARNING if status >= 400 else logging.INFO, "%s (from %s)", printable(line), peer)
         REVIEW_SECONDS.observe(time.perf_counter() - started)
         return web.Response(status=status, body=answer, content_type="application/json")
 

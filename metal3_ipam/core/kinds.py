@@ -49,7 +49,10 @@ def group_of(api_version: str) -> str:
 
 
 # (apiVersion, kind) -> (group, kind): one tuple per kind, not one per object that is filed under it.
+# Only pairs of a length Kubernetes allows are kept (a group of 253 characters, a version and a kind
+# of 63): an admission review sent straight to the webhook port may carry kinds of megabytes.
 _KIND_OF: dict[tuple[Any, str], tuple[str, str]] = {}
+_KEPT_KIND_CHARS = 384
 
 
 def kind_of(obj: Any) -> tuple[str, str] | None:
@@ -59,6 +62,7 @@ def kind_of(obj: Any) -> tuple[str, str] | None:
     found = _KIND_OF.get((api_version, obj["kind"])) if isinstance(api_version, str) else None
     if found is None:
         found = (group_of(api_version) if isinstance(api_version, str) else "", obj["kind"])
-        if isinstance(api_version, str) and len(_KIND_OF) < 256:
+        if isinstance(api_version, str) and len(_KIND_OF) < 256 \
+                and len(api_version) + len(obj["kind"]) <= _KEPT_KIND_CHARS:
             _KIND_OF[(api_version, obj["kind"])] = found
     return found

@@ -79,7 +79,7 @@ def ip_of_name(name_prefix: str, name: str, version: int) -> netaddr.IPAddress |
 
 
 def is_dns1123_subdomain(name: str) -> bool:
-    return len(name) <= MAX_NAME_LENGTH and bool(_SUBDOMAIN.match(name))
+    return len(name) <= MAX_NAME_LENGTH and bool(_SUBDOMAIN.fullmatch(name))  # "$" alone lets a final "\n" by
 
 
 def name_prefix_problem(name_prefix: object) -> str | None:

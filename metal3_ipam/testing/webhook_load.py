@@ -278,6 +278,40 @@ if __name__ == "__main__":
         sys.exit(USAGE)
 
 
+class ServerProcess:
+    """:func:`serve` in a process, with a certificate of its own in ``directory``: started with ``with``, answering
+    once :meth:`__enter__` returns (``port``, ``context`` for its clients, ``pid``), stopped when the ``with`` ends."""
+
+    def __init__(self, directory: Path) -> None:
+        from metal3_ipam.testing.certs import Authority
+
+        self.directory = Path(directory)
+        self.authority = Authority.create()
+        self.authority.issue(self.directory)
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            self.port = s.getsockname()[1]
+        self.context = client_context(self.authority.pem)
+
+    def __enter__(self) -> "ServerProcess":
+        import subprocess
+
+        self.process = subprocess.Popen([sys.executable, "-m", "metal3_ipam.testing.webhook_load", "serve",
+                                         str(self.port), str(self.directory)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=(self.directory / "server.log").open("w"),
+                                        text=True)
+        self.pid = self.process.pid
+        line = self.process.stdout.readline().strip()
+        if line != "serving":
+            self.process.kill()
+            raise RuntimeError(f"the webhook server did not start: {line!r}")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.process.stdin.close()
+        self.process.wait(15)
+
+
 class HostileProcess:
     """:func:`hostile` in a process: started with ``with``, loaded once :meth:`__enter__` returns, and
     ``answers`` (status or failure -> count) known once the ``with`` ends."""

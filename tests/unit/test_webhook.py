@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import socket
 import ssl
@@ -367,8 +368,6 @@ def test_when_the_pools_cannot_be_listed_the_inventory_answers():
 # -- hostile clients ----------------------------------------------------------------------
 
 import logging  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 from metal3_ipam.controller.webhook import MESSAGE_CHARS, Limits, Malformed, read_review  # noqa: E402
@@ -601,16 +600,10 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
     stays within a bound, and an ordinary review is answered in under a second meanwhile, on a connection
     kept open as the API server keeps it (a new connection waits its turn behind the hostile ones: the
     connection cap test shows that it gets one)."""
-    authority = Authority.create()
-    authority.issue(tmp_path)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "metal3_ipam.testing.webhook_load", "serve", str(port),
-                               str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=(tmp_path / "server.log").open("w"), text=True)
-    try:
-        assert server.stdout.readline().strip() == "serving"
-        context = load.client_context(authority.pem)
+    with load.ServerProcess(tmp_path) as server, contextlib.ExitStack() as kept:
+        port, context, authority = server.port, server.context, server.authority
         api_server = load.KeptAlive(port, context)  # as the API server calls a webhook: on a kept connection
+        kept.callback(api_server.close)
         status, _ = api_server.post(CLAIM_PATH, load.review(load.claim_request()))
         assert status == 200
         before = load.rss_bytes(server.pid)
@@ -626,11 +619,6 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
             print(stage, hostile.answers, f"peak {load.rss_bytes(server.pid, 'VmHWM') / 2**20:.0f} MiB")
         peak = load.rss_bytes(server.pid, "VmHWM")
         after = load.rss_bytes(server.pid)
-    finally:
-        if "api_server" in locals():
-            api_server.close()
-        server.stdin.close()
-        server.wait(15)
     print(f"resident: {before / 2**20:.0f} MiB before, {peak / 2**20:.0f} MiB at the peak, {after / 2**20:.0f} after;"
           f" good reviews in {max(seconds for _, seconds, _ in good):.2f} s at most")
     assert all(status == 200 and seconds < 1.0 for status, seconds, _ in good), good
