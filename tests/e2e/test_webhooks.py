@@ -196,11 +196,12 @@ def _bind_claims(api, namespace: str, names: list[str]) -> tuple[list[float], li
     return admitted, bound
 
 
-def test_claims_bind_at_their_usual_speed_while_hostile_clients_hammer_the_webhook(webhook_controller, webhook_api,
-                                                                                    tmp_path):
+def test_claims_are_bound_without_a_stall_while_hostile_clients_hammer_the_webhook(webhook_controller, webhook_api,
+                                                                                     tmp_path):
     """Idle and half-sent connections, bodies over the cap and the largest refused review back to back, sent
     straight to the webhook port (a bounded load, for a bounded time): the API server's reviews are still
-    answered in under a second, claims are bound about as fast as without it, and /healthz says ok."""
+    answered in under a second, claims are bound without the stall judging on the controller's loop caused,
+    and /healthz says ok."""
     api = webhook_api
     namespace = new_namespace(api)
     pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "p"},
@@ -218,10 +219,11 @@ def test_claims_bind_at_their_usual_speed_while_hostile_clients_hammer_the_webho
           f"{hostile.answers}; creates admitted in {max(admitted):.3f} s at most; /healthz in {health:.3f} s")
     assert max(admitted) < 1.0, admitted
     assert health < 1.0
-    # The hostile clients run on the same two cores as the API server, etcd and the controller: some slowing
-    # is theirs. (With pool reviews judged on the controller's loop, eight clients sending the largest refused
-    # review back to back took binding from 0.06 s to 4 s.)
-    assert statistics.median(hammered) < 3 * statistics.median(usual) + 0.5, (usual, hammered)
+    # The hostile clients run on the same two cores as the API server, etcd and the controller, so binding
+    # slows by the CPU they take (measured 0.3-0.8 s against 0.03-0.06 s alone, from one run to another): what
+    # this bounds is the stall of reviews judged on the controller's loop, where eight clients sending the
+    # largest refused review back to back took binding from 0.06 s to 4 s.
+    assert statistics.median(hammered) < 1.5, (usual, hammered)
     assert sum(hostile.answers.values()) >= 30, hostile.answers  # the load did reach the webhook
 
 
