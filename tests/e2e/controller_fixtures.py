@@ -428,9 +428,15 @@ class Kube:
 
         return eventually(check, timeout=timeout, what=f"IPClaim {self.ns}/{claim} to get an errorMessage")
 
-    def gone(self, gv: tuple[str, str], plural: str, name: str, timeout: float = 30.0) -> None:
-        eventually(lambda: self.get(gv, plural, name) is None, timeout=timeout,
-                   what=f"{plural} {self.ns}/{name} to be gone")
+    def gone(self, gv: tuple[str, str], plural: str, name: str, timeout: float = 30.0, *,
+             uid: str | None = None) -> None:
+        """Wait until the object ``name`` is gone; with ``uid``, until that one is (the name may be taken anew)."""
+        def check() -> bool:
+            obj = self.get(gv, plural, name)
+            return obj is None or (uid is not None and obj["metadata"]["uid"] != uid)
+
+        eventually(check, timeout=timeout,
+                   what=f"{plural} {self.ns}/{name}{f' (uid {uid})' if uid else ''} to be gone")
 
     def warning_event(self, object_name: str, reason: str, timeout: float = 30.0) -> client.CoreV1Event:
         def check():

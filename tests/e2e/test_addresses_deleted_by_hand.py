@@ -40,9 +40,16 @@ def named_by_statuses(kube: Kube) -> dict[tuple[str, str], list[str]]:
 
 
 def strip_and_delete(kube: Kube, gv: tuple[str, str], plural: str, name: str) -> None:
+    """Delete the object ``name`` as a user does by hand, finalizers stripped, and wait until it is gone.
+
+    Gone is that object, by uid: the controller makes a new one of the same name for the claim that
+    holds the IP as soon as it sees the old one go (often before the next read), which is what the test
+    checks afterwards. Waiting for the name itself to be free waited on that new object for ever.
+    """
+    uid = kube.get(gv, plural, name)["metadata"]["uid"]
     kube.delete(gv, plural, name)
-    kube.patch(gv, plural, name, {"metadata": {"finalizers": None}})
-    kube.gone(gv, plural, name)
+    kube.patch(gv, plural, name, {"metadata": {"uid": uid, "finalizers": None}})
+    kube.gone(gv, plural, name, uid=uid)
 
 
 def own_ip(kube: Kube, kind: str, name: str) -> str | None:

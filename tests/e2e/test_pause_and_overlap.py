@@ -206,7 +206,9 @@ def test_shared_pool_pause_follows_each_claims_cluster(controller, kube, control
         for kind, name in A_GOING:
             for names in going[(kind, name)].values():
                 for resource, address in names:
-                    kube.gone(METAL3 if resource == "addresses" else CAPI, "ipaddresses", address)
+                    # That object: a claim of ca's new ones may take the freed IP, and its lock the name.
+                    kube.gone(METAL3 if resource == "addresses" else CAPI, "ipaddresses", address,
+                              uid=before.objects[resource][address]["metadata"]["uid"])
         state = wait_converged(kube, expect_errors=set())
         assert all(ips_by_name(state, {name for _, name in A_NEW}).values())
 
