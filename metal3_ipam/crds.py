@@ -822,7 +822,9 @@ def _incluster_ip_pool_spec() -> dict[str, Any]:
                                "(reserved by default; a /31 or /32, /127 or /128 reserves nothing).",
             },
             "addressReuseGracePeriodSeconds": {
-                "type": "integer", "format": "int32", "minimum": 0,
+                # The API server does not bound an int32 by its format: a larger value would break the
+                # decoding of the pool by every Go client.
+                "type": "integer", "format": "int32", "minimum": 0, "maximum": 2**31 - 1,
                 "description": "How long an address stays held after its claim is deleted (0: none).",
             },
         },

@@ -81,7 +81,7 @@ def test_spec_and_status_fields(kind):
         assert spec["required"] == ["addresses", "prefix"]
         assert (spec["properties"]["prefix"]["minimum"], spec["properties"]["prefix"]["maximum"]) == (0, 128)
         grace = spec["properties"]["addressReuseGracePeriodSeconds"]
-        assert (grace["format"], grace["minimum"]) == ("int32", 0)
+        assert (grace["format"], grace["minimum"], grace["maximum"]) == ("int32", 0, incluster.MAX_GRACE_SECONDS)
         assert set(conversion.V1ALPHA2_ONLY) <= set(spec["properties"])
         old = versions(kind)["v1alpha1"]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         assert set(old["properties"]) == {"addresses", "subnet", "start", "end", "prefix", "gateway"}
