@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import incluster as ic
 from metal3_ipam.core.allocator import POOL_EXHAUSTED, AllocationError, Allocator
+from field_paths import value_at
 
 FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-incluster-state.yaml"
@@ -283,16 +284,6 @@ def test_counts_are_the_brute_force_counts(case, data):
 
 # -- refusals name their field and value ------------------------------------------------------
 
-def resolve(spec, field):
-    """The value at ``field`` (``spec.addresses[2]``) of ``{"spec": spec}``; None when absent."""
-    node = {"spec": spec}
-    for name, index in re.findall(r"([A-Za-z]+)(?:\[(\d+)\])?", field):
-        node = node.get(name)
-        if index:
-            node = node[int(index)]
-    return node
-
-
 junk_text = st.sampled_from(["10.0.0.1", "10.0.0.0/30", "10.0.0.9-10.0.0.3", "10.0.0.1-10.0.0.4", "2001:db8::1",
                              "2001:db8::/126", "10.0.0.0/33", "x", "", "10.1.0.0/24", "192.168.0.1",
                              "10.0.0.1-2001:db8::1", "10.0.0.256", " 10.0.0.1"])
@@ -312,7 +303,7 @@ def test_every_refusal_names_its_field_and_value(spec):
     assert (pool is None) == bool(problems)
     for problem in problems:
         assert problem.field.startswith("spec")
-        value = resolve(spec, problem.field)
+        value = value_at(spec, problem.field)
         assert problem.value == value, (problem, spec)
         assert repr(value) in str(problem) or f'"{value}"' in str(problem)
 

@@ -6,13 +6,13 @@ Properties against a brute force over every aligned sub-prefix of small pools.
 from __future__ import annotations
 
 import ipaddress
-import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metal3_ipam.core import prefixes as px
+from field_paths import value_at
 
 FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 BASE = int(ipaddress.ip_address("2001:db8::"))
@@ -169,15 +169,6 @@ def obj(**spec):
             "metadata": {"name": "pp", "namespace": "ns"}, "spec": spec}
 
 
-def resolve(spec, field):
-    node = {"spec": spec}
-    for name, index in re.findall(r"([A-Za-z]+)(?:\[(\d+)\])?", field):
-        node = node.get(name)
-        if index:
-            node = node[int(index)]
-    return node
-
-
 junk = st.sampled_from(["2001:db8::/48", "2001:db8::/64", "2001:db8::1/64", "2001:db8::/96", "10.0.0.0/8",
                         "2001:db8::1", "2001:db8::1-2001:db8::9", "x", "", "2001:db8::/129"])
 
@@ -193,7 +184,7 @@ def test_every_refusal_names_its_field_and_value(spec):
     pool, problems = px.read_prefix_pool(spec)
     assert (pool is None) == bool(problems)
     for problem in problems:
-        expected = resolve(spec, problem.field)
+        expected = value_at(spec, problem.field)
         if problem.field == "spec.allocationPrefixLength" and expected in (None, 0):
             expected = 64
         assert problem.value == expected, (problem, spec)
