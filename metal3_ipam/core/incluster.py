@@ -350,11 +350,8 @@ def _why_not_in_set(pool: Pool, spec: Mapping[str, Any], ip: int) -> tuple[str, 
 
 def validate_ip_pool_delete(obj: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
     """A pool with IPAddresses is not deleted, unless the skip annotation is set (any value),
-    ``clusterctl move`` deletes it (its addresses go to the target with it), or it is deleting already."""
-    return _delete_problems(obj, in_use)
-
-
-def _delete_problems(obj: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
+    ``clusterctl move`` deletes it (its addresses go to the target with it), or it is deleting already.
+    The same for prefix pools."""
     if not isinstance(obj, Mapping) or not in_use or is_deleting(obj) or deleted_for_move(obj) \
             or SKIP_DELETE_VALIDATION_ANNOTATION in annotations(obj):
         return []

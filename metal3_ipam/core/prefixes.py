@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .addresses import AddressError, ip_from_int, parse_cidr, parse_ip
-from .incluster import GROUP, Counts, _delete_problems, read_span
+from .incluster import GROUP, Counts, read_span, validate_ip_pool_delete
 from .intervals import IntervalSet, normalise, subtract
 from .pool import _within
 from .problems import Problem
@@ -254,5 +254,5 @@ def validate_prefix_pool_update(old: Any, new: Any,
 
 def validate_prefix_pool_delete(obj: Any, in_use: Mapping[str, object] | None) -> list[Problem]:
     """As an IP pool: refused while IPAddresses name it, unless skipped, moved or deleting already."""
-    return _delete_problems(obj, in_use)
+    return validate_ip_pool_delete(obj, in_use)
 
