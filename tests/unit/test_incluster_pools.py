@@ -395,3 +395,21 @@ def test_delete():
     moved = pool_object({"clusterctl.cluster.x-k8s.io/delete-for-move": ""}, **OLD["spec"])
     assert ic.validate_ip_pool_delete(skip, in_use) == []
     assert ic.validate_ip_pool_delete(moved, in_use) == []
+
+
+@FAST
+@given(small_pools(), st.data())
+def test_an_update_is_refused_exactly_for_the_addresses_in_use_it_drops(case, data):
+    spec, model, (net_first, net_last) = case
+    around = st.integers(max(0, net_first - 2), net_last + 2).map(lambda v: str(ipaddress.ip_address(v)))
+    in_use = {f"a{i}": text for i, text in enumerate(data.draw(st.lists(around, max_size=6, unique=True)))}
+    problems = ic.validate_ip_pool_update(OLD, pool_object(**spec), in_use)
+    assert {p.value for p in problems} == {t for t in in_use.values() if ip(t) not in model}
+    for problem in problems:
+        value = ip(problem.value)
+        assert problem.field.startswith(("spec.addresses", "spec.gateway", "spec.excludedAddresses[",
+                                         "spec.allocateReservedIPAddresses"))
+        if problem.field == "spec.gateway":
+            assert value == ip(spec["gateway"])
+        elif problem.field.startswith("spec.excludedAddresses["):
+            assert str(value_at(spec, problem.field)) in problem.message
