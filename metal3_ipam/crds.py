@@ -1,6 +1,7 @@
-"""CustomResourceDefinitions of ``ipam.metal3.io/v1alpha1``: IPPool, IPClaim, IPAddress.
+"""CustomResourceDefinitions of ``ipam.metal3.io/v1alpha1`` (IPPool, IPClaim, IPAddress) and of
+the Cluster API in-cluster provider's pools (``ipam.cluster.x-k8s.io``, see below).
 
-This module is the single source of the three CRD schemas. The YAML files under
+This module is the single source of these CRD schemas. The YAML files under
 ``config/crd/`` are generated from it::
 
     python -m metal3_ipam.crds           # (re)write config/crd/bases/*.yaml and the kustomization
@@ -757,32 +758,216 @@ def _ipaddress_crd() -> dict[str, Any]:
     )
 
 
+# --- the Cluster API in-cluster provider's pools ---------------------------------------------
+#
+# InClusterIPPool, GlobalInClusterIPPool, InClusterPrefixPool and GlobalInClusterPrefixPool of
+# ``ipam.cluster.x-k8s.io``, in the shapes of the Go in-cluster provider (its names, versions,
+# fields, printer columns, categories; ``clusterctl.cluster.x-k8s.io/move-hierarchy`` on all four),
+# so its users' manifests and tools keep working. The IP pools also serve the deprecated v1alpha1,
+# converted by the controller's ``/convert`` webhook (core/conversion.py). Two departures: the
+# v1alpha1 columns First and Last show ``spec.start``/``spec.end`` (the Go CRD points them at
+# fields that do not exist, so they are always empty), and the contract labels name v1alpha2.
+
+INCLUSTER_GROUP = kinds.CAPI_IPAM_GROUP
+INCLUSTER_VERSION = "v1alpha2"
+INCLUSTER_OLD_VERSION = "v1alpha1"
+INCLUSTER_KINDS = ("InClusterIPPool", "GlobalInClusterIPPool", "InClusterPrefixPool", "GlobalInClusterPrefixPool")
+CONVERSION_PATH = "/convert"
+# The webhook Service as config/webhook/service.yaml names it; kustomize (config/default) renames
+# it and sets its namespace, cert-manager injects the CA (replacements there).
+WEBHOOK_SERVICE = {"name": "webhook-service", "namespace": "system"}
+
+
+def _strings(description: str) -> dict[str, Any]:
+    return {"type": "array", "description": description, "items": {"type": "string"}}
+
+
+def _ip_addresses_status() -> dict[str, Any]:
+    def count(what: str) -> dict[str, Any]:
+        return {"type": "integer", "description": f"{what} Counts beyond 2^63-1 are reported as 2^63-1."}
+    return {
+        "type": "object",
+        "description": "Status of the pool.",
+        "properties": {
+            "ipAddresses": {
+                "type": "object",
+                "description": "Counts of the pool's addresses (prefix pools: sub-prefixes).",
+                "required": ["free", "outOfRange", "total", "used"],
+                "properties": {
+                    "total": count("How many the pool can hand out."),
+                    "used": count("How many IPAddresses name the pool (those out of range and held ones too)."),
+                    "free": count("How many are left to hand out: total less the in-range ones in use."),
+                    "outOfRange": count("How many in use the pool's spec no longer holds."),
+                },
+            },
+        },
+    }
+
+
+def _incluster_ip_pool_spec() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The addresses of an in-cluster IP pool.",
+        "required": ["addresses", "prefix"],
+        "properties": {
+            "addresses": _strings("Addresses to hand out: IPs, a-b ranges and CIDRs (host bits ignored), "
+                                  "of one family."),
+            "prefix": _prefix("Prefix length of the network the addresses are in; handed out with each address."),
+            "gateway": {"type": "string", "description": "Gateway handed out with each address; never handed out "
+                                                          "itself."},
+            "excludedAddresses": _strings("Addresses never handed out: IPs, a-b ranges and CIDRs."),
+            "allocateReservedIPAddresses": {
+                "type": "boolean",
+                "description": "Also hand out the first address of the prefix's network and, for IPv4, its last "
+                               "(reserved by default; a /31 or /32, /127 or /128 reserves nothing).",
+            },
+            "addressReuseGracePeriodSeconds": {
+                # The API server does not bound an int32 by its format: a larger value would break the
+                # decoding of the pool by every Go client.
+                "type": "integer", "format": "int32", "minimum": 0, "maximum": 2**31 - 1,
+                "description": "How long an address stays held after its claim is deleted (0: none).",
+            },
+        },
+    }
+
+
+def _incluster_ip_pool_v1alpha1_spec() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The addresses of an in-cluster IP pool (deprecated version).",
+        "properties": {
+            "addresses": _strings("Addresses to hand out: IPs, a-b ranges and CIDRs."),
+            "subnet": {"type": "string", "description": "Subnet to hand out addresses from."},
+            "start": {"type": "string", "description": "First address to hand out (default: the subnet's first "
+                                                        "host)."},
+            "end": {"type": "string", "description": "Last address to hand out (default: the subnet's last host)."},
+            "prefix": {"type": "integer", "maximum": 128, "description": "Prefix length (default: the subnet's)."},
+            "gateway": {"type": "string", "description": "Gateway handed out with each address."},
+        },
+    }
+
+
+def _incluster_prefix_pool_spec() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The IPv6 prefixes of a prefix pool, handed out as aligned sub-prefixes.",
+        "required": ["prefixes"],
+        "properties": {
+            "prefixes": _strings("IPv6 CIDRs, network-aligned, no longer than allocationPrefixLength."),
+            "allocationPrefixLength": {
+                "type": "integer", "default": 64, "minimum": 1, "maximum": 128,
+                "description": "Length of the sub-prefixes handed out. Immutable.",
+            },
+            "gateway": {"type": "string", "description": "Gateway written on every IPAddress; informational only "
+                                                          "(never kept from claims)."},
+            "excludedPrefixes": _strings("IPv6 IPs, a-b ranges and CIDRs no sub-prefix handed out may overlap."),
+        },
+    }
+
+
+def _counts_columns() -> list[dict[str, Any]]:
+    return [{"name": name, "type": "integer", "jsonPath": f".status.ipAddresses.{name.lower()}",
+             "description": f"{name} addresses"} for name in ("Total", "Free", "Used")]
+
+
+def _incluster_crd(kind: str) -> dict[str, Any]:
+    plural = kind.lower() + "s"
+    is_ip_pool = "IPPool" in kind
+    description = {
+        "InClusterIPPool": "InClusterIPPool is a set of IP addresses claims of its namespace are served from.",
+        "GlobalInClusterIPPool": "GlobalInClusterIPPool is a set of IP addresses claims of any namespace are "
+                                 "served from.",
+        "InClusterPrefixPool": "InClusterPrefixPool hands out IPv6 sub-prefixes to claims of its namespace.",
+        "GlobalInClusterPrefixPool": "GlobalInClusterPrefixPool hands out IPv6 sub-prefixes to claims of any "
+                                     "namespace.",
+    }[kind]
+    spec = _incluster_ip_pool_spec() if is_ip_pool else _incluster_prefix_pool_spec()
+    first_column = ({"name": "Addresses", "type": "string", "jsonPath": ".spec.addresses",
+                     "description": "Addresses of the pool"} if is_ip_pool else
+                    {"name": "Prefixes", "type": "string", "jsonPath": ".spec.prefixes",
+                     "description": "Prefixes of the pool"})
+    versions = [{
+        "name": INCLUSTER_VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": _root_schema(description, spec, _ip_addresses_status())},
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [first_column] + _counts_columns(),
+    }]
+    crd_spec: dict[str, Any] = {
+        "group": INCLUSTER_GROUP,
+        "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
+                  "categories": ["cluster-api"]},
+        "scope": "Cluster" if kind.startswith("Global") else "Namespaced",
+        "versions": versions,
+    }
+    if is_ip_pool:
+        old_columns = [
+            {"name": "Subnet", "type": "string", "jsonPath": ".spec.subnet", "description": "Subnet of the pool"},
+            {"name": "First", "type": "string", "jsonPath": ".spec.start", "description": "First address"},
+            {"name": "Last", "type": "string", "jsonPath": ".spec.end", "description": "Last address"},
+        ] + ([first_column] if not kind.startswith("Global") else []) + _counts_columns()
+        versions.insert(0, {
+            "name": INCLUSTER_OLD_VERSION,
+            "served": True,
+            "storage": False,
+            "deprecated": True,
+            "schema": {"openAPIV3Schema": _root_schema(description, _incluster_ip_pool_v1alpha1_spec(),
+                                                       _ip_addresses_status())},
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": old_columns,
+        })
+        crd_spec["conversion"] = {
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": {**WEBHOOK_SERVICE, "path": CONVERSION_PATH}},
+            },
+        }
+    for version in versions:  # an object without spec is the webhook's to refuse, as in the Go provider
+        version["schema"]["openAPIV3Schema"].pop("required")
+    labels = {PROVIDER_LABEL: PROVIDER_NAME, CLUSTERCTL_LABEL: "", MOVE_HIERARCHY_LABEL: "",
+              **{contract: INCLUSTER_VERSION for contract in CONTRACT_LABELS}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{INCLUSTER_GROUP}", "labels": dict(sorted(labels.items()))},
+        "spec": crd_spec,
+    }
+
+
 # --- public API -----------------------------------------------------------------------------
 
-KINDS = ("IPPool", "IPClaim", "IPAddress")
-_BUILDERS = {"IPPool": _ippool_crd, "IPClaim": _ipclaim_crd, "IPAddress": _ipaddress_crd}
+KINDS = ("IPPool", "IPClaim", "IPAddress")  # of ipam.metal3.io
+ALL_KINDS = KINDS + INCLUSTER_KINDS
+_BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {
+    "IPPool": _ippool_crd, "IPClaim": _ipclaim_crd, "IPAddress": _ipaddress_crd,
+    **{kind: (lambda kind=kind: _incluster_crd(kind)) for kind in INCLUSTER_KINDS},
+}
 
 
 def crd_definitions() -> list[dict[str, Any]]:
-    """The three CRDs (IPPool, IPClaim, IPAddress) as fresh dicts, ready to apply."""
-    return [_BUILDERS[kind]() for kind in KINDS]
+    """Every CRD this provider installs (the three of ipam.metal3.io, then the in-cluster provider's
+    four pools), as fresh dicts, ready to apply."""
+    return [_BUILDERS[kind]() for kind in ALL_KINDS]
 
 
 def crd_for_kind(kind: str) -> dict[str, Any]:
-    """The CRD of one kind (``IPPool``, ``IPClaim`` or ``IPAddress``)."""
+    """The CRD of one kind (``IPPool``, ``IPClaim``, ``IPAddress`` or one of ``INCLUSTER_KINDS``)."""
     try:
         return _BUILDERS[kind]()
     except KeyError:
-        raise KeyError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}") from None
+        raise KeyError(f"unknown kind {kind!r}; expected one of {', '.join(ALL_KINDS)}") from None
 
 
 def openapi_schema(kind: str) -> dict[str, Any]:
-    """The ``openAPIV3Schema`` of one kind's served version."""
-    return copy.deepcopy(crd_for_kind(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    """The ``openAPIV3Schema`` of one kind's stored version."""
+    [stored] = [v for v in crd_for_kind(kind)["spec"]["versions"] if v["storage"]]
+    return copy.deepcopy(stored["schema"]["openAPIV3Schema"])
 
 
 def _file_name(crd: dict[str, Any]) -> str:
-    return f"{GROUP}_{crd['spec']['names']['plural']}.yaml"
+    return f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"
 
 
 def _dump(document: dict[str, Any]) -> str:
@@ -801,8 +986,14 @@ def rendered_files() -> dict[Path, str]:
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [f"bases/{_file_name(crd)}" for crd in crds],
+        "configurations": ["kustomizeconfig.yaml"],
     }
     files[CRD_DIR / "kustomization.yaml"] = _GENERATED_HEADER + yaml.safe_dump(kustomization, sort_keys=False)
+    # The conversion webhooks name the webhook Service: kustomize renames them with it.
+    config = {"nameReference": [{"kind": "Service", "version": "v1", "fieldSpecs": [
+        {"kind": "CustomResourceDefinition", "version": "v1", "group": "apiextensions.k8s.io",
+         "path": "spec/conversion/webhook/clientConfig/service/name"}]}]}
+    files[CRD_DIR / "kustomizeconfig.yaml"] = _GENERATED_HEADER + yaml.safe_dump(config, sort_keys=False)
     return files
 
 
@@ -859,7 +1050,7 @@ def generator_main(argv: list[str] | None, module: str, what: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    return generator_main(argv, "metal3_ipam.crds", "the ipam.metal3.io CRD manifests under config/crd/",
+    return generator_main(argv, "metal3_ipam.crds", "the CRD manifests under config/crd/",
                           stale_files, write_files)
 
 

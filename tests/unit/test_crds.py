@@ -1,5 +1,7 @@
 """The ipam.metal3.io CRDs (metal3_ipam/crds.py, config/crd/) and the manifests in samples/.
 
+The in-cluster provider's pool CRDs have tests of their own (test_incluster_crds.py).
+
 The API server itself is exercised by the end-to-end tests; here the schemas are checked
 offline: generated files in sync, bounds that CEL cost estimation needs, names, columns and
 labels, and the samples against the schemas. The CEL rules are mirrored in Python below
@@ -55,7 +57,12 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         docs = [d for d in yaml.safe_load_all((bases / f"ipam.metal3.io_{name}.yaml").read_text()) if d]
         assert len(docs) == 1
         by_kind[docs[0]["spec"]["names"]["kind"]] = docs[0]
-    assert set(by_kind) == {"IPPool", "IPClaim", "IPAddress"}
+    for name in ("inclusterippools", "globalinclusterippools", "inclusterprefixpools", "globalinclusterprefixpools"):
+        docs = [d for d in yaml.safe_load_all((bases / f"ipam.cluster.x-k8s.io_{name}.yaml").read_text()) if d]
+        assert len(docs) == 1
+        by_kind[docs[0]["spec"]["names"]["kind"]] = docs[0]
+    assert set(by_kind) == {"IPPool", "IPClaim", "IPAddress", "InClusterIPPool", "GlobalInClusterIPPool",
+                            "InClusterPrefixPool", "GlobalInClusterPrefixPool"}
     for crd in crds.crd_definitions():
         assert by_kind[crd["spec"]["names"]["kind"]] == crd
     kustomization = yaml.safe_load((ROOT / "config/crd/kustomization.yaml").read_text())
@@ -63,6 +70,10 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         "bases/ipam.metal3.io_ippools.yaml",
         "bases/ipam.metal3.io_ipclaims.yaml",
         "bases/ipam.metal3.io_ipaddresses.yaml",
+        "bases/ipam.cluster.x-k8s.io_inclusterippools.yaml",
+        "bases/ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
+        "bases/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
+        "bases/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
     ]
 
 

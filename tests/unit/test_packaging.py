@@ -117,8 +117,19 @@ def test_every_object_is_labelled_and_namespaced_objects_live_in_the_namespace(r
 
 def test_the_crds_are_the_generated_ones(rendered):
     mine = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "CustomResourceDefinition"}
+    service, certificate = one(rendered, "Service"), one(rendered, "Certificate")
+    converted = 0
     for crd in crds.crd_definitions():
-        assert mine[crd["metadata"]["name"]]["spec"] == crd["spec"]
+        spec = crd["spec"]
+        if "conversion" in spec:
+            # The conversion webhook calls the rendered Service, with the serving certificate's CA.
+            spec["conversion"]["webhook"]["clientConfig"]["service"].update(
+                name=service["metadata"]["name"], namespace=NAMESPACE)
+            assert mine[crd["metadata"]["name"]]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+                f"{NAMESPACE}/{certificate['metadata']['name']}"
+            converted += 1
+        assert mine[crd["metadata"]["name"]]["spec"] == spec
+    assert converted == 2
 
 
 def test_the_webhooks_reach_the_service_and_carry_the_injected_ca(rendered):
