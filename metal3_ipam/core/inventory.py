@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import kinds
 from . import objects as o
-from . import pool_kinds
+from . import pools
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -49,7 +49,7 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
-SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+SERVED = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
@@ -134,7 +134,7 @@ class Inventory:
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if (kind not in SERVED and kind not in kinds.POOL_KINDS) or not o.name(obj):
+        if (kind not in SERVED and kind not in pools.REGISTRY) or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 
@@ -159,7 +159,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         self.filed += 1
-        if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
+        if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
@@ -248,13 +248,13 @@ class Inventory:
         if obj is None:
             return None
         kind, ns, name = key
-        if kind in kinds.POOL_KINDS:
+        if kind in pools.REGISTRY:
             return o.PoolKey(ns, name, kind)
         return None if kind == kinds.CLUSTER else o.pool_of(obj)
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
-        if kind in kinds.POOL_KINDS:
+        if kind in pools.REGISTRY:
             pool_key = o.PoolKey(ns, name, kind)
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
@@ -305,7 +305,7 @@ class Inventory:
                     held[ip] = rest
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_in(ns)) if incoming is None else set()
-        if kind in kinds.POOL_KINDS:
+        if kind in pools.REGISTRY:
             if incoming is None:
                 self._models.pop(key, None)
                 names = self._pool_names.get(ns, set())
@@ -371,7 +371,7 @@ class Inventory:
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
         return {key for key in self._pool_names.get(namespace, ())
-                if o.spec(self.objects[(key.kind, namespace, key.name)]).get("clusterName") == cluster}
+                if pools.REGISTRY[key.kind].cluster_name(self.objects[(key.kind, namespace, key.name)]) == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
@@ -396,7 +396,7 @@ class Inventory:
         cached = self._models.get(key)
         if ident is not None and cached is not None and cached[0] == ident:
             return cached[1], cached[2]
-        model, problems = pool_kinds.read(pool)
+        model, problems = pools.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
         return model, problems
@@ -431,8 +431,9 @@ class Inventory:
         model = None
         if pool is not None:
             model = self.pool_model(pool)
-            if o.spec(pool).get("clusterName"):
-                cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
+            cluster_name = pools.REGISTRY[pool_key.kind].cluster_name(pool)
+            if cluster_name:
+                cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
@@ -447,7 +448,7 @@ class Inventory:
             capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
-            now=now, rng=rng)
+            now=now, rng=rng, pool_kind=pool_key.kind)
 
 
 class Listed:

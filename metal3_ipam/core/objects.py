@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from . import kinds
+from .pools import REGISTRY as POOL_KINDS
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
             pool_kind = kinds.IPPOOL
             if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
-                if pool_kind not in kinds.POOL_KINDS:
+                if pool_kind not in POOL_KINDS:
                     return None
             return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
@@ -191,7 +192,9 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
-        if pool_kind in kinds.POOL_KINDS and pool.get("name"):
+        if pool_kind is not None and type(pool_kind[0]) is str and type(pool_kind[1]) is str \
+                and pool_kind in POOL_KINDS and kinds.CAPI_CLAIM in POOL_KINDS[pool_kind].claim_kinds \
+                and pool.get("name"):
             return _one_pool(PoolKey(ns, str(pool["name"]), pool_kind))
         return None
     return None

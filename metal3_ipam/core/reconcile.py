@@ -62,7 +62,7 @@ from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
 from .several import each
-from . import pool_kinds
+from . import pools
 from .pool import Pool
 from .problems import Problem, errors
 
@@ -100,6 +100,7 @@ class Snapshot:
     model: tuple[Pool | None, list[Problem]] | None = None
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
+    pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
 
 
 def reconcile(snap: Snapshot) -> Plan:
@@ -166,7 +167,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
 def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
     if snap.pool is None:
         return None, []
-    return snap.model if snap.model is not None else pool_kinds.read(snap.pool)
+    return snap.model if snap.model is not None else pools.read(snap.pool)
 
 
 # Decisions between two yields of a pass: about a millisecond of work (the caller
@@ -182,6 +183,8 @@ class _Reconciler:
         self.status_due = status_due
         self.plan = Plan()
         self.pool_obj = snap.pool
+        self.kind = pools.REGISTRY[snap.pool_kind]
+        self.finalizers = self.kind.finalizers
         self.pool: Pool | None = None
         self.pool_problem: str | None = None
         if snap.pool is not None:
@@ -311,8 +314,13 @@ class _Reconciler:
         if not self.snap.clusters_served:
             return None
         names = [o.cluster_name_of(claim) if claim is not None else None,
-                 o.spec(self.pool_obj).get("clusterName") if self.pool_obj is not None else None]
+                 self.kind.cluster_name(self.pool_obj) if self.pool_obj is not None else None]
         return next((str(n) for n in names if n and self.snap.cluster_named(str(n)) is None), None)
+
+    def pool_text(self) -> str:
+        """The pool as messages name it: its kind, and its namespace when it has one."""
+        where = "" if self.kind.cluster_scoped else f"{self.snap.namespace}/"
+        return f"{self.kind.kind[1]} {where}{self.snap.pool_name}"
 
     def cluster_text(self, name: str) -> str:
         return f"Cluster {self.snap.namespace}/{name}"
@@ -328,19 +336,19 @@ class _Reconciler:
         # One step for all the pool's own writes, status last: run as separate
         # steps, the status write would overtake a conditional metadata write
         # and make it fail.
-        step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}", about=o.ref(pool))
+        step = self.pool_step = self.plan.step(self.pool_text(), about=o.ref(pool))
         ref = o.ref(pool)
-        finalizer = kinds.FINALIZERS[kinds.kind_of(pool)]
+        finalizer = self.finalizers.pool
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
             if finalizer in o.finalizers(pool) and not in_use:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
-                self.plan.notes.append(f"IPPool {o.name(pool)} waits for {in_use} address(es) to go")
+                self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for {in_use} address(es) to go")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))
-        cluster_name = o.spec(pool).get("clusterName")
+        cluster_name = self.kind.cluster_name(pool)
         if not cluster_name:
             return
         # As the Go Metal3 IPAM labels a pool of a Cluster: its Cluster and this provider.
@@ -378,9 +386,7 @@ class _Reconciler:
         current = o.status(pool)
         counts: dict[str, Any] = {}
         if self.pool is not None:
-            counts["capacity"] = str(self.pool.capacity())
-            counts["allocated"] = str(ledger.allocated)
-            counts["free"] = str(self.allocator.free_count)
+            counts = self.kind.status(pools.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
@@ -402,9 +408,10 @@ class _Reconciler:
             ledger.status_held = True
             return
         desired: dict[str, Any] = {}
-        desired["indexes"], omitted = yield from ledger.index.build(ledger.bound)
-        if omitted:
-            desired["indexesOmitted"] = omitted
+        if self.kind.indexes:
+            desired["indexes"], omitted = yield from ledger.index.build(ledger.bound)
+            if omitted:
+                desired["indexesOmitted"] = omitted
         desired.update(counts)
         desired["conditions"] = conditions
         ledger.status_held = False
@@ -434,7 +441,7 @@ class _Reconciler:
 
     def tend_address(self, address: dict) -> None:
         key = o.claim_of_address(address)
-        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.IPADDRESS],
+        self.tend(address, self.claim_key_of(address, key), finalizer=self.finalizers.address[kinds.IPADDRESS],
                   subject=f"IPAddress {o.namespace(address)}/{o.name(address)}",
                   claim_ref=_claim_ref_of_address(address, key))
 
@@ -442,7 +449,7 @@ class _Reconciler:
         key = o.claim_of_capi_address(address)
         claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address),
                           key[1] if key else "", o.claim_uid_of(address, key) if key else None)
-        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.CAPI_ADDRESS],
+        self.tend(address, self.claim_key_of(address, key), finalizer=self.finalizers.address[kinds.CAPI_ADDRESS],
                   subject=f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}",
                   claim_ref=claim_ref)
 
@@ -473,7 +480,7 @@ class _Reconciler:
         key = o.claim_key(claim)
         kind = kinds.kind_of(claim)
         step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))
-        finalizer = kinds.FINALIZERS[kind]
+        finalizer = self.finalizers.claim[kind]
         mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
             others = [f for f in o.finalizers(claim) if f != finalizer]
@@ -488,7 +495,7 @@ class _Reconciler:
                 return
             self.release(claim, step, mine, finalizer)
             return
-        live = _held(mine)
+        live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
@@ -512,7 +519,7 @@ class _Reconciler:
 
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
-        live = _held(self.ledger.addresses_of(key)) or _live(self.ledger.mirrors_of(key))
+        live = _held(self.ledger.addresses_of(key), self.finalizers.address[kinds.IPADDRESS]) or _live(self.ledger.mirrors_of(key))
         if live:
             self.ledger.bound[key] = _text_of(live[0])
 
@@ -522,9 +529,9 @@ class _Reconciler:
             self.remember_binding(claim)
             return
         for address in mine:
-            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
+            _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         for mirror in self.ledger.mirrors_of(o.claim_key(claim)):
-            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
@@ -544,7 +551,7 @@ class _Reconciler:
         if ip is None or self.pool is None:
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"its IPAddress {o.name(mirror)} holds {o.spec(mirror).get('address')!r}, which cannot be "
-                             f"adopted: " + ("not an IP address" if ip is None else f"IPPool {self.snap.pool_name} is invalid"))
+                             f"adopted: " + ("not an IP address" if ip is None else f"{self.kind.kind[1]} {self.snap.pool_name} is invalid"))
         spec = o.spec(mirror)
         entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
@@ -578,7 +585,7 @@ class _Reconciler:
                 self.plan.notes.append(f"{o.name(claim)}: {len(live)} addresses, none bound yet")
             return keep
         for address in extra:
-            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
+            _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         return keep
 
     def bound_address_name(self, claim: dict, live: list[dict]) -> str | None:
@@ -620,7 +627,7 @@ class _Reconciler:
         keep = preferred if any(m is preferred for m in matching) else (matching[0] if matching else None)
         stray = [m for m in mirrors if m is not keep]
         for mirror in stray:
-            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if keep is not None:
             return keep
         if any(o.name(m) == o.name(claim) for m in self.ledger.mirrors_of(o.claim_key(claim))):
@@ -655,7 +662,7 @@ class _Reconciler:
         if missing is not None:
             return self.wait(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
                                           "once it exists (a moved Cluster's claims may be seen before it)")
-        pool_ref = f"IPPool {self.snap.namespace}/{self.snap.pool_name}"
+        pool_ref = self.pool_text()
         if self.pool_obj is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} not found")
         if o.is_deleting(self.pool_obj):
@@ -803,7 +810,7 @@ class _Reconciler:
         metadata: dict[str, Any] = {
             "name": address_name(self.pool.name_prefix, ip),
             "namespace": o.namespace(pool),
-            "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
+            "finalizers": [self.finalizers.address[kinds.IPADDRESS]],
             # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it
             # writes). Our finalizer, not the garbage collector, keeps the address while its claim lives.
             "ownerReferences": [_owner(pool), _owner(claim)],
@@ -832,7 +839,7 @@ class _Reconciler:
         metadata: dict[str, Any] = {
             "name": o.name(claim),
             "namespace": o.namespace(claim),
-            "finalizers": [kinds.FINALIZERS[kinds.CAPI_ADDRESS]],
+            "finalizers": [self.finalizers.address[kinds.CAPI_ADDRESS]],
             "ownerReferences": [_owner(claim, controller=True, block=True)]
                                + ([_owner(pool, block=True)] if pool is not None else []),
         }
@@ -924,12 +931,11 @@ def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def _held(addresses: list[dict]) -> list[dict]:
+def _held(addresses: list[dict], finalizer: str) -> list[dict]:
     """The addresses a live claim holds, those not being deleted first: an address being
     deleted is kept by its finalizer while its claim exists (unless deleted for a move).
     A claim bound to an address being deleted keeps it and is not given a second one;
     one being deleted that the claim is not bound to is an extra, let go like any other."""
-    finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
     held = [a for a in addresses if not o.is_deleting(a)
             or (finalizer in o.finalizers(a) and not o.deleted_for_move(a))]
     return sorted(held, key=o.is_deleting)

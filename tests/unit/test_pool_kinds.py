@@ -1,4 +1,4 @@
-"""A second kind of pool is an addition: its kind, a reader of its spec, its finalizer; nothing else changes.
+"""A second kind of pool is an addition: one ``PoolKind`` in the registry; nothing else changes.
 
 An IPPool and a pool of another kind with the same name in one namespace are
 two pools: their claims are filed apart, each is served from its own
@@ -7,6 +7,7 @@ addresses, and each pool's key says its kind.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import netaddr
@@ -14,12 +15,14 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pool_kinds
+from metal3_ipam.core import pools
+from metal3_ipam.core.pools.ippool import IPPOOL_KIND
 from metal3_ipam.core.pool import read_pool
 from metal3_ipam.memory import converge
 from ipam_objects import NS, capi_claim, ippool, loaded
 
 OTHER = ("ipam.cluster.x-k8s.io", "InClusterIPPool")
+OTHER_FINALIZER = "ipam.metal3.io/inclusterippool"
 
 
 @pytest.fixture
@@ -29,9 +32,11 @@ def other_kind(monkeypatch):
         spec = pool.get("spec") or {}
         entries = [{"start": a.split("-")[0], "end": a.split("-")[-1]} for a in spec.get("addresses") or []]
         return read_pool({"namePrefix": o.name(pool), "pools": entries, "prefix": spec.get("prefix")})
-    monkeypatch.setattr(kinds, "POOL_KINDS", (*kinds.POOL_KINDS, OTHER))
-    monkeypatch.setitem(pool_kinds.READERS, OTHER, read)
-    monkeypatch.setitem(kinds.FINALIZERS, OTHER, "ipam.metal3.io/inclusterippool")
+    finalizers = dataclasses.replace(IPPOOL_KIND.finalizers, pool=OTHER_FINALIZER,
+                                     claim={kinds.CAPI_CLAIM: IPPOOL_KIND.finalizers.claim[kinds.CAPI_CLAIM]})
+    monkeypatch.setitem(pools.REGISTRY, OTHER, dataclasses.replace(
+        IPPOOL_KIND, kind=OTHER, plural="inclusterippools", versions=("v1alpha2",), claim_kinds=(kinds.CAPI_CLAIM,),
+        finalizers=finalizers, read=read))
 
 
 def other_pool(name: str, addresses: list[str]) -> dict:
@@ -66,7 +71,7 @@ def test_two_kinds_of_pool_with_one_name_are_two_pools(other_kind):
     assert held["from-other"][0] == OTHER[1] and netaddr.IPAddress(held["from-other"][1]) in netaddr.IPRange(
         "10.9.0.1", "10.9.0.9")
     other = api.inventory.get(OTHER, NS, "p")
-    assert kinds.FINALIZERS[OTHER] in o.finalizers(other) and o.status(other)["allocated"] == "1"
+    assert OTHER_FINALIZER in o.finalizers(other) and o.status(other)["allocated"] == "1"
 
 
 def test_pools_of_two_kinds_with_one_name_that_overlap_never_hand_out_one_ip_twice(other_kind):
