@@ -45,7 +45,7 @@ from ..core.actions import Create, Plan, SetStatus
 from ..core.inventory import Inventory, ObjKey
 from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
 from ..core.reconcile import Snapshot, load, needs_full, plan_pass
-from ..core import kinds
+from ..core import kinds, pools
 from . import metrics
 from .api import ApiWriter, Outcome
 from .freezing import Freezer
@@ -326,7 +326,7 @@ class PoolWorkers:
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
-        if any(isinstance(a, SetStatus) and a.target.group_kind in kinds.POOL_KINDS for a in plan.writes):
+        if any(isinstance(a, SetStatus) and a.target.group_kind in pools.REGISTRY for a in plan.writes):
             self._status_written[pool] = planned
         log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
                  pool.namespace, pool.name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,

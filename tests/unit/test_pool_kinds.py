@@ -100,3 +100,49 @@ def test_the_metric_series_of_two_kinds_of_pool_with_one_name_are_two(other_kind
     metrics.POOL_FREE.remove(*metrics.pool_labels(other_key))
     assert metrics.pool_labels(ippool_key) == (NS, "p", "IPPool")
     assert metrics.POOL_FREE.labels(*metrics.pool_labels(ippool_key))._value.get() == 1
+
+
+# -- the adapter reads the registry -------------------------------------------------
+
+def test_a_kind_of_pool_is_discovered_at_its_own_versions_beside_the_claims_of_its_group(other_kind, monkeypatch):
+    """The in-cluster provider's pools are v1alpha2 of the group whose claims are v1beta2: each is
+    found at its own version (one version per group would miss one of them)."""
+    from metal3_ipam.controller import operator
+
+    served = {"/apis/ipam.metal3.io": ["v1alpha1"], "/apis/ipam.cluster.x-k8s.io": ["v1beta2", "v1alpha2"],
+              "/apis/cluster.x-k8s.io": ["v1beta2"]}
+    monkeypatch.setattr(operator, "request",
+                        lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
+    resources = operator.discover(None)
+    assert (resources[OTHER].version, resources[OTHER].plural) == ("v1alpha2", "inclusterippools")
+    assert resources[kinds.CAPI_CLAIM].version == "v1beta2" and resources[kinds.IPPOOL].version == "v1alpha1"
+    assert OTHER in operator.wanted_kinds()[1][2]
+
+
+def test_a_kind_of_pool_has_its_webhooks_with_the_rule_scope_of_its_kind(other_kind):
+    from metal3_ipam.controller import webhook
+
+    hooks = webhook.pool_hooks(pools.REGISTRY[OTHER])
+    assert [(h.name, h.path, h.mutating) for h in hooks] == [
+        ("default.inclusterippool.ipam.cluster.x-k8s.io",
+         "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", True),
+        ("validation.inclusterippool.ipam.cluster.x-k8s.io",
+         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False),
+        ("deletion.inclusterippool.ipam.cluster.x-k8s.io",
+         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False)]
+    rule = hooks[1].configuration({})["rules"][0]
+    assert rule == {"apiGroups": [OTHER[0]], "apiVersions": ["v1alpha2"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["inclusterippools"], "scope": "Namespaced"}
+    global_hooks = webhook.pool_hooks(dataclasses.replace(pools.REGISTRY[OTHER], scope=pools.CLUSTER))
+    assert {h.configuration({})["rules"][0]["scope"] for h in global_hooks} == {"Cluster"}
+    # The IPPool's, generated alike, are those the manifests always had.
+    assert [h.name for h in webhook.HOOKS[:3]] == ["default.ippool.ipam.metal3.io", "validation.ippool.ipam.metal3.io",
+                                                    "deletion.ippool.ipam.metal3.io"]
+
+
+def test_a_pool_of_another_kind_is_validated_by_its_kind(other_kind):
+    from metal3_ipam.core.validation import validate
+
+    bad = other_pool("p", [])
+    bad["spec"]["prefix"] = "wide"
+    assert validate(bad) == pools.REGISTRY[OTHER].validate(bad) and validate(bad)
