@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _key(obj: dict) -> tuple:
-    return (kinds.kind_of(obj), o.namespace(obj) or "default", o.name(obj))
+    return (kinds.kind_of(obj), o.namespace(_defaulted(obj)), o.name(obj))
 
 
 def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
@@ -167,7 +167,8 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
 
 def _defaulted(obj: dict) -> dict:
     """An object without a namespace is in ``default``, as kubectl would put it."""
-    if o.namespace(obj):
+    pool_kind = POOL_KINDS.get(kinds.kind_of(obj))
+    if o.namespace(obj) or (pool_kind is not None and pool_kind.cluster_scoped):
         return obj
     return dict(obj, metadata=dict(o.meta(obj), namespace="default"))
 

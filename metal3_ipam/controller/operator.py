@@ -278,8 +278,15 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
     creates the addresses before it unpauses the Cluster.
     """
     ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
+    # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched.
     return [_listing(api, kind, resource, namespace)
-            for kind, resource in ordered for namespace in namespaces or [None]]
+            for kind, resource in ordered
+            for namespace in ([None] if _cluster_scoped(kind) else namespaces or [None])]
+
+
+def _cluster_scoped(kind: tuple[str, str]) -> bool:
+    pool_kind = pools.REGISTRY.get(kind)
+    return pool_kind is not None and pool_kind.cluster_scoped
 
 
 def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, namespace: str | None) -> Listing:

@@ -295,7 +295,7 @@ class Admission:
                               request.get("namespace"))
         namespace = o.namespace(obj)
         kind = kinds.kind_of(obj)
-        if not self._knows(namespace):
+        if namespace and not self._knows(namespace):  # a pool of cluster scope is known whatever is watched
             return None
         pool = o.PoolKey(namespace, o.name(obj), kind)
         group = self.inventory.groups.get(pool)

@@ -98,6 +98,12 @@ def _ip_key(version: int, ip: int) -> int | tuple[int, int]:
     return ip if version == 4 else (version, ip)
 
 
+def _member(pool: o.PoolKey, namespace: str, name: str) -> str | tuple[str, str]:
+    """The key of an address in its pool's group: its name; in a pool of cluster scope (namespace ""),
+    whose addresses are in their claims' namespaces, (namespace, name)."""
+    return name if pool.namespace else (namespace, name)
+
+
 def _pool_generation(pool: dict) -> tuple | None:
     """What identifies a pool's spec: the API server bumps generation only on spec changes."""
     generation = o.meta(pool).get("generation")
@@ -266,7 +272,7 @@ class Inventory:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
-            return self._reloaded(self.pools_in(ns))
+            return self._reloaded(self.pools_of_clusters_in(ns))
         pool = o.pool_of(obj)
         if pool is None:
             return set()
@@ -282,9 +288,9 @@ class Inventory:
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
             group.claims[o.claim_key(obj)] = obj
         elif kind == kinds.IPADDRESS:
-            group.addresses[name] = obj
+            group.addresses[_member(pool, ns, name)] = obj
         else:
-            group.capi_addresses[name] = obj
+            group.capi_addresses[_member(pool, ns, name)] = obj
         return {pool}
 
     def _unfile(self, key: ObjKey, incoming: dict | None) -> set[o.PoolKey]:
@@ -304,7 +310,7 @@ class Inventory:
                 else:
                     held[ip] = rest
         if kind == kinds.CLUSTER:
-            return self._reloaded(self.pools_in(ns)) if incoming is None else set()
+            return self._reloaded(self.pools_of_clusters_in(ns)) if incoming is None else set()
         if kind in pools.REGISTRY:
             if incoming is None:
                 self._models.pop(key, None)
@@ -322,9 +328,9 @@ class Inventory:
             if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
                 group.claims.pop(o.claim_key(old), None)
             elif kind == kinds.IPADDRESS:
-                group.addresses.pop(name, None)
+                group.addresses.pop(_member(pool, ns, name), None)
             else:
-                group.capi_addresses.pop(name, None)
+                group.capi_addresses.pop(_member(pool, ns, name), None)
             if not group:
                 del self.groups[pool]
         return {pool}
@@ -368,6 +374,11 @@ class Inventory:
 
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
         return set(self._pool_names.get(namespace, ())) | {key for key in self.groups if key.namespace == namespace}
+
+    def pools_of_clusters_in(self, namespace: str) -> set[o.PoolKey]:
+        """The pools whose claims a Cluster of the namespace may pause: those of the namespace, and the pools
+        of cluster scope (filed under namespace ""), whose claims may be in any namespace."""
+        return self.pools_in(namespace) | self.pools_in("") if namespace else self.pools_in(namespace)
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
         return {key for key in self._pool_names.get(namespace, ())
@@ -440,12 +451,12 @@ class Inventory:
             claims=list(group.claims.values()),
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
-            name_taken=lambda address_name: self.name_taken(ns, address_name),
-            held_elsewhere=lambda version, ip: any(
-                self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
-            cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
+            name_taken=self.name_taken,
+            held_elsewhere=lambda namespace, version, ip: any(
+                self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
+            cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
-            capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
+            capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)

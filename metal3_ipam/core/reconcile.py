@@ -85,13 +85,14 @@ class Snapshot:
     claims: list[dict] = field(default_factory=list)          # in the order to serve them
     addresses: list[dict] = field(default_factory=list)       # Metal3 IPAddresses of this pool
     capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
-    name_taken: Callable[[str], bool] = lambda name: False    # any IPAddress of that name in the namespace
+    # The callbacks name the namespace looked in: the pool's, or for a pool of cluster scope a claim's.
+    name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
-    held_elsewhere: Callable[[int, int], bool] = lambda version, ip: False
+    held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
-    capi_address_named: Callable[[str], dict | None] = lambda name: None
+    capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
-    cluster_named: Callable[[str], dict | None] = lambda name: None
+    cluster_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
     clusters_served: bool = True
     # Parts of the pool's address set that an earlier, overlapping pool owns.
@@ -133,7 +134,7 @@ def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     """Load the ledger afresh from every object of ``snap``, in pieces."""
     pool = _model(snap)[0]
     withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
-    ledger.reset(ident_of(snap), pool, withheld, snap.rng)
+    ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
 
@@ -299,31 +300,34 @@ class _Reconciler:
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
-        return o.is_paused(claim) or self.cluster_paused(o.cluster_name_of(claim))
+        return o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))
 
     def address_paused(self, address: dict) -> bool:
         """An address goes with its claim; while the claim is unknown, its Cluster label speaks for it."""
-        return o.is_paused(address) or self.cluster_paused(o.labels(address).get(kinds.CLUSTER_NAME_LABEL))
+        return o.is_paused(address) or self.cluster_paused(o.namespace(address),
+                                                           o.labels(address).get(kinds.CLUSTER_NAME_LABEL))
 
-    def cluster_paused(self, cluster_name: str | None) -> bool:
-        return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(cluster_name))
+    def cluster_paused(self, namespace: str, cluster_name: str | None) -> bool:
+        return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(namespace, cluster_name))
 
-    def missing_cluster(self, claim: dict | None) -> str | None:
-        """The Cluster the claim (by label or spec.clusterName) or the pool (spec.clusterName) belongs to,
-        when it is not known; None when every one is, or Clusters are not served at all."""
+    def missing_cluster(self, claim: dict | None) -> tuple[str, str] | None:
+        """The Cluster (namespace, name) the claim (by label or spec.clusterName) or the pool (its kind's
+        cluster_name) belongs to, when it is not known; None when every one is, or Clusters are not served."""
         if not self.snap.clusters_served:
             return None
-        names = [o.cluster_name_of(claim) if claim is not None else None,
-                 self.kind.cluster_name(self.pool_obj) if self.pool_obj is not None else None]
-        return next((str(n) for n in names if n and self.snap.cluster_named(str(n)) is None), None)
+        names = [(o.namespace(claim), o.cluster_name_of(claim)) if claim is not None else (None, None),
+                 (self.snap.namespace, self.kind.cluster_name(self.pool_obj)) if self.pool_obj is not None
+                 else (None, None)]
+        return next(((ns, str(n)) for ns, n in names if n and self.snap.cluster_named(ns, str(n)) is None), None)
 
     def pool_text(self) -> str:
         """The pool as messages name it: its kind, and its namespace when it has one."""
         where = "" if self.kind.cluster_scoped else f"{self.snap.namespace}/"
         return f"{self.kind.kind[1]} {where}{self.snap.pool_name}"
 
-    def cluster_text(self, name: str) -> str:
-        return f"Cluster {self.snap.namespace}/{name}"
+    @staticmethod
+    def cluster_text(cluster: tuple[str, str]) -> str:
+        return f"Cluster {cluster[0]}/{cluster[1]}"
 
     def holds_anything(self, claim: dict) -> bool:
         key = o.claim_key(claim)
@@ -557,7 +561,7 @@ class _Reconciler:
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
         self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
-        if self.snap.name_taken(o.name(lock)):
+        if self.snap.name_taken(o.namespace(lock), o.name(lock)):
             # Another object holds the lock's name (state an earlier IPAM left, where
             # two pools with one namePrefix gave one IP twice): the claim keeps what it
             # has; asking again would fail each pass, and must not hold the pool up.
@@ -634,7 +638,7 @@ class _Reconciler:
             # Our name is still taken by the stray one; the next pass creates it.
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is replaced once the wrong one is gone")
             return None
-        taken = self.snap.capi_address_named(o.name(claim))
+        taken = self.snap.capi_address_named(o.namespace(claim), o.name(claim))
         if taken is not None:
             # Held by an address of another pool (a claim of this name for another
             # pool, not yet released): say so rather than fail to create it each pass.
@@ -670,6 +674,8 @@ class _Reconciler:
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         key = o.claim_key(claim)
+        lock_namespace = self.lock_namespace(claim)
+        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip)  # noqa: E731
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
         own = self.ledger.kept.get(key)
         grant, lost = None, None
@@ -685,12 +691,12 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
+                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key)
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             try:
-                grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere,
+                grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
                                                 kept_as=key)
             except AllocationError as err:
                 return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
@@ -732,7 +738,11 @@ class _Reconciler:
             going = f"{tag} {name}"
         return going
 
-    def taken_elsewhere(self, ip: int) -> bool:
+    def lock_namespace(self, claim: dict) -> str:
+        """Where the lock of a claim's IP is: the pool's namespace, or for a pool of cluster scope the claim's."""
+        return self.snap.namespace or o.namespace(claim)
+
+    def taken_elsewhere(self, namespace: str, ip: int) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
@@ -740,8 +750,8 @@ class _Reconciler:
         API, at that IP, whatever its namePrefix.
         """
         version = self.pool.version
-        return (self.snap.name_taken(address_name(self.pool.name_prefix, ip_from_int(ip, version)))
-                or self.snap.held_elsewhere(version, ip))
+        return (self.snap.name_taken(namespace, address_name(self.pool.name_prefix, ip_from_int(ip, version)))
+                or self.snap.held_elsewhere(namespace, version, ip))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
@@ -809,7 +819,7 @@ class _Reconciler:
             spec["dnsServers"] = list(dns_servers)
         metadata: dict[str, Any] = {
             "name": address_name(self.pool.name_prefix, ip),
-            "namespace": o.namespace(pool),
+            "namespace": self.lock_namespace(claim),
             "finalizers": [self.finalizers.address[kinds.IPADDRESS]],
             # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it
             # writes). Our finalizer, not the garbage collector, keeps the address while its claim lives.
@@ -896,7 +906,7 @@ def _is_cluster_ref(ref: Mapping[str, Any], cluster_name: str) -> bool:
 def _claim_ref_of_address(address: dict, key: o.ClaimKey | None) -> o.Ref:
     """The claim an address was made for; with its uid when the owner reference tells it."""
     claim = o.spec(address).get("claim") or {}
-    kind, claim_name = key or (kinds.IPCLAIM[1], "")
+    kind, claim_name = key[:2] if key else (kinds.IPCLAIM[1], "")
     api_version = claim.get("apiVersion") or (kinds.METAL3_API_VERSION if kind == kinds.IPCLAIM[1]
                                               else f"{kinds.CAPI_IPAM_GROUP}/{kinds.CAPI_IPAM_VERSIONS[0]}")
     return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name,
