@@ -101,7 +101,8 @@ def condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None
 
 
 def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
-    return cluster is not None and spec(cluster).get("paused") is True
+    """A Cluster is paused by ``spec.paused: true`` or by the paused annotation (as Cluster API reads it)."""
+    return cluster is not None and (spec(cluster).get("paused") is True or is_paused(cluster))
 
 
 def cluster_name_of(claim: Mapping[str, Any]) -> str | None:

@@ -209,6 +209,13 @@ class _Reconciler:
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             ledger.needs_full = True  # what changed meanwhile is looked at in full once it resumes
+            # But a deleted claim whose Cluster is gone is released: nothing will ever resume it.
+            for key in list(claim_keys):
+                claim = ledger.claims.get(key)
+                if claim is not None and o.is_deleting(claim) and not o.is_paused(claim) \
+                        and not _moving(self.pool_obj) and self.cluster_gone(claim):
+                    self.serve(claim)
+            self.plan.steps = [s for s in self.plan.steps if s.actions]
             return self.plan
         ledger.begin()
         if self.pool_obj is not None:
@@ -309,6 +316,11 @@ class _Reconciler:
 
     def cluster_paused(self, namespace: str, cluster_name: str | None) -> bool:
         return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(namespace, cluster_name))
+
+    def cluster_gone(self, claim: dict) -> bool:
+        """The claim names a Cluster (by label or spec.clusterName) that does not exist (Clusters are watched)."""
+        name = o.cluster_name_of(claim)
+        return self.snap.clusters_served and name is not None and self.snap.cluster_named(o.namespace(claim), name) is None
 
     def missing_cluster(self, claim: dict | None) -> tuple[str, str] | None:
         """The Cluster (namespace, name) the claim (by label or spec.clusterName) or the pool (its kind's
