@@ -27,6 +27,7 @@ import yaml
 from . import manifests
 from .core import kinds
 from .core import objects as o
+from .core.pools import REGISTRY as POOL_KINDS
 from .core.problems import Problem
 from .core.reconcile import WAITING_FOR_CLUSTER
 from .core.validation import addresses_in_use, overlap_problems, validate, validate_delete, validate_update
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _key(obj: dict) -> tuple:
-    return (kinds.kind_of(obj), o.namespace(obj) or "default", o.name(obj))
+    return (kinds.kind_of(obj), o.namespace(_defaulted(obj)), o.name(obj))
 
 
 def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
@@ -136,7 +137,8 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
     old_loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in old_loaded]
     old = {_key(item.obj): item.obj for item in old_loaded}
     new_keys = {_key(item.obj) for item in loaded}
-    # Every pool of the namespace as it will be: the new versions, and the old ones not replaced.
+    # Every IPPool of the namespace as it will be (for its rule on overlaps): the new versions, and the old
+    # ones not replaced.
     pools = [item.obj for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
     pools += [obj for key, obj in old.items() if key[0] == kinds.IPPOOL and key not in new_keys]
     addresses = [item.obj for item in old_loaded + loaded
@@ -146,7 +148,7 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
         where = manifests.relative(item.path)
         key = _key(item.obj)
         kind = kinds.kind_of(item.obj)
-        in_use = addresses_in_use(addresses, key[1], key[2]) if kind == kinds.IPPOOL else None
+        in_use = addresses_in_use(addresses, key[1], key[2], kind) if kind in POOL_KINDS else None
         if delete:
             problems: list[Problem] = validate_delete(item.obj, in_use)
         elif key in old:
@@ -165,7 +167,8 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
 
 def _defaulted(obj: dict) -> dict:
     """An object without a namespace is in ``default``, as kubectl would put it."""
-    if o.namespace(obj):
+    pool_kind = POOL_KINDS.get(kinds.kind_of(obj))
+    if o.namespace(obj) or (pool_kind is not None and pool_kind.cluster_scoped):
         return obj
     return dict(obj, metadata=dict(o.meta(obj), namespace="default"))
 
@@ -181,7 +184,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 # The order objects are printed in: what the user wrote first, then what was made.
-_PRINT_ORDER = [kinds.CLUSTER, kinds.IPPOOL, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
+_PRINT_ORDER = [kinds.CLUSTER, *POOL_KINDS, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from . import manifests
 from .controller.api import request
 from .core import kinds
 from .core import objects as o
-from .controller.operator import PLURALS
+from .controller.operator import plural_of
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 def _path(obj: dict, version: str | None = None) -> str:
     group, _, api_version = obj["apiVersion"].rpartition("/")
-    plural = PLURALS[kinds.kind_of(obj)]
+    plural = plural_of(kinds.kind_of(obj))
     return f"/apis/{group}/{version or api_version}/namespaces/{o.namespace(obj) or 'default'}/{plural}"
 
 

@@ -14,7 +14,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
-from .core import kinds
+from .core import kinds, pools
 from .core import objects as o
 from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
                            guard_holds)
@@ -39,7 +39,9 @@ class MemoryApi:
         """Take an object as it is given (from a file): fill in what the API server would."""
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
+        pool_kind = pools.kind_named(kinds.kind_of(obj))
+        if pool_kind is None or not pool_kind.cluster_scoped:
+            meta.setdefault("namespace", "default")
         meta.setdefault("uid", self._uid(obj))
         meta.setdefault("creationTimestamp", self.now)
         meta.setdefault("resourceVersion", self._next_version())

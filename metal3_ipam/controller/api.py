@@ -512,9 +512,11 @@ class ApiWriter:
     async def _post_event(self, event: Event) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         target = event.target
+        # An Event about an object of cluster scope goes where Kubernetes files such Events: in default.
+        where = target.namespace or "default"
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{target.name}.", "namespace": target.namespace},
+            "metadata": {"generateName": f"{target.name}.", "namespace": where},
             "involvedObject": {"apiVersion": target.api_version, "kind": target.kind, "name": target.name,
                                "namespace": target.namespace, "uid": target.uid},
             "reason": event.reason, "message": event.message[:1024], "type": event.type,
@@ -523,7 +525,7 @@ class ApiWriter:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            await self._call("POST", Resource("", "v1", "events").path(target.namespace), body=body,
+            await self._call("POST", Resource("", "v1", "events").path(where), body=body,
                        content_type="application/json")
         except ApiException as err:  # an Event is a courtesy; losing one must not stop the work
             log.warning("could not post event for %s: %s", target, _explain(err))

@@ -29,7 +29,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ..core import kinds
+from ..core import kinds, pools
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.slim import slim
@@ -42,8 +42,8 @@ from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam.operator")
 
+# The plurals of the kinds that are not pools (a kind of pool says its own: ``plural_of``).
 PLURALS = {
-    kinds.IPPOOL: "ippools",
     kinds.IPCLAIM: "ipclaims",
     kinds.IPADDRESS: "ipaddresses",
     kinds.CAPI_CLAIM: "ipaddressclaims",
@@ -52,33 +52,49 @@ PLURALS = {
 }
 
 
+def plural_of(kind: tuple[str, str]) -> str:
+    pool_kind = pools.REGISTRY.get(kind)
+    return pool_kind.plural if pool_kind is not None else PLURALS[kind]
+
+
 class NotInstalled(Exception):
     pass
+
+
+def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]]:
+    """(group, versions preferred first, kinds) of every kind watched: the kinds of pool as registered,
+    each at its own versions (a group may serve pools at v1alpha2 beside claims at v1beta2)."""
+    metal3_pools = tuple(k for k in pools.REGISTRY if k[0] == kinds.METAL3_GROUP)
+    return [(kinds.METAL3_GROUP, (kinds.METAL3_VERSION,), (*metal3_pools, kinds.IPCLAIM, kinds.IPADDRESS)),
+            *((kind.group, kind.versions, (kind.kind,)) for kind in pools.REGISTRY.values()
+              if kind.group != kinds.METAL3_GROUP),
+            (kinds.CAPI_IPAM_GROUP, kinds.CAPI_IPAM_VERSIONS, (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)),
+            (kinds.CLUSTER_GROUP, ("v1beta2", "v1beta1"), (kinds.CLUSTER,))]
 
 
 def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
     """Which versions of our kinds the cluster serves; Cluster API kinds are optional."""
     resources = {}
-    wanted = {
-        kinds.METAL3_GROUP: ((kinds.METAL3_VERSION,), (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS)),
-        kinds.CAPI_IPAM_GROUP: (kinds.CAPI_IPAM_VERSIONS, (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)),
-        kinds.CLUSTER_GROUP: (("v1beta2", "v1beta1"), (kinds.CLUSTER,)),
-    }
-    for group, (preferred, group_kinds) in wanted.items():
-        try:
-            served = {v["version"] for v in request(api, "GET", f"/apis/{group}")["versions"]}
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            served = set()
+    served_by_group: dict[str, set[str]] = {}
+    for group, preferred, group_kinds in wanted_kinds():
+        served = served_by_group.get(group)
+        if served is None:
+            try:
+                served = {v["version"] for v in request(api, "GET", f"/apis/{group}")["versions"]}
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                served = set()
+            served_by_group[group] = served
         version = next((v for v in preferred if v in served), None)
         if version is None:
             if group == kinds.METAL3_GROUP:
                 raise NotInstalled(f"the {group} CRDs ({kinds.METAL3_VERSION}) are not installed in this cluster")
-            log.warning("%s is not served by this cluster: its kinds are not watched", group)
+            log.warning("%s is not served by this cluster: %s not watched", group,
+                        "its kinds are" if len(group_kinds) > 1 else f"{group_kinds[0][1]} is")
             continue
         for kind in group_kinds:
-            resources[kind] = Resource(group, version, PLURALS[kind])
+            resources[kind] = Resource(group, version, plural_of(kind))
     return resources
 
 
@@ -178,7 +194,7 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
 
 
 # Kinds that come by the thousand, or big: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
-HOT_KINDS = (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
+HOT_KINDS = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
 
 
 def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource],
@@ -262,8 +278,15 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
     creates the addresses before it unpauses the Cluster.
     """
     ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
+    # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched.
     return [_listing(api, kind, resource, namespace)
-            for kind, resource in ordered for namespace in namespaces or [None]]
+            for kind, resource in ordered
+            for namespace in ([None] if _cluster_scoped(kind) else namespaces or [None])]
+
+
+def _cluster_scoped(kind: tuple[str, str]) -> bool:
+    pool_kind = pools.REGISTRY.get(kind)
+    return pool_kind is not None and pool_kind.cluster_scoped
 
 
 def _listing(api: client.ApiClient, kind: tuple[str, str], resource: Resource, namespace: str | None) -> Listing:

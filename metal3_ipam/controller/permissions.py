@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core import kinds
+from ..core import kinds, pools
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class Rule:
 WATCH = ("list", "watch")
 
 CLUSTER_RULES: tuple[Rule, ...] = (
-    Rule(kinds.METAL3_GROUP, "ippools", ("list", "watch", "patch"),
-         "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
-         "owner reference patched (api.ApiWriter._patch)"),
-    Rule(kinds.METAL3_GROUP, "ippools/status", ("patch",), "indexes, counts and Ready written (SetStatus)"),
+    *(rule for kind in pools.REGISTRY.values() for rule in (
+        Rule(kind.group, kind.plural, ("list", "watch", "patch"),
+             "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
+             "owner reference patched (api.ApiWriter._patch)"),
+        Rule(kind.group, f"{kind.plural}/status", ("patch",), "counts and Ready written (SetStatus)"))),
     Rule(kinds.METAL3_GROUP, "ipclaims", ("get", "list", "watch", "patch"),
          "watched; finalizer patched; read again before an address is let go (Delete.unless_exists)"),
     Rule(kinds.METAL3_GROUP, "ipclaims/status", ("patch",), "status.address, errorMessage and Ready written"),

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import kinds
+from ..core import kinds, pools
 from ..core import objects as o
 
 # Refused for good: the same request will be refused the same way.
@@ -77,7 +77,7 @@ def status_patch(obj: Mapping[str, Any], refused: Refused, now: str) -> dict | N
         reason = CLAIM_REASON
         v1beta1 = group_kind == kinds.CAPI_CLAIM and str(obj.get("apiVersion", "")).endswith("/v1beta1")
         condition = _condition(status, reason, message, now, v1beta1)
-    elif group_kind == kinds.IPPOOL:
+    elif group_kind in pools.REGISTRY:
         reason = POOL_REASON
         condition = _condition(status, reason, message, now, False)
     else:
@@ -98,7 +98,8 @@ def event_reason(obj: Mapping[str, Any]) -> str:
 
 def shows_refusals(obj: Mapping[str, Any]) -> bool:
     """True for the kinds whose status records a refusal (claims, pools); others get a Warning Event only."""
-    return kinds.kind_of(obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPPOOL)
+    kind = kinds.kind_of(obj)
+    return kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM) or kind in pools.REGISTRY
 
 
 # --------------------------------------------------------------------------- when to try again

@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterable
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from ..core import kinds
+from ..core import kinds, pools
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
@@ -109,9 +109,13 @@ NAMESPACE_CONTROLLER_USERS = ("system:serviceaccount:kube-system:namespace-contr
 NOT_NAMESPACE_TEARDOWN = {"name": "not-namespace-teardown",
                           "expression": "!(request.userInfo.username in ["
                                         + ", ".join(f"'{u}'" for u in NAMESPACE_CONTROLLER_USERS) + "])"}
+# The groups of the kinds of pool that serve Cluster API claims.
+_CLAIM_POOL_GROUPS = sorted({kind.group for kind in pools.REGISTRY.values() if kinds.CAPI_CLAIM in kind.claim_kinds})
 OUR_POOL = {"name": "metal3-pool",
             "expression": "has(object.spec) && has(object.spec.poolRef) && has(object.spec.poolRef.apiGroup)"
-                          f" && object.spec.poolRef.apiGroup == '{kinds.METAL3_GROUP}'"}
+                          + (f" && object.spec.poolRef.apiGroup == '{_CLAIM_POOL_GROUPS[0]}'"
+                             if len(_CLAIM_POOL_GROUPS) == 1 else
+                             f" && object.spec.poolRef.apiGroup in {_CLAIM_POOL_GROUPS!r}")}
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class Hook:
     timeout_seconds: int
     mutating: bool = False
     match_conditions: tuple[dict, ...] = field(default_factory=tuple)
+    scope: str = pools.NAMESPACED
 
     def configuration(self, client_config: dict) -> dict:
         """The webhook's entry in a webhook configuration; ``client_config`` must reach :attr:`path`."""
@@ -138,7 +143,7 @@ class Hook:
             "failurePolicy": self.failure_policy,
             "matchPolicy": "Equivalent",
             "rules": [{"apiGroups": [self.kind[0]], "apiVersions": list(self.versions),
-                       "operations": list(self.operations), "resources": [self.resource], "scope": "Namespaced"}],
+                       "operations": list(self.operations), "resources": [self.resource], "scope": self.scope}],
             "sideEffects": "None",
             "timeoutSeconds": self.timeout_seconds,
         }
@@ -149,15 +154,24 @@ class Hook:
         return entry
 
 
+def pool_hooks(kind: pools.PoolKind) -> tuple[Hook, ...]:
+    """A kind of pool's webhooks: defaulting (when it defaults), validation, and deletion (a pool in use stays)."""
+    group, name = kind.kind
+    lower = name.lower()
+    path = f"{group.replace('.', '-')}-{kind.versions[0]}-{lower}"
+    common = dict(kind=kind.kind, versions=kind.versions, resource=kind.plural, scope=kind.scope)
+    default = (Hook(f"default.{lower}.{group}", f"/mutate-{path}", operations=("CREATE", "UPDATE"),
+                    failure_policy="Ignore", timeout_seconds=5, mutating=True, **common),) if kind.default else ()
+    return (*default,
+            Hook(f"validation.{lower}.{group}", f"/validate-{path}", operations=("CREATE", "UPDATE"),
+                 failure_policy="Fail", timeout_seconds=10, match_conditions=(_spec_changed(),), **common),
+            Hook(f"deletion.{lower}.{group}", f"/validate-{path}", operations=("DELETE",), failure_policy="Ignore",
+                 timeout_seconds=5, match_conditions=(NOT_FOR_MOVE, NOT_NAMESPACE_TEARDOWN), **common))
+
+
 METAL3_VERSIONS = (kinds.METAL3_VERSION,)
 HOOKS: tuple[Hook, ...] = (
-    Hook("default.ippool.ipam.metal3.io", "/mutate-ipam-metal3-io-v1alpha1-ippool", kinds.IPPOOL,
-         METAL3_VERSIONS, "ippools", ("CREATE", "UPDATE"), "Ignore", 5, mutating=True),
-    Hook("validation.ippool.ipam.metal3.io", "/validate-ipam-metal3-io-v1alpha1-ippool", kinds.IPPOOL,
-         METAL3_VERSIONS, "ippools", ("CREATE", "UPDATE"), "Fail", 10, match_conditions=(_spec_changed(),)),
-    Hook("deletion.ippool.ipam.metal3.io", "/validate-ipam-metal3-io-v1alpha1-ippool", kinds.IPPOOL,
-         METAL3_VERSIONS, "ippools", ("DELETE",), "Ignore", 5,
-         match_conditions=(NOT_FOR_MOVE, NOT_NAMESPACE_TEARDOWN)),
+    *(hook for kind in pools.REGISTRY.values() for hook in pool_hooks(kind)),
     Hook("validation.ipclaim.ipam.metal3.io", "/validate-ipam-metal3-io-v1alpha1-ipclaim", kinds.IPCLAIM,
          METAL3_VERSIONS, "ipclaims", ("CREATE", "UPDATE"), "Fail", 10,
          match_conditions=(_spec_or_requested_ip_changed(),)),
@@ -265,7 +279,7 @@ class Admission:
     def reads_inventory(request: dict, mutating: bool = False) -> bool:
         """Whether answering ``request`` reads the inventory: validating a pool (see :meth:`_judge`)."""
         obj = request.get("object") if request.get("operation") != "DELETE" else request.get("oldObject")
-        return not mutating and kinds.kind_of(obj) == kinds.IPPOOL
+        return not mutating and kinds.kind_of(obj) in pools.REGISTRY
 
     def live(self, request: dict, mutating: bool = False) -> "Live | None":
         """What judging ``request`` reads of the inventory, copied out of it; None when nothing.
@@ -280,15 +294,17 @@ class Admission:
         obj = _with_namespace(request.get("object") if operation != "DELETE" else request.get("oldObject"),
                               request.get("namespace"))
         namespace = o.namespace(obj)
-        if not self._knows(namespace):
+        kind = kinds.kind_of(obj)
+        if namespace and not self._knows(namespace):  # a pool of cluster scope is known whatever is watched
             return None
-        pool = o.PoolKey(namespace, o.name(obj))
+        pool = o.PoolKey(namespace, o.name(obj), kind)
         group = self.inventory.groups.get(pool)
         addresses = [*group.addresses.values(), *group.capi_addresses.values()] if group is not None else []
-        pools = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
-                 if key.kind == kinds.IPPOOL]
-        return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name),
-                    pools=[p for p in pools if p is not None and not o.is_deleting(p)])
+        # The other IPPools of the namespace, for IPPool's own rule on overlapping namePrefixes.
+        others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
+                  if key.kind == kinds.IPPOOL] if kind == kinds.IPPOOL else []
+        return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
+                    pools=[p for p in others if p is not None and not o.is_deleting(p)])
 
     def _judge(self, operation: str | None, obj: dict, old: dict | None,
                pools: list[dict] | None = None, live: "Live | None" = None) -> list[Problem]:
@@ -303,7 +319,7 @@ class Admission:
             problems = validate_update(old, obj, live.in_use if live is not None else None)
         else:
             problems = validate(obj)
-        if live is not None and not [p for p in problems if not p.warning]:
+        if live is not None and kinds.kind_of(obj) == kinds.IPPOOL and not [p for p in problems if not p.warning]:
             others = [p for p in pools if not o.is_deleting(p)] if pools is not None else live.pools
             problems += overlap_problems(obj, others)
         return problems
@@ -313,12 +329,9 @@ class Admission:
 
     @staticmethod
     def _default(uid: str, obj: dict) -> dict:
-        """Where Metal3 defaults: an IPPool's allocationStrategy is sequential."""
-        patch = []
-        if kinds.kind_of(obj) == kinds.IPPOOL and isinstance(obj.get("spec"), dict) \
-                and not obj["spec"].get("allocationStrategy"):
-            op = "replace" if "allocationStrategy" in obj["spec"] else "add"
-            patch.append({"op": op, "path": "/spec/allocationStrategy", "value": "sequential"})
+        """The defaults of the object's kind of pool, as a JSON patch."""
+        kind = pools.kind_named(kinds.kind_of(obj))
+        patch = kind.default(obj) if kind is not None and kind.default is not None else []
         response = _allowed(uid)
         if patch:
             response["patchType"] = "JSONPatch"

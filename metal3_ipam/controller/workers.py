@@ -45,7 +45,7 @@ from ..core.actions import Create, Plan, SetStatus
 from ..core.inventory import Inventory, ObjKey
 from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
 from ..core.reconcile import Snapshot, load, needs_full, plan_pass
-from ..core import kinds
+from ..core import kinds, pools
 from . import metrics
 from .api import ApiWriter, Outcome
 from .freezing import Freezer
@@ -238,7 +238,7 @@ class PoolWorkers:
                                 scope.started)
         for key, obj in changes:
             if key[0] in CLAIM_KINDS and obj is None:
-                self._waiting_since.pop((pool, (key[0][1], key[2])), None)
+                self._waiting_since.pop((pool, _claim_key(pool, key[0][1], key[1], key[2])), None)
         plan = await self._cooperate(plan_pass(scope.ledger, scope.context, changes, max_steps=self.max_steps,
                                                status_due=scope.status_due))
         return scope.ledger, plan
@@ -326,7 +326,7 @@ class PoolWorkers:
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
-        if any(isinstance(a, SetStatus) and a.target.group_kind in kinds.POOL_KINDS for a in plan.writes):
+        if any(isinstance(a, SetStatus) and a.target.group_kind in pools.REGISTRY for a in plan.writes):
             self._status_written[pool] = planned
         log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
                  pool.namespace, pool.name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
@@ -352,7 +352,10 @@ class PoolWorkers:
         held at the same name lock or in an overlapping range, the name of a
         Cluster API address), which nothing in that pool's own changes shows.
         """
-        waiting = [other for other in self._unserved_pools.get(pool.namespace, ()) if other != pool]
+        # A pool of cluster scope (namespace "") has addresses in any namespace, and its claims meet the
+        # name locks and addresses of every namespace's pools.
+        spaces = [pool.namespace, ""] if pool.namespace else list(self._unserved_pools)
+        waiting = [other for space in spaces for other in self._unserved_pools.get(space, ()) if other != pool]
         for other in waiting:
             ledger = self._ledgers.get(other)
             if ledger is not None:
@@ -437,11 +440,12 @@ class PoolWorkers:
         now = time.monotonic()
         for step in plan.steps:
             about = step.about
-            if about is None or (pool, (about.kind, about.name)) not in self._waiting_since:
+            waited = (pool, _claim_key(pool, about.kind, about.namespace, about.name)) if about is not None else None
+            if waited is None or waited not in self._waiting_since:
                 continue
             claim = self.inventory.get(about.group_kind, about.namespace, about.name)
             if claim is not None and _is_bound(claim):
-                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop((pool, (about.kind, about.name))))
+                metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(waited))
         pool_obj = self.inventory.get(pool.kind, namespace, name)
         status = o.status(pool_obj) if pool_obj else {}
         if str(status.get("capacity", "")).isdigit():
@@ -453,3 +457,8 @@ class PoolWorkers:
 def _is_bound(claim: dict) -> bool:
     status = o.status(claim)
     return bool(status.get("address") or status.get("addressRef"))
+
+
+def _claim_key(pool: o.PoolKey, kind: str, namespace: str, name: str) -> o.ClaimKey:
+    """The key of a claim of ``pool`` (see ``objects.ClaimKey``): with its namespace in a pool of cluster scope."""
+    return (kind, name) if pool.namespace else (kind, name, namespace)

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import kinds
 from . import objects as o
-from . import pool_kinds
+from . import pools
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -49,7 +49,7 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
-SERVED = (*kinds.POOL_KINDS, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+SERVED = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
 
@@ -98,6 +98,12 @@ def _ip_key(version: int, ip: int) -> int | tuple[int, int]:
     return ip if version == 4 else (version, ip)
 
 
+def _member(pool: o.PoolKey, namespace: str, name: str) -> str | tuple[str, str]:
+    """The key of an address in its pool's group: its name; in a pool of cluster scope (namespace ""),
+    whose addresses are in their claims' namespaces, (namespace, name)."""
+    return name if pool.namespace else (namespace, name)
+
+
 def _pool_generation(pool: dict) -> tuple | None:
     """What identifies a pool's spec: the API server bumps generation only on spec changes."""
     generation = o.meta(pool).get("generation")
@@ -134,7 +140,7 @@ class Inventory:
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if (kind not in SERVED and kind not in kinds.POOL_KINDS) or not o.name(obj):
+        if (kind not in SERVED and kind not in pools.REGISTRY) or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 
@@ -159,7 +165,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         self.filed += 1
-        if stored is not None and key[0] not in (*kinds.POOL_KINDS, kinds.CLUSTER) \
+        if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
@@ -248,13 +254,13 @@ class Inventory:
         if obj is None:
             return None
         kind, ns, name = key
-        if kind in kinds.POOL_KINDS:
+        if kind in pools.REGISTRY:
             return o.PoolKey(ns, name, kind)
         return None if kind == kinds.CLUSTER else o.pool_of(obj)
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
-        if kind in kinds.POOL_KINDS:
+        if kind in pools.REGISTRY:
             pool_key = o.PoolKey(ns, name, kind)
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
@@ -266,7 +272,7 @@ class Inventory:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
-            return self._reloaded(self.pools_in(ns))
+            return self._reloaded(self.pools_of_clusters_in(ns))
         pool = o.pool_of(obj)
         if pool is None:
             return set()
@@ -282,9 +288,9 @@ class Inventory:
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
             group.claims[o.claim_key(obj)] = obj
         elif kind == kinds.IPADDRESS:
-            group.addresses[name] = obj
+            group.addresses[_member(pool, ns, name)] = obj
         else:
-            group.capi_addresses[name] = obj
+            group.capi_addresses[_member(pool, ns, name)] = obj
         return {pool}
 
     def _unfile(self, key: ObjKey, incoming: dict | None) -> set[o.PoolKey]:
@@ -304,8 +310,8 @@ class Inventory:
                 else:
                     held[ip] = rest
         if kind == kinds.CLUSTER:
-            return self._reloaded(self.pools_in(ns)) if incoming is None else set()
-        if kind in kinds.POOL_KINDS:
+            return self._reloaded(self.pools_of_clusters_in(ns)) if incoming is None else set()
+        if kind in pools.REGISTRY:
             if incoming is None:
                 self._models.pop(key, None)
                 names = self._pool_names.get(ns, set())
@@ -322,9 +328,9 @@ class Inventory:
             if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
                 group.claims.pop(o.claim_key(old), None)
             elif kind == kinds.IPADDRESS:
-                group.addresses.pop(name, None)
+                group.addresses.pop(_member(pool, ns, name), None)
             else:
-                group.capi_addresses.pop(name, None)
+                group.capi_addresses.pop(_member(pool, ns, name), None)
             if not group:
                 del self.groups[pool]
         return {pool}
@@ -369,9 +375,14 @@ class Inventory:
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
         return set(self._pool_names.get(namespace, ())) | {key for key in self.groups if key.namespace == namespace}
 
+    def pools_of_clusters_in(self, namespace: str) -> set[o.PoolKey]:
+        """The pools whose claims a Cluster of the namespace may pause: those of the namespace, and the pools
+        of cluster scope (filed under namespace ""), whose claims may be in any namespace."""
+        return self.pools_in(namespace) | self.pools_in("") if namespace else self.pools_in(namespace)
+
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
         return {key for key in self._pool_names.get(namespace, ())
-                if o.spec(self.objects[(key.kind, namespace, key.name)]).get("clusterName") == cluster}
+                if pools.REGISTRY[key.kind].cluster_name(self.objects[(key.kind, namespace, key.name)]) == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
@@ -396,7 +407,7 @@ class Inventory:
         cached = self._models.get(key)
         if ident is not None and cached is not None and cached[0] == ident:
             return cached[1], cached[2]
-        model, problems = pool_kinds.read(pool)
+        model, problems = pools.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
         return model, problems
@@ -431,23 +442,24 @@ class Inventory:
         model = None
         if pool is not None:
             model = self.pool_model(pool)
-            if o.spec(pool).get("clusterName"):
-                cluster = self.get(kinds.CLUSTER, ns, str(o.spec(pool)["clusterName"]))
+            cluster_name = pools.REGISTRY[pool_key.kind].cluster_name(pool)
+            if cluster_name:
+                cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
-            name_taken=lambda address_name: self.name_taken(ns, address_name),
-            held_elsewhere=lambda version, ip: any(
-                self._filed(k) != pool_key for k in self.holders(ns, version, ip)),
-            cluster_named=lambda cluster_name: self.get(kinds.CLUSTER, ns, cluster_name),
+            name_taken=self.name_taken,
+            held_elsewhere=lambda namespace, version, ip: any(
+                self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
+            cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
-            capi_address_named=lambda address_name: self.get(kinds.CAPI_ADDRESS, ns, address_name),
+            capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             model=model,
-            now=now, rng=rng)
+            now=now, rng=rng, pool_kind=pool_key.kind)
 
 
 class Listed:

@@ -23,8 +23,6 @@ IPADDRESS = (METAL3_GROUP, "IPAddress")
 CAPI_CLAIM = (CAPI_IPAM_GROUP, "IPAddressClaim")
 CAPI_ADDRESS = (CAPI_IPAM_GROUP, "IPAddress")
 CLUSTER = (CLUSTER_GROUP, "Cluster")
-# The kinds of pool claims are served from (a claim's pool reference names one of them).
-POOL_KINDS = (IPPOOL,)
 
 FINALIZERS = {
     IPPOOL: "ippool.ipam.metal3.io",
@@ -42,6 +40,14 @@ PROVIDER_NAME = "ipam-metal3"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 IP_ADDRESS_ANNOTATION = "ipAddress"
+
+
+def __getattr__(name: str) -> Any:
+    """``POOL_KINDS``: the kinds of pool claims are served from, as registered in ``pools.REGISTRY``."""
+    if name == "POOL_KINDS":
+        from .pools import REGISTRY
+        return tuple(REGISTRY)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def group_of(api_version: str) -> str:

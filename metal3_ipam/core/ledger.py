@@ -40,7 +40,10 @@ from .pool import Pool
 from .several import each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
-Holder = tuple[str, str]  # ("IPAddress" | "IPAddress.capi" | "planned", name)
+# An address of the pool is known by its name; in a pool of cluster scope, whose addresses are in
+# the namespaces of their claims, by (namespace, name).
+AddressKey = str | tuple[str, str]
+Holder = tuple[str, AddressKey]  # ("IPAddress" | "IPAddress.capi" | "planned", address key)
 
 CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
 METAL3 = "IPAddress"
@@ -68,9 +71,10 @@ class Ledger:
         self.ident: tuple | None = None
         self.pool: Pool | None = None
         self.allocator: _Allocator | None = None
+        self.cluster_scoped = False  # the pool is of cluster scope: addresses are known by (namespace, name)
         self.claims: dict[o.ClaimKey, dict] = {}
-        self.addresses: dict[str, dict] = {}        # Metal3 IPAddresses of the pool, by name
-        self.capi_addresses: dict[str, dict] = {}   # Cluster API IPAddresses of the pool, by name
+        self.addresses: dict[AddressKey, dict] = {}        # Metal3 IPAddresses of the pool, by key
+        self.capi_addresses: dict[AddressKey, dict] = {}   # Cluster API IPAddresses of the pool, by key
         # Addresses by the claim they name (whatever its incarnation; see claim_key_of): the one
         # address object, or a dict of them by name when there are several (one is the rule, and a
         # dict per claim would be the largest part of the ledger).
@@ -88,7 +92,7 @@ class Ledger:
         self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
         self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
         self.deferred_claims: dict[o.ClaimKey, None] = {}
-        self.deferred_addresses: dict[tuple[str, str], None] = {}
+        self.deferred_addresses: dict[Holder, None] = {}
         # A full reconcile is due: set when writes of a pass failed, when the pool was paused.
         self.needs_full = True
         # The status key (see reconcile.pool_status) for which the pool's status was found current.
@@ -110,8 +114,9 @@ class Ledger:
         return (meta.get("uid"), meta.get("generation"), spec, tuple(withheld), pool_obj is None, model is None)
 
     def reset(self, ident: tuple, pool: Pool | None, withheld: list[tuple[int, int]],
-              rng: random.Random | None) -> None:
+              rng: random.Random | None, cluster_scoped: bool = False) -> None:
         self.__init__()
+        self.cluster_scoped = cluster_scoped
         self.ident = ident
         self.pool = pool
         self.allocator = _Allocator(pool, rng, withheld=withheld) if pool is not None else None
@@ -134,26 +139,27 @@ class Ledger:
         an earlier pass left over, and the unserved claims when an IP went free.
         """
         claims: dict[o.ClaimKey, None] = dict.fromkeys(self.deferred_claims)
-        addresses: dict[tuple[str, str], None] = dict.fromkeys(self.deferred_addresses)
+        addresses: dict[Holder, None] = dict.fromkeys(self.deferred_addresses)
         self.deferred_claims, self.deferred_addresses = {}, {}
         for key, obj in changes:
-            kind, _, name = key
+            kind, namespace, name = key
             if kind in CLAIM_KINDS:
-                ckey = (kind[1], name)
+                ckey = (kind[1], name, namespace) if self.cluster_scoped else (kind[1], name)
                 old = self.claims.get(ckey)
                 if old is not None:
                     self.drop(old)
                 if obj is not None:
                     self.add(obj)
                 claims[ckey] = None
-                for address_name in _names(self.named.get(ckey)):
-                    addresses[(METAL3, address_name)] = None
-                for address_name in _names(self.mirrors_named.get(ckey)):
-                    addresses[(CAPI, address_name)] = None
+                for address_key in self._keys(self.named.get(ckey)):
+                    addresses[(METAL3, address_key)] = None
+                for address_key in self._keys(self.mirrors_named.get(ckey)):
+                    addresses[(CAPI, address_key)] = None
             elif kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
                 tag, stored, claim_of = ((METAL3, self.addresses, o.claim_of_address) if kind == kinds.IPADDRESS
                                          else (CAPI, self.capi_addresses, o.claim_of_capi_address))
-                old = stored.get(name)
+                akey = (namespace, name) if self.cluster_scoped else name
+                old = stored.get(akey)
                 for version in (old, obj):
                     if version is not None:
                         named = claim_of(version)
@@ -165,16 +171,26 @@ class Ledger:
                         self.released += 1  # its IP and name are no longer held by it
                 if obj is not None:
                     self.add(obj)
-                addresses[(tag, name)] = None
+                addresses[(tag, akey)] = None
         if self._freed:
             self._freed = False
             for ckey in self.unserved:
                 claims[ckey] = None
         return claims, addresses
 
+    def key_of(self, address: dict) -> AddressKey:
+        """The key of an address of the pool."""
+        return _key_of(address, self.cluster_scoped)
+
+    def _keys(self, entry: dict | None) -> Iterable[AddressKey]:
+        """The keys of the addresses of a ``named`` entry."""
+        if entry is None:
+            return ()
+        return list(entry) if type(entry) is _ByName else (self.key_of(entry),)
+
     def add(self, obj: dict) -> None:
         kind = kinds.kind_of(obj)
-        name = o.name(obj)
+        name = self.key_of(obj)
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims[key] = obj
@@ -191,19 +207,19 @@ class Ledger:
         stored[name] = obj
         if named is not None:
             known = index.get(named)
-            if known is None or (type(known) is not _ByName and o.name(known) == name):
+            if known is None or (type(known) is not _ByName and self.key_of(known) == name):
                 index[named] = obj
             elif type(known) is _ByName:
                 known[name] = obj
             else:
-                index[named] = _ByName({o.name(known): known, name: obj})
+                index[named] = _ByName({self.key_of(known): known, name: obj})
         ip = self._ip(obj)
         if ip is not None:
             self.hold(ip, obj)
 
     def drop(self, obj: dict) -> None:
         kind = kinds.kind_of(obj)
-        name = o.name(obj)
+        name = self.key_of(obj)
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
@@ -226,7 +242,7 @@ class Ledger:
             known.pop(name, None)
             if len(known) == 1:
                 index[named] = next(iter(known.values()))
-        elif known is not None and o.name(known) == name:
+        elif known is not None and self.key_of(known) == name:
             del index[named]
         ip = self._ip(obj)
         if ip is not None:
@@ -268,16 +284,16 @@ class Ledger:
                 self.allocator.take(ip)
                 self.allocator.planned = planned
             return
-        who = _holder(holder)
-        self.holders[ip] = entry_of((*(e for e in each(held) if _holder(e) != who), holder))
+        who = self._holder(holder)
+        self.holders[ip] = entry_of((*(e for e in each(held) if self._holder(e) != who), holder))
 
     def holders_of(self, ip: int) -> list[Holder]:
         """What holds ``ip``, as (tag, name) pairs."""
-        return [_holder(e) for e in each(self.holders.get(ip))]
+        return [self._holder(e) for e in each(self.holders.get(ip))]
 
     def let_go(self, ip: int, holder: Holder) -> None:
         held = each(self.holders.get(ip))
-        rest = tuple(e for e in held if _holder(e) != holder)
+        rest = tuple(e for e in held if self._holder(e) != holder)
         if len(rest) == len(held):
             return
         if rest:
@@ -303,6 +319,9 @@ class Ledger:
         """A pass starts deciding: what the allocator takes from now on is only planned."""
         if self.allocator is not None:
             self.allocator.planned = set()
+
+    def _holder(self, entry: Holder | dict) -> Holder:
+        return _holder(entry, self.cluster_scoped)
 
     def planned(self, ip: int, address_name: str) -> None:
         """An allocation the pass plans: held until the pass is over (``settle``)."""
@@ -387,8 +406,8 @@ class Ledger:
             "claims": {k: _version(c) for k, c in self.claims.items()},
             "addresses": {n: _version(a) for n, a in self.addresses.items()},
             "capi_addresses": {n: _version(a) for n, a in self.capi_addresses.items()},
-            "named": {k: _sorted_names(v) for k, v in self.named.items()},
-            "mirrors_named": {k: _sorted_names(v) for k, v in self.mirrors_named.items()},
+            "named": {k: sorted(self._keys(v)) for k, v in self.named.items()},
+            "mirrors_named": {k: sorted(self._keys(v)) for k, v in self.mirrors_named.items()},
             "holders": {ip: sorted(self.holders_of(ip)) for ip in self.holders},
             "kept": dict(self.kept),
             "kept_for": dict(self.allocator.kept) if self.allocator is not None else None,
@@ -405,31 +424,25 @@ class _ByName(dict):
     """Several addresses naming one claim, by name (the ``named`` indexes hold the address itself when it is one)."""
 
 
-def _names(entry: dict | None) -> Iterable[str]:
-    if entry is None:
-        return ()
-    return list(entry) if type(entry) is _ByName else (o.name(entry),)
-
-
 def _objects(entry: dict | None) -> Iterable[dict]:
     if entry is None:
         return ()
     return list(entry.values()) if type(entry) is _ByName else (entry,)
 
 
-def _sorted_names(entry: dict | None) -> list[str]:
-    return sorted(_names(entry))
+def _key_of(address: dict, cluster_scoped: bool = False) -> AddressKey:
+    return (o.namespace(address), o.name(address)) if cluster_scoped else o.name(address)
 
 
-def _holder(entry: Holder | dict) -> Holder:
-    """The (tag, name) of what holds an IP: an address object, or a planned allocation's Holder itself."""
+def _holder(entry: Holder | dict, cluster_scoped: bool = False) -> Holder:
+    """The (tag, key) of what holds an IP: an address object, or a planned allocation's Holder itself."""
     if type(entry) is tuple:
         return entry
-    return (METAL3 if kinds.kind_of(entry) == kinds.IPADDRESS else CAPI, o.name(entry))
+    return (METAL3 if kinds.kind_of(entry) == kinds.IPADDRESS else CAPI, _key_of(entry, cluster_scoped))
 
 
-def _sorted_holders(held: Any) -> list[Holder]:
-    return sorted(_holder(e) for e in each(held))
+def _sorted_holders(held: Any, cluster_scoped: bool = False) -> list[Holder]:
+    return sorted(_holder(e, cluster_scoped) for e in each(held))
 
 
 def _version(obj: dict) -> tuple:
@@ -448,9 +461,9 @@ def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
             ("claims", kept.claims, fresh.claims, _version),
             ("addresses", kept.addresses, fresh.addresses, _version),
             ("capi_addresses", kept.capi_addresses, fresh.capi_addresses, _version),
-            ("named", kept.named, fresh.named, _sorted_names),
-            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, _sorted_names),
-            ("holders", kept.holders, fresh.holders, _sorted_holders),
+            ("named", kept.named, fresh.named, lambda entry: sorted(fresh._keys(entry))),
+            ("mirrors_named", kept.mirrors_named, fresh.mirrors_named, lambda entry: sorted(fresh._keys(entry))),
+            ("holders", kept.holders, fresh.holders, lambda held: _sorted_holders(held, fresh.cluster_scoped)),
             ("kept", kept.kept, fresh.kept, lambda ip: ip)):
         yield from compare_maps(part, x, y, view, found)
     if (kept.allocator is None) != (fresh.allocator is None):

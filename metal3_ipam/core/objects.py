@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from . import kinds
+from .pools import REGISTRY as POOL_KINDS
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ def condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None
 
 
 def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
-    return cluster is not None and spec(cluster).get("paused") is True
+    """A Cluster is paused by ``spec.paused: true`` or by the paused annotation (as Cluster API reads it)."""
+    return cluster is not None and (spec(cluster).get("paused") is True or is_paused(cluster))
 
 
 def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
@@ -176,8 +178,10 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
             pool_kind = kinds.IPPOOL
             if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
-                if pool_kind not in kinds.POOL_KINDS:
+                if pool_kind not in POOL_KINDS:
                     return None
+                if POOL_KINDS[pool_kind].cluster_scoped:
+                    return _one_pool(PoolKey("", str(pool["name"]), pool_kind))
             return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
     if kind == kinds.IPCLAIM:
@@ -191,13 +195,41 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     if kind in (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS):
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
-        if pool_kind in kinds.POOL_KINDS and pool.get("name"):
-            return _one_pool(PoolKey(ns, str(pool["name"]), pool_kind))
+        if pool_kind is not None and type(pool_kind[0]) is str and type(pool_kind[1]) is str \
+                and pool_kind in POOL_KINDS and kinds.CAPI_CLAIM in POOL_KINDS[pool_kind].claim_kinds \
+                and pool.get("name"):
+            # A pool of cluster scope is known by name alone, whatever namespace its claims are in.
+            return _one_pool(PoolKey("" if POOL_KINDS[pool_kind].cluster_scoped else ns, str(pool["name"]), pool_kind))
         return None
     return None
 
 
-ClaimKey = tuple[str, str]  # ("IPClaim" | "IPAddressClaim", name)
+# ("IPClaim" | "IPAddressClaim", name), and the claim's namespace after them for a claim of a pool of
+# cluster scope: the claims of a namespaced pool are all in its namespace, those of a pool of cluster
+# scope in any (two claims of one name in two namespaces are two claims).
+ClaimKey = tuple[str, ...]
+
+
+# (how many kinds of pool were registered, those of cluster scope): claim keys are made per claim per pass,
+# and while no kind of pool is of cluster scope (IPPool alone) no claim's pool reference needs reading.
+_scoped: list = [-1, frozenset()]
+
+
+def _cluster_scoped_kinds() -> frozenset:
+    if _scoped[0] != len(POOL_KINDS):
+        _scoped[:] = [len(POOL_KINDS), frozenset(k for k, kind in POOL_KINDS.items() if kind.cluster_scoped)]
+    return _scoped[1]
+
+
+def _of_cluster_scope(pool_ref: Any, group_key: str = "apiGroup") -> bool:
+    """Whether a pool reference (a poolRef, or a Metal3 IPAddress's spec.pool) names a kind of pool of cluster scope."""
+    if not _cluster_scoped_kinds() or not isinstance(pool_ref, Mapping) or not pool_ref.get("kind"):
+        return False
+    group = pool_ref.get(group_key)
+    if group_key == "apiVersion":
+        group = kinds.group_of(group) if isinstance(group, str) else group
+    pool_kind = (group, pool_ref.get("kind"))
+    return type(pool_kind[0]) is str and type(pool_kind[1]) is str and pool_kind in _cluster_scoped_kinds()
 
 
 def foreign_pool_namespace(claim: Mapping[str, Any]) -> str | None:
@@ -216,7 +248,10 @@ _one_key = _OneOfEach(MAX_CLAIM_KEYS)
 
 
 def claim_key(claim: Mapping[str, Any]) -> ClaimKey:
-    return _one_key((str(claim.get("kind")), name(claim)))
+    kind = str(claim.get("kind"))
+    if kind == kinds.CAPI_CLAIM[1] and _of_cluster_scope(spec(claim).get("poolRef")):
+        return _one_key((kind, name(claim), namespace(claim)))
+    return _one_key((kind, name(claim)))
 
 
 def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
@@ -225,6 +260,8 @@ def claim_of_address(address: Mapping[str, Any]) -> ClaimKey | None:
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
     kind = kinds.CAPI_CLAIM[1] if claim.get("kind") == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM[1]
+    if _of_cluster_scope(spec(address).get("pool"), "apiVersion"):
+        return _one_key((kind, str(claim["name"]), str(claim.get("namespace") or namespace(address))))
     return _one_key((kind, str(claim["name"])))
 
 
@@ -232,6 +269,8 @@ def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     claim = spec(address).get("claimRef")
     if not isinstance(claim, Mapping) or not claim.get("name"):
         return None
+    if _of_cluster_scope(spec(address).get("poolRef")):
+        return _one_key((kinds.CAPI_CLAIM[1], str(claim["name"]), namespace(address)))
     return _one_key((kinds.CAPI_CLAIM[1], str(claim["name"])))
 
 
@@ -256,7 +295,7 @@ def claim_uid_of(address: Mapping[str, Any], key: ClaimKey) -> str | None:
     under that name is another claim. Owner references carry the uid (and
     ``clusterctl move`` rewrites them to the new uids), so they tell which.
     """
-    kind, claim_name = key
+    kind, claim_name = key[0], key[1]
     owners = meta(address).get("ownerReferences")
     for owner in owners if isinstance(owners, list) else ():  # read in place: this runs per claim per pass
         if isinstance(owner, Mapping) and owner.get("kind") == kind and owner.get("name") == claim_name \
@@ -272,7 +311,9 @@ def index_key(key: ClaimKey) -> str:
     their kind so that an IPClaim and an IPAddressClaim of one name never
     share an entry.
     """
-    kind, claim_name = key
+    kind, claim_name = key[0], key[1]
+    if len(key) > 2:  # a claim of a pool of cluster scope: its namespace tells it apart
+        return f"{kind}/{key[2]}/{claim_name}"
     return claim_name if kind == kinds.IPCLAIM[1] else f"{kind}/{claim_name}"
 
 

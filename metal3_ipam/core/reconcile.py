@@ -62,7 +62,7 @@ from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import address_name, ip_text
 from .overlap import Withheld
 from .several import each
-from . import pool_kinds
+from . import pools
 from .pool import Pool
 from .problems import Problem, errors
 
@@ -85,13 +85,14 @@ class Snapshot:
     claims: list[dict] = field(default_factory=list)          # in the order to serve them
     addresses: list[dict] = field(default_factory=list)       # Metal3 IPAddresses of this pool
     capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
-    name_taken: Callable[[str], bool] = lambda name: False    # any IPAddress of that name in the namespace
+    # The callbacks name the namespace looked in: the pool's, or for a pool of cluster scope a claim's.
+    name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
-    held_elsewhere: Callable[[int, int], bool] = lambda version, ip: False
+    held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
-    capi_address_named: Callable[[str], dict | None] = lambda name: None
+    capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
-    cluster_named: Callable[[str], dict | None] = lambda name: None
+    cluster_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
     clusters_served: bool = True
     # Parts of the pool's address set that an earlier, overlapping pool owns.
@@ -100,6 +101,7 @@ class Snapshot:
     model: tuple[Pool | None, list[Problem]] | None = None
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
+    pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
 
 
 def reconcile(snap: Snapshot) -> Plan:
@@ -132,7 +134,7 @@ def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     """Load the ledger afresh from every object of ``snap``, in pieces."""
     pool = _model(snap)[0]
     withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
-    ledger.reset(ident_of(snap), pool, withheld, snap.rng)
+    ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
 
@@ -166,7 +168,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
 def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
     if snap.pool is None:
         return None, []
-    return snap.model if snap.model is not None else pool_kinds.read(snap.pool)
+    return snap.model if snap.model is not None else pools.read(snap.pool)
 
 
 # Decisions between two yields of a pass: about a millisecond of work (the caller
@@ -182,6 +184,8 @@ class _Reconciler:
         self.status_due = status_due
         self.plan = Plan()
         self.pool_obj = snap.pool
+        self.kind = pools.REGISTRY[snap.pool_kind]
+        self.finalizers = self.kind.finalizers
         self.pool: Pool | None = None
         self.pool_problem: str | None = None
         if snap.pool is not None:
@@ -205,6 +209,13 @@ class _Reconciler:
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             ledger.needs_full = True  # what changed meanwhile is looked at in full once it resumes
+            # But a deleted claim whose Cluster is gone is released: nothing will ever resume it.
+            for key in list(claim_keys):
+                claim = ledger.claims.get(key)
+                if claim is not None and o.is_deleting(claim) and not o.is_paused(claim) \
+                        and not _moving(self.pool_obj) and self.cluster_gone(claim):
+                    self.serve(claim)
+            self.plan.steps = [s for s in self.plan.steps if s.actions]
             return self.plan
         ledger.begin()
         if self.pool_obj is not None:
@@ -296,26 +307,39 @@ class _Reconciler:
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
-        return o.is_paused(claim) or self.cluster_paused(o.cluster_name_of(claim))
+        return o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))
 
     def address_paused(self, address: dict) -> bool:
         """An address goes with its claim; while the claim is unknown, its Cluster label speaks for it."""
-        return o.is_paused(address) or self.cluster_paused(o.labels(address).get(kinds.CLUSTER_NAME_LABEL))
+        return o.is_paused(address) or self.cluster_paused(o.namespace(address),
+                                                           o.labels(address).get(kinds.CLUSTER_NAME_LABEL))
 
-    def cluster_paused(self, cluster_name: str | None) -> bool:
-        return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(cluster_name))
+    def cluster_paused(self, namespace: str, cluster_name: str | None) -> bool:
+        return bool(cluster_name) and o.cluster_paused(self.snap.cluster_named(namespace, cluster_name))
 
-    def missing_cluster(self, claim: dict | None) -> str | None:
-        """The Cluster the claim (by label or spec.clusterName) or the pool (spec.clusterName) belongs to,
-        when it is not known; None when every one is, or Clusters are not served at all."""
+    def cluster_gone(self, claim: dict) -> bool:
+        """The claim names a Cluster (by label or spec.clusterName) that does not exist (Clusters are watched)."""
+        name = o.cluster_name_of(claim)
+        return self.snap.clusters_served and name is not None and self.snap.cluster_named(o.namespace(claim), name) is None
+
+    def missing_cluster(self, claim: dict | None) -> tuple[str, str] | None:
+        """The Cluster (namespace, name) the claim (by label or spec.clusterName) or the pool (its kind's
+        cluster_name) belongs to, when it is not known; None when every one is, or Clusters are not served."""
         if not self.snap.clusters_served:
             return None
-        names = [o.cluster_name_of(claim) if claim is not None else None,
-                 o.spec(self.pool_obj).get("clusterName") if self.pool_obj is not None else None]
-        return next((str(n) for n in names if n and self.snap.cluster_named(str(n)) is None), None)
+        names = [(o.namespace(claim), o.cluster_name_of(claim)) if claim is not None else (None, None),
+                 (self.snap.namespace, self.kind.cluster_name(self.pool_obj)) if self.pool_obj is not None
+                 else (None, None)]
+        return next(((ns, str(n)) for ns, n in names if n and self.snap.cluster_named(ns, str(n)) is None), None)
 
-    def cluster_text(self, name: str) -> str:
-        return f"Cluster {self.snap.namespace}/{name}"
+    def pool_text(self) -> str:
+        """The pool as messages name it: its kind, and its namespace when it has one."""
+        where = "" if self.kind.cluster_scoped else f"{self.snap.namespace}/"
+        return f"{self.kind.kind[1]} {where}{self.snap.pool_name}"
+
+    @staticmethod
+    def cluster_text(cluster: tuple[str, str]) -> str:
+        return f"Cluster {cluster[0]}/{cluster[1]}"
 
     def holds_anything(self, claim: dict) -> bool:
         key = o.claim_key(claim)
@@ -328,19 +352,19 @@ class _Reconciler:
         # One step for all the pool's own writes, status last: run as separate
         # steps, the status write would overtake a conditional metadata write
         # and make it fail.
-        step = self.pool_step = self.plan.step(f"IPPool {o.namespace(pool)}/{o.name(pool)}", about=o.ref(pool))
+        step = self.pool_step = self.plan.step(self.pool_text(), about=o.ref(pool))
         ref = o.ref(pool)
-        finalizer = kinds.FINALIZERS[kinds.kind_of(pool)]
+        finalizer = self.finalizers.pool
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
             if finalizer in o.finalizers(pool) and not in_use:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
-                self.plan.notes.append(f"IPPool {o.name(pool)} waits for {in_use} address(es) to go")
+                self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for {in_use} address(es) to go")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))
-        cluster_name = o.spec(pool).get("clusterName")
+        cluster_name = self.kind.cluster_name(pool)
         if not cluster_name:
             return
         # As the Go Metal3 IPAM labels a pool of a Cluster: its Cluster and this provider.
@@ -378,9 +402,7 @@ class _Reconciler:
         current = o.status(pool)
         counts: dict[str, Any] = {}
         if self.pool is not None:
-            counts["capacity"] = str(self.pool.capacity())
-            counts["allocated"] = str(ledger.allocated)
-            counts["free"] = str(self.allocator.free_count)
+            counts = self.kind.status(pools.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
@@ -402,9 +424,10 @@ class _Reconciler:
             ledger.status_held = True
             return
         desired: dict[str, Any] = {}
-        desired["indexes"], omitted = yield from ledger.index.build(ledger.bound)
-        if omitted:
-            desired["indexesOmitted"] = omitted
+        if self.kind.indexes:
+            desired["indexes"], omitted = yield from ledger.index.build(ledger.bound)
+            if omitted:
+                desired["indexesOmitted"] = omitted
         desired.update(counts)
         desired["conditions"] = conditions
         ledger.status_held = False
@@ -434,7 +457,7 @@ class _Reconciler:
 
     def tend_address(self, address: dict) -> None:
         key = o.claim_of_address(address)
-        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.IPADDRESS],
+        self.tend(address, self.claim_key_of(address, key), finalizer=self.finalizers.address[kinds.IPADDRESS],
                   subject=f"IPAddress {o.namespace(address)}/{o.name(address)}",
                   claim_ref=_claim_ref_of_address(address, key))
 
@@ -442,7 +465,7 @@ class _Reconciler:
         key = o.claim_of_capi_address(address)
         claim_ref = o.Ref(address.get("apiVersion", ""), kinds.CAPI_CLAIM[1], o.namespace(address),
                           key[1] if key else "", o.claim_uid_of(address, key) if key else None)
-        self.tend(address, self.claim_key_of(address, key), finalizer=kinds.FINALIZERS[kinds.CAPI_ADDRESS],
+        self.tend(address, self.claim_key_of(address, key), finalizer=self.finalizers.address[kinds.CAPI_ADDRESS],
                   subject=f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(address)}/{o.name(address)}",
                   claim_ref=claim_ref)
 
@@ -473,7 +496,7 @@ class _Reconciler:
         key = o.claim_key(claim)
         kind = kinds.kind_of(claim)
         step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))
-        finalizer = kinds.FINALIZERS[kind]
+        finalizer = self.finalizers.claim[kind]
         mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
             others = [f for f in o.finalizers(claim) if f != finalizer]
@@ -488,7 +511,7 @@ class _Reconciler:
                 return
             self.release(claim, step, mine, finalizer)
             return
-        live = _held(mine)
+        live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
             self.ensure_bound(claim, keep, step)
@@ -512,7 +535,7 @@ class _Reconciler:
 
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
-        live = _held(self.ledger.addresses_of(key)) or _live(self.ledger.mirrors_of(key))
+        live = _held(self.ledger.addresses_of(key), self.finalizers.address[kinds.IPADDRESS]) or _live(self.ledger.mirrors_of(key))
         if live:
             self.ledger.bound[key] = _text_of(live[0])
 
@@ -522,9 +545,9 @@ class _Reconciler:
             self.remember_binding(claim)
             return
         for address in mine:
-            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
+            _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         for mirror in self.ledger.mirrors_of(o.claim_key(claim)):
-            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
@@ -544,13 +567,13 @@ class _Reconciler:
         if ip is None or self.pool is None:
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"its IPAddress {o.name(mirror)} holds {o.spec(mirror).get('address')!r}, which cannot be "
-                             f"adopted: " + ("not an IP address" if ip is None else f"IPPool {self.snap.pool_name} is invalid"))
+                             f"adopted: " + ("not an IP address" if ip is None else f"{self.kind.kind[1]} {self.snap.pool_name} is invalid"))
         spec = o.spec(mirror)
         entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
         self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
-        if self.snap.name_taken(o.name(lock)):
+        if self.snap.name_taken(o.namespace(lock), o.name(lock)):
             # Another object holds the lock's name (state an earlier IPAM left, where
             # two pools with one namePrefix gave one IP twice): the claim keeps what it
             # has; asking again would fail each pass, and must not hold the pool up.
@@ -578,7 +601,7 @@ class _Reconciler:
                 self.plan.notes.append(f"{o.name(claim)}: {len(live)} addresses, none bound yet")
             return keep
         for address in extra:
-            _let_go(step, address, kinds.FINALIZERS[kinds.IPADDRESS])
+            _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         return keep
 
     def bound_address_name(self, claim: dict, live: list[dict]) -> str | None:
@@ -620,14 +643,14 @@ class _Reconciler:
         keep = preferred if any(m is preferred for m in matching) else (matching[0] if matching else None)
         stray = [m for m in mirrors if m is not keep]
         for mirror in stray:
-            _let_go(step, mirror, kinds.FINALIZERS[kinds.CAPI_ADDRESS])
+            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if keep is not None:
             return keep
         if any(o.name(m) == o.name(claim) for m in self.ledger.mirrors_of(o.claim_key(claim))):
             # Our name is still taken by the stray one; the next pass creates it.
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is replaced once the wrong one is gone")
             return None
-        taken = self.snap.capi_address_named(o.name(claim))
+        taken = self.snap.capi_address_named(o.namespace(claim), o.name(claim))
         if taken is not None:
             # Held by an address of another pool (a claim of this name for another
             # pool, not yet released): say so rather than fail to create it each pass.
@@ -655,7 +678,7 @@ class _Reconciler:
         if missing is not None:
             return self.wait(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
                                           "once it exists (a moved Cluster's claims may be seen before it)")
-        pool_ref = f"IPPool {self.snap.namespace}/{self.snap.pool_name}"
+        pool_ref = self.pool_text()
         if self.pool_obj is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} not found")
         if o.is_deleting(self.pool_obj):
@@ -663,6 +686,8 @@ class _Reconciler:
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         key = o.claim_key(claim)
+        lock_namespace = self.lock_namespace(claim)
+        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip)  # noqa: E731
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
         own = self.ledger.kept.get(key)
         grant, lost = None, None
@@ -678,12 +703,12 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, self.taken_elsewhere, kept_as=key)
+                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key)
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             try:
-                grant = self.allocator.allocate(o.name(claim), requested, name_taken=self.taken_elsewhere,
+                grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
                                                 kept_as=key)
             except AllocationError as err:
                 return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
@@ -725,7 +750,11 @@ class _Reconciler:
             going = f"{tag} {name}"
         return going
 
-    def taken_elsewhere(self, ip: int) -> bool:
+    def lock_namespace(self, claim: dict) -> str:
+        """Where the lock of a claim's IP is: the pool's namespace, or for a pool of cluster scope the claim's."""
+        return self.snap.namespace or o.namespace(claim)
+
+    def taken_elsewhere(self, namespace: str, ip: int) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
@@ -733,8 +762,8 @@ class _Reconciler:
         API, at that IP, whatever its namePrefix.
         """
         version = self.pool.version
-        return (self.snap.name_taken(address_name(self.pool.name_prefix, ip_from_int(ip, version)))
-                or self.snap.held_elsewhere(version, ip))
+        return (self.snap.name_taken(namespace, address_name(self.pool.name_prefix, ip_from_int(ip, version)))
+                or self.snap.held_elsewhere(namespace, version, ip))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
@@ -802,8 +831,8 @@ class _Reconciler:
             spec["dnsServers"] = list(dns_servers)
         metadata: dict[str, Any] = {
             "name": address_name(self.pool.name_prefix, ip),
-            "namespace": o.namespace(pool),
-            "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
+            "namespace": self.lock_namespace(claim),
+            "finalizers": [self.finalizers.address[kinds.IPADDRESS]],
             # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it
             # writes). Our finalizer, not the garbage collector, keeps the address while its claim lives.
             "ownerReferences": [_owner(pool), _owner(claim)],
@@ -832,7 +861,7 @@ class _Reconciler:
         metadata: dict[str, Any] = {
             "name": o.name(claim),
             "namespace": o.namespace(claim),
-            "finalizers": [kinds.FINALIZERS[kinds.CAPI_ADDRESS]],
+            "finalizers": [self.finalizers.address[kinds.CAPI_ADDRESS]],
             "ownerReferences": [_owner(claim, controller=True, block=True)]
                                + ([_owner(pool, block=True)] if pool is not None else []),
         }
@@ -889,7 +918,7 @@ def _is_cluster_ref(ref: Mapping[str, Any], cluster_name: str) -> bool:
 def _claim_ref_of_address(address: dict, key: o.ClaimKey | None) -> o.Ref:
     """The claim an address was made for; with its uid when the owner reference tells it."""
     claim = o.spec(address).get("claim") or {}
-    kind, claim_name = key or (kinds.IPCLAIM[1], "")
+    kind, claim_name = key[:2] if key else (kinds.IPCLAIM[1], "")
     api_version = claim.get("apiVersion") or (kinds.METAL3_API_VERSION if kind == kinds.IPCLAIM[1]
                                               else f"{kinds.CAPI_IPAM_GROUP}/{kinds.CAPI_IPAM_VERSIONS[0]}")
     return o.Ref(api_version, kind, str(claim.get("namespace") or o.namespace(address)), claim_name,
@@ -924,12 +953,11 @@ def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def _held(addresses: list[dict]) -> list[dict]:
+def _held(addresses: list[dict], finalizer: str) -> list[dict]:
     """The addresses a live claim holds, those not being deleted first: an address being
     deleted is kept by its finalizer while its claim exists (unless deleted for a move).
     A claim bound to an address being deleted keeps it and is not given a second one;
     one being deleted that the claim is not bound to is an extra, let go like any other."""
-    finalizer = kinds.FINALIZERS[kinds.IPADDRESS]
     held = [a for a in addresses if not o.is_deleting(a)
             or (finalizer in o.finalizers(a) and not o.deleted_for_move(a))]
     return sorted(held, key=o.is_deleting)

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from . import kinds
+from . import kinds, pools
 
 _intern = sys.intern
 
@@ -44,11 +44,12 @@ _UNIQUE = frozenset(("resourceVersion", "message", "address", "errorMessage", "l
 _DROPPED_ANNOTATIONS = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
 # Kinds whose spec and status are kept whole: a pool's spec is parsed, its status compared as a whole
 # (status.indexes may hold tens of thousands of entries: copying it each event would cost more than it saves).
-_AS_IS = frozenset((kinds.IPPOOL,))
+_AS_IS = pools.REGISTRY  # the kinds of pool, as registered
 # Owner reference fields read of claims and addresses (a pool's are written back whole, so kept whole).
 _OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")
 # Owner references shared by many objects: the pool's (and a Cluster's) on every address of the pool.
-_SHARED_OWNERS = frozenset(("IPPool", "Cluster"))
+# (Sharing saves memory only: a kind of pool registered after this module was read is not shared.)
+_SHARED_OWNERS = frozenset((*(kind for _, kind in pools.REGISTRY), "Cluster"))
 _CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
 # Shared parts, by their frozen value. Bounded: when full it starts again (objects filed before
 # keep what they share; only new ones stop sharing with them), so labels unique to each object

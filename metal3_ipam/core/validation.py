@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import kinds
+from . import kinds, pools
 from .addresses import AddressError, parse_ip
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
@@ -112,14 +112,15 @@ def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
     return fields
 
 
-def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str) -> dict[str, str]:
-    """Name -> IP of the live addresses, of both APIs, that were handed out from a pool.
+def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str,
+                     pool_kind: tuple[str, str] = kinds.IPPOOL) -> dict[str, str]:
+    """Name -> IP of the live addresses, of both APIs, that were handed out from a pool (of ``pool_kind``).
 
     An address being deleted is on its way out and holds nothing back.
     """
     found = {}
     for address in addresses:
-        if not isinstance(address, Mapping) or is_deleting(address) or pool_of(address) != PoolKey(namespace, pool):
+        if not isinstance(address, Mapping) or is_deleting(address) or pool_of(address) != PoolKey(namespace, pool, pool_kind):
             continue
         ip = _spec_map(address).get("address")
         if not isinstance(ip, str):
@@ -281,7 +282,12 @@ def is_our_capi_claim(obj: Any) -> bool:
     """
     spec = _spec(obj)
     ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-    return isinstance(ref, Mapping) and ref.get("apiGroup") == kinds.METAL3_GROUP
+    return isinstance(ref, Mapping) and bool(_capi_pool_kinds(ref.get("apiGroup")))
+
+
+def _capi_pool_kinds(group: Any) -> list[str]:
+    """The kinds of pool of ``group`` that serve Cluster API claims."""
+    return [kind.kind[1] for kind in pools.REGISTRY.values() if kind.group == group and kinds.CAPI_CLAIM in kind.claim_kinds]
 
 
 def validate_capi_claim(obj: Any) -> list[Problem]:
@@ -291,11 +297,14 @@ def validate_capi_claim(obj: Any) -> list[Problem]:
     if problems:
         return _tag(obj, problems)
     ref = _spec(obj)["poolRef"]
-    if ref.get("kind") != kinds.IPPOOL[1]:
+    served = _capi_pool_kinds(ref.get("apiGroup"))
+    if ref.get("kind") not in served:
         problems.append(Problem("spec.poolRef.kind", ref.get("kind"),
-                                f"must be {kinds.IPPOOL[1]}: the only kind of {kinds.METAL3_GROUP} that hands out addresses"))
+                                f"must be {' or '.join(served)}: the only kind{'s' if len(served) > 1 else ''} of "
+                                f"{ref.get('apiGroup')} that hand{'' if len(served) > 1 else 's'} out addresses"))
     if not isinstance(ref.get("name"), str) or not ref.get("name"):
-        problems.append(Problem("spec.poolRef.name", ref.get("name"), "is required: the IPPool to take an address from"))
+        problems.append(Problem("spec.poolRef.name", ref.get("name"),
+                                f"is required: the {' or '.join(served)} to take an address from"))
     problems += _annotation_problems(obj)
     return _tag(obj, problems)
 
@@ -365,7 +374,6 @@ def validate_ipaddress_update(old: Any, new: Any) -> list[Problem]:
 
 
 VALIDATORS = {
-    kinds.IPPOOL: validate_pool,
     kinds.IPCLAIM: validate_ipclaim,
     kinds.IPADDRESS: validate_ipaddress,
     kinds.CAPI_CLAIM: validate_capi_claim,
@@ -374,15 +382,20 @@ VALIDATORS = {
 
 def validate(obj: Any) -> list[Problem]:
     """Validate any object of a kind this project knows; other kinds are not ours to judge."""
-    validator = VALIDATORS.get(kinds.kind_of(obj))
+    kind = kinds.kind_of(obj)
+    pool_kind = pools.kind_named(kind)
+    if pool_kind is not None:
+        return pool_kind.validate(obj)
+    validator = VALIDATORS.get(kind)
     return validator(obj) if validator else []
 
 
 def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
     """The update rules of ``new``'s kind (immutable fields; a pool keeps the addresses in use)."""
     kind = kinds.kind_of(new)
-    if kind == kinds.IPPOOL:
-        return validate_pool_update(old, new, in_use)
+    pool_kind = pools.kind_named(kind)
+    if pool_kind is not None:
+        return pool_kind.validate_update(old, new, in_use)
     if kind == kinds.IPCLAIM:
         return validate_ipclaim_update(old, new)
     if kind == kinds.IPADDRESS:
@@ -394,6 +407,5 @@ def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None)
 
 def validate_delete(obj: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
     """The delete rules: only a pool in use is kept."""
-    if kinds.kind_of(obj) == kinds.IPPOOL:
-        return validate_pool_delete(obj, in_use or {})
-    return []
+    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    return pool_kind.validate_delete(obj, in_use or {}) if pool_kind is not None else []

@@ -1,4 +1,4 @@
-"""A second kind of pool is an addition: its kind, a reader of its spec, its finalizer; nothing else changes.
+"""A second kind of pool is an addition: one ``PoolKind`` in the registry; nothing else changes.
 
 An IPPool and a pool of another kind with the same name in one namespace are
 two pools: their claims are filed apart, each is served from its own
@@ -7,6 +7,7 @@ addresses, and each pool's key says its kind.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import netaddr
@@ -14,12 +15,14 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pool_kinds
+from metal3_ipam.core import pools
+from metal3_ipam.core.pools.ippool import IPPOOL_KIND
 from metal3_ipam.core.pool import read_pool
 from metal3_ipam.memory import converge
 from ipam_objects import NS, capi_claim, ippool, loaded
 
 OTHER = ("ipam.cluster.x-k8s.io", "InClusterIPPool")
+OTHER_FINALIZER = "ipam.metal3.io/inclusterippool"
 
 
 @pytest.fixture
@@ -29,9 +32,11 @@ def other_kind(monkeypatch):
         spec = pool.get("spec") or {}
         entries = [{"start": a.split("-")[0], "end": a.split("-")[-1]} for a in spec.get("addresses") or []]
         return read_pool({"namePrefix": o.name(pool), "pools": entries, "prefix": spec.get("prefix")})
-    monkeypatch.setattr(kinds, "POOL_KINDS", (*kinds.POOL_KINDS, OTHER))
-    monkeypatch.setitem(pool_kinds.READERS, OTHER, read)
-    monkeypatch.setitem(kinds.FINALIZERS, OTHER, "ipam.metal3.io/inclusterippool")
+    finalizers = dataclasses.replace(IPPOOL_KIND.finalizers, pool=OTHER_FINALIZER,
+                                     claim={kinds.CAPI_CLAIM: IPPOOL_KIND.finalizers.claim[kinds.CAPI_CLAIM]})
+    monkeypatch.setitem(pools.REGISTRY, OTHER, dataclasses.replace(
+        IPPOOL_KIND, kind=OTHER, plural="inclusterippools", versions=("v1alpha2",), claim_kinds=(kinds.CAPI_CLAIM,),
+        finalizers=finalizers, read=read))
 
 
 def other_pool(name: str, addresses: list[str]) -> dict:
@@ -66,7 +71,7 @@ def test_two_kinds_of_pool_with_one_name_are_two_pools(other_kind):
     assert held["from-other"][0] == OTHER[1] and netaddr.IPAddress(held["from-other"][1]) in netaddr.IPRange(
         "10.9.0.1", "10.9.0.9")
     other = api.inventory.get(OTHER, NS, "p")
-    assert kinds.FINALIZERS[OTHER] in o.finalizers(other) and o.status(other)["allocated"] == "1"
+    assert OTHER_FINALIZER in o.finalizers(other) and o.status(other)["allocated"] == "1"
 
 
 def test_pools_of_two_kinds_with_one_name_that_overlap_never_hand_out_one_ip_twice(other_kind):
@@ -95,3 +100,49 @@ def test_the_metric_series_of_two_kinds_of_pool_with_one_name_are_two(other_kind
     metrics.POOL_FREE.remove(*metrics.pool_labels(other_key))
     assert metrics.pool_labels(ippool_key) == (NS, "p", "IPPool")
     assert metrics.POOL_FREE.labels(*metrics.pool_labels(ippool_key))._value.get() == 1
+
+
+# -- the adapter reads the registry -------------------------------------------------
+
+def test_a_kind_of_pool_is_discovered_at_its_own_versions_beside_the_claims_of_its_group(other_kind, monkeypatch):
+    """The in-cluster provider's pools are v1alpha2 of the group whose claims are v1beta2: each is
+    found at its own version (one version per group would miss one of them)."""
+    from metal3_ipam.controller import operator
+
+    served = {"/apis/ipam.metal3.io": ["v1alpha1"], "/apis/ipam.cluster.x-k8s.io": ["v1beta2", "v1alpha2"],
+              "/apis/cluster.x-k8s.io": ["v1beta2"]}
+    monkeypatch.setattr(operator, "request",
+                        lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
+    resources = operator.discover(None)
+    assert (resources[OTHER].version, resources[OTHER].plural) == ("v1alpha2", "inclusterippools")
+    assert resources[kinds.CAPI_CLAIM].version == "v1beta2" and resources[kinds.IPPOOL].version == "v1alpha1"
+    assert OTHER in operator.wanted_kinds()[1][2]
+
+
+def test_a_kind_of_pool_has_its_webhooks_with_the_rule_scope_of_its_kind(other_kind):
+    from metal3_ipam.controller import webhook
+
+    hooks = webhook.pool_hooks(pools.REGISTRY[OTHER])
+    assert [(h.name, h.path, h.mutating) for h in hooks] == [
+        ("default.inclusterippool.ipam.cluster.x-k8s.io",
+         "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", True),
+        ("validation.inclusterippool.ipam.cluster.x-k8s.io",
+         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False),
+        ("deletion.inclusterippool.ipam.cluster.x-k8s.io",
+         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False)]
+    rule = hooks[1].configuration({})["rules"][0]
+    assert rule == {"apiGroups": [OTHER[0]], "apiVersions": ["v1alpha2"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["inclusterippools"], "scope": "Namespaced"}
+    global_hooks = webhook.pool_hooks(dataclasses.replace(pools.REGISTRY[OTHER], scope=pools.CLUSTER))
+    assert {h.configuration({})["rules"][0]["scope"] for h in global_hooks} == {"Cluster"}
+    # The IPPool's, generated alike, are those the manifests always had.
+    assert [h.name for h in webhook.HOOKS[:3]] == ["default.ippool.ipam.metal3.io", "validation.ippool.ipam.metal3.io",
+                                                    "deletion.ippool.ipam.metal3.io"]
+
+
+def test_a_pool_of_another_kind_is_validated_by_its_kind(other_kind):
+    from metal3_ipam.core.validation import validate
+
+    bad = other_pool("p", [])
+    bad["spec"]["prefix"] = "wide"
+    assert validate(bad) == pools.REGISTRY[OTHER].validate(bad) and validate(bad)

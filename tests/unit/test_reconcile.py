@@ -579,6 +579,34 @@ def test_claim_whose_cluster_is_gone_is_still_released():
     assert metal3_addresses(api) == [] and get(api, IPCLAIM, "a") is None
 
 
+def test_a_paused_pool_still_releases_a_deleted_claim_whose_cluster_is_gone():
+    """Nothing resumes a claim whose Cluster is gone: held by a paused pool it would never go. A deleted
+    claim whose Cluster is there, and any claim not deleted, wait for the pool as before."""
+    label = kinds.CLUSTER_NAME_LABEL
+    api = converged(cluster("gone"), cluster("here"), ippool(),
+                    ipclaim("orphan", labels={label: "gone"}), ipclaim("kept", labels={label: "here"}),
+                    ipclaim("live", labels={label: "gone"}))
+    set_meta(api, POOL, "pool1", annotations=paused_annotation())
+    api.inventory.remove(get(api, kinds.CLUSTER, "gone"))
+    user_delete(api, IPCLAIM, "orphan")
+    user_delete(api, IPCLAIM, "kept")
+    converge(api)
+    assert get(api, IPCLAIM, "orphan") is None and address_of(api, "IPClaim", "orphan") == []
+    assert ip_of(api, "kept") == "192.168.0.11" and ip_of(api, "live") == "192.168.0.12"
+    assert "paused" in pool_plan(api).notes
+
+
+def test_a_cluster_paused_by_its_annotation_pauses_its_claims():
+    label = kinds.CLUSTER_NAME_LABEL
+    held = cluster("cluster1")
+    held["metadata"]["annotations"] = paused_annotation()
+    api = converged(held, ippool(), ipclaim("a", labels={label: "cluster1"}), ipclaim("b"))
+    assert address_of(api, "IPClaim", "a") == [] and ip_of(api, "b") == "192.168.0.10"
+    set_meta(api, kinds.CLUSTER, "cluster1", annotations={})
+    converge(api)
+    assert ip_of(api, "a") == "192.168.0.11"
+
+
 def test_paused_claim_is_left_alone_while_others_are_served():
     api = converged(ippool(), ipclaim("quiet", annotations=paused_annotation()), ipclaim("b"))
     assert address_of(api, "IPClaim", "quiet") == []

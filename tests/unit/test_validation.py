@@ -414,7 +414,7 @@ def test_a_non_ip_default_gateway_is_reported_once_and_never_raises():
 
     snap = Snapshot(namespace="ns", pool_name="p", pool=ippool("p", ns="ns", **spec), cluster=None,
                     claims=[ipclaim("c1", ns="ns", pool="p")], addresses=[], capi_addresses=[],
-                    name_taken=lambda name: False, now="2024-01-01T00:00:00Z")
+                    name_taken=lambda namespace, name: False, now="2024-01-01T00:00:00Z")
     plan = reconcile(snap)
     assert "spec.gateway" in repr(plan)
 
