@@ -109,13 +109,22 @@ NAMESPACE_CONTROLLER_USERS = ("system:serviceaccount:kube-system:namespace-contr
 NOT_NAMESPACE_TEARDOWN = {"name": "not-namespace-teardown",
                           "expression": "!(request.userInfo.username in ["
                                         + ", ".join(f"'{u}'" for u in NAMESPACE_CONTROLLER_USERS) + "])"}
-# The groups of the kinds of pool that serve Cluster API claims.
-_CLAIM_POOL_GROUPS = sorted({kind.group for kind in pools.REGISTRY.values() if kinds.CAPI_CLAIM in kind.claim_kinds})
-OUR_POOL = {"name": "metal3-pool",
-            "expression": "has(object.spec) && has(object.spec.poolRef) && has(object.spec.poolRef.apiGroup)"
-                          + (f" && object.spec.poolRef.apiGroup == '{_CLAIM_POOL_GROUPS[0]}'"
-                             if len(_CLAIM_POOL_GROUPS) == 1 else
-                             f" && object.spec.poolRef.apiGroup in {_CLAIM_POOL_GROUPS!r}")}
+
+
+def _our_pool_expression() -> str:
+    """CEL: a claim's poolRef names a kind of pool this controller serves (by group, or in a group shared
+    with other providers by group and kind: their claims never wait on these webhooks)."""
+    terms = []
+    for group, served in sorted(pools.claim_pool_groups().items()):
+        term = f"object.spec.poolRef.apiGroup == '{group}'"
+        if served is not None:
+            term += f" && has(object.spec.poolRef.kind) && object.spec.poolRef.kind in {sorted(served)!r}"
+        terms.append(f"({term})")
+    return "has(object.spec) && has(object.spec.poolRef) && has(object.spec.poolRef.apiGroup) && (" \
+        + " || ".join(terms) + ")"
+
+
+OUR_POOL = {"name": "metal3-pool", "expression": _our_pool_expression()}
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,8 @@ from typing import Any
 from . import kinds
 from .addresses import FAMILY_BITS, AddressError, host_range, network_of, parse_ip, parse_span
 from .intervals import normalise, subtract
-from .objects import annotations, deleted_for_move, is_deleting
 from .pool import Entry, Pool, span_text
-from .problems import Problem
-from .validation import _tag
+from .problems import Problem, tagged
 
 GROUP = kinds.CAPI_IPAM_GROUP
 VERSION = "v1alpha2"
@@ -300,7 +298,7 @@ def validate_ip_pool(obj: Any) -> list[Problem]:
     """The create rules of an InClusterIPPool or GlobalInClusterIPPool (v1alpha2)."""
     spec = obj.get("spec") if isinstance(obj, Mapping) else None
     _, problems = read_ip_pool(spec)
-    return _tag(obj, problems)
+    return tagged(obj, problems)
 
 
 def validate_ip_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
@@ -330,7 +328,7 @@ def validate_ip_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None
         field, why = _why_not_in_set(pool, spec, ip)
         found.append(Problem(field, text, f"{MSG_LOSES_ALLOCATED}: {text} is in use (IPAddress "
                                           f"{', '.join(sorted(names))}) and {why}"))
-    return _tag(new, found)
+    return tagged(new, found)
 
 
 def _why_not_in_set(pool: Pool, spec: Mapping[str, Any], ip: int) -> tuple[str, str]:
@@ -352,11 +350,15 @@ def validate_ip_pool_delete(obj: Any, in_use: Mapping[str, str] | None) -> list[
     """A pool with IPAddresses is not deleted, unless the skip annotation is set (any value),
     ``clusterctl move`` deletes it (its addresses go to the target with it), or it is deleting already.
     The same for prefix pools."""
-    if not isinstance(obj, Mapping) or not in_use or is_deleting(obj) or deleted_for_move(obj) \
-            or SKIP_DELETE_VALIDATION_ANNOTATION in annotations(obj):
+    if not isinstance(obj, Mapping) or not in_use or o.is_deleting(obj) or o.deleted_for_move(obj) \
+            or SKIP_DELETE_VALIDATION_ANNOTATION in o.annotations(obj):
         return []
     names = sorted(str(name) for name in in_use)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return _tag(obj, [Problem("metadata.name", f"{len(names)} IPAddress(es): {shown}",
+    return tagged(obj, [Problem("metadata.name", f"{len(names)} IPAddress(es): {shown}",
                               f"{MSG_DELETE_IN_USE} Delete their claims first, or set the annotation "
                               f"{SKIP_DELETE_VALIDATION_ANNOTATION}")])
+
+
+# Last: objects reads the pool kinds, whose in-cluster ones read the names above.
+from . import objects as o  # noqa: E402

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from . import kinds
-from .pools import REGISTRY as POOL_KINDS
 
 
 @dataclass(frozen=True)
@@ -178,9 +177,9 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
             pool_kind = kinds.IPPOOL
             if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
-                if pool_kind not in POOL_KINDS:
+                if pool_kind not in _pools.REGISTRY:
                     return None
-                if POOL_KINDS[pool_kind].cluster_scoped:
+                if _pools.REGISTRY[pool_kind].cluster_scoped:
                     return _one_pool(PoolKey("", str(pool["name"]), pool_kind))
             return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
@@ -196,10 +195,10 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
         if pool_kind is not None and type(pool_kind[0]) is str and type(pool_kind[1]) is str \
-                and pool_kind in POOL_KINDS and kinds.CAPI_CLAIM in POOL_KINDS[pool_kind].claim_kinds \
+                and pool_kind in _pools.REGISTRY and kinds.CAPI_CLAIM in _pools.REGISTRY[pool_kind].claim_kinds \
                 and pool.get("name"):
             # A pool of cluster scope is known by name alone, whatever namespace its claims are in.
-            return _one_pool(PoolKey("" if POOL_KINDS[pool_kind].cluster_scoped else ns, str(pool["name"]), pool_kind))
+            return _one_pool(PoolKey("" if _pools.REGISTRY[pool_kind].cluster_scoped else ns, str(pool["name"]), pool_kind))
         return None
     return None
 
@@ -216,8 +215,8 @@ _scoped: list = [-1, frozenset()]
 
 
 def _cluster_scoped_kinds() -> frozenset:
-    if _scoped[0] != len(POOL_KINDS):
-        _scoped[:] = [len(POOL_KINDS), frozenset(k for k, kind in POOL_KINDS.items() if kind.cluster_scoped)]
+    if _scoped[0] != len(_pools.REGISTRY):
+        _scoped[:] = [len(_pools.REGISTRY), frozenset(k for k, kind in _pools.REGISTRY.items() if kind.cluster_scoped)]
     return _scoped[1]
 
 
@@ -335,3 +334,7 @@ def merge_patch(current: Any, desired: Any) -> Any:
         elif current[key] != value:
             patch[key] = merge_patch(current[key], value)
     return patch
+
+
+# Last: the pool kinds' modules read this one (a kind's rules use the helpers above).
+from . import pools as _pools  # noqa: E402

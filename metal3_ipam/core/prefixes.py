@@ -26,8 +26,7 @@ from .addresses import AddressError, ip_from_int, parse_cidr, parse_ip
 from .incluster import GROUP, Counts, read_span, validate_ip_pool_delete
 from .intervals import IntervalSet, normalise, subtract
 from .pool import _within
-from .problems import Problem
-from .validation import _tag
+from .problems import Problem, tagged
 
 IN_CLUSTER_PREFIX_POOL = (GROUP, "InClusterPrefixPool")
 GLOBAL_IN_CLUSTER_PREFIX_POOL = (GROUP, "GlobalInClusterPrefixPool")
@@ -221,7 +220,7 @@ def validate_prefix_pool(obj: Any) -> list[Problem]:
     """The create rules of an InClusterPrefixPool or GlobalInClusterPrefixPool, with the /128 warnings."""
     spec = obj.get("spec") if isinstance(obj, Mapping) else None
     _, problems = read_prefix_pool(spec)
-    return _tag(obj, problems or prefix_pool_warnings(spec))
+    return tagged(obj, problems or prefix_pool_warnings(spec))
 
 
 def validate_prefix_pool_update(old: Any, new: Any,
@@ -236,7 +235,7 @@ def validate_prefix_pool_update(old: Any, new: Any,
     old_spec = old.get("spec") if isinstance(old, Mapping) and isinstance(old.get("spec"), Mapping) else {}
     before, after = allocation_prefix_length(old_spec), allocation_prefix_length(new["spec"])
     if before != after:
-        return problems + _tag(new, [Problem("spec.allocationPrefixLength", after,
+        return problems + tagged(new, [Problem("spec.allocationPrefixLength", after,
                                              f"{MSG_LENGTH_IMMUTABLE} (was {before})")])
     pool, _ = read_prefix_pool(new["spec"])
     lost = []
@@ -246,7 +245,7 @@ def validate_prefix_pool_update(old: Any, new: Any,
             lost.append((str(address), length, str(name)))
     if lost:
         shown = ", ".join(f"{address}/{length} (IPAddress {name})" for address, length, name in sorted(lost))
-        problems += _tag(new, [Problem("spec.prefixes", [f"{a}/{n}" for a, n, _ in sorted(lost)],
+        problems += tagged(new, [Problem("spec.prefixes", [f"{a}/{n}" for a, n, _ in sorted(lost)],
                                        f"{MSG_NON_ALLOCATABLE}: {shown} would no longer be an allocatable "
                                        "sub-prefix of spec.prefixes outside spec.excludedPrefixes")])
     return problems

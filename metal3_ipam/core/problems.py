@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,20 @@ class Problem:
         where = f"{self.obj}: " if self.obj else ""
         level = "warning: " if self.warning else ""
         return f"{where}{level}{self.field}: {self.message} (value: {_show(self.value)})"
+
+
+def object_id(obj: Any) -> ObjectId:
+    """The kind, namespace and name a problem is reported under."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    return ObjectId(str(kind or "?"), str(meta.get("namespace") or ""), str(meta.get("name") or "?"))
+
+
+def tagged(obj: Any, problems: Iterable[Problem]) -> list[Problem]:
+    """``problems`` reported under ``obj``."""
+    oid = object_id(obj)
+    return [Problem(p.field, p.value, p.message, p.warning, oid) for p in problems]
 
 
 def _show(value: object) -> str:

@@ -15,19 +15,7 @@ from . import kinds, pools
 from .addresses import AddressError, parse_ip
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
-from .problems import ObjectId, Problem
-
-
-def object_id(obj: Any) -> ObjectId:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    meta = meta if isinstance(meta, Mapping) else {}
-    kind = obj.get("kind") if isinstance(obj, Mapping) else None
-    return ObjectId(str(kind or "?"), str(meta.get("namespace") or ""), str(meta.get("name") or "?"))
-
-
-def _tag(obj: Any, problems: Iterable[Problem]) -> list[Problem]:
-    oid = object_id(obj)
-    return [Problem(p.field, p.value, p.message, p.warning, oid) for p in problems]
+from .problems import ObjectId, Problem, object_id, tagged
 
 
 def _spec(obj: Any) -> Any:
@@ -54,7 +42,7 @@ def validate_pool(obj: Any) -> list[Problem]:
     problems = _metadata_problems(obj)
     if not problems:
         _, problems = read_pool(_spec(obj))
-    return _tag(obj, problems)
+    return tagged(obj, problems)
 
 
 def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
@@ -65,7 +53,7 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
         before = old_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         after = new_spec.get(field) or ("sequential" if field == "allocationStrategy" else None)
         if before != after:
-            problems += _tag(new, [Problem(f"spec.{field}", after, f"is immutable ({_was(before)})")])
+            problems += tagged(new, [Problem(f"spec.{field}", after, f"is immutable ({_was(before)})")])
     if any(not p.warning for p in problems) or not in_use:
         return problems
     pool, _ = read_pool(new_spec)
@@ -94,7 +82,7 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
             found.append(Problem("spec.excludedAddresses", text,
                                  f"excludes {text}, which is in use (IPAddress {users}): it stays with its claim "
                                  "until released, and is never handed out again", warning=True))
-    return problems + _tag(new, found)
+    return problems + tagged(new, found)
 
 
 def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
@@ -147,7 +135,7 @@ def validate_pool_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
         return []
     names = sorted(str(name) for name in in_use)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return _tag(obj, [Problem("spec.pool", f"{len(names)} address(es)",
+    return tagged(obj, [Problem("spec.pool", f"{len(names)} address(es)",
                               f"is still in use: the IPAddresses {shown} name this pool in spec.pool; delete their "
                               "claims first (the addresses go with them)")])
 
@@ -192,7 +180,7 @@ def overlap_problems(obj: Any, others: Iterable[Any]) -> list[Problem]:
                                      f"{pool.name_prefix!r}: their IPAddress names (<namePrefix>-<ip>) differ, so one "
                                      "IP could be handed out by both. Pools of a namespace may only overlap when they "
                                      "share the namePrefix"))
-    return _tag(obj, found)
+    return tagged(obj, found)
 
 
 # The name it had when overlaps were only ever warned about.
@@ -213,7 +201,7 @@ def _shared(spans: list[tuple[int, int]], others: list[tuple[int, int, Any]]) ->
 def validate_ipclaim(obj: Any) -> list[Problem]:
     problems = _metadata_problems(obj)
     if problems:
-        return _tag(obj, problems)
+        return tagged(obj, problems)
     spec = _spec(obj)
     pool = spec.get("pool") if isinstance(spec, Mapping) else None
     if not isinstance(pool, Mapping) or not isinstance(pool.get("name"), str) or not pool.get("name"):
@@ -226,14 +214,14 @@ def validate_ipclaim(obj: Any) -> list[Problem]:
             problems.append(Problem("spec.pool.namespace", ref_ns,
                                     f"must be the claim's own namespace {namespace!r}: an address cannot be owned across namespaces"))
     problems += _annotation_problems(obj)
-    return _tag(obj, problems)
+    return tagged(obj, problems)
 
 
 def validate_ipclaim_update(old: Any, new: Any) -> list[Problem]:
     problems = validate_ipclaim(new)
     before, after = _spec_map(old).get("pool"), _spec_map(new).get("pool")
     if _ref_key(before) != _ref_key(after):
-        problems += _tag(new, [Problem("spec.pool", _ref_text(after), f"is immutable ({_was(_ref_text(before))})")])
+        problems += tagged(new, [Problem("spec.pool", _ref_text(after), f"is immutable ({_was(_ref_text(before))})")])
     return problems
 
 
@@ -282,7 +270,7 @@ def is_our_capi_claim(obj: Any) -> bool:
     """
     spec = _spec(obj)
     ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-    return isinstance(ref, Mapping) and bool(_capi_pool_kinds(ref.get("apiGroup")))
+    return isinstance(ref, Mapping) and pools.serves_claims_of(ref.get("apiGroup"), ref.get("kind"))
 
 
 def _capi_pool_kinds(group: Any) -> list[str]:
@@ -295,7 +283,7 @@ def validate_capi_claim(obj: Any) -> list[Problem]:
         return []
     problems = _metadata_problems(obj)
     if problems:
-        return _tag(obj, problems)
+        return tagged(obj, problems)
     ref = _spec(obj)["poolRef"]
     served = _capi_pool_kinds(ref.get("apiGroup"))
     if ref.get("kind") not in served:
@@ -306,7 +294,7 @@ def validate_capi_claim(obj: Any) -> list[Problem]:
         problems.append(Problem("spec.poolRef.name", ref.get("name"),
                                 f"is required: the {' or '.join(served)} to take an address from"))
     problems += _annotation_problems(obj)
-    return _tag(obj, problems)
+    return tagged(obj, problems)
 
 
 def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
@@ -315,7 +303,7 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
         return problems
     before, after = _spec_map(old).get("poolRef"), _spec_map(new).get("poolRef")
     if before != after:
-        problems += _tag(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
+        problems += tagged(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
     return problems
 
 
@@ -324,10 +312,10 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
 def validate_ipaddress(obj: Any) -> list[Problem]:
     problems = _metadata_problems(obj)
     if problems:
-        return _tag(obj, problems)
+        return tagged(obj, problems)
     spec = _spec(obj)
     if not isinstance(spec, Mapping):
-        return _tag(obj, [Problem("spec", spec, "must be an object")])
+        return tagged(obj, [Problem("spec", spec, "must be an object")])
     for ref in ("claim", "pool"):
         value = spec.get(ref)
         if not isinstance(value, Mapping) or not isinstance(value.get("name"), str) or not value.get("name"):
@@ -358,7 +346,7 @@ def validate_ipaddress(obj: Any) -> list[Problem]:
                 admitted_ip(server)
             except AddressError as err:
                 problems.append(Problem(f"spec.dnsServers[{i}]", server, str(err)))
-    return _tag(obj, problems)
+    return tagged(obj, problems)
 
 
 def validate_ipaddress_update(old: Any, new: Any) -> list[Problem]:
@@ -369,7 +357,7 @@ def validate_ipaddress_update(old: Any, new: Any) -> list[Problem]:
         changed = [Problem(f"spec.{k}", _ref_text(after.get(k)),
                            f"is immutable: an IPAddress never changes ({_was(_ref_text(before.get(k)))})")
                    for k in sorted(set(before) | set(after), key=str) if before.get(k) != after.get(k)]
-        problems += _tag(new, changed or [Problem("spec", _spec(new), f"is immutable ({_was(_spec(old))})")])
+        problems += tagged(new, changed or [Problem("spec", _spec(new), f"is immutable ({_was(_spec(old))})")])
     return problems
 
 

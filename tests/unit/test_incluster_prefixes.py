@@ -102,6 +102,7 @@ def test_counts_are_the_brute_force_counts(case, data):
     good = set()
     out = 0
     for address, bits in in_use:
+        bits = 128 if bits is None else bits  # an address without a prefix is its own /128
         if ":" in address and bits == length and int(ipaddress.ip_address(address)) & ~((1 << (128 - length)) - 1) in model:
             good.add(int(ipaddress.ip_address(address)) >> (128 - length))
         else:

@@ -21,8 +21,8 @@ from metal3_ipam.core.pool import read_pool
 from metal3_ipam.memory import converge
 from ipam_objects import NS, capi_claim, ippool, loaded
 
-OTHER = ("ipam.cluster.x-k8s.io", "InClusterIPPool")
-OTHER_FINALIZER = "ipam.metal3.io/inclusterippool"
+OTHER = ("ipam.example.com", "OtherPool")
+OTHER_FINALIZER = "ipam.metal3.io/otherpool"
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def other_kind(monkeypatch):
     finalizers = dataclasses.replace(IPPOOL_KIND.finalizers, pool=OTHER_FINALIZER,
                                      claim={kinds.CAPI_CLAIM: IPPOOL_KIND.finalizers.claim[kinds.CAPI_CLAIM]})
     monkeypatch.setitem(pools.REGISTRY, OTHER, dataclasses.replace(
-        IPPOOL_KIND, kind=OTHER, plural="inclusterippools", versions=("v1alpha2",), claim_kinds=(kinds.CAPI_CLAIM,),
+        IPPOOL_KIND, kind=OTHER, plural="otherpools", versions=("v1alpha2",), claim_kinds=(kinds.CAPI_CLAIM,),
         finalizers=finalizers, read=read))
 
 
@@ -110,13 +110,14 @@ def test_a_kind_of_pool_is_discovered_at_its_own_versions_beside_the_claims_of_i
     from metal3_ipam.controller import operator
 
     served = {"/apis/ipam.metal3.io": ["v1alpha1"], "/apis/ipam.cluster.x-k8s.io": ["v1beta2", "v1alpha2"],
+              "/apis/ipam.example.com": ["v1alpha2"],
               "/apis/cluster.x-k8s.io": ["v1beta2"]}
     monkeypatch.setattr(operator, "request",
                         lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
     resources = operator.discover(None)
-    assert (resources[OTHER].version, resources[OTHER].plural) == ("v1alpha2", "inclusterippools")
+    assert (resources[OTHER].version, resources[OTHER].plural) == ("v1alpha2", "otherpools")
     assert resources[kinds.CAPI_CLAIM].version == "v1beta2" and resources[kinds.IPPOOL].version == "v1alpha1"
-    assert OTHER in operator.wanted_kinds()[1][2]
+    assert any(OTHER in group_kinds for _, _, group_kinds in operator.wanted_kinds())
 
 
 def test_a_kind_of_pool_has_its_webhooks_with_the_rule_scope_of_its_kind(other_kind):
@@ -124,15 +125,15 @@ def test_a_kind_of_pool_has_its_webhooks_with_the_rule_scope_of_its_kind(other_k
 
     hooks = webhook.pool_hooks(pools.REGISTRY[OTHER])
     assert [(h.name, h.path, h.mutating) for h in hooks] == [
-        ("default.inclusterippool.ipam.cluster.x-k8s.io",
-         "/mutate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", True),
-        ("validation.inclusterippool.ipam.cluster.x-k8s.io",
-         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False),
-        ("deletion.inclusterippool.ipam.cluster.x-k8s.io",
-         "/validate-ipam-cluster-x-k8s-io-v1alpha2-inclusterippool", False)]
+        ("default.otherpool.ipam.example.com",
+         "/mutate-ipam-example-com-v1alpha2-otherpool", True),
+        ("validation.otherpool.ipam.example.com",
+         "/validate-ipam-example-com-v1alpha2-otherpool", False),
+        ("deletion.otherpool.ipam.example.com",
+         "/validate-ipam-example-com-v1alpha2-otherpool", False)]
     rule = hooks[1].configuration({})["rules"][0]
     assert rule == {"apiGroups": [OTHER[0]], "apiVersions": ["v1alpha2"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["inclusterippools"], "scope": "Namespaced"}
+                    "resources": ["otherpools"], "scope": "Namespaced"}
     global_hooks = webhook.pool_hooks(dataclasses.replace(pools.REGISTRY[OTHER], scope=pools.CLUSTER))
     assert {h.configuration({})["rules"][0]["scope"] for h in global_hooks} == {"Cluster"}
     # The IPPool's, generated alike, are those the manifests always had.

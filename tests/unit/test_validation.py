@@ -129,7 +129,7 @@ def test_capi_claim_needs_pool_ref_kind_and_name():
     {},
     {"poolRef": None},
     {"poolRef": {"kind": "InClusterIPPool", "name": "p"}},  # v1beta1: no apiGroup is the core group
-    {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": ""}},
+    {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InfobloxIPPool", "name": ""}},
     {"poolRef": {"apiGroup": "ipam.example.com", "kind": "IPPool", "name": "p"}},
 ])
 def test_claims_on_other_providers_pools_are_not_ours_to_judge(spec):

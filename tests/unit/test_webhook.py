@@ -161,7 +161,7 @@ def test_capi_claims():
     bad = capi_claim("c1", ip="10.0.0.300")
     response = admission.review(request("CREATE", bad))
     assert "metadata.annotations.ipAddress" in response["status"]["message"]
-    theirs = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InClusterIPPool")
+    theirs = capi_claim("c1", ip="10.0.0.300", api_group="pools.example.com", kind="OtherPool")
     assert admission.review(request("CREATE", theirs))["allowed"]
 
 

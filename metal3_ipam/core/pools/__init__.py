@@ -85,6 +85,31 @@ def kind_named(group_kind: Any) -> PoolKind | None:
     return REGISTRY.get(group_kind) if isinstance(group_kind, tuple) else None
 
 
+# Groups whose pool kinds other providers serve too (the in-cluster provider's group is Cluster API's own
+# IPAM group: Infoblox's and others' pools live there): a claim naming such a group is ours only by kind.
+SHARED_GROUPS = frozenset({kinds.CAPI_IPAM_GROUP})
+
+
+def claim_pool_groups() -> dict[str, tuple[str, ...] | None]:
+    """Each group of a kind serving Cluster API claims: the kinds a claim's poolRef must name to be
+    ours, or None when every kind of the group is ours (a claim naming another one is refused)."""
+    groups: dict[str, tuple[str, ...] | None] = {}
+    for pool_kind in REGISTRY.values():
+        if kinds.CAPI_CLAIM in pool_kind.claim_kinds:
+            found = groups.get(pool_kind.group) or ()
+            groups[pool_kind.group] = (*found, pool_kind.kind[1]) if pool_kind.group in SHARED_GROUPS else None
+    return groups
+
+
+def serves_claims_of(group: Any, kind: Any) -> bool:
+    """Whether a Cluster API claim whose poolRef names ``group`` and ``kind`` is ours to judge and serve."""
+    groups = claim_pool_groups()
+    if group not in groups:
+        return False
+    ours = groups[group]
+    return ours is None or kind in ours
+
+
 def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
     """A pool object's address set, or None with the problems that keep it from being one."""
     kind = kinds.kind_of(pool)
@@ -95,6 +120,9 @@ def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
     return pool_kind.read(pool)
 
 
-from .ippool import IPPOOL_KIND  # noqa: E402  (the kind module reads the names above)
+from .ippool import IPPOOL_KIND  # noqa: E402  (the kind modules read the names above)
+from .incluster import GLOBAL_IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_IP_POOL_KIND  # noqa: E402
 
 register(IPPOOL_KIND)
+register(IN_CLUSTER_IP_POOL_KIND)
+register(GLOBAL_IN_CLUSTER_IP_POOL_KIND)
