@@ -139,7 +139,7 @@ def test_capi_claim_allocation(controller, kube, version):
     kube.cluster("c1")  # the claims' Cluster: a claim of a Cluster not known waits for it
     kube.capi_claim("m0-eth0", "p", version=version, labels={CLUSTER_NAME_LABEL: "c1", "other": "x"})
     # Claims for another provider's pools are not ours, even with the same pool name.
-    kube.capi_claim("foreign-kind", "p", kind="InClusterIPPool")
+    kube.capi_claim("foreign-kind", "p", kind="InfobloxIPPool")
     kube.capi_claim("foreign-group", "p", group="ipam.cluster.x-k8s.io")
 
     mirror = kube.capi_bound("m0-eth0")

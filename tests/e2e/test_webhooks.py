@@ -234,7 +234,7 @@ def test_a_controller_outage_blocks_no_deletion_and_lets_nothing_invalid_in(webh
     pool = _pool_in_use(api, namespace)
     foreign = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
                "metadata": {"name": "theirs", "annotations": {"ipAddress": "not-ours-to-judge"}},
-               "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "x"}}}
+               "spec": {"poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InfobloxIPPool", "name": "x"}}}
     webhook_controller.process.stop()
     try:
         # Metadata-only changes and deletions pass; a claim on another provider's pool never reaches us.
