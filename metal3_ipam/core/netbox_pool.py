@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-from metal3_ipam.core.netbox import ParentSpec, parse_parent
+from metal3_ipam.core.netbox import ParentSpec, Reason, parse_parent
 from metal3_ipam.core.problems import ObjectId, Problem
 
 GROUP = "netbox.metal3-ipam.io"
@@ -294,3 +294,73 @@ def handed_out(pool: NetBoxPool, address: str) -> HandedOut:
     if length == interface.max_prefixlen and pool.prefix is not None:
         length = pool.prefix
     return HandedOut(interface.ip, length, pool.gateway, pool.dns_servers)
+
+
+# --------------------------------------------------------------------------- status
+
+#: Reasons of a pool's (and a claim's) Ready condition, by the client's refusal reason.
+SERVING = "Serving"
+TOKEN_MISSING = "TokenMissing"
+POOL_REASONS = {
+    Reason.UNREACHABLE: "NetBoxUnreachable",
+    Reason.TIMEOUT: "NetBoxTimeout",
+    Reason.TOKEN_REFUSED: "TokenRefused",
+    Reason.NOT_FOUND: "PrefixNotFound",
+    Reason.FULL: "PoolExhausted",
+    Reason.KEY_CONFLICT: "KeyConflict",
+    Reason.MISCONFIGURED: "NetBoxMisconfigured",
+    Reason.INVALID: "NetBoxRefusedRequest",
+    Reason.SERVER_ERROR: "NetBoxServerError",
+}
+#: Refusals of the server itself rather than of one request: they hold back all of the server's asks.
+SERVER_DOWN = frozenset({Reason.UNREACHABLE, Reason.TIMEOUT, Reason.SERVER_ERROR})
+
+
+def condition_reason(reason: Reason | str, parent: ParentSpec | None = None) -> str:
+    """The condition reason for a refusal: ``PrefixNotFound`` (``IPRangeNotFound`` for a range), ``TokenRefused``, …"""
+    try:
+        reason = Reason(reason)
+    except ValueError:
+        return str(reason)
+    if reason is Reason.NOT_FOUND and parent is not None and parent.kind == "ip-range":
+        return "IPRangeNotFound"
+    return POOL_REASONS[reason]
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What NetBox said of a pool when last asked: its counts, or why it could not say."""
+
+    size: int | None = None
+    used: int | None = None
+    reason: str | None = None  # a condition reason when NetBox did not serve the pool
+    message: str = ""
+
+
+def pool_status(pool: NetBoxPool, survey: Survey, *, now: str, previous: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """The pool's ``status``: Ready (with the reason when not), ``observedGeneration`` and NetBox's counts.
+
+    ``now`` is an RFC 3339 time; ``previous`` the status as stored, whose Ready
+    condition keeps its ``lastTransitionTime`` while its status is unchanged.
+    """
+    ready = survey.reason is None
+    if ready:
+        message = (f"NetBox at {pool.server.url} serves {pool.parent}: {survey.size} addresses, "
+                   f"{survey.used} held")
+    else:
+        message = survey.message or survey.reason or ""
+    condition = {"type": "Ready", "status": "True" if ready else "False",
+                 "reason": SERVING if ready else survey.reason, "message": message[:32768],
+                 "observedGeneration": pool.generation, "lastTransitionTime": now}
+    for old in (previous or {}).get("conditions") or ():
+        if isinstance(old, Mapping) and old.get("type") == "Ready" and old.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = old.get("lastTransitionTime") or now
+    status: dict[str, Any] = {"conditions": [condition], "observedGeneration": pool.generation, "lastChecked": now}
+    if survey.size is not None and survey.used is not None:
+        status.update(size=str(survey.size), used=str(survey.used), free=str(max(survey.size - survey.used, 0)))
+    else:
+        for key in ("size", "used", "free"):
+            if previous and key in previous:
+                status[key] = previous[key]  # the last counts NetBox gave, while it cannot say
+    return status
