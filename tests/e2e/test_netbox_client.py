@@ -155,6 +155,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
 
     ranged, full, pooled, by_rd, by_name, global_, no_vrf, no_prefix, usage = asyncio.run(run())
     assert [a.ip for a in ranged] == [net[4], net[5], net[6]]
+    assert {a.prefix_length for a in ranged} == {28}  # the mask the range was made with
     assert full.reason is Reason.FULL
     assert [a.ip for a in pooled] == list(pool)  # a pool hands out its network and broadcast addresses too
     assert (by_rd.ip, by_name.ip, global_.ip) == (in_vrf[1], in_vrf[2], in_vrf[1])

@@ -155,3 +155,41 @@ def test_handed_out_takes_netboxs_mask_unless_it_is_a_host_mask():
     assert handed_out(pool, "192.0.2.11/32") == HandedOut(ipaddress.ip_address("192.0.2.11"), 24, gw, dns)
     bare, _ = read_pool(body())
     assert handed_out(bare, "192.0.2.12/32") == HandedOut(ipaddress.ip_address("192.0.2.12"), 32, None, ())
+
+
+def test_condition_reasons_of_refusals():
+    from metal3_ipam.core.netbox import Reason
+    from metal3_ipam.core.netbox_pool import condition_reason
+
+    prefix, _ = read_pool(body())
+    ranged, _ = read_pool(body({"server": SERVER, "source": {"ipRange": "192.0.2.1-192.0.2.9"}}))
+    assert condition_reason(Reason.NOT_FOUND, prefix.parent) == "PrefixNotFound"
+    assert condition_reason("NetBoxNotFound", ranged.parent) == "IPRangeNotFound"
+    assert condition_reason(Reason.TOKEN_REFUSED) == "TokenRefused"
+    assert condition_reason(Reason.UNREACHABLE) == "NetBoxUnreachable"
+    assert condition_reason(Reason.FULL) == "PoolExhausted"
+    assert condition_reason("TokenMissing") == "TokenMissing"  # already a condition reason
+    assert {condition_reason(r) for r in Reason} >= {"TokenRefused", "NetBoxUnreachable", "PrefixNotFound"}
+
+
+def test_pool_status_ready_counts_and_transition_time():
+    from metal3_ipam.core.netbox_pool import Survey, pool_status
+
+    pool, _ = read_pool(body())
+    ready = pool_status(pool, Survey(size=254, used=4), now="2026-01-02T00:00:00Z")
+    [condition] = ready["conditions"]
+    assert (condition["status"], condition["reason"], condition["observedGeneration"]) == ("True", "Serving", 3)
+    assert "254 addresses, 4 held" in condition["message"] and "192.0.2.0/24" in condition["message"]
+    assert (ready["size"], ready["used"], ready["free"], ready["observedGeneration"]) == ("254", "4", "250", 3)
+    down = pool_status(pool, Survey(reason="NetBoxUnreachable", message="NetBox at x is unreachable"),
+                       now="2026-01-03T00:00:00Z", previous=ready)
+    [condition] = down["conditions"]
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False", "NetBoxUnreachable", "NetBox at x is unreachable")
+    assert condition["lastTransitionTime"] == "2026-01-03T00:00:00Z"
+    assert down["free"] == "250" and down["lastChecked"] == "2026-01-03T00:00:00Z"
+    still = pool_status(pool, Survey(reason="NetBoxUnreachable", message="again"), now="2026-01-04T00:00:00Z",
+                        previous=down)
+    assert still["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
+    over = pool_status(pool, Survey(size=2, used=5), now="2026-01-05T00:00:00Z")
+    assert over["free"] == "0"
