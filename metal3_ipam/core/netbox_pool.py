@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from metal3_ipam.core.addresses import AddressError, parse_ip
 from metal3_ipam.core.netbox import ParentSpec, Reason, parse_parent
 from metal3_ipam.core.problems import ObjectId, Problem
 
@@ -97,15 +98,14 @@ class HandedOut:
 
 
 def _ip(value: Any) -> IP | None:
-    if not isinstance(value, str) or "%" in value:
-        return None
+    """An address as inet_pton reads it (``core.addresses``), not IPv4-mapped IPv6; else None."""
     try:
-        found = ipaddress.ip_address(value)
-    except ValueError:
+        ip = parse_ip(value)
+    except AddressError:
         return None
-    if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
+    if ip.version == 6 and ip.is_ipv4_mapped():
         return None
-    return found
+    return ipaddress.IPv4Address(int(ip)) if ip.version == 4 else ipaddress.IPv6Address(int(ip))
 
 
 def check_url(url: Any) -> str | None:
