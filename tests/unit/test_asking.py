@@ -316,6 +316,20 @@ class AskingInTheWorld(RuleBasedStateMachine):
             assert answer.key not in self.netbox.by_key
             del self.claims[name]
 
+    @rule(data=st.data())
+    def restart(self, data):
+        """The controller killed and started again: its asking state, asks and answers in flight gone.
+
+        NetBox may still carry out what was sent (its answers lost), also between its answer and the
+        write of the claim's address; the claims keep their annotations and the addresses written.
+        """
+        for ask in self.network:
+            if self.now < ask.deadline and data.draw(st.booleans()):
+                self.netbox.run(ask)
+        self.network.clear()
+        self.answers.clear()
+        self.asking = Asking(deadline=10, base=1, cap=8, per_server=3, tombstone=1000)
+
     @rule()
     def netbox_down(self):
         self.netbox.up = False

@@ -193,3 +193,18 @@ def test_pool_status_ready_counts_and_transition_time():
     assert still["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
     over = pool_status(pool, Survey(size=2, used=5), now="2026-01-05T00:00:00Z")
     assert over["free"] == "0"
+
+
+def test_claim_keys():
+    import uuid
+
+    from metal3_ipam.core.netbox_pool import KEY_ANNOTATION, claim_key, new_key
+
+    key = new_key(uuid.UUID("12345678-1234-5678-1234-567812345678"))
+    assert key == "12345678123456781234567812345678"
+    assert claim_key({"metadata": {"annotations": {KEY_ANNOTATION: key}}}) == (key, None)
+    assert claim_key({"metadata": {"name": "c"}}) == (None, None)
+    assert claim_key({}) == (None, None)
+    for bad in ("", "A" * 3, "x/y", "a" * 65, 7, "-a"):
+        found, problem = claim_key({"metadata": {"annotations": {KEY_ANNOTATION: bad}}})
+        assert found is None and problem.field == f"metadata.annotations[{KEY_ANNOTATION}]" and problem.value == bad
