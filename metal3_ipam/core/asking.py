@@ -243,15 +243,26 @@ class Asking:
         return asks
 
     def next_due(self) -> float | None:
-        """The earliest time :meth:`due` may hand out an ask or time one out (None: nothing waits)."""
+        """The earliest time :meth:`due` may hand out an ask or time one out (None: nothing waits).
+
+        A key waiting for a slot of its server (its asks out at the bound, or its one probe out) is
+        woken by an answer or by the deadline of an ask out, not by a time of its own.
+        """
+        out_per_server: dict[Hashable, int] = {}
         times = []
         for entry in self._entries.values():
             if entry.out is not None:
                 times.append(entry.out_deadline)
-            elif entry.releasing or not isinstance(entry.result, Granted):
-                server = self._servers.get(entry.server)
-                gate = server.closed_at if server is not None and server.failures else entry.next_at
-                times.append(max(entry.next_at, gate))
+                out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
+        for entry in self._entries.values():
+            if entry.out is not None or (not entry.releasing and isinstance(entry.result, Granted)):
+                continue
+            out = out_per_server.get(entry.server, 0)
+            server = self._servers.get(entry.server)
+            failed = server is not None and server.failures > 0
+            if out >= self.per_server or (failed and out):
+                continue
+            times.append(max(entry.next_at, server.closed_at) if failed else entry.next_at)
         return min(times) if times else None
 
     def _expire(self, now: float) -> None:

@@ -406,3 +406,20 @@ class AskingInTheWorld(RuleBasedStateMachine):
 AskingInTheWorld.TestCase.settings = settings(
     max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TestAskingInTheWorld = AskingInTheWorld.TestCase
+
+
+def test_next_due_never_wakes_for_keys_waiting_on_a_slot():
+    asking = Asking(per_server=2, deadline=30, base=1)
+    for i in range(5):
+        asking.want(f"k{i}", "pool", "srv", 0)
+    out = asking.due(0)
+    assert len(out) == 2
+    assert asking.next_due() == 30  # the others wait for an answer, or the deadline of those out
+    asking.file(refuse(out[0], "NetBoxUnreachable", server_down=True), 1)
+    asking.file(refuse(out[1], "NetBoxUnreachable", server_down=True), 1)
+    held_until = asking.next_due()
+    assert held_until > 1 and asking.due(held_until - 0.001) == []
+    [probe] = asking.due(held_until)
+    assert asking.next_due() == probe.deadline  # nothing else until the probe is answered
+    asking.file(grant(probe), held_until + 1)
+    assert asking.next_due() <= held_until + 1
