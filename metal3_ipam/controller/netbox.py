@@ -346,17 +346,29 @@ class NetBoxClient:
         ``avoid``: addresses that must never be handed out (a gateway NetBox
         does not hold). Should NetBox hand one out, it is kept back there as a
         ``reserved`` address without a key (so never listed as this owner's),
-        and the next is asked for.
+        and the next is asked for; so is one found holding the key (another
+        allocation of the key, a replica's, got it and has not kept it back yet).
         """
-        found = await self.find(key)
-        if found is not None:
-            return found
-        resolved = await self.resolve(parent, vrf)
         kept_back = {ipaddress.ip_address(a) for a in avoid}
-        body = {"status": "active", "description": self.description,
-                "custom_fields": {self.key_field: owned_key(self.owner, key)}}
-        what = f"allocating for key {key!r} from {resolved.spec}"
-        for _ in range(len(kept_back) + 1):
+        what = f"allocating for key {key!r} from {parent if isinstance(parent, ParentSpec) else parent}"
+        resolved: Parent | None = None
+        conflict: Refusal | None = None
+        # Each turn returns, or keeps one address to avoid back, or lost a race for the key to another
+        # allocation (which a turn later is found): bounded.
+        for _ in range(2 * len(kept_back) + 3):
+            found = await self.find(key)
+            if found is not None:
+                if found.ip not in kept_back:
+                    return found
+                # Another allocation for this key (a replica, a retry) got an address to avoid and has
+                # not kept it back yet: keep it back here (the same PATCH), and ask again.
+                await self._keep_back(found, what)
+                continue
+            if resolved is None:
+                resolved = await self.resolve(parent, vrf)
+                what = f"allocating for key {key!r} from {resolved.spec}"
+            body = {"status": "active", "description": self.description,
+                    "custom_fields": {self.key_field: owned_key(self.owner, key)}}
             status, answer = await self._request("POST", resolved.path + "available-ips/", what, body=body)
             if status == 201:
                 item = answer[0] if isinstance(answer, list) else answer
@@ -369,13 +381,12 @@ class NetBoxClient:
                 await self._keep_back(allocation, what)
                 continue
             if status == 400 and is_key_conflict(answer, self.key_field):
-                found = await self.find(key)
-                if found is not None:
-                    return found
+                conflict = classify(status, answer, what, field=self.key_field)
+                continue  # another allocation holds the key now: found on the next turn
             if status == 404:
                 self._parents.pop(resolved.spec, None)
             raise NetBoxError(classify(status, answer, what, field=self.key_field))
-        raise NetBoxError(Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
+        raise NetBoxError(conflict or Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
 
     async def _keep_back(self, allocation: Allocation, what: str) -> None:
         body = {"status": "reserved", "custom_fields": {self.key_field: None},

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 METAL3 = ("ipam.metal3.io", "v1alpha1")
 CAPI_IPAM = "ipam.cluster.x-k8s.io"
 
-PROJECT_CRDS = {"ippools.ipam.metal3.io", "ipclaims.ipam.metal3.io", "ipaddresses.ipam.metal3.io"}
+PROJECT_CRDS = {"ippools.ipam.metal3.io", "ipclaims.ipam.metal3.io", "ipaddresses.ipam.metal3.io",
+                "netboxippools.netbox.metal3-ipam.io"}
 CAPI_CRDS = {
     "clusters.cluster.x-k8s.io",
     "ipaddressclaims.ipam.cluster.x-k8s.io",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import itertools
 import time
 import uuid
 
@@ -25,40 +24,11 @@ import pytest
 
 from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
 from metal3_ipam.core.netbox import KEY_FIELD, Reason, owned_key
-
-_NETS = itertools.count(1)
-
-
-def fresh(length: int = 29) -> ipaddress.IPv4Network:
-    """A prefix no other test of this session uses (inside 10.0.0.0/8)."""
-    n = next(_NETS)
-    return ipaddress.ip_network(f"10.{n // 256}.{n % 256}.0/{length}")
-
-
-def seeded(netbox, length: int = 29, **fields) -> ipaddress.IPv4Network:
-    """A fresh prefix, created in NetBox's global table."""
-    net = fresh(length)
-    netbox.create_prefix(str(net), **fields)
-    return net
-
-
-def owner() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
+from netbox_fixtures import NETS, addresses_in, fresh, holding, owner, seeded
 
 
 def client(netbox, who: str, **kwargs) -> NetBoxClient:
     return NetBoxClient(netbox.url, kwargs.pop("token", netbox.token), owner=who, **kwargs)
-
-
-def holding(netbox, value: str) -> list[dict]:
-    """NetBox's addresses whose key field is exactly ``value`` (read as the administrator)."""
-    found = netbox.api("GET", f"ipam/ip-addresses/?cf_{KEY_FIELD}={value}&limit=1000")["results"]
-    return [a for a in found if a["custom_fields"].get(KEY_FIELD) == value]
-
-
-def addresses_in(netbox, net) -> dict[str, dict]:
-    found = netbox.api("GET", f"ipam/ip-addresses/?parent={net}&vrf_id=null&limit=1000")["results"]
-    return {a["address"].split("/")[0]: a for a in found}
 
 
 async def refused(coro) -> NetBoxError:
@@ -164,7 +134,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
     start, end = net[4], net[6]
     netbox.create_ip_range(f"{start}/28", f"{end}/28")
     pool = seeded(netbox, 30, is_pool=True)
-    vrf = netbox.create_vrf(f"v-{uuid.uuid4().hex[:6]}", rd=f"65000:{next(_NETS)}")
+    vrf = netbox.create_vrf(f"v-{uuid.uuid4().hex[:6]}", rd=f"65000:{next(NETS)}")
     in_vrf = fresh(29)
     netbox.create_prefix(str(in_vrf), vrf=vrf["id"])
     netbox.create_prefix(str(in_vrf))  # the same CIDR in the global table: another parent
@@ -185,6 +155,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
 
     ranged, full, pooled, by_rd, by_name, global_, no_vrf, no_prefix, usage = asyncio.run(run())
     assert [a.ip for a in ranged] == [net[4], net[5], net[6]]
+    assert {a.prefix_length for a in ranged} == {28}  # the mask the range was made with
     assert full.reason is Reason.FULL
     assert [a.ip for a in pooled] == list(pool)  # a pool hands out its network and broadcast addresses too
     assert (by_rd.ip, by_name.ip, global_.ip) == (in_vrf[1], in_vrf[2], in_vrf[1])
@@ -211,6 +182,22 @@ def test_avoided_address_is_kept_back_in_netbox_not_handed_out(netbox):
         assert held[str(kept)]["status"]["value"] == "reserved"
         assert held[str(kept)]["custom_fields"].get(KEY_FIELD) is None
     assert owned == [first, second]
+
+
+def test_concurrent_allocations_of_one_key_never_return_an_address_to_avoid(netbox):
+    """One allocation gets the gateway and is keeping it back while another finds it by the key."""
+    net = seeded(netbox, 29)
+    who = owner()
+
+    async def run():
+        async with client(netbox, who) as a, client(netbox, who) as b:
+            return await asyncio.gather(*(c.allocate("k", str(net), avoid=[net[1]]) for c in (a, b) * 3))
+
+    got = asyncio.run(run())
+    assert {a.ip for a in got} == {net[2]}
+    assert len(holding(netbox, owned_key(who, "k"))) == 1
+    held = addresses_in(netbox, net)
+    assert held[str(net[1])]["status"]["value"] == "reserved" and set(held) == {str(net[1]), str(net[2])}
 
 
 def test_token_refused_and_least_permissions(netbox):
@@ -345,7 +332,7 @@ def test_allocation_rate(netbox, record_property):
 
 
 def test_ipv6_prefix_keeps_back_its_subnet_router_anycast_address(netbox):
-    net = ipaddress.ip_network(f"2001:db8:{next(_NETS):x}::/126")
+    net = ipaddress.ip_network(f"2001:db8:{next(NETS):x}::/126")
     netbox.create_prefix(str(net))
     who = owner()
 

@@ -17,6 +17,8 @@ from metal3_ipam.testing.clusterctl import PROVIDERS, Provider, Run
 ROOT = Path(__file__).resolve().parents[2]
 # The in-cluster provider's pools, served by this provider: moved, each the root of its own hierarchy.
 INCLUSTER_POOLS = {f"{kind.lower()}s.ipam.cluster.x-k8s.io" for kind in crds.INCLUSTER_KINDS}
+# NetBox pools, likewise.
+NETBOX_POOLS = {"netboxippools.netbox.metal3-ipam.io"}
 
 
 def crd_documents() -> dict[str, dict]:
@@ -36,7 +38,7 @@ def test_every_moved_crd_belongs_to_an_inventoried_provider():
     assert {"clusters.cluster.x-k8s.io", "ippools.ipam.metal3.io", "ipclaims.ipam.metal3.io",
             "ipaddresses.ipam.metal3.io", "ipaddressclaims.ipam.cluster.x-k8s.io",
             "ipaddresses.ipam.cluster.x-k8s.io", "metal3datas.infrastructure.cluster.x-k8s.io"} | INCLUSTER_POOLS \
-        == set(moved)
+        | NETBOX_POOLS == set(moved)
     for name, doc in moved.items():
         assert doc["metadata"]["labels"]["cluster.x-k8s.io/provider"] in labels, name
     assert crds.PROVIDER_NAME in labels
@@ -54,7 +56,7 @@ def test_cluster_crd_stores_the_contract_version_and_inventory_is_never_moved():
 def test_only_pools_carry_the_move_hierarchy_label():
     hierarchy = {name for name, doc in crd_documents().items()
                  if "clusterctl.cluster.x-k8s.io/move-hierarchy" in (doc["metadata"].get("labels") or {})}
-    assert hierarchy == {"ippools.ipam.metal3.io"} | INCLUSTER_POOLS
+    assert hierarchy == {"ippools.ipam.metal3.io"} | INCLUSTER_POOLS | NETBOX_POOLS
 
 
 def test_provider_names_follow_clusterctl():

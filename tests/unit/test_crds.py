@@ -61,8 +61,10 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         docs = [d for d in yaml.safe_load_all((bases / f"ipam.cluster.x-k8s.io_{name}.yaml").read_text()) if d]
         assert len(docs) == 1
         by_kind[docs[0]["spec"]["names"]["kind"]] = docs[0]
+    [netbox] = [d for d in yaml.safe_load_all((bases / "netbox.metal3-ipam.io_netboxippools.yaml").read_text()) if d]
+    by_kind["NetBoxIPPool"] = netbox
     assert set(by_kind) == {"IPPool", "IPClaim", "IPAddress", "InClusterIPPool", "GlobalInClusterIPPool",
-                            "InClusterPrefixPool", "GlobalInClusterPrefixPool"}
+                            "InClusterPrefixPool", "GlobalInClusterPrefixPool", "NetBoxIPPool"}
     for crd in crds.crd_definitions():
         assert by_kind[crd["spec"]["names"]["kind"]] == crd
     kustomization = yaml.safe_load((ROOT / "config/crd/kustomization.yaml").read_text())
@@ -74,6 +76,7 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         "bases/ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
         "bases/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
         "bases/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
+        "bases/netbox.metal3-ipam.io_netboxippools.yaml",
     ]
 
 

@@ -1,0 +1,232 @@
+"""Running the asks of ``core.asking`` against NetBox, and surveying NetBox pools.
+
+The adapter half of NetBox pools: :class:`NetBoxAsks` is given the pools
+(:class:`~metal3_ipam.core.netbox_pool.NetBoxPool`, by namespace and name) and
+runs each :class:`~metal3_ipam.core.asking.Ask` with the NetBox client
+(``controller.netbox``): allocate by key, or release by key. Every ask ends in
+an answer, as data (:class:`Granted`, :class:`Refused`, :class:`Released`) for
+the core to file; nothing raises:
+
+* the token is read from the pool's Secret (:class:`SecretTokens`); a Secret
+  or key that is missing, or a token NetBox refuses, is a refusal with its
+  reason (``TokenMissing``, ``TokenRefused``), and the token is read again
+  for the next ask (a rotated Secret is taken up without a restart);
+* each ask is bounded by its deadline (the core's), each request by the
+  client's timeout, and the requests in flight per server URL by the client's
+  concurrency; the bounds are per server, so a slow or dead NetBox delays only
+  the asks of its own pools;
+* refusals of the server itself (unreachable, timed out, 5xx) say so
+  (``server_down``), which the core uses to hold that server's asks back.
+
+:meth:`NetBoxAsks.survey` asks NetBox about a pool (token, key field,
+prefix or range, counts) for its status (``core.netbox_pool.pool_status``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
+
+from kubernetes.client.rest import ApiException
+
+from metal3_ipam.controller.api import request
+from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
+from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
+from metal3_ipam.core.netbox import KEY_FIELD, Reason
+from metal3_ipam.core.netbox_pool import (
+    SERVER_DOWN,
+    TOKEN_MISSING,
+    NetBoxPool,
+    SecretKeyRef,
+    Survey,
+    condition_reason,
+)
+
+log = logging.getLogger(__name__)
+
+PoolRef = tuple[str, str]  # namespace, name
+
+
+class TokenUnavailable(Exception):
+    """The token could not be read: ``reason`` (a condition reason) and a message naming the Secret."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class Tokens(Protocol):
+    async def token(self, namespace: str, ref: SecretKeyRef) -> str: ...
+
+    def forget(self, namespace: str, ref: SecretKeyRef) -> None: ...
+
+
+class SecretTokens:
+    """Tokens read from Secrets with a Kubernetes ``ApiClient``, kept ``ttl`` seconds (or until forgotten)."""
+
+    def __init__(self, api_client: Any, *, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self._api = api_client
+        self._ttl = ttl
+        self._clock = clock
+        self._cache: dict[tuple[str, SecretKeyRef], tuple[float, str]] = {}
+
+    async def token(self, namespace: str, ref: SecretKeyRef) -> str:
+        cached = self._cache.get((namespace, ref))
+        if cached is not None and self._clock() - cached[0] < self._ttl:
+            return cached[1]
+        where = f"Secret {namespace}/{ref.name}"
+        try:
+            secret = await asyncio.to_thread(request, self._api, "GET",
+                                             f"/api/v1/namespaces/{namespace}/secrets/{ref.name}", timeout=10)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise TokenUnavailable(TOKEN_MISSING, f"{where} (spec.server.tokenSecretRef) does not exist") from None
+            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc.status} {exc.reason})") from None
+        except Exception as exc:  # the API server unreachable: not NetBox's fault, but no token either
+            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc})") from None
+        encoded = (secret.get("data") or {}).get(ref.key)
+        if not encoded:
+            raise TokenUnavailable(TOKEN_MISSING, f"{where} has no key {ref.key!r} (spec.server.tokenSecretRef.key)")
+        try:
+            value = base64.b64decode(encoded).decode().strip()
+        except (ValueError, UnicodeDecodeError):
+            raise TokenUnavailable(TOKEN_MISSING, f"{where}: key {ref.key!r} is not UTF-8 text") from None
+        if not value or any(c.isspace() for c in value):
+            raise TokenUnavailable(TOKEN_MISSING, f"{where}: key {ref.key!r} does not hold a NetBox token")
+        self._cache[(namespace, ref)] = (self._clock(), value)
+        return value
+
+    def forget(self, namespace: str, ref: SecretKeyRef) -> None:
+        self._cache.pop((namespace, ref), None)
+
+
+class NetBoxAsks:
+    """The asks of NetBox pools, run against their NetBox servers. See the module's docstring.
+
+    ``owner`` marks the addresses this controller makes in NetBox (the same in
+    every cluster a claim may be moved to, so that a moved claim's key finds its
+    address); ``timeout`` bounds each request, ``concurrency`` the requests in
+    flight per server URL; ``clock`` is the clock of the asks' deadlines.
+    """
+
+    def __init__(self, tokens: Tokens, *, owner: str, timeout: float = 10.0, concurrency: int = 4,
+                 key_field: str = KEY_FIELD, clock: Callable[[], float] = time.monotonic):
+        self.tokens = tokens
+        self.owner = owner
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.key_field = key_field
+        self.clock = clock
+        self._pools: dict[PoolRef, NetBoxPool] = {}
+        self._clients: dict[tuple[Hashable, str], NetBoxClient] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- pools --------------------------------------------------------------------------
+
+    def pool_changed(self, pool: NetBoxPool) -> None:
+        self._pools[(pool.namespace, pool.name)] = pool
+
+    def pool_gone(self, namespace: str, name: str) -> None:
+        self._pools.pop((namespace, name), None)
+
+    # -- clients ------------------------------------------------------------------------
+
+    async def _client(self, pool: NetBoxPool) -> NetBoxClient:
+        token = await self.tokens.token(pool.namespace, pool.token)
+        key = (pool.server, token)
+        client = self._clients.get(key)
+        if client is None:
+            client = NetBoxClient(pool.server.url, token, owner=self.owner, key_field=self.key_field,
+                                  ca_bundle=pool.server.ca_bundle, timeout=self.timeout,
+                                  concurrency=self.concurrency)
+            self._clients[key] = client
+        return client
+
+    async def _refused_token(self, pool: NetBoxPool) -> None:
+        """NetBox refused the token (revoked, or short of a permission): read the Secret again next time."""
+        self.tokens.forget(pool.namespace, pool.token)
+        for key in [k for k in self._clients if k[0] == pool.server]:
+            client = self._clients.pop(key)
+            await client.close()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    # -- asks ---------------------------------------------------------------------------
+
+    async def ask(self, ask: Ask) -> Answer:
+        """Run one ask to its answer (never raises), within its deadline."""
+        pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
+        if pool is None:
+            return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
+        what = f"{ask.op.value} for key {ask.key!r} of NetBoxIPPool {pool.namespace}/{pool.name}"
+        try:
+            async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)):
+                client = await self._client(pool)
+                if ask.op is Op.RELEASE:
+                    await client.release(ask.key)
+                    return Released(ask.key, ask.attempt)
+                allocation = await client.allocate(ask.key, pool.parent,
+                                                   avoid=[pool.gateway] if pool.gateway else ())
+                return Granted(ask.key, ask.attempt, allocation.address, allocation.id)
+        except TokenUnavailable as exc:
+            return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}")
+        except NetBoxError as exc:
+            if exc.reason is Reason.TOKEN_REFUSED:
+                await self._refused_token(pool)
+            return Refused(ask.key, ask.attempt, condition_reason(exc.reason, pool.parent), str(exc),
+                           server_down=exc.reason in SERVER_DOWN)
+        except TimeoutError:
+            return Refused(ask.key, ask.attempt, condition_reason(Reason.TIMEOUT),
+                           f"{what}: no answer from NetBox at {pool.server.url} by the ask's deadline",
+                           server_down=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug of ours must not end the loop that files answers
+            log.exception("%s failed", what)
+            return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
+
+    def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
+        """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks."""
+        started = []
+        for ask in asks:
+            task = asyncio.create_task(self._run(ask, deliver), name=f"netbox-{ask.op.value}-{ask.key}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started.append(task)
+        return started
+
+    async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None]) -> None:
+        answer = await self.ask(ask)
+        result = deliver(answer)
+        if asyncio.iscoroutine(result):
+            await result
+
+    # -- surveys ------------------------------------------------------------------------
+
+    async def survey(self, pool: NetBoxPool) -> Survey:
+        """What NetBox says of the pool now: the key field usable, the prefix or range found, its counts."""
+        self.pool_changed(pool)
+        try:
+            async with asyncio.timeout(self.timeout * 4):
+                client = await self._client(pool)
+                await client.check()
+                usage = await client.usage(pool.parent)
+                return Survey(size=usage.size, used=usage.used)
+        except TokenUnavailable as exc:
+            return Survey(reason=exc.reason, message=str(exc))
+        except NetBoxError as exc:
+            if exc.reason is Reason.TOKEN_REFUSED:
+                await self._refused_token(pool)
+            return Survey(reason=condition_reason(exc.reason, pool.parent), message=str(exc))
+        except TimeoutError:
+            return Survey(reason=condition_reason(Reason.TIMEOUT),
+                          message=f"NetBox at {pool.server.url} did not answer within {self.timeout * 4:g}s")

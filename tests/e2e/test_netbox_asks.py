@@ -1,0 +1,349 @@
+"""Asks of NetBox pools run by the adapter (controller/netbox_asks.py) and filed by the core (core/asking.py).
+
+Against the real NetBox of the session and the real API server (tokens are
+read from Secrets): the loop here is the claim lifecycle's in miniature:
+hand out what is due, run it, file each answer as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+
+from kubernetes import client as k8s
+
+from metal3_ipam.controller.netbox_asks import NetBoxAsks, SecretTokens
+from metal3_ipam.core.asking import Asking, Filed, Granted, Refused, Released
+from metal3_ipam.core.netbox import owned_key
+from metal3_ipam.core.netbox_pool import TOKEN_MISSING, pool_status, read_pool
+from netbox_fixtures import addresses_in, fresh, holding, owner, seeded
+
+LEAST = [  # the token's least NetBox permissions, as the README gives them
+    (["ipam.prefix", "ipam.iprange", "ipam.vrf"], ["view"]),
+    (["ipam.ipaddress"], ["view", "add", "change", "delete"]),
+    (["extras.customfield"], ["view"]),
+]
+
+
+def put_secret(api_client, namespace: str, name: str, token: str, key: str = "token") -> None:
+    core = k8s.CoreV1Api(api_client)
+    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name),
+                        data={key: base64.b64encode(token.encode()).decode()})
+    try:
+        core.create_namespaced_secret(namespace, body)
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_secret(name, namespace, body)
+
+
+def make_pool(namespace: str, name: str, url: str, source: dict, secret: str = "netbox", **spec):
+    body = {"apiVersion": "netbox.metal3-ipam.io/v1alpha1", "kind": "NetBoxIPPool",
+            "metadata": {"name": name, "namespace": namespace, "generation": 1},
+            "spec": {"server": {"url": url, "tokenSecretRef": {"name": secret}, **spec.pop("server", {})},
+                     "source": source, **spec}}
+    pool, problems = read_pool(body)
+    assert not problems, problems
+    return pool
+
+
+def revoke(netbox, username: str) -> None:
+    for token in netbox.api("GET", f"users/tokens/?user={username}")["results"]:
+        netbox.api("DELETE", f"users/tokens/{token['id']}/")
+
+
+async def drive(asking: Asking, asks: NetBoxAsks, done, timeout: float, *, filed: list | None = None) -> float:
+    """Hand out what is due, run it, file the answers, until ``done()``; the seconds it took."""
+    answers: asyncio.Queue = asyncio.Queue()
+    t0 = time.monotonic()
+    while not done():
+        now = time.monotonic()
+        assert now - t0 < timeout, f"not done within {timeout}s: {[asking.state(k) for k in asking.wanted()]}"
+        asks.send(asking.due(now), answers.put_nowait)
+        nxt = asking.next_due()
+        wait = 0.2 if nxt is None else min(max(nxt - now, 0.01), 0.2)
+        try:
+            answer = await asyncio.wait_for(answers.get(), wait)
+        except TimeoutError:
+            continue
+        outcome = asking.file(answer, time.monotonic())
+        if filed is not None:
+            filed.append((answer, outcome))
+    return time.monotonic() - t0
+
+
+def granted(asking: Asking, keys) -> bool:
+    return all(isinstance(asking.result(k), Granted) for k in keys)
+
+
+def test_keys_granted_one_netbox_address_each_gateway_kept_back_and_released(netbox, api_client, namespace):
+    net = seeded(netbox, 29)  # .1 … .6; .1 the gateway NetBox does not hold
+    who = owner()
+    user = f"u{uuid.uuid4().hex[:8]}"
+    put_secret(api_client, namespace, "netbox", netbox.make_token(user, LEAST))
+    pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)}, gateway=str(net[1]))
+    keys = [f"k{i}" for i in range(5)]
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=who)
+        asks.pool_changed(pool)
+        asking = Asking(deadline=30)
+        replica = Asking(deadline=30)  # a second replica asking for the same keys
+        for key in keys:
+            asking.want(key, ("ns", "x"), pool.server, 0)  # a pool it does not know: refused, not raised
+        missing = await asks.ask(asking.due(time.monotonic())[0])
+        asking = Asking(deadline=30)
+        for key in keys:
+            asking.want(key, (namespace, "nb"), pool.server, time.monotonic())
+            replica.want(key, (namespace, "nb"), pool.server, time.monotonic())
+        await asyncio.gather(drive(asking, asks, lambda: granted(asking, keys), 60),
+                             drive(replica, asks, lambda: granted(replica, keys), 60))
+        survey = await asks.survey(pool)
+        for key in keys[:2]:
+            asking.release(key, (namespace, "nb"), pool.server, time.monotonic())
+        filed: list = []
+        await drive(asking, asks, lambda: not asking.releasing(), 60, filed=filed)
+        await asks.close()
+        return missing, asking, replica, survey, filed
+
+    missing, asking, replica, survey, filed = asyncio.run(run())
+    assert isinstance(missing, Refused) and missing.reason == "PoolNotFound"
+    mine = {k: asking.result(k) for k in keys[2:]}
+    assert {k: replica.result(k).address for k in keys} == {
+        **{k: g.address for k, g in mine.items()},
+        **{k: replica.result(k).address for k in keys[:2]}}
+    theirs = sorted(replica.result(k).address for k in keys)
+    assert theirs == [f"{net[i]}/29" for i in range(2, 7)], (net, theirs, addresses_in(netbox, net))  # never the gateway
+    held = addresses_in(netbox, net)
+    assert held[str(net[1])]["status"]["value"] == "reserved"  # kept back there, keyless
+    for key in keys[2:]:
+        assert len(holding(netbox, owned_key(who, key))) == 1
+    for key in keys[:2]:
+        assert holding(netbox, owned_key(who, key)) == []
+    assert sorted(o for _, o in filed) == [Filed.RELEASED, Filed.RELEASED]
+    assert (survey.reason, survey.size, survey.used) == (None, 6, 6)
+    status = pool_status(pool, survey, now="2026-01-01T00:00:00Z")
+    assert status["conditions"][0]["status"] == "True" and status["free"] == "0"
+
+
+def test_netbox_stopped_and_restarted_mid_ask(netbox, api_client, namespace):
+    net = seeded(netbox, 27)
+    who = owner()
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)})
+    keys = [f"k{i}" for i in range(12)]
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=who, timeout=3)
+        asks.pool_changed(pool)
+        asking = Asking(deadline=20, base=0.5, cap=4)
+        for key in keys:
+            asking.want(key, (namespace, "nb"), pool.server, time.monotonic())
+        filed: list = []
+        with netbox.slowed(0.3):
+            first = asyncio.create_task(drive(asking, asks, lambda: granted(asking, keys), 120, filed=filed))
+            while not any(isinstance(a, Granted) for a, _ in filed):  # some answered, others still out
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(netbox.stop_server)
+            while not any(isinstance(a, Refused) and a.server_down for a, _ in filed):
+                await asyncio.sleep(0.05)
+            held_back = asking.server_held(pool.server, time.monotonic())
+            await asyncio.to_thread(netbox.start_server)
+        seconds = await first
+        await asks.close()
+        return asking, filed, held_back, seconds
+
+    asking, filed, held_back, seconds = asyncio.run(run())
+    assert held_back
+    refusals = {a.reason for a, _ in filed if isinstance(a, Refused)}
+    assert refusals <= {"NetBoxUnreachable", "NetBoxTimeout"} and refusals, refusals
+    addresses = [asking.result(k).address for k in keys]
+    assert len(set(addresses)) == len(keys)
+    for key in keys:  # one NetBox address per key, the one the key was granted
+        [record] = holding(netbox, owned_key(who, key))
+        assert record["address"] == asking.result(key).address
+    assert len(addresses_in(netbox, net)) == len(keys)  # nothing else was made
+    print(f"\n12 keys through a NetBox stopped and restarted: {seconds:.1f}s, "
+          f"{sum(isinstance(a, Refused) for a, _ in filed)} refusals filed")
+
+
+def test_token_missing_revoked_and_rotated(netbox, api_client, namespace):
+    net = seeded(netbox, 29)
+    who = owner()
+    user = f"u{uuid.uuid4().hex[:8]}"
+    pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)}, secret="nb-token")
+    where = (namespace, "nb")
+
+    async def one(asking: Asking, asks: NetBoxAsks, key: str):
+        asking.want(key, where, pool.server, time.monotonic())
+        [ask] = asking.due(time.monotonic())
+        answer = await asks.ask(ask)
+        asking.file(answer, time.monotonic())
+        return answer
+
+    async def run():
+        tokens = SecretTokens(api_client, ttl=3600)  # only a refusal makes it read the Secret again
+        asks = NetBoxAsks(tokens, owner=who)
+        asks.pool_changed(pool)
+        asking = Asking()
+        no_secret = await one(asking, asks, "a")
+        no_secret_survey = await asks.survey(pool)
+        put_secret(api_client, namespace, "nb-token", "x", key="other")
+        no_key = await one(Asking(), asks, "a")
+        put_secret(api_client, namespace, "nb-token", netbox.make_token(user, LEAST))
+        ok = await one(Asking(), asks, "a")
+        revoke(netbox, user)
+        revoked = await one(Asking(), asks, "b")
+        revoked_survey = await asks.survey(pool)
+        put_secret(api_client, namespace, "nb-token", netbox.make_token(user + "r", LEAST))
+        rotated = await one(Asking(), asks, "b")
+        await asks.close()
+        return no_secret, no_secret_survey, no_key, ok, revoked, revoked_survey, rotated
+
+    no_secret, no_secret_survey, no_key, ok, revoked, revoked_survey, rotated = asyncio.run(run())
+    assert no_secret.reason == TOKEN_MISSING and f"Secret {namespace}/nb-token" in no_secret.message
+    assert "does not exist" in no_secret.message and not no_secret.server_down
+    assert no_secret_survey.reason == TOKEN_MISSING
+    assert no_key.reason == TOKEN_MISSING and "no key 'token'" in no_key.message
+    assert isinstance(ok, Granted) and ok.address == f"{net[1]}/29"
+    assert isinstance(revoked, Refused) and revoked.reason == "TokenRefused" and not revoked.server_down
+    assert revoked_survey.reason == "TokenRefused"
+    status = pool_status(pool, revoked_survey, now="2026-01-01T00:00:00Z")
+    assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == ("False", "TokenRefused")
+    assert isinstance(rotated, Granted) and rotated.address == f"{net[2]}/29"
+
+
+def test_a_paused_netbox_delays_only_its_own_pools(netbox, api_client, namespace):
+    """Pool A on the plain gunicorn, frozen; pool B on a second gunicorn of the same NetBox (https)."""
+    tls_url, ca = netbox.serve_tls()
+    net_a, net_b = seeded(netbox, 28), seeded(netbox, 28)
+    who = owner()
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    pool_a = make_pool(namespace, "a", netbox.url, {"prefix": str(net_a)})
+    pool_b = make_pool(namespace, "b", tls_url, {"prefix": str(net_b)}, server={"caBundle": ca.decode()})
+    keys_a, keys_b = [f"a{i}" for i in range(4)], [f"b{i}" for i in range(4)]
+    keys_base = [f"base{i}" for i in range(4)]
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=who, timeout=4)
+        for pool in (pool_a, pool_b):
+            asks.pool_changed(pool)
+        asking = Asking(deadline=6, base=0.5, cap=2)
+        for key in keys_base:  # the same on B with A answering: the baseline
+            asking.want(key, (namespace, "b"), pool_b.server, time.monotonic())
+        baseline = await drive(asking, asks, lambda: granted(asking, keys_base), 30)
+        with netbox.paused():
+            for key in keys_a:
+                asking.want(key, (namespace, "a"), pool_a.server, time.monotonic())
+            asks.send(asking.due(time.monotonic()), lambda a: None)  # A's asks go out first, and hang
+            await asyncio.sleep(0)
+            for key in keys_b:
+                asking.want(key, (namespace, "b"), pool_b.server, time.monotonic())
+            b_seconds = await drive(asking, asks, lambda: granted(asking, keys_b), 30)
+            a_waiting = [asking.result(k) for k in keys_a]
+        total = await drive(asking, asks, lambda: granted(asking, keys_a), 60)
+        await asks.close()
+        return baseline, b_seconds, a_waiting, total, asking
+
+    baseline, b_seconds, a_waiting, total, asking = asyncio.run(run())
+    assert b_seconds < 4, b_seconds  # B was never behind A's frozen server
+    assert all(not isinstance(r, Granted) for r in a_waiting)
+    for key in keys_a + keys_b:
+        assert len(holding(netbox, owned_key(who, key))) == 1
+    print(f"\npool B: 4 keys in {baseline:.2f}s, then in {b_seconds:.2f}s while pool A's NetBox was frozen; "
+          f"A after: {total:.1f}s")
+
+
+def test_survey_of_a_missing_prefix_and_range(netbox, api_client, namespace):
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    net = fresh(29)
+    prefix = make_pool(namespace, "p", netbox.url, {"prefix": str(net)})
+    ranged = make_pool(namespace, "r", netbox.url, {"ipRange": f"{net[1]}-{net[3]}"})
+    dead = make_pool(namespace, "d", "http://127.0.0.1:9", {"prefix": str(net)})
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=owner(), timeout=3)
+        found = [await asks.survey(p) for p in (prefix, ranged, dead)]
+        await asks.close()
+        return found
+
+    missing_prefix, missing_range, unreachable = asyncio.run(run())
+    assert missing_prefix.reason == "PrefixNotFound" and str(net) in missing_prefix.message
+    assert missing_range.reason == "IPRangeNotFound"
+    assert unreachable.reason == "NetBoxUnreachable" and "127.0.0.1:9" in unreachable.message
+    previous = {"size": "6", "used": "1", "free": "5",
+                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}
+    status = pool_status(prefix, missing_prefix, now="2026-01-01T00:00:00Z", previous=previous)
+    ready = status["conditions"][0]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "False", "PrefixNotFound", "2025-01-01T00:00:00Z")
+    assert status["free"] == "5"  # the last counts NetBox gave
+
+
+def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
+    """A token short of one of the README's permissions fails the operation that needs it, never silently.
+
+    Measured: NetBox answers 403 to every request its token lacks the permission for (none answers 404,
+    which a release would take for released).
+    """
+    who = owner()
+    base = f"u{uuid.uuid4().hex[:6]}"
+    without = {
+        "view prefix": [(["ipam.iprange", "ipam.vrf"], ["view"]), LEAST[1], LEAST[2]],
+        "view ipaddress": [LEAST[0], (["ipam.ipaddress"], ["add", "change", "delete"]), LEAST[2]],
+        "add ipaddress": [LEAST[0], (["ipam.ipaddress"], ["view", "change", "delete"]), LEAST[2]],
+        "change ipaddress": [LEAST[0], (["ipam.ipaddress"], ["view", "add", "delete"]), LEAST[2]],
+        "delete ipaddress": [LEAST[0], (["ipam.ipaddress"], ["view", "add", "change"]), LEAST[2]],
+        "view customfield": [LEAST[0], LEAST[1]],
+    }
+
+    async def attempt(token: str, key: str):
+        net = seeded(netbox, 28)  # a prefix of its own: its gateway not kept back yet
+        pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)}, gateway=str(net[1]))
+        put_secret(api_client, namespace, "netbox", token)
+        asks = NetBoxAsks(SecretTokens(api_client, ttl=0), owner=who)
+        asks.pool_changed(pool)
+        asking = Asking()
+        asking.want(key, (namespace, "nb"), pool.server, time.monotonic())
+        [ask] = asking.due(time.monotonic())
+        first = await asks.ask(ask)
+        asking.file(first, time.monotonic())
+        again = Asking()  # a retry of the same key (a restart): must find the first address
+        again.want(key, (namespace, "nb"), pool.server, time.monotonic())
+        second = await asks.ask(again.due(time.monotonic())[0])
+        releasing = Asking()
+        releasing.release(key, (namespace, "nb"), pool.server, time.monotonic())
+        released = await asks.ask(releasing.due(time.monotonic())[0])
+        survey = await asks.survey(pool)
+        await asks.close()
+        return first, second, released, survey
+
+    async def run():
+        results = {"all": await attempt(netbox.make_token(base, LEAST), "all")}
+        for i, (left_out, permissions) in enumerate(without.items()):
+            results[left_out] = await attempt(netbox.make_token(f"{base}{i}", permissions), f"k{i}")
+        return results
+
+    results = asyncio.run(run())
+    first, second, released, survey = results["all"]
+    assert isinstance(first, Granted) and first.address.endswith(".2/28")  # the gateway (.1) kept back
+    assert second == Granted("all", second.attempt, first.address, first.id)
+    assert isinstance(released, Released) and survey.reason is None and holding(netbox, owned_key(who, "all")) == []
+    report = {name: tuple(type(a).__name__ + (f":{a.reason}" if isinstance(a, Refused) else "") for a in r[:3])
+              + (r[3].reason,) for name, r in results.items()}
+    print("\n" + "\n".join(f"without {k}: {v}" for k, v in report.items()))
+
+    def refused(answer) -> bool:
+        return isinstance(answer, Refused) and answer.reason == "TokenRefused"
+
+    assert refused(results["view prefix"][0]) and results["view prefix"][3].reason == "TokenRefused"
+    assert refused(results["add ipaddress"][0])
+    assert refused(results["change ipaddress"][0])  # the gateway cannot be kept back
+    assert refused(results["view ipaddress"][0])  # no lookup: no retry could find its address
+    assert refused(results["delete ipaddress"][2])  # never "released" while NetBox keeps it
+    assert results["view customfield"][3].reason == "TokenRefused"
+    for name, (first, _, released, _) in results.items():  # nothing left behind that says released
+        if isinstance(released, Released):
+            assert holding(netbox, owned_key(who, first.key)) == [], name
