@@ -1,0 +1,60 @@
+"""The pool kinds behind one claim lifecycle, driven through the real reconcile with the registered
+in-cluster kinds: what the API server would refuse, and what the webhooks must see of a pool of cluster scope."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from metal3_ipam.core import incluster as ic
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.naming import is_dns1123_subdomain
+from metal3_ipam.core.validation import addresses_in_use
+from metal3_ipam.memory import converge
+from ipam_objects import capi_claim, loaded
+
+NAMESPACED = ic.IN_CLUSTER_IP_POOL
+GLOBAL = ic.GLOBAL_IN_CLUSTER_IP_POOL
+
+
+def in_cluster_pool(kind: tuple[str, str], name: str, addresses: list[str], prefix: int, ns: str = "ns-a") -> dict:
+    meta = {"name": name} if kind == GLOBAL else {"name": name, "namespace": ns}
+    return {"apiVersion": ic.API_VERSION, "kind": kind[1], "metadata": meta,
+            "spec": {"addresses": addresses, "prefix": prefix}}
+
+
+def claim_of(kind: tuple[str, str], name: str, ns: str, pool: str = "p") -> dict:
+    return capi_claim(name, pool=pool, ns=ns, api_group=kind[0], kind=kind[1])
+
+
+@pytest.mark.parametrize("kind", [NAMESPACED, GLOBAL], ids=lambda k: k[1])
+@pytest.mark.parametrize("addresses, prefix", [(["10.8.0.1-10.8.0.3"], 24), (["2001:db8::1-2001:db8::3"], 64)],
+                         ids=["ipv4", "ipv6"])
+def test_every_object_made_for_an_in_cluster_pools_claim_has_a_name_the_api_server_accepts(kind, addresses, prefix):
+    """Object names are DNS-1123 subdomains (the API server refuses any other): the locks of an in-cluster
+    pool's IPs too, or no claim of such a pool is ever served on a real API server."""
+    api = loaded(in_cluster_pool(kind, "p", addresses, prefix), claim_of(kind, "c0", "ns-a"), claim_of(kind, "c1", "ns-a"))
+    converge(api, random.Random(0))
+    made = [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]
+    assert len(made) == 4, made
+    assert [o.name(a) for a in made if not is_dns1123_subdomain(o.name(a))] == []
+
+
+def test_the_addresses_in_use_of_a_global_pool_name_each_claims_namespace():
+    """Two claims of one name in two namespaces hold two IPs of a global pool: both are in use (the webhook
+    refuses an update that drops either, and a delete names both), not one under a shared name."""
+    addresses = [
+        {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+         "metadata": {"name": "c", "namespace": ns},
+         "spec": {"address": ip, "prefix": 24, "claimRef": {"name": "c"},
+                  "poolRef": {"apiGroup": GLOBAL[0], "kind": GLOBAL[1], "name": "p"}}}
+        for ns, ip in (("ns-a", "10.8.0.1"), ("ns-b", "10.8.0.2"))]
+    in_use = addresses_in_use(addresses, "", "p", GLOBAL)
+    assert sorted(in_use.values()) == ["10.8.0.1", "10.8.0.2"], in_use
+    old = in_cluster_pool(GLOBAL, "p", ["10.8.0.1-10.8.0.2"], 24)
+    new = in_cluster_pool(GLOBAL, "p", ["10.8.0.1"], 24)
+    problems = ic.validate_ip_pool_update(old, new, in_use)
+    assert [p.value for p in problems] == ["10.8.0.2"]
+    assert "ns-b/c" in problems[0].message
