@@ -58,3 +58,21 @@ def test_the_addresses_in_use_of_a_global_pool_name_each_claims_namespace():
     problems = ic.validate_ip_pool_update(old, new, in_use)
     assert [p.value for p in problems] == ["10.8.0.2"]
     assert "ns-b/c" in problems[0].message
+
+
+def test_a_claim_of_a_kind_of_pool_of_cluster_scope_registered_after_another_left_is_keyed_by_namespace(monkeypatch):
+    """The registry read as it is: one kind of pool gone and one of cluster scope come (as many kinds as before)
+    keys the new kind's claims by namespace too, whatever claim keys were made in between."""
+    import dataclasses
+
+    from metal3_ipam.core import pools
+    from shared_pool_kind import SHARED, SHARED_KIND
+
+    namespaced = ("pools.test.metal3.io", "NamespacedPool")
+    monkeypatch.setitem(pools.REGISTRY, namespaced, dataclasses.replace(SHARED_KIND, kind=namespaced,
+                                                                        scope=pools.NAMESPACED))
+    claim = capi_claim("c", ns="ns-a", api_group=SHARED[0], kind=SHARED[1])
+    assert o.claim_key(claim) == ("IPAddressClaim", "c")  # SharedPool is no kind of pool yet
+    monkeypatch.delitem(pools.REGISTRY, namespaced)
+    monkeypatch.setitem(pools.REGISTRY, SHARED, SHARED_KIND)
+    assert o.claim_key(claim) == ("IPAddressClaim", "c", "ns-a")
