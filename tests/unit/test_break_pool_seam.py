@@ -76,3 +76,41 @@ def test_a_claim_of_a_kind_of_pool_of_cluster_scope_registered_after_another_lef
     monkeypatch.delitem(pools.REGISTRY, namespaced)
     monkeypatch.setitem(pools.REGISTRY, SHARED, SHARED_KIND)
     assert o.claim_key(claim) == ("IPAddressClaim", "c", "ns-a")
+
+
+def test_a_claims_name_reused_before_its_old_incarnations_addresses_were_made_and_let_go_is_served():
+    """Under a lagging cache an IPAddressClaim's old incarnation is served after a new one of its name was
+    created: its addresses are younger than the live claim. Let go (deleted) but for the finalizers (the step
+    stopped between the delete and the finalizer write), they are no address of the live claim: they go,
+    and the live claim gets an address of its own or an error, never nothing."""
+    from ipam_objects import NS, converged, ippool
+
+    def owners(controller):
+        flags = {"controller": True, "blockOwnerDeletion": True} if controller else {}
+        return [{"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim", "name": "c2",
+                 "uid": "uid-old", **flags},
+                {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "name": "pool1", "uid": "pool-uid"}]
+
+    going = {"creationTimestamp": "2024-01-01T00:00:15Z", "deletionTimestamp": "2024-01-01T00:00:16Z",
+             "namespace": NS}
+    claim = capi_claim("c2")
+    claim["metadata"].update(uid="uid-new", creationTimestamp="2024-01-01T00:00:10Z")
+    pool = ippool()
+    pool["metadata"]["uid"] = "pool-uid"
+    lock = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPAddress",
+            "metadata": {"name": "pool1-192-168-0-10", **going, "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
+                         "ownerReferences": owners(False)},
+            "spec": {"address": "192.168.0.10", "prefix": 24, "pool": {"name": "pool1", "namespace": NS},
+                     "claim": {"name": "c2", "namespace": NS, "kind": "IPAddressClaim",
+                               "apiVersion": "ipam.cluster.x-k8s.io/v1beta2"}}}
+    mirror = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+              "metadata": {"name": "c2", **going, "finalizers": [kinds.FINALIZERS[kinds.CAPI_ADDRESS]],
+                           "ownerReferences": owners(True)},
+              "spec": {"address": "192.168.0.10", "prefix": 24, "claimRef": {"name": "c2"},
+                       "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": "pool1"}}}
+    api = converged(pool, claim, lock, mirror)
+    left = [(kinds.kind_of(a), o.meta(a).get("uid")) for kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
+            for a in api.inventory.of_kind(kind) if o.is_deleting(a)]
+    assert left == [], left
+    ready = o.condition(o.status(api.inventory.get(kinds.CAPI_CLAIM, NS, "c2")), "Ready")
+    assert ready is not None and ready["status"] == "True", o.status(api.inventory.get(kinds.CAPI_CLAIM, NS, "c2"))
