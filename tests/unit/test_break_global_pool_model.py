@@ -19,12 +19,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from metal3_ipam.core import incluster as ic
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create
 from metal3_ipam.core.inventory import SERVED, Inventory
-from metal3_ipam.core.reconcile import reconcile
-from metal3_ipam.memory import Refused
 from ipam_objects import capi_claim, cluster
-from test_model import Store
+from test_model import LaggingWatch, Store
 
 GLOBAL, NAMESPACED = ic.GLOBAL_IN_CLUSTER_IP_POOL, ic.IN_CLUSTER_IP_POOL
 NAMESPACES = ("ns-a", "ns-b")
@@ -62,14 +59,14 @@ def live_holdings(store) -> dict[tuple, set]:
     return held
 
 
-class GlobalPoolInTheWorld(RuleBasedStateMachine):
+class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     @initialize(seed=st.integers(0, 10_000))
     def start(self, seed):
         self.rng = random.Random(seed)
         self.store = GlobalStore()
         self.cache = Inventory()
         self.delivered: list[tuple[str, dict]] = []
-        self.counter = 0
+        self.by_hand: set = set()
         for obj in (pool(GLOBAL, None, ["10.9.0.1-10.9.0.4"]), pool(NAMESPACED, "ns-a", ["10.9.0.3-10.9.0.6"]),
                     cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
             self.store.load(obj)
@@ -102,68 +99,12 @@ class GlobalPoolInTheWorld(RuleBasedStateMachine):
         c["metadata"]["annotations"] = {kinds.PAUSED_ANNOTATION: ""} if paused else {}
         self.store._store(c)
 
-    # -- the watch ------------------------------------------------------------------------
-
-    @rule(k=st.integers(0, 10))
-    def an_event_arrives(self, k):
-        streams = [s for s in self.store.streams.values() if s]
-        if streams:
-            kind, obj = streams[k % len(streams)].popleft()
-            self.file(kind, obj)
-            self.delivered.append((kind, obj))
-
-    @rule(k=st.integers(0, 1000))
-    def an_old_event_arrives_again(self, k):
-        if self.delivered:
-            self.file(*self.delivered[k % len(self.delivered)])
-
-    @rule(kind=st.sampled_from(SERVED))
-    def a_list_is_taken(self, kind):
-        self.pending_listings.append((kind, *self.store.listing(kind)))
-
-    @rule()
-    def a_list_is_filed(self):
-        if self.pending_listings:
-            kind, items, version = self.pending_listings.pop(0)
-            self.cache.settle_listing(kind, None, items, version)
-            if not self.pending_listings:
-                self.started = True
-
-    def file(self, kind, obj):
-        if kind == "DELETED":
-            self.cache.remove(copy.deepcopy(obj))
-        else:
-            self.cache.upsert(copy.deepcopy(obj))
-
     # -- the controller -------------------------------------------------------------------
 
     @precondition(lambda self: self.started)
     @rule(namespaced=st.booleans())
     def a_pool_pass(self, namespaced):
         self.run_pass(o.PoolKey("ns-a", "g", NAMESPACED) if namespaced else o.PoolKey("", "g", GLOBAL))
-
-    def run_pass(self, pool_key) -> bool:
-        plan = reconcile(self.cache.snapshot(pool_key, self.store.now, self.rng))
-        for step in plan.steps:
-            for action in step.actions:
-                try:
-                    self.store.do(action)
-                except Refused:
-                    if isinstance(action, Create):
-                        obj = action.obj
-                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
-                        if taken is not None:
-                            self.cache.upsert(copy.deepcopy(taken))
-                    break
-                target = o.ref(action.obj) if isinstance(action, Create) else getattr(action, "target", None)
-                if target is None:
-                    continue
-                stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
-                if stored is not None:
-                    self.cache.upsert(copy.deepcopy(stored))
-                else:
-                    self.cache.forget(target.group_kind, target.namespace, target.name)
-        return bool(plan)
 
     # -- what must hold ---------------------------------------------------------------------
 
@@ -184,19 +125,7 @@ class GlobalPoolInTheWorld(RuleBasedStateMachine):
     def teardown(self):
         if not hasattr(self, "store"):
             return
-        while self.pending_listings:
-            self.a_list_is_filed()
-        for _ in range(200):
-            for stream in self.store.streams.values():
-                while stream:
-                    self.file(*stream.popleft())
-            busy = False
-            for pool_key in self.cache.pool_keys():
-                busy |= self.run_pass(pool_key)
-            if not busy and not any(self.store.streams.values()):
-                break
-        else:
-            raise AssertionError("no fixed point")
+        self.drain()
         self.no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace()
         held = live_holdings(self.store)
         claims = {(o.namespace(c), o.name(c)): c for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM)}
