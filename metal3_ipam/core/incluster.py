@@ -52,6 +52,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 IN_CLUSTER_IP_POOL = (GROUP, "InClusterIPPool")
 GLOBAL_IN_CLUSTER_IP_POOL = (GROUP, "GlobalInClusterIPPool")
 IP_POOL_KINDS = (IN_CLUSTER_IP_POOL, GLOBAL_IN_CLUSTER_IP_POOL)
+# The namePrefix of the locks (Metal3 IPAddresses ``<prefix>-<ip>``) of the IPs these pools hand out. Object names
+# must start with a letter or digit, so the prefix cannot be empty; one for every in-cluster pool, so that two of
+# them holding one IP in a namespace (a global pool's claim there and a namespaced pool) contend for one lock.
+LOCK_PREFIX = "incluster"
 
 POOL_FINALIZER = "ipam.cluster.x-k8s.io/ProtectPool"
 CLAIM_FINALIZER = "ipam.cluster.x-k8s.io/ReleaseAddress"
@@ -162,7 +166,7 @@ def read_ip_pool(spec: Any) -> tuple[Pool | None, list[Problem]]:
     gateway_text = span_text(gateway, gateway, version) if gateway is not None else None
     entries = tuple(Entry(index=i, first=lo, last=hi, prefix=prefix, gateway=gateway_text, dns_servers=())
                     for i, (lo, hi) in enumerate(normalise((s.first, s.last) for s in spans)))
-    return Pool(name_prefix="", version=version, strategy="sequential", entries=entries,
+    return Pool(name_prefix=LOCK_PREFIX, version=version, strategy="sequential", entries=entries,
                 reserved=normalise(reserved), preallocations={}), problems
 
 

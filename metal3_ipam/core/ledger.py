@@ -379,6 +379,10 @@ class Ledger:
         claim_uid = o.meta(claim).get("uid")
         if owner_uid is None or claim_uid is None or owner_uid == claim_uid:
             return key
+        if o.is_deleting(address) and not o.deleted_for_move(address):
+            # Let go already, and made for another incarnation (one served from a lagging cache after this one
+            # was created is younger than it): kept for this claim, it would hold its finalizer for good.
+            return None
         claim_born = str(o.meta(claim).get("creationTimestamp") or "")
         address_born = str(o.meta(address).get("creationTimestamp") or "")
         return None if claim_born and address_born and claim_born > address_born else key

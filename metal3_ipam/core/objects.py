@@ -209,14 +209,16 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
 ClaimKey = tuple[str, ...]
 
 
-# (how many kinds of pool were registered, those of cluster scope): claim keys are made per claim per pass,
-# and while no kind of pool is of cluster scope (IPPool alone) no claim's pool reference needs reading.
-_scoped: list = [-1, frozenset()]
+# (the kinds of pool registered, those of cluster scope): claim keys are made per claim per pass, and
+# while no kind of pool is of cluster scope (IPPool alone) no claim's pool reference needs reading. Keyed
+# by the registered kinds themselves, not their number: one kind gone and another come is another registry.
+_scoped: list = [(), frozenset()]
 
 
 def _cluster_scoped_kinds() -> frozenset:
-    if _scoped[0] != len(_pools.REGISTRY):
-        _scoped[:] = [len(_pools.REGISTRY), frozenset(k for k, kind in _pools.REGISTRY.items() if kind.cluster_scoped)]
+    registered = tuple(_pools.REGISTRY)
+    if _scoped[0] != registered:
+        _scoped[:] = [registered, frozenset(k for k, kind in _pools.REGISTRY.items() if kind.cluster_scoped)]
     return _scoped[1]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from . import kinds, pools
 from .addresses import AddressError, parse_ip
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
+from .objects import namespace as namespace_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem, object_id, tagged
 
@@ -102,7 +103,9 @@ def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
 
 def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str,
                      pool_kind: tuple[str, str] = kinds.IPPOOL) -> dict[str, str]:
-    """Name -> IP of the live addresses, of both APIs, that were handed out from a pool (of ``pool_kind``).
+    """Name -> IP of the live addresses, of both APIs, that were handed out from a pool (of ``pool_kind``);
+    ``namespace/name`` for a pool of cluster scope (``namespace`` ""), whose claims of one name in two
+    namespaces hold two addresses of one name.
 
     An address being deleted is on its way out and holds nothing back.
     """
@@ -115,6 +118,8 @@ def addresses_in_use(addresses: Iterable[Any], namespace: str, pool: str,
             continue
         kind = kinds.kind_of(address)
         name = str(_name(address))
+        if not namespace:  # a pool of cluster scope: its addresses are in their claims' namespaces
+            name = f"{namespace_of(address)}/{name}"
         found[name if kind == kinds.IPADDRESS else f"{name} (Cluster API)"] = ip
     return found
 

@@ -110,7 +110,94 @@ def go_state(rng: random.Random) -> list[dict]:
     return objs
 
 
-class ControllerInTheWorld(RuleBasedStateMachine):
+class LaggingWatch:
+    """The controller's cache (``cache``) fed from a ``Store`` (``store``) as watches and LISTs feed it: one
+    FIFO stream per kind, events delivered again, LISTs taken at one moment and filed at a later one
+    (``started`` once the start-up ones are: ``pending_listings``). ``delivered`` keeps what came; ``by_hand``
+    the claims whose status the user wrote last."""
+
+    @rule(k=st.integers(0, 10))
+    def an_event_arrives(self, k):
+        streams = [s for s in self.store.streams.values() if s]
+        if not streams:
+            return
+        kind, obj = streams[k % len(streams)].popleft()
+        self.file(kind, obj)
+        self.delivered.append((kind, obj))
+
+    @rule(k=st.integers(0, 1000))
+    def an_old_event_arrives_again(self, k):
+        if self.delivered:
+            self.file(*self.delivered[k % len(self.delivered)])
+
+    @rule(kind=st.sampled_from(SERVED))
+    def a_list_is_taken(self, kind):
+        self.pending_listings.append((kind, *self.store.listing(kind)))
+
+    @rule()
+    def a_list_is_filed(self):
+        if self.pending_listings:
+            kind, items, version = self.pending_listings.pop(0)
+            self.cache.settle_listing(kind, None, items, version)
+            if not self.pending_listings:
+                self.started = True
+
+    def file(self, kind, obj):
+        if kind == "DELETED":
+            self.cache.remove(copy.deepcopy(obj))
+        else:
+            self.cache.upsert(copy.deepcopy(obj))
+
+    # -- the controller: a pass's writes done on the store, their answers filed at once ----------
+
+    def run_pass(self, pool_key) -> bool:
+        plan = reconcile(self.cache.snapshot(pool_key, self.store.now, self.rng))
+        for step in plan.steps:
+            for action in step.actions:
+                try:
+                    self.store.do(action)
+                except Refused:
+                    if isinstance(action, Create):
+                        # The writer reads the name that is taken into its cache.
+                        obj = action.obj
+                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+                        if taken is not None:
+                            self.cache.upsert(copy.deepcopy(taken))
+                    break
+                self.answer(action)
+        return bool(plan)
+
+    def answer(self, action):
+        """The API server's answer goes into the cache at once, as the REST writer does."""
+        target = o.ref(action.obj) if isinstance(action, Create) else getattr(action, "target", None)
+        if target is None:
+            return
+        stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+        if stored is not None and isinstance(action, SetStatus) and kinds.kind_of(stored) in CLAIM_KINDS:
+            self.by_hand.discard(ident(stored))
+        if stored is not None:
+            self.cache.upsert(copy.deepcopy(stored))
+        elif isinstance(action, Delete) or True:
+            self.cache.forget(target.group_kind, target.namespace, target.name)
+
+    def drain(self) -> None:
+        """Every event delivered, every listing filed, then the controller to a fixed point."""
+        while self.pending_listings:
+            self.a_list_is_filed()
+        for _ in range(200):
+            for stream in self.store.streams.values():
+                while stream:
+                    self.file(*stream.popleft())
+            busy = False
+            for pool_key in self.cache.pool_keys():
+                busy |= self.run_pass(pool_key)
+            if not busy and not any(self.store.streams.values()):
+                break
+        else:
+            raise AssertionError("no fixed point")
+
+
+class ControllerInTheWorld(LaggingWatch, RuleBasedStateMachine):
     @initialize(seed=st.integers(0, 10_000), shared_prefix=st.booleans(), with_go=st.booleans())
     def start(self, seed, shared_prefix, with_go):
         self.rng = random.Random(seed)
@@ -207,76 +294,12 @@ class ControllerInTheWorld(RuleBasedStateMachine):
         self.by_hand.add(ident(target))
         self.bound_ip.pop(ident(target), None)  # what it holds now is what the user said
 
-    # -- the watch ------------------------------------------------------------------------
-
-    @rule(k=st.integers(0, 10))
-    def an_event_arrives(self, k):
-        streams = [s for s in self.store.streams.values() if s]
-        if not streams:
-            return
-        kind, obj = streams[k % len(streams)].popleft()
-        self.file(kind, obj)
-        self.delivered.append((kind, obj))
-
-    @rule(k=st.integers(0, 1000))
-    def an_old_event_arrives_again(self, k):
-        if self.delivered:
-            self.file(*self.delivered[k % len(self.delivered)])
-
-    @rule(kind=st.sampled_from(SERVED))
-    def a_list_is_taken(self, kind):
-        self.pending_listings.append((kind, *self.store.listing(kind)))
-
-    @rule()
-    def a_list_is_filed(self):
-        if self.pending_listings:
-            kind, items, version = self.pending_listings.pop(0)
-            self.cache.settle_listing(kind, None, items, version)
-            if not self.pending_listings:
-                self.started = True
-
-    def file(self, kind, obj):
-        if kind == "DELETED":
-            self.cache.remove(copy.deepcopy(obj))
-        else:
-            self.cache.upsert(copy.deepcopy(obj))
-
     # -- the controller -------------------------------------------------------------------
 
     @precondition(lambda self: self.started)
     @rule(pool=st.sampled_from(["pa", "pb", "gopool"]))
     def a_pool_pass(self, pool):
         self.run_pass((NS, pool))
-
-    def run_pass(self, pool_key) -> bool:
-        plan = reconcile(self.cache.snapshot(pool_key, self.store.now, self.rng))
-        for step in plan.steps:
-            for action in step.actions:
-                try:
-                    self.store.do(action)
-                except Refused:
-                    if isinstance(action, Create):
-                        # The writer reads the name that is taken into its cache.
-                        obj = action.obj
-                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
-                        if taken is not None:
-                            self.cache.upsert(copy.deepcopy(taken))
-                    break
-                self.answer(action)
-        return bool(plan)
-
-    def answer(self, action):
-        """The API server's answer goes into the cache at once, as the REST writer does."""
-        target = o.ref(action.obj) if isinstance(action, Create) else getattr(action, "target", None)
-        if target is None:
-            return
-        stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
-        if stored is not None and isinstance(action, SetStatus) and kinds.kind_of(stored) in CLAIM_KINDS:
-            self.by_hand.discard(ident(stored))
-        if stored is not None:
-            self.cache.upsert(copy.deepcopy(stored))
-        elif isinstance(action, Delete) or True:
-            self.cache.forget(target.group_kind, target.namespace, target.name)
 
     # -- what must hold ---------------------------------------------------------------------
 
@@ -334,20 +357,7 @@ class ControllerInTheWorld(RuleBasedStateMachine):
     def teardown(self):
         if not hasattr(self, "store"):
             return
-        # Drain: every event delivered, every listing filed, then the controller to a fixed point.
-        while self.pending_listings:
-            self.a_list_is_filed()
-        for _ in range(200):
-            for stream in self.store.streams.values():
-                while stream:
-                    self.file(*stream.popleft())
-            busy = False
-            for pool_key in self.cache.pool_keys():
-                busy |= self.run_pass(pool_key)
-            if not busy and not any(self.store.streams.values()):
-                break
-        else:
-            raise AssertionError("no fixed point")
+        self.drain()
         self.no_ip_bound_to_two_live_claims_and_bound_claims_keep_their_ip()
         held = bindings(self.store)
         paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, NS, "c1"))
