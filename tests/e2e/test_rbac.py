@@ -200,6 +200,28 @@ def scenario(kube: Kube, audit_log: Path) -> None:
     kube.gone(METAL3, "ipaddresses", "p-10-0-0-99")
     kube.gone(CAPI, "ipaddresses", "ghost")
 
+    # The in-cluster provider's kinds, namespaced and global: their finalizers and status.
+    incluster = ("ipam.cluster.x-k8s.io", "v1alpha2")
+    kube.create(incluster, "inclusterippools", {
+        "apiVersion": "/".join(incluster), "kind": "InClusterIPPool", "metadata": {"name": "ic"},
+        "spec": {"addresses": ["10.3.0.0/29"], "prefix": 24, "gateway": "10.3.0.1"}})
+    kube.custom.create_cluster_custom_object(*incluster, "globalinclusterippools", {
+        "apiVersion": "/".join(incluster), "kind": "GlobalInClusterIPPool", "metadata": {"name": kube.ns},
+        "spec": {"addresses": ["10.4.0.0/29"], "prefix": 24}})
+    kube.capi_claim("ic-claim", "ic", group=incluster[0], kind="InClusterIPPool")
+    kube.capi_claim("gic-claim", kube.ns, group=incluster[0], kind="GlobalInClusterIPPool")
+    kube.capi_bound("ic-claim")
+    kube.capi_bound("gic-claim")
+    # Released, and the pools deleted once empty (their finalizers taken off).
+    for claim in ("ic-claim", "gic-claim"):
+        kube.delete(CAPI, "ipaddressclaims", claim)
+        kube.gone(CAPI, "ipaddresses", claim)
+    kube.delete(incluster, "inclusterippools", "ic")
+    kube.custom.delete_cluster_custom_object(*incluster, "globalinclusterippools", kube.ns)
+    kube.gone(incluster, "inclusterippools", "ic")
+    eventually(lambda: not [p for p in kube.custom.list_cluster_custom_object(*incluster, "globalinclusterippools")
+                            ["items"] if p["metadata"]["name"] == kube.ns], what="the global pool to be gone")
+
     kube.pool("p2", namePrefix="q", pools=[{"start": "10.1.0.1", "end": "10.1.0.250"}])
 
     # A pool without addresses goes at once (its finalizer is taken off).
