@@ -423,3 +423,20 @@ def test_next_due_never_wakes_for_keys_waiting_on_a_slot():
     assert asking.next_due() == probe.deadline  # nothing else until the probe is answered
     asking.file(grant(probe), held_until + 1)
     assert asking.next_due() <= held_until + 1
+
+
+def test_a_server_refusing_as_down_is_held_back_longer_each_probe():
+    """A dead NetBox answers at once (connection refused): each refused probe must lengthen its circuit."""
+    asking = Asking(base=1, cap=300, per_server=4)
+    for i in range(50):  # enough keys that some key is always due: only the circuit paces the probes
+        asking.want(f"k{i}", "pool", "dead", 0)
+    now, holds = 0.0, []
+    for _ in range(6):
+        asks = asking.due(now)
+        assert asks
+        for ask in asks:
+            asking.file(refuse(ask, "NetBoxUnreachable", server_down=True), now)
+        nxt = asking.next_due()
+        holds.append(nxt - now)
+        now = nxt
+    assert all(later >= 1.9 * earlier for earlier, later in zip(holds[1:], holds[2:])), holds
