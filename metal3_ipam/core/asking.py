@@ -312,8 +312,8 @@ class Asking:
                 self._entries[key] = _Entry(key, pool, server, releasing=True, next_at=now)
             return Filed.LATE
         current = entry.out is not None and answer.attempt == entry.out_attempt
-        if current or isinstance(answer, Granted):
-            self._answered_by(entry)
+        if isinstance(answer, Granted) or (current and not (isinstance(answer, Refused) and answer.server_down)):
+            self._answered_by(entry)  # the server answered (a refusal of the server itself is no answer of it)
         if entry.releasing:
             return self._file_releasing(entry, answer, current, now)
         if isinstance(answer, Granted):
