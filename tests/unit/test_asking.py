@@ -440,3 +440,46 @@ def test_a_server_refusing_as_down_is_held_back_longer_each_probe():
         holds.append(nxt - now)
         now = nxt
     assert all(later >= 1.9 * earlier for earlier, later in zip(holds[1:], holds[2:])), holds
+
+
+# --------------------------------------------------------------------------- NetBox carrying out an ask late
+
+
+class AskingWithLateCommits(AskingInTheWorld):
+    """The model above lets NetBox carry out an ask only before its deadline: an ask the adapter gave up
+    on is "never sent". The adapter sends every ask at once, and NetBox carries out a request whose
+    client went away (gunicorn finishes it; ``available-ips`` may wait behind its advisory lock): here
+    an ask the adapter gave up on may still be carried out, within ``LINGER`` seconds of its deadline,
+    its answer reaching nobody. That is the order "the deadline expires while NetBox commits".
+    """
+
+    LINGER = 15.0
+
+    @precondition(lambda self: any(self.now >= a.deadline for a in self.network))
+    @rule(data=st.data())
+    def carry_out_late(self, data):
+        late = [a for a in self.network if self.now >= a.deadline]
+        ask = late[data.draw(st.integers(0, len(late) - 1))]
+        self.network.remove(ask)
+        if self.now < ask.deadline + self.LINGER:
+            self.netbox.run(ask)
+
+
+AskingWithLateCommits.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestAskingWithLateCommits = AskingWithLateCommits.TestCase
+
+
+def test_a_release_answered_before_a_timed_out_allocation_commits_leaves_its_address_in_netbox():
+    """The order the state machine above finds, spelled out."""
+    asking = Asking(deadline=10, base=1)
+    netbox = NetBoxModel(size=4)
+    asking.want("k", "pool", "srv", 0)
+    [alloc] = asking.due(0)  # sent; NetBox is slow (the advisory lock), the adapter gives up at 10
+    asking.release("k", "pool", "srv", 5)  # the claim is deleted meanwhile
+    assert asking.due(10) == []  # the allocation timed out
+    [rel] = asking.due(40)
+    assert asking.file(netbox.run(rel), 41) is Filed.RELEASED  # nothing found yet: the claim may go
+    netbox.run(alloc)  # NetBox commits the allocation it was still carrying out; its answer reaches nobody
+    assert asking.due(1000) == [] and asking.next_due() is None
+    assert "k" not in netbox.by_key, "an address left in NetBox for a key no claim carries"
