@@ -47,6 +47,12 @@ What it guarantees:
   so an ask's deadline is not spent waiting behind a queue.
 * A release waits for an allocation ask of its key that is still out (until
   that ask's deadline), so that the release finds what the allocation made.
+* **Unanswered allocations.** NetBox carries out a request whose client gave
+  up (timed out, cut off): an allocation of a key that went unanswered (its
+  deadline passed, or refused as the server down) may still make an address
+  up to ``linger`` seconds later, its answer reaching nobody. A release of that
+  key answered before then is asked once more at that time before the key
+  counts as released (and its claim may go).
 """
 
 from __future__ import annotations
@@ -141,6 +147,7 @@ class _Entry:
     out_deadline: float = 0.0
     asked_at: float | None = None
     release_again: bool = False
+    unsure: dict[int, float] = field(default_factory=dict)  # unanswered allocations: attempt -> may land until
 
 
 @dataclass
@@ -172,6 +179,7 @@ class Asking:
     cap: float = 300.0  # longest backoff, seconds
     per_server: int = 16  # asks of one server out at a time
     tombstone: float = 3600.0  # how long a released key is remembered (for late grants)
+    linger: float = 120.0  # how long NetBox may still carry out an ask after its client gave up on it
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _servers: dict[Hashable, _Server] = field(default_factory=dict)
     _released: dict[str, tuple[float, Hashable, Hashable]] = field(default_factory=dict)
@@ -268,6 +276,8 @@ class Asking:
     def _expire(self, now: float) -> None:
         for entry in self._entries.values():
             if entry.out is not None and now >= entry.out_deadline:
+                if entry.out is Op.ALLOCATE and entry.out_attempt is not None:
+                    entry.unsure[entry.out_attempt] = now + self.linger
                 self._failed(entry, now, TIMEOUT_REASON,
                              f"no answer within {self.deadline:g}s to the {entry.out.value} asked at "
                              f"{entry.asked_at:g}", server_down=True)
@@ -312,6 +322,8 @@ class Asking:
                 self._entries[key] = _Entry(key, pool, server, releasing=True, next_at=now)
             return Filed.LATE
         current = entry.out is not None and answer.attempt == entry.out_attempt
+        if isinstance(answer, Granted) or (isinstance(answer, Refused) and not answer.server_down):
+            entry.unsure.pop(answer.attempt, None)  # that allocation was carried out, or refused: settled
         if isinstance(answer, Granted) or (current and not (isinstance(answer, Refused) and answer.server_down)):
             self._answered_by(entry)  # the server answered (a refusal of the server itself is no answer of it)
         if entry.releasing:
@@ -332,17 +344,23 @@ class Asking:
             entry.out, entry.out_attempt = None, None
             entry.next_at = now
             return Filed.STALE
+        if answer.server_down:  # an allocation refused as the server down may still be carried out
+            entry.unsure[answer.attempt] = now + self.linger
         self._failed(entry, now, answer.reason, answer.message, server_down=answer.server_down,
                      attempt=answer.attempt)
         return Filed.APPLIED
 
     def _file_releasing(self, entry: _Entry, answer: Answer, current: bool, now: float) -> Filed:
+        if current and entry.out is Op.ALLOCATE and isinstance(answer, Refused) and answer.server_down:
+            entry.unsure[answer.attempt] = now + self.linger  # it may have been carried out all the same
         if isinstance(answer, Granted):
             if current:  # the allocation still out when the release was asked for: release now
                 entry.out, entry.out_attempt = None, None
                 entry.next_at = now
             elif entry.out is Op.RELEASE:
                 entry.release_again = True  # the release out now may have looked before it was made
+            elif entry.out is None:
+                entry.next_at = min(entry.next_at, now)  # made: release it now, not at the end of its backoff
             return Filed.LATE
         if not current:
             return Filed.STALE
@@ -352,6 +370,11 @@ class Asking:
             return Filed.LATE
         if isinstance(answer, Refused):
             self._failed(entry, now, answer.reason, answer.message, server_down=answer.server_down)
+            return Filed.APPLIED
+        until = max(entry.unsure.values(), default=0.0)
+        if now < until and not entry.release_again:  # an unanswered allocation may still land: look again then
+            entry.out, entry.out_attempt = None, None
+            entry.next_at = until
             return Filed.APPLIED
         if entry.release_again:
             entry.release_again = False
