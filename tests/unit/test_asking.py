@@ -487,3 +487,22 @@ def test_a_release_answered_before_a_timed_out_allocation_commits_never_leaves_i
         filed += [(asking.file(netbox.run(ask), now), now) for ask in asking.due(now)]
     assert "k" not in netbox.by_key, "an address left in NetBox for a key no claim carries"
     assert filed[-1][0] is Filed.RELEASED and filed[-1][1] >= 10 + 30  # released once NetBox cannot make it
+
+
+def test_a_refused_release_keeps_its_reason_for_the_deleted_claim_to_show():
+    """A release NetBox refuses (the token lacks delete, the server is down) holds the claim's finalizer: why must show."""
+    asking = Asking(deadline=10, base=1)
+    asking.want("k", "pool", "srv", 0)
+    [alloc] = asking.due(0)
+    asking.file(grant(alloc), 1)
+    asking.release("k", "pool", "srv", 2)
+    [rel] = asking.due(2)
+    assert asking.file(refuse(rel, "TokenRefused"), 3) is Filed.APPLIED
+    state = asking.state("k")
+    assert state.releasing and isinstance(state.result, Refused), state
+    assert state.result.reason == "TokenRefused" and "k" in state.result.message
+    [again] = asking.due(100)
+    assert again.op is Op.RELEASE  # and the release timing out says so too
+    asking.due(again.deadline)
+    assert asking.state("k").result.reason == TIMEOUT_REASON
+    assert asking.result("k") is None  # what the claim is given: nothing, it is going
