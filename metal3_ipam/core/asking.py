@@ -294,9 +294,9 @@ class Asking:
         entry.out_attempt = None
         entry.failures += 1
         entry.next_at = now + self._backoff(entry.key, entry.failures)
-        if not entry.releasing:
-            entry.result = Refused(entry.key, attempt if attempt is not None else entry.attempts, reason, message,
-                                   server_down)
+        # Releasing too: what a deleted claim waiting on its finalizer shows (result() still gives it nothing).
+        entry.result = Refused(entry.key, attempt if attempt is not None else entry.attempts, reason, message,
+                               server_down)
         server = self._servers.setdefault(entry.server, _Server())
         if server_down:
             server.failures += 1
