@@ -506,3 +506,20 @@ def test_a_refused_release_keeps_its_reason_for_the_deleted_claim_to_show():
     asking.due(again.deadline)
     assert asking.state("k").result.reason == TIMEOUT_REASON
     assert asking.result("k") is None  # what the claim is given: nothing, it is going
+
+
+def test_a_pool_moved_to_another_server_while_its_ask_is_out_never_holds_back_the_new_one():
+    """The pool is pointed at another NetBox while an ask of its key is out on the old, dead one."""
+    asking = Asking(deadline=10, base=1, per_server=1)
+    asking.want("k", "pool", "dead", 0)
+    [out] = asking.due(0)
+    assert out.server == "dead"
+    asking.want("k", "pool", "live", 1)  # the pool's spec now names the live server
+    asking.want("other", "pool2", "live", 1)
+    [other] = asking.due(1)  # the ask out is the dead server's, not a slot of the live one
+    assert other.key == "other"
+    asking.file(grant(other, "10.0.0.2/24", 2), 2)
+    asking.due(10)  # the dead server's ask times out
+    assert asking.server_held("dead", 10.5) and not asking.server_held("live", 10.5)
+    asking.want("third", "pool2", "live", 10.5)
+    assert [a.key for a in asking.due(10.5)] == ["third"]
