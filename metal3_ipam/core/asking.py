@@ -144,6 +144,7 @@ class _Entry:
     attempts: int = 0
     out: Op | None = None  # the op of the current ask, while one is out
     out_attempt: int | None = None
+    out_server: Hashable = None  # the server the ask out went to (the pool may name another since)
     out_deadline: float = 0.0
     asked_at: float | None = None
     release_again: bool = False
@@ -225,10 +226,7 @@ class Asking:
     def due(self, now: float) -> list[Ask]:
         """The asks to send now, oldest first; each is out until answered or its deadline passes."""
         self._expire(now)
-        out_per_server: dict[Hashable, int] = {}
-        for entry in self._entries.values():
-            if entry.out is not None:
-                out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
+        out_per_server = self._out_per_server()
         asks: list[Ask] = []
         for entry in sorted(self._entries.values(), key=lambda e: (e.next_at, e.key)):
             if entry.out is not None or entry.next_at > now:
@@ -245,6 +243,7 @@ class Asking:
             entry.out = Op.RELEASE if entry.releasing else Op.ALLOCATE
             entry.out_attempt = self._attempts
             entry.out_deadline = now + self.deadline
+            entry.out_server = entry.server
             entry.asked_at = now
             out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
             asks.append(Ask(entry.out, entry.key, entry.pool, entry.server, self._attempts, entry.out_deadline))
@@ -256,12 +255,8 @@ class Asking:
         A key waiting for a slot of its server (its asks out at the bound, or its one probe out) is
         woken by an answer or by the deadline of an ask out, not by a time of its own.
         """
-        out_per_server: dict[Hashable, int] = {}
-        times = []
-        for entry in self._entries.values():
-            if entry.out is not None:
-                times.append(entry.out_deadline)
-                out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
+        out_per_server = self._out_per_server()
+        times = [entry.out_deadline for entry in self._entries.values() if entry.out is not None]
         for entry in self._entries.values():
             if entry.out is not None or (not entry.releasing and isinstance(entry.result, Granted)):
                 continue
@@ -272,6 +267,13 @@ class Asking:
                 continue
             times.append(max(entry.next_at, server.closed_at) if failed else entry.next_at)
         return min(times) if times else None
+
+    def _out_per_server(self) -> dict[Hashable, int]:
+        out: dict[Hashable, int] = {}
+        for entry in self._entries.values():
+            if entry.out is not None:
+                out[entry.out_server] = out.get(entry.out_server, 0) + 1
+        return out
 
     def _expire(self, now: float) -> None:
         for entry in self._entries.values():
@@ -290,6 +292,7 @@ class Asking:
 
     def _failed(self, entry: _Entry, now: float, reason: str, message: str, *, server_down: bool,
                 attempt: int | None = None) -> None:
+        asked = entry.out_server if entry.out is not None else entry.server
         entry.out = None
         entry.out_attempt = None
         entry.failures += 1
@@ -297,17 +300,17 @@ class Asking:
         # Releasing too: what a deleted claim waiting on its finalizer shows (result() still gives it nothing).
         entry.result = Refused(entry.key, attempt if attempt is not None else entry.attempts, reason, message,
                                server_down)
-        server = self._servers.setdefault(entry.server, _Server())
+        server = self._servers.setdefault(asked, _Server())
         if server_down:
             server.failures += 1
-            server.closed_at = now + self._backoff(repr(entry.server), server.failures)
+            server.closed_at = now + self._backoff(repr(asked), server.failures)
 
     def _backoff(self, key: str, failures: int) -> float:
         spread = 1.0 + (zlib.crc32(key.encode()) % 256) / 1024.0
         return min(self.cap, backoff(failures, base=self.base, cap=self.cap) * spread)
 
-    def _answered_by(self, entry: _Entry) -> None:
-        self._servers.setdefault(entry.server, _Server()).failures = 0
+    def _answered_by(self, entry: _Entry, current: bool) -> None:
+        self._servers.setdefault(entry.out_server if current else entry.server, _Server()).failures = 0
 
     # -- answers ------------------------------------------------------------------------
 
@@ -325,7 +328,7 @@ class Asking:
         if isinstance(answer, Granted) or (isinstance(answer, Refused) and not answer.server_down):
             entry.unsure.pop(answer.attempt, None)  # that allocation was carried out, or refused: settled
         if isinstance(answer, Granted) or (current and not (isinstance(answer, Refused) and answer.server_down)):
-            self._answered_by(entry)  # the server answered (a refusal of the server itself is no answer of it)
+            self._answered_by(entry, current)  # the server answered (a refusal of the server itself is no answer of it)
         if entry.releasing:
             return self._file_releasing(entry, answer, current, now)
         if isinstance(answer, Granted):
@@ -412,4 +415,4 @@ class Asking:
         state = self._servers.get(server)
         if not state or not state.failures:
             return False
-        return now < state.closed_at or any(e.out is not None for e in self._entries.values() if e.server == server)
+        return now < state.closed_at or any(e.out is not None for e in self._entries.values() if e.out_server == server)
