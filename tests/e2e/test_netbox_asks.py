@@ -393,3 +393,41 @@ def test_a_refused_token_of_one_pool_never_fails_another_pools_asks_on_the_same_
     assert a_answers and all(isinstance(a, Refused) and a.reason == "TokenRefused" for a in a_answers), a_answers
     for key in keys_b:
         assert len(holding(netbox, owned_key(who, key))) == 1
+
+
+def test_an_allocation_netbox_carries_out_after_the_ask_gave_up_is_released_all_the_same(netbox, api_client, namespace):
+    """The deadline expires while NetBox commits: the adapter gives up on an allocation whose POST NetBox
+    holds (then carries out), the claim is deleted, and the release looks before the address is made."""
+    net = seeded(netbox, 29)
+    who = owner()
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)})
+    where, key = (namespace, "nb"), "late"
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=who, timeout=20)
+        asks.pool_changed(pool)
+        asking = Asking(deadline=2, base=0.2, cap=1, linger=40)
+        asking.want(key, where, pool.server, time.monotonic())
+        with netbox.slowed(6, method="POST"):  # the lookup answered at once, available-ips held 6 s
+            [ask] = asking.due(time.monotonic())
+            gave_up = await asks.ask(ask)
+        asking.file(gave_up, time.monotonic())
+        asking.release(key, where, pool.server, time.monotonic())  # the claim deleted meanwhile
+        filed: list = []
+        await drive(asking, asks, lambda: any(isinstance(a, Released) for a, _ in filed), 20, filed=filed)
+        first_release = filed[-1][1]
+        t0 = time.monotonic()
+        while not await asyncio.to_thread(holding, netbox, owned_key(who, key)):  # NetBox carries it out
+            assert time.monotonic() - t0 < 30, ("NetBox never carried out the allocation", filed, gave_up,
+                                                addresses_in(netbox, net))
+            await asyncio.sleep(0.2)
+        await drive(asking, asks, lambda: not asking.releasing(), 60, filed=filed)
+        await asks.close()
+        return gave_up, first_release, filed
+
+    gave_up, first_release, filed = asyncio.run(run())
+    assert isinstance(gave_up, Refused) and gave_up.reason == "NetBoxTimeout" and gave_up.server_down
+    assert first_release is not Filed.RELEASED  # nothing found yet, but an allocation was unanswered
+    assert filed[-1][1] is Filed.RELEASED
+    assert holding(netbox, owned_key(who, key)) == []  # no address left for the deleted claim's key
