@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
@@ -122,6 +123,8 @@ class NetBoxAsks:
         self.clock = clock
         self._pools: dict[PoolRef, NetBoxPool] = {}
         self._clients: dict[tuple[Hashable, str], NetBoxClient] = {}
+        self._in_use: dict[NetBoxClient, int] = {}  # asks and surveys running on a client
+        self._retired: set[NetBoxClient] = set()  # its token refused: closed once nothing runs on it
         self._tasks: set[asyncio.Task] = set()
 
     # -- pools --------------------------------------------------------------------------
@@ -145,20 +148,46 @@ class NetBoxAsks:
             self._clients[key] = client
         return client
 
-    async def _refused_token(self, pool: NetBoxPool) -> None:
-        """NetBox refused the token (revoked, or short of a permission): read the Secret again next time."""
+    @contextlib.asynccontextmanager
+    async def _using(self, pool: NetBoxPool):
+        """The pool's client, counted in use while the block runs (a retired one is closed after its last use)."""
+        client = await self._client(pool)
+        self._in_use[client] = self._in_use.get(client, 0) + 1
+        try:
+            yield client
+        finally:
+            self._in_use[client] -= 1
+            if not self._in_use[client]:
+                del self._in_use[client]
+                if client in self._retired:
+                    self._retired.discard(client)
+                    await client.close()
+
+    async def _refused_token(self, pool: NetBoxPool, client: NetBoxClient | None) -> None:
+        """NetBox refused the token (revoked, or short of a permission): read the Secret again next time.
+
+        Only the client of that token is retired, and closed once no ask runs on it: the requests out on
+        it (and on other pools' clients of the same server) get NetBox's own answers, never a closed
+        connection taken for the server being down.
+        """
         self.tokens.forget(pool.namespace, pool.token)
-        for key in [k for k in self._clients if k[0] == pool.server]:
-            client = self._clients.pop(key)
+        if client is None:
+            return
+        for key in [k for k, c in self._clients.items() if c is client]:
+            del self._clients[key]
+        if client in self._in_use:
+            self._retired.add(client)
+        else:
             await client.close()
 
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for client in self._clients.values():
+        for client in {*self._clients.values(), *self._retired}:
             await client.close()
         self._clients.clear()
+        self._retired.clear()
 
     # -- asks ---------------------------------------------------------------------------
 
@@ -168,9 +197,9 @@ class NetBoxAsks:
         if pool is None:
             return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
         what = f"{ask.op.value} for key {ask.key!r} of NetBoxIPPool {pool.namespace}/{pool.name}"
+        client: NetBoxClient | None = None
         try:
-            async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)):
-                client = await self._client(pool)
+            async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), self._using(pool) as client:
                 if ask.op is Op.RELEASE:
                     await client.release(ask.key)
                     return Released(ask.key, ask.attempt)
@@ -181,7 +210,7 @@ class NetBoxAsks:
             return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}")
         except NetBoxError as exc:
             if exc.reason is Reason.TOKEN_REFUSED:
-                await self._refused_token(pool)
+                await self._refused_token(pool, client)
             return Refused(ask.key, ask.attempt, condition_reason(exc.reason, pool.parent), str(exc),
                            server_down=exc.reason in SERVER_DOWN)
         except TimeoutError:
@@ -215,9 +244,9 @@ class NetBoxAsks:
     async def survey(self, pool: NetBoxPool) -> Survey:
         """What NetBox says of the pool now: the key field usable, the prefix or range found, its counts."""
         self.pool_changed(pool)
+        client: NetBoxClient | None = None
         try:
-            async with asyncio.timeout(self.timeout * 4):
-                client = await self._client(pool)
+            async with asyncio.timeout(self.timeout * 4), self._using(pool) as client:
                 await client.check()
                 usage = await client.usage(pool.parent)
                 return Survey(size=usage.size, used=usage.used)
@@ -225,7 +254,7 @@ class NetBoxAsks:
             return Survey(reason=exc.reason, message=str(exc))
         except NetBoxError as exc:
             if exc.reason is Reason.TOKEN_REFUSED:
-                await self._refused_token(pool)
+                await self._refused_token(pool, client)
             return Survey(reason=condition_reason(exc.reason, pool.parent), message=str(exc))
         except TimeoutError:
             return Survey(reason=condition_reason(Reason.TIMEOUT),

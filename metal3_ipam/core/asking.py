@@ -47,6 +47,12 @@ What it guarantees:
   so an ask's deadline is not spent waiting behind a queue.
 * A release waits for an allocation ask of its key that is still out (until
   that ask's deadline), so that the release finds what the allocation made.
+* **Unanswered allocations.** NetBox carries out a request whose client gave
+  up (timed out, cut off): an allocation of a key that went unanswered (its
+  deadline passed, or refused as the server down) may still make an address
+  up to ``linger`` seconds later, its answer reaching nobody. A release of that
+  key answered before then is asked once more at that time before the key
+  counts as released (and its claim may go).
 """
 
 from __future__ import annotations
@@ -138,9 +144,11 @@ class _Entry:
     attempts: int = 0
     out: Op | None = None  # the op of the current ask, while one is out
     out_attempt: int | None = None
+    out_server: Hashable = None  # the server the ask out went to (the pool may name another since)
     out_deadline: float = 0.0
     asked_at: float | None = None
     release_again: bool = False
+    unsure: dict[int, float] = field(default_factory=dict)  # unanswered allocations: attempt -> may land until
 
 
 @dataclass
@@ -172,6 +180,7 @@ class Asking:
     cap: float = 300.0  # longest backoff, seconds
     per_server: int = 16  # asks of one server out at a time
     tombstone: float = 3600.0  # how long a released key is remembered (for late grants)
+    linger: float = 120.0  # how long NetBox may still carry out an ask after its client gave up on it
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _servers: dict[Hashable, _Server] = field(default_factory=dict)
     _released: dict[str, tuple[float, Hashable, Hashable]] = field(default_factory=dict)
@@ -217,10 +226,7 @@ class Asking:
     def due(self, now: float) -> list[Ask]:
         """The asks to send now, oldest first; each is out until answered or its deadline passes."""
         self._expire(now)
-        out_per_server: dict[Hashable, int] = {}
-        for entry in self._entries.values():
-            if entry.out is not None:
-                out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
+        out_per_server = self._out_per_server()
         asks: list[Ask] = []
         for entry in sorted(self._entries.values(), key=lambda e: (e.next_at, e.key)):
             if entry.out is not None or entry.next_at > now:
@@ -237,6 +243,7 @@ class Asking:
             entry.out = Op.RELEASE if entry.releasing else Op.ALLOCATE
             entry.out_attempt = self._attempts
             entry.out_deadline = now + self.deadline
+            entry.out_server = entry.server
             entry.asked_at = now
             out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
             asks.append(Ask(entry.out, entry.key, entry.pool, entry.server, self._attempts, entry.out_deadline))
@@ -248,12 +255,8 @@ class Asking:
         A key waiting for a slot of its server (its asks out at the bound, or its one probe out) is
         woken by an answer or by the deadline of an ask out, not by a time of its own.
         """
-        out_per_server: dict[Hashable, int] = {}
-        times = []
-        for entry in self._entries.values():
-            if entry.out is not None:
-                times.append(entry.out_deadline)
-                out_per_server[entry.server] = out_per_server.get(entry.server, 0) + 1
+        out_per_server = self._out_per_server()
+        times = [entry.out_deadline for entry in self._entries.values() if entry.out is not None]
         for entry in self._entries.values():
             if entry.out is not None or (not entry.releasing and isinstance(entry.result, Granted)):
                 continue
@@ -265,9 +268,18 @@ class Asking:
             times.append(max(entry.next_at, server.closed_at) if failed else entry.next_at)
         return min(times) if times else None
 
+    def _out_per_server(self) -> dict[Hashable, int]:
+        out: dict[Hashable, int] = {}
+        for entry in self._entries.values():
+            if entry.out is not None:
+                out[entry.out_server] = out.get(entry.out_server, 0) + 1
+        return out
+
     def _expire(self, now: float) -> None:
         for entry in self._entries.values():
             if entry.out is not None and now >= entry.out_deadline:
+                if entry.out is Op.ALLOCATE and entry.out_attempt is not None:
+                    entry.unsure[entry.out_attempt] = now + self.linger
                 self._failed(entry, now, TIMEOUT_REASON,
                              f"no answer within {self.deadline:g}s to the {entry.out.value} asked at "
                              f"{entry.asked_at:g}", server_down=True)
@@ -280,24 +292,25 @@ class Asking:
 
     def _failed(self, entry: _Entry, now: float, reason: str, message: str, *, server_down: bool,
                 attempt: int | None = None) -> None:
+        asked = entry.out_server if entry.out is not None else entry.server
         entry.out = None
         entry.out_attempt = None
         entry.failures += 1
         entry.next_at = now + self._backoff(entry.key, entry.failures)
-        if not entry.releasing:
-            entry.result = Refused(entry.key, attempt if attempt is not None else entry.attempts, reason, message,
-                                   server_down)
-        server = self._servers.setdefault(entry.server, _Server())
+        # Releasing too: what a deleted claim waiting on its finalizer shows (result() still gives it nothing).
+        entry.result = Refused(entry.key, attempt if attempt is not None else entry.attempts, reason, message,
+                               server_down)
+        server = self._servers.setdefault(asked, _Server())
         if server_down:
             server.failures += 1
-            server.closed_at = now + self._backoff(repr(entry.server), server.failures)
+            server.closed_at = now + self._backoff(repr(asked), server.failures)
 
     def _backoff(self, key: str, failures: int) -> float:
         spread = 1.0 + (zlib.crc32(key.encode()) % 256) / 1024.0
         return min(self.cap, backoff(failures, base=self.base, cap=self.cap) * spread)
 
-    def _answered_by(self, entry: _Entry) -> None:
-        self._servers.setdefault(entry.server, _Server()).failures = 0
+    def _answered_by(self, entry: _Entry, current: bool) -> None:
+        self._servers.setdefault(entry.out_server if current else entry.server, _Server()).failures = 0
 
     # -- answers ------------------------------------------------------------------------
 
@@ -312,8 +325,10 @@ class Asking:
                 self._entries[key] = _Entry(key, pool, server, releasing=True, next_at=now)
             return Filed.LATE
         current = entry.out is not None and answer.attempt == entry.out_attempt
-        if current or isinstance(answer, Granted):
-            self._answered_by(entry)
+        if isinstance(answer, Granted) or (isinstance(answer, Refused) and not answer.server_down):
+            entry.unsure.pop(answer.attempt, None)  # that allocation was carried out, or refused: settled
+        if isinstance(answer, Granted) or (current and not (isinstance(answer, Refused) and answer.server_down)):
+            self._answered_by(entry, current)  # the server answered (a refusal of the server itself is no answer of it)
         if entry.releasing:
             return self._file_releasing(entry, answer, current, now)
         if isinstance(answer, Granted):
@@ -332,17 +347,23 @@ class Asking:
             entry.out, entry.out_attempt = None, None
             entry.next_at = now
             return Filed.STALE
+        if answer.server_down:  # an allocation refused as the server down may still be carried out
+            entry.unsure[answer.attempt] = now + self.linger
         self._failed(entry, now, answer.reason, answer.message, server_down=answer.server_down,
                      attempt=answer.attempt)
         return Filed.APPLIED
 
     def _file_releasing(self, entry: _Entry, answer: Answer, current: bool, now: float) -> Filed:
+        if current and entry.out is Op.ALLOCATE and isinstance(answer, Refused) and answer.server_down:
+            entry.unsure[answer.attempt] = now + self.linger  # it may have been carried out all the same
         if isinstance(answer, Granted):
             if current:  # the allocation still out when the release was asked for: release now
                 entry.out, entry.out_attempt = None, None
                 entry.next_at = now
             elif entry.out is Op.RELEASE:
                 entry.release_again = True  # the release out now may have looked before it was made
+            elif entry.out is None:
+                entry.next_at = min(entry.next_at, now)  # made: release it now, not at the end of its backoff
             return Filed.LATE
         if not current:
             return Filed.STALE
@@ -352,6 +373,11 @@ class Asking:
             return Filed.LATE
         if isinstance(answer, Refused):
             self._failed(entry, now, answer.reason, answer.message, server_down=answer.server_down)
+            return Filed.APPLIED
+        until = max(entry.unsure.values(), default=0.0)
+        if now < until and not entry.release_again:  # an unanswered allocation may still land: look again then
+            entry.out, entry.out_attempt = None, None
+            entry.next_at = until
             return Filed.APPLIED
         if entry.release_again:
             entry.release_again = False
@@ -389,4 +415,4 @@ class Asking:
         state = self._servers.get(server)
         if not state or not state.failures:
             return False
-        return now < state.closed_at or any(e.out is not None for e in self._entries.values() if e.server == server)
+        return now < state.closed_at or any(e.out is not None for e in self._entries.values() if e.out_server == server)

@@ -484,7 +484,8 @@ class _Backends:
 
 # gunicorn's configuration: when ready (before the worker is forked; --preload has
 # set Django up) the admin user and its token are made once, written to a file;
-# before each request the delay in the file named by METAL3_IPAM_NETBOX_DELAY_FILE is slept.
+# before each request the delay in the file named by METAL3_IPAM_NETBOX_DELAY_FILE is slept
+# ("<seconds>", or "<seconds> <METHOD>": only that method's requests).
 _GUNICORN_CONF = '''\
 import os, time
 
@@ -495,10 +496,11 @@ _TOKEN = os.environ["METAL3_IPAM_NETBOX_TOKEN_FILE"]
 def pre_request(worker, req):
     try:
         with open(_DELAY) as f:
-            delay = float(f.read() or 0)
+            seconds, _, method = f.read().partition(" ")
+        delay = float(seconds or 0)
     except (OSError, ValueError):
         return
-    if delay > 0:
+    if delay > 0 and (not method or method == req.method):
         time.sleep(delay)
 
 
@@ -628,11 +630,12 @@ class NetBox(_Lifecycle):
         return proc is not None and proc.alive()
 
     @contextlib.contextmanager
-    def slowed(self, seconds: float) -> Iterator[None]:
-        """Every request (of every gunicorn of this NetBox) waits ``seconds`` before NetBox handles it."""
+    def slowed(self, seconds: float, method: str | None = None) -> Iterator[None]:
+        """Every request (of every gunicorn of this NetBox; only ``method``'s if named) waits ``seconds``
+        before NetBox handles it; one begun before the block ends still waits, then is carried out."""
         assert self.dir is not None
         delay = self.dir / "delay"
-        delay.write_text(str(float(seconds)))
+        delay.write_text(f"{float(seconds)} {method}" if method else str(float(seconds)))
         try:
             yield
         finally:

@@ -347,3 +347,87 @@ def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
     for name, (first, _, released, _) in results.items():  # nothing left behind that says released
         if isinstance(released, Released):
             assert holding(netbox, owned_key(who, first.key)) == [], name
+
+
+def test_a_refused_token_of_one_pool_never_fails_another_pools_asks_on_the_same_server(netbox, api_client, namespace):
+    """Pools A and B on one NetBox URL, each with its own Secret; A's token is revoked.
+
+    A's refusal must stay A's: B's asks out at that moment (same server, another token) are answered
+    by NetBox, not cut off and filed as the server being unreachable (which would open the server's
+    circuit for every pool on it).
+    """
+    net_a, net_b = seeded(netbox, 28), seeded(netbox, 27)
+    who = owner()
+    user_a, user_b = f"u{uuid.uuid4().hex[:8]}", f"u{uuid.uuid4().hex[:8]}"
+    put_secret(api_client, namespace, "a-token", netbox.make_token(user_a, LEAST))
+    put_secret(api_client, namespace, "b-token", netbox.make_token(user_b, LEAST))
+    pool_a = make_pool(namespace, "a", netbox.url, {"prefix": str(net_a)}, secret="a-token")
+    pool_b = make_pool(namespace, "b", netbox.url, {"prefix": str(net_b)}, secret="b-token")
+    assert pool_a.server == pool_b.server
+    keys_b = [f"b{i}" for i in range(16)]
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client, ttl=3600), owner=who, concurrency=4)
+        asks.pool_changed(pool_a)
+        asks.pool_changed(pool_b)
+        asking = Asking(deadline=60, per_server=32)
+        asking.want("a0", (namespace, "a"), pool_a.server, time.monotonic())
+        [first] = asking.due(time.monotonic())
+        assert isinstance(await asks.ask(first), Granted)  # A's client made with its token, then revoked
+        revoke(netbox, user_a)
+        answers: list = []
+        for i, key in enumerate(keys_b):
+            asking.want(key, (namespace, "b"), pool_b.server, time.monotonic())
+            if i % 4 == 3:  # A's refused asks among B's, so that B's requests are out when A is refused
+                asking.want(f"a{i}", (namespace, "a"), pool_a.server, time.monotonic())
+        await asyncio.gather(*asks.send(asking.due(time.monotonic()), answers.append))
+        await asks.close()
+        return answers
+
+    answers = asyncio.run(run())
+    a_answers = [a for a in answers if a.key.startswith("a")]
+    b_answers = [a for a in answers if a.key.startswith("b")]
+    assert len(b_answers) == len(keys_b)
+    assert all(isinstance(a, Granted) for a in b_answers), [a for a in b_answers if not isinstance(a, Granted)]
+    # A's own asks out at once: each refused for the token, none taken for the server being down
+    assert a_answers and all(isinstance(a, Refused) and a.reason == "TokenRefused" for a in a_answers), a_answers
+    for key in keys_b:
+        assert len(holding(netbox, owned_key(who, key))) == 1
+
+
+def test_an_allocation_netbox_carries_out_after_the_ask_gave_up_is_released_all_the_same(netbox, api_client, namespace):
+    """The deadline expires while NetBox commits: the adapter gives up on an allocation whose POST NetBox
+    holds (then carries out), the claim is deleted, and the release looks before the address is made."""
+    net = seeded(netbox, 29)
+    who = owner()
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)})
+    where, key = (namespace, "nb"), "late"
+
+    async def run():
+        asks = NetBoxAsks(SecretTokens(api_client), owner=who, timeout=20)
+        asks.pool_changed(pool)
+        asking = Asking(deadline=2, base=0.2, cap=1, linger=40)
+        asking.want(key, where, pool.server, time.monotonic())
+        with netbox.slowed(6, method="POST"):  # the lookup answered at once, available-ips held 6 s
+            [ask] = asking.due(time.monotonic())
+            gave_up = await asks.ask(ask)
+        asking.file(gave_up, time.monotonic())
+        asking.release(key, where, pool.server, time.monotonic())  # the claim deleted meanwhile
+        filed: list = []
+        await drive(asking, asks, lambda: any(isinstance(a, Released) for a, _ in filed), 20, filed=filed)
+        first_release = filed[-1][1]
+        t0 = time.monotonic()
+        while not await asyncio.to_thread(holding, netbox, owned_key(who, key)):  # NetBox carries it out
+            assert time.monotonic() - t0 < 30, ("NetBox never carried out the allocation", filed, gave_up,
+                                                addresses_in(netbox, net))
+            await asyncio.sleep(0.2)
+        await drive(asking, asks, lambda: not asking.releasing(), 60, filed=filed)
+        await asks.close()
+        return gave_up, first_release, filed
+
+    gave_up, first_release, filed = asyncio.run(run())
+    assert isinstance(gave_up, Refused) and gave_up.reason == "NetBoxTimeout" and gave_up.server_down
+    assert first_release is not Filed.RELEASED  # nothing found yet, but an allocation was unanswered
+    assert filed[-1][1] is Filed.RELEASED
+    assert holding(netbox, owned_key(who, key)) == []  # no address left for the deleted claim's key

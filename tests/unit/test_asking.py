@@ -423,3 +423,103 @@ def test_next_due_never_wakes_for_keys_waiting_on_a_slot():
     assert asking.next_due() == probe.deadline  # nothing else until the probe is answered
     asking.file(grant(probe), held_until + 1)
     assert asking.next_due() <= held_until + 1
+
+
+def test_a_server_refusing_as_down_is_held_back_longer_each_probe():
+    """A dead NetBox answers at once (connection refused): each refused probe must lengthen its circuit."""
+    asking = Asking(base=1, cap=300, per_server=4)
+    for i in range(50):  # enough keys that some key is always due: only the circuit paces the probes
+        asking.want(f"k{i}", "pool", "dead", 0)
+    now, holds = 0.0, []
+    for _ in range(6):
+        asks = asking.due(now)
+        assert asks
+        for ask in asks:
+            asking.file(refuse(ask, "NetBoxUnreachable", server_down=True), now)
+        nxt = asking.next_due()
+        holds.append(nxt - now)
+        now = nxt
+    assert all(later >= 1.9 * earlier for earlier, later in zip(holds[1:], holds[2:])), holds
+
+
+# --------------------------------------------------------------------------- NetBox carrying out an ask late
+
+
+class AskingWithLateCommits(AskingInTheWorld):
+    """The model above lets NetBox carry out an ask only before its deadline: an ask the adapter gave up
+    on is "never sent". The adapter sends every ask at once, and NetBox carries out a request whose
+    client went away (gunicorn finishes it; ``available-ips`` may wait behind its advisory lock): here
+    an ask the adapter gave up on may still be carried out, within ``LINGER`` seconds of its deadline,
+    its answer reaching nobody. That is the order "the deadline expires while NetBox commits".
+    """
+
+    LINGER = 15.0
+
+    @precondition(lambda self: any(self.now >= a.deadline for a in self.network))
+    @rule(data=st.data())
+    def carry_out_late(self, data):
+        late = [a for a in self.network if self.now >= a.deadline]
+        ask = late[data.draw(st.integers(0, len(late) - 1))]
+        self.network.remove(ask)
+        if self.now < ask.deadline + self.LINGER:
+            self.netbox.run(ask)
+
+
+AskingWithLateCommits.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TestAskingWithLateCommits = AskingWithLateCommits.TestCase
+
+
+def test_a_release_answered_before_a_timed_out_allocation_commits_never_leaves_its_address_in_netbox():
+    """The order spelled out: the release looks before NetBox carries out the allocation the adapter gave up on."""
+    asking = Asking(deadline=10, base=1, linger=30)
+    netbox = NetBoxModel(size=4)
+    asking.want("k", "pool", "srv", 0)
+    [alloc] = asking.due(0)  # sent; NetBox is slow (the advisory lock), the adapter gives up at 10
+    asking.release("k", "pool", "srv", 5)  # the claim is deleted meanwhile
+    assert asking.due(10) == []  # the allocation timed out
+    [rel] = asking.due(20)
+    assert asking.file(netbox.run(rel), 21) is not Filed.RELEASED  # nothing found yet, but it may still come
+    netbox.run(alloc)  # NetBox commits the allocation it was still carrying out; its answer reaches nobody
+    now, filed = 21.0, []
+    while (nxt := asking.next_due()) is not None:
+        now = max(now, nxt)
+        filed += [(asking.file(netbox.run(ask), now), now) for ask in asking.due(now)]
+    assert "k" not in netbox.by_key, "an address left in NetBox for a key no claim carries"
+    assert filed[-1][0] is Filed.RELEASED and filed[-1][1] >= 10 + 30  # released once NetBox cannot make it
+
+
+def test_a_refused_release_keeps_its_reason_for_the_deleted_claim_to_show():
+    """A release NetBox refuses (the token lacks delete, the server is down) holds the claim's finalizer: why must show."""
+    asking = Asking(deadline=10, base=1)
+    asking.want("k", "pool", "srv", 0)
+    [alloc] = asking.due(0)
+    asking.file(grant(alloc), 1)
+    asking.release("k", "pool", "srv", 2)
+    [rel] = asking.due(2)
+    assert asking.file(refuse(rel, "TokenRefused"), 3) is Filed.APPLIED
+    state = asking.state("k")
+    assert state.releasing and isinstance(state.result, Refused), state
+    assert state.result.reason == "TokenRefused" and "k" in state.result.message
+    [again] = asking.due(100)
+    assert again.op is Op.RELEASE  # and the release timing out says so too
+    asking.due(again.deadline)
+    assert asking.state("k").result.reason == TIMEOUT_REASON
+    assert asking.result("k") is None  # what the claim is given: nothing, it is going
+
+
+def test_a_pool_moved_to_another_server_while_its_ask_is_out_never_holds_back_the_new_one():
+    """The pool is pointed at another NetBox while an ask of its key is out on the old, dead one."""
+    asking = Asking(deadline=10, base=1, per_server=1)
+    asking.want("k", "pool", "dead", 0)
+    [out] = asking.due(0)
+    assert out.server == "dead"
+    asking.want("k", "pool", "live", 1)  # the pool's spec now names the live server
+    asking.want("other", "pool2", "live", 1)
+    [other] = asking.due(1)  # the ask out is the dead server's, not a slot of the live one
+    assert other.key == "other"
+    asking.file(grant(other, "10.0.0.2/24", 2), 2)
+    asking.due(10)  # the dead server's ask times out
+    assert asking.server_held("dead", 10.5) and not asking.server_held("live", 10.5)
+    asking.want("third", "pool2", "live", 10.5)
+    assert [a.key for a in asking.due(10.5)] == ["third"]
