@@ -16,7 +16,8 @@ import pytest
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
-from ipam_objects import (NS, RecordingApi, capi_claim, converged, get, ip_of, ipclaim, ippool, loaded,
+from go_ipam_objects import go_pool, go_served_ipclaim
+from ipam_objects import (NS, RecordingApi, address_of, capi_claim, converged, get, ip_of, ipclaim, ippool, loaded,
                           metal3_addresses, set_meta)
 from test_model import named_by_status
 from test_reconcile import ADDRESS, CAPI_ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
@@ -186,6 +187,30 @@ def test_two_claims_whose_statuses_name_one_ip_never_both_get_it():
     assert len(ips) == 2 and "10.7.0.1" in ips
     statuses_name_distinct_ips(api)
 
+
+
+def test_of_two_statuses_naming_one_ip_the_claim_created_first_gets_it_even_while_paused():
+    """The order the model found: a Go-served claim's address deleted, and a paused claim created before it
+    given (by hand) a status naming that address. The statuses cannot be told apart, so the earlier claim
+    gets the IP (kept for it while paused), and the Go-served one a new IP with an Event saying why."""
+    gopool = go_pool("pool1", NS, {"namePrefix": "pool1", "pools": [{"start": "10.7.0.1", "end": "10.7.0.3"}]})
+    api = loaded(gopool, *go_served_ipclaim("go", gopool, "10.7.0.2"))  # created 2026-11-21T23:48:33Z
+    api.load(ipclaim("early", annotations={kinds.PAUSED_ANNOTATION: ""}))  # created 2024-01-01T00:00:00Z
+    converge(api, random.Random(0))
+    assert ip_of(api, "go") == "10.7.0.2" and address_of(api, "IPClaim", "early") == []
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-2")
+    early = get(api, IPCLAIM, "early")
+    api.inventory.upsert({**early, "status": o.status(get(api, IPCLAIM, "go")),
+                          "metadata": {**early["metadata"], "resourceVersion": api._next_version()}})
+    api.load(ipclaim("new"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "go") == "10.7.0.1" and ip_of(api, "new") == "10.7.0.3"
+    (event,) = [e for e in api.events if e.reason == "AddressChanged"]
+    assert "10.7.0.2" in event.message and "IPClaim early" in event.message and "created first" in event.message
+    set_meta(api, IPCLAIM, "early", annotations={})
+    converge(api, random.Random(0))
+    assert ip_of(api, "early") == "10.7.0.2"
+    statuses_name_distinct_ips(api)
 
 def test_a_claim_waits_while_its_own_deleted_address_is_still_held_by_another_finalizer():
     """Deleted, our finalizer stripped, another one left: the name is still taken, by the claim's own old address."""

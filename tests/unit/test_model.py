@@ -37,6 +37,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetStatus
 from metal3_ipam.core.inventory import Inventory, SERVED
+from metal3_ipam.core.kept import own_ip
 from metal3_ipam.core.naming import ip_text
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
@@ -329,9 +330,15 @@ class ControllerInTheWorld(LaggingWatch, RuleBasedStateMachine):
                 (ip,) = held[key]
                 before = self.bound_ip.setdefault(ident(claim), ip)
                 if before != ip:
+                    # A bound claim keeps its IP whenever that IP is free for it: no address object of
+                    # another claim holds it, its pool may hand it to this claim, and no other claim wants
+                    # it first. Which IP is its own is what it was last seen bound to (a status the user
+                    # rewrote makes it whatever that status names: `bound_ip` forgets it then).
                     holders = self.holders_of(before) - {key}
-                    assert holders or not self.usable_for(claim, before), f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
-                                    f"{ip_text(netaddr.IPAddress(ip, 4))} while its IP was free"
+                    first = self.wanted_first_by(claim, before)
+                    assert holders or first or not self.usable_for(claim, before), \
+                        f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
+                        f"{ip_text(netaddr.IPAddress(ip, 4))} while its IP was free"
                     self.bound_ip[ident(claim)] = ip
 
     def usable_for(self, claim: dict, ip: int) -> bool:
@@ -344,6 +351,34 @@ class ControllerInTheWorld(LaggingWatch, RuleBasedStateMachine):
                 or model.holder_of(ip) not in (None, o.name(claim)):
             return False
         return not any(w.first <= ip <= w.last for w in self.store.inventory.withheld(pool_key))
+
+    def wanted_first_by(self, claim: dict, ip: int) -> tuple[str, str] | None:
+        """Another claim that ``ip`` goes to before ``claim``: two statuses naming one IP (one rewritten
+        by hand) cannot be told apart, so of the claims of the pool whose status names it (read in the
+        order of trust of ``kept.own_ip``: the address name ``<namePrefix>-<ip>``, else Ready's "bound
+        to <ip>") and that hold no address object of either API, the one created first gets it; at one
+        creationTimestamp (it has one-second steps), the first by kind, then name. A claim holding the
+        IP through an address object always keeps it (``holders_of``), so such a claim is never one."""
+        pool_key = o.pool_of(claim)
+        pool = self.store.inventory.get(kinds.IPPOOL, NS, pool_key.name) if pool_key else None
+        model = self.store.inventory.pool_model(pool)[0] if pool is not None else None
+        if model is None:
+            return None
+        holding = self.holders_of_any()
+        order = lambda c: (str(o.meta(c).get("creationTimestamp") or ""), c["kind"], o.name(c))  # noqa: E731
+        for kind in CLAIM_KINDS:
+            for other in self.store.inventory.of_kind(kind):
+                key = (other["kind"], o.name(other))
+                if key != (claim["kind"], o.name(claim)) and o.pool_of(other) == pool_key \
+                        and key not in holding and own_ip(other, model) == ip and order(other) < order(claim):
+                    return key
+        return None
+
+    def holders_of_any(self) -> set[tuple[str, str]]:
+        """The claims that an address object of either API names, being deleted or not."""
+        return {claim_of(address)
+                for kind, claim_of in ((kinds.IPADDRESS, o.claim_of_address), (kinds.CAPI_ADDRESS, o.claim_of_capi_address))
+                for address in self.store.inventory.of_kind(kind)}
 
     def holders_of(self, ip: int) -> set[tuple[str, str]]:
         """The claims (live or not) that address objects of either API at ``ip`` name."""
