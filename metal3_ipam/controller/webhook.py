@@ -62,12 +62,13 @@ from typing import Any, Callable, Iterable
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from ..core import kinds, pools
+from ..core import conversion, kinds, pools
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
+from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -548,8 +549,8 @@ def _containers(body: bytes | bytearray) -> int:
     return bare.count(b"{") + bare.count(b"[")
 
 
-def read_review(body: bytes | bytearray) -> tuple[str, dict]:
-    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+def _json_object(body: bytes | bytearray) -> dict:
+    """A review's body parsed, within the bounds on its size and its objects and lists; else :class:`Malformed`."""
     if len(body) > MAX_REVIEW_BYTES:
         raise Malformed(f"the body has {len(body)} bytes; at most {MAX_REVIEW_BYTES} are read", 413)
     if body.count(b"{") + body.count(b"[") > MAX_REVIEW_CONTAINERS \
@@ -565,6 +566,12 @@ def read_review(body: bytes | bytearray) -> tuple[str, dict]:
         raise Malformed(f"the body is not JSON: {err}") from None
     if not isinstance(review, dict):
         raise Malformed("the body is not a JSON object")
+    return review
+
+
+def read_review(body: bytes | bytearray) -> tuple[str, dict]:
+    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+    review = _json_object(body)
     if review.get("apiVersion") != REVIEW_VERSION or review.get("kind") != "AdmissionReview":
         raise Malformed(f"not an AdmissionReview of {REVIEW_VERSION} (apiVersion "
                         f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
@@ -586,6 +593,29 @@ def read_review(body: bytes | bytearray) -> tuple[str, dict]:
 
 
 _JSON_TYPES = {str: "a string", dict: "an object", bool: "a boolean"}
+
+CONVERSION_REVIEW_VERSION = "apiextensions.k8s.io/v1"
+
+
+def read_conversion_review(body: bytes | bytearray) -> dict:
+    """A ConversionReview body as the API server sends it to a CRD's conversion webhook (its ``request``
+    has a uid, the desired apiVersion and a list of objects), or :class:`Malformed` saying what is wrong.
+    Whether each object can be converted is ``core.conversion``'s to say, in the answer."""
+    review = _json_object(body)
+    if review.get("apiVersion") != CONVERSION_REVIEW_VERSION or review.get("kind") != "ConversionReview":
+        raise Malformed(f"not a ConversionReview of {CONVERSION_REVIEW_VERSION} (apiVersion "
+                        f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise Malformed(f"request is {_shown(request)}, not an object")
+    uid, desired, objects = request.get("uid"), request.get("desiredAPIVersion"), request.get("objects")
+    if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_CHARS:
+        raise Malformed(f"request.uid {_shown(uid)} is missing or longer than {MAX_UID_CHARS} characters")
+    if not isinstance(desired, str) or not desired:
+        raise Malformed(f"request.desiredAPIVersion {_shown(desired)} is not an apiVersion")
+    if not isinstance(objects, list) or not all(isinstance(item, dict) for item in objects):
+        raise Malformed(f"request.objects is {_shown(objects)}, not a list of objects")
+    return review
 
 
 def _shown(value: Any) -> str:
@@ -879,6 +909,8 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
+        # The in-cluster IP pool CRDs' conversion: the same server, so the same bounds on bodies, time and connections.
+        app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,
                                max_line_size=limits.header_line_bytes, max_field_size=limits.header_line_bytes,
@@ -987,14 +1019,21 @@ class WebhookServer:
                 entry.busy = True
             size, deadline = len(body), asyncio.get_running_loop().time() + self.limits.judge_seconds
             lane = self._lanes["small" if size <= self.limits.small_review_bytes else "large"]
-            api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
-            del body
-            pools, live = await self._facts(review, mutating, deadline)
-            status, answer, line = await lane.run(
-                functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
+            if path == CONVERSION_PATH:
+                conversion_review = await lane.run(functools.partial(read_conversion_review, body), size, deadline)
+                del body
+                status, answer, line = await lane.run(functools.partial(self._convert, conversion_review), size,
+                                                      deadline)
+            else:
+                api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
+                del body
+                pools, live = await self._facts(review, mutating, deadline)
+                status, answer, line = await lane.run(
+                    functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
         except Malformed as err:
             log.warning("refused a malformed review from %s to %s: %s", peer, path, err)
-            response = web.json_response({"error": f"not an AdmissionReview: {err}"}, status=err.status)
+            what = "a ConversionReview" if path == CONVERSION_PATH else "an AdmissionReview"
+            response = web.json_response({"error": f"not {what}: {err}"}, status=err.status)
             response.force_close()
             return response
         except _Refused as refused:
@@ -1089,6 +1128,28 @@ class WebhookServer:
         if not response["allowed"]:
             line = f"refused {what}: {clipped(response['status']['message'], LOGGED_CHARS)}"
         return 200, answer, line
+
+
+    @staticmethod
+    def _convert(review: dict) -> tuple[int, bytes, str | None]:
+        """On a judge's thread: a ConversionReview answered by ``core.conversion`` (an object it cannot convert
+        is a Failure naming it, which the API server shows to the client); the status, answer and log line."""
+        request = review["request"]
+        what = f"{len(request['objects'])} object(s) to {clipped(request['desiredAPIVersion'], 63)}"
+        try:
+            answer = conversion.convert_review(review)
+            body = json.dumps(answer, allow_nan=False).encode()
+        except RecursionError:
+            return 400, _error("not a ConversionReview: an object is nested too deeply"), \
+                f"refused a malformed conversion review ({what}): an object is nested too deeply"
+        except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
+            return 500, _error("the review could not be converted"), \
+                f"could not convert {what}: {type(err).__name__}: {clipped(str(err), 200)}"
+        result = answer["response"]["result"]
+        succeeded = result["status"] == "Success"
+        DECISIONS.labels(CONVERSION_PATH, "CONVERT", str(succeeded).lower()).inc()
+        line = None if succeeded else f"could not convert {what}: {clipped(result['message'], LOGGED_CHARS)}"
+        return 200, body, line
 
 
 async def _call(function: Callable, *args: Any) -> Any:
