@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from controller_fixtures import ControllerProcess, start_control_plane
+from metal3_ipam import crds
 from metal3_ipam.controller import webhook
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
@@ -145,8 +146,8 @@ def install(api: client.ApiClient, objects: list[dict], manager: str) -> None:
 
 
 def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pem: bytes) -> None:
-    """No Service routing on loopback: the installed webhook configurations call https://127.0.0.1:PORT, with the
-    CA cert-manager's injector would have put in."""
+    """No Service routing on loopback: the installed webhook configurations, and the conversion webhooks of the
+    installed CRDs, call https://127.0.0.1:PORT, with the CA cert-manager's injector would have put in."""
     bundle = base64.b64encode(ca_pem).decode()
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         (configuration,) = [o for o in objects if o["kind"] == kind]
@@ -154,6 +155,29 @@ def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pe
                                             "caBundle": bundle}} for hook in configuration["webhooks"]]
         answer = call(api, "PATCH", object_path(configuration), {"webhooks": hooks}, "application/merge-patch+json")
         assert answer.status == 200, answer.message
+    converted = [o for o in objects if o["kind"] == "CustomResourceDefinition"
+                 and (o["spec"].get("conversion") or {}).get("strategy") == "Webhook"]
+    assert converted, "no CRD of the rendered objects converts through the controller"
+    convert_at(api, [crd["metadata"]["name"] for crd in converted], port, ca_pem)
+
+
+def converted_crds() -> list[str]:
+    """The CRDs of config/crd whose versions are converted by the controller's /convert."""
+    return [crd["metadata"]["name"] for crd in crds.crd_definitions()
+            if (crd["spec"].get("conversion") or {}).get("strategy") == "Webhook"]
+
+
+def convert_at(api: client.ApiClient, names: list[str], port: int, ca_pem: bytes) -> None:
+    """The CRDs ``names`` convert through https://127.0.0.1:PORT/convert with the CA ``ca_pem``, as the webhook
+    configurations call the controller. The API server takes the change up a moment later: the first request
+    that needs a conversion retries until it is served (see tests/e2e/test_incluster_admission.py)."""
+    bundle = base64.b64encode(ca_pem).decode()
+    url = f"https://127.0.0.1:{port}{crds.CONVERSION_PATH}"
+    ext = client.ApiextensionsV1Api(api)
+    for name in names:
+        ext.patch_custom_resource_definition(name, {"spec": {"conversion": {"webhook": {"clientConfig": {
+            "service": None, "url": url, "caBundle": bundle}}}}})
+        assert ext.read_custom_resource_definition(name).spec.conversion.webhook.client_config.url == url
 
 
 
@@ -273,6 +297,7 @@ def webhook_controller(webhook_plane, webhook_api, tmp_path_factory):
     configurations = register_webhooks(webhook_api, port, authority.pem)
     try:
         wait_until_webhooks_answer(webhook_api)
+        convert_at(webhook_api, converted_crds(), port, authority.pem)
         yield WebhookController(process, port, authority, configurations)
     finally:
         unregister_webhooks(webhook_api, configurations)
