@@ -569,15 +569,21 @@ def _json_object(body: bytes | bytearray) -> dict:
     return review
 
 
-def read_review(body: bytes | bytearray) -> tuple[str, dict]:
-    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+def _enveloped(body: bytes | bytearray, api_version: str, kind: str) -> tuple[dict, dict]:
+    """A review of ``api_version`` and ``kind`` and its ``request`` object, or :class:`Malformed`."""
     review = _json_object(body)
-    if review.get("apiVersion") != REVIEW_VERSION or review.get("kind") != "AdmissionReview":
-        raise Malformed(f"not an AdmissionReview of {REVIEW_VERSION} (apiVersion "
+    if review.get("apiVersion") != api_version or review.get("kind") != kind:
+        raise Malformed(f"not a{'n' if kind[0] in 'AEIOU' else ''} {kind} of {api_version} (apiVersion "
                         f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
     request = review.get("request")
     if not isinstance(request, dict):
         raise Malformed(f"request is {_shown(request)}, not an object")
+    return review, request
+
+
+def read_review(body: bytes | bytearray) -> tuple[str, dict]:
+    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+    _, request = _enveloped(body, REVIEW_VERSION, "AdmissionReview")
     for name, types in _REQUEST_FIELDS.items():
         if name in request and not isinstance(request[name], types):
             raise Malformed(f"request.{name} is {_shown(request[name])}, not "
@@ -601,13 +607,7 @@ def read_conversion_review(body: bytes | bytearray) -> dict:
     """A ConversionReview body as the API server sends it to a CRD's conversion webhook (its ``request``
     has a uid, the desired apiVersion and a list of objects), or :class:`Malformed` saying what is wrong.
     Whether each object can be converted is ``core.conversion``'s to say, in the answer."""
-    review = _json_object(body)
-    if review.get("apiVersion") != CONVERSION_REVIEW_VERSION or review.get("kind") != "ConversionReview":
-        raise Malformed(f"not a ConversionReview of {CONVERSION_REVIEW_VERSION} (apiVersion "
-                        f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
-    request = review.get("request")
-    if not isinstance(request, dict):
-        raise Malformed(f"request is {_shown(request)}, not an object")
+    review, request = _enveloped(body, CONVERSION_REVIEW_VERSION, "ConversionReview")
     uid, desired, objects = request.get("uid"), request.get("desiredAPIVersion"), request.get("objects")
     if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_CHARS:
         raise Malformed(f"request.uid {_shown(uid)} is missing or longer than {MAX_UID_CHARS} characters")
@@ -1112,15 +1112,11 @@ class WebhookServer:
         operation = request["operation"]
         what = f"{operation} {clipped(request['kind'].get('kind') or '?', 63)} " \
                f"{clipped(request.get('namespace') or '', 63)}/{clipped(request.get('name') or '', 253)}"
-        try:
-            response = self.admission.review(request, mutating=mutating, pools=pools,
-                                             live=live)
-        except RecursionError:
-            return 400, _error("not an AdmissionReview: the object is nested too deeply"), \
-                f"refused a malformed review to {path} ({what}): the object is nested too deeply"
-        except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
-            return 500, _error("the review could not be judged"), \
-                f"could not judge {what} at {path}: {type(err).__name__}: {clipped(str(err), 200)}"
+        response, fault = _in_one_line(
+            lambda: self.admission.review(request, mutating=mutating, pools=pools, live=live), "an AdmissionReview",
+            f"{what} at {path}")
+        if fault is not None:
+            return fault
         DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
         answer = json.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response},
                             allow_nan=False).encode()
@@ -1129,27 +1125,37 @@ class WebhookServer:
             line = f"refused {what}: {clipped(response['status']['message'], LOGGED_CHARS)}"
         return 200, answer, line
 
-
     @staticmethod
     def _convert(review: dict) -> tuple[int, bytes, str | None]:
         """On a judge's thread: a ConversionReview answered by ``core.conversion`` (an object it cannot convert
         is a Failure naming it, which the API server shows to the client); the status, answer and log line."""
         request = review["request"]
         what = f"{len(request['objects'])} object(s) to {clipped(request['desiredAPIVersion'], 63)}"
-        try:
-            answer = conversion.convert_review(review)
-            body = json.dumps(answer, allow_nan=False).encode()
-        except RecursionError:
-            return 400, _error("not a ConversionReview: an object is nested too deeply"), \
-                f"refused a malformed conversion review ({what}): an object is nested too deeply"
-        except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
-            return 500, _error("the review could not be converted"), \
-                f"could not convert {what}: {type(err).__name__}: {clipped(str(err), 200)}"
-        result = answer["response"]["result"]
+        def answer() -> tuple[dict, bytes]:
+            converted = conversion.convert_review(review)
+            return converted, json.dumps(converted, allow_nan=False).encode()
+        answered, fault = _in_one_line(answer, "a ConversionReview", f"{what} at {CONVERSION_PATH}")
+        if fault is not None:
+            return fault
+        converted, body = answered
+        result = converted["response"]["result"]
         succeeded = result["status"] == "Success"
         DECISIONS.labels(CONVERSION_PATH, "CONVERT", str(succeeded).lower()).inc()
         line = None if succeeded else f"could not convert {what}: {clipped(result['message'], LOGGED_CHARS)}"
         return 200, body, line
+
+
+def _in_one_line(work: Callable[[], Any], review: str, what: str) -> tuple[Any, tuple[int, bytes, str] | None]:
+    """``work()``, or the answer and log line of its failure: an object nested past the interpreter's depth is
+    malformed (400), anything else a fault of ours (500); said in one line, never with a traceback."""
+    try:
+        return work(), None
+    except RecursionError:
+        return None, (400, _error(f"not {review}: the object is nested too deeply"),
+                      f"refused a malformed review ({what}): the object is nested too deeply")
+    except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
+        return None, (500, _error("the review could not be answered"),
+                      f"could not answer {what}: {type(err).__name__}: {clipped(str(err), 200)}")
 
 
 async def _call(function: Callable, *args: Any) -> Any:
