@@ -102,6 +102,12 @@ def test_v1alpha1_pools_are_created_read_and_changed_through_the_controllers_con
     stored = get(api, at(old, V1ALPHA2), namespace)
     assert stored["spec"] == {"addresses": ["10.20.0.10-10.20.0.254"], "prefix": 24, "gateway": "10.20.0.1"}
     assert get(api, old, namespace)["spec"] == old["spec"]
+    # kubectl get at v1alpha1: its columns read the v1alpha1 fields.
+    table = call(api, "GET", path_of(old, namespace, old["metadata"]["name"]),
+                 accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+    assert table.status == 200, table.message
+    cells = dict(zip([c["name"] for c in table.body["columnDefinitions"]], table.body["rows"][0]["cells"]))
+    assert (cells["Subnet"], cells["First"], cells["Last"]) == ("10.20.0.0/24", "10.20.0.10", None), cells
 
     # Changed at v1alpha1 (a read-modify-write), read at both versions.
     read_modify_write(api, old, namespace, lambda spec: spec.update(end="10.20.0.100"))

@@ -53,9 +53,9 @@ class Answer:
 
 
 def call(api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str | None = None,
-         query: list[tuple[str, str]] | None = None) -> Answer:
+         query: list[tuple[str, str]] | None = None, accept: str = "application/json") -> Answer:
     """One REST call; never raises on an HTTP error status."""
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": accept}
     if content_type:
         headers["Content-Type"] = content_type
     method, url, header_params, body, _ = api.param_serialize(

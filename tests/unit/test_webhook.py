@@ -774,3 +774,24 @@ def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are
     (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
     expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
     assert "object.spec.poolRef.kind in ['GlobalInClusterIPPool', 'InClusterIPPool']" in expression, expression
+
+
+def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):
+    def broken(review):
+        raise KeyError("boom")
+    monkeypatch.setattr(conversion, "convert_review", broken)
+
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            def ask() -> None:
+                caplog.clear()
+                status, answer = served.post(_conversion_review("ipam.cluster.x-k8s.io/v1alpha2", V1ALPHA1_POOL),
+                                             CONVERSION_PATH)
+                assert status == 500 and json.loads(answer) == {"error": "the review could not be answered"}
+                (line,) = _webhook_lines(caplog)
+                assert not line.exc_info and "KeyError: 'boom'" in line.getMessage(), line.getMessage()
+                assert CONVERSION_PATH in line.getMessage()
+            await asyncio.to_thread(ask)
+
+    with caplog.at_level(logging.INFO, logger="metal3_ipam"):
+        asyncio.run(scenario())
