@@ -10,6 +10,10 @@ controller's inventory, which the watches keep current; the pools a new or
 changed pool is checked against for overlap are read from the API server
 (see ``Admission.current_pools``).
 
+The same server answers the in-cluster IP pool CRDs' conversion webhook at
+``/convert`` (:data:`CONVERSION_PATH`, which the CRDs name) with
+:func:`metal3_ipam.core.conversion.convert_review`, under the same bounds.
+
 :data:`HOOKS` is the one description of the webhooks: the server routes by
 it, and ``config/webhook/manifests.yaml`` is generated from it
 (:mod:`metal3_ipam.packaging`), so paths, rules and policies cannot drift.
