@@ -59,21 +59,16 @@ def created(api, obj: dict, namespace: str) -> dict:
     return answer.body
 
 
-def held(api, kind: str, pool_name: str, name: str, ip: str, namespace: str) -> None:
-    """A claim of the pool holding ``ip``: the claim, and its Cluster API IPAddress as Cluster API IPAM leaves
-    it (named after the claim, naming the pool; what the webhooks count as in use), which the controller
-    keeps for the claim (it may have written it first: then that one is taken over)."""
+def held(api, kind: str, pool_name: str, name: str, namespace: str) -> str:
+    """A claim of the pool, created; the IP the controller hands it, once its Cluster API IPAddress (named after
+    the claim, naming the pool: what the webhooks count as in use) is there."""
     created(api, claim(name, kind, pool_name), namespace)
-    address = {"apiVersion": f"{GROUP}/v1beta2", "kind": "IPAddress", "metadata": {"name": name},
-               "spec": {"address": ip, "prefix": 24, "claimRef": {"name": name},
-                        "poolRef": {"apiGroup": GROUP, "kind": kind, "name": pool_name}}}
-    answer = apply(api, address, namespace)
-    assert answer.status in (200, 201), answer.message
+    address = {"apiVersion": f"{GROUP}/v1beta2", "kind": "IPAddress", "metadata": {"name": name}}
 
-    def kept():
+    def handed_out():
         spec = (get(api, address, namespace) or {}).get("spec") or {}
-        return spec.get("poolRef", {}).get("name") == pool_name and spec.get("address") == ip
-    eventually(kept, timeout=30, what=f"{namespace}/{name} to hold {ip}")
+        return spec.get("poolRef", {}).get("name") == pool_name and spec.get("address")
+    return eventually(handed_out, timeout=30, what=f"claim {namespace}/{name} to be handed an address")
 
 
 def read_modify_write(api, obj: dict, namespace: str, change) -> None:
@@ -190,19 +185,20 @@ def test_an_update_taking_back_an_address_in_use_is_refused_naming_each_address(
     first, second = new_namespace(api, "u"), new_namespace(api, "u")
     subject = pool(kind, {"addresses": ["10.40.0.10-10.40.0.20"], "prefix": 24})
     created(api, subject, first)
-    held(api, kind, subject["metadata"]["name"], "c", "10.40.0.10", first)
+    ips = [held(api, kind, subject["metadata"]["name"], "c", first)]
     if kind == "GlobalInClusterIPPool":  # a claim of the same name in another namespace holds another address
-        held(api, kind, subject["metadata"]["name"], "c", "10.40.0.11", second)
+        ips.append(held(api, kind, subject["metadata"]["name"], "c", second))
+    assert ips == ["10.40.0.10", "10.40.0.11"][:len(ips)]
 
     refused = apply(api, pool(kind, {"addresses": ["10.40.0.12-10.40.0.20"], "prefix": 24},
                               name=subject["metadata"]["name"]), first)
     assert refused.status == 422, refused
     message = refused.message
     if kind == "GlobalInClusterIPPool":
-        assert f"10.40.0.10 is in use (IPAddress {first}/c)" in message, message
-        assert f"10.40.0.11 is in use (IPAddress {second}/c)" in message, message
+        assert f"10.40.0.10 is in use (IPAddress {first}/c (Cluster API)" in message, message
+        assert f"10.40.0.11 is in use (IPAddress {second}/c (Cluster API)" in message, message
     else:
-        assert "spec.addresses: " in message and "10.40.0.10 is in use (IPAddress c)" in message, message
+        assert "spec.addresses: " in message and "10.40.0.10 is in use (IPAddress c (Cluster API)" in message, message
     # Each field that would take one back is named: the gateway, an excluded range, the reserved addresses.
     for change, field in (({"gateway": "10.40.0.10"}, "spec.gateway"),
                           ({"excludedAddresses": ["10.40.0.8-10.40.0.10"]}, "spec.excludedAddresses[0]")):
@@ -222,7 +218,7 @@ def test_a_pool_in_use_is_deleted_only_with_the_skip_or_move_annotation(webhook_
         subject = pool(kind, {"addresses": ["10.50.0.10-10.50.0.20"], "prefix": 24})
         name = subject["metadata"]["name"]
         created(api, subject, namespace)
-        held(api, kind, name, f"c-{name}", "10.50.0.10", namespace)
+        held(api, kind, name, f"c-{name}", namespace)
         path = path_of(subject, namespace, name)
         refused = call(api, "DELETE", path)
         assert refused.status == 422 and "Pool has IPAddresses allocated" in refused.message, refused.message

@@ -748,10 +748,10 @@ def test_an_incluster_pool_is_judged_by_its_rules_and_keeps_its_addresses_in_use
     assert not response["allowed"]
     message = response["status"]["message"]
     if kind == "GlobalInClusterIPPool":
-        assert "10.1.0.18 is in use (IPAddress other/a1)" in message and "10.1.0.19 is in use (IPAddress default/a1)" \
-            in message, message
+        assert "10.1.0.18 is in use (IPAddress other/a1 (Cluster API))" in message, message
+        assert "10.1.0.19 is in use (IPAddress default/a1 (Cluster API))" in message, message
     else:
-        assert "10.1.0.19 is in use (IPAddress a1)" in message and "10.1.0.18" not in message, message
+        assert "10.1.0.19 is in use (IPAddress a1 (Cluster API))" in message and "10.1.0.18" not in message, message
     assert "10.1.0.11" not in message
     assert admission.review(request("UPDATE", incluster_pool("ip1", kind, addresses=["10.1.0.0/24"]), pool))["allowed"]
 
