@@ -10,6 +10,10 @@ controller's inventory, which the watches keep current; the pools a new or
 changed pool is checked against for overlap are read from the API server
 (see ``Admission.current_pools``).
 
+The same server answers the in-cluster IP pool CRDs' conversion webhook at
+``/convert`` (:data:`CONVERSION_PATH`, which the CRDs name) with
+:func:`metal3_ipam.core.conversion.convert_review`, under the same bounds.
+
 :data:`HOOKS` is the one description of the webhooks: the server routes by
 it, and ``config/webhook/manifests.yaml`` is generated from it
 (:mod:`metal3_ipam.packaging`), so paths, rules and policies cannot drift.
@@ -62,12 +66,13 @@ from typing import Any, Callable, Iterable
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from ..core import kinds, pools
+from ..core import conversion, kinds, pools
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
+from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -548,8 +553,8 @@ def _containers(body: bytes | bytearray) -> int:
     return bare.count(b"{") + bare.count(b"[")
 
 
-def read_review(body: bytes | bytearray) -> tuple[str, dict]:
-    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+def _json_object(body: bytes | bytearray) -> dict:
+    """A review's body parsed, within the bounds on its size and its objects and lists; else :class:`Malformed`."""
     if len(body) > MAX_REVIEW_BYTES:
         raise Malformed(f"the body has {len(body)} bytes; at most {MAX_REVIEW_BYTES} are read", 413)
     if body.count(b"{") + body.count(b"[") > MAX_REVIEW_CONTAINERS \
@@ -565,12 +570,24 @@ def read_review(body: bytes | bytearray) -> tuple[str, dict]:
         raise Malformed(f"the body is not JSON: {err}") from None
     if not isinstance(review, dict):
         raise Malformed("the body is not a JSON object")
-    if review.get("apiVersion") != REVIEW_VERSION or review.get("kind") != "AdmissionReview":
-        raise Malformed(f"not an AdmissionReview of {REVIEW_VERSION} (apiVersion "
+    return review
+
+
+def _enveloped(body: bytes | bytearray, api_version: str, kind: str) -> tuple[dict, dict]:
+    """A review of ``api_version`` and ``kind`` and its ``request`` object, or :class:`Malformed`."""
+    review = _json_object(body)
+    if review.get("apiVersion") != api_version or review.get("kind") != kind:
+        raise Malformed(f"not a{'n' if kind[0] in 'AEIOU' else ''} {kind} of {api_version} (apiVersion "
                         f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
     request = review.get("request")
     if not isinstance(request, dict):
         raise Malformed(f"request is {_shown(request)}, not an object")
+    return review, request
+
+
+def read_review(body: bytes | bytearray) -> tuple[str, dict]:
+    """The apiVersion and ``request`` of an AdmissionReview body, or :class:`Malformed` saying what is wrong."""
+    _, request = _enveloped(body, REVIEW_VERSION, "AdmissionReview")
     for name, types in _REQUEST_FIELDS.items():
         if name in request and not isinstance(request[name], types):
             raise Malformed(f"request.{name} is {_shown(request[name])}, not "
@@ -586,6 +603,23 @@ def read_review(body: bytes | bytearray) -> tuple[str, dict]:
 
 
 _JSON_TYPES = {str: "a string", dict: "an object", bool: "a boolean"}
+
+CONVERSION_REVIEW_VERSION = "apiextensions.k8s.io/v1"
+
+
+def read_conversion_review(body: bytes | bytearray) -> dict:
+    """A ConversionReview body as the API server sends it to a CRD's conversion webhook (its ``request``
+    has a uid, the desired apiVersion and a list of objects), or :class:`Malformed` saying what is wrong.
+    Whether each object can be converted is ``core.conversion``'s to say, in the answer."""
+    review, request = _enveloped(body, CONVERSION_REVIEW_VERSION, "ConversionReview")
+    uid, desired, objects = request.get("uid"), request.get("desiredAPIVersion"), request.get("objects")
+    if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_CHARS:
+        raise Malformed(f"request.uid {_shown(uid)} is missing or longer than {MAX_UID_CHARS} characters")
+    if not isinstance(desired, str) or not desired:
+        raise Malformed(f"request.desiredAPIVersion {_shown(desired)} is not an apiVersion")
+    if not isinstance(objects, list) or not all(isinstance(item, dict) for item in objects):
+        raise Malformed(f"request.objects is {_shown(objects)}, not a list of objects")
+    return review
 
 
 def _shown(value: Any) -> str:
@@ -879,6 +913,8 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
+        # The in-cluster IP pool CRDs' conversion: the same server, so the same bounds on bodies, time and connections.
+        app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,
                                max_line_size=limits.header_line_bytes, max_field_size=limits.header_line_bytes,
@@ -987,14 +1023,21 @@ class WebhookServer:
                 entry.busy = True
             size, deadline = len(body), asyncio.get_running_loop().time() + self.limits.judge_seconds
             lane = self._lanes["small" if size <= self.limits.small_review_bytes else "large"]
-            api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
-            del body
-            pools, live = await self._facts(review, mutating, deadline)
-            status, answer, line = await lane.run(
-                functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
+            if path == CONVERSION_PATH:
+                conversion_review = await lane.run(functools.partial(read_conversion_review, body), size, deadline)
+                del body
+                status, answer, line = await lane.run(functools.partial(self._convert, conversion_review), size,
+                                                      deadline)
+            else:
+                api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
+                del body
+                pools, live = await self._facts(review, mutating, deadline)
+                status, answer, line = await lane.run(
+                    functools.partial(self._judge, api_version, review, mutating, path, pools, live), size, deadline)
         except Malformed as err:
             log.warning("refused a malformed review from %s to %s: %s", peer, path, err)
-            response = web.json_response({"error": f"not an AdmissionReview: {err}"}, status=err.status)
+            what = "a ConversionReview" if path == CONVERSION_PATH else "an AdmissionReview"
+            response = web.json_response({"error": f"not {what}: {err}"}, status=err.status)
             response.force_close()
             return response
         except _Refused as refused:
@@ -1073,15 +1116,11 @@ class WebhookServer:
         operation = request["operation"]
         what = f"{operation} {clipped(request['kind'].get('kind') or '?', 63)} " \
                f"{clipped(request.get('namespace') or '', 63)}/{clipped(request.get('name') or '', 253)}"
-        try:
-            response = self.admission.review(request, mutating=mutating, pools=pools,
-                                             live=live)
-        except RecursionError:
-            return 400, _error("not an AdmissionReview: the object is nested too deeply"), \
-                f"refused a malformed review to {path} ({what}): the object is nested too deeply"
-        except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
-            return 500, _error("the review could not be judged"), \
-                f"could not judge {what} at {path}: {type(err).__name__}: {clipped(str(err), 200)}"
+        response, fault = _in_one_line(
+            lambda: self.admission.review(request, mutating=mutating, pools=pools, live=live), "an AdmissionReview",
+            f"{what} at {path}")
+        if fault is not None:
+            return fault
         DECISIONS.labels(path, operation, str(response["allowed"]).lower()).inc()
         answer = json.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response},
                             allow_nan=False).encode()
@@ -1089,6 +1128,38 @@ class WebhookServer:
         if not response["allowed"]:
             line = f"refused {what}: {clipped(response['status']['message'], LOGGED_CHARS)}"
         return 200, answer, line
+
+    @staticmethod
+    def _convert(review: dict) -> tuple[int, bytes, str | None]:
+        """On a judge's thread: a ConversionReview answered by ``core.conversion`` (an object it cannot convert
+        is a Failure naming it, which the API server shows to the client); the status, answer and log line."""
+        request = review["request"]
+        what = f"{len(request['objects'])} object(s) to {clipped(request['desiredAPIVersion'], 63)}"
+        def answer() -> tuple[dict, bytes]:
+            converted = conversion.convert_review(review)
+            return converted, json.dumps(converted, allow_nan=False).encode()
+        answered, fault = _in_one_line(answer, "a ConversionReview", f"{what} at {CONVERSION_PATH}")
+        if fault is not None:
+            return fault
+        converted, body = answered
+        result = converted["response"]["result"]
+        succeeded = result["status"] == "Success"
+        DECISIONS.labels(CONVERSION_PATH, "CONVERT", str(succeeded).lower()).inc()
+        line = None if succeeded else f"could not convert {what}: {clipped(result['message'], LOGGED_CHARS)}"
+        return 200, body, line
+
+
+def _in_one_line(work: Callable[[], Any], review: str, what: str) -> tuple[Any, tuple[int, bytes, str] | None]:
+    """``work()``, or the answer and log line of its failure: an object nested past the interpreter's depth is
+    malformed (400), anything else a fault of ours (500); said in one line, never with a traceback."""
+    try:
+        return work(), None
+    except RecursionError:
+        return None, (400, _error(f"not {review}: the object is nested too deeply"),
+                      f"refused a malformed review ({what}): the object is nested too deeply")
+    except Exception as err:  # noqa: BLE001 - a fault of ours: said in one line, answered 500
+        return None, (500, _error("the review could not be answered"),
+                      f"could not answer {what}: {type(err).__name__}: {clipped(str(err), 200)}")
 
 
 async def _call(function: Callable, *args: Any) -> Any:

@@ -6,22 +6,15 @@
   provider's columns;
 - the schema refuses what it should (prefix, grace, allocation length) and
   defaults ``allocationPrefixLength`` to 64;
-- v1alpha1 is served through a conversion webhook answering with
-  ``core/conversion.convert_review`` (here a TLS server of the test's own on
-  loopback, as the controller's ``/convert`` will be): a v1alpha1 subnet is
-  stored as a v1alpha2 range and read back as it was written, and a v1alpha1
-  client's read-modify-write keeps the v1alpha2-only fields.
+- v1alpha1, served through the controller's ``/convert``, is proven where a
+  controller runs: tests/e2e/test_incluster_admission.py.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
-import ssl
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -30,9 +23,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam import crds
-from metal3_ipam.core import conversion
-from metal3_ipam.testing.certs import Authority
-from metal3_ipam.testing.waiting import eventually
 
 GROUP = "ipam.cluster.x-k8s.io"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-incluster-state.yaml"
@@ -156,76 +146,3 @@ def test_the_allocation_prefix_length_defaults_to_64(api_client):
         assert "namespace" not in made["metadata"]
     finally:
         api.delete_cluster_custom_object(GROUP, "v1alpha2", PLURALS["GlobalInClusterPrefixPool"], name)
-
-
-# -- v1alpha1 through the conversion webhook ---------------------------------------------------
-
-class _Convert(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (the http.server name)
-        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        body = json.dumps(conversion.convert_review(review)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def conversion_webhook(api_client, tmp_path):
-    """InClusterIPPool's conversion webhook answered on loopback by core/conversion, for one test."""
-    authority = Authority.create()
-    authority.issue(tmp_path, hosts=("127.0.0.1",))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Convert)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    ext = client.ApiextensionsV1Api(api_client)
-    name = f"{PLURALS['InClusterIPPool']}.{GROUP}"
-    before = crds.crd_for_kind("InClusterIPPool")["spec"]["conversion"]["webhook"]["clientConfig"]
-    url = f"https://127.0.0.1:{server.server_address[1]}{crds.CONVERSION_PATH}"
-    ext.patch_custom_resource_definition(name, {"spec": {"conversion": {"webhook": {"clientConfig": {
-        "service": None, "url": url, "caBundle": base64.b64encode(authority.pem).decode()}}}}})
-    try:
-        yield
-    finally:
-        ext.patch_custom_resource_definition(name, {"spec": {"conversion": {"webhook": {"clientConfig": {
-            "url": None, "caBundle": None, "service": before["service"]}}}}})
-        server.shutdown()
-        server.server_close()
-
-
-def test_v1alpha1_is_served_through_the_conversion_webhook(api_client, namespace, conversion_webhook):
-    api = client.CustomObjectsApi(api_client)
-    old = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InClusterIPPool",
-           "metadata": {"name": "old", "namespace": namespace},
-           "spec": {"subnet": "10.0.0.0/24", "start": "10.0.0.10", "gateway": "10.0.0.1"}}
-    # The API server picks the new clientConfig up a moment after the patch.
-    eventually(lambda: create(api, old), retry_on=(ApiException,), timeout=30, what="the conversion webhook in use")
-    stored = api.get_namespaced_custom_object(GROUP, "v1alpha2", namespace, "inclusterippools", "old")
-    assert stored["spec"] == {"addresses": ["10.0.0.10-10.0.0.254"], "prefix": 24, "gateway": "10.0.0.1"}
-    again = api.get_namespaced_custom_object(GROUP, "v1alpha1", namespace, "inclusterippools", "old")
-    assert again["spec"] == old["spec"]
-    code, table = rest(api_client, "GET", path("InClusterIPPool", "v1alpha1", "old", namespace),
-                       accept="application/json;as=Table;v=v1;g=meta.k8s.io")
-    assert code == 200, table
-    cells = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"]))
-    assert (cells["Subnet"], cells["First"], cells["Last"]) == ("10.0.0.0/24", "10.0.0.10", None)
-
-    # A v1alpha1 client's read-modify-write of a v1alpha2 pool keeps the fields v1alpha1 cannot hold.
-    new = {"apiVersion": f"{GROUP}/v1alpha2", "kind": "InClusterIPPool",
-           "metadata": {"name": "new", "namespace": namespace},
-           "spec": {"addresses": ["10.0.1.0/24"], "prefix": 24, "excludedAddresses": ["10.0.1.5"],
-                    "allocateReservedIPAddresses": True, "addressReuseGracePeriodSeconds": 30}}
-    create(api, new)
-    read = api.get_namespaced_custom_object(GROUP, "v1alpha1", namespace, "inclusterippools", "new")
-    assert read["spec"] == {"addresses": ["10.0.1.0/24"], "prefix": 24}
-    read["spec"]["gateway"] = "10.0.1.1"
-    api.replace_namespaced_custom_object(GROUP, "v1alpha1", namespace, "inclusterippools", "new", read)
-    after = api.get_namespaced_custom_object(GROUP, "v1alpha2", namespace, "inclusterippools", "new")
-    assert after["spec"] == {**new["spec"], "gateway": "10.0.1.1"}

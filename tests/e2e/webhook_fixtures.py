@@ -8,7 +8,8 @@ A pytest plugin (``pytest_plugins = ("controller_fixtures", "webhook_fixtures")`
 - ``webhook_controller``: ``metal3-ipam run --webhook-port … --webhook-cert-dir …``
   with a serving certificate for 127.0.0.1 from a CA of the test's own, and the
   Validating/MutatingWebhookConfigurations of :data:`metal3_ipam.controller.webhook.HOOKS`
-  registered with ``clientConfig.url: https://127.0.0.1:PORT/<path>`` and that CA;
+  registered with ``clientConfig.url: https://127.0.0.1:PORT/<path>`` and that CA, and the conversion
+  webhooks of the CRDs that have one (the in-cluster IP pools) pointed at its ``/convert`` the same way;
 - :func:`call` and :func:`apply`: REST calls that also return the API server's
   warnings; :func:`apply` is ``kubectl apply --server-side --force-conflicts``.
 """
@@ -27,12 +28,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from controller_fixtures import ControllerProcess, start_control_plane
+from metal3_ipam import crds
 from metal3_ipam.controller import webhook
+from metal3_ipam.core import pools
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
 
 PLURALS = {"IPPool": "ippools", "IPClaim": "ipclaims", "IPAddress": "ipaddresses",
-           "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters"}
+           "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters",
+           **{kind: plural for (_, kind), plural in ((k.kind, k.plural) for k in pools.REGISTRY.values())}}
+CLUSTER_SCOPED = {k.kind[1] for k in pools.REGISTRY.values() if k.cluster_scoped}
 FIELD_MANAGER = "metal3-ipam-e2e"
 
 
@@ -48,9 +53,9 @@ class Answer:
 
 
 def call(api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str | None = None,
-         query: list[tuple[str, str]] | None = None) -> Answer:
+         query: list[tuple[str, str]] | None = None, accept: str = "application/json") -> Answer:
     """One REST call; never raises on an HTTP error status."""
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": accept}
     if content_type:
         headers["Content-Type"] = content_type
     method, url, header_params, body, _ = api.param_serialize(
@@ -70,14 +75,16 @@ def call(api: client.ApiClient, method: str, path: str, body: Any = None, conten
 def path_of(obj: dict, namespace: str, name: str | None = None) -> str:
     group_version = obj["apiVersion"]
     plural = PLURALS[obj["kind"]]
-    path = f"/apis/{group_version}/namespaces/{namespace}/{plural}"
+    where = "" if obj["kind"] in CLUSTER_SCOPED else f"namespaces/{namespace}/"
+    path = f"/apis/{group_version}/{where}{plural}"
     return f"{path}/{name}" if name else path
 
 
 def placed(obj: dict, namespace: str) -> dict:
     """``obj`` moved to ``namespace``, with references to the ``default`` namespace following it."""
     obj = json.loads(json.dumps(obj))
-    obj.setdefault("metadata", {})["namespace"] = namespace
+    if obj["kind"] not in CLUSTER_SCOPED:
+        obj.setdefault("metadata", {})["namespace"] = namespace
     ref = (obj.get("spec") or {}).get("pool") if isinstance(obj.get("spec"), dict) else None
     if isinstance(ref, dict) and ref.get("namespace") == "default":
         ref["namespace"] = namespace
@@ -145,8 +152,8 @@ def install(api: client.ApiClient, objects: list[dict], manager: str) -> None:
 
 
 def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pem: bytes) -> None:
-    """No Service routing on loopback: the installed webhook configurations call https://127.0.0.1:PORT, with the
-    CA cert-manager's injector would have put in."""
+    """No Service routing on loopback: the installed webhook configurations, and the conversion webhooks of the
+    installed CRDs, call https://127.0.0.1:PORT, with the CA cert-manager's injector would have put in."""
     bundle = base64.b64encode(ca_pem).decode()
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         (configuration,) = [o for o in objects if o["kind"] == kind]
@@ -154,12 +161,36 @@ def use_webhooks_at(api: client.ApiClient, objects: list[dict], port: int, ca_pe
                                             "caBundle": bundle}} for hook in configuration["webhooks"]]
         answer = call(api, "PATCH", object_path(configuration), {"webhooks": hooks}, "application/merge-patch+json")
         assert answer.status == 200, answer.message
+    converted = [o for o in objects if o["kind"] == "CustomResourceDefinition"
+                 and (o["spec"].get("conversion") or {}).get("strategy") == "Webhook"]
+    assert converted, "no CRD of the rendered objects converts through the controller"
+    convert_at(api, [crd["metadata"]["name"] for crd in converted], port, ca_pem)
+
+
+def converted_crds() -> list[str]:
+    """The CRDs of config/crd whose versions are converted by the controller's /convert."""
+    return [crd["metadata"]["name"] for crd in crds.crd_definitions()
+            if (crd["spec"].get("conversion") or {}).get("strategy") == "Webhook"]
+
+
+def convert_at(api: client.ApiClient, names: list[str], port: int, ca_pem: bytes) -> None:
+    """The CRDs ``names`` convert through https://127.0.0.1:PORT/convert with the CA ``ca_pem``, as the webhook
+    configurations call the controller. The API server takes the change up a moment later: the first request
+    that needs a conversion retries until it is served (see tests/e2e/test_incluster_admission.py)."""
+    bundle = base64.b64encode(ca_pem).decode()
+    url = f"https://127.0.0.1:{port}{crds.CONVERSION_PATH}"
+    ext = client.ApiextensionsV1Api(api)
+    for name in names:
+        ext.patch_custom_resource_definition(name, {"spec": {"conversion": {"webhook": {"clientConfig": {
+            "service": None, "url": url, "caBundle": bundle}}}}})
+        assert ext.read_custom_resource_definition(name).spec.conversion.webhook.client_config.url == url
 
 
 
 def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namespace: str) -> None:
     """An installed controller at work: claims of both APIs get addresses, its webhooks refuse an overlapping
-    pool, and it holds the leader-election Lease in its own namespace."""
+    pool, it converts the in-cluster IP pools' v1alpha1, and it holds the leader-election Lease in its own
+    namespace."""
     from controller_fixtures import Kube, assert_invariants
 
     wait_until_webhooks_answer(api)
@@ -173,6 +204,14 @@ def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namesp
     assert_invariants(kube)
     lease = client.CoordinationV1Api(api).read_namespaced_lease("metal3-ipam-controller", pod_namespace)
     assert lease.spec.holder_identity
+    # The in-cluster IP pool CRDs' v1alpha1 is converted by the installed controller (the API server takes the
+    # CRDs' new clientConfig up a moment after use_webhooks_at patched it).
+    old = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool", "metadata": {"name": "old"},
+           "spec": {"subnet": "10.1.0.0/24", "start": "10.1.0.10", "end": "10.1.0.20"}}
+    eventually(lambda: apply(api, old, namespace).status == 201, timeout=30, interval=0.2,
+               what="a v1alpha1 pool created through the controller's conversion")
+    stored = get(api, dict(old, apiVersion="ipam.cluster.x-k8s.io/v1alpha2"), namespace)
+    assert stored["spec"] == {"addresses": ["10.1.0.10-10.1.0.20"], "prefix": 24}, stored
     refused = call(api, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{namespace}/ippools",
                    {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
                     "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
@@ -273,6 +312,7 @@ def webhook_controller(webhook_plane, webhook_api, tmp_path_factory):
     configurations = register_webhooks(webhook_api, port, authority.pem)
     try:
         wait_until_webhooks_answer(webhook_api)
+        convert_at(webhook_api, converted_crds(), port, authority.pem)
         yield WebhookController(process, port, authority, configurations)
     finally:
         unregister_webhooks(webhook_api, configurations)

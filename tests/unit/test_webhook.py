@@ -623,3 +623,175 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
           f" good reviews in {max(seconds for _, seconds, _ in good):.2f} s at most")
     assert all(status == 200 and seconds < 1.0 for status, seconds, _ in good), good
     assert peak - before < 160 * 2**20, f"peak {peak / 2**20:.0f} MiB from {before / 2**20:.0f} MiB"
+
+
+# -- /convert: the in-cluster IP pool CRDs' conversion, on the same server ------------------------
+
+from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
+from metal3_ipam.core import conversion  # noqa: E402
+
+
+def _conversion_review(desired: str, *objects: dict, uid: str = "c-1") -> bytes:
+    return json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                       "request": {"uid": uid, "desiredAPIVersion": desired, "objects": list(objects)}}).encode()
+
+
+V1ALPHA1_POOL = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool",
+                 "metadata": {"name": "old", "namespace": "default"},
+                 "spec": {"subnet": "10.0.0.0/24", "start": "10.0.0.10", "gateway": "10.0.0.1"}}
+MALFORMED_CONVERSIONS = {
+    "not JSON": b"{",
+    "a list": b"[]",
+    "an AdmissionReview": _envelope(GOOD % '"object": {}'),
+    "another apiVersion": b'{"apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "ConversionReview", "request": {}}',
+    "request a string": b'{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "request": "x"}',
+    "no uid": _conversion_review("ipam.cluster.x-k8s.io/v1alpha2", uid=""),
+    "uid too long": _conversion_review("ipam.cluster.x-k8s.io/v1alpha2", uid="u" * 200),
+    "desiredAPIVersion a number": json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                                              "request": {"uid": "u", "desiredAPIVersion": 2, "objects": []}}).encode(),
+    "objects a map": json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                                 "request": {"uid": "u", "desiredAPIVersion": "v", "objects": {}}}).encode(),
+    "objects holding a string": _conversion_review("ipam.cluster.x-k8s.io/v1alpha2", "x"),  # type: ignore[arg-type]
+    "NaN": _conversion_review("ipam.cluster.x-k8s.io/v1alpha2", {"a": 1}).replace(b"1}", b"NaN}"),
+}
+
+
+def test_the_crds_name_the_path_the_server_serves():
+    from metal3_ipam import crds
+    for kind in ("InClusterIPPool", "GlobalInClusterIPPool"):
+        config = crds.crd_for_kind(kind)["spec"]["conversion"]["webhook"]["clientConfig"]
+        assert config["service"]["path"] == CONVERSION_PATH
+
+
+def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_server(tmp_path, caplog):
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits(read_seconds=1.0)) as served:
+            def ask() -> None:
+                body = _conversion_review("ipam.cluster.x-k8s.io/v1alpha2", V1ALPHA1_POOL)
+                status, answer = served.post(body, CONVERSION_PATH)
+                assert status == 200
+                assert json.loads(answer) == conversion.convert_review(json.loads(body))
+                (converted,) = json.loads(answer)["response"]["convertedObjects"]
+                assert converted["spec"] == {"addresses": ["10.0.0.10-10.0.0.254"], "prefix": 24,
+                                             "gateway": "10.0.0.1"}
+                assert json.loads(answer)["response"]["uid"] == "c-1"
+
+                # An object that cannot be converted: a Failure naming object, field and value, answered 200.
+                bad = dict(V1ALPHA1_POOL, spec={"subnet": "10.0.0.0/33"})
+                status, answer = served.post(_conversion_review("ipam.cluster.x-k8s.io/v1alpha2", bad),
+                                             CONVERSION_PATH)
+                result = json.loads(answer)["response"]["result"]
+                assert status == 200 and result["status"] == "Failure", answer
+                assert "InClusterIPPool/default/old" in result["message"] and "spec.subnet" in result["message"] \
+                    and "10.0.0.0/33" in result["message"], result
+
+                # Malformed bodies: 400 (413 past the bounds), one line of log, never a traceback.
+                for name, body in MALFORMED_CONVERSIONS.items():
+                    caplog.clear()
+                    status, answer = served.post(body, CONVERSION_PATH)
+                    assert 400 <= status < 500, (name, status, answer)
+                    assert "not a ConversionReview" in json.loads(answer)["error"], name
+                    lines = _webhook_lines(caplog)
+                    assert len(lines) == 1 and not lines[0].exc_info, (name, [r.getMessage() for r in lines])
+                    assert len(lines[0].getMessage()) < 600, name
+                # The server's bounds apply here too: a body over the cap is refused on its headers.
+                with load.tls_socket(served.port, served.context) as sock:
+                    sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\n"
+                                 f"Content-Length: {webhook.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+                    assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
+                with load.tls_socket(served.port, served.context) as sock:  # and one too slow, after read_seconds
+                    sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
+                    assert load.status_line(sock, 5).startswith("HTTP/1.1 408 ")
+            await asyncio.to_thread(ask)
+
+    with caplog.at_level(logging.DEBUG, logger="metal3_ipam"), caplog.at_level(logging.INFO):
+        asyncio.run(scenario())
+
+
+# -- the in-cluster provider's IP pools ----------------------------------------------------------
+
+from metal3_ipam.core.incluster import SKIP_DELETE_VALIDATION_ANNOTATION  # noqa: E402
+
+INCLUSTER = "ipam.cluster.x-k8s.io/v1alpha2"
+
+
+def incluster_pool(name: str, kind: str = "InClusterIPPool", ns: str | None = "default", **spec) -> dict:
+    meta = {"name": name, **({"namespace": ns} if kind == "InClusterIPPool" else {})}
+    return {"apiVersion": INCLUSTER, "kind": kind, "metadata": meta,
+            "spec": {"addresses": ["10.1.0.10-10.1.0.20"], "prefix": 24, **spec}}
+
+
+def incluster_address(name: str, ip: str, pool: str, kind: str = "InClusterIPPool", ns: str = "default") -> dict:
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": ip, "prefix": 24, "claimRef": {"name": name},
+                     "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": kind, "name": pool}}}
+
+
+@pytest.mark.parametrize("kind", ["InClusterIPPool", "GlobalInClusterIPPool"])
+def test_an_incluster_pool_is_judged_by_its_rules_and_keeps_its_addresses_in_use(kind):
+    pool = incluster_pool("ip1", kind)
+    # The same name in two namespaces: for a global pool two addresses, for a namespaced one the other
+    # namespace's names another pool.
+    live = inventory(pool, incluster_address("a1", "10.1.0.19", "ip1", kind),
+                     incluster_address("a1", "10.1.0.18", "ip1", kind, ns="other"),
+                     incluster_address("a2", "10.1.0.11", "ip1", kind))
+    admission = Admission(live)
+    assert admission.review(request("CREATE", pool))["allowed"]
+    bad = admission.review(request("CREATE", incluster_pool("ip2", kind, gateway="10.2.0.1")))
+    assert not bad["allowed"] and "spec.gateway" in bad["status"]["message"] and "10.2.0.1" in bad["status"]["message"]
+    other_family = admission.review(request("CREATE", incluster_pool("ip2", kind, excludedAddresses=["fd00::1"])))
+    assert "spec.excludedAddresses[0]: " in other_family["status"]["message"]
+
+    shrunk = incluster_pool("ip1", kind, addresses=["10.1.0.10-10.1.0.15"])
+    response = admission.review(request("UPDATE", shrunk, pool))
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    if kind == "GlobalInClusterIPPool":
+        assert "10.1.0.18 is in use (IPAddress other/a1 (Cluster API))" in message, message
+        assert "10.1.0.19 is in use (IPAddress default/a1 (Cluster API))" in message, message
+    else:
+        assert "10.1.0.19 is in use (IPAddress a1 (Cluster API))" in message and "10.1.0.18" not in message, message
+    assert "10.1.0.11" not in message
+    assert admission.review(request("UPDATE", incluster_pool("ip1", kind, addresses=["10.1.0.0/24"]), pool))["allowed"]
+
+    refused = admission.review(request("DELETE", None, pool))
+    assert not refused["allowed"] and "Pool has IPAddresses allocated" in refused["status"]["message"]
+    for note in (SKIP_DELETE_VALIDATION_ANNOTATION, MOVE):
+        marked = dict(pool, metadata=dict(pool["metadata"], annotations={note: ""}))
+        assert admission.review(request("DELETE", None, marked))["allowed"], note
+    assert Admission(inventory(pool)).review(request("DELETE", None, pool))["allowed"]
+
+
+def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are_not():
+    admission = Admission(inventory())
+    ours = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InClusterIPPool")
+    response = admission.review(request("CREATE", ours))
+    assert not response["allowed"] and "metadata.annotations.ipAddress" in response["status"]["message"]
+    theirs = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InfobloxIPPool")
+    assert admission.review(request("CREATE", theirs))["allowed"]
+    # And the API server is told to send only ours of that group.
+    (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
+    assert "object.spec.poolRef.kind in ['GlobalInClusterIPPool', 'InClusterIPPool']" in expression, expression
+
+
+def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):
+    def broken(review):
+        raise KeyError("boom")
+    monkeypatch.setattr(conversion, "convert_review", broken)
+
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            def ask() -> None:
+                caplog.clear()
+                status, answer = served.post(_conversion_review("ipam.cluster.x-k8s.io/v1alpha2", V1ALPHA1_POOL),
+                                             CONVERSION_PATH)
+                assert status == 500 and json.loads(answer) == {"error": "the review could not be answered"}
+                (line,) = _webhook_lines(caplog)
+                assert not line.exc_info and "KeyError: 'boom'" in line.getMessage(), line.getMessage()
+                assert CONVERSION_PATH in line.getMessage()
+            await asyncio.to_thread(ask)
+
+    with caplog.at_level(logging.INFO, logger="metal3_ipam"):
+        asyncio.run(scenario())
