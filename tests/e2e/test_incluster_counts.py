@@ -10,11 +10,13 @@ of range (the provider reads ``total - used``: negative after a pool shrinks), a
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
 
-from incluster_fixtures import assert_go_shape  # noqa: E402
+from incluster_fixtures import BIND, assert_go_shape  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import Timeout  # noqa: E402
 
@@ -44,11 +46,12 @@ def _make_pool(incluster, kind: str, name: str, **spec) -> str:
 
 
 def _wait_all(checks) -> None:
-    """Run every check; fail with all the failures at once."""
+    """Run every check (``check(timeout)``) within one deadline; fail with all the failures at once."""
+    deadline = time.monotonic() + BIND
     failures = []
     for label, check in checks:
         try:
-            check()
+            check(max(0.5, deadline - time.monotonic()))
         except (AssertionError, Timeout) as err:
             failures.append(f"{label}: {err}")
     assert not failures, "\n".join(failures)
@@ -62,12 +65,13 @@ def test_counts_as_the_provider_counts_them(controller, incluster, kind):
         name = _make_pool(incluster, kind, f"row{i}", prefix=prefix, addresses=addresses, gateway=gateway)
         # Before any claim: free == total, nothing used.
         rows.append((i, name, claims, {"total": total, "used": claims, "free": free, "outOfRange": 0}))
-    _wait_all([(f"row {i} before claims", lambda n=name, c=counts: incluster.wait_counts(
-        n, {**c, "used": 0, "free": c["total"]}, kind)) for i, name, _, counts in rows])
+    _wait_all([(f"row {i} before claims", lambda t, n=name, c=counts: incluster.wait_counts(
+        n, {**c, "used": 0, "free": c["total"]}, kind, timeout=t)) for i, name, _, counts in rows])
     for i, name, claims, _ in rows:
         for j in range(claims):
             incluster.claim(f"r{i}-{j}", name, kind)
-    _wait_all([(f"row {i}", lambda n=name, c=counts: incluster.wait_counts(n, c, kind)) for i, name, _, counts in rows])
+    _wait_all([(f"row {i}", lambda t, n=name, c=counts: incluster.wait_counts(n, c, kind, timeout=t))
+               for i, name, _, counts in rows])
     last = incluster.served("r7-0")
     assert last["spec"]["address"] == "fe80::ffff" and last["spec"]["prefix"] == 120, last["spec"]
 
@@ -98,7 +102,7 @@ def test_free_stays_right_when_addresses_fall_out_of_range(controller, incluster
     for i, name, after, _, _ in rows:
         incluster.writer.patch(incluster.pool(name, kind), {"spec": {"addresses": after,
                                                                      "allocateReservedIPAddresses": False}})
-    _wait_all([(f"row {i}", lambda n=name, c=counts: incluster.wait_counts(n, c, kind))
+    _wait_all([(f"row {i}", lambda t, n=name, c=counts: incluster.wait_counts(n, c, kind, timeout=t))
                for i, name, _, _, counts in rows])
     # Nothing is taken away from a claim because its address fell out of range.
     for i, name, _, claims, _ in rows:
