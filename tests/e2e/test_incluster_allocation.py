@@ -15,7 +15,7 @@ import pytest
 
 pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
 
-from controller_fixtures import Kube, holds_for  # noqa: E402
+from controller_fixtures import PAUSED, Kube, holds_for  # noqa: E402
 from incluster_fixtures import assert_go_shape, unique_ips  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 
@@ -164,3 +164,25 @@ def test_a_pre_existing_ipaddress_is_adopted_as_it_is(controller, incluster, for
     assert a["metadata"]["ownerReferences"] == ([dummy] if foreign_owner else []) + want
     assert incluster.ip("next") == "10.0.0.1"  # the adopted address is taken; the lowest free one is not it
     incluster.wait_counts("p", {"total": 253, "used": 2, "free": 251, "outOfRange": 0})
+
+
+@pytest.mark.parametrize("kind", [IP_POOL, GLOBAL])
+def test_a_claim_of_a_missing_pool_says_so_and_is_served_once_the_pool_exists(controller, incluster, kind):
+    """The provider ignores such a claim in silence; here it reads Ready=False PoolNotReady until the pool
+    appears, then it is served."""
+    name = incluster.global_name("later")
+    incluster.claim("early", name, kind)
+    ready = incluster.not_ready("early", "PoolNotReady")
+    assert name in ready["message"], ready
+    incluster.kube.warning_event("early", "PoolNotReady")
+    make = incluster.global_ip_pool if kind == GLOBAL else incluster.ip_pool
+    make(name, prefix=24, addresses=["10.70.0.1-10.70.0.2"])
+    assert incluster.ip("early") == "10.70.0.1"
+
+
+def test_a_claim_of_a_paused_pool_waits_until_it_is_unpaused(controller, incluster):
+    incluster.ip_pool("p", prefix=24, addresses=["10.0.0.10-10.0.0.20"], annotations={PAUSED: ""})
+    incluster.claim("m", "p")
+    holds_for(lambda: incluster.get_address("m") is None, 3.0, "nothing allocated from a paused pool")
+    incluster.writer.patch(incluster.pool("p"), {"metadata": {"annotations": {PAUSED: None}}})
+    assert incluster.ip("m") == "10.0.0.10"
