@@ -1,12 +1,8 @@
-"""The in-cluster provider's pool kinds on the real API server: CRDs, objects and waiting.
+"""The in-cluster provider's pool kinds on the real API server: objects and waiting.
 
-A pytest plugin (test modules load it with ``pytest_plugins``, beside ``controller_fixtures``):
+A pytest plugin (test modules load it with ``pytest_plugins``, beside ``controller_fixtures``); the
+pool kinds' CRDs are those of ``config/crd/bases``, which the session's control plane installs:
 
-- ``incluster_crds`` (session): the CRDs of ``InClusterIPPool``, ``GlobalInClusterIPPool``,
-  ``InClusterPrefixPool`` and ``GlobalInClusterPrefixPool`` are those of ``config/crd/bases`` when
-  the checkout has them (the control plane installs them at its start); for any it lacks, a shape
-  of the provider's v1alpha2 CRD (its names, scope, fields, printer columns, status subresource) is
-  installed, with a status that keeps whatever the controller writes (its conditions);
 - ``incluster`` (per test): an :class:`InCluster` for the test's namespace, with further namespaces
   and cluster-scoped pools of its own, cleaned up afterwards.
 
@@ -18,11 +14,9 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
-from pathlib import Path
 from typing import Any, Iterable
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -30,84 +24,8 @@ from controller_fixtures import CLUSTER, Kube, condition
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
 
-REPO = Path(__file__).resolve().parents[2]
 #: How long a claim may take to be served by a running controller (it takes well under a second).
 BIND = 20.0
-
-
-# --------------------------------------------------------------------------- CRDs
-
-
-def _ip_pool_spec_schema() -> dict:
-    strings = {"type": "array", "items": {"type": "string"}}
-    return {"type": "object", "required": ["addresses", "prefix"], "properties": {
-        "addresses": strings, "excludedAddresses": strings,
-        "prefix": {"type": "integer", "minimum": 0, "maximum": 128},
-        "gateway": {"type": "string"},
-        "allocateReservedIPAddresses": {"type": "boolean"},
-        "addressReuseGracePeriodSeconds": {"type": "integer", "format": "int32", "minimum": 0}}}
-
-
-def _prefix_pool_spec_schema() -> dict:
-    strings = {"type": "array", "items": {"type": "string"}}
-    return {"type": "object", "required": ["prefixes"], "properties": {
-        "prefixes": strings, "excludedPrefixes": strings, "gateway": {"type": "string"},
-        "allocationPrefixLength": {"type": "integer", "default": 64, "minimum": 1, "maximum": 128}}}
-
-
-def provider_crd_shape(kind: str) -> dict:
-    """The provider's v1alpha2 CRD of ``kind``, as far as these tests rely on it."""
-    plural = gi.PLURALS[kind]
-    prefix = kind in gi.PREFIX_POOL_KINDS
-    columns = [{"name": "Prefixes" if prefix else "Addresses", "type": "string",
-                "jsonPath": ".spec.prefixes" if prefix else ".spec.addresses"}]
-    columns += [{"name": n.capitalize(), "type": "integer", "jsonPath": f".status.ipAddresses.{n}"}
-                for n in ("total", "free", "used")]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{gi.GROUP}",
-                     "labels": {"cluster.x-k8s.io/provider": "ipam-in-cluster",
-                                "clusterctl.cluster.x-k8s.io/move-hierarchy": ""}},
-        "spec": {
-            "group": gi.GROUP,
-            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
-                      "categories": ["cluster-api"]},
-            "scope": "Cluster" if kind in gi.GLOBAL_POOL_KINDS else "Namespaced",
-            "versions": [{
-                "name": gi.POOL_VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-                    "spec": _prefix_pool_spec_schema() if prefix else _ip_pool_spec_schema(),
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                }}},
-            }],
-        },
-    }
-
-
-def crds_in_checkout(root: Path = REPO) -> set[str]:
-    names = set()
-    for path in sorted((root / "config" / "crd" / "bases").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                names.add(doc["metadata"]["name"])
-    return names
-
-
-@pytest.fixture(scope="session")
-def incluster_crds(control_plane, tmp_path_factory) -> list[str]:
-    """The CRDs of the four pool kinds, served: the checkout's, or the provider's shape where it has none.
-    Returns the names of the CRDs installed here (empty once config/crd/bases holds them all)."""
-    have = crds_in_checkout()
-    missing = [kind for kind in gi.POOL_KINDS if f"{gi.PLURALS[kind]}.{gi.GROUP}" not in have]
-    if not missing:
-        return []
-    directory = tmp_path_factory.mktemp("incluster-crds")
-    path = directory / "incluster-crds.yaml"
-    path.write_text(yaml.safe_dump_all([provider_crd_shape(kind) for kind in missing]))
-    return control_plane.apply_crds([path])
 
 
 # --------------------------------------------------------------------------- objects
@@ -285,7 +203,7 @@ class InCluster:
 
 
 @pytest.fixture
-def incluster(incluster_crds, api_client, kube) -> Iterable[InCluster]:
+def incluster(api_client, kube) -> Iterable[InCluster]:
     ic = InCluster(api_client, kube)
     try:
         yield ic
