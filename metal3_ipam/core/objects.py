@@ -105,8 +105,9 @@ def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
 
 
 def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
-    """The Cluster a claim belongs to: its cluster-name label, or a v1beta2 IPAddressClaim's spec.clusterName."""
-    name = labels(claim).get(kinds.CLUSTER_NAME_LABEL) or spec(claim).get("clusterName")
+    """The Cluster a claim belongs to: a v1beta2 IPAddressClaim's spec.clusterName, else its cluster-name label
+    (Cluster API's order)."""
+    name = spec(claim).get("clusterName") or labels(claim).get(kinds.CLUSTER_NAME_LABEL)
     return str(name) if name else None
 
 
