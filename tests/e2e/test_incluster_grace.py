@@ -80,7 +80,9 @@ def test_the_grace_period_holds_across_a_controller_restart(controller_factory, 
 
 
 def test_a_deadline_passed_while_no_controller_ran_releases_at_once(controller_factory, incluster):
-    grace = 3
+    # Long enough for the first controller to be stopped before the deadline (deletionTimestamp is in whole
+    # seconds, so up to a second of it may be gone already): a controller still running releases at it.
+    grace = 8
     first = controller_factory(ARGS, name="first")
     incluster.ip_pool("p", prefix=24, addresses=["10.0.0.10"], grace_seconds=grace)
     incluster.claim("old", "p")
