@@ -428,7 +428,7 @@ class PoolWorkers:
         if due is None:
             return
         try:
-            at = datetime.datetime.fromisoformat(due.replace("Z", "+00:00"))
+            at = o.parse_time(due)
         except ValueError:
             return
         delay = (at - datetime.datetime.now(datetime.timezone.utc)).total_seconds() + DUE_MARGIN

@@ -1023,10 +1023,9 @@ def _span_text(first: int, last: int, version: int) -> str:
 def _instant(text: str) -> datetime.datetime:
     """An RFC 3339 time as the API server writes it; one that cannot be read is long past."""
     try:
-        value = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
+        return o.parse_time(text)
     except ValueError:
         return datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
-    return value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
 
 
 def _passed(deadline: str, now: str) -> bool:

@@ -249,3 +249,37 @@ def test_overlapping_pools_of_a_namespace_are_independent_as_in_the_provider():
     assert o.spec(_address(api, "a"))["address"] == o.spec(_address(api, "b"))["address"] == "10.0.0.2"
     assert sorted(n for _, n in _locks(api)) == ["p-10-0-0-2", "q-10-0-0-2"]
     assert not [a for a in [] if isinstance(a, SetFinalizers)]
+
+
+def test_the_workers_pass_over_the_pool_again_at_the_deadline_and_keep_no_other_state():
+    import asyncio
+    import datetime
+    from metal3_ipam.controller.workers import PoolWorkers, utc_now
+    from test_pool_passes import MemoryWriter, until_quiet
+
+    api = converged(gi.ip_pool("p", namespace=NS, prefix=24, addresses=["10.0.0.2"], grace_seconds=30), _claim("old"),
+                    now=utc_now())
+    user_delete(api, kinds.CAPI_CLAIM, "old")
+    deleted = o.parse_time(get(api, kinds.CAPI_CLAIM, "old")["metadata"]["deletionTimestamp"])
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(workers, POOL)
+        due, handle = workers._due_handles[POOL]
+        assert due == o.format_time(deleted + datetime.timedelta(seconds=30))
+        left = handle.when() - asyncio.get_running_loop().time()
+        assert 0 < left <= 30 + 1, left
+        assert get(api, kinds.CAPI_CLAIM, "old") is not None and _address(api, "old") is not None
+        # A controller started after the deadline (a ledger of its own, no timer): released at its first pass.
+        past = get(api, kinds.CAPI_CLAIM, "old")
+        past = {**past, "metadata": {**past["metadata"], "resourceVersion": api._next_version(),
+                                     "deletionTimestamp": o.format_time(deleted - datetime.timedelta(seconds=31))}}
+        api.inventory.upsert(past)
+        later = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(later, POOL)
+        assert get(api, kinds.CAPI_CLAIM, "old") is None and _address(api, "old") is None and not _locks(api)
+        assert POOL not in later._due_handles
+        await workers.stop()
+        await later.stop()
+
+    asyncio.run(scenario())
