@@ -31,7 +31,9 @@ COUNTS = [
     (24, ["10.0.0.10-10.0.0.20"], "10.0.0.1", 1, 11, 10),
     (24, ["10.0.0.0-10.0.0.1"], "10.0.0.2", 1, 1, 0),       # the network address is not counted
     (24, ["10.0.0.254-10.0.0.255"], "10.0.0.1", 1, 1, 0),   # nor the broadcast address
-    (120, ["fe80::ffff"], "fe80::a", 1, 1, 0),              # IPv6: the last address of the subnet is
+    # IPv6: the last address of the subnet is handed out. (The provider's own row has the gateway fe80::a,
+    # outside fe80::ff00/120: a pool this project refuses, so the gateway here is inside the prefix.)
+    (120, ["fe80::ffff"], "fe80::ff0a", 1, 1, 0),
 ]
 
 
