@@ -97,6 +97,7 @@ class Runtime:
         # assemble()
         self.inventory = Inventory()
         self.inventory.lock_namespace = options.lock_namespace
+        self.inventory.namespaces = frozenset(options.namespaces) if options.namespaces else None
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None

@@ -111,6 +111,9 @@ class Snapshot:
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"
+    # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
+    # claim is in a namespace not served is left to the controller that serves it.
+    serves: Callable[[str], bool] = lambda namespace: True
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
@@ -503,8 +506,8 @@ class _Reconciler:
                 step.add(_without_finalizer(address, finalizer))
             return
         if claim is None:
-            if self.written_first(address, finalizer):
-                return  # written before its claim: it waits for it (and holds its IP meanwhile)
+            if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
+                return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
             step.add(_with_finalizer(address, finalizer))

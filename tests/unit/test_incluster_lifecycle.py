@@ -283,3 +283,18 @@ def test_the_workers_pass_over_the_pool_again_at_the_deadline_and_keep_no_other_
         await later.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_controller_watching_some_namespaces_leaves_the_global_pools_locks_of_the_others_alone():
+    """With ``-n ns-b`` it does not know ns-a's claim: the lock and address of that claim are not its to judge,
+    and their IP is still taken for its own claims."""
+    api = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    held = o.spec(_address(api, "m", "ns-a"))["address"]
+    mine = loaded(*[x for x in api.inventory.objects.values()
+                    if o.namespace(x) in ("", "ns-b", LOCK_NS) and kinds.kind_of(x) != kinds.CAPI_CLAIM],
+                  _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    mine.inventory.namespaces = frozenset({"ns-b"})
+    plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now, random.Random(0)))
+    assert not [a for a in plan.writes if isinstance(a, (Delete, SetFinalizers)) and a.target.namespace == LOCK_NS]
+    created = [a.obj for a in plan.writes if isinstance(a, Create) and a.obj["apiVersion"] == gi.CAPI_API_VERSION]
+    assert [o.spec(c)["address"] for c in created] == ["10.0.0.3"] and held == "10.0.0.2"

@@ -47,16 +47,29 @@ def _seconds(text: str) -> int:
     return int((datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) - START).total_seconds())
 
 
+LOCK_NAMESPACE = "default"
+
+
+def watched(namespaces: tuple[str, ...] | None, obj: dict) -> bool:
+    """Whether a replica watching ``namespaces`` (None: all) sees ``obj``: objects of cluster scope and the
+    locks in the lock namespace are watched whatever the namespaces (``operator.listings``)."""
+    ns = o.namespace(obj)
+    return namespaces is None or not ns or ns in namespaces \
+        or (kinds.kind_of(obj) == kinds.IPADDRESS and ns == LOCK_NAMESPACE)
+
+
 class Store(MemoryApi):
     """The API server: every stored change becomes a watch event on each replica's stream of its kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, scopes: list[tuple[str, ...] | None]) -> None:
         super().__init__(now=_time(0))
+        self.scopes = scopes
         self.streams = [{kind: deque() for kind in SERVED} for _ in range(REPLICAS)]
 
     def _emit(self, kind_of_event: str, obj: dict) -> None:
-        for streams in self.streams:
-            streams[kinds.kind_of(obj)].append((kind_of_event, copy.deepcopy(obj)))
+        for scope, streams in zip(self.scopes, self.streams):
+            if watched(scope, obj):
+                streams[kinds.kind_of(obj)].append((kind_of_event, copy.deepcopy(obj)))
 
     def load(self, obj: dict) -> None:
         super().load(obj)
@@ -74,11 +87,15 @@ def _pool_of_address(address: dict) -> o.PoolKey | None:
 
 
 class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
-    @initialize(seed=st.integers(0, 10_000), grace=st.sampled_from([0, 10]), with_go=st.booleans())
-    def start(self, seed, grace, with_go):
+    @initialize(seed=st.integers(0, 10_000), grace=st.sampled_from([0, 10]), with_go=st.booleans(),
+                split=st.booleans())
+    def start(self, seed, grace, with_go, split):
+        """``split``: the replicas watch namespaces apart (``-n``), one ns-a, the other ns-b and ns-c; both
+        serve the global pool, and only the lock namespace, which both watch, keeps its IPs apart."""
         self.rng = random.Random(seed)
         self.grace = grace
-        self.store = Store()
+        self.scopes = [("ns-a",), ("ns-b", "ns-c")] if split else [None] * REPLICAS
+        self.store = Store(self.scopes)
         self.caches = [Inventory() for _ in range(REPLICAS)]
         self.counter = 0
         self.deadlines: dict[tuple[str, str, str], int] = {}  # a deleted claim served -> when it may go
@@ -97,9 +114,11 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
             self.store.load(obj)
         # Each replica starts from a LIST of every kind; the events of what it listed come after.
         self.pending = [[] for _ in range(REPLICAS)]
-        for cache in self.caches:
+        for scope, cache in zip(self.scopes, self.caches):
+            cache.namespaces = frozenset(scope) if scope is not None else None
             for kind in SERVED:
-                cache.settle_listing(kind, None, *self.listing(kind))
+                items, version = self.listing(kind)
+                cache.settle_listing(kind, None, [x for x in items if watched(scope, x)], version)
         self.note_deadlines()
 
     def listing(self, kind):
@@ -178,8 +197,10 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
                 if target is None:
                     continue
                 stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
-                if stored is not None:
+                if stored is not None and watched(self.scopes[replica], stored):
                     cache.upsert(copy.deepcopy(stored))
+                elif stored is not None:
+                    continue
                 else:
                     cache.forget(target.group_kind, target.namespace, target.name)
         self.note_deadlines()
@@ -251,7 +272,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
             claim = o.spec(lock)["claim"]
             assert (claim["namespace"], claim["name"]) in claims, f"leaked lock {o.name(lock)}"
             if o.pool_of(lock) == GLOBAL:
-                assert o.namespace(lock) == "default", f"a global pool's lock in {o.namespace(lock)}"
+                assert o.namespace(lock) == LOCK_NAMESPACE, f"a global pool's lock in {o.namespace(lock)}"
 
 
 TwoReplicasServeGlobalPools.TestCase.settings = settings(
