@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="act without holding the Lease (safe, but replicas then duplicate work)")
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
                      help="namespace of the Lease (default: $POD_NAMESPACE or default)")
+    run.add_argument("--lock-namespace", default=None, metavar="NS",
+                     help="namespace of the locks of the pools of cluster scope, one IPAddress per IP handed out "
+                          "(default: $POD_NAMESPACE or default)")
     run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
                      help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
     run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",
@@ -248,6 +251,8 @@ def _run(args: argparse.Namespace) -> int:
                       resync_seconds=args.resync_seconds, parallel_writes=max(1, args.parallel_writes))
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
+    if args.lock_namespace:
+        options.lock_namespace = args.lock_namespace
     options.lease_timing = _lease_timing(args)
     if not 0 <= args.webhook_port <= 65535:
         raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")

@@ -802,6 +802,8 @@ def _ip_addresses_status() -> dict[str, Any]:
                     "outOfRange": count("How many in use the pool's spec no longer holds."),
                 },
             },
+            # Not in the in-cluster provider's pools: its users get a Ready condition on top.
+            "conditions": _conditions("Observations of the pool's state (Ready)."),
         },
     }
 

@@ -269,7 +269,7 @@ class Listing:
 
 
 def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
-             namespaces: list[str]) -> list[Listing]:
+             namespaces: list[str], lock_namespace: str | None = None) -> list[Listing]:
     """Every served kind, one LIST per kind (and namespace); nothing is asked before its pages are read.
 
     Clusters come first: one listed paused waits for its addresses to be
@@ -278,10 +278,16 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
     creates the addresses before it unpauses the Cluster.
     """
     ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
-    # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched.
-    return [_listing(api, kind, resource, namespace)
-            for kind, resource in ordered
-            for namespace in ([None] if _cluster_scoped(kind) else namespaces or [None])]
+    # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched;
+    # the locks of such pools (Metal3 IPAddresses) in their one namespace, whatever namespaces are watched too.
+    def namespaces_of(kind: tuple[str, str]) -> list[str | None]:
+        if _cluster_scoped(kind) or not namespaces:
+            return [None]
+        if kind == kinds.IPADDRESS and lock_namespace and lock_namespace not in namespaces:
+            return [*namespaces, lock_namespace]
+        return list(namespaces)
+
+    return [_listing(api, kind, resource, namespace) for kind, resource in ordered for namespace in namespaces_of(kind)]
 
 
 def _cluster_scoped(kind: tuple[str, str]) -> bool:

@@ -55,6 +55,8 @@ class Options:
     health_port: int = 8081
     leader_elect: bool = True
     lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    # Where the locks of the pools of cluster scope live (one namespace for all of them).
+    lock_namespace: str = os.environ.get("POD_NAMESPACE", "default")
     lease_name: str = "metal3-ipam-controller"
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     resync_seconds: float = 300.0
@@ -94,6 +96,8 @@ class Runtime:
         self.resources: dict[tuple[str, str], Resource] = {}
         # assemble()
         self.inventory = Inventory()
+        self.inventory.lock_namespace = options.lock_namespace
+        self.inventory.namespaces = frozenset(options.namespaces) if options.namespaces else None
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None
@@ -285,7 +289,7 @@ class Runtime:
     async def _load(self) -> None:
         """Every kind listed once before any pool is worked on; each of our kinds watched from the
         version it was listed at, so nothing in between is missed."""
-        for listing in listings(self.api, self.resources, self.options.namespaces):
+        for listing in listings(self.api, self.resources, self.options.namespaces, self.options.lock_namespace):
             version = await self._settle_until_done(listing)
             if listing.kind in self.hot:
                 watch = KindWatch(self.streams, self.resources[listing.kind], listing.kind, listing.namespace,
@@ -322,7 +326,7 @@ class Runtime:
         while True:
             await asyncio.sleep(self.options.resync_seconds)
             try:
-                for listing in listings(self.api, self.resources, self.options.namespaces):
+                for listing in listings(self.api, self.resources, self.options.namespaces, self.options.lock_namespace):
                     await self.controller.settle(listing)
             except UNREACHABLE as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)

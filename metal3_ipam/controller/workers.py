@@ -63,6 +63,10 @@ log = logging.getLogger("metal3_ipam.pools")
 MAX_STEPS_PER_PASS = 200
 
 
+# A pass for work due at a time starts this long after it (the clock read in whole seconds then says it is due).
+DUE_MARGIN = 0.05
+
+
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -106,6 +110,9 @@ class PoolWorkers:
         self._tasks: dict[o.PoolKey, asyncio.Task] = {}
         self._backoff: dict[o.PoolKey, float] = {}
         self._retry_handles: dict[o.PoolKey, asyncio.TimerHandle] = {}
+        # A pass at the time a plan said work falls due (a reuse grace period ends): kept in no other form,
+        # so a restart loses nothing (the next pass finds the deadline in the objects again).
+        self._due_handles: dict[o.PoolKey, tuple[str, asyncio.TimerHandle]] = {}
         # When a claim was first seen waiting, for the allocation latency histogram.
         self._waiting_since: dict[tuple, float] = {}
         # Per namespace, the pools with claims that could not be served: woken when another pool
@@ -132,8 +139,10 @@ class PoolWorkers:
         allowed they stop at their next action); the rest are cancelled. True when none had to
         be cancelled: no request of ours can still be on its way."""
         self._stopping = True
-        for handle in [*self._retry_handles.values(), *self._status_handles.values()]:
+        for handle in [*self._retry_handles.values(), *self._status_handles.values(),
+                       *(h for _, h in self._due_handles.values())]:
             handle.cancel()
+        self._due_handles.clear()
         self._retry_handles.clear()
         self._status_handles.clear()
         self._dirty.clear()
@@ -179,6 +188,9 @@ class PoolWorkers:
             handle = handles.pop(pool, None)
             if handle is not None:
                 handle.cancel()
+        due = self._due_handles.pop(pool, None)
+        if due is not None:
+            due[1].cancel()
         self._ledgers.pop(pool, None)
         self._unserved_pools.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
@@ -215,6 +227,7 @@ class PoolWorkers:
             released = scope.released
         self.freezer.maybe_freeze()
         self._follow_up(pool, ledger, released, scope.started)
+        self._pass_when_due(pool, plan.due)
         return await self._execute(pool, ledger, plan, scope.started)
 
     def _scope(self, pool: o.PoolKey) -> PassScope:
@@ -402,6 +415,28 @@ class PoolWorkers:
         are the record, and are never put off.
         """
         return self.status_seconds * max(1.0, len(ledger.bound) / STATUS_BINDINGS_PER_SECOND)
+
+    def _pass_when_due(self, pool: o.PoolKey, due: str | None) -> None:
+        """A pass over the pool at ``due`` (RFC 3339, whole seconds): the one timer per pool, for the earliest
+        time the last plan named."""
+        known = self._due_handles.get(pool)
+        if known is not None and known[0] == due:
+            return
+        if known is not None:
+            known[1].cancel()
+            del self._due_handles[pool]
+        if due is None:
+            return
+        try:
+            at = o.parse_time(due)
+        except ValueError:
+            return
+        delay = (at - datetime.datetime.now(datetime.timezone.utc)).total_seconds() + DUE_MARGIN
+        self._due_handles[pool] = (due, asyncio.get_running_loop().call_later(max(delay, 0.0), self._due, pool))
+
+    def _due(self, pool: o.PoolKey) -> None:
+        self._due_handles.pop(pool, None)
+        self.kick([pool])
 
     def _status_later(self, pool: o.PoolKey, delay: float) -> None:
         if pool not in self._status_handles:

@@ -104,6 +104,9 @@ class Plan:
     # Some work could not be decided now (e.g. waiting for an address to go);
     # the next reconcile, triggered by that change, picks it up.
     notes: list[str] = field(default_factory=list)
+    # The earliest time (RFC 3339) at which a pass over the pool has work that nothing else will bring
+    # (a deleted claim's address held until then): the caller passes over the pool again at that time.
+    due: str | None = None
 
     def step(self, subject: str, about: Ref | None = None) -> Step:
         step = Step(subject, about=about)

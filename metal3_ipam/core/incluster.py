@@ -270,16 +270,6 @@ def ip_pool_counts(pool: Pool, in_use: Iterable[object]) -> Counts:
 
 # -- the reuse grace period ----------------------------------------------------------------
 
-def parse_time(text: str) -> datetime.datetime:
-    """An RFC 3339 time as the API server writes it (``2026-11-24T15:39:49Z``), in UTC."""
-    if not isinstance(text, str):
-        raise ValueError(f"is not a time: {text!r}")
-    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    if value.tzinfo is None:
-        raise ValueError(f"has no time zone: {text!r}")
-    return value.astimezone(datetime.timezone.utc)
-
-
 def grace_deadline(deletion_timestamp: str | None, seconds: int | None) -> datetime.datetime | None:
     """Until when a deleted claim's address stays held: its ``deletionTimestamp`` plus the pool's
     ``addressReuseGracePeriodSeconds``; None when the claim is not being deleted or there is no grace.
@@ -288,12 +278,7 @@ def grace_deadline(deletion_timestamp: str | None, seconds: int | None) -> datet
     """
     if not deletion_timestamp or not seconds or seconds <= 0:
         return None
-    return parse_time(deletion_timestamp) + datetime.timedelta(seconds=seconds)
-
-
-def format_time(value: datetime.datetime) -> str:
-    """The API server's form of a time: UTC, whole seconds, ``Z``."""
-    return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return o.parse_time(deletion_timestamp) + datetime.timedelta(seconds=seconds)
 
 
 # -- admission ---------------------------------------------------------------------------
@@ -366,3 +351,4 @@ def validate_ip_pool_delete(obj: Any, in_use: Mapping[str, str] | None) -> list[
 
 # Last: objects reads the pool kinds, whose in-cluster ones read the names above.
 from . import objects as o  # noqa: E402
+from .objects import format_time, parse_time  # noqa: E402,F401  (read here too: the grace deadline's form)

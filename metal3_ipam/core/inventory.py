@@ -49,6 +49,8 @@ class _PoolGroup:
         return bool(self.claims or self.addresses or self.capi_addresses)
 
 
+DEFAULT_LOCK_NAMESPACE = "default"
+
 SERVED = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 
@@ -118,6 +120,12 @@ class Inventory:
         # Clusters are watched and filed here (Cluster API is installed): a claim of a Cluster not
         # filed waits for it (``reconcile``).
         self.clusters_served = True
+        # Where the locks of the pools of cluster scope live: one namespace, so that the API server's name
+        # uniqueness guards each of their IPs across every namespace (the controller's own, set by the adapter).
+        self.lock_namespace = DEFAULT_LOCK_NAMESPACE
+        # The namespaces whose claims are served (None: all). A pool of cluster scope has claims in others too,
+        # which another controller serves: their addresses are not this one's to judge.
+        self.namespaces: frozenset[str] | None = None
         self.filed = 0  # objects stored so far, new or replacing another (what the collector may come to walk)
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
@@ -413,12 +421,16 @@ class Inventory:
         return model, problems
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
+        """What earlier pools of the namespace own of this pool's addresses; among the kinds that keep an IP
+        unique in the namespace only (the others' pools are independent of every other)."""
         namespace = pool_key.namespace
+        if not pools.REGISTRY[pool_key.kind].unique_in_namespace:
+            return []
         if namespace not in self._withheld:
             facts = []
             for key in sorted(self._pool_names.get(namespace, ())):
                 pool = self.objects[(key.kind, namespace, key.name)]
-                if o.is_deleting(pool):
+                if o.is_deleting(pool) or not pools.REGISTRY[key.kind].unique_in_namespace:
                     continue
                 model, _ = self.pool_model(pool)
                 if model is not None:
@@ -458,6 +470,8 @@ class Inventory:
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
+            lock_namespace=self.lock_namespace,
+            serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)
 

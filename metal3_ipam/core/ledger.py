@@ -92,6 +92,8 @@ class Ledger:
         self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
         self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
         self.deferred_claims: dict[o.ClaimKey, None] = {}
+        # Deleted claims whose address is held until a deadline (RFC 3339): decided again once it passed.
+        self.due: dict[o.ClaimKey, str] = {}
         self.deferred_addresses: dict[Holder, None] = {}
         # A full reconcile is due: set when writes of a pass failed, when the pool was paused.
         self.needs_full = True
@@ -224,6 +226,7 @@ class Ledger:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
             self.unserved.pop(key, None)
+            self.due.pop(key, None)
             self.unbind(key)
             ip = self.kept.pop(key, None)
             if ip is not None:

@@ -7,6 +7,7 @@ is it being deleted) without ever raising on a missing field.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -105,9 +106,27 @@ def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
 
 
 def cluster_name_of(claim: Mapping[str, Any]) -> str | None:
-    """The Cluster a claim belongs to: its cluster-name label, or a v1beta2 IPAddressClaim's spec.clusterName."""
-    name = labels(claim).get(kinds.CLUSTER_NAME_LABEL) or spec(claim).get("clusterName")
+    """The Cluster a claim belongs to: a v1beta2 IPAddressClaim's spec.clusterName, else its cluster-name label
+    (Cluster API's order)."""
+    name = spec(claim).get("clusterName") or labels(claim).get(kinds.CLUSTER_NAME_LABEL)
     return str(name) if name else None
+
+
+# -- times as the API server writes them ----------------------------------------
+
+def parse_time(text: str) -> datetime.datetime:
+    """An RFC 3339 time as the API server writes it (``2026-11-24T15:39:49Z``), in UTC."""
+    if not isinstance(text, str):
+        raise ValueError(f"is not a time: {text!r}")
+    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"has no time zone: {text!r}")
+    return value.astimezone(datetime.timezone.utc)
+
+
+def format_time(value: datetime.datetime) -> str:
+    """The API server's form of a time: UTC, whole seconds, ``Z``."""
+    return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- which pool an object belongs to ------------------------------------------

@@ -21,7 +21,15 @@ What it guarantees, whatever it is shown:
   as a failed machine;
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
-  for Cluster API claims, so one name lock guards every allocation;
+  for Cluster API claims, so one name lock guards every allocation (a kind
+  whose pools have no namePrefix names its locks after the pool; those of a
+  pool of cluster scope are all in one namespace, ``Snapshot.lock_namespace``,
+  so that the lock guards an IP across every namespace). Written lock, then
+  the claim's visible address, then its status; released the other way round;
+- a deleted claim's address outlives it until the deadline its pool kind
+  derives from the stored objects (``PoolKind.release_after``): both keep
+  their finalizers, the IP stays held, and the plan says when to pass again
+  (``Plan.due``);
 - a Cluster API claim served by an earlier IPAM with only a Cluster API
   IPAddress (the Go Metal3 IPAM names it ``<namePrefix>-<ip>``) keeps that
   address; its lock is created for it, and the pool hands out nothing new
@@ -45,6 +53,7 @@ Ready condition.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import random
 from contextlib import contextmanager
@@ -99,6 +108,12 @@ class Snapshot:
     withheld: list[Withheld] = field(default_factory=list)
     # The pool spec already read (the inventory keeps it per generation); read here when None.
     model: tuple[Pool | None, list[Problem]] | None = None
+    # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
+    # of them, so that the API server's name uniqueness guards each IP across every namespace.
+    lock_namespace: str = "default"
+    # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
+    # claim is in a namespace not served is left to the controller that serves it.
+    serves: Callable[[str], bool] = lambda namespace: True
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
@@ -162,7 +177,11 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
                                     ((CAPI, n) for n in list(ledger.capi_addresses)))
     else:
         claims, addresses = ledger.apply(changes)
-    return (yield from _Reconciler(snap, ledger, model, status_due).run(claims, addresses, max_steps))
+        # Deleted claims whose address was held until now: nothing changed in the store to say so.
+        claims.update((key, None) for key, deadline in list(ledger.due.items()) if _passed(deadline, snap.now))
+    plan = yield from _Reconciler(snap, ledger, model, status_due).run(claims, addresses, max_steps)
+    plan.due = min(ledger.due.values(), key=_instant, default=None)
+    return plan
 
 
 def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
@@ -435,7 +454,8 @@ class _Reconciler:
         if comparable == desired and _lacks_only(current, desired):
             ledger.status_clean = checked
             return
-        desired["lastUpdated"] = self.snap.now
+        if self.kind.indexes:  # Metal3's status.lastUpdated, with its indexes
+            desired["lastUpdated"] = self.snap.now
         self.pool_step.add(SetStatus(o.ref(pool), desired))
         before = o.condition(current, OVERLAPPING)
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
@@ -486,9 +506,18 @@ class _Reconciler:
                 step.add(_without_finalizer(address, finalizer))
             return
         if claim is None:
+            if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
+                return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
             step.add(_with_finalizer(address, finalizer))
+
+    def written_first(self, address: dict, finalizer: str) -> bool:
+        """A Cluster API IPAddress written before its claim, for a kind that keeps such: no owner reference
+        to a claim, none of our finalizers (nothing of ours made it, nothing of ours lets it go)."""
+        return (self.kind.keeps_addresses_written_first and kinds.kind_of(address) == kinds.CAPI_ADDRESS
+                and finalizer not in o.finalizers(address)
+                and not any(r.get("kind") == kinds.CAPI_CLAIM[1] for r in o.owner_references(address)))
 
     # -- claims --------------------------------------------------------------
 
@@ -544,12 +573,31 @@ class _Reconciler:
             # Moved, not released; clusterctl strips the finalizers itself.
             self.remember_binding(claim)
             return
+        key = o.claim_key(claim)
+        self.ledger.due.pop(key, None)
+        held_until = self.release_after(claim, mine)
+        if held_until is not None:
+            # Its address outlives it until then (counted, its IP handed out to no one), both finalizers on.
+            self.remember_binding(claim)
+            self.ledger.due[key] = held_until
+            self.plan.notes.append(f"{o.name(claim)}: its address is released at {held_until}")
+            return
+        # The visible address first, its lock last: the IP stays guarded until nothing shows it any more.
+        for mirror in self.ledger.mirrors_of(key):
+            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         for address in mine:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
-        for mirror in self.ledger.mirrors_of(o.claim_key(claim)):
-            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
+
+    def release_after(self, claim: dict, mine: list[dict]) -> str | None:
+        """Until when a deleted claim's address is held (the kind's reuse grace period, from what is
+        stored), when that is still ahead; None: released now. A pool missing or being deleted has none."""
+        pool = self.pool_obj
+        if pool is None or o.is_deleting(pool) or not (mine or self.ledger.mirrors_of(o.claim_key(claim))):
+            return None
+        deadline = self.kind.release_after(pool, claim)
+        return deadline if deadline is not None and not _passed(deadline, self.snap.now) else None
 
     def adopt(self, claim: dict, step: Step) -> None:
         """A Cluster API claim served with only a Cluster API IPAddress keeps it, and gets its lock.
@@ -645,6 +693,7 @@ class _Reconciler:
         for mirror in stray:
             _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         if keep is not None:
+            self.complete_owners(keep, claim, step)
             return keep
         if any(o.name(m) == o.name(claim) for m in self.ledger.mirrors_of(o.claim_key(claim))):
             # Our name is still taken by the stray one; the next pass creates it.
@@ -662,6 +711,19 @@ class _Reconciler:
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))
         return mirror
+
+    def complete_owners(self, mirror: dict, claim: dict, step: Step) -> None:
+        """An adopted Cluster API IPAddress written before its claim gets the claim's and the pool's owner
+        references after those it has (as the in-cluster provider's CreateOrPatch gives them); one that has
+        them is not written to."""
+        if not self.kind.keeps_addresses_written_first:
+            return
+        current = o.owner_references(mirror)
+        missing = [ref for ref in self.mirror_owners(claim)
+                   if not any(r.get("kind") == ref["kind"] and r.get("name") == ref["name"] for r in current)]
+        if missing:
+            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(current + missing),
+                                 resource_version=o.meta(mirror).get("resourceVersion")))
 
     def allocate(self, claim: dict, step: Step) -> None:
         foreign = o.foreign_pool_namespace(claim)
@@ -751,8 +813,9 @@ class _Reconciler:
         return going
 
     def lock_namespace(self, claim: dict) -> str:
-        """Where the lock of a claim's IP is: the pool's namespace, or for a pool of cluster scope the claim's."""
-        return self.snap.namespace or o.namespace(claim)
+        """Where the lock of a claim's IP is: the pool's namespace, or for a pool of cluster scope the one
+        namespace of every such lock (a lock per claim's namespace would guard nothing across namespaces)."""
+        return self.snap.namespace or self.snap.lock_namespace
 
     def taken_elsewhere(self, namespace: str, ip: int) -> bool:
         """In use by something this pool's own addresses do not show.
@@ -763,7 +826,7 @@ class _Reconciler:
         """
         version = self.pool.version
         return (self.snap.name_taken(namespace, address_name(self.pool.name_prefix, ip_from_int(ip, version)))
-                or self.snap.held_elsewhere(namespace, version, ip))
+                or (self.kind.unique_in_namespace and self.snap.held_elsewhere(namespace, version, ip)))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
@@ -835,12 +898,23 @@ class _Reconciler:
             "finalizers": [self.finalizers.address[kinds.IPADDRESS]],
             # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it
             # writes). Our finalizer, not the garbage collector, keeps the address while its claim lives.
-            "ownerReferences": [_owner(pool), _owner(claim)],
+            # A lock of a pool of cluster scope is in another namespace than its claim: owned by the pool
+            # alone (the garbage collector would take an owner across namespaces for one that is gone),
+            # and without the claim's labels (its Cluster is of the claim's namespace).
+            "ownerReferences": [_owner(pool)] + ([] if self.kind.cluster_scoped else [_owner(claim)]),
         }
-        labels = o.labels(claim)
+        labels = o.labels(claim) if not self.kind.cluster_scoped else {}
         if labels:
             metadata["labels"] = labels
         return {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress", "metadata": metadata, "spec": spec}
+
+    def mirror_owners(self, claim: dict) -> list[dict]:
+        """The owner references of a claim's Cluster API IPAddress: the claim (controller), then the pool."""
+        pool = self.pool_obj
+        owners = [_owner(claim, controller=True, block=True)]
+        if pool is not None:
+            owners.append(_owner(pool, controller=False if self.kind.explicit_pool_owner else None, block=True))
+        return owners
 
     def capi_address_for(self, claim: dict, address: dict) -> dict:
         """The Cluster API IPAddress mirroring the Metal3 one that holds the lock."""
@@ -862,10 +936,9 @@ class _Reconciler:
             "name": o.name(claim),
             "namespace": o.namespace(claim),
             "finalizers": [self.finalizers.address[kinds.CAPI_ADDRESS]],
-            "ownerReferences": [_owner(claim, controller=True, block=True)]
-                               + ([_owner(pool, block=True)] if pool is not None else []),
+            "ownerReferences": self.mirror_owners(claim),
         }
-        labels = o.labels(claim)  # all of them, cluster-name included, as the Go Metal3 IPAM copies them
+        labels = self.kind.address_labels(claim)  # IPPool: all of them, as the Go Metal3 IPAM copies them
         if labels:
             metadata["labels"] = dict(labels)
         return {"apiVersion": claim.get("apiVersion"), "kind": "IPAddress", "metadata": metadata, "spec": mirror_spec}
@@ -895,11 +968,12 @@ def _without_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
                          o.meta(obj).get("resourceVersion"))
 
 
-def _owner(obj: dict, controller: bool = False, block: bool = False) -> dict:
+def _owner(obj: dict, controller: bool | None = None, block: bool = False) -> dict:
+    """An owner reference to ``obj``; ``controller`` written when True, or False when given as False."""
     ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": o.name(obj),
            "uid": o.meta(obj).get("uid")}
-    if controller:
-        ref["controller"] = True
+    if controller is not None:
+        ref["controller"] = controller
     if block:
         ref["blockOwnerDeletion"] = True
     return ref
@@ -947,6 +1021,18 @@ def _text_of(address: dict) -> str:
 def _span_text(first: int, last: int, version: int) -> str:
     a, b = ip_text(ip_from_int(first, version)), ip_text(ip_from_int(last, version))
     return a if first == last else f"{a}-{b}"
+
+
+def _instant(text: str) -> datetime.datetime:
+    """An RFC 3339 time as the API server writes it; one that cannot be read is long past."""
+    try:
+        return o.parse_time(text)
+    except ValueError:
+        return datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+
+
+def _passed(deadline: str, now: str) -> bool:
+    return _instant(deadline) <= _instant(now)
 
 
 def _bounded(message: str) -> str:

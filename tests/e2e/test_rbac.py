@@ -28,6 +28,7 @@ from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, assert_i
 from metal3_ipam import packaging  # noqa: E402
 from metal3_ipam.controller import permissions  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
+from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
@@ -230,6 +231,23 @@ def scenario(kube: Kube, audit_log: Path) -> None:
                what="the finalizer on p3")
     kube.delete(METAL3, "ippools", "p3")
     kube.gone(METAL3, "ippools", "p3")
+
+    # The in-cluster provider's pools, of both scopes: finalizer and status patched, a claim of each served
+    # (a global pool's lock in the controller's namespace).
+    local = gi.ip_pool("ic", namespace=kube.ns, prefix=24, addresses=["10.3.0.1-10.3.0.9"])
+    kube.custom.create_namespaced_custom_object(gi.GROUP, gi.POOL_VERSION, kube.ns, "inclusterippools", local)
+    global_name = f"{kube.ns}-gic"
+    kube.custom.create_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterippools",
+                                             gi.ip_pool(global_name, prefix=24, addresses=["10.4.0.1-10.4.0.9"]))
+    try:
+        for name, kind, pool in (("ic-claim", gi.IN_CLUSTER_IP_POOL, "ic"),
+                                 ("gic-claim", gi.GLOBAL_IN_CLUSTER_IP_POOL, global_name)):
+            kube.create(CAPI, "ipaddressclaims", gi.claim(name, kube.ns, kind, pool))
+            kube.capi_bound(name)
+            kube.delete(CAPI, "ipaddressclaims", name)
+            kube.gone(CAPI, "ipaddressclaims", name)
+    finally:
+        kube.custom.delete_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterippools", global_name)
     assert_invariants(kube, timeout=60)
 
 

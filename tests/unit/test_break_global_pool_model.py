@@ -112,13 +112,17 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     def no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace(self):
         if not hasattr(self, "store"):
             return
+        # Pools of the in-cluster kinds are independent of each other, as in the Go provider (README, "No IP
+        # twice in a pool"): an IP is unique among a namespaced pool's claims and among a global pool's claims
+        # of every namespace, not across a namespaced pool and a global one that overlap it.
         by_global_ip: dict[str, set] = {}
         by_ns_ip: dict[tuple[str, str], set] = {}
         for claim, held in live_holdings(self.store).items():
             for kind, ip in held:
                 if kind == GLOBAL[1]:
                     by_global_ip.setdefault(ip, set()).add(claim)
-                by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
+                else:
+                    by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
         assert all(len(c) == 1 for c in by_global_ip.values()), by_global_ip
         assert all(len(c) == 1 for c in by_ns_ip.values()), by_ns_ip
 
@@ -141,8 +145,11 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
             for address in self.store.inventory.of_kind(kind):
                 name = (o.claim_of_address(address) or ("", ""))[1] if kind == kinds.IPADDRESS \
                     else o.spec(address)["claimRef"]["name"]
-                claim = claims.get((o.namespace(address), name))
-                paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, o.namespace(address), "cl"))
+                # A global pool's locks live in the lock namespace; their spec.claim names the claim's own.
+                ns = (o.spec(address).get("claim") or {}).get("namespace") or o.namespace(address) \
+                    if kind == kinds.IPADDRESS else o.namespace(address)
+                claim = claims.get((ns, name))
+                paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, ns, "cl"))
                 assert claim is not None or paused, f"{kind[1]} {o.namespace(address)}/{o.name(address)} leaked"
 
 

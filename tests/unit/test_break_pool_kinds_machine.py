@@ -36,6 +36,17 @@ def in_cluster(kind, ns, addresses):
             "spec": {"addresses": addresses, "prefix": 24}}
 
 
+def _guard(address) -> tuple:
+    """What an address's IP must be unique within, beside its namespace: the Metal3 kind keeps IPs unique
+    across every IPPool of a namespace; pools of the in-cluster kinds are each on their own, as in the Go
+    provider (a global one across every namespace, below). Overlapping in-cluster pools of one namespace can
+    therefore hand one IP to two claims: a known departure from SPEC §10.1, stated in the README."""
+    spec = o.spec(address)
+    ref = spec.get("poolRef") or spec.get("pool") or {}
+    kind = ref.get("kind") or kinds.IPPOOL[1]
+    return () if kind == kinds.IPPOOL[1] else (kind, ref.get("name"))
+
+
 class PoolKindsInOneWorld(RuleBasedStateMachine):
     uids = itertools.count()
 
@@ -121,18 +132,18 @@ class PoolKindsInOneWorld(RuleBasedStateMachine):
         global_ips: dict[str, set] = {}
         for address in inv.of_kind(kinds.IPADDRESS):
             key = o.claim_of_address(address)
-            claim = inv.get((kinds.METAL3_GROUP if key[0] == "IPClaim" else kinds.CAPI_IPAM_GROUP, key[0]),
-                            o.namespace(address), key[1])
+            ns = (o.spec(address).get("claim") or {}).get("namespace") or o.namespace(address)
+            claim = inv.get((kinds.METAL3_GROUP if key[0] == "IPClaim" else kinds.CAPI_IPAM_GROUP, key[0]), ns, key[1])
             if claim is None or o.is_deleting(claim):
                 continue
-            who = (o.namespace(address), key[0], key[1])
-            holders.setdefault((o.namespace(address), o.spec(address)["address"]), set()).add(who)
+            who = (ns, key[0], key[1])
+            holders.setdefault((ns, _guard(address), o.spec(address)["address"]), set()).add(who)
         for address in inv.of_kind(kinds.CAPI_ADDRESS):
             claim = inv.get(kinds.CAPI_CLAIM, o.namespace(address), o.spec(address)["claimRef"]["name"])
             if claim is None or o.is_deleting(claim):
                 continue
             who = (o.namespace(address), "IPAddressClaim", o.name(claim))
-            holders.setdefault((o.namespace(address), o.spec(address)["address"]), set()).add(who)
+            holders.setdefault((o.namespace(address), _guard(address), o.spec(address)["address"]), set()).add(who)
             if o.spec(address)["poolRef"]["kind"] == ic.GLOBAL_IN_CLUSTER_IP_POOL[1]:
                 global_ips.setdefault(o.spec(address)["address"], set()).add(who)
         assert all(len(who) == 1 for who in holders.values()), {k: v for k, v in holders.items() if len(v) > 1}
@@ -146,7 +157,9 @@ class PoolKindsInOneWorld(RuleBasedStateMachine):
         mine: dict[tuple, list] = {}
         for address in inv.of_kind(kinds.IPADDRESS):
             key = o.claim_of_address(address)
-            mine.setdefault((o.namespace(address), key[0], key[1]), []).append(address)
+            # A global pool's locks live in the lock namespace; their spec.claim names the claim's own.
+            ns = (o.spec(address).get("claim") or {}).get("namespace") or o.namespace(address)
+            mine.setdefault((ns, key[0], key[1]), []).append(address)
         for address in inv.of_kind(kinds.CAPI_ADDRESS):
             assert (o.namespace(address), "IPAddressClaim", o.spec(address)["claimRef"]["name"]) in claims, \
                 f"Cluster API IPAddress {o.namespace(address)}/{o.name(address)} outlives its claim"

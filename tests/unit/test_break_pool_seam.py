@@ -116,8 +116,6 @@ def test_a_claims_name_reused_before_its_old_incarnations_addresses_were_made_an
     assert ready is not None and ready["status"] == "True", o.status(api.inventory.get(kinds.CAPI_CLAIM, NS, "c2"))
 
 
-@pytest.mark.xfail(strict=True, reason="the claim lifecycle does not read addressReuseGracePeriodSeconds yet "
-                                       "(core.incluster.grace_deadline is not called): the IP is reused at once")
 def test_a_deleted_claims_ip_of_an_in_cluster_pool_is_not_reused_within_the_pools_grace_period():
     """SPEC §12: addressReuseGracePeriodSeconds behaves as in the Go provider: a deleted claim's IP stays held
     until its deletionTimestamp plus the grace period; another claim gets another IP meanwhile."""

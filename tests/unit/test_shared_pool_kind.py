@@ -58,10 +58,11 @@ def test_claims_of_one_name_in_two_namespaces_get_two_ips_from_one_pool_of_clust
         assert o.status(claim)["addressRef"] == {"name": name}
         assert o.condition(o.status(claim), "Ready")["status"] == "True", o.status(claim)
         assert o.finalizers(claim) == [CLAIM_FINALIZER]
-    # The lock of each IP is in its claim's namespace and names the pool by kind, filed under the pool's key.
+    # The lock of each IP is in the one lock namespace (whatever its claim's) and names the pool by kind,
+    # filed under the pool's key: the API server's name uniqueness guards the IP across namespaces.
     locks = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.spec(a)["pool"]["name"] == "global"]
     assert {(o.namespace(a), o.spec(a)["address"]) for a in locks} == {
-        (ns, ip) for (ns, _), ip in shared.items()}
+        (api.inventory.lock_namespace, ip) for ip in shared.values()}
     assert all(o.pool_of(a) == o.PoolKey("", "global", SHARED) and o.finalizers(a) == [ADDRESS_FINALIZER]
                for a in locks)
 
@@ -95,12 +96,14 @@ def test_a_fourth_claim_of_a_full_pool_of_cluster_scope_is_refused_and_a_release
     assert served is not None and o.spec(served)["address"] == ip
 
 
-def test_the_reconcile_of_a_pool_of_cluster_scope_plans_locks_in_the_claims_namespaces(shared_kind):
+def test_the_reconcile_of_a_pool_of_cluster_scope_plans_locks_in_the_lock_namespace(shared_kind):
     api = loaded(shared_pool("global", ["10.8.0.1-10.8.0.9"]), shared_claim("g0", "ns-a"), shared_claim("g0", "ns-b"))
+    api.inventory.lock_namespace = "ipam-system"
     plan = reconcile(api.inventory.snapshot(o.PoolKey("", "global", SHARED), api.now, random.Random(0)))
     created = [a.obj for a in plan.writes if type(a).__name__ == "Create"]
     locks = [c for c in created if kinds.kind_of(c) == kinds.IPADDRESS]
-    assert sorted(o.namespace(c) for c in locks) == ["ns-a", "ns-b"]
+    assert sorted(o.namespace(c) for c in locks) == ["ipam-system", "ipam-system"]
+    assert all([r["kind"] for r in o.owner_references(c)] == [SHARED[1]] for c in locks)
     assert len({o.spec(c)["address"] for c in locks}) == 2
     assert all(o.spec(c)["pool"] == {"name": "global", "namespace": "", "apiVersion": f"{SHARED[0]}/v1alpha1",
                                       "kind": SHARED[1]} for c in locks)

@@ -63,6 +63,20 @@ class PoolKind:
     # The count fields of the pool's status; with ``indexes``, status.indexes is kept too.
     status: Callable[[Counts], dict[str, Any]]
     indexes: bool
+    # -- where the kinds' lifecycles differ (the defaults are IPPool's) --
+    # An IP is kept unique among the pools of the namespace (overlaps withheld, other pools' addresses
+    # skipped); False: only within the pool, as the in-cluster provider's pools are independent of each other.
+    unique_in_namespace: bool = True
+    # The labels a claim's Cluster API IPAddress is given, from the claim.
+    address_labels: Callable[[Mapping[str, Any]], dict[str, str]] = lambda claim: _labels(claim)
+    # The pool's owner reference on a Cluster API IPAddress says ``controller: false`` outright.
+    explicit_pool_owner: bool = False
+    # A Cluster API IPAddress of the pool written before its claim (no owner reference to a claim, none of
+    # our finalizers) stays while no claim has it, and the claim adopting it adds its owner references.
+    keeps_addresses_written_first: bool = False
+    # How long a deleted claim's address outlives it: the deadline from the pool and the claim as stored
+    # (an RFC 3339 time), or None for none. Called only for a claim being deleted of a live pool.
+    release_after: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] = lambda pool, claim: None
 
     @property
     def group(self) -> str:
@@ -71,6 +85,11 @@ class PoolKind:
     @property
     def cluster_scoped(self) -> bool:
         return self.scope == CLUSTER
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    value = (obj.get("metadata") or {}).get("labels") if isinstance(obj.get("metadata"), Mapping) else None
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 REGISTRY: dict[GroupKind, PoolKind] = {}

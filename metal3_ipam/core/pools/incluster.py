@@ -5,19 +5,72 @@ scoped; claims of every namespace share it) of ``ipam.cluster.x-k8s.io``,
 read at ``v1alpha2``: their spec is read and judged by ``core.incluster``,
 they serve Cluster API claims only, with the in-cluster provider's
 finalizers, and their status holds its ``ipAddresses`` counts.
+
+Where their lifecycle differs from IPPool's (see ``PoolKind``): each IP they
+hand out is locked by a Metal3 IPAddress named after the pool
+(``<pool>-<ip>``; ``gip-<pool>-<ip>`` in the one lock namespace for a global
+pool), their pools are independent of each other (no IP unique across the
+namespace's pools, as in the Go provider), the Cluster API IPAddress carries
+the claim's cluster-name label only and a pool owner reference with
+``controller: false``, an IPAddress written before its claim is kept for it,
+and a deleted claim's address outlives it for the pool's
+``addressReuseGracePeriodSeconds``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from .. import incluster, kinds
+from ..naming import MAX_PREFIX_LENGTH
 from . import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind
 
+# The locks of a global pool's IPs live in one namespace beside those of namespaced pools: their names
+# say that they are a global pool's.
+GLOBAL_LOCK_TAG = "gip"
+_HASHED_PART = 200  # a pool name too long to start a lock name keeps this much of itself, then a hash
 
-def _read(pool: Mapping[str, Any]):
-    return incluster.read_ip_pool(pool.get("spec"))
+
+def lock_prefix(kind: tuple[str, str], name: str, cluster_scoped: bool) -> str:
+    """How the names of a pool's locks start (``<lock prefix>-<ip>``, the Metal3 IPAddress holding each IP
+    it hands out): the pool's name, after ``gip-`` for a global pool; a name too long for that is cut and
+    told apart by a hash of the pool's kind and name."""
+    prefix = f"{GLOBAL_LOCK_TAG}-{name}" if cluster_scoped else name
+    if len(prefix) <= MAX_PREFIX_LENGTH:
+        return prefix
+    digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:8]
+    return f"{prefix[:_HASHED_PART].rstrip('.-')}-{digest}"
+
+
+def _reader(kind: tuple[str, str], cluster_scoped: bool):
+    def read(pool: Mapping[str, Any]):
+        model, problems = incluster.read_ip_pool(pool.get("spec"))
+        if model is None:
+            return model, problems
+        name = str((pool.get("metadata") or {}).get("name") or "")
+        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, cluster_scoped)), problems
+    return read
+
+
+def _address_labels(claim: Mapping[str, Any]) -> dict[str, str]:
+    """The in-cluster provider copies the cluster-name label of the claim, and no other (nor spec.clusterName)."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    value = labels.get(kinds.CLUSTER_NAME_LABEL) if isinstance(labels, Mapping) else None
+    return {kinds.CLUSTER_NAME_LABEL: value} if value else {}
+
+
+def _release_after(pool: Mapping[str, Any], claim: Mapping[str, Any]) -> str | None:
+    """``deletionTimestamp`` of the claim + ``addressReuseGracePeriodSeconds`` of the pool, as stored."""
+    spec = pool.get("spec") if isinstance(pool.get("spec"), Mapping) else {}
+    try:
+        deadline = incluster.grace_deadline((claim.get("metadata") or {}).get("deletionTimestamp"),
+                                            incluster.grace_seconds(spec))
+    except ValueError:
+        return None
+    return incluster.format_time(deadline) if deadline is not None else None
 
 
 def _status(counts: Counts) -> dict[str, Any]:
@@ -42,7 +95,7 @@ def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
         versions=(incluster.VERSION,),
         claim_kinds=(kinds.CAPI_CLAIM,),
         finalizers=FINALIZERS,
-        read=_read,
+        read=_reader(kind, scope == CLUSTER),
         validate=incluster.validate_ip_pool,
         validate_update=incluster.validate_ip_pool_update,
         validate_delete=incluster.validate_ip_pool_delete,
@@ -50,6 +103,11 @@ def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
         cluster_name=lambda pool: None,
         status=_status,
         indexes=False,
+        unique_in_namespace=False,
+        address_labels=_address_labels,
+        explicit_pool_owner=True,
+        keeps_addresses_written_first=True,
+        release_after=_release_after,
     )
 
 

@@ -1,0 +1,241 @@
+"""The in-cluster provider's pool kinds on the real API server: objects and waiting.
+
+A pytest plugin (test modules load it with ``pytest_plugins``, beside ``controller_fixtures``); the
+pool kinds' CRDs are those of ``config/crd/bases``, which the session's control plane installs:
+
+- ``incluster`` (per test): an :class:`InCluster` for the test's namespace, with further namespaces
+  and cluster-scoped pools of its own, cleaned up afterwards.
+
+Waiting polls with deadlines (``metal3_ipam.testing.waiting.eventually``); nothing sleeps to
+synchronise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from typing import Any, Iterable
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from controller_fixtures import CLUSTER, Kube, condition
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
+
+#: How long a claim may take to be served by a running controller (it takes well under a second).
+BIND = 20.0
+
+
+# --------------------------------------------------------------------------- objects
+
+
+class InCluster:
+    """Pools of the provider's kinds, claims of them and their IPAddresses, in the test's namespace
+    (``ns``) and in further namespaces of its own."""
+
+    def __init__(self, api_client: client.ApiClient, kube: Kube) -> None:
+        self.api_client = api_client
+        self.kube = kube
+        self.ns = kube.ns
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.writer = gi.GoInClusterWriter(api_client)
+        self.namespaces: list[str] = [kube.ns]
+        self.global_pools: list[tuple[str, str]] = []
+
+    # -- making ----------------------------------------------------------------
+
+    def namespace(self) -> str:
+        """A further namespace of this test."""
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        self.namespaces.append(name)
+        return name
+
+    def global_name(self, name: str) -> str:
+        """A cluster-scoped name of this test's own (tests share one API server)."""
+        return f"{self.ns}-{name}"
+
+    def ip_pool(self, name: str, *, namespace: str | None = None, **spec: Any) -> dict:
+        return self.writer.create(gi.ip_pool(name, namespace=namespace or self.ns, **spec))
+
+    def global_ip_pool(self, name: str, **spec: Any) -> dict:
+        """A GlobalInClusterIPPool named exactly ``name`` (make it unique with :meth:`global_name`)."""
+        self.global_pools.append((gi.GLOBAL_IN_CLUSTER_IP_POOL, name))
+        return self.writer.create(gi.ip_pool(name, namespace=None, **spec))
+
+    def prefix_pool(self, name: str, *, namespace: str | None = None, **spec: Any) -> dict:
+        return self.writer.create(gi.prefix_pool(name, namespace=namespace or self.ns, **spec))
+
+    def claim(self, name: str, pool: str, kind: str = gi.IN_CLUSTER_IP_POOL, *, namespace: str | None = None,
+              **kwargs: Any) -> dict:
+        return self.writer.create(gi.claim(name, namespace or self.ns, kind, pool, **kwargs))
+
+    def cluster(self, name: str, *, namespace: str | None = None, paused: bool = False,
+                annotations: dict | None = None) -> dict:
+        meta: dict[str, Any] = {"name": name}
+        if annotations:
+            meta["annotations"] = annotations
+        return self.custom.create_namespaced_custom_object(
+            *CLUSTER, namespace or self.ns, "clusters",
+            {"apiVersion": "/".join(CLUSTER), "kind": "Cluster", "metadata": meta, "spec": {"paused": paused}})
+
+    def patch_cluster(self, name: str, body: dict, *, namespace: str | None = None) -> dict:
+        return self.custom.patch_namespaced_custom_object(*CLUSTER, namespace or self.ns, "clusters", name, body)
+
+    def delete_cluster(self, name: str, *, namespace: str | None = None) -> None:
+        self.custom.delete_namespaced_custom_object(*CLUSTER, namespace or self.ns, "clusters", name)
+
+    # -- reading -----------------------------------------------------------------
+
+    def _get(self, group: str, version: str, plural: str, name: str, namespace: str | None) -> dict | None:
+        try:
+            if namespace:
+                return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            return self.custom.get_cluster_custom_object(group, version, plural, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def pool(self, name: str, kind: str = gi.IN_CLUSTER_IP_POOL, *, namespace: str | None = None) -> dict | None:
+        ns = None if kind in gi.GLOBAL_POOL_KINDS else (namespace or self.ns)
+        return self._get(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[kind], name, ns)
+
+    def get_claim(self, name: str, *, namespace: str | None = None) -> dict | None:
+        return self._get(gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims", name, namespace or self.ns)
+
+    def get_address(self, name: str, *, namespace: str | None = None) -> dict | None:
+        return self._get(gi.GROUP, gi.CAPI_VERSION, "ipaddresses", name, namespace or self.ns)
+
+    def addresses(self, *, namespace: str | None = None) -> list[dict]:
+        return self.custom.list_namespaced_custom_object(gi.GROUP, gi.CAPI_VERSION, namespace or self.ns,
+                                                         "ipaddresses")["items"]
+
+    def all_addresses(self) -> list[dict]:
+        """The IPAddresses of every namespace of this test."""
+        return [a for ns in self.namespaces for a in self.addresses(namespace=ns)]
+
+    # -- waiting ---------------------------------------------------------------
+
+    def served(self, name: str, *, namespace: str | None = None, timeout: float = BIND) -> dict:
+        """Wait for the claim to be Ready=True with ``status.addressRef`` naming its IPAddress (named after
+        it); returns that IPAddress."""
+        ns = namespace or self.ns
+
+        def check():
+            c = self.get_claim(name, namespace=ns)
+            ready = condition(c, "Ready")
+            ref = ((c or {}).get("status") or {}).get("addressRef") or {}
+            if not (ready and ready["status"] == "True" and ref.get("name")):
+                return None
+            assert ref["name"] == name, f"claim {ns}/{name} refers to {ref}, not to an IPAddress named after it"
+            return self.get_address(name, namespace=ns)
+
+        return eventually(check, timeout=timeout,
+                          what=f"IPAddressClaim {ns}/{name} Ready=True with an IPAddress named after it")
+
+    def ip(self, name: str, *, namespace: str | None = None, timeout: float = BIND) -> str:
+        return self.served(name, namespace=namespace, timeout=timeout)["spec"]["address"]
+
+    def not_ready(self, name: str, reason: str, *, namespace: str | None = None, timeout: float = BIND) -> dict:
+        """Wait for the claim's Ready=False with ``reason`` and a message; returns the condition."""
+        ns = namespace or self.ns
+
+        def check():
+            ready = condition(self.get_claim(name, namespace=ns), "Ready")
+            return ready if ready and ready["status"] == "False" and ready.get("reason") == reason else None
+
+        ready = eventually(check, timeout=timeout, what=f"IPAddressClaim {ns}/{name} Ready=False {reason}")
+        assert ready.get("message"), f"IPAddressClaim {ns}/{name}: Ready=False {reason} without a message"
+        return ready
+
+    def counts(self, name: str, kind: str = gi.IN_CLUSTER_IP_POOL, *, namespace: str | None = None) -> dict | None:
+        return ((self.pool(name, kind, namespace=namespace) or {}).get("status") or {}).get("ipAddresses")
+
+    def wait_counts(self, name: str, expected: dict, kind: str = gi.IN_CLUSTER_IP_POOL, *,
+                    namespace: str | None = None, timeout: float = BIND) -> dict:
+        """Wait for ``status.ipAddresses`` == ``expected`` and the pool's Ready=True; returns the pool."""
+        def check():
+            pool = self.pool(name, kind, namespace=namespace)
+            status = (pool or {}).get("status") or {}
+            ready = condition(pool, "Ready")
+            if status.get("ipAddresses") == expected and ready and ready["status"] == "True":
+                return pool
+            return None
+
+        return eventually(check, timeout=timeout,
+                          what=f"{kind} {name}: status.ipAddresses {expected} and Ready=True; "
+                               f"has {self.counts(name, kind, namespace=namespace)}")
+
+    def delete_claim(self, name: str, *, namespace: str | None = None) -> None:
+        self.custom.delete_namespaced_custom_object(gi.GROUP, gi.CAPI_VERSION, namespace or self.ns,
+                                                    "ipaddressclaims", name)
+
+    def claim_gone(self, name: str, *, namespace: str | None = None, timeout: float = BIND) -> None:
+        ns = namespace or self.ns
+        eventually(lambda: self.get_claim(name, namespace=ns) is None and self.get_address(name, namespace=ns) is None,
+                   timeout=timeout, what=f"IPAddressClaim {ns}/{name} and its IPAddress to be gone")
+
+    # -- afterwards ---------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Claims first (so that pools can go), then the cluster-scoped pools and further namespaces; not
+        waited for."""
+        for ns in self.namespaces:
+            try:
+                self.custom.delete_collection_namespaced_custom_object(gi.GROUP, gi.CAPI_VERSION, ns,
+                                                                       "ipaddressclaims")
+            except ApiException:
+                pass
+        for kind, name in self.global_pools:
+            try:
+                self.custom.delete_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[kind], name)
+            except ApiException:
+                pass
+        for ns in self.namespaces[1:]:
+            try:
+                self.core.delete_namespace(ns)
+            except ApiException:
+                pass
+
+
+@pytest.fixture
+def incluster(api_client, kube) -> Iterable[InCluster]:
+    ic = InCluster(api_client, kube)
+    try:
+        yield ic
+    finally:
+        ic.cleanup()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def ip_int(text: str) -> int:
+    return int(ipaddress.ip_address(text))
+
+
+def assert_go_shape(address: dict, claim: dict, pool: dict) -> None:
+    """The IPAddress is what the provider writes for this claim of this pool (uids included); the claim
+    carries the provider's finalizer."""
+    want = gi.ipaddress_body(claim, pool, gi.Grant(address["spec"]["address"], address["spec"]["prefix"],
+                                                   address["spec"].get("gateway")))
+    meta = address["metadata"]
+    got = {"apiVersion": address["apiVersion"], "kind": address["kind"], "spec": address["spec"],
+           "metadata": {k: meta[k] for k in ("name", "namespace", "finalizers", "ownerReferences", "labels")
+                        if k in meta}}
+    assert got == want, f"IPAddress {meta['namespace']}/{meta['name']} is not what the provider writes"
+    assert gi.CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or []), claim["metadata"]
+
+
+def unique_ips(addresses: Iterable[dict]) -> None:
+    """No IP held by two IPAddresses."""
+    seen: dict[int, str] = {}
+    for a in addresses:
+        where = f"{a['metadata']['namespace']}/{a['metadata']['name']}"
+        ip = ip_int(a["spec"]["address"])
+        assert ip not in seen, f"{a['spec']['address']} held by {seen[ip]} and {where}"
+        seen[ip] = where

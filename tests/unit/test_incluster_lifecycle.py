@@ -1,0 +1,298 @@
+"""Claims of the in-cluster provider's IP pools through the one claim lifecycle (``reconcile``, to a fixed
+point in the in-memory store): the IPAddress as that provider writes it, a lock per IP (for a global pool in
+the one lock namespace), the reuse grace period from what is stored, adoption of its state, pause."""
+
+from __future__ import annotations
+
+import random
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Create, Delete, SetFinalizers
+from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end
+from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.memory import converge
+from metal3_ipam.testing import go_incluster as gi
+from ipam_objects import converged, get, loaded, user_delete
+
+NS = "default"
+POOL = o.PoolKey(NS, "p", (gi.GROUP, gi.IN_CLUSTER_IP_POOL))
+LOCK_NS = "default"
+
+
+def _pool(**spec):
+    spec.setdefault("prefix", 24)
+    spec.setdefault("addresses", ["10.0.0.2-10.0.0.9"])
+    return gi.ip_pool("p", namespace=NS, **spec)
+
+
+def _global(**spec):
+    spec.setdefault("prefix", 24)
+    spec.setdefault("addresses", ["10.0.0.2-10.0.0.9"])
+    return gi.ip_pool("g", **spec)
+
+
+def _claim(name, ns=NS, kind=gi.IN_CLUSTER_IP_POOL, pool="p", **kwargs):
+    return gi.claim(name, ns, kind, pool, **kwargs)
+
+
+def _address(api, name, ns=NS):
+    return get(api, kinds.CAPI_ADDRESS, name, ns)
+
+
+def _locks(api):
+    return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)}
+
+
+def _key(kind, ns, name):
+    return o.PoolKey(ns, name, (gi.GROUP, kind))
+
+
+def test_the_address_is_what_the_provider_writes_and_its_ip_is_locked():
+    api = converged(_pool(gateway="10.0.0.1"), _claim("a", labels={kinds.CLUSTER_NAME_LABEL: "c", "other": "x"}),
+                    gi_cluster("c"))
+    claim, pool = get(api, kinds.CAPI_CLAIM, "a"), get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")
+    address = _address(api, "a")
+    want = gi.ipaddress_body(claim, pool, gi.Grant("10.0.0.2", 24, "10.0.0.1"))
+    assert {k: address[k] for k in ("apiVersion", "kind", "spec")} == {k: want[k] for k in ("apiVersion", "kind", "spec")}
+    for field in ("name", "namespace", "finalizers", "ownerReferences", "labels"):
+        assert address["metadata"].get(field) == want["metadata"].get(field), field
+    assert address["metadata"]["ownerReferences"][1]["controller"] is False
+    assert address["metadata"]["labels"] == {kinds.CLUSTER_NAME_LABEL: "c"}  # the provider copies this one only
+    assert gi.CLAIM_FINALIZER in claim["metadata"]["finalizers"]
+    assert claim["status"]["addressRef"] == {"name": "a"}
+    ready = o.condition(claim["status"], "Ready")
+    assert ready["status"] == "True" and ready["reason"] == "AddressAllocated"
+    assert _locks(api) == {(NS, "p-10-0-0-2"): "10.0.0.2"}
+    assert gi.POOL_FINALIZER in pool["metadata"]["finalizers"]
+    assert pool["status"]["ipAddresses"] == {"total": 8, "used": 1, "free": 7, "outOfRange": 0}
+    assert o.condition(pool["status"], "Ready")["status"] == "True"
+
+
+def gi_cluster(name, ns=NS, paused=False, annotations=None):
+    meta = {"name": name, "namespace": ns}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": meta, "spec": {"paused": paused}}
+
+
+def test_a_global_pools_locks_live_in_the_lock_namespace_and_keep_its_ips_apart_across_namespaces():
+    api = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"),
+                    _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    ips = {ns: o.spec(_address(api, "m", ns))["address"] for ns in ("ns-a", "ns-b")}
+    assert sorted(ips.values()) == ["10.0.0.2", "10.0.0.3"]
+    assert _locks(api) == {(LOCK_NS, f"gip-g-{ip.replace('.', '-')}"): ip for ip in ips.values()}
+    for lock in api.inventory.of_kind(kinds.IPADDRESS):
+        owners = lock["metadata"]["ownerReferences"]
+        assert [r["kind"] for r in owners] == [gi.GLOBAL_IN_CLUSTER_IP_POOL]  # no owner across namespaces
+        assert "labels" not in lock["metadata"]
+
+
+def test_a_lock_held_in_the_lock_namespace_keeps_its_ip_from_a_claim_of_any_namespace():
+    """A lagging cache: another replica's lock for 10.0.0.2 is the only trace of its allocation."""
+    pool = _global()
+    api = loaded(pool, _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    stored_pool = api.inventory.get((gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL), "", "g")
+    api.load({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+              "metadata": {"name": "gip-g-10-0-0-2", "namespace": LOCK_NS, "finalizers": ["ipaddress.ipam.metal3.io"]},
+              "spec": {"address": "10.0.0.2", "pool": {"name": "g", "apiVersion": gi.POOL_API_VERSION,
+                                                       "kind": gi.GLOBAL_IN_CLUSTER_IP_POOL},
+                       "claim": {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "name": "other",
+                                 "namespace": "ns-a"}}})
+    plan = reconcile(api.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), api.now, random.Random(0)))
+    created = [a.obj for a in plan.writes if isinstance(a, Create)]
+    assert [(o.namespace(c), o.name(c)) for c in created if c["kind"] == "IPAddress"
+            and c["apiVersion"] == kinds.METAL3_API_VERSION] == [(LOCK_NS, "gip-g-10-0-0-3")]
+    assert stored_pool is not None
+
+
+def test_write_order_lock_address_status_and_release_the_other_way_round():
+    api = loaded(_pool(), _claim("a"))
+    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    (claim_step,) = [s for s in plan.steps if s.about is not None and s.about.kind == "IPAddressClaim"]
+    kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion")) for a in claim_step.actions]
+    assert kinds_written[:3] == [("Create", kinds.METAL3_API_VERSION), ("Create", gi.CAPI_API_VERSION),
+                                 ("SetStatus", None)]
+    converge(api, random.Random(0))
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    (claim_step,) = [s for s in plan.steps if s.about is not None and s.about.kind == "IPAddressClaim"]
+    order = [(type(a).__name__, a.target.api_version) for a in claim_step.actions]
+    assert order == [("Delete", gi.CAPI_API_VERSION), ("SetFinalizers", gi.CAPI_API_VERSION),
+                     ("Delete", kinds.METAL3_API_VERSION), ("SetFinalizers", kinds.METAL3_API_VERSION),
+                     ("SetFinalizers", gi.CAPI_API_VERSION)]
+
+
+def test_the_grace_period_holds_the_address_until_the_deadline_from_what_is_stored():
+    api = converged(gi.ip_pool("p", namespace=NS, prefix=24, addresses=["10.0.0.2"], grace_seconds=30),
+                    _claim("old"), now="2024-01-01T00:00:00Z")
+    user_delete(api, kinds.CAPI_CLAIM, "old")  # deletionTimestamp 00:00:00: deadline 00:00:30
+    api.load(_claim("new"))
+    api.now = "2024-01-01T00:00:29Z"
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "old") is not None and _address(api, "old") is not None
+    assert gi.CLAIM_FINALIZER in get(api, kinds.CAPI_CLAIM, "old")["metadata"]["finalizers"]
+    assert _address(api, "new") is None
+    assert o.condition(get(api, kinds.CAPI_CLAIM, "new")["status"], "Ready")["reason"] == "PoolExhausted"
+    pool = get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")
+    assert pool["status"]["ipAddresses"] == {"total": 1, "used": 1, "free": 0, "outOfRange": 0}
+    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    assert plan.due == "2024-01-01T00:00:30Z"
+    # A restart is a ledger loaded afresh: the deadline is read again from the claim and the pool.
+    api.now = "2024-01-01T00:00:30Z"
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "old") is None and o.spec(_address(api, "new"))["address"] == "10.0.0.2"
+
+
+def test_an_incremental_pass_releases_at_the_deadline_with_nothing_else_changed():
+    api = converged(gi.ip_pool("p", namespace=NS, prefix=24, addresses=["10.0.0.2"], grace_seconds=5), _claim("old"),
+                    now="2024-01-01T00:00:00Z")
+    user_delete(api, kinds.CAPI_CLAIM, "old")
+    ledger = Ledger()
+    snap = api.inventory.snapshot(POOL, api.now, random.Random(0))
+    api.inventory.drain(POOL)
+    plan = run_to_end(plan_pass(ledger, snap, full=True))
+    assert not plan.writes and plan.due == "2024-01-01T00:00:05Z"
+    ledger.settle()
+    later = api.inventory.snapshot(POOL, "2024-01-01T00:00:05Z", random.Random(0), members=False)
+    plan = run_to_end(plan_pass(ledger, later, []))
+    assert any(isinstance(a, Delete) and a.target.name == "old" for a in plan.writes)
+    assert plan.due is None
+
+
+def test_a_pool_deleted_first_skips_the_grace_period():
+    api = converged(gi.ip_pool("p", namespace=NS, prefix=24, addresses=["10.0.0.2"], grace_seconds=300),
+                    _claim("m"))
+    user_delete(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")
+    user_delete(api, kinds.CAPI_CLAIM, "m")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "m") is None and _address(api, "m") is None and not _locks(api)
+    assert get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p") is None
+
+
+def test_the_go_providers_state_is_adopted_as_it_is():
+    """Its addresses unchanged (same objects, no write), a lock created for each, the held one kept until its
+    deadline, the claims it had not served given the lowest free addresses, none of the adopted IPs."""
+    state = gi.GoInCluster()
+    state.add(gi.ip_pool("p", namespace=NS, prefix=24, gateway="10.0.0.1", addresses=["10.0.0.2-10.0.0.9"],
+                         grace_seconds=60))
+    state.add(gi.ip_pool("g", prefix=24, addresses=["10.0.0.2-10.0.0.9"], grace_seconds=60))
+    for claim in [_claim("m0"), _claim("m1"), _claim("g0", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"),
+                  _claim("g0", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"), _claim("half"), _claim("fresh")]:
+        state.add(claim)
+    for ns, name in [(NS, "m0"), (NS, "m1"), ("ns-a", "g0"), ("ns-b", "g0")]:
+        state.serve(ns, name)
+    state.claims[(NS, "half")] = gi.with_finalizer(state.claims[(NS, "half")], gi.CLAIM_FINALIZER)
+    state.delete_claim("ns-b", "g0", "2024-01-01T00:00:00Z")
+    objs = state.objects()
+    api = loaded(*objs, now="2024-01-01T00:00:10Z")
+    before = {(o.namespace(a), o.name(a)): a for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)}
+    converge(api, random.Random(0))
+    after = {(o.namespace(a), o.name(a)): a for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)}
+    for key, was in before.items():
+        assert after[key] == was, key
+    assert sorted(_locks(api).values()) == sorted(
+        [o.spec(a)["address"] for k, a in before.items() if k != ("ns-b", "g0")]
+        + [o.spec(after[(NS, "half")])["address"], o.spec(after[(NS, "fresh")])["address"]])
+    adopted = {o.spec(a)["address"] for k, a in before.items() if k[1].startswith("m")}
+    assert {o.spec(after[(NS, n)])["address"] for n in ("half", "fresh")}.isdisjoint(adopted)
+    assert get(api, kinds.CAPI_CLAIM, "g0", "ns-b") is not None  # in its grace period
+    api.load(_claim("new", "ns-c", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    converge(api, random.Random(0))
+    held = {o.spec(before[(ns, "g0")])["address"] for ns in ("ns-a", "ns-b")}
+    assert o.spec(_address(api, "new", "ns-c"))["address"] not in held
+
+
+def test_an_address_written_before_its_claim_waits_for_it_and_is_adopted_with_its_owners():
+    dummy = {"apiVersion": "alpha-dummy", "kind": "dummy-kind", "name": "dummy-name", "uid": "abc-dummy-123"}
+    written = {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress",
+               "metadata": {"name": "test", "namespace": NS, "ownerReferences": [dummy]},
+               "spec": {"claimRef": {"name": "test"}, "poolRef": {"apiGroup": gi.GROUP, "kind": gi.IN_CLUSTER_IP_POOL,
+                                                                  "name": "p"},
+                        "address": "10.0.0.5", "prefix": 24}}
+    api = converged(_pool(), written)
+    assert _address(api, "test") is not None  # no claim yet: left alone, and its IP held
+    api.load(_claim("test"))
+    api.load(_claim("next"))
+    converge(api, random.Random(0))
+    address = _address(api, "test")
+    assert o.spec(address)["address"] == "10.0.0.5" and address["metadata"]["finalizers"] == [gi.ADDRESS_FINALIZER]
+    claim, pool = get(api, kinds.CAPI_CLAIM, "test"), get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")
+    want = gi.ipaddress_body(claim, pool, gi.Grant("10.0.0.5", 24, None))["metadata"]["ownerReferences"]
+    assert address["metadata"]["ownerReferences"] == [dummy] + want
+    assert o.spec(_address(api, "next"))["address"] == "10.0.0.2"
+
+
+def test_a_claim_of_a_paused_cluster_named_by_spec_cluster_name_first_waits():
+    api = converged(_pool(), gi_cluster("paused", paused=True), gi_cluster("live"),
+                    _claim("m", cluster_name="paused", labels={kinds.CLUSTER_NAME_LABEL: "live"}))
+    assert _address(api, "m") is None
+
+
+def test_a_deleted_claim_of_a_gone_cluster_is_released_from_a_paused_pool():
+    api = converged(_pool(), gi_cluster("c"), _claim("m", cluster_name="c"))
+    assert _address(api, "m") is not None
+    api.inventory.remove(get(api, kinds.CLUSTER, "c"))
+    pool = get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")
+    pool = {**pool, "metadata": {**pool["metadata"], "annotations": {kinds.PAUSED_ANNOTATION: ""},
+                                 "resourceVersion": api._next_version()}}
+    api.inventory.upsert(pool)
+    user_delete(api, kinds.CAPI_CLAIM, "m")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "m") is None and _address(api, "m") is None and not _locks(api)
+
+
+def test_overlapping_pools_of_a_namespace_are_independent_as_in_the_provider():
+    other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.0.2-10.0.0.9"])
+    api = converged(_pool(), other, _claim("a"), _claim("b", pool="q"))
+    assert o.spec(_address(api, "a"))["address"] == o.spec(_address(api, "b"))["address"] == "10.0.0.2"
+    assert sorted(n for _, n in _locks(api)) == ["p-10-0-0-2", "q-10-0-0-2"]
+
+
+def test_the_workers_pass_over_the_pool_again_at_the_deadline_and_keep_no_other_state():
+    import asyncio
+    import datetime
+    from metal3_ipam.controller.workers import PoolWorkers, utc_now
+    from test_pool_passes import MemoryWriter, until_quiet
+
+    api = converged(gi.ip_pool("p", namespace=NS, prefix=24, addresses=["10.0.0.2"], grace_seconds=30), _claim("old"),
+                    now=utc_now())
+    user_delete(api, kinds.CAPI_CLAIM, "old")
+    deleted = o.parse_time(get(api, kinds.CAPI_CLAIM, "old")["metadata"]["deletionTimestamp"])
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(workers, POOL)
+        due, handle = workers._due_handles[POOL]
+        assert due == o.format_time(deleted + datetime.timedelta(seconds=30))
+        left = handle.when() - asyncio.get_running_loop().time()
+        assert 0 < left <= 30 + 1, left
+        assert get(api, kinds.CAPI_CLAIM, "old") is not None and _address(api, "old") is not None
+        # A controller started after the deadline (a ledger of its own, no timer): released at its first pass.
+        past = get(api, kinds.CAPI_CLAIM, "old")
+        past = {**past, "metadata": {**past["metadata"], "resourceVersion": api._next_version(),
+                                     "deletionTimestamp": o.format_time(deleted - datetime.timedelta(seconds=31))}}
+        api.inventory.upsert(past)
+        later = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(later, POOL)
+        assert get(api, kinds.CAPI_CLAIM, "old") is None and _address(api, "old") is None and not _locks(api)
+        assert POOL not in later._due_handles
+        await workers.stop()
+        await later.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_controller_watching_some_namespaces_leaves_the_global_pools_locks_of_the_others_alone():
+    """With ``-n ns-b`` it does not know ns-a's claim: the lock and address of that claim are not its to judge,
+    and their IP is still taken for its own claims."""
+    api = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    held = o.spec(_address(api, "m", "ns-a"))["address"]
+    mine = loaded(*[x for x in api.inventory.objects.values()
+                    if o.namespace(x) in ("", "ns-b", LOCK_NS) and kinds.kind_of(x) != kinds.CAPI_CLAIM],
+                  _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    mine.inventory.namespaces = frozenset({"ns-b"})
+    plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now, random.Random(0)))
+    assert not [a for a in plan.writes if isinstance(a, (Delete, SetFinalizers)) and a.target.namespace == LOCK_NS]
+    created = [a.obj for a in plan.writes if isinstance(a, Create) and a.obj["apiVersion"] == gi.CAPI_API_VERSION]
+    assert [o.spec(c)["address"] for c in created] == ["10.0.0.3"] and held == "10.0.0.2"

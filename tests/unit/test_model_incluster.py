@@ -1,0 +1,281 @@
+"""Two controller replicas against a model of the API server, serving the in-cluster provider's pools.
+
+A ``GlobalInClusterIPPool`` whose claims live in three namespaces, beside a namespaced ``InClusterIPPool``
+of the same addresses, with a reuse grace period or none; the store may start with the state the Go
+in-cluster provider leaves (its addresses without locks, a claim held in its grace period). Each replica
+decides from its own cache, fed at once by the answers to its own writes and late, in any order, by
+watch events (see ``test_model``); the clock moves on by steps. The API server alone keeps them apart:
+a second object of a name (a lock in the one lock namespace) is refused.
+
+After every step (SPEC §10): no IP is held by two addresses of one pool for two live claims (for the global
+pool: across every namespace); a claim served and then deleted keeps its address until its grace period
+ends. Once events are drained and the clock is past every deadline: every live claim has exactly one
+address or a Ready=False condition, and no lock or address is left without its claim.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import random
+from collections import deque
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Create, SetStatus
+from metal3_ipam.core.inventory import SERVED, Inventory
+from metal3_ipam.core.reconcile import reconcile
+from metal3_ipam.memory import MemoryApi, Refused
+from metal3_ipam.testing import go_incluster as gi
+
+NAMESPACES = ("ns-a", "ns-b", "ns-c")
+GLOBAL = o.PoolKey("", "g", (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL))
+LOCAL = o.PoolKey("ns-a", "g", (gi.GROUP, gi.IN_CLUSTER_IP_POOL))
+START = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+REPLICAS = 2
+
+
+def _time(seconds: int) -> str:
+    return (START + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: str) -> int:
+    return int((datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) - START).total_seconds())
+
+
+LOCK_NAMESPACE = "default"
+
+
+def watched(namespaces: tuple[str, ...] | None, obj: dict) -> bool:
+    """Whether a replica watching ``namespaces`` (None: all) sees ``obj``: objects of cluster scope and the
+    locks in the lock namespace are watched whatever the namespaces (``operator.listings``)."""
+    ns = o.namespace(obj)
+    return namespaces is None or not ns or ns in namespaces \
+        or (kinds.kind_of(obj) == kinds.IPADDRESS and ns == LOCK_NAMESPACE)
+
+
+class Store(MemoryApi):
+    """The API server: every stored change becomes a watch event on each replica's stream of its kind."""
+
+    def __init__(self, scopes: list[tuple[str, ...] | None]) -> None:
+        super().__init__(now=_time(0))
+        self.scopes = scopes
+        self.streams = [{kind: deque() for kind in SERVED} for _ in range(REPLICAS)]
+
+    def _emit(self, kind_of_event: str, obj: dict) -> None:
+        for scope, streams in zip(self.scopes, self.streams):
+            if watched(scope, obj):
+                streams[kinds.kind_of(obj)].append((kind_of_event, copy.deepcopy(obj)))
+
+    def load(self, obj: dict) -> None:
+        super().load(obj)
+        self._emit("ADDED", self.inventory.get(kinds.kind_of(obj), o.namespace(obj) or (
+            "" if kinds.kind_of(obj) == GLOBAL.kind else "default"), o.name(obj)))
+
+    def _store(self, obj: dict) -> None:
+        super()._store(obj)
+        meta = obj["metadata"]
+        self._emit("DELETED" if meta.get("deletionTimestamp") and not meta.get("finalizers") else "MODIFIED", obj)
+
+
+def _pool_of_address(address: dict) -> o.PoolKey | None:
+    return o.pool_of(address)
+
+
+class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
+    @initialize(seed=st.integers(0, 10_000), grace=st.sampled_from([0, 10]), with_go=st.booleans(),
+                split=st.booleans())
+    def start(self, seed, grace, with_go, split):
+        """``split``: the replicas watch namespaces apart (``-n``), one ns-a, the other ns-b and ns-c; both
+        serve the global pool, and only the lock namespace, which both watch, keeps its IPs apart."""
+        self.rng = random.Random(seed)
+        self.grace = grace
+        self.scopes = [("ns-a",), ("ns-b", "ns-c")] if split else [None] * REPLICAS
+        self.store = Store(self.scopes)
+        self.caches = [Inventory() for _ in range(REPLICAS)]
+        self.counter = 0
+        self.deadlines: dict[tuple[str, str, str], int] = {}  # a deleted claim served -> when it may go
+        spec = dict(prefix=24, addresses=["10.0.0.1-10.0.0.5"], grace_seconds=grace or None)
+        objs = [gi.ip_pool("g", **spec), gi.ip_pool("g", namespace="ns-a", **spec)]
+        if with_go:
+            state = gi.GoInCluster()
+            for obj in objs:
+                state.add(obj)
+            for ns in NAMESPACES[:2]:
+                state.add(gi.claim("go", ns, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+                state.serve(ns, "go")
+            state.delete_claim("ns-b", "go", _time(0))
+            objs = state.objects()
+        for obj in objs:
+            self.store.load(obj)
+        # Each replica starts from a LIST of every kind; the events of what it listed come after.
+        self.pending = [[] for _ in range(REPLICAS)]
+        for scope, cache in zip(self.scopes, self.caches):
+            cache.namespaces = frozenset(scope) if scope is not None else None
+            for kind in SERVED:
+                items, version = self.listing(kind)
+                cache.settle_listing(kind, None, [x for x in items if watched(scope, x)], version)
+        self.note_deadlines()
+
+    def listing(self, kind):
+        return [copy.deepcopy(x) for x in self.store.inventory.of_kind(kind)], str(self.store._version)
+
+    # -- the world --------------------------------------------------------------------------
+
+    @rule(ns=st.sampled_from(NAMESPACES), local=st.booleans())
+    def user_creates_claim(self, ns, local):
+        self.counter += 1
+        kind = gi.IN_CLUSTER_IP_POOL if local else gi.GLOBAL_IN_CLUSTER_IP_POOL
+        self.store.load(gi.claim(f"c{self.counter % 5}-{self.counter}", "ns-a" if local else ns, kind, "g"))
+
+    @rule(k=st.integers(0, 50))
+    def user_deletes_claim(self, k):
+        claims = sorted((c for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM) if not o.is_deleting(c)),
+                        key=lambda c: (o.namespace(c), o.name(c)))
+        if not claims:
+            return
+        claim = copy.deepcopy(claims[k % len(claims)])
+        claim["metadata"]["deletionTimestamp"] = self.store.now
+        if claim["metadata"].get("finalizers"):
+            self.store._store(claim)
+        else:
+            self.store.inventory.remove(claim)
+            self.store._emit("DELETED", claim)
+        self.note_deadlines()
+
+    @rule(seconds=st.integers(1, 8))
+    def time_passes(self, seconds):
+        self.store.now = _time(_seconds(self.store.now) + seconds)
+
+    # -- the watches ----------------------------------------------------------------------------
+
+    @rule(replica=st.integers(0, REPLICAS - 1), k=st.integers(0, 10))
+    def an_event_arrives(self, replica, k):
+        streams = [s for s in self.store.streams[replica].values() if s]
+        if streams:
+            self.file(replica, *streams[k % len(streams)].popleft())
+
+    @rule(replica=st.integers(0, REPLICAS - 1))
+    def a_list_is_filed(self, replica):
+        if self.pending[replica]:
+            kind, items, version = self.pending[replica].pop(0)
+            self.caches[replica].settle_listing(kind, None, items, version)
+
+    def file(self, replica, kind, obj):
+        if kind == "DELETED":
+            self.caches[replica].remove(copy.deepcopy(obj))
+        else:
+            self.caches[replica].upsert(copy.deepcopy(obj))
+
+    # -- the replicas ------------------------------------------------------------------------
+
+    @precondition(lambda self: any(not p for p in self.pending))
+    @rule(replica=st.integers(0, REPLICAS - 1), local=st.booleans())
+    def a_pool_pass(self, replica, local):
+        if not self.pending[replica]:
+            self.run_pass(replica, LOCAL if local else GLOBAL)
+
+    def run_pass(self, replica, pool_key) -> bool:
+        cache = self.caches[replica]
+        plan = reconcile(cache.snapshot(pool_key, self.store.now, self.rng))
+        for step in plan.steps:
+            for action in step.actions:
+                try:
+                    self.store.do(action)
+                except Refused:
+                    if isinstance(action, Create):  # the writer reads the name that is taken
+                        obj = action.obj
+                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+                        if taken is not None:
+                            cache.upsert(copy.deepcopy(taken))
+                    break
+                target = o.ref(action.obj) if isinstance(action, Create) else getattr(action, "target", None)
+                if target is None:
+                    continue
+                stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+                if stored is not None and watched(self.scopes[replica], stored):
+                    cache.upsert(copy.deepcopy(stored))
+                elif stored is not None:
+                    continue
+                else:
+                    cache.forget(target.group_kind, target.namespace, target.name)
+        self.note_deadlines()
+        return any(not isinstance(a, SetStatus) or a.target.group_kind == kinds.CAPI_CLAIM for a in plan.writes)
+
+    # -- what must hold ------------------------------------------------------------------------
+
+    def note_deadlines(self):
+        """Each deleted claim that holds an address: until when it must keep it."""
+        for claim in self.store.inventory.of_kind(kinds.CAPI_CLAIM):
+            key = (o.namespace(claim), o.name(claim), o.meta(claim)["uid"])
+            if o.is_deleting(claim) and key not in self.deadlines \
+                    and self.store.inventory.get(kinds.CAPI_ADDRESS, o.namespace(claim), o.name(claim)) is not None:
+                self.deadlines[key] = _seconds(o.meta(claim)["deletionTimestamp"]) + self.grace
+
+    @invariant()
+    def no_ip_twice_in_a_pool_and_held_addresses_outlive_their_claims(self):
+        if not hasattr(self, "store"):
+            return
+        live = {(o.namespace(c), o.name(c)) for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM)
+                if not o.is_deleting(c)}
+        seen: dict[tuple, tuple[str, str]] = {}
+        for address in self.store.inventory.of_kind(kinds.CAPI_ADDRESS):
+            who = (o.namespace(address), o.name(address))
+            if o.is_deleting(address) or who not in live:
+                continue
+            key = (_pool_of_address(address), o.spec(address)["address"])
+            assert key not in seen, f"{key[1]} of {key[0]} held by {seen[key]} and {who}"
+            seen[key] = who
+        pools = {o.pool_of(c) for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+        now = _seconds(self.store.now)
+        for (ns, name, uid), deadline in self.deadlines.items():
+            claim = self.store.inventory.get(kinds.CAPI_CLAIM, ns, name)
+            still = claim is not None and o.meta(claim)["uid"] == uid
+            pool_live = self.store.inventory.get(GLOBAL.kind, "", "g") is not None or GLOBAL not in pools
+            assert still or now >= deadline or not pool_live, \
+                f"IPAddressClaim {ns}/{name} released at {now} s, before its deadline {deadline} s"
+
+    def teardown(self):
+        if not hasattr(self, "store"):
+            return
+        self.store.now = _time(_seconds(self.store.now) + self.grace + 1)
+        for replica in range(REPLICAS):
+            while self.pending[replica]:
+                self.a_list_is_filed(replica)
+        for _ in range(200):
+            for replica in range(REPLICAS):
+                for stream in self.store.streams[replica].values():
+                    while stream:
+                        self.file(replica, *stream.popleft())
+            busy = False
+            for replica in range(REPLICAS):
+                for pool_key in (GLOBAL, LOCAL):
+                    busy |= self.run_pass(replica, pool_key)
+            if not busy and not any(s for streams in self.store.streams for s in streams.values()):
+                break
+        else:
+            raise AssertionError("no fixed point")
+        self.no_ip_twice_in_a_pool_and_held_addresses_outlive_their_claims()
+        claims = {(o.namespace(c), o.name(c)): c for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+        assert not any(o.is_deleting(c) for c in claims.values()), "a deleted claim kept past its deadline"
+        for (ns, name), claim in claims.items():
+            address = self.store.inventory.get(kinds.CAPI_ADDRESS, ns, name)
+            ready = o.condition(o.status(claim), "Ready")
+            assert address is not None or (ready and ready["status"] == "False"), (ns, name, o.status(claim))
+        for address in self.store.inventory.of_kind(kinds.CAPI_ADDRESS):
+            assert (o.namespace(address), o.name(address)) in claims, f"leaked {o.namespace(address)}/{o.name(address)}"
+        for lock in self.store.inventory.of_kind(kinds.IPADDRESS):
+            claim = o.spec(lock)["claim"]
+            assert (claim["namespace"], claim["name"]) in claims, f"leaked lock {o.name(lock)}"
+            if o.pool_of(lock) == GLOBAL:
+                assert o.namespace(lock) == LOCK_NAMESPACE, f"a global pool's lock in {o.namespace(lock)}"
+
+
+TwoReplicasServeGlobalPools.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+test_two_replicas_serve_global_pools_across_namespaces_with_grace_periods = TwoReplicasServeGlobalPools.TestCase
