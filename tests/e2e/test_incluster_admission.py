@@ -195,8 +195,10 @@ def test_an_update_taking_back_an_address_in_use_is_refused_naming_each_address(
     assert refused.status == 422, refused
     message = refused.message
     if kind == "GlobalInClusterIPPool":
-        assert f"10.40.0.10 is in use (IPAddress {first}/c (Cluster API)" in message, message
-        assert f"10.40.0.11 is in use (IPAddress {second}/c (Cluster API)" in message, message
+        # Each address named with its namespace (the lock of a global pool's IP lives in the lock namespace).
+        for ip, ns in (("10.40.0.10", first), ("10.40.0.11", second)):
+            said = message[message.index(f"{ip} is in use (IPAddress "):]
+            assert f"{ns}/c (Cluster API)" in said[:said.index("would be outside")], message
     else:
         assert "spec.addresses: " in message and "10.40.0.10 is in use (IPAddress c (Cluster API)" in message, message
     # Each field that would take one back is named: the gateway, an excluded range, the reserved addresses.
