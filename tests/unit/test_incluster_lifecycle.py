@@ -263,11 +263,26 @@ def test_a_deleted_claim_of_a_gone_cluster_is_released_from_a_paused_pool():
     assert get(api, kinds.CAPI_CLAIM, "m") is None and _address(api, "m") is None and not _locks(api)
 
 
-def test_overlapping_pools_of_a_namespace_are_independent_as_in_the_provider():
-    other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.0.2-10.0.0.9"])
-    api = converged(_pool(), other, _claim("a"), _claim("b", pool="q"))
-    assert o.spec(_address(api, "a"))["address"] == o.spec(_address(api, "b"))["address"] == "10.0.0.2"
-    assert sorted(n for _, n in _locks(api)) == ["p-10-0-0-2", "q-10-0-0-2"]
+def test_overlapping_pools_of_a_namespace_never_hand_out_one_ip_twice():
+    """Unlike the Go provider's independent pools: the overlap belongs to the pool created first (then by kind
+    and name), and the other one withholds it, so two claims of a namespace never share an IP."""
+    other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.0.5-10.0.0.12"])
+    api = converged(_pool(), other, _claim("a"), _claim("b", pool="q"), _claim("c", pool="q"))
+    assert o.spec(_address(api, "a"))["address"] == "10.0.0.2"
+    assert [o.spec(_address(api, n))["address"] for n in ("b", "c")] == ["10.0.0.10", "10.0.0.11"]
+    counts = get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "q")["status"]["ipAddresses"]
+    assert counts["used"] == 2 and counts["free"] == 1, counts
+
+
+def test_an_ippool_and_an_in_cluster_pool_of_a_namespace_never_hand_out_one_ip_twice():
+    ippool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
+              "metadata": {"name": "m", "namespace": NS, "creationTimestamp": "2020-01-01T00:00:00Z"},
+              "spec": {"namePrefix": "m", "pools": [{"start": "10.0.0.2", "end": "10.0.0.4"}], "prefix": 24}}
+    metal3_claim = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim",
+                    "metadata": {"name": "x", "namespace": NS}, "spec": {"pool": {"name": "m"}}}
+    api = converged(ippool, metal3_claim, _pool(), _claim("a"))
+    held = {o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS) if o.name(a).startswith("m-")}
+    assert held == {"10.0.0.2"} and o.spec(_address(api, "a"))["address"] == "10.0.0.5"
 
 
 def test_the_workers_pass_over_the_pool_again_at_the_deadline_and_keep_no_other_state():

@@ -65,7 +65,7 @@ class PoolKind:
     indexes: bool
     # -- where the kinds' lifecycles differ (the defaults are IPPool's) --
     # An IP is kept unique among the pools of the namespace (overlaps withheld, other pools' addresses
-    # skipped); False: only within the pool, as the in-cluster provider's pools are independent of each other.
+    # skipped); False: only within the pool (a global pool, whose claims live in every namespace).
     unique_in_namespace: bool = True
     # The labels a claim's Cluster API IPAddress is given, from the claim.
     address_labels: Callable[[Mapping[str, Any]], dict[str, str]] = lambda claim: _labels(claim)

@@ -9,8 +9,9 @@ finalizers, and their status holds its ``ipAddresses`` counts.
 Where their lifecycle differs from IPPool's (see ``PoolKind``): each IP they
 hand out is locked by a Metal3 IPAddress named after the pool
 (``<pool>-<ip>``; ``gip-<pool>-<ip>`` in the one lock namespace for a global
-pool), their pools are independent of each other (no IP unique across the
-namespace's pools, as in the Go provider), the Cluster API IPAddress carries
+pool), a global pool keeps its IPs unique among its own claims of every
+namespace (a namespaced one among every namespaced pool of its namespace, as
+an IPPool does), the Cluster API IPAddress carries
 the claim's cluster-name label only and a pool owner reference with
 ``controller: false``, an IPAddress written before its claim is kept for it,
 and a deleted claim's address outlives it for the pool's
@@ -103,7 +104,7 @@ def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
         cluster_name=lambda pool: None,
         status=_status,
         indexes=False,
-        unique_in_namespace=False,
+        unique_in_namespace=scope == NAMESPACED,
         address_labels=_address_labels,
         explicit_pool_owner=True,
         keeps_addresses_written_first=True,
