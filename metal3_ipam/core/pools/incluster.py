@@ -34,12 +34,13 @@ GLOBAL_LOCK_TAG = "gip"
 _HASHED_PART = 200  # a pool name too long to start a lock name keeps this much of itself, then a hash
 
 
-def lock_prefix(kind: tuple[str, str], name: str, cluster_scoped: bool) -> str:
+def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0) -> str:
     """How the names of a pool's locks start (``<lock prefix>-<ip>``, the Metal3 IPAddress holding each IP
-    it hands out): the pool's name, after ``gip-`` for a global pool; a name too long for that is cut and
-    told apart by a hash of the pool's kind and name."""
-    prefix = f"{GLOBAL_LOCK_TAG}-{name}" if cluster_scoped else name
-    if len(prefix) <= MAX_PREFIX_LENGTH:
+    it hands out): the pool's name, after ``<tag>-`` for a global pool (``gip``); a name too long for that
+    (with ``room`` characters more at the end of each lock name) is cut and told apart by a hash of the
+    pool's kind and name."""
+    prefix = f"{tag}-{name}" if tag else name
+    if len(prefix) <= MAX_PREFIX_LENGTH - room:
         return prefix
     digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:8]
     return f"{prefix[:_HASHED_PART].rstrip('.-')}-{digest}"
@@ -51,7 +52,8 @@ def _reader(kind: tuple[str, str], cluster_scoped: bool):
         if model is None:
             return model, problems
         name = str((pool.get("metadata") or {}).get("name") or "")
-        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, cluster_scoped)), problems
+        tag = GLOBAL_LOCK_TAG if cluster_scoped else None
+        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, tag)), problems
     return read
 
 
