@@ -20,6 +20,7 @@ from metal3_ipam.core.naming import MAX_NAME_LENGTH
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
+from test_incluster_prefixes import small_prefix_pools
 
 NS = "default"
 LOCK_NS = "default"
@@ -153,25 +154,11 @@ def test_lock_names_fit_for_the_longest_pool_name_and_address():
 # -- the property: whatever claims come and go, sub-prefixes are aligned, disjoint, inside, not excluded,
 #    and each new one is the provider's lowest free one.
 
-@st.composite
-def pools_and_steps(draw):
-    """Prefixes inside fd00::/120 cut into sub-prefixes of 122..126 bits, exclusions, then claims created and deleted."""
-    length = draw(st.integers(122, 126))
-    base = int(ipaddress.ip_address("fd00::"))
-    prefixes = []
-    for _ in range(draw(st.integers(1, 3))):
-        bits = draw(st.integers(120, length))
-        size = 1 << (128 - bits)
-        prefixes.append(f"{ipaddress.ip_address(base + draw(st.integers(0, 256 // size - 1)) * size)}/{bits}")
-    excluded = []
-    for _ in range(draw(st.integers(0, 2))):
-        a, b = sorted(draw(st.lists(st.integers(0, 260), min_size=2, max_size=2)))
-        excluded.append(draw(st.sampled_from([
-            str(ipaddress.ip_address(base + a)),
-            f"{ipaddress.ip_address(base + a)}-{ipaddress.ip_address(base + b)}",
-            f"{ipaddress.ip_address(base + a)}/{draw(st.integers(123, 128))}"])))
-    steps = draw(st.lists(st.tuples(st.sampled_from(["create", "delete"]), st.integers(0, 7)), min_size=1, max_size=10))
-    return {"prefixes": prefixes, "allocationPrefixLength": length, "excludedPrefixes": excluded}, steps
+def pools_and_steps():
+    """Prefixes inside 2001:db8::/120 cut into sub-prefixes of 121..128 bits, exclusions, a gateway (the
+    pools of the pure logic's properties), then claims created and deleted."""
+    steps = st.lists(st.tuples(st.sampled_from(["create", "delete"]), st.integers(0, 7)), min_size=1, max_size=10)
+    return st.tuples(small_prefix_pools(), steps)
 
 
 def _span(text):
@@ -185,12 +172,11 @@ def _span(text):
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(pools_and_steps())
 def test_sub_prefixes_handed_out_are_aligned_disjoint_inside_and_never_excluded(case):
-    spec, steps = case
-    pool = gi.prefix_pool("pp", namespace=NS, prefixes=spec["prefixes"],
-                          allocation_prefix_length=spec["allocationPrefixLength"], excluded=spec["excludedPrefixes"])
-    length = spec["allocationPrefixLength"]
+    (spec, _, length), steps = case
+    pool = gi.prefix_pool("pp", namespace=NS, prefixes=spec["prefixes"], allocation_prefix_length=length,
+                          excluded=spec.get("excludedPrefixes"), gateway=spec.get("gateway"))
     inside = [_span(p) for p in spec["prefixes"]]
-    excluded = [_span(e) for e in spec["excludedPrefixes"]]
+    excluded = [_span(e) for e in spec.get("excludedPrefixes") or []]
     api = converged(pool)
     live: set[str] = set()
     for action, n in steps:

@@ -89,28 +89,20 @@ FINALIZERS = Finalizers(
 )
 
 
+def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any) -> PoolKind:
+    """A kind of the in-cluster provider's (its finalizers, its IPAddress's labels and owners, an address
+    written before its claim kept, pools independent of each other); ``rules``: how it reads and judges."""
+    return PoolKind(kind=kind, scope=scope, plural=plural, versions=(incluster.VERSION,),
+                    claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
+                    cluster_name=lambda pool: None, status=_status, indexes=False, unique_in_namespace=False,
+                    address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
+                    **rules)
+
+
 def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
-    return PoolKind(
-        kind=kind,
-        scope=scope,
-        plural=plural,
-        versions=(incluster.VERSION,),
-        claim_kinds=(kinds.CAPI_CLAIM,),
-        finalizers=FINALIZERS,
-        read=_reader(kind, scope == CLUSTER),
-        validate=incluster.validate_ip_pool,
-        validate_update=incluster.validate_ip_pool_update,
-        validate_delete=incluster.validate_ip_pool_delete,
-        default=None,
-        cluster_name=lambda pool: None,
-        status=_status,
-        indexes=False,
-        unique_in_namespace=False,
-        address_labels=_address_labels,
-        explicit_pool_owner=True,
-        keeps_addresses_written_first=True,
-        release_after=_release_after,
-    )
+    return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
+                           validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after)
 
 
 IN_CLUSTER_IP_POOL_KIND = _ip_pool_kind(incluster.IN_CLUSTER_IP_POOL, NAMESPACED, "inclusterippools")

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import incluster, kinds, prefixes
+from .. import prefixes
 from ..pool import Entry, Pool
 from ..problems import Problem
 from . import CLUSTER, NAMESPACED, PoolKind
-from .incluster import FINALIZERS, _address_labels, _status, lock_prefix
+from .incluster import in_cluster_kind, lock_prefix
 
 GLOBAL_LOCK_TAG = "gpp"
 # What a sub-prefix's lock name has after ``<lock prefix>-<base>``: ``.<length>``, at most ``.128``.
@@ -73,26 +73,9 @@ def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> li
 
 
 def _prefix_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
-    return PoolKind(
-        kind=kind,
-        scope=scope,
-        plural=plural,
-        versions=(incluster.VERSION,),
-        claim_kinds=(kinds.CAPI_CLAIM,),
-        finalizers=FINALIZERS,
-        read=_reader(kind, scope == CLUSTER),
-        validate=prefixes.validate_prefix_pool,
-        validate_update=_validate_update,
-        validate_delete=prefixes.validate_prefix_pool_delete,
-        default=None,
-        cluster_name=lambda pool: None,
-        status=_status,
-        indexes=False,
-        unique_in_namespace=False,
-        address_labels=_address_labels,
-        explicit_pool_owner=True,
-        keeps_addresses_written_first=True,
-    )
+    return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           validate=prefixes.validate_prefix_pool, validate_update=_validate_update,
+                           validate_delete=prefixes.validate_prefix_pool_delete)
 
 
 IN_CLUSTER_PREFIX_POOL_KIND = _prefix_pool_kind(prefixes.IN_CLUSTER_PREFIX_POOL, NAMESPACED, "inclusterprefixpools")
