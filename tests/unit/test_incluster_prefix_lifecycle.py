@@ -208,3 +208,49 @@ def test_sub_prefixes_handed_out_are_aligned_disjoint_inside_and_never_excluded(
         held.sort()
         assert all(a[1] < b[0] for a, b in zip(held, held[1:])), "disjoint"
         assert len(_locks(api)) == len(held)
+
+
+def test_the_go_providers_prefix_state_is_adopted_as_it_is():
+    """Its IPAddresses unchanged (same objects, no write), a lock for each, and the claims it had not served
+    given the lowest sub-prefixes free, none of the adopted ones (a global pool's across namespaces too)."""
+    state = gi.GoInCluster()
+    state.add(_pool(prefixes=["fd00::/60"], gateway="fd00::1"))
+    state.add(gi.prefix_pool("g", prefixes=["fd01::/62"]))
+    for claim in [_claim("m0"), _claim("m1"), _claim("g0", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "g"),
+                  _claim("g0", "ns-b", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "g"), _claim("fresh"),
+                  _claim("g1", "ns-c", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "g")]:
+        state.add(claim)
+    for ns, name in [(NS, "m0"), (NS, "m1"), ("ns-a", "g0"), ("ns-b", "g0")]:
+        state.serve(ns, name)
+    api = loaded(*state.objects())
+    before = {(o.namespace(a), o.name(a)): a for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)}
+    assert {k: o.spec(a)["address"] for k, a in before.items()} == {
+        (NS, "m0"): "fd00::", (NS, "m1"): "fd00:0:0:1::", ("ns-a", "g0"): "fd01::", ("ns-b", "g0"): "fd01:0:0:1::"}
+    converge(api, random.Random(0))
+    after = {(o.namespace(a), o.name(a)): a for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)}
+    for key, was in before.items():
+        assert after[key] == was, key
+    assert (o.spec(after[(NS, "fresh")])["address"], o.spec(after[("ns-c", "g1")])["address"]) == \
+        ("fd00:0:0:2::", "fd01:0:0:2::")
+    assert set(_locks(api)) == {(NS, "pp-fd00.64"), (NS, "pp-fd00-0-0-1.64"), (NS, "pp-fd00-0-0-2.64"),
+                                (LOCK_NS, "gpp-g-fd01.64"), (LOCK_NS, "gpp-g-fd01-0-0-1.64"),
+                                (LOCK_NS, "gpp-g-fd01-0-0-2.64")}
+    assert get(api, PREFIX, "pp")["status"]["ipAddresses"] == {"total": 16, "used": 3, "free": 13, "outOfRange": 0}
+
+
+def test_a_sub_prefix_excluded_under_its_claim_stays_and_counts_out_of_range():
+    """Past the webhook (it refuses this): the claim keeps its sub-prefix, ``free`` stays right, and the
+    sub-prefix is not handed out again once released."""
+    api = converged(_pool(prefixes=["fd00::/62"]), _claim("a"), _claim("b"))
+    assert o.spec(_address(api, "a"))["address"] == "fd00::"
+    pool = get(api, PREFIX, "pp")
+    api.inventory.upsert({**pool, "spec": {**pool["spec"], "excludedPrefixes": ["fd00::5"]},
+                          "metadata": {**pool["metadata"], "generation": 2}})
+    converge(api, random.Random(0))
+    assert o.spec(_address(api, "a"))["address"] == "fd00::"
+    assert get(api, PREFIX, "pp")["status"]["ipAddresses"] == {"total": 3, "used": 2, "free": 2, "outOfRange": 1}
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    api.load(_claim("c"))
+    converge(api, random.Random(0))
+    assert o.spec(_address(api, "c"))["address"] == "fd00:0:0:2::"
+    assert get(api, PREFIX, "pp")["status"]["ipAddresses"] == {"total": 3, "used": 2, "free": 1, "outOfRange": 0}
