@@ -24,7 +24,9 @@ What it guarantees, whatever it is shown:
   for Cluster API claims, so one name lock guards every allocation (a kind
   whose pools have no namePrefix names its locks after the pool; those of a
   pool of cluster scope are all in one namespace, ``Snapshot.lock_namespace``,
-  so that the lock guards an IP across every namespace). Written lock, then
+  so that the lock guards an IP across every namespace; a prefix pool hands
+  out sub-prefixes, each locked as ``<namePrefix>-<base>.<length>``: see
+  ``Pool.lock_name``). Written lock, then
   the claim's visible address, then its status; released the other way round;
 - a deleted claim's address outlives it until the deadline its pool kind
   derives from the stored objects (``PoolKind.release_after``): both keep
