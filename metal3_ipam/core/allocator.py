@@ -5,6 +5,10 @@ The allocator keeps, for every entry of the pool, its free space as an
 named one, and giving one back, each cost O(log k) for k free intervals —
 never a walk over addresses, so a /64 behaves like a /24.
 
+It counts in the pool's units (``Pool.unit_bits``): addresses, or for a
+prefix pool aligned sub-prefixes numbered from the first, so a /48 cut into
+/64s is one interval of 65,536 units, never a list of them.
+
 It knows nothing of the API: the caller tells it which addresses are in use
 (``take``), asks for one (``allocate``) and says when one is freed
 (``release``).
@@ -19,7 +23,7 @@ from typing import Callable
 
 import netaddr
 
-from .addresses import AddressError, ip_from_int, parse_ip
+from .addresses import AddressError, parse_ip
 from .intervals import IntervalSet, normalise, subtract
 from .naming import ip_text
 from .pool import Entry, Pool
@@ -39,10 +43,11 @@ class AllocationError(Exception):
 
 @dataclass(frozen=True)
 class Grant:
-    """An address given to a claim, with what its entry says goes with it."""
+    """An address given to a claim (a sub-prefix's base address), with what its entry says goes with it."""
 
     ip: netaddr.IPAddress
     entry: Entry
+    unit: int  # the allocator's unit: the address as an integer, or the sub-prefix's number
 
     @property
     def prefix(self) -> int | None:
@@ -132,7 +137,11 @@ class Allocator:
             if ip.version != self.pool.version:
                 raise AllocationError(ALLOCATION_FAILED,
                                       f"requested address {requested} is IPv{ip.version}, the pool is IPv{self.pool.version}")
-            return self._exact(claim, int(ip), None, name_taken, preallocated=False, kept_as=kept_as)
+            unit = self.pool.unit_of(int(ip))
+            if self.pool.address_of(unit) != ip:
+                raise AllocationError(ALLOCATION_FAILED, f"requested address {requested} is not the base address "
+                                                         f"of a /{self.pool.unit_length} sub-prefix")
+            return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as)
         return self._next(name_taken)
 
     def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
@@ -145,7 +154,7 @@ class Allocator:
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
-        text = ip_text(ip_from_int(ip, self.pool.version))
+        text = ip_text(self.pool.address_of(ip))
         if preallocated and requested is not None:
             try:
                 same = int(parse_ip(requested)) == ip
@@ -173,7 +182,7 @@ class Allocator:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
                                                      "and whose address objects were deleted")
         self.take(ip)
-        return Grant(ip_from_int(ip, self.pool.version), entry)
+        return Grant(self.pool.address_of(ip), entry, ip)
 
     def _next(self, name_taken: Callable[[int], bool]) -> Grant:
         for entry, free in zip(self.pool.entries, self.free):
@@ -184,5 +193,5 @@ class Allocator:
                     ip = free.first()
                 self.take(ip)
                 if not name_taken(ip):
-                    return Grant(ip_from_int(ip, self.pool.version), entry)
+                    return Grant(self.pool.address_of(ip), entry, ip)
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")

@@ -46,7 +46,8 @@ def bound_message(address_text: object) -> str:
 
 
 def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
-    """The IP ``claim``'s status says it holds in ``pool`` (see the module's order of trust), or None."""
+    """The IP ``claim``'s status says it holds in ``pool`` (see the module's order of trust), or None;
+    in the pool's units (``Pool.unit_bits``: for a prefix pool, the sub-prefix of that address)."""
     if o.is_deleting(claim) or pool.preallocations.get(o.name(claim)) is not None:
         return None
     ip = _named_ip(claim, pool)
@@ -54,7 +55,7 @@ def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     if requested is not None:
         # The IP it asks for, when its status says it holds that one: kept like any other.
         try:
-            return ip if ip is not None and int(parse_ip(requested)) == ip else None
+            return ip if ip is not None and int(parse_ip(requested)) == int(pool.address_of(ip)) else None
         except AddressError:
             return None
     return ip
@@ -69,7 +70,7 @@ def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
             and not (capi and ref.get("name") == o.name(claim)):
         ip = ip_of_name(pool.name_prefix, str(ref.get("name") or ""), pool.version)
         if ip is not None:
-            return int(ip)
+            return pool.unit_of(int(ip))
     ready = o.condition(status, "Ready")
     message = ready.get("message") if ready else None
     if ready and ready.get("status") == "True" and ready.get("reason") == BOUND_REASON \
@@ -80,6 +81,6 @@ def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
             return None
         if ip.version == 6 and ip.is_ipv4_mapped():
             ip = ip.ipv4()
-        return int(ip) if ip.version == pool.version else None
+        return pool.unit_of(int(ip)) if ip.version == pool.version else None
     return None
 

@@ -271,11 +271,12 @@ class Ledger:
             self.allocator.keep(ip, keeper)
 
     def _ip(self, address: dict) -> int | None:
-        """The IP an address holds in this pool's allocator: of the pool's family, else none."""
+        """The unit an address holds in this pool's allocator (its IP, or the sub-prefix holding its
+        address): of the pool's family, else none."""
         if self.pool is None:
             return None
         ip = o.address_ip(address)
-        return int(ip) if ip is not None and ip.version == self.pool.version else None
+        return self.pool.unit_of(int(ip)) if ip is not None and ip.version == self.pool.version else None
 
     def hold(self, ip: int, holder: Holder | dict) -> None:
         """``holder`` holds ``ip``: an address object (of either API), or a Holder (a planned allocation)."""

@@ -28,7 +28,7 @@ import netaddr
 from .addresses import (FAMILY_BITS, AddressError, host_range, ip_from_int, network_of, parse_cidr,
                         parse_ip, parse_span)
 from .intervals import normalise, subtract
-from .naming import name_prefix_problem
+from .naming import address_name, name_prefix_problem
 from .problems import Problem
 
 STRATEGIES = ("sequential", "random")
@@ -73,6 +73,10 @@ class Pool:
     reserved: list[tuple[int, int]]
     # Claim name -> address held for that claim only.
     preallocations: dict[str, int]
+    # What the allocator counts in: addresses (None), or aligned sub-prefixes of this length, unit n being
+    # the one whose base address is n << unit_bits (a prefix pool). Entries, reserved spans and
+    # preallocations are in units; ``address_of``, ``unit_of`` and ``lock_name`` translate.
+    unit_length: int | None = None
     _starts: list[int] = field(init=False, repr=False)
     _by_start: list[Entry] = field(init=False, repr=False)
     _holders: dict[int, str] = field(init=False, repr=False)
@@ -81,6 +85,25 @@ class Pool:
         self._by_start = sorted(self.entries, key=lambda e: e.first)
         self._starts = [e.first for e in self._by_start]
         self._holders = {ip: claim for claim, ip in self.preallocations.items()}
+
+    @property
+    def unit_bits(self) -> int:
+        """How many addresses a unit holds, as a power of two."""
+        return FAMILY_BITS[self.version] - self.unit_length if self.unit_length is not None else 0
+
+    def address_of(self, unit: int) -> netaddr.IPAddress:
+        """The address a unit stands for: itself, or its sub-prefix's base address."""
+        return ip_from_int(unit << self.unit_bits, self.version)
+
+    def unit_of(self, value: int) -> int:
+        """The unit holding the address ``value`` (an address of the pool's family)."""
+        return value >> self.unit_bits
+
+    def lock_name(self, unit: int) -> str:
+        """The name of the Metal3 IPAddress that holds ``unit``: ``<namePrefix>-<ip>``, and for a sub-prefix
+        ``<namePrefix>-<base>.<length>`` (no address's name has a dot after its prefix: the two never meet)."""
+        name = address_name(self.name_prefix, self.address_of(unit))
+        return f"{name}.{self.unit_length}" if self.unit_length is not None else name
 
     def entry_of(self, value: int) -> Entry | None:
         """The entry holding ``value`` (entries never overlap), or None."""

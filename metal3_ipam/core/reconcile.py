@@ -24,7 +24,9 @@ What it guarantees, whatever it is shown:
   for Cluster API claims, so one name lock guards every allocation (a kind
   whose pools have no namePrefix names its locks after the pool; those of a
   pool of cluster scope are all in one namespace, ``Snapshot.lock_namespace``,
-  so that the lock guards an IP across every namespace). Written lock, then
+  so that the lock guards an IP across every namespace; a prefix pool hands
+  out sub-prefixes, each locked as ``<namePrefix>-<base>.<length>``: see
+  ``Pool.lock_name``). Written lock, then
   the claim's visible address, then its status; released the other way round;
 - a deleted claim's address outlives it until the deadline its pool kind
   derives from the stored objects (``PoolKind.release_after``): both keep
@@ -68,7 +70,7 @@ from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .kept import BOUND_REASON, bound_message
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
-from .naming import address_name, ip_text
+from .naming import ip_text
 from .overlap import Withheld
 from .several import each
 from . import pools
@@ -619,7 +621,7 @@ class _Reconciler:
                              f"its IPAddress {o.name(mirror)} holds {o.spec(mirror).get('address')!r}, which cannot be "
                              f"adopted: " + ("not an IP address" if ip is None else f"{self.kind.kind[1]} {self.snap.pool_name} is invalid"))
         spec = o.spec(mirror)
-        entry = self.pool.entry_of(int(ip)) if ip.version == self.pool.version else None
+        entry = self.pool.entry_of(self.pool.unit_of(int(ip))) if ip.version == self.pool.version else None
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
         self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
@@ -767,7 +769,7 @@ class _Reconciler:
                 return
             rival = self.rival_for(key, own)
             if rival is not None:
-                lost = (f"its address {ip_text(ip_from_int(own, self.pool.version))} is named by the status of "
+                lost = (f"its address {ip_text(self.pool.address_of(own))} is named by the status of "
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
@@ -781,12 +783,12 @@ class _Reconciler:
             except AllocationError as err:
                 return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
-        self.ledger.planned(int(grant.ip), o.name(address))
+        self.ledger.planned(grant.unit, o.name(address))
         step.add(Create(address))
         if lost:
             step.add(Event(o.ref(claim), "Warning", "AddressChanged",
                            _bounded(f"{lost}, so it is given {ip_text(grant.ip)} instead: whatever runs on "
-                                    f"{ip_text(ip_from_int(own, self.pool.version))} must move")))
+                                    f"{ip_text(self.pool.address_of(own))} must move")))
         self.ensure_bound(claim, address, step)
 
     def rival_for(self, key: o.ClaimKey, ip: int) -> o.ClaimKey | None:
@@ -830,9 +832,8 @@ class _Reconciler:
         that name) and any address of another pool of the namespace, of either
         API, at that IP, whatever its namePrefix.
         """
-        version = self.pool.version
-        return (self.snap.name_taken(namespace, address_name(self.pool.name_prefix, ip_from_int(ip, version)))
-                or (self.kind.unique_in_namespace and self.snap.held_elsewhere(namespace, version, ip)))
+        return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
+                or (self.kind.unique_in_namespace and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
@@ -899,7 +900,7 @@ class _Reconciler:
         if dns_servers:
             spec["dnsServers"] = list(dns_servers)
         metadata: dict[str, Any] = {
-            "name": address_name(self.pool.name_prefix, ip),
+            "name": self.pool.lock_name(self.pool.unit_of(int(ip))),
             "namespace": self.lock_namespace(claim),
             "finalizers": [self.finalizers.address[kinds.IPADDRESS]],
             # Pool and claim, no flags: the Go Metal3 IPAM's shape (a drop-in is read by what it

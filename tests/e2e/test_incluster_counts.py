@@ -110,3 +110,29 @@ def test_free_stays_right_when_addresses_fall_out_of_range(controller, incluster
     for i, name, _, claims, _ in rows:
         for j in range(claims):
             assert incluster.served(f"o{i}-{j}", timeout=1)["metadata"]["name"] == f"o{i}-{j}"
+
+
+@pytest.mark.parametrize("kind", gi.PREFIX_POOL_KINDS)
+def test_prefix_pools_hand_out_aligned_sub_prefixes_lowest_first(controller, incluster, kind):
+    """Standalone and aggregated prefixes, a custom length, an exclusion; the gateway copied, never blocking."""
+    other = incluster.namespace()
+    name = incluster.global_name("pp")
+    body = gi.prefix_pool(name, namespace=None if kind in gi.GLOBAL_POOL_KINDS else incluster.ns,
+                          prefixes=["fd10::/55", "fd00:0:0:100::/56"], allocation_prefix_length=56,
+                          excluded=["fd10:0:0:100::/56"], gateway="fd10::1")
+    if kind in gi.GLOBAL_POOL_KINDS:
+        incluster.global_pools.append((kind, name))
+    pool = incluster.writer.create(body)
+    namespaces = [incluster.ns, other] if kind in gi.GLOBAL_POOL_KINDS else [incluster.ns]
+    want = ["fd00:0:0:100::", "fd10::"]
+    for i, _ in enumerate(want):
+        incluster.claim(f"p{i}", name, kind, namespace=namespaces[i % len(namespaces)])
+        address = incluster.served(f"p{i}", namespace=namespaces[i % len(namespaces)])
+        assert (address["spec"]["address"], address["spec"]["prefix"], address["spec"]["gateway"]) == \
+            (want[i], 56, "fd10::1"), address["spec"]
+        assert_go_shape(address, incluster.get_claim(f"p{i}", namespace=namespaces[i % len(namespaces)]),
+                        incluster.pool(name, kind))
+    incluster.claim("p2", name, kind)
+    incluster.not_ready("p2", "PoolExhausted")
+    incluster.wait_counts(name, {"total": 2, "used": 2, "free": 0, "outOfRange": 0}, kind)
+    assert pool["spec"]["allocationPrefixLength"] == 56

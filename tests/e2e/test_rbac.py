@@ -248,6 +248,27 @@ def scenario(kube: Kube, audit_log: Path) -> None:
             kube.gone(CAPI, "ipaddressclaims", name)
     finally:
         kube.custom.delete_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterippools", global_name)
+
+    # Its prefix pools likewise: a sub-prefix of each handed out and released, the namespaced pool deleted once
+    # empty (a global pool's lock in the controller's namespace).
+    prefix_global = f"{kube.ns}-gpp"
+    kube.custom.create_namespaced_custom_object(gi.GROUP, gi.POOL_VERSION, kube.ns, "inclusterprefixpools",
+                                                gi.prefix_pool("pp", namespace=kube.ns, prefixes=["fd00:3::/48"]))
+    kube.custom.create_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterprefixpools",
+                                             gi.prefix_pool(prefix_global, prefixes=["fd00:4::/48"]))
+    try:
+        for name, kind, pool, base in (("pp-claim", gi.IN_CLUSTER_PREFIX_POOL, "pp", "fd00:3::"),
+                                       ("gpp-claim", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, prefix_global, "fd00:4::")):
+            kube.create(CAPI, "ipaddressclaims", gi.claim(name, kube.ns, kind, pool))
+            address = kube.capi_bound(name)
+            assert (address["spec"]["address"], address["spec"]["prefix"]) == (base, 64), address["spec"]
+            kube.delete(CAPI, "ipaddressclaims", name)
+            kube.gone(CAPI, "ipaddressclaims", name)
+        kube.custom.delete_namespaced_custom_object(gi.GROUP, gi.POOL_VERSION, kube.ns, "inclusterprefixpools", "pp")
+        kube.gone((gi.GROUP, gi.POOL_VERSION), "inclusterprefixpools", "pp")
+    finally:
+        kube.custom.delete_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterprefixpools",
+                                                 prefix_global)
     assert_invariants(kube, timeout=60)
 
 

@@ -373,8 +373,9 @@ CORPUS = corpus.cases(ROOT / "tests" / "data" / "invalid")
 def test_the_corpus_is_large_and_covers_every_kind_and_operation():
     assert len(CORPUS) >= 40
     assert {c.subject["kind"] for c in CORPUS} == {"IPPool", "IPClaim", "IPAddress", "IPAddressClaim",
-                                                   "InClusterIPPool", "GlobalInClusterIPPool"}
-    for kind in ("InClusterIPPool", "GlobalInClusterIPPool"):
+                                                   "InClusterIPPool", "GlobalInClusterIPPool",
+                                                   "InClusterPrefixPool", "GlobalInClusterPrefixPool"}
+    for kind in ("InClusterIPPool", "GlobalInClusterIPPool", "InClusterPrefixPool"):
         assert {c.operation for c in CORPUS if c.subject["kind"] == kind} == {"create", "update", "delete"}, kind
     assert {c.operation for c in CORPUS} == {"create", "update", "delete"}
     assert {c.layer for c in CORPUS} == {"schema", "webhook"}

@@ -319,7 +319,7 @@ def test_capi_mirror_prefix_defaults_to_a_host_prefix():
     assert "gateway" not in get(api, CAPI_ADDRESS, "m")["spec"]
 
 
-@pytest.mark.parametrize("group, kind", [("ipam.cluster.x-k8s.io", "InClusterPrefixPool"), ("example.com", "IPPool"),
+@pytest.mark.parametrize("group, kind", [("ipam.cluster.x-k8s.io", "InfobloxIPPool"), ("example.com", "IPPool"),
                                          ("ipam.metal3.io", "GlobalIPPool"), (None, "IPPool")])
 def test_capi_claim_for_another_group_or_kind_is_ignored(group, kind):
     foreign = capi_claim("foreign", api_group=group, kind=kind)

@@ -773,7 +773,8 @@ def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are
     # And the API server is told to send only ours of that group.
     (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
     expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
-    assert "object.spec.poolRef.kind in ['GlobalInClusterIPPool', 'InClusterIPPool']" in expression, expression
+    assert ("object.spec.poolRef.kind in ['GlobalInClusterIPPool', 'GlobalInClusterPrefixPool', 'InClusterIPPool', "
+            "'InClusterPrefixPool']") in expression, expression
 
 
 def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):

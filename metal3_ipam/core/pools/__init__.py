@@ -141,7 +141,10 @@ def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
 
 from .ippool import IPPOOL_KIND  # noqa: E402  (the kind modules read the names above)
 from .incluster import GLOBAL_IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_IP_POOL_KIND  # noqa: E402
+from .prefix import GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND  # noqa: E402
 
 register(IPPOOL_KIND)
 register(IN_CLUSTER_IP_POOL_KIND)
 register(GLOBAL_IN_CLUSTER_IP_POOL_KIND)
+register(IN_CLUSTER_PREFIX_POOL_KIND)
+register(GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND)

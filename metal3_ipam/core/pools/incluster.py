@@ -35,12 +35,13 @@ GLOBAL_LOCK_TAG = "gip"
 _HASHED_PART = 200  # a pool name too long to start a lock name keeps this much of itself, then a hash
 
 
-def lock_prefix(kind: tuple[str, str], name: str, cluster_scoped: bool) -> str:
+def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0) -> str:
     """How the names of a pool's locks start (``<lock prefix>-<ip>``, the Metal3 IPAddress holding each IP
-    it hands out): the pool's name, after ``gip-`` for a global pool; a name too long for that is cut and
-    told apart by a hash of the pool's kind and name."""
-    prefix = f"{GLOBAL_LOCK_TAG}-{name}" if cluster_scoped else name
-    if len(prefix) <= MAX_PREFIX_LENGTH:
+    it hands out): the pool's name, after ``<tag>-`` for a global pool (``gip``); a name too long for that
+    (with ``room`` characters more at the end of each lock name) is cut and told apart by a hash of the
+    pool's kind and name."""
+    prefix = f"{tag}-{name}" if tag else name
+    if len(prefix) <= MAX_PREFIX_LENGTH - room:
         return prefix
     digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:8]
     return f"{prefix[:_HASHED_PART].rstrip('.-')}-{digest}"
@@ -52,7 +53,8 @@ def _reader(kind: tuple[str, str], cluster_scoped: bool):
         if model is None:
             return model, problems
         name = str((pool.get("metadata") or {}).get("name") or "")
-        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, cluster_scoped)), problems
+        tag = GLOBAL_LOCK_TAG if cluster_scoped else None
+        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, tag)), problems
     return read
 
 
@@ -88,28 +90,23 @@ FINALIZERS = Finalizers(
 )
 
 
+def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any) -> PoolKind:
+    """A kind of the in-cluster provider's (its finalizers, its IPAddress's labels and owners, an address
+    written before its claim kept; its pools independent of other pools unless ``rules`` say otherwise);
+    ``rules``: how it reads and judges."""
+    rules.setdefault("unique_in_namespace", False)
+    return PoolKind(kind=kind, scope=scope, plural=plural, versions=(incluster.VERSION,),
+                    claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
+                    cluster_name=lambda pool: None, status=_status, indexes=False,
+                    address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
+                    **rules)
+
+
 def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
-    return PoolKind(
-        kind=kind,
-        scope=scope,
-        plural=plural,
-        versions=(incluster.VERSION,),
-        claim_kinds=(kinds.CAPI_CLAIM,),
-        finalizers=FINALIZERS,
-        read=_reader(kind, scope == CLUSTER),
-        validate=incluster.validate_ip_pool,
-        validate_update=incluster.validate_ip_pool_update,
-        validate_delete=incluster.validate_ip_pool_delete,
-        default=None,
-        cluster_name=lambda pool: None,
-        status=_status,
-        indexes=False,
-        unique_in_namespace=scope == NAMESPACED,
-        address_labels=_address_labels,
-        explicit_pool_owner=True,
-        keeps_addresses_written_first=True,
-        release_after=_release_after,
-    )
+    return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
+                           validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after,
+                           unique_in_namespace=scope == NAMESPACED)
 
 
 IN_CLUSTER_IP_POOL_KIND = _ip_pool_kind(incluster.IN_CLUSTER_IP_POOL, NAMESPACED, "inclusterippools")
