@@ -65,6 +65,14 @@ from typing import Hashable
 from metal3_ipam.core.netbox import backoff
 
 
+class Intent(str, enum.Enum):
+    """What the claim lifecycle wants of a key (a pass's ``Plan.intents``; :meth:`Asking.intend`)."""
+
+    WANT = "want"
+    RELEASE = "release"
+    FORGET = "forget"
+
+
 class Op(str, enum.Enum):
     ALLOCATE = "allocate"
     RELEASE = "release"
@@ -220,6 +228,15 @@ class Asking:
         self._entries.pop(key, None)
         self._released.pop(key, None)
         self._forgotten[key] = now
+
+    def intend(self, key: str, intent: Intent, pool: Hashable, server: Hashable, now: float) -> None:
+        """What a pass of the claim lifecycle said of ``key``: :meth:`want`, :meth:`release` or :meth:`forget`."""
+        if intent is Intent.WANT:
+            self.want(key, pool, server, now)
+        elif intent is Intent.RELEASE:
+            self.release(key, pool, server, now)
+        else:
+            self.forget(key, now)
 
     # -- what to ask --------------------------------------------------------------------
 
@@ -396,6 +413,10 @@ class Asking:
         if entry is None or entry.releasing:
             return None
         return entry.result
+
+    def released(self, key: str) -> bool:
+        """Whether the key's address was released (or there was none): its claim may go."""
+        return key in self._released
 
     def state(self, key: str) -> KeyState | None:
         entry = self._entries.get(key)
