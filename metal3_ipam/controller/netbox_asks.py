@@ -333,11 +333,7 @@ class NetBoxPools:
             if intent is not Intent.FORGET and server is None:
                 continue  # the pool cannot be read: nothing says where to ask
             self.answers.intend(key, intent, ref, server, now)
-        carried = {claim_key(claim)[0] for claim in claims}
-        for key in self.answers.wanted():
-            state = self.answers.state(key)
-            if state is not None and state.pool == ref and key not in carried and key not in intents:
-                self.answers.forget(key, now)
+        self.answers.carried(ref, {claim_key(claim)[0] for claim in claims} | set(intents), now)
         self.pump()
 
     def pool_gone(self, pool_key: Any) -> None:

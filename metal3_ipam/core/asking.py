@@ -163,6 +163,7 @@ class _Entry:
 class _Server:
     failures: int = 0  # failures of the server itself since it last answered
     closed_at: float = 0.0  # while failures > 0: no ask goes out before this, then one at a time
+    refusal: Refused | None = None  # its last failure, while failures > 0
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,14 @@ class Asking:
             self.release(key, pool, server, now)
         else:
             self.forget(key, now)
+
+    def carried(self, pool: Hashable, keys: set[str], now: float) -> None:
+        """The keys the claims of ``pool`` carry now: any other key still wanted for it is forgotten (its
+        claim left without a release: moved away unseen, or its finalizer taken off). A key being released
+        stays (its claim waited for that, or is gone after it)."""
+        for key, entry in list(self._entries.items()):
+            if entry.pool == pool and not entry.releasing and key not in keys:
+                self.forget(key, now)
 
     # -- what to ask --------------------------------------------------------------------
 
@@ -319,6 +328,7 @@ class Asking:
                                server_down)
         server = self._servers.setdefault(asked, _Server())
         if server_down:
+            server.refusal = entry.result
             server.failures += 1
             server.closed_at = now + self._backoff(repr(asked), server.failures)
 
@@ -413,6 +423,13 @@ class Asking:
         if entry is None or entry.releasing:
             return None
         return entry.result
+
+    def held_back(self, key: str) -> Refused | None:
+        """Why a wanted key without an answer of its own waits: its server's last failure, while that
+        server's circuit holds its asks back (the probe is another key's); None otherwise."""
+        entry = self._entries.get(key)
+        server = self._servers.get(entry.server) if entry is not None else None
+        return server.refusal if server is not None and server.failures else None
 
     def released(self, key: str) -> bool:
         """Whether the key's address was released (or there was none): its claim may go."""

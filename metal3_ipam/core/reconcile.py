@@ -121,7 +121,7 @@ class Snapshot:
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
     # For a kind whose addresses an outside IPAM hands out (``pools.Outside``): the asks and their answers
-    # by key (``core.asking.Asking``: ``result(key)``, ``released(key)``); None: nothing was asked.
+    # by key (``core.asking.Asking``: ``result``, ``held_back``, ``released``); None: nothing was asked.
     answers: Any = None
 
 
@@ -844,6 +844,8 @@ class _Reconciler:
             return
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
+        if answer is None and self.snap.answers is not None:
+            answer = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
         if not isinstance(answer, Granted):
             self.ledger.unserved[ckey] = None  # an answer filed for its key wakes it
             reason, message = ((answer.reason, answer.message) if isinstance(answer, Refused) else

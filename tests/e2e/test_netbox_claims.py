@@ -63,14 +63,21 @@ def ready_reason(kube: Kube, name: str) -> tuple[str, str] | None:
     return (ready["status"], ready["reason"]) if ready else None
 
 
-def test_claims_of_a_netbox_pool_and_of_a_metal3_pool_at_once(controller_factory, kube, netbox, api_client,
-                                                               namespace):
-    net = seeded(netbox, 28)
+def two_pools(controller_factory, kube: Kube, netbox, api_client, length: int, metal3_net: str):
+    """A controller with an owner of its own, a NetBoxIPPool ``nb`` on a fresh NetBox prefix (its gateway
+    the prefix's first address, which NetBox does not hold) and a Metal3 IPPool ``m``: (prefix, owner)."""
+    net = seeded(netbox, length)
     who = owner()
-    put_secret(api_client, namespace, "netbox", netbox.token)
+    put_secret(api_client, kube.ns, "netbox", netbox.token)
     controller_factory(["-A", "--netbox-owner", who])
     netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
-    kube.pool("m", pools=[{"start": "192.168.7.10", "end": "192.168.7.40", "prefix": 24}])
+    kube.pool("m", pools=[{"start": f"{metal3_net}.10", "end": f"{metal3_net}.60", "prefix": 24}])
+    return net, who
+
+
+def test_claims_of_a_netbox_pool_and_of_a_metal3_pool_at_once(controller_factory, kube, netbox, api_client,
+                                                               namespace):
+    net, who = two_pools(controller_factory, kube, netbox, api_client, 28, "192.168.7")
     nb_names = [f"nb-{i}" for i in range(6)]
     m_names = [f"m-{i}" for i in range(6)]
     for nb_name, m_name in zip(nb_names, m_names):
@@ -102,12 +109,7 @@ def test_claims_of_a_netbox_pool_and_of_a_metal3_pool_at_once(controller_factory
 
 
 def test_netbox_stopped_mid_burst_and_started_again(controller_factory, kube, netbox, api_client, namespace):
-    net = seeded(netbox, 27)
-    who = owner()
-    put_secret(api_client, namespace, "netbox", netbox.token)
-    controller_factory(["-A", "--netbox-owner", who])
-    netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
-    kube.pool("m", pools=[{"start": "192.168.8.10", "end": "192.168.8.60", "prefix": 24}])
+    net, who = two_pools(controller_factory, kube, netbox, api_client, 27, "192.168.8")
     first = [f"nb-{i}" for i in range(4)]
     later = [f"nb-{i}" for i in range(4, 10)]
     for name in first:
@@ -148,7 +150,7 @@ def test_killed_between_netboxs_answer_and_the_address_write_heals_by_lookup(con
     net = seeded(netbox, 29)
     who = owner()
     put_secret(api_client, namespace, "netbox", netbox.token)
-    netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
+    netbox_pool(kube, "nb", netbox.url, net)  # no gateway to keep back: NetBox's first answer is the address
     netbox_claim(kube, "a", "nb")
     rules = rules_with_ipaddress_verbs(["get", "list", "watch", "patch", "delete"]) + [
         {"apiGroups": [NETBOX[0]], "resources": ["*"], "verbs": ["*"]},
