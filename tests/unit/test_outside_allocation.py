@@ -338,3 +338,15 @@ def test_one_outside_address_per_key_and_every_claim_bound_to_it(events, seed):
     # No outside address for a claim that was deleted (only for live claims and claims moved away).
     assert set(held) <= carried | moved_keys, (held, carried, moved_keys)
     assert len(set(held.values())) == len(held)
+
+
+def test_claims_of_an_invalid_netbox_pool_are_refused_naming_the_field_and_nothing_is_asked():
+    world = World(claim("a"))
+    bad = netbox_pool()
+    bad["spec"]["source"] = {"ipRange": "10.0.0.9-10.0.0.1"}
+    world.api.inventory.upsert({**bad, "metadata": {**bad["metadata"], "resourceVersion": "99"}})
+    world.settle()
+    condition = ready(world.claim("a"))
+    assert (condition["status"], condition["reason"]) == ("False", "PoolNotReady")
+    assert "spec.source.ipRange" in condition["message"] and "10.0.0.9-10.0.0.1" in condition["message"]
+    assert world.ipam.asked == [] and KEY_ANNOTATION not in o.annotations(world.claim("a"))
