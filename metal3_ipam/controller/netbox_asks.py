@@ -337,8 +337,9 @@ class NetBoxPools:
         self.pump()
 
     def pool_gone(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        self._seen.pop(ref, None)
+        """The pool and everything filed under it are gone: surveyed afresh should it come back. (Its
+        server stays known to the asks: a release still out for one of its keys may still need it.)"""
+        self._seen.pop((pool_key.namespace, pool_key.name), None)
 
     def pump(self) -> None:
         """Send what is due; come back at the next time something falls due."""
@@ -348,8 +349,18 @@ class NetBoxPools:
         if not self.may_act():
             return
         now = self.clock()
+        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
+               if (state := self.answers.state(key)) is not None and state.out is not None}
         for ask in self.answers.due(now):
             self.asks.send([ask], functools.partial(self._answered, ask.pool))
+        # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
+        timed_out = set()
+        for key, ref in out.items():
+            state = self.answers.state(key)
+            if state is None or state.out is None:
+                timed_out.add(ref)
+        for ref in timed_out:
+            self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
         at = self.answers.next_due()
         if at is not None:
             self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)

@@ -196,6 +196,8 @@ class PoolWorkers:
         if due is not None:
             due[1].cancel()
         self._ledgers.pop(pool, None)
+        if self.outside is not None and pools.REGISTRY[pool.kind].outside is not None:
+            self.outside.pool_gone(pool)
         self._unserved_pools.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
         self._audit_at.pop(pool, None)
