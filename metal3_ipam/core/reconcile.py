@@ -42,6 +42,14 @@ What it guarantees, whatever it is shown:
   known is given nothing new until it is: ``clusterctl move`` creates a
   Cluster before its claims, and a claim seen first may still have a moved
   address on its way. Its Ready condition says what it waits for;
+- a kind whose addresses an outside IPAM hands out (``PoolKind.outside``:
+  NetBox) asks it only for the allocation key the stored claim carries,
+  written with the claim's finalizer before anything is asked; the plan says
+  what it wants of each key (``Plan.intents``: want, release, forget) and the
+  answers so far are the snapshot's (``Snapshot.answers``): meanwhile the claim
+  is pending (Ready=False with the reason), a grant is locked and shown like
+  any allocation, a deleted claim's objects and finalizer go only once its key
+  is released, a claim deleted for a move is forgotten, never released;
 - a claim that cannot be served gets an error in its status and an Event,
   written only when the error changes, and does not stop the next claim;
 - nothing is written when nothing changed; a paused pool is left alone.
@@ -1139,7 +1147,8 @@ def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, m
     condition = {"type": type_, "status": value, "reason": reason, "message": message,
                  "lastTransitionTime": since or now}
     if v1beta1 and value != "True":
-        condition["severity"] = {"PoolExhausted": "Warning", WAITING_FOR_CLUSTER: "Info"}.get(reason, "Error")
+        condition["severity"] = {"PoolExhausted": "Warning", WAITING_FOR_CLUSTER: "Info",
+                                 ALLOCATION_PENDING: "Info"}.get(reason, "Error")
     return condition
 
 
