@@ -42,7 +42,8 @@ What it guarantees:
   of refusals does not come back at once). A refusal of the server itself
   (unreachable, timed out, 5xx) opens the server's circuit: none of its asks
   go out until its own backoff ends, then one probe at a time until one is
-  answered. Other servers' asks are not held.
+  answered. The asks out together when it failed count as one failure of it.
+  Other servers' asks are not held.
 * **Bounded.** At most ``per_server`` asks of one server are out at a time,
   so an ask's deadline is not spent waiting behind a queue.
 * A release waits for an allocation ask of its key that is still out (until
@@ -329,8 +330,11 @@ class Asking:
         server = self._servers.setdefault(asked, _Server())
         if server_down:
             server.refusal = entry.result
-            server.failures += 1
-            server.closed_at = now + self._backoff(repr(asked), server.failures)
+            # One failure per round: the asks that were out together when the server went down fail
+            # together, and count once; a probe's failure after the backoff counts again.
+            if not server.failures or now >= server.closed_at:
+                server.failures += 1
+                server.closed_at = now + self._backoff(repr(asked), server.failures)
 
     def _backoff(self, key: str, failures: int) -> float:
         spread = 1.0 + (zlib.crc32(key.encode()) % 256) / 1024.0

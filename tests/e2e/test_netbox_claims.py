@@ -15,10 +15,10 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition, controller_as_user, rules_with_ipaddress_verbs  # noqa: E402
-from metal3_ipam.core.netbox import owned_key  # noqa: E402
+from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import holding, owner, seeded  # noqa: E402
+from netbox_fixtures import addresses_in, holding, owner, seeded  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
@@ -170,3 +170,24 @@ def test_killed_between_netboxs_answer_and_the_address_write_heals_by_lookup(con
     address = kube.capi_bound("a", timeout=90)
     assert f"{address['spec']['address']}/{net.prefixlen}" == made["address"]
     assert [a["id"] for a in holding(netbox, owned_key(who, key_of(kube, "a")))] == [made["id"]]
+
+
+def test_two_replicas_serving_the_same_claims_make_one_netbox_address_per_claim(controller_factory, kube, netbox,
+                                                                                 api_client, namespace):
+    """Two replicas without leader election: each writes keys on condition of the claim's version and asks
+    NetBox for what the stored claims carry; NetBox's lookup by key and its unique key field do the rest."""
+    net = seeded(netbox, 28)
+    who = owner()
+    put_secret(api_client, namespace, "netbox", netbox.token)
+    for _ in range(2):
+        controller_factory(["-A", "--no-leader-elect", "--netbox-owner", who])
+    netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
+    names = [f"nb-{i}" for i in range(8)]
+    for name in names:
+        netbox_claim(kube, name, "nb")
+    for name in names:
+        kube.capi_bound(name, timeout=90)
+    assert_one_netbox_address_each(kube, netbox, who, names, net)
+    ours = [a for a in addresses_in(netbox, net).values()
+            if str(a["custom_fields"].get(KEY_FIELD) or "").startswith(f"{who}/")]
+    assert len(ours) == len(names), ours
