@@ -69,7 +69,7 @@ def two_pools(controller_factory, kube: Kube, netbox, api_client, length: int, m
     net = seeded(netbox, length)
     who = owner()
     put_secret(api_client, kube.ns, "netbox", netbox.token)
-    controller_factory(["-A", "--netbox-owner", who])
+    controller_factory(["-n", kube.ns, "--netbox-owner", who])
     netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
     kube.pool("m", pools=[{"start": f"{metal3_net}.10", "end": f"{metal3_net}.60", "prefix": 24}])
     return net, who
@@ -166,7 +166,7 @@ def test_killed_between_netboxs_answer_and_the_address_write_heals_by_lookup(con
         [made] = eventually(asked, timeout=60, what="NetBox's address for claim a's key")
         proc.kill()
     assert kube.capi_ipaddress("a") is None and kube.list(("ipam.metal3.io", "v1alpha1"), "ipaddresses") == []
-    controller_factory(["-A", "--netbox-owner", who])
+    controller_factory(["-n", kube.ns, "--netbox-owner", who])
     address = kube.capi_bound("a", timeout=90)
     assert f"{address['spec']['address']}/{net.prefixlen}" == made["address"]
     assert [a["id"] for a in holding(netbox, owned_key(who, key_of(kube, "a")))] == [made["id"]]
@@ -180,7 +180,7 @@ def test_two_replicas_serving_the_same_claims_make_one_netbox_address_per_claim(
     who = owner()
     put_secret(api_client, namespace, "netbox", netbox.token)
     for _ in range(2):
-        controller_factory(["-A", "--no-leader-elect", "--netbox-owner", who])
+        controller_factory(["-n", kube.ns, "--no-leader-elect", "--netbox-owner", who])
     netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
     names = [f"nb-{i}" for i in range(8)]
     for name in names:

@@ -53,7 +53,7 @@ def test_move_of_netbox_backed_claims_keeps_their_netbox_addresses(control_plane
     target = Kube(target_cp.api_client(), namespace)
     target.core.create_namespace({"metadata": {"name": namespace}})
     put_secret(target.api_client, namespace, "netbox", netbox.token)  # a Secret of its own: not moved
-    controllers(target_cp, "B", ("-A", "--netbox-owner", who))
+    controllers(target_cp, "B", ("-n", namespace, "--netbox-owner", who))
     mark_clusters_provisioned(source.api_client, namespace)
     clusterctl.move(control_plane, target_cp, namespace, timeout=300, stop_on_retry=True).check()
 
