@@ -27,6 +27,7 @@ import yaml
 from . import manifests
 from .core import kinds
 from .core import objects as o
+from .core.netbox import check_owner
 from .core.pools import REGISTRY as POOL_KINDS
 from .core.problems import Problem
 from .core.reconcile import WAITING_FOR_CLUSTER
@@ -86,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--webhook-cert-dir", default=None, metavar="DIR",
                      help="directory holding the serving certificate tls.crt and its key tls.key, reloaded when "
                           "they change (default /tmp/k8s-webhook-server/serving-certs)")
+    run.add_argument("--netbox-owner", default="metal3-ipam", metavar="OWNER",
+                     help="marks the addresses this controller makes in NetBox (<owner>/<key> in their key field); "
+                          "the same in every cluster claims may be moved to (default metal3-ipam)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
     release = commands.add_parser("release", help="render config/default into clusterctl provider components "
@@ -254,6 +258,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.lock_namespace:
         options.lock_namespace = args.lock_namespace
     options.lease_timing = _lease_timing(args)
+    try:
+        options.netbox_owner = check_owner(args.netbox_owner)
+    except ValueError as err:
+        raise manifests.UsageError(f"--netbox-owner: {err}") from None
     if not 0 <= args.webhook_port <= 65535:
         raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
     options.webhook_port = args.webhook_port

@@ -131,6 +131,8 @@ class MemoryApi:
             elif isinstance(action, SetMetadata):
                 if action.labels:
                     meta.setdefault("labels", {}).update(action.labels)
+                if action.annotations:
+                    meta.setdefault("annotations", {}).update(action.annotations)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
             elif isinstance(action, SetStatus):

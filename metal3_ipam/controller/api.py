@@ -459,6 +459,8 @@ class ApiWriter:
         elif isinstance(action, SetMetadata):
             if action.labels:
                 metadata["labels"] = action.labels
+            if action.annotations:
+                metadata["annotations"] = action.annotations
             if action.owner_references is not None:
                 metadata["ownerReferences"] = list(action.owner_references)
             body = {"metadata": metadata}

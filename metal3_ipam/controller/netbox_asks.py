@@ -27,15 +27,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
 
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
 from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
-from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
+from metal3_ipam.controller.workers import utc_now
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Plan, SetStatus
+from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
 from metal3_ipam.core.netbox import KEY_FIELD, Reason
 from metal3_ipam.core.netbox_pool import (
     SERVER_DOWN,
@@ -43,8 +48,12 @@ from metal3_ipam.core.netbox_pool import (
     NetBoxPool,
     SecretKeyRef,
     Survey,
+    claim_key,
     condition_reason,
+    pool_status,
+    read_pool,
 )
+from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
 
 log = logging.getLogger(__name__)
 
@@ -259,3 +268,142 @@ class NetBoxAsks:
         except TimeoutError:
             return Survey(reason=condition_reason(Reason.TIMEOUT),
                           message=f"NetBox at {pool.server.url} did not answer within {self.timeout * 4:g}s")
+
+
+# --------------------------------------------------------------------------- serving claims
+
+
+class NetBoxPools:
+    """NetBox pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
+
+    The pool workers give each pass over a NetBoxIPPool the asking state (``answers``) and hand this the
+    plan's intents (:meth:`passed`): each key wanted, released or forgotten in :class:`Asking`; keys of
+    the pool that no claim carries any more (a claim gone without a release) are forgotten. What is due
+    is sent at once; an answer is filed and wakes the pool's pass (``wake``); the next ask waits for
+    ``Asking.next_due()`` on one timer, never a fixed poll. Each pool's status is NetBox's
+    (:meth:`NetBoxAsks.survey`), written when the pool is first seen or changed, then every
+    ``survey_seconds``; a survey is bounded in time, and one runs per pool at a time.
+    Nothing is sent while ``may_act()`` is false.
+    """
+
+    def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
+                 wake: Callable[[Any], None], may_act: Callable[[], bool] = lambda: True,
+                 survey_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.asks = asks
+        self.answers = asking
+        self.inventory = inventory
+        self.writer = writer
+        self.wake = wake
+        self.may_act = may_act
+        self.survey_seconds = survey_seconds
+        self.clock = clock
+        self._timer: asyncio.TimerHandle | None = None
+        self._seen: dict[PoolRef, tuple[Any, Any]] = {}  # pool -> (uid, generation) last surveyed
+        self._surveying: dict[PoolRef, asyncio.Task] = {}
+        self._loop_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._survey_loop(), name="netbox surveys")
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = [t for t in (self._loop_task, *self._surveying.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.asks.close()
+
+    # -- passes -------------------------------------------------------------------------
+
+    def passed(self, pool_key: Any, pool_obj: dict | None, intents: Mapping[str, Intent],
+               claims: Iterable[dict]) -> None:
+        """After a pass over a NetBoxIPPool: its intents filed, what is due sent."""
+        ref: PoolRef = (pool_key.namespace, pool_key.name)
+        model = read_pool(pool_obj)[0] if pool_obj is not None else None
+        if model is not None:
+            self.asks.pool_changed(model)
+            ident = (o.meta(pool_obj).get("uid"), o.meta(pool_obj).get("generation"))
+            if self._seen.get(ref) != ident:
+                self._seen[ref] = ident
+                self.survey_soon(pool_key)
+        now = self.clock()
+        server = model.server if model is not None else None
+        for key, intent in intents.items():
+            if intent is not Intent.FORGET and server is None:
+                continue  # the pool cannot be read: nothing says where to ask
+            self.answers.intend(key, intent, ref, server, now)
+        self.answers.carried(ref, {claim_key(claim)[0] for claim in claims} | set(intents), now)
+        self.pump()
+
+    def pool_gone(self, pool_key: Any) -> None:
+        """The pool and everything filed under it are gone: surveyed afresh should it come back. (Its
+        server stays known to the asks: a release still out for one of its keys may still need it.)"""
+        self._seen.pop((pool_key.namespace, pool_key.name), None)
+
+    def pump(self) -> None:
+        """Send what is due; come back at the next time something falls due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.may_act():
+            return
+        now = self.clock()
+        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
+               if (state := self.answers.state(key)) is not None and state.out is not None}
+        for ask in self.answers.due(now):
+            self.asks.send([ask], functools.partial(self._answered, ask.pool))
+        # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
+        timed_out = set()
+        for key, ref in out.items():
+            state = self.answers.state(key)
+            if state is None or state.out is None:
+                timed_out.add(ref)
+        for ref in timed_out:
+            self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
+        at = self.answers.next_due()
+        if at is not None:
+            self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
+
+    def _answered(self, ref: PoolRef, answer: Answer) -> None:
+        filed = self.answers.file(answer, self.clock())
+        log.info("NetBoxIPPool %s/%s: %s for key %s: %s", *ref, type(answer).__name__, answer.key, filed.value)
+        self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
+        self.pump()
+
+    # -- surveys ------------------------------------------------------------------------
+
+    def survey_soon(self, pool_key: Any) -> None:
+        ref = (pool_key.namespace, pool_key.name)
+        task = self._surveying.get(ref)
+        if task is None or task.done():
+            self._surveying[ref] = asyncio.create_task(self._survey(pool_key), name=f"netbox survey {ref}")
+
+    async def _survey_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.survey_seconds)
+            for pool_key in self.inventory.pool_keys():
+                if pool_key.kind == NETBOX_IP_POOL:
+                    self.survey_soon(pool_key)
+
+    async def _survey(self, pool_key: Any) -> None:
+        if not self.may_act():
+            return
+        pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
+        model = read_pool(pool_obj)[0] if pool_obj is not None else None
+        if model is None or o.is_deleting(pool_obj):
+            return
+        try:
+            survey = await self.asks.survey(model)
+            pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
+            if pool_obj is None or not self.may_act():
+                return
+            status = pool_status(model, survey, now=utc_now(), previous=o.status(pool_obj))
+            plan = Plan()
+            plan.step(f"{NETBOX_IP_POOL[1]} {pool_key.namespace}/{pool_key.name}",
+                      about=o.ref(pool_obj)).add(SetStatus(o.ref(pool_obj), status))
+            await self.writer.execute(plan, pool_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug of ours must not end the surveys of other pools
+            log.exception("NetBoxIPPool %s/%s: survey failed", pool_key.namespace, pool_key.name)

@@ -31,11 +31,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core import kinds
+from ..core.asking import Asking
+from ..core.pools.netbox import NETBOX_IP_POOL
 from ..core.inventory import Inventory
 from . import health, webhook
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
+from .netbox_asks import NetBoxAsks, NetBoxPools, SecretTokens
 from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
 from .watch import KindWatch, Streams
@@ -63,6 +66,10 @@ class Options:
     parallel_writes: int = 16
     webhook_port: int = 0  # 0: no admission webhooks
     webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
+    # Marks the addresses this controller makes in NetBox (``<owner>/<key>`` in the key field): the same in
+    # every cluster a claim may be moved to, so that a moved claim finds its address again by its key.
+    netbox_owner: str = "metal3-ipam"
+    netbox_survey_seconds: float = 60.0
 
 
 class CannotStart(Exception):
@@ -101,6 +108,7 @@ class Runtime:
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None
+        self.netbox: NetBoxPools | None = None
         self.controller: Controller | None = None
         self.hot: tuple[tuple[str, str], ...] = ()  # the kinds our own watches follow; kopf watches the rest
         self.registry: kopf.OperatorRegistry | None = None
@@ -175,7 +183,13 @@ class Runtime:
                                          options.lease_timing, on_change=self._on_leadership)
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write)
-        self.workers = PoolWorkers(self.inventory, self.writer, may_act=lambda: self.loaded and self.may_write())
+        may_act = lambda: self.loaded and self.may_write()  # noqa: E731
+        if NETBOX_IP_POOL in resources:
+            self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
+                                      inventory=self.inventory, writer=self.writer,
+                                      wake=lambda pool: self.workers.answered(pool), may_act=may_act,
+                                      survey_seconds=options.netbox_survey_seconds)
+        self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.netbox)
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in HOT_KINDS if kind in resources)
@@ -198,6 +212,8 @@ class Runtime:
         if self.elector is not None:
             self.election = self.elector.start()
         self.resync_task = asyncio.create_task(self._resync(), name="resync")
+        if self.netbox is not None:
+            self.netbox.start()
         self.load_task = asyncio.create_task(self._load(), name="initial load")
         log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in self.resources.values()),
                  ", ".join(options.namespaces) or "all namespaces")
@@ -234,6 +250,8 @@ class Runtime:
         if self.workers is not None:
             drained = await self.workers.stop(grace=self.options.lease_timing.renew_deadline / 2)
         await self._stop_background()
+        if self.netbox is not None:
+            await self.netbox.close()
         if self.elector is not None:
             if self.election is not None:
                 if drained:

@@ -89,8 +89,12 @@ class PoolWorkers:
     def __init__(self, inventory: Inventory, writer: ApiWriter, *, gather_seconds: float = 0.02,
                  max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True,
                  max_steps: int = MAX_STEPS_PER_PASS, slice_seconds: float = 0.005,
-                 status_seconds: float = 1.0, audit_seconds: float = 600.0, freezer: Freezer | None = None) -> None:
+                 status_seconds: float = 1.0, audit_seconds: float = 600.0, freezer: Freezer | None = None,
+                 outside: Any = None) -> None:
         self.inventory = inventory
+        # The asks of pools whose addresses an outside IPAM hands out (``netbox_asks.NetBoxPools``): given
+        # to their passes (``Snapshot.answers``) and told each pass's intents; None: none are served.
+        self.outside = outside
         self.max_steps = max_steps
         self.slice_seconds = slice_seconds
         self.status_seconds = status_seconds
@@ -192,6 +196,8 @@ class PoolWorkers:
         if due is not None:
             due[1].cancel()
         self._ledgers.pop(pool, None)
+        if self.outside is not None and pools.REGISTRY[pool.kind].outside is not None:
+            self.outside.pool_gone(pool)
         self._unserved_pools.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
         self._audit_at.pop(pool, None)
@@ -203,6 +209,13 @@ class PoolWorkers:
                 metric.remove(*metrics.pool_labels(pool))
             except KeyError:  # this pool never had that series
                 pass
+
+    def answered(self, pool: o.PoolKey) -> None:
+        """An outside IPAM answered for a key of ``pool``: its claims waiting for an answer are decided again."""
+        ledger = self._ledgers.get(pool)
+        if ledger is not None:
+            ledger.wake()
+        self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
         delay = min(self._backoff.get(pool, 0.25) * 2, self.max_backoff)
@@ -226,6 +239,8 @@ class PoolWorkers:
             ledger, plan = await self._decide_changes(pool, scope)
             released = scope.released
         self.freezer.maybe_freeze()
+        if pools.REGISTRY[pool.kind].outside is not None and self.outside is not None:
+            self.outside.passed(pool, scope.context.pool, plan.intents, ledger.claims.values())
         self._follow_up(pool, ledger, released, scope.started)
         self._pass_when_due(pool, plan.due)
         return await self._execute(pool, ledger, plan, scope.started)
@@ -237,12 +252,18 @@ class PoolWorkers:
         if ledger is None:
             ledger = self._ledgers[pool] = Ledger()
         reload, changes = self.inventory.drain(pool)
-        context = self.inventory.snapshot(pool, utc_now(), self.rng, members=False)
+        context = self._snapshot(pool, utc_now(), members=False)
         status_due = started - self._status_written.get(pool, float("-inf")) >= self._status_interval(ledger)
         audit = not reload and started >= self._audit_at.get(pool, started)
         stale = reload or needs_full(ledger, context)
         return PassScope(started, ledger, changes, context, ledger.released, full=stale or audit,
                          audited=audit and not stale, status_due=status_due)
+
+    def _snapshot(self, pool: o.PoolKey, now: str, members: bool = True) -> Snapshot:
+        snapshot = self.inventory.snapshot(pool, now, self.rng, members=members)
+        if self.outside is not None and pools.REGISTRY[pool.kind].outside is not None:
+            snapshot.answers = self.outside.answers
+        return snapshot
 
     async def _decide_changes(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Plan]:
         """The kept ledger told what changed; only what that makes dirty is decided."""
@@ -284,7 +305,7 @@ class PoolWorkers:
             # Every object of the pool, copied now: what changes from here on is in the change log.
             # A big pool's lists are frozen at once, unless another build has paused the collector
             # (its garbage meanwhile is young, or in the oldest generation: collected when it ends).
-            take = functools.partial(self.inventory.snapshot, pool, scope.context.now, self.rng)
+            take = functools.partial(self._snapshot, pool, scope.context.now)
             snapshot = self.freezer.freeze_with(take) if first else take()
             loading = load(fresh, snapshot)
             if big:

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from .asking import Intent
 from .objects import Ref
 
 
@@ -47,12 +48,13 @@ class SetFinalizers:
 
 @dataclass(frozen=True)
 class SetMetadata:
-    """Merge labels and replace owner references."""
+    """Merge labels and annotations and replace owner references."""
 
     target: Ref
     labels: dict[str, str] | None = None
     owner_references: tuple[dict, ...] | None = None
     resource_version: str | None = None
+    annotations: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,9 @@ class Plan:
     # The earliest time (RFC 3339) at which a pass over the pool has work that nothing else will bring
     # (a deleted claim's address held until then): the caller passes over the pool again at that time.
     due: str | None = None
+    # What the pass wants of the keys its claims carry in an outside IPAM (``pools.Outside``): the caller
+    # hands them to the asks (``core.asking``), which it runs; an answer brings the pool's next pass.
+    intents: dict[str, Intent] = field(default_factory=dict)
 
     def step(self, subject: str, about: Ref | None = None) -> Step:
         step = Step(subject, about=about)

@@ -42,7 +42,8 @@ What it guarantees:
   of refusals does not come back at once). A refusal of the server itself
   (unreachable, timed out, 5xx) opens the server's circuit: none of its asks
   go out until its own backoff ends, then one probe at a time until one is
-  answered. Other servers' asks are not held.
+  answered. The asks out together when it failed count as one failure of it.
+  Other servers' asks are not held.
 * **Bounded.** At most ``per_server`` asks of one server are out at a time,
   so an ask's deadline is not spent waiting behind a queue.
 * A release waits for an allocation ask of its key that is still out (until
@@ -63,6 +64,14 @@ from dataclasses import dataclass, field
 from typing import Hashable
 
 from metal3_ipam.core.netbox import backoff
+
+
+class Intent(str, enum.Enum):
+    """What the claim lifecycle wants of a key (a pass's ``Plan.intents``; :meth:`Asking.intend`)."""
+
+    WANT = "want"
+    RELEASE = "release"
+    FORGET = "forget"
 
 
 class Op(str, enum.Enum):
@@ -155,6 +164,7 @@ class _Entry:
 class _Server:
     failures: int = 0  # failures of the server itself since it last answered
     closed_at: float = 0.0  # while failures > 0: no ask goes out before this, then one at a time
+    refusal: Refused | None = None  # its last failure, while failures > 0
 
 
 @dataclass(frozen=True)
@@ -220,6 +230,24 @@ class Asking:
         self._entries.pop(key, None)
         self._released.pop(key, None)
         self._forgotten[key] = now
+
+    def intend(self, key: str, intent: Intent, pool: Hashable, server: Hashable, now: float) -> None:
+        """What a pass of the claim lifecycle said of ``key``: :meth:`want`, :meth:`release` or :meth:`forget`."""
+        if intent is Intent.WANT:
+            self.want(key, pool, server, now)
+        elif intent is Intent.RELEASE:
+            self.release(key, pool, server, now)
+        else:
+            self.forget(key, now)
+
+    def carried(self, pool: Hashable, keys: set[str], now: float) -> None:
+        """The keys the claims of ``pool`` carry now: any other key of it is forgotten, also one being
+        released: its claim left before the release was done (moved away unseen, its finalizer taken off),
+        and a claim moved away carries its key on, in a cluster where the address must stay. Asks go out
+        only for keys a stored claim carries."""
+        for key, entry in list(self._entries.items()):
+            if entry.pool == pool and key not in keys:
+                self.forget(key, now)
 
     # -- what to ask --------------------------------------------------------------------
 
@@ -302,8 +330,12 @@ class Asking:
                                server_down)
         server = self._servers.setdefault(asked, _Server())
         if server_down:
-            server.failures += 1
-            server.closed_at = now + self._backoff(repr(asked), server.failures)
+            server.refusal = entry.result
+            # One failure per round: the asks that were out together when the server went down fail
+            # together, and count once; a probe's failure after the backoff counts again.
+            if not server.failures or now >= server.closed_at:
+                server.failures += 1
+                server.closed_at = now + self._backoff(repr(asked), server.failures)
 
     def _backoff(self, key: str, failures: int) -> float:
         spread = 1.0 + (zlib.crc32(key.encode()) % 256) / 1024.0
@@ -396,6 +428,17 @@ class Asking:
         if entry is None or entry.releasing:
             return None
         return entry.result
+
+    def held_back(self, key: str) -> Refused | None:
+        """Why a wanted key without an answer of its own waits: its server's last failure, while that
+        server's circuit holds its asks back (the probe is another key's); None otherwise."""
+        entry = self._entries.get(key)
+        server = self._servers.get(entry.server) if entry is not None else None
+        return server.refusal if server is not None and server.failures else None
+
+    def released(self, key: str) -> bool:
+        """Whether the key's address was released (or there was none): its claim may go."""
+        return key in self._released
 
     def state(self, key: str) -> KeyState | None:
         entry = self._entries.get(key)

@@ -44,6 +44,14 @@ What it guarantees, whatever it is shown:
   known is given nothing new until it is: ``clusterctl move`` creates a
   Cluster before its claims, and a claim seen first may still have a moved
   address on its way. Its Ready condition says what it waits for;
+- a kind whose addresses an outside IPAM hands out (``PoolKind.outside``:
+  NetBox) asks it only for the allocation key the stored claim carries,
+  written with the claim's finalizer before anything is asked; the plan says
+  what it wants of each key (``Plan.intents``: want, release, forget) and the
+  answers so far are the snapshot's (``Snapshot.answers``): meanwhile the claim
+  is pending (Ready=False with the reason), a grant is locked and shown like
+  any allocation, a deleted claim's objects and finalizer go only once its key
+  is released, a claim deleted for a move is forgotten, never released;
 - a claim that cannot be served gets an error in its status and an Event,
   written only when the error changes, and does not stop the next claim;
 - nothing is written when nothing changed; a paused pool is left alone.
@@ -68,6 +76,7 @@ from . import objects as o
 from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, Step
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
+from .asking import Granted, Intent, Refused
 from .kept import BOUND_REASON, bound_message
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import ip_text
@@ -81,6 +90,8 @@ from .problems import Problem, errors
 MAX_MESSAGE = 1024
 
 READY = "Ready"
+# A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
+ALLOCATION_PENDING = "AllocationPending"
 OVERLAPPING = "Overlapping"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
@@ -119,6 +130,9 @@ class Snapshot:
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
+    # For a kind whose addresses an outside IPAM hands out (``pools.Outside``): the asks and their answers
+    # by key (``core.asking.Asking``: ``result``, ``held_back``, ``released``); None: nothing was asked.
+    answers: Any = None
 
 
 def reconcile(snap: Snapshot) -> Plan:
@@ -218,6 +232,8 @@ class _Reconciler:
         self.allocator = ledger.allocator
         # Locks being created this pass for allocations adopted as they are.
         self.adopting = 0
+        # Claims given an allocation key this pass (a kind with ``outside``).
+        self.keyed: dict[o.ClaimKey, str] = {}
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)
@@ -299,7 +315,7 @@ class _Reconciler:
                 decided += 1
                 if decided % DECISIONS_PER_YIELD == 0:
                     yield
-        if self.pool_obj is not None:
+        if self.pool_obj is not None and self.kind.outside is None:  # an outside IPAM's pool: its adapter's
             yield from self.pool_status()
         self.plan.steps = [s for s in self.plan.steps if s.actions]
         return self.plan
@@ -560,8 +576,9 @@ class _Reconciler:
         # claim deleted before it carries the finalizer leaves an address
         # without a claim, which the next pass removes (after asking the API
         # server). One that holds nothing any more has it taken off.
-        holds = key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key))
-        if holds and finalizer not in o.finalizers(claim):
+        holds = key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key)) \
+            or self.outside_key(claim) is not None
+        if holds and finalizer not in o.finalizers(claim) and key not in self.keyed:
             step.add(_with_finalizer(claim, finalizer))
         elif not holds and finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
@@ -574,11 +591,20 @@ class _Reconciler:
 
     def release(self, claim: dict, step: Step, mine: list[dict], finalizer: str) -> None:
         if o.deleted_for_move(claim):
-            # Moved, not released; clusterctl strips the finalizers itself.
+            # Moved, not released; clusterctl strips the finalizers itself. Asked for no more outside.
             self.remember_binding(claim)
+            outside_key = self.outside_key(claim)
+            if outside_key is not None:
+                self.plan.intents[outside_key] = Intent.FORGET
             return
         key = o.claim_key(claim)
         self.ledger.due.pop(key, None)
+        if not self.released_outside(claim):
+            # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
+            self.remember_binding(claim)
+            self.ledger.unserved[key] = None  # the answer wakes it
+            self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
+            return
         held_until = self.release_after(claim, mine)
         if held_until is not None:
             # Its address outlives it until then (counted, its IP handed out to no one), both finalizers on.
@@ -593,6 +619,23 @@ class _Reconciler:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
+
+    def outside_key(self, claim: dict) -> str | None:
+        """The allocation key a claim of a kind with ``outside`` carries or is given this pass; else None."""
+        outside = self.kind.outside
+        if outside is None:
+            return None
+        return self.keyed.get(o.claim_key(claim)) or outside.read_key(claim)[0]
+
+    def released_outside(self, claim: dict) -> bool:
+        """Whether a deleted claim's address is let go by its outside IPAM (True for the other kinds, and for
+        a claim that carries no key: nothing was asked for it); its release is asked for meanwhile. A pool
+        that is gone names no IPAM to ask: what it made is left to a sweep."""
+        key = self.outside_key(claim)
+        if key is None or self.pool_obj is None:
+            return True
+        self.plan.intents[key] = Intent.RELEASE
+        return self.snap.answers is not None and self.snap.answers.released(key)
 
     def release_after(self, claim: dict, mine: list[dict]) -> str | None:
         """Until when a deleted claim's address is held (the kind's reuse grace period, from what is
@@ -758,6 +801,8 @@ class _Reconciler:
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
         taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip)  # noqa: E731
+        if self.kind.outside is not None:
+            return self.allocate_outside(claim, step, taken_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
         own = self.ledger.kept.get(key)
         grant, lost = None, None
@@ -789,6 +834,51 @@ class _Reconciler:
             step.add(Event(o.ref(claim), "Warning", "AddressChanged",
                            _bounded(f"{lost}, so it is given {ip_text(grant.ip)} instead: whatever runs on "
                                     f"{ip_text(self.pool.address_of(own))} must move")))
+        self.ensure_bound(claim, address, step)
+
+    def allocate_outside(self, claim: dict, step: Step, taken_elsewhere: Callable[[int], bool]) -> None:
+        """A claim of a kind whose addresses an outside IPAM hands out (``pools.Outside``).
+
+        Without a key it is given one (finalizer first, then the key, each a conditional write), and
+        nothing is asked: only a key the stored claim carries is. With one, the pass wants it; until the
+        answer is a grant the claim is pending (Ready=False: ``AllocationPending``, or the IPAM's refusal),
+        and the answer wakes it. A grant is locked and shown as any allocation is.
+        """
+        outside = self.kind.outside
+        ckey = o.claim_key(claim)
+        key, problem = outside.read_key(claim)
+        if problem is not None:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"{problem.field}: {problem.message} (value: {problem.value!r})")
+        if key is None:
+            finalizer = self.finalizers.claim[kinds.kind_of(claim)]
+            if finalizer not in o.finalizers(claim):
+                step.add(_with_finalizer(claim, finalizer))
+            key = self.keyed[ckey] = outside.new_key(self.snap.rng or random.Random())
+            step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
+                                 resource_version=o.meta(claim).get("resourceVersion")))
+            return
+        self.plan.intents[key] = Intent.WANT
+        answer = self.snap.answers.result(key) if self.snap.answers is not None else None
+        if answer is None and self.snap.answers is not None:
+            answer = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
+        if not isinstance(answer, Granted):
+            self.ledger.unserved[ckey] = None  # an answer filed for its key wakes it
+            reason, message = ((answer.reason, answer.message) if isinstance(answer, Refused) else
+                               (ALLOCATION_PENDING, f"{self.pool_text()}: asked for an address for allocation key "
+                                                    f"{key}, not answered yet"))
+            self.set_claim_status(claim, step, waiting=(reason, _bounded(message)))
+            return
+        try:
+            given = outside.granted(self.pool_obj, answer.address)
+            self.allocator.reclaim(o.name(claim), int(given.ip), taken_elsewhere, kept_as=ckey)
+        except (ValueError, AllocationError) as err:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"the address {answer.address} held for allocation key {key} cannot be given: "
+                             f"{getattr(err, 'message', err)}")
+        address = self.lock_for(claim, given.ip, given.prefix, given.gateway, given.dns_servers)
+        self.ledger.planned(int(given.ip), o.name(address))
+        step.add(Create(address))
         self.ensure_bound(claim, address, step)
 
     def rival_for(self, key: o.ClaimKey, ip: int) -> o.ClaimKey | None:
@@ -1064,7 +1154,8 @@ def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, m
     condition = {"type": type_, "status": value, "reason": reason, "message": message,
                  "lastTransitionTime": since or now}
     if v1beta1 and value != "True":
-        condition["severity"] = {"PoolExhausted": "Warning", WAITING_FOR_CLUSTER: "Info"}.get(reason, "Error")
+        condition["severity"] = {"PoolExhausted": "Warning", WAITING_FOR_CLUSTER: "Info",
+                                 ALLOCATION_PENDING: "Info"}.get(reason, "Error")
     return condition
 
 

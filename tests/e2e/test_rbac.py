@@ -30,6 +30,8 @@ from metal3_ipam.controller import permissions  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
+from netbox_fixtures import seeded  # noqa: E402
+from test_netbox_asks import put_secret  # noqa: E402
 
 pytest_plugins = ("controller_fixtures",)
 
@@ -128,7 +130,7 @@ def called(log: Path, group: str, resource: str, verb: str) -> bool:
     return (group, resource, verb) in calls(audit_events(log))
 
 
-def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, audit_log, tmp_path):
+def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, audit_log, tmp_path, netbox):
     plane = audited_plane
     with plane.api_client() as admin:
         install_rbac(admin)
@@ -141,7 +143,7 @@ def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, au
                                    name="sa-controller", log_dir=tmp_path)
         leader.start()
         try:
-            scenario(kube, audit_log)
+            scenario(kube, audit_log, netbox)
             # The leader has renewed its Lease by now (every 5 s).
             eventually(lambda: called(audit_log, "coordination.k8s.io", "leases", "update"), timeout=30,
                        what="a Lease renewal")
@@ -159,7 +161,7 @@ def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, au
     assert granted <= used, f"granted but never used: {sorted(granted - used)}"
 
 
-def scenario(kube: Kube, audit_log: Path) -> None:
+def scenario(kube: Kube, audit_log: Path, netbox) -> None:
     """Everything the controller does for one namespace, through its ServiceAccount."""
     kube.cluster("c1")
     kube.pool("p1", namePrefix="p", clusterName="c1", gateway="10.0.0.10",
@@ -269,6 +271,21 @@ def scenario(kube: Kube, audit_log: Path) -> None:
     finally:
         kube.custom.delete_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, "globalinclusterprefixpools",
                                                  prefix_global)
+
+    # A NetBoxIPPool: its token read from its Secret, its finalizer and status (NetBox's survey) patched,
+    # a claim served from NetBox and released there.
+    net = seeded(netbox, 29)
+    put_secret(kube.api_client, kube.ns, "netbox", netbox.token)
+    nb = ("netbox.metal3-ipam.io", "v1alpha1")
+    kube.create(nb, "netboxippools", {
+        "apiVersion": "/".join(nb), "kind": "NetBoxIPPool", "metadata": {"name": "nb"},
+        "spec": {"server": {"url": netbox.url, "tokenSecretRef": {"name": "netbox"}}, "source": {"prefix": str(net)}}})
+    kube.capi_claim("nb-claim", "nb", group=nb[0], kind="NetBoxIPPool")
+    kube.capi_bound("nb-claim", timeout=60)
+    eventually(lambda: (condition(kube.get(nb, "netboxippools", "nb"), "Ready") or {}).get("reason") == "Serving",
+               timeout=60, what="the NetBoxIPPool's status from NetBox")
+    kube.delete(CAPI, "ipaddressclaims", "nb-claim")
+    kube.gone(CAPI, "ipaddressclaims", "nb-claim", timeout=60)
     assert_invariants(kube, timeout=60)
 
 

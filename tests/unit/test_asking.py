@@ -523,3 +523,18 @@ def test_a_pool_moved_to_another_server_while_its_ask_is_out_never_holds_back_th
     assert asking.server_held("dead", 10.5) and not asking.server_held("live", 10.5)
     asking.want("third", "pool2", "live", 10.5)
     assert [a.key for a in asking.due(10.5)] == ["third"]
+
+
+def test_a_burst_refused_as_the_server_down_counts_once_so_the_probe_comes_soon():
+    asking = Asking()
+    for i in range(20):
+        asking.want(f"k{i}", "pool", "server", 0.0)
+    asks = asking.due(0.0)
+    assert len(asks) == asking.per_server
+    for ask in asks:  # every ask out when the server went down fails together
+        asking.file(Refused(ask.key, ask.attempt, "NetBoxUnreachable", "refused", server_down=True), 0.1)
+    assert asking.next_due() < 0.1 + 2 * asking.base  # one failure's backoff, not the cap
+    probe = asking.due(asking.next_due())
+    assert len(probe) == 1
+    asking.file(Refused(probe[0].key, probe[0].attempt, "NetBoxUnreachable", "refused", server_down=True), 3.0)
+    assert 3.0 + asking.base < asking.next_due() < 3.0 + 4 * asking.base  # the probe's failure doubles it

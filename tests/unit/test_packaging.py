@@ -11,7 +11,7 @@ import yaml
 from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
 from metal3_ipam.controller import permissions, webhook
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, netbox_pool
 from metal3_ipam.testing import controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,10 +76,10 @@ def test_the_cluster_role_is_the_table():
     granted = {(group, resource, verb) for rule in permissions.cluster_role()["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted == permissions.granted(permissions.CLUSTER_RULES)
-    # Nothing outside the kinds the controller serves, Events and nothing else.
+    # Nothing outside the kinds the controller serves, Events, and reading the Secrets of NetBox tokens.
     groups = {g for g, _, _ in granted}
-    assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, ""}
-    assert {(g, r) for g, r, _ in granted if g == ""} == {("", "events")}
+    assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP, ""}
+    assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}
     assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
     for rule in permissions.CLUSTER_RULES + permissions.LEADER_ELECTION_RULES:
         assert rule.why, rule

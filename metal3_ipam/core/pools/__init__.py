@@ -43,6 +43,28 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class Outside:
+    """Where a kind's addresses come from when not from the pool's own address set: an outside IPAM, asked
+    by a key the claim carries, whose answer comes later (``core.asking`` keeps the asks and answers).
+
+    The lifecycle writes a key on the claim (``annotation``, a conditional write, with the claim's
+    finalizer) before anything is asked; only a key the stored claim carries is asked for; while no answer
+    is there the claim is pending (Ready=False with the reason); a grant becomes the lock and the Cluster
+    API IPAddress as for every kind; a deleted claim's address is released outside before its objects
+    and finalizer go; a claim moved away is forgotten, never released. The pool's status is the outside
+    IPAM's (written by the adapter that asks it), not the ledger's counts.
+    """
+
+    annotation: str
+    # The key a claim carries: (key, None), (None, None) when it has none yet, (None, problem) when it is bad.
+    read_key: Callable[[Mapping[str, Any]], tuple[str | None, Problem | None]]
+    # A new key, from the pass's random source.
+    new_key: Callable[[Any], str]
+    # What a claim of the pool (the object) is given for the address the outside IPAM holds for its key.
+    granted: Callable[[Mapping[str, Any], str], Any]
+
+
+@dataclass(frozen=True)
 class PoolKind:
     kind: GroupKind
     scope: str                                  # NAMESPACED or CLUSTER
@@ -77,6 +99,9 @@ class PoolKind:
     # How long a deleted claim's address outlives it: the deadline from the pool and the claim as stored
     # (an RFC 3339 time), or None for none. Called only for a claim being deleted of a live pool.
     release_after: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] = lambda pool, claim: None
+    # Where addresses come from: None, the pool's own address set (the allocator answers at once); else an
+    # outside IPAM that answers later (see ``Outside``).
+    outside: Outside | None = None
 
     @property
     def group(self) -> str:
@@ -148,3 +173,7 @@ register(IN_CLUSTER_IP_POOL_KIND)
 register(GLOBAL_IN_CLUSTER_IP_POOL_KIND)
 register(IN_CLUSTER_PREFIX_POOL_KIND)
 register(GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND)
+
+from .netbox import NETBOX_IP_POOL_KIND  # noqa: E402
+
+register(NETBOX_IP_POOL_KIND)

@@ -1,0 +1,102 @@
+"""NetBoxIPPool (``netbox.metal3-ipam.io``) as a kind of pool: its addresses come from NetBox.
+
+A pool is read by ``core.netbox_pool``; it serves Cluster API claims only.
+Its addresses are not chosen from the pool's own address set but asked of
+NetBox by the allocation key each claim carries (``Outside``): the key is
+written on the claim (with its finalizer) before anything is asked, the
+answer comes later (``core.asking``), and a grant becomes the same lock and
+Cluster API IPAddress as any other kind's. A deleted claim's address is
+released in NetBox before its objects and finalizer go.
+
+The address set read here is the NetBox prefix or range (its IPs are the
+only ones NetBox hands out for the pool): the ledger keeps one IP to one
+claim as for every kind, NetBox keeps one address per key. Its pools are
+independent of the namespace's other pools (NetBox says what is free), and
+its status is NetBox's (the adapter's survey), not the ledger's counts.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .. import kinds, netbox_pool
+from ..addresses import parse_ip
+from ..allocator import Grant
+from ..pool import Entry, Pool
+from ..problems import Problem
+from . import NAMESPACED, Finalizers, Outside, PoolKind
+from .incluster import lock_prefix
+
+NETBOX_IP_POOL = (netbox_pool.GROUP, netbox_pool.KIND)
+
+FINALIZERS = Finalizers(
+    pool=f"{netbox_pool.PLURAL}.{netbox_pool.GROUP}",
+    claim={kinds.CAPI_CLAIM: f"{netbox_pool.GROUP}/ipaddressclaim"},
+    address={kinds.IPADDRESS: kinds.FINALIZERS[kinds.IPADDRESS], kinds.CAPI_ADDRESS: f"{netbox_pool.GROUP}/ipaddress"},
+)
+
+
+def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
+    """The pool's address set: the NetBox prefix or range, one entry, nothing reserved (NetBox keeps back
+    what it holds, the gateway included); its locks are named after the pool."""
+    model, problems = netbox_pool.read_pool(pool)
+    if model is None:
+        return None, problems
+    first, last = int(model.parent.start), int(model.parent.end)
+    entry = Entry(index=0, first=first, last=last, prefix=model.prefix,
+                  gateway=str(model.gateway) if model.gateway else None,
+                  dns_servers=tuple(str(d) for d in model.dns_servers))
+    prefix = lock_prefix(NETBOX_IP_POOL, model.name, False)
+    return Pool(name_prefix=prefix, version=model.family, strategy="sequential", entries=(entry,), reserved=[],
+                preallocations={}), []
+
+
+def _validate(obj: Any) -> list[Problem]:
+    if not isinstance(obj, Mapping):
+        return [Problem("", obj, "must be an object")]
+    return netbox_pool.read_pool(obj)[1]
+
+
+def _validate_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
+    from ..validation import validate_pool_delete  # it reads pools through the registry
+    return validate_pool_delete(obj, in_use)
+
+
+def _new_key(rng: random.Random) -> str:
+    """A fresh allocation key, drawn from the pass's random source (the core draws nothing itself)."""
+    return netbox_pool.new_key(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _granted(pool: Mapping[str, Any], address: str) -> Grant:
+    """What a claim is given for the address NetBox holds for its key (``192.0.2.7/24``)."""
+    model, _ = netbox_pool.read_pool(pool)
+    given = netbox_pool.handed_out(model, address)
+    ip = parse_ip(str(given.address))
+    entry = Entry(index=0, first=int(ip), last=int(ip), prefix=given.prefix,
+                  gateway=str(given.gateway) if given.gateway else None,
+                  dns_servers=tuple(str(d) for d in given.dns_servers))
+    return Grant(ip, entry, int(ip))
+
+
+NETBOX_IP_POOL_KIND = PoolKind(
+    kind=NETBOX_IP_POOL,
+    scope=NAMESPACED,
+    plural=netbox_pool.PLURAL,
+    versions=(netbox_pool.VERSION,),
+    claim_kinds=(kinds.CAPI_CLAIM,),
+    finalizers=FINALIZERS,
+    read=read,
+    validate=_validate,
+    validate_update=lambda old, new, in_use: _validate(new),
+    validate_delete=_validate_delete,
+    default=None,
+    cluster_name=lambda pool: None,
+    status=lambda counts: {},
+    indexes=False,
+    unique_in_namespace=False,
+    outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
+                    granted=_granted),
+)

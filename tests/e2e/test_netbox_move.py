@@ -1,0 +1,72 @@
+"""``clusterctl move`` of a Cluster whose claims are NetBox-backed, a controller on each side sharing one
+NetBox owner (the real clusterctl, two live control planes, the session's real NetBox).
+
+The claims go with their allocation keys and their addresses: the source forgets them and releases
+nothing in NetBox, the target binds each to the same IP without a second NetBox address, and a claim
+deleted in the target afterwards is released there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.register_assert_rewrite("controller_fixtures")
+
+from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, Kube  # noqa: E402
+from metal3_ipam.core.netbox import owned_key  # noqa: E402
+from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster  # noqa: E402
+from metal3_ipam.testing.waiting import eventually  # noqa: E402
+from netbox_fixtures import holding, owner, seeded  # noqa: E402
+from test_move import clusterctl, controllers, owner_ref  # noqa: E402,F401  (fixtures)
+from test_netbox_asks import put_secret  # noqa: E402
+from test_netbox_claims import assert_one_netbox_address_each, key_of, netbox_pool  # noqa: E402
+
+pytest_plugins = ("controller_fixtures",)
+
+NAMES = [f"alpha-nb-{i}" for i in range(6)]
+
+
+def test_move_of_netbox_backed_claims_keeps_their_netbox_addresses(control_plane, control_plane_factory, namespace,
+                                                                   controllers, clusterctl, netbox):
+    net = seeded(netbox, 28)
+    who = owner()
+    prepare_management_cluster(control_plane)
+    source = Kube(control_plane.api_client(), namespace)
+    controllers(control_plane, "A", ("-n", namespace, "--netbox-owner", who))
+    put_secret(source.api_client, namespace, "netbox", netbox.token)
+    cluster = source.cluster("alpha")
+    netbox_pool(source, "nb", netbox.url, net, gateway=str(net[1]))
+    for name in NAMES:
+        source.create(CAPI, "ipaddressclaims", {
+            "apiVersion": "/".join(CAPI), "kind": "IPAddressClaim",
+            "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: "alpha"},
+                         "ownerReferences": [owner_ref(cluster, controller=False)]},
+            "spec": {"clusterName": "alpha",
+                     "poolRef": {"apiGroup": "netbox.metal3-ipam.io", "kind": "NetBoxIPPool", "name": "nb"}}})
+    before = {name: source.capi_bound(name, timeout=90)["spec"]["address"] for name in NAMES}
+    keys = {name: key_of(source, name) for name in NAMES}
+    ids = {name: [a["id"] for a in holding(netbox, owned_key(who, keys[name]))] for name in NAMES}
+    assert all(len(found) == 1 for found in ids.values()), ids
+
+    target_cp = control_plane_factory()
+    prepare_management_cluster(target_cp)
+    target = Kube(target_cp.api_client(), namespace)
+    target.core.create_namespace({"metadata": {"name": namespace}})
+    put_secret(target.api_client, namespace, "netbox", netbox.token)  # a Secret of its own: not moved
+    controllers(target_cp, "B", ("-n", namespace, "--netbox-owner", who))
+    mark_clusters_provisioned(source.api_client, namespace)
+    clusterctl.move(control_plane, target_cp, namespace, timeout=300, stop_on_retry=True).check()
+
+    after = {name: target.capi_bound(name, timeout=90)["spec"]["address"] for name in NAMES}
+    assert after == before
+    assert {name: key_of(target, name) for name in NAMES} == keys
+    eventually(lambda: source.list(CAPI, "ipaddressclaims") == [], timeout=30, what="the source emptied")
+    # Nothing released by the source, nothing new made by the target: the same NetBox address per key.
+    assert {name: [a["id"] for a in holding(netbox, owned_key(who, keys[name]))] for name in NAMES} == ids
+    assert_one_netbox_address_each(target, netbox, who, NAMES, net)
+
+    gone = NAMES[0]
+    target.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", gone)
+    target.gone(CAPI, "ipaddressclaims", gone, timeout=60)
+    assert holding(netbox, owned_key(who, keys[gone])) == []
+    assert_one_netbox_address_each(target, netbox, who, NAMES[1:], net)

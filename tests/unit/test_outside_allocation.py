@@ -1,0 +1,352 @@
+"""Claims of a pool whose addresses an outside IPAM hands out later (``pools.Outside``: NetBoxIPPool),
+through the one claim lifecycle: the key written before anything is asked, a pending claim, answers that
+come late, twice or never, release through the finalizer, a move forgotten and never released.
+
+The outside IPAM here is an in-memory stand-in (``FakeIpam``: one address per key, lowest free first,
+release by key, 404 counting as released) with the real asking state (``core.asking``) between it and
+the lifecycle; the real NetBox is met end to end (``tests/e2e/test_netbox_claims.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.asking import Asking, Granted, Intent, Op, Refused, Released
+from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.core.pools.netbox import FINALIZERS, NETBOX_IP_POOL
+from metal3_ipam.core.reconcile import reconcile
+from ipam_objects import NS, capi_claim, get, loaded, set_meta, user_delete
+
+POOL = o.PoolKey(NS, "nb", NETBOX_IP_POOL)
+SERVER = "netbox"
+CLAIM_FINALIZER = FINALIZERS.claim[kinds.CAPI_CLAIM]
+
+
+def netbox_pool(prefix="10.0.0.0/28", **spec):
+    return {"apiVersion": "netbox.metal3-ipam.io/v1alpha1", "kind": "NetBoxIPPool",
+            "metadata": {"name": "nb", "namespace": NS, "generation": 1},
+            "spec": {"server": {"url": "http://netbox.example", "tokenSecretRef": {"name": "token"}},
+                     "source": {"prefix": prefix}, **spec}}
+
+
+def claim(name):
+    return capi_claim(name, "nb", api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1])
+
+
+class FakeIpam:
+    """An outside IPAM: one address per key (found again by key), the lowest free one, released by key."""
+
+    def __init__(self, prefix="10.0.0.0/28", keep_back=("10.0.0.1",)):
+        net = ipaddress.ip_network(prefix)
+        self.length = net.prefixlen
+        self.free = [str(ip) for ip in net.hosts() if str(ip) not in keep_back]
+        self.held: dict[str, str] = {}
+        self.asked: list[tuple[Op, str]] = []
+
+    def run(self, ask):
+        self.asked.append((ask.op, ask.key))
+        if ask.op is Op.RELEASE:
+            ip = self.held.pop(ask.key, None)
+            if ip is not None:
+                self.free.append(ip)
+                self.free.sort(key=lambda t: ipaddress.ip_address(t))
+            return Released(ask.key, ask.attempt)
+        if ask.key not in self.held:
+            self.held[ask.key] = self.free.pop(0)
+        return Granted(ask.key, ask.attempt, f"{self.held[ask.key]}/{self.length}", 1000 + len(self.held))
+
+
+class World:
+    """The in-memory store, the asking state, the outside IPAM, and a clock; answers delivered as told."""
+
+    def __init__(self, *objs, seed=0):
+        self.api = loaded(netbox_pool(gateway="10.0.0.1"), *objs)
+        self.asking = Asking(deadline=30)
+        self.ipam = FakeIpam()
+        self.now = 0.0
+        self.rng = random.Random(seed)
+        self.out: list = []  # asks sent, not answered yet
+        self.carried_when_asked: list[bool] = []
+
+    def keys_carried(self):
+        return {o.annotations(c).get(KEY_ANNOTATION) for c in self.api.inventory.of_kind(kinds.CAPI_CLAIM)} - {None}
+
+    def pass_(self):
+        plan = reconcile(self.snapshot())
+        self.api.apply(plan)
+        for key, intent in plan.intents.items():
+            self.asking.intend(key, intent, (NS, "nb"), SERVER, self.now)
+        self.asking.carried((NS, "nb"), self.keys_carried() | set(plan.intents), self.now)  # as the adapter does
+        for ask in self.asking.due(self.now):
+            self.carried_when_asked.append(ask.key in self.keys_carried())
+            self.out.append(ask)
+        return plan
+
+    def first_asks(self):
+        """Two passes (the key written, then asked for): the asks they sent, taken out unanswered."""
+        self.pass_()
+        self.pass_()
+        out, self.out = self.out, []
+        return out
+
+    def snapshot(self):
+        snap = self.api.inventory.snapshot(POOL, self.api.now, self.rng)
+        snap.answers = self.asking
+        return snap
+
+    def answer(self, ask, twice=False):
+        answer = self.ipam.run(ask)
+        self.asking.file(answer, self.now)
+        if twice:
+            self.asking.file(answer, self.now)
+
+    def answer_all(self, twice=False):
+        out, self.out = self.out, []
+        for ask in out:
+            self.answer(ask, twice)
+
+    def settle(self, rounds=30, answer=True):
+        for _ in range(rounds):
+            plan = self.pass_()
+            answered = bool(self.out) and answer
+            if answer:
+                self.answer_all()
+            if not plan and not answered and not self.out:
+                nxt = self.asking.next_due()
+                if nxt is None or not answer:
+                    return
+                self.now = max(self.now, nxt)
+        raise AssertionError("no fixed point")
+
+    def claim(self, name):
+        return get(self.api, kinds.CAPI_CLAIM, name)
+
+
+def ready(obj):
+    return o.condition(o.status(obj), "Ready") or {}
+
+
+def test_the_key_and_finalizer_are_written_before_anything_is_asked():
+    world = World(claim("a"))
+    world.pass_()
+    a = world.claim("a")
+    key = o.annotations(a).get(KEY_ANNOTATION)
+    assert key and CLAIM_FINALIZER in o.finalizers(a)
+    assert world.out == [] and world.ipam.asked == []  # asked only once the stored claim carries it
+    world.pass_()
+    assert [(ask.op, ask.key) for ask in world.out] == [(Op.ALLOCATE, key)]
+    assert ready(world.claim("a"))["reason"] == "AllocationPending"
+    assert world.api.inventory.of_kind(kinds.CAPI_ADDRESS) == [] or not list(world.api.inventory.of_kind(kinds.CAPI_ADDRESS))
+
+
+def test_a_grant_becomes_the_lock_and_the_cluster_api_address_named_after_the_claim():
+    world = World(claim("a"), claim("b"))
+    world.settle()
+    for name, ip in (("a", "10.0.0.2"), ("b", "10.0.0.3")):
+        c = world.claim(name)
+        address = get(world.api, kinds.CAPI_ADDRESS, name)
+        assert address is not None and o.spec(address)["address"] == ip
+        assert o.spec(address)["prefix"] == 28 and o.spec(address)["gateway"] == "10.0.0.1"
+        assert o.status(c)["addressRef"] == {"name": name} and ready(c)["status"] == "True"
+        assert world.ipam.held[o.annotations(c)[KEY_ANNOTATION]] == ip
+    assert all(world.carried_when_asked)
+
+
+def test_a_refusal_is_the_claims_reason_until_a_grant_comes():
+    world = World(claim("a"))
+    [ask] = world.first_asks()
+    world.asking.file(Refused(ask.key, ask.attempt, "NetBoxUnreachable", "connection refused", server_down=True),
+                      world.now)
+    world.out = []
+    world.pass_()
+    assert (ready(world.claim("a"))["status"], ready(world.claim("a"))["reason"]) == ("False", "NetBoxUnreachable")
+    assert world.out == []  # backed off: asked again at next_due, not at once
+    world.now = world.asking.next_due()
+    world.settle()
+    assert ready(world.claim("a"))["status"] == "True"
+
+
+def test_claims_held_back_behind_a_server_that_is_down_show_its_refusal():
+    world = World(claim("a"), claim("b"))
+    first, *_ = world.first_asks()
+    world.asking.file(Refused(first.key, first.attempt, "NetBoxUnreachable", "connection refused", server_down=True),
+                      world.now)
+    # The other's answer never comes: it has no refusal of its own.
+    world.pass_()
+    assert world.out == []  # the circuit holds every ask back
+    world.pass_()
+    assert {ready(world.claim(n))["reason"] for n in "ab"} == {"NetBoxUnreachable"}
+    world.now = world.asking.next_due()
+    world.settle()
+    assert {ready(world.claim(n))["status"] for n in "ab"} == {"True"}
+
+
+def test_an_answer_that_never_comes_is_asked_again_after_the_deadline_and_one_address_stands():
+    world = World(claim("a"))
+    [lost] = world.first_asks()
+    world.ipam.run(lost)  # carried out, its answer lost
+    world.now = world.asking.next_due()
+    world.pass_()  # the deadline passes: timed out, backing off
+    world.pass_()
+    assert world.out == [] and ready(world.claim("a"))["reason"] == "NetBoxTimeout"
+    world.now = world.asking.next_due()
+    world.pass_()
+    assert [a.key for a in world.out] == [lost.key]  # asked again
+    world.settle()
+    assert list(world.ipam.held) == [lost.key] and world.ipam.held[lost.key] == "10.0.0.2"
+    assert o.spec(get(world.api, kinds.CAPI_ADDRESS, "a"))["address"] == "10.0.0.2"
+
+
+def test_a_late_duplicate_answer_changes_nothing():
+    world = World(claim("a"))
+    [ask] = world.first_asks()
+    world.answer(ask, twice=True)
+    world.settle()
+    world.asking.file(world.ipam.run(ask), world.now)  # once more, after it was bound
+    world.settle()
+    assert len(list(world.api.inventory.of_kind(kinds.CAPI_ADDRESS))) == 1
+    assert len(list(world.api.inventory.of_kind(kinds.IPADDRESS))) == 1
+
+
+def test_deletion_releases_outside_before_the_objects_and_the_finalizer_go():
+    world = World(claim("a"))
+    world.settle()
+    key = o.annotations(world.claim("a"))[KEY_ANNOTATION]
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.pass_()
+    assert world.claim("a") is not None and get(world.api, kinds.CAPI_ADDRESS, "a") is not None  # not released yet
+    assert [(a.op, a.key) for a in world.out] == [(Op.RELEASE, key)]
+    world.answer_all()
+    world.settle()
+    assert world.claim("a") is None and key not in world.ipam.held
+    assert not list(world.api.inventory.of_kind(kinds.CAPI_ADDRESS)) and not list(world.api.inventory.of_kind(kinds.IPADDRESS))
+
+
+def test_a_claim_deleted_while_its_allocation_is_out_releases_what_it_made():
+    world = World(claim("a"))
+    [ask] = world.first_asks()
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.pass_()
+    world.answer(ask)  # the allocation lands after the claim went into deletion
+    world.settle()
+    assert world.claim("a") is None and world.ipam.held == {}
+
+
+def test_a_claim_moved_away_is_forgotten_never_released():
+    world = World(claim("a"))
+    world.settle()
+    key = o.annotations(world.claim("a"))[KEY_ANNOTATION]
+    user_delete(world.api, kinds.CAPI_CLAIM, "a", annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
+    plan = world.pass_()
+    assert plan.intents == {key: Intent.FORGET}
+    world.answer_all()
+    assert world.ipam.held == {key: "10.0.0.2"} and all(op is not Op.RELEASE for op, _ in world.ipam.asked)
+
+
+def test_a_moved_in_claim_carrying_its_key_finds_its_address_again():
+    world = World()
+    world.ipam.held["k1"] = "10.0.0.9"  # made in the cluster the claim came from
+    moved = claim("a")
+    moved["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world.api.load(moved)
+    world.settle()
+    assert o.spec(get(world.api, kinds.CAPI_ADDRESS, "a"))["address"] == "10.0.0.9"
+    assert world.ipam.held == {"k1": "10.0.0.9"}
+
+
+def test_a_bad_key_is_refused_naming_the_annotation():
+    bad = claim("a")
+    bad["metadata"]["annotations"] = {KEY_ANNOTATION: "Not A Key"}
+    world = World(bad)
+    world.settle()
+    assert ready(world.claim("a"))["status"] == "False"
+    assert KEY_ANNOTATION in ready(world.claim("a"))["message"] and world.ipam.asked == []
+
+
+# -- property: answers late, twice, never; claims created and deleted meanwhile -------------------------
+
+EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.integers(0, 5)),
+    st.tuples(st.just("delete"), st.integers(0, 5)),
+    st.tuples(st.just("move"), st.integers(0, 5)),
+    st.tuples(st.just("pass"), st.just(0)),
+    st.tuples(st.just("answer"), st.integers(0, 3)),  # 0: now, 1: twice, 2: lost (carried out), 3: dropped
+    st.tuples(st.just("tick"), st.integers(1, 90)),
+), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EVENTS, st.integers(0, 1000))
+def test_one_outside_address_per_key_and_every_claim_bound_to_it(events, seed):
+    world = World(seed=seed)
+    moved_keys: set[str] = set()
+    for what, n in events:
+        name = f"c{n}"
+        if what == "create" and world.claim(name) is None:
+            world.api.load(claim(name))
+        elif what in ("delete", "move") and world.claim(name) is not None:
+            key = o.annotations(world.claim(name)).get(KEY_ANNOTATION)
+            if what == "move":
+                if key:
+                    moved_keys.add(key)
+                user_delete(world.api, kinds.CAPI_CLAIM, name, annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
+                if world.claim(name) is not None:  # clusterctl strips the finalizers and the copy's address goes with it
+                    set_meta(world.api, kinds.CAPI_CLAIM, name, finalizers=[])
+                    world.api.inventory.remove(world.claim(name))
+                    for address in [*world.api.inventory.of_kind(kinds.CAPI_ADDRESS), *world.api.inventory.of_kind(kinds.IPADDRESS)]:
+                        if o.name(address) == name or (o.claim_of_address(address) or (None, None))[1] == name:
+                            world.api.inventory.remove(address)
+            else:
+                user_delete(world.api, kinds.CAPI_CLAIM, name)
+        elif what == "pass":
+            world.pass_()
+        elif what == "answer" and world.out:
+            ask = world.out.pop(0)
+            if n == 0:
+                world.answer(ask)
+            elif n == 1:
+                world.answer(ask, twice=True)
+            elif n == 2:
+                world.ipam.run(ask)
+        elif what == "tick":
+            world.now += n
+        # A key is asked for only while a stored claim carries it.
+        assert all(world.carried_when_asked)
+    # Everything answered from here on, time moving as the asks say.
+    for _ in range(12):
+        world.settle(rounds=40)
+        if not world.asking.wanted() - {o.annotations(c).get(KEY_ANNOTATION) for c in world.api.inventory.of_kind(kinds.CAPI_CLAIM)}:
+            break
+        world.now += 200
+    world.now += 400  # past every linger: a release asked again finds what a lost allocation made
+    world.settle(rounds=40)
+    assert all(world.carried_when_asked)
+    live = {o.name(c): c for c in world.api.inventory.of_kind(kinds.CAPI_CLAIM)}
+    assert all(not o.is_deleting(c) for c in live.values()), "a deleted claim kept its finalizer"
+    held = world.ipam.held
+    for name, c in live.items():
+        key = o.annotations(c)[KEY_ANNOTATION]
+        mirrors = [a for a in world.api.inventory.of_kind(kinds.CAPI_ADDRESS) if o.spec(a)["claimRef"]["name"] == name]
+        assert len(mirrors) == 1 and o.spec(mirrors[0])["address"] == held[key], (name, key, held)
+        assert ready(c)["status"] == "True"
+    carried = {o.annotations(c)[KEY_ANNOTATION] for c in live.values()}
+    # No outside address for a claim that was deleted (only for live claims and claims moved away).
+    assert set(held) <= carried | moved_keys, (held, carried, moved_keys)
+    assert len(set(held.values())) == len(held)
+
+
+def test_claims_of_an_invalid_netbox_pool_are_refused_naming_the_field_and_nothing_is_asked():
+    world = World(claim("a"))
+    bad = netbox_pool()
+    bad["spec"]["source"] = {"ipRange": "10.0.0.9-10.0.0.1"}
+    world.api.inventory.upsert({**bad, "metadata": {**bad["metadata"], "resourceVersion": "99"}})
+    world.settle()
+    condition = ready(world.claim("a"))
+    assert (condition["status"], condition["reason"]) == ("False", "PoolNotReady")
+    assert "spec.source.ipRange" in condition["message"] and "10.0.0.9-10.0.0.1" in condition["message"]
+    assert world.ipam.asked == [] and KEY_ANNOTATION not in o.annotations(world.claim("a"))
