@@ -715,14 +715,28 @@ class _Reconciler:
     def complete_owners(self, mirror: dict, claim: dict, step: Step) -> None:
         """An adopted Cluster API IPAddress written before its claim gets the claim's and the pool's owner
         references after those it has (as the in-cluster provider's CreateOrPatch gives them); one that has
-        them is not written to."""
+        them is not written to.
+
+        A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
+        move`` gives the copy of an address of a global pool that exists in the target already the uid of the
+        source's pool (it does not create that pool, and takes the uid of the object it read), and such a
+        reference would name no object in the target."""
         if not self.kind.keeps_addresses_written_first:
             return
         current = o.owner_references(mirror)
-        missing = [ref for ref in self.mirror_owners(claim)
-                   if not any(r.get("kind") == ref["kind"] and r.get("name") == ref["name"] for r in current)]
+        wanted = self.mirror_owners(claim)
+
+        def same(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+            return ref.get("kind") == want["kind"] and ref.get("name") == want["name"]
+
+        def matches(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+            return same(ref, want) and (want.get("uid") is None or ref.get("uid") == want["uid"])
+
+        stale = [r for r in current if any(same(r, w) and not matches(r, w) for w in wanted)]
+        missing = [w for w in wanted if not any(matches(r, w) for r in current)]
         if missing:
-            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(current + missing),
+            kept = [r for r in current if not any(r is s for s in stale)]
+            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(kept + missing),
                                  resource_version=o.meta(mirror).get("resourceVersion")))
 
     def allocate(self, claim: dict, step: Step) -> None:
