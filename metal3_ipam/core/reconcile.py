@@ -508,6 +508,12 @@ class _Reconciler:
         if claim is None:
             if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
                 return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
+            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and self.ledger.mirrors_of(key):
+                # The lock goes last, once nothing shows the IP any more: its claim's Cluster API address
+                # may be left alone meanwhile (paused with its Cluster, as ``clusterctl move`` leaves the
+                # addresses of a global pool in the source until it deletes the Cluster).
+                self.plan.notes.append(f"{subject} waits for the Cluster API IPAddress of its claim to go")
+                return
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
             step.add(_with_finalizer(address, finalizer))

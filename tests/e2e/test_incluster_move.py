@@ -321,6 +321,13 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
     report(f"{what}: controller on {source.name} planned {len(source_writes)} writes during the move")
     assert not created, f"{what}: the controller on {source.name} handed out addresses to moved claims:\n" \
         + "\n".join(created[:30])
+    # clusterctl leaves the global pool's addresses in the source (it deletes nothing a global object owns);
+    # the controller there lets each go once its Cluster is gone, and the lock of its IP after it.
+    deleted = {w.split(": ", 1)[1].split()[-1]: n for n, w in enumerate(source_writes)
+               if w.split(": ", 1)[1].startswith("Delete IPAddress")}
+    early = [f"{lock} ({held})" for lock, held in expected.global_locks.items()
+             if deleted.get(f"{LOCK_NAMESPACE}/{lock}", -1) < deleted.get(held.split()[1], len(source_writes))]
+    assert not early, f"{what}: in {source.name}, locks let go before the IPAddress showing their IP: {early[:10]}"
     return after
 
 

@@ -324,3 +324,22 @@ def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept
     assert o.owner_references(address) == [claim_ref, {**stale_pool, "uid": o.meta(pool)["uid"]}]
     assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
     assert [kinds.kind_of(c) for c in target.created] == [kinds.IPADDRESS]
+
+
+def test_the_lock_of_a_claim_gone_while_its_cluster_is_paused_goes_after_its_address():
+    """As ``clusterctl move`` leaves a global pool's address in the source: its claim gone (finalizers
+    stripped) while its Cluster is paused. The address waits with its Cluster, and so does the lock of its IP
+    (nothing would show the IP without it); once the Cluster is gone, the address goes, then the lock."""
+    api = converged(_global(), gi_cluster("c", "ns-a"),
+                    _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g", labels={kinds.CLUSTER_NAME_LABEL: "c"}))
+    assert _address(api, "m", "ns-a") is not None and _locks(api)
+    cluster = get(api, kinds.CLUSTER, "c", "ns-a")
+    api.inventory.upsert({**cluster, "metadata": {**cluster["metadata"], "resourceVersion": api._next_version()},
+                          "spec": {"paused": True}})
+    api.inventory.remove(get(api, kinds.CAPI_CLAIM, "m", "ns-a"))
+    converge(api, random.Random(0))
+    assert _address(api, "m", "ns-a") is not None
+    assert _locks(api) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
+    api.inventory.remove(get(api, kinds.CLUSTER, "c", "ns-a"))
+    converge(api, random.Random(0))
+    assert _address(api, "m", "ns-a") is None and not _locks(api)
