@@ -14,7 +14,7 @@ and what the controllers did meanwhile, read from their logs (each planned write
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -37,6 +37,22 @@ def report(line: str) -> None:
 def owner_ref(obj: dict, *, controller: bool) -> dict:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
             "uid": obj["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
+
+
+def diff(name: str, before: dict, after: dict, limit: int = 15) -> list[str]:
+    """One line per key whose value differs (or is absent on one side), at most ``limit`` of them."""
+    lines = [f"{name} {key}: {before.get(key, '<absent>')} -> {after.get(key, '<absent>')}"
+             for key in sorted(set(before) | set(after), key=str)
+             if before.get(key, "<absent>") != after.get(key, "<absent>")]
+    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
+def dangling_owner_references(objects: list[dict], others: Iterable[dict] = ()) -> list[str]:
+    """Owner references of ``objects`` that name none of them, nor of ``others``, by uid (a move changes uids)."""
+    uids = {o["metadata"]["uid"]: (o["kind"], o["metadata"]["name"]) for o in [*objects, *others]}
+    return [f"{o['kind']} {o['metadata']['name']} -> {ref['kind']} {ref['name']} uid {ref['uid']}"
+            for o in objects for ref in o["metadata"].get("ownerReferences") or []
+            if uids.get(ref["uid"]) != (ref["kind"], ref["name"])]
 
 
 # A planned write as the controller logs it: "pool <namespace>/<name>: <subject>: <action> ..." (a pool of

@@ -41,7 +41,8 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures", "move_fixtures")
 
 from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, condition, ip_key  # noqa: E402
-from move_fixtures import INFRA, MOVE_TIMEOUT, owner_ref, planned_writes, report  # noqa: E402
+from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, report  # noqa: E402
+from move_fixtures import dangling_owner_references as owners_missing  # noqa: E402
 from webhook_fixtures import convert_at, converted_crds, free_port, register_webhooks  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
@@ -214,12 +215,6 @@ def read_state(side: Side) -> State:
                  {kind: len(items) for kind, items in listed.items()})
 
 
-def diff(name: str, before: dict, after: dict, limit: int = 15) -> list[str]:
-    lines = [f"{name} {key}: {before.get(key, '<absent>')} -> {after.get(key, '<absent>')}"
-             for key in sorted(set(before) | set(after), key=str) if before.get(key, "<absent>") != after.get(key, "<absent>")]
-    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
-
-
 def assert_same_ipam(before: State, after: State, where: str) -> None:
     problems = (diff("claim", before.claims, after.claims)
                 + diff("IPAddress.ipam.cluster.x-k8s.io", before.addresses, after.addresses)
@@ -256,13 +251,9 @@ def wait_served(side: Side, expected_claims: int, timeout: float, what: str) -> 
 
 
 def dangling_owner_references(side: Side) -> list[str]:
-    """Owner references of the namespace's objects naming no object of that uid (a move changes uids)."""
-    objects = [o for gv, plural, _ in MOVED_KINDS for o in side.list(gv, plural)]
+    """Owner references of the namespace's objects naming no object of that uid there (the global pool included)."""
     pool = side.global_pool_object()
-    uids = {o["metadata"]["uid"]: (o["kind"], o["metadata"]["name"]) for o in objects + ([pool] if pool else [])}
-    return [f"{o['kind']} {o['metadata']['name']} -> {ref['kind']} {ref['name']} uid {ref['uid']}"
-            for o in objects for ref in o["metadata"].get("ownerReferences") or []
-            if uids.get(ref["uid"]) != (ref["kind"], ref["name"])]
+    return owners_missing([o for gv, plural, _ in MOVED_KINDS for o in side.list(gv, plural)], [pool] if pool else [])
 
 
 def leftovers(side: Side) -> dict[str, list[str]]:

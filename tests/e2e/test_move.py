@@ -35,7 +35,8 @@ pytest.register_assert_rewrite("controller_fixtures", "move_fixtures")
 
 from controller_fixtures import (CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, Kube,
                                  check_invariants, condition, ip_key)
-from move_fixtures import INFRA, MOVE_TIMEOUT, address_counters, owner_ref, planned_writes, report
+from move_fixtures import INFRA, MOVE_TIMEOUT, address_counters, diff, owner_ref, planned_writes, report
+from move_fixtures import dangling_owner_references as owners_missing
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.clusterctl import (Clusterctl, Run, mark_clusters_provisioned,
                                             prepare_management_cluster)
@@ -201,14 +202,6 @@ def read_state(kube: Kube) -> State:
                  {kind: len(items) for kind, items in listed.items()})
 
 
-def diff(name: str, before: dict, after: dict, limit: int = 15) -> list[str]:
-    lines = []
-    for key in sorted(set(before) | set(after), key=str):
-        if before.get(key, "<absent>") != after.get(key, "<absent>"):
-            lines.append(f"{name} {key}: {before.get(key, '<absent>')} -> {after.get(key, '<absent>')}")
-    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
-
-
 def assert_same_ipam(before: State, after: State, where: str) -> None:
     problems = (diff("claim", before.claims, after.claims)
                 + diff("IPAddress", before.addresses, after.addresses)
@@ -242,14 +235,7 @@ def wait_converged(kube: Kube, timeout: float, what: str) -> float:
 
 def dangling_owner_references(kube: Kube) -> list[str]:
     """Owner references of the namespace's objects that name no object of that uid (a move changes uids)."""
-    objects = [o for gv, plural, _ in MOVED_KINDS for o in kube.list(gv, plural)]
-    uids = {o["metadata"]["uid"]: (o["kind"], o["metadata"]["name"]) for o in objects}
-    bad = []
-    for o in objects:
-        for ref in o["metadata"].get("ownerReferences") or []:
-            if uids.get(ref["uid"]) != (ref["kind"], ref["name"]):
-                bad.append(f"{o['kind']} {o['metadata']['name']} -> {ref['kind']} {ref['name']} uid {ref['uid']}")
-    return bad
+    return owners_missing([o for gv, plural, _ in MOVED_KINDS for o in kube.list(gv, plural)])
 
 
 def leftovers(kube: Kube) -> dict[str, list[str]]:
