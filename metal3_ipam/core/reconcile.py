@@ -516,6 +516,8 @@ class _Reconciler:
                 return
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
+            if self.written_first(address, finalizer):
+                return  # adopted in its claim's step: owner references, then the finalizer, then the status
             step.add(_with_finalizer(address, finalizer))
 
     def written_first(self, address: dict, finalizer: str) -> bool:
@@ -636,6 +638,7 @@ class _Reconciler:
             return
         self.adopting += 1
         step.add(Create(lock))
+        self.complete_owners(mirror, claim, step)
         self.set_claim_status(claim, step, address=lock, mirror=mirror)
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
@@ -720,8 +723,8 @@ class _Reconciler:
 
     def complete_owners(self, mirror: dict, claim: dict, step: Step) -> None:
         """An adopted Cluster API IPAddress written before its claim gets the claim's and the pool's owner
-        references after those it has (as the in-cluster provider's CreateOrPatch gives them); one that has
-        them is not written to.
+        references after those it has (as the in-cluster provider's CreateOrPatch gives them), and our
+        finalizer, in the claim's step before its status names it; one that has them is not written to.
 
         A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
         move`` gives the copy of an address of a global pool that exists in the target already the uid of the
@@ -744,6 +747,9 @@ class _Reconciler:
             kept = [r for r in current if not any(r is s for s in stale)]
             step.add(SetMetadata(o.ref(mirror), owner_references=tuple(kept + missing),
                                  resource_version=o.meta(mirror).get("resourceVersion")))
+        finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
+        if finalizer not in o.finalizers(mirror):
+            step.add(_with_finalizer(mirror, finalizer))
 
     def allocate(self, claim: dict, step: Step) -> None:
         foreign = o.foreign_pool_namespace(claim)

@@ -223,6 +223,27 @@ def test_an_address_written_before_its_claim_waits_for_it_and_is_adopted_with_it
     assert o.spec(_address(api, "next"))["address"] == "10.0.0.2"
 
 
+def test_an_address_written_before_its_claim_is_completed_before_the_claim_names_it():
+    """One pass adopting it: the claim's step gives the address its owner references and finalizer, then the
+    claim's status names it (never a Ready claim whose address has no owners); nothing else writes the address
+    in that pass (two steps writing it from one reading would refuse each other)."""
+    written = {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress", "metadata": {"name": "test", "namespace": NS},
+               "spec": {"claimRef": {"name": "test"}, "poolRef": {"apiGroup": gi.GROUP, "kind": gi.IN_CLUSTER_IP_POOL,
+                                                                  "name": "p"},
+                        "address": "10.0.0.5", "prefix": 24}}
+    api = converged(_pool(), written)
+    api.load(_claim("test"))
+    snap = api.inventory.snapshot(POOL, api.now, random.Random(0))
+    plan = run_to_end(plan_pass(Ledger(), snap, full=True))
+    on_address = [(step.subject, type(a).__name__) for step in plan.steps for a in step.actions
+                  if getattr(a, "target", None) is not None and a.target.kind == "IPAddress"
+                  and a.target.group_kind == kinds.CAPI_ADDRESS]
+    claim_step = next(step for step in plan.steps if step.subject.endswith(f"{NS}/test") and "Claim" in step.subject)
+    assert {subject for subject, _ in on_address} == {claim_step.subject}, on_address
+    names = [type(a).__name__ for a in claim_step.actions]
+    assert names.index("SetMetadata") < names.index("SetFinalizers") < names.index("SetStatus"), names
+
+
 def test_a_claim_of_a_paused_cluster_named_by_spec_cluster_name_first_waits():
     api = converged(_pool(), gi_cluster("paused", paused=True), gi_cluster("live"),
                     _claim("m", cluster_name="paused", labels={kinds.CLUSTER_NAME_LABEL: "live"}))
