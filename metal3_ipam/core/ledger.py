@@ -167,6 +167,10 @@ class Ledger:
                         named = claim_of(version)
                         if named is not None:
                             claims[named] = None
+                            if obj is None and tag == CAPI:
+                                # The claim's lock waits for its Cluster API address to go (``tend``).
+                                for address_key in self._keys(self.named.get(named)):
+                                    addresses[(METAL3, address_key)] = None
                 if old is not None:
                     self.drop(old)
                     if obj is None or o.address_ip(old) != o.address_ip(obj):

@@ -526,6 +526,12 @@ class _Reconciler:
         if claim is None:
             if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
                 return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
+            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and self.ledger.mirrors_of(key):
+                # The lock goes last, once nothing shows the IP any more: its claim's Cluster API address
+                # may be left alone meanwhile (paused with its Cluster, as ``clusterctl move`` leaves the
+                # addresses of a global pool in the source until it deletes the Cluster).
+                self.plan.notes.append(f"{subject} waits for the Cluster API IPAddress of its claim to go")
+                return
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
             if self.written_first(address, finalizer):
@@ -763,14 +769,28 @@ class _Reconciler:
     def complete_owners(self, mirror: dict, claim: dict, step: Step) -> None:
         """An adopted Cluster API IPAddress written before its claim gets the claim's and the pool's owner
         references after those it has (as the in-cluster provider's CreateOrPatch gives them), and our
-        finalizer, in the claim's step before its status names it; one that has them is not written to."""
+        finalizer, in the claim's step before its status names it; one that has them is not written to.
+
+        A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
+        move`` gives the copy of an address of a global pool that exists in the target already the uid of the
+        source's pool (it does not create that pool, and takes the uid of the object it read), and such a
+        reference would name no object in the target."""
         if not self.kind.keeps_addresses_written_first:
             return
         current = o.owner_references(mirror)
-        missing = [ref for ref in self.mirror_owners(claim)
-                   if not any(r.get("kind") == ref["kind"] and r.get("name") == ref["name"] for r in current)]
+        wanted = self.mirror_owners(claim)
+
+        def same(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+            return ref.get("kind") == want["kind"] and ref.get("name") == want["name"]
+
+        def matches(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+            return same(ref, want) and (want.get("uid") is None or ref.get("uid") == want["uid"])
+
+        stale = [r for r in current if any(same(r, w) and not matches(r, w) for w in wanted)]
+        missing = [w for w in wanted if not any(matches(r, w) for r in current)]
         if missing:
-            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(current + missing),
+            kept = [r for r in current if not any(r is s for s in stale)]
+            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(kept + missing),
                                  resource_version=o.meta(mirror).get("resourceVersion")))
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
         if finalizer not in o.finalizers(mirror):

@@ -28,27 +28,23 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures")
+pytest.register_assert_rewrite("controller_fixtures", "move_fixtures")
 
 from controller_fixtures import (CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, Kube,
                                  check_invariants, condition, ip_key)
+from move_fixtures import INFRA, MOVE_TIMEOUT, address_counters, diff, owner_ref, planned_writes, report
+from move_fixtures import dangling_owner_references as owners_missing
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.clusterctl import (Clusterctl, Run, mark_clusters_provisioned,
                                             prepare_management_cluster)
 from metal3_ipam.testing.waiting import eventually
 
-pytest_plugins = ("controller_fixtures",)
+pytest_plugins = ("controller_fixtures", "move_fixtures")
 
-REPO = Path(__file__).resolve().parents[2]
-INFRA = ("infrastructure.cluster.x-k8s.io", "v1beta1")
 CLAIMS = int(os.environ.get("METAL3_IPAM_MOVE_CLAIMS", "300"))
-# A move of 300 claims takes well under a minute here; a move the target disturbs
-# retries each object for minutes. The deadline only bounds a failing run.
-MOVE_TIMEOUT = 600.0
 REBUILD_TIMEOUT = 120.0
 
 # What a move carries, in creation order: (group, version), plural, kind.
@@ -164,11 +160,6 @@ def create_machines(kube: Kube, machines: list[Machine], clusters: dict[str, dic
         list(pool.map(one, machines))
 
 
-def owner_ref(obj: dict, *, controller: bool) -> dict:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
-
-
 # --------------------------------------------------------------------------- what is compared
 
 
@@ -211,14 +202,6 @@ def read_state(kube: Kube) -> State:
                  {kind: len(items) for kind, items in listed.items()})
 
 
-def diff(name: str, before: dict, after: dict, limit: int = 15) -> list[str]:
-    lines = []
-    for key in sorted(set(before) | set(after), key=str):
-        if before.get(key, "<absent>") != after.get(key, "<absent>"):
-            lines.append(f"{name} {key}: {before.get(key, '<absent>')} -> {after.get(key, '<absent>')}")
-    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
-
-
 def assert_same_ipam(before: State, after: State, where: str) -> None:
     problems = (diff("claim", before.claims, after.claims)
                 + diff("IPAddress", before.addresses, after.addresses)
@@ -252,14 +235,7 @@ def wait_converged(kube: Kube, timeout: float, what: str) -> float:
 
 def dangling_owner_references(kube: Kube) -> list[str]:
     """Owner references of the namespace's objects that name no object of that uid (a move changes uids)."""
-    objects = [o for gv, plural, _ in MOVED_KINDS for o in kube.list(gv, plural)]
-    uids = {o["metadata"]["uid"]: (o["kind"], o["metadata"]["name"]) for o in objects}
-    bad = []
-    for o in objects:
-        for ref in o["metadata"].get("ownerReferences") or []:
-            if uids.get(ref["uid"]) != (ref["kind"], ref["name"]):
-                bad.append(f"{o['kind']} {o['metadata']['name']} -> {ref['kind']} {ref['name']} uid {ref['uid']}")
-    return bad
+    return owners_missing([o for gv, plural, _ in MOVED_KINDS for o in kube.list(gv, plural)])
 
 
 def leftovers(kube: Kube) -> dict[str, list[str]]:
@@ -270,30 +246,6 @@ def leftovers(kube: Kube) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- what the controllers did
 
 
-_WRITE = re.compile(r"pool (?P<pool>[^/\s]+/[^:\s]+): (?P<subject>.+?): "
-                    r"(?P<action>create|Delete|SetFinalizers|SetMetadata|SetStatus|event)\b(?P<rest>.*)")
-
-
-def planned_writes(controller: ControllerProcess, offset: int, namespace: str) -> list[str]:
-    """The writes the controller planned (it logs each with -v) for the namespace since ``offset``."""
-    out = []
-    for line in controller.log_since(offset).splitlines():
-        m = _WRITE.search(line)
-        if m and m.group("pool").startswith(f"{namespace}/"):
-            out.append(f"{m.group('subject')}: {m.group('action')}{m.group('rest')}")
-    return out
-
-
-def address_counters(controller: ControllerProcess, namespace: str) -> tuple[float, float]:
-    """(allocations, releases) the controller counted for the namespace."""
-    samples = controller.metrics()
-
-    def total(name: str) -> float:
-        return sum(v for k, v in samples.items() if k.startswith(name + "{") and f'namespace="{namespace}"' in k)
-
-    return total("metal3_ipam_allocations_total"), total("metal3_ipam_releases_total")
-
-
 @dataclass
 class Side:
     """One management cluster: its control plane, a client on the namespace, the controller on it."""
@@ -302,10 +254,6 @@ class Side:
     cp: cp_mod.ControlPlane
     kube: Kube
     controller: ControllerProcess
-
-
-def report(line: str) -> None:
-    print(f"[move] {line}", flush=True)
 
 
 def check_arrival(target: Side, expected: State, run: Run, what: str, controller_offset: int,
@@ -360,34 +308,6 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def clusterctl(tmp_path_factory) -> Clusterctl:
-    try:
-        binaries = cp_mod.ensure_binaries(("clusterctl",), root=REPO)
-    except cp_mod.BinariesUnavailable as exc:
-        reason = str(exc)
-    else:
-        return Clusterctl(binaries["clusterctl"], tmp_path_factory.mktemp("clusterctl"))
-    pytest.fail(f"clusterctl unavailable:\n{reason}", pytrace=False)
-
-
-@pytest.fixture
-def controllers(tmp_path):
-    """start(control_plane, name, args) -> a running controller, stopped after the test."""
-    made: list[ControllerProcess] = []
-
-    def start(cp: cp_mod.ControlPlane, name: str, args=("-A",)) -> ControllerProcess:
-        proc = ControllerProcess(cp.kubeconfig, args, name=name, log_dir=tmp_path)
-        made.append(proc)
-        return proc.start()
-
-    try:
-        yield start
-    finally:
-        for proc in made:
-            proc.stop()
 
 
 def side(name: str, cp: cp_mod.ControlPlane, namespace: str, controller: ControllerProcess) -> Side:

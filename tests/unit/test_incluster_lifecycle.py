@@ -332,3 +332,50 @@ def test_a_controller_watching_some_namespaces_leaves_the_global_pools_locks_of_
     assert not [a for a in plan.writes if isinstance(a, (Delete, SetFinalizers)) and a.target.namespace == LOCK_NS]
     created = [a.obj for a in plan.writes if isinstance(a, Create) and a.obj["apiVersion"] == gi.CAPI_API_VERSION]
     assert [o.spec(c)["address"] for c in created] == ["10.0.0.3"] and held == "10.0.0.2"
+
+
+def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept_and_owned_by_it():
+    """``clusterctl move`` copies a global pool's IPAddresses but not its locks (they live in the lock
+    namespace), and where the pool exists in the target already it writes the source pool's uid into their
+    owner reference. The address keeps its IP and gets an owner reference to the target's pool in place of
+    that one, its lock is made at its IP, and nothing else is created or deleted."""
+    source = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    moved = _address(source, "m", "ns-a")
+    target = converged(_global())
+    pool = get(target, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL), "g", "")
+    claim = {**_claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"),
+             "status": get(source, kinds.CAPI_CLAIM, "m", "ns-a")["status"]}
+    claim["metadata"]["finalizers"] = [gi.CLAIM_FINALIZER]
+    target.load(claim)
+    claim = get(target, kinds.CAPI_CLAIM, "m", "ns-a")
+    stale_pool = {**o.owner_references(moved)[1], "uid": "uid-of-the-source-pool"}
+    assert stale_pool["kind"] == gi.GLOBAL_IN_CLUSTER_IP_POOL
+    claim_ref = {**o.owner_references(moved)[0], "uid": o.meta(claim)["uid"]}
+    target.load({**moved, "metadata": {**{k: v for k, v in moved["metadata"].items()
+                                          if k not in ("uid", "resourceVersion", "creationTimestamp")},
+                                       "ownerReferences": [claim_ref, stale_pool]}})
+    converge(target, random.Random(0))
+    address = _address(target, "m", "ns-a")
+    assert o.spec(address) == o.spec(moved)
+    assert o.owner_references(address) == [claim_ref, {**stale_pool, "uid": o.meta(pool)["uid"]}]
+    assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
+    assert [kinds.kind_of(c) for c in target.created] == [kinds.IPADDRESS]
+
+
+def test_the_lock_of_a_claim_gone_while_its_cluster_is_paused_goes_after_its_address():
+    """As ``clusterctl move`` leaves a global pool's address in the source: its claim gone (finalizers
+    stripped) while its Cluster is paused. The address waits with its Cluster, and so does the lock of its IP
+    (nothing would show the IP without it); once the Cluster is gone, the address goes, then the lock."""
+    api = converged(_global(), gi_cluster("c", "ns-a"),
+                    _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g", labels={kinds.CLUSTER_NAME_LABEL: "c"}))
+    assert _address(api, "m", "ns-a") is not None and _locks(api)
+    cluster = get(api, kinds.CLUSTER, "c", "ns-a")
+    api.inventory.upsert({**cluster, "metadata": {**cluster["metadata"], "resourceVersion": api._next_version()},
+                          "spec": {"paused": True}})
+    api.inventory.remove(get(api, kinds.CAPI_CLAIM, "m", "ns-a"))
+    converge(api, random.Random(0))
+    assert _address(api, "m", "ns-a") is not None
+    assert _locks(api) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
+    api.inventory.remove(get(api, kinds.CLUSTER, "c", "ns-a"))
+    converge(api, random.Random(0))
+    assert _address(api, "m", "ns-a") is None and not _locks(api)
