@@ -19,7 +19,7 @@ claim (the API server's counters), and that every IP was handed out once.
 After its figures each phase deletes its claims and waits until they are gone,
 so the next starts clean; the time of that release is printed too. Also
 printed: the ratios global/namespaced and the load average of the machine
-(the benchmark shares it).
+at the start of each phase (the benchmark shares the machine).
 
     python bench/global_pool.py [--claims 1000] [--namespaces 100] [--parallel 16]
 
@@ -52,6 +52,7 @@ class Result:
     latencies: list[float]  # sorted
     writes: Counter
     release_seconds: float
+    load: str  # the machine's load average when the claims were created
 
 
 def run_phase(plane, api, tmp: Path, label: str, pool_ns: str | None, claim_namespaces: list[str], n: int,
@@ -67,7 +68,7 @@ def run_phase(plane, api, tmp: Path, label: str, pool_ns: str | None, claim_name
         ctrl.settle()
         watch = ClaimWatch(api, CAPI_CLAIMS)
         claims = Claims(CAPI_CLAIMS)
-        before = write_counts(api, grouped=True)
+        before, load = write_counts(api, grouped=True), load_average()
         started = time.monotonic()
         claims.create(api, objs, parallel)
         elapsed = watch.wait_bound(claims.sent, timeout) - started
@@ -86,7 +87,7 @@ def run_phase(plane, api, tmp: Path, label: str, pool_ns: str | None, claim_name
         claims.delete(api, parallel)
         release = watch.wait_gone(claims.sent, timeout) - started
         watch.stop()
-    return Result(elapsed, latencies, writes, release)
+    return Result(elapsed, latencies, writes, release, load)
 
 
 def main() -> int:
@@ -109,7 +110,7 @@ def main() -> int:
     for label, r in (("InClusterIPPool, one namespace", local),
                      (f"GlobalInClusterIPPool, {args.namespaces} namespaces", spread)):
         print(f"{label}: all bound in {r.seconds:.2f} s ({r.seconds / n * 1000:.2f} ms/claim); per-claim latency "
-              f"{latencies_text(r.latencies)}; released in {r.release_seconds:.2f} s")
+              f"{latencies_text(r.latencies)}; released in {r.release_seconds:.2f} s; load at its start {r.load}")
         print(f"  writes per claim besides its creation: {sum(r.writes.values()) / n:.2f} "
               f"({describe_writes(r.writes, n)})")
     print(f"global/namespaced: total {spread.seconds / local.seconds:.2f}, worst latency "

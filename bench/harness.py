@@ -530,6 +530,20 @@ class Floor:
     def run(self, slots: list[Slot], parallel: int) -> None:
         run_parallel(lambda item: self.make(*item), list(enumerate(slots)), parallel)
 
+    def behind(self, user: Callable[[int], Slot], n: int, parallel: int) -> None:
+        """As the controller side runs: the user's request for each of ``n`` claims (``user(i)``, its
+        creation or deletion, ``parallel`` in flight) and, as each is answered, that claim's writes
+        (``parallel`` in flight of their own, as the controller's ``--parallel-writes``)."""
+        with ThreadPoolExecutor(parallel) as writers:
+            futures = []
+
+            def one(i: int) -> None:
+                futures.append(writers.submit(self.make, i, user(i)))
+
+            run_parallel(one, range(n), parallel)
+            for future in futures:
+                future.result()
+
 
 def _owner(obj: dict, block: bool = False, controller: bool = False) -> dict:
     ref = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],

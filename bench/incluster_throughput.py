@@ -12,18 +12,19 @@ Side by side, on one local control plane (etcd + kube-apiserver on loopback):
   controller's writes of each phase by verb and resource (the claims' own
   creation and deletion not counted);
 - floor: a plain client, no controller, in another namespace with the same
-  pool, creates the same N claims the same way and makes exactly the writes
-  the controller made per claim in that phase (bind: the pool's and the
-  claim's finalizers, the Metal3 IPAddress ``<pool>-<ip>`` that locks the IP,
-  the Cluster API IPAddress named after the claim, the claim's and the pool's
-  status; release: the claim's deletion, then both IPAddresses deleted and
-  their finalizers taken off, the claim's finalizer off, the pool's status),
-  with the same parallelism.
+  pool, creates (then deletes) the same N claims the same way and, as each
+  request is answered, makes exactly the writes the controller made per claim
+  in that phase, P in flight of their own as the controller's (bind: the
+  pool's and the claim's finalizers, the Metal3 IPAddress ``<pool>-<ip>``
+  that locks the IP, the Cluster API IPAddress named after the claim, the
+  claim's and the pool's status; release: both IPAddresses deleted and their
+  finalizers taken off, the claim's finalizer off, the pool's status).
 
 Both clocks of a phase start at its first request. Printed: each phase's
 times and ratio controller/floor (goal <= 1.3 both ways), the writes per claim
 of each side by verb and resource, the controller's CPU per claim, the total
-seconds, and the load average of the machine (the benchmark shares it).
+seconds, and the load average of the machine at the start of each side's
+phase (the benchmark shares the machine: the sides run one after the other).
 
     python bench/incluster_throughput.py [--claims 1000] [--parallel 16]
 
@@ -152,13 +153,13 @@ class BindFloor(Floor):
 
 
 class ReleaseFloor(BindFloor):
-    """The user's deletion of a claim, then the controller's writes per released claim, by a plain client."""
+    """The controller's writes per released in-cluster claim, by a plain client."""
 
-    ORDER = (DELETED, ("DELETE", CAPI_ADDRESSES, ""), ("PATCH", CAPI_ADDRESSES, ""), ("DELETE", LOCKS, ""),
+    ORDER = (("DELETE", CAPI_ADDRESSES, ""), ("PATCH", CAPI_ADDRESSES, ""), ("DELETE", LOCKS, ""),
              ("PATCH", LOCKS, ""), ("PATCH", CLAIMS_R, ""), ("PATCH", POOLS_R, "status"), ("POST", "events", ""))
 
     def __init__(self, api, counts: Counter, claims: int, used: int):
-        super().__init__(api, counts + Counter({DELETED: claims}), claims)
+        super().__init__(api, counts, claims)
         self.used = used
 
     def writes(self, slot: Slot) -> dict:
@@ -167,7 +168,6 @@ class ReleaseFloor(BindFloor):
         off = {"metadata": {"finalizers": None}}
         return {
             **super().writes(slot),
-            DELETED: lambda: request(self.api, "DELETE", claim_path(ns, name)),
             ("DELETE", CAPI_ADDRESSES, ""): lambda: request(self.api, "DELETE", capi_address_path(ns, name)),
             ("PATCH", CAPI_ADDRESSES, ""): lambda: request(self.api, "PATCH", capi_address_path(ns, name), off,
                                                            headers=MERGE_PATCH),
@@ -195,6 +195,7 @@ class Phase:
     writes: Counter
     cpu: float = 0.0
     not_copied: dict = field(default_factory=dict)
+    load: str = ""  # the machine's load average when the phase started
 
 
 def run_controller(plane, api, tmp: Path, n: int, parallel: int, timeout: int) -> tuple[Phase, Phase]:
@@ -205,25 +206,25 @@ def run_controller(plane, api, tmp: Path, n: int, parallel: int, timeout: int) -
         ctrl.settle()
         watch = ClaimWatch(api, CAPI_CLAIMS)
         claims = Claims(CAPI_CLAIMS)
-        before, cpu = write_counts(api, grouped=True), ctrl.cpu_seconds()
+        before, cpu, load = write_counts(api, grouped=True), ctrl.cpu_seconds(), load_average()
         started = time.monotonic()
         claims.create(api, claims_of(ns, n), parallel)
         bind_s = watch.wait_bound(claims.sent, timeout) - started
         ctrl.settle()  # the pool status written after the last binding is part of the phase
         after, cpu_after = write_counts(api, grouped=True), ctrl.cpu_seconds()
-        bind = Phase(bind_s, after - before - Counter({CREATED: n}), cpu_after - cpu)
+        bind = Phase(bind_s, after - before - Counter({CREATED: n}), cpu_after - cpu, load=load)
         ips = sorted(request(api, "GET", capi_address_path(ns))["items"], key=lambda a: a["spec"]["address"])
         distinct = len({a["spec"]["address"] for a in ips})
         if distinct != n:
             raise SystemExit(f"{n} claims bound to {distinct} distinct IPs")
 
-        started = time.monotonic()
+        load, started = load_average(), time.monotonic()
         claims.delete(api, parallel)
         release_s = watch.wait_gone(claims.sent, timeout) - started
         watch.stop()
         ctrl.settle()
         release = Phase(release_s, write_counts(api, grouped=True) - after - Counter({DELETED: n}),
-                        ctrl.cpu_seconds() - cpu_after)
+                        ctrl.cpu_seconds() - cpu_after, load=load)
         print(f"controller: {ctrl.metric('metal3_ipam_reconcile_seconds_count'):.0f} pool passes, "
               f"{ctrl.metric('metal3_ipam_reconcile_seconds_sum'):.2f} s in passes, "
               f"{ctrl.cpu_seconds():.2f} s CPU in all{leftovers(api, ns)}")
@@ -234,22 +235,30 @@ def run_floor(api, n: int, parallel: int, bind_writes: Counter, release_writes: 
     ns = "floor"
     create_namespace(api, ns)
     pool = create_incluster_pool(api, POOL, ns, ADDRESSES, PREFIX, GATEWAY)
+    objs = claims_of(ns, n)
+    slots: dict[int, Slot] = {}
+
+    def create(i: int) -> Slot:
+        slots[i] = Slot(request(api, "POST", CAPI_CLAIMS.path(ns), objs[i]), pool, ip_of(i), PREFIX)
+        return slots[i]
+
+    def delete(i: int) -> Slot:
+        request(api, "DELETE", claim_path(ns, slots[i].claim["metadata"]["name"]))
+        return slots[i]
+
     floor = BindFloor(api, bind_writes, n)
-    claims = Claims(CAPI_CLAIMS)
-    before = write_counts(api, grouped=True)
+    before, load = write_counts(api, grouped=True), load_average()
     started = time.monotonic()
-    claims.create(api, claims_of(ns, n), parallel)
-    slots = [Slot(claims.created[(ns, claim_name(i))], pool, ip_of(i), PREFIX) for i in range(n)]
-    floor.run(slots, parallel)
+    floor.behind(create, n, parallel)
     bind = Phase(time.monotonic() - started, write_counts(api, grouped=True) - before - Counter({CREATED: n}),
-                 not_copied=floor.not_copied)
+                 not_copied=floor.not_copied, load=load)
 
     release_floor = ReleaseFloor(api, release_writes, n, floor.used)
-    before = write_counts(api, grouped=True)
+    before, load = write_counts(api, grouped=True), load_average()
     started = time.monotonic()
-    release_floor.run(slots, parallel)
+    release_floor.behind(delete, n, parallel)
     release = Phase(time.monotonic() - started, write_counts(api, grouped=True) - before - Counter({DELETED: n}),
-                    not_copied=release_floor.not_copied)
+                    not_copied=release_floor.not_copied, load=load)
     left = leftovers(api, ns)
     if left:
         print(f"floor{left}")
@@ -272,8 +281,9 @@ def main() -> int:
                                    ("release", ctrl_release, floor_release, "deletion")):
         ratio = ctrl.seconds / floor.seconds
         print(f"{name}: controller {ctrl.seconds:.2f} s ({ctrl.seconds / n * 1000:.2f} ms/claim, "
-              f"{ctrl.cpu / n * 1000:.2f} ms CPU/claim), floor {floor.seconds:.2f} s "
-              f"({floor.seconds / n * 1000:.2f} ms/claim); ratio controller/floor {ratio:.2f} {verdict(ratio, GOAL)}")
+              f"{ctrl.cpu / n * 1000:.2f} ms CPU/claim; load {ctrl.load}), floor {floor.seconds:.2f} s "
+              f"({floor.seconds / n * 1000:.2f} ms/claim; load {floor.load}); ratio controller/floor {ratio:.2f} "
+              f"{verdict(ratio, GOAL)}")
         print_writes(ctrl.writes, floor.writes, floor.not_copied, n, own)
     print(f"total: {time.monotonic() - began:.1f} s; load average (1, 5, 15 min) before {load_before}, "
           f"after {load_average()} on {os.cpu_count()} CPUs")
