@@ -196,12 +196,13 @@ def run_parallel(work: Callable, items: Iterable, parallel: int) -> None:
 
 @contextlib.contextmanager
 def control_plane(parallel: int) -> Iterator[tuple[ControlPlane, client.ApiClient, Path]]:
-    """A started control plane, an admin client with room for ``parallel`` requests, a scratch dir."""
+    """A started control plane, an admin client with room for ``parallel`` requests twice (a floor's user
+    and its writes), a scratch dir."""
     ensure_binaries()
     with ControlPlane(crd_paths=default_crd_paths(), controller_manager=False) as plane, \
             tempfile.TemporaryDirectory() as tmp:
         api = client.ApiClient(plane.configuration())
-        api.configuration.connection_pool_maxsize = parallel + 8
+        api.configuration.connection_pool_maxsize = 2 * parallel + 8
         yield plane, api, Path(tmp)
 
 
