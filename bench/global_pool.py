@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, ClaimWatch, Claims, Controller, bounded, control_plane,  # noqa: E402
                      create_incluster_pool, create_namespace, describe_writes, latencies_text, load_average,
-                     parser, request, write_counts)
+                     parser, request, totals_text, write_counts)
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 
 PREFIX = 16
@@ -115,8 +115,7 @@ def main() -> int:
               f"({describe_writes(r.writes, n)})")
     print(f"global/namespaced: total {spread.seconds / local.seconds:.2f}, worst latency "
           f"{spread.latencies[-1] / local.latencies[-1]:.2f}")
-    print(f"total: {time.monotonic() - began:.1f} s; load average (1, 5, 15 min) before {load_before}, "
-          f"after {load_average()} on {os.cpu_count()} CPUs")
+    print(totals_text(began, load_before))
     return 0
 
 

@@ -583,6 +583,12 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def totals_text(began: float, load_before: str) -> str:
+    """The seconds since ``began`` (monotonic) and the machine's load then and now (the benchmarks share it)."""
+    return (f"total: {time.monotonic() - began:.1f} s; load average (1, 5, 15 min) before {load_before}, "
+            f"after {load_average()} on {os.cpu_count()} CPUs")
+
+
 def latencies_text(latencies: list[float]) -> str:
     """``worst 1.20 s, 99th percentile 1.10 s, median 0.60 s`` of latencies sorted lowest first."""
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,  # noqa: E402
                      _ready, bounded, control_plane, create_incluster_pool, create_namespace, incluster_pool_path,
-                     load_average, parser, print_writes, request, verdict, write_counts)
+                     load_average, parser, totals_text, print_writes, request, verdict, write_counts)
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
@@ -303,8 +303,7 @@ def main() -> int:
         median = statistics.median(values)
         print(f"{name} ratio controller/floor: {median:.2f} {verdict(median, GOAL)}"
               + (f" (median of {', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""))
-    print(f"total: {time.monotonic() - began:.1f} s; load average (1, 5, 15 min) before {load_before}, "
-          f"after {load_average()} on {os.cpu_count()} CPUs")
+    print(totals_text(began, load_before))
     return 0
 
 
