@@ -252,6 +252,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(plane: ControlPlane) -> float:
+    """CPU seconds of the control plane's processes so far (kube-apiserver and etcd): what a side's requests,
+    and the watches that follow them, cost the server."""
+    return sum(cpu_seconds(pid) for pid in plane.pids().values())
+
+
 class Controller:
     """``metal3-ipam run`` for some namespaces, as a subprocess: started, waited ready, measured, stopped."""
 
@@ -311,8 +323,7 @@ class Controller:
 
     def cpu_seconds(self) -> float:
         """utime + stime of the controller process so far (all its threads), from /proc."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
     def _status_kib(self, key: str) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -22,7 +22,8 @@ Side by side, on one local control plane (etcd + kube-apiserver on loopback):
 
 Both clocks of a phase start at its first request. Printed: each phase's
 times and ratio controller/floor (goal <= 1.3 both ways), the writes per claim
-of each side by verb and resource, the controller's CPU per claim, the total
+of each side by verb and resource, the controller's CPU per claim and that of
+the control plane (kube-apiserver + etcd) per claim on each side, the total
 seconds, and the load average of the machine at the start of each side's
 phase (the benchmark shares the machine: the sides run one after the other).
 
@@ -50,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,  # noqa: E402
                      _ready, bounded, control_plane, create_incluster_pool, create_namespace, incluster_pool_path,
-                     load_average, parser, totals_text, print_writes, request, verdict, write_counts)
+                     load_average, parser, print_writes, request, server_cpu_seconds, totals_text, verdict,
+                     write_counts)
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
@@ -201,6 +203,7 @@ class Phase:
     cpu: float = 0.0
     not_copied: dict = field(default_factory=dict)
     load: str = ""  # the machine's load average when the phase started
+    server_cpu: float = 0.0  # CPU seconds of kube-apiserver and etcd in the phase
 
 
 def run_controller(plane, api, tmp: Path, ns: str, n: int, parallel: int, timeout: int) -> tuple[Phase, Phase]:
@@ -211,31 +214,35 @@ def run_controller(plane, api, tmp: Path, ns: str, n: int, parallel: int, timeou
         watch = ClaimWatch(api, CAPI_CLAIMS)
         claims = Claims(CAPI_CLAIMS)
         before, cpu, load = write_counts(api, grouped=True), ctrl.cpu_seconds(), load_average()
+        server = server_cpu_seconds(plane)
         started = time.monotonic()
         claims.create(api, claims_of(ns, n), parallel)
         bind_s = watch.wait_bound(claims.sent, timeout) - started
+        server_after = server_cpu_seconds(plane)
         ctrl.settle()  # the pool status written after the last binding is part of the phase
         after, cpu_after = write_counts(api, grouped=True), ctrl.cpu_seconds()
-        bind = Phase(bind_s, after - before - Counter({CREATED: n}), cpu_after - cpu, load=load)
+        bind = Phase(bind_s, after - before - Counter({CREATED: n}), cpu_after - cpu, load=load,
+                     server_cpu=server_after - server)
         ips = sorted(request(api, "GET", capi_address_path(ns))["items"], key=lambda a: a["spec"]["address"])
         distinct = len({a["spec"]["address"] for a in ips})
         if distinct != n:
             raise SystemExit(f"{n} claims bound to {distinct} distinct IPs")
 
-        load, started = load_average(), time.monotonic()
+        load, server, started = load_average(), server_cpu_seconds(plane), time.monotonic()
         claims.delete(api, parallel)
         release_s = watch.wait_gone(claims.sent, timeout) - started
+        server_after = server_cpu_seconds(plane)
         watch.stop()
         ctrl.settle()
         release = Phase(release_s, write_counts(api, grouped=True) - after - Counter({DELETED: n}),
-                        ctrl.cpu_seconds() - cpu_after, load=load)
+                        ctrl.cpu_seconds() - cpu_after, load=load, server_cpu=server_after - server)
         print(f"controller: {ctrl.metric('metal3_ipam_reconcile_seconds_count'):.0f} pool passes, "
               f"{ctrl.metric('metal3_ipam_reconcile_seconds_sum'):.2f} s in passes, "
               f"{ctrl.cpu_seconds():.2f} s CPU in all{leftovers(api, ns)}")
         return bind, release
 
 
-def run_floor(api, ns: str, n: int, parallel: int, bind_writes: Counter,
+def run_floor(plane, api, ns: str, n: int, parallel: int, bind_writes: Counter,
               release_writes: Counter) -> tuple[Phase, Phase]:
     create_namespace(api, ns)
     pool = create_incluster_pool(api, POOL, ns, ADDRESSES, PREFIX, GATEWAY)
@@ -251,18 +258,18 @@ def run_floor(api, ns: str, n: int, parallel: int, bind_writes: Counter,
         return slots[i]
 
     floor = BindFloor(api, bind_writes, n)
-    before, load = write_counts(api, grouped=True), load_average()
+    before, load, server = write_counts(api, grouped=True), load_average(), server_cpu_seconds(plane)
     started = time.monotonic()
     floor.behind(create, n, parallel)
     bind = Phase(time.monotonic() - started, write_counts(api, grouped=True) - before - Counter({CREATED: n}),
-                 not_copied=floor.not_copied, load=load)
+                 not_copied=floor.not_copied, load=load, server_cpu=server_cpu_seconds(plane) - server)
 
     release_floor = ReleaseFloor(api, release_writes, n, floor.used)
-    before, load = write_counts(api, grouped=True), load_average()
+    before, load, server = write_counts(api, grouped=True), load_average(), server_cpu_seconds(plane)
     started = time.monotonic()
     release_floor.behind(delete, n, parallel)
     release = Phase(time.monotonic() - started, write_counts(api, grouped=True) - before - Counter({DELETED: n}),
-                    not_copied=release_floor.not_copied, load=load)
+                    not_copied=release_floor.not_copied, load=load, server_cpu=server_cpu_seconds(plane) - server)
     left = leftovers(api, ns)
     if left:
         print(f"floor{left}")
@@ -285,7 +292,7 @@ def main() -> int:
         for r in range(args.rounds):
             ctrl_bind, ctrl_release = run_controller(plane, api, tmp, f"controller-{r}", n, args.parallel,
                                                      args.timeout)
-            floor_bind, floor_release = run_floor(api, f"floor-{r}", n, args.parallel, ctrl_bind.writes,
+            floor_bind, floor_release = run_floor(plane, api, f"floor-{r}", n, args.parallel, ctrl_bind.writes,
                                                   ctrl_release.writes)
             print(f"round {r + 1} of {args.rounds}: {n} IPAddressClaims of one InClusterIPPool (/16), "
                   f"{args.parallel} parallel requests per side")
@@ -297,6 +304,8 @@ def main() -> int:
                       f"{ctrl.cpu / n * 1000:.2f} ms CPU/claim; load {ctrl.load}), floor {floor.seconds:.2f} s "
                       f"({floor.seconds / n * 1000:.2f} ms/claim; load {floor.load}); ratio controller/floor "
                       f"{ratio:.2f}")
+                print(f"  CPU of kube-apiserver + etcd per claim: controller side "
+                      f"{ctrl.server_cpu / n * 1000:.2f} ms, floor {floor.server_cpu / n * 1000:.2f} ms")
                 print_writes(ctrl.writes, floor.writes, floor.not_copied, n, own)
             sys.stdout.flush()
     for name, values in ratios.items():
