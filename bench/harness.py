@@ -42,6 +42,7 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
+from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
 from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
@@ -112,13 +113,47 @@ def claim_obj(ns: str, name: str, pool: str) -> dict:
             "spec": {"pool": {"name": pool}}}
 
 
+def incluster_pool_path(kind: str, ns: str | None, name: str | None = None, sub: str | None = None) -> str:
+    """The path of an in-cluster provider's pool (``gi.IN_CLUSTER_IP_POOL`` in ``ns``, a global one with None)."""
+    where = f"namespaces/{ns}/" if ns else ""
+    return (f"/apis/{gi.GROUP}/{gi.POOL_VERSION}/{where}{gi.PLURALS[kind]}" + (f"/{name}" if name else "")
+            + (f"/{sub}" if sub else ""))
+
+
+def create_incluster_pool(api: client.ApiClient, name: str, ns: str | None, addresses: list[str], prefix: int,
+                          gateway: str | None = None) -> dict:
+    """An InClusterIPPool in ``ns``, or a GlobalInClusterIPPool when ``ns`` is None, as created."""
+    body = gi.ip_pool(name, namespace=ns, addresses=addresses, prefix=prefix, gateway=gateway)
+    return request(api, "POST", incluster_pool_path(body["kind"], ns), body)
+
+
 def create_namespace(api: client.ApiClient, ns: str) -> None:
     request(api, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+
+@dataclass(frozen=True)
+class ClaimResource:
+    """A kind of claim the benchmarks create and watch: where it lives and when it counts as bound."""
+    group: str
+    version: str
+    plural: str
+    bound: Callable[[dict], bool]  # of the claim's status
+
+    def path(self, ns: str, name: str | None = None) -> str:
+        return f"/apis/{self.group}/{self.version}/namespaces/{ns}/{self.plural}" + (f"/{name}" if name else "")
+
+
+#: Metal3 IPClaims: bound once ``status.address`` names their IPAddress.
+IPCLAIMS = ClaimResource(GROUP, VERSION, "ipclaims", lambda status: bool(status.get("address")))
+#: Cluster API IPAddressClaims: bound once ``status.addressRef`` names their IPAddress.
+CAPI_CLAIMS = ClaimResource(gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims",
+                            lambda status: bool((status.get("addressRef") or {}).get("name")))
 
 
 @dataclass
 class Claims:
     """Claims the benchmark creates, with when each creation was sent and the server's answer."""
+    resource: ClaimResource = IPCLAIMS
     sent: dict[ClaimKey, float] = field(default_factory=dict)
     created: dict[ClaimKey, dict] = field(default_factory=dict)
 
@@ -126,9 +161,13 @@ class Claims:
         def one(obj: dict) -> None:
             key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
             self.sent[key] = time.monotonic()
-            self.created[key] = request(api, "POST", path(key[0], "ipclaims"), obj)
+            self.created[key] = request(api, "POST", self.resource.path(key[0]), obj)
 
         run_parallel(one, objs, parallel)
+
+    def delete(self, api: client.ApiClient, parallel: int) -> None:
+        """Delete every claim created (the user's deletion; releasing is the controller's)."""
+        run_parallel(lambda key: request(api, "DELETE", self.resource.path(*key)), list(self.created), parallel)
 
 
 def wait_gone(api: client.ApiClient, p: str, timeout: float) -> float:
@@ -157,12 +196,13 @@ def run_parallel(work: Callable, items: Iterable, parallel: int) -> None:
 
 @contextlib.contextmanager
 def control_plane(parallel: int) -> Iterator[tuple[ControlPlane, client.ApiClient, Path]]:
-    """A started control plane, an admin client with room for ``parallel`` requests, a scratch dir."""
+    """A started control plane, an admin client with room for ``parallel`` requests twice (a floor's user
+    and its writes), a scratch dir."""
     ensure_binaries()
     with ControlPlane(crd_paths=default_crd_paths(), controller_manager=False) as plane, \
             tempfile.TemporaryDirectory() as tmp:
         api = client.ApiClient(plane.configuration())
-        api.configuration.connection_pool_maxsize = parallel + 8
+        api.configuration.connection_pool_maxsize = 2 * parallel + 8
         yield plane, api, Path(tmp)
 
 
@@ -178,8 +218,9 @@ def raw_get(api: client.ApiClient, p: str, accept: str = "application/json") -> 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def write_counts(api: client.ApiClient) -> Counter[WriteKey]:
-    """Every mutating request the API server has answered so far, by (verb, resource, subresource)."""
+def write_counts(api: client.ApiClient, grouped: bool = False) -> Counter[WriteKey]:
+    """Every mutating request the API server has answered so far, by (verb, resource, subresource);
+    ``grouped``: the resource as ``plural.group`` (two groups' ``ipaddresses`` told apart)."""
     counts: Counter[WriteKey] = Counter()
     for line in raw_get(api, "/metrics", "text/plain").decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
@@ -188,8 +229,10 @@ def write_counts(api: client.ApiClient) -> Counter[WriteKey]:
         # The API server renews its own identity lease on its own; the controller runs
         # without leader election here, so leases are never its writes.
         if labels.get("verb") in WRITE_VERBS and labels.get("resource") != "leases":
-            counts[(labels["verb"], labels.get("resource", ""), labels.get("subresource", ""))] += \
-                int(float(line.rsplit(" ", 1)[1]))
+            resource = labels.get("resource", "")
+            if grouped and labels.get("group"):
+                resource = f"{resource}.{labels['group']}"
+            counts[(labels["verb"], resource, labels.get("subresource", ""))] += int(float(line.rsplit(" ", 1)[1]))
     return counts
 
 
@@ -207,6 +250,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(plane: ControlPlane) -> float:
+    """CPU seconds of the control plane's processes so far (kube-apiserver and etcd): what a side's requests,
+    and the watches that follow them, cost the server."""
+    return sum(cpu_seconds(pid) for pid in plane.pids().values())
 
 
 class Controller:
@@ -268,8 +323,7 @@ class Controller:
 
     def cpu_seconds(self) -> float:
         """utime + stime of the controller process so far (all its threads), from /proc."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
     def _status_kib(self, key: str) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -309,36 +363,43 @@ class Controller:
 
 
 class ClaimWatch:
-    """Watches every IPClaim of the cluster and notes when each was first seen bound
-    (``status.address`` set) or refused (Ready False, with its reason)."""
+    """Watches every claim of a kind (IPClaims unless told) in the cluster and notes when each was first
+    seen bound (as ``resource.bound`` says), refused (Ready False, with its reason) or gone."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, resource: ClaimResource = IPCLAIMS):
+        self.resource = resource
         self.bound: dict[ClaimKey, float] = {}
         self.refused: dict[ClaimKey, str] = {}
+        self.gone: dict[ClaimKey, float] = {}
         self._order: list[ClaimKey] = []  # bound claims, in the order they were seen bound
         self._changed = threading.Condition()
         self._watch = watch.Watch()
         objects = client.CustomObjectsApi(api)
-        since = objects.list_cluster_custom_object(GROUP, VERSION, "ipclaims", limit=1)["metadata"]["resourceVersion"]
+        since = objects.list_cluster_custom_object(resource.group, resource.version, resource.plural,
+                                                   limit=1)["metadata"]["resourceVersion"]
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._follow, args=(objects, since), daemon=True)
         self._thread.start()
 
     def _follow(self, objects: client.CustomObjectsApi, since: str) -> None:
+        r = self.resource
         try:
-            for event in self._watch.stream(objects.list_cluster_custom_object, GROUP, VERSION, "ipclaims",
+            for event in self._watch.stream(objects.list_cluster_custom_object, r.group, r.version, r.plural,
                                             resource_version=since):
                 obj = event["object"]
                 meta, status = obj.get("metadata") or {}, obj.get("status") or {}
                 key = (meta.get("namespace"), meta.get("name"))
                 if event["type"] == "DELETED":
+                    with self._changed:
+                        self.gone[key] = time.monotonic()
+                        self._changed.notify_all()
                     continue
-                if status.get("address") and key not in self.bound:
+                if r.bound(status) and key not in self.bound:
                     with self._changed:
                         self.bound[key] = time.monotonic()
                         self._order.append(key)
                         self._changed.notify_all()
-                elif not status.get("address"):
+                elif not r.bound(status):
                     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
                     if ready and ready.get("status") == "False" and self.refused.get(key) != ready.get("reason"):
                         with self._changed:
@@ -378,6 +439,13 @@ class ClaimWatch:
         self.wait(done, timeout, lambda: f"{len(missing)} of {len(keys)} claims to be bound")
         return max(self.bound[k] for k in keys)
 
+    def wait_gone(self, keys: Iterable[ClaimKey], timeout: float) -> float:
+        """Wait until every claim of ``keys`` is deleted (its finalizers off); when the last one went."""
+        keys = list(keys)
+        self.wait(lambda: all(k in self.gone for k in keys), timeout,
+                  lambda: f"{sum(k not in self.gone for k in keys)} of {len(keys)} claims to be gone")
+        return max(self.gone[k] for k in keys)
+
     def stop(self) -> None:
         self._watch.stop()
 
@@ -397,11 +465,13 @@ class Slot:
 class Floor:
     """A plain client making, per claim, the writes the controller made per claim.
 
-    ``counts`` are the controller's writes of one run by (verb, resource, subresource);
+    ``counts`` are the controller's writes of one run by (verb, resource, subresource)
+    (``write_counts``, grouped or not as ``ORDER`` names them);
     of each kind, claim i of n makes floor((i+1)·c/n) − floor(i·c/n), so that the floor
     makes exactly c of them in all, spread evenly (a pool status patch the controller
     made once per batch is made once per batch of claims here too). Kinds of write the
-    floor cannot imitate are listed in ``not_copied``.
+    floor cannot imitate are listed in ``not_copied``. Other kinds of pool (or a release
+    instead of a binding) give their own ``ORDER`` and ``writes``.
     """
 
     ORDER = (("PATCH", "ippools", ""), ("PATCH", "ipclaims", ""), ("POST", "ipaddresses", ""), ("PATCH", "ipclaims", "status"),
@@ -418,11 +488,23 @@ class Floor:
         c = self.counts.get(key, 0)
         return (i + 1) * c // self.claims - i * c // self.claims
 
-    def allocate(self, i: int, slot: Slot) -> None:
+    def make(self, i: int, slot: Slot) -> None:
+        """Claim i's share of each kind of write, in ``ORDER``."""
+        write = self.writes(slot)
+        for key in self.ORDER:
+            for _ in range(self.share(key, i)):
+                try:
+                    write[key]()
+                except ApiException as exc:
+                    if exc.status != 409:  # a second create of one name: refused, and counted, as the controller's
+                        raise
+
+    def writes(self, slot: Slot) -> dict[WriteKey, Callable[[], object]]:
+        """Each kind of write of ``ORDER`` for one claim, ready to be made."""
         ns, claim_name = slot.claim["metadata"]["namespace"], slot.claim["metadata"]["name"]
         pool_name = slot.pool["metadata"]["name"]
         name = address_name(pool_name, slot.ip)
-        write = {
+        return {
             ("PATCH", "ippools", ""): lambda: request(
                 self.api, "PATCH", path(ns, "ippools", pool_name),
                 {"metadata": {"finalizers": [kinds.FINALIZERS[kinds.IPPOOL]]}}, headers=MERGE_PATCH),
@@ -446,13 +528,6 @@ class Floor:
                 "type": "Normal", "reason": "AddressAllocated", "message": f"bound to {slot.ip}",
                 "source": {"component": "metal3-ipam-bench"}}),
         }
-        for key in self.ORDER:
-            for _ in range(self.share(key, i)):
-                try:
-                    write[key]()
-                except ApiException as exc:
-                    if exc.status != 409:  # a second create of one name: refused, and counted, as the controller's
-                        raise
 
     def _pool_status(self, ns: str, pool_name: str, claim_name: str, ip: str) -> None:
         # The controller's pool status carries every binding of the pool; so does the floor's.
@@ -465,7 +540,21 @@ class Floor:
         request(self.api, "PATCH", path(ns, "ippools", pool_name, "status"), body, headers=MERGE_PATCH)
 
     def run(self, slots: list[Slot], parallel: int) -> None:
-        run_parallel(lambda item: self.allocate(*item), list(enumerate(slots)), parallel)
+        run_parallel(lambda item: self.make(*item), list(enumerate(slots)), parallel)
+
+    def behind(self, user: Callable[[int], Slot], n: int, parallel: int) -> None:
+        """As the controller side runs: the user's request for each of ``n`` claims (``user(i)``, its
+        creation or deletion, ``parallel`` in flight) and, as each is answered, that claim's writes
+        (``parallel`` in flight of their own, as the controller's ``--parallel-writes``)."""
+        with ThreadPoolExecutor(parallel) as writers:
+            futures = []
+
+            def one(i: int) -> None:
+                futures.append(writers.submit(self.make, i, user(i)))
+
+            run_parallel(one, range(n), parallel)
+            for future in futures:
+                future.result()
 
 
 def _owner(obj: dict, block: bool = False, controller: bool = False) -> dict:
@@ -490,14 +579,32 @@ def _ready(reason: str, message: str) -> dict:
 
 
 def print_writes(controller: Counter[WriteKey], floor: Counter[WriteKey], not_copied: dict[WriteKey, int],
-                 n: int) -> None:
-    """The writes per claim of both sides, and what the floor could not imitate."""
-    print(f"writes per claim besides its creation: controller {sum(controller.values()) / n:.2f} "
-          f"({describe_writes(controller, n)})")
-    print(f"                                       floor      {sum(floor.values()) / n:.2f} "
-          f"({describe_writes(floor, n)})")
+                 n: int, besides: str = "creation") -> None:
+    """The writes per claim of both sides (besides the claim's own ``besides``), and what the floor could not
+    imitate."""
+    head = f"writes per claim besides its {besides}: "
+    print(f"{head}controller {sum(controller.values()) / n:.2f} ({describe_writes(controller, n)})")
+    print(f"{' ' * len(head)}floor      {sum(floor.values()) / n:.2f} ({describe_writes(floor, n)})")
     if not_copied:
         print(f"not made by the floor (no plain-client equivalent): {describe_writes(Counter(not_copied), n)}")
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes (the benchmarks share it)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def totals_text(began: float, load_before: str) -> str:
+    """The seconds since ``began`` (monotonic) and the machine's load then and now (the benchmarks share it)."""
+    return (f"total: {time.monotonic() - began:.1f} s; load average (1, 5, 15 min) before {load_before}, "
+            f"after {load_average()} on {os.cpu_count()} CPUs")
+
+
+def latencies_text(latencies: list[float]) -> str:
+    """``worst 1.20 s, 99th percentile 1.10 s, median 0.60 s`` of latencies sorted lowest first."""
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return (f"worst {latencies[-1]:.2f} s, 99th percentile {p99:.2f} s, "
+            f"median {statistics.median(latencies):.2f} s")
 
 
 def median_ms(seconds: list[float]) -> float:

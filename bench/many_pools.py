@@ -21,7 +21,6 @@ writes per claim of each side, and the controller's RSS growth per bound claim.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections import Counter
@@ -30,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,  # noqa: E402
-                     create_namespace, parser, print_writes, path, pool_obj, request, rss_growth, run_parallel,
-                     write_counts)
+                     create_namespace, latencies_text, parser, print_writes, path, pool_obj, request, rss_growth,
+                     run_parallel, write_counts)
 
 
 def pool_name(i: int) -> str:
@@ -122,13 +121,11 @@ def main() -> int:
         ctrl_s, ctrl_writes, latencies, ready_rss, peak = run_controller(plane, api, tmp, args)
         floor_s, floor_writes, floor = run_floor(api, args, ctrl_writes)
     ratio = ctrl_s / floor_s
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
     print(f"{args.pools} pools x {args.claims} claims = {n} claims created at once, {args.parallel} parallel requests per side")
     print(f"controller (metal3-ipam run, until all bound): {ctrl_s:.2f} s, {ctrl_s / n * 1000:.2f} ms/claim")
     print(f"floor (plain client, the same writes):         {floor_s:.2f} s, {floor_s / n * 1000:.2f} ms/claim")
     print(f"ratio controller/floor: {ratio:.2f}")
-    print(f"single-claim latency: worst {latencies[-1]:.2f} s, median {statistics.median(latencies):.2f} s, "
-          f"99th percentile {p99:.2f} s")
+    print(f"single-claim latency: {latencies_text(latencies)}")
     print_writes(ctrl_writes, floor_writes, floor.not_copied, n)
     print(f"controller RSS growth: {rss_growth(ready_rss, peak, n)}")
     return 0
