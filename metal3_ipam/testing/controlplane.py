@@ -1072,11 +1072,13 @@ print(json.dumps({{'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'Exe
                     objects.list_cluster_custom_object(group, version, plural, limit=1)
                     break
                 except ApiException as exc:
-                    if converted and exc.status == 500 and "conversion webhook" in (exc.body or ""):
+                    if converted and exc.status in (429, 500) and "conversion webhook" in (exc.body or ""):
                         # Served: the objects already stored need a conversion webhook this plane does not
-                        # run (the CRD as config/crd has it, pointing at the controller's Service).
+                        # run (the CRD as config/crd has it, pointing at the controller's Service); 500 from
+                        # the list, 429 while the version's cache cannot be filled for that reason.
                         break
-                    if exc.status != 404 or time.monotonic() >= deadline:
+                    # 404: not routed yet; 429: its storage is (re)initialising after the CRD changed.
+                    if exc.status not in (404, 429) or time.monotonic() >= deadline:
                         raise ControlPlaneError(
                             f"/apis/{group}/{version}/{plural} not served: {exc.status} {exc.reason}"
                         ) from exc

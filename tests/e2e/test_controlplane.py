@@ -219,7 +219,7 @@ def test_crds_applied_again_over_stored_pools_of_a_converted_kind(control_plane,
     objects.create_namespaced_custom_object(CAPI_IPAM, "v1alpha2", namespace, "inclusterippools", {
         "apiVersion": f"{CAPI_IPAM}/v1alpha2", "kind": "InClusterIPPool", "metadata": {"name": "stored"},
         "spec": {"addresses": ["10.9.0.1-10.9.0.9"], "prefix": 24}})
-    with pytest.raises(ApiException) as refused:
+    with pytest.raises(ApiException) as refused:  # 429 while that version's cache cannot be filled
         objects.list_namespaced_custom_object(CAPI_IPAM, "v1alpha1", namespace, "inclusterippools")
-    assert refused.value.status == 500 and "conversion webhook" in refused.value.body
+    assert refused.value.status in (429, 500) and "conversion webhook" in refused.value.body, refused.value.body
     assert "inclusterippools.ipam.cluster.x-k8s.io" in control_plane.apply_crds(default_crd_paths(REPO))
