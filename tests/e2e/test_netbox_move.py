@@ -17,11 +17,11 @@ from metal3_ipam.core.netbox import owned_key  # noqa: E402
 from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import holding, owner, seeded  # noqa: E402
-from test_move import clusterctl, controllers, owner_ref  # noqa: E402,F401  (fixtures)
+from move_fixtures import owner_ref  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402
 from test_netbox_claims import assert_one_netbox_address_each, key_of, netbox_pool  # noqa: E402
 
-pytest_plugins = ("controller_fixtures",)
+pytest_plugins = ("controller_fixtures", "move_fixtures")
 
 NAMES = [f"alpha-nb-{i}" for i in range(6)]
 
