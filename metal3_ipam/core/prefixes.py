@@ -44,6 +44,8 @@ MSG_LONGER_THAN_ALLOCATION = "CIDR prefix length must be <= allocationPrefixLeng
 MSG_GATEWAY_IPV6 = "provided gateway must be IPv6"
 MSG_EXCLUDED_NOT_AN_ENTRY = "provided entry is not a valid IP, range, nor CIDR"
 MSG_EXCLUDED_ONLY_IPV6 = "only IPv6 excluded prefixes are supported"
+MSG_IPV4_MAPPED = ("is an IPv4-mapped IPv6 {}: the IPAddress CRD's isIP() refuses such an address, so no "
+                   "sub-prefix could be locked")
 MSG_LENGTH_IMMUTABLE = "spec.allocationPrefixLength is immutable"
 MSG_NON_ALLOCATABLE = "existing allocations become non-allocatable"
 MSG_WARN_128 = ("spec.allocationPrefixLength=128 behaves like host-address allocation; consider InClusterIPPool "
@@ -116,6 +118,9 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
         if net.version != 6:
             problems.append(Problem(field, text, MSG_ONLY_IPV6))
             continue
+        if address.is_ipv4_mapped():
+            problems.append(Problem(field, text, MSG_IPV4_MAPPED.format("prefix")))
+            continue
         if int(address) != net.first:
             problems.append(Problem(field, text, f"{MSG_NOT_ALIGNED}: write {net}"))
         if net.prefixlen > length:
@@ -125,8 +130,12 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
     gateway = spec.get("gateway")
     if gateway:
         try:
-            if parse_ip(gateway).version != 6:
+            ip = parse_ip(gateway)
+            if ip.version != 6:
                 problems.append(Problem("spec.gateway", gateway, MSG_GATEWAY_IPV6))
+            elif ip.is_ipv4_mapped():
+                problems.append(Problem("spec.gateway", gateway, MSG_IPV4_MAPPED.format("address (written on "
+                                                                                     "every IPAddress)")))
         except AddressError:
             problems.append(Problem("spec.gateway", gateway, "provided gateway is not a valid IP address"))
 
