@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .addresses import AddressError, ip_from_int, parse_cidr, parse_ip
-from .incluster import GROUP, Counts, read_span, validate_ip_pool_delete
+from .kinds import CAPI_IPAM_GROUP as GROUP
 from .intervals import IntervalSet, normalise, subtract
 from .pool import _within
 from .problems import Problem, tagged
@@ -264,3 +264,7 @@ def validate_prefix_pool_delete(obj: Any, in_use: Mapping[str, object] | None) -
     """As an IP pool: refused while IPAddresses name it, unless skipped, moved or deleting already."""
     return validate_ip_pool_delete(obj, in_use)
 
+
+# Last: importing core.incluster reads the pool kinds, whose prefix pool kind reads this module's names (this
+# module may be the first one imported).
+from .incluster import Counts, read_span, validate_ip_pool_delete  # noqa: E402

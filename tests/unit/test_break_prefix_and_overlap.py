@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import subprocess
+import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -16,6 +20,7 @@ from metal3_ipam.core import prefixes
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
+from test_incluster_prefixes import small_prefix_pools
 
 NS = "default"
 PREFIX = (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)
@@ -165,3 +170,58 @@ def test_an_ipv4_mapped_prefix_or_gateway_is_refused_naming_the_field(spec):
     assert problems, spec
     assert problems[0].field in ("spec.prefixes[0]", "spec.gateway")
     assert "IPv4-mapped" in problems[0].message
+
+
+BASE = int(ipaddress.IPv6Address("2001:db8::"))
+
+
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(small_prefix_pools(), st.data())
+def test_with_a_wide_address_in_use_each_new_sub_prefix_is_the_go_providers_first_fit(case, data):
+    """An address of the pool wider than its sub-prefixes (Go-written, or the length edited), then claims
+    created and deleted (the wide one among them): each claim served gets the lowest sub-prefix the Go
+    provider's first fit gives for the addresses in use, and no two overlap."""
+    spec, _, length = case
+    wide = data.draw(st.integers(120, length - 1))
+    base = BASE + data.draw(st.integers(0, (1 << (wide - 120)) - 1)) * (1 << (128 - wide))
+    state = gi.GoInCluster()
+    state.add(gi.prefix_pool("pp", namespace=NS, prefixes=spec["prefixes"], allocation_prefix_length=length,
+                             excluded=spec.get("excludedPrefixes"), gateway=spec.get("gateway")))
+    state.add(_claim("w"))
+    try:
+        address = state.serve(NS, "w")
+    except gi.Exhausted:
+        return
+    address["spec"].update(address=str(ipaddress.IPv6Address(base)), prefix=wide)
+    state.claims[(NS, "w")]["status"] = gi.claim_status(address)
+    api = loaded(*state.objects())
+    converge(api, random.Random(0))
+    live = {"w"}
+    steps = data.draw(st.lists(st.tuples(st.sampled_from(["create", "delete"]), st.sampled_from(
+        ["w", "c0", "c1", "c2", "c3", "c4"])), min_size=1, max_size=10))
+    for action, name in steps:
+        if action == "create" and name not in live:
+            in_use = [(o.spec(a)["address"], o.spec(a)["prefix"]) for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)
+                      if not o.is_deleting(a)]
+            try:
+                expected = gi.find_free_prefix(spec, in_use)
+            except gi.Exhausted:
+                expected = None
+            api.load(_claim(name))
+            converge(api, random.Random(0))
+            live.add(name)
+            got = get(api, kinds.CAPI_ADDRESS, name)
+            assert (None if got is None else (o.spec(got)["address"], o.spec(got)["prefix"])) == expected
+        elif action == "delete" and name in live:
+            user_delete(api, kinds.CAPI_CLAIM, name)
+            converge(api, random.Random(0))
+            live.discard(name)
+        _assert_disjoint(api)
+
+
+def test_the_prefix_pools_core_may_be_imported_first():
+    """``core.prefixes`` imported before anything else (a tool or test of its own) once failed on a circular
+    import through the pool kinds."""
+    run = subprocess.run([sys.executable, "-c", "import metal3_ipam.core.prefixes as p; print(p.BITS)"],
+                         capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout.strip()) == (0, "128"), run.stderr
