@@ -58,15 +58,21 @@ def _edited(api, kind, name, ns=NS, **spec):
 
 # -- a sub-prefix held at another length than the pool hands out ----------------------------------------
 
-def test_a_pool_whose_allocation_length_is_edited_never_hands_out_a_sub_prefix_inside_one_in_use():
-    """allocationPrefixLength is immutable only by the webhook: the CRD lets an edit through. A claim holds
-    fd00::/56; after 56 -> 64 a new claim must not get fd00:0:0:1::/64, which lies inside it."""
-    api = converged(gi.prefix_pool("pp", namespace=NS, prefixes=["fd00::/48"], allocation_prefix_length=56),
+def _length_edited_under_a_claim(prefix, before, after):
+    """Claim ``a`` served at ``before`` bits, the pool's length edited to ``after``, then claim ``b``."""
+    api = converged(gi.prefix_pool("pp", namespace=NS, prefixes=[prefix], allocation_prefix_length=before),
                     _claim("a"))
-    _edited(api, PREFIX, "pp", allocationPrefixLength=64)
+    _edited(api, PREFIX, "pp", allocationPrefixLength=after)
     api.load(_claim("b"))
     converge(api, random.Random(0))
     _assert_disjoint(api)
+    return api
+
+
+def test_a_pool_whose_allocation_length_is_edited_never_hands_out_a_sub_prefix_inside_one_in_use():
+    """allocationPrefixLength is immutable only by the webhook: the CRD lets an edit through. A claim holds
+    fd00::/56; after 56 -> 64 a new claim must not get fd00:0:0:1::/64, which lies inside it."""
+    api = _length_edited_under_a_claim("fd00::/48", 56, 64)
     assert dict(_networks(api))["b"] == ipaddress.ip_network("fd00:0:0:100::/64")
 
 
@@ -90,12 +96,7 @@ def test_a_go_written_address_of_another_length_blocks_every_sub_prefix_it_cover
 
 
 def test_a_wide_address_released_gives_its_sub_prefixes_back():
-    api = converged(gi.prefix_pool("pp", namespace=NS, prefixes=["fd00::/62"], allocation_prefix_length=63),
-                    _claim("a"))
-    _edited(api, PREFIX, "pp", allocationPrefixLength=64)
-    api.load(_claim("b"))
-    converge(api, random.Random(0))
-    _assert_disjoint(api)
+    api = _length_edited_under_a_claim("fd00::/62", 63, 64)
     assert dict(_networks(api))["b"] == ipaddress.ip_network("fd00:0:0:2::/64")
     user_delete(api, kinds.CAPI_CLAIM, "a")
     converge(api, random.Random(0))
@@ -109,12 +110,7 @@ def test_a_wide_address_released_gives_its_sub_prefixes_back():
 
 def test_a_wide_address_of_a_huge_pool_is_skipped_without_a_walk():
     """::/0 cut into /128s, an address holding ::/1 (2^127 sub-prefixes): the next claim gets 8000:: at once."""
-    api = converged(gi.prefix_pool("pp", namespace=NS, prefixes=["::/0"], allocation_prefix_length=1),
-                    _claim("a"))
-    _edited(api, PREFIX, "pp", allocationPrefixLength=128)
-    api.load(_claim("b"))
-    converge(api, random.Random(0))
-    _assert_disjoint(api)
+    api = _length_edited_under_a_claim("::/0", 1, 128)
     assert dict(_networks(api))["b"] == ipaddress.ip_network("8000::/128")
 
 
