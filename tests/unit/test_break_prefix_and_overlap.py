@@ -17,6 +17,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import pools  # noqa: F401  (the pool kinds first: see the import test below)
 from metal3_ipam.core import prefixes
+from metal3_ipam.core.ledger import Ledger, compare
+from metal3_ipam.core.reconcile import run_to_end
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
@@ -221,3 +223,34 @@ def test_the_prefix_pools_core_may_be_imported_first():
     run = subprocess.run([sys.executable, "-c", "import metal3_ipam.core.prefixes as p; print(p.BITS)"],
                          capture_output=True, text=True, timeout=60)
     assert (run.returncode, run.stdout.strip()) == (0, "128"), run.stderr
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(60, 64)), min_size=1, max_size=8), st.data())
+def test_a_ledger_kept_from_wide_addresses_coming_and_going_equals_one_loaded_afresh(held, data):
+    """Addresses of a /61 pool of /64s at lengths 60..64, added and dropped one by one: the kept ledger's free
+    sub-prefixes equal those of a ledger loaded from what is left (the audit's comparison)."""
+    pool_obj = gi.prefix_pool("pp", namespace=NS, prefixes=["fd00::/61"])
+    model, _ = pools.read(pool_obj)
+    addresses = []
+    for n, (block, length) in enumerate(held):
+        base = (int(ipaddress.IPv6Address("fd00::")) + (block << 64)) >> (128 - length) << (128 - length)
+        addresses.append({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+                          "metadata": {"name": f"x{n}", "namespace": NS, "uid": f"u{n}", "resourceVersion": "1"},
+                          "spec": {"address": str(ipaddress.IPv6Address(base)), "prefix": length,
+                                   "pool": {"name": "pp", "kind": gi.IN_CLUSTER_PREFIX_POOL}}})
+    kept = Ledger()
+    kept.reset((), model, [], random.Random(0))
+    live = []
+    for address in addresses:
+        kept.add(address)
+        live.append(address)
+        for gone in data.draw(st.lists(st.sampled_from(live), unique_by=id, max_size=2)):
+            kept.drop(gone)
+            live.remove(gone)
+    fresh = Ledger()
+    fresh.reset((), model, [], random.Random(0))
+    for address in live:
+        fresh.add(address)
+    assert not run_to_end(compare(kept, fresh))
+    assert kept.state(decisions=False)["free"] == fresh.state(decisions=False)["free"]
