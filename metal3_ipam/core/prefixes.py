@@ -33,6 +33,7 @@ GLOBAL_IN_CLUSTER_PREFIX_POOL = (GROUP, "GlobalInClusterPrefixPool")
 PREFIX_POOL_KINDS = (IN_CLUSTER_PREFIX_POOL, GLOBAL_IN_CLUSTER_PREFIX_POOL)
 DEFAULT_ALLOCATION_PREFIX_LENGTH = 64
 BITS = 128
+IPV4_MAPPED = (0xFFFF << 32, (0xFFFF << 32) | 0xFFFFFFFF)  # ::ffff:0:0/96
 
 # The Go provider's messages (internal/webhooks/inclusterprefixpool.go), word for word.
 MSG_PREFIXES_REQUIRED = "prefixes is required"
@@ -156,8 +157,12 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
         return None, problems
 
     host_bits = BITS - length
+    # Sub-prefixes whose base address is IPv4-mapped (inside ::ffff:0:0/96) cannot be locked: never candidates.
+    size = 1 << host_bits
+    mapped = [(-(-IPV4_MAPPED[0] // size), IPV4_MAPPED[1] // size)]
     blocks = subtract(normalise((lo >> host_bits, hi >> host_bits) for lo, hi in spans),
-                      normalise((lo >> host_bits, hi >> host_bits) for lo, hi in excluded))
+                      normalise([*((lo >> host_bits, hi >> host_bits) for lo, hi in excluded),
+                                 *(m for m in mapped if m[0] <= m[1])]))
     return PrefixPool(length=length, blocks=tuple(blocks), gateway=gateway or None), problems
 
 

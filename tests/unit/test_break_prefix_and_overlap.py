@@ -170,6 +170,18 @@ def test_an_ipv4_mapped_prefix_or_gateway_is_refused_naming_the_field(spec):
     assert "IPv4-mapped" in problems[0].message
 
 
+def test_a_sub_prefix_based_at_an_ipv4_mapped_address_is_never_handed_out():
+    """::fffe:0:0/95 cut into /96s: its second sub-prefix is ::ffff:0:0/96, whose lock the API server would
+    refuse (isIP()); the pool holds one candidate, and a second claim is told it is exhausted."""
+    api = converged(gi.prefix_pool("pp", namespace=NS, prefixes=["::fffe:0:0/95"], allocation_prefix_length=96),
+                    _claim("a"), _claim("b"))
+    assert [(c, str(n)) for c, n in _networks(api)] == [("a", "::fffe:0:0/96")]
+    assert o.condition(get(api, kinds.CAPI_CLAIM, "b")["status"], "Ready")["reason"] == "PoolExhausted"
+    assert get(api, PREFIX, "pp")["status"]["ipAddresses"]["total"] == 1
+    ready = o.condition(get(api, kinds.CAPI_CLAIM, "a")["status"], "Ready")
+    assert ready["status"] == "True"
+
+
 BASE = int(ipaddress.IPv6Address("2001:db8::"))
 
 
