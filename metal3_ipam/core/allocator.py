@@ -74,6 +74,10 @@ class Allocator:
         self.taken: set[int] = set()
         # IP -> the claim it is kept for, as (kind, name): a bound claim whose address objects are gone.
         self.kept: dict[int, tuple[str, str]] = {}
+        # Spans of units held whole by an address wider than a unit (a prefix pool's sub-prefix written at a
+        # shorter length: the pool's length edited past the webhook, state written by hand), and how many
+        # addresses hold each: no unit inside is handed out (``cover``).
+        self.covered: dict[tuple[int, int], int] = {}
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -89,7 +93,7 @@ class Allocator:
         self.taken.discard(ip)
         entry = self.pool.entry_of(ip)
         if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None or self.is_withheld(ip) \
-                or ip in self.kept:
+                or ip in self.kept or self.is_covered(ip):
             return
         self.free[self._slot[entry.index]].add(ip)
 
@@ -103,6 +107,40 @@ class Allocator:
     def unkeep(self, ip: int) -> None:
         if self.kept.pop(ip, None) is not None and ip not in self.taken:
             self.release(ip)
+
+    def cover(self, lo: int, hi: int) -> None:
+        """An address holds the units ``lo``..``hi`` whole: none of them is handed out until ``uncover``.
+        Interval by interval, never unit by unit (an address may hold 2^127 of them)."""
+        held = self.covered.get((lo, hi), 0)
+        self.covered[(lo, hi)] = held + 1
+        if held:
+            return
+        for i, entry in enumerate(self.pool.entries):
+            if entry.first <= hi and lo <= entry.last and self.free[i]:
+                self.free[i] = IntervalSet(subtract(list(self.free[i].intervals()), [(lo, hi)]))
+
+    def uncover(self, lo: int, hi: int) -> bool:
+        """One address holding ``lo``..``hi`` whole went; True when units came free."""
+        held = self.covered.pop((lo, hi), 0)
+        if held > 1:
+            self.covered[(lo, hi)] = held - 1
+        if held != 1:
+            return False
+        busy = normalise([*self.withheld, *self.covered,
+                          *((u, u) for u in (*self.taken, *self.kept) if lo <= u <= hi)])
+        freed = False
+        for i, entry in enumerate(self.pool.entries):
+            if entry.last < lo or hi < entry.first:
+                continue
+            inside = [(max(a, lo), min(b, hi)) for a, b in self.pool.allocatable(entry) if a <= hi and b >= lo]
+            back = subtract(inside, busy)
+            if back:
+                self.free[i] = IntervalSet(normalise([*self.free[i].intervals(), *back]))
+                freed = True
+        return freed
+
+    def is_covered(self, ip: int) -> bool:
+        return any(lo <= ip <= hi for lo, hi in self.covered)
 
     def is_withheld(self, ip: int) -> bool:
         i = bisect.bisect_right(self.withheld, (ip, float("inf"))) - 1
@@ -174,7 +212,7 @@ class Allocator:
         holder = self.pool.holder_of(ip)
         if holder is not None and holder != claim:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
-        if ip in self.taken or name_taken(ip):
+        if ip in self.taken or self.is_covered(ip) or name_taken(ip):
             what = "preallocated address" if preallocated else what
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         keeper = self.kept.get(ip)

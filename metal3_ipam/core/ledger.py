@@ -33,6 +33,7 @@ from typing import Any
 
 from . import kinds
 from . import objects as o
+from .addresses import FAMILY_BITS
 from .allocator import Allocator
 from .indexes import StatusIndex
 from .kept import own_ip
@@ -222,6 +223,9 @@ class Ledger:
         ip = self._ip(obj)
         if ip is not None:
             self.hold(ip, obj)
+            span = self._span(obj)
+            if span is not None and self.allocator is not None:
+                self.allocator.cover(*span)
 
     def drop(self, obj: dict) -> None:
         kind = kinds.kind_of(obj)
@@ -254,6 +258,9 @@ class Ledger:
         ip = self._ip(obj)
         if ip is not None:
             self.let_go(ip, (tag, name))
+            span = self._span(obj)
+            if span is not None and self.allocator is not None and self.allocator.uncover(*span):
+                self._freed = True
 
     def keeper_of(self, ip: int) -> o.ClaimKey | None:
         """The claim ``ip`` is kept for: of the claims whose status names it, the one created first."""
@@ -281,6 +288,18 @@ class Ledger:
             return None
         ip = o.address_ip(address)
         return self.pool.unit_of(int(ip)) if ip is not None and ip.version == self.pool.version else None
+
+    def _span(self, address: dict) -> tuple[int, int] | None:
+        """The units an address of a prefix pool holds whole when its prefix is shorter than the pool's
+        length (as the Go provider's first fit skips every sub-prefix it overlaps), or None."""
+        pool = self.pool
+        length = o.spec(address).get("prefix")
+        if pool is None or pool.unit_length is None or isinstance(length, bool) or not isinstance(length, int) \
+                or not 0 <= length < pool.unit_length:
+            return None
+        bits = FAMILY_BITS[pool.version] - length
+        base = (int(o.address_ip(address)) >> bits) << bits
+        return pool.unit_of(base), pool.unit_of(base + (1 << bits) - 1)
 
     def hold(self, ip: int, holder: Holder | dict) -> None:
         """``holder`` holds ``ip``: an address object (of either API), or a Holder (a planned allocation)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .addresses import AddressError, ip_from_int, parse_cidr, parse_ip
-from .incluster import GROUP, Counts, read_span, validate_ip_pool_delete
+from .kinds import CAPI_IPAM_GROUP as GROUP
 from .intervals import IntervalSet, normalise, subtract
 from .pool import _within
 from .problems import Problem, tagged
@@ -33,6 +33,7 @@ GLOBAL_IN_CLUSTER_PREFIX_POOL = (GROUP, "GlobalInClusterPrefixPool")
 PREFIX_POOL_KINDS = (IN_CLUSTER_PREFIX_POOL, GLOBAL_IN_CLUSTER_PREFIX_POOL)
 DEFAULT_ALLOCATION_PREFIX_LENGTH = 64
 BITS = 128
+IPV4_MAPPED = (0xFFFF << 32, (0xFFFF << 32) | 0xFFFFFFFF)  # ::ffff:0:0/96
 
 # The Go provider's messages (internal/webhooks/inclusterprefixpool.go), word for word.
 MSG_PREFIXES_REQUIRED = "prefixes is required"
@@ -44,6 +45,8 @@ MSG_LONGER_THAN_ALLOCATION = "CIDR prefix length must be <= allocationPrefixLeng
 MSG_GATEWAY_IPV6 = "provided gateway must be IPv6"
 MSG_EXCLUDED_NOT_AN_ENTRY = "provided entry is not a valid IP, range, nor CIDR"
 MSG_EXCLUDED_ONLY_IPV6 = "only IPv6 excluded prefixes are supported"
+MSG_IPV4_MAPPED = ("is an IPv4-mapped IPv6 {}: the IPAddress CRD's isIP() refuses such an address, so no "
+                   "sub-prefix could be locked")
 MSG_LENGTH_IMMUTABLE = "spec.allocationPrefixLength is immutable"
 MSG_NON_ALLOCATABLE = "existing allocations become non-allocatable"
 MSG_WARN_128 = ("spec.allocationPrefixLength=128 behaves like host-address allocation; consider InClusterIPPool "
@@ -116,6 +119,9 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
         if net.version != 6:
             problems.append(Problem(field, text, MSG_ONLY_IPV6))
             continue
+        if address.is_ipv4_mapped():
+            problems.append(Problem(field, text, MSG_IPV4_MAPPED.format("prefix")))
+            continue
         if int(address) != net.first:
             problems.append(Problem(field, text, f"{MSG_NOT_ALIGNED}: write {net}"))
         if net.prefixlen > length:
@@ -125,8 +131,12 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
     gateway = spec.get("gateway")
     if gateway:
         try:
-            if parse_ip(gateway).version != 6:
+            ip = parse_ip(gateway)
+            if ip.version != 6:
                 problems.append(Problem("spec.gateway", gateway, MSG_GATEWAY_IPV6))
+            elif ip.is_ipv4_mapped():
+                problems.append(Problem("spec.gateway", gateway, MSG_IPV4_MAPPED.format("address (written on "
+                                                                                     "every IPAddress)")))
         except AddressError:
             problems.append(Problem("spec.gateway", gateway, "provided gateway is not a valid IP address"))
 
@@ -147,8 +157,12 @@ def read_prefix_pool(spec: Any) -> tuple[PrefixPool | None, list[Problem]]:
         return None, problems
 
     host_bits = BITS - length
+    # Sub-prefixes whose base address is IPv4-mapped (inside ::ffff:0:0/96) cannot be locked: never candidates.
+    size = 1 << host_bits
+    mapped = [(-(-IPV4_MAPPED[0] // size), IPV4_MAPPED[1] // size)]
     blocks = subtract(normalise((lo >> host_bits, hi >> host_bits) for lo, hi in spans),
-                      normalise((lo >> host_bits, hi >> host_bits) for lo, hi in excluded))
+                      normalise([*((lo >> host_bits, hi >> host_bits) for lo, hi in excluded),
+                                 *(m for m in mapped if m[0] <= m[1])]))
     return PrefixPool(length=length, blocks=tuple(blocks), gateway=gateway or None), problems
 
 
@@ -255,3 +269,7 @@ def validate_prefix_pool_delete(obj: Any, in_use: Mapping[str, object] | None) -
     """As an IP pool: refused while IPAddresses name it, unless skipped, moved or deleting already."""
     return validate_ip_pool_delete(obj, in_use)
 
+
+# Last: importing core.incluster reads the pool kinds, whose prefix pool kind reads this module's names (this
+# module may be the first one imported).
+from .incluster import Counts, read_span, validate_ip_pool_delete  # noqa: E402
