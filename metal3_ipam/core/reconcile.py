@@ -234,6 +234,8 @@ class _Reconciler:
         self.adopting = 0
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
+        # The pool's claims by the allocation key they carry, read once a pass needs them.
+        self._carriers: dict[str, list[dict]] | None = None
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)
@@ -633,6 +635,29 @@ class _Reconciler:
             return None
         return self.keyed.get(o.claim_key(claim)) or outside.read_key(claim)[0]
 
+    def carriers_of(self, key: str, claim: dict) -> list[dict]:
+        """The pool's other claims carrying allocation key ``key`` (a manifest copied with its annotation,
+        an annotation written by hand): one key is one address in the outside IPAM, so one claim's."""
+        if self._carriers is None:
+            self._carriers = {}
+            for other in self.ledger.claims.values():
+                other_key = self.kind.outside.read_key(other)[0]
+                if other_key is not None:
+                    self._carriers.setdefault(other_key, []).append(other)
+        ckey = o.claim_key(claim)
+        return [other for other in self._carriers.get(key, ()) if o.claim_key(other) != ckey]
+
+    def key_owner(self, key: str, claim: dict) -> dict | None:
+        """Another claim the shared key ``key`` belongs to: one holding an address, else the one created
+        first. None when it is ``claim``'s own."""
+        others = self.carriers_of(key, claim)
+        if not others:
+            return None
+        rank = lambda c: (not self.holds_anything(c), str(o.meta(c).get("creationTimestamp") or ""),  # noqa: E731
+                          o.claim_key(c))
+        first = min([claim, *others], key=rank)
+        return None if first is claim else first
+
     def released_outside(self, claim: dict) -> bool:
         """Whether a deleted claim's address is let go by its outside IPAM (True for the other kinds, and for
         a claim that carries no key: nothing was asked for it); its release is asked for meanwhile. A pool
@@ -640,6 +665,8 @@ class _Reconciler:
         key = self.outside_key(claim)
         if key is None or self.pool_obj is None:
             return True
+        if any(not o.is_deleting(other) for other in self.carriers_of(key, claim)):
+            return True  # the key and its address are a live claim's (this one carried a copy of its key)
         self.plan.intents[key] = Intent.RELEASE
         return self.snap.answers is not None and self.snap.answers.released(key)
 
@@ -878,6 +905,12 @@ class _Reconciler:
             step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
                                  resource_version=o.meta(claim).get("resourceVersion")))
             return
+        owner = self.key_owner(key, claim)
+        if owner is not None:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is carried by "
+                             f"{kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names; remove the "
+                             "annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
         if answer is None and self.snap.answers is not None:

@@ -1,0 +1,83 @@
+"""Orders of events and inputs that try to break NetBoxIPPool claims in the one claim lifecycle (§10)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.asking import Asking, Op
+from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.core.reconcile import reconcile
+from ipam_objects import NS, get, ippool, ipclaim, set_meta, user_delete
+from test_outside_allocation import World, claim, ready
+
+
+def key_of(world, name):
+    return o.annotations(world.claim(name)).get(KEY_ANNOTATION)
+
+
+def ip_of_claim(world, name):
+    address = get(world.api, kinds.CAPI_ADDRESS, name)
+    return o.spec(address)["address"] if address is not None else None
+
+
+def test_a_second_claim_carrying_the_same_key_is_refused_and_its_deletion_releases_nothing_in_use():
+    a = claim("a")
+    a["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world = World(a)
+    world.settle()
+    assert ip_of_claim(world, "a") == "10.0.0.2" and world.ipam.held == {"k1": "10.0.0.2"}
+    # A copy of a's manifest (its key with it) applied as another claim.
+    b = claim("b")
+    b["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world.api.load(b)
+    world.settle()
+    condition = ready(world.claim("b"))
+    assert condition["status"] == "False" and "k1" in condition["message"] and "a" in condition["message"]
+    user_delete(world.api, kinds.CAPI_CLAIM, "b")
+    world.settle()
+    assert world.claim("b") is None
+    # a still holds 10.0.0.2, and so must NetBox for a's key.
+    assert ip_of_claim(world, "a") == "10.0.0.2"
+    assert world.ipam.held.get("k1") == "10.0.0.2", world.ipam.asked
+
+
+def test_an_older_claim_given_a_bound_claims_key_by_hand_does_not_take_or_release_its_address():
+    world = World(claim("old"))
+    world.settle()  # old is served: k_old
+    a = claim("a")
+    a["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    a["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    world.api.load(a)
+    world.settle()
+    assert ip_of_claim(world, "a") == "10.0.0.3"
+    # "old" (created first) is given a's key by hand.
+    set_meta(world.api, kinds.CAPI_CLAIM, "old", annotations={KEY_ANNOTATION: "k1"})
+    world.settle()
+    user_delete(world.api, kinds.CAPI_CLAIM, "old")
+    world.settle()
+    assert world.claim("old") is None and ip_of_claim(world, "a") == "10.0.0.3"
+    assert world.ipam.held.get("k1") == "10.0.0.3", world.ipam.asked
+    # Once a is deleted too, its address is released.
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert "k1" not in world.ipam.held
+
+
+def test_the_second_carrier_of_a_key_is_served_once_the_first_is_gone():
+    a = claim("a")
+    a["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world = World(a)
+    world.settle()
+    b = claim("b")
+    b["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world.api.load(b)
+    world.settle()
+    assert ready(world.claim("b"))["status"] == "False"
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert world.claim("a") is None and ready(world.claim("b"))["status"] == "True"
+    assert world.ipam.held == {"k1": ip_of_claim(world, "b")}
