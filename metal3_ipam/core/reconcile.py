@@ -975,8 +975,10 @@ class _Reconciler:
         that name) and any address of another pool of the namespace, of either
         API, at that IP, whatever its namePrefix.
         """
+        # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
+        unique = self.kind.unique_in_namespace or self.kind.outside is not None
         return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (self.kind.unique_in_namespace and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
+                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)

@@ -81,3 +81,27 @@ def test_the_second_carrier_of_a_key_is_served_once_the_first_is_gone():
     world.settle()
     assert world.claim("a") is None and ready(world.claim("b"))["status"] == "True"
     assert world.ipam.held == {"k1": ip_of_claim(world, "b")}
+
+
+def test_an_ip_an_ippool_of_the_namespace_holds_is_not_bound_to_a_netbox_claim_too():
+    world = World(ippool("pool1", pools=[{"start": "10.0.0.2", "end": "10.0.0.5"}], prefix=28), ipclaim("m"))
+    world.api.apply(reconcile(world.api.inventory.snapshot((NS, "pool1"), world.api.now, random.Random(0))))
+    metal3 = [a for a in world.api.inventory.of_kind(kinds.IPADDRESS) if (o.claim_of_address(a) or (None, None))[1] == "m"]
+    assert [o.spec(a)["address"] for a in metal3] == ["10.0.0.2"]
+    world.api.load(claim("a"))
+    world.settle()  # NetBox knows nothing of the IPPool: it hands out 10.0.0.2
+    assert world.ipam.held[key_of(world, "a")] == "10.0.0.2"
+    assert ip_of_claim(world, "a") is None, "10.0.0.2 bound to IPClaim m and to IPAddressClaim a"
+    condition = ready(world.claim("a"))
+    assert condition["status"] == "False" and "10.0.0.2" in condition["message"]
+
+
+def test_an_ippool_of_the_namespace_skips_an_ip_a_netbox_claim_holds():
+    world = World(claim("a"))
+    world.settle()
+    assert ip_of_claim(world, "a") == "10.0.0.2"
+    world.api.load(ippool("pool1", pools=[{"start": "10.0.0.2", "end": "10.0.0.5"}], prefix=28))
+    world.api.load(ipclaim("m"))
+    world.api.apply(reconcile(world.api.inventory.snapshot((NS, "pool1"), world.api.now, random.Random(0))))
+    metal3 = [a for a in world.api.inventory.of_kind(kinds.IPADDRESS) if (o.claim_of_address(a) or (None, None))[1] == "m"]
+    assert [o.spec(a)["address"] for a in metal3] == ["10.0.0.3"]

@@ -10,9 +10,9 @@ released in NetBox before its objects and finalizer go.
 
 The address set read here is the NetBox prefix or range (its IPs are the
 only ones NetBox hands out for the pool): the ledger keeps one IP to one
-claim as for every kind, NetBox keeps one address per key. Its pools are
-independent of the namespace's other pools (NetBox says what is free), and
-its status is NetBox's (the adapter's survey), not the ledger's counts.
+claim as for every kind, NetBox keeps one address per key. NetBox says what
+is free, but an IP another pool of the namespace holds is refused all the
+same (``reconcile`` checks it for every outside kind); its status is NetBox's (the adapter's survey), not the ledger's counts.
 """
 
 from __future__ import annotations
