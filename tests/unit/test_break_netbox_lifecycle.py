@@ -146,3 +146,30 @@ def test_a_key_removed_by_hand_past_the_webhook_still_has_its_address_released()
     world.settle()
     assert world.claim("a") is None
     assert key not in world.ipam.held, world.ipam.held
+
+
+RESTART_REASON = ("a new asking state after a restart knows nothing of the allocation the previous process left "
+                  "out: a release answered at once lets the claim go, and the allocation NetBox still carries out "
+                  "afterwards leaves an address for a key no claim carries")
+
+
+@pytest.mark.parametrize("restart", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=RESTART_REASON))],
+                         ids=["same-process", "restarted"])
+def test_an_allocation_left_out_when_its_claim_is_deleted_is_released_once_it_lands(restart):
+    world = World(claim("a"))
+    [lost] = world.first_asks()  # out, its answer never comes
+    key = lost.key
+    if restart:
+        world.asking = Asking(deadline=30)  # the new process
+    world.now += 5
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.pass_()
+    world.answer_all()
+    world.pass_()
+    world.answer_all()
+    world.ipam.run(lost)  # NetBox carries the lost request out now, 5 s after it was sent
+    for _ in range(5):
+        world.settle()
+        world.now += 100
+    assert world.claim("a") is None
+    assert key not in world.ipam.held, world.ipam.held
