@@ -667,7 +667,9 @@ class _Reconciler:
             return True
         if any(not o.is_deleting(other) for other in self.carriers_of(key, claim)):
             return True  # the key and its address are a live claim's (this one carried a copy of its key)
-        self.plan.intents[key] = Intent.RELEASE
+        ckey = o.claim_key(claim)
+        holds = self.ledger.addresses_of(ckey) or self.ledger.mirrors_of(ckey)
+        self.plan.intents[key] = Intent.RELEASE if holds else Intent.RELEASE_UNBOUND
         return self.snap.answers is not None and self.snap.answers.released(key)
 
     def release_after(self, claim: dict, mine: list[dict]) -> str | None:
