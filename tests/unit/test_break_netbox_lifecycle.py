@@ -179,3 +179,17 @@ def test_a_bound_claim_deleted_right_after_a_restart_is_released_at_once():
     world.answer_all()
     world.pass_()
     assert world.claim("a") is None and key not in world.ipam.held  # no allocation was out: nothing to wait for
+
+
+def test_the_server_of_a_pool_whose_addresses_are_in_use_cannot_change():
+    from test_outside_allocation import netbox_pool
+    old = netbox_pool()
+    new = netbox_pool()
+    new["spec"]["server"] = {**new["spec"]["server"], "url": "http://other-netbox.example"}
+    in_use = {"a (Cluster API)": "10.0.0.2", "nb-10-0-0-2": "10.0.0.2"}
+    problems = validation.validate_update(old, new, in_use)
+    assert [p.field for p in problems] == ["spec.server.url"] and "http://netbox.example" in problems[0].message
+    assert validation.validate_update(old, new, {}) == []  # nothing in use: the pool may point elsewhere
+    moved = netbox_pool()
+    moved["spec"]["gateway"] = "10.0.0.1"
+    assert validation.validate_update(old, moved, in_use) == []  # other fields stay editable
