@@ -12,8 +12,8 @@ from metal3_ipam.core import validation
 from metal3_ipam.core.asking import Asking, Op
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import reconcile
-from ipam_objects import NS, get, ippool, ipclaim, set_meta, user_delete
-from test_outside_allocation import World, claim, ready
+from ipam_objects import NS, capi_claim, get, ippool, ipclaim, set_meta, user_delete
+from test_outside_allocation import POOL, SERVER, World, claim, ready
 
 
 def key_of(world, name):
@@ -193,3 +193,50 @@ def test_the_server_of_a_pool_whose_addresses_are_in_use_cannot_change():
     moved = netbox_pool()
     moved["spec"]["gateway"] = "10.0.0.1"
     assert validation.validate_update(old, moved, in_use) == []  # other fields stay editable
+
+
+NS2 = "other"
+
+
+class TwoNamespaces(World):
+    """One controller (one asking state, one NetBox) serving a NetBoxIPPool "nb" in two namespaces."""
+
+    def __init__(self, *objs):
+        from test_outside_allocation import netbox_pool
+        super().__init__(*objs)
+        second = netbox_pool(gateway="10.0.0.1")
+        second["metadata"] = {**second["metadata"], "namespace": NS2}
+        self.api.load(second)
+
+    def pass_(self):
+        plans = []
+        for ns in (NS, NS2):
+            pool = o.PoolKey(ns, "nb", POOL.kind)
+            snap = self.api.inventory.snapshot(pool, self.api.now, self.rng)
+            snap.answers = self.asking
+            plan = reconcile(snap)
+            self.api.apply(plan)
+            for key, intent in plan.intents.items():
+                self.asking.intend(key, intent, (ns, "nb"), SERVER, self.now)
+            carried = {o.annotations(c).get(KEY_ANNOTATION) for c in self.api.inventory.of_kind(kinds.CAPI_CLAIM)
+                       if o.namespace(c) == ns} - {None}
+            self.asking.carried((ns, "nb"), carried | set(plan.intents), self.now)
+            plans.append(plan)
+        self.out.extend(self.asking.due(self.now))
+        return [p for p in plans if p]
+
+
+@pytest.mark.xfail(strict=True, reason="a key is NetBox's identity of an address whatever the claim's namespace, "
+                   "name or pool: a claim manifest copied with its annotation into another namespace served from "
+                   "the same NetBox prefix is bound to the same IP, and deleting either releases the other's")
+def test_a_claim_copied_with_its_key_into_another_namespace_is_not_given_the_same_ip():
+    a = claim("a")
+    a["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world = TwoNamespaces(a)
+    world.settle()
+    assert ip_of_claim(world, "a") == "10.0.0.2"
+    copy = capi_claim("a", "nb", ns=NS2, api_group=POOL.kind[0], kind=POOL.kind[1], annotations={KEY_ANNOTATION: "k1"})
+    world.api.load(copy)
+    world.settle()
+    copied = get(world.api, kinds.CAPI_ADDRESS, "a", ns=NS2)
+    assert copied is None or o.spec(copied)["address"] != "10.0.0.2", "10.0.0.2 bound to a claim in each namespace"
