@@ -111,6 +111,8 @@ class Snapshot:
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
     held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
+    claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
@@ -644,8 +646,11 @@ class _Reconciler:
                 other_key = self.kind.outside.read_key(other)[0]
                 if other_key is not None:
                     self._carriers.setdefault(other_key, []).append(other)
-        ckey = o.claim_key(claim)
-        return [other for other in self._carriers.get(key, ()) if o.claim_key(other) != ckey]
+        ckey, pool = o.claim_key(claim), o.pool_of(claim)
+        here = [other for other in self._carriers.get(key, ()) if o.claim_key(other) != ckey]
+        elsewhere = [other for other in self.snap.claims_carrying(key)
+                     if o.pool_of(other) != pool or o.namespace(other) != o.namespace(claim)]
+        return here + elsewhere
 
     def key_owner(self, key: str, claim: dict) -> dict | None:
         """Another claim the shared key ``key`` belongs to: one holding an address, else the one created
@@ -653,10 +658,17 @@ class _Reconciler:
         others = self.carriers_of(key, claim)
         if not others:
             return None
-        rank = lambda c: (not self.holds_anything(c), str(o.meta(c).get("creationTimestamp") or ""),  # noqa: E731
-                          o.claim_key(c))
+        rank = lambda c: (not self.holds_key(c), str(o.meta(c).get("creationTimestamp") or ""),  # noqa: E731
+                          o.namespace(c), o.name(c))
         first = min([claim, *others], key=rank)
         return None if first is claim else first
+
+    def holds_key(self, claim: dict) -> bool:
+        """Whether a claim carrying an allocation key holds its address: this pool's by its ledger, another
+        pool's by its status."""
+        if claim is self.ledger.claims.get(o.claim_key(claim)):
+            return self.holds_anything(claim)
+        return bool((o.status(claim) or {}).get("addressRef")) or o.is_deleting(claim)
 
     def released_outside(self, claim: dict) -> bool:
         """Whether a deleted claim's address is let go by its outside IPAM (True for the other kinds, and for

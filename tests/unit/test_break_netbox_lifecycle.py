@@ -226,9 +226,6 @@ class TwoNamespaces(World):
         return [p for p in plans if p]
 
 
-@pytest.mark.xfail(strict=True, reason="a key is NetBox's identity of an address whatever the claim's namespace, "
-                   "name or pool: a claim manifest copied with its annotation into another namespace served from "
-                   "the same NetBox prefix is bound to the same IP, and deleting either releases the other's")
 def test_a_claim_copied_with_its_key_into_another_namespace_is_not_given_the_same_ip():
     a = claim("a")
     a["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
@@ -240,3 +237,10 @@ def test_a_claim_copied_with_its_key_into_another_namespace_is_not_given_the_sam
     world.settle()
     copied = get(world.api, kinds.CAPI_ADDRESS, "a", ns=NS2)
     assert copied is None or o.spec(copied)["address"] != "10.0.0.2", "10.0.0.2 bound to a claim in each namespace"
+    condition = ready(get(world.api, kinds.CAPI_CLAIM, "a", ns=NS2))
+    assert condition["status"] == "False" and "k1" in condition["message"]
+    # Deleting the copy releases nothing the first claim still uses.
+    user_delete(world.api, kinds.CAPI_CLAIM, "a", ns=NS2)
+    world.settle()
+    assert get(world.api, kinds.CAPI_CLAIM, "a", ns=NS2) is None
+    assert world.ipam.held == {"k1": "10.0.0.2"} and ip_of_claim(world, "a") == "10.0.0.2"
