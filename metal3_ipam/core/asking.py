@@ -451,6 +451,17 @@ class Asking:
         server = self._servers.get(entry.server) if entry is not None else None
         return server.refusal if server is not None and server.failures else None
 
+    def release_refused(self, key: str) -> Refused | None:
+        """Why the release of a key being released has not gone through: its last refusal (or timeout), or its
+        server's while that server's circuit holds its asks back; None when nothing stands in its way."""
+        entry = self._entries.get(key)
+        if entry is None or not entry.releasing:
+            return None
+        if isinstance(entry.result, Refused):
+            return entry.result
+        server = self._servers.get(entry.server)
+        return server.refusal if server is not None and server.failures else None
+
     def released(self, key: str) -> bool:
         """Whether the key's address was released (or there was none): its claim may go."""
         return key in self._released

@@ -612,6 +612,10 @@ class _Reconciler:
         if not self.released_outside(claim):
             # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
             self.remember_binding(claim)
+            refusal = self.snap.answers.release_refused(self.outside_key(claim)) \
+                if self.snap.answers is not None else None
+            if refusal is not None:
+                self.show_release_refused(claim, step, refusal)
             self.ledger.unserved[key] = None  # the answer wakes it
             self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
             return
@@ -629,6 +633,19 @@ class _Reconciler:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
+
+    def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
+        """A deleted claim whose release the outside IPAM refused says why it stays: Ready=False with the
+        refusal (its addressRef kept: the address is held until the release goes through)."""
+        current = o.status(claim)
+        v1beta1 = str(claim.get("apiVersion", "")).endswith("/v1beta1")
+        message = _bounded(f"its address is released by {self.pool_text()}'s IPAM before it goes, which refused: "
+                           f"{refusal.message}")
+        ready = _condition(current, READY, "False", refusal.reason, message, self.snap.now, v1beta1)
+        desired = {**current, "conditions": [ready] + [c for c in current.get("conditions") or []
+                                                      if isinstance(c, Mapping) and c.get("type") != READY]}
+        if desired != current:
+            step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
 
     def outside_key(self, claim: dict) -> str | None:
         """The allocation key a claim of a kind with ``outside`` carries or is given this pass; else None."""

@@ -9,7 +9,7 @@ import pytest
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import validation
-from metal3_ipam.core.asking import Asking, Op
+from metal3_ipam.core.asking import Asking, Op, Refused
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import reconcile
 from ipam_objects import NS, capi_claim, get, ippool, ipclaim, set_meta, user_delete
@@ -244,3 +244,24 @@ def test_a_claim_copied_with_its_key_into_another_namespace_is_not_given_the_sam
     world.settle()
     assert get(world.api, kinds.CAPI_CLAIM, "a", ns=NS2) is None
     assert world.ipam.held == {"k1": "10.0.0.2"} and ip_of_claim(world, "a") == "10.0.0.2"
+
+
+def test_a_release_netbox_refuses_is_shown_on_the_deleted_claim_not_only_in_a_log():
+    world = World(claim("a"))
+    world.settle()
+    key = key_of(world, "a")
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.pass_()
+    [ask] = world.out
+    world.out = []
+    assert ask.op is Op.RELEASE
+    world.asking.file(Refused(key, ask.attempt, "TokenRefused", "NetBox refused the token of Secret ns/token"),
+                      world.now)
+    world.pass_()
+    condition = ready(world.claim("a"))
+    assert (condition["status"], condition["reason"]) == ("False", "TokenRefused")
+    assert "Secret ns/token" in condition["message"]
+    assert o.status(world.claim("a")).get("addressRef") == {"name": "a"}  # still held until NetBox lets it go
+    world.now = world.asking.next_due()
+    world.settle()
+    assert world.claim("a") is None and key not in world.ipam.held
