@@ -573,6 +573,7 @@ class _Reconciler:
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
+            self.restore_outside_key(claim, keep, step)
             self.ensure_bound(claim, keep, step)
         elif _live(self.ledger.mirrors_of(key)):
             self.adopt(claim, step)
@@ -592,6 +593,23 @@ class _Reconciler:
             step.add(_with_finalizer(claim, finalizer))
         elif not holds and finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
+
+    def restore_outside_key(self, claim: dict, lock: dict, step: Step) -> None:
+        """A claim of an outside IPAM's pool holding a lock but carrying no key (its annotation removed by hand,
+        or a claim of a name reused holding what its predecessor left) is given back the key the lock was
+        made for: the outside IPAM holds the address by that key, and only by it is it released."""
+        outside = self.kind.outside
+        if outside is None or outside.read_key(claim) != (None, None):
+            return
+        key = outside.read_key(lock)[0]
+        if key is None:
+            return
+        finalizer = self.finalizers.claim[kinds.kind_of(claim)]
+        if finalizer not in o.finalizers(claim):
+            step.add(_with_finalizer(claim, finalizer))
+        self.keyed[o.claim_key(claim)] = key
+        step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
+                             resource_version=o.meta(claim).get("resourceVersion")))
 
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
@@ -961,6 +979,9 @@ class _Reconciler:
                              f"the address {answer.address} held for allocation key {key} cannot be given: "
                              f"{getattr(err, 'message', err)}")
         address = self.lock_for(claim, given.ip, given.prefix, given.gateway, given.dns_servers)
+        # The key it was made for, on the lock too: a claim that lost its annotation is given it back.
+        address["metadata"]["annotations"] = {**(address["metadata"].get("annotations") or {}),
+                                              outside.annotation: key}
         self.ledger.planned(int(given.ip), o.name(address))
         step.add(Create(address))
         self.ensure_bound(claim, address, step)
