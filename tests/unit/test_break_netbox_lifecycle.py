@@ -279,3 +279,74 @@ def test_a_claim_reusing_a_force_deleted_claims_name_takes_on_its_key_with_its_a
     user_delete(world.api, kinds.CAPI_CLAIM, "a")
     world.settle()
     assert world.claim("a") is None and world.ipam.held == {}, world.ipam.held
+
+
+# -- property: restarts and copied keys among creates, deletes and answers late, twice or never ---------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.integers(0, 4)),
+    st.tuples(st.just("copy"), st.integers(0, 4)),  # a new claim carrying the key of claim n
+    st.tuples(st.just("delete"), st.integers(0, 4)),
+    st.tuples(st.just("pass"), st.just(0)),
+    st.tuples(st.just("answer"), st.integers(0, 2)),  # 0: now, 1: twice, 2: lost (carried out)
+    st.tuples(st.just("restart"), st.just(0)),
+    st.tuples(st.just("land"), st.just(0)),  # NetBox carries out an ask the process before a restart sent
+    st.tuples(st.just("tick"), st.integers(1, 90)),
+), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EVENTS, st.integers(0, 1000))
+def test_restarts_and_copied_keys_leave_one_address_per_ip_and_nothing_behind(events, seed):
+    world = World(seed=seed)
+    copies = 0
+    orphans: list = []  # (ask, the time its process died)
+    for what, n in events:
+        name = f"c{n}"
+        if what == "create" and world.claim(name) is None:
+            world.api.load(claim(name))
+        elif what == "copy" and world.claim(name) is not None and key_of(world, name):
+            copies += 1
+            copy = claim(f"copy{copies}")
+            copy["metadata"]["annotations"] = {KEY_ANNOTATION: key_of(world, name)}
+            world.api.load(copy)
+        elif what == "delete" and world.claim(name) is not None:
+            user_delete(world.api, kinds.CAPI_CLAIM, name)
+        elif what == "pass":
+            world.pass_()
+        elif what == "answer" and world.out:
+            ask = world.out.pop(0)
+            if n < 2:
+                world.answer(ask, twice=n == 1)
+            else:
+                world.ipam.run(ask)
+        elif what == "restart":
+            world.asking = Asking(deadline=30)
+            orphans += [(ask, world.now) for ask in world.out]  # never answered to the new process
+            world.out = []
+        elif what == "land" and orphans:
+            ask, died = orphans.pop(0)
+            if ask.op is Op.ALLOCATE and world.now < died + 100:  # within linger of the client giving up
+                world.ipam.run(ask)
+        elif what == "tick":
+            world.now += n
+    for _ in range(6):
+        world.settle(rounds=40)
+        world.now += 200
+    world.settle(rounds=40)
+    live = list(world.api.inventory.of_kind(kinds.CAPI_CLAIM))
+    assert all(not o.is_deleting(c) for c in live), "a deleted claim kept its finalizer"
+    bound = {}
+    for c in live:
+        address = get(world.api, kinds.CAPI_ADDRESS, o.name(c))
+        if address is None:
+            assert ready(c)["status"] == "False"
+            continue
+        ip = o.spec(address)["address"]
+        assert ip not in bound, (ip, o.name(c), bound[ip])
+        bound[ip] = o.name(c)
+        assert world.ipam.held.get(key_of(world, o.name(c))) == ip
+    carried = {o.annotations(c).get(KEY_ANNOTATION) for c in live}
+    assert set(world.ipam.held) <= carried, (world.ipam.held, carried)
