@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -282,8 +283,6 @@ def test_a_claim_reusing_a_force_deleted_claims_name_takes_on_its_key_with_its_a
 
 
 # -- property: restarts and copied keys among creates, deletes and answers late, twice or never ---------------
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 EVENTS = st.lists(st.one_of(
     st.tuples(st.just("create"), st.integers(0, 4)),
