@@ -53,7 +53,11 @@ What it guarantees:
   deadline passed, or refused as the server down) may still make an address
   up to ``linger`` seconds later, its answer reaching nobody. A release of that
   key answered before then is asked once more at that time before the key
-  counts as released (and its claim may go).
+  counts as released (and its claim may go). The same holds for the process
+  before this one: a key released for a claim holding no address
+  (``Intent.RELEASE_UNBOUND``) within ``linger`` of this state's first use
+  is asked once more at that time, since an allocation such a process left
+  out may land after this one's release looked.
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ class Intent(str, enum.Enum):
 
     WANT = "want"
     RELEASE = "release"
+    # Its claim is being deleted holding no address: an allocation of its key may still be out, asked by the
+    # process before this one (a restart) and carried out by NetBox after the release looked.
+    RELEASE_UNBOUND = "release-unbound"
     FORGET = "forget"
 
 
@@ -196,11 +203,13 @@ class Asking:
     _released: dict[str, tuple[float, Hashable, Hashable]] = field(default_factory=dict)
     _forgotten: dict[str, float] = field(default_factory=dict)
     _attempts: int = 0
+    since: float | None = None  # when the lifecycle first said what it wants: this process's start
 
     # -- what the lifecycle wants -----------------------------------------------------
 
     def want(self, key: str, pool: Hashable, server: Hashable, now: float) -> None:
         """The claim carrying ``key`` needs an address from ``pool`` on ``server``. Idempotent."""
+        self.since = now if self.since is None else self.since
         entry = self._entries.get(key)
         if entry is not None:
             if not entry.releasing:
@@ -210,20 +219,26 @@ class Asking:
         self._forgotten.pop(key, None)
         self._entries[key] = _Entry(key, pool, server, next_at=now)
 
-    def release(self, key: str, pool: Hashable, server: Hashable, now: float) -> None:
-        """The claim carrying ``key`` is being deleted: have NetBox delete the key's address. Idempotent."""
+    def release(self, key: str, pool: Hashable, server: Hashable, now: float, *, unbound: bool = False) -> None:
+        """The claim carrying ``key`` is being deleted: have NetBox delete the key's address. Idempotent.
+
+        ``unbound``: the claim holds no address, so the process before this one may have left an allocation
+        of the key out; within ``linger`` of this one's start, the release looks again once it may have landed.
+        """
+        self.since = now if self.since is None else self.since
         entry = self._entries.get(key)
         if entry is None:
             if key in self._released:
                 return
             self._forgotten.pop(key, None)
-            self._entries[key] = _Entry(key, pool, server, releasing=True, next_at=now)
-            return
-        if not entry.releasing:
+            entry = self._entries[key] = _Entry(key, pool, server, releasing=True, next_at=now)
+        elif not entry.releasing:
             entry.releasing = True
             entry.result = None
             entry.failures = 0
             entry.next_at = now
+        if unbound and now < self.since + self.linger:
+            entry.unsure.setdefault(0, self.since + self.linger)  # attempt 0: none of this process's
 
     def forget(self, key: str, now: float) -> None:
         """Stop asking for ``key`` without releasing (its claim left for another cluster); drop later answers."""
@@ -235,8 +250,8 @@ class Asking:
         """What a pass of the claim lifecycle said of ``key``: :meth:`want`, :meth:`release` or :meth:`forget`."""
         if intent is Intent.WANT:
             self.want(key, pool, server, now)
-        elif intent is Intent.RELEASE:
-            self.release(key, pool, server, now)
+        elif intent in (Intent.RELEASE, Intent.RELEASE_UNBOUND):
+            self.release(key, pool, server, now, unbound=intent is Intent.RELEASE_UNBOUND)
         else:
             self.forget(key, now)
 
@@ -434,6 +449,17 @@ class Asking:
         server's circuit holds its asks back (the probe is another key's); None otherwise."""
         entry = self._entries.get(key)
         server = self._servers.get(entry.server) if entry is not None else None
+        return server.refusal if server is not None and server.failures else None
+
+    def release_refused(self, key: str) -> Refused | None:
+        """Why the release of a key being released has not gone through: its last refusal (or timeout), or its
+        server's while that server's circuit holds its asks back; None when nothing stands in its way."""
+        entry = self._entries.get(key)
+        if entry is None or not entry.releasing:
+            return None
+        if isinstance(entry.result, Refused):
+            return entry.result
+        server = self._servers.get(entry.server)
         return server.refusal if server is not None and server.failures else None
 
     def released(self, key: str) -> bool:

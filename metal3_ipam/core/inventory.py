@@ -144,6 +144,9 @@ class Inventory:
         self._reload: set[o.PoolKey] = set()
         # The pools of each namespace, without a walk over every object.
         self._pool_names: dict[str, set[o.PoolKey]] = {}
+        # Claims of an outside IPAM's pools by the allocation key they carry, in every namespace: a key is one
+        # address in that IPAM, whatever the claim's namespace or pool (a manifest copied with its annotation).
+        self._outside_keys: dict[str, ObjKey | Several] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -173,6 +176,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         self.filed += 1
+        self._index_outside_key(key, stored, obj)
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
@@ -206,9 +210,31 @@ class Inventory:
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
+        self._index_outside_key(key, stored, None)
         touched = self._unfile(key, None)
         del self.objects[key]
         return touched
+
+    def _index_outside_key(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
+        if key[0] != kinds.CAPI_CLAIM:
+            return
+        before, after = _outside_key(old), _outside_key(new)
+        if before == after:
+            return
+        if before is not None:
+            rest = entry_of(k for k in each(self._outside_keys.get(before)) if k != key)
+            if rest is None:
+                self._outside_keys.pop(before, None)
+            else:
+                self._outside_keys[before] = rest
+        if after is not None:
+            known = each(self._outside_keys.get(after))
+            if key not in known:
+                self._outside_keys[after] = entry_of((*known, key))
+
+    def claims_carrying(self, outside_key: str) -> list[dict]:
+        """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""
+        return [self.objects[k] for k in each(self._outside_keys.get(outside_key)) if k in self.objects]
 
     def forget(self, kind: tuple[str, str], namespace: str, name: str) -> set[o.PoolKey]:
         """The API server says the name does not exist now: drop what is stored of it."""
@@ -464,6 +490,7 @@ class Inventory:
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=self.name_taken,
+            claims_carrying=self.claims_carrying,
             held_elsewhere=lambda namespace, version, ip: any(
                 self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
@@ -537,3 +564,12 @@ class Listed:
                     yield touched
                     touched = set()
         yield touched
+
+
+def _outside_key(claim: dict | None) -> str | None:
+    """The allocation key a claim of an outside IPAM's pool carries, or None."""
+    pool = o.pool_of(claim) if claim is not None else None
+    pool_kind = pools.REGISTRY.get(pool.kind) if pool is not None else None
+    if pool_kind is None or pool_kind.outside is None:
+        return None
+    return pool_kind.outside.read_key(claim)[0]

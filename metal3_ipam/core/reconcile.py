@@ -111,6 +111,8 @@ class Snapshot:
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
     held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
+    claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
@@ -234,6 +236,8 @@ class _Reconciler:
         self.adopting = 0
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
+        # The pool's claims by the allocation key they carry, read once a pass needs them.
+        self._carriers: dict[str, list[dict]] | None = None
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)
@@ -569,6 +573,7 @@ class _Reconciler:
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
+            self.restore_outside_key(claim, keep, step)
             self.ensure_bound(claim, keep, step)
         elif _live(self.ledger.mirrors_of(key)):
             self.adopt(claim, step)
@@ -589,6 +594,23 @@ class _Reconciler:
         elif not holds and finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
+    def restore_outside_key(self, claim: dict, lock: dict, step: Step) -> None:
+        """A claim of an outside IPAM's pool holding a lock but carrying no key (its annotation removed by hand,
+        or a claim of a name reused holding what its predecessor left) is given back the key the lock was
+        made for: the outside IPAM holds the address by that key, and only by it is it released."""
+        outside = self.kind.outside
+        if outside is None or outside.read_key(claim) != (None, None):
+            return
+        key = outside.read_key(lock)[0]
+        if key is None:
+            return
+        finalizer = self.finalizers.claim[kinds.kind_of(claim)]
+        if finalizer not in o.finalizers(claim):
+            step.add(_with_finalizer(claim, finalizer))
+        self.keyed[o.claim_key(claim)] = key
+        step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
+                             resource_version=o.meta(claim).get("resourceVersion")))
+
     def remember_binding(self, claim: dict) -> None:
         key = o.claim_key(claim)
         live = _held(self.ledger.addresses_of(key), self.finalizers.address[kinds.IPADDRESS]) or _live(self.ledger.mirrors_of(key))
@@ -608,6 +630,10 @@ class _Reconciler:
         if not self.released_outside(claim):
             # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
             self.remember_binding(claim)
+            refusal = self.snap.answers.release_refused(self.outside_key(claim)) \
+                if self.snap.answers is not None else None
+            if refusal is not None:
+                self.show_release_refused(claim, step, refusal)
             self.ledger.unserved[key] = None  # the answer wakes it
             self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
             return
@@ -626,12 +652,58 @@ class _Reconciler:
         if finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))
 
+    def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
+        """A deleted claim whose release the outside IPAM refused says why it stays: Ready=False with the
+        refusal (its addressRef kept: the address is held until the release goes through)."""
+        current = o.status(claim)
+        v1beta1 = str(claim.get("apiVersion", "")).endswith("/v1beta1")
+        message = _bounded(f"its address is released by {self.pool_text()}'s IPAM before it goes, which refused: "
+                           f"{refusal.message}")
+        ready = _condition(current, READY, "False", refusal.reason, message, self.snap.now, v1beta1)
+        desired = {**current, "conditions": [ready] + [c for c in current.get("conditions") or []
+                                                      if isinstance(c, Mapping) and c.get("type") != READY]}
+        if desired != current:
+            step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
+
     def outside_key(self, claim: dict) -> str | None:
         """The allocation key a claim of a kind with ``outside`` carries or is given this pass; else None."""
         outside = self.kind.outside
         if outside is None:
             return None
         return self.keyed.get(o.claim_key(claim)) or outside.read_key(claim)[0]
+
+    def carriers_of(self, key: str, claim: dict) -> list[dict]:
+        """The pool's other claims carrying allocation key ``key`` (a manifest copied with its annotation,
+        an annotation written by hand): one key is one address in the outside IPAM, so one claim's."""
+        if self._carriers is None:
+            self._carriers = {}
+            for other in self.ledger.claims.values():
+                other_key = self.kind.outside.read_key(other)[0]
+                if other_key is not None:
+                    self._carriers.setdefault(other_key, []).append(other)
+        ckey, pool = o.claim_key(claim), o.pool_of(claim)
+        here = [other for other in self._carriers.get(key, ()) if o.claim_key(other) != ckey]
+        elsewhere = [other for other in self.snap.claims_carrying(key)
+                     if o.pool_of(other) != pool or o.namespace(other) != o.namespace(claim)]
+        return here + elsewhere
+
+    def key_owner(self, key: str, claim: dict) -> dict | None:
+        """Another claim the shared key ``key`` belongs to: one holding an address, else the one created
+        first. None when it is ``claim``'s own."""
+        others = self.carriers_of(key, claim)
+        if not others:
+            return None
+        rank = lambda c: (not self.holds_key(c), str(o.meta(c).get("creationTimestamp") or ""),  # noqa: E731
+                          o.namespace(c), o.name(c))
+        first = min([claim, *others], key=rank)
+        return None if first is claim else first
+
+    def holds_key(self, claim: dict) -> bool:
+        """Whether a claim carrying an allocation key holds its address: this pool's by its ledger, another
+        pool's by its status."""
+        if claim is self.ledger.claims.get(o.claim_key(claim)):
+            return self.holds_anything(claim)
+        return bool((o.status(claim) or {}).get("addressRef")) or o.is_deleting(claim)
 
     def released_outside(self, claim: dict) -> bool:
         """Whether a deleted claim's address is let go by its outside IPAM (True for the other kinds, and for
@@ -640,7 +712,11 @@ class _Reconciler:
         key = self.outside_key(claim)
         if key is None or self.pool_obj is None:
             return True
-        self.plan.intents[key] = Intent.RELEASE
+        if any(not o.is_deleting(other) for other in self.carriers_of(key, claim)):
+            return True  # the key and its address are a live claim's (this one carried a copy of its key)
+        ckey = o.claim_key(claim)
+        holds = self.ledger.addresses_of(ckey) or self.ledger.mirrors_of(ckey)
+        self.plan.intents[key] = Intent.RELEASE if holds else Intent.RELEASE_UNBOUND
         return self.snap.answers is not None and self.snap.answers.released(key)
 
     def release_after(self, claim: dict, mine: list[dict]) -> str | None:
@@ -878,6 +954,12 @@ class _Reconciler:
             step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
                                  resource_version=o.meta(claim).get("resourceVersion")))
             return
+        owner = self.key_owner(key, claim)
+        if owner is not None:
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is carried by "
+                             f"{kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names; remove the "
+                             "annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
         if answer is None and self.snap.answers is not None:
@@ -897,6 +979,9 @@ class _Reconciler:
                              f"the address {answer.address} held for allocation key {key} cannot be given: "
                              f"{getattr(err, 'message', err)}")
         address = self.lock_for(claim, given.ip, given.prefix, given.gateway, given.dns_servers)
+        # The key it was made for, on the lock too: a claim that lost its annotation is given it back.
+        address["metadata"]["annotations"] = {**(address["metadata"].get("annotations") or {}),
+                                              outside.annotation: key}
         self.ledger.planned(int(given.ip), o.name(address))
         step.add(Create(address))
         self.ensure_bound(claim, address, step)
@@ -942,8 +1027,10 @@ class _Reconciler:
         that name) and any address of another pool of the namespace, of either
         API, at that IP, whatever its namePrefix.
         """
+        # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
+        unique = self.kind.unique_in_namespace or self.kind.outside is not None
         return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (self.kind.unique_in_namespace and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
+                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)

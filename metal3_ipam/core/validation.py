@@ -309,7 +309,23 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
     before, after = _spec_map(old).get("poolRef"), _spec_map(new).get("poolRef")
     if before != after:
         problems += tagged(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
+    problems += tagged(new, _outside_key_problems(old, new, before))
     return problems
+
+
+def _outside_key_problems(old: Any, new: Any, ref: Any) -> list[Problem]:
+    """The allocation key a claim of an outside IPAM's pool carries names its address there: once written,
+    it may not be changed or removed (the old key's address would be left behind, never released)."""
+    pool_kind = pools.kind_named((ref.get("apiGroup"), ref.get("kind"))) if isinstance(ref, Mapping) else None
+    outside = pool_kind.outside if pool_kind is not None else None
+    if outside is None:
+        return []
+    before, after = outside.read_key(old)[0], outside.read_key(new)
+    if before is None or after[0] == before:
+        return []
+    value = (new.get("metadata", {}).get("annotations") or {}).get(outside.annotation)
+    return [Problem(f"metadata.annotations[{outside.annotation}]", value,
+                    f"is immutable once written (was {before!r}): it names the claim's address in its pool's IPAM")]
 
 
 # -- IPAddress -------------------------------------------------------------

@@ -10,9 +10,9 @@ released in NetBox before its objects and finalizer go.
 
 The address set read here is the NetBox prefix or range (its IPs are the
 only ones NetBox hands out for the pool): the ledger keeps one IP to one
-claim as for every kind, NetBox keeps one address per key. Its pools are
-independent of the namespace's other pools (NetBox says what is free), and
-its status is NetBox's (the adapter's survey), not the ledger's counts.
+claim as for every kind, NetBox keeps one address per key. NetBox says what
+is free, but an IP another pool of the namespace holds is refused all the
+same (``reconcile`` checks it for every outside kind); its status is NetBox's (the adapter's survey), not the ledger's counts.
 """
 
 from __future__ import annotations
@@ -60,6 +60,22 @@ def _validate(obj: Any) -> list[Problem]:
     return netbox_pool.read_pool(obj)[1]
 
 
+def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
+    """The server may not change while the pool's addresses are in use: each is NetBox's on the old server,
+    found and released there by its claim's key (asked of the new one, it would be left behind)."""
+    problems = _validate(new)
+    if problems or not in_use or not isinstance(old, Mapping):
+        return problems
+    before, after = netbox_pool.read_pool(old)[0], netbox_pool.read_pool(new)[0]
+    if before is None or after is None or before.server.url == after.server.url:
+        return problems
+    name, ip = sorted(in_use.items())[0]
+    return [Problem("spec.server.url", after.server.url,
+                    f"cannot change while {len(in_use)} address(es) of the pool are in use (such as {name}, {ip}): "
+                    f"they are NetBox's at {before.server.url}, where their claims' keys release them; delete "
+                    "those claims first")]
+
+
 def _validate_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
     from ..validation import validate_pool_delete  # it reads pools through the registry
     return validate_pool_delete(obj, in_use)
@@ -90,7 +106,7 @@ NETBOX_IP_POOL_KIND = PoolKind(
     finalizers=FINALIZERS,
     read=read,
     validate=_validate,
-    validate_update=lambda old, new, in_use: _validate(new),
+    validate_update=_validate_update,
     validate_delete=_validate_delete,
     default=None,
     cluster_name=lambda pool: None,
