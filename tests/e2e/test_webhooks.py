@@ -34,21 +34,24 @@ SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
 MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
-def served(api, obj: dict, namespace: str, timeout: float = 30.0) -> None:
-    """Wait until the controller has answered a claim (an address, or an error)."""
+def served(api, obj: dict, namespace: str, timeout: float = 30.0, bound: bool = False) -> None:
+    """Wait until the controller has answered a claim (an address, or an error); with ``bound``, an address
+    (a claim seen before its pool first reads Ready=False PoolNotReady)."""
     def check():
         current = get(api, obj, namespace) or {}
         status = current.get("status") or {}
         if obj["kind"] == "IPClaim":
-            return status.get("address") or status.get("errorMessage")
+            return status.get("address") or (not bound and status.get("errorMessage"))
         ready = condition(current, "Ready")
-        return ready is not None and ready["status"] in ("True", "False")
+        return ready is not None and ready["status"] in (("True",) if bound else ("True", "False"))
 
     eventually(check, timeout=timeout, what=f"{obj['kind']} {namespace}/{obj['metadata']['name']} to be served")
 
 
 def set_up(api, case_or_docs, namespace: str) -> None:
     docs = case_or_docs.setup if isinstance(case_or_docs, corpus.Case) else case_or_docs
+    # A pool deleted while in use: its claims hold their addresses first.
+    bound = isinstance(case_or_docs, corpus.Case) and case_or_docs.operation == "delete"
     # The Clusters the documents name and do not hold exist, as where Cluster API runs (samples/cluster.yaml):
     # a claim of a Cluster not there waits for it.
     for name in sorted(_clusters_named(docs) - {d["metadata"]["name"] for d in docs if d["kind"] == "Cluster"}):
@@ -60,7 +63,7 @@ def set_up(api, case_or_docs, namespace: str) -> None:
         assert answer.status < 300, f"setup document {doc['kind']} {doc['metadata']['name']} refused: {answer.message}"
     for doc in docs:
         if doc["kind"] in ("IPClaim", "IPAddressClaim"):
-            served(api, doc, namespace)
+            served(api, doc, namespace, bound=bound)
 
 
 def _clusters_named(docs: list[dict]) -> set[str]:
