@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""NetBox pools: N IPAddressClaims of one NetBoxIPPool against the floor of its NetBox calls; Metal3 claims while NetBox is slow or down.
+"""NetBox pools: claims of a NetBoxIPPool against the floor of its NetBox calls; Metal3 claims while NetBox is down.
 
 One local control plane (etcd + kube-apiserver on loopback) and one real NetBox
 on loopback (``metal3_ipam.testing.netbox``: PostgreSQL, Redis, gunicorn with one
@@ -45,6 +45,8 @@ import base64
 import contextlib
 import inspect
 import ipaddress
+import os
+import resource
 import statistics
 import sys
 import threading
@@ -52,14 +54,15 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj, claims_argument,  # noqa: E402
-                     control_plane, create_namespace, latencies_text, load_average, parser, path, pool_obj,
-                     positive, request, totals_text, verdict)
+from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,  # noqa: E402
+                     claims_argument, control_plane, create_namespace, latencies_text, load_average, parser,
+                     path, pool_obj, positive, request, server_cpu_seconds, totals_text, verdict)
 
 import aiohttp  # noqa: E402
 
@@ -99,6 +102,43 @@ def owned_in(nb: NetBox, net: ipaddress.IPv4Network, owner: str) -> list[str]:
         offset += len(page["results"])
         if not page.get("next") or not page["results"]:
             return values
+
+
+def session_cpu(leaders: Iterable[int]) -> float:
+    """CPU seconds so far of every process in the sessions of ``leaders``, with their children that have
+    exited (PostgreSQL's backends, one per NetBox request, end up in the postmaster's)."""
+    leaders, total = set(leaders), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) in leaders:  # the session id
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Costs:
+    """CPU seconds so far of NetBox (gunicorn, PostgreSQL, Redis), kube-apiserver + etcd, and this process
+    (the floor's client); ``-`` gives a phase's."""
+    netbox: float
+    server: float
+    client: float
+
+    @classmethod
+    def now(cls, nb: NetBox, plane) -> "Costs":
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return cls(session_cpu(nb.pids().values()), server_cpu_seconds(plane), usage.ru_utime + usage.ru_stime)
+
+    def __sub__(self, other: "Costs") -> "Costs":
+        return Costs(self.netbox - other.netbox, self.server - other.server, self.client - other.client)
+
+    def per_claim(self, n: int, controller: float | None = None) -> str:
+        who = (f"controller {controller / n * 1000:.1f} ms" if controller is not None
+               else f"the plain client {self.client / n * 1000:.1f} ms")
+        return (f"CPU per claim: NetBox (gunicorn + PostgreSQL + Redis) {self.netbox / n * 1000:.1f} ms, "
+                f"kube-apiserver + etcd {self.server / n * 1000:.1f} ms, {who}")
 
 
 class AccessLog:
@@ -264,21 +304,23 @@ def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parall
         ctrl.settle()
         watch = ClaimWatch(api, CAPI_CLAIMS)
         claims = Claims(CAPI_CLAIMS)
-        load, cpu, mark = load_average(), ctrl.cpu_seconds(), log.mark()
+        load, cpu, mark, costs = load_average(), ctrl.cpu_seconds(), log.mark(), Costs.now(nb, plane)
         started = time.monotonic()
         claims.create(api, netbox_claims(ns, names, pool), parallel)
         ctrl_bind = watch.wait_bound(claims.sent, timeout) - started
         bind_requests, bind_cpu = log.since(mark), ctrl.cpu_seconds() - cpu
+        bind_costs = Costs.now(nb, plane) - costs
         ips = {a["spec"]["address"] for a in capi_addresses(api, ns)}
         held = owned_in(nb, net, OWNER)
         if len(ips) != n or len(held) != n or len(set(held)) != n:
             raise SystemExit(f"{n} claims bound: {len(ips)} distinct IPs, {len(held)} NetBox addresses "
                              f"({len(set(held))} keys)")
-        release_load, cpu, mark = load_average(), ctrl.cpu_seconds(), log.mark()
+        release_load, cpu, mark, costs = load_average(), ctrl.cpu_seconds(), log.mark(), Costs.now(nb, plane)
         started = time.monotonic()
         claims.delete(api, parallel)
         ctrl_release = watch.wait_gone(claims.sent, timeout) - started
         release_requests, release_cpu = log.since(mark), ctrl.cpu_seconds() - cpu
+        release_costs = Costs.now(nb, plane) - costs
         watch.stop()
         left = owned_in(nb, net, OWNER)
         if left:
@@ -287,24 +329,25 @@ def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parall
     floor_net = next(nets)
     floor = PlainClient(nb, netbox_prefix(nb, floor_net))
     keys = [uuid.uuid4().hex for _ in range(n)]
-    floor_load, mark = load_average(), log.mark()
+    floor_load, mark, costs = load_average(), log.mark(), Costs.now(nb, plane)
     floor_bind = floor.run(keys, release=False)
-    floor_bind_requests = log.since(mark)
+    floor_bind_requests, floor_bind_costs = log.since(mark), Costs.now(nb, plane) - costs
     if len(owned_in(nb, floor_net, FLOOR_OWNER)) != n:
         raise SystemExit("floor: not every key got its NetBox address")
-    floor_release_load, mark = load_average(), log.mark()
+    floor_release_load, mark, costs = load_average(), log.mark(), Costs.now(nb, plane)
     floor_release = floor.run(keys, release=True)
-    floor_release_requests = log.since(mark)
+    floor_release_requests, floor_release_costs = log.since(mark), Costs.now(nb, plane) - costs
     if owned_in(nb, floor_net, FLOOR_OWNER):
         raise SystemExit("floor: addresses left after the release")
 
     print(f"1. {n} IPAddressClaims of one NetBoxIPPool (a /{net.prefixlen}), {parallel} parallel requests of the "
           f"user, {CONCURRENCY} NetBox requests in flight on both sides")
     ratios = []
-    for phase, c_s, f_s, c_req, f_req, c_cpu, c_load, f_load in (
-            ("bind", ctrl_bind, floor_bind, bind_requests, floor_bind_requests, bind_cpu, load, floor_load),
+    for phase, c_s, f_s, c_req, f_req, c_cpu, c_load, f_load, c_costs, f_costs in (
+            ("bind", ctrl_bind, floor_bind, bind_requests, floor_bind_requests, bind_cpu, load, floor_load,
+             bind_costs, floor_bind_costs),
             ("release", ctrl_release, floor_release, release_requests, floor_release_requests, release_cpu,
-             release_load, floor_release_load)):
+             release_load, floor_release_load, release_costs, floor_release_costs)):
         ratio = c_s / f_s
         ratios.append(ratio)
         print(f"{phase}: controller {c_s:.2f} s ({c_s / n * 1000:.1f} ms/claim, {c_cpu / n * 1000:.1f} ms CPU/claim; "
@@ -312,6 +355,8 @@ def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parall
               f"controller/floor {ratio:.2f} {verdict(ratio, THROUGHPUT_GOAL)}")
         print(f"  NetBox requests, controller: {describe_requests(c_req, n)}")
         print(f"  NetBox requests, floor:      {describe_requests(f_req, n)}")
+        print(f"  controller side {c_costs.per_claim(n, c_cpu)}")
+        print(f"  floor           {f_costs.per_claim(n)}")
     sys.stdout.flush()
     return ratios[0], ratios[1]
 

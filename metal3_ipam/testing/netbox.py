@@ -692,6 +692,11 @@ class NetBox(_Lifecycle):
             self.running = False
             _LIVE.discard(self)
 
+    def pids(self) -> dict[str, int]:
+        """The processes of this NetBox by name (PostgreSQL, Redis, gunicorn): each leads a session of its
+        own, its children (gunicorn's worker, PostgreSQL's backends) in it."""
+        return {name: proc.pid for name, proc in self._backends.procs.items()} if self._backends else {}
+
     def format_logs(self, lines: int = 40) -> str:
         if self._backends is None:
             return "<not started>"
