@@ -61,8 +61,8 @@ from typing import Callable, ContextManager, Iterable, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,  # noqa: E402
-                     claims_argument, control_plane, create_namespace, latencies_text, load_average, parser,
-                     path, pool_obj, positive, request, server_cpu_seconds, totals_text, verdict)
+                     claims_argument, control_plane, create_namespace, latencies_text, load_average, parser, path,
+                     pool_obj, positive, request, server_cpu_seconds, totals_text, verdict, write_counts)
 
 import aiohttp  # noqa: E402
 
@@ -147,14 +147,26 @@ class AccessLog:
     def __init__(self, nb: NetBox):
         self.path = nb.access_log_path
 
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+    def mark(self, quiet: float = 0.3, timeout: float = 10.0) -> int:
+        """Where the log ends once no line has come for ``quiet`` seconds: gunicorn writes a request's line
+        after its answer is sent, so the last answers of a phase are logged a moment after they arrive."""
+        deadline = time.monotonic() + timeout
+        size, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.path.stat().st_size if self.path.exists() else 0
+            if now != size:
+                size, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                break
+            time.sleep(0.05)
+        return size
 
     def since(self, mark: int) -> list[tuple[str, str, str, int, int]]:
-        """(method, path, query, status, milliseconds) of every request logged since ``mark``."""
+        """(method, path, query, status, milliseconds) of every request logged since ``mark`` (to a mark)."""
+        end = self.mark()
         with open(self.path, "rb") as f:
             f.seek(mark)
-            lines = f.read().decode(errors="replace").splitlines()
+            lines = f.read(end - mark).decode(errors="replace").splitlines()
         out = []
         for line in lines:
             parts = line.split("|")
@@ -364,6 +376,12 @@ def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parall
 # --------------------------------------------------------------------------- 2. latency while NetBox is down
 
 
+def writes_text(writes: Counter) -> str:
+    """``12 PATCH ipclaims/status, 3 POST events, ...``, most first."""
+    return ", ".join(f"{n} {verb} {res}{'/' + sub if sub else ''}" for (verb, res, sub), n in writes.most_common()
+                     if n) or "none"
+
+
 def paced(api, objs: list[dict], rate: float, claims: Claims) -> None:
     """Create ``objs`` one after the other, ``rate`` a second (each on its own thread, so a slow answer does
     not hold the next one back), noting when each was sent."""
@@ -417,6 +435,8 @@ def latency(plane, api, tmp: Path, nb: NetBox, m: int, k: int, rate: float, slow
             nb_names = [f"nb-{p}-{i:03d}" for i in range(k)]
             load = load_average()
             with condition():
+                writes, cpu, costs = write_counts(api), ctrl.cpu_seconds(), Costs.now(nb, plane)
+                began = time.monotonic()
                 burst = threading.Thread(target=nb_claims.create,
                                          args=(api, netbox_claims(ns, nb_names, nb_pool), parallel))
                 burst.start()
@@ -426,12 +446,17 @@ def latency(plane, api, tmp: Path, nb: NetBox, m: int, k: int, rate: float, slow
                 if p == 0:
                     nb_watch.wait_bound(nb_claims.sent, timeout)  # the baseline: NetBox's claims served too
                 pending = sum(key not in nb_watch.bound for key in nb_claims.sent)
+                seconds, spent = time.monotonic() - began, Costs.now(nb, plane) - costs
+                writes, cpu = write_counts(api) - writes, ctrl.cpu_seconds() - cpu
             all_nb += nb_claims.sent
             lat = sorted(m3_watch.bound[key] - sent for key, sent in m3.sent.items())
             results[label] = lat
             print(f"2. {label}: {m} Metal3 IPClaims at {rate:g}/s beside {k} NetBox claims "
                   f"({pending} of them unbound when the phase ended); Metal3 latency {latencies_text(lat)}; "
                   f"load {load}")
+            print(f"  in its {seconds:.1f} s: CPU of the controller {cpu:.1f} s, kube-apiserver + etcd "
+                  f"{spent.server:.1f} s, NetBox {spent.netbox:.1f} s; API writes "
+                  f"{sum(writes.values())} ({writes_text(writes)})")
             sys.stdout.flush()
         back = time.monotonic()
         nb_watch.wait_bound(all_nb, timeout)
