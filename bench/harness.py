@@ -93,6 +93,12 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return p
 
 
+def claims_argument(p: argparse.ArgumentParser, default: int, most: int, what: str) -> None:
+    """``--claims``: ``$BENCH_CLAIMS`` when not given, else ``default``; at most ``most`` (``what`` says why)."""
+    p.add_argument("--claims", type=bounded(1, most), default=int(os.environ.get("BENCH_CLAIMS", default)),
+                   help=f"claims of the one pool (default $BENCH_CLAIMS or {default}; at most {most:,}: {what})")
+
+
 # --------------------------------------------------------------------------- objects
 
 

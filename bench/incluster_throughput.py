@@ -39,7 +39,6 @@ and judges the median ratios.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -50,9 +49,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,  # noqa: E402
-                     _ready, bounded, control_plane, create_incluster_pool, create_namespace, incluster_pool_path,
-                     load_average, parser, print_writes, request, server_cpu_seconds, totals_text, verdict,
-                     write_counts)
+                     _ready, bounded, claims_argument, control_plane, create_incluster_pool, create_namespace,
+                     incluster_pool_path, load_average, parser, print_writes, request, server_cpu_seconds,
+                     totals_text, verdict, write_counts)
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
@@ -278,8 +277,7 @@ def run_floor(plane, api, ns: str, n: int, parallel: int, bind_writes: Counter,
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--claims", type=bounded(1, 65_000), default=int(os.environ.get("BENCH_CLAIMS", 1000)),
-                   help="claims of the one pool (default $BENCH_CLAIMS or 1000; at most 65,000: it is a /16)")
+    claims_argument(p, 1000, 65_000, "it is a /16")
     p.add_argument("--rounds", type=bounded(1, 20), default=1,
                    help="controller then floor this many times, in fresh namespaces; the verdict on the median "
                         "ratios (default 1)")

@@ -16,7 +16,8 @@ NetBox started afterwards restores it (a second).
 Each NetBox lives in its own temporary directory, on free 127.0.0.1 ports:
 PostgreSQL (Debian's, as the ``postgres`` user when run by root, its socket in
 that directory, fsync off), ``redis-server`` (no persistence) and gunicorn
-(one worker, four threads). Processes run in their own process groups and are
+(one worker, four threads; with ``access_log=True`` each request is logged in
+:attr:`NetBox.access_log_path`). Processes run in their own process groups and are
 stopped by :meth:`NetBox.stop`, by the context manager and at interpreter exit.
 :meth:`NetBox.stop_server` / :meth:`NetBox.start_server` stop and start
 gunicorn alone on the same port; :meth:`NetBox.slowed` delays every request;
@@ -50,6 +51,7 @@ from metal3_ipam.core.netbox import KEY_FIELD
 from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
 
 __all__ = [
+    "ACCESS_LOG_FORMAT",
     "NETBOX_VERSION",
     "NetBox",
     "NetBoxError",
@@ -319,6 +321,8 @@ def live_netboxes() -> list["NetBox"]:
 
 
 _DIR_PREFIX = "metal3-ipam-netbox-"
+#: gunicorn's access log line with ``NetBox(access_log=True)``: ``METHOD|PATH|QUERY|STATUS|MILLISECONDS``.
+ACCESS_LOG_FORMAT = "%(m)s|%(U)s|%(q)s|%(s)s|%(M)s"
 
 
 def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process | None = None,
@@ -531,8 +535,10 @@ class NetBox(_Lifecycle):
     """
 
     def __init__(self, *, version: str = NETBOX_VERSION, ready_timeout: float = 180.0,
-                 stop_timeout: float = 10.0, die_with_parent: bool = True, progress: Callable[[str], None] = _say):
+                 stop_timeout: float = 10.0, die_with_parent: bool = True, progress: Callable[[str], None] = _say,
+                 access_log: bool = False):
         self.version = version
+        self.access_log = access_log
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self._die_with_parent = die_with_parent
@@ -585,6 +591,8 @@ class NetBox(_Lifecycle):
                 "--config", str(self.dir / "gunicorn.conf.py"), "--error-logfile", "-"]
         if tls is not None:
             argv += ["--certfile", str(tls[0]), "--keyfile", str(tls[1])]
+        if self.access_log:
+            argv += ["--access-logfile", str(self.access_log_path), "--access-logformat", ACCESS_LOG_FORMAT]
         env = {
             **self._backends.netbox_env(),
             "METAL3_IPAM_NETBOX_DELAY_FILE": str(self.dir / "delay"),
@@ -623,6 +631,13 @@ class NetBox(_Lifecycle):
             if proc is not None:
                 proc.terminate(self.stop_timeout)
                 self._backends.last_logs["gunicorn"] = proc.tail()
+
+    @property
+    def access_log_path(self) -> Path:
+        """Where gunicorn logs each request when started with ``access_log``: one line per request,
+        ``ACCESS_LOG_FORMAT`` (method, path, query, status, milliseconds), appended across restarts."""
+        assert self.dir is not None
+        return self.dir / "access.log"
 
     @property
     def server_running(self) -> bool:
@@ -676,6 +691,11 @@ class NetBox(_Lifecycle):
                 self._backends.stop()
             self.running = False
             _LIVE.discard(self)
+
+    def pids(self) -> dict[str, int]:
+        """The processes of this NetBox by name (PostgreSQL, Redis, gunicorn): each leads a session of its
+        own, its children (gunicorn's worker, PostgreSQL's backends) in it."""
+        return {name: proc.pid for name, proc in self._backends.procs.items()} if self._backends else {}
 
     def format_logs(self, lines: int = 40) -> str:
         if self._backends is None:
