@@ -962,13 +962,22 @@ class _Reconciler:
                              "annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
+        held_back = None
         if answer is None and self.snap.answers is not None:
-            answer = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
+            held_back = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
         if not isinstance(answer, Granted):
             self.ledger.unserved[ckey] = None  # an answer filed for its key wakes it
-            reason, message = ((answer.reason, answer.message) if isinstance(answer, Refused) else
-                               (ALLOCATION_PENDING, f"{self.pool_text()}: asked for an address for allocation key "
-                                                    f"{key}, not answered yet"))
+            if held_back is not None:
+                # The refusal is another key's probe, whose message changes with every probe: a message of its
+                # own keeps the status of every claim waiting behind that server from being rewritten each time.
+                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its NetBox "
+                                                     f"server, which failed lately ({held_back.reason}); it is "
+                                                     f"asked once the server answers again")
+            elif isinstance(answer, Refused):
+                reason, message = answer.reason, answer.message
+            else:
+                reason, message = (ALLOCATION_PENDING, f"{self.pool_text()}: asked for an address for allocation key "
+                                                       f"{key}, not answered yet")
             self.set_claim_status(claim, step, waiting=(reason, _bounded(message)))
             return
         try:

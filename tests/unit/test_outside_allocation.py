@@ -186,6 +186,38 @@ def test_claims_held_back_behind_a_server_that_is_down_show_its_refusal():
     assert {ready(world.claim(n))["status"] for n in "ab"} == {"True"}
 
 
+def test_claims_held_back_are_not_rewritten_at_every_probe_of_a_server_still_down():
+    """Claims wanting an address while their server is down are held back, showing the server's refusal; each
+    probe is another key's, refused with its own message: the waiting claims keep the status they have (no write
+    per probe), and still say why."""
+    world = World(claim("z"))
+    [first] = world.first_asks()
+    world.asking.file(Refused(first.key, first.attempt, "NetBoxUnreachable", f"connection refused ({first.key})",
+                              server_down=True), world.now)
+    for n in "abcdef":
+        world.api.load(claim(n))
+    for _ in range(3):
+        world.pass_()
+    assert world.out == []  # held back: the circuit is open
+    versions = {n: world.claim(n)["metadata"]["resourceVersion"] for n in "abcdef"}
+    assert {ready(world.claim(n))["reason"] for n in "abcdef"} == {"NetBoxUnreachable"}
+    probed = set()
+    for _ in range(4):
+        world.now = world.asking.next_due()
+        world.pass_()
+        probes, world.out = world.out, []
+        for ask in probes:
+            probed.add(ask.key)
+            world.asking.file(Refused(ask.key, ask.attempt, "NetBoxUnreachable", f"connection refused ({ask.key})",
+                                      server_down=True), world.now)
+        world.pass_()
+    assert len(probed) >= 2  # probes of different keys, each with its own message
+    keys = {n: o.annotations(world.claim(n)).get(KEY_ANNOTATION) for n in "abcdef"}
+    rewritten = {n for n in "abcdef" if world.claim(n)["metadata"]["resourceVersion"] != versions[n]}
+    assert rewritten <= {n for n, k in keys.items() if k in probed}, (rewritten, probed)
+    assert {ready(world.claim(n))["reason"] for n in "abcdef"} == {"NetBoxUnreachable"}
+
+
 def test_an_answer_that_never_comes_is_asked_again_after_the_deadline_and_one_address_stands():
     world = World(claim("a"))
     [lost] = world.first_asks()
