@@ -186,3 +186,19 @@ def test_a_claim_of_a_paused_pool_waits_until_it_is_unpaused(controller, inclust
     holds_for(lambda: incluster.get_address("m") is None, 3.0, "nothing allocated from a paused pool")
     incluster.writer.patch(incluster.pool("p"), {"metadata": {"annotations": {PAUSED: None}}})
     assert incluster.ip("m") == "10.0.0.10"
+
+
+def test_overlapping_pools_of_a_namespace_never_share_an_ip(controller, incluster):
+    """Unlike the provider's independent pools: the overlap belongs to the pool created first, the other one
+    withholds it (its counts say so), and a claim it cannot serve says it is exhausted."""
+    incluster.ip_pool("first", prefix=24, addresses=["10.0.0.1-10.0.0.4"])
+    incluster.wait_counts("first", {"total": 4, "used": 0, "free": 4, "outOfRange": 0})
+    incluster.ip_pool("second", prefix=24, addresses=["10.0.0.3-10.0.0.6"])
+    for name in ("x", "y", "z"):
+        incluster.claim(name, "second")
+    for name in ("a", "b", "c", "d"):
+        incluster.claim(name, "first")
+    assert sorted(incluster.ip(n) for n in ("x", "y")) == ["10.0.0.5", "10.0.0.6"]
+    assert sorted(incluster.ip(n) for n in ("a", "b", "c", "d")) == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    incluster.not_ready("z", "PoolExhausted")
+    incluster.wait_counts("second", {"total": 4, "used": 2, "free": 0, "outOfRange": 0})

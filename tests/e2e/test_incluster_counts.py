@@ -37,14 +37,18 @@ COUNTS = [
 ]
 
 
-def _make_pool(incluster, kind: str, name: str, **spec) -> str:
-    """A pool of ``kind``; returns its name (made unique for a global pool)."""
+def _make_pool(incluster, kind: str, name: str, **spec) -> tuple[str, str]:
+    """A pool of ``kind``; returns its name (made unique for a global pool) and the namespace of its claims.
+
+    The rows overlap, as in the provider's tables: each namespaced pool is given a namespace of its own (the
+    namespaced pools of one namespace never share an IP, so there the later ones would withhold the overlap)."""
     if kind == gi.GLOBAL_IN_CLUSTER_IP_POOL:
         name = incluster.global_name(name)
         incluster.global_ip_pool(name, **spec)
-    else:
-        incluster.ip_pool(name, **spec)
-    return name
+        return name, incluster.ns
+    namespace = incluster.namespace()
+    incluster.ip_pool(name, namespace=namespace, **spec)
+    return name, namespace
 
 
 def _wait_all(checks) -> None:
@@ -64,17 +68,18 @@ def test_counts_as_the_provider_counts_them(controller, incluster, kind):
     """Every row of the table in one pool each, claims served, then counts checked: a row failing names itself."""
     rows = []
     for i, (prefix, addresses, gateway, claims, total, free) in enumerate(COUNTS):
-        name = _make_pool(incluster, kind, f"row{i}", prefix=prefix, addresses=addresses, gateway=gateway)
+        name, ns = _make_pool(incluster, kind, f"row{i}", prefix=prefix, addresses=addresses, gateway=gateway)
         # Before any claim: free == total, nothing used.
-        rows.append((i, name, claims, {"total": total, "used": claims, "free": free, "outOfRange": 0}))
-    _wait_all([(f"row {i} before claims", lambda t, n=name, c=counts: incluster.wait_counts(
-        n, {**c, "used": 0, "free": c["total"]}, kind, timeout=t)) for i, name, _, counts in rows])
-    for i, name, claims, _ in rows:
+        rows.append((i, name, ns, claims, {"total": total, "used": claims, "free": free, "outOfRange": 0}))
+    _wait_all([(f"row {i} before claims", lambda t, n=name, ns=ns, c=counts: incluster.wait_counts(
+        n, {**c, "used": 0, "free": c["total"]}, kind, namespace=ns, timeout=t)) for i, name, ns, _, counts in rows])
+    for i, name, ns, claims, _ in rows:
         for j in range(claims):
-            incluster.claim(f"r{i}-{j}", name, kind)
-    _wait_all([(f"row {i}", lambda t, n=name, c=counts: incluster.wait_counts(n, c, kind, timeout=t))
-               for i, name, _, counts in rows])
-    last = incluster.served("r7-0")
+            incluster.claim(f"r{i}-{j}", name, kind, namespace=ns)
+    _wait_all([(f"row {i}", lambda t, n=name, ns=ns, c=counts: incluster.wait_counts(n, c, kind, namespace=ns,
+                                                                                      timeout=t))
+               for i, name, ns, _, counts in rows])
+    last = incluster.served("r7-0", namespace=rows[7][2])
     assert last["spec"]["address"] == "fe80::ffff" and last["spec"]["prefix"] == 120, last["spec"]
 
 
@@ -93,23 +98,24 @@ OUT_OF_RANGE = [
 def test_free_stays_right_when_addresses_fall_out_of_range(controller, incluster, kind):
     rows = []
     for i, (addresses, after, claims, total, out, free) in enumerate(OUT_OF_RANGE):
-        name = _make_pool(incluster, kind, f"oor{i}", prefix=24, gateway="10.0.0.1", addresses=addresses,
-                          allocate_reserved=True)
+        name, ns = _make_pool(incluster, kind, f"oor{i}", prefix=24, gateway="10.0.0.1", addresses=addresses,
+                              allocate_reserved=True)
         for j in range(claims):
-            incluster.claim(f"o{i}-{j}", name, kind)
-        rows.append((i, name, after, claims, {"total": total, "used": claims, "free": free, "outOfRange": out}))
-    for i, name, _, claims, _ in rows:
+            incluster.claim(f"o{i}-{j}", name, kind, namespace=ns)
+        rows.append((i, name, ns, after, claims, {"total": total, "used": claims, "free": free, "outOfRange": out}))
+    for i, name, ns, _, claims, _ in rows:
         for j in range(claims):
-            incluster.served(f"o{i}-{j}")
-    for i, name, after, _, _ in rows:
-        incluster.writer.patch(incluster.pool(name, kind), {"spec": {"addresses": after,
-                                                                     "allocateReservedIPAddresses": False}})
-    _wait_all([(f"row {i}", lambda t, n=name, c=counts: incluster.wait_counts(n, c, kind, timeout=t))
-               for i, name, _, _, counts in rows])
+            incluster.served(f"o{i}-{j}", namespace=ns)
+    for i, name, ns, after, _, _ in rows:
+        incluster.writer.patch(incluster.pool(name, kind, namespace=ns),
+                               {"spec": {"addresses": after, "allocateReservedIPAddresses": False}})
+    _wait_all([(f"row {i}", lambda t, n=name, ns=ns, c=counts: incluster.wait_counts(n, c, kind, namespace=ns,
+                                                                                      timeout=t))
+               for i, name, ns, _, _, counts in rows])
     # Nothing is taken away from a claim because its address fell out of range.
-    for i, name, _, claims, _ in rows:
+    for i, name, ns, _, claims, _ in rows:
         for j in range(claims):
-            assert incluster.served(f"o{i}-{j}", timeout=1)["metadata"]["name"] == f"o{i}-{j}"
+            assert incluster.served(f"o{i}-{j}", namespace=ns, timeout=1)["metadata"]["name"] == f"o{i}-{j}"
 
 
 @pytest.mark.parametrize("kind", gi.PREFIX_POOL_KINDS)
