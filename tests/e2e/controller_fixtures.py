@@ -779,7 +779,7 @@ def start_control_plane(binaries, **kwargs) -> cp_mod.ControlPlane:
 # -- controllers running as users with limited rights ---------------------------------------------
 
 # What the controller must read to start at all: every kind it watches, and what kopf looks at.
-READ_RULES = [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io"],
+READ_RULES = [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io", "netbox.metal3-ipam.io"],
                "resources": ["*"], "verbs": ["get", "list", "watch"]},
               {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                "verbs": ["get", "list", "watch"]},
@@ -791,7 +791,8 @@ def rules_with_ipaddress_verbs(verbs: list[str]) -> list[dict]:
     return [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
                                                             "ipclaims/status"], "verbs": ["*"]},
             {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"], "verbs": verbs},
-            {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io", "netbox.metal3-ipam.io"], "resources": ["*"],
+             "verbs": ["*"]},
             *READ_RULES[1:],
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 
