@@ -588,7 +588,13 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
                 good = [await asyncio.to_thread(served.timed_good_review) for _ in range(5)]
             ticking.cancel()
             assert max(good) < 1.0, good
-            assert max(gaps) < 0.25, f"the controller's loop stalled {max(gaps):.3f} s"
+            # Judged on the loop, the back-to-back largest reviews stall it nearly all the time (measured: 3.24 s
+            # of 3.28 s); a loaded machine may pause it now and then (one 0.33 s gap seen). So: stalls are a
+            # small share of the time, whatever the machine's speed.
+            window = sum(gaps)
+            stalled = sum(gap for gap in gaps if gap > 0.1)
+            print(f"loop: longest gap {max(gaps):.3f} s, stalled {stalled:.2f} s of {window:.2f} s")
+            assert stalled < 0.5 * window, f"the controller's loop stalled {stalled:.2f} s of {window:.2f} s"
             assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError', 'BrokenPipeError'}, hostile.answers
 
     asyncio.run(scenario())
