@@ -90,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--netbox-owner", default="metal3-ipam", metavar="OWNER",
                      help="marks the addresses this controller makes in NetBox (<owner>/<key> in their key field); "
                           "the same in every cluster claims may be moved to (default metal3-ipam)")
+    run.add_argument("--netbox-sweep-seconds", type=float, default=300.0, metavar="SECONDS",
+                     help="how often NetBox is swept for addresses of this owner's keys that no claim carries; "
+                          "one is released when two sweeps this far apart found it so (default 300; 0: never)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
     release = commands.add_parser("release", help="render config/default into clusterctl provider components "
@@ -262,6 +265,10 @@ def _run(args: argparse.Namespace) -> int:
         options.netbox_owner = check_owner(args.netbox_owner)
     except ValueError as err:
         raise manifests.UsageError(f"--netbox-owner: {err}") from None
+    if not (args.netbox_sweep_seconds == 0 or 1 <= args.netbox_sweep_seconds <= 86400):
+        raise manifests.UsageError(f"--netbox-sweep-seconds {args.netbox_sweep_seconds:g}: expected 0 (never) or "
+                                   "1 to 86400 seconds")
+    options.netbox_sweep_seconds = args.netbox_sweep_seconds
     if not 0 <= args.webhook_port <= 65535:
         raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
     options.webhook_port = args.webhook_port

@@ -36,6 +36,7 @@ narrow them to the prefixes and ranges in use):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import json
 import ssl
@@ -59,10 +60,11 @@ from metal3_ipam.core.netbox import (
     parse_parent,
     usable_size,
 )
+from metal3_ipam.core.sweep import home_in
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
 
-_ADDRESS_FIELDS = "id,address,vrf,status,custom_fields"
+_ADDRESS_FIELDS = "id,address,vrf,status,description,custom_fields"
 PAGE = 500
 
 
@@ -86,6 +88,7 @@ class Allocation:
     address: str  # as NetBox holds it, with its mask: "192.0.2.2/24"
     key: str
     vrf: int | None = None
+    description: str = ""
 
     @property
     def ip(self) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -246,7 +249,7 @@ class NetBoxClient:
             return None
         vrf = item.get("vrf")
         return Allocation(int(item["id"]), str(item["address"]), key,
-                          int(vrf["id"]) if isinstance(vrf, Mapping) else None)
+                          int(vrf["id"]) if isinstance(vrf, Mapping) else None, str(item.get("description") or ""))
 
     async def check(self) -> None:
         """The token is accepted and the key field is usable (exists, text, on IP addresses, unique)."""
@@ -340,8 +343,12 @@ class NetBoxClient:
     # -- writing -----------------------------------------------------------------------
 
     async def allocate(self, key: str, parent: str | ParentSpec, vrf: str | None = None, *,
-                       avoid: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address | str] = ()) -> Allocation:
+                       avoid: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address | str] = (),
+                       description: str | None = None) -> Allocation:
         """The address for ``key``: the one NetBox holds for it, else the lowest free one of the parent.
+
+        ``description``: what the address's description says (its claim and home, ``core.sweep``); one
+        found for the key homed elsewhere (a claim moved here from another cluster) is given it.
 
         ``avoid``: addresses that must never be handed out (a gateway NetBox
         does not hold). Should NetBox hand one out, it is kept back there as a
@@ -359,7 +366,7 @@ class NetBoxClient:
             found = await self.find(key)
             if found is not None:
                 if found.ip not in kept_back:
-                    return found
+                    return await self._rehome(found, description, what)
                 # Another allocation for this key (a replica, a retry) got an address to avoid and has
                 # not kept it back yet: keep it back here (the same PATCH), and ask again.
                 await self._keep_back(found, what)
@@ -367,7 +374,7 @@ class NetBoxClient:
             if resolved is None:
                 resolved = await self.resolve(parent, vrf)
                 what = f"allocating for key {key!r} from {resolved.spec}"
-            body = {"status": "active", "description": self.description,
+            body = {"status": "active", "description": description or self.description,
                     "custom_fields": {self.key_field: owned_key(self.owner, key)}}
             status, answer = await self._request("POST", resolved.path + "available-ips/", what, body=body)
             if status == 201:
@@ -387,6 +394,37 @@ class NetBoxClient:
                 self._parents.pop(resolved.spec, None)
             raise NetBoxError(classify(status, answer, what, field=self.key_field))
         raise NetBoxError(conflict or Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
+
+    async def _rehome(self, found: Allocation, description: str | None, what: str) -> Allocation:
+        """``found`` with ``description`` when that names a home and ``found`` names another (or none)."""
+        wanted = home_in(description)
+        if wanted is None or home_in(found.description) == wanted:
+            return found
+        try:
+            return await self.describe(found, str(description), what)
+        except NetBoxError:  # the address is the key's all the same; the sweep homes it later
+            return found
+
+    async def describe(self, allocation: Allocation, description: str, what: str | None = None) -> Allocation:
+        """Give the address a new description (its claim and home)."""
+        what = f"{what or 'sweeping'}: describing {allocation.address} (key {allocation.key!r}) anew"
+        status, answer = await self._request("PATCH", f"ipam/ip-addresses/{allocation.id}/", what,
+                                             body={"description": description})
+        if status != 200:
+            raise NetBoxError(classify(status, answer, what, field=self.key_field))
+        return dataclasses.replace(allocation, description=description)
+
+    async def read(self, allocation: Allocation) -> Allocation | None:
+        """The address of ``allocation``'s id as NetBox holds it now, if it still carries one of this owner's
+        keys (None: gone, or no longer this owner's)."""
+        what = f"reading {allocation.address} (key {allocation.key!r})"
+        status, answer = await self._request("GET", f"ipam/ip-addresses/{allocation.id}/", what,
+                                             params={"fields": _ADDRESS_FIELDS})
+        if status == 404:
+            return None
+        if status != 200:
+            raise NetBoxError(classify(status, answer, what, field=self.key_field))
+        return self._allocation(answer)
 
     async def _keep_back(self, allocation: Allocation, what: str) -> None:
         body = {"status": "reserved", "custom_fields": {self.key_field: None},

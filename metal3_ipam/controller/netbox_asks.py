@@ -38,6 +38,7 @@ from kubernetes.client.rest import ApiException
 from metal3_ipam.controller.api import request
 from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
 from metal3_ipam.controller.workers import utc_now
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Plan, SetStatus
 from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
@@ -54,6 +55,7 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+from metal3_ipam.core.sweep import Found, Sweep, description, home_of, home_state, rehome
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +202,9 @@ class NetBoxAsks:
 
     # -- asks ---------------------------------------------------------------------------
 
-    async def ask(self, ask: Ask) -> Answer:
-        """Run one ask to its answer (never raises), within its deadline."""
+    async def ask(self, ask: Ask, description: str | None = None) -> Answer:
+        """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
+        (its claim and home, ``core.sweep``)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
         if pool is None:
             return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
@@ -212,8 +215,8 @@ class NetBoxAsks:
                 if ask.op is Op.RELEASE:
                     await client.release(ask.key)
                     return Released(ask.key, ask.attempt)
-                allocation = await client.allocate(ask.key, pool.parent,
-                                                   avoid=[pool.gateway] if pool.gateway else ())
+                allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
+                                                   description=description)
                 return Granted(ask.key, ask.attempt, allocation.address, allocation.id)
         except TokenUnavailable as exc:
             return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}")
@@ -232,21 +235,49 @@ class NetBoxAsks:
             log.exception("%s failed", what)
             return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
 
-    def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
-        """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks."""
+    def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
+             describe: Callable[[str], str | None] = lambda key: None) -> list[asyncio.Task]:
+        """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
+        ``describe(key)``: the description of an address allocated for the key."""
         started = []
         for ask in asks:
-            task = asyncio.create_task(self._run(ask, deliver), name=f"netbox-{ask.op.value}-{ask.key}")
+            description = describe(ask.key) if ask.op is Op.ALLOCATE else None
+            task = asyncio.create_task(self._run(ask, deliver, description), name=f"netbox-{ask.op.value}-{ask.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started.append(task)
         return started
 
-    async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None]) -> None:
-        answer = await self.ask(ask)
+    async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
+                   description: str | None = None) -> None:
+        answer = await self.ask(ask, description)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
             await result
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    async def sweep(self, pool: NetBoxPool, choose: Callable[[list[Found]], tuple[list[Found], list[tuple[Found, str]]]]
+                    ) -> tuple[int, list[Found], list[Found]]:
+        """One sweep of the server of ``pool``, with its token: every address carrying this owner's keys
+        listed; ``choose`` says which to release and which to give a new description. Each is read again by
+        id first and changed only if its key and description are still as listed. (How many were listed, the
+        ones released, the ones described anew); a refusal raises NetBoxError or TokenUnavailable."""
+        async with asyncio.timeout(self.timeout * 6), self._using(pool) as client:
+            listed = {a.id: a for a in await client.owned()}
+            release, describe = choose([Found(a.id, a.address, a.key, a.description) for a in listed.values()])
+            released, described = [], []
+            for item, text in [(i, None) for i in release] + describe:
+                now = await client.read(listed[item.id])
+                if now is None or (now.key, now.description) != (item.key, item.description):
+                    continue
+                if text is None:
+                    await client.release_allocation(now)
+                    released.append(item)
+                else:
+                    await client.describe(now, text)
+                    described.append(item)
+            return len(listed), released, described
 
     # -- surveys ------------------------------------------------------------------------
 
@@ -288,7 +319,8 @@ class NetBoxPools:
 
     def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any], None], may_act: Callable[[], bool] = lambda: True,
-                 survey_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic):
+                 survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.asks = asks
         self.answers = asking
         self.inventory = inventory
@@ -296,19 +328,24 @@ class NetBoxPools:
         self.wake = wake
         self.may_act = may_act
         self.survey_seconds = survey_seconds
+        self.sweep_seconds = sweep_seconds
         self.clock = clock
+        self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
         self._timer: asyncio.TimerHandle | None = None
         self._seen: dict[PoolRef, tuple[Any, Any]] = {}  # pool -> (uid, generation) last surveyed
         self._surveying: dict[PoolRef, asyncio.Task] = {}
         self._loop_task: asyncio.Task | None = None
+        self._sweep_task: asyncio.Task | None = None
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._survey_loop(), name="netbox surveys")
+        if self.sweep_seconds > 0:
+            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="netbox sweeps")
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        tasks = [t for t in (self._loop_task, *self._surveying.values()) if t is not None]
+        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -352,7 +389,7 @@ class NetBoxPools:
         out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
                if (state := self.answers.state(key)) is not None and state.out is not None}
         for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool))
+            self.asks.send([ask], functools.partial(self._answered, ask.pool), self._describe)
         # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
         timed_out = set()
         for key, ref in out.items():
@@ -370,6 +407,74 @@ class NetBoxPools:
         log.info("NetBoxIPPool %s/%s: %s for key %s: %s", *ref, type(answer).__name__, answer.key, filed.value)
         self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
         self.pump()
+
+    def _describe(self, key: str) -> str | None:
+        """The description of the address allocated for ``key``: its claim and home (``core.sweep``)."""
+        claims = [c for c in self.inventory.claims_carrying(key) if not o.is_deleting(c)]
+        if len(claims) != 1:
+            return None  # none, or a key copied onto a second claim (refused): which one's home is not known
+        claim = claims[0]
+        namespace, pool = o.namespace(claim), o.pool_of(claim)
+        cluster = o.cluster_name_of(claim)
+        return description(home_of(claim, self.inventory.get(kinds.CLUSTER, namespace, cluster) if cluster else None,
+                                   self.inventory.get(NETBOX_IP_POOL, namespace, pool.name) if pool else None), claim)
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            if self.may_act():
+                await self.sweep()
+
+    async def sweep(self) -> list[Found]:
+        """Each NetBox server of the pools held swept once (``core.sweep``); the addresses released."""
+        servers: dict[Any, NetBoxPool] = {}
+        for pool_key in self.inventory.pool_keys():
+            pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name) \
+                if pool_key.kind == NETBOX_IP_POOL else None
+            model = read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
+            if model is not None:
+                servers.setdefault(model.server, model)
+                self.asks.pool_changed(model)
+        released: list[Found] = []
+        for server, model in servers.items():
+            judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+
+            def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
+                home = home_state(self._homes())
+                return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
+                        rehome(found, self._describe, home))
+            try:
+                listed, done, described = await self.asks.sweep(model, choose)
+            except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
+                log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
+                            server.url, model.namespace, model.name, exc)
+                continue
+            for item in done:
+                log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
+                         item.address, item.key, item.description)
+            for item in described:
+                log.info("NetBox at %s: %s (key %s) homed here, its claim moved in", server.url, item.address,
+                         item.key)
+            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here", server.url,
+                     listed, self.asks.owner, len(done), len(described))
+            released.extend(done)
+        return released
+
+    def _carried(self) -> Callable[[str], bool]:
+        """Whether a key is a claim's or a lock's, or has an ask out or due."""
+        locks = set()
+        for (kind, _, _), obj in self.inventory.objects.items():
+            if kind == kinds.IPADDRESS and (key := claim_key(obj)[0]) is not None:
+                locks.add(key)
+        return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
+            or self.answers.state(key) is not None
+
+    def _homes(self) -> Iterable[tuple[str, dict]]:
+        for (kind, _, _), obj in self.inventory.objects.items():
+            if kind in (kinds.CLUSTER, NETBOX_IP_POOL):
+                yield kind[1], obj
 
     # -- surveys ------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ class Options:
     # every cluster a claim may be moved to, so that a moved claim finds its address again by its key.
     netbox_owner: str = "metal3-ipam"
     netbox_survey_seconds: float = 60.0
+    netbox_sweep_seconds: float = 300.0
 
 
 class CannotStart(Exception):
@@ -188,7 +189,8 @@ class Runtime:
             self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
                                       inventory=self.inventory, writer=self.writer,
                                       wake=lambda pool: self.workers.answered(pool), may_act=may_act,
-                                      survey_seconds=options.netbox_survey_seconds)
+                                      survey_seconds=options.netbox_survey_seconds,
+                                      sweep_seconds=options.netbox_sweep_seconds)
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.netbox)
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.

@@ -3,7 +3,9 @@ NetBox owner (the real clusterctl, two live control planes, the session's real N
 
 The claims go with their allocation keys and their addresses: the source forgets them and releases
 nothing in NetBox, the target binds each to the same IP without a second NetBox address, and a claim
-deleted in the target afterwards is released there.
+deleted in the target afterwards is released there. Both controllers sweep NetBox every 2 s all along:
+the source never releases the moved claims' addresses (their home, the source's Cluster, is paused, then
+gone), and the target homes them at its own Cluster.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import pytest
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, Kube  # noqa: E402
+from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, Kube  # noqa: E402
 from metal3_ipam.core.netbox import owned_key  # noqa: E402
+from metal3_ipam.core.sweep import Home, home_in  # noqa: E402
 from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import holding, owner, seeded  # noqa: E402
 from move_fixtures import owner_ref  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402
-from test_netbox_claims import assert_one_netbox_address_each, key_of, netbox_pool  # noqa: E402
+from test_netbox_claims import NETBOX, assert_one_netbox_address_each, key_of, netbox_pool  # noqa: E402
 
 pytest_plugins = ("controller_fixtures", "move_fixtures")
 
@@ -32,7 +35,13 @@ def test_move_of_netbox_backed_claims_keeps_their_netbox_addresses(control_plane
     who = owner()
     prepare_management_cluster(control_plane)
     source = Kube(control_plane.api_client(), namespace)
-    controllers(control_plane, "A", ("-n", namespace, "--netbox-owner", who))
+    sweeping = ("--netbox-sweep-seconds", "2")
+    # A pool of another namespace on the same NetBox keeps the source sweeping that server after the move.
+    staying = f"{namespace}-stays"
+    source.core.create_namespace({"metadata": {"name": staying}})
+    put_secret(source.api_client, staying, "netbox", netbox.token)
+    netbox_pool(Kube(source.api_client, staying), "stays", netbox.url, seeded(netbox, 29))
+    source_ctl = controllers(control_plane, "A", ("-n", namespace, "-n", staying, "--netbox-owner", who, *sweeping))
     put_secret(source.api_client, namespace, "netbox", netbox.token)
     cluster = source.cluster("alpha")
     netbox_pool(source, "nb", netbox.url, net, gateway=str(net[1]))
@@ -53,7 +62,7 @@ def test_move_of_netbox_backed_claims_keeps_their_netbox_addresses(control_plane
     target = Kube(target_cp.api_client(), namespace)
     target.core.create_namespace({"metadata": {"name": namespace}})
     put_secret(target.api_client, namespace, "netbox", netbox.token)  # a Secret of its own: not moved
-    controllers(target_cp, "B", ("-n", namespace, "--netbox-owner", who))
+    controllers(target_cp, "B", ("-n", namespace, "--netbox-owner", who, *sweeping))
     mark_clusters_provisioned(source.api_client, namespace)
     clusterctl.move(control_plane, target_cp, namespace, timeout=300, stop_on_retry=True).check()
 
@@ -64,9 +73,24 @@ def test_move_of_netbox_backed_claims_keeps_their_netbox_addresses(control_plane
     # Nothing released by the source, nothing new made by the target: the same NetBox address per key.
     assert {name: [a["id"] for a in holding(netbox, owned_key(who, keys[name]))] for name in NAMES} == ids
     assert_one_netbox_address_each(target, netbox, who, NAMES, net)
+    # The target homes each address at its own Cluster; the source sweeps on meanwhile, and releases nothing.
+    target_uid = target.get(CLUSTER, "clusters", "alpha")["metadata"]["uid"]
+    eventually(lambda: all(home_in(a["description"]) == Home("Cluster", target_uid)
+                           for name in NAMES for a in holding(netbox, owned_key(who, keys[name]))),
+               timeout=60, what="the target to home the moved claims' addresses")
+    sweeps = source_ctl.log_text().count("swept NetBox")
+    eventually(lambda: source_ctl.log_text().count("swept NetBox") >= sweeps + 2, timeout=30,
+               what="two more sweeps by the source")
+    assert {name: [a["id"] for a in holding(netbox, owned_key(who, keys[name]))] for name in NAMES} == ids
+    assert "no claim carries its key" not in source_ctl.log_text()
 
     gone = NAMES[0]
     target.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", gone)
     target.gone(CAPI, "ipaddressclaims", gone, timeout=60)
     assert holding(netbox, owned_key(who, keys[gone])) == []
     assert_one_netbox_address_each(target, netbox, who, NAMES[1:], net)
+    # The other namespace's pool goes while its controller runs (its finalizer taken off), then the namespace.
+    stays = Kube(source.api_client, staying)
+    stays.delete(NETBOX, "netboxippools", "stays")
+    stays.gone(NETBOX, "netboxippools", "stays", timeout=60)
+    source.core.delete_namespace(staying)

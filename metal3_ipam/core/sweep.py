@@ -1,0 +1,153 @@
+"""The sweep: which NetBox addresses of this owner no claim will ask for again. Pure: no I/O.
+
+An address NetBox holds with one of this owner's keys is normally released by
+its claim's finalizer. Some are left behind: the claim's finalizer taken off by
+hand, an allocation NetBox carried out after its claim was gone, a controller
+killed with an allocation out. The sweep releases those, and only those.
+
+The difficulty is ``clusterctl move``: the owner is shared by every cluster a
+claim may move to, so once a Cluster has moved, the source sees its claims'
+addresses carry its owner and no claim of its own, exactly as it would see
+leaked ones. So every address records its **home**, in its NetBox
+description: the uid of the Cluster its claim belongs to (else of the
+NetBoxIPPool that served it). A uid is never the same in two clusters nor
+after a move; the controller that serves the claim writes its own home when it
+allocates and whenever it finds the key's address homed elsewhere (a moved
+claim finding its address in the target). The sweep of a cluster releases an
+address only when all of these hold:
+
+* its home is an object this controller holds now (the same uid), and that
+  object is not paused (``clusterctl move`` pauses the Cluster it moves, and a
+  move that stops half-way leaves it paused);
+* no claim this controller holds carries its key, no lock records it, and no
+  ask of the key is out or due;
+* it was found so, the same address with the same key and home, by two sweeps
+  at least ``grace`` seconds apart (a claim restored with its key and not yet
+  seen, a cache that lags).
+
+An address whose description names no home (written by hand, by an older
+release, or edited) is never swept. Before deleting, the adapter reads the
+address again by id and deletes it only if its key and description are still
+what the sweep judged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from . import kinds
+from . import objects as o
+
+#: NetBox's limit on an IP address's description.
+MAX_DESCRIPTION = 200
+
+_HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+
+PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
+
+
+@dataclass(frozen=True)
+class Home:
+    """The object whose uid an address is homed at: a Cluster, or the NetBoxIPPool of a claim of no Cluster."""
+
+    kind: str  # "Cluster" or "NetBoxIPPool"
+    uid: str
+
+
+def home_of(claim: Mapping[str, Any], cluster: Mapping[str, Any] | None, pool: Mapping[str, Any] | None
+            ) -> Home | None:
+    """A claim's home: its Cluster's uid, else (it names no Cluster) its pool's; None while the Cluster it
+    names is not known (its home cannot be written yet)."""
+    if o.cluster_name_of(claim):
+        uid = o.meta(cluster).get("uid") if cluster is not None else None
+        return Home(kinds.CLUSTER[1], str(uid)) if uid else None
+    uid = o.meta(pool).get("uid") if pool is not None else None
+    return Home("NetBoxIPPool", str(uid)) if uid else None
+
+
+def description(home: Home | None, claim: Mapping[str, Any]) -> str:
+    """The NetBox description of a claim's address: the home first (always whole), then the claim."""
+    meta = o.meta(claim)
+    text = f"metal3-ipam claim {meta.get('namespace')}/{meta.get('name')}"
+    if home is not None:
+        text = f"metal3-ipam home={home.kind}:{home.uid} claim {meta.get('namespace')}/{meta.get('name')}"
+    return text[:MAX_DESCRIPTION]
+
+
+def home_in(text: Any) -> Home | None:
+    """The home an address's description names, or None."""
+    found = _HOME.search(text) if isinstance(text, str) else None
+    return Home(found.group(1), found.group(2)) if found else None
+
+
+@dataclass(frozen=True)
+class Found:
+    """An address NetBox holds with one of this owner's keys, as a sweep lists it."""
+
+    id: int
+    address: str
+    key: str
+    description: str
+
+
+class Sweep:
+    """The sightings of candidate addresses between sweeps; :meth:`judge` says which to release now."""
+
+    def __init__(self, grace: float):
+        self.grace = grace
+        self._since: dict[int, tuple[Found, float]] = {}  # id -> (as first found a candidate, when)
+
+    def judge(self, found: Iterable[Found], *, carried: Callable[[str], bool], home: Callable[[Home], str],
+              now: float) -> list[Found]:
+        """The addresses to release now. ``carried(key)``: a claim or lock holds the key, or an ask of it is out
+        or due; ``home(h)``: ``PRESENT``, ``PAUSED`` or ``ABSENT`` in this controller's view.
+        A candidate not found again (or changed) starts over."""
+        since: dict[int, tuple[Found, float]] = {}
+        release = []
+        for item in found:
+            at = home_in(item.description)
+            if at is None or carried(item.key) or home(at) != PRESENT:
+                continue
+            first = self._since.get(item.id)
+            if first is None or first[0] != item:
+                first = (item, now)
+            since[item.id] = first
+            if now - first[1] >= self.grace:
+                release.append(item)
+        self._since = {i: s for i, s in since.items() if s[0] not in release}
+        return release
+
+
+def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
+           ) -> list[tuple[Found, str]]:
+    """The addresses of keys a claim here carries that are homed elsewhere (the claim moved here), each with
+    the description it is given: ``wanted(key)`` is the carrying claim's. Nothing is homed at a paused
+    object (a move under way pauses its Cluster on both sides)."""
+    out = []
+    for item in found:
+        text = wanted(item.key)
+        at = home_in(text)
+        if text is not None and at is not None and home_in(item.description) != at and home(at) == PRESENT:
+            out.append((item, text))
+    return out
+
+
+def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Home], str]:
+    """``home`` for :meth:`Sweep.judge` over the Clusters and NetBoxIPPools this controller holds, as
+    (kind, object) pairs."""
+    by_uid: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for kind, obj in objects:
+        uid = o.meta(obj).get("uid")
+        if uid:
+            by_uid[(kind, str(uid))] = obj
+
+    def state(h: Home) -> str:
+        obj = by_uid.get((h.kind, h.uid))
+        if obj is None or o.is_deleting(obj):
+            return ABSENT
+        paused = o.cluster_paused(obj) if h.kind == kinds.CLUSTER[1] else o.is_paused(obj)
+        return PAUSED if paused else PRESENT
+
+    return state
