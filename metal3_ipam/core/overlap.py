@@ -23,7 +23,8 @@ from .pool import Pool
 
 @dataclass(frozen=True)
 class Withheld:
-    """Addresses a pool must not hand out because an earlier pool owns them."""
+    """Addresses a pool must not hand out because an earlier pool owns them (addresses, not units: a prefix
+    pool withholds every sub-prefix that holds one of them)."""
 
     first: int
     last: int
@@ -43,7 +44,15 @@ class PoolFacts:
 
 
 def _spans(pool: Pool) -> list[tuple[int, int]]:
-    return normalise(span for entry in pool.entries for span in pool.usable(entry))
+    """The addresses a pool may hand out, as address spans (a prefix pool's units are sub-prefixes: each
+    spans every address of its sub-prefix)."""
+    bits = pool.unit_bits
+    return normalise((lo << bits, ((hi + 1) << bits) - 1) for entry in pool.entries for lo, hi in pool.usable(entry))
+
+
+def _locks_meet(a: Pool, b: Pool) -> bool:
+    """Pools whose locks of one address have one name: the name lock guards them, nothing is withheld."""
+    return a.name_prefix == b.name_prefix and a.unit_length == b.unit_length
 
 
 def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]]:
@@ -63,7 +72,7 @@ def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]
         version, lo, hi, facts = span
         active = [a for a in active if a[0] == version and a[2] >= lo]
         for _, other_lo, other_hi, other in active:
-            if other.key == facts.key or other.pool.name_prefix == facts.pool.name_prefix:
+            if other.key == facts.key or _locks_meet(other.pool, facts.pool):
                 continue
             first, last = max(lo, other_lo), min(hi, other_hi)
             earlier, later = sorted((facts, other), key=lambda f: f.precedence)

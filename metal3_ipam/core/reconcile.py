@@ -166,7 +166,7 @@ def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
 def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     """Load the ledger afresh from every object of ``snap``, in pieces."""
     pool = _model(snap)[0]
-    withheld = [(w.first, w.last) for w in snap.withheld] if pool is not None else []
+    withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in snap.withheld] if pool is not None else []
     ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
@@ -491,7 +491,7 @@ class _Reconciler:
         version = self.pool.version
         parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} {w.owner.name}, namePrefix {w.owner_prefix})"
                  for w in withheld]
-        message = _bounded("addresses also in an earlier pool of the namespace with another namePrefix are "
+        message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
                            "not handed out from this pool: " + "; ".join(parts))
         return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)
 
@@ -1039,7 +1039,7 @@ class _Reconciler:
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
         return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, ip)))
+                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, int(self.pool.address_of(ip)))))
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)

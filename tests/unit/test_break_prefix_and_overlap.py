@@ -39,7 +39,10 @@ def _networks(api, ns=NS):
         if o.namespace(address) != ns or o.is_deleting(address):
             continue
         spec = o.spec(address)
-        found.append((o.name(address), ipaddress.ip_network(f"{spec['address']}/{spec.get('prefix', 128)}")))
+        # An IP pool's address holds one IP (its prefix is the subnet's); a prefix pool's, its sub-prefix.
+        of_ip_pool = (spec.get("poolRef") or {}).get("kind", "").endswith("IPPool")
+        length = 128 if of_ip_pool else spec.get("prefix", 128)
+        found.append((o.name(address), ipaddress.ip_network(f"{spec['address']}/{length}")))
     return found
 
 
@@ -118,11 +121,11 @@ def test_a_wide_address_of_a_huge_pool_is_skipped_without_a_walk():
 
 # -- prefix pools of one namespace -----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="prefix pools are independent of every other pool (unique_in_namespace "
-                                       "False, locks named after the pool): two overlapping InClusterPrefixPools "
-                                       "of a namespace hand one sub-prefix to two claims; withholding works in "
-                                       "each pool's own units and held_elsewhere by exact IP, so a fix needs the "
-                                       "overlap in address space")
+def _created(obj: dict, at: str) -> dict:
+    obj["metadata"]["creationTimestamp"] = at
+    return obj
+
+
 def test_two_overlapping_prefix_pools_of_a_namespace_never_hand_one_sub_prefix_to_two_claims():
     api = converged(gi.prefix_pool("p1", namespace=NS, prefixes=["fd00::/63"]),
                     gi.prefix_pool("p2", namespace=NS, prefixes=["fd00::/63"]),
@@ -130,12 +133,36 @@ def test_two_overlapping_prefix_pools_of_a_namespace_never_hand_one_sub_prefix_t
     _assert_disjoint(api)
 
 
-@pytest.mark.xfail(strict=True, reason="a prefix pool's sub-prefix and an IP pool's address of one namespace are "
-                                       "never compared (only the sub-prefix's base address is seen by the IP "
-                                       "pool): fd00::1 goes to an IP claim inside another claim's fd00::/64")
-def test_an_ip_pool_never_hands_out_an_address_inside_a_sub_prefix_of_its_namespace():
-    api = converged(gi.prefix_pool("x", namespace=NS, prefixes=["fd00::/64"]), _claim("p", "x"))
-    api.load(gi.ip_pool("y", namespace=NS, addresses=["fd00::-fd00::1"], prefix=64, allocate_reserved=True))
+def test_an_ip_pool_never_hands_out_an_address_inside_a_sub_prefix_of_an_earlier_pool():
+    """The IP pool came later: it withholds every address of the earlier prefix pool's sub-prefixes."""
+    api = converged(_created(gi.prefix_pool("x", namespace=NS, prefixes=["fd00::/64"]), "2024-01-01T00:00:00Z"),
+                    _claim("p", "x"))
+    api.load(_created(gi.ip_pool("y", namespace=NS, addresses=["fd00::-fd00::1"], prefix=64, allocate_reserved=True),
+                      "2024-01-01T00:01:00Z"))
+    api.load(_claim("i", "y", gi.IN_CLUSTER_IP_POOL))
+    converge(api, random.Random(0))
+    _assert_disjoint(api)
+    assert not [c for c, _ in _networks(api) if c == "i"]
+
+
+def test_a_prefix_pool_never_hands_out_a_sub_prefix_holding_an_address_of_an_earlier_pool():
+    api = converged(_created(gi.ip_pool("y", namespace=NS, addresses=["fd00::5"], prefix=64), "2024-01-01T00:00:00Z"),
+                    _claim("i", "y", gi.IN_CLUSTER_IP_POOL),
+                    _created(gi.prefix_pool("x", namespace=NS, prefixes=["fd00::/63"]), "2024-01-01T00:01:00Z"),
+                    _claim("p", "x"), _claim("q", "x"))
+    _assert_disjoint(api)
+    assert {c: str(n) for c, n in _networks(api) if c != "i"} == {"p": "fd00:0:0:1::/64"}
+
+
+@pytest.mark.xfail(strict=True, reason="an earlier IP pool edited to reach into a later prefix pool's sub-prefix "
+                                       "already handed out: the later pool withholds from then on, but the IP pool "
+                                       "checks the namespace's addresses by exact IP (held_elsewhere), and only the "
+                                       "sub-prefix's base address is one; containment needs an index of spans")
+def test_an_earlier_ip_pool_edited_into_a_handed_out_sub_prefix_never_hands_out_inside_it():
+    api = converged(_created(gi.ip_pool("y", namespace=NS, addresses=["fd01::1"], prefix=64), "2024-01-01T00:00:00Z"),
+                    _created(gi.prefix_pool("x", namespace=NS, prefixes=["fd00::/64"]), "2024-01-01T00:01:00Z"),
+                    _claim("p", "x"))
+    _edited(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "y", addresses=["fd00::1"])
     api.load(_claim("i", "y", gi.IN_CLUSTER_IP_POOL))
     converge(api, random.Random(0))
     _assert_disjoint(api)

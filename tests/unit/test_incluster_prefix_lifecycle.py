@@ -97,13 +97,17 @@ def test_a_global_prefix_pools_locks_live_in_the_lock_namespace_and_keep_its_sub
         "total": 65536, "used": 3, "free": 65533, "outOfRange": 0}
 
 
-def test_a_prefix_pool_and_an_ip_pool_of_one_name_and_one_address_lock_apart():
-    """The IP pool hands out fd00:: itself, the prefix pool fd00::/64: both are served, under two locks."""
+def test_a_prefix_pool_and_an_ip_pool_of_one_name_and_one_address_never_share_it():
+    """Of one namespace, one name and overlapping: the earlier pool (here by kind, the timestamps being equal)
+    hands out fd00::, the later withholds the sub-prefix holding it, and says its pool is exhausted."""
     ip_pool = gi.ip_pool("x", namespace=NS, addresses=["fd00::"], prefix=64, allocate_reserved=True)
     api = converged(ip_pool, _pool("x", prefixes=["fd00::/64"]), _claim("p", pool="x"),
                     gi.claim("i", NS, gi.IN_CLUSTER_IP_POOL, "x"))
-    assert (o.spec(_address(api, "p"))["address"], o.spec(_address(api, "i"))["address"]) == ("fd00::", "fd00::")
-    assert set(_locks(api)) == {(NS, "x-fd00"), (NS, "x-fd00.64")}
+    assert o.spec(_address(api, "i"))["address"] == "fd00::"
+    assert _address(api, "p") is None
+    (ready,) = [c for c in get(api, kinds.CAPI_CLAIM, "p")["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready["reason"] == "PoolExhausted"
+    assert set(_locks(api)) == {(NS, "x-fd00")}
 
 
 def test_a_lock_held_by_another_replica_is_skipped_not_handed_out_again():
