@@ -489,8 +489,9 @@ class _Reconciler:
         if not withheld:
             return None
         version = self.pool.version
-        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} {w.owner.name}, namePrefix {w.owner_prefix})"
-                 for w in withheld]
+        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
+                 f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
+                 f", namePrefix {w.owner_prefix})" for w in withheld]
         message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
                            "not handed out from this pool: " + "; ".join(parts))
         return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)

@@ -293,3 +293,40 @@ def test_a_ledger_kept_from_wide_addresses_coming_and_going_equals_one_loaded_af
         fresh.add(address)
     assert not run_to_end(compare(kept, fresh))
     assert kept.state(decisions=False)["free"] == fresh.state(decisions=False)["free"]
+
+
+# -- a global pool beside the namespaced pools of the namespaces of its claims -----------------------------
+
+def _ips(api, ns):
+    return {o.name(a): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)
+            if o.namespace(a) == ns and not o.is_deleting(a)}
+
+
+GLOBAL_APART = ("a global pool is on its own (README): only namespaced pools withhold an overlap; making global pools "
+                "take part (a later global pool withholding from every namespace) changes what the provider's "
+                "users get from overlapping pools, which they may keep for separate networks")
+
+
+@pytest.mark.xfail(strict=True, reason=GLOBAL_APART)
+def test_a_later_global_pool_never_hands_a_namespaced_pools_ip_to_a_claim_of_its_namespace():
+    """The namespaced pool came first and hands out 10.9.0.1-2; the global pool, later, gives the same
+    IPs to claims of that namespace."""
+    glob = _created(gi.ip_pool("g", addresses=["10.9.0.1-10.9.0.4"], prefix=24), "2024-01-01T00:01:00Z")
+    local = _created(gi.ip_pool("n", namespace=NS, addresses=["10.9.0.1-10.9.0.2"], prefix=24), "2024-01-01T00:00:00Z")
+    api = converged(local, _claim("n1", "n", gi.IN_CLUSTER_IP_POOL), _claim("n2", "n", gi.IN_CLUSTER_IP_POOL))
+    api.load(glob)
+    api.load(_claim("g1", "g", gi.GLOBAL_IN_CLUSTER_IP_POOL))
+    api.load(_claim("g2", "g", gi.GLOBAL_IN_CLUSTER_IP_POOL))
+    converge(api, random.Random(0))
+    here = _ips(api, NS)
+    assert len(set(here.values())) == len(here), here
+
+
+@pytest.mark.xfail(strict=True, reason=GLOBAL_APART)
+def test_two_overlapping_global_pools_never_hand_one_ip_to_two_claims():
+    api = converged(_created(gi.ip_pool("g1", addresses=["10.8.0.1-10.8.0.2"], prefix=24), "2024-01-01T00:00:00Z"),
+                    _created(gi.ip_pool("g2", addresses=["10.8.0.2-10.8.0.3"], prefix=24), "2024-01-01T00:01:00Z"),
+                    _claim("a", "g1", gi.GLOBAL_IN_CLUSTER_IP_POOL), _claim("b", "g1", gi.GLOBAL_IN_CLUSTER_IP_POOL),
+                    _claim("c", "g2", gi.GLOBAL_IN_CLUSTER_IP_POOL, ns="other"),
+                    _claim("d", "g2", gi.GLOBAL_IN_CLUSTER_IP_POOL, ns="other"))
+    assert sorted([*_ips(api, NS).values(), *_ips(api, "other").values()]) == ["10.8.0.1", "10.8.0.2", "10.8.0.3"]
