@@ -18,7 +18,9 @@ address only when all of these hold:
 
 * its home is an object this controller holds now (the same uid), and that
   object is not paused (``clusterctl move`` pauses the Cluster it moves, and a
-  move that stops half-way leaves it paused);
+  move that stops half-way leaves it paused); a NetBoxIPPool, which no Cluster
+  pauses, counts as paused while a Cluster of its namespace is (the move of a
+  namespace deletes its claims before its pools, and may stop in between);
 * no claim this controller holds carries its key, no lock records it, and no
   ask of the key is out or due;
 * it was found so, the same address with the same key and home, by two sweeps
@@ -136,18 +138,29 @@ def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Ca
 
 def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Home], str]:
     """``home`` for :meth:`Sweep.judge` over the Clusters and NetBoxIPPools this controller holds, as
-    (kind, object) pairs."""
+    (kind, object) pairs.
+
+    A NetBoxIPPool belongs to no Cluster, so ``clusterctl move`` never pauses it: it pauses every Cluster
+    of the namespace it moves, creates the copies, deletes the claims, and only then the pools, and a move
+    that stops in between leaves the claims gone and the pool here. So a pool is paused (for the sweep)
+    while a Cluster of its namespace is, as well as by its own paused annotation."""
     by_uid: dict[tuple[str, str], Mapping[str, Any]] = {}
+    paused_namespaces: set[Any] = set()
     for kind, obj in objects:
         uid = o.meta(obj).get("uid")
         if uid:
             by_uid[(kind, str(uid))] = obj
+        if kind == kinds.CLUSTER[1] and o.cluster_paused(obj):
+            paused_namespaces.add(o.meta(obj).get("namespace"))
 
     def state(h: Home) -> str:
         obj = by_uid.get((h.kind, h.uid))
         if obj is None or o.is_deleting(obj):
             return ABSENT
-        paused = o.cluster_paused(obj) if h.kind == kinds.CLUSTER[1] else o.is_paused(obj)
+        if h.kind == kinds.CLUSTER[1]:
+            paused = o.cluster_paused(obj)
+        else:
+            paused = o.is_paused(obj) or o.meta(obj).get("namespace") in paused_namespaces
         return PAUSED if paused else PRESENT
 
     return state
