@@ -55,7 +55,7 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import Found, Sweep, description, home_of, home_state, rehome
+from metal3_ipam.core.sweep import Found, Sweep, description, disown, home_in, home_of, home_state, rehome
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class NetBoxAsks:
     # -- sweeps -------------------------------------------------------------------------
 
     async def sweep(self, pool: NetBoxPool, choose: Callable[[list[Found]], tuple[list[Found], list[tuple[Found, str]]]]
-                    ) -> tuple[int, list[Found], list[Found]]:
+                    ) -> tuple[int, list[Found], list[tuple[Found, str]]]:
         """One sweep of the server of ``pool``, with its token: every address carrying this owner's keys
         listed; ``choose`` says which to release and which to give a new description. Each is read again by
         id first and changed only if its key and description are still as listed. (How many were listed, the
@@ -276,7 +276,7 @@ class NetBoxAsks:
                     released.append(item)
                 else:
                     await client.describe(now, text)
-                    described.append(item)
+                    described.append((item, text))
             return len(listed), released, described
 
     # -- surveys ------------------------------------------------------------------------
@@ -443,8 +443,9 @@ class NetBoxPools:
 
             def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
                 home = home_state(self._homes())
+                moved_away = self.inventory.moved_away.__contains__
                 return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
-                        rehome(found, self._describe, home))
+                        rehome(found, self._describe, home) + disown(found, moved_away, self._describe, home))
             try:
                 listed, done, described = await self.asks.sweep(model, choose)
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
@@ -454,22 +455,25 @@ class NetBoxPools:
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
-            for item in described:
-                log.info("NetBox at %s: %s (key %s) homed here, its claim moved in", server.url, item.address,
-                         item.key)
-            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here", server.url,
-                     listed, self.asks.owner, len(done), len(described))
+            homed = [item for item, text in described if home_in(text) is not None]
+            for item, text in described:
+                log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
+                         "homed here, its claim moved in" if home_in(text) is not None
+                         else "homed nowhere, its claim moved away")
+            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here, %d moved away",
+                     server.url, listed, self.asks.owner, len(done), len(homed), len(described) - len(homed))
             released.extend(done)
         return released
 
     def _carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, or has an ask out or due."""
+        """Whether a key is a claim's or a lock's, or has an ask out or due, or its claim was seen leave for a
+        ``clusterctl move`` (its address is the copy's in the target)."""
         locks = set()
         for (kind, _, _), obj in self.inventory.objects.items():
             if kind == kinds.IPADDRESS and (key := claim_key(obj)[0]) is not None:
                 locks.add(key)
         return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None
+            or self.answers.state(key) is not None or key in self.inventory.moved_away
 
     def _homes(self) -> Iterable[tuple[str, dict]]:
         for (kind, _, _), obj in self.inventory.objects.items():

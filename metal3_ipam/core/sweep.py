@@ -28,7 +28,10 @@ address only when all of these hold:
   seen, a cache that lags).
 
 An address whose description names no home (written by hand, by an older
-release, or edited) is never swept. Before deleting, the adapter reads the
+release, or edited) is never swept. The source of a move that sees a claim
+leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
+off its address (:func:`disown`): a move that stops after deleting the claims
+leaves their Cluster here, and the retry of the move begins by unpausing it. Before deleting, the adapter reads the
 address again by id and deletes it only if its key and description are still
 what the sweep judged.
 """
@@ -133,6 +136,22 @@ def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Ca
         at = home_in(text)
         if text is not None and at is not None and home_in(item.description) != at and home(at) == PRESENT:
             out.append((item, text))
+    return out
+
+
+def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
+           home: Callable[[Home], str]) -> list[tuple[Found, str]]:
+    """The addresses homed here (at an object present or paused) whose claim was seen leave for a
+    ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
+    the claim lives in the target, which homes the address there; until then no sweep releases it, here
+    (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there."""
+    out = []
+    for item in found:
+        at = home_in(item.description)
+        if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
+            continue
+        text = item.description.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
+        out.append((item, text[:MAX_DESCRIPTION]))
     return out
 
 

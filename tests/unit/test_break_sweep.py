@@ -8,8 +8,11 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 
 from __future__ import annotations
 
-from metal3_ipam.core.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, description, home_in, home_of,
-                                    home_state, rehome)
+from metal3_ipam.core import kinds
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.core.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, description, disown, home_in,
+                                    home_of, home_state, rehome)
 
 NS = "ns"
 C1, C2, T1 = (f"0b3e1f7a-1111-4c2d-9e8f-00000000000{i}" for i in (1, 2, 3))
@@ -68,3 +71,51 @@ def test_the_target_homes_a_claim_of_no_cluster_at_its_pool_only_once_the_move_i
     assert rehome([item], wanted, during) == []
     assert rehome([item], wanted, after) == [(item, wanted("k-free"))]
     assert during(source_home) == ABSENT
+
+
+def netbox_claim(name: str, key: str, resource_version: str, annotations: dict | None = None) -> dict:
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": resource_version,
+                         "annotations": {KEY_ANNOTATION: key, **(annotations or {})}},
+            "spec": {"poolRef": {"apiGroup": "netbox.metal3-ipam.io", "kind": "NetBoxIPPool", "name": "nb"}}}
+
+
+def test_the_keys_of_claims_deleted_for_a_move_are_remembered_and_no_others():
+    """The source of a move sees each claim go with clusterctl's delete-for-move annotation; its key's
+    address is the target's from then on (the sweep counts it carried). A claim deleted by hand is not."""
+    inventory = Inventory()
+    moving = netbox_claim("moving", "k-moving", "1")
+    by_hand = netbox_claim("by-hand", "k-by-hand", "2")
+    inventory.upsert(moving)
+    inventory.upsert(by_hand)
+    assert inventory.claims_carrying("k-moving") == [moving]
+    inventory.remove(netbox_claim("moving", "k-moving", "3", {kinds.DELETE_FOR_MOVE_ANNOTATION: ""}))
+    inventory.remove(netbox_claim("by-hand", "k-by-hand", "4"))
+    assert inventory.claims_carrying("k-moving") == []
+    assert list(inventory.moved_away) == ["k-moving"]
+
+
+def test_the_source_takes_the_home_off_the_address_of_a_claim_it_saw_leave_for_a_move():
+    """Its claim seen deleted for a move while the Cluster is paused here (a move stopped half-way), the
+    address is homed nowhere: unpaused for the retry, restarted, the source never releases it; the target
+    homes it at its own Cluster when it gets the claim."""
+    moved = claim("m", "c1")
+    item = Found(3, "192.0.2.3/24", "k-m", description(Home("Cluster", C1), moved))
+    paused = home_state([("Cluster", cluster("c1", C1, paused=True))])
+    running = home_state([("Cluster", cluster("c1", C1))])
+    nobody = {}.get
+    assert disown([item], {"k-m"}.__contains__, nobody, running) == disown([item], {"k-m"}.__contains__, nobody,
+                                                                          paused)
+    [(_, text)] = disown([item], {"k-m"}.__contains__, nobody, paused)
+    assert home_in(text) is None and "claim ns/m" in text
+    homeless = Found(item.id, item.address, item.key, text)
+    sweep = Sweep(grace=1)
+    for now in range(0, 100, 10):  # the source restarted: it knows of no move, and the Cluster runs
+        assert sweep.judge([homeless], carried=lambda key: False, home=running, now=now) == []
+    target = description(Home("Cluster", T1), claim("m", "c1"))
+    assert rehome([homeless], {"k-m": target}.get, lambda h: PRESENT) == [(homeless, target)]
+    # Not when it is homed elsewhere already, when a claim here carries it, nor for a claim deleted by hand.
+    assert disown([homeless], {"k-m"}.__contains__, nobody, running) == []
+    assert disown([item], {"k-m"}.__contains__, {"k-m": description(Home("Cluster", C1), moved)}.get, running) == []
+    assert disown([item], set().__contains__, nobody, running) == []
+    assert disown([item], {"k-m"}.__contains__, nobody, home_state([])) == []  # its Cluster gone: moved whole
