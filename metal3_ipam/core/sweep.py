@@ -31,9 +31,10 @@ An address whose description names no home (written by hand, by an older
 release, or edited) is never swept. The source of a move that sees a claim
 leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
 off its address (:func:`disown`): a move that stops after deleting the claims
-leaves their Cluster here, and the retry of the move begins by unpausing it. Before deleting, the adapter reads the
-address again by id and deletes it only if its key and description are still
-what the sweep judged.
+leaves their Cluster here, and the retry of the move begins by unpausing it.
+Before deleting, the adapter reads the address again by id and deletes it only
+if its key and description are still what the sweep judged, and no claim
+carries its key and its home is here and not paused still.
 """
 
 from __future__ import annotations
