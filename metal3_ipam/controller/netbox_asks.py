@@ -55,7 +55,7 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import Found, Sweep, description, home_of, home_state, rehome
+from metal3_ipam.core.sweep import PRESENT, Found, Sweep, description, disown, home_in, home_of, home_state, rehome
 
 log = logging.getLogger(__name__)
 
@@ -257,12 +257,15 @@ class NetBoxAsks:
 
     # -- sweeps -------------------------------------------------------------------------
 
-    async def sweep(self, pool: NetBoxPool, choose: Callable[[list[Found]], tuple[list[Found], list[tuple[Found, str]]]]
-                    ) -> tuple[int, list[Found], list[Found]]:
+    async def sweep(self, pool: NetBoxPool, choose: Callable[[list[Found]], tuple[list[Found], list[tuple[Found, str]]]],
+                    still: Callable[[Found], bool] = lambda item: True
+                    ) -> tuple[int, list[Found], list[tuple[Found, str]]]:
         """One sweep of the server of ``pool``, with its token: every address carrying this owner's keys
         listed; ``choose`` says which to release and which to give a new description. Each is read again by
-        id first and changed only if its key and description are still as listed. (How many were listed, the
-        ones released, the ones described anew); a refusal raises NetBoxError or TokenUnavailable."""
+        id first and changed only if its key and description are still as listed; one to release is released
+        only if ``still(item)`` holds then too (a claim carrying its key may have come meanwhile: the reads
+        and deletes before it take time). (How many were listed, the ones released, the ones described anew);
+        a refusal raises NetBoxError or TokenUnavailable."""
         async with asyncio.timeout(self.timeout * 6), self._using(pool) as client:
             listed = {a.id: a for a in await client.owned()}
             release, describe = choose([Found(a.id, a.address, a.key, a.description) for a in listed.values()])
@@ -272,11 +275,13 @@ class NetBoxAsks:
                 if now is None or (now.key, now.description) != (item.key, item.description):
                     continue
                 if text is None:
+                    if not still(item):
+                        continue
                     await client.release_allocation(now)
                     released.append(item)
                 else:
                     await client.describe(now, text)
-                    described.append(item)
+                    described.append((item, text))
             return len(listed), released, described
 
     # -- surveys ------------------------------------------------------------------------
@@ -443,10 +448,17 @@ class NetBoxPools:
 
             def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
                 home = home_state(self._homes())
+                moved_away = self.inventory.moved_away.__contains__
                 return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
-                        rehome(found, self._describe, home))
+                        rehome(found, self._describe, home) + disown(found, moved_away, self._describe, home))
+
+            def still(item: Found) -> bool:  # carried by nothing, homed here, as the sweep judged it
+                at = home_in(item.description)
+                return not self.inventory.claims_carrying(item.key) and self.answers.state(item.key) is None \
+                    and item.key not in self.inventory.moved_away and at is not None \
+                    and home_state(self._homes())(at) == PRESENT
             try:
-                listed, done, described = await self.asks.sweep(model, choose)
+                listed, done, described = await self.asks.sweep(model, choose, still)
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
@@ -454,22 +466,25 @@ class NetBoxPools:
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
-            for item in described:
-                log.info("NetBox at %s: %s (key %s) homed here, its claim moved in", server.url, item.address,
-                         item.key)
-            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here", server.url,
-                     listed, self.asks.owner, len(done), len(described))
+            homed = [item for item, text in described if home_in(text) is not None]
+            for item, text in described:
+                log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
+                         "homed here, its claim moved in" if home_in(text) is not None
+                         else "homed nowhere, its claim moved away")
+            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here, %d moved away",
+                     server.url, listed, self.asks.owner, len(done), len(homed), len(described) - len(homed))
             released.extend(done)
         return released
 
     def _carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, or has an ask out or due."""
+        """Whether a key is a claim's or a lock's, or has an ask out or due, or its claim was seen leave for a
+        ``clusterctl move`` (its address is the copy's in the target)."""
         locks = set()
         for (kind, _, _), obj in self.inventory.objects.items():
             if kind == kinds.IPADDRESS and (key := claim_key(obj)[0]) is not None:
                 locks.add(key)
         return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None
+            or self.answers.state(key) is not None or key in self.inventory.moved_away
 
     def _homes(self) -> Iterable[tuple[str, dict]]:
         for (kind, _, _), obj in self.inventory.objects.items():

@@ -147,6 +147,11 @@ class Inventory:
         # Claims of an outside IPAM's pools by the allocation key they carry, in every namespace: a key is one
         # address in that IPAM, whatever the claim's namespace or pool (a manifest copied with its annotation).
         self._outside_keys: dict[str, ObjKey | Several] = {}
+        # The allocation keys of claims seen deleted for ``clusterctl move``
+        # (``clusterctl.cluster.x-k8s.io/delete-for-move``): their addresses are the copies' in the target, and a
+        # sweep here must never release them, also once a move stopped half-way is undone here (``core.sweep``).
+        # Only what this process saw: a controller down during the move, or restarted, does not know them.
+        self.moved_away: OrderedDict[str, None] = OrderedDict()
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -210,6 +215,8 @@ class Inventory:
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
+        if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
+            self._moved_away(_outside_key(stored))
         self._index_outside_key(key, stored, None)
         touched = self._unfile(key, None)
         del self.objects[key]
@@ -231,6 +238,14 @@ class Inventory:
             known = each(self._outside_keys.get(after))
             if key not in known:
                 self._outside_keys[after] = entry_of((*known, key))
+
+    def _moved_away(self, outside_key: str | None) -> None:
+        if outside_key is None:
+            return
+        self.moved_away[outside_key] = None
+        self.moved_away.move_to_end(outside_key)
+        while len(self.moved_away) > MAX_TOMBSTONES:
+            self.moved_away.popitem(last=False)
 
     def claims_carrying(self, outside_key: str) -> list[dict]:
         """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""

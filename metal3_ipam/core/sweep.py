@@ -18,7 +18,9 @@ address only when all of these hold:
 
 * its home is an object this controller holds now (the same uid), and that
   object is not paused (``clusterctl move`` pauses the Cluster it moves, and a
-  move that stops half-way leaves it paused);
+  move that stops half-way leaves it paused); a NetBoxIPPool, which no Cluster
+  pauses, counts as paused while a Cluster of its namespace is (the move of a
+  namespace deletes its claims before its pools, and may stop in between);
 * no claim this controller holds carries its key, no lock records it, and no
   ask of the key is out or due;
 * it was found so, the same address with the same key and home, by two sweeps
@@ -26,9 +28,13 @@ address only when all of these hold:
   seen, a cache that lags).
 
 An address whose description names no home (written by hand, by an older
-release, or edited) is never swept. Before deleting, the adapter reads the
-address again by id and deletes it only if its key and description are still
-what the sweep judged.
+release, or edited) is never swept. The source of a move that sees a claim
+leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
+off its address (:func:`disown`): a move that stops after deleting the claims
+leaves their Cluster here, and the retry of the move begins by unpausing it.
+Before deleting, the adapter reads the address again by id and deletes it only
+if its key and description are still what the sweep judged, and no claim
+carries its key and its home is here and not paused still.
 """
 
 from __future__ import annotations
@@ -134,20 +140,47 @@ def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Ca
     return out
 
 
+def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
+           home: Callable[[Home], str]) -> list[tuple[Found, str]]:
+    """The addresses homed here (at an object present or paused) whose claim was seen leave for a
+    ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
+    the claim lives in the target, which homes the address there; until then no sweep releases it, here
+    (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there."""
+    out = []
+    for item in found:
+        at = home_in(item.description)
+        if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
+            continue
+        text = item.description.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
+        out.append((item, text[:MAX_DESCRIPTION]))
+    return out
+
+
 def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Home], str]:
     """``home`` for :meth:`Sweep.judge` over the Clusters and NetBoxIPPools this controller holds, as
-    (kind, object) pairs."""
+    (kind, object) pairs.
+
+    A NetBoxIPPool belongs to no Cluster, so ``clusterctl move`` never pauses it: it pauses every Cluster
+    of the namespace it moves, creates the copies, deletes the claims, and only then the pools, and a move
+    that stops in between leaves the claims gone and the pool here. So a pool is paused (for the sweep)
+    while a Cluster of its namespace is, as well as by its own paused annotation."""
     by_uid: dict[tuple[str, str], Mapping[str, Any]] = {}
+    paused_namespaces: set[Any] = set()
     for kind, obj in objects:
         uid = o.meta(obj).get("uid")
         if uid:
             by_uid[(kind, str(uid))] = obj
+        if kind == kinds.CLUSTER[1] and o.cluster_paused(obj):
+            paused_namespaces.add(o.meta(obj).get("namespace"))
 
     def state(h: Home) -> str:
         obj = by_uid.get((h.kind, h.uid))
         if obj is None or o.is_deleting(obj):
             return ABSENT
-        paused = o.cluster_paused(obj) if h.kind == kinds.CLUSTER[1] else o.is_paused(obj)
+        if h.kind == kinds.CLUSTER[1]:
+            paused = o.cluster_paused(obj)
+        else:
+            paused = o.is_paused(obj) or o.meta(obj).get("namespace") in paused_namespaces
         return PAUSED if paused else PRESENT
 
     return state
