@@ -570,6 +570,7 @@ class _Reconciler:
                 return
             self.release(claim, step, mine, finalizer)
             return
+        self.ledger.due.pop(key, None)  # a live claim has no deadline but the one this pass may set again
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
@@ -837,6 +838,16 @@ class _Reconciler:
                       f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(claim)}/{o.name(claim)} exists already "
                       f"for another pool or claim ({o.spec(taken).get('poolRef', {}).get('name')!s}); "
                       f"{ip_text(_ip_of(lock))} is held for this claim until it goes")
+            return None
+        settled = _settled(lock)
+        if settled is not None and not _passed(settled, self.snap.now):
+            # The lock was made by another step moments ago: its maker is most likely writing this very
+            # address, which this view may not show yet. Written now, it could land after the claim's release
+            # and show the IP with no lock behind it; by the deadline the maker's address shows, or the
+            # maker is gone and this pass makes it.
+            self.ledger.due[o.claim_key(claim)] = settled
+            self.plan.notes.append(f"{o.name(claim)}: its IPAddress is made at {settled} unless its lock's maker "
+                                   "shows it first")
             return None
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))
@@ -1246,6 +1257,20 @@ def _instant(text: str) -> datetime.datetime:
 
 def _passed(deadline: str, now: str) -> bool:
     return _instant(deadline) <= _instant(now)
+
+
+#: How long a lock made by another step stands before this controller writes the Cluster API IPAddress it
+#: lacks: the maker writes it right after the lock, and a view of IPAddresses may trail one of locks.
+LOCK_SETTLE_SECONDS = 10
+
+
+def _settled(lock: dict) -> str | None:
+    """When a stored lock is old enough for its missing IPAddress to be made by anyone; None for a lock
+    planned in this step (not stored yet)."""
+    made = o.meta(lock).get("creationTimestamp")
+    if not made:
+        return None
+    return o.format_time(_instant(made) + datetime.timedelta(seconds=LOCK_SETTLE_SECONDS))
 
 
 def _bounded(message: str) -> str:

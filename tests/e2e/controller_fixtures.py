@@ -669,12 +669,17 @@ def assert_invariants(kube: Kube, timeout: float = 30.0, **kwargs: Any) -> Findi
 
 
 class Sentinel:
-    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own."""
+    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own.
 
-    def __init__(self, control_plane, namespace: str, interval: float = 0.3) -> None:
+    ``check(api_client) -> Findings`` replaces :func:`check_invariants` of the namespace (other kinds, other
+    namespaces)."""
+
+    def __init__(self, control_plane, namespace: str, interval: float = 0.3,
+                 check: Callable[[client.ApiClient], "Findings"] | None = None) -> None:
         self.control_plane = control_plane
         self.namespace = namespace
         self.interval = interval
+        self.check = check or (lambda api: check_invariants(Kube(api, namespace)))
         self.broken: list[str] = []
         self.rounds = 0
         self.errors: list[str] = []
@@ -691,10 +696,9 @@ class Sentinel:
 
     def _run(self) -> None:
         with self.control_plane.api_client() as api:
-            kube = Kube(api, self.namespace)
             while not self._stop.is_set():
                 try:
-                    found = check_invariants(kube)
+                    found = self.check(api)
                 except Exception as err:  # a list may fail while the API server is busy; keep looking
                     self.errors.append(repr(err))
                 else:
