@@ -13,6 +13,7 @@ nothing may be left of deleted claims, and the pools' counts must be right.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -356,3 +357,57 @@ def test_leader_killed_then_frozen(world, replicas):
               if "no longer leading" in line]
     print(f"{standby.name} took over {takeover:.1f}s after {frozen_one} froze; {len(by_new)} writes by it since; "
           f"{len(record)} writes in all, {takeovers} takeovers; after the thaw: {fenced[:3] or 'no pass was stopped'}")
+
+
+# --------------------------------------------------------------------------- the reuse grace period
+
+
+def test_addresses_in_their_grace_period_survive_sigkill(world, replicas):
+    """A pool with ``addressReuseGracePeriodSeconds``: half its claims deleted and as many new ones created
+    (the pool is full, so only the held IPs could serve them), the controller killed (SIGKILL) in the
+    middle and started again. The held addresses survive, and no IP goes to a new claim before its old
+    claim's deadline (deletionTimestamp + grace, both as the API server stamps them)."""
+    grace = 8
+    world.incluster.ip_pool("grace", prefix=24, addresses=["10.70.0.1-10.70.0.40"], grace_seconds=grace)
+    world.totals[PoolKey(gi.IN_CLUSTER_IP_POOL, world.ns, "grace")] = 40
+    world.pools["grace"] = (gi.IN_CLUSTER_IP_POOL, "grace")
+    old = [(world.ns, f"old{i:02d}", "grace") for i in range(40)]
+    new = [(world.ns, f"new{i:02d}", "grace") for i in range(20)]
+    with Sentinel(world.cp, world.ns, check=world.check) as sentinel:
+        ctl = replicas("replica-1", world.args("--no-leader-elect"))
+        _create(world, old)
+        world.converged()
+        held = world.bindings()
+        gone = old[::2]
+        deleter = threading.Thread(target=_delete, args=(world, gone), name="claim deleter")
+        deleter.start()
+        try:
+            eventually(lambda: sum(1 for ns, name, _ in gone if (world.incluster.get_claim(name, namespace=ns) or {})
+                                   .get("metadata", {}).get("deletionTimestamp")) >= 5,
+                       timeout=30, interval=0.05, what="claims to be deleted")
+            ctl.kill()
+        finally:
+            deleter.join()
+        _create(world, new)
+        deadlines = {}
+        for ns, name, _ in gone:
+            claim = world.incluster.get_claim(name, namespace=ns)
+            assert claim is not None, f"{ns}/{name} was released at once, its grace period ignored"
+            stamp = datetime.datetime.strptime(claim["metadata"]["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+            deadlines[held[(ns, name)]] = stamp + datetime.timedelta(seconds=grace)
+        ctl.start()
+        for ns, name, _ in gone:  # every held address survived the crash and the restart
+            assert world.incluster.get_address(name, namespace=ns) is not None, f"{ns}/{name} lost its address"
+        found = world.converged(timeout=grace + 60)
+        assert found.counts["addresses"] == 40, found.counts
+    sentinel.assert_clean()
+    early = []
+    for ns, name, _ in new:
+        address = world.incluster.get_address(name, namespace=ns)
+        made = datetime.datetime.strptime(address["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        ip = address["spec"]["address"]
+        assert ip in deadlines, f"{ns}/{name} got {ip}, which no deleted claim held: the pool was full"
+        if made < deadlines[ip]:
+            early.append(f"{name}: {ip} made {made.time()}, its old claim's deadline {deadlines[ip].time()}")
+    assert not early, "IPs handed out before their grace period ended:\n" + "\n".join(early)
+    print(f"{len(gone)} claims in their grace period across a SIGKILL; {sentinel.rounds} sentinel rounds")

@@ -9,7 +9,7 @@ import random
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetFinalizers
-from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end
+from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
@@ -388,6 +388,7 @@ def test_a_young_lock_without_its_address_is_left_to_its_maker_until_it_settles(
     which the next claim may get. So a lock made by another step is completed only once it is
     ``LOCK_SETTLE_SECONDS`` old (a maker that crashed in between); until then the pass comes back then."""
     api = converged(_pool(), _claim("a"), now="2024-01-01T00:00:00Z")
+    api.inventory.lock_settle_seconds = LOCK_SETTLE_SECONDS  # as a controller has it
     address = _address(api, "a")
     assert address is not None
     api.inventory.remove(address)  # the view that trails: the lock shows, the address not yet
@@ -395,7 +396,7 @@ def test_a_young_lock_without_its_address_is_left_to_its_maker_until_it_settles(
     plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
     made = [a.obj for a in plan.writes if isinstance(a, Create)]
     assert not made, [(o.namespace(m), o.name(m)) for m in made]
-    assert plan.due == "2024-01-01T00:00:10Z"
+    assert LOCK_SETTLE_SECONDS == 10 and plan.due == "2024-01-01T00:00:10Z"
 
     api.now = "2024-01-01T00:00:10Z"  # settled: its maker is gone, this pass makes the address
     plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
