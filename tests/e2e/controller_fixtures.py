@@ -656,15 +656,20 @@ def check_invariants(kube: Kube, *, allow_errors: bool = True, expect_errors: It
 
 def assert_invariants(kube: Kube, timeout: float = 30.0, **kwargs: Any) -> Findings:
     """Fail at once on what must never happen; wait up to ``timeout`` for the rest to converge."""
-    last: Findings | None = None
+    return until_converged(lambda: check_invariants(kube, **kwargs), timeout, kube.ns)
+
+
+def until_converged(check: Callable[[], Findings], timeout: float, where: str) -> Findings:
+    """``check()`` again and again: fail at once on anything broken, return once nothing is pending, fail
+    with what still is after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        last = check_invariants(kube, **kwargs)
-        assert not last.broken, f"invariants broken in {kube.ns}:\n{last}"
+        last = check()
+        assert not last.broken, f"invariants broken in {where}:\n{last}"
         if not last.pending:
             return last
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{kube.ns} did not converge within {timeout:g}s ({last.counts}):\n{last}")
+            raise AssertionError(f"{where} did not converge within {timeout:g}s ({last.counts}):\n{last}")
         time.sleep(0.25)
 
 

@@ -13,7 +13,6 @@ synchronise.
 from __future__ import annotations
 
 import ipaddress
-import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import CLUSTER, Findings, Kube, condition
+from controller_fixtures import CLUSTER, Findings, Kube, condition, until_converged
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
 
@@ -421,12 +420,5 @@ def assert_converged(custom: client.CustomObjectsApi, namespaces: Iterable[str],
                      timeout: float = 60.0) -> Findings:
     """Fail at once on what must never happen; wait up to ``timeout`` for the rest."""
     namespaces = list(namespaces)
-    deadline = time.monotonic() + timeout
-    while True:
-        last = check_incluster(snapshot(custom, namespaces, totals), totals)
-        assert not last.broken, f"invariants broken:\n{last}"
-        if not last.pending:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not converged within {timeout:g}s ({last.counts}):\n{last}")
-        time.sleep(0.25)
+    return until_converged(lambda: check_incluster(snapshot(custom, namespaces, totals), totals), timeout,
+                           ", ".join(namespaces))

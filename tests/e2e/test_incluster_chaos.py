@@ -259,10 +259,12 @@ def test_two_replicas_without_leader_election(world, replicas, lag):
     summary = _summary(world)
     print(f"bound 150 in {bound_in:.1f}s, released 50 and bound 60 more in {churned_in:.1f}s; "
           f"{sentinel.rounds} sentinel rounds; per replica after the first burst {worked}, in all {summary}")
-    # Both fought: each had writes accepted and refused. The lagging replica mostly loses the race for the
-    # names (its view is behind), which is the guard at work; without lag both make IPAddresses and locks.
-    idle = [name for name, s in summary.items() if not (s["accepted"] and s["conflicts"])
-            or not (lag or s["created"])]
+    # Both fought. Without lag each made IPAddresses and locks; with it the lagging replica mostly loses the
+    # race for the names and writes from a view that is behind, which the API server refuses: the guard at
+    # work (the fast one may never lose).
+    idle = [name for name, s in summary.items() if not s["accepted"] or not (lag or s["created"])]
+    if lag and not summary["replica-2"]["conflicts"]:
+        idle.append("replica-2 (no write of it refused)")
     assert not idle, f"{idle} did not take part: the test proves nothing ({summary})"
     if proxy is not None:
         lagged = [c for c in proxy.connections if c.delay >= 0.5 and c.to_client > 0]
@@ -315,7 +317,7 @@ def test_leader_killed_then_frozen(world, replicas):
         leader, standby = standby, killed
         standby.start()
         offset = leader.log_size()
-        second, gone = _claims(world, "b", local=15, global_=15), first[::4]
+        second, gone = _claims(world, "b", local=30, global_=35), first[::4]
         deleter = threading.Thread(target=_delete, args=(world, gone), name="claim deleter")
         creator = threading.Thread(target=_create, args=(world, second), name="claim creator")
         deleter.start()
@@ -341,7 +343,7 @@ def test_leader_killed_then_frozen(world, replicas):
         final = world.bindings()
         assert set(final) == _live(world, first) - _live(world, gone) | _live(world, second)
         assert all(final[k] == after[k] for k in final if k in after), "a surviving claim changed its address"
-        assert found.counts["addresses"] == 120 - len(gone) + 30, found.counts
+        assert found.counts["addresses"] == 120 - len(gone) + len(second), found.counts
     sentinel.assert_clean()
 
     record = world.writes()
