@@ -5,6 +5,9 @@ pool kinds' CRDs are those of ``config/crd/bases``, which the session's control 
 
 - ``incluster`` (per test): an :class:`InCluster` for the test's namespace, with further namespaces
   and cluster-scoped pools of its own, cleaned up afterwards.
+- :func:`snapshot` reads every IPAddress, lock, claim and pool at one revision of the store;
+  :func:`check_incluster` judges it (SPEC §10 for these kinds, a global pool across namespaces), for a
+  ``Sentinel(check=...)`` while a test runs and :func:`assert_converged` at its end.
 
 Waiting polls with deadlines (``metal3_ipam.testing.waiting.eventually``); nothing sleeps to
 synchronise.
