@@ -34,6 +34,7 @@ from ..core import kinds
 from ..core.asking import Asking
 from ..core.pools.netbox import NETBOX_IP_POOL
 from ..core.inventory import Inventory
+from ..core.reconcile import LOCK_SETTLE_SECONDS
 from . import health, webhook
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
@@ -105,6 +106,8 @@ class Runtime:
         # assemble()
         self.inventory = Inventory()
         self.inventory.lock_namespace = options.lock_namespace
+        # Replicas may race for a claim: a lock another one just made is left to it a while (see reconcile).
+        self.inventory.lock_settle_seconds = LOCK_SETTLE_SECONDS
         self.inventory.namespaces = frozenset(options.namespaces) if options.namespaces else None
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None

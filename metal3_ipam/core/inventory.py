@@ -123,6 +123,8 @@ class Inventory:
         # Where the locks of the pools of cluster scope live: one namespace, so that the API server's name
         # uniqueness guards each of their IPs across every namespace (the controller's own, set by the adapter).
         self.lock_namespace = DEFAULT_LOCK_NAMESPACE
+        # How long a lock made elsewhere is left to its maker (``Snapshot.lock_settle_seconds``; set by the adapter).
+        self.lock_settle_seconds = 0
         # The namespaces whose claims are served (None: all). A pool of cluster scope has claims in others too,
         # which another controller serves: their addresses are not this one's to judge.
         self.namespaces: frozenset[str] | None = None
@@ -513,6 +515,7 @@ class Inventory:
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
             lock_namespace=self.lock_namespace,
+            lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)

@@ -126,6 +126,10 @@ class Snapshot:
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"
+    # How long a stored lock of a Cluster API claim without its Cluster API IPAddress is left to whoever made
+    # it before this pass writes the address (``LOCK_SETTLE_SECONDS`` in a controller; 0 where one process
+    # is all there is: plans, models).
+    lock_settle_seconds: int = 0
     # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
     # claim is in a namespace not served is left to the controller that serves it.
     serves: Callable[[str], bool] = lambda namespace: True
@@ -571,6 +575,7 @@ class _Reconciler:
                 return
             self.release(claim, step, mine, finalizer)
             return
+        self.ledger.due.pop(key, None)  # a live claim has no deadline but the one this pass may set again
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
@@ -838,6 +843,16 @@ class _Reconciler:
                       f"IPAddress.{kinds.CAPI_IPAM_GROUP} {o.namespace(claim)}/{o.name(claim)} exists already "
                       f"for another pool or claim ({o.spec(taken).get('poolRef', {}).get('name')!s}); "
                       f"{ip_text(_ip_of(lock))} is held for this claim until it goes")
+            return None
+        settled = _settled(lock, self.snap.lock_settle_seconds)
+        if settled is not None and not _passed(settled, self.snap.now):
+            # The lock was made by another step moments ago: its maker is most likely writing this very
+            # address, which this view may not show yet. Written now, it could land after the claim's release
+            # and show the IP with no lock behind it; by the deadline the maker's address shows, or the
+            # maker is gone and this pass makes it.
+            self.ledger.due[o.claim_key(claim)] = settled
+            self.plan.notes.append(f"{o.name(claim)}: its IPAddress is made at {settled} unless its lock's maker "
+                                   "shows it first")
             return None
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))
@@ -1247,6 +1262,20 @@ def _instant(text: str) -> datetime.datetime:
 
 def _passed(deadline: str, now: str) -> bool:
     return _instant(deadline) <= _instant(now)
+
+
+#: How long a controller leaves a stored lock to its maker before it writes the Cluster API IPAddress the
+#: lock lacks: the maker writes it right after the lock, and a view of IPAddresses may trail one of locks.
+LOCK_SETTLE_SECONDS = 10
+
+
+def _settled(lock: dict, seconds: int) -> str | None:
+    """When a stored lock is old enough for its missing IPAddress to be made by anyone; None for a lock
+    planned in this step (not stored yet) or when nothing is left to a maker."""
+    made = o.meta(lock).get("creationTimestamp")
+    if not made or seconds <= 0:
+        return None
+    return o.format_time(_instant(made) + datetime.timedelta(seconds=seconds))
 
 
 def _bounded(message: str) -> str:

@@ -656,25 +656,35 @@ def check_invariants(kube: Kube, *, allow_errors: bool = True, expect_errors: It
 
 def assert_invariants(kube: Kube, timeout: float = 30.0, **kwargs: Any) -> Findings:
     """Fail at once on what must never happen; wait up to ``timeout`` for the rest to converge."""
-    last: Findings | None = None
+    return until_converged(lambda: check_invariants(kube, **kwargs), timeout, kube.ns)
+
+
+def until_converged(check: Callable[[], Findings], timeout: float, where: str) -> Findings:
+    """``check()`` again and again: fail at once on anything broken, return once nothing is pending, fail
+    with what still is after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        last = check_invariants(kube, **kwargs)
-        assert not last.broken, f"invariants broken in {kube.ns}:\n{last}"
+        last = check()
+        assert not last.broken, f"invariants broken in {where}:\n{last}"
         if not last.pending:
             return last
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{kube.ns} did not converge within {timeout:g}s ({last.counts}):\n{last}")
+            raise AssertionError(f"{where} did not converge within {timeout:g}s ({last.counts}):\n{last}")
         time.sleep(0.25)
 
 
 class Sentinel:
-    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own."""
+    """Checks the never-allowed invariants of a namespace over and over, in a thread of its own.
 
-    def __init__(self, control_plane, namespace: str, interval: float = 0.3) -> None:
+    ``check(api_client) -> Findings`` replaces :func:`check_invariants` of the namespace (other kinds, other
+    namespaces)."""
+
+    def __init__(self, control_plane, namespace: str, interval: float = 0.3,
+                 check: Callable[[client.ApiClient], "Findings"] | None = None) -> None:
         self.control_plane = control_plane
         self.namespace = namespace
         self.interval = interval
+        self.check = check or (lambda api: check_invariants(Kube(api, namespace)))
         self.broken: list[str] = []
         self.rounds = 0
         self.errors: list[str] = []
@@ -691,10 +701,9 @@ class Sentinel:
 
     def _run(self) -> None:
         with self.control_plane.api_client() as api:
-            kube = Kube(api, self.namespace)
             while not self._stop.is_set():
                 try:
-                    found = check_invariants(kube)
+                    found = self.check(api)
                 except Exception as err:  # a list may fail while the API server is busy; keep looking
                     self.errors.append(repr(err))
                 else:

@@ -5,6 +5,9 @@ pool kinds' CRDs are those of ``config/crd/bases``, which the session's control 
 
 - ``incluster`` (per test): an :class:`InCluster` for the test's namespace, with further namespaces
   and cluster-scoped pools of its own, cleaned up afterwards.
+- :func:`snapshot` reads every IPAddress, lock, claim and pool at one revision of the store;
+  :func:`check_incluster` judges it (SPEC §10 for these kinds, a global pool across namespaces), for a
+  ``Sentinel(check=...)`` while a test runs and :func:`assert_converged` at its end.
 
 Waiting polls with deadlines (``metal3_ipam.testing.waiting.eventually``); nothing sleeps to
 synchronise.
@@ -14,13 +17,15 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import CLUSTER, Kube, condition
+from controller_fixtures import CLUSTER, Findings, Kube, condition, until_converged
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
 
@@ -239,3 +244,184 @@ def unique_ips(addresses: Iterable[dict]) -> None:
         ip = ip_int(a["spec"]["address"])
         assert ip not in seen, f"{a['spec']['address']} held by {seen[ip]} and {where}"
         seen[ip] = where
+
+
+# --------------------------------------------------------------------------- invariants under chaos
+
+METAL3_ADDRESSES = ("ipam.metal3.io", "v1alpha1", "ipaddresses")
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """One pool of the provider's kinds: ``namespace`` is empty for a global pool."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+def _alive(obj: dict) -> bool:
+    return not obj["metadata"].get("deletionTimestamp")
+
+
+def _held(address: dict) -> tuple:
+    """What an IPAddress (or lock) holds: its IP, or for a prefix pool its sub-prefix."""
+    spec = address["spec"]
+    return (ipaddress.ip_address(spec["address"]), spec.get("prefix"))
+
+
+@dataclass
+class Snapshot:
+    """Every object of the pools' world at one revision of the store (etcd revisions span every resource, so
+    the lists read at one revision are one consistent moment)."""
+
+    revision: str
+    addresses: list[dict]
+    locks: list[dict]
+    claims: list[dict]
+    pools: dict[PoolKey, dict]
+
+
+def snapshot(custom: client.CustomObjectsApi, namespaces: Iterable[str], pools: Iterable[PoolKey]) -> Snapshot:
+    namespaces = set(namespaces)
+    pools = list(pools)
+    first = custom.list_cluster_custom_object(gi.GROUP, gi.CAPI_VERSION, "ipaddresses")
+    revision = first["metadata"]["resourceVersion"]
+    at = {"resource_version": revision, "resource_version_match": "Exact"}
+
+    def listed(group: str, version: str, plural: str) -> list[dict]:
+        return custom.list_cluster_custom_object(group, version, plural, **at)["items"]
+
+    in_scope = lambda objs: [o for o in objs if o["metadata"].get("namespace") in namespaces]  # noqa: E731
+    pool_objects = {}
+    for kind in sorted({p.kind for p in pools}):
+        for p in listed(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[kind]):
+            key = PoolKey(kind, p["metadata"].get("namespace") or "", p["metadata"]["name"])
+            if key in pools:
+                pool_objects[key] = p
+    return Snapshot(revision, in_scope(first["items"]), in_scope(listed(*METAL3_ADDRESSES)),
+                    in_scope(listed(gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims")), pool_objects)
+
+
+def pool_of(obj: dict) -> PoolKey | None:
+    """The pool an IPAddressClaim or IPAddress names (``poolRef``), or a lock's (``spec.pool``)."""
+    spec = obj.get("spec") or {}
+    ref = spec.get("poolRef") or spec.get("pool") or {}
+    kind = ref.get("kind")
+    if kind not in gi.POOL_KINDS:
+        return None
+    if kind in gi.GLOBAL_POOL_KINDS:
+        return PoolKey(kind, "", ref.get("name"))
+    return PoolKey(kind, ref.get("namespace") or obj["metadata"]["namespace"], ref.get("name"))
+
+
+def check_incluster(snap: Snapshot, totals: dict[PoolKey, int], *, strict: bool = True) -> Findings:
+    """SPEC §10 over the pools ``totals`` names (pool -> the size of its set), at one moment.
+
+    Never allowed: an IP (sub-prefix) of a pool held by two IPAddresses (``strict``: even one being
+    deleted, since the lock goes only after the address; for a global pool across every namespace); two
+    IPAddresses for one claim; an IPAddress whose lock is missing or made for another claim; a live claim
+    Ready with an IPAddress that is not there.
+
+    Once converged: every live claim Ready=True with its IPAddress named after it and the claim's
+    finalizer; no claim left being deleted; no IPAddress or lock without its live claim, one lock per
+    IPAddress; every pool's counts right and Ready=True.
+    """
+    f = Findings()
+    mine = set(totals)
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in snap.claims if pool_of(c) in mine}
+    addresses = [a for a in snap.addresses if pool_of(a) in mine]
+    locks = [lk for lk in snap.locks if pool_of(lk) in mine]
+    f.counts = {"claims": len(claims), "addresses": len(addresses), "locks": len(locks),
+                "live claims": sum(_alive(c) for c in claims.values())}
+
+    # -- never allowed -----------------------------------------------------------------
+    holders: dict[tuple, list[dict]] = defaultdict(list)
+    for a in addresses:
+        if strict or _alive(a):
+            holders[(pool_of(a), _held(a))].append(a)
+    for (pool, held), same in holders.items():
+        if len(same) > 1:
+            f.broken.append(f"{pool}: {held[0]} held by {len(same)} IPAddresses "
+                            f"{sorted(_where(a) for a in same)}")
+    of_claim: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for a in addresses:
+        of_claim[(a["metadata"]["namespace"], a["spec"]["claimRef"]["name"])].append(a)
+    for key, same in of_claim.items():
+        if len(same) > 1:
+            f.broken.append(f"claim {key[0]}/{key[1]} has {len(same)} IPAddresses {sorted(_where(a) for a in same)}")
+    lock_at = {(pool_of(lk), _held(lk)): lk for lk in locks}
+    for a in addresses:
+        if not _alive(a):
+            continue
+        lk = lock_at.get((pool_of(a), _held(a)))
+        claim = lk and lk["spec"].get("claim") or {}
+        if lk is None:
+            f.broken.append(f"IPAddress {_where(a)} ({a['spec']['address']}) has no lock")
+        elif (claim.get("namespace"), claim.get("name")) != (a["metadata"]["namespace"], a["spec"]["claimRef"]["name"]):
+            f.broken.append(f"IPAddress {_where(a)} ({a['spec']['address']}): its lock {lk['metadata']['name']} "
+                            f"was made for {claim.get('namespace')}/{claim.get('name')}")
+    address_at = {(a["metadata"]["namespace"], a["metadata"]["name"]): a for a in addresses}
+    for key, c in claims.items():
+        ready = condition(c, "Ready")
+        ref = ((c.get("status") or {}).get("addressRef") or {}).get("name")
+        if _alive(c) and ready and ready["status"] == "True" and ref and (key[0], ref) not in address_at:
+            f.broken.append(f"claim {key[0]}/{key[1]} is Ready with {ref}, which is not there")
+
+    # -- once converged ---------------------------------------------------------------
+    for key, c in claims.items():
+        where = f"claim {key[0]}/{key[1]}"
+        if not _alive(c):
+            f.pending.append(f"{where} is still being deleted")
+            continue
+        a = address_at.get(key)
+        ready = condition(c, "Ready")
+        if a is None:
+            f.pending.append(f"{where} has no IPAddress (Ready {ready})")
+            continue
+        if pool_of(a) != pool_of(c):
+            f.pending.append(f"{where} of {pool_of(c)} has an IPAddress of {pool_of(a)}")
+        if not ready or ready["status"] != "True":
+            f.pending.append(f"{where} has an IPAddress but Ready is {ready}")
+        if ((c.get("status") or {}).get("addressRef") or {}).get("name") != key[1]:
+            f.pending.append(f"{where}: status.addressRef {(c.get('status') or {}).get('addressRef')}")
+        if gi.CLAIM_FINALIZER not in (c["metadata"].get("finalizers") or []):
+            f.pending.append(f"{where} lacks its finalizer")
+    for a in addresses:
+        c = claims.get((a["metadata"]["namespace"], a["spec"]["claimRef"]["name"]))
+        if c is None or not _alive(c):
+            f.pending.append(f"IPAddress {_where(a)} outlives its claim")
+    held = {(pool_of(a), _held(a)) for a in addresses}
+    for key, lk in lock_at.items():
+        if key not in held:
+            f.pending.append(f"lock {lk['metadata']['namespace']}/{lk['metadata']['name']} holds "
+                             f"{lk['spec']['address']} for no IPAddress (claim {lk['spec'].get('claim')})")
+    for pool, total in totals.items():
+        p = snap.pools.get(pool)
+        if p is None:
+            f.pending.append(f"{pool} is missing")
+            continue
+        used = sum(1 for a in addresses if pool_of(a) == pool)
+        want = {"total": total, "used": used, "free": total - used, "outOfRange": 0}
+        got = (p.get("status") or {}).get("ipAddresses")
+        if got != want:
+            f.pending.append(f"{pool}: status.ipAddresses {got}, not {want}")
+        ready = condition(p, "Ready")
+        if not ready or ready["status"] != "True":
+            f.pending.append(f"{pool}: Ready is {ready}")
+    return f
+
+
+def _where(obj: dict) -> str:
+    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+
+
+def assert_converged(custom: client.CustomObjectsApi, namespaces: Iterable[str], totals: dict[PoolKey, int],
+                     timeout: float = 60.0) -> Findings:
+    """Fail at once on what must never happen; wait up to ``timeout`` for the rest."""
+    namespaces = list(namespaces)
+    return until_converged(lambda: check_incluster(snapshot(custom, namespaces, totals), totals), timeout,
+                           ", ".join(namespaces))

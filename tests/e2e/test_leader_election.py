@@ -14,11 +14,8 @@ some deleted) all along, and must all be served in the end with every SPEC
 from __future__ import annotations
 
 import base64
-import datetime
-import json
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ pytest.register_assert_rewrite("controller_fixtures")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from audit_record import assert_never_at_once, audit_args, describe, runs, wall, writes  # noqa: E402
 from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, Sentinel, assert_invariants,  # noqa: E402
                                  check_invariants)
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
@@ -40,13 +38,6 @@ LEASE, RENEW, RETRY = 8.0, 5.0, 1.0
 TIMING_ARGS = ["--leader-elect-lease-duration", f"{LEASE:g}s", "--leader-elect-renew-deadline", f"{RENEW:g}s",
                "--leader-elect-retry-period", f"{RETRY:g}s"]
 REPLICAS = ("replica-1", "replica-2")
-WRITES = {"create", "update", "patch", "delete", "deletecollection"}
-
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
-    "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata", "verbs": sorted(WRITES)}, {"level": "None"}],
-}
 
 
 # --------------------------------------------------------------------------- set-up
@@ -55,11 +46,8 @@ AUDIT_POLICY = {
 @pytest.fixture
 def audited(control_plane_factory, tmp_path):
     """A control plane of the test's own (it is restarted) whose API server audits every write."""
-    policy = tmp_path / "audit-policy.yaml"
-    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-    audit_log = tmp_path / "audit.log"
-    cp = control_plane_factory(controller_manager=False, extra_apiserver_args=[
-        f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}", "--audit-log-mode=blocking"])
+    args, audit_log = audit_args(tmp_path)
+    cp = control_plane_factory(controller_manager=False, extra_apiserver_args=args)
     return cp, audit_log
 
 
@@ -177,56 +165,6 @@ def _serving_again(kube: Kube, at_least: int, timeout: float, what: str) -> int:
                       retry_on=(AssertionError, ApiException, OSError))
 
 
-def _wall() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-# --------------------------------------------------------------------------- the audit record
-
-
-@dataclass(frozen=True)
-class Write:
-    writer: str
-    received: datetime.datetime
-    answered: datetime.datetime
-    what: str
-
-
-def _stamp(text: str) -> datetime.datetime:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
-
-
-def _writes(audit_log: Path, users: dict[str, str]) -> list[Write]:
-    """Every write of the replicas except to their Lease, by the time the API server received it."""
-    found = []
-    for line in audit_log.read_text().splitlines():
-        event = json.loads(line)
-        user = (event.get("user") or {}).get("username")
-        ref = event.get("objectRef") or {}
-        if user not in users or event.get("verb") not in WRITES or ref.get("resource") == "leases":
-            continue
-        found.append(Write(users[user], _stamp(event["requestReceivedTimestamp"]), _stamp(event["stageTimestamp"]),
-                           f"{event['verb']} {ref.get('resource')} {ref.get('name', '')} "
-                           f"-> {(event.get('responseStatus') or {}).get('code')}"))
-    return sorted(found, key=lambda w: w.received)
-
-
-def _runs(writes: list[Write]) -> list[list[Write]]:
-    runs: list[list[Write]] = []
-    for write in writes:
-        if runs and runs[-1][0].writer == write.writer:
-            runs[-1].append(write)
-        else:
-            runs.append([write])
-    return runs
-
-
-def _describe(runs: list[list[Write]]) -> str:
-    return "\n".join(f"{run[0].writer}: {len(run)} writes, received {run[0].received.time()} .. "
-                     f"{run[-1].received.time()}, last answered {max(w.answered for w in run).time()}"
-                     for run in runs)
-
-
 # --------------------------------------------------------------------------- the test
 
 
@@ -287,7 +225,7 @@ def test_failover_never_lets_two_replicas_write_at_once(audited, tmp_path):
             eventually(lambda: _leading(standby), timeout=LEASE + RENEW + 20, what=f"{standby.name} to take over")
             takeover = time.monotonic() - frozen_at
             _serving_again(kube, 20, timeout=90, what=f"{standby.name} to serve claims")
-            thawed_wall = _wall()
+            thawed_wall = wall()
             leader.thaw()
             eventually(lambda: "lost leadership" in leader.log_since(offset), timeout=30,
                        what=f"{leader.name} to learn it lost the lease")
@@ -313,18 +251,11 @@ def test_failover_never_lets_two_replicas_write_at_once(audited, tmp_path):
             proc.stop()
 
     # The record of the API server.
-    writes = _writes(audit_log, users)
-    runs = _runs(writes)
-    print(f"{len(writes)} writes in {len(runs)} runs:\n{_describe(runs)}")
+    record = writes(audit_log, users)
+    print(f"{len(record)} writes in {len(runs(record))} runs:\n{describe(runs(record))}")
     takeovers = sum(p.log_text().count("took leadership") for p in replicas.values())
-    assert {w.writer for w in writes} == set(REPLICAS), "both replicas must have written for this to prove anything"
-    for before, after in zip(runs, runs[1:]):
-        last_answered = max(w.answered for w in before)
-        assert last_answered < after[0].received, (
-            f"{before[0].writer} and {after[0].writer} wrote at the same time: {before[0].writer}'s write answered "
-            f"at {last_answered.time()}, {after[0].writer}'s received at {after[0].received.time()}\n"
-            f"{_describe(runs)}")
-    assert len(runs) <= takeovers, f"{len(runs)} runs of writes for {takeovers} takeovers:\n{_describe(runs)}"
-    late = [w for w in writes if w.writer == leader.name and w.received >= thawed_wall]
+    assert {w.writer for w in record} == set(REPLICAS), "both replicas must have written for this to prove anything"
+    assert_never_at_once(record, takeovers)
+    late = [w for w in record if w.writer == leader.name and w.received >= thawed_wall]
     assert not late, f"{leader.name} wrote after it was thawed: {late[:5]}"
     assert not check_invariants(kube).broken

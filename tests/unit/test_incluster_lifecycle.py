@@ -9,7 +9,7 @@ import random
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetFinalizers
-from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end
+from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
@@ -379,3 +379,28 @@ def test_the_lock_of_a_claim_gone_while_its_cluster_is_paused_goes_after_its_add
     api.inventory.remove(get(api, kinds.CLUSTER, "c", "ns-a"))
     converge(api, random.Random(0))
     assert _address(api, "m", "ns-a") is None and not _locks(api)
+
+
+def test_a_young_lock_without_its_address_is_left_to_its_maker_until_it_settles():
+    """Another replica made the lock and the IPAddress moments ago, and this replica's view shows the lock
+    but not the address yet. Creating the address from that view could land after the claim was deleted
+    and released (address, then lock): an IPAddress of a gone claim showing an IP no lock holds any more,
+    which the next claim may get. So a lock made by another step is completed only once it is
+    ``LOCK_SETTLE_SECONDS`` old (a maker that crashed in between); until then the pass comes back then."""
+    api = converged(_pool(), _claim("a"), now="2024-01-01T00:00:00Z")
+    api.inventory.lock_settle_seconds = LOCK_SETTLE_SECONDS  # as a controller has it
+    address = _address(api, "a")
+    assert address is not None
+    api.inventory.remove(address)  # the view that trails: the lock shows, the address not yet
+    api.now = "2024-01-01T00:00:03Z"
+    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    made = [a.obj for a in plan.writes if isinstance(a, Create)]
+    assert not made, [(o.namespace(m), o.name(m)) for m in made]
+    assert LOCK_SETTLE_SECONDS == 10 and plan.due == "2024-01-01T00:00:10Z"
+
+    api.now = "2024-01-01T00:00:10Z"  # settled: its maker is gone, this pass makes the address
+    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    made = [a.obj for a in plan.writes if isinstance(a, Create)]
+    assert [(m["apiVersion"], o.name(m), o.spec(m)["address"]) for m in made] == [
+        (gi.CAPI_API_VERSION, "a", "10.0.0.2")]
+    assert plan.due is None
