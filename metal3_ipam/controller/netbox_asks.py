@@ -315,7 +315,9 @@ class NetBoxPools:
     The pool workers give each pass over a NetBoxIPPool the asking state (``answers``) and hand this the
     plan's intents (:meth:`passed`): each key wanted, released or forgotten in :class:`Asking`; keys of
     the pool that no claim carries any more (a claim gone without a release) are forgotten. What is due
-    is sent at once; an answer is filed and wakes the pool's pass (``wake``); the next ask waits for
+    is sent at once; an answer is filed and wakes the pool's pass for the claims carrying its key
+    (``wake(pool, key)``), or for every claim of the pool awaiting an answer when it changed what they
+    show of their server, as does an ask whose deadline passed (``wake(pool, None)``); the next ask waits for
     ``Asking.next_due()`` on one timer, never a fixed poll. Each pool's status is NetBox's
     (:meth:`NetBoxAsks.survey`), written when the pool is first seen or changed, then every
     ``survey_seconds``; a survey is bounded in time, and one runs per pool at a time.
@@ -323,7 +325,7 @@ class NetBoxPools:
     """
 
     def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
-                 wake: Callable[[Any], None], may_act: Callable[[], bool] = lambda: True,
+                 wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
         self.asks = asks
@@ -394,7 +396,7 @@ class NetBoxPools:
         out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
                if (state := self.answers.state(key)) is not None and state.out is not None}
         for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool), self._describe)
+            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe)
         # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
         timed_out = set()
         for key, ref in out.items():
@@ -402,15 +404,19 @@ class NetBoxPools:
             if state is None or state.out is None:
                 timed_out.add(ref)
         for ref in timed_out:
-            self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
+            self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None)
         at = self.answers.next_due()
         if at is not None:
             self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
 
-    def _answered(self, ref: PoolRef, answer: Answer) -> None:
+    def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
+        """File an answer; wake the pool for the claims of its key, or for all its claims awaiting an answer
+        when the answer changed what they show of their server (it failed, or answered again)."""
+        standing = self.answers.server_standing(server)
         filed = self.answers.file(answer, self.clock())
         log.info("NetBoxIPPool %s/%s: %s for key %s: %s", *ref, type(answer).__name__, answer.key, filed.value)
-        self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL))
+        changed = self.answers.server_standing(server) != standing
+        self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None if changed else answer.key)
         self.pump()
 
     def _describe(self, key: str) -> str | None:

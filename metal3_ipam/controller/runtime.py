@@ -191,7 +191,7 @@ class Runtime:
         if NETBOX_IP_POOL in resources:
             self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
                                       inventory=self.inventory, writer=self.writer,
-                                      wake=lambda pool: self.workers.answered(pool), may_act=may_act,
+                                      wake=lambda pool, key: self.workers.answered(pool, key), may_act=may_act,
                                       survey_seconds=options.netbox_survey_seconds,
                                       sweep_seconds=options.netbox_sweep_seconds)
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.netbox)

@@ -210,11 +210,16 @@ class PoolWorkers:
             except KeyError:  # this pool never had that series
                 pass
 
-    def answered(self, pool: o.PoolKey) -> None:
-        """An outside IPAM answered for a key of ``pool``: its claims waiting for an answer are decided again."""
+    def answered(self, pool: o.PoolKey, key: str | None = None) -> None:
+        """An outside IPAM answered for allocation key ``key`` of ``pool``: the claims awaiting it are decided
+        again. ``None``: something that concerns every claim of the pool awaiting an answer (its server
+        failed or answered again, an ask timed out): they all are."""
         ledger = self._ledgers.get(pool)
         if ledger is not None:
-            ledger.wake()
+            if key is None:
+                ledger.wake()
+            else:
+                ledger.answered(key)
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
@@ -287,6 +292,7 @@ class PoolWorkers:
             log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
                       pool.namespace, pool.name, "; ".join(found))
         self._ledgers[pool] = fresh
+        fresh.take_wakes(scope.ledger)  # what was answered while it was built, after its claim was decided
         await self._cooperate(scope.ledger.dismantle())
         await self._note_claims(pool, snapshot.claims, scope.started)
         for key in [k for k in self._waiting_since if k[0] == pool and k[1] not in fresh.claims]:

@@ -448,8 +448,19 @@ class Asking:
         """Why a wanted key without an answer of its own waits: its server's last failure, while that
         server's circuit holds its asks back (the probe is another key's); None otherwise."""
         entry = self._entries.get(key)
-        server = self._servers.get(entry.server) if entry is not None else None
-        return server.refusal if server is not None and server.failures else None
+        return self.server_refusal(entry.server) if entry is not None else None
+
+    def server_refusal(self, server: Hashable) -> Refused | None:
+        """The server's last failure while its circuit holds its asks back (it has not answered since); else None."""
+        state = self._servers.get(server)
+        return state.refusal if state is not None and state.failures else None
+
+    def server_standing(self, server: Hashable) -> str | None:
+        """What the keys waiting behind ``server`` show of it: the reason it failed, while it holds them back;
+        None while it answers. An answer that leaves this as it was concerns its own key only; one that
+        changes it concerns every key waiting on that server."""
+        refusal = self.server_refusal(server)
+        return refusal.reason if refusal is not None else None
 
     def release_refused(self, key: str) -> Refused | None:
         """Why the release of a key being released has not gone through: its last refusal (or timeout), or its
@@ -459,8 +470,7 @@ class Asking:
             return None
         if isinstance(entry.result, Refused):
             return entry.result
-        server = self._servers.get(entry.server)
-        return server.refusal if server is not None and server.failures else None
+        return self.server_refusal(entry.server)
 
     def released(self, key: str) -> bool:
         """Whether the key's address was released (or there was none): its claim may go."""

@@ -92,6 +92,10 @@ class Ledger:
         self.bound_version = 0                      # bumped whenever ``bound`` changes
         self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
         self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
+        # Claims whose decision waits for an outside IPAM's answer (a pool kind with ``outside``) -> the
+        # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
+        # not when an IP goes free (nothing of this pool stands in their way).
+        self.awaiting: dict[o.ClaimKey, str] = {}
         self.deferred_claims: dict[o.ClaimKey, None] = {}
         # Deleted claims whose address is held until a deadline (RFC 3339): decided again once it passed.
         self.due: dict[o.ClaimKey, str] = {}
@@ -102,6 +106,8 @@ class Ledger:
         self.status_clean: tuple | None = None
         self.status_held = False  # a status write was put off (counts and indexes only)
         self._freed = False  # an IP went free since the last pass (or another pool let one go: ``wake``)
+        self._woken = False  # every awaiting claim is decided again in the next pass (``wake``)
+        self._answered: set[str] = set()  # allocation keys answered since the last pass (``answered``)
         # Addresses of the pool that went (or moved), ever: the IPs and names they let go may be what
         # another pool of the namespace waits for (its unserved claims; see ``wake``).
         self.released = 0
@@ -183,6 +189,12 @@ class Ledger:
             self._freed = False
             for ckey in self.unserved:
                 claims[ckey] = None
+        if self._woken or self._answered:
+            for ckey, key in self.awaiting.items():
+                if self._woken or key in self._answered:
+                    claims[ckey] = None
+            self._woken = False
+            self._answered = set()
         return claims, addresses
 
     def key_of(self, address: dict) -> AddressKey:
@@ -234,6 +246,7 @@ class Ledger:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
             self.unserved.pop(key, None)
+            self.awaiting.pop(key, None)
             self.due.pop(key, None)
             self.unbind(key)
             ip = self.kept.pop(key, None)
@@ -336,9 +349,27 @@ class Ledger:
         """Another pool of the namespace let an IP or an address name go: the unserved claims are tried again.
 
         Their error may be that pool's doing (an IP its address held, a name
-        its address had), and nothing in this pool's own changes says so.
+        its address had), and nothing in this pool's own changes says so. The
+        claims awaiting an outside answer are decided again too: a wake is also
+        how a change of the outside IPAM's server (down, back, an ask timed out)
+        reaches what they show.
         """
         self._freed = True
+        self._woken = True
+
+    def answered(self, key: str) -> None:
+        """The outside IPAM answered for allocation key ``key``: the claims awaiting it are decided again.
+
+        Only those: the other claims awaiting an answer are no nearer to theirs (a pool waiting for a
+        thousand releases must not decide all of them again at each answer).
+        """
+        self._answered.add(key)
+
+    def take_wakes(self, other: "Ledger") -> None:
+        """What woke ``other`` and is not decided yet wakes this one (a ledger built afresh replacing it)."""
+        self._freed |= other._freed
+        self._woken |= other._woken
+        self._answered |= other._answered
 
     # -- a pass ----------------------------------------------------------------
 
@@ -382,7 +413,7 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.kept, self.keepers, self.bound, self.unserved):
+                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
                     container.popitem()
@@ -448,6 +479,7 @@ class Ledger:
         if decisions:
             state["bound"] = dict(self.bound)
             state["unserved"] = set(self.unserved)
+            state["awaiting"] = dict(self.awaiting)
         return state
 
 

@@ -285,6 +285,7 @@ class _Reconciler:
             if claim is None:
                 ledger.unbind(key)
                 ledger.unserved.pop(key, None)
+                ledger.awaiting.pop(key, None)
             elif not self.claim_paused(claim) and not self.holds_anything(claim):
                 waiting.append(claim)
             else:
@@ -345,6 +346,7 @@ class _Reconciler:
         key = o.claim_key(claim)
         bound = self.ledger.bound.pop(key, None)
         self.ledger.unserved.pop(key, None)
+        self.ledger.awaiting.pop(key, None)
         with self._counted(budget):
             yield
         if self.ledger.bound.get(key) != bound:
@@ -636,11 +638,11 @@ class _Reconciler:
         if not self.released_outside(claim):
             # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
             self.remember_binding(claim)
-            refusal = self.snap.answers.release_refused(self.outside_key(claim)) \
-                if self.snap.answers is not None else None
+            outside_key = self.outside_key(claim)
+            refusal = self.snap.answers.release_refused(outside_key) if self.snap.answers is not None else None
             if refusal is not None:
                 self.show_release_refused(claim, step, refusal)
-            self.ledger.unserved[key] = None  # the answer wakes it
+            self.ledger.awaiting[key] = outside_key  # the answer for that key wakes it
             self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
             return
         held_until = self.release_after(claim, mine)
@@ -982,7 +984,7 @@ class _Reconciler:
         if answer is None and self.snap.answers is not None:
             held_back = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
         if not isinstance(answer, Granted):
-            self.ledger.unserved[ckey] = None  # an answer filed for its key wakes it
+            self.ledger.awaiting[ckey] = key  # the answer filed for its key wakes it
             if held_back is not None:
                 # The refusal is another key's probe, whose message changes with every probe: a message of its
                 # own keeps the status of every claim waiting behind that server from being rewritten each time.

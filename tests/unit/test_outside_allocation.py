@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking, Granted, Intent, Op, Refused, Released
+from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
 from metal3_ipam.core.pools.netbox import FINALIZERS, NETBOX_IP_POOL
-from metal3_ipam.core.reconcile import reconcile
+from metal3_ipam.core.reconcile import needs_full, plan_pass, reconcile, run_to_end
 from ipam_objects import NS, capi_claim, get, loaded, set_meta, user_delete
 
 POOL = o.PoolKey(NS, "nb", NETBOX_IP_POOL)
@@ -382,3 +383,93 @@ def test_claims_of_an_invalid_netbox_pool_are_refused_naming_the_field_and_nothi
     assert (condition["status"], condition["reason"]) == ("False", "PoolNotReady")
     assert "spec.source.ipRange" in condition["message"] and "10.0.0.9-10.0.0.1" in condition["message"]
     assert world.ipam.asked == [] and KEY_ANNOTATION not in o.annotations(world.claim("a"))
+
+
+# -- passes as the pool workers run them: a ledger kept from the changes ------------------------------------------
+
+
+class KeptWorld(World):
+    """The same world, its passes deciding only what changed (``plan_pass`` over a kept ``Ledger``), and each
+    answer waking the pool as the adapter does (``NetBoxPools._answered``): the claims awaiting its key, or
+    every claim awaiting an answer when it changed what they show of their server."""
+
+    def __init__(self, *objs, seed=0):
+        super().__init__(*objs, seed=seed)
+        self.ledger = Ledger()
+        self.decided: list[set[str]] = []  # per pass: the claims decided as still awaiting their release
+
+    def pass_(self):
+        reload, changes = self.api.inventory.drain(POOL)
+        context = self.api.inventory.snapshot(POOL, self.api.now, self.rng, members=False)
+        context.answers = self.asking
+        if reload or needs_full(self.ledger, context):
+            fresh = Ledger()
+            fresh.take_wakes(self.ledger)
+            self.ledger = fresh
+            plan = run_to_end(plan_pass(self.ledger, self.snapshot(), full=True))
+        else:
+            plan = run_to_end(plan_pass(self.ledger, context, changes))
+        self.decided.append({note.split(":")[0] for note in plan.notes if "let its address go" in note})
+        self.api.apply(plan)
+        self.ledger.settle()
+        for key, intent in plan.intents.items():
+            self.asking.intend(key, intent, (NS, "nb"), SERVER, self.now)
+        self.asking.carried((NS, "nb"), self.keys_carried() | set(plan.intents), self.now)
+        self.out.extend(self.asking.due(self.now))
+        return plan
+
+    def file(self, answer):
+        standing = self.asking.server_standing(SERVER)
+        self.asking.file(answer, self.now)
+        if self.asking.server_standing(SERVER) != standing:
+            self.ledger.wake()
+        else:
+            self.ledger.answered(answer.key)
+
+    def answer(self, ask, twice=False):
+        for _ in range(2 if twice else 1):
+            self.file(self.ipam.run(ask))
+
+
+def test_a_release_answered_decides_again_only_the_claims_carrying_its_key():
+    """Deleted claims wait for their releases; each answer brings a pass for its own claim only (not one over
+    every claim still waiting: a pool releasing N claims made N passes of N decisions each), and a freed IP
+    wakes none of them (nothing of the pool stands in their way)."""
+    names = [f"c{i}" for i in range(6)]
+    world = KeptWorld(*(claim(n) for n in names))
+    world.settle()
+    assert all(ready(world.claim(n)).get("status") == "True" for n in names)
+    for n in names:
+        user_delete(world.api, kinds.CAPI_CLAIM, n)
+    world.pass_()
+    assert world.decided[-1] == set(names)
+    asks, world.out = world.out, []
+    assert sorted(a.op for a in asks) == [Op.RELEASE] * len(names)
+    by_key = {o.annotations(world.claim(n))[KEY_ANNOTATION]: n for n in names}
+    for n, ask in enumerate(asks, 1):
+        world.answer(ask)
+        world.pass_()  # the answered claim's objects and finalizer go
+        world.pass_()  # what that deleted (an IP freed, the claim gone)
+        assert world.decided[-2:] == [set(), set()]  # none of those still waiting was decided again
+        gone = {name for name in names if world.claim(name) is None}
+        assert by_key[ask.key] in gone and len(gone) == n
+    assert world.ipam.held == {}
+    assert not list(world.api.inventory.of_kind(kinds.IPADDRESS))
+
+
+def test_a_server_going_down_or_coming_back_decides_again_every_claim_awaiting_it():
+    """What the waiting claims show of their server changes with an answer of another key (the server refused
+    as down, or answered again): all of them are decided again, and say so."""
+    world = KeptWorld(*(claim(n) for n in "abc"))
+    first, *rest = world.first_asks()
+    assert not world.pass_() and not world.pass_()  # settled: nothing changes until an answer comes
+    world.file(Refused(first.key, first.attempt, "NetBoxUnreachable", "connection refused", server_down=True))
+    assert world.asking.server_standing(SERVER) == "NetBoxUnreachable"
+    world.pass_()
+    assert {ready(world.claim(n))["reason"] for n in "abc"} == {"NetBoxUnreachable"}
+    for ask in rest:  # answered after all: the server is back
+        world.answer(ask)
+    assert world.asking.server_standing(SERVER) is None
+    world.settle()
+    assert {ready(world.claim(n))["status"] for n in "abc"} == {"True"}
+    assert len(world.ipam.held) == 3
