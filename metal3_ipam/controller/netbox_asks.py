@@ -55,7 +55,8 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import PRESENT, Found, Sweep, description, disown, home_in, home_of, home_state, rehome
+from metal3_ipam.core.sweep import (Found, Sweep, description, disown, home_in, home_of, home_state, rehome,
+                                    unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -442,12 +443,9 @@ class NetBoxPools:
         """Each NetBox server of the pools held swept once (``core.sweep``); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
         for pool_key in self.inventory.pool_keys():
-            pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name) \
-                if pool_key.kind == NETBOX_IP_POOL else None
-            model = read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
+            model = self._live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
             if model is not None:
                 servers.setdefault(model.server, model)
-                self.asks.pool_changed(model)
         released: list[Found] = []
         for server, model in servers.items():
             judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
@@ -458,11 +456,8 @@ class NetBoxPools:
                 return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
                         rehome(found, self._describe, home) + disown(found, moved_away, self._describe, home))
 
-            def still(item: Found) -> bool:  # carried by nothing, homed here, as the sweep judged it
-                at = home_in(item.description)
-                return not self.inventory.claims_carrying(item.key) and self.answers.state(item.key) is None \
-                    and item.key not in self.inventory.moved_away and at is not None \
-                    and home_state(self._homes())(at) == PRESENT
+            def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
+                return unclaimed_here(item, self._carried(), home_state(self._homes()))
             try:
                 listed, done, described = await self.asks.sweep(model, choose, still)
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
@@ -485,16 +480,13 @@ class NetBoxPools:
     def _carried(self) -> Callable[[str], bool]:
         """Whether a key is a claim's or a lock's, or has an ask out or due, or its claim was seen leave for a
         ``clusterctl move`` (its address is the copy's in the target)."""
-        locks = set()
-        for (kind, _, _), obj in self.inventory.objects.items():
-            if kind == kinds.IPADDRESS and (key := claim_key(obj)[0]) is not None:
-                locks.add(key)
+        locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := claim_key(lock)[0]) is not None}
         return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
             or self.answers.state(key) is not None or key in self.inventory.moved_away
 
     def _homes(self) -> Iterable[tuple[str, dict]]:
-        for (kind, _, _), obj in self.inventory.objects.items():
-            if kind in (kinds.CLUSTER, NETBOX_IP_POOL):
+        for kind in (kinds.CLUSTER, NETBOX_IP_POOL):
+            for obj in self.inventory.of_kind(kind):
                 yield kind[1], obj
 
     # -- surveys ------------------------------------------------------------------------
@@ -512,12 +504,16 @@ class NetBoxPools:
                 if pool_key.kind == NETBOX_IP_POOL:
                     self.survey_soon(pool_key)
 
+    def _live_pool(self, pool_key: Any) -> NetBoxPool | None:
+        """The NetBoxIPPool as read, if it is held, readable and not being deleted."""
+        pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
+        return read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
+
     async def _survey(self, pool_key: Any) -> None:
         if not self.may_act():
             return
-        pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
-        model = read_pool(pool_obj)[0] if pool_obj is not None else None
-        if model is None or o.is_deleting(pool_obj):
+        model = self._live_pool(pool_key)
+        if model is None:
             return
         try:
             survey = await self.asks.survey(model)

@@ -98,6 +98,13 @@ class Found:
     description: str
 
 
+def unclaimed_here(item: Found, carried: Callable[[str], bool], home: Callable[[Home], str]) -> bool:
+    """Whether an address may be released as far as one look says: homed at an object here, not paused, and
+    its key carried by nothing here (``Sweep.judge`` adds the sightings a grace apart)."""
+    at = home_in(item.description)
+    return at is not None and not carried(item.key) and home(at) == PRESENT
+
+
 class Sweep:
     """The sightings of candidate addresses between sweeps; :meth:`judge` says which to release now."""
 
@@ -113,8 +120,7 @@ class Sweep:
         since: dict[int, tuple[Found, float]] = {}
         release = []
         for item in found:
-            at = home_in(item.description)
-            if at is None or carried(item.key) or home(at) != PRESENT:
+            if not unclaimed_here(item, carried, home):
                 continue
             first = self._since.get(item.id)
             if first is None or first[0] != item:
