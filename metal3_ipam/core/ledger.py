@@ -155,6 +155,9 @@ class Ledger:
             if kind in CLAIM_KINDS:
                 ckey = (kind[1], name, namespace) if self.cluster_scoped else (kind[1], name)
                 old = self.claims.get(ckey)
+                if ckey in self.awaiting:
+                    # The claims refused for carrying its key (see reconcile's ``key_owner``) await it too.
+                    self._answered.add(self.awaiting[ckey])
                 if old is not None:
                     self.drop(old)
                 if obj is not None:

@@ -974,6 +974,9 @@ class _Reconciler:
             return
         owner = self.key_owner(key, claim)
         if owner is not None:
+            # Decided again when a claim awaiting this key changes or goes (``Ledger.apply``): the key may be
+            # its own then. An owner holding an address frees an IP when it goes, which wakes it too.
+            self.ledger.awaiting[ckey] = key
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"metadata.annotations[{outside.annotation}]: allocation key {key} is carried by "
                              f"{kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names; remove the "

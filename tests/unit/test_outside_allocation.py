@@ -473,3 +473,22 @@ def test_a_server_going_down_or_coming_back_decides_again_every_claim_awaiting_i
     world.settle()
     assert {ready(world.claim(n))["status"] for n in "abc"} == {"True"}
     assert len(world.ipam.held) == 3
+
+
+def test_a_claim_refused_for_a_key_carried_first_by_another_is_served_once_that_claim_is_gone():
+    """Two claims carry one allocation key (a manifest copied with its annotation); the one created first has
+    it, the other is refused naming it. That first claim is deleted before its address came: the key, and the
+    address it is granted, are the remaining claim's, which a kept ledger must decide again then (nothing of
+    the pool is freed, and the refused claim awaits no answer)."""
+    a = claim("a")
+    a["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, creationTimestamp="2024-01-01T00:00:00Z")
+    b = claim("b")
+    b["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, creationTimestamp="2024-01-01T00:00:01Z")
+    world = KeptWorld(a, b)
+    world.pass_()
+    world.pass_()
+    assert "carried by" in ready(world.claim("b"))["message"]
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert world.claim("a") is None
+    assert ready(world.claim("b")).get("status") == "True", ready(world.claim("b"))
