@@ -278,9 +278,27 @@ class PoolWorkers:
         for key, obj in changes:
             if key[0] in CLAIM_KINDS and obj is None:
                 self._waiting_since.pop((pool, _claim_key(pool, key[0][1], key[1], key[2])), None)
+        self._wake_carriers(pool, scope.ledger, changes)
         plan = await self._cooperate(plan_pass(scope.ledger, scope.context, changes, max_steps=self.max_steps,
                                                status_due=scope.status_due))
         return scope.ledger, plan
+
+    def _wake_carriers(self, pool: o.PoolKey, ledger: Ledger, changes: list[tuple[ObjKey, dict | None]]) -> None:
+        """Claims of an outside IPAM's pool that carry an allocation key changed or went (the ledger still holds
+        their versions before): the claims of other pools refused for carrying one of those keys too await it
+        (see reconcile's ``key_owner``), and are decided again, as the key may be theirs now. (Those of this pool
+        are woken by the ledger itself.)"""
+        outside = pools.REGISTRY[pool.kind].outside
+        if outside is None:
+            return
+        keys: set[str] = set()
+        for key, obj in changes:
+            if key[0] in CLAIM_KINDS:
+                old = ledger.claims.get(_claim_key(pool, key[0][1], key[1], key[2]))
+                keys.update(k for k in (outside.read_key(v)[0] for v in (old, obj) if v is not None) if k is not None)
+        for outside_key in keys:
+            for other in {o.pool_of(c) for c in self.inventory.claims_carrying(outside_key)} - {pool, None}:
+                self.answered(other, outside_key)
 
     async def _decide_afresh(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Plan]:
         """The ledger built again from every object of the pool, which replaces the kept one; every claim and
