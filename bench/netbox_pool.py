@@ -19,7 +19,11 @@ worker and four threads, from the cached install and dump), in one run:
    field; release, the lookup then ``DELETE ip-addresses/<id>/``. Printed: both
    times, the ratio controller/floor (goal <= 1.3) each way, and the NetBox
    requests of each side by kind with NetBox's own milliseconds for them (from
-   gunicorn's access log), which shows where the time goes.
+   gunicorn's access log), which shows where the time goes. The sides run one
+   after the other on a shared machine, so a load that changes meanwhile moves
+   a ratio: ``--rounds R`` (default 3) runs both R times, the controller first
+   in the odd rounds and the floor first in the even ones, each round on fresh
+   prefixes, and judges the median ratios.
 2. Metal3 claims while NetBox is slow or down. One controller serves a
    namespace with a NetBoxIPPool and a Metal3 IPPool. In each phase a burst of
    K NetBox claims is created and, meanwhile, M Metal3 IPClaims one after the
@@ -32,10 +36,10 @@ worker and four threads, from the cached install and dump), in one run:
    median (goal <= 1.5); then NetBox is back and the time until every NetBox
    claim of the phases is bound, with one NetBox address each.
 
-    python bench/netbox_pool.py [--claims 500] [--latency-claims 100] [--rate 5] [--netbox-burst 40]
+    python bench/netbox_pool.py [--claims 500] [--rounds 3] [--latency-claims 100] [--rate 5] [--netbox-burst 40]
 
 ``BENCH_CLAIMS=N`` sets ``--claims`` when not given (a quick run: ``BENCH_CLAIMS=20
-python bench/netbox_pool.py --latency-claims 10 --netbox-burst 5``).
+python bench/netbox_pool.py --rounds 2 --latency-claims 10 --netbox-burst 5``).
 """
 
 from __future__ import annotations
@@ -301,17 +305,27 @@ def capi_addresses(api, ns: str) -> list[dict]:
 # --------------------------------------------------------------------------- 1. throughput
 
 
-def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parallel: int, timeout: int,
-               nets: Iterator[ipaddress.IPv4Network]) -> tuple[float, float]:
-    """Bind and release N claims by the controller, then the floor's calls; prints; (bind, release) ratios."""
-    ns, pool = "throughput", "bench"
-    net = next(nets)
+@dataclass
+class Phase:
+    """One side's bind or release of the N claims: seconds, the NetBox requests logged, the load average at
+    its start, the CPU spent by NetBox, the control plane and the client; ``controller_cpu`` on that side."""
+    seconds: float
+    requests: list[tuple[str, str, str, int, int]]
+    load: str
+    costs: Costs
+    controller_cpu: float | None = None
+
+
+def controller_side(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parallel: int, timeout: int,
+                    net: ipaddress.IPv4Network, ns: str) -> tuple[Phase, Phase]:
+    """The controller binds, then releases, N claims of a NetBoxIPPool on ``net``: (bind, release)."""
+    pool = "bench"
     create_namespace(api, ns)
     put_token(api, ns, nb.token)
     netbox_prefix(nb, net)
     create_netbox_pool(api, ns, pool, nb.url, net)
     names = [f"claim-{i:05d}" for i in range(n)]
-    with Controller(plane, [ns], tmp / "throughput.log", parallel).running() as ctrl:
+    with Controller(plane, [ns], tmp / f"{ns}.log", parallel).running() as ctrl:
         wait_serving(api, ns, pool)
         ctrl.settle()
         watch = ClaimWatch(api, CAPI_CLAIMS)
@@ -319,58 +333,77 @@ def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parall
         load, cpu, mark, costs = load_average(), ctrl.cpu_seconds(), log.mark(), Costs.now(nb, plane)
         started = time.monotonic()
         claims.create(api, netbox_claims(ns, names, pool), parallel)
-        ctrl_bind = watch.wait_bound(claims.sent, timeout) - started
-        bind_requests, bind_cpu = log.since(mark), ctrl.cpu_seconds() - cpu
-        bind_costs = Costs.now(nb, plane) - costs
+        seconds = watch.wait_bound(claims.sent, timeout) - started
+        bind = Phase(seconds, log.since(mark), load, Costs.now(nb, plane) - costs, ctrl.cpu_seconds() - cpu)
         ips = {a["spec"]["address"] for a in capi_addresses(api, ns)}
         held = owned_in(nb, net, OWNER)
         if len(ips) != n or len(held) != n or len(set(held)) != n:
             raise SystemExit(f"{n} claims bound: {len(ips)} distinct IPs, {len(held)} NetBox addresses "
                              f"({len(set(held))} keys)")
-        release_load, cpu, mark, costs = load_average(), ctrl.cpu_seconds(), log.mark(), Costs.now(nb, plane)
+        load, cpu, mark, costs = load_average(), ctrl.cpu_seconds(), log.mark(), Costs.now(nb, plane)
         started = time.monotonic()
         claims.delete(api, parallel)
-        ctrl_release = watch.wait_gone(claims.sent, timeout) - started
-        release_requests, release_cpu = log.since(mark), ctrl.cpu_seconds() - cpu
-        release_costs = Costs.now(nb, plane) - costs
+        seconds = watch.wait_gone(claims.sent, timeout) - started
+        release = Phase(seconds, log.since(mark), load, Costs.now(nb, plane) - costs, ctrl.cpu_seconds() - cpu)
         watch.stop()
-        left = owned_in(nb, net, OWNER)
-        if left:
-            raise SystemExit(f"{len(left)} NetBox addresses left after every claim was released")
+    left = owned_in(nb, net, OWNER)
+    if left:
+        raise SystemExit(f"{len(left)} NetBox addresses left after every claim was released")
+    return bind, release
 
-    floor_net = next(nets)
-    floor = PlainClient(nb, netbox_prefix(nb, floor_net))
+
+def floor_side(plane, nb: NetBox, log: AccessLog, n: int, net: ipaddress.IPv4Network) -> tuple[Phase, Phase]:
+    """The plain client makes the same NetBox calls for N keys on ``net``: (bind, release)."""
+    floor = PlainClient(nb, netbox_prefix(nb, net))
     keys = [uuid.uuid4().hex for _ in range(n)]
-    floor_load, mark, costs = load_average(), log.mark(), Costs.now(nb, plane)
-    floor_bind = floor.run(keys, release=False)
-    floor_bind_requests, floor_bind_costs = log.since(mark), Costs.now(nb, plane) - costs
-    if len(owned_in(nb, floor_net, FLOOR_OWNER)) != n:
-        raise SystemExit("floor: not every key got its NetBox address")
-    floor_release_load, mark, costs = load_average(), log.mark(), Costs.now(nb, plane)
-    floor_release = floor.run(keys, release=True)
-    floor_release_requests, floor_release_costs = log.since(mark), Costs.now(nb, plane) - costs
-    if owned_in(nb, floor_net, FLOOR_OWNER):
-        raise SystemExit("floor: addresses left after the release")
+    phases = []
+    for release in (False, True):
+        load, mark, costs = load_average(), log.mark(), Costs.now(nb, plane)
+        seconds = floor.run(keys, release=release)
+        phases.append(Phase(seconds, log.since(mark), load, Costs.now(nb, plane) - costs))
+        if not release and len(owned_in(nb, net, FLOOR_OWNER)) != n:
+            raise SystemExit("floor: not every key got its NetBox address")
+    held = owned_in(nb, net, FLOOR_OWNER)
+    if held:
+        raise SystemExit(f"floor: {len(held)} addresses left after the release")
+    return phases[0], phases[1]
 
-    print(f"1. {n} IPAddressClaims of one NetBoxIPPool (a /{net.prefixlen}), {parallel} parallel requests of the "
-          f"user, {CONCURRENCY} NetBox requests in flight on both sides")
-    ratios = []
-    for phase, c_s, f_s, c_req, f_req, c_cpu, c_load, f_load, c_costs, f_costs in (
-            ("bind", ctrl_bind, floor_bind, bind_requests, floor_bind_requests, bind_cpu, load, floor_load,
-             bind_costs, floor_bind_costs),
-            ("release", ctrl_release, floor_release, release_requests, floor_release_requests, release_cpu,
-             release_load, floor_release_load, release_costs, floor_release_costs)):
-        ratio = c_s / f_s
-        ratios.append(ratio)
-        print(f"{phase}: controller {c_s:.2f} s ({c_s / n * 1000:.1f} ms/claim, {c_cpu / n * 1000:.1f} ms CPU/claim; "
-              f"load {c_load}), floor {f_s:.2f} s ({f_s / n * 1000:.1f} ms/claim; load {f_load}); ratio "
-              f"controller/floor {ratio:.2f} {verdict(ratio, THROUGHPUT_GOAL)}")
-        print(f"  NetBox requests, controller: {describe_requests(c_req, n)}")
-        print(f"  NetBox requests, floor:      {describe_requests(f_req, n)}")
-        print(f"  controller side {c_costs.per_claim(n, c_cpu)}")
-        print(f"  floor           {f_costs.per_claim(n)}")
+
+def throughput(plane, api, tmp: Path, nb: NetBox, log: AccessLog, n: int, parallel: int, timeout: int,
+               nets: Iterator[ipaddress.IPv4Network], rounds: int) -> dict[str, list[float]]:
+    """Bind and release N claims by the controller and by the floor, ``rounds`` times, the side that goes
+    first alternating (so a load that changes during the run weighs on both); prints; the ratios per phase."""
+    print(f"1. {n} IPAddressClaims of one NetBoxIPPool (a /22), {parallel} parallel requests of the user, "
+          f"{CONCURRENCY} NetBox requests in flight on both sides")
+    ratios: dict[str, list[float]] = {"bind": [], "release": []}
+    for r in range(rounds):
+        sides = {}
+        for side in (("controller", "floor") if r % 2 == 0 else ("floor", "controller")):
+            if side == "controller":
+                sides[side] = controller_side(plane, api, tmp, nb, log, n, parallel, timeout, next(nets),
+                                              f"throughput-{r}")
+            else:
+                sides[side] = floor_side(plane, nb, log, n, next(nets))
+        first = "controller" if r % 2 == 0 else "floor"
+        print(f"round {r + 1} of {rounds} ({first} first):")
+        for i, phase in enumerate(("bind", "release")):
+            ctrl, floor = sides["controller"][i], sides["floor"][i]
+            ratio = ctrl.seconds / floor.seconds
+            ratios[phase].append(ratio)
+            print(f"{phase}: controller {ctrl.seconds:.2f} s ({ctrl.seconds / n * 1000:.1f} ms/claim, "
+                  f"{ctrl.controller_cpu / n * 1000:.1f} ms CPU/claim; load {ctrl.load}), floor {floor.seconds:.2f} s "
+                  f"({floor.seconds / n * 1000:.1f} ms/claim; load {floor.load}); ratio controller/floor {ratio:.2f}")
+            print(f"  NetBox requests, controller: {describe_requests(ctrl.requests, n)}")
+            print(f"  NetBox requests, floor:      {describe_requests(floor.requests, n)}")
+            print(f"  controller side {ctrl.costs.per_claim(n, ctrl.controller_cpu)}")
+            print(f"  floor           {floor.costs.per_claim(n)}")
+        sys.stdout.flush()
+    for phase, values in ratios.items():
+        median = statistics.median(values)
+        print(f"{phase} ratio controller/floor: {median:.2f} {verdict(median, THROUGHPUT_GOAL)}"
+              + (f" (median of {', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""))
     sys.stdout.flush()
-    return ratios[0], ratios[1]
+    return ratios
 
 
 # --------------------------------------------------------------------------- 2. latency while NetBox is down
@@ -491,6 +524,9 @@ def main() -> int:
     p.add_argument("--rate", type=positive, default=5, help="Metal3 IPClaims created a second (default 5)")
     p.add_argument("--slow", type=float, default=2.0,
                    help="seconds each NetBox request is held in the slow phase (default 2)")
+    p.add_argument("--rounds", type=bounded(1, 9), default=3,
+                   help="the throughput part this many times, controller and floor in turn first, in fresh "
+                        "namespaces and prefixes; the verdict on the median ratios (default 3)")
     p.add_argument("--skip", choices=("throughput", "latency"), help="leave one part out")
     args = p.parse_args()
     began, load_before = time.monotonic(), load_average()
@@ -500,7 +536,7 @@ def main() -> int:
         log = AccessLog(nb)
         print(f"NetBox {nb.version} on {nb.url}, started in {nb.startup_seconds.get('total', 0):.1f} s")
         if args.skip != "throughput":
-            throughput(plane, api, tmp, nb, log, args.claims, args.parallel, args.timeout, nets)
+            throughput(plane, api, tmp, nb, log, args.claims, args.parallel, args.timeout, nets, args.rounds)
         if args.skip != "latency":
             latency(plane, api, tmp, nb, args.latency_claims, args.netbox_burst, args.rate, args.slow,
                     args.parallel, args.timeout, nets)
