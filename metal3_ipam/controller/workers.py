@@ -36,7 +36,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -278,24 +278,23 @@ class PoolWorkers:
         for key, obj in changes:
             if key[0] in CLAIM_KINDS and obj is None:
                 self._waiting_since.pop((pool, _claim_key(pool, key[0][1], key[1], key[2])), None)
-        self._wake_carriers(pool, scope.ledger, changes)
+        self._wake_carriers(pool, ((scope.ledger.claims.get(_claim_key(pool, key[0][1], key[1], key[2])), obj)
+                                   for key, obj in changes if key[0] in CLAIM_KINDS))
         plan = await self._cooperate(plan_pass(scope.ledger, scope.context, changes, max_steps=self.max_steps,
                                                status_due=scope.status_due))
         return scope.ledger, plan
 
-    def _wake_carriers(self, pool: o.PoolKey, ledger: Ledger, changes: list[tuple[ObjKey, dict | None]]) -> None:
-        """Claims of an outside IPAM's pool that carry an allocation key changed or went (the ledger still holds
-        their versions before): the claims of other pools refused for carrying one of those keys too await it
-        (see reconcile's ``key_owner``), and are decided again, as the key may be theirs now. (Those of this pool
-        are woken by the ledger itself.)"""
+    def _wake_carriers(self, pool: o.PoolKey, changed: Iterable[tuple[dict | None, dict | None]]) -> None:
+        """Claims of an outside IPAM's pool that carry an allocation key changed or went, as (before, now) pairs:
+        the claims of other pools refused for carrying one of those keys too await it (see reconcile's
+        ``key_owner``), and are decided again, as the key may be theirs now. (Those of this pool are woken by
+        the ledger itself.)"""
         outside = pools.REGISTRY[pool.kind].outside
         if outside is None:
             return
         keys: set[str] = set()
-        for key, obj in changes:
-            if key[0] in CLAIM_KINDS:
-                old = ledger.claims.get(_claim_key(pool, key[0][1], key[1], key[2]))
-                keys.update(k for k in (outside.read_key(v)[0] for v in (old, obj) if v is not None) if k is not None)
+        for pair in changed:
+            keys.update(k for k in (outside.read_key(v)[0] for v in pair if v is not None) if k is not None)
         for outside_key in keys:
             for other in {o.pool_of(c) for c in self.inventory.claims_carrying(outside_key)} - {pool, None}:
                 self.answered(other, outside_key)
@@ -310,6 +309,9 @@ class PoolWorkers:
             log.error("pool %s/%s: the kept allocation state differed from a recompute (replaced by it): %s",
                       pool.namespace, pool.name, "; ".join(found))
         self._ledgers[pool] = fresh
+        kept = scope.ledger.claims
+        self._wake_carriers(pool, ((kept.get(k), fresh.claims.get(k)) for k in kept.keys() | fresh.claims.keys()
+                                   if _version(kept.get(k)) != _version(fresh.claims.get(k))))
         fresh.take_wakes(scope.ledger)  # what was answered while it was built, after its claim was decided
         await self._cooperate(scope.ledger.dismantle())
         await self._note_claims(pool, snapshot.claims, scope.started)
@@ -542,3 +544,7 @@ def _is_bound(claim: dict) -> bool:
 def _claim_key(pool: o.PoolKey, kind: str, namespace: str, name: str) -> o.ClaimKey:
     """The key of a claim of ``pool`` (see ``objects.ClaimKey``): with its namespace in a pool of cluster scope."""
     return (kind, name) if pool.namespace else (kind, name, namespace)
+
+
+def _version(obj: dict | None) -> Any:
+    return None if obj is None else o.meta(obj).get("resourceVersion")

@@ -528,3 +528,45 @@ def test_a_copy_refused_in_another_namespace_is_decided_again_when_the_claim_car
         assert condition["reason"] == "AllocationPending" and "k1" in condition["message"], condition
 
     asyncio.run(scenario())
+
+
+def test_a_copy_in_another_namespace_is_decided_again_when_a_full_pass_sees_the_claim_carrying_the_key_go():
+    """As above, with the pass of the carrier's pool that sees it gone a full one (its finalizer stripped, and
+    its pool's spec edited in the same moment, which loads the ledger afresh): the copy's pool is told all
+    the same, not left to its own audit."""
+    import asyncio
+
+    from metal3_ipam.controller.workers import PoolWorkers
+    from test_pool_passes import MemoryWriter, until_quiet
+
+    other = "other"
+    a = claim("a")
+    a["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, creationTimestamp="2024-01-01T00:00:00Z")
+    copy = capi_claim("a", "nb", ns=other, api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1],
+                      annotations={KEY_ANNOTATION: "k1"})
+    copy["metadata"]["creationTimestamp"] = "2024-01-01T00:00:01Z"
+    second = netbox_pool()
+    second["metadata"] = {**second["metadata"], "namespace": other}
+    api = loaded(netbox_pool(), second, a, copy)
+    here, there = POOL, o.PoolKey(other, "nb", NETBOX_IP_POOL)
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), audit_seconds=3600)
+        for _ in range(2):
+            await until_quiet(workers, here)
+            await until_quiet(workers, there)
+        assert "carried by" in ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))["message"]
+        set_meta(api, kinds.CAPI_CLAIM, "a", finalizers=[])  # gone at once: seen by the next pass only
+        user_delete(api, kinds.CAPI_CLAIM, "a")
+        edited = get(api, NETBOX_IP_POOL, "nb")
+        edited = {**edited, "spec": {**edited["spec"], "dnsServers": ["10.0.0.53"]},
+                  "metadata": {**edited["metadata"], "generation": 2, "resourceVersion": api._next_version()}}
+        api.inventory.upsert(edited)
+        for _ in range(2):
+            await until_quiet(workers, here)
+            await until_quiet(workers, there)
+        assert get(api, kinds.CAPI_CLAIM, "a") is None
+        condition = ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))
+        assert condition["reason"] == "AllocationPending" and "k1" in condition["message"], condition
+
+    asyncio.run(scenario())
