@@ -167,6 +167,32 @@ def copied(kube: Kube, target: Kube, netbox, api_client, key: str) -> str:
     return uid
 
 
+def held_while_the_source_was_down(controller_factory, kube, target, netbox, api_client):
+    """:func:`bound`; the source controller stopped; the move pauses the Cluster, copies the pool and claim to
+    the target (whose controller runs, sweeping every 2 s, a lease of its own), deletes the claim and stops;
+    the target's sweep marks the address held by its paused Cluster; the source started again for the retry
+    (its Cluster unpaused), five of its sweeps. Returns the source and target controllers, the key's value,
+    the address as bound and as held, and the target Cluster's uid."""
+    ctl, value, address = bound(controller_factory, kube, netbox, api_client)
+    source_uid = kube.get(CLUSTER, "clusters", "c1")["metadata"]["uid"]
+    who, key = value.split("/", 1)
+    ctl.stop()
+    kube.patch(CLUSTER, "clusters", "c1", {"spec": {"paused": True}})  # the move begins
+    target_uid = copied(kube, target, netbox, api_client, key)
+    target_ctl = controller_factory(["-n", target.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP,
+                                     "--leader-election-namespace", target.ns], name="target")
+    moved_away(kube, "m")  # ... and stops before deleting the pool and the Cluster, and unpausing the target's
+    eventually(lambda: [held_in(a["description"]) for a in holding(netbox, value)] == [Home("Cluster", target_uid)],
+               timeout=60, what="the target's sweep to mark the address held by its paused claim")
+    (held,) = holding(netbox, value)
+    assert home_in(held["description"]) == Home("Cluster", source_uid), held["description"]
+    started_for_the_retry(ctl, kube)
+    assert [a["id"] for a in holding(netbox, value)] == [address["id"]], \
+        "the sweep released the address of a claim moved to another cluster"
+    assert holding(netbox, value)[0]["description"] == held["description"]  # written once, by the target
+    return ctl, target_ctl, value, address, held, target_uid
+
+
 def test_a_source_down_during_a_move_stopped_half_way_keeps_the_moved_claims_addresses(controller_factory, kube,
                                                                                       target, netbox, api_client):
     """The source controller is down while the move deletes the claim: it never sees it leave, and the
@@ -175,24 +201,8 @@ def test_a_source_down_during_a_move_stopped_half_way_keeps_the_moved_claims_add
     there (``held=Cluster:<uid>``, the home left as it is). The source, started again once its Cluster is
     unpaused for the retry, finds no claim carrying the key and leaves the address all the same; when the
     retry finishes (the target's Cluster unpaused), the target homes it at its own Cluster."""
-    ctl, value, address = bound(controller_factory, kube, netbox, api_client)
-    source_uid = kube.get(CLUSTER, "clusters", "c1")["metadata"]["uid"]
-    who, key = value.split("/", 1)
-    ctl.stop()
-    kube.patch(CLUSTER, "clusters", "c1", {"spec": {"paused": True}})  # the move begins
-    target_uid = copied(kube, target, netbox, api_client, key)
-    target_ctl = controller_factory(["-n", target.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP,
-                                     "--leader-election-namespace", target.ns], name="target")  # a lease of its own
-    moved_away(kube, "m")  # ... and stops before deleting the pool and the Cluster, and unpausing the target's
-    eventually(lambda: [held_in(a["description"]) for a in holding(netbox, value)] == [Home("Cluster", target_uid)],
-               timeout=60, what="the target's sweep to mark the address held by its paused claim")
-    (now,) = holding(netbox, value)
-    assert home_in(now["description"]) == Home("Cluster", source_uid), now["description"]
-    started_for_the_retry(ctl, kube)
-    assert [a["id"] for a in holding(netbox, value)] == [address["id"]], \
-        "the sweep released the address of a claim moved to another cluster"
-    assert holding(netbox, value)[0]["description"] == now["description"]  # written once, by the target
-
+    ctl, target_ctl, value, address, _, target_uid = held_while_the_source_was_down(
+        controller_factory, kube, target, netbox, api_client)
     target.patch(CLUSTER, "clusters", "c1", {"spec": {"paused": False}})  # the move's retry finishes there
     target.capi_bound("m", timeout=90)
     eventually(lambda: [(home_in(a["description"]), held_in(a["description"])) for a in holding(netbox, value)]
@@ -200,6 +210,21 @@ def test_a_source_down_during_a_move_stopped_half_way_keeps_the_moved_claims_add
     sweeps_after(ctl, ctl.log_size(), 2)
     assert [a["id"] for a in holding(netbox, value)] == [address["id"]]
     assert "no claim carries its key" not in ctl.log_text() + target_ctl.log_text()
+
+
+def test_a_hold_whose_copies_were_deleted_is_taken_off_and_the_address_swept(controller_factory, kube, target,
+                                                                             netbox, api_client):
+    """The move given up instead: the target's copy of the claim deleted past its finalizers (its Cluster
+    stays). The target's next sweep takes its hold off; the address is then the source's leak (homed at its
+    Cluster, unpaused, no claim carrying its key anywhere) and its sweep releases it."""
+    ctl, target_ctl, value, _, held, _ = held_while_the_source_was_down(
+        controller_factory, kube, target, netbox, api_client)
+    target.patch(CAPI, "ipaddressclaims", "m", {"metadata": {"finalizers": None}})
+    target.delete(CAPI, "ipaddressclaims", "m")
+    target.gone(CAPI, "ipaddressclaims", "m", timeout=30)
+    eventually(lambda: holding(netbox, value) == [], timeout=60, what="the source's sweep to release the address")
+    assert "no longer held by a paused claim here" in target_ctl.log_text()
+    assert "no claim carries its key" in ctl.log_text()
 
 
 @pytest.mark.xfail(strict=True, reason=(
