@@ -21,6 +21,7 @@ address only when all of these hold:
   move that stops half-way leaves it paused); a NetBoxIPPool, which no Cluster
   pauses, counts as paused while a Cluster of its namespace is (the move of a
   namespace deletes its claims before its pools, and may stop in between);
+* its description names no hold (``held=``, below);
 * no claim this controller holds carries its key, no lock records it, and no
   ask of the key is out or due;
 * it was found so, the same address with the same key and home, by two sweeps
@@ -32,6 +33,33 @@ release, or edited) is never swept. The source of a move that sees a claim
 leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
 off its address (:func:`disown`): a move that stops after deleting the claims
 leaves their Cluster here, and the retry of the move begins by unpausing it.
+
+A source controller down while the claims were deleted never sees them leave,
+so the target speaks instead (:func:`hold`). A claim whose key's address is
+homed at an object absent here while the claim's own home is paused (the copy
+in the target of a move under way or stopped half-way) does not take the home:
+the source's Cluster is paused too during a move, and the two would write it
+back and forth. Its sweep marks the address held by that paused home, a second
+token after the home: ``metal3-ipam home=Cluster:<uid> held=Cluster:<uid>
+claim ns/name`` (the home first and whole; what is cut to NetBox's 200
+characters is the claim's name). No sweep releases an address that names a
+hold, whoever's: another cluster's object may be gone or not, nothing here can
+tell, and leaving an address behind is the safe side. A hold is written only
+where none is (any hold is enough), and changed only by the controller that
+holds the object it names: the claim's home unpaused, it is homed here
+(:func:`rehome` writes the whole description, so the hold goes with it); no
+paused claim of it carrying the key any more (the copies of a move given up
+deleted), its sweep takes the hold off, and the address is swept again as any.
+A hold whose object is deleted with its whole cluster (or namespace) before
+its controller took it off stays: its address is found in NetBox by
+``description__ic=held%3D`` and released there by hand.
+
+At most one description per address and sweep (:func:`describe_anew`). No
+controller writes an address back and forth for any order of pauses of the
+two sides of a move, but for one case: two live claims carrying the key in
+two clusters, both unpaused (a move restored from a directory while the source
+runs), each homing it at its own Cluster at each sweep.
+
 Before deleting, the adapter reads the address again by id and deletes it only
 if its key and description are still what the sweep judged, and no claim
 carries its key and its home is here and not paused still.

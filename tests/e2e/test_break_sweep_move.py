@@ -19,7 +19,7 @@ pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, Kube  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.netbox import owned_key  # noqa: E402
+from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION  # noqa: E402
 from metal3_ipam.core.sweep import Home, held_in, home_in  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
@@ -186,6 +186,10 @@ def held_while_the_source_was_down(controller_factory, kube, target, netbox, api
                timeout=60, what="the target's sweep to mark the address held by its paused claim")
     (held,) = holding(netbox, value)
     assert home_in(held["description"]) == Home("Cluster", source_uid), held["description"]
+    # How an operator finds held addresses (README): this owner's, whose description names a hold.
+    mine = f"ipam/ip-addresses/?cf_{KEY_FIELD}__isw={who}/"
+    assert [a["id"] for a in netbox.api("GET", mine + "&description__ic=held%3D")["results"]] == [held["id"]]
+    assert netbox.api("GET", mine + "&description__ic=held%3DNetBoxIPPool")["results"] == []  # NetBox filters
     started_for_the_retry(ctl, kube)
     assert [a["id"] for a in holding(netbox, value)] == [address["id"]], \
         "the sweep released the address of a claim moved to another cluster"
