@@ -30,6 +30,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
 
@@ -55,7 +56,7 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import (Found, Sweep, description, disown, home_in, home_of, home_state, rehome,
+from metal3_ipam.core.sweep import (Found, Sweep, describe_anew, description, held_in, home_in, home_of, home_state,
                                     unclaimed_here)
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,17 @@ class NetBoxAsks:
 # --------------------------------------------------------------------------- serving claims
 
 
+_CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, its claim moved away",
+            "held": "held by a paused claim here", "unheld": "no longer held by a paused claim here"}
+
+
+def _change(item: Found, text: str) -> str:
+    """What a sweep's new description of an address did (a key of ``_CHANGES``)."""
+    if home_in(text) != home_in(item.description):
+        return "homed" if home_in(text) is not None else "moved"
+    return "held" if held_in(text) is not None else "unheld"
+
+
 class NetBoxPools:
     """NetBox pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
 
@@ -454,7 +466,7 @@ class NetBoxPools:
                 home = home_state(self._homes())
                 moved_away = self.inventory.moved_away.__contains__
                 return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
-                        rehome(found, self._describe, home) + disown(found, moved_away, self._describe, home))
+                        describe_anew(found, self._describe, moved_away, home))
 
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
                 return unclaimed_here(item, self._carried(), home_state(self._homes()))
@@ -467,13 +479,13 @@ class NetBoxPools:
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
-            homed = [item for item, text in described if home_in(text) is not None]
+            counts = Counter(_change(item, text) for item, text in described)
             for item, text in described:
                 log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
-                         "homed here, its claim moved in" if home_in(text) is not None
-                         else "homed nowhere, its claim moved away")
-            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here, %d moved away",
-                     server.url, listed, self.asks.owner, len(done), len(homed), len(described) - len(homed))
+                         _CHANGES[_change(item, text)])
+            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here, %d moved away, "
+                     "%d held here, %d no longer held here", server.url, listed, self.asks.owner, len(done),
+                     counts["homed"], counts["moved"], counts["held"], counts["unheld"])
             released.extend(done)
         return released
 

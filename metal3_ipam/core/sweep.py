@@ -21,6 +21,7 @@ address only when all of these hold:
   move that stops half-way leaves it paused); a NetBoxIPPool, which no Cluster
   pauses, counts as paused while a Cluster of its namespace is (the move of a
   namespace deletes its claims before its pools, and may stop in between);
+* its description names no hold (``held=``, below);
 * no claim this controller holds carries its key, no lock records it, and no
   ask of the key is out or due;
 * it was found so, the same address with the same key and home, by two sweeps
@@ -32,6 +33,33 @@ release, or edited) is never swept. The source of a move that sees a claim
 leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
 off its address (:func:`disown`): a move that stops after deleting the claims
 leaves their Cluster here, and the retry of the move begins by unpausing it.
+
+A source controller down while the claims were deleted never sees them leave,
+so the target speaks instead (:func:`hold`). A claim whose key's address is
+homed at an object absent here while the claim's own home is paused (the copy
+in the target of a move under way or stopped half-way) does not take the home:
+the source's Cluster is paused too during a move, and the two would write it
+back and forth. Its sweep marks the address held by that paused home, a second
+token after the home: ``metal3-ipam home=Cluster:<uid> held=Cluster:<uid>
+claim ns/name`` (the home first and whole; what is cut to NetBox's 200
+characters is the claim's name). No sweep releases an address that names a
+hold, whoever's: another cluster's object may be gone or not, nothing here can
+tell, and leaving an address behind is the safe side. A hold is written only
+where none is (any hold is enough), and changed only by the controller that
+holds the object it names: the claim's home unpaused, it is homed here
+(:func:`rehome` writes the whole description, so the hold goes with it); no
+paused claim of it carrying the key any more (the copies of a move given up
+deleted), its sweep takes the hold off, and the address is swept again as any.
+A hold whose object is deleted with its whole cluster (or namespace) before
+its controller took it off stays: its address is found in NetBox by
+``description__ic=held%3D`` and released there by hand.
+
+At most one description per address and sweep (:func:`describe_anew`). No
+controller writes an address back and forth for any order of pauses of the
+two sides of a move, but for one case: two live claims carrying the key in
+two clusters, both unpaused (a move restored from a directory while the source
+runs), each homing it at its own Cluster at each sweep.
+
 Before deleting, the adapter reads the address again by id and deletes it only
 if its key and description are still what the sweep judged, and no claim
 carries its key and its home is here and not paused still.
@@ -50,6 +78,7 @@ from . import objects as o
 MAX_DESCRIPTION = 200
 
 _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_HELD = re.compile(r" ?\bheld=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -88,6 +117,22 @@ def home_in(text: Any) -> Home | None:
     return Home(found.group(1), found.group(2)) if found else None
 
 
+def held_in(text: Any) -> Home | None:
+    """The object an address's description says holds it paused (``held=``), or None."""
+    found = _HELD.search(text) if isinstance(text, str) else None
+    return Home(found.group(1), found.group(2)) if found else None
+
+
+def with_held(text: str, held: Home | None) -> str:
+    """``text`` with its ``held=`` token (if any) taken out, and ``held`` put right after the home token (so a
+    description cut at :data:`MAX_DESCRIPTION` loses the claim's name, never the home or the hold)."""
+    text = _HELD.sub("", text, count=1)
+    at = _HOME.search(text)
+    if held is not None and at is not None:
+        text = f"{text[:at.end()]} held={held.kind}:{held.uid}{text[at.end():]}"
+    return text[:MAX_DESCRIPTION]
+
+
 @dataclass(frozen=True)
 class Found:
     """An address NetBox holds with one of this owner's keys, as a sweep lists it."""
@@ -102,7 +147,7 @@ def unclaimed_here(item: Found, carried: Callable[[str], bool], home: Callable[[
     """Whether an address may be released as far as one look says: homed at an object here, not paused, and
     its key carried by nothing here (``Sweep.judge`` adds the sightings a grace apart)."""
     at = home_in(item.description)
-    return at is not None and not carried(item.key) and home(at) == PRESENT
+    return at is not None and held_in(item.description) is None and not carried(item.key) and home(at) == PRESENT
 
 
 class Sweep:
@@ -160,6 +205,49 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         text = item.description.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
         out.append((item, text[:MAX_DESCRIPTION]))
     return out
+
+
+def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Home | None:
+    """What the ``held=`` token of an address should say in this controller's view.
+
+    A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
+    know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
+    address is held by the paused home of the claim here that carries its key, when it is homed at an
+    object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
+    half-way); and by nothing when no paused claim here carries its key any longer (a hold of this
+    controller's that went stale: the copies of an aborted move deleted, the move finished)."""
+    held = held_in(item.description)
+    if held is not None and home(held) == ABSENT:
+        return held
+    at, there = home_in(wanted(item.key)), home_in(item.description)
+    if at is not None and home(at) == PAUSED and there is not None and home(there) == ABSENT:
+        return at
+    return None
+
+
+def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
+         ) -> list[tuple[Found, str]]:
+    """The addresses whose ``held=`` token is not what :func:`held_by` says, each with its description
+    mended: the token written (after the home, which stays as it is: homing an address at a paused
+    object would have the two sides of a paused move write it back and forth), replaced, or taken out."""
+    out = []
+    for item in found:
+        held = held_by(item, wanted, home)
+        if held != held_in(item.description):
+            out.append((item, with_held(item.description, held)))
+    return out
+
+
+def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
+                  home: Callable[[Home], str]) -> list[tuple[Found, str]]:
+    """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
+    description, so drops any hold), else :func:`disown`, else :func:`hold`."""
+    found = list(found)
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
+    out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
+    for item, text in hold([item for item in found if item.id not in out], wanted, home):
+        out[item.id] = (item, text)
+    return [out[item.id] for item in found if item.id in out]
 
 
 def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Home], str]:

@@ -9,12 +9,15 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
-from metal3_ipam.core.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, description, disown, home_in,
-                                    home_of, home_state, rehome)
+from metal3_ipam.core.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
+                                    description, disown, held_in, hold, home_in, home_of, home_state, rehome,
+                                    unclaimed_here)
 
 NS = "ns"
 C1, C2, T1 = (f"0b3e1f7a-1111-4c2d-9e8f-00000000000{i}" for i in (1, 2, 3))
@@ -139,3 +142,132 @@ def test_an_address_whose_key_two_live_clusters_carry_is_not_homed_back_and_fort
             item = Found(found.id, found.address, found.key, text)
             writes += 1
     assert writes <= 1
+
+
+def test_a_target_whose_copy_is_paused_holds_the_address_and_the_source_unpaused_leaves_it():
+    """The source was down while the move deleted the claim, and never took the home off; the move stopped
+    half-way, the target's Cluster stays paused. The target's sweep marks the address held by its paused
+    Cluster (leaving the home as it is); the source, its Cluster unpaused for the retry and no claim
+    carrying the key, never releases it."""
+    moved = claim("m", "c1")
+    item = Found(3, "192.0.2.3/24", "k-m", description(Home("Cluster", C1), moved))
+    target = home_state([("Cluster", cluster("c1", T1, paused=True, ns="target"))])
+    wanted = {"k-m": description(Home("Cluster", T1), claim("m", "c1", ns="target"))}.get
+    [(_, text)] = describe_anew([item], wanted, set().__contains__, target)
+    assert home_in(text) == Home("Cluster", C1) and held_in(text) == Home("Cluster", T1)
+    assert text.startswith(f"metal3-ipam home=Cluster:{C1} held=Cluster:{T1} claim ns/m"), text
+    held = Found(item.id, item.address, item.key, text)
+    assert describe_anew([held], wanted, set().__contains__, target) == []  # written once
+    source = home_state([("Cluster", cluster("c1", C1))])
+    assert unclaimed_here(item, lambda key: False, source)  # what the source released before
+    sweep = Sweep(grace=9)
+    for now in range(0, 1000, 10):
+        assert sweep.judge([held], carried=lambda key: False, home=source, now=now) == [], now
+        assert describe_anew([held], {}.get, set().__contains__, source) == []  # not its hold: left as it is
+    # The target unpaused (the move finished): it homes the address there, and the hold goes with the rest.
+    after = home_state([("Cluster", cluster("c1", T1, ns="target"))])
+    [(_, homed)] = describe_anew([held], wanted, set().__contains__, after)
+    assert home_in(homed) == Home("Cluster", T1) and held_in(homed) is None
+
+
+def test_a_hold_whose_paused_claim_is_gone_is_taken_off_by_its_own_controller_only():
+    """The move given up and the target's copies deleted (its Cluster stays): the target's next sweep takes
+    its hold off, and the source's sweep may release the address again, two sightings a grace apart later."""
+    text = f"metal3-ipam home=Cluster:{C1} held=Cluster:{T1} claim ns/m"
+    item = Found(3, "192.0.2.3/24", "k-m", text)
+    target = home_state([("Cluster", cluster("c1", T1, paused=True, ns="target"))])
+    [(_, bare)] = hold([item], {}.get, target)
+    assert bare == f"metal3-ipam home=Cluster:{C1} claim ns/m"
+    assert hold([item], {}.get, home_state([])) == []  # an object not held here: its hold stays
+    source = home_state([("Cluster", cluster("c1", C1))])
+    freed = Found(item.id, item.address, item.key, bare)
+    sweep = Sweep(grace=9)
+    assert sweep.judge([item], carried=lambda key: False, home=source, now=0) == []
+    assert sweep.judge([freed], carried=lambda key: False, home=source, now=10) == []  # it changed: anew
+    assert sweep.judge([freed], carried=lambda key: False, home=source, now=20) == [freed]
+
+
+def test_a_hold_keeps_the_home_whole_and_the_description_within_netboxs_limit():
+    long = claim("m" * 253, "c1", ns="n" * 63)
+    text = description(Home("NetBoxIPPool", NB), long)
+    assert len(text) == MAX_DESCRIPTION
+    item = Found(3, "192.0.2.3/24", "k-m", text)
+    target = home_state([("NetBoxIPPool", pool("nb", TARGET_POOL, ns="target")),
+                         ("Cluster", cluster("c1", T1, paused=True, ns="target"))])
+    wanted = {"k-m": description(Home("NetBoxIPPool", TARGET_POOL), long)}.get
+    [(_, held)] = hold([item], wanted, target)
+    assert len(held) == MAX_DESCRIPTION
+    assert home_in(held) == Home("NetBoxIPPool", NB) and held_in(held) == Home("NetBoxIPPool", TARGET_POOL)
+    assert held.startswith(f"metal3-ipam home=NetBoxIPPool:{NB} held=NetBoxIPPool:{TARGET_POOL} claim ")
+
+
+SIDES = {"S": (C1, "source"), "T": (T1, "target")}
+STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st.booleans()),
+                           st.tuples(st.just("carry"), st.sampled_from("ST"), st.booleans()),
+                           st.tuples(st.just("moved"), st.sampled_from("ST"), st.booleans()),
+                           st.tuples(st.just("sweep"), st.sampled_from("ST"), st.integers(0, 20))),
+                 max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(paused=st.fixed_dictionaries({"S": st.booleans(), "T": st.booleans()}),
+       carries=st.fixed_dictionaries({"S": st.booleans(), "T": st.booleans()}),
+       moved=st.fixed_dictionaries({"S": st.booleans(), "T": st.booleans()}),
+       homed=st.sampled_from(["S", "T", "elsewhere", "nowhere"]), steps=STEPS)
+def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_free_a_held_address(
+        paused, carries, moved, homed, steps):
+    """Two clusters (a move's source and target) with one Cluster each, each maybe carrying the key in a
+    claim of it or having seen its claim leave for a move, paused and unpaused in any order, sweeping in any
+    order at any times.
+
+    * Between two changes of pause or carrying, each side writes the address at most once (the exception
+      is the known one: both sides' claims live and unpaused, see the xfail test above).
+    * No sweep releases the address while the other side carries its key and swept after its last change
+      (it had its chance to mark it), nor while the sweeping side carries it.
+    * A side that sweeps while carrying no key leaves no hold of its own on the address.
+    * The home token stays first and whole, the description within NetBox's limit.
+    """
+    homes = {"S": Home("Cluster", C1), "T": Home("Cluster", T1), "elsewhere": Home("Cluster", NB2)}
+    text = description(homes.get(homed), claim("m", "c1"))
+    sweeps = {side: Sweep(grace=9) for side in SIDES}
+    saw = {side: False for side in SIDES}  # swept while carrying since the address last changed
+    writes = {side: 0 for side in SIDES}
+    now = 0
+    for step in steps:
+        note(f"{step}: {text}")
+        if step[0] in ("pause", "carry", "moved"):
+            _, side, value = step
+            states = {"pause": paused, "carry": carries, "moved": moved}[step[0]]
+            if states[side] != value:
+                states[side] = value
+                writes = {s: 0 for s in SIDES}
+                saw[side] = False
+            continue
+        _, side, elapsed = step
+        if text is None:
+            break
+        now += elapsed
+        uid, ns = SIDES[side]
+        home = home_state([("Cluster", cluster("c1", uid, paused=paused[side], ns=ns))])
+        wanted = {"k": description(Home("Cluster", uid), claim("m", "c1", ns=ns))}.get if carries[side] else {}.get
+        found = [Found(3, "192.0.2.3/24", "k", text)]
+        released = sweeps[side].judge(found, carried=lambda key: carries[side] or moved[side], home=home, now=now)
+        changed = describe_anew(found, wanted, lambda key: moved[side], home)
+        if released:
+            other = "T" if side == "S" else "S"
+            assert not carries[side]
+            assert not (carries[other] and saw[other]), f"{side} released what {other} carries and had marked"
+            text = None
+            break
+        if changed:
+            [(_, text)] = changed
+            writes[side] += 1
+            saw = {s: False for s in SIDES}
+            if not (carries["S"] and carries["T"] and not paused["S"] and not paused["T"]):
+                assert writes[side] <= 1, f"{side} wrote the address twice with nothing changed"
+        saw[side] = carries[side]
+        if not carries[side]:
+            assert held_in(text) != Home("Cluster", uid)
+        assert len(text) <= MAX_DESCRIPTION
+        if home_in(text) is not None:
+            assert text.startswith(f"metal3-ipam home={home_in(text).kind}:{home_in(text).uid}")
