@@ -494,11 +494,10 @@ def test_a_claim_refused_for_a_key_carried_first_by_another_is_served_once_that_
     assert ready(world.claim("b")).get("status") == "True", ready(world.claim("b"))
 
 
-def test_a_copy_refused_in_another_namespace_is_decided_again_when_the_claim_carrying_the_key_goes():
-    """The same, across pools (a manifest copied with its key into another namespace): the copy's pool is
-    told by the workers when the claim carrying the key first goes, as nothing of its own pool changes."""
-    import asyncio
-
+def _a_key_copied_into_another_namespace():
+    """Claim ``a`` carrying key k1 in the NetBox pool of POOL's namespace, and a copy of it (created a second
+    later, the same key) in a second NetBoxIPPool of namespace ``other``: the API, both pools' keys, and a
+    function that runs both pools' workers until quiet, twice."""
     from metal3_ipam.controller.workers import PoolWorkers
     from test_pool_passes import MemoryWriter, until_quiet
 
@@ -511,18 +510,28 @@ def test_a_copy_refused_in_another_namespace_is_decided_again_when_the_claim_car
     second = netbox_pool()
     second["metadata"] = {**second["metadata"], "namespace": other}
     api = loaded(netbox_pool(), second, a, copy)
-    here, there = POOL, o.PoolKey(other, "nb", NETBOX_IP_POOL)
+    pool_keys = (POOL, o.PoolKey(other, "nb", NETBOX_IP_POOL))
+    workers = PoolWorkers(api.inventory, MemoryWriter(api), audit_seconds=3600)
+
+    async def settle():
+        for _ in range(2):
+            for pool_key in pool_keys:
+                await until_quiet(workers, pool_key)
+
+    return api, other, settle
+
+
+def test_a_copy_refused_in_another_namespace_is_decided_again_when_the_claim_carrying_the_key_goes():
+    """The same, across pools (a manifest copied with its key into another namespace): the copy's pool is
+    told by the workers when the claim carrying the key first goes, as nothing of its own pool changes."""
+    import asyncio
 
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), audit_seconds=3600)
-        for _ in range(2):
-            await until_quiet(workers, here)
-            await until_quiet(workers, there)
+        api, other, settle = _a_key_copied_into_another_namespace()
+        await settle()
         assert "carried by" in ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))["message"]
         user_delete(api, kinds.CAPI_CLAIM, "a")
-        for _ in range(2):
-            await until_quiet(workers, here)
-            await until_quiet(workers, there)
+        await settle()
         assert get(api, kinds.CAPI_CLAIM, "a") is None
         condition = ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))
         assert condition["reason"] == "AllocationPending" and "k1" in condition["message"], condition
@@ -536,25 +545,9 @@ def test_a_copy_in_another_namespace_is_decided_again_when_a_full_pass_sees_the_
     the same, not left to its own audit."""
     import asyncio
 
-    from metal3_ipam.controller.workers import PoolWorkers
-    from test_pool_passes import MemoryWriter, until_quiet
-
-    other = "other"
-    a = claim("a")
-    a["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, creationTimestamp="2024-01-01T00:00:00Z")
-    copy = capi_claim("a", "nb", ns=other, api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1],
-                      annotations={KEY_ANNOTATION: "k1"})
-    copy["metadata"]["creationTimestamp"] = "2024-01-01T00:00:01Z"
-    second = netbox_pool()
-    second["metadata"] = {**second["metadata"], "namespace": other}
-    api = loaded(netbox_pool(), second, a, copy)
-    here, there = POOL, o.PoolKey(other, "nb", NETBOX_IP_POOL)
-
     async def scenario():
-        workers = PoolWorkers(api.inventory, MemoryWriter(api), audit_seconds=3600)
-        for _ in range(2):
-            await until_quiet(workers, here)
-            await until_quiet(workers, there)
+        api, other, settle = _a_key_copied_into_another_namespace()
+        await settle()
         assert "carried by" in ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))["message"]
         set_meta(api, kinds.CAPI_CLAIM, "a", finalizers=[])  # gone at once: seen by the next pass only
         user_delete(api, kinds.CAPI_CLAIM, "a")
@@ -562,9 +555,7 @@ def test_a_copy_in_another_namespace_is_decided_again_when_a_full_pass_sees_the_
         edited = {**edited, "spec": {**edited["spec"], "dnsServers": ["10.0.0.53"]},
                   "metadata": {**edited["metadata"], "generation": 2, "resourceVersion": api._next_version()}}
         api.inventory.upsert(edited)
-        for _ in range(2):
-            await until_quiet(workers, here)
-            await until_quiet(workers, there)
+        await settle()
         assert get(api, kinds.CAPI_CLAIM, "a") is None
         condition = ready(get(api, kinds.CAPI_CLAIM, "a", ns=other))
         assert condition["reason"] == "AllocationPending" and "k1" in condition["message"], condition
