@@ -56,8 +56,9 @@ from metal3_ipam.core.netbox_pool import (
     read_pool,
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import (Found, Sweep, describe_anew, description, held_in, home_in, home_of, home_state,
-                                    unclaimed_here)
+from metal3_ipam.core.reconcile import first_carrier, left_with
+from metal3_ipam.core.sweep import (PAUSED, Found, Home, Sweep, describe_anew, description, held_in, home_in, home_of,
+                                    home_state, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -432,16 +433,36 @@ class NetBoxPools:
         self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None if changed else answer.key)
         self.pump()
 
-    def _describe(self, key: str) -> str | None:
-        """The description of the address allocated for ``key``: its claim and home (``core.sweep``)."""
-        claims = [c for c in self.inventory.claims_carrying(key) if not o.is_deleting(c)]
-        if len(claims) != 1:
-            return None  # none, or a key copied onto a second claim (refused): which one's home is not known
-        claim = claims[0]
+    def _carriers(self, key: str) -> list[dict]:
+        """The live claims here carrying ``key``, but copies of a claim seen leave for ``clusterctl move`` with
+        it (refused: the key's address is that claim's in the move's target)."""
+        left = self.inventory.moved_away.get(key)
+        return [c for c in self.inventory.claims_carrying(key) if not o.is_deleting(c) and left_with(left, c) is None]
+
+    def _description(self, claim: dict) -> str:
         namespace, pool = o.namespace(claim), o.pool_of(claim)
         cluster = o.cluster_name_of(claim)
         return description(home_of(claim, self.inventory.get(kinds.CLUSTER, namespace, cluster) if cluster else None,
                                    self.inventory.get(NETBOX_IP_POOL, namespace, pool.name) if pool else None), claim)
+
+    def _describe(self, key: str) -> str | None:
+        """The description of the address allocated for ``key``: its claim and home (``core.sweep``). A key
+        copied onto other claims (refused) is the one's that the passes give it to."""
+        claims = self._carriers(key)
+        if not claims:
+            return None
+        return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
+
+    def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
+        """For ``core.sweep.hold``: the description of a claim here carrying the key whose home is paused (any
+        such claim holds the address, whichever claim the key is given to), else ``_describe``'s."""
+        def holder(key: str) -> str | None:
+            for claim in self._carriers(key):
+                text = self._description(claim)
+                if (at := home_in(text)) is not None and home(at) == PAUSED:
+                    return text
+            return self._describe(key)
+        return holder
 
     # -- sweeps -------------------------------------------------------------------------
 
@@ -466,7 +487,7 @@ class NetBoxPools:
                 home = home_state(self._homes())
                 moved_away = self.inventory.moved_away.__contains__
                 return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
-                        describe_anew(found, self._describe, moved_away, home))
+                        describe_anew(found, self._describe, moved_away, home, holder=self._holder(home)))
 
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
                 return unclaimed_here(item, self._carried(), home_state(self._homes()))

@@ -152,8 +152,11 @@ class Inventory:
         # The allocation keys of claims seen deleted for ``clusterctl move``
         # (``clusterctl.cluster.x-k8s.io/delete-for-move``): their addresses are the copies' in the target, and a
         # sweep here must never release them, also once a move stopped half-way is undone here (``core.sweep``).
+        # Each key names the claim that left, (namespace, name): a claim of another name carrying it is a copy
+        # and never takes the moved claim's address, also while that claim is back here (a move back); that
+        # claim deleted here, not for a move, ends the entry (its copies may take the key over then).
         # Only what this process saw: a controller down during the move, or restarted, does not know them.
-        self.moved_away: OrderedDict[str, None] = OrderedDict()
+        self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -218,7 +221,9 @@ class Inventory:
         if stored is None:
             return set()
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
-            self._moved_away(_outside_key(stored))
+            self._moved_away(_outside_key(stored), key[1:])
+        elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(stored)) == key[1:]:
+            del self.moved_away[_outside_key(stored)]  # the claim that came back is deleted here
         self._index_outside_key(key, stored, None)
         touched = self._unfile(key, None)
         del self.objects[key]
@@ -241,10 +246,10 @@ class Inventory:
             if key not in known:
                 self._outside_keys[after] = entry_of((*known, key))
 
-    def _moved_away(self, outside_key: str | None) -> None:
+    def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
         if outside_key is None:
             return
-        self.moved_away[outside_key] = None
+        self.moved_away[outside_key] = claim
         self.moved_away.move_to_end(outside_key)
         while len(self.moved_away) > MAX_TOMBSTONES:
             self.moved_away.popitem(last=False)
@@ -508,6 +513,7 @@ class Inventory:
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=self.name_taken,
             claims_carrying=self.claims_carrying,
+            moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, ip: any(
                 self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),

@@ -113,6 +113,9 @@ class Snapshot:
     held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
+    # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
+    # key's address is that claim's in the move's target.
+    moved_away: Callable[[str], tuple[str, str] | None] = lambda key: None
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
@@ -681,8 +684,9 @@ class _Reconciler:
         return self.keyed.get(o.claim_key(claim)) or outside.read_key(claim)[0]
 
     def carriers_of(self, key: str, claim: dict) -> list[dict]:
-        """The pool's other claims carrying allocation key ``key`` (a manifest copied with its annotation,
-        an annotation written by hand): one key is one address in the outside IPAM, so one claim's."""
+        """The other claims carrying allocation key ``key`` (a manifest copied with its annotation, an
+        annotation written by hand): one key is one address in the outside IPAM, so one claim's. Copies of a
+        claim that left for ``clusterctl move`` with the key are refused, so they count for nothing."""
         if self._carriers is None:
             self._carriers = {}
             for other in self.ledger.claims.values():
@@ -693,7 +697,7 @@ class _Reconciler:
         here = [other for other in self._carriers.get(key, ()) if o.claim_key(other) != ckey]
         elsewhere = [other for other in self.snap.claims_carrying(key)
                      if o.pool_of(other) != pool or o.namespace(other) != o.namespace(claim)]
-        return here + elsewhere
+        return [other for other in here + elsewhere if self.moved_with(key, other) is None]
 
     def key_owner(self, key: str, claim: dict) -> dict | None:
         """Another claim the shared key ``key`` belongs to: one holding an address, else the one created
@@ -701,10 +705,13 @@ class _Reconciler:
         others = self.carriers_of(key, claim)
         if not others:
             return None
-        rank = lambda c: (not self.holds_key(c), str(o.meta(c).get("creationTimestamp") or ""),  # noqa: E731
-                          o.namespace(c), o.name(c))
-        first = min([claim, *others], key=rank)
+        first = first_carrier([claim, *others], self.holds_key)
         return None if first is claim else first
+
+    def moved_with(self, key: str, claim: dict) -> tuple[str, str] | None:
+        """The claim (namespace, name) that left for ``clusterctl move`` carrying ``key``, when that is not
+        ``claim``: the key's address is that claim's in the move's target, never a copy's here."""
+        return left_with(self.snap.moved_away(key), claim)
 
     def holds_key(self, claim: dict) -> bool:
         """Whether a claim carrying an allocation key holds its address: this pool's by its ledger, another
@@ -720,7 +727,7 @@ class _Reconciler:
         key = self.outside_key(claim)
         if key is None or self.pool_obj is None:
             return True
-        if any(not o.is_deleting(other) for other in self.carriers_of(key, claim)):
+        if any(not o.is_deleting(other) for other in self.carriers_of(key, claim)) or self.moved_with(key, claim):
             return True  # the key and its address are a live claim's (this one carried a copy of its key)
         ckey = o.claim_key(claim)
         holds = self.ledger.addresses_of(ckey) or self.ledger.mirrors_of(ckey)
@@ -981,6 +988,13 @@ class _Reconciler:
                              f"metadata.annotations[{outside.annotation}]: allocation key {key} is carried by "
                              f"{kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names; remove the "
                              "annotation to be given a key of its own")
+        left = self.moved_with(key, claim)
+        if left is not None:
+            self.ledger.awaiting[ckey] = key
+            return self.fail(claim, step, ALLOCATION_FAILED,
+                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is that of "
+                             f"IPAddressClaim {left[0]}/{left[1]}, which clusterctl move took to another cluster "
+                             "with its address; remove the annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
         held_back = None
@@ -1152,7 +1166,6 @@ class _Reconciler:
 
     def capi_address_for(self, claim: dict, address: dict) -> dict:
         """The Cluster API IPAddress mirroring the Metal3 one that holds the lock."""
-        pool = self.pool_obj
         spec = o.spec(address)
         ip_version = 4 if ":" not in str(spec.get("address")) else 6
         claim_pool = o.spec(claim).get("poolRef") or {}
@@ -1263,6 +1276,21 @@ def _instant(text: str) -> datetime.datetime:
         return o.parse_time(text)
     except ValueError:
         return datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+
+
+def left_with(left: tuple[str, str] | None, claim: dict) -> tuple[str, str] | None:
+    """``left``, the claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key that
+    ``claim`` carries, when ``claim`` is another claim: then ``claim`` carries a copy of that key, whose
+    address is the moved claim's in the move's target. None: no claim left with the key, or ``claim`` is that
+    claim (back with a move back)."""
+    return left if left is not None and left != (o.namespace(claim), o.name(claim)) else None
+
+
+def first_carrier(claims: list[dict], holds: Callable[[dict], bool]) -> dict:
+    """The claim that claims carrying one allocation key share it for: one holding its address (``holds``),
+    else the one created first (then by namespace and name)."""
+    return min(claims, key=lambda c: (not holds(c), str(o.meta(c).get("creationTimestamp") or ""),
+                                      o.namespace(c), o.name(c)))
 
 
 def _passed(deadline: str, now: str) -> bool:

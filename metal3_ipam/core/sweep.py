@@ -47,9 +47,11 @@ hold, whoever's: another cluster's object may be gone or not, nothing here can
 tell, and leaving an address behind is the safe side. A hold is written only
 where none is (any hold is enough), and changed only by the controller that
 holds the object it names: the claim's home unpaused, it is homed here
-(:func:`rehome` writes the whole description, so the hold goes with it); no
-paused claim of it carrying the key any more (the copies of a move given up
-deleted), its sweep takes the hold off, and the address is swept again as any.
+(:func:`rehome` writes the whole description, so its own hold goes with it,
+while another controller's stays); no paused claim of it carrying the key any
+more (the copies of a move given up deleted), its sweep takes the hold off, and
+the address is swept again as any. The one exception: :func:`disown` takes the
+home off and the hold with it, as an address homed nowhere is swept by no one.
 A hold whose object is deleted with its whole cluster (or namespace) before
 its controller took it off stays: its address is found in NetBox by
 ``description__ic=held%3D`` and released there by hand.
@@ -180,14 +182,16 @@ class Sweep:
 def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
            ) -> list[tuple[Found, str]]:
     """The addresses of keys a claim here carries that are homed elsewhere (the claim moved here), each with
-    the description it is given: ``wanted(key)`` is the carrying claim's. Nothing is homed at a paused
-    object (a move under way pauses its Cluster on both sides)."""
+    the description it is given: ``wanted(key)`` is the carrying claim's, with the hold of another
+    controller (its object absent here) kept, as only that controller changes it. Nothing is homed at a
+    paused object (a move under way pauses its Cluster on both sides)."""
     out = []
     for item in found:
         text = wanted(item.key)
         at = home_in(text)
         if text is not None and at is not None and home_in(item.description) != at and home(at) == PRESENT:
-            out.append((item, text))
+            held = held_in(item.description)
+            out.append((item, with_held(text, held if held is not None and home(held) == ABSENT else None)))
     return out
 
 
@@ -196,14 +200,15 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     """The addresses homed here (at an object present or paused) whose claim was seen leave for a
     ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
     the claim lives in the target, which homes the address there; until then no sweep releases it, here
-    (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there."""
+    (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there.
+    Nor a hold: an address homed nowhere needs none, and the target would take a hold of its own off again."""
     out = []
     for item in found:
         at = home_in(item.description)
         if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
             continue
         text = item.description.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
-        out.append((item, text[:MAX_DESCRIPTION]))
+        out.append((item, with_held(text, None)))
     return out
 
 
@@ -239,13 +244,16 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 
 
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
-                  home: Callable[[Home], str]) -> list[tuple[Found, str]]:
+                  home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None
+                  ) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
-    description, so drops any hold), else :func:`disown`, else :func:`hold`."""
+    description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
+    default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
+    home is paused."""
     found = list(found)
     out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
-    for item, text in hold([item for item in found if item.id not in out], wanted, home):
+    for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
     return [out[item.id] for item in found if item.id in out]
 

@@ -9,7 +9,7 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
@@ -214,6 +214,12 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st
        carries=st.fixed_dictionaries({"S": st.booleans(), "T": st.booleans()}),
        moved=st.fixed_dictionaries({"S": st.booleans(), "T": st.booleans()}),
        homed=st.sampled_from(["S", "T", "elsewhere", "nowhere"]), steps=STEPS)
+# The target holds the address, then the source, which saw the claim leave, takes the home off (and the hold).
+@example(paused={"S": False, "T": True}, carries={"S": False, "T": True}, moved={"S": True, "T": False},
+         homed="S", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
+# The target holds it; the source, its claim live and unpaused, homes it there and keeps the target's hold.
+@example(paused={"S": False, "T": True}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
+         homed="elsewhere", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
 def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_free_a_held_address(
         paused, carries, moved, homed, steps):
     """Two clusters (a move's source and target) with one Cluster each, each maybe carrying the key in a
