@@ -979,22 +979,17 @@ class _Reconciler:
             step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
                                  resource_version=o.meta(claim).get("resourceVersion")))
             return
-        owner = self.key_owner(key, claim)
-        if owner is not None:
+        owner, left = self.key_owner(key, claim), self.moved_with(key, claim)
+        if owner is not None or left is not None:
             # Decided again when a claim awaiting this key changes or goes (``Ledger.apply``): the key may be
             # its own then. An owner holding an address frees an IP when it goes, which wakes it too.
             self.ledger.awaiting[ckey] = key
+            whose = (f"carried by {kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names"
+                     if owner is not None else f"that of IPAddressClaim {left[0]}/{left[1]}, which clusterctl move "
+                     "took to another cluster with its address")
             return self.fail(claim, step, ALLOCATION_FAILED,
-                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is carried by "
-                             f"{kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names; remove the "
-                             "annotation to be given a key of its own")
-        left = self.moved_with(key, claim)
-        if left is not None:
-            self.ledger.awaiting[ckey] = key
-            return self.fail(claim, step, ALLOCATION_FAILED,
-                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is that of "
-                             f"IPAddressClaim {left[0]}/{left[1]}, which clusterctl move took to another cluster "
-                             "with its address; remove the annotation to be given a key of its own")
+                             f"metadata.annotations[{outside.annotation}]: allocation key {key} is {whose}; remove "
+                             "the annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.snap.answers.result(key) if self.snap.answers is not None else None
         held_back = None

@@ -9,7 +9,7 @@ from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
 from metal3_ipam.core.sweep import Found, Home, description, held_in, home_in
 
-from ipam_objects import capi_claim
+from ipam_objects import capi_claim, user_delete
 from test_outside_allocation import claim, ready
 from test_break_sweep_holds import (C1, SP, T1, TP, OTHER, _NetBox, _Side, _TwoNamespaces, _claim, _cluster,
                                     _moved_away, _pool)
@@ -58,6 +58,13 @@ def test_a_claim_moved_back_takes_its_address_again_when_its_copy_was_created_be
     assert _bound(world, OTHER) == [], f"the copy was bound to {_bound(world, OTHER)}, m's address"
     assert ready(world.claim("m"))["status"] == "True", ready(world.claim("m"))
     assert _bound(world, "default") == ["10.0.0.2"]
+    assert "carried by IPAddressClaim m" in ready(copy())["message"], ready(copy())
+
+    # m deleted by hand now: released in NetBox as any claim; its copy may take the key over (a new address).
+    user_delete(world.api, kinds.CAPI_CLAIM, "m")
+    world.settle()
+    assert world.claim("m") is None and list(world.api.inventory.moved_away) == []
+    assert ready(copy())["status"] == "True" and list(world.ipam.held) == ["k1"], ready(copy())
 
 
 def _left_for_move(side: _Side, claim_obj: dict) -> None:

@@ -207,32 +207,3 @@ def test_a_copy_refused_for_a_key_whose_claim_left_for_a_move_does_not_take_the_
     world.settle()
     assert world.ipam.held == {"k1": "10.0.0.2"}, "released the NetBox address the moved claim m uses in T"
 
-
-def test_the_claim_that_left_for_a_move_coming_back_takes_its_address_again_and_its_copy_stays_refused():
-    """A move back (the claim ``m`` restored here by a later ``clusterctl move`` with its name and key): the
-    key is its own again, its NetBox address the same; the copy in another namespace is refused naming ``m``;
-    and ``m`` deleted by hand then is released as any claim, its copy taking the key over (a new address).
-    test_break_moved_keys has the move back with real creation times and the order clusterctl writes in."""
-    m = claim("m")
-    m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
-    world = _TwoNamespaces(m)
-    world.settle()
-    world.api.load(capi_claim("copy", "nb", ns=OTHER, api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1],
-                              annotations={KEY_ANNOTATION: "k1"}))
-    world.settle()
-    _moved_away(world, "m")
-    world.settle()
-    copy = lambda: world.api.inventory.get(kinds.CAPI_CLAIM, OTHER, "copy")  # noqa: E731
-    assert "clusterctl move" in ready(copy())["message"], ready(copy())
-
-    back = claim("m")
-    back["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, uid="uid-m-back")
-    world.api.load(back)
-    world.settle()
-    assert ready(world.claim("m"))["status"] == "True" and world.ipam.held == {"k1": "10.0.0.2"}
-    assert "carried by IPAddressClaim m" in ready(copy())["message"], ready(copy())
-
-    user_delete(world.api, kinds.CAPI_CLAIM, "m")  # by hand: released in NetBox, its copies may take the key
-    world.settle()
-    assert world.claim("m") is None and list(world.api.inventory.moved_away) == []
-    assert ready(copy())["status"] == "True" and list(world.ipam.held) == ["k1"], ready(copy())
