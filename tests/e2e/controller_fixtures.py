@@ -322,6 +322,25 @@ class Kube:
             if err.status != 404:
                 raise
 
+    def delete_past_finalizers(self, gv: tuple[str, str], plural: str, name: str, timeout: float = 30.0) -> None:
+        """Delete ``name`` as a user does past its finalizers, so that none of them runs: its finalizers taken
+        off, then the object deleted at that very version. A controller that writes its finalizer back in
+        between (it serves a live claim) makes the delete refused as stale, and both are done again."""
+        def attempt() -> bool:
+            stripped = self.patch(gv, plural, name, {"metadata": {"finalizers": None}})["metadata"]
+            options = client.V1DeleteOptions(preconditions=client.V1Preconditions(
+                resource_version=stripped["resourceVersion"], uid=stripped["uid"]))
+            try:
+                self.custom.delete_namespaced_custom_object(*gv, self.ns, plural, name, body=options)
+            except ApiException as err:
+                if err.status == 409:
+                    return False
+                raise
+            return True
+
+        eventually(attempt, timeout=timeout, what=f"{plural} {self.ns}/{name} deleted with no finalizer")
+        self.gone(gv, plural, name, timeout=timeout)
+
     # -- ours --------------------------------------------------------------------
 
     def pool(self, name: str, **spec: Any) -> dict:

@@ -223,9 +223,7 @@ def test_a_hold_whose_copies_were_deleted_is_taken_off_and_the_address_swept(con
     Cluster, unpaused, no claim carrying its key anywhere) and its sweep releases it."""
     ctl, target_ctl, value, _, held, _ = held_while_the_source_was_down(
         controller_factory, kube, target, netbox, api_client)
-    target.patch(CAPI, "ipaddressclaims", "m", {"metadata": {"finalizers": None}})
-    target.delete(CAPI, "ipaddressclaims", "m")
-    target.gone(CAPI, "ipaddressclaims", "m", timeout=30)
+    target.delete_past_finalizers(CAPI, "ipaddressclaims", "m")
     eventually(lambda: holding(netbox, value) == [], timeout=60, what="the source's sweep to release the address")
     assert "no longer held by a paused claim here" in target_ctl.log_text()
     assert "no claim carries its key" in ctl.log_text()

@@ -36,9 +36,7 @@ def claim_of(kube: Kube, name: str, cluster: str, annotations: dict | None = Non
 
 def vanish(kube: Kube, name: str) -> None:
     """The claim goes without its release: its finalizers taken off, then deleted."""
-    kube.patch(CAPI, "ipaddressclaims", name, {"metadata": {"finalizers": None}})
-    kube.delete(CAPI, "ipaddressclaims", name)
-    kube.gone(CAPI, "ipaddressclaims", name, timeout=30)
+    kube.delete_past_finalizers(CAPI, "ipaddressclaims", name)
 
 
 def test_the_sweep_releases_only_what_no_claim_of_this_cluster_will_ask_for(controller_factory, kube, netbox,
