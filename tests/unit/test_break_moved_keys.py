@@ -11,8 +11,8 @@ from metal3_ipam.core.sweep import Found, Home, description, held_in, home_in
 
 from ipam_objects import capi_claim, user_delete
 from test_outside_allocation import claim, ready
-from test_break_sweep_holds import (C1, SP, T1, TP, OTHER, _NetBox, _Side, _TwoNamespaces, _claim, _cluster,
-                                    _moved_away, _pool)
+from test_break_netbox_lifecycle import NS2 as OTHER, TwoNamespaces
+from test_break_sweep_holds import C1, SP, T1, TP, _NetBox, _Side, _claim, _cluster, _moved_away, _pool
 
 
 def _bound(world, ns):
@@ -36,7 +36,7 @@ def test_a_claim_moved_back_takes_its_address_again_when_its_copy_was_created_be
     tie is broken by namespace, "default" < "other".)"""
     m = claim("m")
     m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
-    world = _TwoNamespaces()
+    world = TwoNamespaces()
     world.api.now = "2030-01-01T00:00:00Z"
     world.api.load(m)
     world.settle()
@@ -161,7 +161,7 @@ def test_a_claim_moved_back_with_its_addresses_and_paused_cluster_is_not_doubled
     m = claim("m")
     m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
     m["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "c1"}
-    world = _TwoNamespaces()
+    world = TwoNamespaces()
     world.api.now = "2030-01-01T00:00:00Z"
     world.api.load(c1)
     world.api.load(m)

@@ -13,11 +13,11 @@ from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.core.sweep import Found, Home, description, held_in
 
 from ipam_objects import capi_claim, set_meta, user_delete
-from test_outside_allocation import POOL, SERVER, World, claim, netbox_pool, ready
+from test_break_netbox_lifecycle import NS2 as OTHER, TwoNamespaces
+from test_outside_allocation import World, claim, ready
 
 C1 = "0b3e1f7a-1111-4c2d-9e8f-000000000001"  # the source's Cluster
 T1 = "0b3e1f7a-1111-4c2d-9e8f-000000000003"  # the target's copy of it
@@ -130,36 +130,6 @@ def test_a_copy_of_the_key_in_the_target_does_not_lift_the_hold_of_its_paused_mo
 
 # --------------------------------------------------------------------------- the claim lifecycle, the source side
 
-OTHER = "other"
-OTHER_POOL = o.PoolKey(OTHER, "nb", NETBOX_IP_POOL)
-
-
-class _TwoNamespaces(World):
-    """The World of test_outside_allocation with a second NetBoxIPPool (same server) in namespace ``other``;
-    every pass decides both pools, as the pool workers do (a full pass, as an audit does)."""
-
-    def __init__(self, *objs):
-        super().__init__(*objs)
-        other = netbox_pool(gateway="10.0.0.1")
-        other["metadata"] = {**other["metadata"], "namespace": OTHER}
-        self.api.load(other)
-
-    def pass_(self):
-        first = None
-        for pool in (POOL, OTHER_POOL):
-            snap = self.api.inventory.snapshot(pool, self.api.now, self.rng)
-            snap.answers = self.asking
-            plan = reconcile(snap)
-            self.api.apply(plan)
-            for key, intent in plan.intents.items():
-                self.asking.intend(key, intent, (pool.namespace, "nb"), SERVER, self.now)
-            self.asking.carried((pool.namespace, "nb"), self.keys_carried() | set(plan.intents), self.now)
-            first = first or plan
-        for ask in self.asking.due(self.now):
-            self.out.append(ask)
-        return first
-
-
 def _moved_away(world: World, name: str) -> None:
     """clusterctl move: delete-for-move, then the finalizers stripped; the claim and its addresses go here."""
     user_delete(world.api, kinds.CAPI_CLAIM, name, annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
@@ -185,7 +155,7 @@ def test_a_copy_refused_for_a_key_whose_claim_left_for_a_move_does_not_take_the_
     """
     m = claim("m")
     m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
-    world = _TwoNamespaces(m)
+    world = TwoNamespaces(m)
     world.settle()
     assert world.ipam.held == {"k1": "10.0.0.2"}
     world.api.load(capi_claim("copy", "nb", ns=OTHER, api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1],
