@@ -168,9 +168,6 @@ def test_an_earlier_ip_pool_edited_into_a_handed_out_sub_prefix_never_hands_out_
     _assert_disjoint(api)
 
 
-@pytest.mark.xfail(strict=True, reason="lock names join pool name and address with dashes and the address is "
-                                       "written with dashes too: `a` + 1:2:: and `a-1` + 2:: both give a-1-2.64 "
-                                       "(IP pools' <pool>-<ip> alike); only a new lock-name scheme mends it")
 def test_lock_names_of_two_prefix_pools_of_a_namespace_never_meet():
     """Pool ``a`` handing out 1:2::/64 and pool ``a-1`` handing out 2::/64: both locks would be
     ``a-1-2.64`` (the dash both separates and spells the address), and the second claim is told its pool
