@@ -109,8 +109,9 @@ class Snapshot:
     capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
     # The callbacks name the namespace looked in: the pool's, or for a pool of cluster scope a claim's.
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
-    # An address of another pool of the namespace (either API) holds (version, ip).
-    held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
+    # an IP inside the span, or a sub-prefix meeting it.
+    held_elsewhere: Callable[[str, int, int, int], bool] = lambda namespace, version, lo, hi: False
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -1064,12 +1065,16 @@ class _Reconciler:
 
         The name lock (another pool with the same namePrefix, or any object of
         that name) and any address of another pool of the namespace, of either
-        API, at that IP, whatever its namePrefix.
+        API, at that IP (inside that sub-prefix), or a sub-prefix another prefix
+        pool's address holds that meets it, whatever its namePrefix.
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
-        return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, int(self.pool.address_of(ip)))))
+        if self.snap.name_taken(namespace, self.pool.lock_name(ip)):
+            return True
+        first = int(self.pool.address_of(ip))
+        return unique and self.snap.held_elsewhere(namespace, self.pool.version, first,
+                                                   first + (1 << self.pool.unit_bits) - 1)
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
