@@ -583,6 +583,7 @@ class Inventory:
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=self.name_taken,
+            address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi),

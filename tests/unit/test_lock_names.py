@@ -173,3 +173,60 @@ def test_an_old_lock_whose_name_meets_another_pools_new_lock_holds_its_own_ip_on
     assert _networks(api) == {"c1": "1:2::/64", "c2": "2::/64"}
     ready = o.condition(get(api, kinds.CAPI_CLAIM, "c3")["status"], "Ready")
     assert ready["reason"] == "PoolExhausted"
+
+
+# -- Metal3 IPPools whose <namePrefix>-<ip> names meet ---------------------------------------------------------
+
+def _metal3_pools():
+    """namePrefix ``a`` with 1:2::5 and namePrefix ``a-1`` with 2::5: no address shared, so admission lets both
+    in, and both IPAddresses would be named ``a-1-2--5`` (the Metal3 name is fixed by the drop-in)."""
+    from ipam_objects import ippool
+    return (ippool("pa", namePrefix="a", pools=[{"start": "1:2::5", "end": "1:2::5"}], prefix=64),
+            ippool("pb", namePrefix="a-1", pools=[{"start": "2::5", "end": "2::5"}], prefix=64))
+
+
+def test_two_ippools_names_can_meet_though_admission_lets_only_pools_of_one_prefix_share_addresses():
+    from metal3_ipam.core.validation import overlap_problems, validate
+    pa, pb = _metal3_pools()
+    assert not [p for p in validate(pb) if not p.warning] and not overlap_problems(pb, [pa])
+    assert address_name("a", "1:2::5") == address_name("a-1", "2::5") == "a-1-2--5"
+
+
+def _claimed(claim_b):
+    from ipam_objects import ipclaim
+    api = converged(*_metal3_pools(), ipclaim("ca", "pa"))
+    assert get(api, kinds.IPADDRESS, "a-1-2--5")["spec"]["address"] == "1:2::5"
+    api.load(claim_b)
+    converge(api, random.Random(0))
+    return api
+
+
+def _collision(api, claim):
+    status = get(api, kinds.IPCLAIM, claim)["status"]
+    events = [e for e in api.events if e.reason == "IPAddressNameCollision" and e.target.name == claim]
+    assert len(events) == 1 and events[0].type == "Warning", api.events
+    for text in (status["errorMessage"], events[0].message):
+        assert "IPPool pa" in text and "a-1-2--5" in text and "1:2::5" in text and "2::5" in text, text
+    ready = o.condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "IPAddressNameCollision")
+
+
+def test_a_claim_whose_only_ip_has_the_name_of_another_pools_address_is_told_so_once():
+    from ipam_objects import ipclaim
+    api = _claimed(ipclaim("cb", "pb"))
+    _collision(api, "cb")
+    converge(api, random.Random(0))
+    assert len([e for e in api.events if e.reason == "IPAddressNameCollision"]) == 1
+
+
+def test_a_claim_asking_for_an_ip_whose_name_another_pools_address_has_is_told_so():
+    from ipam_objects import ipclaim
+    api = converged(*_metal3_pools(), ipclaim("ca", "pa"))
+    pb = get(api, kinds.IPPOOL, "pb")
+    api.inventory.upsert({**pb, "metadata": {**pb["metadata"], "generation": 2, "resourceVersion": api._next_version()},
+                          "spec": {**pb["spec"], "pools": [{"start": "2::5", "end": "2::6"}]}})
+    api.load(ipclaim("cb", "pb", ip="2::5"))
+    api.load(ipclaim("cc", "pb"))
+    converge(api, random.Random(0))
+    _collision(api, "cb")
+    assert get(api, kinds.IPADDRESS, "a-1-2--6")["spec"]["claim"]["name"] == "cc"
