@@ -21,12 +21,15 @@ What it guarantees, whatever it is shown:
   as a failed machine;
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
-  for Cluster API claims, so one name lock guards every allocation (a kind
-  whose pools have no namePrefix names its locks after the pool; those of a
-  pool of cluster scope are all in one namespace, ``Snapshot.lock_namespace``,
-  so that the lock guards an IP across every namespace; a prefix pool hands
-  out sub-prefixes, each locked as ``<namePrefix>-<base>.<length>``: see
-  ``Pool.lock_name``). Written lock, then
+  for Cluster API claims, so one name lock guards every allocation (the
+  in-cluster kinds, whose pools have no namePrefix, name their locks
+  ``<pool>.<ip>.<tag>``, a sub-prefix's ``<pool>.<base>.<length>.<tag>``: see
+  ``Pool.lock_name``; those of a pool of cluster scope are all in one
+  namespace, ``Snapshot.lock_namespace``, so that the lock guards an IP across
+  every namespace). A lock is known by its spec (pool, claim, address), never
+  by its name: locks an earlier version named otherwise hold as they are. An
+  IP whose lock name another IP's address holds is skipped, or the claim told
+  so (``NAME_COLLISION``). Written lock, then
   the claim's visible address, then its status; released the other way round;
 - a deleted claim's address outlives it until the deadline its pool kind
   derives from the stored objects (``PoolKind.release_after``): both keep
@@ -37,7 +40,8 @@ What it guarantees, whatever it is shown:
   address; its lock is created for it, and the pool hands out nothing new
   until every such lock is in place;
 - an IP that any address of the namespace holds, in any pool and of either
-  API, is never handed out; where pools with different namePrefixes overlap,
+  API, or that lies inside a sub-prefix one holds, is never handed out (nor a
+  sub-prefix holding such an IP); where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
 - a claim whose own Cluster is paused is left alone, whatever its pool;
 - a claim whose Cluster (its own, or its pool's ``clusterName``) is not

@@ -220,9 +220,9 @@ def test_an_address_or_sub_prefix_of_another_pool_is_found_inside_or_around_any_
 
 
 def test_lock_names_of_two_prefix_pools_of_a_namespace_never_meet():
-    """Pool ``a`` handing out 1:2::/64 and pool ``a-1`` handing out 2::/64: both locks would be
-    ``a-1-2.64`` (the dash both separates and spells the address), and the second claim is told its pool
-    is exhausted while its only sub-prefix is free."""
+    """Pool ``a`` handing out 1:2::/64 and pool ``a-1`` handing out 2::/64: joined with dashes both locks
+    were ``a-1-2.64`` (the dash both separated and spelled the address), and the second claim was told its
+    pool is exhausted while its only sub-prefix was free."""
     api = converged(gi.prefix_pool("a", namespace=NS, prefixes=["1:2::/64"]),
                     gi.prefix_pool("a-1", namespace=NS, prefixes=["2::/64"]),
                     _claim("c1", "a"), _claim("c2", "a-1"))
