@@ -230,3 +230,30 @@ def test_a_claim_asking_for_an_ip_whose_name_another_pools_address_has_is_told_s
     converge(api, random.Random(0))
     _collision(api, "cb")
     assert get(api, kinds.IPADDRESS, "a-1-2--6")["spec"]["claim"]["name"] == "cc"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["create", "delete"]), st.sampled_from(["a", "a-1", "a-1-2"]),
+                          st.integers(0, 3)), min_size=1, max_size=12))
+def test_pools_whose_names_begin_alike_serve_every_claim_they_have_room_for(steps):
+    """IPv6 IP pools ``a`` (1:2::1-3), ``a-1`` (2::1-3) and ``a-1-2`` (3::1-3): joined with dashes, the
+    lock of one pool's IP was another's (``a`` + 1:2::1 and ``a-1`` + 2::1 give ``a-1-2--1``). Claims made
+    and deleted in any order: each pool serves as many of its claims as it has addresses, none twice."""
+    ranges = {"a": "1:2::1-1:2::3", "a-1": "2::1-2::3", "a-1-2": "3::1-3::3"}
+    api = converged(*(gi.ip_pool(p, namespace=NS, addresses=[r], prefix=64) for p, r in ranges.items()))
+    live = set()
+    for action, pool, n in steps:
+        name = f"{pool}-c{n}"
+        if action == "create" and name not in live:
+            api.load(_claim(name, pool, gi.IN_CLUSTER_IP_POOL))
+            live.add(name)
+        elif action == "delete" and name in live:
+            user_delete(api, kinds.CAPI_CLAIM, name)
+            live.discard(name)
+        converge(api, random.Random(0))
+    ips = _ips(api)
+    for pool in ranges:
+        mine = [c for c in live if c.rsplit("-c", 1)[0] == pool]
+        served = [c for c in mine if c in ips]
+        assert len(served) == min(len(mine), 3), (pool, mine, ips)
+    assert len(set(ips.values())) == len(ips)
