@@ -19,13 +19,15 @@ from metal3_ipam.core import pools
 from metal3_ipam.core.naming import (LOCK_TAGS, MAX_NAME_LENGTH, address_name, is_dns1123_subdomain, lock_name,
                                      lock_pool_part)
 from metal3_ipam.core.pools.incluster import lock_prefix
+from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, user_delete
 
 NS = "default"
 KINDS = {"ip": (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "gip": (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL),
-         "pp": (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL), "gpp": (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)}
+         "pp": (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL), "gpp": (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL),
+         "netbox": NETBOX_IP_POOL}
 PREFIX_TAGS = ("pp", "gpp")
 
 # Pool names made of what makes names meet: dashes, dots, hex digits, and now and then one of the longest.
@@ -36,7 +38,7 @@ ipv4 = st.integers(0, 2**32 - 1).map(lambda v: netaddr.IPAddress(v, 4))
 ipv6 = st.lists(st.sampled_from([0, 0, 0, 1, 2, 0xfd00, 0xffff]), min_size=8, max_size=8).map(
     lambda groups: netaddr.IPAddress(sum(g << (112 - 16 * i) for i, g in enumerate(groups)), 6))
 locks = st.one_of(
-    st.tuples(st.sampled_from(("ip", "gip")), pool_names, st.one_of(ipv4, ipv6), st.none()),
+    st.tuples(st.sampled_from(("ip", "gip", "netbox")), pool_names, st.one_of(ipv4, ipv6), st.none()),
     st.tuples(st.sampled_from(PREFIX_TAGS), pool_names, ipv6, st.sampled_from([48, 56, 64, 128])))
 
 

@@ -36,10 +36,10 @@ _LEGACY_HASHED_PART = 200  # an earlier version's pool name too long for a lock:
 
 
 def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0) -> str:
-    """How the names of a pool's locks ``<lock prefix>-<ip>`` start (NetBox pools' locks; the in-cluster
-    kinds' before ``naming.lock_name``): the pool's name, after ``<tag>-`` for a global pool (``gip``); a
-    name too long for that (with ``room`` characters more at the end of each lock name) is cut and told
-    apart by a hash of the pool's kind and name."""
+    """How an earlier version started the names of a pool's locks ``<lock prefix>-<ip>`` (before
+    ``naming.lock_name``): the pool's name, after ``<tag>-`` for a global pool (``gip``); a name too long for
+    that (with ``room`` characters more at the end of each lock name) cut and told apart by a hash of the
+    pool's kind and name. Such locks are still read (by their spec, as every lock is); none is written."""
     prefix = f"{tag}-{name}" if tag else name
     if len(prefix) <= MAX_PREFIX_LENGTH - room:
         return prefix
