@@ -203,13 +203,13 @@ def _claimed(claim_b):
     return api
 
 
-def _collision(api, claim):
-    status = get(api, kinds.IPCLAIM, claim)["status"]
+def _collision(api, claim, kind=kinds.IPCLAIM):
+    status = get(api, kind, claim)["status"]
     events = [e for e in api.events if e.reason == "IPAddressNameCollision" and e.target.name == claim]
     assert len(events) == 1 and events[0].type == "Warning", api.events
-    for text in (status["errorMessage"], events[0].message):
-        assert "IPPool pa" in text and "a-1-2--5" in text and "1:2::5" in text and "2::5" in text, text
     ready = o.condition(status, "Ready")
+    for text in (status.get("errorMessage") or ready["message"], events[0].message):
+        assert "IPPool pa" in text and "a-1-2--5" in text and "1:2::5" in text and "2::5" in text, text
     assert (ready["status"], ready["reason"]) == ("False", "IPAddressNameCollision")
 
 
@@ -219,6 +219,13 @@ def test_a_claim_whose_only_ip_has_the_name_of_another_pools_address_is_told_so_
     _collision(api, "cb")
     converge(api, random.Random(0))
     assert len([e for e in api.events if e.reason == "IPAddressNameCollision"]) == 1
+
+
+def test_a_cluster_api_claim_whose_only_ip_has_the_name_of_another_pools_address_is_told_so():
+    from ipam_objects import capi_claim
+    api = _claimed(capi_claim("cb", "pb"))
+    _collision(api, "cb", kinds.CAPI_CLAIM)
+    assert get(api, kinds.CAPI_ADDRESS, "cb") is None
 
 
 def test_a_claim_asking_for_an_ip_whose_name_another_pools_address_has_is_told_so():
