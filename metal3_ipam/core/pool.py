@@ -78,7 +78,7 @@ class Pool:
     # preallocations are in units; ``address_of``, ``unit_of`` and ``lock_name`` translate.
     unit_length: int | None = None
     # How its locks are named: None, Metal3's ``<namePrefix>-<ip>``; else ``name_prefix`` is the pool part of
-    # ``naming.lock_name`` and this its tag (the in-cluster kinds).
+    # ``naming.lock_name`` and this its tag (the in-cluster and NetBox kinds).
     lock_tag: str | None = None
     _starts: list[int] = field(init=False, repr=False)
     _by_start: list[Entry] = field(init=False, repr=False)

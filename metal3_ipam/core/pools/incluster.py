@@ -9,10 +9,10 @@ finalizers, and their status holds its ``ipAddresses`` counts.
 Where their lifecycle differs from IPPool's (see ``PoolKind``): each IP they
 hand out is locked by a Metal3 IPAddress named after the pool and the IP
 (``<pool>.<ip>.ip``; ``<pool>.<ip>.gip`` in the one lock namespace for a
-global pool; see ``naming.lock_name``), a global pool keeps its IPs unique among its own claims of every
-namespace (a namespaced one among every namespaced pool of its namespace, as
-an IPPool does), the Cluster API IPAddress carries
-the claim's cluster-name label only and a pool owner reference with
+global pool; see ``naming.lock_name``), a global pool keeps its IPs unique
+among its own claims of every namespace (a namespaced one among every
+namespaced pool of its namespace, as an IPPool does), the Cluster API
+IPAddress carries the claim's cluster-name label only and a pool owner reference with
 ``controller: false``, an IPAddress written before its claim is kept for it,
 and a deleted claim's address outlives it for the pool's
 ``addressReuseGracePeriodSeconds``.
@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import incluster, kinds
 from ..naming import MAX_PREFIX_LENGTH, lock_pool_part
+from ..pool import Pool
 from . import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind
 
 # The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
@@ -47,7 +48,7 @@ def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0
     return f"{prefix[:_LEGACY_HASHED_PART].rstrip('.-')}-{digest}"
 
 
-def locked_as(model, kind: tuple[str, str], name: str, cluster_scoped: bool, tags: tuple[str, str]):
+def locked_as(model: Pool, kind: tuple[str, str], name: str, cluster_scoped: bool, tags: tuple[str, str]) -> Pool:
     """``model`` with the pool part and tag of its lock names (``naming.lock_name``)."""
     part, tag = lock_pool_part(kind, name, tags[cluster_scoped], model.unit_length is not None)
     return dataclasses.replace(model, name_prefix=part, lock_tag=tag)
