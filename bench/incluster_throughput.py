@@ -46,6 +46,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import netaddr
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,  # noqa: E402
@@ -54,7 +56,7 @@ from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, F
                      totals_text, verdict, write_counts)
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
+from metal3_ipam.core.naming import lock_name  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 
 GOAL = 1.3
@@ -115,7 +117,7 @@ class BindFloor(Floor):
         ns, name, pool = slot.claim["metadata"]["namespace"], slot.claim["metadata"]["name"], slot.pool
         lock = {
             "apiVersion": f"{METAL3}/v1alpha1", "kind": "IPAddress",
-            "metadata": {"name": address_name(POOL, slot.ip), "namespace": ns,
+            "metadata": {"name": _lock(slot.ip), "namespace": ns,
                          "finalizers": [kinds.FINALIZERS[kinds.IPADDRESS]],
                          "ownerReferences": [_ref(pool), _ref(slot.claim)]},
             "spec": {"address": slot.ip, "prefix": slot.prefix, "gateway": GATEWAY,
@@ -158,6 +160,11 @@ class BindFloor(Floor):
                 headers=MERGE_PATCH)
 
 
+def _lock(ip: str) -> str:
+    """The name of the lock the controller writes for ``ip`` of the pool (``naming.lock_name``)."""
+    return lock_name(POOL, netaddr.IPAddress(ip), None, "ip")
+
+
 class ReleaseFloor(BindFloor):
     """The controller's writes per released in-cluster claim, by a plain client."""
 
@@ -170,7 +177,7 @@ class ReleaseFloor(BindFloor):
 
     def writes(self, slot: Slot) -> dict:
         ns, name = slot.claim["metadata"]["namespace"], slot.claim["metadata"]["name"]
-        lock = address_name(POOL, slot.ip)
+        lock = _lock(slot.ip)
         off = {"metadata": {"finalizers": None}}
         return {
             **super().writes(slot),

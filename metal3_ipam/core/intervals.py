@@ -154,6 +154,14 @@ class IntervalSet:
             index -= width
             node = node.right
 
+    def next_from(self, value: int) -> int | None:
+        """The smallest member not below ``value``, or None."""
+        below = self._floor(value)
+        if below is not None and below.hi >= value:
+            return value
+        above = self._ceiling(value)
+        return above.lo if above is not None else None
+
     def intervals(self) -> Iterator[tuple[int, int]]:
         """The intervals in ascending order."""
         stack: list[_Node] = []

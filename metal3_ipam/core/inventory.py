@@ -24,6 +24,8 @@ from typing import Callable, Iterable, Iterator
 from . import kinds
 from . import objects as o
 from . import pools
+from .addresses import FAMILY_BITS
+from .intervals import IntervalSet
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -94,6 +96,23 @@ def _address_ip(obj: dict) -> int | tuple[int, int] | None:
     return None if ip is None else _ip_key(ip.version, int(ip))
 
 
+def _version_and_value(key: int | tuple[int, int]) -> tuple[int, int]:
+    """An IP as ``_ip_key`` writes it, as (version, number)."""
+    return key if isinstance(key, tuple) else (4, key)
+
+
+def _prefix_held(obj: dict, pool: o.PoolKey | None) -> tuple[int, int, int] | None:
+    """(version, length, base) of the sub-prefix an address of a prefix pool holds whole (its ``prefix``
+    shorter than the family's), or None: an IP pool's address holds its IP alone."""
+    pool_kind = pools.REGISTRY.get(pool.kind) if pool is not None else None
+    ip = o.address_ip(obj) if pool_kind is not None and pool_kind.holds_prefixes else None
+    length = o.spec(obj).get("prefix") if ip is not None else None
+    if type(length) is not int or not 0 <= length < FAMILY_BITS[ip.version]:
+        return None
+    bits = FAMILY_BITS[ip.version] - length
+    return ip.version, length, int(ip) >> bits << bits
+
+
 def _ip_key(version: int, ip: int) -> int | tuple[int, int]:
     """How an IP is known in ``_holders``: an IPv4 address as its number (most are IPv4: a tuple apiece
     would cost more than the number), an IPv6 one with its version (an int never equals a tuple)."""
@@ -134,6 +153,12 @@ class Inventory:
         # Addresses of both APIs of our pools, per namespace and IP: who holds an IP (its key,
         # or Several when several hold it: a set per IP would cost more than the address).
         self._holders: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
+        # The same IPs per namespace and IP version as a set of intervals (an IP inside a span is found in
+        # O(log n)), and the sub-prefixes addresses of prefix pools hold whole, per namespace, by (version,
+        # length) and base address: an address inside one is taken, as a sub-prefix holding one is
+        # (``held_elsewhere``).
+        self._held_ips: dict[str, dict[int, IntervalSet]] = {}
+        self._prefixes: dict[str, dict[tuple[int, int], dict[int, ObjKey | Several]]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
@@ -188,7 +213,8 @@ class Inventory:
         self.filed += 1
         self._index_outside_key(key, stored, obj)
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
-                and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
+                and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj) \
+                and o.spec(stored).get("prefix") == o.spec(obj).get("prefix"):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
             return self._file(key, obj)
@@ -339,6 +365,10 @@ class Inventory:
                 known = each(held.get(ip))
                 if key not in known:
                     held[ip] = entry_of((*known, key))
+                    if not known:
+                        version, value = _version_and_value(ip)
+                        self._held_ips.setdefault(ns, {}).setdefault(version, IntervalSet()).add(value)
+            self._file_prefix(ns, key, _prefix_held(obj, pool), True)
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
         if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
@@ -363,8 +393,11 @@ class Inventory:
                 rest = entry_of(k for k in known if k != key)
                 if rest is None:
                     del held[ip]
+                    version, value = _version_and_value(ip)
+                    self._held_ips[ns][version].discard(value)
                 else:
                     held[ip] = rest
+            self._file_prefix(ns, key, _prefix_held(old, o.pool_of(old)), False)
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_of_clusters_in(ns)) if incoming is None else set()
         if kind in pools.REGISTRY:
@@ -390,6 +423,23 @@ class Inventory:
             if not group:
                 del self.groups[pool]
         return {pool}
+
+    def _file_prefix(self, ns: str, key: ObjKey, held: tuple[int, int, int] | None, add: bool) -> None:
+        """File (or unfile) an address under the sub-prefix (version, length, base) it holds whole."""
+        if held is None:
+            return
+        version, length, base = held
+        bases = self._prefixes.setdefault(ns, {}).setdefault((version, length), {})
+        known = each(bases.get(base))
+        if add and key in known:
+            return
+        rest = entry_of((*known, key) if add else (k for k in known if k != key))
+        if rest is None:
+            bases.pop(base, None)
+            if not bases:
+                del self._prefixes[ns][(version, length)]
+        else:
+            bases[base] = rest
 
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
         """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
@@ -456,6 +506,27 @@ class Inventory:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
+    def held_elsewhere(self, pool_key: o.PoolKey, namespace: str, version: int, lo: int, hi: int) -> bool:
+        """Whether an address of ``namespace`` (either API, a pool of ours other than ``pool_key``) holds any
+        of the addresses ``lo``..``hi`` (an IP, or an aligned sub-prefix): an IP inside the span, or a
+        sub-prefix a prefix pool's address holds whole that meets it. Sub-prefixes are aligned, so one that
+        meets the span either holds ``lo`` or lies inside it (and then so does its address): O(log n) for
+        the IPs, and one look per length of sub-prefix held in the namespace."""
+        def elsewhere(keys: Iterable[ObjKey]) -> bool:
+            return any(self._filed(k) != pool_key for k in keys)
+
+        ips = self._held_ips.get(namespace, {}).get(version)
+        at = ips.next_from(lo) if ips else None
+        while at is not None and at <= hi:
+            if elsewhere(self.holders(namespace, version, at)):
+                return True
+            at = ips.next_from(at + 1)
+        for (held_version, length), bases in self._prefixes.get(namespace, {}).items():
+            bits = FAMILY_BITS[held_version] - length
+            if held_version == version and elsewhere(each(bases.get(lo >> bits << bits))):
+                return True
+        return False
+
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
         key = self.key(pool)
@@ -512,10 +583,10 @@ class Inventory:
             addresses=list(group.addresses.values()),
             capi_addresses=list(group.capi_addresses.values()),
             name_taken=self.name_taken,
+            address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
-            held_elsewhere=lambda namespace, version, ip: any(
-                self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
+            held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -7,6 +7,7 @@ lock that keeps one IP from being handed out twice.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import netaddr
@@ -52,6 +53,61 @@ def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:
     text = ip_text(netaddr.IPAddress(ip)) if isinstance(ip, str) else ip_text(ip)
     suffix = text.replace(".", "-").replace(":", "-")
     return f"{name_prefix}-{suffix}".rstrip("-")
+
+
+# -- the names of the in-cluster and NetBox kinds' locks ----------------------------------------------------
+#
+# A lock is a Metal3 IPAddress ``<pool>.<address>.<tag>`` (a sub-prefix's ``<pool>.<base>.<length>.<tag>``):
+# ``pool-a.10-0-0-5.ip``, ``pp.fd00-0-0-100-0-0-0-0.56.pp``. Why two different (kind, pool, address) never
+# give one name, read from the right:
+# - the last label is the tag, one per kind of pool (``LOCK_TAGS``), with ``h`` added when the pool part
+#   is hashed; it says how many labels the address takes (two for a sub-prefix: base, then length);
+# - the address label has no dot, and is one-to-one: IPv4 is its four decimal groups, IPv6 all eight of
+#   its hexadecimal groups without leading zeros (no ``::``, so it never starts or ends with a dash), so
+#   four groups or eight also tell the family; the length is its decimal number;
+# - what is left before them is the pool part, dots and all: the pool's name itself, which is the pool
+#   (one of a kind and name per namespace, or in the cluster for a global kind, whose tag is its own);
+# - a name too long for that is cut and followed by 16 hexadecimal digits of the SHA-256 of the kind and
+#   the full name: the tag says so, so a hashed pool part never meets an unhashed one (a pool could be
+#   named like a hashed part), and two hashed ones meet only when a 64-bit hash of two different kinds
+#   and names agrees and the first characters too (a SHA-256 collision, never seen).
+# Every name of the scheme ends in a tag letter (``p``, ``x`` or ``h``); Metal3's ``<namePrefix>-<ip>``
+# and the names an earlier version gave these locks (``<pool>-<ip>``, ``gip-<pool>-<ip>``,
+# ``<pool>-<base>.<length>``) end in a digit of the address or the length: a lock left by that version,
+# adopted as it is, never holds a name this scheme wants for another address (save those of the IPv6
+# ``::``, which are the bare prefix: ``pfx`` + ``::`` is ``pfx``).
+LOCK_TAGS = ("ip", "gip", "pp", "gpp", "netbox")
+HASHED = "h"
+_HASH_DIGITS = 16
+
+
+def address_label(ip: netaddr.IPAddress) -> str:
+    """An address as one DNS label: ``10-0-0-5``, ``fd00-0-0-100-0-0-0-0`` (every IPv6 group written)."""
+    if ip.version == 4:
+        return str(ip).replace(".", "-")
+    value = int(ip)
+    return "-".join(format((value >> (112 - 16 * i)) & 0xFFFF, "x") for i in range(8))
+
+
+def lock_suffix_room(tag: str, length: bool) -> int:
+    """The most characters a lock name of ``tag`` has after its pool part (a hashed one's tag included)."""
+    return 1 + LONGEST_IP_TEXT + (len(".128") if length else 0) + 1 + len(tag) + len(HASHED)
+
+
+def lock_pool_part(kind: tuple[str, str], name: str, tag: str, length: bool) -> tuple[str, str]:
+    """(pool part, tag) of a pool's lock names: its name, or when that leaves no room for the longest
+    address (with a sub-prefix's ``length``), its head and a hash of kind and name, and the tag of that."""
+    room = MAX_NAME_LENGTH - lock_suffix_room(tag, length)
+    if len(name) <= room:
+        return name, tag
+    digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:_HASH_DIGITS]
+    return f"{name[:room - 1 - _HASH_DIGITS].rstrip('.-')}-{digest}", tag + HASHED
+
+
+def lock_name(pool_part: str, ip: netaddr.IPAddress, length: int | None, tag: str) -> str:
+    """``<pool>.<address>.<tag>``, or for a sub-prefix ``<pool>.<base>.<length>.<tag>`` (see above)."""
+    middle = address_label(ip) if length is None else f"{address_label(ip)}.{length}"
+    return f"{pool_part}.{middle}.{tag}"
 
 
 def ip_of_name(name_prefix: str, name: str, version: int) -> netaddr.IPAddress | None:

@@ -52,7 +52,7 @@ def _spans(pool: Pool) -> list[tuple[int, int]]:
 
 def _locks_meet(a: Pool, b: Pool) -> bool:
     """Pools whose locks of one address have one name: the name lock guards them, nothing is withheld."""
-    return a.name_prefix == b.name_prefix and a.unit_length == b.unit_length
+    return a.name_prefix == b.name_prefix and a.unit_length == b.unit_length and a.lock_tag == b.lock_tag
 
 
 def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]]:

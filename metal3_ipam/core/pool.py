@@ -28,7 +28,7 @@ import netaddr
 from .addresses import (FAMILY_BITS, AddressError, host_range, ip_from_int, network_of, parse_cidr,
                         parse_ip, parse_span)
 from .intervals import normalise, subtract
-from .naming import address_name, name_prefix_problem
+from .naming import address_name, lock_name, name_prefix_problem
 from .problems import Problem
 
 STRATEGIES = ("sequential", "random")
@@ -77,6 +77,9 @@ class Pool:
     # the one whose base address is n << unit_bits (a prefix pool). Entries, reserved spans and
     # preallocations are in units; ``address_of``, ``unit_of`` and ``lock_name`` translate.
     unit_length: int | None = None
+    # How its locks are named: None, Metal3's ``<namePrefix>-<ip>``; else ``name_prefix`` is the pool part of
+    # ``naming.lock_name`` and this its tag (the in-cluster and NetBox kinds).
+    lock_tag: str | None = None
     _starts: list[int] = field(init=False, repr=False)
     _by_start: list[Entry] = field(init=False, repr=False)
     _holders: dict[int, str] = field(init=False, repr=False)
@@ -100,8 +103,11 @@ class Pool:
         return value >> self.unit_bits
 
     def lock_name(self, unit: int) -> str:
-        """The name of the Metal3 IPAddress that holds ``unit``: ``<namePrefix>-<ip>``, and for a sub-prefix
-        ``<namePrefix>-<base>.<length>`` (no address's name has a dot after its prefix: the two never meet)."""
+        """The name of the Metal3 IPAddress that holds ``unit``: ``<namePrefix>-<ip>``, or the in-cluster
+        kinds' ``<pool>.<address>.<tag>`` (``<pool>.<base>.<length>.<tag>`` for a sub-prefix; see
+        ``naming.lock_name``)."""
+        if self.lock_tag is not None:
+            return lock_name(self.name_prefix, self.address_of(unit), self.unit_length, self.lock_tag)
         name = address_name(self.name_prefix, self.address_of(unit))
         return f"{name}.{self.unit_length}" if self.unit_length is not None else name
 

@@ -21,12 +21,15 @@ What it guarantees, whatever it is shown:
   as a failed machine;
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
-  for Cluster API claims, so one name lock guards every allocation (a kind
-  whose pools have no namePrefix names its locks after the pool; those of a
-  pool of cluster scope are all in one namespace, ``Snapshot.lock_namespace``,
-  so that the lock guards an IP across every namespace; a prefix pool hands
-  out sub-prefixes, each locked as ``<namePrefix>-<base>.<length>``: see
-  ``Pool.lock_name``). Written lock, then
+  for Cluster API claims, so one name lock guards every allocation (the
+  in-cluster kinds, whose pools have no namePrefix, name their locks
+  ``<pool>.<ip>.<tag>``, a sub-prefix's ``<pool>.<base>.<length>.<tag>``: see
+  ``Pool.lock_name``; those of a pool of cluster scope are all in one
+  namespace, ``Snapshot.lock_namespace``, so that the lock guards an IP across
+  every namespace). A lock is known by its spec (pool, claim, address), never
+  by its name: locks an earlier version named otherwise hold as they are. An
+  IP whose lock name another IP's address holds is skipped, or the claim told
+  so (``NAME_COLLISION``). Written lock, then
   the claim's visible address, then its status; released the other way round;
 - a deleted claim's address outlives it until the deadline its pool kind
   derives from the stored objects (``PoolKind.release_after``): both keep
@@ -37,7 +40,8 @@ What it guarantees, whatever it is shown:
   address; its lock is created for it, and the pool hands out nothing new
   until every such lock is in place;
 - an IP that any address of the namespace holds, in any pool and of either
-  API, is never handed out; where pools with different namePrefixes overlap,
+  API, or that lies inside a sub-prefix one holds, is never handed out (nor a
+  sub-prefix holding such an IP); where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
 - a claim whose own Cluster is paused is left alone, whatever its pool;
 - a claim whose Cluster (its own, or its pool's ``clusterName``) is not
@@ -93,6 +97,9 @@ READY = "Ready"
 # A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
 ALLOCATION_PENDING = "AllocationPending"
 OVERLAPPING = "Overlapping"
+# The name of the IPAddress locking a claim's IP is another IP's (two Metal3 IPPools' ``<namePrefix>-<ip>``
+# names meet: ``a`` + 1:2::5 and ``a-1`` + 2::5), as the Go Metal3 IPAM reports it.
+NAME_COLLISION = "IPAddressNameCollision"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -109,8 +116,11 @@ class Snapshot:
     capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
     # The callbacks name the namespace looked in: the pool's, or for a pool of cluster scope a claim's.
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
-    # An address of another pool of the namespace (either API) holds (version, ip).
-    held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # The Metal3 IPAddress of that name there, or None (what holds a name ``name_taken`` says is taken).
+    address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
+    # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
+    # an IP inside the span, or a sub-prefix meeting it.
+    held_elsewhere: Callable[[str, int, int, int], bool] = lambda namespace, version, lo, hi: False
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -241,6 +251,9 @@ class _Reconciler:
         self.allocator = ledger.allocator
         # Locks being created this pass for allocations adopted as they are.
         self.adopting = 0
+        # Units of the pool the claim being allocated for could not be given, their lock's name being held by
+        # an IPAddress of another IP (``NAME_COLLISION``), with that IPAddress.
+        self.collisions: dict[int, dict] = {}
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.
@@ -943,11 +956,13 @@ class _Reconciler:
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
+            self.collisions = {}
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
                                                 kept_as=key)
             except AllocationError as err:
-                return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
+                reason, message = (err.reason, err.message) if not self.collisions else self.collided(err)
+                return self.fail(claim, step, reason, message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
         step.add(Create(address))
@@ -1064,12 +1079,32 @@ class _Reconciler:
 
         The name lock (another pool with the same namePrefix, or any object of
         that name) and any address of another pool of the namespace, of either
-        API, at that IP, whatever its namePrefix.
+        API, at that IP (inside that sub-prefix), or a sub-prefix another prefix
+        pool's address holds that meets it, whatever its namePrefix.
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
-        return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, int(self.pool.address_of(ip)))))
+        name = self.pool.lock_name(ip)
+        if self.snap.name_taken(namespace, name):
+            holder = self.snap.address_named(namespace, name)
+            held = _ip_of(holder) if holder is not None else None
+            if held is not None and held != self.pool.address_of(ip):
+                self.collisions[ip] = holder
+            return True
+        first = int(self.pool.address_of(ip))
+        return unique and self.snap.held_elsewhere(namespace, self.pool.version, first,
+                                                   first + (1 << self.pool.unit_bits) - 1)
+
+    def collided(self, err: AllocationError) -> tuple[str, str]:
+        """The reason and message of a claim refused because the name of an IP's lock is another IP's: the
+        first such IP, the IPAddress holding its name and that address's pool."""
+        unit, holder = min(self.collisions.items(), key=lambda item: item[0])
+        ref = o.spec(holder).get("pool") or {}
+        pool = f"{ref.get('kind') or kinds.IPPOOL[1]} {ref.get('name')}"
+        return NAME_COLLISION, (f"{ip_text(self.pool.address_of(unit))} cannot be locked: its IPAddress name "
+                                f"{o.name(holder)} is held by the IPAddress of {ip_text(_ip_of(holder))} of {pool} "
+                                f"(their names <namePrefix>-<ip> meet; a namePrefix that does not start with the "
+                                f"other's followed by '-' keeps them apart): {err.message}")
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)

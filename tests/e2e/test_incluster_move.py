@@ -11,11 +11,11 @@ What clusterctl does with these kinds (cmd/clusterctl/client/cluster/objectgraph
 considers the CRDs labelled ``clusterctl.cluster.x-k8s.io``; a CRD labelled
 ``clusterctl.cluster.x-k8s.io/move-hierarchy`` has every object moved with what it owns, as the
 in-cluster provider labels its pool CRDs. A namespaced pool, its claims' IPAddresses (owned by claim
-and pool) and the locks of its IPs (Metal3 IPAddresses ``<pool>-<ip>`` in its namespace, owned by
+and pool) and the locks of its IPs (Metal3 IPAddresses ``<pool>.<ip>.ip`` in its namespace, owned by
 pool and claim) move and are deleted in the source. A global pool is listed whatever the
 namespace, created in the target unless it is there already, and never deleted from the source;
 what it owns (its IPAddresses) is copied but never deleted from the source either. The locks of its
-IPs (``gip-<pool>-<ip>``, in the controller's lock namespace) are not in the moved namespace: the
+IPs (``<pool>.<ip>.gip``, in the controller's lock namespace) are not in the moved namespace: the
 target makes them anew for the IPAddresses that arrive.
 
 After each move: every claim has the IP it had (the full claim -> IP map, every IPAddress's spec),
@@ -286,7 +286,8 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
     # its lock namespace, at the moved IPs, and wrote statuses and metadata.
     writes = planned_writes(target.controller, target_offset, pools=target.ours)
     made = [w for w in writes if w.split(": ", 1)[1].startswith(("create", "Delete"))]
-    locks = [w for w in made if w.split(": ", 1)[1].startswith(f"create IPAddress {LOCK_NAMESPACE}/gip-")]
+    locks = [w for w in made if w.split(": ", 1)[1].startswith(f"create IPAddress {LOCK_NAMESPACE}/")
+             and w.split(": ", 1)[1].split()[2].endswith(".gip")]
     report(f"{what}: controller on {target.name} planned {len(writes)} writes, {len(locks)} of them locks of the "
            f"global pool ({sorted({w.split(': ', 1)[1].split()[0] for w in writes})})")
     assert len(locks) == len(after.global_locks) and not set(made) - set(locks), \

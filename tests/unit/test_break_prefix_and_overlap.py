@@ -154,10 +154,6 @@ def test_a_prefix_pool_never_hands_out_a_sub_prefix_holding_an_address_of_an_ear
     assert {c: str(n) for c, n in _networks(api) if c != "i"} == {"p": "fd00:0:0:1::/64"}
 
 
-@pytest.mark.xfail(strict=True, reason="an earlier IP pool edited to reach into a later prefix pool's sub-prefix "
-                                       "already handed out: the later pool withholds from then on, but the IP pool "
-                                       "checks the namespace's addresses by exact IP (held_elsewhere), and only the "
-                                       "sub-prefix's base address is one; containment needs an index of spans")
 def test_an_earlier_ip_pool_edited_into_a_handed_out_sub_prefix_never_hands_out_inside_it():
     api = converged(_created(gi.ip_pool("y", namespace=NS, addresses=["fd01::1"], prefix=64), "2024-01-01T00:00:00Z"),
                     _created(gi.prefix_pool("x", namespace=NS, prefixes=["fd00::/64"]), "2024-01-01T00:01:00Z"),
@@ -168,13 +164,65 @@ def test_an_earlier_ip_pool_edited_into_a_handed_out_sub_prefix_never_hands_out_
     _assert_disjoint(api)
 
 
-@pytest.mark.xfail(strict=True, reason="lock names join pool name and address with dashes and the address is "
-                                       "written with dashes too: `a` + 1:2:: and `a-1` + 2:: both give a-1-2.64 "
-                                       "(IP pools' <pool>-<ip> alike); only a new lock-name scheme mends it")
+def test_an_earlier_prefix_pool_edited_over_a_handed_out_address_never_hands_out_the_sub_prefix_holding_it():
+    """The other way round: the IP pool came later and handed out fd00::5; the earlier prefix pool, edited to
+    reach over it, owns the overlap from then on, but the sub-prefix holding fd00::5 is not its to give."""
+    api = converged(_created(gi.prefix_pool("x", namespace=NS, prefixes=["fd01::/64"]), "2024-01-01T00:00:00Z"),
+                    _created(gi.ip_pool("y", namespace=NS, addresses=["fd00::5"], prefix=64), "2024-01-01T00:01:00Z"),
+                    _claim("i", "y", gi.IN_CLUSTER_IP_POOL))
+    _edited(api, PREFIX, "x", prefixes=["fd00::/63"])
+    api.load(_claim("p", "x"))
+    api.load(_claim("q", "x"))
+    converge(api, random.Random(0))
+    _assert_disjoint(api)
+    assert {c: str(n) for c, n in _networks(api)} == {"i": "fd00::5/128", "p": "fd00:0:0:1::/64"}
+
+
+def _address_at(n, pool, kind, ip, prefix):
+    return {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+            "metadata": {"name": f"x{n}", "namespace": NS, "uid": f"u{n}", "resourceVersion": str(n + 1)},
+            "spec": {"address": str(ipaddress.IPv6Address(ip)), "prefix": prefix,
+                     "pool": {"name": pool, "apiVersion": gi.POOL_API_VERSION, "kind": kind}}}
+
+
+@settings(deadline=None, max_examples=150)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.booleans(), st.integers(0, 63), st.sampled_from([58, 60, 62])),
+                max_size=12), st.lists(st.integers(0, 11), max_size=4), st.integers(0, 63), st.sampled_from([58, 60, 64]))
+def test_an_address_or_sub_prefix_of_another_pool_is_found_inside_or_around_any_span(held, gone, at, length):
+    """The namespace's index of addresses and sub-prefixes, fed and emptied address by address, answers as a
+    walk over every address would: does an address of another pool than ``a`` meet the span asked about?"""
+    api = loaded()
+    stored = []
+    for n, (pool, wide, block, width) in enumerate(held):
+        kind = gi.IN_CLUSTER_PREFIX_POOL if wide else gi.IN_CLUSTER_IP_POOL
+        base = block << 64 >> (64 - width + 58) << (64 - width + 58) if wide else (block << 64) + 5
+        stored.append(_address_at(n, pool, kind, base, width if wide else 64))
+        api.inventory.upsert(stored[-1])
+    for n in gone:
+        if n < len(stored):
+            api.inventory.remove(stored[n])
+            stored[n] = None
+    lo = at << 64 >> (128 - length) << (128 - length)
+    hi = lo + (1 << (128 - length)) - 1
+
+    def span(address):
+        ip = int(ipaddress.IPv6Address(address["spec"]["address"]))
+        if address["spec"]["pool"]["kind"] == gi.IN_CLUSTER_IP_POOL:
+            return ip, ip
+        bits = 128 - address["spec"]["prefix"]
+        return ip >> bits << bits, (ip >> bits << bits) + (1 << bits) - 1
+
+    theirs = [a for a in stored if a is not None and (a["spec"]["pool"]["name"], a["spec"]["pool"]["kind"])
+              != ("a", gi.IN_CLUSTER_PREFIX_POOL)]
+    want = any(span(a)[0] <= hi and lo <= span(a)[1] for a in theirs)
+    mine = o.PoolKey(NS, "a", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL))
+    assert api.inventory.held_elsewhere(mine, NS, 6, lo, hi) == want
+
+
 def test_lock_names_of_two_prefix_pools_of_a_namespace_never_meet():
-    """Pool ``a`` handing out 1:2::/64 and pool ``a-1`` handing out 2::/64: both locks would be
-    ``a-1-2.64`` (the dash both separates and spells the address), and the second claim is told its pool
-    is exhausted while its only sub-prefix is free."""
+    """Pool ``a`` handing out 1:2::/64 and pool ``a-1`` handing out 2::/64: joined with dashes both locks
+    were ``a-1-2.64`` (the dash both separated and spelled the address), and the second claim was told its
+    pool is exhausted while its only sub-prefix was free."""
     api = converged(gi.prefix_pool("a", namespace=NS, prefixes=["1:2::/64"]),
                     gi.prefix_pool("a-1", namespace=NS, prefixes=["2::/64"]),
                     _claim("c1", "a"), _claim("c2", "a-1"))

@@ -63,7 +63,7 @@ def test_the_address_is_what_the_provider_writes_and_its_ip_is_locked():
     assert claim["status"]["addressRef"] == {"name": "a"}
     ready = o.condition(claim["status"], "Ready")
     assert ready["status"] == "True" and ready["reason"] == "AddressAllocated"
-    assert _locks(api) == {(NS, "p-10-0-0-2"): "10.0.0.2"}
+    assert _locks(api) == {(NS, "p.10-0-0-2.ip"): "10.0.0.2"}
     assert gi.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert pool["status"]["ipAddresses"] == {"total": 8, "used": 1, "free": 7, "outOfRange": 0}
     assert o.condition(pool["status"], "Ready")["status"] == "True"
@@ -81,7 +81,7 @@ def test_a_global_pools_locks_live_in_the_lock_namespace_and_keep_its_ips_apart_
                     _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
     ips = {ns: o.spec(_address(api, "m", ns))["address"] for ns in ("ns-a", "ns-b")}
     assert sorted(ips.values()) == ["10.0.0.2", "10.0.0.3"]
-    assert _locks(api) == {(LOCK_NS, f"gip-g-{ip.replace('.', '-')}"): ip for ip in ips.values()}
+    assert _locks(api) == {(LOCK_NS, f"g.{ip.replace('.', '-')}.gip"): ip for ip in ips.values()}
     for lock in api.inventory.of_kind(kinds.IPADDRESS):
         owners = lock["metadata"]["ownerReferences"]
         assert [r["kind"] for r in owners] == [gi.GLOBAL_IN_CLUSTER_IP_POOL]  # no owner across namespaces
@@ -94,7 +94,7 @@ def test_a_lock_held_in_the_lock_namespace_keeps_its_ip_from_a_claim_of_any_name
     api = loaded(pool, _claim("m", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
     stored_pool = api.inventory.get((gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL), "", "g")
     api.load({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
-              "metadata": {"name": "gip-g-10-0-0-2", "namespace": LOCK_NS, "finalizers": ["ipaddress.ipam.metal3.io"]},
+              "metadata": {"name": "g.10-0-0-2.gip", "namespace": LOCK_NS, "finalizers": ["ipaddress.ipam.metal3.io"]},
               "spec": {"address": "10.0.0.2", "pool": {"name": "g", "apiVersion": gi.POOL_API_VERSION,
                                                        "kind": gi.GLOBAL_IN_CLUSTER_IP_POOL},
                        "claim": {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "name": "other",
@@ -102,7 +102,7 @@ def test_a_lock_held_in_the_lock_namespace_keeps_its_ip_from_a_claim_of_any_name
     plan = reconcile(api.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), api.now, random.Random(0)))
     created = [a.obj for a in plan.writes if isinstance(a, Create)]
     assert [(o.namespace(c), o.name(c)) for c in created if c["kind"] == "IPAddress"
-            and c["apiVersion"] == kinds.METAL3_API_VERSION] == [(LOCK_NS, "gip-g-10-0-0-3")]
+            and c["apiVersion"] == kinds.METAL3_API_VERSION] == [(LOCK_NS, "g.10-0-0-3.gip")]
     assert stored_pool is not None
 
 
@@ -358,7 +358,7 @@ def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept
     address = _address(target, "m", "ns-a")
     assert o.spec(address) == o.spec(moved)
     assert o.owner_references(address) == [claim_ref, {**stale_pool, "uid": o.meta(pool)["uid"]}]
-    assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
+    assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "g.10-0-0-2.gip"): "10.0.0.2"}
     assert [kinds.kind_of(c) for c in target.created] == [kinds.IPADDRESS]
 
 
@@ -375,7 +375,7 @@ def test_the_lock_of_a_claim_gone_while_its_cluster_is_paused_goes_after_its_add
     api.inventory.remove(get(api, kinds.CAPI_CLAIM, "m", "ns-a"))
     converge(api, random.Random(0))
     assert _address(api, "m", "ns-a") is not None
-    assert _locks(api) == {(LOCK_NS, "gip-g-10-0-0-2"): "10.0.0.2"}
+    assert _locks(api) == {(LOCK_NS, "g.10-0-0-2.gip"): "10.0.0.2"}
     api.inventory.remove(get(api, kinds.CLUSTER, "c", "ns-a"))
     converge(api, random.Random(0))
     assert _address(api, "m", "ns-a") is None and not _locks(api)

@@ -65,7 +65,8 @@ def test_the_address_is_the_sub_prefix_as_the_provider_writes_it_and_its_lock_na
     assert claim["status"]["addressRef"] == {"name": "a"}
     ready = o.condition(claim["status"], "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "AddressAllocated")
-    assert _locks(api) == {(NS, "pp-fd00-0-0-100.56"): ("fd00:0:0:100::", 56), (NS, "pp-fd10.56"): ("fd10::", 56)}
+    assert _locks(api) == {(NS, "pp.fd00-0-0-100-0-0-0-0.56.pp"): ("fd00:0:0:100::", 56),
+                           (NS, "pp.fd10-0-0-0-0-0-0-0.56.pp"): ("fd10::", 56)}
     assert gi.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert pool["status"]["ipAddresses"] == {"total": 2, "used": 2, "free": 0, "outOfRange": 0}
     assert pool["status"]["ipAddresses"] == gi.pool_status(pool, [_address(api, "a"), _address(api, "b")])["ipAddresses"]
@@ -89,8 +90,8 @@ def test_a_global_prefix_pools_locks_live_in_the_lock_namespace_and_keep_its_sub
                     *(_claim("m", ns, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "g") for ns in ("ns-a", "ns-b", "ns-c")))
     bases = {o.spec(_address(api, "m", ns))["address"] for ns in ("ns-a", "ns-b", "ns-c")}
     assert bases == {"fd00::", "fd00:0:0:1::", "fd00:0:0:2::"}
-    assert set(_locks(api)) == {(LOCK_NS, "gpp-g-fd00.64"), (LOCK_NS, "gpp-g-fd00-0-0-1.64"),
-                                (LOCK_NS, "gpp-g-fd00-0-0-2.64")}
+    assert set(_locks(api)) == {(LOCK_NS, "g.fd00-0-0-0-0-0-0-0.64.gpp"), (LOCK_NS, "g.fd00-0-0-1-0-0-0-0.64.gpp"),
+                                (LOCK_NS, "g.fd00-0-0-2-0-0-0-0.64.gpp")}
     for lock in api.inventory.of_kind(kinds.IPADDRESS):
         assert [r["kind"] for r in lock["metadata"]["ownerReferences"]] == [gi.GLOBAL_IN_CLUSTER_PREFIX_POOL]
     assert get(api, GLOBAL_PREFIX, "g", "")["status"]["ipAddresses"] == {
@@ -107,21 +108,22 @@ def test_a_prefix_pool_and_an_ip_pool_of_one_name_and_one_address_never_share_it
     assert _address(api, "p") is None
     (ready,) = [c for c in get(api, kinds.CAPI_CLAIM, "p")["status"]["conditions"] if c["type"] == "Ready"]
     assert ready["reason"] == "PoolExhausted"
-    assert set(_locks(api)) == {(NS, "x-fd00")}
+    assert set(_locks(api)) == {(NS, "x.fd00-0-0-0-0-0-0-0.ip")}
 
 
 def test_a_lock_held_by_another_replica_is_skipped_not_handed_out_again():
     """A lagging cache: only another replica's lock shows that fd00::/64 is taken."""
     api = loaded(_pool(prefixes=["fd00::/62"]), _claim("a"))
     api.load({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
-              "metadata": {"name": "pp-fd00.64", "namespace": NS, "finalizers": ["ipaddress.ipam.metal3.io"]},
+              "metadata": {"name": "pp.fd00-0-0-0-0-0-0-0.64.pp", "namespace": NS,
+                           "finalizers": ["ipaddress.ipam.metal3.io"]},
               "spec": {"address": "fd00::", "prefix": 64,
                        "pool": {"name": "other", "apiVersion": gi.POOL_API_VERSION, "kind": gi.IN_CLUSTER_PREFIX_POOL},
                        "claim": {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "name": "z"}}})
     plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "pp", PREFIX), api.now, random.Random(0)))
     created = [a.obj for a in plan.writes if isinstance(a, Create)]
-    assert [(o.name(c), o.spec(c)["address"]) for c in created] == [("pp-fd00-0-0-1.64", "fd00:0:0:1::"),
-                                                                    ("a", "fd00:0:0:1::")]
+    assert [(o.name(c), o.spec(c)["address"]) for c in created] == [
+        ("pp.fd00-0-0-1-0-0-0-0.64.pp", "fd00:0:0:1::"), ("a", "fd00:0:0:1::")]
 
 
 def test_huge_pools_are_intervals_and_their_counts_exact():
@@ -151,10 +153,14 @@ def test_lock_names_fit_for_the_longest_pool_name_and_address():
                                 allocation_prefix_length=128)):
         model, _ = pools.read(body)
         lock = model.lock_name(model.entries[0].last)
-        assert len(lock) <= MAX_NAME_LENGTH and lock.endswith("-ffff-ffff-ffff-ffff-ffff-ffff-ffff-ffff.128"), lock
-    short, _ = pools.read(_pool("q" * 209, prefixes=["ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120"],
-                                allocation_prefix_length=128))
-    assert len(short.lock_name(short.entries[0].last)) == MAX_NAME_LENGTH
+        assert len(lock) <= MAX_NAME_LENGTH and lock.endswith(".ffff-ffff-ffff-ffff-ffff-ffff-ffff-ffff.128.pph") \
+            or lock.endswith(".ffff-ffff-ffff-ffff-ffff-ffff-ffff-ffff.128.gpph"), lock
+    # The longest name kept whole: 253 less ".<address>.128.pph" (a hashed one's suffix, the longest).
+    for length, whole in ((205, True), (206, False)):
+        model, _ = pools.read(_pool("q" * length, prefixes=["ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120"],
+                                    allocation_prefix_length=128))
+        lock = model.lock_name(model.entries[0].last)
+        assert lock.startswith("q" * length + ".") == whole and len(lock) <= MAX_NAME_LENGTH, lock
 
 
 # -- the property: whatever claims come and go, sub-prefixes are aligned, disjoint, inside, not excluded,
@@ -238,9 +244,10 @@ def test_the_go_providers_prefix_state_is_adopted_as_it_is():
         assert after[key] == was, key
     assert (o.spec(after[(NS, "fresh")])["address"], o.spec(after[("ns-c", "g1")])["address"]) == \
         ("fd00:0:0:2::", "fd01:0:0:2::")
-    assert set(_locks(api)) == {(NS, "pp-fd00.64"), (NS, "pp-fd00-0-0-1.64"), (NS, "pp-fd00-0-0-2.64"),
-                                (LOCK_NS, "gpp-g-fd01.64"), (LOCK_NS, "gpp-g-fd01-0-0-1.64"),
-                                (LOCK_NS, "gpp-g-fd01-0-0-2.64")}
+    assert set(_locks(api)) == {(NS, "pp.fd00-0-0-0-0-0-0-0.64.pp"), (NS, "pp.fd00-0-0-1-0-0-0-0.64.pp"),
+                                (NS, "pp.fd00-0-0-2-0-0-0-0.64.pp"),
+                                (LOCK_NS, "g.fd01-0-0-0-0-0-0-0.64.gpp"), (LOCK_NS, "g.fd01-0-0-1-0-0-0-0.64.gpp"),
+                                (LOCK_NS, "g.fd01-0-0-2-0-0-0-0.64.gpp")}
     assert get(api, PREFIX, "pp")["status"]["ipAddresses"] == {"total": 16, "used": 3, "free": 13, "outOfRange": 0}
 
 

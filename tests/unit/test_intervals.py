@@ -73,6 +73,13 @@ def test_add_joins_neighbours():
     assert s.size == 11
 
 
+@pytest.mark.parametrize("value, expected", [(0, 3), (3, 3), (4, 4), (6, 10), (12, 12), (13, None),
+                                             (2**127, None)])
+def test_next_from_is_the_smallest_member_not_below(value, expected):
+    assert IntervalSet([(3, 4), (10, 12)]).next_from(value) == expected
+    assert IntervalSet().next_from(value) is None
+
+
 def test_sizes_beyond_64_bits_are_exact():
     s = IntervalSet([(0, 2**128 - 1)])
     assert s.size == 2**128

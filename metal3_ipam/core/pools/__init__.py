@@ -89,6 +89,9 @@ class PoolKind:
     # An IP is kept unique among the pools of the namespace (overlaps withheld, other pools' addresses
     # skipped); False: only within the pool (a global pool, whose claims live in every namespace).
     unique_in_namespace: bool = True
+    # An address of the pool holds every address of the prefix its ``prefix`` says (a prefix pool's sub-prefix);
+    # False: its one IP (an IP pool's ``prefix`` is its network's).
+    holds_prefixes: bool = False
     # The labels a claim's Cluster API IPAddress is given, from the claim.
     address_labels: Callable[[Mapping[str, Any]], dict[str, str]] = lambda claim: _labels(claim)
     # The pool's owner reference on a Cluster API IPAddress says ``controller: false`` outright.

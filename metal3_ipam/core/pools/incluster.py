@@ -7,12 +7,12 @@ they serve Cluster API claims only, with the in-cluster provider's
 finalizers, and their status holds its ``ipAddresses`` counts.
 
 Where their lifecycle differs from IPPool's (see ``PoolKind``): each IP they
-hand out is locked by a Metal3 IPAddress named after the pool
-(``<pool>-<ip>``; ``gip-<pool>-<ip>`` in the one lock namespace for a global
-pool), a global pool keeps its IPs unique among its own claims of every
-namespace (a namespaced one among every namespaced pool of its namespace, as
-an IPPool does), the Cluster API IPAddress carries
-the claim's cluster-name label only and a pool owner reference with
+hand out is locked by a Metal3 IPAddress named after the pool and the IP
+(``<pool>.<ip>.ip``; ``<pool>.<ip>.gip`` in the one lock namespace for a
+global pool; see ``naming.lock_name``), a global pool keeps its IPs unique
+among its own claims of every namespace (a namespaced one among every
+namespaced pool of its namespace, as an IPPool does), the Cluster API
+IPAddress carries the claim's cluster-name label only and a pool owner reference with
 ``controller: false``, an IPAddress written before its claim is kept for it,
 and a deleted claim's address outlives it for the pool's
 ``addressReuseGracePeriodSeconds``.
@@ -26,25 +26,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import incluster, kinds
-from ..naming import MAX_PREFIX_LENGTH
+from ..naming import MAX_PREFIX_LENGTH, lock_pool_part
+from ..pool import Pool
 from . import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind
 
-# The locks of a global pool's IPs live in one namespace beside those of namespaced pools: their names
-# say that they are a global pool's.
-GLOBAL_LOCK_TAG = "gip"
-_HASHED_PART = 200  # a pool name too long to start a lock name keeps this much of itself, then a hash
+# The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
+# those of namespaced pools, and say that they are a global pool's.
+LOCK_TAG, GLOBAL_LOCK_TAG = "ip", "gip"
+_LEGACY_HASHED_PART = 200  # an earlier version's pool name too long for a lock: this much of it, then a hash
 
 
 def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0) -> str:
-    """How the names of a pool's locks start (``<lock prefix>-<ip>``, the Metal3 IPAddress holding each IP
-    it hands out): the pool's name, after ``<tag>-`` for a global pool (``gip``); a name too long for that
-    (with ``room`` characters more at the end of each lock name) is cut and told apart by a hash of the
-    pool's kind and name."""
+    """How an earlier version started the names of a pool's locks ``<lock prefix>-<ip>`` (before
+    ``naming.lock_name``): the pool's name, after ``<tag>-`` for a global pool (``gip``); a name too long for
+    that (with ``room`` characters more at the end of each lock name) cut and told apart by a hash of the
+    pool's kind and name. Such locks are still read (by their spec, as every lock is); none is written."""
     prefix = f"{tag}-{name}" if tag else name
     if len(prefix) <= MAX_PREFIX_LENGTH - room:
         return prefix
     digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:8]
-    return f"{prefix[:_HASHED_PART].rstrip('.-')}-{digest}"
+    return f"{prefix[:_LEGACY_HASHED_PART].rstrip('.-')}-{digest}"
+
+
+def locked_as(model: Pool, kind: tuple[str, str], name: str, cluster_scoped: bool, tags: tuple[str, str]) -> Pool:
+    """``model`` with the pool part and tag of its lock names (``naming.lock_name``)."""
+    part, tag = lock_pool_part(kind, name, tags[cluster_scoped], model.unit_length is not None)
+    return dataclasses.replace(model, name_prefix=part, lock_tag=tag)
 
 
 def _reader(kind: tuple[str, str], cluster_scoped: bool):
@@ -53,8 +60,7 @@ def _reader(kind: tuple[str, str], cluster_scoped: bool):
         if model is None:
             return model, problems
         name = str((pool.get("metadata") or {}).get("name") or "")
-        tag = GLOBAL_LOCK_TAG if cluster_scoped else None
-        return dataclasses.replace(model, name_prefix=lock_prefix(kind, name, tag)), problems
+        return locked_as(model, kind, name, cluster_scoped, (LOCK_TAG, GLOBAL_LOCK_TAG)), problems
     return read
 
 

@@ -28,7 +28,9 @@ from ..allocator import Grant
 from ..pool import Entry, Pool
 from ..problems import Problem
 from . import NAMESPACED, Finalizers, Outside, PoolKind
-from .incluster import lock_prefix
+from .incluster import locked_as
+
+LOCK_TAG = "netbox"
 
 NETBOX_IP_POOL = (netbox_pool.GROUP, netbox_pool.KIND)
 
@@ -41,7 +43,7 @@ FINALIZERS = Finalizers(
 
 def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
     """The pool's address set: the NetBox prefix or range, one entry, nothing reserved (NetBox keeps back
-    what it holds, the gateway included); its locks are named after the pool."""
+    what it holds, the gateway included); its locks are named after the pool (``<pool>.<ip>.netbox``)."""
     model, problems = netbox_pool.read_pool(pool)
     if model is None:
         return None, problems
@@ -49,9 +51,9 @@ def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
     entry = Entry(index=0, first=first, last=last, prefix=model.prefix,
                   gateway=str(model.gateway) if model.gateway else None,
                   dns_servers=tuple(str(d) for d in model.dns_servers))
-    prefix = lock_prefix(NETBOX_IP_POOL, model.name, False)
-    return Pool(name_prefix=prefix, version=model.family, strategy="sequential", entries=(entry,), reserved=[],
-                preallocations={}), []
+    pool = Pool(name_prefix=model.name, version=model.family, strategy="sequential", entries=(entry,), reserved=[],
+                preallocations={})
+    return locked_as(pool, NETBOX_IP_POOL, model.name, False, (LOCK_TAG, LOCK_TAG)), []
 
 
 def _validate(obj: Any) -> list[Problem]:

@@ -21,10 +21,9 @@ claim's cluster-name label and the pool's owner reference ``controller:
 false``, one written before its claim kept for it, no IP (here: sub-prefix)
 unique beyond the pool, and ``status.ipAddresses {total, used, free,
 outOfRange}`` counted in sub-prefixes. Each sub-prefix handed out is locked by
-a Metal3 IPAddress named ``<pool>-<base>.<length>`` in the pool's namespace
-(``gpp-<pool>-<base>.<length>`` in the one lock namespace for a global pool):
-the dot and the length keep it apart from every IP pool's lock
-``<pool>-<ip>``. No reuse grace period: the Go provider's prefix pools have none.
+a Metal3 IPAddress named ``<pool>.<base>.<length>.pp`` in the pool's namespace
+(``<pool>.<base>.<length>.gpp`` in the one lock namespace for a global pool;
+see ``naming.lock_name``). No reuse grace period: the Go provider's prefix pools have none.
 """
 
 from __future__ import annotations
@@ -36,11 +35,9 @@ from .. import prefixes
 from ..pool import Entry, Pool
 from ..problems import Problem
 from . import CLUSTER, NAMESPACED, PoolKind
-from .incluster import in_cluster_kind, lock_prefix
+from .incluster import in_cluster_kind, locked_as
 
-GLOBAL_LOCK_TAG = "gpp"
-# What a sub-prefix's lock name has after ``<lock prefix>-<base>``: ``.<length>``, at most ``.128``.
-LENGTH_SUFFIX = len(f".{prefixes.BITS}")
+LOCK_TAG, GLOBAL_LOCK_TAG = "pp", "gpp"
 
 
 def read_prefix_pool(kind: tuple[str, str], name: str, spec: Any,
@@ -51,9 +48,9 @@ def read_prefix_pool(kind: tuple[str, str], name: str, spec: Any,
         return None, problems
     entries = tuple(Entry(index=i, first=lo, last=hi, prefix=model.length, gateway=model.gateway, dns_servers=())
                     for i, (lo, hi) in enumerate(model.blocks))
-    tag = GLOBAL_LOCK_TAG if cluster_scoped else None
-    return Pool(name_prefix=lock_prefix(kind, name, tag, room=LENGTH_SUFFIX), version=6, strategy="sequential",
-                entries=entries, reserved=[], preallocations={}, unit_length=model.length), problems
+    pool = Pool(name_prefix=name, version=6, strategy="sequential", entries=entries, reserved=[], preallocations={},
+                unit_length=model.length)
+    return locked_as(pool, kind, name, cluster_scoped, (LOCK_TAG, GLOBAL_LOCK_TAG)), problems
 
 
 def _reader(kind: tuple[str, str], cluster_scoped: bool):
@@ -75,7 +72,8 @@ def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> li
 def _prefix_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
     return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
                            validate=prefixes.validate_prefix_pool, validate_update=_validate_update,
-                           validate_delete=prefixes.validate_prefix_pool_delete, unique_in_namespace=scope == NAMESPACED)
+                           validate_delete=prefixes.validate_prefix_pool_delete, unique_in_namespace=scope == NAMESPACED,
+                           holds_prefixes=True)
 
 
 IN_CLUSTER_PREFIX_POOL_KIND = _prefix_pool_kind(prefixes.IN_CLUSTER_PREFIX_POOL, NAMESPACED, "inclusterprefixpools")
