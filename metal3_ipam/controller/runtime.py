@@ -423,7 +423,9 @@ class Runtime:
             gain = self.gains
             await self._load_done.wait()
             await self.workers.passes_ended()
-            if self._locks_loaded_in != gain and not await self._list_locks_afresh(gain):
+            if self._locks_loaded_in == gain:
+                log.info("the start-up listing of the IPAddresses was taken while leading: not listed again")
+            elif not await self._list_locks_afresh(gain):
                 continue  # leadership was lost (or gained again) meanwhile
             if gain == self.gains:
                 self.caught_up = gain
