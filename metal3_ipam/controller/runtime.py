@@ -12,6 +12,12 @@ elector's :meth:`~.leader.LeaderElector.may_act`. The pool workers start no
 pass without it and the REST writer sends nothing without it. At shutdown the
 gate closes first, the passes under way end, and only then is the Lease
 released, so a standby that takes over at once never overlaps with us.
+
+Leadership gained opens the gate only once the Metal3 IPAddresses (the locks)
+have been listed afresh and filed (:meth:`~Runtime._catch_up`): the watches of
+a standby may not show yet what the previous leader wrote just before it
+stopped, and a lock that an earlier version named differently is no name
+conflict for the API server to refuse.
 """
 
 from __future__ import annotations
@@ -130,6 +136,15 @@ class Runtime:
         self.loaded = False
         self.watching = False
         self.load_failure = ""
+        # Leadership: how often it was gained, and the last gain whose locks have been listed afresh
+        # (``_catch_up``); the gate is open only while they are equal.
+        self.gains = 0
+        self.caught_up = 0
+        self.catch_up_task: asyncio.Task | None = None
+        self._gained = asyncio.Event()
+        self._load_done = asyncio.Event()
+        # The gain during which the initial load started listing the locks (None: not while leading).
+        self._locks_loaded_in: int | None = None
 
     # -- the whole life ---------------------------------------------------------------
 
@@ -215,6 +230,7 @@ class Runtime:
         if options.webhook_port:
             await self._start_webhooks()
         if self.elector is not None:
+            self.catch_up_task = asyncio.create_task(self._catch_up(), name="catch-up on leadership")
             self.election = self.elector.start()
         self.resync_task = asyncio.create_task(self._resync(), name="resync")
         if self.netbox is not None:
@@ -240,7 +256,8 @@ class Runtime:
            sends nothing more and no pass starts; the Lease is still ours.
         3. The passes under way end: half the renew deadline to reach their next action, where the
            closed gate stops them; those still running then are cancelled.
-        4. The watches, the resync and the initial load end: nothing files or kicks any more.
+        4. The watches, the resync, the initial load and the catch-up on leadership end: nothing
+           files or kicks any more.
         5. The Lease is released, only now: no request of ours can still be on its way, so a standby
            that takes over at once never overlaps with us. If a pass had to be cancelled, one may be:
            the Lease is left to expire instead.
@@ -276,8 +293,13 @@ class Runtime:
     # -- the gate and the probes --------------------------------------------------------
 
     def may_write(self) -> bool:
-        """Whether this replica may write now: while it leads (always, without leader election)."""
-        return self.elector is None or self.elector.may_act()
+        """Whether this replica may write now: while it leads and has caught up with the locks written
+        before it took the lead (always, without leader election)."""
+        return self.elector is None or (self.elector.may_act() and self.caught_up == self.gains)
+
+    def _leading(self) -> bool:
+        """Whether this replica holds the lead (caught up or not)."""
+        return self.elector is not None and self.elector.may_act()
 
     def readiness(self) -> list[str]:
         """What /readyz reports: watches not started, inventory not loaded (and why), writes refused."""
@@ -287,8 +309,9 @@ class Runtime:
         return problems + ([cannot_write] if cannot_write else [])
 
     def _on_leadership(self, leading: bool) -> None:
-        if leading:  # whatever happened meanwhile is looked at; losing needs nothing (the gate)
-            self.workers.kick_all()
+        if leading:  # the gate stays shut until ``_catch_up`` is done; losing needs nothing (the gate)
+            self.gains += 1
+            self._gained.set()
 
     # -- started by start() -------------------------------------------------------------
 
@@ -312,7 +335,11 @@ class Runtime:
     async def _load(self) -> None:
         """Every kind listed once before any pool is worked on; each of our kinds watched from the
         version it was listed at, so nothing in between is missed."""
+        locks_listed = False
         for listing in listings(self.api, self.resources, self.options.namespaces, self.options.lock_namespace):
+            if listing.kind == kinds.IPADDRESS and not locks_listed:
+                locks_listed = True
+                self._locks_loaded_in = self.gains if self._leading() else None
             version = await self._settle_until_done(listing)
             if listing.kind in self.hot:
                 watch = KindWatch(self.streams, self.resources[listing.kind], listing.kind, listing.namespace,
@@ -320,6 +347,7 @@ class Runtime:
                 self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
         self.watching = True
         self.loaded = True
+        self._load_done.set()
         log.info("inventory loaded: %d objects", len(self.inventory.objects))
         self.workers.kick_all()
 
@@ -366,8 +394,68 @@ class Runtime:
         [listing] = listings(self.api, {kind: self.resources[kind]}, [namespace] if namespace else [])
         return await self.controller.settle(listing)
 
+    async def _catch_up(self) -> None:
+        """At every gain of leadership, the gate opens only once the locks are listed afresh and filed.
+
+        The previous leader may have written a lock just before its lease
+        ended that this replica's watch does not show yet. One of the same
+        name would be refused by the API server, but one an earlier version
+        named differently (``<pool>-<ip>``, see ``naming.lock_name``) is not:
+        a pass deciding from the watches alone could lock that IP again for
+        another claim. A LIST is read from the store as of now, so every
+        write of the previous leader (all before its lease ran out, and so
+        before ours began) shows in it; the passes decide from it once filed.
+        Between replicas of one version the same name is refused, but the
+        listing serves them too where pools of a namespace overlap: one IP's
+        locks in two pools have two names, and a view trailing an edit of the
+        pools could hand the IP out from the other one.
+
+        In order: the initial load is done (its listing of the locks counts
+        when it started while this gain held); passes of an earlier tenure,
+        which the shut gate stops at their next write, have ended (their
+        decisions predate the listing); the locks are listed (one paged LIST
+        per namespace served and the lock namespace); the gate opens and
+        every pool is looked at.
+        """
+        while True:
+            await self._gained.wait()
+            self._gained.clear()
+            gain = self.gains
+            await self._load_done.wait()
+            await self.workers.passes_ended()
+            if self._locks_loaded_in == gain:
+                log.info("the start-up listing of the IPAddresses was taken while leading: not listed again")
+            elif not await self._list_locks_afresh(gain):
+                continue  # leadership was lost (or gained again) meanwhile
+            if gain == self.gains:
+                self.caught_up = gain
+                if self.may_write():
+                    log.info("leading with the IPAddresses listed since the lead was taken: writes allowed")
+                    self.workers.kick_all()
+
+    async def _list_locks_afresh(self, gain: int) -> bool:
+        """The Metal3 IPAddresses listed and filed, again until it goes through while ``gain`` holds;
+        False when it ended (leadership lost or gained anew) first."""
+        resource = {kinds.IPADDRESS: self.resources[kinds.IPADDRESS]}
+        pause = 0.5
+        while gain == self.gains and self._leading():
+            try:
+                for listing in listings(self.api, resource, self.options.namespaces, self.options.lock_namespace):
+                    await self.controller.settle(listing)
+            except Exception as err:
+                expected = isinstance(err, UNREACHABLE)
+                log.log(logging.WARNING if expected else logging.ERROR, "listing the IPAddresses after taking "
+                        "the lead failed: %s; again in %.1f s", getattr(err, "reason", None) or err, pause,
+                        exc_info=not expected)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 30.0)
+                continue
+            return True
+        return False
+
     async def _stop_background(self) -> None:
-        tasks = [task for task in (self.resync_task, self.load_task, *self.watches) if task is not None]
+        tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, *self.watches)
+                 if task is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:

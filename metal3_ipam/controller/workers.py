@@ -137,6 +137,13 @@ class PoolWorkers:
     def kick_all(self) -> None:
         self.kick(self.inventory.pool_keys())
 
+    async def passes_ended(self) -> None:
+        """Wait for the passes under way to end. Call while ``may_act()`` is false: then none starts
+        meanwhile, and those under way stop at their next write."""
+        tasks = [task for task in self._tasks.values() if not task.done()]
+        if tasks:
+            await asyncio.wait(tasks)
+
     async def stop(self, grace: float = 0.0) -> bool:
         """End every pass and start none any more (a kick, a timer, a backlog's next share start
         nothing). Those under way get up to ``grace`` seconds to finish (with writing no longer
