@@ -84,13 +84,21 @@ class CannotStart(Exception):
     """A part could not be had (credentials, the API server, a port): said in one line, exit status 1."""
 
 
-def liveness(stopping: asyncio.Event, elector: LeaderElector | None) -> Callable[[], list[str]]:
+def liveness(stopping: asyncio.Event, elector: LeaderElector | None,
+             catch_up: Callable[[], asyncio.Task | None] = lambda: None) -> Callable[[], list[str]]:
     """What /healthz reports: failing while stopping, and for good once the leader election
-    ended by itself (a replica that can never lead again must be restarted, not left idle)."""
+    ended by itself (a replica that can never lead again must be restarted, not left idle), or the
+    catch-up that opens the write gate at each gain of leadership did (a leader that would hold the
+    Lease and never write)."""
     def problems() -> list[str]:
         found = ["stopping"] if stopping.is_set() else []
         if elector is not None and elector.failure:
             found.append(elector.failure)
+        task = catch_up()
+        if task is not None and task.done() and not stopping.is_set():
+            error = None if task.cancelled() else task.exception()
+            found.append(f"the catch-up on leadership ended: {error!r}" if error else
+                         "the catch-up on leadership ended")
         return found
 
     return problems
@@ -223,7 +231,9 @@ class Runtime:
         options = self.options
         try:
             self.health = await health.serve(options.health_host, options.health_port,
-                                             alive=liveness(self.stopping, self.elector), ready=self.readiness)
+                                             alive=liveness(self.stopping, self.elector,
+                                                            lambda: self.catch_up_task),
+                                             ready=self.readiness)
         except OSError as err:
             raise CannotStart(f"cannot serve health and metrics on {options.health_host}:{options.health_port}: "
                               f"{err.strerror or err}") from None

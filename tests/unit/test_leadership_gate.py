@@ -174,3 +174,23 @@ def test_without_leader_election_writes_need_no_listing(parts):
     runtime, server, _ = parts
     runtime.elector = None
     assert runtime.may_write() and server.lists == 0
+
+
+def test_a_catch_up_that_ends_by_itself_fails_liveness_and_says_why():
+    """A leader whose catch-up died would hold the Lease and never write: /healthz says so, and the
+    kubelet restarts it. Stopping is not such an end."""
+    async def scenario() -> None:
+        stopping = asyncio.Event()
+
+        async def dies() -> None:
+            raise RuntimeError("listing filed into a closed inventory")
+
+        task = asyncio.create_task(dies())
+        await asyncio.gather(task, return_exceptions=True)
+        alive = runtime_module.liveness(stopping, None, lambda: task)
+        assert alive() == ["the catch-up on leadership ended: RuntimeError('listing filed into a closed inventory')"]
+        assert runtime_module.liveness(stopping, None, lambda: None)() == []
+        stopping.set()
+        assert alive() == ["stopping"]
+
+    asyncio.run(scenario())
