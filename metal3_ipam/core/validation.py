@@ -243,6 +243,14 @@ def _ref_text(ref: Any) -> Any:
     return kind + (f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"])
 
 
+def pool_ref_text(ref: Any) -> Any:
+    """A Cluster API claim's ``spec.poolRef`` as ``Kind.apiGroup name``, else as it is."""
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+        return ref
+    group = f".{ref['apiGroup']}" if isinstance(ref.get("apiGroup"), str) and ref.get("apiGroup") else ""
+    return f"{ref.get('kind') or '?'}{group} {ref['name']}"
+
+
 def _ref_key(ref: Any) -> tuple:
     """What names the referent: name, namespace and kind (an empty one is none), as the CRD's rule compares."""
     if not isinstance(ref, Mapping):
@@ -308,7 +316,11 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
         return problems
     before, after = _spec_map(old).get("poolRef"), _spec_map(new).get("poolRef")
     if before != after:
-        problems += tagged(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
+        # As in Cluster API: the pool that gave the claim its address keeps serving it until it is deleted.
+        problems += tagged(new, [Problem("spec.poolRef", pool_ref_text(after),
+                                         f"is immutable ({_was(pool_ref_text(before))}): a claim is served by "
+                                         "the pool it names when created; delete it and create one for the "
+                                         "other pool")])
     problems += tagged(new, _outside_key_problems(old, new, before))
     return problems
 
