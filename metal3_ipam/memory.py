@@ -110,7 +110,8 @@ class MemoryApi:
         elif isinstance(action, Delete):
             guard = action.unless_exists
             if guard is not None and guard_holds(action, self.inventory.get(guard.group_kind, guard.namespace,
-                                                                             guard.name)):
+                                                                             guard.name),
+                                                 self.inventory.filed_with(guard.group_kind, guard.namespace, guard.name)):
                 raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
             # The preconditions the API server checks on a delete: this incarnation, unchanged since read.

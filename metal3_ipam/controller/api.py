@@ -411,7 +411,8 @@ class ApiWriter:
 
     async def _delete(self, action: Delete) -> dict | None:
         guard = action.unless_exists
-        if guard is not None and guard_holds(action, await self._refresh(guard)):
+        if guard is not None and guard_holds(action, await self._refresh(guard),
+                                             self.inventory.filed_with(guard.group_kind, guard.namespace, guard.name)):
             raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
         body: dict[str, Any] = {"propagationPolicy": "Background"}

@@ -93,6 +93,8 @@ READY = "Ready"
 # A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
 ALLOCATION_PENDING = "AllocationPending"
 OVERLAPPING = "Overlapping"
+# A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
+POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -1107,12 +1109,31 @@ class _Reconciler:
             reason, message = error
             ready = _condition(current, READY, "False", reason, message, self.snap.now, v1beta1)
             desired = {} if capi else {"errorMessage": message}
-        desired["conditions"] = [ready] + [c for c in current.get("conditions") or []
-                                           if isinstance(c, Mapping) and c.get("type") != READY]
+        moved = self.moved_condition(claim, current, v1beta1)
+        desired["conditions"] = [ready] + ([moved] if moved is not None else []) + [
+            c for c in current.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED)]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
+        if moved is not None and (o.condition(current, POOL_REFERENCE_CHANGED) or {}).get("message") != moved["message"]:
+            step.add(Event(o.ref(claim), "Warning", POOL_REFERENCE_CHANGED, moved["message"]))
         return True
+
+    def moved_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
+        """For a claim whose pool reference names another pool than this one, which served it (the inventory
+        files it here while this pool's addresses are its): the condition saying so; None for any other."""
+        moved, now = o.reference_now(claim)
+        if not moved:
+            return None
+        field = "spec.pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "spec.poolRef"
+        pool = self.pool_text()
+        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}, away from {pool}, which gave the claim "
+                           f"its address: a pool reference is immutable, so {pool} keeps serving the claim and "
+                           f"holds its address until it is deleted; set {field} back, or delete the claim and "
+                           "create one for the other pool")
+        return _condition(current, POOL_REFERENCE_CHANGED, "True", POOL_REFERENCE_CHANGED, message, self.snap.now,
+                          v1beta1)
 
     def lock_for(self, claim: dict, ip, prefix: int | None, gateway: str | None,
                  dns_servers: tuple[str, ...]) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import kinds, pools
 from .addresses import AddressError, parse_ip
-from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
+from .objects import PoolKey, deleted_for_move, is_deleting, pool_of, pool_ref_text
 from .objects import namespace as namespace_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem, object_id, tagged
@@ -241,14 +241,6 @@ def _ref_text(ref: Any) -> Any:
         return ref
     kind = f"{ref['kind']} " if ref.get("kind") else ""
     return kind + (f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"])
-
-
-def pool_ref_text(ref: Any) -> Any:
-    """A Cluster API claim's ``spec.poolRef`` as ``Kind.apiGroup name``, else as it is."""
-    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
-        return ref
-    group = f".{ref['apiGroup']}" if isinstance(ref.get("apiGroup"), str) and ref.get("apiGroup") else ""
-    return f"{ref.get('kind') or '?'}{group} {ref['name']}"
 
 
 def _ref_key(ref: Any) -> tuple:

@@ -1,0 +1,251 @@
+"""A claim whose pool reference is moved away from the pool that served it keeps its IP (SPEC §10, invariant 1).
+
+``spec.poolRef`` is immutable (the claim webhook refuses a change), but
+without the webhook, or with it failing open, an edit gets through: to
+another provider's kind of the group, to another API group, or to another
+of our pools. Whatever runs on the claim still uses its IP. The pool that
+gave it keeps serving it while its addresses name it: the IP is handed to
+no other claim, its address objects and our finalizer stay, the claim says
+what happened (a condition and one Warning Event), and deleting it releases
+the address and lets it go.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.memory import converge
+from metal3_ipam.testing import go_incluster as gi
+from ipam_objects import NS, capi_claim, converged, get, ippool, user_delete
+
+IN_CLUSTER = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
+GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
+IPPOOL = kinds.IPPOOL
+MOVED = "PoolReferenceChanged"
+
+
+def _pool(kind: tuple[str, str]) -> dict:
+    """A pool of ``kind`` named p with two addresses, 10.0.0.2 and 10.0.0.3."""
+    if kind == IPPOOL:
+        return ippool("p", namePrefix="p", pools=[{"start": "10.0.0.2", "end": "10.0.0.3"}], prefix=24)
+    return gi.ip_pool("p", namespace=NS if kind == IN_CLUSTER else None, prefix=24, addresses=["10.0.0.2-10.0.0.3"])
+
+
+def _claim(kind: tuple[str, str], name: str) -> dict:
+    return capi_claim(name, pool="p", api_group=kind[0], kind=kind[1])
+
+
+def _ips(api, name: str) -> list[str]:
+    """The IPs the claim's address objects (of both APIs, live or going) hold."""
+    found = []
+    for obj in [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]:
+        named = o.claim_of_address(obj) if kinds.kind_of(obj) == kinds.IPADDRESS else o.claim_of_capi_address(obj)
+        if named is not None and named[:2] == ("IPAddressClaim", name):
+            found.append(str(o.spec(obj)["address"]))
+    return sorted(found)
+
+
+def _edit_pool_ref(api, name: str, api_group: str, kind: str, pool: str = "p") -> None:
+    """A user's edit of the claim's spec.poolRef that no webhook stopped."""
+    claim = get(api, kinds.CAPI_CLAIM, name)
+    claim = {**claim, "spec": {**claim["spec"], "poolRef": {"apiGroup": api_group, "kind": kind, "name": pool}},
+             "metadata": {**claim["metadata"], "resourceVersion": api._next_version(),
+                          "generation": int(claim["metadata"].get("generation") or 1) + 1}}
+    api.inventory.upsert(claim)
+
+
+def _ready(claim: dict) -> dict:
+    return o.condition(o.status(claim), "Ready") or {}
+
+
+def _moved(claim: dict) -> dict | None:
+    return o.condition(o.status(claim), MOVED)
+
+
+def _finalizer(kind: tuple[str, str]) -> str:
+    from metal3_ipam.core import pools
+    return pools.REGISTRY[kind].finalizers.claim[kinds.CAPI_CLAIM]
+
+
+ELSEWHERE = {  # the pool reference a user writes: another provider's kind of the group, another group
+    IN_CLUSTER: (gi.GROUP, "InfobloxIPPool"),
+    GLOBAL: (gi.GROUP, "InfobloxIPPool"),
+    IPPOOL: ("ipam.example.com", "IPPool"),
+}
+KINDS = [IN_CLUSTER, GLOBAL, IPPOOL]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_a_claim_moved_away_from_its_pool_keeps_its_ip_and_no_other_claim_is_given_it(kind):
+    api = converged(_pool(kind), _claim(kind, "a"))
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    for name in ("b", "c"):
+        api.load(_claim(kind, name))
+    converge(api, random.Random(0))
+
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]
+    assert _ips(api, "b") == ["10.0.0.3", "10.0.0.3"] and _ips(api, "c") == []
+    assert _ready(get(api, kinds.CAPI_CLAIM, "c"))["reason"] == "PoolExhausted"
+    claim = get(api, kinds.CAPI_CLAIM, "a")
+    assert _finalizer(kind) in o.finalizers(claim)
+    assert _ready(claim)["status"] == "True" and _ready(claim)["message"] == "bound to 10.0.0.2"
+    moved = _moved(claim)
+    assert moved is not None and moved["status"] == "True" and moved["reason"] == MOVED, o.status(claim)
+    where = "" if kind == GLOBAL else f"{NS}/"
+    assert f"{kind[1]} {where}p" in moved["message"] and f"{ELSEWHERE[kind][1]}.{ELSEWHERE[kind][0]} p" \
+        in moved["message"], moved["message"]
+    events = [e for e in api.events if e.reason == MOVED]
+    assert len(events) == 1 and events[0].type == "Warning" and events[0].target.name == "a", api.events
+    assert events[0].message == moved["message"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_deleting_a_claim_moved_away_from_its_pool_releases_its_ip_and_completes(kind):
+    api = converged(_pool(kind), _claim(kind, "a"), _claim(kind, "b"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    api.load(_claim(kind, "c"))
+    converge(api, random.Random(0))
+    assert _ips(api, "c") == []
+
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "a") == []
+    assert _ips(api, "c") == ["10.0.0.2", "10.0.0.2"]  # the released IP, to the claim that waited for one
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_a_claim_moved_back_to_its_pool_is_served_as_before_and_says_nothing_of_the_move(kind):
+    api = converged(_pool(kind), _claim(kind, "a"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    assert _moved(get(api, kinds.CAPI_CLAIM, "a")) is not None
+    _edit_pool_ref(api, "a", *kind)
+    converge(api, random.Random(0))
+    claim = get(api, kinds.CAPI_CLAIM, "a")
+    assert _moved(claim) is None and _ready(claim)["message"] == "bound to 10.0.0.2"
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]
+    assert len([e for e in api.events if e.reason == MOVED]) == 1
+
+
+def test_a_claim_moved_to_another_of_our_pools_stays_with_the_pool_that_served_it():
+    other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.1.2-10.0.1.3"])
+    api = converged(_pool(IN_CLUSTER), other, _claim(IN_CLUSTER, "a"))
+    _edit_pool_ref(api, "a", *IN_CLUSTER, pool="q")
+    converge(api, random.Random(0))
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]  # nothing new from q
+    moved = _moved(get(api, kinds.CAPI_CLAIM, "a"))
+    assert moved is not None and f"InClusterIPPool {NS}/p" in moved["message"] \
+        and "InClusterIPPool.ipam.cluster.x-k8s.io q" in moved["message"], moved
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "a") == []
+
+
+def _restarted(api, addresses_first: bool):
+    """The store as a controller started afresh files it from its listings (in either order of kinds)."""
+    from ipam_objects import RecordingApi
+    fresh = RecordingApi(now=api.now)
+    fresh._version = api._version
+    objs = list(api.inventory.objects.values())
+    address_kinds = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
+    objs.sort(key=lambda obj: (kinds.kind_of(obj) in address_kinds) != addresses_first)
+    for obj in objs:
+        fresh.inventory.upsert(obj)
+    fresh.events = list(api.events)
+    return fresh
+
+
+@pytest.mark.parametrize("addresses_first", [True, False], ids=["addresses-first", "claims-first"])
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_a_controller_started_afresh_finds_the_pool_that_served_a_moved_claim(kind, addresses_first):
+    api = converged(_pool(kind), _claim(kind, "a"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    api = _restarted(api, addresses_first)
+    for name in ("b", "c"):
+        api.load(_claim(kind, name))
+    converge(api, random.Random(0))
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"] and _ips(api, "b") == ["10.0.0.3", "10.0.0.3"]
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "c") == ["10.0.0.2", "10.0.0.2"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_a_moved_claim_whose_cluster_api_address_was_deleted_by_hand_keeps_its_ip(kind):
+    """Its lock (named by its status's IP) still leads to the pool that served it, also after a restart."""
+    api = converged(_pool(kind), _claim(kind, "a"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    api.inventory.remove(get(api, kinds.CAPI_ADDRESS, "a"))
+    api = _restarted(api, addresses_first=False)
+    api.load(_claim(kind, "b"))
+    api.load(_claim(kind, "c"))
+    converge(api, random.Random(0))
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"] and _ips(api, "c") == []
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "c") == ["10.0.0.2", "10.0.0.2"]
+
+
+def test_a_moved_claim_whose_address_objects_were_all_deleted_gets_its_ip_back_and_is_released_on_deletion():
+    """While the controller runs, the pool it was filed with keeps it (it carries that pool's finalizer)."""
+    api = converged(_pool(IN_CLUSTER), _claim(IN_CLUSTER, "a"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[IN_CLUSTER])
+    converge(api, random.Random(0))
+    for kind in (kinds.CAPI_ADDRESS, kinds.IPADDRESS):
+        for obj in list(api.inventory.of_kind(kind)):
+            api.inventory.remove(obj)
+    api.load(_claim(IN_CLUSTER, "b"))
+    api.load(_claim(IN_CLUSTER, "c"))
+    converge(api, random.Random(0))
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"] and _ips(api, "c") == []
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "c") == ["10.0.0.2", "10.0.0.2"]
+
+
+def test_an_ipclaim_whose_pool_reference_got_changed_keeps_its_ip():
+    """The IPClaim CRD refuses any change of spec.pool (tests/data/invalid/ipclaim-pool-changed.yaml), so this
+    is an edit past the API server's rules (a restore by hand): the pool that served the claim keeps it."""
+    from ipam_objects import ipclaim
+    api = converged(_pool(IPPOOL), ippool("q", namePrefix="q", pools=[{"start": "10.0.1.2", "end": "10.0.1.3"}]),
+                    ipclaim("a", pool="p"))
+    claim = get(api, kinds.IPCLAIM, "a")
+    api.inventory.upsert({**claim, "spec": {"pool": {"name": "q"}},
+                          "metadata": {**claim["metadata"], "resourceVersion": api._next_version()}})
+    api.load(ipclaim("b", pool="p"))
+    api.load(ipclaim("c", pool="p"))
+    converge(api, random.Random(0))
+    held = lambda name: sorted(str(o.spec(a)["address"]) for a in api.inventory.of_kind(kinds.IPADDRESS)  # noqa: E731
+                               if o.claim_of_address(a) == ("IPClaim", name))
+    assert held("a") == ["10.0.0.2"] and held("b") == ["10.0.0.3"] and held("c") == []
+    moved = _moved(get(api, kinds.IPCLAIM, "a"))
+    assert moved is not None and "spec.pool was changed to IPPool q, away from IPPool default/p" in moved["message"]
+    user_delete(api, kinds.IPCLAIM, "a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.IPCLAIM, "a") is None and held("c") == ["10.0.0.2"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k[1])
+def test_a_pass_that_does_not_see_a_moved_claim_yet_is_refused_the_release_of_its_address(kind):
+    """A view lagging behind the claim: the delete of its address is guarded by the claim as the store files it."""
+    from metal3_ipam.core.reconcile import reconcile
+    api = converged(_pool(kind), _claim(kind, "a"))
+    _edit_pool_ref(api, "a", *ELSEWHERE[kind])
+    converge(api, random.Random(0))
+    pool = o.PoolKey("" if kind == GLOBAL else NS, "p", kind)
+    snap = api.inventory.snapshot(pool, api.now, random.Random(0))
+    snap.claims = []  # the pass does not know the claim
+    plan = reconcile(snap)
+    assert any(a.__class__.__name__ == "Delete" for s in plan.steps for a in s.actions), plan
+    refused = api.apply(plan)
+    assert refused and all("is kept" in r for r in refused), refused
+    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]
