@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from . import kinds
 from . import objects as o
 from . import pools
+from .kept import bound_ip
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
-from .kept import bound_ip
 from .reconcile import Snapshot
 from .several import Several, each, entry_of
 
@@ -221,7 +222,9 @@ class Inventory:
         """The pool a claim is filed with: the one it names, unless addresses of another pool of ours are
         its (they name it, and its uid, or its status names their IP) and none of the one it names is; or,
         with none left, the pool it was filed with while it carries that pool's finalizer (its address
-        objects deleted by hand: that pool gives its IP back, or releases it when it goes)."""
+        objects deleted by hand: that pool gives its IP back, or releases it when it goes). Meant for a
+        reference changed by hand (it is immutable), whatever it names now: a pool of another provider, another
+        API group, another of our pools."""
         requested = o.pool_of(claim)
         homes = set()
         for address_key in self._addresses_of(key, claim):
@@ -232,7 +235,7 @@ class Inventory:
             if pool == requested:
                 return requested
             homes.add(pool)
-        before = self._homes.get(key)
+        before = self._filed(key) if key in self.objects else None  # where it is filed until now
         if not homes and before is not None and before != requested and before.kind in pools.REGISTRY \
                 and pools.REGISTRY[before.kind].finalizers.claim.get(key[0]) in o.finalizers(claim):
             homes = {before}
@@ -248,7 +251,7 @@ class Inventory:
         names it; the Metal3 address its status names; and the locks at the IP its Ready condition names."""
         kind, namespace, name = key
         ref = o.status(claim).get("addressRef" if kind == kinds.CAPI_CLAIM else "address")
-        named = ref.get("name") if isinstance(ref, dict) and isinstance(ref.get("name"), str) else None
+        named = ref.get("name") if isinstance(ref, Mapping) and isinstance(ref.get("name"), str) else None
         if kind == kinds.CAPI_CLAIM:
             yield (kinds.CAPI_ADDRESS, namespace, name)
             if named and named != name:
@@ -706,13 +709,13 @@ def _claim_named_by(address: dict | None) -> ObjKey | None:
     kind = kinds.kind_of(address)
     if kind == kinds.IPADDRESS:
         ref = o.spec(address).get("claim")
-        claim_kind = kinds.CAPI_CLAIM if isinstance(ref, dict) and ref.get("kind") == kinds.CAPI_CLAIM[1] \
+        claim_kind = kinds.CAPI_CLAIM if isinstance(ref, Mapping) and ref.get("kind") == kinds.CAPI_CLAIM[1] \
             else kinds.IPCLAIM
     elif kind == kinds.CAPI_ADDRESS:
         ref, claim_kind = o.spec(address).get("claimRef"), kinds.CAPI_CLAIM
     else:
         return None
-    if not isinstance(ref, dict) or not ref.get("name"):
+    if not isinstance(ref, Mapping) or not ref.get("name"):
         return None
     namespace = ref.get("namespace") if kind == kinds.IPADDRESS else None
     return (claim_kind, str(namespace or o.namespace(address)), str(ref["name"]))

@@ -1116,7 +1116,8 @@ class _Reconciler:
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
-        if moved is not None and (o.condition(current, POOL_REFERENCE_CHANGED) or {}).get("message") != moved["message"]:
+        before = o.condition(current, POOL_REFERENCE_CHANGED) or {}
+        if moved is not None and before.get("message") != moved["message"]:
             step.add(Event(o.ref(claim), "Warning", POOL_REFERENCE_CHANGED, moved["message"]))
         return True
 

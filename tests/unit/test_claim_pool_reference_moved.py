@@ -195,14 +195,19 @@ def test_a_moved_claim_whose_cluster_api_address_was_deleted_by_hand_keeps_its_i
     assert get(api, kinds.CAPI_CLAIM, "a") is None and _ips(api, "c") == ["10.0.0.2", "10.0.0.2"]
 
 
-def test_a_moved_claim_whose_address_objects_were_all_deleted_gets_its_ip_back_and_is_released_on_deletion():
+@pytest.mark.parametrize("edited_first", [True, False], ids=["edited-first", "deleted-first"])
+def test_a_moved_claim_whose_address_objects_were_all_deleted_gets_its_ip_back_and_is_released_on_deletion(
+        edited_first):
     """While the controller runs, the pool it was filed with keeps it (it carries that pool's finalizer)."""
     api = converged(_pool(IN_CLUSTER), _claim(IN_CLUSTER, "a"))
-    _edit_pool_ref(api, "a", *ELSEWHERE[IN_CLUSTER])
-    converge(api, random.Random(0))
+    if edited_first:
+        _edit_pool_ref(api, "a", *ELSEWHERE[IN_CLUSTER])
+        converge(api, random.Random(0))
     for kind in (kinds.CAPI_ADDRESS, kinds.IPADDRESS):
         for obj in list(api.inventory.of_kind(kind)):
             api.inventory.remove(obj)
+    if not edited_first:
+        _edit_pool_ref(api, "a", *ELSEWHERE[IN_CLUSTER])
     api.load(_claim(IN_CLUSTER, "b"))
     api.load(_claim(IN_CLUSTER, "c"))
     converge(api, random.Random(0))
