@@ -254,3 +254,63 @@ def test_a_pass_that_does_not_see_a_moved_claim_yet_is_refused_the_release_of_it
     refused = api.apply(plan)
     assert refused and all("is kept" in r for r in refused), refused
     assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"]
+
+
+# -- whatever order edits, deletions and new claims come in ----------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+REFERENCES = [IN_CLUSTER + ("p",), IN_CLUSTER + ("q",), (gi.GROUP, "InfobloxIPPool", "p"), ("ipam.example.com", "IPPool", "p")]
+steps = st.lists(st.tuples(st.sampled_from(["claim", "edit", "delete", "strip"]), st.integers(0, 3),
+                           st.sampled_from(REFERENCES), st.booleans()), max_size=14)
+
+
+def _live_holders(api) -> dict[str, set[str]]:
+    """IP -> the live claims whose address objects hold it."""
+    held: dict[str, set[str]] = {}
+    for claim in api.inventory.of_kind(kinds.CAPI_CLAIM):
+        if not o.is_deleting(claim):
+            for ip in set(_ips(api, o.name(claim))):
+                held.setdefault(ip, set()).add(o.name(claim))
+    return held
+
+
+@settings(deadline=None, max_examples=80, suppress_health_check=[HealthCheck.too_slow])
+@given(steps)
+def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_whatever_pool_references_become(ops):
+    """Two pools p and q of a namespace, claims created, their references edited (to the other pool, another
+    provider's kind, another group, or back), deleted, their address objects deleted by hand, with or without
+    the controller passing in between: no IP is ever held for two live claims, and once every claim is deleted
+    all of them go and no address is left."""
+    other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.0.3-10.0.0.4"])  # overlaps p
+    api = converged(_pool(IN_CLUSTER), other)
+    for op, n, ref, settle in ops:
+        name = f"c{n}"
+        claim = get(api, kinds.CAPI_CLAIM, name)
+        if op == "claim" and claim is None:
+            api.load(capi_claim(name, pool=ref[2], api_group=ref[0], kind=ref[1]))
+        elif op == "edit" and claim is not None:
+            _edit_pool_ref(api, name, *ref)
+        elif op == "delete" and claim is not None and not o.is_deleting(claim):
+            user_delete(api, kinds.CAPI_CLAIM, name)
+        elif op == "strip" and claim is not None:
+            for obj in [*api.inventory.of_kind(kinds.CAPI_ADDRESS), *api.inventory.of_kind(kinds.IPADDRESS)]:
+                named = o.claim_of_address(obj) if kinds.kind_of(obj) == kinds.IPADDRESS \
+                    else o.claim_of_capi_address(obj)
+                if named is not None and named[1] == name:
+                    api.inventory.remove(obj)
+        if settle:
+            converge(api, random.Random(0))
+            twice = {ip: names for ip, names in _live_holders(api).items() if len(names) > 1}
+            assert not twice, twice
+    converge(api, random.Random(0))
+    twice = {ip: names for ip, names in _live_holders(api).items() if len(names) > 1}
+    assert not twice, twice
+    for claim in list(api.inventory.of_kind(kinds.CAPI_CLAIM)):
+        if not o.is_deleting(claim):
+            user_delete(api, kinds.CAPI_CLAIM, o.name(claim))
+    converge(api, random.Random(0))
+    left = [o.name(c) for c in api.inventory.of_kind(kinds.CAPI_CLAIM) if gi.CLAIM_FINALIZER in o.finalizers(c)]
+    assert not left, f"claims held by our finalizer: {left}"
+    assert not list(api.inventory.of_kind(kinds.CAPI_ADDRESS)) and not list(api.inventory.of_kind(kinds.IPADDRESS))
