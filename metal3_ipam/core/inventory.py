@@ -199,7 +199,7 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         self.filed += 1
-        self._index_outside_key(key, stored, obj)
+        before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == (home if key[0] in CLAIM_KINDS else o.pool_of(obj)) \
@@ -208,11 +208,13 @@ class Inventory:
             self.objects[key] = obj
             if key[0] in CLAIM_KINDS:
                 self._set_home(key, obj, home)
+            self._index_outside_key(key, before, self._as_filed(key, obj))
             return self._file(key, obj)
         touched = self._unfile(key, obj)
         self.objects[key] = obj
         if key[0] in CLAIM_KINDS:
             self._set_home(key, obj, home)
+        self._index_outside_key(key, before, self._as_filed(key, obj))
         touched |= self._file(key, obj, previous=stored)
         return touched
 
@@ -279,8 +281,10 @@ class Inventory:
             home = self._home(key, claim)
             if home == self._filed(key):
                 continue
+            before = self._as_filed(key, claim)
             touched |= self._unfile(key, claim)
             self._set_home(key, claim, home)
+            self._index_outside_key(key, before, self._as_filed(key, claim))
             touched |= self._file(key, claim)
         return touched
 
@@ -312,11 +316,12 @@ class Inventory:
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
+        filed = self._as_filed(key, stored)
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
-            self._moved_away(_outside_key(stored), key[1:])
-        elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(stored)) == key[1:]:
-            del self.moved_away[_outside_key(stored)]  # the claim that came back is deleted here
-        self._index_outside_key(key, stored, None)
+            self._moved_away(_outside_key(filed), key[1:])
+        elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
+            del self.moved_away[_outside_key(filed)]  # the claim that came back is deleted here
+        self._index_outside_key(key, filed, None)
         touched = self._unfile(key, None)
         del self.objects[key]
         self._homes.pop(key, None)
@@ -351,7 +356,8 @@ class Inventory:
 
     def claims_carrying(self, outside_key: str) -> list[dict]:
         """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""
-        return [self.objects[k] for k in each(self._outside_keys.get(outside_key)) if k in self.objects]
+        return [self._as_filed(k, self.objects[k]) for k in each(self._outside_keys.get(outside_key))
+                if k in self.objects]
 
     def forget(self, kind: tuple[str, str], namespace: str, name: str) -> set[o.PoolKey]:
         """The API server says the name does not exist now: drop what is stored of it."""

@@ -314,3 +314,24 @@ def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_whatever
     left = [o.name(c) for c in api.inventory.of_kind(kinds.CAPI_CLAIM) if gi.CLAIM_FINALIZER in o.finalizers(c)]
     assert not left, f"claims held by our finalizer: {left}"
     assert not list(api.inventory.of_kind(kinds.CAPI_ADDRESS)) and not list(api.inventory.of_kind(kinds.IPADDRESS))
+
+
+def test_a_netbox_claim_moved_away_keeps_its_netbox_address_until_it_is_deleted():
+    """A kind whose addresses an outside IPAM hands out: the key the claim carries stays its own (no claim
+    carrying it elsewhere), NetBox keeps the address for it, and it is released when the claim goes."""
+    from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+    from test_outside_allocation import World, claim as netbox_claim
+    world = World(netbox_claim("a"))
+    world.settle()
+    key = o.annotations(world.claim("a"))[KEY_ANNOTATION]
+    assert world.ipam.held == {key: "10.0.0.2"}
+    _edit_pool_ref(world.api, "a", gi.GROUP, "InfobloxIPPool", pool="nb")
+    world.api.load(netbox_claim("b"))
+    world.settle()
+    assert world.ipam.held.get(key) == "10.0.0.2" and _ips(world.api, "a") == ["10.0.0.2", "10.0.0.2"]
+    claim = world.claim("a")
+    assert _ready(claim)["status"] == "True" and _moved(claim) is not None, o.status(claim)
+    assert "10.0.0.2" not in _ips(world.api, "b")
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert world.claim("a") is None and key not in world.ipam.held and _ips(world.api, "a") == []
