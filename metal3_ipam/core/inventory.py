@@ -29,7 +29,7 @@ from .kept import bound_ip
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
-from .reconcile import Snapshot
+from .reconcile import POOL_REFERENCE_CHANGED, Snapshot
 from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -241,11 +241,32 @@ class Inventory:
         if not homes and before is not None and before != requested and before.kind in pools.REGISTRY \
                 and pools.REGISTRY[before.kind].finalizers.claim.get(key[0]) in o.finalizers(claim):
             homes = {before}
-        if not homes:
+        if homes:
+            home = before if before in homes else min(homes)
+        elif o.is_deleting(claim):
+            home = self._releaser(key, claim, requested)
+        else:
             return requested
-        home = before if before in homes else min(homes)
         # Only where the claim can be shown as that pool's (an IPClaim's pool is of its own namespace).
-        return home if o.pool_of(o.served_by(claim, home)) == home else requested
+        return home if home is not None and o.pool_of(o.served_by(claim, home)) == home else requested
+
+    @staticmethod
+    def _releaser(key: ObjKey, claim: dict, requested: o.PoolKey | None) -> o.PoolKey | None:
+        """For a deleted claim holding no address of ours: the pool that takes its finalizer off. Its own, unless
+        it carries the claim finalizer of another kind of ours, and its status says this controller bound it (a
+        reference changed away, whose addresses went while no controller saw where it was filed): then the
+        pool of that kind named as its reference names, whose pass has nothing left to release."""
+        finalizers = o.finalizers(claim)
+        own = pools.REGISTRY[requested.kind].finalizers.claim.get(key[0]) if requested is not None else None
+        if own in finalizers or not (bound_ip(claim) is not None
+                                     or o.condition(o.status(claim), POOL_REFERENCE_CHANGED) is not None):
+            return requested
+        ref = o.spec(claim).get("pool" if key[0] == kinds.IPCLAIM else "poolRef")
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        for kind, pool_kind in pools.REGISTRY.items():
+            if isinstance(name, str) and name and pool_kind.finalizers.claim.get(key[0]) in finalizers:
+                return o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
+        return requested
 
     def _addresses_of(self, key: ObjKey, claim: dict) -> Iterator[ObjKey]:
         """Where a claim's addresses are, found from the claim (no index of addresses by claim: it would cost
