@@ -29,7 +29,7 @@ from .kept import bound_ip
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
-from .reconcile import POOL_REFERENCE_CHANGED, Snapshot
+from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
 from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -238,9 +238,10 @@ class Inventory:
                 return requested
             homes.add(pool)
         before = self._filed(key) if key in self.objects else None  # where it is filed until now
-        if not homes and before is not None and before != requested and before.kind in pools.REGISTRY \
-                and pools.REGISTRY[before.kind].finalizers.claim.get(key[0]) in o.finalizers(claim):
-            homes = {before}
+        if not homes:
+            homes = {next((pool for pool in self._last_homes(key, claim, before) if pool != requested
+                           and pools.REGISTRY[pool.kind].finalizers.claim.get(key[0]) in o.finalizers(claim)),
+                          None)} - {None}
         if homes:
             home = before if before in homes else min(homes)
         elif o.is_deleting(claim):
@@ -249,6 +250,30 @@ class Inventory:
             return requested
         # Only where the claim can be shown as that pool's (an IPClaim's pool is of its own namespace).
         return home if home is not None and o.pool_of(o.served_by(claim, home)) == home else requested
+
+    def _last_homes(self, key: ObjKey, claim: dict, before: o.PoolKey | None) -> Iterator[o.PoolKey]:
+        """Where a claim nothing of ours names any more (its address objects deleted) was served, most trusted
+        first: the pool it is filed with; the pool its ``PoolReferenceChanged`` condition names; the pool of
+        the kind whose finalizer it carries that its reference names, when that pool holds the IP its status
+        says it is bound to (a reference changed in kind or group alone, seen by no controller)."""
+        if before is not None and before.kind in pools.REGISTRY:
+            yield before
+        served = moved_from(claim)
+        if served is not None:
+            yield served
+        ip = bound_ip(claim)
+        ref = o.spec(claim).get("pool" if key[0] == kinds.IPCLAIM else "poolRef")
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        if ip is None or not isinstance(name, str) or not name:
+            return
+        for kind, pool_kind in pools.REGISTRY.items():
+            if pool_kind.finalizers.claim.get(key[0]) not in o.finalizers(claim):
+                continue
+            guess = o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
+            pool = self.objects.get((kind, guess.namespace, name))
+            model = self.pool_model(pool)[0] if pool is not None else None
+            if model is not None and ip.version == model.version and model.entry_of(model.unit_of(int(ip))):
+                yield guess
 
     @staticmethod
     def _releaser(key: ObjKey, claim: dict, requested: o.PoolKey | None) -> o.PoolKey | None:

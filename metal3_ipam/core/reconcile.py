@@ -1129,8 +1129,9 @@ class _Reconciler:
             return None
         field = "spec.pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "spec.poolRef"
         pool = self.pool_text()
-        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}, away from {pool}, which gave the claim "
-                           f"its address: a pool reference is immutable, so {pool} keeps serving the claim and "
+        # ``moved_from`` reads the pool back: a controller started afresh finds it here when nothing else names it.
+        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
+                           f"a pool reference is immutable, so {pool} keeps serving the claim and "
                            f"holds its address until it is deleted; set {field} back, or delete the claim and "
                            "create one for the other pool")
         return _condition(current, POOL_REFERENCE_CHANGED, "True", POOL_REFERENCE_CHANGED, message, self.snap.now,
@@ -1340,6 +1341,27 @@ def _held(addresses: list[dict], finalizer: str) -> list[dict]:
     held = [a for a in addresses if not o.is_deleting(a)
             or (finalizer in o.finalizers(a) and not o.deleted_for_move(a))]
     return sorted(held, key=o.is_deleting)
+
+
+_MOVED_FROM, _MOVED_UNTIL = ", away from ", ", which gave the claim its address"
+
+
+def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
+    """The pool a claim's ``PoolReferenceChanged`` condition says served it (``moved_condition`` writes it,
+    naming the pool as ``Kind [namespace/]name``; kinds are unique by name), or None."""
+    moved = o.condition(o.status(claim), POOL_REFERENCE_CHANGED)
+    message = moved.get("message") if moved and moved.get("status") == "True" else None
+    head, until, _ = message.partition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
+    _, away, pool = head.rpartition(_MOVED_FROM)
+    kind_name, _, where = pool.partition(" ")
+    kind = next((k for k in pools.REGISTRY if k[1] == kind_name), None) if until and away else None
+    if kind is None:
+        return None
+    namespace, _, name = where.rpartition("/")
+    scoped = pools.REGISTRY[kind].cluster_scoped
+    if not name or (namespace == "") != scoped or (not scoped and namespace != o.namespace(claim)):
+        return None
+    return o.PoolKey(namespace, name, kind)
 
 
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,
