@@ -262,7 +262,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 REFERENCES = [IN_CLUSTER + ("p",), IN_CLUSTER + ("q",), (gi.GROUP, "InfobloxIPPool", "p"), ("ipam.example.com", "IPPool", "p")]
-steps = st.lists(st.tuples(st.sampled_from(["claim", "edit", "delete", "strip"]), st.integers(0, 3),
+steps = st.lists(st.tuples(st.sampled_from(["claim", "edit", "delete", "strip", "restart"]), st.integers(0, 3),
                            st.sampled_from(REFERENCES), st.booleans()), max_size=14)
 
 
@@ -280,9 +280,9 @@ def _live_holders(api) -> dict[str, set[str]]:
 @given(steps)
 def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_whatever_pool_references_become(ops):
     """Two pools p and q of a namespace, claims created, their references edited (to the other pool, another
-    provider's kind, another group, or back), deleted, their address objects deleted by hand, with or without
-    the controller passing in between: no IP is ever held for two live claims, and once every claim is deleted
-    all of them go and no address is left."""
+    provider's kind, another group, or back), deleted, their address objects deleted by hand, the controller
+    started afresh, with or without a pass in between: no IP is ever held for two live claims, and once every
+    claim is deleted all of them go and no address is left."""
     other = gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.0.3-10.0.0.4"])  # overlaps p
     api = converged(_pool(IN_CLUSTER), other)
     for op, n, ref, settle in ops:
@@ -294,6 +294,8 @@ def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_whatever
             _edit_pool_ref(api, name, *ref)
         elif op == "delete" and claim is not None and not o.is_deleting(claim):
             user_delete(api, kinds.CAPI_CLAIM, name)
+        elif op == "restart":
+            api = _restarted(api, addresses_first=settle)
         elif op == "strip" and claim is not None:
             for obj in [*api.inventory.of_kind(kinds.CAPI_ADDRESS), *api.inventory.of_kind(kinds.IPADDRESS)]:
                 named = o.claim_of_address(obj) if kinds.kind_of(obj) == kinds.IPADDRESS \
