@@ -40,6 +40,11 @@ What it guarantees, whatever it is shown:
   API, is never handed out; where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
 - a claim whose own Cluster is paused is left alone, whatever its pool;
+- a claim whose pool reference was changed away from the pool that gave it
+  its address (it is immutable; no webhook stopped the edit) is still this
+  pool's (the inventory files it with the pool its addresses are of, shown
+  as naming it): it keeps its IP, is released when deleted, and carries a
+  ``PoolReferenceChanged`` condition naming both pools, with one Warning Event;
 - a claim whose Cluster (its own, or its pool's ``clusterName``) is not
   known is given nothing new until it is: ``clusterctl move`` creates a
   Cluster before its claims, and a claim seen first may still have a moved
