@@ -109,8 +109,8 @@ class MemoryApi:
             self.load(obj)
         elif isinstance(action, Delete):
             guard = action.unless_exists
-            if guard is not None and guard_holds(action, self.inventory.get(guard.group_kind, guard.namespace,
-                                                                             guard.name)):
+            where = (guard.group_kind, guard.namespace, guard.name) if guard is not None else None
+            if guard is not None and guard_holds(action, self.inventory.get(*where), self.inventory.filed_with(*where)):
                 raise Refused(f"{guard} exists: {action.target} is kept")
             obj = copy.deepcopy(self._get(action.target))
             # The preconditions the API server checks on a delete: this incarnation, unchanged since read.

@@ -411,8 +411,10 @@ class ApiWriter:
 
     async def _delete(self, action: Delete) -> dict | None:
         guard = action.unless_exists
-        if guard is not None and guard_holds(action, await self._refresh(guard)):
-            raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
+        if guard is not None:
+            found = await self._refresh(guard)
+            if guard_holds(action, found, self.inventory.filed_with(guard.group_kind, guard.namespace, guard.name)):
+                raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
         resource = self._resource(action.target.group_kind)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         # What the in-memory executor enforces too: this incarnation, unchanged since it was read.

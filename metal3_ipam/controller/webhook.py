@@ -37,7 +37,9 @@ Why the policies are what they are:
   addresses are gone.
 - Defaulting: ``failurePolicy: Ignore``; the CRD schema sets the same default.
 - IPAddressClaims on other providers' pools never reach us (``matchConditions``
-  on ``spec.poolRef.apiGroup``): our outage is not theirs.
+  on ``spec.poolRef.apiGroup``): our outage is not theirs. An update whose old
+  object names one of our pools does (its ``oldObject``): a claim moved away
+  from our pools is refused, as Cluster API refuses any ``poolRef`` change.
 """
 
 from __future__ import annotations
@@ -118,15 +120,20 @@ NOT_NAMESPACE_TEARDOWN = {"name": "not-namespace-teardown",
 
 def _our_pool_expression() -> str:
     """CEL: a claim's poolRef names a kind of pool this controller serves (by group, or in a group shared
-    with other providers by group and kind: their claims never wait on these webhooks)."""
-    terms = []
-    for group, served in sorted(pools.claim_pool_groups().items()):
-        term = f"object.spec.poolRef.apiGroup == '{group}'"
-        if served is not None:
-            term += f" && has(object.spec.poolRef.kind) && object.spec.poolRef.kind in {sorted(served)!r}"
-        terms.append(f"({term})")
-    return "has(object.spec) && has(object.spec.poolRef) && has(object.spec.poolRef.apiGroup) && (" \
-        + " || ".join(terms) + ")"
+    with other providers by group and kind: their claims never wait on these webhooks), now or, on an
+    update, before it: an update moving a claim away from our pools is ours to refuse (``oldObject`` is
+    null on a create)."""
+    def names_ours(obj: str) -> str:
+        terms = []
+        for group, served in sorted(pools.claim_pool_groups().items()):
+            term = f"{obj}.spec.poolRef.apiGroup == '{group}'"
+            if served is not None:
+                term += f" && has({obj}.spec.poolRef.kind) && {obj}.spec.poolRef.kind in {sorted(served)!r}"
+            terms.append(f"({term})")
+        return f"has({obj}.spec) && has({obj}.spec.poolRef) && has({obj}.spec.poolRef.apiGroup) && (" \
+            + " || ".join(terms) + ")"
+    return f"({names_ours('object')}) || (request.operation == 'UPDATE' && oldObject != null && " \
+        f"({names_ours('oldObject')}))"
 
 
 OUR_POOL = {"name": "metal3-pool", "expression": _our_pool_expression()}

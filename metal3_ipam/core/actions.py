@@ -28,8 +28,8 @@ class Delete:
     # Delete only if this object is really gone (the cache may not have seen it yet);
     # with a uid, only that incarnation of the name counts.
     unless_exists: Ref | None = None
-    # ... and with a pool, only when it is for that pool: a claim of that name for
-    # another pool does not keep this pool's address.
+    # ... and with a pool, only when it is for that pool, or filed with it (see ``guard_holds``): a claim
+    # of that name for another pool does not keep this pool's address.
     guard_pool: tuple[str, str] | None = None
     # The version the target was read at. Marking an object with finalizers for
     # deletion is a write that changes its version: a later action of the same
@@ -77,15 +77,16 @@ class Event:
 Action = Union[Create, Delete, SetFinalizers, SetMetadata, SetStatus, Event]
 
 
-def guard_holds(action: "Delete", found: dict | None) -> bool:
-    """Whether the object a Delete's guard found keeps the target from being deleted."""
+def guard_holds(action: "Delete", found: dict | None, filed: tuple | None = None) -> bool:
+    """Whether the object a Delete's guard found keeps the target from being deleted; ``filed``: the pool the
+    inventory files it with (a claim whose pool reference was changed stays with the pool that served it)."""
     from .objects import meta, pool_of
     if found is None:
         return False
     guard = action.unless_exists
     if guard.uid is not None and meta(found).get("uid") != guard.uid:
         return False
-    return action.guard_pool is None or pool_of(found) == action.guard_pool
+    return action.guard_pool is None or action.guard_pool in (pool_of(found), filed)
 
 
 @dataclass

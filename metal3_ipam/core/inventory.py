@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -26,10 +27,11 @@ from . import objects as o
 from . import pools
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet
+from .kept import bound_ip
 from .overlap import PoolFacts, Withheld, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
-from .reconcile import Snapshot
+from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
 from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -55,6 +57,7 @@ DEFAULT_LOCK_NAMESPACE = "default"
 
 SERVED = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
+CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
 
 
 def version_number(version: object) -> int | None:
@@ -174,6 +177,10 @@ class Inventory:
         # Claims of an outside IPAM's pools by the allocation key they carry, in every namespace: a key is one
         # address in that IPAM, whatever the claim's namespace or pool (a manifest copied with its annotation).
         self._outside_keys: dict[str, ObjKey | Several] = {}
+        # The claims filed with the pool that served them rather than the one they name: a claim whose pool
+        # reference was changed (no webhook stopped it) stays with the pool its addresses are of, which
+        # keeps its IP from every other claim and releases it when the claim goes (see ``_home``).
+        self._homes: dict[ObjKey, o.PoolKey] = {}
         # The allocation keys of claims seen deleted for ``clusterctl move``
         # (``clusterctl.cluster.x-k8s.io/delete-for-move``): their addresses are the copies' in the target, and a
         # sweep here must never release them, also once a move stopped half-way is undone here (``core.sweep``).
@@ -201,6 +208,12 @@ class Inventory:
         key = self.key(obj)
         if key is None:
             return set()
+        if key[0] not in ADDRESS_KINDS:
+            return self._upsert(key, obj)
+        named = {_claim_named_by(self.objects.get(key)), _claim_named_by(obj)} - {None}
+        return self._upsert(key, obj) | self._rehome(named)
+
+    def _upsert(self, key: ObjKey, obj: dict) -> set[o.PoolKey]:
         stored = self.objects.get(key)
         if stored is not None and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
             return set()
@@ -211,17 +224,146 @@ class Inventory:
                 return set()
             del self._tombstones[key]
         self.filed += 1
-        self._index_outside_key(key, stored, obj)
+        before = self._as_filed(key, stored) if stored is not None else None
+        home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
-                and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj) \
+                and self._filed(key) == (home if key[0] in CLAIM_KINDS else o.pool_of(obj)) \
+                and _address_ip(stored) == _address_ip(obj) \
                 and o.spec(stored).get("prefix") == o.spec(obj).get("prefix"):
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
+            if key[0] in CLAIM_KINDS:
+                self._set_home(key, obj, home)
+            self._index_outside_key(key, before, self._as_filed(key, obj))
             return self._file(key, obj)
         touched = self._unfile(key, obj)
         self.objects[key] = obj
+        if key[0] in CLAIM_KINDS:
+            self._set_home(key, obj, home)
+        self._index_outside_key(key, before, self._as_filed(key, obj))
         touched |= self._file(key, obj, previous=stored)
         return touched
+
+    # -- claims and the pool that served them ------------------------------------
+
+    def _home(self, key: ObjKey, claim: dict) -> o.PoolKey | None:
+        """The pool a claim is filed with: the one it names, unless addresses of another pool of ours are
+        its (they name it, and its uid, or its status names their IP) and none of the one it names is; or,
+        with none left, the pool it was filed with while it carries that pool's finalizer (its address
+        objects deleted by hand: that pool gives its IP back, or releases it when it goes). Meant for a
+        reference changed by hand (it is immutable), whatever it names now: a pool of another provider, another
+        API group, another of our pools."""
+        requested = o.pool_of(claim)
+        homes = set()
+        for address_key in self._addresses_of(key, claim):
+            address = self.objects.get(address_key)
+            pool = self._filed(address_key)
+            if pool is None or _claim_named_by(address) != key or not _serves(address, claim):
+                continue
+            if pool == requested:
+                return requested
+            homes.add(pool)
+        before = self._filed(key) if key in self.objects else None  # where it is filed until now
+        if not homes:
+            homes = {next((pool for pool in self._last_homes(key, claim, before) if pool != requested
+                           and pools.REGISTRY[pool.kind].finalizers.claim.get(key[0]) in o.finalizers(claim)),
+                          None)} - {None}
+        if homes:
+            home = before if before in homes else min(homes)
+        elif o.is_deleting(claim):
+            home = self._releaser(key, claim, requested)
+        else:
+            return requested
+        # Only where the claim can be shown as that pool's (an IPClaim's pool is of its own namespace).
+        return home if home is not None and o.pool_of(o.served_by(claim, home)) == home else requested
+
+    def _last_homes(self, key: ObjKey, claim: dict, before: o.PoolKey | None) -> Iterator[o.PoolKey]:
+        """Where a claim nothing of ours names any more (its address objects deleted) was served, most trusted
+        first: the pool it is filed with; the pool its ``PoolReferenceChanged`` condition names; the pool of
+        the kind whose finalizer it carries that its reference names, when that pool holds the IP its status
+        says it is bound to (a reference changed in kind or group alone, seen by no controller)."""
+        if before is not None and before.kind in pools.REGISTRY:
+            yield before
+        served = moved_from(claim)
+        if served is not None:
+            yield served
+        ip = bound_ip(claim)
+        ref = o.spec(claim).get("pool" if key[0] == kinds.IPCLAIM else "poolRef")
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        if ip is None or not isinstance(name, str) or not name:
+            return
+        for kind, pool_kind in pools.REGISTRY.items():
+            if pool_kind.finalizers.claim.get(key[0]) not in o.finalizers(claim):
+                continue
+            guess = o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
+            pool = self.objects.get((kind, guess.namespace, name))
+            model = self.pool_model(pool)[0] if pool is not None else None
+            if model is not None and ip.version == model.version and model.entry_of(model.unit_of(int(ip))):
+                yield guess
+
+    @staticmethod
+    def _releaser(key: ObjKey, claim: dict, requested: o.PoolKey | None) -> o.PoolKey | None:
+        """For a deleted claim holding no address of ours: the pool that takes its finalizer off. Its own, unless
+        it carries the claim finalizer of another kind of ours, and its status says this controller bound it (a
+        reference changed away, whose addresses went while no controller saw where it was filed): then the
+        pool of that kind named as its reference names, whose pass has nothing left to release."""
+        finalizers = o.finalizers(claim)
+        own = pools.REGISTRY[requested.kind].finalizers.claim.get(key[0]) if requested is not None else None
+        if own in finalizers or not (bound_ip(claim) is not None
+                                     or o.condition(o.status(claim), POOL_REFERENCE_CHANGED) is not None):
+            return requested
+        ref = o.spec(claim).get("pool" if key[0] == kinds.IPCLAIM else "poolRef")
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        for kind, pool_kind in pools.REGISTRY.items():
+            if isinstance(name, str) and name and pool_kind.finalizers.claim.get(key[0]) in finalizers:
+                return o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
+        return requested
+
+    def _addresses_of(self, key: ObjKey, claim: dict) -> Iterator[ObjKey]:
+        """Where a claim's addresses are, found from the claim (no index of addresses by claim: it would cost
+        as much as a tenth of what a claim costs): its Cluster API address, named after it or as its status
+        names it; the Metal3 address its status names; and the locks at the IP its Ready condition names."""
+        kind, namespace, name = key
+        ref = o.status(claim).get("addressRef" if kind == kinds.CAPI_CLAIM else "address")
+        named = ref.get("name") if isinstance(ref, Mapping) and isinstance(ref.get("name"), str) else None
+        if kind == kinds.CAPI_CLAIM:
+            yield (kinds.CAPI_ADDRESS, namespace, name)
+            if named and named != name:
+                yield (kinds.CAPI_ADDRESS, namespace, named)
+        elif named:
+            yield (kinds.IPADDRESS, str(ref.get("namespace") or namespace), named)
+        ip = bound_ip(claim)
+        if ip is not None:
+            for where in {namespace, self.lock_namespace}:
+                yield from (k for k in self.holders(where, ip.version, int(ip)) if k[0] == kinds.IPADDRESS)
+
+    def _set_home(self, key: ObjKey, claim: dict, home: o.PoolKey | None) -> None:
+        if home is not None and home != o.pool_of(claim):
+            self._homes[key] = home
+        else:
+            self._homes.pop(key, None)
+
+    def _rehome(self, claim_keys: Iterable[ObjKey]) -> set[o.PoolKey]:
+        """The claims an address changed names, filed again where they now belong."""
+        touched: set[o.PoolKey] = set()
+        for key in claim_keys:
+            claim = self.objects.get(key)
+            if claim is None:
+                continue
+            home = self._home(key, claim)
+            if home == self._filed(key):
+                continue
+            before = self._as_filed(key, claim)
+            touched |= self._unfile(key, claim)
+            self._set_home(key, claim, home)
+            self._index_outside_key(key, before, self._as_filed(key, claim))
+            touched |= self._file(key, claim)
+        return touched
+
+    def _as_filed(self, key: ObjKey, obj: dict) -> dict:
+        """The object as its pool's group holds it: a claim filed with a pool it does not name is shown so."""
+        home = self._homes.get(key)
+        return o.served_by(obj, home) if home is not None else obj
 
     def holds(self, kind: tuple[str, str], meta: dict) -> bool:
         """True when the object ``meta`` describes is no news: its name is stored at that
@@ -246,13 +388,17 @@ class Inventory:
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
+        filed = self._as_filed(key, stored)
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
-            self._moved_away(_outside_key(stored), key[1:])
-        elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(stored)) == key[1:]:
-            del self.moved_away[_outside_key(stored)]  # the claim that came back is deleted here
-        self._index_outside_key(key, stored, None)
+            self._moved_away(_outside_key(filed), key[1:])
+        elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
+            del self.moved_away[_outside_key(filed)]  # the claim that came back is deleted here
+        self._index_outside_key(key, filed, None)
         touched = self._unfile(key, None)
         del self.objects[key]
+        self._homes.pop(key, None)
+        if key[0] in ADDRESS_KINDS:
+            touched |= self._rehome({_claim_named_by(stored)} - {None})
         return touched
 
     def _index_outside_key(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
@@ -282,7 +428,8 @@ class Inventory:
 
     def claims_carrying(self, outside_key: str) -> list[dict]:
         """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""
-        return [self.objects[k] for k in each(self._outside_keys.get(outside_key)) if k in self.objects]
+        return [self._as_filed(k, self.objects[k]) for k in each(self._outside_keys.get(outside_key))
+                if k in self.objects]
 
     def forget(self, kind: tuple[str, str], namespace: str, name: str) -> set[o.PoolKey]:
         """The API server says the name does not exist now: drop what is stored of it."""
@@ -338,6 +485,8 @@ class Inventory:
         kind, ns, name = key
         if kind in pools.REGISTRY:
             return o.PoolKey(ns, name, kind)
+        if kind in CLAIM_KINDS and key in self._homes:
+            return self._homes[key]
         return None if kind == kinds.CLUSTER else o.pool_of(obj)
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
@@ -355,7 +504,7 @@ class Inventory:
                     and _uid(previous) == _uid(obj):
                 return set()  # status churn of a Cluster concerns no pool
             return self._reloaded(self.pools_of_clusters_in(ns))
-        pool = o.pool_of(obj)
+        pool = self._filed(key)
         if pool is None:
             return set()
         if kind in ADDRESS_KINDS:
@@ -371,8 +520,9 @@ class Inventory:
             self._file_prefix(ns, key, _prefix_held(obj, pool), True)
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.setdefault(pool, _PoolGroup())
-        if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
-            group.claims[o.claim_key(obj)] = obj
+        if kind in CLAIM_KINDS:
+            filed = self._as_filed(key, obj)
+            group.claims[o.claim_key(filed)] = filed
         elif kind == kinds.IPADDRESS:
             group.addresses[_member(pool, ns, name)] = obj
         else:
@@ -414,8 +564,8 @@ class Inventory:
         self._changes.setdefault(pool, {})[key] = None
         group = self.groups.get(pool)
         if group is not None:
-            if kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
-                group.claims.pop(o.claim_key(old), None)
+            if kind in CLAIM_KINDS:
+                group.claims.pop(o.claim_key(self._as_filed(key, old)), None)
             elif kind == kinds.IPADDRESS:
                 group.addresses.pop(_member(pool, ns, name), None)
             else:
@@ -463,7 +613,8 @@ class Inventory:
         keys = self._changes.pop(pool_key, {})
         if reload:
             return True, []
-        return False, [(key, self.objects.get(key) if self._filed(key) == pool_key else None) for key in keys]
+        return False, [(key, self._as_filed(key, self.objects[key]) if self._filed(key) == pool_key else None)
+                       for key in keys]
 
     def pending(self, pool_key: o.PoolKey) -> bool:
         """Something of the pool changed since its last drain (the writer files the answers to a pass's writes)."""
@@ -477,6 +628,10 @@ class Inventory:
 
     def of_kind(self, kind: tuple[str, str]) -> Iterable[dict]:
         return [obj for (k, _, _), obj in self.objects.items() if k == kind]
+
+    def filed_with(self, kind: tuple[str, str], namespace: str, name: str) -> o.PoolKey | None:
+        """The pool the object of that name is filed with (a claim: the pool that serves it; see ``_home``)."""
+        return self._filed((kind, namespace, name))
 
     def pools_in(self, namespace: str) -> set[o.PoolKey]:
         return set(self._pool_names.get(namespace, ())) | {key for key in self.groups if key.namespace == namespace}
@@ -668,3 +823,32 @@ def _outside_key(claim: dict | None) -> str | None:
     if pool_kind is None or pool_kind.outside is None:
         return None
     return pool_kind.outside.read_key(claim)[0]
+
+
+def _claim_named_by(address: dict | None) -> ObjKey | None:
+    """The claim (kind, namespace, name) an address of either API names, or None."""
+    if address is None:
+        return None
+    kind = kinds.kind_of(address)
+    if kind == kinds.IPADDRESS:
+        ref = o.spec(address).get("claim")
+        claim_kind = kinds.CAPI_CLAIM if isinstance(ref, Mapping) and ref.get("kind") == kinds.CAPI_CLAIM[1] \
+            else kinds.IPCLAIM
+    elif kind == kinds.CAPI_ADDRESS:
+        ref, claim_kind = o.spec(address).get("claimRef"), kinds.CAPI_CLAIM
+    else:
+        return None
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return None
+    namespace = ref.get("namespace") if kind == kinds.IPADDRESS else None
+    return (claim_kind, str(namespace or o.namespace(address)), str(ref["name"]))
+
+
+def _serves(address: dict, claim: dict) -> bool:
+    """Whether ``address`` is this incarnation's of the claim it names: its owner reference has the claim's
+    uid; without one (a lock of a pool of cluster scope), the claim's status names its IP."""
+    uid = o.claim_uid_of(address, (claim.get("kind"), o.name(claim)))
+    if uid is not None:
+        return uid == _uid(claim)
+    ip = bound_ip(claim)
+    return ip is not None and o.address_ip(address) == ip

@@ -61,6 +61,20 @@ def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     return ip
 
 
+def bound_ip(claim: Mapping[str, Any]):
+    """The IP a claim's Ready condition says it is bound to, as this controller writes it (netaddr), or None."""
+    ready = o.condition(o.status(claim), "Ready")
+    message = ready.get("message") if ready else None
+    if not (ready and ready.get("status") == "True" and ready.get("reason") == BOUND_REASON
+            and isinstance(message, str) and message.startswith(BOUND_PREFIX)):
+        return None
+    try:
+        ip = parse_ip(message[len(BOUND_PREFIX):])
+    except AddressError:
+        return None
+    return ip.ipv4() if ip.version == 6 and ip.is_ipv4_mapped() else ip
+
+
 def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     status = o.status(claim)
     capi = kinds.kind_of(claim) != kinds.IPCLAIM
@@ -71,16 +85,6 @@ def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
         ip = ip_of_name(pool.name_prefix, str(ref.get("name") or ""), pool.version)
         if ip is not None:
             return pool.unit_of(int(ip))
-    ready = o.condition(status, "Ready")
-    message = ready.get("message") if ready else None
-    if ready and ready.get("status") == "True" and ready.get("reason") == BOUND_REASON \
-            and isinstance(message, str) and message.startswith(BOUND_PREFIX):
-        try:
-            ip = parse_ip(message[len(BOUND_PREFIX):])
-        except AddressError:
-            return None
-        if ip.version == 6 and ip.is_ipv4_mapped():
-            ip = ip.ipv4()
-        return pool.unit_of(int(ip)) if ip.version == pool.version else None
-    return None
+    ip = bound_ip(claim)
+    return pool.unit_of(int(ip)) if ip is not None and ip.version == pool.version else None
 

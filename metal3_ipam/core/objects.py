@@ -222,6 +222,37 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     return None
 
 
+# A claim filed with the pool that served it while its own reference names another (``Inventory``): a copy
+# of it whose reference names that pool, carrying the reference the claim has under this key (no API field).
+REFERENCE_NOW = "_poolReferenceNow"
+
+
+def served_by(claim: Mapping[str, Any], pool: PoolKey) -> dict:
+    """``claim`` as the pool that served it sees it: its pool reference names ``pool``, and the reference it
+    has now is kept under :data:`REFERENCE_NOW` (see :func:`reference_now`)."""
+    field = "pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "poolRef"
+    ref = ({"name": pool.name, "namespace": pool.namespace} if field == "pool"
+           else {"apiGroup": pool.kind[0], "kind": pool.kind[1], "name": pool.name})
+    return {**claim, "spec": {**spec(claim), field: ref}, REFERENCE_NOW: spec(claim).get(field)}
+
+
+def reference_now(claim: Mapping[str, Any]) -> tuple[bool, Any]:
+    """(True, the pool reference the claim has) for a claim filed with a pool it no longer names
+    (:func:`served_by`); (False, None) for any other."""
+    return (True, claim[REFERENCE_NOW]) if REFERENCE_NOW in claim else (False, None)
+
+
+def pool_ref_text(ref: Any) -> Any:
+    """A pool reference as ``Kind.apiGroup [namespace/]name`` (a Cluster API claim's ``spec.poolRef``; an
+    IPClaim's ``spec.pool`` names an IPPool), else as it is."""
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+        return ref
+    group = ref.get("apiGroup")
+    kind = ref.get("kind") or (kinds.IPPOOL[1] if group is None else "?")
+    where = f"{ref['namespace']}/" if isinstance(ref.get("namespace"), str) and ref.get("namespace") else ""
+    return f"{kind}{f'.{group}' if isinstance(group, str) and group else ''} {where}{ref['name']}"
+
+
 # ("IPClaim" | "IPAddressClaim", name), and the claim's namespace after them for a claim of a pool of
 # cluster scope: the claims of a namespaced pool are all in its namespace, those of a pool of cluster
 # scope in any (two claims of one name in two namespaces are two claims).

@@ -44,6 +44,11 @@ What it guarantees, whatever it is shown:
   sub-prefix holding such an IP); where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
 - a claim whose own Cluster is paused is left alone, whatever its pool;
+- a claim whose pool reference was changed away from the pool that gave it
+  its address (it is immutable; no webhook stopped the edit) is still this
+  pool's (the inventory files it with the pool its addresses are of, shown
+  as naming it): it keeps its IP, is released when deleted, and carries a
+  ``PoolReferenceChanged`` condition naming both pools, with one Warning Event;
 - a claim whose Cluster (its own, or its pool's ``clusterName``) is not
   known is given nothing new until it is: ``clusterctl move`` creates a
   Cluster before its claims, and a claim seen first may still have a moved
@@ -100,6 +105,8 @@ OVERLAPPING = "Overlapping"
 # The name of the IPAddress locking a claim's IP is another IP's (two Metal3 IPPools' ``<namePrefix>-<ip>``
 # names meet: ``a`` + 1:2::5 and ``a-1`` + 2::5), as the Go Metal3 IPAM reports it.
 NAME_COLLISION = "IPAddressNameCollision"
+# A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
+POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -1142,12 +1149,33 @@ class _Reconciler:
             reason, message = error
             ready = _condition(current, READY, "False", reason, message, self.snap.now, v1beta1)
             desired = {} if capi else {"errorMessage": message}
-        desired["conditions"] = [ready] + [c for c in current.get("conditions") or []
-                                           if isinstance(c, Mapping) and c.get("type") != READY]
+        moved = self.moved_condition(claim, current, v1beta1)
+        desired["conditions"] = [ready] + ([moved] if moved is not None else []) + [
+            c for c in current.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED)]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
+        before = o.condition(current, POOL_REFERENCE_CHANGED) or {}
+        if moved is not None and before.get("message") != moved["message"]:
+            step.add(Event(o.ref(claim), "Warning", POOL_REFERENCE_CHANGED, moved["message"]))
         return True
+
+    def moved_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
+        """For a claim whose pool reference names another pool than this one, which served it (the inventory
+        files it here while this pool's addresses are its): the condition saying so; None for any other."""
+        moved, now = o.reference_now(claim)
+        if not moved:
+            return None
+        field = "spec.pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "spec.poolRef"
+        pool = self.pool_text()
+        # ``moved_from`` reads the pool back: a controller started afresh finds it here when nothing else names it.
+        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
+                           f"a pool reference is immutable, so {pool} keeps serving the claim and "
+                           f"holds its address until it is deleted; set {field} back, or delete the claim and "
+                           "create one for the other pool")
+        return _condition(current, POOL_REFERENCE_CHANGED, "True", POOL_REFERENCE_CHANGED, message, self.snap.now,
+                          v1beta1)
 
     def lock_for(self, claim: dict, ip, prefix: int | None, gateway: str | None,
                  dns_servers: tuple[str, ...]) -> dict:
@@ -1353,6 +1381,27 @@ def _held(addresses: list[dict], finalizer: str) -> list[dict]:
     held = [a for a in addresses if not o.is_deleting(a)
             or (finalizer in o.finalizers(a) and not o.deleted_for_move(a))]
     return sorted(held, key=o.is_deleting)
+
+
+_MOVED_FROM, _MOVED_UNTIL = ", away from ", ", which gave the claim its address"
+
+
+def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
+    """The pool a claim's ``PoolReferenceChanged`` condition says served it (``moved_condition`` writes it,
+    naming the pool as ``Kind [namespace/]name``; kinds are unique by name), or None."""
+    moved = o.condition(o.status(claim), POOL_REFERENCE_CHANGED)
+    message = moved.get("message") if moved and moved.get("status") == "True" else None
+    head, until, _ = message.partition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
+    _, away, pool = head.rpartition(_MOVED_FROM)
+    kind_name, _, where = pool.partition(" ")
+    kind = next((k for k in pools.REGISTRY if k[1] == kind_name), None) if until and away else None
+    if kind is None:
+        return None
+    namespace, _, name = where.rpartition("/")
+    scoped = pools.REGISTRY[kind].cluster_scoped
+    if not name or (namespace == "") != scoped or (not scoped and namespace != o.namespace(claim)):
+        return None
+    return o.PoolKey(namespace, name, kind)
 
 
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import kinds, pools
 from .addresses import AddressError, parse_ip
-from .objects import PoolKey, deleted_for_move, is_deleting, pool_of
+from .objects import PoolKey, deleted_for_move, is_deleting, pool_of, pool_ref_text
 from .objects import namespace as namespace_of
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem, object_id, tagged
@@ -308,7 +308,11 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
         return problems
     before, after = _spec_map(old).get("poolRef"), _spec_map(new).get("poolRef")
     if before != after:
-        problems += tagged(new, [Problem("spec.poolRef", after, f"is immutable (was {before!r})")])
+        # As in Cluster API: the pool that gave the claim its address keeps serving it until it is deleted.
+        problems += tagged(new, [Problem("spec.poolRef", pool_ref_text(after),
+                                         f"is immutable ({_was(pool_ref_text(before))}): a claim is served by "
+                                         "the pool it names when created; delete it and create one for the "
+                                         "other pool")])
     problems += tagged(new, _outside_key_problems(old, new, before))
     return problems
 

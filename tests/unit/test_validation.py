@@ -490,7 +490,10 @@ def test_a_pool_in_use_is_not_deleted_except_for_clusterctl_move():
 def test_capi_claim_pool_ref_is_immutable():
     old = capi_claim("c1", ns="ns", pool="a")
     new = capi_claim("c1", ns="ns", pool="b")
-    assert_problem(lines(validate_update(old, new)), "IPAddressClaim/ns/c1", "spec.poolRef", "'b'")
+    assert_problem(lines(validate_update(old, new)), "IPAddressClaim/ns/c1", "spec.poolRef",
+                   '(was "IPPool.ipam.metal3.io a")')
+    assert_problem(lines(validate_update(old, new)), "IPAddressClaim/ns/c1", "spec.poolRef",
+                   '(value: "IPPool.ipam.metal3.io b")')
     assert validate_update(old, copy.deepcopy(old)) == []
 
 

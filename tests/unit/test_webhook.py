@@ -783,6 +783,21 @@ def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are
             "'InClusterPrefixPool']") in expression, expression
 
 
+@pytest.mark.parametrize("group,kind", [("ipam.cluster.x-k8s.io", "InfobloxIPPool"), ("ipam.example.com", "IPPool")])
+def test_a_claim_moved_away_from_our_pools_is_refused_naming_the_field_and_both_pools(group, kind):
+    ours = capi_claim("c1", pool="p", api_group="ipam.cluster.x-k8s.io", kind="InClusterIPPool")
+    theirs = capi_claim("c1", pool="p", api_group=group, kind=kind)
+    response = Admission(inventory()).review(request("UPDATE", theirs, ours))
+    message = response["status"]["message"]
+    assert not response["allowed"] and 'IPAddressClaim.ipam.cluster.x-k8s.io "c1"' in message, message
+    assert 'spec.poolRef: is immutable (was "InClusterIPPool.ipam.cluster.x-k8s.io p")' in message, message
+    assert f'(value: "{kind}.{group} p")' in message, message
+    # And the API server is told to send it: the old object names one of our pools.
+    (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
+    assert "request.operation == 'UPDATE' && oldObject != null && (has(oldObject.spec)" in expression, expression
+
+
 def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):
     def broken(review):
         raise KeyError("boom")
