@@ -875,7 +875,8 @@ class _Reconciler:
         A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
         move`` gives the copy of an address of a global pool that exists in the target already the uid of the
         source's pool (it does not create that pool, and takes the uid of the object it read), and such a
-        reference would name no object in the target."""
+        reference would name no object in the target. Only its uid is written: every other reference, and
+        the order of the list, stay as they were (the garbage collector reads their blockOwnerDeletion)."""
         if not self.kind.keeps_addresses_written_first:
             return
         current = o.owner_references(mirror)
@@ -887,11 +888,14 @@ class _Reconciler:
         def matches(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
             return same(ref, want) and (want.get("uid") is None or ref.get("uid") == want["uid"])
 
-        stale = [r for r in current if any(same(r, w) and not matches(r, w) for w in wanted)]
-        missing = [w for w in wanted if not any(matches(r, w) for r in current)]
-        if missing:
-            kept = [r for r in current if not any(r is s for s in stale)]
-            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(kept + missing),
+        def repaired(ref: dict) -> dict:
+            want = next((w for w in wanted if same(ref, w) and not matches(ref, w)), None)
+            return ref if want is None else {**ref, "uid": want["uid"]}
+
+        owners = [repaired(r) for r in current]
+        missing = [w for w in wanted if not any(matches(r, w) for r in owners)]
+        if missing or owners != current:
+            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(owners + missing),
                                  resource_version=o.meta(mirror).get("resourceVersion")))
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
         if finalizer not in o.finalizers(mirror):
