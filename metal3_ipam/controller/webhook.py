@@ -314,9 +314,10 @@ class Admission:
         pool = o.PoolKey(namespace, o.name(obj), kind)
         group = self.inventory.groups.get(pool)
         addresses = [*group.addresses.values(), *group.capi_addresses.values()] if group is not None else []
-        # The other IPPools of the namespace, for IPPool's own rule on overlapping namePrefixes.
+        # The other pools of the namespace that keep an IP unique there with it (IPPool's rule on overlapping
+        # namePrefixes, and the warning on overlaps with pools of the other kinds).
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
-                  if key.kind == kinds.IPPOOL] if kind == kinds.IPPOOL else []
+                  if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
                     pools=[p for p in others if p is not None and not o.is_deleting(p)])
 
@@ -333,9 +334,11 @@ class Admission:
             problems = validate_update(old, obj, live.in_use if live is not None else None)
         else:
             problems = validate(obj)
-        if live is not None and kinds.kind_of(obj) == kinds.IPPOOL and not [p for p in problems if not p.warning]:
-            others = [p for p in pools if not o.is_deleting(p)] if pools is not None else live.pools
-            problems += overlap_problems(obj, others)
+        if live is not None and _unique_in_namespace(kinds.kind_of(obj)) and not [p for p in problems if not p.warning]:
+            others = live.pools
+            if pools is not None:  # the namespace's IPPools as the API server holds them now
+                others = [p for p in others if kinds.kind_of(p) != kinds.IPPOOL] + pools
+            problems += overlap_problems(obj, [p for p in others if not o.is_deleting(p)])
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -359,11 +362,17 @@ class Live:
 
     loaded: bool
     in_use: dict[str, str]  # address name -> IP, of the pool under review
-    pools: list[dict]       # the namespace's IPPools, but those being deleted
+    pools: list[dict]       # the namespace's pools of the kinds that keep an IP unique there, but those being deleted
 
 
 class _NotReady(Exception):
     pass
+
+
+def _unique_in_namespace(kind: Any) -> bool:
+    """A kind of pool whose IPs are unique among the pools of its namespace (overlaps withheld and warned)."""
+    pool_kind = pools.kind_named(kind)
+    return pool_kind is not None and pool_kind.unique_in_namespace
 
 
 def _with_namespace(obj: Any, namespace: Any) -> Any:

@@ -93,6 +93,7 @@ READY = "Ready"
 # A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
 ALLOCATION_PENDING = "AllocationPending"
 OVERLAPPING = "Overlapping"
+OVERLAPS_OTHER_POOL = "OverlapsOtherPool"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -454,6 +455,11 @@ class _Reconciler:
         if self.pool is not None:
             counts = self.kind.status(pools.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
+            if self.allocator.all_withheld:
+                ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,
+                                   _bounded("no address is handed out from this pool: every one is also in an earlier "
+                                            "pool of the namespace, under locks of another name: "
+                                            + self.withheld_text()), self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
         missing = self.missing_cluster(None)
@@ -494,16 +500,19 @@ class _Reconciler:
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where an earlier pool with another namePrefix owns part of this one, say so."""
-        withheld = self.snap.withheld if self.pool is not None else []
-        if not withheld:
+        if self.pool is None or not self.snap.withheld:
             return None
-        version = self.pool.version
-        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
-                 f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
-                 f", namePrefix {w.owner_prefix})" for w in withheld]
         message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
-                           "not handed out from this pool: " + "; ".join(parts))
-        return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)
+                           "not handed out from this pool: " + self.withheld_text())
+        return _condition(current, OVERLAPPING, "True", OVERLAPS_OTHER_POOL, message, self.snap.now)
+
+    def withheld_text(self) -> str:
+        """What earlier pools own of this one: each span with the pool that owns it."""
+        version = self.pool.version
+        return "; ".join(
+            f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
+            f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
+            f", namePrefix {w.owner_prefix})" for w in self.snap.withheld)
 
     # -- addresses whose claim is gone or going --------------------------------
 

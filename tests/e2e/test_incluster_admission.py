@@ -11,7 +11,10 @@
   namespaces, two addresses named alike in two namespaces are two), a deletion
   while addresses exist unless the skip or move annotation is set;
 - a claim naming one of them is judged by our claim webhook, one naming another
-  provider's kind of Cluster API's IPAM group never is.
+  provider's kind of Cluster API's IPAM group never is;
+- a pool sharing addresses with a pool of another kind of its namespace is admitted with a warning (the
+  API server's ``Warning`` header) naming the other pool and the shared range, and one left nothing to hand
+  out by the overlap is not Ready.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from metal3_ipam.controller import webhook  # noqa: E402
 from metal3_ipam.core import incluster  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
+from controller_fixtures import condition  # noqa: E402
 from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
 
 pytest_plugins = ("controller_fixtures", "webhook_fixtures")
@@ -245,3 +249,35 @@ def test_claims_naming_incluster_pools_are_judged_and_other_kinds_of_the_group_n
     # Ours judge a claim of ours on update too; theirs stays unjudged however it changes.
     theirs["metadata"]["annotations"]["ipAddress"] = "still-not-ours"
     assert apply(api, theirs, namespace).status == 200
+
+
+def test_overlap_with_a_pool_of_another_kind_of_the_namespace_is_warned_and_shown_on_the_pool(
+        webhook_controller, webhook_api):
+    """The namespaced pools of a namespace never hand one IP out twice: the earlier owns an overlap and the later
+    withholds it. Whoever creates the later pool hears so from the API server, for an IPPool (judged with the
+    IPPools the API server lists) as for an InClusterIPPool (judged with the controller's inventory)."""
+    api = webhook_api
+    namespace = new_namespace(api, "o")
+    first = created(api, pool("InClusterIPPool", {"addresses": ["10.70.0.10-10.70.0.30"], "prefix": 24}, name="net"),
+                    namespace)
+
+    def known(obj: dict):  # the controller wrote its status: its inventory holds it
+        return condition(get(api, obj, namespace) or {}, "Ready")
+    eventually(lambda: known(first), timeout=30, what="the InClusterIPPool seen by the controller")
+
+    inside = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "inside"},
+              "spec": {"namePrefix": "inside", "pools": [{"start": "10.70.0.15", "end": "10.70.0.20"}]}}
+    answer = apply(api, inside, namespace)
+    assert answer.status == 201, answer.message
+    assert any("spec.pools[0]: shares 10.70.0.15-10.70.0.20 with InClusterIPPool net" in w for w in answer.warnings), \
+        answer.warnings
+    # Created in the same second as the InClusterIPPool or after it, the IPPool is the later pool (kind breaks a tie).
+    ready = eventually(lambda: (c := known(inside)) and c["status"] == "False" and c,
+                       timeout=30, what="the IPPool whose every address is withheld to be not Ready")
+    assert ready["reason"] == "OverlapsOtherPool" and "InClusterIPPool net" in ready["message"], ready
+
+    late = apply(api, pool("InClusterIPPool", {"addresses": ["10.70.0.25-10.70.0.40"], "prefix": 24}, name="late"),
+                 namespace)
+    assert late.status == 201, late.message
+    assert any("spec.addresses: shares 10.70.0.25-10.70.0.30 with InClusterIPPool net" in w for w in late.warnings), \
+        late.warnings
