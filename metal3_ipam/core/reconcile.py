@@ -408,10 +408,14 @@ class _Reconciler:
         finalizer = self.finalizers.pool
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
-            if finalizer in o.finalizers(pool) and not in_use:
+            unreleased = self.release_waiting_keys() if self.kind.outside is not None else []
+            if finalizer in o.finalizers(pool) and not in_use and not unreleased:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
                 self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for {in_use} address(es) to go")
+            if unreleased:
+                self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for its IPAM to release what it "
+                                       f"holds for {len(unreleased)} key(s) of claims holding no address")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))
@@ -435,6 +439,23 @@ class _Reconciler:
         if labels or owners:
             step.add(SetMetadata(ref, labels=labels, owner_references=owners,
                                  resource_version=o.meta(pool).get("resourceVersion")))
+
+    def release_waiting_keys(self) -> list[str]:
+        """A pool being deleted names its outside IPAM for the last time (gone, it names no server to ask): the
+        key of each claim of it holding no address is released there now, as is a deleted claim's (an
+        allocation still out for it, or carried out unanswered, may have made an address). Returns the keys
+        not released yet, which keep the pool. A paused claim's key is left alone (its copy may carry it in
+        the target of a move) and keeps the pool; a claim deleted for a move carries its key away."""
+        unreleased = []
+        for claim in self.ledger.claims.values():
+            key = self.outside_key(claim)
+            if key is None or o.deleted_for_move(claim):
+                continue
+            if self.claim_paused(claim):
+                unreleased.append(key)
+            elif (o.is_deleting(claim) or not self.holds_anything(claim)) and not self.released_outside(claim):
+                unreleased.append(key)
+        return unreleased
 
     def pool_status(self) -> Generator[None, None, None]:
         """The pool's status: counts, conditions and ``status.indexes``.
