@@ -132,6 +132,27 @@ def test_v1alpha1_pools_are_created_read_and_changed_through_the_controllers_con
     assert get(api, at(bad, V1ALPHA2), namespace) is None
 
 
+def test_a_v1alpha1_list_longer_than_an_admission_review_is_served(webhook_controller, webhook_api):
+    """A LIST read at v1alpha1 of more than the AdmissionReviews' cap (6.25 MiB: 40 pools of 190 KiB
+    annotations) is served whole. (kube-apiserver converts each pool in a review of its own as it reads it;
+    ``/convert`` takes a review of a whole list besides: tests/unit/test_break_webhook_server.py.)"""
+    api = webhook_api
+    namespace = new_namespace(api, "l")
+    names = []
+    for i in range(40):
+        subject = pool("InClusterIPPool", {"addresses": [f"10.90.{i}.0/24"], "prefix": 24}, name=f"big-{i}")
+        subject["metadata"]["annotations"] = {"note": "n" * 190 * 1024}
+        created(api, subject, namespace)
+        names.append(subject["metadata"]["name"])
+    listed = call(api, "GET", path_of(at(subject, V1ALPHA1), namespace))
+    assert listed.status == 200, listed.message[:500]
+    assert len(json.dumps(listed.body)) > webhook.MAX_REVIEW_BYTES
+    assert sorted(item["metadata"]["name"] for item in listed.body["items"]) == sorted(names)
+    assert {item["apiVersion"] for item in listed.body["items"]} == {V1ALPHA1}
+    assert all(item["spec"] == {"addresses": [f"10.90.{int(item['metadata']['name'][4:])}.0/24"], "prefix": 24}
+               for item in listed.body["items"]), listed.body["items"][0]["spec"]
+
+
 def test_a_malformed_conversion_review_is_answered_400_in_one_line(webhook_controller):
     context = load.client_context(webhook_controller.authority.pem)
     before = webhook_controller.process.log_size()

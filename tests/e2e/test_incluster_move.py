@@ -213,7 +213,8 @@ def read_state(side: Side) -> State:
                     for name, spec in side.global_locks().items()}
     # A move gives owners new uids, and clusterctl writes the references in an order of its own (from a Go map);
     # every other field of each reference stays (blockOwnerDeletion too, also where the controller repaired a uid).
-    owners = {n: sorted(({k: v for k, v in r.items() if k != "uid"} for r in a["metadata"].get("ownerReferences") or []),
+    owners = {n: sorted(({k: v for k, v in r.items() if k != "uid"}
+                         for r in a["metadata"].get("ownerReferences") or []),
                         key=lambda r: (r.get("kind", ""), r.get("name", "")))
               for n, a in addresses.items()}
     return State(claims, {n: a["spec"] for n, a in addresses.items()},

@@ -700,10 +700,10 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
                     lines = _webhook_lines(caplog)
                     assert len(lines) == 1 and not lines[0].exc_info, (name, [r.getMessage() for r in lines])
                     assert len(lines[0].getMessage()) < 600, name
-                # The server's bounds apply here too: a body over the cap is refused on its headers.
+                # The server's bounds apply here too: a body over /convert's cap is refused on its headers.
                 with load.tls_socket(served.port, served.context) as sock:
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\n"
-                                 f"Content-Length: {webhook.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+                                 f"Content-Length: {webhook.MAX_CONVERSION_BYTES + 1}\r\n\r\n".encode())
                     assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
                 with load.tls_socket(served.port, served.context) as sock:  # and one too slow, after read_seconds
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
@@ -810,9 +810,9 @@ def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are
 
 
 def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):
-    def broken(review):
+    def broken(obj, desired):
         raise KeyError("boom")
-    monkeypatch.setattr(conversion, "convert_review", broken)
+    monkeypatch.setattr(conversion, "convert", broken)
 
     async def scenario() -> None:
         async with Served(tmp_path, Limits()) as served:
