@@ -767,7 +767,7 @@ def _value_at(body: bytes | bytearray, at: int) -> tuple[Any, int]:
     of :func:`_json_object`."""
     size = _FIRST_READ
     while True:
-        piece = bytes(body[at:at + size])
+        piece = body[at:at + size]
         whole = at + size >= len(body)
         try:
             text = piece.decode()
