@@ -3,7 +3,8 @@
 The controller runs as ``metal3-ipam run``; NetBox is the session's (``netbox`` fixture). After each
 scenario: every live claim of a NetBox pool has exactly one Cluster API IPAddress and exactly one NetBox
 address carrying its key, at the same IP; a deleted claim's NetBox address is gone; the Metal3 pool's
-claims are served beside them, also while NetBox is down; a NetBoxIPPool deleted while a claim waits goes only once NetBox released that claim's key.
+claims are served beside them, also while NetBox is down; a NetBoxIPPool deleted while a claim waits goes
+only once NetBox released that claim's key.
 """
 
 from __future__ import annotations
