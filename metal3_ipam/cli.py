@@ -147,10 +147,10 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
     old_loaded = [manifests.Loaded(item.path, _defaulted(item.obj)) for item in old_loaded]
     old = {_key(item.obj): item.obj for item in old_loaded}
     new_keys = {_key(item.obj) for item in loaded}
-    # Every IPPool of the namespace as it will be (for its rule on overlaps): the new versions, and the old
+    # Every pool as it will be (for the rules on overlaps within a namespace): the new versions, and the old
     # ones not replaced.
-    pools = [item.obj for item in loaded if kinds.kind_of(item.obj) == kinds.IPPOOL]
-    pools += [obj for key, obj in old.items() if key[0] == kinds.IPPOOL and key not in new_keys]
+    pools = [item.obj for item in loaded if kinds.kind_of(item.obj) in POOL_KINDS]
+    pools += [obj for key, obj in old.items() if key[0] in POOL_KINDS and key not in new_keys]
     addresses = [item.obj for item in old_loaded + loaded
                  if kinds.kind_of(item.obj) in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)]
     seen: dict[tuple, str] = {}
@@ -165,7 +165,7 @@ def _check(paths: list[str], old_paths: Sequence[str] = (), delete: bool = False
             problems = validate_update(old[key], item.obj, in_use)
         else:
             problems = validate(item.obj)
-        if kind == kinds.IPPOOL and not delete and not [p for p in problems if not p.warning]:
+        if kind in POOL_KINDS and not delete and not [p for p in problems if not p.warning]:
             problems += overlap_problems(item.obj, pools)
         for problem in problems:
             (warnings if problem.warning else errors).append(f"{where}: {problem}")

@@ -12,7 +12,8 @@ changed pool is checked against for overlap are read from the API server
 
 The same server answers the in-cluster IP pool CRDs' conversion webhook at
 ``/convert`` (:data:`CONVERSION_PATH`, which the CRDs name) with
-:func:`metal3_ipam.core.conversion.convert_review`, under the same bounds.
+:mod:`metal3_ipam.core.conversion`, object by object, under the same bounds
+but for the body's size (a review holds a whole LIST: :data:`MAX_CONVERSION_BYTES`).
 
 :data:`HOOKS` is the one description of the webhooks: the server routes by
 it, and ``config/webhook/manifests.yaml`` is generated from it
@@ -44,6 +45,7 @@ Why the policies are what they are:
 
 from __future__ import annotations
 
+import array
 import asyncio
 import base64
 import concurrent.futures
@@ -63,7 +65,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from aiohttp import web
 from prometheus_client import Counter, Histogram
@@ -321,9 +323,10 @@ class Admission:
         pool = o.PoolKey(namespace, o.name(obj), kind)
         group = self.inventory.groups.get(pool)
         addresses = [*group.addresses.values(), *group.capi_addresses.values()] if group is not None else []
-        # The other IPPools of the namespace, for IPPool's own rule on overlapping namePrefixes.
+        # The other pools of the namespace that keep an IP unique there with it (IPPool's rule on overlapping
+        # namePrefixes, and the warning on overlaps with pools of the other kinds).
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
-                  if key.kind == kinds.IPPOOL] if kind == kinds.IPPOOL else []
+                  if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
                     pools=[p for p in others if p is not None and not o.is_deleting(p)])
 
@@ -340,9 +343,11 @@ class Admission:
             problems = validate_update(old, obj, live.in_use if live is not None else None)
         else:
             problems = validate(obj)
-        if live is not None and kinds.kind_of(obj) == kinds.IPPOOL and not [p for p in problems if not p.warning]:
-            others = [p for p in pools if not o.is_deleting(p)] if pools is not None else live.pools
-            problems += overlap_problems(obj, others)
+        if live is not None and _unique_in_namespace(kinds.kind_of(obj)) and not [p for p in problems if not p.warning]:
+            others = live.pools
+            if pools is not None:  # the namespace's IPPools as the API server holds them now
+                others = [p for p in others if kinds.kind_of(p) != kinds.IPPOOL] + pools
+            problems += overlap_problems(obj, [p for p in others if not o.is_deleting(p)])
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -366,11 +371,17 @@ class Live:
 
     loaded: bool
     in_use: dict[str, str]  # address name -> IP, of the pool under review
-    pools: list[dict]       # the namespace's IPPools, but those being deleted
+    pools: list[dict]       # the namespace's pools of the kinds that keep an IP unique there, but those being deleted
 
 
 class _NotReady(Exception):
     pass
+
+
+def _unique_in_namespace(kind: Any) -> bool:
+    """A kind of pool whose IPs are unique among the pools of its namespace (overlaps withheld and warned)."""
+    pool_kind = pools.kind_named(kind)
+    return pool_kind is not None and pool_kind.unique_in_namespace
 
 
 def _with_namespace(obj: Any, namespace: Any) -> Any:
@@ -614,19 +625,188 @@ _JSON_TYPES = {str: "a string", dict: "an object", bool: "a boolean"}
 CONVERSION_REVIEW_VERSION = "apiextensions.k8s.io/v1"
 
 
-def read_conversion_review(body: bytes | bytearray) -> dict:
-    """A ConversionReview body as the API server sends it to a CRD's conversion webhook (its ``request``
-    has a uid, the desired apiVersion and a list of objects), or :class:`Malformed` saying what is wrong.
-    Whether each object can be converted is ``core.conversion``'s to say, in the answer."""
-    review, request = _enveloped(body, CONVERSION_REVIEW_VERSION, "ConversionReview")
-    uid, desired, objects = request.get("uid"), request.get("desiredAPIVersion"), request.get("objects")
+# The largest body ``/convert`` reads. kube-apiserver converts a custom resource as the storage of the version
+# asked decodes it, one object per ConversionReview (measured with 1.35: a LIST of 40 pools at v1alpha1 comes
+# as reviews of one object each); but its converter takes lists too (apiextensions-apiserver's webhook
+# converter sends every object of a list that is not at the desired version in one review), and its request
+# limit (3 MiB) bounds each object, not a list. 32 MiB holds tens of thousands of in-cluster pools as the API
+# server stores them (about 600 bytes each with one writer's managedFields), or ten objects at that limit; a
+# larger body is refused (413). A review is read object by object (:func:`read_conversion_body`) and its
+# answer written so: one costs its body, its answer and the parse of one object, never the parse of the
+# whole list; the bodies of ConversionReviews held at once are bounded apart from the AdmissionReviews'
+# (``Limits``), so a conversion under way never has a pool's create refused.
+MAX_CONVERSION_BYTES = 32 * 1024 * 1024
+# The bytes of a conversion body per object of it, at least: the API server's objects carry apiVersion, kind
+# and metadata, so a body of many tiny objects (each costing the reader more than its bytes) is not one.
+MIN_CONVERTED_OBJECT_BYTES = 64
+_WHITESPACE = re.compile(rb"[ \t\n\r]*")
+_FIRST_READ = 4096  # bytes a value is first looked for in; four times more each time it is longer
+
+
+@dataclass(frozen=True)
+class ConversionBody:
+    """A ConversionReview's body as :func:`read_conversion_body` found it: its envelope (the review with
+    ``request.objects`` empty) and where each object lies in the body (parsed again, one at a time, to be
+    converted)."""
+
+    review: dict
+    body: bytes | bytearray
+    starts: array.array
+    ends: array.array
+
+    def objects(self) -> Iterator[dict]:
+        for start, end in zip(self.starts, self.ends):
+            yield _json_object(self.body[start:end])
+
+
+def read_conversion_body(body: bytes | bytearray) -> ConversionBody:
+    """A ConversionReview body as the API server sends it to a CRD's conversion webhook (its ``request`` has a
+    uid, the desired apiVersion and a list of objects; whether each can be converted is ``core.conversion``'s
+    to say, in the answer), read without
+    ever parsing more than one value of it at a time: each object of ``request.objects`` and each other
+    value at most :data:`MAX_REVIEW_BYTES` long and within :data:`MAX_REVIEW_CONTAINERS` objects and lists,
+    as a whole AdmissionReview is; the review but its objects within the same bounds; the objects at least
+    :data:`MIN_CONVERTED_OBJECT_BYTES` each on average. Else :class:`Malformed` (413 past a bound)."""
+    if len(body) > MAX_CONVERSION_BYTES:
+        raise Malformed(f"the body has {len(body)} bytes; at most {MAX_CONVERSION_BYTES} are read", 413)
+    reader = _ConversionReader(body)
+    review = reader.envelope()
+    if review.get("apiVersion") != CONVERSION_REVIEW_VERSION or review.get("kind") != "ConversionReview":
+        raise Malformed(f"not a ConversionReview of {CONVERSION_REVIEW_VERSION} (apiVersion "
+                        f"{_shown(review.get('apiVersion'))}, kind {_shown(review.get('kind'))})")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise Malformed(f"request is {_shown(request)}, not an object")
+    if reader.objects_seen != 1:
+        raise Malformed("request.objects is missing" if not reader.objects_seen else "request.objects is given twice")
+    uid, desired = request.get("uid"), request.get("desiredAPIVersion")
     if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_CHARS:
         raise Malformed(f"request.uid {_shown(uid)} is missing or longer than {MAX_UID_CHARS} characters")
     if not isinstance(desired, str) or not desired:
         raise Malformed(f"request.desiredAPIVersion {_shown(desired)} is not an apiVersion")
-    if not isinstance(objects, list) or not all(isinstance(item, dict) for item in objects):
-        raise Malformed(f"request.objects is {_shown(objects)}, not a list of objects")
-    return review
+    return ConversionBody(review, body, reader.starts, reader.ends)
+
+
+class _ConversionReader:
+    """Walks a ConversionReview body: the top-level object and its ``request`` key by key, the objects of
+    ``request.objects`` one at a time, every other value parsed whole (within the bounds)."""
+
+    def __init__(self, body: bytes | bytearray) -> None:
+        self.body = body
+        self.envelope_bytes = 0  # of the values parsed that are not objects of request.objects
+        self.objects_seen = 0
+        self.starts, self.ends = array.array("Q"), array.array("Q")
+
+    def envelope(self) -> dict:
+        at = self._skip(0)
+        if self.body[at:at + 1] != b"{":
+            raise Malformed("the body is not a JSON object")
+        review, at = self._object(at, self._top_field)
+        if self._skip(at) != len(self.body):
+            raise Malformed("the body is not JSON: extra data after the review")
+        return review
+
+    def _top_field(self, key: str, at: int) -> tuple[Any, int]:
+        if key == "request" and self.body[at:at + 1] == b"{":
+            return self._object(at, self._request_field)
+        return self._value(at)
+
+    def _request_field(self, key: str, at: int) -> tuple[Any, int]:
+        if key != "objects":
+            return self._value(at)
+        self.objects_seen += 1
+        if self.body[at:at + 1] != b"[":
+            value, end = self._value(at)
+            raise Malformed(f"request.objects is {_shown(value)}, not a list of objects")
+        at = self._skip(at + 1)
+        if self.body[at:at + 1] == b"]":
+            return [], at + 1
+        while True:
+            if self.body[at:at + 1] != b"{":
+                value, _ = self._value(at)
+                raise Malformed(f"request.objects holds {_shown(value)}, not only objects")
+            _, end = _value_at(self.body, at)
+            self.starts.append(at)
+            self.ends.append(end)
+            if len(self.starts) * MIN_CONVERTED_OBJECT_BYTES > len(self.body):
+                raise Malformed(f"request.objects holds more than one object per {MIN_CONVERTED_OBJECT_BYTES} "
+                                "bytes of the body", 413)
+            at = self._skip(end)
+            if self.body[at:at + 1] == b"]":
+                return [], at + 1
+            if self.body[at:at + 1] != b",":
+                raise Malformed("the body is not JSON: request.objects is not a list")
+            at = self._skip(at + 1)
+
+    def _object(self, at: int, field: Callable[[str, int], tuple[Any, int]]) -> tuple[dict, int]:
+        """The object at ``at`` (a ``{``), each value read by ``field(key, start)``; and the byte after it."""
+        out: dict[str, Any] = {}
+        at = self._skip(at + 1)
+        if self.body[at:at + 1] == b"}":
+            return out, at + 1
+        while True:
+            key, at = self._value(at)
+            at = self._skip(at)
+            if not isinstance(key, str) or self.body[at:at + 1] != b":":
+                raise Malformed("the body is not JSON: an object's key is not a string followed by ':'")
+            out[key], at = field(key, self._skip(at + 1))
+            at = self._skip(at)
+            if self.body[at:at + 1] == b"}":
+                return out, at + 1
+            if self.body[at:at + 1] != b",":
+                raise Malformed("the body is not JSON: expected ',' or '}' in an object")
+            at = self._skip(at + 1)
+
+    def _value(self, at: int) -> tuple[Any, int]:
+        value, end = _value_at(self.body, at)
+        self.envelope_bytes += end - at
+        if self.envelope_bytes > MAX_REVIEW_BYTES:
+            raise Malformed(f"the review holds more than {MAX_REVIEW_BYTES} bytes besides its objects", 413)
+        return value, end
+
+    def _skip(self, at: int) -> int:
+        return _WHITESPACE.match(self.body, at).end()  # type: ignore[union-attr]
+
+
+def _value_at(body: bytes | bytearray, at: int) -> tuple[Any, int]:
+    """The JSON value that starts at byte ``at`` of ``body``, and the byte after it: parsed from a slice that
+    grows until it holds the value, at most :data:`MAX_REVIEW_BYTES` long (longer: 413), within the bounds
+    of :func:`_json_object`."""
+    size = _FIRST_READ
+    while True:
+        piece = body[at:at + size]
+        whole = at + size >= len(body)
+        try:
+            text = piece.decode()
+        except UnicodeDecodeError as err:
+            if whole or err.start < len(piece) - 3:
+                raise Malformed(f"the body is not JSON: {err}") from None
+            text = piece[:err.start].decode()  # a character cut at the slice's end
+        if piece.count(b"{") + piece.count(b"[") > MAX_REVIEW_CONTAINERS and _containers(piece) > MAX_REVIEW_CONTAINERS:
+            raise Malformed(f"a value holds more than {MAX_REVIEW_CONTAINERS} objects and lists", 413)
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except RecursionError:
+            raise Malformed("the body is nested too deeply") from None
+        except json.JSONDecodeError as err:
+            cut = err.pos >= len(text) - 8 or err.msg.startswith("Unterminated string")
+            if whole or not cut:
+                raise Malformed(f"the body is not JSON: {err}") from None
+            if size >= MAX_REVIEW_BYTES:
+                raise Malformed(f"a value of the body is longer than {MAX_REVIEW_BYTES} bytes", 413)
+            size = min(MAX_REVIEW_BYTES, size * 4)
+            continue
+        except ValueError as err:  # integers of over 4300 digits
+            raise Malformed(f"the body is not JSON: {err}") from None
+        if end >= len(text) and not whole and type(value) in (int, float):  # it may go on past the slice
+            if size >= MAX_REVIEW_BYTES:
+                raise Malformed(f"a value of the body is longer than {MAX_REVIEW_BYTES} bytes", 413)
+            size = min(MAX_REVIEW_BYTES, size * 4)
+            continue
+        return value, at + len(text[:end].encode())
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def _shown(value: Any) -> str:
@@ -647,6 +827,8 @@ class Limits:
     review_bytes: int = MAX_REVIEW_BYTES   # a larger body: 413, before it is read
     small_review_bytes: int = 64 * 1024    # always read; beyond this, bodies share ``large_reviews_bytes``
     large_reviews_bytes: int = 2 * MAX_REVIEW_BYTES  # bytes of large bodies held at once; past it: 503
+    conversion_bytes: int = MAX_CONVERSION_BYTES  # a larger ConversionReview body (``/convert``): 413
+    large_conversions_bytes: int = MAX_CONVERSION_BYTES  # the same, of large ConversionReview bodies
     connections: int = 64                  # open at once, TLS handshakes included
     handshake_seconds: float = 5.0         # for the TLS handshake
     read_seconds: float = 5.0              # for a request's body, from its headers on
@@ -870,7 +1052,7 @@ class WebhookServer:
         self._open: set[_Open] = set()  # every accepted connection, handshakes included
         self._by_transport: dict[asyncio.BaseTransport, _Open] = {}  # those past their handshake
         self._room: asyncio.Event | None = None
-        self._large_held = 0  # bytes of large bodies held now
+        self._large_held = [0, 0]  # bytes of large bodies held now: AdmissionReviews', ConversionReviews'
         self._fetching = asyncio.Semaphore(limits.queued_reviews)  # used on the server's loop only
         self._listers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="admission facts")
 
@@ -1011,11 +1193,12 @@ class WebhookServer:
     def _handler(self, mutating: bool, path: str):
         async def handle(request: web.Request) -> web.StreamResponse:
             entry = self._by_transport.get(request.transport)
-            held = [0]
+            held = [0, 0]
             try:
                 return await self._respond(request, mutating, path, held, entry)
             finally:
-                self._large_held -= held[0]
+                self._large_held[0] -= held[0]
+                self._large_held[1] -= held[1]
                 if entry is not None:
                     entry.busy, entry.requesting, entry.since = False, False, asyncio.get_running_loop().time()
         return handle
@@ -1025,16 +1208,17 @@ class WebhookServer:
         started = time.perf_counter()
         peer = request.remote or "?"
         try:
-            body = await self._read(request, held)
+            body = await self._read(request, held, conversion=path == CONVERSION_PATH)
             if entry is not None:  # from here on we keep it waiting, not the other way round
                 entry.busy = True
             size, deadline = len(body), asyncio.get_running_loop().time() + self.limits.judge_seconds
             lane = self._lanes["small" if size <= self.limits.small_review_bytes else "large"]
             if path == CONVERSION_PATH:
-                conversion_review = await lane.run(functools.partial(read_conversion_review, body), size, deadline)
+                # A list of objects: given the time of as many largest AdmissionReviews as it is long.
+                deadline += self.limits.judge_seconds * max(0.0, size / self.limits.review_bytes - 1)
+                read = await lane.run(functools.partial(read_conversion_body, body), size, deadline)
                 del body
-                status, answer, line = await lane.run(functools.partial(self._convert, conversion_review), size,
-                                                      deadline)
+                status, answer, line = await lane.run(functools.partial(self._convert, read), size, deadline)
             else:
                 api_version, review = await lane.run(functools.partial(read_review, body), size, deadline)
                 del body
@@ -1066,26 +1250,30 @@ class WebhookServer:
         REVIEW_SECONDS.observe(time.perf_counter() - started)
         return web.Response(status=status, body=answer, content_type="application/json")
 
-    async def _read(self, request: web.Request, held: list[int]) -> bytearray:
+    async def _read(self, request: web.Request, held: list[int], conversion: bool = False) -> bytearray:
         """The body, read in chunks as it comes: refused (413) past the cap, 408 when too slow,
-        503 when large bodies already fill their budget."""
+        503 when large bodies already fill their budget. ``conversion``: a ConversionReview's, under
+        ``/convert``'s cap and budget (``held[1]``; an AdmissionReview's: ``held[0]``)."""
         limits = self.limits
+        cap = limits.conversion_bytes if conversion else limits.review_bytes
+        budget = limits.large_conversions_bytes if conversion else limits.large_reviews_bytes
+        slot = 1 if conversion else 0
         length = request.content_length
-        if length is not None and length > limits.review_bytes:
-            raise _Refused(413, f"the body has {length} bytes; at most {limits.review_bytes} are read")
+        if length is not None and length > cap:
+            raise _Refused(413, f"the body has {length} bytes; at most {cap} are read")
         body = bytearray()
         try:
             async with asyncio.timeout(limits.read_seconds):
                 while chunk := await request.content.readany():
                     size = len(body) + len(chunk)
-                    if size > limits.review_bytes:
-                        raise _Refused(413, f"the body has more than {limits.review_bytes} bytes")
-                    more = max(0, size - limits.small_review_bytes) - held[0]
+                    if size > cap:
+                        raise _Refused(413, f"the body has more than {cap} bytes")
+                    more = max(0, size - limits.small_review_bytes) - held[slot]
                     if more > 0:
-                        if self._large_held + more > limits.large_reviews_bytes:
+                        if self._large_held[slot] + more > budget:
                             raise _Refused(503, "too many large reviews are being read; try again")
-                        self._large_held += more
-                        held[0] += more
+                        self._large_held[slot] += more
+                        held[slot] += more
                     body += chunk
         except TimeoutError:
             raise _Refused(408, f"the body did not arrive within {limits.read_seconds:g} s "
@@ -1137,15 +1325,12 @@ class WebhookServer:
         return 200, answer, line
 
     @staticmethod
-    def _convert(review: dict) -> tuple[int, bytes, str | None]:
+    def _convert(read: ConversionBody) -> tuple[int, bytes, str | None]:
         """On a judge's thread: a ConversionReview answered by ``core.conversion`` (an object it cannot convert
         is a Failure naming it, which the API server shows to the client); the status, answer and log line."""
-        request = review["request"]
-        what = f"{len(request['objects'])} object(s) to {clipped(request['desiredAPIVersion'], 63)}"
-        def answer() -> tuple[dict, bytes]:
-            converted = conversion.convert_review(review)
-            return converted, json.dumps(converted, allow_nan=False).encode()
-        answered, fault = _in_one_line(answer, "a ConversionReview", f"{what} at {CONVERSION_PATH}")
+        what = f"{len(read.starts)} object(s) to {clipped(read.review['request']['desiredAPIVersion'], 63)}"
+        answered, fault = _in_one_line(lambda: _conversion_answer(read), "a ConversionReview",
+                                       f"{what} at {CONVERSION_PATH}")
         if fault is not None:
             return fault
         converted, body = answered
@@ -1154,6 +1339,23 @@ class WebhookServer:
         DECISIONS.labels(CONVERSION_PATH, "CONVERT", str(succeeded).lower()).inc()
         line = None if succeeded else f"could not convert {what}: {clipped(result['message'], LOGGED_CHARS)}"
         return 200, body, line
+
+
+def _conversion_answer(read: ConversionBody) -> tuple[dict, bytes]:
+    """The answer to a ConversionReview (and its envelope, ``convertedObjects`` left empty), written out object
+    by object as each is converted: never every object parsed at once."""
+    desired = read.review["request"]["desiredAPIVersion"]
+    envelope = conversion.review_response(read.review, [])
+    head, tail = json.dumps(envelope, allow_nan=False).encode().split(b'"convertedObjects": []', 1)
+    answer = bytearray(head + b'"convertedObjects": [')
+    try:
+        for n, obj in enumerate(read.objects()):
+            answer += (b", " if n else b"") + json.dumps(conversion.convert(obj, desired), allow_nan=False).encode()
+    except conversion.ConversionError as err:
+        envelope = conversion.review_response(read.review, [], err)
+        return envelope, json.dumps(envelope, allow_nan=False).encode()
+    answer += b"]" + tail
+    return envelope, bytes(answer)
 
 
 def _in_one_line(work: Callable[[], Any], review: str, what: str) -> tuple[Any, tuple[int, bytes, str] | None]:

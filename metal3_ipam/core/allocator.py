@@ -147,6 +147,11 @@ class Allocator:
         return i >= 0 and self.withheld[i][0] <= ip <= self.withheld[i][1]
 
     @property
+    def all_withheld(self) -> bool:
+        """Whether earlier pools own every address this one could hand out (so it hands out none)."""
+        return bool(self.withheld) and not any(subtract(self.pool.usable(e), self.withheld) for e in self.pool.entries)
+
+    @property
     def free_count(self) -> int:
         return sum(f.size for f in self.free)
 

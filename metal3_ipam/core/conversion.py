@@ -70,16 +70,25 @@ def convert_review(review: Mapping[str, Any]) -> dict[str, Any]:
     Failure naming the first one that cannot be (the API server then converts none)."""
     request = review.get("request") if isinstance(review, Mapping) else None
     request = request if isinstance(request, Mapping) else {}
-    response: dict[str, Any] = {"uid": request.get("uid", "")}
     try:
         objects = request.get("objects")
         if not isinstance(objects, list) or not all(isinstance(o, Mapping) for o in objects):
             raise ConversionError("ConversionReview", "request.objects", objects, "must be a list of objects")
-        response["convertedObjects"] = [convert(o, request.get("desiredAPIVersion")) for o in objects]
-        response["result"] = {"status": "Success"}
+        return review_response(review, [convert(o, request.get("desiredAPIVersion")) for o in objects])
     except ConversionError as err:
-        response["convertedObjects"] = []
-        response["result"] = {"status": "Failure", "message": str(err)}
+        return review_response(review, [], err)
+
+
+def review_response(review: Mapping[str, Any], converted: list, failure: ConversionError | None = None
+                    ) -> dict[str, Any]:
+    """The answer to a ConversionReview: its objects ``converted``, or the Failure of one that could not be
+    (keys in this order: ``convertedObjects`` before ``result``, so an answer can be written out object by
+    object before its result)."""
+    request = review.get("request") if isinstance(review, Mapping) else None
+    request = request if isinstance(request, Mapping) else {}
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "convertedObjects": [] if failure else converted,
+                                "result": {"status": "Failure", "message": str(failure)} if failure
+                                else {"status": "Success"}}
     return {"apiVersion": review.get("apiVersion", "apiextensions.k8s.io/v1") if isinstance(review, Mapping)
             else "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response}
 

@@ -43,14 +43,14 @@ class PoolFacts:
         return (self.created or "", self.key.kind, self.key.name)
 
 
-def _spans(pool: Pool) -> list[tuple[int, int]]:
+def address_spans(pool: Pool) -> list[tuple[int, int]]:
     """The addresses a pool may hand out, as address spans (a prefix pool's units are sub-prefixes: each
     spans every address of its sub-prefix)."""
     bits = pool.unit_bits
     return normalise((lo << bits, ((hi + 1) << bits) - 1) for entry in pool.entries for lo, hi in pool.usable(entry))
 
 
-def _locks_meet(a: Pool, b: Pool) -> bool:
+def locks_meet(a: Pool, b: Pool) -> bool:
     """Pools whose locks of one address have one name: the name lock guards them, nothing is withheld."""
     return a.name_prefix == b.name_prefix and a.unit_length == b.unit_length and a.lock_tag == b.lock_tag
 
@@ -63,7 +63,7 @@ def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]
     """
     spans = []
     for facts in pools:
-        for lo, hi in _spans(facts.pool):
+        for lo, hi in address_spans(facts.pool):
             spans.append((facts.pool.version, lo, hi, facts))
     spans.sort(key=lambda s: (s[0], s[1], s[2]))
     result: dict[PoolKey, list[Withheld]] = {}
@@ -72,7 +72,7 @@ def withheld_by_pool(pools: Iterable[PoolFacts]) -> dict[PoolKey, list[Withheld]
         version, lo, hi, facts = span
         active = [a for a in active if a[0] == version and a[2] >= lo]
         for _, other_lo, other_hi, other in active:
-            if other.key == facts.key or _locks_meet(other.pool, facts.pool):
+            if other.key == facts.key or locks_meet(other.pool, facts.pool):
                 continue
             first, last = max(lo, other_lo), min(hi, other_hi)
             earlier, later = sorted((facts, other), key=lambda f: f.precedence)

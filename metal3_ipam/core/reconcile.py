@@ -107,6 +107,7 @@ OVERLAPPING = "Overlapping"
 NAME_COLLISION = "IPAddressNameCollision"
 # A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
 POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
+OVERLAPS_OTHER_POOL = "OverlapsOtherPool"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -427,10 +428,14 @@ class _Reconciler:
         finalizer = self.finalizers.pool
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
-            if finalizer in o.finalizers(pool) and not in_use:
+            unreleased = self.release_waiting_keys() if self.kind.outside is not None else []
+            if finalizer in o.finalizers(pool) and not in_use and not unreleased:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
                 self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for {in_use} address(es) to go")
+            if unreleased:
+                self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for its IPAM to release what it "
+                                       f"holds for {len(unreleased)} key(s) of claims holding no address")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))
@@ -455,6 +460,23 @@ class _Reconciler:
             step.add(SetMetadata(ref, labels=labels, owner_references=owners,
                                  resource_version=o.meta(pool).get("resourceVersion")))
 
+    def release_waiting_keys(self) -> list[str]:
+        """A pool being deleted names its outside IPAM for the last time (gone, it names no server to ask): the
+        key of each claim of it holding no address is released there now, as is a deleted claim's (an
+        allocation still out for it, or carried out unanswered, may have made an address). Returns the keys
+        not released yet, which keep the pool. A paused claim's key is left alone (its copy may carry it in
+        the target of a move) and keeps the pool; a claim deleted for a move carries its key away."""
+        unreleased = []
+        for claim in self.ledger.claims.values():
+            key = self.outside_key(claim)
+            if key is None or o.deleted_for_move(claim):
+                continue
+            if self.claim_paused(claim):
+                unreleased.append(key)
+            elif (o.is_deleting(claim) or not self.holds_anything(claim)) and not self.released_outside(claim):
+                unreleased.append(key)
+        return unreleased
+
     def pool_status(self) -> Generator[None, None, None]:
         """The pool's status: counts, conditions and ``status.indexes``.
 
@@ -474,6 +496,11 @@ class _Reconciler:
         if self.pool is not None:
             counts = self.kind.status(pools.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
+            if self.allocator.all_withheld:
+                ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,
+                                   _bounded("no address is handed out from this pool: every one is also in an earlier "
+                                            "pool of the namespace, under locks of another name: "
+                                            + self.withheld_text()), self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
         missing = self.missing_cluster(None)
@@ -514,16 +541,19 @@ class _Reconciler:
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where an earlier pool with another namePrefix owns part of this one, say so."""
-        withheld = self.snap.withheld if self.pool is not None else []
-        if not withheld:
+        if self.pool is None or not self.snap.withheld:
             return None
-        version = self.pool.version
-        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
-                 f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
-                 f", namePrefix {w.owner_prefix})" for w in withheld]
         message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
-                           "not handed out from this pool: " + "; ".join(parts))
-        return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)
+                           "not handed out from this pool: " + self.withheld_text())
+        return _condition(current, OVERLAPPING, "True", OVERLAPS_OTHER_POOL, message, self.snap.now)
+
+    def withheld_text(self) -> str:
+        """What earlier pools own of this one: each span with the pool that owns it."""
+        version = self.pool.version
+        return "; ".join(
+            f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
+            f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
+            f", namePrefix {w.owner_prefix})" for w in self.snap.withheld)
 
     # -- addresses whose claim is gone or going --------------------------------
 
@@ -895,7 +925,8 @@ class _Reconciler:
         A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
         move`` gives the copy of an address of a global pool that exists in the target already the uid of the
         source's pool (it does not create that pool, and takes the uid of the object it read), and such a
-        reference would name no object in the target."""
+        reference would name no object in the target. Only its uid is written: every other reference, and
+        the order of the list, stay as they were (the garbage collector reads their blockOwnerDeletion)."""
         if not self.kind.keeps_addresses_written_first:
             return
         current = o.owner_references(mirror)
@@ -907,11 +938,14 @@ class _Reconciler:
         def matches(ref: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
             return same(ref, want) and (want.get("uid") is None or ref.get("uid") == want["uid"])
 
-        stale = [r for r in current if any(same(r, w) and not matches(r, w) for w in wanted)]
-        missing = [w for w in wanted if not any(matches(r, w) for r in current)]
-        if missing:
-            kept = [r for r in current if not any(r is s for s in stale)]
-            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(kept + missing),
+        def repaired(ref: dict) -> dict:
+            want = next((w for w in wanted if same(ref, w) and not matches(ref, w)), None)
+            return ref if want is None else {**ref, "uid": want["uid"]}
+
+        owners = [repaired(r) for r in current]
+        missing = [w for w in wanted if not any(matches(r, w) for r in owners)]
+        if missing or owners != current:
+            step.add(SetMetadata(o.ref(mirror), owner_references=tuple(owners + missing),
                                  resource_version=o.meta(mirror).get("resourceVersion")))
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
         if finalizer not in o.finalizers(mirror):

@@ -45,8 +45,9 @@ _DROPPED_ANNOTATIONS = frozenset(("kubectl.kubernetes.io/last-applied-configurat
 # Kinds whose spec and status are kept whole: a pool's spec is parsed, its status compared as a whole
 # (status.indexes may hold tens of thousands of entries: copying it each event would cost more than it saves).
 _AS_IS = pools.REGISTRY  # the kinds of pool, as registered
-# Owner reference fields read of claims and addresses (a pool's are written back whole, so kept whole).
-_OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller")
+# Owner reference fields kept of claims and addresses (a pool's are kept whole): every field the API has,
+# since a repair writes the list back and must keep the references it does not mean to change as they were.
+_OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
 # Owner references shared by many objects: the pool's (and a Cluster's) on every address of the pool.
 # (Sharing saves memory only: a kind of pool registered after this module was read is not shared.)
 _SHARED_OWNERS = frozenset((*(kind for _, kind in pools.REGISTRY), "Cluster"))

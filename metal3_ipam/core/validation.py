@@ -13,8 +13,10 @@ from typing import Any
 
 from . import kinds, pools
 from .addresses import AddressError, parse_ip
+from .intervals import subtract
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of, pool_ref_text
 from .objects import namespace as namespace_of
+from .overlap import address_spans, locks_meet
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem, object_id, tagged
 
@@ -146,17 +148,27 @@ def validate_pool_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
 
 
 def overlap_problems(obj: Any, others: Iterable[Any]) -> list[Problem]:
-    """Pools of one namespace must not share addresses unless they share the namePrefix.
+    """What a pool shares with the other pools of its namespace (``others``: any objects; pools of other
+    namespaces, other kinds and those being deleted are passed over).
 
+    Two IPPools must not share addresses unless they share the namePrefix.
     The lock on an address is the IPAddress named ``<namePrefix>-<ip>``: two
     pools with one namePrefix take the same lock for a shared address, so only
     one of them can hand it out (a warning: the user may mean it). Pools with
     different namePrefixes would take different locks, and one IP could be
     handed out twice: an error.
+
+    A pool of another kind that keeps its IPs unique in the namespace (an
+    InClusterIPPool, an InClusterPrefixPool) sharing addresses with one of
+    these is warned about (see ``kind_overlap_warnings``).
     """
+    if kinds.kind_of(obj) != kinds.IPPOOL:
+        return kind_overlap_warnings(obj, others)
+    others = list(others)
+    warned = kind_overlap_warnings(obj, others)
     pool, _ = read_pool(_spec(obj))
     if pool is None:
-        return []
+        return warned
     me = object_id(obj)
     mine = {e.index: pool.usable(e) for e in pool.entries}
     found = []
@@ -185,11 +197,64 @@ def overlap_problems(obj: Any, others: Iterable[Any]) -> list[Problem]:
                                      f"{pool.name_prefix!r}: their IPAddress names (<namePrefix>-<ip>) differ, so one "
                                      "IP could be handed out by both. Pools of a namespace may only overlap when they "
                                      "share the namePrefix"))
-    return tagged(obj, found)
+    return tagged(obj, found) + warned
 
 
 # The name it had when overlaps were only ever warned about.
 overlap_warnings = overlap_problems
+
+_SHOWN_SPANS = 3  # shared stretches named in one warning
+
+
+def kind_overlap_warnings(obj: Any, others: Iterable[Any]) -> list[Problem]:
+    """A warning per other pool of the namespace that shares addresses with ``obj``, where either is not an
+    IPPool and both are of kinds that keep an IP unique in the namespace (see ``overlap``): the earlier pool
+    owns each shared address and the later withholds it (where their lock names meet, the lock decides), so
+    the user may find fewer addresses than written. Names the other pool, the shared stretches and which of
+    the two does without them; a pool under review that has no creationTimestamp yet is the later one."""
+    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    if not isinstance(obj, Mapping) or pool_kind is None or not pool_kind.unique_in_namespace:
+        return []
+    pool, _ = pool_kind.read(obj)
+    if pool is None:
+        return []
+    me, mine = object_id(obj), address_spans(pool)
+    found = []
+    for other in others:
+        other_kind = pools.kind_named(kinds.kind_of(other))
+        if not isinstance(other, Mapping) or other_kind is None or not other_kind.unique_in_namespace \
+                or pool_kind.kind == other_kind.kind == kinds.IPPOOL or is_deleting(other):
+            continue
+        oid = object_id(other)
+        if oid.namespace != me.namespace or (other_kind.kind == pool_kind.kind and oid.name == me.name):
+            continue
+        theirs, _ = other_kind.read(other)
+        if theirs is None or theirs.version != pool.version:
+            continue
+        shared = subtract(mine, subtract(mine, address_spans(theirs)))
+        if not shared:
+            continue
+        spans = [span_text(lo, hi, pool.version) for lo, hi in shared[:_SHOWN_SPANS]]
+        text = ", ".join(spans) + (f" and {len(shared) - _SHOWN_SPANS} more" if len(shared) > _SHOWN_SPANS else "")
+        who = f"{other_kind.kind[1]} {oid.name}"
+        if locks_meet(pool, theirs):
+            why = "both lock an address by one IPAddress name, so each is handed out by only one of them"
+        elif _precedence(other, other_kind.kind) < _precedence(obj, pool_kind.kind):
+            why = f"{who} came first and owns them: they are not handed out from this pool"
+        else:
+            why = f"this pool came first and owns them: {who} withholds them"
+        field = pool.entry_of(shared[0][0]).field if pool_kind.kind == kinds.IPPOOL else \
+            ("spec.prefixes" if pool.unit_length is not None else "spec.addresses")
+        found.append(Problem(field, text, f"shares {text} with {who} of the namespace; an IP of a namespace is "
+                                          f"handed out by one pool only: {why}", warning=True))
+    return tagged(obj, found)
+
+
+def _precedence(obj: Mapping, kind: tuple[str, str]) -> tuple[str, tuple[str, str], str]:
+    """The order ``overlap`` gives pools (earliest creationTimestamp, then kind and name); one not created
+    yet comes last."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return (str(meta.get("creationTimestamp") or "~"), kind, str(meta.get("name") or ""))
 
 
 def _shared(spans: list[tuple[int, int]], others: list[tuple[int, int, Any]]) -> tuple[int, int, Any] | None:

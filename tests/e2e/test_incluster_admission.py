@@ -11,7 +11,10 @@
   namespaces, two addresses named alike in two namespaces are two), a deletion
   while addresses exist unless the skip or move annotation is set;
 - a claim naming one of them is judged by our claim webhook, one naming another
-  provider's kind of Cluster API's IPAM group never is.
+  provider's kind of Cluster API's IPAM group never is;
+- a pool sharing addresses with a pool of another kind of its namespace is admitted with a warning (the
+  API server's ``Warning`` header) naming the other pool and the shared range, and one left nothing to hand
+  out by the overlap is not Ready.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from metal3_ipam.controller import webhook  # noqa: E402
 from metal3_ipam.core import incluster  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
+from controller_fixtures import condition  # noqa: E402
 from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
 
 pytest_plugins = ("controller_fixtures", "webhook_fixtures")
@@ -126,6 +130,27 @@ def test_v1alpha1_pools_are_created_read_and_changed_through_the_controllers_con
     for part in (f"{kind}/{where}{bad['metadata']['name']}", "spec.subnet", "10.22.0.0/33"):
         assert part in answer.message, (part, answer.message)
     assert get(api, at(bad, V1ALPHA2), namespace) is None
+
+
+def test_a_v1alpha1_list_longer_than_an_admission_review_is_served(webhook_controller, webhook_api):
+    """A LIST read at v1alpha1 of more than the AdmissionReviews' cap (6.25 MiB: 40 pools of 190 KiB
+    annotations) is served whole. (kube-apiserver converts each pool in a review of its own as it reads it;
+    ``/convert`` takes a review of a whole list besides: tests/unit/test_break_webhook_server.py.)"""
+    api = webhook_api
+    namespace = new_namespace(api, "l")
+    names = []
+    for i in range(40):
+        subject = pool("InClusterIPPool", {"addresses": [f"10.90.{i}.0/24"], "prefix": 24}, name=f"big-{i}")
+        subject["metadata"]["annotations"] = {"note": "n" * 190 * 1024}
+        created(api, subject, namespace)
+        names.append(subject["metadata"]["name"])
+    listed = call(api, "GET", path_of(at(subject, V1ALPHA1), namespace))
+    assert listed.status == 200, listed.message[:500]
+    assert len(json.dumps(listed.body)) > webhook.MAX_REVIEW_BYTES
+    assert sorted(item["metadata"]["name"] for item in listed.body["items"]) == sorted(names)
+    assert {item["apiVersion"] for item in listed.body["items"]} == {V1ALPHA1}
+    assert all(item["spec"] == {"addresses": [f"10.90.{int(item['metadata']['name'][4:])}.0/24"], "prefix": 24}
+               for item in listed.body["items"]), listed.body["items"][0]["spec"]
 
 
 def test_a_malformed_conversion_review_is_answered_400_in_one_line(webhook_controller):
@@ -245,3 +270,35 @@ def test_claims_naming_incluster_pools_are_judged_and_other_kinds_of_the_group_n
     # Ours judge a claim of ours on update too; theirs stays unjudged however it changes.
     theirs["metadata"]["annotations"]["ipAddress"] = "still-not-ours"
     assert apply(api, theirs, namespace).status == 200
+
+
+def test_overlap_with_a_pool_of_another_kind_of_the_namespace_is_warned_and_shown_on_the_pool(
+        webhook_controller, webhook_api):
+    """The namespaced pools of a namespace never hand one IP out twice: the earlier owns an overlap and the later
+    withholds it. Whoever creates the later pool hears so from the API server, for an IPPool (judged with the
+    IPPools the API server lists) as for an InClusterIPPool (judged with the controller's inventory)."""
+    api = webhook_api
+    namespace = new_namespace(api, "o")
+    first = created(api, pool("InClusterIPPool", {"addresses": ["10.70.0.10-10.70.0.30"], "prefix": 24}, name="net"),
+                    namespace)
+
+    def known(obj: dict):  # the controller wrote its status: its inventory holds it
+        return condition(get(api, obj, namespace) or {}, "Ready")
+    eventually(lambda: known(first), timeout=30, what="the InClusterIPPool seen by the controller")
+
+    inside = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "inside"},
+              "spec": {"namePrefix": "inside", "pools": [{"start": "10.70.0.15", "end": "10.70.0.20"}]}}
+    answer = apply(api, inside, namespace)
+    assert answer.status == 201, answer.message
+    assert any("spec.pools[0]: shares 10.70.0.15-10.70.0.20 with InClusterIPPool net" in w for w in answer.warnings), \
+        answer.warnings
+    # Created in the same second as the InClusterIPPool or after it, the IPPool is the later pool (kind breaks a tie).
+    ready = eventually(lambda: (c := known(inside)) and c["status"] == "False" and c,
+                       timeout=30, what="the IPPool whose every address is withheld to be not Ready")
+    assert ready["reason"] == "OverlapsOtherPool" and "InClusterIPPool net" in ready["message"], ready
+
+    late = apply(api, pool("InClusterIPPool", {"addresses": ["10.70.0.25-10.70.0.40"], "prefix": 24}, name="late"),
+                 namespace)
+    assert late.status == 201, late.message
+    assert any("spec.addresses: shares 10.70.0.25-10.70.0.30 with InClusterIPPool net" in w for w in late.warnings), \
+        late.warnings

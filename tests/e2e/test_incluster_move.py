@@ -189,6 +189,7 @@ class State:
     global_locks: dict[str, str]         # the global pool's locks in the lock namespace -> "IP claim-namespace/claim"
     counts: dict[str, dict | None]       # pool kind -> status.ipAddresses
     objects: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, list] = field(default_factory=dict)  # Cluster API IPAddress -> its owner references, less uids
 
     @property
     def total(self) -> int:
@@ -210,9 +211,15 @@ def read_state(side: Side) -> State:
               gi.GLOBAL_IN_CLUSTER_IP_POOL: ((side.global_pool_object() or {}).get("status") or {}).get("ipAddresses")}
     global_locks = {name: f"{spec['address']} {spec['claim'].get('namespace')}/{spec['claim']['name']}"
                     for name, spec in side.global_locks().items()}
+    # A move gives owners new uids, and clusterctl writes the references in an order of its own (from a Go map);
+    # every other field of each reference stays (blockOwnerDeletion too, also where the controller repaired a uid).
+    owners = {n: sorted(({k: v for k, v in r.items() if k != "uid"}
+                         for r in a["metadata"].get("ownerReferences") or []),
+                        key=lambda r: (r.get("kind", ""), r.get("name", "")))
+              for n, a in addresses.items()}
     return State(claims, {n: a["spec"] for n, a in addresses.items()},
                  {a["metadata"]["name"]: a["spec"] for a in listed["IPAddress"]}, global_locks, counts,
-                 {kind: len(items) for kind, items in listed.items()})
+                 {kind: len(items) for kind, items in listed.items()}, owners)
 
 
 def assert_same_ipam(before: State, after: State, where: str) -> None:
@@ -221,7 +228,8 @@ def assert_same_ipam(before: State, after: State, where: str) -> None:
                 + diff(f"lock of {POOL}", before.locks, after.locks)
                 + diff("lock of the global pool", before.global_locks, after.global_locks)
                 + diff("status.ipAddresses of", before.counts, after.counts)
-                + diff("objects of kind", before.objects, after.objects))
+                + diff("objects of kind", before.objects, after.objects)
+                + diff("owner references (but uids) of IPAddress.ipam.cluster.x-k8s.io", before.owners, after.owners))
     assert not problems, f"{where}: the move changed IPAM state:\n" + "\n".join(problems)
 
 
@@ -278,7 +286,8 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
            f"served and counted {rebuilt:.1f} s after it ended")
     expected_here = State(expected.claims, expected.addresses, expected.locks,
                           {name.replace(source.global_pool, target.global_pool, 1): lock
-                           for name, lock in expected.global_locks.items()}, expected.counts, expected.objects)
+                           for name, lock in expected.global_locks.items()}, expected.counts, expected.objects,
+                          expected.owners)
     assert_same_ipam(expected_here, after, f"{what} ({target.name})")
     assert not run.retries(), f"{what}: clusterctl had to retry:\n" + "\n".join(run.retries()[:20])
 

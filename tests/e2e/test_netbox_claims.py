@@ -3,7 +3,8 @@
 The controller runs as ``metal3-ipam run``; NetBox is the session's (``netbox`` fixture). After each
 scenario: every live claim of a NetBox pool has exactly one Cluster API IPAddress and exactly one NetBox
 address carrying its key, at the same IP; a deleted claim's NetBox address is gone; the Metal3 pool's
-claims are served beside them, also while NetBox is down.
+claims are served beside them, also while NetBox is down; a NetBoxIPPool deleted while a claim waits goes
+only once NetBox released that claim's key.
 """
 
 from __future__ import annotations
@@ -191,3 +192,30 @@ def test_two_replicas_serving_the_same_claims_make_one_netbox_address_per_claim(
     ours = [a for a in addresses_in(netbox, net).values()
             if str(a["custom_fields"].get(KEY_FIELD) or "").startswith(f"{who}/")]
     assert len(ours) == len(names), ours
+
+
+def test_a_pool_deleted_while_its_claim_waits_goes_once_the_claims_key_is_released(controller_factory, kube, netbox,
+                                                                                    api_client, namespace):
+    """NetBox down, a claim waits with its key; the NetBoxIPPool deleted meanwhile keeps its finalizer until
+    NetBox released that key (gone, no pool would name the server to ask), then goes; NetBox holds nothing for
+    the claim, which stays, its pool not found."""
+    net, who = two_pools(controller_factory, kube, netbox, api_client, 28, "192.168.9")
+    netbox.stop_server()
+    try:
+        netbox_claim(kube, "w", "nb")
+        eventually(lambda: ready_reason(kube, "w") == ("False", "NetBoxUnreachable"), timeout=60,
+                   what="the claim waiting for NetBox")
+        key = key_of(kube, "w")
+        kube.custom.delete_namespaced_custom_object(*NETBOX, namespace, "netboxippools", "nb")
+
+        def deletion_seen() -> bool:  # a pass over the deleted pool told the claim, or the pool went
+            ready = condition(kube.capi_ipclaim("w"), "Ready") or {}
+            return kube.get(NETBOX, "netboxippools", "nb") is None or "being deleted" in ready.get("message", "")
+        eventually(deletion_seen, timeout=60, what="the pool's deletion seen by the controller")
+        assert kube.get(NETBOX, "netboxippools", "nb") is not None, "the pool went with the claim's key unreleased"
+    finally:
+        netbox.start_server()
+    kube.gone(NETBOX, "netboxippools", "nb", timeout=180)
+    eventually(lambda: ready_reason(kube, "w") == ("False", "PoolNotReady"), timeout=60,
+               what="the claim saying its pool is gone")
+    assert holding(netbox, owned_key(who, key)) == [], addresses_in(netbox, net)

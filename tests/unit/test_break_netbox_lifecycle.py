@@ -349,3 +349,59 @@ def test_restarts_and_copied_keys_leave_one_address_per_ip_and_nothing_behind(ev
         assert world.ipam.held.get(key_of(world, o.name(c))) == ip
     carried = {o.annotations(c).get(KEY_ANNOTATION) for c in live}
     assert set(world.ipam.held) <= carried, (world.ipam.held, carried)
+
+
+# -- the pool deleted while a claim waits for NetBox's answer --------------------------------------------
+
+def _pool(world):
+    from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+    return get(world.api, NETBOX_IP_POOL, "nb")
+
+
+def _delete_pool(world):
+    from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+    user_delete(world.api, NETBOX_IP_POOL, "nb")
+
+
+def test_a_pool_deleted_while_a_claim_waits_goes_once_the_address_netbox_made_for_it_is_released():
+    """The deleted pool names NetBox for the last time: the key of a claim holding no address is released
+    there (the allocation out lands first, then its release goes), and only then does the pool go. A bound
+    claim keeps its address and the pool with it until that claim is deleted."""
+    world = World(claim("a"))
+    world.settle()
+    bound = key_of(world, "a")
+    world.api.load(claim("b"))
+    [ask] = world.first_asks()  # b's allocation is out, unanswered
+    waiting = ask.key
+    _delete_pool(world)
+    world.pass_()
+    assert _pool(world) is not None
+    world.answer(ask)  # NetBox carried it out all the same
+    world.settle()
+    assert world.ipam.held == {bound: "10.0.0.2"}, world.ipam.asked
+    assert _pool(world) is not None and ip_of_claim(world, "a") == "10.0.0.2"
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert world.ipam.held == {} and world.claim("a") is None and _pool(world) is None
+    # The waiting claim, whose pool is gone, is deleted with nothing left anywhere.
+    user_delete(world.api, kinds.CAPI_CLAIM, "b")
+    world.settle()
+    assert world.claim("b") is None and world.ipam.held == {}
+
+
+def test_a_pool_deleted_while_netbox_is_down_waits_for_the_release_of_its_waiting_claims_key():
+    world = World(claim("a"))
+    [ask] = world.first_asks()
+    world.asking.file(Refused(ask.key, ask.attempt, "NetBoxUnreachable", "connection refused", server_down=True),
+                      world.now)
+    world.ipam.run(ask)  # the allocation NetBox carried out although its answer was lost
+    _delete_pool(world)
+    world.settle(answer=False)
+    assert _pool(world) is not None and world.ipam.held == {ask.key: "10.0.0.2"}
+    world.now = world.asking.next_due()
+    world.settle()
+    assert world.ipam.held == {} and _pool(world) is None
+    assert world.claim("a") is not None  # the claim stays, its pool gone: deleted, it goes at once
+    user_delete(world.api, kinds.CAPI_CLAIM, "a")
+    world.settle()
+    assert world.claim("a") is None and world.ipam.held == {}

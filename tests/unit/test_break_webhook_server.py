@@ -280,3 +280,93 @@ def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path
             assert await asyncio.to_thread(ask) == 200
 
     asyncio.run(scenario())
+
+
+# -- ConversionReviews: a whole LIST in one body ---------------------------------------------------------
+
+from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
+from metal3_ipam.core import conversion  # noqa: E402
+
+V1ALPHA2 = "ipam.cluster.x-k8s.io/v1alpha2"
+
+
+def _stored_v1alpha1_pool(i: int, note: str = "") -> dict:
+    """An InClusterIPPool as the API server sends it to be converted: read at v1alpha1, managedFields and all."""
+    meta = {"name": f"pool-{i}", "namespace": "default", "uid": f"00000000-0000-0000-0000-{i:012d}",
+            "resourceVersion": str(1000 + i), "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [{"apiVersion": V1ALPHA2, "fieldsType": "FieldsV1", "manager": "kubectl",
+                               "fieldsV1": {"f:spec": {".": {}, "f:addresses": {}, "f:gateway": {}, "f:prefix": {}}},
+                               "operation": "Update", "time": "2026-01-01T00:00:00Z"}]}
+    if note:
+        meta["annotations"] = {"note": note}
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool", "metadata": meta,
+            "spec": {"subnet": f"10.{i // 256 % 256}.{i % 256}.0/24", "gateway": f"10.{i // 256 % 256}.{i % 256}.1"}}
+
+
+def _conversion_body(objects: list, desired: str = V1ALPHA2, **request) -> bytes:
+    return json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                       "request": {"uid": "c-1", "desiredAPIVersion": desired, "objects": objects, **request}}).encode()
+
+
+def test_a_v1alpha1_list_longer_than_the_admission_reviews_cap_is_converted(tmp_path):
+    """The API server converts a LIST read at v1alpha1 in one ConversionReview holding every pool of it: one
+    past the AdmissionReviews' cap (6.25 MiB) is answered, each pool converted as it is alone."""
+    pools = [_stored_v1alpha1_pool(i, note="n" * 2048) for i in range(3000)]
+    body = _conversion_body(pools)
+    assert webhook.MAX_REVIEW_BYTES < len(body) < webhook.MAX_CONVERSION_BYTES
+
+    async def scenario() -> None:
+        async with Served(tmp_path, Limits()) as served:
+            status, answer = await asyncio.to_thread(served.post, body, CONVERSION_PATH)
+            assert status == 200, answer[:300]
+            response = json.loads(answer)["response"]
+            assert response["uid"] == "c-1" and response["result"] == {"status": "Success"}
+            converted = response["convertedObjects"]
+            assert len(converted) == len(pools)
+            for i in (0, 1234, len(pools) - 1):
+                assert converted[i] == conversion.convert(pools[i], V1ALPHA2)
+
+    asyncio.run(scenario())
+
+
+def test_a_conversion_review_is_read_and_answered_one_object_at_a_time():
+    """What a review costs is its body, its answer and one object parsed: never the whole list parsed (which
+    takes about ten times the body), measured against the body's size in the same run."""
+    import tracemalloc
+
+    body = _conversion_body([_stored_v1alpha1_pool(i) for i in range(4000)])
+    tracemalloc.start()
+    try:
+        read = webhook.read_conversion_body(body)
+        _, answer = webhook._conversion_answer(read)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert json.loads(answer) == conversion.convert_review(json.loads(body))
+    assert peak < len(body) + 2 * len(answer), (peak, len(body), len(answer))
+
+
+def test_a_conversion_review_is_read_whatever_its_layout():
+    """Keys in any order (objects before desiredAPIVersion), indented, values longer than the first slice a
+    value is looked for in, a character of several bytes across that slice's end, numbers in the envelope."""
+    pools = [_stored_v1alpha1_pool(i, note="é" * (webhook._FIRST_READ // 2 + i)) for i in range(3)]
+    review = {"request": {"objects": pools, "extra": 1234567, "uid": "c-1", "desiredAPIVersion": V1ALPHA2},
+              "kind": "ConversionReview", "apiVersion": "apiextensions.k8s.io/v1"}
+    for body in (json.dumps(review, indent=2, ensure_ascii=False).encode(), json.dumps(review).encode()):
+        _, answer = webhook._conversion_answer(webhook.read_conversion_body(body))
+        assert json.loads(answer) == conversion.convert_review(review)
+
+
+@pytest.mark.parametrize("body, words", [
+    (_conversion_body([{}] * 100_000), "more than one object per 64 bytes"),
+    (_conversion_body([], extra=["xy"] * 1_200_000), "longer than"),
+    (_conversion_body([], **{f"k{i}": "v" * 200 for i in range(40_000)}), "besides its objects"),
+    (_conversion_body([{"big": "x" * (webhook.MAX_REVIEW_BYTES + 1)}]), "longer than"),
+    (_conversion_body([{"deep": [[]] * 100_001}]), "objects and lists"),
+], ids=["tiny objects", "a long value", "many values", "a long object", "a dense object"])
+def test_what_a_conversion_body_may_hold_besides_objects_is_bounded_as_a_review_is(body, words):
+    """Each value parsed at a time is at most an AdmissionReview's size and density, the review but its objects
+    too, and the objects are not many tiny ones: past that, 413 before anything more is parsed."""
+    with pytest.raises(webhook.Malformed) as refused:
+        webhook.read_conversion_body(body)
+    assert refused.value.status == 413 and words in str(refused.value), refused.value

@@ -328,6 +328,23 @@ def test_validate_old_judges_a_new_pool_against_the_pools_that_exist(capsys, tmp
     assert code == 1 and "IPPool/default/pool2: spec.pools[0]" in out and "IPPool pool1" in out
 
 
+def test_validate_old_warns_of_a_new_pool_sharing_addresses_with_a_pool_of_another_kind(capsys, tmp_path):
+    """As the webhook does: an InClusterIPPool sharing addresses with an IPPool of its namespace is valid, and
+    the warning names the other pool and the shared range (the earlier pool keeps them)."""
+    from metal3_ipam.testing import go_incluster as gi
+
+    old = _state(capsys, tmp_path, POOL)
+    new = gi.ip_pool("net", namespace="default", addresses=["10.0.0.11-10.0.0.20"], prefix=24, gateway="10.0.0.1")
+    code, out, err = run(capsys, "validate", "--old", old, "-f", write(tmp_path, "new.yaml", dump(new)))
+    assert code == 0 and "1 object(s) valid" in err, out
+    (line,) = out.splitlines()
+    assert ("new.yaml: InClusterIPPool/default/net: warning: spec.addresses: shares 10.0.0.11-10.0.0.12 "
+            "with IPPool pool1") in line, line
+    # Without the state there is nothing to share addresses with.
+    code, out, _ = run(capsys, "validate", "-f", str(tmp_path / "new.yaml"))
+    assert code == 0 and out == "", out
+
+
 def test_validate_delete(capsys, tmp_path):
     old = _state(capsys, tmp_path, POOL, claim("a"))
     pool_file = write(tmp_path, "pool.yaml", dump(POOL))

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetFinalizers
 from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
 from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.core.slim import slim
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
@@ -360,6 +363,35 @@ def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept
     assert o.owner_references(address) == [claim_ref, {**stale_pool, "uid": o.meta(pool)["uid"]}]
     assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "g.10-0-0-2.gip"): "10.0.0.2"}
     assert [kinds.kind_of(c) for c in target.created] == [kinds.IPADDRESS]
+
+
+@pytest.mark.parametrize("pool_first", [False, True], ids=["claim-then-pool", "pool-then-claim"])
+def test_repairing_a_moved_address_pool_uid_keeps_its_other_owner_references_as_they_were(pool_first):
+    """The moved address is filed as the controller files it (slimmed): the repair of the stale pool uid
+    changes that uid and nothing else: every other owner reference keeps all its fields (blockOwnerDeletion
+    too, which the garbage collector honours) and the list keeps its order."""
+    source = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    moved = _address(source, "m", "ns-a")
+    target = converged(_global())
+    pool = get(target, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL), "g", "")
+    claim = {**_claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"),
+             "status": get(source, kinds.CAPI_CLAIM, "m", "ns-a")["status"]}
+    claim["metadata"]["finalizers"] = [gi.CLAIM_FINALIZER]
+    target.load(claim)
+    claim = get(target, kinds.CAPI_CLAIM, "m", "ns-a")
+    claim_ref, pool_ref = o.owner_references(moved)
+    claim_ref = {**claim_ref, "uid": o.meta(claim)["uid"]}
+    stale_pool = {**pool_ref, "uid": "uid-of-the-source-pool"}
+    assert claim_ref["blockOwnerDeletion"] is True and stale_pool["blockOwnerDeletion"] is True
+    owners = [stale_pool, claim_ref] if pool_first else [claim_ref, stale_pool]
+    target.load({**moved, "metadata": {**{k: v for k, v in moved["metadata"].items()
+                                          if k not in ("uid", "resourceVersion", "creationTimestamp")},
+                                       "ownerReferences": owners}})
+    filed = _address(target, "m", "ns-a")
+    target.inventory.upsert(slim(filed))
+    converge(target, random.Random(0))
+    repaired = [{**r, "uid": o.meta(pool)["uid"]} if r is stale_pool else r for r in owners]
+    assert o.owner_references(_address(target, "m", "ns-a")) == repaired
 
 
 def test_the_lock_of_a_claim_gone_while_its_cluster_is_paused_goes_after_its_address():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -310,17 +310,24 @@ EVENTS = st.lists(st.one_of(
     st.tuples(st.just("pass"), st.just(0)),
     st.tuples(st.just("answer"), st.integers(0, 3)),  # 0: now, 1: twice, 2: lost (carried out), 3: dropped
     st.tuples(st.just("tick"), st.integers(1, 90)),
+    st.tuples(st.just("delete pool"), st.just(0)),
 ), max_size=40)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(EVENTS, st.integers(0, 1000))
+@example([("create", 0), ("pass", 0), ("pass", 0), ("delete pool", 0)], 0)  # the pool deleted, an allocation out
 def test_one_outside_address_per_key_and_every_claim_bound_to_it(events, seed):
+    """... and, the pool deleted at any point, no outside address for a claim holding none when it goes."""
     world = World(seed=seed)
     moved_keys: set[str] = set()
+    pool_deleted = False
     for what, n in events:
         name = f"c{n}"
-        if what == "create" and world.claim(name) is None:
+        if what == "delete pool" and not pool_deleted:
+            pool_deleted = True
+            user_delete(world.api, NETBOX_IP_POOL, "nb")
+        elif what == "create" and world.claim(name) is None:
             world.api.load(claim(name))
         elif what in ("delete", "move") and world.claim(name) is not None:
             key = o.annotations(world.claim(name)).get(KEY_ANNOTATION)
@@ -362,12 +369,19 @@ def test_one_outside_address_per_key_and_every_claim_bound_to_it(events, seed):
     live = {o.name(c): c for c in world.api.inventory.of_kind(kinds.CAPI_CLAIM)}
     assert all(not o.is_deleting(c) for c in live.values()), "a deleted claim kept its finalizer"
     held = world.ipam.held
+    bound = set()
     for name, c in live.items():
-        key = o.annotations(c)[KEY_ANNOTATION]
+        key = o.annotations(c).get(KEY_ANNOTATION)
         mirrors = [a for a in world.api.inventory.of_kind(kinds.CAPI_ADDRESS) if o.spec(a)["claimRef"]["name"] == name]
+        if pool_deleted and not mirrors:  # its pool went before it was bound: nothing held for it outside
+            assert key not in held, (name, key, held)
+            continue
         assert len(mirrors) == 1 and o.spec(mirrors[0])["address"] == held[key], (name, key, held)
         assert ready(c)["status"] == "True"
-    carried = {o.annotations(c)[KEY_ANNOTATION] for c in live.values()}
+        bound.add(name)
+    if pool_deleted:  # it goes once no claim holds an address of it
+        assert (get(world.api, NETBOX_IP_POOL, "nb") is None) == (not bound), bound
+    carried = {o.annotations(c).get(KEY_ANNOTATION) for c in live.values()}
     # No outside address for a claim that was deleted (only for live claims and claims moved away).
     assert set(held) <= carried | moved_keys, (held, carried, moved_keys)
     assert len(set(held.values())) == len(held)

@@ -105,14 +105,14 @@ def test_what_nothing_reads_is_dropped():
     assert slim(big)["spec"] == {"paused": True} and "status" not in slim(big)
 
 
-def test_owner_references_keep_what_is_read_and_pools_keep_theirs_whole():
+def test_owner_references_keep_every_field_and_pools_keep_theirs_whole():
+    """An owner reference keeps all its fields (blockOwnerDeletion too): a repair writes the list back whole."""
     owner = {"apiVersion": CAPI, "kind": "IPAddressClaim", "name": "c", "uid": "u", "controller": True,
              "blockOwnerDeletion": True}
     address = {"apiVersion": CAPI, "kind": "IPAddress",
                "metadata": {"name": "c", "namespace": "default", "ownerReferences": [owner]},
                "spec": {"address": "10.0.0.1"}}
-    assert slim(address)["metadata"]["ownerReferences"] == [{k: v for k, v in owner.items()
-                                                             if k != "blockOwnerDeletion"}]
+    assert slim(address)["metadata"]["ownerReferences"] == [owner]
     pool = {**ippool("p"), "status": {"indexes": {"a": "10.0.0.1"}}}
     pool["metadata"]["ownerReferences"] = [dict(owner, kind="Cluster")]
     lean = slim(pool)
@@ -160,7 +160,7 @@ def test_a_claim_and_its_addresses_share_the_parts_they_have_alike(monkeypatch):
                                           "ownerReferences": [dict(claim_owner)]},
                              "spec": {"address": "10.0.0.2", "claimRef": {"name": "m-0"}, "poolRef": pool_ref}}))
     assert lock["metadata"]["ownerReferences"][0] is mirror["metadata"]["ownerReferences"][0]
-    assert mirror["metadata"]["ownerReferences"] == [claim_owner]
+    assert mirror["metadata"]["ownerReferences"] == [{**claim_owner, "blockOwnerDeletion": True}]
     assert claim["status"]["addressRef"] is mirror["spec"]["claimRef"] == {"name": "m-0"}
     assert lock["spec"]["address"] is mirror["spec"]["address"]
     # One key per claim and per pool, whoever asks for it.

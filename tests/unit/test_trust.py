@@ -244,6 +244,23 @@ def test_overlapping_pools_with_different_prefixes_never_bind_one_ip_twice():
     assert len(warnings) == 1 and warnings[0].target.name == "late"
 
 
+def test_a_pool_whose_every_address_an_earlier_pool_owns_is_not_ready():
+    """Nothing it could hand out is left to it: Ready says so (with the reason of the Overlapping condition),
+    rather than 'the pool can hand out addresses' while its claims are told it is exhausted. A pool keeping
+    some addresses of its own stays Ready."""
+    early, late = overlapping_pools()
+    inside = ippool("inside", namePrefix="c", pools=[{"start": "10.0.0.3", "end": "10.0.0.5"}])
+    inside["metadata"]["creationTimestamp"] = "2024-01-03T00:00:00Z"
+    api = converged(early, late, inside, ipclaim("x", pool="inside"))
+    ready = o.condition(o.status(get(api, POOL, "inside")), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "OverlapsOtherPool", ready
+    assert "IPPool early" in ready["message"] and "10.0.0.3-10.0.0.5" in ready["message"], ready
+    claim = o.condition(o.status(get(api, IPCLAIM, "x")), "Ready")
+    assert claim["status"] == "False" and claim["reason"] == "PoolExhausted", claim
+    assert o.condition(o.status(get(api, POOL, "late")), "Ready")["status"] == "True"
+    assert o.condition(o.status(get(api, POOL, "early")), "Ready")["status"] == "True"
+
+
 def test_an_ip_held_by_another_pools_address_is_never_handed_out():
     early, late = overlapping_pools()
     # The later pool's address at 10.0.0.6 exists already (left by another IPAM): pool "early" skips it.

@@ -293,6 +293,64 @@ def test_overlap_ignores_invalid_pools_and_other_kinds():
     assert overlap_problems(mine, [claim, None, "x"]) == []
 
 
+def _created(obj, when):
+    obj["metadata"]["creationTimestamp"] = when
+    return obj
+
+
+def test_overlap_with_a_pool_of_another_kind_of_the_namespace_is_warned_naming_it_and_the_range():
+    """Pools of the namespace's kinds that keep an IP unique there (IPPool, InClusterIPPool, InClusterPrefixPool)
+    share no IP: the earlier pool owns the overlap and the later withholds it. Admitted, but warned, both ways."""
+    from metal3_ipam.testing import go_incluster as gi
+
+    ippool_first = _created(ippool("a", ns="ns", pools=[{"start": "10.0.0.1", "end": "10.0.0.20"}]),
+                            "2024-01-01T00:00:00Z")
+    new = gi.ip_pool("b", namespace="ns", addresses=["10.0.0.15-10.0.0.30", "10.0.0.18"], prefix=24)
+    (warning,) = overlap_problems(new, [ippool_first, new])
+    assert warning.warning
+    assert_problem([str(warning)], "InClusterIPPool/ns/b", "spec.addresses", "10.0.0.15-10.0.0.20")
+    assert "IPPool a" in warning.message and "not handed out from this pool" in warning.message
+    # The IPPool, judged in turn (an update), hears which pool does without the shared addresses.
+    (back,) = overlap_problems(ippool_first, [_created(new, "2024-01-02T00:00:00Z")])
+    assert back.warning
+    assert_problem([str(back)], "IPPool/ns/a", "spec.pools[0]", "10.0.0.15-10.0.0.20")
+    assert "InClusterIPPool b" in back.message and "withholds" in back.message
+    # Other namespaces, global pools, disjoint pools and pools being deleted share nothing with it.
+    elsewhere = gi.ip_pool("c", namespace="other", addresses=["10.0.0.1-10.0.0.30"], prefix=24)
+    shared = gi.ip_pool("c", addresses=["10.0.0.1-10.0.0.30"], prefix=24)
+    apart = gi.ip_pool("d", namespace="ns", addresses=["10.0.0.21-10.0.0.30"], prefix=24)
+    going = gi.ip_pool("e", namespace="ns", addresses=["10.0.0.1-10.0.0.30"], prefix=24)
+    going["metadata"]["deletionTimestamp"] = "2024-01-03T00:00:00Z"
+    assert overlap_problems(ippool_first, [elsewhere, shared, apart, going]) == []
+    assert overlap_problems(shared, [ippool_first, new]) == []
+
+
+def test_overlap_of_in_cluster_pools_of_one_namespace_is_warned_also_between_ip_and_prefix_pools():
+    from metal3_ipam.testing import go_incluster as gi
+
+    ip = _created(gi.ip_pool("ip", namespace="ns", addresses=["2001:db8::10-2001:db8::20"], prefix=64),
+                  "2024-01-01T00:00:00Z")
+    prefixes = gi.prefix_pool("pp", namespace="ns", prefixes=["2001:db8::/120"], allocation_prefix_length=124)
+    (warning,) = overlap_problems(prefixes, [ip])
+    assert warning.warning and "InClusterIPPool ip" in warning.message
+    assert_problem([str(warning)], "InClusterPrefixPool/ns/pp", "spec.prefixes", "2001:db8::10-2001:db8::20")
+    other_ip = gi.ip_pool("ip2", namespace="ns", addresses=["2001:db8::20-2001:db8::30"], prefix=64)
+    (warning,) = overlap_problems(other_ip, [ip])
+    assert warning.warning and "InClusterIPPool ip" in warning.message and "2001:db8::20" in str(warning)
+
+
+def test_two_ippools_keep_their_rule_on_name_prefixes():
+    """Refused under different namePrefixes, warned under one: judged once, not warned again as pools of
+    other kinds are."""
+    mine = ippool("a", ns="ns", namePrefix="a", pools=[{"start": "10.0.0.1", "end": "10.0.0.20"}])
+    theirs = ippool("b", ns="ns", namePrefix="b", pools=[{"start": "10.0.0.15", "end": "10.0.0.30"}])
+    same = ippool("c", ns="ns", namePrefix="a", pools=[{"start": "10.0.0.15", "end": "10.0.0.30"}])
+    (refused,) = overlap_problems(mine, [theirs])
+    assert not refused.warning
+    (warned,) = overlap_problems(mine, [same])
+    assert warned.warning
+
+
 # -- what the API server refuses is refused offline too -------------------------------
 
 def test_limits_are_the_crd_limits():

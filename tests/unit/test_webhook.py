@@ -700,10 +700,10 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
                     lines = _webhook_lines(caplog)
                     assert len(lines) == 1 and not lines[0].exc_info, (name, [r.getMessage() for r in lines])
                     assert len(lines[0].getMessage()) < 600, name
-                # The server's bounds apply here too: a body over the cap is refused on its headers.
+                # The server's bounds apply here too: a body over /convert's cap is refused on its headers.
                 with load.tls_socket(served.port, served.context) as sock:
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\n"
-                                 f"Content-Length: {webhook.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+                                 f"Content-Length: {webhook.MAX_CONVERSION_BYTES + 1}\r\n\r\n".encode())
                     assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
                 with load.tls_socket(served.port, served.context) as sock:  # and one too slow, after read_seconds
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
@@ -769,6 +769,32 @@ def test_an_incluster_pool_is_judged_by_its_rules_and_keeps_its_addresses_in_use
     assert Admission(inventory(pool)).review(request("DELETE", None, pool))["allowed"]
 
 
+def test_a_pool_sharing_addresses_with_a_pool_of_another_kind_of_the_namespace_is_admitted_with_a_warning():
+    """An IP of a namespace is handed out by one pool only (the earlier owns an overlap): the webhook says so
+    to whoever creates the later pool, naming the other pool and the shared range, for every kind that keeps
+    IPs unique in the namespace."""
+    ippool_first = ippool("pool1", prefix=24, pools=[{"start": "10.1.0.15", "end": "10.1.0.30"}])
+    ippool_first["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    admission = Admission(inventory(ippool_first))
+    response = admission.review(request("CREATE", incluster_pool("ip1", "InClusterIPPool")))
+    assert response["allowed"] is True, response
+    (warning,) = response["warnings"]
+    assert warning.startswith("spec.addresses: shares 10.1.0.15-10.1.0.20 with IPPool pool1"), warning
+    assert "not handed out from this pool" in warning
+    # The other way round, and as the API server's listing of IPPools answers.
+    first = incluster_pool("ip1", "InClusterIPPool")
+    first["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    admission = Admission(inventory(first), list_pools=lambda namespace: [])
+    later = ippool("pool1", prefix=24, pools=[{"start": "10.1.0.15", "end": "10.1.0.30"}])
+    req = request("CREATE", later)
+    response = admission.review(req, pools=admission.current_pools(req))
+    assert response["allowed"] is True, response
+    (warning,) = response["warnings"]
+    assert warning.startswith("spec.pools[0]: shares 10.1.0.15-10.1.0.20 with InClusterIPPool ip1"), warning
+    # A global pool shares no namespace with them.
+    assert "warnings" not in admission.review(request("CREATE", incluster_pool("g", "GlobalInClusterIPPool")))
+
+
 def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are_not():
     admission = Admission(inventory())
     ours = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InClusterIPPool")
@@ -799,9 +825,9 @@ def test_a_claim_moved_away_from_our_pools_is_refused_naming_the_field_and_both_
 
 
 def test_a_fault_of_ours_in_conversion_is_a_500_in_one_line(tmp_path, caplog, monkeypatch):
-    def broken(review):
+    def broken(obj, desired):
         raise KeyError("boom")
-    monkeypatch.setattr(conversion, "convert_review", broken)
+    monkeypatch.setattr(conversion, "convert", broken)
 
     async def scenario() -> None:
         async with Served(tmp_path, Limits()) as served:
