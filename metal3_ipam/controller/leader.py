@@ -231,6 +231,11 @@ class LeaderElector:
         """True only while this replica leads and its tenure is in force, judged from the clock right now."""
         return self.leading and self.tenure.in_force()
 
+    def time_left(self) -> float:
+        """Seconds left of this replica's tenure from now (0 when it does not lead): the deadline its
+        writes give the API server, so that none is stored once a standby may have taken over."""
+        return max(0.0, self.tenure.left()) if self.leading else 0.0
+
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> asyncio.Task:

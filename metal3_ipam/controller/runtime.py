@@ -208,8 +208,10 @@ class Runtime:
         if options.leader_elect:
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
+        elector = self.elector
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
-                                may_write=self.may_write)
+                                may_write=self.may_write,
+                                write_deadline=(elector.time_left if elector is not None else lambda: None))
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731
         if NETBOX_IP_POOL in resources:
             self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
