@@ -20,6 +20,10 @@ or the process is frozen and thawed:
   of that write begins after. With ``renew_deadline < lease_duration`` the
   holder has stopped before anyone may start, with the difference to spare for
   clocks that run at slightly different rates.
+- A write already sent when the tenure ends is the API server's to give up: the
+  writer sends each with the time left of the tenure as the server's deadline
+  (:meth:`LeaderElector.time_left`), so the server drops it rather than store it
+  after a standby may have taken over (unless it had handed it to etcd already).
 - Every call has a timeout. Any failure (connection refused while the API
   server restarts, a timeout, an error answer) is a failed attempt, never the
   end of the election; if the election task ends anyway, :attr:`LeaderElector.failure`
