@@ -25,7 +25,10 @@ Writes go out only while ``may_write()`` says so (the leader election's gate):
 it is asked before every action of every step and once more as a write leaves
 for the wire, so a pass still running when leadership is lost stops where it
 is. A step stopped that way is not a failure; whoever leads next reconciles
-the pool from what was written.
+the pool from what was written. A write that did leave carries the API server's
+own deadline (``timeout``), the time ``write_deadline()`` says is left of the
+tenure it was sent in: past it the server gives the write up rather than store
+it once a standby may have taken over (unless it had already handed it to etcd).
 
 Every request carries what ``Credentials`` gives, as every other client of
 the controller does.
@@ -116,6 +119,14 @@ def _fenced_request_class(may_write: Callable[[], bool]) -> type[aiohttp.ClientR
     return FencedRequest
 
 
+def _server_deadline(seconds: float | None) -> dict[str, str] | None:
+    """The ``timeout`` query parameter that has the API server give a request up ``seconds`` after it
+    received it (never less than a microsecond: zero would mean its own default); None: no parameter."""
+    if seconds is None:
+        return None
+    return {"timeout": f"{max(1, int(seconds * 1_000_000))}us"}
+
+
 class Refusal(Exception):
     def __init__(self, message: str, again: bool) -> None:
         super().__init__(message)
@@ -132,9 +143,12 @@ class ApiWriter:
     def __init__(self, credentials: Credentials, inventory: Inventory,
                  resources: dict[tuple[str, str], Resource], parallel: int = 16,
                  component: str = "metal3-ipam", may_write: Callable[[], bool] = lambda: True,
-                 request_timeout: float = 60.0, refusal_backoff: Backoff | None = None) -> None:
+                 request_timeout: float = 60.0, refusal_backoff: Backoff | None = None,
+                 write_deadline: Callable[[], float | None] = lambda: None) -> None:
         self.credentials = credentials
         self.may_write = may_write
+        # Seconds a write sent now has to reach the store (the leader's tenure left), or None: the server's own.
+        self.write_deadline = write_deadline
         self.inventory = inventory
         self.resources = resources
         self.parallel = parallel
@@ -366,6 +380,7 @@ class ApiWriter:
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
             data = encode(body)
+        params = _server_deadline(self.write_deadline()) if method != "GET" else None
         for attempt in (1, 2):
             try:
                 authorization = await self.credentials.authorization_async()
@@ -375,7 +390,7 @@ class ApiWriter:
                 headers["Authorization"] = authorization
             try:
                 async with self._http().request(method, path.lstrip("/"), data=data, headers=headers,
-                                                proxy=self.credentials.proxy) as response:
+                                                params=params, proxy=self.credentials.proxy) as response:
                     raw = await response.read()
             except (aiohttp.ClientError, asyncio.TimeoutError) as err:
                 if method != "GET" and not self.may_write():

@@ -20,6 +20,10 @@ or the process is frozen and thawed:
   of that write begins after. With ``renew_deadline < lease_duration`` the
   holder has stopped before anyone may start, with the difference to spare for
   clocks that run at slightly different rates.
+- A write already sent when the tenure ends is the API server's to give up: the
+  writer sends each with the time left of the tenure as the server's deadline
+  (:meth:`LeaderElector.time_left`), so the server drops it rather than store it
+  after a standby may have taken over (unless it had handed it to etcd already).
 - Every call has a timeout. Any failure (connection refused while the API
   server restarts, a timeout, an error answer) is a failed attempt, never the
   end of the election; if the election task ends anyway, :attr:`LeaderElector.failure`
@@ -230,6 +234,11 @@ class LeaderElector:
     def may_act(self) -> bool:
         """True only while this replica leads and its tenure is in force, judged from the clock right now."""
         return self.leading and self.tenure.in_force()
+
+    def time_left(self) -> float:
+        """Seconds left of this replica's tenure from now (0 when it does not lead): the deadline its
+        writes give the API server, so that none is stored once a standby may have taken over."""
+        return max(0.0, self.tenure.left()) if self.leading else 0.0
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -209,7 +209,7 @@ class Runtime:
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
-                                may_write=self.may_write)
+                                may_write=self.may_write, write_deadline=self.write_deadline)
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731
         if NETBOX_IP_POOL in resources:
             self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
@@ -306,6 +306,11 @@ class Runtime:
         """Whether this replica may write now: while it leads and has caught up with the locks written
         before it took the lead (always, without leader election)."""
         return self.elector is None or (self.elector.may_act() and self.caught_up == self.gains)
+
+    def write_deadline(self) -> float | None:
+        """How long the API server may take to store a write sent now: the rest of this replica's tenure
+        (None without leader election: the server's own deadline)."""
+        return self.elector.time_left() if self.elector is not None else None
 
     def _leading(self) -> bool:
         """Whether this replica holds the lead (caught up or not)."""

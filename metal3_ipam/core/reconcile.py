@@ -1391,6 +1391,8 @@ def _passed(deadline: str, now: str) -> bool:
 
 #: How long a controller leaves a stored lock to its maker before it writes the Cluster API IPAddress the
 #: lock lacks: the maker writes it right after the lock, and a view of IPAddresses may trail one of locks.
+#: It narrows, for replicas writing at once (no leader election), a race no write can close: a create has no
+#: precondition, so an address written from a view that trails can land after its claim was released.
 LOCK_SETTLE_SECONDS = 10
 
 

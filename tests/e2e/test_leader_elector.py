@@ -357,9 +357,10 @@ def _pool(namespace: str, name: str) -> dict:
             "spec": {"namePrefix": name, "pools": [{"start": "10.9.0.10", "end": "10.9.0.20"}], "prefix": 24}}
 
 
-def _writer(cp, may_write: Callable[[], bool]) -> ApiWriter:
+def _writer(cp, may_write: Callable[[], bool], write_deadline: Callable[[], float | None] = lambda: None) -> ApiWriter:
     resources = {kinds.IPPOOL: Resource("ipam.metal3.io", "v1alpha1", "ippools")}
-    return ApiWriter(from_kubeconfig([str(cp.kubeconfig)]), Inventory(), resources, parallel=4, may_write=may_write)
+    return ApiWriter(from_kubeconfig([str(cp.kubeconfig)]), Inventory(), resources, parallel=4, may_write=may_write,
+                     write_deadline=write_deadline)
 
 
 def _pools_on_server(cp) -> set[str]:
@@ -431,6 +432,54 @@ def test_a_write_whose_step_was_allowed_is_still_stopped_if_leadership_ends_befo
     assert (stopped.done, stopped.stopped, stopped.failures) == (0, 1, [])
     assert after.done == 1 and after.failures == []
     assert {n for n in _pools_on_server(plane_up) if tag in n} == {f"later-{tag}"}
+
+
+def test_a_write_is_given_up_by_the_api_server_once_the_tenure_it_was_sent_in_is_over(plane_up):
+    """A write already on its way when leadership ends must not be stored after a standby may have taken
+    over: it carries the API server's deadline, the time left of the tenure it was sent in. One sent with a
+    microsecond left is answered with a timeout and never stored; one with the tenure ahead is stored."""
+    tag = uuid.uuid4().hex[:6]
+    left = {"seconds": 1e-6}
+
+    async def scenario():
+        writer = _writer(plane_up, lambda: True, write_deadline=lambda: left["seconds"])
+        try:
+            plan = Plan()
+            plan.step("pool").add(Create(_pool(NS, f"late-{tag}")))
+            late = await writer.execute(plan)
+            left["seconds"] = TIMING.renew_deadline
+            plan = Plan()
+            plan.step("pool").add(Create(_pool(NS, f"in-time-{tag}")))
+            in_time = await writer.execute(plan)
+            return late, in_time
+        finally:
+            await writer.close()
+
+    late, in_time = asyncio.run(scenario())
+    assert late.done == 0 and late.again and len(late.failures) == 1, late
+    assert "504" in late.failures[0], late.failures
+    assert in_time.done == 1 and in_time.failures == [], in_time
+    # The late create was answered before the second one was sent; the server stores nothing after its deadline.
+    assert {n for n in _pools_on_server(plane_up) if tag in n} == {f"in-time-{tag}"}
+
+
+def test_the_time_left_of_a_tenure_is_what_its_writes_are_given(plane_up):
+    """While it leads, the elector's writes have at most the renew deadline (the time until it would stop);
+    once it stopped, none."""
+    lease = _lease_name()
+
+    async def scenario() -> None:
+        a = _elector(plane_up, lease, "a")
+        assert a.time_left() == 0
+        a.start()
+        await _until(a.may_act, 20, "a to lead")
+        assert 0 < a.time_left() <= TIMING.renew_deadline
+        await a.stop()
+        assert a.time_left() == 0
+        assert await a.release()
+        a.close()
+
+    asyncio.run(scenario())
 
 
 def test_lease_read_errors_other_than_not_found_are_failed_attempts(plane_up):

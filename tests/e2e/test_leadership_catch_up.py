@@ -121,6 +121,8 @@ def test_a_lock_written_just_before_a_handover_holds_its_ip_for_the_new_leader(c
             await asyncio.to_thread(kube.create, METAL3, "ipaddresses", _earlier_lock(pool, earlier))
             await asyncio.to_thread(_hand_over, api, ns, lease)
             await eventually_async(runtime.may_write, timeout=30, what="the lease taken and writes allowed")
+            # Its writes are given up by the API server once its tenure is over.
+            assert 0 < runtime.write_deadline() <= TIMING.renew_deadline
 
             # A claim of the pool now gets the other IP, though the new leader's watch still holds X's lock back.
             await asyncio.to_thread(incluster.claim, "new", "pool-a")
