@@ -147,7 +147,9 @@ class HostileLoad:
     send a body of ``big_body_bytes`` (8 MiB less one byte, over the cap);
     ``largest_reviews``: clients that post :func:`largest_refused_pool`
     back to back. Each reconnects when the server closes it. ``answers`` counts
-    what came back (HTTP status, or the kind of failure).
+    what came back (HTTP status, or the kind of failure); ``largest_seconds`` holds
+    each largest review's round trip, when it was judged (200): the time the server
+    takes for one on this machine now, a yardstick measured beside what a test times.
     """
 
     port: int
@@ -160,6 +162,7 @@ class HostileLoad:
     big_body_bytes: int = 8 * 1024 * 1024 - 1
     seconds: float = 30.0
     answers: Counter = field(default_factory=Counter)
+    largest_seconds: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -227,7 +230,11 @@ class HostileLoad:
     def _largest(self, _: object) -> None:
         if not hasattr(self, "_largest_body"):
             self._largest_body = review(pool_request(largest_refused_pool()))
-        status, _ = post(self.port, self._context, self.path, self._largest_body, timeout=10)
+        started = time.monotonic()
+        status, _ = post(self.port, self._context, self.path, self._largest_body, timeout=60)
+        if status == 200:
+            with self._lock:
+                self.largest_seconds.append(time.monotonic() - started)
         self._count(status)
 
 
@@ -263,7 +270,8 @@ def hostile(port: int, ca_file: str, path: str, kinds: str) -> None:
     print("loaded", flush=True)
     sys.stdin.read()
     load.stop()
-    print(json.dumps({str(k): v for k, v in load.answers.items()}), flush=True)
+    print(json.dumps({"answers": {str(k): v for k, v in load.answers.items()},
+                      "largest_seconds": load.largest_seconds}), flush=True)
 
 
 USAGE = ("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR\n"
@@ -314,7 +322,7 @@ class ServerProcess:
 
 class HostileProcess:
     """:func:`hostile` in a process: started with ``with``, loaded once :meth:`__enter__` returns, and
-    ``answers`` (status or failure -> count) known once the ``with`` ends."""
+    ``answers`` (status or failure -> count) and ``largest_seconds`` known once the ``with`` ends."""
 
     def __init__(self, port: int, ca_pem: bytes, path: str, directory: Path, seconds: float = 30.0,
                  **kinds: int) -> None:
@@ -323,6 +331,7 @@ class HostileProcess:
         self.args = [sys.executable, "-m", "metal3_ipam.testing.webhook_load", "hostile", str(port),
                      str(self.ca_file), path, json.dumps({"seconds": seconds, **kinds})]
         self.answers: dict[str, int] = {}
+        self.largest_seconds: list[float] = []
 
     def __enter__(self) -> "HostileProcess":
         import subprocess
@@ -336,4 +345,5 @@ class HostileProcess:
 
     def __exit__(self, *_: object) -> None:
         out, _ = self.process.communicate("", timeout=30)
-        self.answers = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        told = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        self.answers, self.largest_seconds = told.get("answers", {}), told.get("largest_seconds", [])
