@@ -22,22 +22,12 @@ from metal3_ipam.testing.waiting import eventually
 from test_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, address, inventory, request
 
 
-def _costly_small_pool(name: str = "costly") -> dict:
-    """A pool review just under the small reviews' size (64 KiB) that takes the rules a long while:
-    256 entries of 28 DNS servers each, every one of them wrong."""
-    return {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"namePrefix": name,
-                     "pools": [{"start": f"10.0.{i}.1", "end": f"10.0.{i}.0", "gateway": "2001:db8::1",
-                                "dnsServers": ["b"] * 28} for i in range(256)]}}
-
-
 def test_small_costly_reviews_do_not_get_a_good_review_refused(tmp_path):
     """Clients posting reviews just under 64 KiB that take long to judge, a dozen at once, back to back: an
     ordinary review (a few hundred bytes) is judged ahead of them (smallest first), so it is answered, and in a
     fraction of the time each of them waits for its own answer (both measured side by side in this run; judged
-    in arrival order, it would wait as long as they do). The time alone is measured by bench/webhook_load.py."""
-    body = load.review(load.pool_request(_costly_small_pool()))
+    in arrival order, it would wait as long as they do). How long each takes is measured by bench/admission.py."""
+    body = load.review(load.pool_request(load.costly_small_pool()))
     assert len(body) <= Limits().small_review_bytes
 
     async def scenario() -> None:

@@ -629,7 +629,7 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
     idle and half-sent connections, and the largest refused review back to back. Its peak resident memory
     stays within a bound, and ordinary reviews are answered meanwhile, not refused, as the API server sends
     them: on a connection it keeps open, and again on a new one when that was closed (the connection cap test
-    shows that it gets one). How long they take beside each load is measured by bench/webhook_load.py."""
+    shows that it gets one). How long they take beside each load is measured by bench/admission.py."""
     with load.ServerProcess(tmp_path) as server, contextlib.ExitStack() as kept:
         port, context, authority = server.port, server.context, server.authority
         api_server = load.KeptAlive(port, context, timeout=120)  # as the API server calls a webhook: kept
