@@ -466,7 +466,7 @@ class Served:
 
     def timed_good_review(self) -> float:
         started = time.monotonic()
-        status, answer = self.post(load.review(load.claim_request()), CLAIM_PATH)
+        status, answer = load.post(self.port, self.context, CLAIM_PATH, load.review(load.claim_request()), timeout=120)
         assert status == 200 and json.loads(answer)["response"]["allowed"], answer
         return time.monotonic() - started
 
@@ -588,7 +588,8 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
     turning (it only copies what a pool review reads), and an ordinary review is answered in a small share of
     the time one of them takes (on a thread of its own, it never waits for one being judged)."""
     async def scenario() -> None:
-        async with Served(tmp_path, Limits()) as served:
+        # No judging deadline: every largest review is judged, however slow the machine (none refused 503).
+        async with Served(tmp_path, Limits(judge_seconds=600)) as served:
             loop = asyncio.get_running_loop()
             gaps = []
 
@@ -600,9 +601,9 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
                     last = loop.time()
 
             ticking = asyncio.create_task(ticker())
-            hostile = load.HostileLoad(served.port, served.authority.pem, POOL_PATH, largest_reviews=4, seconds=20)
+            hostile = load.HostileLoad(served.port, served.authority.pem, POOL_PATH, largest_reviews=4, seconds=600)
             with hostile:
-                await asyncio.to_thread(eventually, lambda: hostile.answers[200] >= 4, timeout=15, interval=0.05,
+                await asyncio.to_thread(eventually, lambda: hostile.answers[200] >= 4, timeout=300, interval=0.05,
                                         what="largest reviews to be refused")
                 gaps.clear()
                 good = [await asyncio.to_thread(served.timed_good_review) for _ in range(5)]
@@ -613,13 +614,14 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
             print(f"ordinary reviews {good} s; the largest refused review {yardstick:.3f} s (median)")
             assert max(good) < yardstick / 4, (good, hostile.largest_seconds)
             # Judged on the loop, the back-to-back largest reviews stall it nearly all the time (measured: 3.24 s
-            # of 3.28 s); a loaded machine may pause it now and then (one 0.33 s gap seen). So: stalls are a
-            # small share of the time, whatever the machine's speed.
+            # of 3.28 s), each gap as long as judging one (a quarter of the yardstick: four are queued); a loaded
+            # machine pauses it now and then. So: gaps of half a judging are a small share of the time.
             window = sum(gaps)
-            stalled = sum(gap for gap in gaps if gap > 0.1)
+            stalled = sum(gap for gap in gaps if gap > yardstick / 8)
             print(f"loop: longest gap {max(gaps):.3f} s, stalled {stalled:.2f} s of {window:.2f} s")
             assert stalled < 0.5 * window, f"the controller's loop stalled {stalled:.2f} s of {window:.2f} s"
-            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError', 'BrokenPipeError'}, hostile.answers
+            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError',
+                                                                     'BrokenPipeError'}, hostile.answers
 
     asyncio.run(scenario())
 
