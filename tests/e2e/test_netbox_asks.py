@@ -275,7 +275,8 @@ def test_survey_of_a_missing_prefix_and_range(netbox, api_client, namespace):
     dead = make_pool(namespace, "d", "http://127.0.0.1:9", {"prefix": str(net)})
 
     async def run():
-        asks = NetBoxAsks(SecretTokens(api_client), owner=owner(), timeout=3)
+        # Patient: a busy NetBox's answer is what is looked at, never a timeout (the dead one refuses at once).
+        asks = NetBoxAsks(SecretTokens(api_client), owner=owner(), timeout=120)
         found = [await asks.survey(p) for p in (prefix, ranged, dead)]
         await asks.close()
         return found
