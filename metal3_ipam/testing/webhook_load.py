@@ -180,6 +180,7 @@ class HostileLoad:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _bodies: dict[str, bytes] = field(default_factory=dict)  # a review per kind, made once
 
     def start(self) -> "HostileLoad":
         self._deadline = time.monotonic() + self.seconds
@@ -244,11 +245,11 @@ class HostileLoad:
 
     def _judged(self, kind: str) -> None:
         """One review of ``kind`` (largest, costly) posted and answered, its round trip kept when judged."""
-        bodies = self.__dict__.setdefault("_bodies", {})
-        if kind not in bodies:
-            bodies[kind] = review(pool_request(largest_refused_pool() if kind == "largest" else costly_small_pool()))
+        if kind not in self._bodies:
+            pool = largest_refused_pool() if kind == "largest" else costly_small_pool()
+            self._bodies[kind] = review(pool_request(pool))
         started = time.monotonic()
-        status, _ = post(self.port, self._context, self.path, bodies[kind], timeout=120)
+        status, _ = post(self.port, self._context, self.path, self._bodies[kind], timeout=120)
         if status == 200:
             with self._lock:
                 getattr(self, f"{kind}_seconds").append(time.monotonic() - started)
