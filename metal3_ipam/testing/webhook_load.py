@@ -49,6 +49,16 @@ def largest_refused_pool(name: str = "largest") -> dict:
                      "preAllocations": {f"c{i}{pad}": "bad" + pad for i in range(4096)}}}
 
 
+def costly_small_pool(name: str = "costly") -> dict:
+    """A pool review just under the small reviews' size (64 KiB) that takes the rules a long while:
+    256 entries of 28 DNS servers each, every one of them wrong."""
+    return {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"namePrefix": name,
+                     "pools": [{"start": f"10.0.{i}.1", "end": f"10.0.{i}.0", "gateway": "2001:db8::1",
+                                "dnsServers": ["b"] * 28} for i in range(256)]}}
+
+
 def claim_request(name: str = "c1", uid: str = "u-good") -> dict:
     claim = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim",
              "metadata": {"name": name, "namespace": "default"}, "spec": {"pool": {"name": "pool1"}}}
@@ -146,8 +156,12 @@ class HostileLoad:
     send half a request's headers; ``big_bodies``: clients that announce and
     send a body of ``big_body_bytes`` (8 MiB less one byte, over the cap);
     ``largest_reviews``: clients that post :func:`largest_refused_pool`
+    back to back; ``costly_reviews``: clients that post :func:`costly_small_pool`
     back to back. Each reconnects when the server closes it. ``answers`` counts
-    what came back (HTTP status, or the kind of failure).
+    what came back (HTTP status, or the kind of failure); ``largest_seconds`` and
+    ``costly_seconds`` hold each such review's round trip, when it was judged (200):
+    the time the server takes for one on this machine now, a yardstick measured
+    beside what a test or a benchmark times.
     """
 
     port: int
@@ -157,18 +171,23 @@ class HostileLoad:
     half_headers: int = 0
     big_bodies: int = 0
     largest_reviews: int = 0
+    costly_reviews: int = 0
     big_body_bytes: int = 8 * 1024 * 1024 - 1
     seconds: float = 30.0
     answers: Counter = field(default_factory=Counter)
+    largest_seconds: list[float] = field(default_factory=list)
+    costly_seconds: list[float] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _bodies: dict[str, bytes] = field(default_factory=dict)  # a review per kind, made once
 
     def start(self) -> "HostileLoad":
         self._deadline = time.monotonic() + self.seconds
         self._context = client_context(self.ca_pem)
         kinds = [(self._hold, False)] * self.idle + [(self._hold, True)] * self.half_headers + \
-                [(self._big_body, None)] * self.big_bodies + [(self._largest, None)] * self.largest_reviews
+                [(self._big_body, None)] * self.big_bodies + [(self._judged, "largest")] * self.largest_reviews + \
+                [(self._judged, "costly")] * self.costly_reviews
         for target, arg in kinds:
             thread = threading.Thread(target=self._loop, args=(target, arg), daemon=True)
             thread.start()
@@ -224,10 +243,16 @@ class HostileLoad:
                 pass
             self._count(status_line(sock, 2.0).partition(" ")[2][:3] or "closed")
 
-    def _largest(self, _: object) -> None:
-        if not hasattr(self, "_largest_body"):
-            self._largest_body = review(pool_request(largest_refused_pool()))
-        status, _ = post(self.port, self._context, self.path, self._largest_body, timeout=10)
+    def _judged(self, kind: str) -> None:
+        """One review of ``kind`` (largest, costly) posted and answered, its round trip kept when judged."""
+        if kind not in self._bodies:
+            pool = largest_refused_pool() if kind == "largest" else costly_small_pool()
+            self._bodies[kind] = review(pool_request(pool))
+        started = time.monotonic()
+        status, _ = post(self.port, self._context, self.path, self._bodies[kind], timeout=120)
+        if status == 200:
+            with self._lock:
+                getattr(self, f"{kind}_seconds").append(time.monotonic() - started)
         self._count(status)
 
 
@@ -263,7 +288,8 @@ def hostile(port: int, ca_file: str, path: str, kinds: str) -> None:
     print("loaded", flush=True)
     sys.stdin.read()
     load.stop()
-    print(json.dumps({str(k): v for k, v in load.answers.items()}), flush=True)
+    print(json.dumps({"answers": {str(k): v for k, v in load.answers.items()},
+                      "largest_seconds": load.largest_seconds, "costly_seconds": load.costly_seconds}), flush=True)
 
 
 USAGE = ("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR\n"
@@ -314,7 +340,8 @@ class ServerProcess:
 
 class HostileProcess:
     """:func:`hostile` in a process: started with ``with``, loaded once :meth:`__enter__` returns, and
-    ``answers`` (status or failure -> count) known once the ``with`` ends."""
+    ``answers`` (status or failure -> count), ``largest_seconds`` and ``costly_seconds`` known once the
+    ``with`` ends."""
 
     def __init__(self, port: int, ca_pem: bytes, path: str, directory: Path, seconds: float = 30.0,
                  **kinds: int) -> None:
@@ -323,6 +350,8 @@ class HostileProcess:
         self.args = [sys.executable, "-m", "metal3_ipam.testing.webhook_load", "hostile", str(port),
                      str(self.ca_file), path, json.dumps({"seconds": seconds, **kinds})]
         self.answers: dict[str, int] = {}
+        self.largest_seconds: list[float] = []
+        self.costly_seconds: list[float] = []
 
     def __enter__(self) -> "HostileProcess":
         import subprocess
@@ -336,4 +365,6 @@ class HostileProcess:
 
     def __exit__(self, *_: object) -> None:
         out, _ = self.process.communicate("", timeout=30)
-        self.answers = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        told = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        self.answers = told.get("answers", {})
+        self.largest_seconds, self.costly_seconds = told.get("largest_seconds", []), told.get("costly_seconds", [])

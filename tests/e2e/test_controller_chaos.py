@@ -7,6 +7,7 @@ whole length: no IP bound to two live claims at any moment, not only at the end.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -158,6 +159,11 @@ def test_two_replicas_without_leader_election(controller_factory, kube, sentinel
     assert_quiet(kube, [one, two], seconds=2.0)
 
 
+def _takeovers(controller) -> list[str]:
+    """From whom this replica took each Lease over ('': a released one)."""
+    return re.findall(r"taken over from '([^']*)'", controller.log_text())
+
+
 def _leaders(*controllers) -> list:
     return [c for c in controllers if c.alive() and "took leadership" in c.log_text().rsplit("lost leadership", 1)[-1]]
 
@@ -189,25 +195,29 @@ def test_two_replicas_with_leader_election(controller_factory, kube, sentinel, a
         killed_at = time.monotonic()
     finally:
         creator.join()
-    eventually(lambda: _leaders(standby), timeout=40, what="the standby to take over the expired Lease")
+    eventually(lambda: _leaders(standby), timeout=120, what="the standby to take over the expired Lease")
     takeover = time.monotonic() - killed_at
     while_standby = standby.log_text().split("took leadership", 1)[0]
     assert not _lines_for(while_standby, kube.ns), "the standby worked while the other one led"
     found = assert_invariants(kube, timeout=60, allow_errors=False)
     assert found.counts["addresses"] == 150
     print(f"the standby took over {takeover:.1f}s after the leader was killed")
-    assert takeover < 35, f"takeover took {takeover:.1f}s"
+    # Once the Lease expired: taken from the killed leader still named in it (a holder's Lease is taken only
+    # once seen unchanged for a whole lease duration; tests/unit/test_leader_timing.py pins that on a clock).
+    assert _takeovers(standby) == re.findall(r"took leadership of lease \S+ as (\S+)", leader.log_text())
 
     # A graceful stop gives the Lease up: a fresh standby takes over without waiting for expiry.
     third = controller_factory(args, name="elected-3")
     assert not _leaders(third)
     t0 = time.monotonic()
     assert standby.stop() == 0
-    eventually(lambda: _leaders(third), timeout=20, what="the new standby to take over")
+    eventually(lambda: _leaders(third), timeout=120, what="the new standby to take over")
     handover = time.monotonic() - t0
     _delete_claims(kube, claims[:75])
     found = assert_invariants(kube, timeout=60, allow_errors=False)
     assert found.counts["addresses"] == 75
     print(f"handover after SIGTERM took {handover:.1f}s")
-    assert handover < 15, f"handover after SIGTERM took {handover:.1f}s"
+    assert f"lease {kube.ns}/metal3-ipam-controller released" in standby.log_text(), \
+        "the stopped replica did not give the Lease up"
+    assert _takeovers(third) == [""], "the new standby waited for the Lease to expire"
     assert_quiet(kube, [third], seconds=1.0)

@@ -250,31 +250,44 @@ def test_misconfigured_key_field_is_refused_by_check(netbox):
 
 
 def test_stopped_paused_and_slow_netbox_are_classified_then_served_again(netbox):
+    """A stopped NetBox is unreachable at once (not after the client's timeout); a paused one, which never
+    answers, and a slow one are a timeout, at the client's own timeout: a client with a short one gives up
+    while one with a long one, sent the same request before it, still waits (and is answered once NetBox
+    resumes). The everyday requests go through the patient client, so a busy machine slows them, never
+    fails them."""
     net = seeded(netbox, 29)
     who = owner()
 
     async def run():
-        async with client(netbox, who, timeout=2.0) as c:
-            before = await c.allocate("a", str(net))
+        async with client(netbox, who, timeout=120.0) as patient, client(netbox, who, timeout=0.5) as hasty:
+            before = await patient.allocate("a", str(net))
             await asyncio.to_thread(netbox.stop_server)
             t0 = time.monotonic()
-            down = await refused(c.allocate("b", str(net)))
+            down = await refused(patient.allocate("b", str(net)))
             down_seconds = time.monotonic() - t0
             await asyncio.to_thread(netbox.start_server)
-            after = await c.allocate("b", str(net))
+            after = await patient.allocate("b", str(net))
             with netbox.paused():
+                waiting = asyncio.ensure_future(patient.find("a"))
+                await asyncio.sleep(0)  # its request is on its way first
                 t0 = time.monotonic()
-                paused = await refused(c.find("a"))
+                paused = await refused(hasty.find("a"))
                 paused_seconds = time.monotonic() - t0
-            with netbox.slowed(3.0):
-                slow = await refused(c.find("a"))
-            again = await c.allocate("a", str(net))
-            return before, down, down_seconds, after, paused, paused_seconds, slow, again
+                patient_was_waiting = not waiting.done()
+            found_once_resumed = await waiting
+            with netbox.slowed(10 * hasty.timeout):
+                slow = await refused(hasty.find("a"))
+            again = await patient.allocate("a", str(net))
+            return (before, down, down_seconds, after, paused, paused_seconds, patient_was_waiting,
+                    found_once_resumed, slow, again, hasty.timeout, patient.timeout)
 
-    before, down, down_seconds, after, paused, paused_seconds, slow, again = asyncio.run(run())
-    assert down.reason is Reason.UNREACHABLE and down_seconds < 2.0
+    (before, down, down_seconds, after, paused, paused_seconds, patient_was_waiting, found_once_resumed, slow, again,
+     short, long) = asyncio.run(run())
+    assert down.reason is Reason.UNREACHABLE and down_seconds < long
     assert after.ip == net[2] and before.ip == net[1]
-    assert paused.reason is Reason.TIMEOUT and 1.9 <= paused_seconds < 4.0
+    assert paused.reason is Reason.TIMEOUT and paused_seconds >= short
+    assert patient_was_waiting, "the short timeout did not end the request: something else did"
+    assert found_once_resumed == before
     assert slow.reason is Reason.TIMEOUT
     assert again == before
 

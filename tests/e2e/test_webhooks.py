@@ -203,8 +203,10 @@ def test_claims_are_bound_without_a_stall_while_hostile_clients_hammer_the_webho
                                                                                      tmp_path):
     """Idle and half-sent connections, bodies over the cap and the largest refused review back to back, sent
     straight to the webhook port (a bounded load, for a bounded time): the API server's reviews are still
-    answered in under a second, claims are bound without the stall judging on the controller's loop caused,
-    and /healthz says ok."""
+    answered, claims are bound without the stall judging on the controller's loop caused, and /healthz says
+    ok. The yardstick is measured beside them, on the same machine at the same time: the round trip of the
+    hostile clients' largest reviews, which is what a review or a claim waits for when judging holds up
+    what it goes through."""
     api = webhook_api
     namespace = new_namespace(api)
     pool = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "p"},
@@ -213,20 +215,23 @@ def test_claims_are_bound_without_a_stall_while_hostile_clients_hammer_the_webho
     _, usual = _bind_claims(api, namespace, [f"calm-{i}" for i in range(6)])
     pool_path = next(h.path for h in webhook.HOOKS if h.resource == "ippools" and not h.mutating)
     with load.HostileProcess(webhook_controller.port, webhook_controller.authority.pem, pool_path, tmp_path,
-                             seconds=60, idle=20, half_headers=10, big_bodies=10, largest_reviews=4) as hostile:
+                             seconds=120, idle=20, half_headers=10, big_bodies=10, largest_reviews=4) as hostile:
         admitted, hammered = _bind_claims(api, namespace, [f"hammered-{i}" for i in range(6)])
         started = time.monotonic()
         assert webhook_controller.process.http_status("/healthz") == 200
         health = time.monotonic() - started
+    assert hostile.largest_seconds, f"no largest review was judged, so there is no yardstick: {hostile.answers}"
+    yardstick = statistics.median(hostile.largest_seconds)
     print(f"bound in {statistics.median(usual):.3f} s (median) alone, {statistics.median(hammered):.3f} s under "
-          f"{hostile.answers}; creates admitted in {max(admitted):.3f} s at most; /healthz in {health:.3f} s")
-    assert max(admitted) < 1.0, admitted
-    assert health < 1.0
-    # The hostile clients run on the same two cores as the API server, etcd and the controller, so binding
-    # slows by the CPU they take (measured 0.3-0.8 s against 0.03-0.06 s alone, from one run to another): what
-    # this bounds is the stall of reviews judged on the controller's loop, where eight clients sending the
-    # largest refused review back to back took binding from 0.06 s to 4 s.
-    assert statistics.median(hammered) < 1.5, (usual, hammered)
+          f"{hostile.answers}; creates admitted in {max(admitted):.3f} s at most; /healthz in {health:.3f} s; "
+          f"a largest review answered in {yardstick:.3f} s (median of {len(hostile.largest_seconds)})")
+    # Judged on the controller's loop, the largest reviews held it for their whole round trip, one after the
+    # other: each create, each binding and /healthz waited about as long (eight such clients took binding from
+    # 0.06 s to 4 s). Judged on threads of their own, the others wait for none of them (measured: creates
+    # admitted in a fifth of a largest review's round trip, bindings a third).
+    assert max(admitted) < yardstick, (admitted, hostile.largest_seconds)
+    assert health < yardstick, (health, hostile.largest_seconds)
+    assert statistics.median(hammered) < yardstick, (usual, hammered, hostile.largest_seconds)
     assert sum(hostile.answers.values()) >= 30, hostile.answers  # the load did reach the webhook
 
 

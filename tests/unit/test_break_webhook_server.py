@@ -22,51 +22,53 @@ from metal3_ipam.testing.waiting import eventually
 from test_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, address, inventory, request
 
 
-def _costly_small_pool(name: str = "costly") -> dict:
-    """A pool review just under the small reviews' size (64 KiB) that takes the rules a long while:
-    256 entries of 28 DNS servers each, every one of them wrong."""
-    return {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"namePrefix": name,
-                     "pools": [{"start": f"10.0.{i}.1", "end": f"10.0.{i}.0", "gateway": "2001:db8::1",
-                                "dnsServers": ["b"] * 28} for i in range(256)]}}
-
-
 def test_small_costly_reviews_do_not_get_a_good_review_refused(tmp_path):
-    """Clients posting reviews just under 64 KiB that take long to judge, more of them at once than the small
-    lane's queue holds: an ordinary review (a few hundred bytes) still gets its answer, within a second."""
-    body = load.review(load.pool_request(_costly_small_pool()))
+    """Clients posting reviews just under 64 KiB that take long to judge, a dozen at once, back to back: an
+    ordinary review (a few hundred bytes) is judged ahead of them (smallest first), so it is answered, and in a
+    fraction of the time each of them waits for its own answer (both measured side by side in this run; judged
+    in arrival order, it would wait as long as they do). How long each takes is measured by bench/admission.py."""
+    body = load.review(load.pool_request(load.costly_small_pool()))
     assert len(body) <= Limits().small_review_bytes
 
     async def scenario() -> None:
-        async with Served(tmp_path, Limits()) as served:
+        # No judging deadline and patient clients: whatever the machine's speed, every review is judged and
+        # answered, so the times compared are those of the queue's order, never of a refusal.
+        async with Served(tmp_path, Limits(judge_seconds=600)) as served:
             stop = threading.Event()
-            answers: list[int] = []
+            costly: list[tuple[int, float, float]] = []  # (status, sent at, round trip)
 
             def hammer() -> None:
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + 300
                 while not stop.is_set() and time.monotonic() < deadline:
-                    status, _ = load.post(served.port, served.context, POOL_PATH, body)
-                    answers.append(status)
+                    started = time.monotonic()
+                    status, _ = load.post(served.port, served.context, POOL_PATH, body, timeout=300)
+                    costly.append((status, started, time.monotonic() - started))
 
-            def ask() -> list[tuple[int, float]]:
-                eventually(lambda: len(answers) >= 12, timeout=15, interval=0.05, what="costly reviews answered")
-                good = []
+            def ask() -> tuple[float, list[tuple[int, float]]]:
+                eventually(lambda: len(costly) >= 12, timeout=300, interval=0.05, what="costly reviews answered")
+                since, good = time.monotonic(), []
                 for _ in range(8):
                     started = time.monotonic()
-                    status, _ = served.post(load.review(load.claim_request()), CLAIM_PATH)
+                    status, _ = load.post(served.port, served.context, CLAIM_PATH,
+                                          load.review(load.claim_request()), timeout=300)
                     good.append((status, round(time.monotonic() - started, 3)))
-                return good
+                return since, good
 
             hammers = [threading.Thread(target=hammer, daemon=True) for _ in range(12)]
             for thread in hammers:
                 thread.start()
             try:
-                good = await asyncio.to_thread(ask)
+                since, good = await asyncio.to_thread(ask)
             finally:
                 stop.set()
-                await asyncio.to_thread(lambda: [t.join(15) for t in hammers])
-            assert all(status == 200 and seconds < 1.0 for status, seconds in good), good
+                await asyncio.to_thread(lambda: [t.join(300) for t in hammers])
+            waited = sorted(seconds for _, sent, seconds in costly if sent >= since)
+            assert {status for status, _, _ in costly} == {200} and waited, costly
+            costly_median = waited[len(waited) // 2]
+            print(f"ordinary reviews {[s for _, s in good]} s; costly ones {costly_median:.3f} s (median of "
+                  f"{len(waited)} sent meanwhile)")
+            assert all(status == 200 for status, _ in good), good
+            assert max(seconds for _, seconds in good) < costly_median / 2, (good, waited)
 
     asyncio.run(scenario())
 

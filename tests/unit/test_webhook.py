@@ -301,34 +301,45 @@ def _post(port: int, ca: bytes, path: str, review: dict) -> dict:
 
 def test_reviews_are_answered_while_the_controller_loop_is_busy(tmp_path):
     """A reconcile pass holding the controller's event loop does not hold up the API server's
-    admission calls; a pool review, which reads the inventory, waits for that loop."""
+    admission calls; a pool review, which reads the inventory, reads it on that loop, so waits for it.
+    The loop is held until the claim's answer has come (never, if that answer needed the loop)."""
     import threading
-    import time
 
     authority = Authority.create()
     authority.issue(tmp_path)
     port = _free_port()
     claim_path = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
     pool_path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
-    answered: dict[str, float] = {}
+    answered = {name: threading.Event() for name in ("claim", "pool")}
+    read_on: list[threading.Thread] = []
+
+    class Watched(Admission):
+        def live(self, *args, **kwargs):
+            read_on.append(threading.current_thread())
+            return super().live(*args, **kwargs)
 
     def ask(name: str, path: str, obj: dict) -> None:
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request("CREATE", obj)}
         assert _post(port, authority.pem, path, review)["response"]["allowed"]
-        answered[name] = time.monotonic()
+        answered[name].set()
 
     async def scenario() -> None:
-        server = await WebhookServer(Admission(inventory()), "127.0.0.1", port, tmp_path).start()
+        # No judging deadline: the pool review waits for the loop however long the claim's answer takes.
+        server = await WebhookServer(Watched(inventory()), "127.0.0.1", port, tmp_path,
+                                     limits=Limits(judge_seconds=600)).start()
         try:
             askers = [threading.Thread(target=ask, args=("claim", claim_path, ipclaim("c1"))),
                       threading.Thread(target=ask, args=("pool", pool_path, POOL))]
             for t in askers:
                 t.start()
-            busy_until = time.monotonic() + 1.5
-            time.sleep(1.5)  # the controller's loop, busy: nothing else runs on it meanwhile
-            await asyncio.to_thread(lambda: [t.join(10) for t in askers])
-            assert answered["claim"] < busy_until, "a claim review waited for the controller's loop"
-            assert answered["pool"] >= busy_until, "a pool review read the inventory off the controller's loop"
+            # The controller's loop, busy: nothing else runs on it meanwhile.
+            claim_answered = answered["claim"].wait(60)
+            pool_answered_meanwhile = answered["pool"].is_set()
+            await asyncio.to_thread(lambda: [t.join(60) for t in askers])
+            assert claim_answered, "a claim review waited for the controller's loop"
+            assert not pool_answered_meanwhile, "a pool review was answered while the controller's loop was held"
+            assert answered["pool"].is_set(), "the pool review was not answered once the loop was free"
+            assert read_on == [threading.current_thread()], "a pool review read the inventory off the controller's loop"
         finally:
             await server.close()
 
@@ -368,6 +379,7 @@ def test_when_the_pools_cannot_be_listed_the_inventory_answers():
 # -- hostile clients ----------------------------------------------------------------------
 
 import logging  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 
 from metal3_ipam.controller.webhook import MESSAGE_CHARS, Limits, Malformed, read_review  # noqa: E402
@@ -454,7 +466,7 @@ class Served:
 
     def timed_good_review(self) -> float:
         started = time.monotonic()
-        status, answer = self.post(load.review(load.claim_request()), CLAIM_PATH)
+        status, answer = load.post(self.port, self.context, CLAIM_PATH, load.review(load.claim_request()), timeout=120)
         assert status == 200 and json.loads(answer)["response"]["allowed"], answer
         return time.monotonic() - started
 
@@ -522,7 +534,10 @@ def test_bodies_over_the_cap_are_refused_before_they_are_read(tmp_path):
 
 
 def test_idle_half_sent_and_slow_connections_are_closed_after_their_timeout(tmp_path):
+    """Closed after the timeouts the server was given (0.5 s): before the defaults (5 s for a body, 15 s idle)
+    would have closed any of them, ten times those, so that a slow machine does not make the difference."""
     limits = Limits(idle_seconds=0.5, read_seconds=0.5)
+    defaults = Limits()
 
     async def scenario() -> None:
         async with Served(tmp_path, limits) as served:
@@ -538,7 +553,7 @@ def test_idle_half_sent_and_slow_connections_are_closed_after_their_timeout(tmp_
                 try:
                     assert all(load.closed_by_server(sock, 5) for sock in idle + half), "a connection stayed open"
                     assert all(load.status_line(sock, 5).startswith("HTTP/1.1 408 ") for sock in slow)
-                    assert time.monotonic() - started < 4
+                    assert time.monotonic() - started < min(defaults.idle_seconds, defaults.read_seconds)
                 finally:
                     for sock in idle + half + slow:
                         sock.close()
@@ -548,13 +563,17 @@ def test_idle_half_sent_and_slow_connections_are_closed_after_their_timeout(tmp_
 
 
 def test_when_connections_are_at_the_cap_the_longest_waiting_makes_room(tmp_path):
+    """Eight idle connections at a cap of eight, with an idle timeout longer than any test runs: a newcomer is
+    answered because the oldest of them is closed for it (no timeout can have made the room)."""
     async def scenario() -> None:
-        async with Served(tmp_path, Limits(connections=8)) as served:
+        async with Served(tmp_path, Limits(connections=8, idle_seconds=3600)) as served:
             await asyncio.sleep(0)
             def ask() -> None:
                 idle = [load.tls_socket(served.port, served.context) for _ in range(8)]
                 try:
-                    assert served.timed_good_review() < 1.0
+                    status, answer = load.post(served.port, served.context, CLAIM_PATH,
+                                               load.review(load.claim_request()), timeout=120)
+                    assert status == 200 and json.loads(answer)["response"]["allowed"], answer
                     assert load.closed_by_server(idle[0], 5), "the oldest idle connection was kept"
                 finally:
                     for sock in idle:
@@ -566,9 +585,11 @@ def test_when_connections_are_at_the_cap_the_longest_waiting_makes_room(tmp_path
 
 def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path):
     """Clients posting the largest refused pool back to back: the loop that owns the inventory keeps
-    turning (it only copies what a pool review reads), and an ordinary review is answered at once."""
+    turning (it only copies what a pool review reads), and an ordinary review is answered in a small share of
+    the time one of them takes (on a thread of its own, it never waits for one being judged)."""
     async def scenario() -> None:
-        async with Served(tmp_path, Limits()) as served:
+        # No judging deadline: every largest review is judged, however slow the machine (none refused 503).
+        async with Served(tmp_path, Limits(judge_seconds=600)) as served:
             loop = asyncio.get_running_loop()
             gaps = []
 
@@ -580,22 +601,27 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
                     last = loop.time()
 
             ticking = asyncio.create_task(ticker())
-            hostile = load.HostileLoad(served.port, served.authority.pem, POOL_PATH, largest_reviews=4, seconds=20)
+            hostile = load.HostileLoad(served.port, served.authority.pem, POOL_PATH, largest_reviews=4, seconds=600)
             with hostile:
-                await asyncio.to_thread(eventually, lambda: hostile.answers[200] >= 4, timeout=15, interval=0.05,
+                await asyncio.to_thread(eventually, lambda: hostile.answers[200] >= 4, timeout=300, interval=0.05,
                                         what="largest reviews to be refused")
                 gaps.clear()
                 good = [await asyncio.to_thread(served.timed_good_review) for _ in range(5)]
             ticking.cancel()
-            assert max(good) < 1.0, good
+            # The yardstick, measured beside them: a largest review's round trip. Judged on the thread that
+            # judges them, an ordinary review would wait for the one under way, a good share of that.
+            yardstick = statistics.median(hostile.largest_seconds)
+            print(f"ordinary reviews {good} s; the largest refused review {yardstick:.3f} s (median)")
+            assert max(good) < yardstick / 4, (good, hostile.largest_seconds)
             # Judged on the loop, the back-to-back largest reviews stall it nearly all the time (measured: 3.24 s
-            # of 3.28 s); a loaded machine may pause it now and then (one 0.33 s gap seen). So: stalls are a
-            # small share of the time, whatever the machine's speed.
+            # of 3.28 s), each gap as long as judging one (a quarter of the yardstick: four are queued); a loaded
+            # machine pauses it now and then. So: gaps of half a judging are a small share of the time.
             window = sum(gaps)
-            stalled = sum(gap for gap in gaps if gap > 0.1)
+            stalled = sum(gap for gap in gaps if gap > yardstick / 8)
             print(f"loop: longest gap {max(gaps):.3f} s, stalled {stalled:.2f} s of {window:.2f} s")
             assert stalled < 0.5 * window, f"the controller's loop stalled {stalled:.2f} s of {window:.2f} s"
-            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError', 'BrokenPipeError'}, hostile.answers
+            assert hostile.answers[200] and set(hostile.answers) <= {200, 503, 'SSLEOFError', 'ConnectionResetError',
+                                                                     'BrokenPipeError'}, hostile.answers
 
     asyncio.run(scenario())
 
@@ -603,12 +629,12 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
 def test_memory_stays_bounded_whatever_clients_send(tmp_path):
     """The server alone in a process: 60 clients sending 8 MiB bodies, others bodies just under the cap,
     idle and half-sent connections, and the largest refused review back to back. Its peak resident memory
-    stays within a bound, and an ordinary review is answered in under a second meanwhile, on a connection
-    kept open as the API server keeps it (a new connection waits its turn behind the hostile ones: the
-    connection cap test shows that it gets one)."""
+    stays within a bound, and ordinary reviews are answered meanwhile, not refused, as the API server sends
+    them: on a connection it keeps open, and again on a new one when that was closed (the connection cap test
+    shows that it gets one). How long they take beside each load is measured by bench/admission.py."""
     with load.ServerProcess(tmp_path) as server, contextlib.ExitStack() as kept:
         port, context, authority = server.port, server.context, server.authority
-        api_server = load.KeptAlive(port, context)  # as the API server calls a webhook: on a kept connection
+        api_server = load.KeptAlive(port, context, timeout=120)  # as the API server calls a webhook: kept
         kept.callback(api_server.close)
         status, _ = api_server.post(CLAIM_PATH, load.review(load.claim_request()))
         assert status == 200
@@ -627,7 +653,7 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
         after = load.rss_bytes(server.pid)
     print(f"resident: {before / 2**20:.0f} MiB before, {peak / 2**20:.0f} MiB at the peak, {after / 2**20:.0f} after;"
           f" good reviews in {max(seconds for _, seconds, _ in good):.2f} s at most")
-    assert all(status == 200 and seconds < 1.0 for status, seconds, _ in good), good
+    assert all(status == 200 for status, _, _ in good), good
     assert peak - before < 160 * 2**20, f"peak {peak / 2**20:.0f} MiB from {before / 2**20:.0f} MiB"
 
 
