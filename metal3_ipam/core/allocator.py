@@ -190,6 +190,20 @@ class Allocator:
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
                            what="its address")
 
+    def never_for(self, claim: str, ip: int) -> str | None:
+        """Why the pool would never hand ``ip`` to ``claim`` (a claim's name), whatever else holds it; None when
+        it could: inside a range, neither a gateway nor excluded, not withheld, not preallocated to another."""
+        if self.pool.entry_of(ip) is None:
+            return "is not inside any range of the pool"
+        if self.pool.is_reserved(ip):
+            return "is a gateway or excluded address of the pool"
+        if self.is_withheld(ip):
+            return "is withheld: an earlier pool of the namespace with another namePrefix owns it"
+        holder = self.pool.holder_of(ip)
+        if holder is not None and holder != claim:
+            return f"is preallocated to claim {holder}"
+        return None
+
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
         text = ip_text(self.pool.address_of(ip))
@@ -201,17 +215,10 @@ class Allocator:
             if not same:
                 raise AllocationError(ALLOCATION_FAILED,
                                       f"conflict: claim {claim} is preallocated {text} but its ipAddress annotation asks for {requested}")
+        why = self.never_for(claim, ip)
+        if why is not None:
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} {why}")
         entry = self.pool.entry_of(ip)
-        if entry is None:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is not inside any range of the pool")
-        if self.pool.is_reserved(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is a gateway or excluded address of the pool")
-        if self.is_withheld(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: an earlier pool of the "
-                                                     "namespace with another namePrefix owns it")
-        holder = self.pool.holder_of(ip)
-        if holder is not None and holder != claim:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
         if ip in self.taken or self.is_covered(ip) or name_taken(ip):
             what = "preallocated address" if preallocated else what
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")

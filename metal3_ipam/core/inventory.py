@@ -456,6 +456,16 @@ class Inventory:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
+    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int) -> list[dict]:
+        """The addresses in ``namespace`` holding ``ip`` for another pool among those keeping an IP unique in
+        their namespace (a global pool's locks in the lock namespace are not of them)."""
+        found = []
+        for key in sorted(self.holders(namespace, version, ip)):
+            filed = self._filed(key)
+            if filed is not None and filed != pool_key and pools.REGISTRY[filed.kind].unique_in_namespace:
+                found.append(self.objects[key])
+        return found
+
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
         key = self.key(pool)
@@ -516,6 +526,8 @@ class Inventory:
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, ip: any(
                 self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
+            held_by_others=lambda namespace, version, ip: self.held_by_others(pool_key, namespace, version, ip),
+            address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
