@@ -535,6 +535,7 @@ class Inventory:
             lock_namespace=self.lock_namespace,
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,
+            serves_every_namespace=self.namespaces is None,
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)
 

@@ -36,6 +36,10 @@ What it guarantees, whatever it is shown:
   IPAddress (the Go Metal3 IPAM names it ``<namePrefix>-<ip>``) keeps that
   address; its lock is created for it, and the pool hands out nothing new
   until every such lock is in place;
+- an address object a claim is not bound to yet is taken up only when no
+  other claim holds its IP and, written before its claim, the pool could have
+  given it that IP; otherwise the claim is told (``AddressConflict``), holds
+  nothing and is given nothing else while the address names it (``refusal``);
 - an IP that any address of the namespace holds, in any pool and of either
   API, is never handed out; where pools with different namePrefixes overlap,
   the overlap belongs to the earlier pool only (see ``overlap``);
@@ -144,6 +148,7 @@ class Snapshot:
     # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
     # claim is in a namespace not served is left to the controller that serves it.
     serves: Callable[[str], bool] = lambda namespace: True
+    serves_every_namespace: bool = True  # no ``-n``: what a pool of cluster scope shows is all there is
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
@@ -523,8 +528,8 @@ class _Reconciler:
     def conflict_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where claims of the pool have an address object they do not take up, say which (each claim says why)."""
         conflicts = self.ledger.conflicts
-        if not conflicts:
-            return None
+        if not conflicts or (self.kind.cluster_scoped and not self.snap.serves_every_namespace):
+            return None  # under ``-n`` each controller of a pool of cluster scope sees the claims of its namespaces
         shown = sorted(conflicts.values())[:8]
         more = f"; and {len(conflicts) - len(shown)} more" if len(conflicts) > len(shown) else ""
         message = _bounded(f"{len(conflicts)} claim(s) of the pool have an address object that is not taken up, "
