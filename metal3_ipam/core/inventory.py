@@ -456,15 +456,20 @@ class Inventory:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
-    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int) -> list[dict]:
-        """The addresses in ``namespace`` holding ``ip`` for another pool among those keeping an IP unique in
-        their namespace (a global pool's locks in the lock namespace are not of them)."""
+    def addresses_at(self, namespace: str, version: int, ip: int) -> list[tuple[o.PoolKey, dict]]:
+        """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``, with their pool."""
         found = []
         for key in sorted(self.holders(namespace, version, ip)):
             filed = self._filed(key)
-            if filed is not None and filed != pool_key and pools.REGISTRY[filed.kind].unique_in_namespace:
-                found.append(self.objects[key])
+            if filed is not None:
+                found.append((filed, self.objects[key]))
         return found
+
+    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int) -> list[dict]:
+        """The addresses in ``namespace`` holding ``ip`` for another pool among those keeping an IP unique in
+        their namespace (a global pool's locks in the lock namespace are not of them)."""
+        return [address for filed, address in self.addresses_at(namespace, version, ip)
+                if filed != pool_key and pools.REGISTRY[filed.kind].unique_in_namespace]
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""

@@ -264,3 +264,50 @@ def test_go_state_at_the_gateway_and_preallocated_ips_is_still_adopted_as_it_is(
     for kind, name in ((CAPI_CLAIM, "gw"), (IPCLAIM, "ipc-gw"), (CAPI_CLAIM, "pre")):
         assert ready(api, kind, name)["status"] == "True", (name, ready(api, kind, name))
     assert not api.events
+
+
+# -- admission ---------------------------------------------------------------------------------------------
+
+def review(api, obj: dict) -> dict:
+    from metal3_ipam.controller.webhook import Admission
+    from test_webhook import request
+
+    return Admission(api.inventory).review(request("CREATE", obj))
+
+
+@pytest.mark.parametrize("ip, words", [("10.8.1.1", ["gateway"]), ("10.8.1.9", ["excluded"]),
+                                       ("192.168.9.9", ["not inside"])])
+def test_admission_refuses_an_address_written_before_its_claim_that_its_pool_could_not_hand_out(ip, words):
+    api = converged(*incluster_pools())
+    response = review(api, capi_address("y", "y", IN_CLUSTER, "b", ip))
+    assert not response["allowed"], response
+    message = response["status"]["message"]
+    for word in ["spec.address", ip, f"InClusterIPPool {NS}/b", *words]:
+        assert word in message, (word, message)
+
+
+@pytest.mark.parametrize("pool", ["a", "b"])
+def test_admission_refuses_an_address_written_before_its_claim_at_an_ip_another_address_holds(pool):
+    api = converged(*incluster_pools(), incluster_claim("x", "b"))
+    held = o.spec(get(api, CAPI_ADDRESS, "x"))["address"]
+    response = review(api, capi_address("y", "y", IN_CLUSTER, pool, held))
+    assert not response["allowed"], response
+    assert f"IPAddressClaim {NS}/x" in response["status"]["message"] and held in response["status"]["message"]
+
+
+def test_admission_lets_through_what_an_ipam_or_a_move_writes_and_free_addresses():
+    api = converged(*incluster_pools(), incluster_claim("x", "b"))
+    x = get(api, CAPI_ADDRESS, "x")
+    # Its claim's own address (a move's copy: owner reference to the claim), and what a restore brings for the
+    # claim that holds the lock already.
+    assert review(api, {**x, "metadata": {k: v for k, v in x["metadata"].items() if k != "resourceVersion"}})["allowed"]
+    lockless = capi_address("x", "x", IN_CLUSTER, "b", o.spec(x)["address"], prefix=16)
+    api.inventory.remove(x)
+    assert review(api, lockless)["allowed"]
+    assert review(api, capi_address("y", "y", IN_CLUSTER, "a", "10.8.0.7"))["allowed"]
+    # The Go Metal3 IPAM's state (an IPPool's gateway) is never judged here: owner references to its claim.
+    pool = go_pool("gp", NS, {"namePrefix": "gp", "gateway": "10.0.0.1", "prefix": 24,
+                              "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}]})
+    claim, address = go_served_capi_claim("gw", pool, "10.0.0.1", gateway="10.0.0.1")
+    api = loaded(pool)
+    assert review(api, address)["allowed"]
