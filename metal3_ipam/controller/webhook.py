@@ -38,6 +38,9 @@ Why the policies are what they are:
 - Defaulting: ``failurePolicy: Ignore``; the CRD schema sets the same default.
 - IPAddressClaims on other providers' pools never reach us (``matchConditions``
   on ``spec.poolRef.apiGroup``): our outage is not theirs.
+- Cluster API IPAddresses reach us only on create, naming one of our pools and
+  without an owner reference to a claim (written by hand, restored): what an
+  IPAM or ``clusterctl move`` writes never waits on us.
 """
 
 from __future__ import annotations
