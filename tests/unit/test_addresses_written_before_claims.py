@@ -311,3 +311,103 @@ def test_admission_lets_through_what_an_ipam_or_a_move_writes_and_free_addresses
     claim, address = go_served_capi_claim("gw", pool, "10.0.0.1", gateway="10.0.0.1")
     api = loaded(pool)
     assert review(api, address)["allowed"]
+
+
+# -- property: addresses written by hand before their claims, in any pool of the namespace ---------------------
+
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from metal3_ipam.core.allocator import never_for  # noqa: E402
+from metal3_ipam.core import pools as pool_kinds  # noqa: E402
+
+POOLS = {"a": IN_CLUSTER, "b": IN_CLUSTER, "pa": kinds.IPPOOL}
+
+
+def world() -> list[dict]:
+    """Two in-cluster pools and an IPPool of one namespace, the later ones overlapping the earlier."""
+    objs = [gi.ip_pool("a", namespace=NS, prefix=24, addresses=["10.8.0.1-10.8.0.6"], gateway="10.8.0.3"),
+            gi.ip_pool("b", namespace=NS, prefix=24, addresses=["10.8.0.5-10.8.0.9"], excluded=["10.8.0.8"]),
+            ippool("pa", namePrefix="pa", pools=[{"start": "10.8.0.9", "end": "10.8.0.12"}], prefix=24,
+                   preAllocations={"pre": "10.8.0.11"})]
+    for i, obj in enumerate(objs):
+        obj["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:0{i}Z"
+    return objs
+
+
+def claim_for(name: str, pool: str, kind: str) -> dict:
+    if pool == "pa":
+        return ipclaim(name, pool="pa") if kind == "IPClaim" else capi_claim(name, pool="pa")
+    return incluster_claim(name, pool)
+
+
+def written(name: str, pool: str, kind: str, ip: str) -> dict:
+    if kind == "IPClaim":
+        return metal3_address(f"hand-{name}", name, "pa", ip)
+    return capi_address(f"hand-{name}", name, POOLS[pool], pool, ip)
+
+
+claims_st = st.lists(st.tuples(st.sampled_from(sorted(POOLS)), st.sampled_from(["IPClaim", "IPAddressClaim"])),
+                     max_size=5)
+by_hand_st = st.lists(st.tuples(st.sampled_from(sorted(POOLS)), st.sampled_from(["IPClaim", "IPAddressClaim"]),
+                                st.one_of(st.integers(0, 13).map(lambda n: f"10.8.0.{n}"),
+                                          st.just("192.168.9.9"), st.integers(0, 9).map(lambda k: k))),
+                      max_size=4)
+
+
+def statuses_bind(api) -> dict[str, set]:
+    """IP -> live claims whose status binds them to it (Ready=True and the address object it names)."""
+    return live_bindings(api)
+
+
+@settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(claims_st, by_hand_st, st.integers(0, 1000))
+def test_addresses_written_by_hand_before_their_claims_never_bind_one_ip_twice(served, by_hand, seed):
+    api = loaded(*world())
+    for i, (pool, kind) in enumerate(served):
+        api.load(claim_for(f"s{i}", pool, kind if pool == "pa" else "IPAddressClaim"))
+    converge(api, random.Random(seed))
+    held = sorted(ip for ip in live_bindings(api))
+    hand = {}
+    for i, (pool, kind, where) in enumerate(by_hand):
+        kind = kind if pool == "pa" else "IPAddressClaim"
+        ip = (held[where % len(held)] if held else "10.8.0.1") if isinstance(where, int) else where
+        obj = written(f"h{i}", pool, kind, ip)
+        note(f"h{i}: {kind} of {pool} at {ip}")
+        hand[f"h{i}"] = (pool, kind, obj)
+        api.load(obj)
+        api.load(claim_for(f"h{i}", pool, kind))
+    converge(api, random.Random(seed))
+    assert_no_ip_twice(api)
+    models = {name: pool_kinds.read(get(api, kind, name))[0] for name, kind in POOLS.items()}
+    for name, (pool, kind, obj) in hand.items():
+        claim_kind = IPCLAIM if kind == "IPClaim" else CAPI_CLAIM
+        condition = ready(api, claim_kind, name)
+        stored = get(api, kinds.kind_of(obj), o.name(obj))
+        if condition.get("status") == "True":
+            if o.status(get(api, claim_kind, name)).get("address" if kind == "IPClaim" else "addressRef", {}).get(
+                    "name") == o.name(obj):
+                model = models[pool]
+                unit = model.unit_of(int(o.address_ip(obj)))
+                assert never_for(model, [], name, unit) is None, (name, o.spec(obj)["address"])
+        else:
+            assert condition.get("reason") in (CONFLICT, "PoolExhausted"), condition
+            if condition.get("reason") == CONFLICT:
+                assert stored is not None and stored["spec"] == obj["spec"] and not o.finalizers(stored)
+                assert not o.finalizers(get(api, claim_kind, name))
+    assert not any(plan for plan in (pool_plan_of(api, key) for key in api.inventory.pool_keys())), "no fixed point"
+    # Once every address not taken up is deleted, each of those claims is served or told the pool is full.
+    for name, (pool, kind, obj) in hand.items():
+        if ready(api, IPCLAIM if kind == "IPClaim" else CAPI_CLAIM, name).get("reason") == CONFLICT:
+            api.inventory.remove(get(api, kinds.kind_of(obj), o.name(obj)))
+    converge(api, random.Random(seed))
+    assert_no_ip_twice(api)
+    for name, (pool, kind, obj) in hand.items():
+        condition = ready(api, IPCLAIM if kind == "IPClaim" else CAPI_CLAIM, name)
+        assert condition.get("status") == "True" or condition.get("reason") == "PoolExhausted", (name, condition)
+
+
+def pool_plan_of(api, key):
+    from metal3_ipam.core.reconcile import reconcile
+
+    return reconcile(api.inventory.snapshot(key, api.now, random.Random(0)))
