@@ -891,8 +891,12 @@ class _Reconciler:
                 and ref.get("namespace") in (None, "", o.namespace(address)):
             return True
         ip = _ip_of(address)
-        return ip is not None and self.pool is not None and ip.version == self.pool.version \
-            and named_ip(claim, self.pool) == self.pool.unit_of(int(ip))
+        if ip is None or self.pool is None or ip.version != self.pool.version:
+            return False
+        unit = self.pool.unit_of(int(ip))
+        # The ledger read it from the status when the claim was loaded (``kept``); read here only for the claims
+        # it keeps nothing for (preallocated ones, those asking for an IP).
+        return self.ledger.kept.get(o.claim_key(claim)) == unit or named_ip(claim, self.pool) == unit
 
     def not_taken_up(self, claim: dict, address: dict) -> bool:
         """Whether a live claim's address object lacking our finalizer is one it does not take up (``serve``
