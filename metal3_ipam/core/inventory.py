@@ -465,11 +465,13 @@ class Inventory:
                 found.append((filed, self.objects[key]))
         return found
 
-    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int) -> list[dict]:
+    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int,
+                       every_pool: bool = False) -> list[dict]:
         """The addresses in ``namespace`` holding ``ip`` for another pool among those keeping an IP unique in
-        their namespace (a global pool's locks in the lock namespace are not of them)."""
+        their namespace (a global pool's locks in the lock namespace are not of them), or with ``every_pool``
+        of any other pool (what an outside IPAM's pool refuses)."""
         return [address for filed, address in self.addresses_at(namespace, version, ip)
-                if filed != pool_key and pools.REGISTRY[filed.kind].unique_in_namespace]
+                if filed != pool_key and (every_pool or pools.REGISTRY[filed.kind].unique_in_namespace)]
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
@@ -531,7 +533,8 @@ class Inventory:
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, ip: any(
                 self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
-            held_by_others=lambda namespace, version, ip: self.held_by_others(pool_key, namespace, version, ip),
+            held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
+                pool_key, namespace, version, ip, every_pool),
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,

@@ -119,8 +119,9 @@ class Snapshot:
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
     held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
-    # The addresses (either API) of other pools of the namespace at (version, ip), to name what holds an IP.
-    held_by_others: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []
+    # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
+    # (with ``every_pool``: of any other pool), to name what holds an IP.
+    held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
     # The Metal3 IPAddress of that name in the namespace, whatever its pool, or None.
     address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
@@ -872,7 +873,8 @@ class _Reconciler:
             lock = self.snap.address_named(namespace, lock_name)
             return _held_text(lock) if lock is not None else f"IPAddress {namespace}/{lock_name}, its lock, exists already"
         if self.kind.unique_in_namespace or self.kind.outside is not None:
-            others = self.snap.held_by_others(namespace, self.pool.version, int(self.pool.address_of(unit)))
+            others = self.snap.held_by_others(namespace, self.pool.version, int(self.pool.address_of(unit)),
+                                              every_pool=self.kind.outside is not None)
             if others:
                 return _held_text(others[0])
         return None
