@@ -620,7 +620,7 @@ class _Reconciler:
             keep = self.keep_one(claim, live, step)
             refusal = None if self.named_by_status(claim, keep) else self.refusal(claim, keep, locking=False)
             if refusal is not None:
-                self.refuse(claim, step, refusal)
+                self.refuse(claim, step, keep, refusal)
             else:
                 self.restore_outside_key(claim, keep, step)
                 self.ensure_bound(claim, keep, step)
@@ -804,7 +804,7 @@ class _Reconciler:
         if refusal is not None:
             # Its IP is another's (the lock's name taken included: state an earlier IPAM left, where two pools
             # with one namePrefix gave one IP twice), or one the pool could not have given it.
-            return self.refuse(claim, step, refusal)
+            return self.refuse(claim, step, mirror, refusal)
         spec = o.spec(mirror)
         entry = self.pool.entry_of(self.pool.unit_of(int(ip)))
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
@@ -848,9 +848,10 @@ class _Reconciler:
 
         Every lock (a Metal3 IPAddress) of another claim or of none, every allocation of this pass, an IP kept for
         another claim whose status names it, any address of another pool of the namespace (for the kinds whose
-        IPs are unique there), and a lock's name taken by any object. A Cluster API IPAddress of another claim of
-        the pool counts only for a claim that has no lock yet, and only while that claim exists: it is either
-        locked (and its lock counts) or, not taken up, the user's.
+        IPs are unique there), and a lock's name taken by any object. A Cluster API IPAddress of another live claim
+        of the pool counts for a claim that has no lock yet, and against one whose lock it is only when that
+        claim's status names it (a binding made before, by an earlier IPAM): else it is locked (and its lock
+        counts) or, not taken up, the user's.
         """
         key, ledger = o.claim_key(claim), self.ledger
         for tag, name in ledger.holders_of(unit):
@@ -860,7 +861,10 @@ class _Reconciler:
             if other is None or other is address:
                 continue
             owner = ledger.claim_key_of(other, (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(other))
-            if owner == key or (tag == CAPI and (not locking or owner not in ledger.claims)):
+            if owner == key:
+                continue
+            holder = ledger.claims.get(owner) if owner is not None else None
+            if tag == CAPI and (holder is None or not (locking or self.named_by_status(holder, other))):
                 continue
             return _held_text(other)
         kept = ledger.allocator.kept.get(unit)
@@ -910,13 +914,17 @@ class _Reconciler:
             return self.refusal(claim, address, locking=True) is not None
         return not self.named_by_status(claim, address) and self.refusal(claim, address, locking=False) is not None
 
-    def refuse(self, claim: dict, step: Step, refusal: str) -> None:
+    def refuse(self, claim: dict, step: Step, address: dict, refusal: str) -> None:
         """The claim is told why its address object is not taken up (Ready=False, an IPClaim's errorMessage, one
-        Warning Event), is given no other IP while that object names it, and the pool lists it."""
+        Warning Event), is given no other IP while that object names it, and the pool lists it. A status that
+        names that object already (a binding an earlier IPAM made) keeps naming it: whatever runs on its IP is
+        not cut off, and the claim stays first in line for it."""
         self.ledger.conflicts[o.claim_key(claim)] = _bounded(f"{o.namespace(claim)}/{o.name(claim)}: {refusal}", 256)
+        ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
         self.fail(claim, step, ADDRESS_CONFLICT,
                   f"{refusal}; it is not taken up, and no other address is given while it names this claim; "
-                  "delete it (it is left as written) for the claim to be served")
+                  "delete it (it is left as written) for the claim to be served",
+                  kept_ref=isinstance(ref, Mapping) and ref.get("name") == o.name(address))
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
         """A claim has one address; when a race left more, keep the bound one.
@@ -1212,10 +1220,10 @@ class _Reconciler:
         return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
                 or (unique and self.snap.held_elsewhere(namespace, self.pool.version, int(self.pool.address_of(ip)))))
 
-    def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
+    def fail(self, claim: dict, step: Step, reason: str, message: str, kept_ref: bool = False) -> None:
         message = _bounded(message)
         self.ledger.unserved[o.claim_key(claim)] = None
-        if self.set_claim_status(claim, step, error=(reason, message)):
+        if self.set_claim_status(claim, step, error=(reason, message), kept_ref=kept_ref):
             step.add(Event(o.ref(claim), "Warning", reason, message))
 
     def wait(self, claim: dict, step: Step, message: str) -> None:
@@ -1227,7 +1235,7 @@ class _Reconciler:
 
     def set_claim_status(self, claim: dict, step: Step, address: dict | None = None,
                          error: tuple[str, str] | None = None, mirror: dict | None = None,
-                         waiting: tuple[str, str] | None = None) -> bool:
+                         waiting: tuple[str, str] | None = None, kept_ref: bool = False) -> bool:
         """Write the claim's status if it differs; True when a write was planned.
 
         A Cluster API claim is bound to its Cluster API address (``mirror``),
@@ -1248,6 +1256,9 @@ class _Reconciler:
             reason, message = error
             ready = _condition(current, READY, "False", reason, message, self.snap.now, v1beta1)
             desired = {} if capi else {"errorMessage": message}
+            if kept_ref:  # the address it was bound to before, named still: whatever runs on it is not cut off
+                ref = "addressRef" if capi else "address"
+                desired[ref] = current[ref]
         desired["conditions"] = [ready] + [c for c in current.get("conditions") or []
                                            if isinstance(c, Mapping) and c.get("type") != READY]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):

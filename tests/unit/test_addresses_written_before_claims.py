@@ -411,3 +411,24 @@ def pool_plan_of(api, key):
     from metal3_ipam.core.reconcile import reconcile
 
     return reconcile(api.inventory.snapshot(key, api.now, random.Random(0)))
+
+
+def test_a_lock_written_by_hand_never_takes_the_ip_of_go_state_not_locked_yet():
+    """The Go Metal3 IPAM served IPAddressClaim x (its Cluster API IPAddress only, its status naming it); a Metal3
+    IPAddress is written by hand for IPClaim y at that IP, named as the lock of it: neither is bound to it, and
+    once the hand-written one goes, x is."""
+    pool = go_pool("gp", NS, {"namePrefix": "gp", "prefix": 24, "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}]})
+    x_claim, x_address = go_served_capi_claim("x", pool, "10.0.0.5")
+    api = converged(pool, x_claim, x_address, metal3_address("gp-10-0-0-5", "y", "gp", "10.0.0.5"),
+                    ipclaim("y", pool="gp"))
+    assert_no_ip_twice(api)
+    assert ready(api, IPCLAIM, "y")["reason"] == CONFLICT and "IPAddressClaim default/x" in ready(api, IPCLAIM, "y")["message"]
+    # x is told too (the lock it needs is taken) and keeps naming its address: it is first in line for its IP.
+    assert ready(api, CAPI_CLAIM, "x")["reason"] == CONFLICT
+    assert o.status(get(api, CAPI_CLAIM, "x"))["addressRef"] == {"name": "gp-10-0-0-5"}
+    api.inventory.remove(get(api, ADDRESS, "gp-10-0-0-5"))
+    converge(api, random.Random(0))
+    assert ready(api, CAPI_CLAIM, "x")["status"] == "True"
+    assert o.spec(get(api, ADDRESS, "gp-10-0-0-5"))["claim"]["name"] == "x"
+    assert ready(api, IPCLAIM, "y")["status"] == "True" and ready(api, IPCLAIM, "y")["message"] != "bound to 10.0.0.5"
+    assert_no_ip_twice(api)
