@@ -572,10 +572,13 @@ class _Reconciler:
         if claim is None:
             if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
                 return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
-            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and self.ledger.mirrors_of(key):
+            capi_finalizer = self.finalizers.address.get(kinds.CAPI_ADDRESS, "")
+            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and any(
+                    not self.written_first(m, capi_finalizer) for m in self.ledger.mirrors_of(key)):
                 # The lock goes last, once nothing shows the IP any more: its claim's Cluster API address
                 # may be left alone meanwhile (paused with its Cluster, as ``clusterctl move`` leaves the
-                # addresses of a global pool in the source until it deletes the Cluster).
+                # addresses of a global pool in the source until it deletes the Cluster). One written before
+                # its claim is no reason: it stays while no claim has it, and holds its IP itself.
                 self.plan.notes.append(f"{subject} waits for the Cluster API IPAddress of its claim to go")
                 return
             _let_go(step, address, finalizer, unless_exists=claim_ref)

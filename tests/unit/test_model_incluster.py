@@ -350,3 +350,15 @@ def test_a_controller_serving_other_namespaces_never_hands_out_an_ip_of_go_state
         machine.an_event_arrives(k=0, replica=1)
     machine.a_pool_pass(local=False, replica=1)
     machine.teardown()
+
+
+def test_a_lock_made_for_a_claim_deleted_at_once_goes_while_an_address_written_before_it_stays():
+    """A replica that sees a new claim but not the address written before it locks a free IP for it; the claim is
+    deleted at once. The lock goes (the address, written before its claim, stays while no claim has it)."""
+    machine = TwoReplicasServeGlobalPools()
+    machine.start(seed=0, grace=0, with_go=False, split=False)
+    machine.user_writes_an_address_then_its_claim(k=0, local=False, ns="ns-a", where="held")
+    machine.user_deletes_claim(k=0)
+    machine.an_event_arrives(k=2, replica=0)  # the claim's ADDED, not the address's
+    machine.a_pool_pass(local=False, replica=0)
+    machine.teardown()
