@@ -863,7 +863,8 @@ class _Reconciler:
             other = (ledger.addresses if tag == METAL3 else ledger.capi_addresses).get(name)
             if other is None or other is address:
                 continue
-            owner = ledger.claim_key_of(other, (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(other))
+            named = (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(other)
+            owner = ledger.claim_key_of(other, named)
             if owner == key:
                 continue
             holder = ledger.claims.get(owner) if owner is not None else None
@@ -878,7 +879,9 @@ class _Reconciler:
         lock_name = self.pool.lock_name(unit)
         if locking and self.snap.name_taken(namespace, lock_name):
             lock = self.snap.address_named(namespace, lock_name)
-            return _held_text(lock) if lock is not None else f"IPAddress {namespace}/{lock_name}, its lock, exists already"
+            if lock is None:
+                return f"IPAddress {namespace}/{lock_name}, its lock, exists already"
+            return _held_text(lock)
         if self.kind.unique_in_namespace or self.kind.outside is not None:
             others = self.snap.held_by_others(namespace, self.pool.version, int(self.pool.address_of(unit)),
                                               every_pool=self.kind.outside is not None)
