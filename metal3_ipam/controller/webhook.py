@@ -41,6 +41,9 @@ Why the policies are what they are:
   on ``spec.poolRef.apiGroup``): our outage is not theirs. An update whose old
   object names one of our pools does (its ``oldObject``): a claim moved away
   from our pools is refused, as Cluster API refuses any ``poolRef`` change.
+- Cluster API IPAddresses reach us only on create, naming one of our pools and
+  without an owner reference to a claim (written by hand, restored): what an
+  IPAM or ``clusterctl move`` writes never waits on us.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
-from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
+from ..core.validation import (addresses_in_use, capi_address_problems, overlap_problems, validate, validate_delete,
+                               validate_update, written_before_its_claim)
 from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
@@ -139,6 +143,11 @@ def _our_pool_expression() -> str:
 
 
 OUR_POOL = {"name": "metal3-pool", "expression": _our_pool_expression()}
+# A Cluster API IPAddress with no owner reference to a claim (written by hand or restored): what an IPAM makes
+# for its claim, or clusterctl move copies with it, never waits on this controller's webhook.
+WRITTEN_BEFORE_CLAIM = {"name": "written-before-its-claim",
+                        "expression": "!has(object.metadata.ownerReferences) || "
+                                      f"!object.metadata.ownerReferences.exists(r, r.kind == '{kinds.CAPI_CLAIM[1]}')"}
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,10 @@ HOOKS: tuple[Hook, ...] = (
     Hook("validation.ipaddressclaim.ipam.metal3.io", "/validate-ipam-cluster-x-k8s-io-ipaddressclaim",
          kinds.CAPI_CLAIM, kinds.CAPI_IPAM_VERSIONS, "ipaddressclaims", ("CREATE", "UPDATE"), "Fail", 10,
          match_conditions=(OUR_POOL, _spec_or_requested_ip_changed())),
+    # Its spec is immutable (Cluster API's own webhook): judged once, when written before its claim.
+    Hook("validation.clusterapi-ipaddress.ipam.metal3.io", "/validate-ipam-cluster-x-k8s-io-ipaddress",
+         kinds.CAPI_ADDRESS, kinds.CAPI_IPAM_VERSIONS, "ipaddresses", ("CREATE",), "Fail", 10,
+         match_conditions=(OUR_POOL, WRITTEN_BEFORE_CLAIM)),
 )
 
 
@@ -300,9 +313,15 @@ class Admission:
 
     @staticmethod
     def reads_inventory(request: dict, mutating: bool = False) -> bool:
-        """Whether answering ``request`` reads the inventory: validating a pool (see :meth:`_judge`)."""
+        """Whether answering ``request`` reads the inventory: validating a pool (see :meth:`_judge`), or a Cluster
+        API IPAddress of one of our pools written before its claim (see :meth:`address_problems`)."""
         obj = request.get("object") if request.get("operation") != "DELETE" else request.get("oldObject")
-        return not mutating and kinds.kind_of(obj) in pools.REGISTRY
+        if mutating:
+            return False
+        if kinds.kind_of(obj) == kinds.CAPI_ADDRESS:
+            return request.get("operation") == "CREATE" and o.pool_of(obj) is not None \
+                and written_before_its_claim(obj)
+        return kinds.kind_of(obj) in pools.REGISTRY
 
     def live(self, request: dict, mutating: bool = False) -> "Live | None":
         """What judging ``request`` reads of the inventory, copied out of it; None when nothing.
@@ -320,6 +339,8 @@ class Admission:
         kind = kinds.kind_of(obj)
         if namespace and not self._knows(namespace):  # a pool of cluster scope is known whatever is watched
             return None
+        if kind == kinds.CAPI_ADDRESS:
+            return Live(loaded=bool(self.loaded()), in_use={}, pools=[], problems=self.address_problems(obj))
         pool = o.PoolKey(namespace, o.name(obj), kind)
         group = self.inventory.groups.get(pool)
         addresses = [*group.addresses.values(), *group.capi_addresses.values()] if group is not None else []
@@ -329,6 +350,29 @@ class Admission:
                   if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
                     pools=[p for p in others if p is not None and not o.is_deleting(p)])
+
+    def address_problems(self, obj: dict) -> list[Problem]:
+        """A Cluster API IPAddress written before its claim, judged against its pool and the addresses of its
+        namespace as the inventory holds them (the controller refuses its claim such an address anyway)."""
+        key = o.pool_of(obj)
+        pool = self.inventory.get(key.kind, key.namespace, key.name) if key is not None else None
+        if pool is None or o.is_deleting(pool):
+            return []  # not known yet (just created, or not watched): the controller judges the claim
+        model, _ = self.inventory.pool_model(pool)
+        ip = o.address_ip(obj)
+        if model is None or ip is None or ip.version != model.version:
+            return capi_address_problems(obj, pool)
+        withheld = [(model.unit_of(w.first), model.unit_of(w.last)) for w in self.inventory.withheld(key)]
+        namespace, claim = o.namespace(obj), o.claim_of_capi_address(obj)
+        unique = pools.REGISTRY[key.kind].unique_in_namespace
+        held = [a for filed, a in self.inventory.addresses_at(namespace, ip.version, int(ip))
+                if filed == key or (unique and pools.REGISTRY[filed.kind].unique_in_namespace)]
+        lock_namespace = namespace if not pools.REGISTRY[key.kind].cluster_scoped else self.inventory.lock_namespace
+        lock = self.inventory.get(kinds.IPADDRESS, lock_namespace, model.lock_name(model.unit_of(int(ip))))
+        if lock is not None:
+            held.append(lock)
+        others = [a for a in held if not o.is_deleting(a) and not _names_claim(a, namespace, claim)]
+        return capi_address_problems(obj, pool, withheld, others)
 
     def _judge(self, operation: str | None, obj: dict, old: dict | None,
                pools: list[dict] | None = None, live: "Live | None" = None) -> list[Problem]:
@@ -348,6 +392,8 @@ class Admission:
             if pools is not None:  # the namespace's IPPools as the API server holds them now
                 others = [p for p in others if kinds.kind_of(p) != kinds.IPPOOL] + pools
             problems += overlap_problems(obj, [p for p in others if not o.is_deleting(p)])
+        if live is not None:
+            problems += live.problems
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -372,6 +418,7 @@ class Live:
     loaded: bool
     in_use: dict[str, str]  # address name -> IP, of the pool under review
     pools: list[dict]       # the namespace's pools of the kinds that keep an IP unique there, but those being deleted
+    problems: list[Problem] = field(default_factory=list)  # found while reading (a Cluster API IPAddress)
 
 
 class _NotReady(Exception):
@@ -382,6 +429,15 @@ def _unique_in_namespace(kind: Any) -> bool:
     """A kind of pool whose IPs are unique among the pools of its namespace (overlaps withheld and warned)."""
     pool_kind = pools.kind_named(kind)
     return pool_kind is not None and pool_kind.unique_in_namespace
+
+
+def _names_claim(address: dict, namespace: str, claim: o.ClaimKey | None) -> bool:
+    """Whether an address (of either API) was made for the Cluster API claim ``claim`` of ``namespace``."""
+    if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
+        return o.namespace(address) == namespace and o.claim_of_capi_address(address) == claim
+    named = o.spec(address).get("claim") or {}
+    return claim is not None and named.get("kind") == kinds.CAPI_CLAIM[1] and named.get("name") == claim[1] \
+        and (named.get("namespace") or o.namespace(address)) == namespace
 
 
 def _with_namespace(obj: Any, namespace: Any) -> Any:

@@ -62,6 +62,23 @@ class Grant:
         return self.entry.dns_servers
 
 
+def never_for(pool: Pool, withheld: list[tuple[int, int]], claim: str, ip: int) -> str | None:
+    """Why ``pool`` would never hand ``ip`` (a unit) to ``claim`` (a claim's name), whatever else holds it; None
+    when it could: inside a range, neither a gateway nor excluded, not withheld (``withheld``: normalised spans
+    an earlier overlapping pool owns), not preallocated to another claim."""
+    if pool.entry_of(ip) is None:
+        return "is not inside any range of the pool"
+    if pool.is_reserved(ip):
+        return "is a gateway or excluded address of the pool"
+    i = bisect.bisect_right(withheld, (ip, float("inf"))) - 1
+    if i >= 0 and withheld[i][0] <= ip <= withheld[i][1]:
+        return "is withheld: an earlier pool of the namespace with another namePrefix owns it"
+    holder = pool.holder_of(ip)
+    if holder is not None and holder != claim:
+        return f"is preallocated to claim {holder}"
+    return None
+
+
 class Allocator:
     def __init__(self, pool: Pool, rng: random.Random | None = None,
                  withheld: list[tuple[int, int]] = ()) -> None:
@@ -195,6 +212,10 @@ class Allocator:
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
                            what="its address")
 
+    def never_for(self, claim: str, ip: int) -> str | None:
+        """Why the pool would never hand ``ip`` to ``claim`` (see ``never_for``)."""
+        return never_for(self.pool, self.withheld, claim, ip)
+
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
         text = ip_text(self.pool.address_of(ip))
@@ -206,17 +227,10 @@ class Allocator:
             if not same:
                 raise AllocationError(ALLOCATION_FAILED,
                                       f"conflict: claim {claim} is preallocated {text} but its ipAddress annotation asks for {requested}")
+        why = self.never_for(claim, ip)
+        if why is not None:
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} {why}")
         entry = self.pool.entry_of(ip)
-        if entry is None:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is not inside any range of the pool")
-        if self.pool.is_reserved(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is a gateway or excluded address of the pool")
-        if self.is_withheld(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: an earlier pool of the "
-                                                     "namespace with another namePrefix owns it")
-        holder = self.pool.holder_of(ip)
-        if holder is not None and holder != claim:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
         if ip in self.taken or self.is_covered(ip) or name_taken(ip):
             what = "preallocated address" if preallocated else what
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")

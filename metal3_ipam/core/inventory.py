@@ -682,6 +682,23 @@ class Inventory:
                 return True
         return False
 
+    def addresses_at(self, namespace: str, version: int, ip: int) -> list[tuple[o.PoolKey, dict]]:
+        """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``, with their pool."""
+        found = []
+        for key in sorted(self.holders(namespace, version, ip)):
+            filed = self._filed(key)
+            if filed is not None:
+                found.append((filed, self.objects[key]))
+        return found
+
+    def held_by_others(self, pool_key: o.PoolKey, namespace: str, version: int, ip: int,
+                       every_pool: bool = False) -> list[dict]:
+        """The addresses in ``namespace`` holding ``ip`` for another pool among those keeping an IP unique in
+        their namespace (a global pool's locks in the lock namespace are not of them), or with ``every_pool``
+        of any other pool (what an outside IPAM's pool refuses)."""
+        return [address for filed, address in self.addresses_at(namespace, version, ip)
+                if filed != pool_key and (every_pool or pools.REGISTRY[filed.kind].unique_in_namespace)]
+
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
         key = self.key(pool)
@@ -742,6 +759,8 @@ class Inventory:
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi),
+            held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
+                pool_key, namespace, version, ip, every_pool),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
@@ -749,6 +768,7 @@ class Inventory:
             lock_namespace=self.lock_namespace,
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,
+            serves_every_namespace=self.namespaces is None,
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)
 

@@ -75,6 +75,12 @@ def bound_ip(claim: Mapping[str, Any]):
     return ip.ipv4() if ip.version == 6 and ip.is_ipv4_mapped() else ip
 
 
+def named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
+    """The IP (in the pool's units) ``claim``'s status names, by its address's name or its Ready condition,
+    whatever it asks for; None for a claim being deleted or a status naming none."""
+    return None if o.is_deleting(claim) else _named_ip(claim, pool)
+
+
 def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     status = o.status(claim)
     capi = kinds.kind_of(claim) != kinds.IPCLAIM

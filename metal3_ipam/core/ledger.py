@@ -92,6 +92,10 @@ class Ledger:
         self.bound_version = 0                      # bumped whenever ``bound`` changes
         self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
         self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
+        # Claims whose address object is not taken up (its IP another's, or one the pool could not hand out)
+        # -> what the pool's status says of it; ``conflicts_version`` is bumped whenever it changes.
+        self.conflicts: dict[o.ClaimKey, str] = {}
+        self.conflicts_version = 0
         # Claims whose decision waits for an outside IPAM's answer (a pool kind with ``outside``) -> the
         # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
         # not when an IP goes free (nothing of this pool stands in their way).
@@ -185,6 +189,8 @@ class Ledger:
                     self.drop(old)
                     if obj is None or o.address_ip(old) != o.address_ip(obj):
                         self.released += 1  # its IP and name are no longer held by it
+                        # The claims of what else holds its IP: one not taken up for it may be now.
+                        claims.update(dict.fromkeys(self._claims_at(self._ip(old))))
                 if obj is not None:
                     self.add(obj)
                 addresses[(tag, akey)] = None
@@ -199,6 +205,25 @@ class Ledger:
             self._woken = False
             self._answered = set()
         return claims, addresses
+
+    def _claims_at(self, ip: int | None) -> list[o.ClaimKey]:
+        """The claims named by the address objects holding ``ip``."""
+        found = []
+        for tag, key in self.holders_of(ip) if ip is not None else ():
+            address = (self.addresses if tag == METAL3 else self.capi_addresses).get(key) if tag != PLANNED else None
+            named = (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(address) if address else None
+            if named is not None:
+                found.append(named)
+        return found
+
+    def conflict(self, key: o.ClaimKey, text: str | None) -> None:
+        """Note (or, with None, forget) that a claim's address is not taken up, and why."""
+        if self.conflicts.get(key) != text:
+            if text is None:
+                del self.conflicts[key]
+            else:
+                self.conflicts[key] = text
+            self.conflicts_version += 1
 
     def key_of(self, address: dict) -> AddressKey:
         """The key of an address of the pool."""
@@ -251,6 +276,8 @@ class Ledger:
             self.unserved.pop(key, None)
             self.awaiting.pop(key, None)
             self.due.pop(key, None)
+            if key in self.conflicts:
+                self.conflict(key, None)
             self.unbind(key)
             ip = self.kept.pop(key, None)
             if ip is not None:
@@ -416,7 +443,8 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting):
+                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting,
+                          self.conflicts):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
                     container.popitem()

@@ -39,6 +39,10 @@ What it guarantees, whatever it is shown:
   IPAddress (the Go Metal3 IPAM names it ``<namePrefix>-<ip>``) keeps that
   address; its lock is created for it, and the pool hands out nothing new
   until every such lock is in place;
+- an address object a claim is not bound to yet is taken up only when no
+  other claim holds its IP and, written before its claim, the pool could have
+  given it that IP; otherwise the claim is told (``AddressConflict``), holds
+  nothing and is given nothing else while the address names it (``refusal``);
 - an IP that any address of the namespace holds, in any pool and of either
   API, or that lies inside a sub-prefix one holds, is never handed out (nor a
   sub-prefix holding such an IP); where pools with different namePrefixes overlap,
@@ -86,7 +90,7 @@ from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, Se
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .asking import Granted, Intent, Refused
-from .kept import BOUND_REASON, bound_message
+from .kept import BOUND_REASON, bound_message, named_ip
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import ip_text
 from .overlap import Withheld
@@ -108,6 +112,10 @@ NAME_COLLISION = "IPAddressNameCollision"
 # A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
 POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
 OVERLAPS_OTHER_POOL = "OverlapsOtherPool"
+# A claim's address object not taken up (its IP another's, or one its pool could not have handed out), and the
+# pool's condition naming every such claim.
+ADDRESS_CONFLICT = "AddressConflict"
+CONFLICTING = "AddressesConflicting"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -129,6 +137,9 @@ class Snapshot:
     # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
     # an IP inside the span, or a sub-prefix meeting it.
     held_elsewhere: Callable[[str, int, int, int], bool] = lambda namespace, version, lo, hi: False
+    # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
+    # (with ``every_pool``: of any other pool), to name what holds an IP.
+    held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -154,6 +165,7 @@ class Snapshot:
     # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
     # claim is in a namespace not served is left to the controller that serves it.
     serves: Callable[[str], bool] = lambda namespace: True
+    serves_every_namespace: bool = True  # no ``-n``: what a pool of cluster scope shows is all there is
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
@@ -369,12 +381,15 @@ class _Reconciler:
         """A claim decided anew: its binding and its error are what this decision says."""
         key = o.claim_key(claim)
         bound = self.ledger.bound.pop(key, None)
+        conflict = self.ledger.conflicts.pop(key, None)
         self.ledger.unserved.pop(key, None)
         self.ledger.awaiting.pop(key, None)
         with self._counted(budget):
             yield
         if self.ledger.bound.get(key) != bound:
             self.ledger.rebound(key)
+        if self.ledger.conflicts.get(key) != conflict:
+            self.ledger.conflicts_version += 1
 
     def claim_paused(self, claim: dict) -> bool:
         """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
@@ -514,7 +529,11 @@ class _Reconciler:
         overlapping = self.overlap_condition(current)
         if overlapping is not None:
             conditions.append(overlapping)
-        checked = (id(pool), o.meta(pool).get("resourceVersion"), ledger.bound_version, tuple(counts.items()))
+        conflicting = self.conflict_condition(current)
+        if conflicting is not None:
+            conditions.append(conflicting)
+        checked = (id(pool), o.meta(pool).get("resourceVersion"), ledger.bound_version, ledger.conflicts_version,
+                   tuple(counts.items()))
         if checked == ledger.status_clean:
             return
         if not self.status_due and current.get("conditions") == conditions:
@@ -555,6 +574,17 @@ class _Reconciler:
             f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
             f", namePrefix {w.owner_prefix})" for w in self.snap.withheld)
 
+    def conflict_condition(self, current: Mapping[str, Any]) -> dict | None:
+        """Where claims of the pool have an address object they do not take up, say which (each claim says why)."""
+        conflicts = self.ledger.conflicts
+        if not conflicts or (self.kind.cluster_scoped and not self.snap.serves_every_namespace):
+            return None  # under ``-n`` each controller of a pool of cluster scope sees the claims of its namespaces
+        shown = sorted(conflicts.values())[:8]
+        more = f"; and {len(conflicts) - len(shown)} more" if len(conflicts) > len(shown) else ""
+        message = _bounded(f"{len(conflicts)} claim(s) of the pool have an address object that is not taken up, "
+                           "its IP being another's or one the pool could not hand out: " + "; ".join(shown) + more)
+        return _condition(current, CONFLICTING, "True", ADDRESS_CONFLICT, message, self.snap.now)
+
     # -- addresses whose claim is gone or going --------------------------------
 
     def tend_address(self, address: dict) -> None:
@@ -590,16 +620,21 @@ class _Reconciler:
         if claim is None:
             if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
                 return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
-            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and self.ledger.mirrors_of(key):
+            capi_finalizer = self.finalizers.address.get(kinds.CAPI_ADDRESS, "")
+            if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and any(
+                    not self.written_first(m, capi_finalizer) for m in self.ledger.mirrors_of(key)):
                 # The lock goes last, once nothing shows the IP any more: its claim's Cluster API address
                 # may be left alone meanwhile (paused with its Cluster, as ``clusterctl move`` leaves the
-                # addresses of a global pool in the source until it deletes the Cluster).
+                # addresses of a global pool in the source until it deletes the Cluster). One written before
+                # its claim is no reason: it stays while no claim has it, and holds its IP itself.
                 self.plan.notes.append(f"{subject} waits for the Cluster API IPAddress of its claim to go")
                 return
             _let_go(step, address, finalizer, unless_exists=claim_ref)
         elif finalizer not in o.finalizers(address) and not o.is_deleting(claim):
             if self.written_first(address, finalizer):
                 return  # adopted in its claim's step: owner references, then the finalizer, then the status
+            if self.not_taken_up(claim, address):
+                return  # the user's, as written: its claim is told why (``refuse``)
             step.add(_with_finalizer(address, finalizer))
 
     def written_first(self, address: dict, finalizer: str) -> bool:
@@ -634,8 +669,12 @@ class _Reconciler:
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         if live:
             keep = self.keep_one(claim, live, step)
-            self.restore_outside_key(claim, keep, step)
-            self.ensure_bound(claim, keep, step)
+            refusal = None if self.named_by_status(claim, keep) else self.refusal(claim, keep, locking=False)
+            if refusal is not None:
+                self.refuse(claim, step, keep, refusal)
+            else:
+                self.restore_outside_key(claim, keep, step)
+                self.ensure_bound(claim, keep, step)
         elif _live(self.ledger.mirrors_of(key)):
             self.adopt(claim, step)
         else:
@@ -648,8 +687,10 @@ class _Reconciler:
         # claim deleted before it carries the finalizer leaves an address
         # without a claim, which the next pass removes (after asking the API
         # server). One that holds nothing any more has it taken off.
-        holds = key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key)) \
-            or self.outside_key(claim) is not None
+        # A claim whose address object is not taken up holds nothing of ours (that object is the user's).
+        holds = key not in self.ledger.conflicts and (
+            key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key))
+            or self.outside_key(claim) is not None)
         if holds and finalizer not in o.finalizers(claim) and key not in self.keyed:
             step.add(_with_finalizer(claim, finalizer))
         elif not holds and finalizer in o.finalizers(claim):
@@ -810,22 +851,134 @@ class _Reconciler:
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"its IPAddress {o.name(mirror)} holds {o.spec(mirror).get('address')!r}, which cannot be "
                              f"adopted: " + ("not an IP address" if ip is None else f"{self.kind.kind[1]} {self.snap.pool_name} is invalid"))
+        refusal = self.refusal(claim, mirror, locking=True)
+        if refusal is not None:
+            # Its IP is another's (the lock's name taken included: state an earlier IPAM left, where two pools
+            # with one namePrefix gave one IP twice), or one the pool could not have given it.
+            return self.refuse(claim, step, mirror, refusal)
         spec = o.spec(mirror)
-        entry = self.pool.entry_of(self.pool.unit_of(int(ip))) if ip.version == self.pool.version else None
+        entry = self.pool.entry_of(self.pool.unit_of(int(ip)))
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
         self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
-        if self.snap.name_taken(o.namespace(lock), o.name(lock)):
-            # Another object holds the lock's name (state an earlier IPAM left, where
-            # two pools with one namePrefix gave one IP twice): the claim keeps what it
-            # has; asking again would fail each pass, and must not hold the pool up.
-            self.plan.notes.append(f"{o.name(claim)}: its adopted IP {ip_text(ip)} cannot be locked: "
-                                   f"IPAddress {o.name(lock)} exists already")
-            return
         self.adopting += 1
         step.add(Create(lock))
         self.complete_owners(mirror, claim, step)
         self.set_claim_status(claim, step, address=lock, mirror=mirror)
+
+    # -- address objects taken up as they are ------------------------------------
+
+    def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
+        """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not
+        bound to yet), or None when it may.
+
+        Refused: an IP of another family than the pool's; one the pool could not have given this claim (outside
+        it, a gateway or excluded, withheld for an earlier pool, another claim's preallocation), asked only of an
+        address written before its claim: one the claim's status names or whose owner reference names this
+        claim (made by an IPAM, or moved with it by ``clusterctl move``) stays with it as it was given; and an
+        IP another claim holds (``rival``). ``locking``: the claim has no lock yet, and would get one here.
+        """
+        ip, pool = _ip_of(address), self.pool
+        if ip is None or pool is None:
+            return None
+        held = f"{_address_text(address)} holds {ip_text(ip)}"
+        if ip.version != pool.version:
+            return f"{held}, which is not of {self.pool_text()}'s family (IPv{pool.version})"
+        unit = pool.unit_of(int(ip))
+        rival = self.rival(claim, address, unit, locking)
+        if rival is not None:
+            return f"{held}, which {rival}"
+        if self.kind.outside is None and not self.made_for(claim, address):
+            never = self.allocator.never_for(o.name(claim), unit)
+            if never is not None:
+                return f"{held}, which {self.pool_text()} could not have handed out: {ip_text(ip)} {never}"
+        return None
+
+    def rival(self, claim: dict, address: dict, unit: int, locking: bool) -> str | None:
+        """What holds ``unit`` for another claim, named; None when nothing does.
+
+        Every lock (a Metal3 IPAddress) of another claim or of none, every allocation of this pass, an IP kept for
+        another claim whose status names it, any address of another pool of the namespace (for the kinds whose
+        IPs are unique there), and a lock's name taken by any object. A Cluster API IPAddress of another live claim
+        of the pool counts for a claim that has no lock yet, and against one whose lock it is only when that
+        claim's status names it (a binding made before, by an earlier IPAM): else it is locked (and its lock
+        counts) or, not taken up, the user's.
+        """
+        key, ledger = o.claim_key(claim), self.ledger
+        for tag, name in ledger.holders_of(unit):
+            if tag == PLANNED:
+                return f"another claim of {self.pool_text()} is being given (IPAddress {name})"
+            other = (ledger.addresses if tag == METAL3 else ledger.capi_addresses).get(name)
+            if other is None or other is address:
+                continue
+            named = (o.claim_of_address if tag == METAL3 else o.claim_of_capi_address)(other)
+            owner = ledger.claim_key_of(other, named)
+            if owner == key:
+                continue
+            holder = ledger.claims.get(owner) if owner is not None else None
+            if tag == CAPI and (holder is None or not (locking or self.named_by_status(holder, other))):
+                continue
+            return _held_text(other)
+        kept = ledger.allocator.kept.get(unit)
+        if kept is not None and kept != key:
+            return (f"is kept for {kept[0]} {kept[2] if len(kept) > 2 else self.snap.namespace}/{kept[1]}, whose "
+                    "status names it and whose address objects were deleted")
+        namespace = self.lock_namespace(claim)
+        lock_name = self.pool.lock_name(unit)
+        if locking and self.snap.name_taken(namespace, lock_name):
+            lock = self.snap.address_named(namespace, lock_name)
+            if lock is None:
+                return f"IPAddress {namespace}/{lock_name}, its lock, exists already"
+            return _held_text(lock)
+        if self.kind.unique_in_namespace or self.kind.outside is not None:
+            others = self.snap.held_by_others(namespace, self.pool.version, int(self.pool.address_of(unit)),
+                                              every_pool=self.kind.outside is not None)
+            if others:
+                return _held_text(others[0])
+        return None
+
+    def made_for(self, claim: dict, address: dict) -> bool:
+        """Whether ``address`` was made for this claim: its status names it, or its owner reference names this
+        incarnation of the claim (an address written before its claim can name none)."""
+        uid = o.meta(claim).get("uid")
+        return self.named_by_status(claim, address) or (
+            uid is not None and o.claim_uid_of(address, o.claim_key(claim)) == uid)
+
+    def named_by_status(self, claim: dict, address: dict) -> bool:
+        """Whether the claim's status names ``address``: by name, or the IP it says it is bound to."""
+        ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
+        if isinstance(ref, Mapping) and ref.get("name") == o.name(address) \
+                and ref.get("namespace") in (None, "", o.namespace(address)):
+            return True
+        ip = _ip_of(address)
+        if ip is None or self.pool is None or ip.version != self.pool.version:
+            return False
+        unit = self.pool.unit_of(int(ip))
+        # The ledger read it from the status when the claim was loaded (``kept``); read here only for the claims
+        # it keeps nothing for (preallocated ones, those asking for an IP).
+        return self.ledger.kept.get(o.claim_key(claim)) == unit or named_ip(claim, self.pool) == unit
+
+    def not_taken_up(self, claim: dict, address: dict) -> bool:
+        """Whether a live claim's address object lacking our finalizer is one it does not take up (``serve``
+        decides it the same way): it is left as it was written."""
+        key = o.claim_key(claim)
+        if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
+            if self.ledger.addresses_of(key):
+                return False  # the claim's lock decides; a Cluster API IPAddress at another IP is a stray
+            return self.refusal(claim, address, locking=True) is not None
+        return not self.named_by_status(claim, address) and self.refusal(claim, address, locking=False) is not None
+
+    def refuse(self, claim: dict, step: Step, address: dict, refusal: str) -> None:
+        """The claim is told why its address object is not taken up (Ready=False, an IPClaim's errorMessage, one
+        Warning Event), is given no other IP while that object names it, and the pool lists it. A status that
+        names that object already (a binding an earlier IPAM made) keeps naming it: whatever runs on its IP is
+        not cut off, and the claim stays first in line for it."""
+        self.ledger.conflicts[o.claim_key(claim)] = _bounded(f"{o.namespace(claim)}/{o.name(claim)}: {refusal}", 256)
+        ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
+        self.fail(claim, step, ADDRESS_CONFLICT,
+                  f"{refusal}; it is not taken up, and no other address is given while it names this claim; "
+                  "delete it (it is left as written) for the claim to be served",
+                  kept_ref=isinstance(ref, Mapping) and ref.get("name") == o.name(address))
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
         """A claim has one address; when a race left more, keep the bound one.
@@ -1147,10 +1300,10 @@ class _Reconciler:
                                 f"(their names <namePrefix>-<ip> meet; a namePrefix that does not start with the "
                                 f"other's followed by '-' keeps them apart): {err.message}")
 
-    def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
+    def fail(self, claim: dict, step: Step, reason: str, message: str, kept_ref: bool = False) -> None:
         message = _bounded(message)
         self.ledger.unserved[o.claim_key(claim)] = None
-        if self.set_claim_status(claim, step, error=(reason, message)):
+        if self.set_claim_status(claim, step, error=(reason, message), kept_ref=kept_ref):
             step.add(Event(o.ref(claim), "Warning", reason, message))
 
     def wait(self, claim: dict, step: Step, message: str) -> None:
@@ -1162,7 +1315,7 @@ class _Reconciler:
 
     def set_claim_status(self, claim: dict, step: Step, address: dict | None = None,
                          error: tuple[str, str] | None = None, mirror: dict | None = None,
-                         waiting: tuple[str, str] | None = None) -> bool:
+                         waiting: tuple[str, str] | None = None, kept_ref: bool = False) -> bool:
         """Write the claim's status if it differs; True when a write was planned.
 
         A Cluster API claim is bound to its Cluster API address (``mirror``),
@@ -1183,6 +1336,9 @@ class _Reconciler:
             reason, message = error
             ready = _condition(current, READY, "False", reason, message, self.snap.now, v1beta1)
             desired = {} if capi else {"errorMessage": message}
+            if kept_ref:  # the address it was bound to before, named still: whatever runs on it is not cut off
+                ref = "addressRef" if capi else "address"
+                desired[ref] = current[ref]
         moved = self.moved_condition(claim, current, v1beta1)
         desired["conditions"] = [ready] + ([moved] if moved is not None else []) + [
             c for c in current.get("conditions") or []
@@ -1338,6 +1494,25 @@ def _claim_ref_of_address(address: dict, key: o.ClaimKey | None) -> o.Ref:
                  o.claim_uid_of(address, key) if key else None)
 
 
+def _address_text(address: dict) -> str:
+    """An address object as messages name it: its kind (the Cluster API one with its group) and namespace/name."""
+    group = f".{kinds.CAPI_IPAM_GROUP}" if kinds.kind_of(address) == kinds.CAPI_ADDRESS else ""
+    return f"IPAddress{group} {o.namespace(address)}/{o.name(address)}"
+
+
+def _held_text(address: dict) -> str:
+    """What holds an address object's IP: the claim it names and the object with its pool."""
+    capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+    named = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+    pool = o.pool_of(address)
+    of = f" of {pool.kind[1]} {pool.namespace + '/' if pool.namespace else ''}{pool.name}" if pool is not None else ""
+    if named is None:
+        return f"{_address_text(address)}{of} holds, for no claim"
+    claim_ns = named[2] if len(named) > 2 else str((o.spec(address).get("claim") or {}).get("namespace")
+                                                  or o.namespace(address))
+    return f"{named[0]} {claim_ns}/{named[1]} holds ({_address_text(address)}{of})"
+
+
 def _live(addresses: list[dict]) -> list[dict]:
     return [a for a in addresses if not o.is_deleting(a)]
 
@@ -1405,8 +1580,8 @@ def _settled(lock: dict, seconds: int) -> str | None:
     return o.format_time(_instant(made) + datetime.timedelta(seconds=seconds))
 
 
-def _bounded(message: str) -> str:
-    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
+def _bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    return message if len(message) <= limit else message[:limit - 1] + "…"
 
 
 def _held(addresses: list[dict], finalizer: str) -> list[dict]:

@@ -451,6 +451,63 @@ def validate_ipaddress_update(old: Any, new: Any) -> list[Problem]:
     return problems
 
 
+# -- a Cluster API IPAddress written before its claim ----------------------------------------
+
+def written_before_its_claim(obj: Any) -> bool:
+    """A Cluster API IPAddress with no owner reference to a claim: written by hand or restored, not made by an
+    IPAM for its claim nor copied with it by ``clusterctl move`` (those are judged by the controller alone)."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences") if isinstance(obj, Mapping) else None
+    return not any(isinstance(r, Mapping) and r.get("kind") == kinds.CAPI_CLAIM[1]
+                   for r in (owners if isinstance(owners, list) else ()))
+
+
+def capi_address_problems(obj: Any, pool: Mapping | None, withheld: Iterable[tuple[int, int]] = (),
+                          held_by: Iterable[Mapping] = ()) -> list[Problem]:
+    """What is wrong with a Cluster API IPAddress written before its claim (``written_before_its_claim``) for
+    one of our pools (``pool``, None when not known): an address the pool could not hand its claim (outside
+    it, a gateway or excluded, withheld for an earlier pool (``withheld``, in the pool's units), preallocated
+    to another claim), or one another address already holds (``held_by``: addresses of the namespace at its
+    IP, and the pool's lock of it, whatever claim they name but this one). The claim would be refused it."""
+    from .allocator import never_for
+
+    spec = _spec(obj)
+    pool_kind = pools.kind_named(kinds.kind_of(pool)) if pool is not None else None
+    if pool_kind is None or pool_kind.outside is not None or not isinstance(spec, Mapping) \
+            or not written_before_its_claim(obj):
+        return []  # an outside IPAM's pool: what it hands out is its own
+    model, _ = pools.read(pool)
+    try:
+        ip = admitted_ip(spec.get("address"))
+    except AddressError:
+        return []  # Cluster API's own schema and webhook judge the address's form
+    pool_ns = namespace_of(pool)
+    value, where = spec.get("address"), f"{kinds.kind_of(pool)[1]} {pool_ns + '/' if pool_ns else ''}{_name(pool)}"
+    if model is None:
+        return []
+    if ip.version != model.version:
+        return tagged(obj, [Problem("spec.address", value, f"is IPv{ip.version}; {where} is IPv{model.version}")])
+    claim = spec.get("claimRef") if isinstance(spec.get("claimRef"), Mapping) else {}
+    for other in held_by:
+        return tagged(obj, [Problem("spec.address", value, f"is held already by {_address_of_claim(other)}: "
+                                                           "its claim would not take it up")])
+    why = never_for(model, sorted(withheld), str(claim.get("name") or ""), model.unit_of(int(ip)))
+    if why is not None:
+        return tagged(obj, [Problem("spec.address", value, f"{why} ({where}): its claim would not take it up")])
+    return []
+
+
+def _address_of_claim(address: Mapping) -> str:
+    """An address object and the claim it names, as a refusal names them."""
+    capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+    spec = _spec_map(address)
+    claim = spec.get("claimRef" if capi else "claim")
+    claim = claim if isinstance(claim, Mapping) else {}
+    kind = kinds.CAPI_CLAIM[1] if capi or claim.get("kind") == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM[1]
+    group = f".{kinds.CAPI_IPAM_GROUP}" if capi else ""
+    return (f"IPAddress{group} {namespace_of(address)}/{_name(address)} of {kind} "
+            f"{claim.get('namespace') or namespace_of(address)}/{claim.get('name')}")
+
+
 VALIDATORS = {
     kinds.IPCLAIM: validate_ipclaim,
     kinds.IPADDRESS: validate_ipaddress,
