@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 from . import kinds
 from . import objects as o
 from . import pools
-from .overlap import PoolFacts, Withheld, withheld_by_pool
+from .overlap import PoolFacts, Withheld, merged, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
@@ -106,6 +106,21 @@ def _member(pool: o.PoolKey, namespace: str, name: str) -> str | tuple[str, str]
     return name if pool.namespace else (namespace, name)
 
 
+def keeps_apart(kind: tuple[str, str]) -> bool:
+    """Pools of the kind keep their IPs apart from the pools they overlap (``core.overlap``): the namespaced
+    kinds whose IPs are unique in their namespace, with the pools of their namespace; the global kinds, whose
+    claims may be in any namespace, with every other global pool and the namespaced pools of the namespaces
+    where they have claims."""
+    pool_kind = pools.REGISTRY[kind]
+    return pool_kind.unique_in_namespace or (pool_kind.cluster_scoped and pool_kind.outside is None)
+
+
+def separate_network(pool: dict) -> bool:
+    """A global pool marked as a network of its own: its overlaps are shared, not withheld."""
+    return (pools.REGISTRY[kinds.kind_of(pool)].cluster_scoped
+            and o.annotations(pool).get(kinds.SEPARATE_NETWORK_ANNOTATION) == "true")
+
+
 def _pool_generation(pool: dict) -> tuple | None:
     """What identifies a pool's spec: the API server bumps generation only on spec changes."""
     generation = o.meta(pool).get("generation")
@@ -136,9 +151,15 @@ class Inventory:
         self._holders: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
-        # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
+        # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds of the pools
+        # of that namespace and the global ones (namespace "": the global ones among themselves), and what each
+        # global pool withholds of every pool.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
+        self._withheld_globally: dict[o.PoolKey, list[Withheld]] | None = None
+        # How many claims and Cluster API addresses each global pool has in each namespace: it keeps its IPs
+        # apart from the namespaced pools of the namespaces where it has some (``withheld``).
+        self._spread: dict[o.PoolKey, dict[str, int]] = {}
         # The change log: per pool, the keys of its claims and addresses stored or gone since
         # the pool's ledger last took them (``drain``), and the pools whose ledger must be
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
@@ -192,10 +213,11 @@ class Inventory:
             # Same place: replace in place, so claims keep the order they came in.
             self.objects[key] = obj
             return self._file(key, obj)
+        before = self._filed(key)
         touched = self._unfile(key, obj)
         self.objects[key] = obj
         touched |= self._file(key, obj, previous=stored)
-        return touched
+        return touched | self._spread_moved(key, before, self._filed(key))
 
     def holds(self, kind: tuple[str, str], meta: dict) -> bool:
         """True when the object ``meta`` describes is no news: its name is stored at that
@@ -225,9 +247,10 @@ class Inventory:
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(stored)) == key[1:]:
             del self.moved_away[_outside_key(stored)]  # the claim that came back is deleted here
         self._index_outside_key(key, stored, None)
+        before = self._filed(key)
         touched = self._unfile(key, None)
         del self.objects[key]
-        return touched
+        return touched | self._spread_moved(key, before, None)
 
     def _index_outside_key(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
         if key[0] != kinds.CAPI_CLAIM:
@@ -321,7 +344,8 @@ class Inventory:
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
-                    or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
+                    or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
+                    or separate_network(previous) != separate_network(obj):
                 touched |= self._pools_changed(ns)
             return touched
         if kind == kinds.CLUSTER:
@@ -391,10 +415,43 @@ class Inventory:
                 del self.groups[pool]
         return {pool}
 
+    def _spread_moved(self, key: ObjKey, before: o.PoolKey | None, after: o.PoolKey | None) -> set[o.PoolKey]:
+        """A claim or Cluster API address filed under ``after`` instead of ``before``: where a global pool
+        has a claim or an address first, or none any more, what it and the pools of that namespace withhold of
+        each other may change (they are passed, and load afresh if so: ``reconcile.needs_full``)."""
+        kind, namespace, _ = key
+        if before == after or kind in pools.REGISTRY or kind in (kinds.CLUSTER, kinds.IPADDRESS):
+            return set()
+        touched: set[o.PoolKey] = set()
+        for pool, step in ((before, -1), (after, 1)):
+            if pool is None or pool.namespace or pool.kind not in pools.REGISTRY or not keeps_apart(pool.kind):
+                continue
+            counts = self._spread.setdefault(pool, {})
+            count = counts.get(namespace, 0) + step
+            if count > 0:
+                counts[namespace] = count
+            else:
+                counts.pop(namespace, None)
+                if not counts:
+                    del self._spread[pool]
+            if (count == 1 and step == 1) or count == 0:
+                self._withheld.pop(namespace, None)
+                self._withheld_globally = None
+                touched |= {pool} | self.pools_in(namespace)
+        return touched
+
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
-        """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
-        self._withheld.pop(namespace, None)
-        return self._reloaded(self.pools_in(namespace))
+        """A pool of ``namespace`` came, went or changed its spec: what every pool of the namespace withholds
+        may change (they are loaded afresh), and what the global pools withhold; a global pool's change
+        concerns every pool. Those of other namespaces are passed, and load afresh if what they withhold
+        changed (``reconcile.needs_full``)."""
+        self._withheld_globally = None
+        if namespace:
+            self._withheld.pop(namespace, None)
+            return self._reloaded(self.pools_in(namespace)) | self.pools_in("")
+        self._withheld.clear()
+        return self._reloaded(self.pools_in("")) | {key for key in self.pool_keys()
+                                                    if key.kind in pools.REGISTRY and keeps_apart(key.kind)}
 
     def _reloaded(self, pools: set[o.PoolKey]) -> set[o.PoolKey]:
         self._reload |= pools
@@ -469,22 +526,51 @@ class Inventory:
         return model, problems
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
-        """What earlier pools of the namespace own of this pool's addresses; among the kinds that keep an IP
-        unique in the namespace only (the others' pools are independent of every other)."""
-        namespace = pool_key.namespace
-        if not pools.REGISTRY[pool_key.kind].unique_in_namespace:
+        """What earlier overlapping pools own of this pool's addresses, and what it shares with pools it
+        overlaps where either is a separate network (``core.overlap``); among the kinds that keep their IPs
+        apart only (``keeps_apart``: the others' pools are independent of every other). A namespaced pool is
+        compared with the pools of its namespace and the global pools with claims (or addresses) there; a
+        global pool with every other global pool and the namespaced pools of every namespace where it has
+        claims: what it withholds, it withholds from all its claims."""
+        if not keeps_apart(pool_key.kind):
             return []
+        if pool_key.namespace:
+            return self._withheld_in(pool_key.namespace).get(pool_key, [])
+        if self._withheld_globally is None:
+            found: dict[o.PoolKey, list[list[Withheld]]] = {}
+            spread = {ns for counts in self._spread.values() for ns in counts}
+            for namespace in ("", *sorted(ns for ns in self._pool_names if ns and ns in spread)):
+                for key, items in self._withheld_in(namespace).items():
+                    if not key.namespace:
+                        found.setdefault(key, []).append(items)
+            self._withheld_globally = {key: merged(*parts) for key, parts in found.items()}
+        return self._withheld_globally.get(pool_key, [])
+
+    def _withheld_in(self, namespace: str) -> dict[o.PoolKey, list[Withheld]]:
+        """What the pools of ``namespace`` and the global pools with claims there withhold of each other (every
+        pair with a pool of the namespace in it); for namespace "", every global pool of each other."""
         if namespace not in self._withheld:
-            facts = []
-            for key in sorted(self._pool_names.get(namespace, ())):
-                pool = self.objects[(key.kind, namespace, key.name)]
-                if o.is_deleting(pool) or not pools.REGISTRY[key.kind].unique_in_namespace:
-                    continue
-                model, _ = self.pool_model(pool)
-                if model is not None:
-                    facts.append(PoolFacts(key, str(o.meta(pool).get("creationTimestamp") or ""), model))
-            self._withheld[namespace] = withheld_by_pool(facts)
-        return self._withheld[namespace].get(pool_key, [])
+            keys = sorted(self._pool_names.get(namespace, ()))
+            if namespace:
+                keys += sorted(k for k in self._pool_names.get("", ()) if namespace in self._spread.get(k, ()))
+            facts = [f for f in (self._facts(key) for key in keys) if f is not None]
+            self._withheld[namespace] = withheld_by_pool(
+                facts, compared=(lambda a, b: bool(a.key.namespace or b.key.namespace)) if namespace else
+                (lambda a, b: True))
+        return self._withheld[namespace]
+
+    def _facts(self, key: o.PoolKey) -> PoolFacts | None:
+        """What deciding the pool's overlaps looks at, or None when it takes no part (being deleted, invalid,
+        of a kind whose pools are independent)."""
+        pool = self.objects[(key.kind, key.namespace, key.name)]
+        if o.is_deleting(pool) or not keeps_apart(key.kind):
+            return None
+        model, _ = self.pool_model(pool)
+        if model is None:
+            return None
+        lock_namespace = key.namespace or self.lock_namespace
+        return PoolFacts(key, str(o.meta(pool).get("creationTimestamp") or ""), model, lock_namespace,
+                         separate_network(pool))
 
     def size_of(self, pool_key: o.PoolKey) -> int:
         """How many claims and addresses are filed under the pool."""
@@ -506,6 +592,9 @@ class Inventory:
             if cluster_name:
                 cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
+        withheld = self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else []
+        # Pools whose addresses this one may share (separate networks): theirs hold nothing back here.
+        mates = {pool_key, *(w.owner for w in withheld if w.shared)}
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),
@@ -515,11 +604,11 @@ class Inventory:
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, ip: any(
-                self._filed(k) != pool_key for k in self.holders(namespace, version, ip)),
+                self._filed(k) not in mates for k in self.holders(namespace, version, ip)),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
-            withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
+            withheld=withheld,
             lock_namespace=self.lock_namespace,
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,

@@ -80,7 +80,7 @@ from .asking import Granted, Intent, Refused
 from .kept import BOUND_REASON, bound_message
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import ip_text
-from .overlap import Withheld
+from .overlap import Withheld, withheld_spans
 from .several import each
 from . import pools
 from .pool import Pool
@@ -173,7 +173,8 @@ def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
 def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     """Load the ledger afresh from every object of ``snap``, in pieces."""
     pool = _model(snap)[0]
-    withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in snap.withheld] if pool is not None else []
+    withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in withheld_spans(snap.withheld)] \
+        if pool is not None else []
     ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
@@ -490,20 +491,32 @@ class _Reconciler:
         self.pool_step.add(SetStatus(o.ref(pool), desired))
         before = o.condition(current, OVERLAPPING)
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
-            self.pool_step.add(Event(o.ref(pool), "Warning", overlapping["reason"], overlapping["message"]))
+            kind = "Warning" if overlapping["reason"] == "OverlapsOtherPool" else "Normal"
+            self.pool_step.add(Event(o.ref(pool), kind, overlapping["reason"], overlapping["message"]))
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
-        """Where an earlier pool with another namePrefix owns part of this one, say so."""
-        withheld = self.snap.withheld if self.pool is not None else []
-        if not withheld:
+        """Where an earlier pool under other locks owns part of this one, or a pool of a separate network
+        shares part of it, say so."""
+        found = self.snap.withheld if self.pool is not None else []
+        if not found:
             return None
-        version = self.pool.version
-        parts = [f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
-                 f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
-                 f", namePrefix {w.owner_prefix})" for w in withheld]
-        message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
-                           "not handed out from this pool: " + "; ".join(parts))
-        return _condition(current, OVERLAPPING, "True", "OverlapsOtherPool", message, self.snap.now)
+        withheld, shared = withheld_spans(found), [w for w in found if w.shared]
+        said = []
+        if withheld:
+            said.append("addresses also in an earlier pool, under locks of another name, are not handed out from "
+                        "this pool: " + "; ".join(self.overlap_text(w, f", namePrefix {w.owner_prefix}")
+                                                  for w in withheld))
+        if shared:
+            said.append(f"addresses shared with a pool it overlaps, both marked or one marked as a separate "
+                        f"network ({kinds.SEPARATE_NETWORK_ANNOTATION}), are handed out by both: "
+                        + "; ".join(self.overlap_text(w) for w in shared))
+        reason = "OverlapsOtherPool" if withheld else "SharesAddresses"
+        return _condition(current, OVERLAPPING, "True", reason, _bounded("; ".join(said)), self.snap.now)
+
+    def overlap_text(self, w: Withheld, more: str = "") -> str:
+        owner = w.owner
+        name = owner.name if owner.namespace in ("", self.snap.namespace) else f"{owner.namespace}/{owner.name}"
+        return f"{_span_text(w.first, w.last, self.pool.version)} ({owner.kind[1]} {name}{more})"
 
     # -- addresses whose claim is gone or going --------------------------------
 
@@ -921,7 +934,7 @@ class _Reconciler:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
-        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip)  # noqa: E731
+        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim))  # noqa: E731
         if self.kind.outside is not None:
             return self.allocate_outside(claim, step, taken_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
@@ -1059,17 +1072,26 @@ class _Reconciler:
         namespace of every such lock (a lock per claim's namespace would guard nothing across namespaces)."""
         return self.snap.namespace or self.snap.lock_namespace
 
-    def taken_elsewhere(self, namespace: str, ip: int) -> bool:
+    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
         that name) and any address of another pool of the namespace, of either
-        API, at that IP, whatever its namePrefix.
+        API, at that IP, whatever its namePrefix (but a pool's this one shares
+        addresses with: see ``overlap``). For a global pool, the namespaces
+        looked in are the lock namespace (the other global pools' locks) and
+        the claim's (every pool's addresses there).
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
-        return (self.snap.name_taken(namespace, self.pool.lock_name(ip))
-                or (unique and self.snap.held_elsewhere(namespace, self.pool.version, int(self.pool.address_of(ip)))))
+        if self.snap.name_taken(namespace, self.pool.lock_name(ip)):
+            return True
+        address = int(self.pool.address_of(ip))
+        if unique:
+            return self.snap.held_elsewhere(namespace, self.pool.version, address)
+        if not self.kind.cluster_scoped or claim_namespace is None:
+            return False
+        return any(self.snap.held_elsewhere(ns, self.pool.version, address) for ns in {namespace, claim_namespace})
 
     def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
         message = _bounded(message)
