@@ -28,7 +28,9 @@ Why the policies are what they are:
   before it deletes anything in the source, and retries a refused create.
 - Updates that leave ``spec`` alone (labels, annotations, finalizers, owner
   references — all ``clusterctl move`` and the garbage collector ever change)
-  never reach the webhook (``matchConditions``), so an outage cannot block them.
+  never reach the webhook (``matchConditions``), so an outage cannot block them;
+  but a global pool's ``ipam.metal3.io/separate-network`` annotation, which
+  changes what it shares and withholds, is judged and warned of as its spec is.
 - Pool deletion: ``failurePolicy: Ignore`` with a short timeout, and
   ``matchConditions`` that skip deletions marked
   ``clusterctl.cluster.x-k8s.io/delete-for-move`` and deletions by the
@@ -71,7 +73,8 @@ from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
-from ..core.validation import (addresses_in_use, overlap_problems, validate, validate_delete, validate_update)
+from ..core.validation import (addresses_in_use, overlap_problems, shared_address_problems, validate,
+                               validate_delete, validate_update)
 from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
@@ -100,6 +103,14 @@ def _spec_changed() -> dict:
 def _spec_or_requested_ip_changed() -> dict:
     annotation = lambda obj: _ANNOTATIONS.format(o=obj, key=kinds.IP_ADDRESS_ANNOTATION)  # noqa: E731
     return {"name": "spec-or-requested-ip-changed",
+            "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec)"
+                          f" || object.spec != oldObject.spec || ({annotation('object')}) != ({annotation('oldObject')})"}
+
+
+def _spec_or_separate_network_changed() -> dict:
+    """A global pool's spec, or whether it is a separate network (what it shares and withholds), changed."""
+    annotation = lambda obj: _ANNOTATIONS.format(o=obj, key=kinds.SEPARATE_NETWORK_ANNOTATION)  # noqa: E731
+    return {"name": "spec-or-separate-network-changed",
             "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec)"
                           f" || object.spec != oldObject.spec || ({annotation('object')}) != ({annotation('oldObject')})"}
 
@@ -178,7 +189,9 @@ def pool_hooks(kind: pools.PoolKind) -> tuple[Hook, ...]:
                     failure_policy="Ignore", timeout_seconds=5, mutating=True, **common),) if kind.default else ()
     return (*default,
             Hook(f"validation.{lower}.{group}", f"/validate-{path}", operations=("CREATE", "UPDATE"),
-                 failure_policy="Fail", timeout_seconds=10, match_conditions=(_spec_changed(),), **common),
+                 failure_policy="Fail", timeout_seconds=10,
+                 match_conditions=(_spec_or_separate_network_changed() if kind.cluster_scoped else _spec_changed(),),
+                 **common),
             Hook(f"deletion.{lower}.{group}", f"/validate-{path}", operations=("DELETE",), failure_policy="Ignore",
                  timeout_seconds=5, match_conditions=(NOT_FOR_MOVE, NOT_NAMESPACE_TEARDOWN), **common))
 
@@ -318,7 +331,8 @@ class Admission:
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
                   if key.kind == kinds.IPPOOL] if kind == kinds.IPPOOL else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
-                    pools=[p for p in others if p is not None and not o.is_deleting(p)])
+                    pools=[p for p in others if p is not None and not o.is_deleting(p)],
+                    near=self.inventory.near_pools(pool), lock_namespace=self.inventory.lock_namespace)
 
     def _judge(self, operation: str | None, obj: dict, old: dict | None,
                pools: list[dict] | None = None, live: "Live | None" = None) -> list[Problem]:
@@ -336,6 +350,8 @@ class Admission:
         if live is not None and kinds.kind_of(obj) == kinds.IPPOOL and not [p for p in problems if not p.warning]:
             others = [p for p in pools if not o.is_deleting(p)] if pools is not None else live.pools
             problems += overlap_problems(obj, others)
+        if live is not None and live.near and not [p for p in problems if not p.warning]:
+            problems += shared_address_problems(obj, live.near, live.lock_namespace)
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -360,6 +376,9 @@ class Live:
     loaded: bool
     in_use: dict[str, str]  # address name -> IP, of the pool under review
     pools: list[dict]       # the namespace's IPPools, but those being deleted
+    # The pools it keeps its IPs apart from across namespaces, and whether it does now (``Inventory.near_pools``).
+    near: list = field(default_factory=list)
+    lock_namespace: str = ""
 
 
 class _NotReady(Exception):

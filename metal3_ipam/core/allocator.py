@@ -67,7 +67,7 @@ class Allocator:
                  withheld: list[tuple[int, int]] = ()) -> None:
         self.pool = pool
         self.rng = rng or random.Random()
-        # Never handed out here: owned by an earlier overlapping pool (see overlap.py).
+        # Never handed out here: owned by another overlapping pool (see overlap.py).
         self.withheld = normalise(withheld)
         self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
@@ -154,7 +154,7 @@ class Allocator:
 
     def allocate(self, claim: str, requested: str | None = None,
                  name_taken: Callable[[int], bool] = lambda ip: False,
-                 kept_as: tuple[str, str] | None = None) -> Grant:
+                 kept_as: tuple[str, str] | None = None, avoid: list[tuple[int, int]] = ()) -> Grant:
         """Choose an address for ``claim`` and mark it taken.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
@@ -162,10 +162,12 @@ class Allocator:
         object this pool does not know of (another pool with the same
         namePrefix): such addresses are skipped, not fought over.
         ``kept_as`` is the claim's (kind, name): a requested IP kept for another claim is refused.
+        ``avoid``: spans withheld from this claim only (a global pool's claim of a namespace whose pools own
+        part of it: see ``overlap``).
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
-            return self._exact(claim, held, requested, name_taken, preallocated=True)
+            return self._exact(claim, held, requested, name_taken, preallocated=True, avoid=avoid)
         if requested is not None:
             try:
                 ip = parse_ip(requested)
@@ -179,19 +181,21 @@ class Allocator:
             if self.pool.address_of(unit) != ip:
                 raise AllocationError(ALLOCATION_FAILED, f"requested address {requested} is not the base address "
                                                          f"of a /{self.pool.unit_length} sub-prefix")
-            return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as)
-        return self._next(name_taken)
+            return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as, avoid=avoid)
+        return self._next(name_taken, normalise(avoid))
 
-    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
+    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str],
+                avoid: list[tuple[int, int]] = ()) -> Grant:
         """The IP a claim held before its address objects were deleted, if it may have it again.
 
         Kept or not: which of the claims naming it may have it is the caller's to say.
         """
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
-                           what="its address")
+                           what="its address", avoid=avoid)
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
-               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
+               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address",
+               avoid: list[tuple[int, int]] = ()) -> Grant:
         text = ip_text(self.pool.address_of(ip))
         if preallocated and requested is not None:
             try:
@@ -206,9 +210,9 @@ class Allocator:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is not inside any range of the pool")
         if self.pool.is_reserved(ip):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is a gateway or excluded address of the pool")
-        if self.is_withheld(ip):
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: an earlier pool of the "
-                                                     "namespace with another namePrefix owns it")
+        if self.is_withheld(ip) or any(lo <= ip <= hi for lo, hi in avoid):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: another pool it "
+                                                     "overlaps, under locks of another name, owns it")
         holder = self.pool.holder_of(ip)
         if holder is not None and holder != claim:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
@@ -222,7 +226,9 @@ class Allocator:
         self.take(ip)
         return Grant(self.pool.address_of(ip), entry, ip)
 
-    def _next(self, name_taken: Callable[[int], bool]) -> Grant:
+    def _next(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]] = ()) -> Grant:
+        if avoid:
+            return self._next_outside(name_taken, avoid)
         for entry, free in zip(self.pool.entries, self.free):
             while free:
                 if self.pool.strategy == "random":
@@ -233,3 +239,24 @@ class Allocator:
                 if not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")
+
+    def _next_outside(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]]) -> Grant:
+        """``_next`` for a claim some spans are withheld from: chosen from each entry's free intervals less
+        those spans (O(k) for k free intervals: only such claims pay it), the others left free for the rest."""
+        for entry, free in zip(self.pool.entries, self.free):
+            while True:
+                allowed = subtract(list(free.intervals()), avoid)
+                size = sum(hi - lo + 1 for lo, hi in allowed)
+                if not size:
+                    break
+                index = self.rng.randrange(size) if self.pool.strategy == "random" else 0
+                for lo, hi in allowed:
+                    if index <= hi - lo:
+                        ip = lo + index
+                        break
+                    index -= hi - lo + 1
+                self.take(ip)
+                if not name_taken(ip):
+                    return Grant(self.pool.address_of(ip), entry, ip)
+        raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool for a claim of this namespace: the "
+                                              "rest is owned by pools of the namespace it overlaps")

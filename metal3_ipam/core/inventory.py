@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 from . import kinds
 from . import objects as o
 from . import pools
-from .overlap import PoolFacts, Withheld, merged, withheld_by_pool
+from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
@@ -115,12 +115,6 @@ def keeps_apart(kind: tuple[str, str]) -> bool:
     return pool_kind.unique_in_namespace or (pool_kind.cluster_scoped and pool_kind.outside is None)
 
 
-def separate_network(pool: dict) -> bool:
-    """A global pool marked as a network of its own: its overlaps are shared, not withheld."""
-    return (pools.REGISTRY[kinds.kind_of(pool)].cluster_scoped
-            and o.annotations(pool).get(kinds.SEPARATE_NETWORK_ANNOTATION) == "true")
-
-
 def _pool_generation(pool: dict) -> tuple | None:
     """What identifies a pool's spec: the API server bumps generation only on spec changes."""
     generation = o.meta(pool).get("generation")
@@ -156,7 +150,6 @@ class Inventory:
         # global pool withholds of every pool.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
-        self._withheld_globally: dict[o.PoolKey, list[Withheld]] | None = None
         # How many claims and Cluster API addresses each global pool has in each namespace: it keeps its IPs
         # apart from the namespaced pools of the namespaces where it has some (``withheld``).
         self._spread: dict[o.PoolKey, dict[str, int]] = {}
@@ -436,8 +429,7 @@ class Inventory:
                     del self._spread[pool]
             if (count == 1 and step == 1) or count == 0:
                 self._withheld.pop(namespace, None)
-                self._withheld_globally = None
-                touched |= {pool} | self.pools_in(namespace)
+                touched |= self.pools_in(namespace)
         return touched
 
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
@@ -445,7 +437,6 @@ class Inventory:
         may change (they are loaded afresh), and what the global pools withhold; a global pool's change
         concerns every pool. Those of other namespaces are passed, and load afresh if what they withhold
         changed (``reconcile.needs_full``)."""
-        self._withheld_globally = None
         if namespace:
             self._withheld.pop(namespace, None)
             return self._reloaded(self.pools_in(namespace)) | self.pools_in("")
@@ -526,25 +517,31 @@ class Inventory:
         return model, problems
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
-        """What earlier overlapping pools own of this pool's addresses, and what it shares with pools it
+        """What other overlapping pools own of this pool's addresses, and what it shares with pools it
         overlaps where either is a separate network (``core.overlap``); among the kinds that keep their IPs
         apart only (``keeps_apart``: the others' pools are independent of every other). A namespaced pool is
         compared with the pools of its namespace and the global pools with claims (or addresses) there; a
-        global pool with every other global pool and the namespaced pools of every namespace where it has
-        claims: what it withholds, it withholds from all its claims."""
+        global pool here with the other global pools only: what it withholds from its claims of a namespace
+        because of the pools there is ``withheld_in``'s (every controller serving a global pool under ``-n``
+        sees the global pools, not every namespace's)."""
         if not keeps_apart(pool_key.kind):
             return []
-        if pool_key.namespace:
-            return self._withheld_in(pool_key.namespace).get(pool_key, [])
-        if self._withheld_globally is None:
-            found: dict[o.PoolKey, list[list[Withheld]]] = {}
-            spread = {ns for counts in self._spread.values() for ns in counts}
-            for namespace in ("", *sorted(ns for ns in self._pool_names if ns and ns in spread)):
-                for key, items in self._withheld_in(namespace).items():
-                    if not key.namespace:
-                        found.setdefault(key, []).append(items)
-            self._withheld_globally = {key: merged(*parts) for key, parts in found.items()}
-        return self._withheld_globally.get(pool_key, [])
+        return self._withheld_in(pool_key.namespace).get(pool_key, [])
+
+    def withheld_in(self, pool_key: o.PoolKey, namespace: str) -> list[Withheld]:
+        """What a global pool withholds from (or shares with) its claims of ``namespace`` because of the
+        namespaced pools there: a namespaced pool owns its overlap with a global pool in its namespace."""
+        if pool_key.namespace or not namespace or not keeps_apart(pool_key.kind):
+            return []
+        return self._withheld_in(namespace).get(pool_key, [])
+
+    def yielded(self, pool_key: o.PoolKey) -> list[Withheld]:
+        """For a namespaced pool, the parts of it that global pools with claims in its namespace withhold
+        from those claims (each with that global pool as ``owner``): what its Overlapping condition shows."""
+        if not pool_key.namespace or not keeps_apart(pool_key.kind):
+            return []
+        return merged(Withheld(w.first, w.last, key, "") for key, items in self._withheld_in(pool_key.namespace).items()
+                      if not key.namespace for w in items if w.owner == pool_key and not w.shared)
 
     def _withheld_in(self, namespace: str) -> dict[o.PoolKey, list[Withheld]]:
         """What the pools of ``namespace`` and the global pools with claims there withhold of each other (every
@@ -558,6 +555,25 @@ class Inventory:
                 facts, compared=(lambda a, b: bool(a.key.namespace or b.key.namespace)) if namespace else
                 (lambda a, b: True))
         return self._withheld[namespace]
+
+    def has_claims_in(self, pool_key: o.PoolKey, namespace: str) -> bool:
+        """A global pool has claims (or their addresses) in ``namespace``: it keeps its IPs apart from the pools
+        there."""
+        return namespace in self._spread.get(pool_key, ())
+
+    def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
+        """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
+        ``withheld``): for a global pool every other pool that keeps apart, for a namespaced pool the global
+        ones. What the admission webhook warns of; the pools of its own namespace are not among them."""
+        if pool_key.kind not in pools.REGISTRY or not keeps_apart(pool_key.kind):
+            return []
+        if pool_key.namespace:
+            keys = [(k, self.has_claims_in(k, pool_key.namespace)) for k in sorted(self._pool_names.get("", ()))]
+        else:
+            keys = [(k, not k.namespace or self.has_claims_in(pool_key, k.namespace)) for k in self.pool_keys()
+                    if k in self._pool_names.get(k.namespace, ()) and k != pool_key]
+        found = [(self._facts(k), now) for k, now in keys]
+        return [(facts, now) for facts, now in found if facts is not None]
 
     def _facts(self, key: o.PoolKey) -> PoolFacts | None:
         """What deciding the pool's overlaps looks at, or None when it takes no part (being deleted, invalid,
@@ -592,9 +608,14 @@ class Inventory:
             if cluster_name:
                 cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
-        withheld = self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else []
-        # Pools whose addresses this one may share (separate networks): theirs hold nothing back here.
-        mates = {pool_key, *(w.owner for w in withheld if w.shared)}
+        live = pool is not None and not o.is_deleting(pool)
+        withheld = self.withheld(pool_key) if live else []
+
+        def mates(namespace: str) -> set[o.PoolKey]:
+            """This pool and those whose addresses it may share (separate networks): theirs hold nothing back
+            here, in ``namespace``."""
+            return {pool_key, *(w.owner for w in (*withheld, *self.withheld_in(pool_key, namespace)) if w.shared)}
+
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),
@@ -603,12 +624,14 @@ class Inventory:
             name_taken=self.name_taken,
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
-            held_elsewhere=lambda namespace, version, ip: any(
-                self._filed(k) not in mates for k in self.holders(namespace, version, ip)),
+            held_elsewhere=lambda namespace, version, ip: bool(
+                {self._filed(k) for k in self.holders(namespace, version, ip)} - mates(namespace)),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,
+            withheld_in=(lambda namespace: self.withheld_in(pool_key, namespace)) if live else (lambda namespace: []),
+            yielded=self.yielded(pool_key) if live else [],
             lock_namespace=self.lock_namespace,
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,

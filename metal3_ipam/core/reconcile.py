@@ -38,7 +38,8 @@ What it guarantees, whatever it is shown:
   until every such lock is in place;
 - an IP that any address of the namespace holds, in any pool and of either
   API, is never handed out; where pools with different namePrefixes overlap,
-  the overlap belongs to the earlier pool only (see ``overlap``);
+  the overlap belongs to one of them only (see ``overlap``), also across
+  namespaces for a global pool;
 - a claim whose own Cluster is paused is left alone, whatever its pool;
 - a claim whose Cluster (its own, or its pool's ``clusterName``) is not
   known is given nothing new until it is: ``clusterctl move`` creates a
@@ -122,8 +123,13 @@ class Snapshot:
     cluster_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
     clusters_served: bool = True
-    # Parts of the pool's address set that an earlier, overlapping pool owns.
+    # Parts of the pool's address set that another, overlapping pool owns, or shares with it (``overlap``).
     withheld: list[Withheld] = field(default_factory=list)
+    # For a global pool: what it withholds from (or shares with) its claims of a namespace because of the pools
+    # there. For a namespaced pool: what global pools with claims in its namespace withhold from them because
+    # of it (shown, not withheld).
+    withheld_in: Callable[[str], list[Withheld]] = lambda namespace: []
+    yielded: list[Withheld] = field(default_factory=list)
     # The pool spec already read (the inventory keeps it per generation); read here when None.
     model: tuple[Pool | None, list[Problem]] | None = None
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
@@ -161,7 +167,7 @@ def run_to_end(pass_: Generator[None, None, Plan]) -> Plan:
 def ident_of(snap: Snapshot) -> tuple:
     """What a ledger of this pool is built from (see ``Ledger.ident_of``)."""
     model = _model(snap)[0]
-    return Ledger.ident_of(snap.pool, model, snap.withheld if model is not None else ())
+    return Ledger.ident_of(snap.pool, model, (*snap.withheld, *snap.yielded) if model is not None else ())
 
 
 def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
@@ -495,22 +501,26 @@ class _Reconciler:
             self.pool_step.add(Event(o.ref(pool), kind, overlapping["reason"], overlapping["message"]))
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
-        """Where an earlier pool under other locks owns part of this one, or a pool of a separate network
-        shares part of it, say so."""
+        """Where another pool under other locks owns part of this one, a pool of a separate network shares
+        part of it, or a global pool does not hand part of it to its claims of this namespace, say so."""
         found = self.snap.withheld if self.pool is not None else []
-        if not found:
+        yielded = self.snap.yielded if self.pool is not None else []
+        if not found and not yielded:
             return None
         withheld, shared = withheld_spans(found), [w for w in found if w.shared]
         said = []
         if withheld:
-            said.append("addresses also in an earlier pool, under locks of another name, are not handed out from "
-                        "this pool: " + "; ".join(self.overlap_text(w, f", namePrefix {w.owner_prefix}")
-                                                  for w in withheld))
+            said.append("addresses also in another pool that owns them (the one created first), under locks of "
+                        "another name, are not handed out from this pool: "
+                        + "; ".join(self.overlap_text(w, f", namePrefix {w.owner_prefix}") for w in withheld))
         if shared:
-            said.append(f"addresses shared with a pool it overlaps, both marked or one marked as a separate "
-                        f"network ({kinds.SEPARATE_NETWORK_ANNOTATION}), are handed out by both: "
+            said.append(f"addresses shared with a pool it overlaps, one of them marked as a separate network "
+                        f"({kinds.SEPARATE_NETWORK_ANNOTATION}), are handed out by both: "
                         + "; ".join(self.overlap_text(w) for w in shared))
-        reason = "OverlapsOtherPool" if withheld else "SharesAddresses"
+        if yielded:
+            said.append("addresses also in a global pool with claims in this namespace are this pool's: the global "
+                        "pool does not hand them to its claims here: " + "; ".join(self.overlap_text(w) for w in yielded))
+        reason = "OverlapsOtherPool" if withheld else "SharesAddresses" if shared else "OverlapsGlobalPool"
         return _condition(current, OVERLAPPING, "True", reason, _bounded("; ".join(said)), self.snap.now)
 
     def overlap_text(self, w: Withheld, more: str = "") -> str:
@@ -935,6 +945,8 @@ class _Reconciler:
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
         taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim))  # noqa: E731
+        avoid = [(self.pool.unit_of(w.first), self.pool.unit_of(w.last))
+                 for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))]
         if self.kind.outside is not None:
             return self.allocate_outside(claim, step, taken_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
@@ -952,13 +964,13 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key)
+                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key, avoid=avoid)
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
-                                                kept_as=key)
+                                                kept_as=key, avoid=avoid)
             except AllocationError as err:
                 return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
