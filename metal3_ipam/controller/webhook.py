@@ -73,8 +73,8 @@ from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
-from ..core.validation import (addresses_in_use, overlap_problems, shared_address_problems, validate,
-                               validate_delete, validate_update)
+from ..core.validation import (addresses_in_use, overlap_problems, preallocated_kept_problems,
+                               shared_address_problems, validate, validate_delete, validate_update)
 from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
@@ -332,7 +332,8 @@ class Admission:
                   if key.kind == kinds.IPPOOL] if kind == kinds.IPPOOL else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
                     pools=[p for p in others if p is not None and not o.is_deleting(p)],
-                    near=self.inventory.near_pools(pool), lock_namespace=self.inventory.lock_namespace)
+                    near=self.inventory.near_pools(pool), lock_namespace=self.inventory.lock_namespace,
+                    kept=self.inventory.kept_by_claims(pool))
 
     def _judge(self, operation: str | None, obj: dict, old: dict | None,
                pools: list[dict] | None = None, live: "Live | None" = None) -> list[Problem]:
@@ -345,6 +346,8 @@ class Admission:
             raise _NotReady("the IPAM controller is still reading the cluster; try again in a few seconds")
         if operation == "UPDATE" and isinstance(old, dict):
             problems = validate_update(old, obj, live.in_use if live is not None else None)
+            if live is not None and live.kept:
+                problems += preallocated_kept_problems(obj, live.kept)
         else:
             problems = validate(obj)
         if live is not None and kinds.kind_of(obj) == kinds.IPPOOL and not [p for p in problems if not p.warning]:
@@ -379,6 +382,7 @@ class Live:
     # The pools it keeps its IPs apart from across namespaces, and whether it does now (``Inventory.near_pools``).
     near: list = field(default_factory=list)
     lock_namespace: str = ""
+    kept: dict[str, str] = field(default_factory=dict)  # "<kind> <name>" -> IP kept for a claim of the pool
 
 
 class _NotReady(Exception):

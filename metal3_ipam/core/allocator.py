@@ -167,7 +167,7 @@ class Allocator:
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
-            return self._exact(claim, held, requested, name_taken, preallocated=True, avoid=avoid)
+            return self._exact(claim, held, requested, name_taken, preallocated=True, kept_as=kept_as, avoid=avoid)
         if requested is not None:
             try:
                 ip = parse_ip(requested)
@@ -213,16 +213,17 @@ class Allocator:
         if self.is_withheld(ip) or any(lo <= ip <= hi for lo, hi in avoid):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: another pool it "
                                                      "overlaps, under locks of another name, owns it")
-        holder = self.pool.holder_of(ip)
-        if holder is not None and holder != claim:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
-        if ip in self.taken or self.is_covered(ip) or name_taken(ip):
-            what = "preallocated address" if preallocated else what
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         keeper = self.kept.get(ip)
-        if not preallocated and keeper is not None and keeper != kept_as:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
-                                                     "and whose address objects were deleted")
+        holder = self.pool.holder_of(ip)
+        # A kept IP stays its keeper's, also when a preallocation (an edit past the webhook) names another claim.
+        if holder is not None and holder != claim and not (keeper is not None and keeper == kept_as):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is preallocated to claim {holder}")
+        what = "preallocated address" if preallocated else what
+        if ip in self.taken or self.is_covered(ip) or name_taken(ip):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
+        if keeper is not None and keeper != kept_as and not (preallocated and keeper[1] == claim):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names "
+                                                     "it and whose address objects were deleted")
         self.take(ip)
         return Grant(self.pool.address_of(ip), entry, ip)
 

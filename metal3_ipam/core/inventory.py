@@ -25,6 +25,7 @@ from . import kinds
 from . import objects as o
 from . import pools
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
+from .kept import own_ip
 from .pool import Pool
 from .problems import Problem
 from .reconcile import Snapshot
@@ -150,6 +151,10 @@ class Inventory:
         # global pool withholds of every pool.
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
+        # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
+        # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
+        # meanwhile (only the claim's own pool's ledger keeps it).
+        self._status_ips: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
         # How many claims and Cluster API addresses each global pool has in each namespace: it keeps its IPs
         # apart from the namespaced pools of the namespaces where it has some (``withheld``).
         self._spread: dict[o.PoolKey, dict[str, int]] = {}
@@ -201,6 +206,7 @@ class Inventory:
             del self._tombstones[key]
         self.filed += 1
         self._index_outside_key(key, stored, obj)
+        self._index_status_ip(key, stored, obj)
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == o.pool_of(obj) and _address_ip(stored) == _address_ip(obj):
             # Same place: replace in place, so claims keep the order they came in.
@@ -240,6 +246,7 @@ class Inventory:
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(stored)) == key[1:]:
             del self.moved_away[_outside_key(stored)]  # the claim that came back is deleted here
         self._index_outside_key(key, stored, None)
+        self._index_status_ip(key, stored, None)
         before = self._filed(key)
         touched = self._unfile(key, None)
         del self.objects[key]
@@ -261,6 +268,75 @@ class Inventory:
             known = each(self._outside_keys.get(after))
             if key not in known:
                 self._outside_keys[after] = entry_of((*known, key))
+
+    def _status_ip(self, claim: dict | None) -> int | tuple[int, int] | None:
+        """The IP a claim's status says it holds in its pool (read with the pool's spec, filed before it)."""
+        pool = o.pool_of(claim) if claim is not None else None
+        if pool is None or pool.kind not in pools.REGISTRY:
+            return None
+        pool_obj = self.objects.get((pool.kind, pool.namespace, pool.name))
+        model = self.pool_model(pool_obj)[0] if pool_obj is not None else None
+        unit = own_ip(claim, model) if model is not None else None
+        return None if unit is None else _ip_key(model.version, int(model.address_of(unit)))
+
+    def _index_status_ip(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
+        if key[0] not in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
+            return
+        before, after = self._status_ip(old), self._status_ip(new)
+        if before == after:
+            return
+        named = self._status_ips.setdefault(key[1], {})
+        if before is not None:
+            rest = entry_of(k for k in each(named.get(before)) if k != key)
+            if rest is None:
+                named.pop(before, None)
+            else:
+                named[before] = rest
+        if after is not None and key not in each(named.get(after)):
+            named[after] = entry_of((*each(named.get(after)), key))
+        if not named:
+            del self._status_ips[key[1]]
+
+    def _reindex_status_ips(self, pool_key: o.PoolKey) -> None:
+        """A pool came or changed its spec: its claims' statuses are read with it again (claims filed before
+        their pool, as a start-up's listings may file them, were not read at all). One walk over the index of
+        each namespace concerned, one read per claim."""
+        group = self.groups.get(pool_key)
+        claims = {self.key(c): c for c in group.claims.values()} if group is not None else {}
+        for namespace in {key[1] for key in claims}:
+            named = self._status_ips.get(namespace, {})
+            for ip, holders in list(named.items()):
+                rest = entry_of(k for k in each(holders) if k not in claims)
+                if rest is None:
+                    del named[ip]
+                else:
+                    named[ip] = rest
+        for key, claim in claims.items():
+            self._index_status_ip(key, None, claim)
+
+    def kept_by_claims(self, pool_key: o.PoolKey) -> dict[str, str]:
+        """``<kind> <name>`` -> IP of each live claim of the pool that holds no live address and whose status
+        names an IP of it: the IP kept for it (``kept``), what admission keeps a preallocation from giving
+        away."""
+        group = self.groups.get(pool_key)
+        pool_obj = self.objects.get((pool_key.kind, pool_key.namespace, pool_key.name))
+        model = self.pool_model(pool_obj)[0] if pool_obj is not None else None
+        if group is None or model is None:
+            return {}
+        holding = {o.claim_of_address(a) for a in group.addresses.values() if not o.is_deleting(a)}
+        holding |= {o.claim_of_capi_address(a) for a in group.capi_addresses.values() if not o.is_deleting(a)}
+        found = {}
+        for claim in group.claims.values():
+            unit = None if (kinds.kind_of(claim)[1], o.name(claim)) in holding else own_ip(claim, model)
+            if unit is not None:
+                found[f"{kinds.kind_of(claim)[1]} {o.name(claim)}"] = str(model.address_of(unit))
+        return found
+
+    def kept_elsewhere(self, pools_apart: set[o.PoolKey], namespace: str, version: int, ip: int) -> bool:
+        """A live claim of ``namespace`` in another pool than ``pools_apart`` has a status naming ``ip``: its own
+        IP, which it gets back if its address objects are gone (``kept``), and which no pool may hand out."""
+        return any(self._filed(k) not in pools_apart
+                   for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
 
     def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
         if outside_key is None:
@@ -340,6 +416,7 @@ class Inventory:
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
                     or separate_network(previous) != separate_network(obj):
                 touched |= self._pools_changed(ns)
+                self._reindex_status_ips(pool_key)
             return touched
         if kind == kinds.CLUSTER:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
@@ -626,6 +703,7 @@ class Inventory:
             moved_away=self.moved_away.get,
             held_elsewhere=lambda namespace, version, ip: bool(
                 {self._filed(k) for k in self.holders(namespace, version, ip)} - mates(namespace)),
+            kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -112,6 +112,8 @@ class Snapshot:
     name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
     # An address of another pool of the namespace (either API) holds (version, ip).
     held_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
+    kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -972,7 +974,10 @@ class _Reconciler:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
                                                 kept_as=key, avoid=avoid)
             except AllocationError as err:
-                return self.fail(claim, step, err.reason, err.message + (f"; {lost}" if lost else ""))
+                # The status says what the next pass would (its status no longer naming the IP, nothing is kept
+                # for it then): one Warning Event tells of the lost IP, and no second one follows.
+                return self.fail(claim, step, err.reason, err.message,
+                                 event_message=err.message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
         step.add(Create(address))
@@ -1098,18 +1103,22 @@ class _Reconciler:
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
         if self.snap.name_taken(namespace, self.pool.lock_name(ip)):
             return True
-        address = int(self.pool.address_of(ip))
+        address, version = int(self.pool.address_of(ip)), self.pool.version
+        # A claim of another pool of the namespace keeps it (a pool sharing the namePrefix takes the same lock:
+        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone).
+        if self.snap.kept_elsewhere(claim_namespace or namespace, version, address):
+            return True
         if unique:
-            return self.snap.held_elsewhere(namespace, self.pool.version, address)
+            return self.snap.held_elsewhere(namespace, version, address)
         if not self.kind.cluster_scoped or claim_namespace is None:
             return False
-        return any(self.snap.held_elsewhere(ns, self.pool.version, address) for ns in {namespace, claim_namespace})
+        return any(self.snap.held_elsewhere(ns, version, address) for ns in {namespace, claim_namespace})
 
-    def fail(self, claim: dict, step: Step, reason: str, message: str) -> None:
+    def fail(self, claim: dict, step: Step, reason: str, message: str, event_message: str | None = None) -> None:
         message = _bounded(message)
         self.ledger.unserved[o.claim_key(claim)] = None
         if self.set_claim_status(claim, step, error=(reason, message)):
-            step.add(Event(o.ref(claim), "Warning", reason, message))
+            step.add(Event(o.ref(claim), "Warning", reason, _bounded(event_message or message)))
 
     def wait(self, claim: dict, step: Step, message: str) -> None:
         """Not served yet, and not failed: the Ready condition says why, no error (Cluster API Metal3

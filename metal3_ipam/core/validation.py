@@ -88,6 +88,31 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
     return problems + tagged(new, found)
 
 
+def preallocated_kept_problems(new: Any, kept: Mapping[str, str]) -> list[Problem]:
+    """A pool's preAllocations never give another claim an IP a claim keeps: one whose address objects were
+    deleted and whose status names that IP gets it back (``kept``). ``kept``: "<kind> <name>" -> IP."""
+    pool, _ = pools.read(new) if isinstance(new, Mapping) else (None, [])
+    if pool is None or not pool.preallocations:
+        return []
+    keepers: dict[int, list[str]] = {}
+    for who, text in kept.items():
+        try:
+            ip = parse_ip(text)
+        except AddressError:
+            continue
+        if ip.version == pool.version:
+            keepers.setdefault(pool.unit_of(int(ip)), []).append(who)
+    found = []
+    for claim, unit in sorted(pool.preallocations.items()):
+        others = [who for who in keepers.get(unit, ()) if who.split(" ", 1)[1] != claim]
+        if others:
+            text = str(pool.address_of(unit))
+            found.append(Problem(f"spec.preAllocations[{claim}]", text,
+                                 f"is the IP {', '.join(sorted(others))} keeps: its address objects were deleted and its "
+                                 "status names that IP, which it gets back; preallocate another address"))
+    return tagged(new, found)
+
+
 def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
     """Gateway address -> the field that sets it, for a valid pool spec."""
     fields = {}
