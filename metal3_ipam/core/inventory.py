@@ -146,9 +146,8 @@ class Inventory:
         self._holders: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
-        # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds of the pools
-        # of that namespace and the global ones (namespace "": the global ones among themselves), and what each
-        # global pool withholds of every pool.
+        # Parsed pool specs, by (uid, generation); and per namespace, what the pools of that namespace and the
+        # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
@@ -511,12 +510,14 @@ class Inventory:
 
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
         """A pool of ``namespace`` came, went or changed its spec: what every pool of the namespace withholds
-        may change (they are loaded afresh), and what the global pools withhold; a global pool's change
-        concerns every pool. Those of other namespaces are passed, and load afresh if what they withhold
-        changed (``reconcile.needs_full``)."""
+        may change (they are loaded afresh), and what the global pools with claims there withhold from those
+        claims (loaded afresh too: their claims waiting there are decided again). A global pool's change
+        concerns every pool: those of the namespaces are passed, and load afresh if what they withhold or
+        show changed (``reconcile.needs_full``)."""
         if namespace:
             self._withheld.pop(namespace, None)
-            return self._reloaded(self.pools_in(namespace)) | self.pools_in("")
+            return self._reloaded(self.pools_in(namespace) | {key for key in self.pools_in("")
+                                                               if self.has_claims_in(key, namespace)})
         self._withheld.clear()
         return self._reloaded(self.pools_in("")) | {key for key in self.pool_keys()
                                                     if key.kind in pools.REGISTRY and keeps_apart(key.kind)}
