@@ -487,7 +487,7 @@ class Inventory:
     def _spread_moved(self, key: ObjKey, before: o.PoolKey | None, after: o.PoolKey | None) -> set[o.PoolKey]:
         """A claim or Cluster API address filed under ``after`` instead of ``before``: where a global pool
         has a claim or an address first, or none any more, what it and the pools of that namespace withhold of
-        each other may change (they are passed, and load afresh if so: ``reconcile.needs_full``)."""
+        each other may change (if it does, they are passed, and load afresh: ``reconcile.needs_full``)."""
         kind, namespace, _ = key
         if before == after or kind in pools.REGISTRY or kind in (kinds.CLUSTER, kinds.IPADDRESS):
             return set()
@@ -504,8 +504,9 @@ class Inventory:
                 if not counts:
                     del self._spread[pool]
             if (count == 1 and step == 1) or count == 0:
-                self._withheld.pop(namespace, None)
-                touched |= self.pools_in(namespace)
+                before = self._withheld.pop(namespace, None) or {}
+                if before != self._withheld_in(namespace):
+                    touched |= self.pools_in(namespace)
         return touched
 
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
