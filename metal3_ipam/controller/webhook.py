@@ -29,7 +29,9 @@ Why the policies are what they are:
   before it deletes anything in the source, and retries a refused create.
 - Updates that leave ``spec`` alone (labels, annotations, finalizers, owner
   references — all ``clusterctl move`` and the garbage collector ever change)
-  never reach the webhook (``matchConditions``), so an outage cannot block them.
+  never reach the webhook (``matchConditions``), so an outage cannot block them;
+  but a global pool's ``ipam.metal3.io/separate-network`` annotation, which
+  changes what it shares and withholds, is judged and warned of as its spec is.
 - Pool deletion: ``failurePolicy: Ignore`` with a short timeout, and
   ``matchConditions`` that skip deletions marked
   ``clusterctl.cluster.x-k8s.io/delete-for-move`` and deletions by the
@@ -78,8 +80,9 @@ from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
 from ..core.problems import Problem
-from ..core.validation import (addresses_in_use, capi_address_problems, overlap_problems, validate, validate_delete,
-                               validate_update, written_before_its_claim)
+from ..core.validation import (addresses_in_use, capi_address_problems, overlap_problems, preallocated_kept_problems,
+                               shared_address_problems, validate, validate_delete, validate_update,
+                               written_before_its_claim)
 from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
@@ -108,6 +111,14 @@ def _spec_changed() -> dict:
 def _spec_or_requested_ip_changed() -> dict:
     annotation = lambda obj: _ANNOTATIONS.format(o=obj, key=kinds.IP_ADDRESS_ANNOTATION)  # noqa: E731
     return {"name": "spec-or-requested-ip-changed",
+            "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec)"
+                          f" || object.spec != oldObject.spec || ({annotation('object')}) != ({annotation('oldObject')})"}
+
+
+def _spec_or_separate_network_changed() -> dict:
+    """A global pool's spec, or whether it is a separate network (what it shares and withholds), changed."""
+    annotation = lambda obj: _ANNOTATIONS.format(o=obj, key=kinds.SEPARATE_NETWORK_ANNOTATION)  # noqa: E731
+    return {"name": "spec-or-separate-network-changed",
             "expression": "request.operation != 'UPDATE' || !has(object.spec) || !has(oldObject.spec)"
                           f" || object.spec != oldObject.spec || ({annotation('object')}) != ({annotation('oldObject')})"}
 
@@ -196,7 +207,9 @@ def pool_hooks(kind: pools.PoolKind) -> tuple[Hook, ...]:
                     failure_policy="Ignore", timeout_seconds=5, mutating=True, **common),) if kind.default else ()
     return (*default,
             Hook(f"validation.{lower}.{group}", f"/validate-{path}", operations=("CREATE", "UPDATE"),
-                 failure_policy="Fail", timeout_seconds=10, match_conditions=(_spec_changed(),), **common),
+                 failure_policy="Fail", timeout_seconds=10,
+                 match_conditions=(_spec_or_separate_network_changed() if kind.cluster_scoped else _spec_changed(),),
+                 **common),
             Hook(f"deletion.{lower}.{group}", f"/validate-{path}", operations=("DELETE",), failure_policy="Ignore",
                  timeout_seconds=5, match_conditions=(NOT_FOR_MOVE, NOT_NAMESPACE_TEARDOWN), **common))
 
@@ -349,7 +362,9 @@ class Admission:
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
                   if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
-                    pools=[p for p in others if p is not None and not o.is_deleting(p)])
+                    pools=[p for p in others if p is not None and not o.is_deleting(p)],
+                    near=self.inventory.near_pools(pool), lock_namespace=self.inventory.lock_namespace,
+                    kept=self.inventory.kept_by_claims(pool))
 
     def address_problems(self, obj: dict) -> list[Problem]:
         """A Cluster API IPAddress written before its claim, judged against its pool and the addresses of its
@@ -385,6 +400,8 @@ class Admission:
             raise _NotReady("the IPAM controller is still reading the cluster; try again in a few seconds")
         if operation == "UPDATE" and isinstance(old, dict):
             problems = validate_update(old, obj, live.in_use if live is not None else None)
+            if live is not None and live.kept:
+                problems += preallocated_kept_problems(obj, live.kept)
         else:
             problems = validate(obj)
         if live is not None and _unique_in_namespace(kinds.kind_of(obj)) and not [p for p in problems if not p.warning]:
@@ -394,6 +411,8 @@ class Admission:
             problems += overlap_problems(obj, [p for p in others if not o.is_deleting(p)])
         if live is not None:
             problems += live.problems
+        if live is not None and live.near and not [p for p in problems if not p.warning]:
+            problems += shared_address_problems(obj, live.near, live.lock_namespace)
         return problems
 
     def _knows(self, namespace: str) -> bool:
@@ -419,6 +438,10 @@ class Live:
     in_use: dict[str, str]  # address name -> IP, of the pool under review
     pools: list[dict]       # the namespace's pools of the kinds that keep an IP unique there, but those being deleted
     problems: list[Problem] = field(default_factory=list)  # found while reading (a Cluster API IPAddress)
+    # The pools it keeps its IPs apart from across namespaces, and whether it does now (``Inventory.near_pools``).
+    near: list = field(default_factory=list)
+    lock_namespace: str = ""
+    kept: dict[str, str] = field(default_factory=dict)  # "<kind> <name>" -> IP kept for a claim of the pool
 
 
 class _NotReady(Exception):

@@ -62,19 +62,20 @@ class Grant:
         return self.entry.dns_servers
 
 
-def never_for(pool: Pool, withheld: list[tuple[int, int]], claim: str, ip: int) -> str | None:
+def never_for(pool: Pool, withheld: list[tuple[int, int]], claim: str, ip: int, kept: bool = False) -> str | None:
     """Why ``pool`` would never hand ``ip`` (a unit) to ``claim`` (a claim's name), whatever else holds it; None
     when it could: inside a range, neither a gateway nor excluded, not withheld (``withheld``: normalised spans
-    an earlier overlapping pool owns), not preallocated to another claim."""
+    an earlier overlapping pool owns), not preallocated to another claim (unless ``kept`` for this claim: a kept
+    IP stays its keeper's)."""
     if pool.entry_of(ip) is None:
         return "is not inside any range of the pool"
     if pool.is_reserved(ip):
         return "is a gateway or excluded address of the pool"
     i = bisect.bisect_right(withheld, (ip, float("inf"))) - 1
     if i >= 0 and withheld[i][0] <= ip <= withheld[i][1]:
-        return "is withheld: an earlier pool of the namespace with another namePrefix owns it"
+        return "is withheld: another pool it overlaps, under locks of another name, owns it"
     holder = pool.holder_of(ip)
-    if holder is not None and holder != claim:
+    if holder is not None and holder != claim and not kept:
         return f"is preallocated to claim {holder}"
     return None
 
@@ -84,7 +85,7 @@ class Allocator:
                  withheld: list[tuple[int, int]] = ()) -> None:
         self.pool = pool
         self.rng = rng or random.Random()
-        # Never handed out here: owned by an earlier overlapping pool (see overlap.py).
+        # Never handed out here: owned by another overlapping pool (see overlap.py).
         self.withheld = normalise(withheld)
         self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
@@ -176,7 +177,7 @@ class Allocator:
 
     def allocate(self, claim: str, requested: str | None = None,
                  name_taken: Callable[[int], bool] = lambda ip: False,
-                 kept_as: tuple[str, str] | None = None) -> Grant:
+                 kept_as: tuple[str, str] | None = None, avoid: list[tuple[int, int]] = ()) -> Grant:
         """Choose an address for ``claim`` and mark it taken.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
@@ -184,10 +185,12 @@ class Allocator:
         object this pool does not know of (another pool with the same
         namePrefix): such addresses are skipped, not fought over.
         ``kept_as`` is the claim's (kind, name): a requested IP kept for another claim is refused.
+        ``avoid``: spans withheld from this claim only (a global pool's claim of a namespace whose pools own
+        part of it: see ``overlap``).
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
-            return self._exact(claim, held, requested, name_taken, preallocated=True)
+            return self._exact(claim, held, requested, name_taken, preallocated=True, kept_as=kept_as, avoid=avoid)
         if requested is not None:
             try:
                 ip = parse_ip(requested)
@@ -201,23 +204,25 @@ class Allocator:
             if self.pool.address_of(unit) != ip:
                 raise AllocationError(ALLOCATION_FAILED, f"requested address {requested} is not the base address "
                                                          f"of a /{self.pool.unit_length} sub-prefix")
-            return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as)
-        return self._next(name_taken)
+            return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as, avoid=avoid)
+        return self._next(name_taken, normalise(avoid))
 
-    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str]) -> Grant:
+    def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str],
+                avoid: list[tuple[int, int]] = ()) -> Grant:
         """The IP a claim held before its address objects were deleted, if it may have it again.
 
         Kept or not: which of the claims naming it may have it is the caller's to say.
         """
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
-                           what="its address")
+                           what="its address", avoid=avoid)
 
-    def never_for(self, claim: str, ip: int) -> str | None:
+    def never_for(self, claim: str, ip: int, kept: bool = False) -> str | None:
         """Why the pool would never hand ``ip`` to ``claim`` (see ``never_for``)."""
-        return never_for(self.pool, self.withheld, claim, ip)
+        return never_for(self.pool, self.withheld, claim, ip, kept)
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
-               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address") -> Grant:
+               preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address",
+               avoid: list[tuple[int, int]] = ()) -> Grant:
         text = ip_text(self.pool.address_of(ip))
         if preallocated and requested is not None:
             try:
@@ -227,21 +232,27 @@ class Allocator:
             if not same:
                 raise AllocationError(ALLOCATION_FAILED,
                                       f"conflict: claim {claim} is preallocated {text} but its ipAddress annotation asks for {requested}")
-        why = self.never_for(claim, ip)
+        keeper = self.kept.get(ip)
+        # A kept IP stays its keeper's, also when a preallocation (an edit past the webhook) names another claim.
+        why = self.never_for(claim, ip, kept=keeper is not None and keeper == kept_as)
         if why is not None:
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} {why}")
+        if any(lo <= ip <= hi for lo, hi in avoid):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is withheld: another pool it "
+                                                     "overlaps, under locks of another name, owns it")
         entry = self.pool.entry_of(ip)
+        what = "preallocated address" if preallocated else what
         if ip in self.taken or self.is_covered(ip) or name_taken(ip):
-            what = "preallocated address" if preallocated else what
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
-        keeper = self.kept.get(ip)
-        if not preallocated and keeper is not None and keeper != kept_as:
-            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names it "
-                                                     "and whose address objects were deleted")
+        if keeper is not None and keeper != kept_as and not (preallocated and keeper[1] == claim):
+            raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names "
+                                                     "it and whose address objects were deleted")
         self.take(ip)
         return Grant(self.pool.address_of(ip), entry, ip)
 
-    def _next(self, name_taken: Callable[[int], bool]) -> Grant:
+    def _next(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]] = ()) -> Grant:
+        if avoid:
+            return self._next_outside(name_taken, avoid)
         for entry, free in zip(self.pool.entries, self.free):
             while free:
                 if self.pool.strategy == "random":
@@ -252,3 +263,24 @@ class Allocator:
                 if not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")
+
+    def _next_outside(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]]) -> Grant:
+        """``_next`` for a claim some spans are withheld from: chosen from each entry's free intervals less
+        those spans (O(k) for k free intervals: only such claims pay it), the others left free for the rest."""
+        for entry, free in zip(self.pool.entries, self.free):
+            while True:
+                allowed = subtract(list(free.intervals()), avoid)
+                size = sum(hi - lo + 1 for lo, hi in allowed)
+                if not size:
+                    break
+                index = self.rng.randrange(size) if self.pool.strategy == "random" else 0
+                for lo, hi in allowed:
+                    if index <= hi - lo:
+                        ip = lo + index
+                        break
+                    index -= hi - lo + 1
+                self.take(ip)
+                if not name_taken(ip):
+                    return Grant(self.pool.address_of(ip), entry, ip)
+        raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool for a claim of this namespace: the "
+                                              "rest is owned by pools of the namespace it overlaps")

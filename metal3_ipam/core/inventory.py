@@ -27,8 +27,8 @@ from . import objects as o
 from . import pools
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet
-from .kept import bound_ip
-from .overlap import PoolFacts, Withheld, withheld_by_pool
+from .kept import bound_ip, own_ip
+from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
 from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
@@ -128,6 +128,15 @@ def _member(pool: o.PoolKey, namespace: str, name: str) -> str | tuple[str, str]
     return name if pool.namespace else (namespace, name)
 
 
+def keeps_apart(kind: tuple[str, str]) -> bool:
+    """Pools of the kind keep their IPs apart from the pools they overlap (``core.overlap``): the namespaced
+    kinds whose IPs are unique in their namespace, with the pools of their namespace; the global kinds, whose
+    claims may be in any namespace, with every other global pool and the namespaced pools of the namespaces
+    where they have claims."""
+    pool_kind = pools.REGISTRY[kind]
+    return pool_kind.unique_in_namespace or (pool_kind.cluster_scoped and pool_kind.outside is None)
+
+
 def _pool_generation(pool: dict) -> tuple | None:
     """What identifies a pool's spec: the API server bumps generation only on spec changes."""
     generation = o.meta(pool).get("generation")
@@ -164,9 +173,17 @@ class Inventory:
         self._prefixes: dict[str, dict[tuple[int, int], dict[int, ObjKey | Several]]] = {}
         # Deleted names: key -> (resourceVersion, uid) of the deletion.
         self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
-        # Parsed pool specs, by (uid, generation); and per namespace, what each pool withholds.
+        # Parsed pool specs, by (uid, generation); and per namespace, what the pools of that namespace and the
+        # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
+        # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
+        # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
+        # meanwhile (only the claim's own pool's ledger keeps it).
+        self._status_ips: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
+        # How many claims and Cluster API addresses each global pool has in each namespace: it keeps its IPs
+        # apart from the namespaced pools of the namespaces where it has some (``withheld``).
+        self._spread: dict[o.PoolKey, dict[str, int]] = {}
         # The change log: per pool, the keys of its claims and addresses stored or gone since
         # the pool's ledger last took them (``drain``), and the pools whose ledger must be
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
@@ -226,6 +243,7 @@ class Inventory:
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
+        self._index_status_ip(key, stored, obj)
         if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == (home if key[0] in CLAIM_KINDS else o.pool_of(obj)) \
                 and _address_ip(stored) == _address_ip(obj) \
@@ -236,13 +254,14 @@ class Inventory:
                 self._set_home(key, obj, home)
             self._index_outside_key(key, before, self._as_filed(key, obj))
             return self._file(key, obj)
+        was_filed = self._filed(key)
         touched = self._unfile(key, obj)
         self.objects[key] = obj
         if key[0] in CLAIM_KINDS:
             self._set_home(key, obj, home)
         self._index_outside_key(key, before, self._as_filed(key, obj))
         touched |= self._file(key, obj, previous=stored)
-        return touched
+        return touched | self._spread_moved(key, was_filed, self._filed(key))
 
     # -- claims and the pool that served them ------------------------------------
 
@@ -394,12 +413,14 @@ class Inventory:
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
             del self.moved_away[_outside_key(filed)]  # the claim that came back is deleted here
         self._index_outside_key(key, filed, None)
+        self._index_status_ip(key, stored, None)
+        was_filed = self._filed(key)
         touched = self._unfile(key, None)
         del self.objects[key]
         self._homes.pop(key, None)
         if key[0] in ADDRESS_KINDS:
             touched |= self._rehome({_claim_named_by(stored)} - {None})
-        return touched
+        return touched | self._spread_moved(key, was_filed, None)
 
     def _index_outside_key(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
         if key[0] != kinds.CAPI_CLAIM:
@@ -417,6 +438,75 @@ class Inventory:
             known = each(self._outside_keys.get(after))
             if key not in known:
                 self._outside_keys[after] = entry_of((*known, key))
+
+    def _status_ip(self, claim: dict | None) -> int | tuple[int, int] | None:
+        """The IP a claim's status says it holds in its pool (read with the pool's spec, filed before it)."""
+        pool = o.pool_of(claim) if claim is not None else None
+        if pool is None or pool.kind not in pools.REGISTRY:
+            return None
+        pool_obj = self.objects.get((pool.kind, pool.namespace, pool.name))
+        model = self.pool_model(pool_obj)[0] if pool_obj is not None else None
+        unit = own_ip(claim, model) if model is not None else None
+        return None if unit is None else _ip_key(model.version, int(model.address_of(unit)))
+
+    def _index_status_ip(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
+        if key[0] not in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
+            return
+        before, after = self._status_ip(old), self._status_ip(new)
+        if before == after:
+            return
+        named = self._status_ips.setdefault(key[1], {})
+        if before is not None:
+            rest = entry_of(k for k in each(named.get(before)) if k != key)
+            if rest is None:
+                named.pop(before, None)
+            else:
+                named[before] = rest
+        if after is not None and key not in each(named.get(after)):
+            named[after] = entry_of((*each(named.get(after)), key))
+        if not named:
+            del self._status_ips[key[1]]
+
+    def _reindex_status_ips(self, pool_key: o.PoolKey) -> None:
+        """A pool came or changed its spec: its claims' statuses are read with it again (claims filed before
+        their pool, as a start-up's listings may file them, were not read at all). One walk over the index of
+        each namespace concerned, one read per claim."""
+        group = self.groups.get(pool_key)
+        claims = {self.key(c): c for c in group.claims.values()} if group is not None else {}
+        for namespace in {key[1] for key in claims}:
+            named = self._status_ips.get(namespace, {})
+            for ip, holders in list(named.items()):
+                rest = entry_of(k for k in each(holders) if k not in claims)
+                if rest is None:
+                    del named[ip]
+                else:
+                    named[ip] = rest
+        for key, claim in claims.items():
+            self._index_status_ip(key, None, claim)
+
+    def kept_by_claims(self, pool_key: o.PoolKey) -> dict[str, str]:
+        """``<kind> <name>`` -> IP of each live claim of the pool that holds no live address and whose status
+        names an IP of it: the IP kept for it (``kept``), what admission keeps a preallocation from giving
+        away."""
+        group = self.groups.get(pool_key)
+        pool_obj = self.objects.get((pool_key.kind, pool_key.namespace, pool_key.name))
+        model = self.pool_model(pool_obj)[0] if pool_obj is not None else None
+        if group is None or model is None:
+            return {}
+        holding = {o.claim_of_address(a) for a in group.addresses.values() if not o.is_deleting(a)}
+        holding |= {o.claim_of_capi_address(a) for a in group.capi_addresses.values() if not o.is_deleting(a)}
+        found = {}
+        for claim in group.claims.values():
+            unit = None if (kinds.kind_of(claim)[1], o.name(claim)) in holding else own_ip(claim, model)
+            if unit is not None:
+                found[f"{kinds.kind_of(claim)[1]} {o.name(claim)}"] = str(model.address_of(unit))
+        return found
+
+    def kept_elsewhere(self, pools_apart: set[o.PoolKey], namespace: str, version: int, ip: int) -> bool:
+        """A live claim of ``namespace`` in another pool than ``pools_apart`` has a status naming ``ip``: its own
+        IP, which it gets back if its address objects are gone (``kept``), and which no pool may hand out."""
+        return any(self._filed(k) not in pools_apart
+                   for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
 
     def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
         if outside_key is None:
@@ -496,8 +586,10 @@ class Inventory:
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
-                    or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp"):
+                    or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
+                    or separate_network(previous) != separate_network(obj):
                 touched |= self._pools_changed(ns)
+                self._reindex_status_ips(pool_key)
             return touched
         if kind == kinds.CLUSTER:
             if previous is not None and o.cluster_paused(previous) == o.cluster_paused(obj) \
@@ -591,10 +683,44 @@ class Inventory:
         else:
             bases[base] = rest
 
+    def _spread_moved(self, key: ObjKey, before: o.PoolKey | None, after: o.PoolKey | None) -> set[o.PoolKey]:
+        """A claim or Cluster API address filed under ``after`` instead of ``before``: where a global pool
+        has a claim or an address first, or none any more, what it and the pools of that namespace withhold of
+        each other may change (if it does, they are passed, and load afresh: ``reconcile.needs_full``)."""
+        kind, namespace, _ = key
+        if before == after or kind in pools.REGISTRY or kind in (kinds.CLUSTER, kinds.IPADDRESS):
+            return set()
+        touched: set[o.PoolKey] = set()
+        for pool, step in ((before, -1), (after, 1)):
+            if pool is None or pool.namespace or pool.kind not in pools.REGISTRY or not keeps_apart(pool.kind):
+                continue
+            counts = self._spread.setdefault(pool, {})
+            count = counts.get(namespace, 0) + step
+            if count > 0:
+                counts[namespace] = count
+            else:
+                counts.pop(namespace, None)
+                if not counts:
+                    del self._spread[pool]
+            if (count == 1 and step == 1) or count == 0:
+                before = self._withheld.pop(namespace, None) or {}
+                if before != self._withheld_in(namespace):
+                    touched |= self.pools_in(namespace)
+        return touched
+
     def _pools_changed(self, namespace: str) -> set[o.PoolKey]:
-        """A pool of ``namespace`` came, went or changed its spec: what every pool withholds may change."""
-        self._withheld.pop(namespace, None)
-        return self._reloaded(self.pools_in(namespace))
+        """A pool of ``namespace`` came, went or changed its spec: what every pool of the namespace withholds
+        may change (they are loaded afresh), and what the global pools with claims there withhold from those
+        claims (loaded afresh too: their claims waiting there are decided again). A global pool's change
+        concerns every pool: those of the namespaces are passed, and load afresh if what they withhold or
+        show changed (``reconcile.needs_full``)."""
+        if namespace:
+            self._withheld.pop(namespace, None)
+            return self._reloaded(self.pools_in(namespace) | {key for key in self.pools_in("")
+                                                               if self.has_claims_in(key, namespace)})
+        self._withheld.clear()
+        return self._reloaded(self.pools_in("")) | {key for key in self.pool_keys()
+                                                    if key.kind in pools.REGISTRY and keeps_apart(key.kind)}
 
     def _reloaded(self, pools: set[o.PoolKey]) -> set[o.PoolKey]:
         self._reload |= pools
@@ -661,14 +787,18 @@ class Inventory:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``."""
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
-    def held_elsewhere(self, pool_key: o.PoolKey, namespace: str, version: int, lo: int, hi: int) -> bool:
-        """Whether an address of ``namespace`` (either API, a pool of ours other than ``pool_key``) holds any
-        of the addresses ``lo``..``hi`` (an IP, or an aligned sub-prefix): an IP inside the span, or a
-        sub-prefix a prefix pool's address holds whole that meets it. Sub-prefixes are aligned, so one that
-        meets the span either holds ``lo`` or lies inside it (and then so does its address): O(log n) for
-        the IPs, and one look per length of sub-prefix held in the namespace."""
+    def held_elsewhere(self, pool_key: o.PoolKey, namespace: str, version: int, lo: int, hi: int,
+                       mates: Iterable[o.PoolKey] = ()) -> bool:
+        """Whether an address of ``namespace`` (either API, a pool of ours other than ``pool_key`` and its
+        ``mates``, the pools it shares addresses with as separate networks) holds any of the addresses
+        ``lo``..``hi`` (an IP, or an aligned sub-prefix): an IP inside the span, or a sub-prefix a prefix
+        pool's address holds whole that meets it. Sub-prefixes are aligned, so one that meets the span either
+        holds ``lo`` or lies inside it (and then so does its address): O(log n) for the IPs, and one look per
+        length of sub-prefix held in the namespace."""
+        own = {pool_key, *mates}
+
         def elsewhere(keys: Iterable[ObjKey]) -> bool:
-            return any(self._filed(k) != pool_key for k in keys)
+            return any(self._filed(k) not in own for k in keys)
 
         ips = self._held_ips.get(namespace, {}).get(version)
         at = ips.next_from(lo) if ips else None
@@ -712,22 +842,76 @@ class Inventory:
         return model, problems
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
-        """What earlier pools of the namespace own of this pool's addresses; among the kinds that keep an IP
-        unique in the namespace only (the others' pools are independent of every other)."""
-        namespace = pool_key.namespace
-        if not pools.REGISTRY[pool_key.kind].unique_in_namespace:
+        """What other overlapping pools own of this pool's addresses, and what it shares with pools it
+        overlaps where either is a separate network (``core.overlap``); among the kinds that keep their IPs
+        apart only (``keeps_apart``: the others' pools are independent of every other). A namespaced pool is
+        compared with the pools of its namespace and the global pools with claims (or addresses) there; a
+        global pool here with the other global pools only: what it withholds from its claims of a namespace
+        because of the pools there is ``withheld_in``'s (every controller serving a global pool under ``-n``
+        sees the global pools, not every namespace's)."""
+        if not keeps_apart(pool_key.kind):
             return []
+        return self._withheld_in(pool_key.namespace).get(pool_key, [])
+
+    def withheld_in(self, pool_key: o.PoolKey, namespace: str) -> list[Withheld]:
+        """What a global pool withholds from (or shares with) its claims of ``namespace`` because of the
+        namespaced pools there: a namespaced pool owns its overlap with a global pool in its namespace."""
+        if pool_key.namespace or not namespace or not keeps_apart(pool_key.kind):
+            return []
+        return self._withheld_in(namespace).get(pool_key, [])
+
+    def yielded(self, pool_key: o.PoolKey) -> list[Withheld]:
+        """For a namespaced pool, the parts of it that global pools with claims in its namespace withhold
+        from those claims (each with that global pool as ``owner``): what its Overlapping condition shows."""
+        if not pool_key.namespace or not keeps_apart(pool_key.kind):
+            return []
+        return merged(Withheld(w.first, w.last, key, "") for key, items in self._withheld_in(pool_key.namespace).items()
+                      if not key.namespace for w in items if w.owner == pool_key and not w.shared)
+
+    def _withheld_in(self, namespace: str) -> dict[o.PoolKey, list[Withheld]]:
+        """What the pools of ``namespace`` and the global pools with claims there withhold of each other (every
+        pair with a pool of the namespace in it); for namespace "", every global pool of each other."""
         if namespace not in self._withheld:
-            facts = []
-            for key in sorted(self._pool_names.get(namespace, ())):
-                pool = self.objects[(key.kind, namespace, key.name)]
-                if o.is_deleting(pool) or not pools.REGISTRY[key.kind].unique_in_namespace:
-                    continue
-                model, _ = self.pool_model(pool)
-                if model is not None:
-                    facts.append(PoolFacts(key, str(o.meta(pool).get("creationTimestamp") or ""), model))
-            self._withheld[namespace] = withheld_by_pool(facts)
-        return self._withheld[namespace].get(pool_key, [])
+            keys = sorted(self._pool_names.get(namespace, ()))
+            if namespace:
+                keys += sorted(k for k in self._pool_names.get("", ()) if namespace in self._spread.get(k, ()))
+            facts = [f for f in (self._facts(key) for key in keys) if f is not None]
+            self._withheld[namespace] = withheld_by_pool(
+                facts, compared=(lambda a, b: bool(a.key.namespace or b.key.namespace)) if namespace else
+                (lambda a, b: True))
+        return self._withheld[namespace]
+
+    def has_claims_in(self, pool_key: o.PoolKey, namespace: str) -> bool:
+        """A global pool has claims (or their addresses) in ``namespace``: it keeps its IPs apart from the pools
+        there."""
+        return namespace in self._spread.get(pool_key, ())
+
+    def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
+        """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
+        ``withheld``): for a global pool every other pool that keeps apart, for a namespaced pool the global
+        ones. What the admission webhook warns of; the pools of its own namespace are not among them."""
+        if pool_key.kind not in pools.REGISTRY or not keeps_apart(pool_key.kind):
+            return []
+        if pool_key.namespace:
+            keys = [(k, self.has_claims_in(k, pool_key.namespace)) for k in sorted(self._pool_names.get("", ()))]
+        else:
+            keys = [(k, not k.namespace or self.has_claims_in(pool_key, k.namespace)) for k in self.pool_keys()
+                    if k in self._pool_names.get(k.namespace, ()) and k != pool_key]
+        found = [(self._facts(k), now) for k, now in keys]
+        return [(facts, now) for facts, now in found if facts is not None]
+
+    def _facts(self, key: o.PoolKey) -> PoolFacts | None:
+        """What deciding the pool's overlaps looks at, or None when it takes no part (being deleted, invalid,
+        of a kind whose pools are independent)."""
+        pool = self.objects[(key.kind, key.namespace, key.name)]
+        if o.is_deleting(pool) or not keeps_apart(key.kind):
+            return None
+        model, _ = self.pool_model(pool)
+        if model is None:
+            return None
+        lock_namespace = key.namespace or self.lock_namespace
+        return PoolFacts(key, str(o.meta(pool).get("creationTimestamp") or ""), model, lock_namespace,
+                         separate_network(pool))
 
     def size_of(self, pool_key: o.PoolKey) -> int:
         """How many claims and addresses are filed under the pool."""
@@ -749,6 +933,14 @@ class Inventory:
             if cluster_name:
                 cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
+        live = pool is not None and not o.is_deleting(pool)
+        withheld = self.withheld(pool_key) if live else []
+
+        def mates(namespace: str) -> set[o.PoolKey]:
+            """This pool and those whose addresses it may share (separate networks): theirs hold nothing back
+            here, in ``namespace``."""
+            return {pool_key, *(w.owner for w in (*withheld, *self.withheld_in(pool_key, namespace)) if w.shared)}
+
         return Snapshot(
             namespace=ns, pool_name=name, pool=pool, cluster=cluster,
             claims=list(group.claims.values()),
@@ -758,13 +950,17 @@ class Inventory:
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
-            held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi),
+            held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi,
+                                                                                  mates(namespace)),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
+            kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
-            withheld=self.withheld(pool_key) if pool is not None and not o.is_deleting(pool) else [],
+            withheld=withheld,
+            withheld_in=(lambda namespace: self.withheld_in(pool_key, namespace)) if live else (lambda namespace: []),
+            yielded=self.yielded(pool_key) if live else [],
             lock_namespace=self.lock_namespace,
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,

@@ -40,6 +40,9 @@ PROVIDER_NAME = "ipam-metal3"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 IP_ADDRESS_ANNOTATION = "ipAddress"
+# On a global pool, "true": its addresses are another network's, so an overlap with any other pool is shared
+# (both hand it out, both say so) instead of withheld by the later pool (see ``core.overlap``).
+SEPARATE_NETWORK_ANNOTATION = "ipam.metal3.io/separate-network"
 
 
 def __getattr__(name: str) -> Any:

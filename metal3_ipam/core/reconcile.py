@@ -46,7 +46,8 @@ What it guarantees, whatever it is shown:
 - an IP that any address of the namespace holds, in any pool and of either
   API, or that lies inside a sub-prefix one holds, is never handed out (nor a
   sub-prefix holding such an IP); where pools with different namePrefixes overlap,
-  the overlap belongs to the earlier pool only (see ``overlap``);
+  the overlap belongs to one of them only (see ``overlap``), also across
+  namespaces for a global pool;
 - a claim whose own Cluster is paused is left alone, whatever its pool;
 - a claim whose pool reference was changed away from the pool that gave it
   its address (it is immutable; no webhook stopped the edit) is still this
@@ -93,7 +94,7 @@ from .asking import Granted, Intent, Refused
 from .kept import BOUND_REASON, bound_message, named_ip
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import ip_text
-from .overlap import Withheld
+from .overlap import Withheld, withheld_spans
 from .several import each
 from . import pools
 from .pool import Pool
@@ -140,6 +141,8 @@ class Snapshot:
     # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
     # (with ``every_pool``: of any other pool), to name what holds an IP.
     held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
+    # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
+    kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -151,8 +154,13 @@ class Snapshot:
     cluster_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
     clusters_served: bool = True
-    # Parts of the pool's address set that an earlier, overlapping pool owns.
+    # Parts of the pool's address set that another, overlapping pool owns, or shares with it (``overlap``).
     withheld: list[Withheld] = field(default_factory=list)
+    # For a global pool: what it withholds from (or shares with) its claims of a namespace because of the pools
+    # there. For a namespaced pool: what global pools with claims in its namespace withhold from them because
+    # of it (shown, not withheld).
+    withheld_in: Callable[[str], list[Withheld]] = lambda namespace: []
+    yielded: list[Withheld] = field(default_factory=list)
     # The pool spec already read (the inventory keeps it per generation); read here when None.
     model: tuple[Pool | None, list[Problem]] | None = None
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
@@ -191,7 +199,7 @@ def run_to_end(pass_: Generator[None, None, Plan]) -> Plan:
 def ident_of(snap: Snapshot) -> tuple:
     """What a ledger of this pool is built from (see ``Ledger.ident_of``)."""
     model = _model(snap)[0]
-    return Ledger.ident_of(snap.pool, model, snap.withheld if model is not None else ())
+    return Ledger.ident_of(snap.pool, model, (*snap.withheld, *snap.yielded) if model is not None else ())
 
 
 def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
@@ -203,7 +211,8 @@ def needs_full(ledger: Ledger, snap: Snapshot) -> bool:
 def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     """Load the ledger afresh from every object of ``snap``, in pieces."""
     pool = _model(snap)[0]
-    withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in snap.withheld] if pool is not None else []
+    withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in withheld_spans(snap.withheld)] \
+        if pool is not None else []
     ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
@@ -513,8 +522,8 @@ class _Reconciler:
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
             if self.allocator.all_withheld:
                 ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,
-                                   _bounded("no address is handed out from this pool: every one is also in an earlier "
-                                            "pool of the namespace, under locks of another name: "
+                                   _bounded("no address is handed out from this pool: every one is also in another "
+                                            "pool that owns it, under locks of another name: "
                                             + self.withheld_text()), self.snap.now)
         else:
             ready = _condition(current, READY, "False", "InvalidSpec", self.pool_problem, self.snap.now)
@@ -556,23 +565,40 @@ class _Reconciler:
         self.pool_step.add(SetStatus(o.ref(pool), desired))
         before = o.condition(current, OVERLAPPING)
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
-            self.pool_step.add(Event(o.ref(pool), "Warning", overlapping["reason"], overlapping["message"]))
+            kind = "Warning" if overlapping["reason"] == "OverlapsOtherPool" else "Normal"
+            self.pool_step.add(Event(o.ref(pool), kind, overlapping["reason"], overlapping["message"]))
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
-        """Where an earlier pool with another namePrefix owns part of this one, say so."""
-        if self.pool is None or not self.snap.withheld:
+        """Where another pool under other locks owns part of this one, a pool of a separate network shares
+        part of it, or a global pool does not hand part of it to its claims of this namespace, say so."""
+        found = self.snap.withheld if self.pool is not None else []
+        yielded = self.snap.yielded if self.pool is not None else []
+        if not found and not yielded:
             return None
-        message = _bounded("addresses also in an earlier pool of the namespace, under locks of another name, are "
-                           "not handed out from this pool: " + self.withheld_text())
-        return _condition(current, OVERLAPPING, "True", OVERLAPS_OTHER_POOL, message, self.snap.now)
+        withheld, shared = withheld_spans(found), [w for w in found if w.shared]
+        said = []
+        if withheld:
+            said.append("addresses also in another pool that owns them (the one created first), under locks of "
+                        "another name, are not handed out from this pool: "
+                        + "; ".join(self.overlap_text(w, f", namePrefix {w.owner_prefix}") for w in withheld))
+        if shared:
+            said.append(f"addresses shared with a pool it overlaps, one of them marked as a separate network "
+                        f"({kinds.SEPARATE_NETWORK_ANNOTATION}), are handed out by both: "
+                        + "; ".join(self.overlap_text(w) for w in shared))
+        if yielded:
+            said.append("addresses also in a global pool with claims in this namespace are this pool's: the global "
+                        "pool does not hand them to its claims here: " + "; ".join(self.overlap_text(w) for w in yielded))
+        reason = "OverlapsOtherPool" if withheld else "SharesAddresses" if shared else "OverlapsGlobalPool"
+        return _condition(current, OVERLAPPING, "True", reason, _bounded("; ".join(said)), self.snap.now)
+
+    def overlap_text(self, w: Withheld, more: str = "") -> str:
+        owner = w.owner
+        name = owner.name if owner.namespace in ("", self.snap.namespace) else f"{owner.namespace}/{owner.name}"
+        return f"{_span_text(w.first, w.last, self.pool.version)} ({owner.kind[1]} {name}{more})"
 
     def withheld_text(self) -> str:
-        """What earlier pools own of this one: each span with the pool that owns it."""
-        version = self.pool.version
-        return "; ".join(
-            f"{_span_text(w.first, w.last, version)} ({w.owner.kind[1]} "
-            f"{w.owner.name if w.owner.namespace in ('', self.snap.namespace) else w.owner.namespace + '/' + w.owner.name}"
-            f", namePrefix {w.owner_prefix})" for w in self.snap.withheld)
+        """What other pools own of this one: each span with the pool that owns it."""
+        return "; ".join(self.overlap_text(w, f", namePrefix {w.owner_prefix}") for w in withheld_spans(self.snap.withheld))
 
     def conflict_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where claims of the pool have an address object they do not take up, say which (each claim says why)."""
@@ -1128,7 +1154,9 @@ class _Reconciler:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
-        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip)  # noqa: E731
+        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim))  # noqa: E731
+        avoid = [(self.pool.unit_of(w.first), self.pool.unit_of(w.last))
+                 for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))]
         if self.kind.outside is not None:
             return self.allocate_outside(claim, step, taken_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
@@ -1146,17 +1174,19 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key)
+                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key, avoid=avoid)
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
             self.collisions = {}
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
-                                                kept_as=key)
+                                                kept_as=key, avoid=avoid)
             except AllocationError as err:
+                # The status says what the next pass would (its status no longer naming the IP, nothing is kept
+                # for it then): one Warning Event tells of the lost IP, and no second one follows.
                 reason, message = (err.reason, err.message) if not self.collisions else self.collided(err)
-                return self.fail(claim, step, reason, message + (f"; {lost}" if lost else ""))
+                return self.fail(claim, step, reason, message, event_message=message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
         step.add(Create(address))
@@ -1268,13 +1298,16 @@ class _Reconciler:
         namespace of every such lock (a lock per claim's namespace would guard nothing across namespaces)."""
         return self.snap.namespace or self.snap.lock_namespace
 
-    def taken_elsewhere(self, namespace: str, ip: int) -> bool:
+    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
         that name) and any address of another pool of the namespace, of either
         API, at that IP (inside that sub-prefix), or a sub-prefix another prefix
-        pool's address holds that meets it, whatever its namePrefix.
+        pool's address holds that meets it, whatever its namePrefix (but a pool's
+        this one shares addresses with: see ``overlap``). For a global pool, the
+        namespaces looked in are the lock namespace (the other global pools'
+        locks) and the claim's (every pool's addresses there).
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
@@ -1285,9 +1318,17 @@ class _Reconciler:
             if held is not None and held != self.pool.address_of(ip):
                 self.collisions[ip] = holder
             return True
-        first = int(self.pool.address_of(ip))
-        return unique and self.snap.held_elsewhere(namespace, self.pool.version, first,
-                                                   first + (1 << self.pool.unit_bits) - 1)
+        first, version = int(self.pool.address_of(ip)), self.pool.version
+        last = first + (1 << self.pool.unit_bits) - 1
+        # A claim of another pool of the namespace keeps it (a pool sharing the namePrefix takes the same lock:
+        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone).
+        if self.snap.kept_elsewhere(claim_namespace or namespace, version, first):
+            return True
+        if unique:
+            return self.snap.held_elsewhere(namespace, version, first, last)
+        if not self.kind.cluster_scoped or claim_namespace is None:
+            return False
+        return any(self.snap.held_elsewhere(ns, version, first, last) for ns in {namespace, claim_namespace})
 
     def collided(self, err: AllocationError) -> tuple[str, str]:
         """The reason and message of a claim refused because the name of an IP's lock is another IP's: the
@@ -1300,11 +1341,12 @@ class _Reconciler:
                                 f"(their names <namePrefix>-<ip> meet; a namePrefix that does not start with the "
                                 f"other's followed by '-' keeps them apart): {err.message}")
 
-    def fail(self, claim: dict, step: Step, reason: str, message: str, kept_ref: bool = False) -> None:
+    def fail(self, claim: dict, step: Step, reason: str, message: str, kept_ref: bool = False,
+             event_message: str | None = None) -> None:
         message = _bounded(message)
         self.ledger.unserved[o.claim_key(claim)] = None
         if self.set_claim_status(claim, step, error=(reason, message), kept_ref=kept_ref):
-            step.add(Event(o.ref(claim), "Warning", reason, message))
+            step.add(Event(o.ref(claim), "Warning", reason, _bounded(event_message or message)))
 
     def wait(self, claim: dict, step: Step, message: str) -> None:
         """Not served yet, and not failed: the Ready condition says why, no error (Cluster API Metal3

@@ -15,8 +15,9 @@ from . import kinds, pools
 from .addresses import AddressError, parse_ip
 from .intervals import subtract
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of, pool_ref_text
+from .objects import annotations as annotations_of
 from .objects import namespace as namespace_of
-from .overlap import address_spans, locks_meet
+from .overlap import PoolFacts, Withheld, address_spans, locks_meet, separate_network, withheld_by_pool
 from .pool import admitted_ip, ipv4_compatible_form, read_pool, span_text
 from .problems import ObjectId, Problem, object_id, tagged
 
@@ -86,6 +87,31 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
                                  f"excludes {text}, which is in use (IPAddress {users}): it stays with its claim "
                                  "until released, and is never handed out again", warning=True))
     return problems + tagged(new, found)
+
+
+def preallocated_kept_problems(new: Any, kept: Mapping[str, str]) -> list[Problem]:
+    """A pool's preAllocations never give another claim an IP a claim keeps: one whose address objects were
+    deleted and whose status names that IP gets it back (``kept``). ``kept``: "<kind> <name>" -> IP."""
+    pool, _ = pools.read(new) if isinstance(new, Mapping) else (None, [])
+    if pool is None or not pool.preallocations:
+        return []
+    keepers: dict[int, list[str]] = {}
+    for who, text in kept.items():
+        try:
+            ip = parse_ip(text)
+        except AddressError:
+            continue
+        if ip.version == pool.version:
+            keepers.setdefault(pool.unit_of(int(ip)), []).append(who)
+    found = []
+    for claim, unit in sorted(pool.preallocations.items()):
+        others = [who for who in keepers.get(unit, ()) if who.split(" ", 1)[1] != claim]
+        if others:
+            text = str(pool.address_of(unit))
+            found.append(Problem(f"spec.preAllocations[{claim}]", text,
+                                 f"is the IP {', '.join(sorted(others))} keeps: its address objects were deleted and its "
+                                 "status names that IP, which it gets back; preallocate another address"))
+    return tagged(new, found)
 
 
 def _gateway_fields(spec: Mapping, version: int) -> dict[int, str]:
@@ -264,6 +290,87 @@ def _shared(spans: list[tuple[int, int]], others: list[tuple[int, int, Any]]) ->
             if lo <= their_hi and their_lo <= hi:
                 return max(lo, their_lo), min(hi, their_hi), entry
     return None
+
+
+# -- pools that keep their IPs apart across namespaces (a global pool) ------------------------------------
+
+SEPARATE_NETWORK_FIELD = f"metadata.annotations[{kinds.SEPARATE_NETWORK_ANNOTATION}]"
+# A pool under review whose creationTimestamp is not known yet: it comes after every pool there is.
+_NOT_CREATED_YET = "9999-12-31T23:59:59Z"
+
+
+def separate_network_problems(obj: Any) -> list[Problem]:
+    """The separate-network annotation says "true" or "false", and only a global pool's is read."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
+        return []
+    value = annotations_of(obj).get(kinds.SEPARATE_NETWORK_ANNOTATION)
+    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    if value is None or pool_kind is None:
+        return []
+    if value not in ("true", "false"):
+        return tagged(obj, [Problem(SEPARATE_NETWORK_FIELD, value, 'must be "true" or "false"')])
+    if not pool_kind.cluster_scoped:
+        return tagged(obj, [Problem(SEPARATE_NETWORK_FIELD, value, "has no effect here: only a global pool's is "
+                                    "read (a namespaced pool shares nothing with the pools of its namespace)",
+                                    warning=True)])
+    return []
+
+
+def shared_address_problems(obj: Any, near: Iterable[tuple[PoolFacts, bool]], lock_namespace: str) -> list[Problem]:
+    """Warnings for a pool that overlaps pools it keeps its IPs apart from across namespaces: a global pool
+    and any other global pool, or a global pool and a namespaced pool (``core.overlap``).
+
+    ``near``: each such pool, with whether the two keep apart now (a global pool and a namespaced pool do
+    where the global pool has a claim in the namespaced pool's namespace). Which of two overlapping pools
+    withholds the overlap, or that both hand it out (separate networks), is said; nothing is refused: the
+    overlap is the user's to mean, and the pool's Overlapping condition says it again.
+    """
+    model, _ = pools.read(obj) if isinstance(obj, Mapping) else (None, [])
+    if model is None:
+        return []
+    me_id = object_id(obj)
+    created = str((obj.get("metadata") or {}).get("creationTimestamp") or _NOT_CREATED_YET)
+    key = PoolKey(me_id.namespace, me_id.name, kinds.kind_of(obj))
+    me = PoolFacts(key, created, model, key.namespace or lock_namespace, separate_network(obj))
+    found = []
+    for other, keeping_apart in near:
+        if other.key == key or other.pool.version != model.version:
+            continue
+        overlaps = withheld_by_pool([me, other])
+        for item in (*overlaps.get(key, ()), *(w for w in overlaps.get(other.key, ()) if not w.shared)):
+            found.append(Problem(_addresses_field(obj), span_text(item.first, item.last, model.version),
+                                 _shared_text(me, other, item, keeping_apart), warning=True))
+    return tagged(obj, found)
+
+
+def _addresses_field(obj: Mapping) -> str:
+    spec = _spec_map(obj)
+    return next((f"spec.{name}" for name in ("addresses", "prefixes") if name in spec), "spec.pools")
+
+
+def _shared_text(me: PoolFacts, other: PoolFacts, item: Withheld, keeping_apart: bool) -> str:
+    span = span_text(item.first, item.last, me.pool.version)
+    name = f"{other.key.namespace}/{other.key.name}" if other.key.namespace else other.key.name
+    theirs = f"{other.key.kind[1]} {name}"
+    text = f"shares {span} with {theirs}"
+    if item.shared:
+        return (f"{text}; one of them is marked a separate network ({kinds.SEPARATE_NETWORK_ANNOTATION}: "
+                '"true"), so both hand it out')
+    hint = (f'; if they are separate networks, annotate the global pool {kinds.SEPARATE_NETWORK_ANNOTATION}: "true" '
+            "and both hand it out")
+    if not keeping_apart:
+        glob, namespace = (me, other.key.namespace) if not me.key.namespace else (other, me.key.namespace)
+        return (f"{text}: they are independent for now, but once {glob.key.kind[1]} {glob.key.name} has a claim in "
+                f"namespace {namespace}, the global pool stops handing it out{hint}")
+    if bool(me.key.namespace) != bool(other.key.namespace):
+        namespace = me.key.namespace or other.key.namespace
+        if me.key.namespace:
+            return f"{text}, which does not hand it to its claims of this namespace (condition Overlapping){hint}"
+        return (f"{text} (a pool of the namespace goes before a global pool): this pool does not hand it to its "
+                f"claims of namespace {namespace}{hint}")
+    if item.owner != other.key:
+        return f"{text}, created later, which does not hand it out any more{hint}"
+    return f"{text}, created earlier: this pool does not hand it out (condition Overlapping){hint}"
 
 
 # -- IPClaim ------------------------------------------------------------------
@@ -520,7 +627,7 @@ def validate(obj: Any) -> list[Problem]:
     kind = kinds.kind_of(obj)
     pool_kind = pools.kind_named(kind)
     if pool_kind is not None:
-        return pool_kind.validate(obj)
+        return pool_kind.validate(obj) + separate_network_problems(obj)
     validator = VALIDATORS.get(kind)
     return validator(obj) if validator else []
 
@@ -530,7 +637,7 @@ def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None)
     kind = kinds.kind_of(new)
     pool_kind = pools.kind_named(kind)
     if pool_kind is not None:
-        return pool_kind.validate_update(old, new, in_use)
+        return pool_kind.validate_update(old, new, in_use) + separate_network_problems(new)
     if kind == kinds.IPCLAIM:
         return validate_ipclaim_update(old, new)
     if kind == kinds.IPADDRESS:

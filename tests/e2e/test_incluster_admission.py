@@ -302,3 +302,33 @@ def test_overlap_with_a_pool_of_another_kind_of_the_namespace_is_warned_and_show
     assert late.status == 201, late.message
     assert any("spec.addresses: shares 10.70.0.25-10.70.0.30 with InClusterIPPool net" in w for w in late.warnings), \
         late.warnings
+
+
+def test_overlapping_global_pools_are_warned_of_and_the_separate_network_annotation_is_judged(
+        webhook_controller, webhook_api):
+    """A global pool overlapping another is admitted with a warning naming it; a change of the
+    ``ipam.metal3.io/separate-network`` annotation alone reaches the webhook (its match condition): a value
+    other than "true" or "false" is refused, "true" is warned of as sharing the overlap."""
+    api = webhook_api
+    namespace = new_namespace(api, "o")
+    first = pool("GlobalInClusterIPPool", {"addresses": ["10.60.0.10-10.60.0.20"], "prefix": 24})
+    created(api, first, namespace)
+    later = pool("GlobalInClusterIPPool", {"addresses": ["10.60.0.15-10.60.0.30"], "prefix": 24})
+
+    def warned():  # a dry run until the controller's inventory holds the first pool
+        answer = call(api, "POST", path_of(later, namespace), later, "application/json", [("dryRun", "All")])
+        assert answer.status == 201, answer.message
+        return [w for w in answer.warnings if first["metadata"]["name"] in w]
+    (warning,) = eventually(warned, timeout=30, interval=0.2, what="a warning naming the earlier pool")
+    assert "10.60.0.15-10.60.0.20" in warning and "created earlier" in warning, warning
+    created(api, later, namespace)
+
+    path = path_of(later, namespace, later["metadata"]["name"])
+    annotation = "ipam.metal3.io/separate-network"
+    refused = call(api, "PATCH", path, {"metadata": {"annotations": {annotation: "yes"}}},
+                   "application/merge-patch+json")
+    assert refused.status == 422 and f"metadata.annotations[{annotation}]" in refused.message, refused.message
+    shared = call(api, "PATCH", path, {"metadata": {"annotations": {annotation: "true"}}},
+                  "application/merge-patch+json")
+    assert shared.status == 200, shared.message
+    assert any("both hand it out" in w for w in shared.warnings), shared.warnings

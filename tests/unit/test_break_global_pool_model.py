@@ -1,9 +1,10 @@
-"""A GlobalInClusterIPPool and an InClusterIPPool of one name, overlapping, against a model of the world
-(test_model's): the API store apart from the controller's cache, fed by lagging per-kind watch streams,
-events delivered again and LISTs filed late. Claims of one name in two namespaces, deleted and created
-anew under their names (new uids), their Clusters paused by annotation and unpaused.
+"""Two GlobalInClusterIPPools and an InClusterIPPool named like one of them, overlapping, created in any
+order, against a model of the world (test_model's): the API store apart from the controller's cache, fed by
+lagging per-kind watch streams, events delivered again and LISTs filed late. Claims of one name in two
+namespaces, deleted and created anew under their names (new uids), their Clusters paused by annotation and
+unpaused.
 
-After every step, on the store: no IP held by live address objects for two live claims of the global pool
+After every step, on the store: no IP held by live address objects for two live claims of the global pools
 (whatever their namespaces), nor of one namespace (whatever their pools). Once drained, at the fixed point:
 every live claim has exactly one IP or a Ready=False condition, and nothing is leaked."""
 
@@ -36,8 +37,14 @@ class GlobalStore(Store):
                                                                                             o.name(obj)))))
 
 
-def pool(kind, ns, addresses):
-    meta = {"name": "g", **({"namespace": ns} if ns else {})}
+# (kind, namespace, name) of each pool, and its addresses: every two overlap.
+POOLS = {"g": (GLOBAL, None, "g", ["10.9.0.1-10.9.0.3"]), "h": (GLOBAL, None, "h", ["10.9.0.2-10.9.0.4"]),
+         "n": (NAMESPACED, "ns-a", "g", ["10.9.0.1-10.9.0.5"])}
+
+
+def pool(kind, ns, addresses, name="g", created=None):
+    meta = {"name": name, **({"namespace": ns} if ns else {}),
+            **({"creationTimestamp": created} if created else {})}
     return {"apiVersion": ic.API_VERSION, "kind": kind[1], "metadata": meta,
             "spec": {"addresses": addresses, "prefix": 24}}
 
@@ -60,28 +67,29 @@ def live_holdings(store) -> dict[tuple, set]:
 
 
 class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
-    @initialize(seed=st.integers(0, 10_000))
-    def start(self, seed):
+    @initialize(seed=st.integers(0, 10_000), order=st.permutations(sorted(POOLS)))
+    def start(self, seed, order):
         self.rng = random.Random(seed)
         self.store = GlobalStore()
         self.cache = Inventory()
         self.delivered: list[tuple[str, dict]] = []
         self.by_hand: set = set()
-        for obj in (pool(GLOBAL, None, ["10.9.0.1-10.9.0.4"]), pool(NAMESPACED, "ns-a", ["10.9.0.3-10.9.0.6"]),
-                    cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
+        created = {key: f"2024-01-01T00:0{i}:00Z" for i, key in enumerate(order)}
+        pools = [pool(kind, ns, addresses, name, created[key]) for key, (kind, ns, name, addresses) in POOLS.items()]
+        for obj in (*pools, cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
             self.store.load(obj)
         self.pending_listings = [(kind, *self.store.listing(kind)) for kind in SERVED]
         self.started = False
 
     # -- the world ----------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["c0", "c1", "c2"]), ns=st.sampled_from(NAMESPACES), namespaced=st.booleans(),
-          labelled=st.booleans())
-    def user_creates_claim(self, name, ns, namespaced, labelled):
-        kind = NAMESPACED if namespaced and ns == "ns-a" else GLOBAL
-        if self.store.inventory.get(kinds.CAPI_CLAIM, ns, name) is not None:
+    @rule(name=st.sampled_from(["c0", "c1", "c2"]), ns=st.sampled_from(NAMESPACES),
+          which=st.sampled_from(sorted(POOLS)), labelled=st.booleans())
+    def user_creates_claim(self, name, ns, which, labelled):
+        kind, pool_ns, pool_name, _ = POOLS[which]
+        if pool_ns not in (None, ns) or self.store.inventory.get(kinds.CAPI_CLAIM, ns, name) is not None:
             return
-        self.store.load(capi_claim(name, pool="g", ns=ns, api_group=kind[0], kind=kind[1],
+        self.store.load(capi_claim(name, pool=pool_name, ns=ns, api_group=kind[0], kind=kind[1],
                                    labels={LABEL: "cl"} if labelled else None))
 
     @rule(k=st.integers(0, 50))
@@ -102,9 +110,10 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     # -- the controller -------------------------------------------------------------------
 
     @precondition(lambda self: self.started)
-    @rule(namespaced=st.booleans())
-    def a_pool_pass(self, namespaced):
-        self.run_pass(o.PoolKey("ns-a", "g", NAMESPACED) if namespaced else o.PoolKey("", "g", GLOBAL))
+    @rule(which=st.sampled_from(sorted(POOLS)))
+    def a_pool_pass(self, which):
+        kind, ns, name, _ = POOLS[which]
+        self.run_pass(o.PoolKey(ns or "", name, kind))
 
     # -- what must hold ---------------------------------------------------------------------
 
@@ -112,17 +121,16 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     def no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace(self):
         if not hasattr(self, "store"):
             return
-        # Pools of the in-cluster kinds are independent of each other, as in the Go provider (README, "No IP
-        # twice in a pool"): an IP is unique among a namespaced pool's claims and among a global pool's claims
-        # of every namespace, not across a namespaced pool and a global one that overlap it.
+        # Unlike the Go provider's independent pools: an IP is unique among the claims of the global pools of
+        # every namespace, and among the claims of a namespace whatever their pools (overlaps are withheld by
+        # the later pool).
         by_global_ip: dict[str, set] = {}
         by_ns_ip: dict[tuple[str, str], set] = {}
         for claim, held in live_holdings(self.store).items():
             for kind, ip in held:
                 if kind == GLOBAL[1]:
                     by_global_ip.setdefault(ip, set()).add(claim)
-                else:
-                    by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
+                by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
         assert all(len(c) == 1 for c in by_global_ip.values()), by_global_ip
         assert all(len(c) == 1 for c in by_ns_ip.values()), by_ns_ip
 

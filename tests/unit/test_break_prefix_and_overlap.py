@@ -350,12 +350,6 @@ def _ips(api, ns):
             if o.namespace(a) == ns and not o.is_deleting(a)}
 
 
-GLOBAL_APART = ("a global pool is on its own (README): only namespaced pools withhold an overlap; making global pools "
-                "take part (a later global pool withholding from every namespace) changes what the provider's "
-                "users get from overlapping pools, which they may keep for separate networks")
-
-
-@pytest.mark.xfail(strict=True, reason=GLOBAL_APART)
 def test_a_later_global_pool_never_hands_a_namespaced_pools_ip_to_a_claim_of_its_namespace():
     """The namespaced pool came first and hands out 10.9.0.1-2; the global pool, later, gives the same
     IPs to claims of that namespace."""
@@ -370,7 +364,6 @@ def test_a_later_global_pool_never_hands_a_namespaced_pools_ip_to_a_claim_of_its
     assert len(set(here.values())) == len(here), here
 
 
-@pytest.mark.xfail(strict=True, reason=GLOBAL_APART)
 def test_two_overlapping_global_pools_never_hand_one_ip_to_two_claims():
     api = converged(_created(gi.ip_pool("g1", addresses=["10.8.0.1-10.8.0.2"], prefix=24), "2024-01-01T00:00:00Z"),
                     _created(gi.ip_pool("g2", addresses=["10.8.0.2-10.8.0.3"], prefix=24), "2024-01-01T00:01:00Z"),

@@ -143,21 +143,6 @@ def test_a_claim_whose_ip_left_the_pool_gets_a_new_one_and_a_warning_naming_the_
     assert "10.7.0.1" in event.message and "10.7.0.3" in event.message and "not inside" in event.message
 
 
-def test_a_claim_whose_ip_was_preallocated_to_another_gets_a_new_one_and_a_warning():
-    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
-    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
-    changed = get(api, POOL, "pool1")
-    changed = {**changed, "spec": {**changed["spec"], "preAllocations": {"other": "10.7.0.1"}},
-               "metadata": {**changed["metadata"], "generation": 2}}
-    api.inventory.upsert(changed)
-    api.load(ipclaim("other"))
-    converge(api, random.Random(0))
-    assert ip_of(api, "other") == "10.7.0.1"
-    assert ip_of(api, "zeta") == "10.7.0.2"
-    (event,) = [e for e in api.events if e.reason == "AddressChanged"]
-    assert "10.7.0.1" in event.message and "preallocated to claim other" in event.message
-
-
 @pytest.mark.parametrize("kind", ["IPClaim", "IPAddressClaim"])
 def test_a_status_rewritten_by_hand_never_takes_another_live_claims_ip(kind):
     api = converged(pool(end="10.7.0.3"), claim_of(kind, "zeta"), claim_of(kind, "alpha"))
@@ -269,3 +254,79 @@ def test_a_claim_holding_another_address_never_keeps_an_ip_its_rewritten_status_
     converge(api, random.Random(0))
     assert ip_of(api, "zeta") == "10.7.0.1" and ip_of(api, "alpha") == "10.7.0.2"
     assert o.status(get(api, IPCLAIM, "alpha"))["address"]["name"] == "pool1-10-7-0-2"
+
+
+# -- every order of events that could give a kept IP away ------------------------------------------------------
+
+def test_another_pool_sharing_the_name_prefix_never_hands_out_a_kept_ip():
+    """Two IPPools of one namePrefix over one range: the lock name guards them both, but only the keeper's pool
+    knows the IP is kept once its address objects are gone. The other pool's pass comes first here."""
+    keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}])
+    other = ippool("aa", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}])
+    api = watched(keeper, other, ipclaim("zeta", pool="zz"))
+    assert ip_of(api, "zeta") == "10.7.0.1"
+    strip_and_delete(api, ADDRESS, "m-10-7-0-1")
+    api.load(ipclaim("new", pool="aa"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1" and ip_of(api, "new") == "10.7.0.2"
+    assert not [e for e in api.events if e.reason == "AddressChanged"]
+
+
+def _preallocated(api, claim: str, ip: str) -> None:
+    changed = get(api, POOL, "pool1")
+    api.inventory.upsert({**changed, "spec": {**changed["spec"], "preAllocations": {claim: ip}},
+                          "metadata": {**changed["metadata"], "generation": 2,
+                                       "resourceVersion": api._next_version()}})
+
+
+@pytest.mark.parametrize("paused", [True, False])
+def test_a_preallocation_of_a_kept_ip_never_gives_it_away(paused):
+    """The pool edited past the webhook: its preAllocations give zeta's kept IP to another claim. zeta keeps it
+    (paused or not); the other claim is told whose it is (or, once zeta holds it again, that it is in use)."""
+    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
+    if paused:
+        set_meta(api, IPCLAIM, "zeta", annotations={kinds.PAUSED_ANNOTATION: ""})
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    _preallocated(api, "other", "10.7.0.1")
+    api.load(ipclaim("other"))
+    converge(api, random.Random(0))
+    assert address_of(api, "IPClaim", "other") == []
+    refused = o.condition(o.status(get(api, IPCLAIM, "other")), "Ready")
+    assert refused["status"] == "False" and "10.7.0.1" in refused["message"]
+    assert ("kept for IPClaim zeta" if paused else "already in use") in refused["message"]
+    set_meta(api, IPCLAIM, "zeta", annotations={})
+    converge(api, random.Random(0))
+    assert ip_of(api, "zeta") == "10.7.0.1" and address_of(api, "IPClaim", "other") == []
+    assert not [e for e in api.events if e.reason == "AddressChanged"]
+
+
+def test_the_webhook_refuses_a_preallocation_of_an_ip_a_claim_keeps():
+    from metal3_ipam.controller.webhook import Admission
+    from test_webhook import request
+    api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    old = get(api, POOL, "pool1")
+    new = {**old, "spec": {**old["spec"], "preAllocations": {"other": "10.7.0.1"}}}
+    response = Admission(api.inventory).review(request("UPDATE", new, old))
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert "spec.preAllocations[other]" in message and "10.7.0.1" in message and "IPClaim zeta" in message
+    # Preallocating it to its keeper is fine.
+    mine = {**old, "spec": {**old["spec"], "preAllocations": {"zeta": "10.7.0.1"}}}
+    assert Admission(api.inventory).review(request("UPDATE", mine, old))["allowed"]
+
+
+def test_a_keeper_whose_ip_is_lost_in_an_exhausted_pool_gets_one_warning():
+    """zeta's IP left the pool while its address objects were gone, and nothing is free: one Warning Event
+    says both, and the passes after it write nothing more."""
+    api = watched(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
+    strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")
+    changed = get(api, POOL, "pool1")
+    api.inventory.upsert({**changed, "spec": {**changed["spec"], "pools": [{"start": "10.7.0.2", "end": "10.7.0.2"}]},
+                          "metadata": {**changed["metadata"], "generation": 2,
+                                       "resourceVersion": api._next_version()}})
+    for _ in range(3):
+        converge(api, random.Random(0))
+    warnings = [e for e in api.events if e.target.name == "zeta" and e.type == "Warning"]
+    assert len(warnings) == 1, [(e.reason, e.message) for e in warnings]
+    assert warnings[0].reason == "PoolExhausted" and "10.7.0.1" in warnings[0].message

@@ -334,12 +334,20 @@ class ControllerInTheWorld(LaggingWatch, RuleBasedStateMachine):
                     # another claim holds it, its pool may hand it to this claim, and no other claim wants
                     # it first. Which IP is its own is what it was last seen bound to (a status the user
                     # rewrote makes it whatever that status names: `bound_ip` forgets it then).
-                    holders = self.holders_of(before) - {key}
+                    # A claim of another pool holding it never excuses the move: a kept IP is taken for every pool
+                    # of the namespace (two pools sharing a namePrefix take one lock name for it).
+                    holders = {h for h in self.holders_of(before) - {key} if self.pool_of_claim(h) == o.pool_of(claim)}
                     first = self.wanted_first_by(claim, before)
                     assert holders or first or not self.usable_for(claim, before), \
                         f"{key} moved from {ip_text(netaddr.IPAddress(before, 4))} to " \
                         f"{ip_text(netaddr.IPAddress(ip, 4))} while its IP was free"
                     self.bound_ip[ident(claim)] = ip
+
+    def pool_of_claim(self, key: tuple[str, str]):
+        """The pool of the claim ``key`` (kind, name), live or gone (None)."""
+        kind = kinds.IPCLAIM if key[0] == kinds.IPCLAIM[1] else kinds.CAPI_CLAIM
+        claim = self.store.inventory.get(kind, NS, key[1])
+        return o.pool_of(claim) if claim is not None else None
 
     def usable_for(self, claim: dict, ip: int) -> bool:
         """Whether the claim's pool may hand ``ip`` to it: in a range, not a gateway or excluded, not

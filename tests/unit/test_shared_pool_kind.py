@@ -42,9 +42,10 @@ def test_a_pool_of_cluster_scope_is_known_by_name_and_its_claims_by_namespace_to
 def test_claims_of_one_name_in_two_namespaces_get_two_ips_from_one_pool_of_cluster_scope(shared_kind):
     api = loaded(shared_pool("global", ["10.8.0.1-10.8.0.3"]),
                  shared_claim("g0", "ns-a"), shared_claim("g0", "ns-b"), shared_claim("g1", "ns-b"),
-                 # An IPPool of one of the namespaces, over the same addresses: a pool of its own.
-                 ippool("pool1", ns="ns-a", pools=[{"start": "10.8.0.1", "end": "10.8.0.3"}]),
-                 capi_claim("p0", ns="ns-a"))
+                 # An IPPool over the same addresses, of a namespace where the global pool has no claim: a pool of
+                 # its own (in a namespace of its claims, their overlap would be withheld by the later pool).
+                 ippool("pool1", ns="ns-c", pools=[{"start": "10.8.0.1", "end": "10.8.0.3"}]),
+                 capi_claim("p0", ns="ns-c"))
     assert o.PoolKey("", "global", SHARED) in api.inventory.pool_keys()
     converge(api, random.Random(0))
 
@@ -71,9 +72,9 @@ def test_claims_of_one_name_in_two_namespaces_get_two_ips_from_one_pool_of_clust
     assert o.status(pool)["ipAddresses"] == {"total": 3, "used": 3, "free": 0}
     assert "indexes" not in o.status(pool)
     # The IPPool's claim is served from its own pool, as before; its status keeps Metal3's shape.
-    assert held[("ns-a", "p0")]["poolRef"]["kind"] == "IPPool"
-    assert o.status(api.inventory.get(kinds.IPPOOL, "ns-a", "pool1"))["indexes"] == {
-        "IPAddressClaim/p0": held[("ns-a", "p0")]["address"]}
+    assert held[("ns-c", "p0")]["poolRef"]["kind"] == "IPPool"
+    assert o.status(api.inventory.get(kinds.IPPOOL, "ns-c", "pool1"))["indexes"] == {
+        "IPAddressClaim/p0": held[("ns-c", "p0")]["address"]}
 
 
 def test_a_fourth_claim_of_a_full_pool_of_cluster_scope_is_refused_and_a_release_serves_it(shared_kind):

@@ -817,8 +817,9 @@ def test_a_pool_sharing_addresses_with_a_pool_of_another_kind_of_the_namespace_i
     assert response["allowed"] is True, response
     (warning,) = response["warnings"]
     assert warning.startswith("spec.pools[0]: shares 10.1.0.15-10.1.0.20 with InClusterIPPool ip1"), warning
-    # A global pool shares no namespace with them.
-    assert "warnings" not in admission.review(request("CREATE", incluster_pool("g", "GlobalInClusterIPPool")))
+    # A global pool is told of them as a pool of another scope: independent until it has a claim there.
+    (warning,) = admission.review(request("CREATE", incluster_pool("g", "GlobalInClusterIPPool")))["warnings"]
+    assert "they are independent for now" in warning, warning
 
 
 def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are_not():
