@@ -97,6 +97,8 @@ from .problems import Problem, errors
 
 # A message written into a status or an Event is bounded too.
 MAX_MESSAGE = 1024
+# The most of a message a pool reference written by a user takes (a pool's own text is at most 340 characters).
+MAX_REFERENCE_TEXT = 400
 
 READY = "Ready"
 # A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
@@ -1204,7 +1206,10 @@ class _Reconciler:
         field = "spec.pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "spec.poolRef"
         pool = self.pool_text()
         # ``moved_from`` reads the pool back: a controller started afresh finds it here when nothing else names it.
-        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
+        # The reference as it is now is the user's to write (no schema bounds it): cut, so that the message's
+        # bound never cuts the pool that served the claim off.
+        message = _bounded(f"{field} was changed to {_clipped(str(o.pool_ref_text(now)), MAX_REFERENCE_TEXT)}"
+                           f"{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
                            f"a pool reference is immutable, so {pool} keeps serving the claim and "
                            f"holds its address until it is deleted; set {field} back, or delete the claim and "
                            "create one for the other pool")
@@ -1406,7 +1411,11 @@ def _settled(lock: dict, seconds: int) -> str | None:
 
 
 def _bounded(message: str) -> str:
-    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
+    return _clipped(message, MAX_MESSAGE)
+
+
+def _clipped(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 1] + "…"
 
 
 def _held(addresses: list[dict], finalizer: str) -> list[dict]:
@@ -1427,7 +1436,8 @@ def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
     naming the pool as ``Kind [namespace/]name``; kinds are unique by name), or None."""
     moved = o.condition(o.status(claim), POOL_REFERENCE_CHANGED)
     message = moved.get("message") if moved and moved.get("status") == "True" else None
-    head, until, _ = message.partition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
+    # The last of those words are the condition's own: the reference before them may hold them too.
+    head, until, _ = message.rpartition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
     _, away, pool = head.rpartition(_MOVED_FROM)
     kind_name, _, where = pool.partition(" ")
     kind = next((k for k in pools.REGISTRY if k[1] == kind_name), None) if until and away else None
