@@ -620,7 +620,8 @@ class _Reconciler:
         finalizer = self.finalizers.claim[kind]
         mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
-            others = [f for f in o.finalizers(claim) if f != finalizer]
+            stale = self.stale_finalizers(claim)
+            others = [f for f in o.finalizers(claim) if f != finalizer and f not in stale]
             if others:
                 # Whoever else holds the claim may still use its address (as
                 # Metal3 does, release only once no other finalizer is left),
@@ -712,8 +713,18 @@ class _Reconciler:
             _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         for address in mine:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
-        if finalizer in o.finalizers(claim):
-            step.add(_without_finalizer(claim, finalizer))
+        gone = {finalizer, *self.stale_finalizers(claim)}
+        if gone & set(o.finalizers(claim)):
+            step.add(SetFinalizers(o.ref(claim), tuple(f for f in o.finalizers(claim) if f not in gone),
+                                   o.meta(claim).get("resourceVersion")))
+
+    def stale_finalizers(self, claim: dict) -> set[str]:
+        """The claim finalizers of this controller's other pool kinds a claim of this pool carries (a manifest
+        copied with them, a pool reference changed): no pool of those kinds serves it, so none would take them
+        off; they go with this pool's. Not an outside IPAM's (its address there may be held by it)."""
+        kind = kinds.kind_of(claim)
+        return {pool_kind.finalizers.claim[kind] for pool_kind in pools.REGISTRY.values()
+                if pool_kind.outside is None and kind in pool_kind.finalizers.claim} - {self.finalizers.claim[kind]}
 
     def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
         """A deleted claim whose release the outside IPAM refused says why it stays: Ready=False with the
