@@ -45,7 +45,8 @@ def test_a_claim_created_with_another_of_our_kinds_claim_finalizer_is_released_w
     claim = capi_claim("x", pool="p", api_group=kind[0], kind=kind[1])
     claim["metadata"]["finalizers"] = [_finalizer(other)]  # a manifest copied with its finalizers
     api = converged(*_pools(), claim)
-    assert _addresses(api) == sorted(["IPAddress x", f"IPAddress {'p-10-0-0-2' if kind == IPPOOL else 'p.10-0-1-2.ip'}"])
+    lock = "p-10-0-0-2" if kind == IPPOOL else "p.10-0-1-2.ip"
+    assert _addresses(api) == sorted(["IPAddress x", f"IPAddress {lock}"])
     user_delete(api, kinds.CAPI_CLAIM, "x")
     converge(api, random.Random(0))
     assert get(api, kinds.CAPI_CLAIM, "x") is None and _addresses(api) == []

@@ -165,7 +165,8 @@ def _step(api, op, kind, name, ref, settle):
     elif op == "collect":  # the garbage collector: addresses whose owning claim is gone
         uids = {o.meta(c)["uid"] for k in (kinds.CAPI_CLAIM, kinds.IPCLAIM) for c in api.inventory.of_kind(k)}
         for obj in [*api.inventory.of_kind(kinds.CAPI_ADDRESS), *api.inventory.of_kind(kinds.IPADDRESS)]:
-            owners = [r for r in o.meta(obj).get("ownerReferences") or [] if r.get("kind") in ("IPClaim", "IPAddressClaim")]
+            owners = [r for r in o.meta(obj).get("ownerReferences") or []
+                      if r.get("kind") in ("IPClaim", "IPAddressClaim")]
             if owners and not any(r.get("uid") in uids for r in owners):
                 api.inventory.remove({**obj, "metadata": {**obj["metadata"], "resourceVersion": api._next_version()}})
     elif op == "rename":
