@@ -380,7 +380,6 @@ class ApiWriter:
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
             data = encode(body)
-        params = _server_deadline(self.write_deadline()) if method != "GET" else None
         for attempt in (1, 2):
             try:
                 authorization = await self.credentials.authorization_async()
@@ -388,6 +387,8 @@ class ApiWriter:
                 raise ApiException(status=0, reason=f"no credentials: {err}") from None
             if authorization:
                 headers["Authorization"] = authorization
+            # Measured once the credential is had (an exec plugin may take seconds), for each attempt.
+            params = _server_deadline(self.write_deadline()) if method != "GET" else None
             try:
                 async with self._http().request(method, path.lstrip("/"), data=data, headers=headers,
                                                 params=params, proxy=self.credentials.proxy) as response:

@@ -102,6 +102,8 @@ from .problems import Problem, errors
 
 # A message written into a status or an Event is bounded too.
 MAX_MESSAGE = 1024
+# The most of a message a pool reference written by a user takes (a pool's own text is at most 340 characters).
+MAX_REFERENCE_TEXT = 400
 
 READY = "Ready"
 # A claim of a kind whose addresses an outside IPAM hands out, asked and not answered yet.
@@ -679,7 +681,8 @@ class _Reconciler:
         finalizer = self.finalizers.claim[kind]
         mine = self.ledger.addresses_of(key)
         if o.is_deleting(claim):
-            others = [f for f in o.finalizers(claim) if f != finalizer]
+            stale = self.stale_finalizers(claim)
+            others = [f for f in o.finalizers(claim) if f != finalizer and f not in stale]
             if others:
                 # Whoever else holds the claim may still use its address (as
                 # Metal3 does, release only once no other finalizer is left),
@@ -777,8 +780,18 @@ class _Reconciler:
             _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         for address in mine:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
-        if finalizer in o.finalizers(claim):
-            step.add(_without_finalizer(claim, finalizer))
+        gone = {finalizer, *self.stale_finalizers(claim)}
+        if gone & set(o.finalizers(claim)):
+            step.add(SetFinalizers(o.ref(claim), tuple(f for f in o.finalizers(claim) if f not in gone),
+                                   o.meta(claim).get("resourceVersion")))
+
+    def stale_finalizers(self, claim: dict) -> set[str]:
+        """The claim finalizers of this controller's other pool kinds a claim of this pool carries (a manifest
+        copied with them, a pool reference changed): no pool of those kinds serves it, so none would take them
+        off; they go with this pool's. Not an outside IPAM's (its address there may be held by it)."""
+        kind = kinds.kind_of(claim)
+        return {pool_kind.finalizers.claim[kind] for pool_kind in pools.REGISTRY.values()
+                if pool_kind.outside is None and kind in pool_kind.finalizers.claim} - {self.finalizers.claim[kind]}
 
     def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
         """A deleted claim whose release the outside IPAM refused says why it stays: Ready=False with the
@@ -1402,7 +1415,10 @@ class _Reconciler:
         field = "spec.pool" if kinds.kind_of(claim) == kinds.IPCLAIM else "spec.poolRef"
         pool = self.pool_text()
         # ``moved_from`` reads the pool back: a controller started afresh finds it here when nothing else names it.
-        message = _bounded(f"{field} was changed to {o.pool_ref_text(now)}{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
+        # The reference as it is now is the user's to write (no schema bounds it): cut, so that the message's
+        # bound never cuts the pool that served the claim off.
+        message = _bounded(f"{field} was changed to {_clipped(str(o.pool_ref_text(now)), MAX_REFERENCE_TEXT)}"
+                           f"{_MOVED_FROM}{pool}{_MOVED_UNTIL}: "
                            f"a pool reference is immutable, so {pool} keeps serving the claim and "
                            f"holds its address until it is deleted; set {field} back, or delete the claim and "
                            "create one for the other pool")
@@ -1623,7 +1639,11 @@ def _settled(lock: dict, seconds: int) -> str | None:
 
 
 def _bounded(message: str, limit: int = MAX_MESSAGE) -> str:
-    return message if len(message) <= limit else message[:limit - 1] + "…"
+    return _clipped(message, limit)
+
+
+def _clipped(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 1] + "…"
 
 
 def _held(addresses: list[dict], finalizer: str) -> list[dict]:
@@ -1644,7 +1664,8 @@ def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
     naming the pool as ``Kind [namespace/]name``; kinds are unique by name), or None."""
     moved = o.condition(o.status(claim), POOL_REFERENCE_CHANGED)
     message = moved.get("message") if moved and moved.get("status") == "True" else None
-    head, until, _ = message.partition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
+    # The last of those words are the condition's own: the reference before them may hold them too.
+    head, until, _ = message.rpartition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
     _, away, pool = head.rpartition(_MOVED_FROM)
     kind_name, _, where = pool.partition(" ")
     kind = next((k for k in pools.REGISTRY if k[1] == kind_name), None) if until and away else None
