@@ -337,6 +337,20 @@ def test_a_controller_watching_some_namespaces_leaves_the_global_pools_locks_of_
     assert [o.spec(c)["address"] for c in created] == ["10.0.0.3"] and held == "10.0.0.2"
 
 
+def test_a_controller_watching_some_namespaces_keeps_the_finalizers_of_deleted_addresses_of_the_others():
+    """With ``-n ns-b`` it sees the lock of ns-a's claim and, a global pool's, its Cluster API IPAddress, but
+    not the claim: both deleted by hand while the claim lives, their finalizers are the controller's of ns-a
+    to judge (it keeps them while the claim uses the address), never this one's."""
+    api = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    for obj in [_address(api, "m", "ns-a"), *api.inventory.of_kind(kinds.IPADDRESS)]:
+        user_delete(api, kinds.kind_of(obj), o.name(obj), o.namespace(obj))
+    mine = loaded(*[x for x in api.inventory.objects.values() if kinds.kind_of(x) != kinds.CAPI_CLAIM])
+    mine.inventory.namespaces = frozenset({"ns-b"})
+    plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now, random.Random(0)))
+    assert [a for a in plan.writes if getattr(a, "target", None) is not None
+            and a.target.namespace in ("ns-a", LOCK_NS)] == []
+
+
 def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept_and_owned_by_it():
     """``clusterctl move`` copies a global pool's IPAddresses but not its locks (they live in the lock
     namespace), and where the pool exists in the target already it writes the source pool's uid into their
