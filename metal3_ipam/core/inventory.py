@@ -806,7 +806,7 @@ class Listed:
         touched: set[o.PoolKey] = set()
         for done, item in enumerate(items, 1):
             key = self.inventory.key(item)
-            if key is not None:
+            if key is not None and (key in self.inventory.objects or self.inventory.keeps(key, item)):
                 self.seen.add(key)
                 if hold is None or not hold(item):
                     touched |= self.inventory.upsert(item)
