@@ -129,8 +129,9 @@ def test_cluster_api_addresses_are_listed_cluster_wide_under_namespaces_where_a_
     resources = {kinds.CAPI_CLAIM: Resource(kinds.CAPI_IPAM_GROUP, "v1beta1", "ipaddressclaims"),
                  kinds.CAPI_ADDRESS: Resource(kinds.CAPI_IPAM_GROUP, "v1beta1", "ipaddresses")}
     shared = {SHARED: Resource(SHARED[0], "v1alpha1", "sharedpools")}
-    listed = {(listing.kind, listing.namespace) for listing in listings(None, {**resources, **shared}, ["ns-a", "ns-b"])}
-    assert listed == {(SHARED, None), (kinds.CAPI_ADDRESS, None), (kinds.CAPI_CLAIM, "ns-a"), (kinds.CAPI_CLAIM, "ns-b")}
+    listed = {(x.kind, x.namespace) for x in listings(None, {**resources, **shared}, ["ns-a", "ns-b"])}
+    assert listed == {(SHARED, None), (kinds.CAPI_ADDRESS, None),
+                      (kinds.CAPI_CLAIM, "ns-a"), (kinds.CAPI_CLAIM, "ns-b")}
     listed = {(listing.kind, listing.namespace) for listing in listings(None, resources, ["ns-a", "ns-b"])}
     assert listed == {(kind, ns) for kind in resources for ns in ("ns-a", "ns-b")}
 
