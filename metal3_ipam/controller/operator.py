@@ -117,6 +117,9 @@ class Controller:
             self.resumptions = Resumptions(self.inventory, self._relist_addresses, self._file_now, self._remove)
 
     def file(self, obj: dict) -> None:
+        key = self.inventory.key(obj)
+        if key is not None and key not in self.inventory.objects and not self.inventory.keeps(key, obj):
+            return  # another namespace's address of a namespaced pool: not even slimmed
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
         if self._parked(obj):
             return
@@ -279,9 +282,13 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
     """
     ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
     # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched;
-    # the locks of such pools (Metal3 IPAddresses) in their one namespace, whatever namespaces are watched too.
+    # the locks of such pools (Metal3 IPAddresses) in their one namespace, whatever namespaces are watched too;
+    # where such a kind is served, the Cluster API IPAddresses cluster-wide (``Inventory.keeps`` files those of
+    # other namespaces only when of such a pool).
+    scoped = any(_cluster_scoped(kind) for kind in resources)
+
     def namespaces_of(kind: tuple[str, str]) -> list[str | None]:
-        if _cluster_scoped(kind) or not namespaces:
+        if _cluster_scoped(kind) or not namespaces or (kind == kinds.CAPI_ADDRESS and scoped):
             return [None]
         if kind == kinds.IPADDRESS and lock_namespace and lock_namespace not in namespaces:
             return [*namespaces, lock_namespace]

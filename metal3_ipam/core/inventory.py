@@ -214,6 +214,12 @@ class Inventory:
             return None
         return (kind, o.namespace(obj), o.name(obj))
 
+    def keeps(self, key: ObjKey, obj: dict) -> bool:
+        """Whether ``obj`` is filed here: under ``-n`` the Cluster API IPAddresses are watched in every
+        namespace, and those of a namespace not served are kept only when of a pool of cluster scope."""
+        return self.namespaces is None or key[0] != kinds.CAPI_ADDRESS or key[1] in self.namespaces \
+            or of_every_namespace(obj)
+
     # -- feeding -----------------------------------------------------------
 
     def upsert(self, obj: dict) -> set[o.PoolKey]:
@@ -225,6 +231,8 @@ class Inventory:
         key = self.key(obj)
         if key is None:
             return set()
+        if not self.keeps(key, obj):
+            return self.remove(obj) if key in self.objects else set()
         if key[0] not in ADDRESS_KINDS:
             return self._upsert(key, obj)
         named = {_claim_named_by(self.objects.get(key)), _claim_named_by(obj)} - {None}
@@ -395,8 +403,8 @@ class Inventory:
     def remove(self, obj: dict) -> set[o.PoolKey]:
         """A deletion of ``obj``'s incarnation; one about an older incarnation changes nothing."""
         key = self.key(obj)
-        if key is None:
-            return set()
+        if key is None or (key not in self.objects and not self.keeps(key, obj)):
+            return set()  # news of what is never filed here leaves no tombstone either
         stored = self.objects.get(key)
         if stored is not None:
             if _is_older(obj, version_of(stored)):
@@ -1000,7 +1008,7 @@ class Listed:
         touched: set[o.PoolKey] = set()
         for done, item in enumerate(items, 1):
             key = self.inventory.key(item)
-            if key is not None:
+            if key is not None and (key in self.inventory.objects or self.inventory.keeps(key, item)):
                 self.seen.add(key)
                 if hold is None or not hold(item):
                     touched |= self.inventory.upsert(item)
@@ -1036,6 +1044,16 @@ class Listed:
                     yield touched
                     touched = set()
         yield touched
+
+
+def of_every_namespace(obj: dict) -> bool:
+    """A Cluster API IPAddress of a pool of cluster scope: every controller of the pool files it, whatever
+    namespaces it serves (``-n``), so that each withholds its IP and counts it alike; only the controller
+    serving its namespace writes to it (``Snapshot.serves``)."""
+    if kinds.kind_of(obj) != kinds.CAPI_ADDRESS:
+        return False
+    pool = o.pool_of(obj)
+    return pool is not None and not pool.namespace
 
 
 def _outside_key(claim: dict | None) -> str | None:

@@ -637,6 +637,8 @@ class _Reconciler:
         a claim that still uses it.
         """
         claim = self.ledger.claims.get(key) if key else None
+        if claim is None and not self.snap.serves(claim_ref.namespace):
+            return  # a claim served elsewhere (``-n``): its IP is held here, its addresses are written there
         step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address
         if o.is_deleting(address):
             if o.deleted_for_move(address):
@@ -646,8 +648,8 @@ class _Reconciler:
                 step.add(_without_finalizer(address, finalizer))
             return
         if claim is None:
-            if self.written_first(address, finalizer) or not self.snap.serves(claim_ref.namespace):
-                return  # written before its claim, which it waits for; or a claim served elsewhere (its IP held)
+            if self.written_first(address, finalizer):
+                return  # written before its claim, which it waits for
             capi_finalizer = self.finalizers.address.get(kinds.CAPI_ADDRESS, "")
             if kinds.kind_of(address) == kinds.IPADDRESS and key is not None and any(
                     not self.written_first(m, capi_finalizer) for m in self.ledger.mirrors_of(key)):

@@ -29,7 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, SetStatus
-from metal3_ipam.core.inventory import SERVED, Inventory
+from metal3_ipam.core.inventory import SERVED, Inventory, of_every_namespace
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
 from metal3_ipam.testing import go_incluster as gi
@@ -53,11 +53,12 @@ LOCK_NAMESPACE = "default"
 
 
 def watched(namespaces: tuple[str, ...] | None, obj: dict) -> bool:
-    """Whether a replica watching ``namespaces`` (None: all) sees ``obj``: objects of cluster scope and the
-    locks in the lock namespace are watched whatever the namespaces (``operator.listings``)."""
+    """Whether a replica watching ``namespaces`` (None: all) sees ``obj``: objects of cluster scope, the
+    locks in the lock namespace and the Cluster API IPAddresses of pools of cluster scope are watched
+    whatever the namespaces (``operator.listings``, ``Inventory.keeps``)."""
     ns = o.namespace(obj)
     return namespaces is None or not ns or ns in namespaces \
-        or (kinds.kind_of(obj) == kinds.IPADDRESS and ns == LOCK_NAMESPACE)
+        or (kinds.kind_of(obj) == kinds.IPADDRESS and ns == LOCK_NAMESPACE) or of_every_namespace(obj)
 
 
 class Store(MemoryApi):
@@ -151,9 +152,6 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         kind = gi.IN_CLUSTER_IP_POOL if local else gi.GLOBAL_IN_CLUSTER_IP_POOL
         self.store.load(gi.claim(f"c{self.counter % 5}-{self.counter}", "ns-a" if local else ns, kind, "g"))
 
-    # Under ``-n`` the controllers of a global pool disagree on the counts of an address without a lock (see
-    # test_controllers_serving_namespaces_apart_agree_on_a_global_pools_counts): written by hand in one world only.
-    @precondition(lambda self: self.scopes[0] is None)
     @rule(ns=st.sampled_from(NAMESPACES), local=st.booleans(), where=st.sampled_from(["held", "any", "outside"]),
           k=st.integers(0, 50))
     def user_writes_an_address_then_its_claim(self, ns, local, where, k):
@@ -329,9 +327,6 @@ TwoReplicasServeGlobalPools.TestCase.settings = settings(
 test_two_replicas_serve_global_pools_across_namespaces_with_grace_periods = TwoReplicasServeGlobalPools.TestCase
 
 
-@pytest.mark.xfail(strict=True, reason="under -n, a Cluster API IPAddress of a global pool that holds no lock (written "
-                   "before its claim, or not taken up by it) is counted in the pool's status only by the controller "
-                   "serving its namespace: the two controllers rewrite the pool's counts in turn, for ever")
 def test_controllers_serving_namespaces_apart_agree_on_a_global_pools_counts():
     machine = TwoReplicasServeGlobalPools()
     machine.start(seed=0, grace=0, with_go=False, split=True)
@@ -339,9 +334,6 @@ def test_controllers_serving_namespaces_apart_agree_on_a_global_pools_counts():
     machine.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="under -n, the Go provider's addresses of a global pool carry no lock until the "
-                   "controller serving their namespace adopts them, and a controller serving other namespaces cannot "
-                   "see them: it hands their IPs out meanwhile (the adopting controller then refuses its claim)")
 def test_a_controller_serving_other_namespaces_never_hands_out_an_ip_of_go_state_not_locked_yet():
     machine = TwoReplicasServeGlobalPools()
     machine.start(seed=0, grace=0, with_go=True, split=True)

@@ -1,0 +1,57 @@
+"""Controllers serving namespaces apart (``-n``) share a GlobalInClusterIPPool, on a real API server.
+
+The pool's addresses without a lock (the Go in-cluster provider's, before the controller serving their
+namespace adopts them; one written by hand before its claim) are in a namespace the controller started
+here does not serve: it still never hands their IPs out, and counts them as the controller serving their
+namespace does, so that their status writes never undo each other.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
+
+from incluster_fixtures import unique_ips  # noqa: E402
+from metal3_ipam.testing import go_incluster as gi  # noqa: E402
+from metal3_ipam.testing.waiting import eventually  # noqa: E402
+
+pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+
+FULL = {"total": 4, "used": 4, "free": 0, "outOfRange": 0}
+
+
+def _written_by_hand(name: str, ns: str, pool: str, ip: str) -> dict:
+    """A Cluster API IPAddress of the global pool as a user writes it before its claim."""
+    return {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress", "metadata": {"name": name, "namespace": ns},
+            "spec": {"claimRef": {"name": name}, "address": ip, "prefix": 24,
+                     "poolRef": {"apiGroup": gi.GROUP, "kind": gi.GLOBAL_IN_CLUSTER_IP_POOL, "name": pool}}}
+
+
+def test_a_controller_of_other_namespaces_withholds_and_counts_a_global_pools_addresses_without_locks(
+        controller_factory, incluster):
+    """The Go provider's address of ns a (no lock yet) and one written by hand there hold two of the pool's four
+    IPs. The controller of ns b, alone, gives its claims the other two and refuses the third; the pool counts
+    all four used. The controller of ns a then adopts the Go provider's address (its lock is made) and the
+    counts stay as they are."""
+    locks, a, b = incluster.ns, incluster.namespace(), incluster.namespace()
+    g = incluster.global_name("apart")
+    incluster.global_pools.append((gi.GLOBAL_IN_CLUSTER_IP_POOL, g))
+    incluster.writer.write([gi.ip_pool(g, prefix=24, addresses=["10.9.0.1-10.9.0.4"])],
+                           [gi.claim("go", a, gi.GLOBAL_IN_CLUSTER_IP_POOL, g)], serve=[(a, "go")])
+    go_ip = incluster.get_address("go", namespace=a)["spec"]["address"]
+    incluster.writer.create(_written_by_hand("w", a, g, "10.9.0.4"))
+    controller_factory(["-n", b, "--lock-namespace", locks, "--no-leader-elect"], name="serving-b")
+    for name in ("b1", "b2", "b3"):
+        incluster.claim(name, g, gi.GLOBAL_IN_CLUSTER_IP_POOL, namespace=b)
+    given = {incluster.ip("b1", namespace=b), incluster.ip("b2", namespace=b)}
+    assert given == {"10.9.0.1", "10.9.0.2", "10.9.0.3"} - {go_ip}, given
+    incluster.not_ready("b3", "PoolExhausted", namespace=b)
+    incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
+    controller_factory(["-n", a, "--lock-namespace", locks, "--no-leader-elect"], name="serving-a")
+    incluster.served("go", namespace=a)
+    eventually(lambda: any(x["spec"]["address"] == go_ip for x in incluster.custom.list_namespaced_custom_object(
+        "ipam.metal3.io", "v1alpha1", locks, "ipaddresses")["items"]), what=f"the lock of {go_ip}")
+    incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
+    unique_ips(x for x in incluster.all_addresses() if x["metadata"]["name"] != "w")
+    assert incluster.get_address("w", namespace=a)["spec"]["address"] == "10.9.0.4"
