@@ -92,11 +92,13 @@ def test_same_named_pools_in_two_namespaces_allocate_independently(controller, i
 
 def test_a_namespaced_pool_beside_a_global_one_of_the_same_name(controller, incluster):
     """A namespaced and a cluster-scoped pool of one name are two pools; claims of the global one in two
-    namespaces (even of one name) never share an IP, and their IPAddresses live in the claims' namespaces."""
+    namespaces (even of one name) never share an IP, and their IPAddresses live in the claims' namespaces.
+    (The two pools' addresses are apart: overlapping, the namespaced pool would own the overlap in its
+    namespace, see tests/unit/test_global_pool_overlap.py.)"""
     other = incluster.namespace()
     name = incluster.global_name("shared")
     incluster.ip_pool(name, prefix=24, gateway="10.0.0.1", addresses=["10.0.0.2-10.0.0.254"])
-    incluster.global_ip_pool(name, prefix=24, gateway="10.0.0.1", addresses=["10.0.0.2-10.0.0.254"])
+    incluster.global_ip_pool(name, prefix=24, gateway="10.0.1.1", addresses=["10.0.1.2-10.0.1.254"])
     incluster.claim("local", name, IP_POOL)
     incluster.claim("g", name, GLOBAL)
     incluster.claim("g", name, GLOBAL, namespace=other)
@@ -107,7 +109,7 @@ def test_a_namespaced_pool_beside_a_global_one_of_the_same_name(controller, incl
     assert_go_shape(local, incluster.get_claim("local"), incluster.pool(name))
     globals_ = [incluster.served("g"), incluster.served("g", namespace=other), incluster.served("g2", namespace=other)]
     unique_ips(globals_)
-    assert sorted(a["spec"]["address"] for a in globals_) == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    assert sorted(a["spec"]["address"] for a in globals_) == ["10.0.1.2", "10.0.1.3", "10.0.1.4"]
     pool = incluster.pool(name, GLOBAL)
     for a in globals_:
         ns = a["metadata"]["namespace"]
