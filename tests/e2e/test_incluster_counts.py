@@ -17,6 +17,7 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
 
 from incluster_fixtures import BIND, assert_go_shape  # noqa: E402
+from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import Timeout  # noqa: E402
 
@@ -41,10 +42,11 @@ def _make_pool(incluster, kind: str, name: str, **spec) -> tuple[str, str]:
     """A pool of ``kind``; returns its name (made unique for a global pool) and the namespace of its claims.
 
     The rows overlap, as in the provider's tables: each namespaced pool is given a namespace of its own (the
-    namespaced pools of one namespace never share an IP, so there the later ones would withhold the overlap)."""
+    namespaced pools of one namespace never share an IP, so there the later ones would withhold the overlap),
+    and each global pool is marked a separate network (overlapping global pools withhold otherwise)."""
     if kind == gi.GLOBAL_IN_CLUSTER_IP_POOL:
         name = incluster.global_name(name)
-        incluster.global_ip_pool(name, **spec)
+        incluster.global_ip_pool(name, annotations={kinds.SEPARATE_NETWORK_ANNOTATION: "true"}, **spec)
         return name, incluster.ns
     namespace = incluster.namespace()
     incluster.ip_pool(name, namespace=namespace, **spec)
