@@ -931,6 +931,10 @@ class _Reconciler:
             return f"{held}, which {rival}"
         if self.kind.outside is None and not self.made_for(claim, address):
             never = self.allocator.never_for(o.name(claim), unit)
+            if never is None and any(w.first <= int(ip) <= w.last
+                                     for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))):
+                never = (f"is withheld from its claims of namespace {o.namespace(claim)}: a pool of the namespace "
+                         "owns it")
             if never is not None:
                 return f"{held}, which {self.pool_text()} could not have handed out: {ip_text(ip)} {never}"
         return None
@@ -976,6 +980,15 @@ class _Reconciler:
                                               every_pool=self.kind.outside is not None)
             if others:
                 return _held_text(others[0])
+        first = int(self.pool.address_of(unit))
+        if self.kind.cluster_scoped and self.snap.held_elsewhere(
+                o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
+            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
+            others = self.snap.held_by_others(o.namespace(claim), self.pool.version, first, every_pool=True)
+            return _held_text(others[0]) if others else f"another pool's address of namespace {o.namespace(claim)} holds"
+        if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):
+            return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
+                    "objects were deleted")
         return None
 
     def made_for(self, claim: dict, address: dict) -> bool:
