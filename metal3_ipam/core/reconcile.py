@@ -99,6 +99,7 @@ from .several import each
 from . import pools
 from .pool import Pool
 from .problems import Problem, errors
+from .validation import written_before_its_claim
 
 # A message written into a status or an Event is bounded too.
 MAX_MESSAGE = 1024
@@ -961,7 +962,11 @@ class _Reconciler:
             if owner == key:
                 continue
             holder = ledger.claims.get(owner) if owner is not None else None
-            if tag == CAPI and (holder is None or not (locking or self.named_by_status(holder, other))):
+            if tag == CAPI and holder is None and self.made_elsewhere(other):
+                return _held_text(other)
+            # A claim whose status names its address (bound by an earlier IPAM) goes before a hand-written one.
+            first_bound = locking and not self.named_by_status(claim, address)
+            if tag == CAPI and (holder is None or not (first_bound or self.named_by_status(holder, other))):
                 continue
             return _held_text(other)
         kept = ledger.allocator.kept.get(unit)
@@ -990,6 +995,12 @@ class _Reconciler:
             return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
                     "objects were deleted")
         return None
+
+    def made_elsewhere(self, address: dict) -> bool:
+        """A Cluster API IPAddress of a live claim this controller does not see (of a namespace not served, under
+        ``-n``) that an IPAM made or ``clusterctl move`` copied for its claim (an owner reference names it): its
+        claim is bound to it, maybe not locked yet (the Go provider's state), and holds its IP."""
+        return not self.snap.serves(o.namespace(address)) and not written_before_its_claim(address)
 
     def made_for(self, claim: dict, address: dict) -> bool:
         """Whether ``address`` was made for this claim: its status names it, or its owner reference names this

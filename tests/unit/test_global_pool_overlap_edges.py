@@ -102,22 +102,21 @@ def test_a_keeper_gets_its_ip_back_though_an_address_written_for_another_claim_h
     assert ready(api, kinds.CAPI_CLAIM, "new").get("reason") == CONFLICT
 
 
-GO_CLAIM_LOSES = ("under -n, a controller serving ns-b sees the Go provider's Cluster API IPAddress of claim ns-a/go "
-                  "(not locked yet) but not its claim, and rival() passes over a Cluster API address whose claim it "
-                  "does not know: it takes up an address written by hand in ns-b at that IP, locks it, and the Go "
-                  "claim bound to it since before the upgrade is refused it (AddressConflict) while both hold it")
-
-
-@pytest.mark.xfail(strict=True, reason=GO_CLAIM_LOSES)
-def test_under_n_an_address_written_by_hand_never_takes_a_go_claims_ip_of_a_namespace_not_served():
-    """Replicas serving ns-a and ns-b, ns-c apart, over the Go in-cluster provider's state (claim ns-a/go bound
-    to 10.0.0.1 of the global pool); an IPAddress is written by hand in ns-b at 10.0.0.1 before its claim, and
-    another in ns-a."""
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("written_in", [("ns-a",), ("ns-b", "ns-a")])
+def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it(split, written_in):
+    """The Go in-cluster provider's state: claim ns-a/go bound to 10.0.0.1 of the global pool, not locked yet.
+    IPAddresses are written by hand at 10.0.0.1 before their claims. With ``split``, the replicas serve ns-a and
+    ns-b, ns-c apart (``-n``): the one serving ns-b sees the Go claim's address but not its claim. The Go claim
+    keeps its IP; each written address is refused."""
     from test_model_incluster import TwoReplicasServeGlobalPools
     machine = TwoReplicasServeGlobalPools()
-    machine.start(seed=0, grace=0, with_go=True, split=True)
-    machine.user_writes_an_address_then_its_claim(k=0, local=False, ns="ns-b", where="held")
-    machine.user_writes_an_address_then_its_claim(k=0, local=False, ns="ns-a", where="held")
-    machine.teardown()
-    go = get(machine.store, kinds.CAPI_CLAIM, "go", "ns-a")
-    assert o.condition(o.status(go), "Ready")["reason"] != CONFLICT
+    machine.start(seed=0, grace=0, with_go=True, split=split)
+    for ns in written_in:
+        machine.user_writes_an_address_then_its_claim(k=0, local=False, ns=ns, where="held")
+    machine.teardown()  # no IP bound to two live claims, every claim settled
+    claims = {(o.namespace(c), o.name(c)): o.condition(o.status(c), "Ready")
+              for c in machine.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+    assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
+    assert sorted(ns for ns, _ in claims) == sorted(written_in)
+    assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
