@@ -990,7 +990,7 @@ class _Reconciler:
                 o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
             # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
             others = self.snap.held_by_others(o.namespace(claim), self.pool.version, first, every_pool=True)
-            return _held_text(others[0]) if others else f"another pool's address of namespace {o.namespace(claim)} holds"
+            return _held_text(others[0]) if others else f"an address of namespace {o.namespace(claim)} holds"
         if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):
             return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
                     "objects were deleted")

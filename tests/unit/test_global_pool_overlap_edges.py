@@ -41,7 +41,8 @@ def _ips(api):
 def test_a_global_pools_address_written_before_its_claim_at_an_ip_a_namespaced_pool_gave_there_is_refused():
     api = _converged(_pool("n", ["10.9.0.1-10.9.0.2"], "2024-01-01T00:00:00Z", namespace=NS),
                      _pool("g", ["10.9.0.1-10.9.0.4"], "2024-01-01T00:01:00Z"),
-                     gi.claim("x", NS, gi.IN_CLUSTER_IP_POOL, "n"), gi.claim("here", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+                     gi.claim("x", NS, gi.IN_CLUSTER_IP_POOL, "n"),
+                     gi.claim("here", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
     assert _ips(api)[(NS, "x")] == "10.9.0.1"
     api.load(capi_address("y", "y", GLOBAL, "g", "10.9.0.1"))
     api.load(gi.claim("y", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
@@ -120,3 +121,29 @@ def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it
     assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
     assert sorted(ns for ns, _ in claims) == sorted(written_in)
     assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
+
+
+SHARED_THEN_NOT = ("a global pool's separate-network annotation removed while a claim of it and a claim of the pool it "
+                   "overlapped hold one IP in one namespace: both stay Ready=True bound to that IP, and nothing (the "
+                   "admission warning, the pools' conditions, the claims, an Event) names the two claims sharing it "
+                   "now that the pools are one network")
+
+
+@pytest.mark.xfail(strict=True, reason=SHARED_THEN_NOT)
+@pytest.mark.parametrize("other_namespaced", [False, True])
+def test_unmarking_a_separate_network_while_two_claims_of_a_namespace_share_an_ip_is_told(other_namespaced):
+    apart = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
+    kind = gi.IN_CLUSTER_IP_POOL if other_namespaced else gi.GLOBAL_IN_CLUSTER_IP_POOL
+    api = _converged(_pool("g1", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:00:00Z",
+                           namespace=NS if other_namespaced else None),
+                     _pool("g2", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:01:00Z", annotations=apart),
+                     gi.claim("a", NS, kind, "g1"), gi.claim("b", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g2"))
+    assert _ips(api) == {(NS, "a"): "10.8.0.1", (NS, "b"): "10.8.0.1"}
+    pool = get(api, GLOBAL, "g2", "")
+    api.inventory.upsert({**pool, "metadata": {**pool["metadata"], "annotations": {},
+                                               "resourceVersion": api._next_version()}})
+    converge(api, random.Random(0))
+    told = [c["message"] for c in o.status(get(api, GLOBAL, "g2", "")).get("conditions", []) if c["status"] == "True"]
+    told += [o.condition(o.status(get(api, kinds.CAPI_CLAIM, "b")), "Ready")["message"]]
+    told += [e.message for e in api.events if e.type == "Warning"]
+    assert any("10.8.0.1" in text and "IPAddressClaim default/a" in text for text in told), told
