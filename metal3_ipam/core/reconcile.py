@@ -962,11 +962,12 @@ class _Reconciler:
             if owner == key:
                 continue
             holder = ledger.claims.get(owner) if owner is not None else None
-            if tag == CAPI and holder is None and self.made_elsewhere(other):
+            # A claim whose status names its address (bound by an earlier IPAM) goes before an address written
+            # by hand: other claims' addresses count against a claim getting its first lock when it is not bound.
+            fresh = locking and not self.named_by_status(claim, address)
+            if tag == CAPI and holder is None and fresh and self.made_elsewhere(other):
                 return _held_text(other)
-            # A claim whose status names its address (bound by an earlier IPAM) goes before a hand-written one.
-            first_bound = locking and not self.named_by_status(claim, address)
-            if tag == CAPI and (holder is None or not (first_bound or self.named_by_status(holder, other))):
+            if tag == CAPI and (holder is None or not (fresh or self.named_by_status(holder, other))):
                 continue
             return _held_text(other)
         kept = ledger.allocator.kept.get(unit)
