@@ -99,6 +99,7 @@ from .several import each
 from . import pools
 from .pool import Pool
 from .problems import Problem, errors
+from .validation import written_before_its_claim
 
 # A message written into a status or an Event is bounded too.
 MAX_MESSAGE = 1024
@@ -931,6 +932,10 @@ class _Reconciler:
             return f"{held}, which {rival}"
         if self.kind.outside is None and not self.made_for(claim, address):
             never = self.allocator.never_for(o.name(claim), unit)
+            if never is None and any(w.first <= int(ip) <= w.last
+                                     for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))):
+                never = (f"is withheld from its claims of namespace {o.namespace(claim)}: a pool of the namespace "
+                         "owns it")
             if never is not None:
                 return f"{held}, which {self.pool_text()} could not have handed out: {ip_text(ip)} {never}"
         return None
@@ -957,7 +962,12 @@ class _Reconciler:
             if owner == key:
                 continue
             holder = ledger.claims.get(owner) if owner is not None else None
-            if tag == CAPI and (holder is None or not (locking or self.named_by_status(holder, other))):
+            # A claim whose status names its address (bound by an earlier IPAM) goes before an address written
+            # by hand: other claims' addresses count against a claim getting its first lock when it is not bound.
+            fresh = locking and not self.named_by_status(claim, address)
+            if tag == CAPI and holder is None and fresh and self.made_elsewhere(other):
+                return _held_text(other)
+            if tag == CAPI and (holder is None or not (fresh or self.named_by_status(holder, other))):
                 continue
             return _held_text(other)
         kept = ledger.allocator.kept.get(unit)
@@ -976,7 +986,22 @@ class _Reconciler:
                                               every_pool=self.kind.outside is not None)
             if others:
                 return _held_text(others[0])
+        first = int(self.pool.address_of(unit))
+        if self.kind.cluster_scoped and self.snap.held_elsewhere(
+                o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
+            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
+            others = self.snap.held_by_others(o.namespace(claim), self.pool.version, first, every_pool=True)
+            return _held_text(others[0]) if others else f"an address of namespace {o.namespace(claim)} holds"
+        if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):
+            return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
+                    "objects were deleted")
         return None
+
+    def made_elsewhere(self, address: dict) -> bool:
+        """A Cluster API IPAddress of a live claim this controller does not see (of a namespace not served, under
+        ``-n``) that an IPAM made or ``clusterctl move`` copied for its claim (an owner reference names it): its
+        claim is bound to it, maybe not locked yet (the Go provider's state), and holds its IP."""
+        return not self.snap.serves(o.namespace(address)) and not written_before_its_claim(address)
 
     def made_for(self, claim: dict, address: dict) -> bool:
         """Whether ``address`` was made for this claim: its status names it, or its owner reference names this

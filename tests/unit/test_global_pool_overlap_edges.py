@@ -1,0 +1,149 @@
+"""Global pools overlapping the namespaced pools of their claims' namespaces, at the edges: addresses written
+before their claims, kept IPs, and a global pool's claims coming and going in a namespace (SPEC §10,
+invariant 1)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.memory import converge
+from metal3_ipam.testing import go_incluster as gi
+from ipam_objects import get, loaded, user_delete
+from test_addresses_written_before_claims import CONFLICT, assert_no_ip_twice, capi_address, ready
+
+NS = "default"
+GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
+LOCAL = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
+
+
+def _converged(*objs):
+    api = loaded(*objs)
+    api.inventory.lock_namespace = "ipam-system"
+    converge(api, random.Random(0))
+    return api
+
+
+def _pool(name, addresses, at, namespace=None, annotations=None):
+    pool = gi.ip_pool(name, namespace=namespace, addresses=addresses, prefix=24, annotations=annotations)
+    pool["metadata"]["creationTimestamp"] = at
+    return pool
+
+
+def _ips(api):
+    return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)
+            if not o.is_deleting(a)}
+
+
+def test_a_global_pools_address_written_before_its_claim_at_an_ip_a_namespaced_pool_gave_there_is_refused():
+    api = _converged(_pool("n", ["10.9.0.1-10.9.0.2"], "2024-01-01T00:00:00Z", namespace=NS),
+                     _pool("g", ["10.9.0.1-10.9.0.4"], "2024-01-01T00:01:00Z"),
+                     gi.claim("x", NS, gi.IN_CLUSTER_IP_POOL, "n"),
+                     gi.claim("here", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    assert _ips(api)[(NS, "x")] == "10.9.0.1"
+    api.load(capi_address("y", "y", GLOBAL, "g", "10.9.0.1"))
+    api.load(gi.claim("y", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    converge(api, random.Random(0))
+    assert_no_ip_twice(api)
+    assert ready(api, kinds.CAPI_CLAIM, "y").get("reason") == CONFLICT
+
+
+def test_a_global_pools_address_written_before_its_claim_in_an_overlap_a_namespaced_pool_owns_is_refused():
+    """The namespaced pool owns the overlap: the global pool could not have handed 10.9.0.1 to a claim of that
+    namespace, free as it is, so the claim does not take it up."""
+    api = _converged(_pool("n", ["10.9.0.1-10.9.0.2"], "2024-01-01T00:00:00Z", namespace=NS),
+                     _pool("g", ["10.9.0.1-10.9.0.4"], "2024-01-01T00:01:00Z"),
+                     gi.claim("here", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    api.load(capi_address("y", "y", GLOBAL, "g", "10.9.0.1"))
+    api.load(gi.claim("y", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    converge(api, random.Random(0))
+    condition = ready(api, kinds.CAPI_CLAIM, "y")
+    assert condition.get("reason") == CONFLICT and "withheld" in condition.get("message", ""), condition
+
+
+def test_an_address_written_before_its_claim_never_takes_an_ip_another_pool_keeps_for_its_claim():
+    """Two IPPools of one namePrefix: zeta of zz keeps 10.7.0.1 (its address objects were deleted); an address
+    written by hand for a claim of aa at that IP is refused, and zeta gets its IP back."""
+    from ipam_objects import capi_claim, ippool, ipclaim
+    from test_claim_keeps_ip import strip_and_delete
+    keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
+    other = ippool("aa", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
+    api = _converged(keeper, other, ipclaim("zeta", pool="zz"))
+    strip_and_delete(api, kinds.IPADDRESS, "m-10-7-0-1")
+    api.load(capi_address("new", "new", (kinds.METAL3_GROUP, "IPPool"), "aa", "10.7.0.1"))
+    api.load(capi_claim("new", pool="aa"))
+    converge(api, random.Random(0))
+    assert [e.message for e in api.events if e.reason == CONFLICT and e.target.name == "new"][0].startswith(
+        f"IPAddress.{kinds.CAPI_IPAM_GROUP} {NS}/new holds 10.7.0.1, which is kept for a claim of another pool")
+
+
+KEEPER_LOSES = ("an address written before its claim at an IP another claim keeps (its status names it, its address "
+                "objects were deleted) is refused, yet it holds the IP against the keeper: the keeper's reclaim finds "
+                "it in use and gives the keeper another IP (AddressChanged), and the written address is then taken "
+                "up: the kept IP goes to the claim that was refused it")
+
+
+@pytest.mark.xfail(strict=True, reason=KEEPER_LOSES)
+@pytest.mark.parametrize("pool", ["zz", "aa"])
+def test_a_keeper_gets_its_ip_back_though_an_address_written_for_another_claim_holds_it(pool):
+    from ipam_objects import capi_claim, ippool, ipclaim
+    from test_claim_keeps_ip import strip_and_delete
+    keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
+    other = ippool("aa", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
+    api = _converged(keeper, other, ipclaim("zeta", pool="zz"))
+    strip_and_delete(api, kinds.IPADDRESS, "m-10-7-0-1")
+    api.load(capi_address("new", "new", (kinds.METAL3_GROUP, "IPPool"), pool, "10.7.0.1"))
+    api.load(capi_claim("new", pool=pool))
+    converge(api, random.Random(0))
+    assert not [e.message for e in api.events if e.reason == "AddressChanged"]
+    assert o.status(get(api, kinds.IPCLAIM, "zeta"))["address"]["name"] == "m-10-7-0-1"
+    assert ready(api, kinds.CAPI_CLAIM, "new").get("reason") == CONFLICT
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("written_in", [("ns-a",), ("ns-b", "ns-a")])
+def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it(split, written_in):
+    """The Go in-cluster provider's state: claim ns-a/go bound to 10.0.0.1 of the global pool, not locked yet.
+    IPAddresses are written by hand at 10.0.0.1 before their claims. With ``split``, the replicas serve ns-a and
+    ns-b, ns-c apart (``-n``): the one serving ns-b sees the Go claim's address but not its claim. The Go claim
+    keeps its IP; each written address is refused."""
+    from test_model_incluster import TwoReplicasServeGlobalPools
+    machine = TwoReplicasServeGlobalPools()
+    machine.start(seed=0, grace=0, with_go=True, split=split)
+    for ns in written_in:
+        machine.user_writes_an_address_then_its_claim(k=0, local=False, ns=ns, where="held")
+    machine.teardown()  # no IP bound to two live claims, every claim settled
+    claims = {(o.namespace(c), o.name(c)): o.condition(o.status(c), "Ready")
+              for c in machine.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+    assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
+    assert sorted(ns for ns, _ in claims) == sorted(written_in)
+    assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
+
+
+SHARED_THEN_NOT = ("a global pool's separate-network annotation removed while a claim of it and a claim of the pool it "
+                   "overlapped hold one IP in one namespace: both stay Ready=True bound to that IP, and nothing (the "
+                   "admission warning, the pools' conditions, the claims, an Event) names the two claims sharing it "
+                   "now that the pools are one network")
+
+
+@pytest.mark.xfail(strict=True, reason=SHARED_THEN_NOT)
+@pytest.mark.parametrize("other_namespaced", [False, True])
+def test_unmarking_a_separate_network_while_two_claims_of_a_namespace_share_an_ip_is_told(other_namespaced):
+    apart = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
+    kind = gi.IN_CLUSTER_IP_POOL if other_namespaced else gi.GLOBAL_IN_CLUSTER_IP_POOL
+    api = _converged(_pool("g1", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:00:00Z",
+                           namespace=NS if other_namespaced else None),
+                     _pool("g2", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:01:00Z", annotations=apart),
+                     gi.claim("a", NS, kind, "g1"), gi.claim("b", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g2"))
+    assert _ips(api) == {(NS, "a"): "10.8.0.1", (NS, "b"): "10.8.0.1"}
+    pool = get(api, GLOBAL, "g2", "")
+    api.inventory.upsert({**pool, "metadata": {**pool["metadata"], "annotations": {},
+                                               "resourceVersion": api._next_version()}})
+    converge(api, random.Random(0))
+    told = [c["message"] for c in o.status(get(api, GLOBAL, "g2", "")).get("conditions", []) if c["status"] == "True"]
+    told += [o.condition(o.status(get(api, kinds.CAPI_CLAIM, "b")), "Ready")["message"]]
+    told += [e.message for e in api.events if e.type == "Warning"]
+    assert any("10.8.0.1" in text and "IPAddressClaim default/a" in text for text in told), told
