@@ -81,12 +81,17 @@ def named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     return None if o.is_deleting(claim) else _named_ip(claim, pool)
 
 
+def status_ref(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The address a claim's status names (an IPClaim's ``address``, a Cluster API claim's ``addressRef``)."""
+    ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
+    return ref if isinstance(ref, Mapping) else None
+
+
 def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
-    status = o.status(claim)
     capi = kinds.kind_of(claim) != kinds.IPCLAIM
-    ref = status.get("addressRef" if capi else "address")
+    ref = status_ref(claim)
     # A Cluster API address of this controller is named after its claim: that name says nothing of its IP.
-    if isinstance(ref, Mapping) and pool.name_prefix and ref.get("namespace") in (None, "", o.namespace(claim)) \
+    if ref is not None and pool.name_prefix and ref.get("namespace") in (None, "", o.namespace(claim)) \
             and not (capi and ref.get("name") == o.name(claim)):
         ip = ip_of_name(pool.name_prefix, str(ref.get("name") or ""), pool.version)
         if ip is not None:

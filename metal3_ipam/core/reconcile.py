@@ -91,7 +91,7 @@ from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, Se
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .asking import Granted, Intent, Refused
-from .kept import BOUND_REASON, bound_message, named_ip
+from .kept import BOUND_REASON, bound_message, named_ip, status_ref
 from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
 from .naming import ip_text
 from .overlap import Withheld, withheld_spans
@@ -568,7 +568,7 @@ class _Reconciler:
         self.pool_step.add(SetStatus(o.ref(pool), desired))
         before = o.condition(current, OVERLAPPING)
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
-            kind = "Warning" if overlapping["reason"] == "OverlapsOtherPool" else "Normal"
+            kind = "Warning" if overlapping["reason"] == OVERLAPS_OTHER_POOL else "Normal"
             self.pool_step.add(Event(o.ref(pool), kind, overlapping["reason"], overlapping["message"]))
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
@@ -591,7 +591,7 @@ class _Reconciler:
         if yielded:
             said.append("addresses also in a global pool with claims in this namespace are this pool's: the global "
                         "pool does not hand them to its claims here: " + "; ".join(self.overlap_text(w) for w in yielded))
-        reason = "OverlapsOtherPool" if withheld else "SharesAddresses" if shared else "OverlapsGlobalPool"
+        reason = OVERLAPS_OTHER_POOL if withheld else "SharesAddresses" if shared else "OverlapsGlobalPool"
         return _condition(current, OVERLAPPING, "True", reason, _bounded("; ".join(said)), self.snap.now)
 
     def overlap_text(self, w: Withheld, more: str = "") -> str:
@@ -1012,8 +1012,8 @@ class _Reconciler:
 
     def named_by_status(self, claim: dict, address: dict) -> bool:
         """Whether the claim's status names ``address``: by name, or the IP it says it is bound to."""
-        ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
-        if isinstance(ref, Mapping) and ref.get("name") == o.name(address) \
+        ref = status_ref(claim)
+        if ref is not None and ref.get("name") == o.name(address) \
                 and ref.get("namespace") in (None, "", o.namespace(address)):
             return True
         ip = _ip_of(address)
@@ -1040,11 +1040,11 @@ class _Reconciler:
         names that object already (a binding an earlier IPAM made) keeps naming it: whatever runs on its IP is
         not cut off, and the claim stays first in line for it."""
         self.ledger.conflicts[o.claim_key(claim)] = _bounded(f"{o.namespace(claim)}/{o.name(claim)}: {refusal}", 256)
-        ref = o.status(claim).get("address" if kinds.kind_of(claim) == kinds.IPCLAIM else "addressRef")
+        ref = status_ref(claim)
         self.fail(claim, step, ADDRESS_CONFLICT,
                   f"{refusal}; it is not taken up, and no other address is given while it names this claim; "
                   "delete it (it is left as written) for the claim to be served",
-                  kept_ref=isinstance(ref, Mapping) and ref.get("name") == o.name(address))
+                  kept_ref=ref is not None and ref.get("name") == o.name(address))
 
     def keep_one(self, claim: dict, live: list[dict], step: Step) -> dict:
         """A claim has one address; when a race left more, keep the bound one.
