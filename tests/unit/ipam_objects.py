@@ -10,6 +10,7 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
 from metal3_ipam.core.reconcile import Snapshot, reconcile
 from metal3_ipam.memory import MemoryApi, converge
+from metal3_ipam.testing import go_incluster as gi
 
 NS = "default"
 METAL3 = kinds.METAL3_API_VERSION
@@ -85,6 +86,23 @@ def converged(*objs: dict, seed: int = 0, now: str = "2024-01-01T00:00:00Z") -> 
     api = loaded(*objs, now=now)
     converge(api, random.Random(seed))
     return api
+
+
+def converged_with_lock_namespace(*objs: dict, lock_namespace: str = "ipam-system") -> RecordingApi:
+    """The objects reconciled to a fixed point, the global pools' locks in a namespace of their own (as the
+    controller's namespace is), apart from the claims' and pools' namespaces."""
+    api = loaded(*objs)
+    api.inventory.lock_namespace = lock_namespace
+    converge(api, random.Random(0))
+    return api
+
+
+def dated_ip_pool(name: str, addresses: list[str], created: str, namespace: str | None = None,
+                  annotations: dict | None = None) -> dict:
+    """An in-cluster IP pool (global without ``namespace``) of prefix 24, created at ``created``."""
+    pool = gi.ip_pool(name, namespace=namespace, addresses=addresses, prefix=24, annotations=annotations)
+    pool["metadata"]["creationTimestamp"] = created
+    return pool
 
 
 def get(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS) -> dict | None:

@@ -17,27 +17,14 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import get, loaded, user_delete
+from ipam_objects import converged_with_lock_namespace as _converged
+from ipam_objects import dated_ip_pool as _pool
+from ipam_objects import get, user_delete
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
 LOCAL = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
 APART = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
-
-
-def _converged(*objs):
-    """The objects reconciled to a fixed point, the global pools' locks in a namespace of their own (as the
-    controller's namespace is), apart from the claims' and pools' namespaces."""
-    api = loaded(*objs)
-    api.inventory.lock_namespace = "ipam-system"
-    converge(api, random.Random(0))
-    return api
-
-
-def _pool(name, addresses, at, namespace=None, annotations=None):
-    pool = gi.ip_pool(name, namespace=namespace, addresses=addresses, prefix=24, annotations=annotations)
-    pool["metadata"]["creationTimestamp"] = at
-    return pool
 
 
 def _claim(name, pool, kind=gi.GLOBAL_IN_CLUSTER_IP_POOL, ns=NS):
