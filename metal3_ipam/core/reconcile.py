@@ -932,8 +932,7 @@ class _Reconciler:
             return f"{held}, which {rival}"
         if self.kind.outside is None and not self.made_for(claim, address):
             never = self.allocator.never_for(o.name(claim), unit)
-            if never is None and any(w.first <= int(ip) <= w.last
-                                     for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))):
+            if never is None and any(lo <= unit <= hi for lo, hi in self.withheld_from(o.namespace(claim))):
                 never = (f"is withheld from its claims of namespace {o.namespace(claim)}: a pool of the namespace "
                          "owns it")
             if never is not None:
@@ -996,6 +995,12 @@ class _Reconciler:
             return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
                     "objects were deleted")
         return None
+
+    def withheld_from(self, namespace: str) -> list[tuple[int, int]]:
+        """The spans of units the pool does not hand to its claims of ``namespace`` (a global pool, for the pools
+        of that namespace that own them; nothing for a namespaced pool)."""
+        return [(self.pool.unit_of(w.first), self.pool.unit_of(w.last))
+                for w in withheld_spans(self.snap.withheld_in(namespace))]
 
     def made_elsewhere(self, address: dict) -> bool:
         """A Cluster API IPAddress of a live claim this controller does not see (of a namespace not served, under
@@ -1195,8 +1200,7 @@ class _Reconciler:
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
         taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim))  # noqa: E731
-        avoid = [(self.pool.unit_of(w.first), self.pool.unit_of(w.last))
-                 for w in withheld_spans(self.snap.withheld_in(o.namespace(claim)))]
+        avoid = self.withheld_from(o.namespace(claim))
         if self.kind.outside is not None:
             return self.allocate_outside(claim, step, taken_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
