@@ -2,9 +2,11 @@
 
 Starts a local control plane (etcd + kube-apiserver + kube-controller-manager
 on loopback, built by hack/build-binaries.sh on first use), installs the CRDs
-and the manifests given (the samples by default), runs the controller until
-every claim is bound or in error, prints the objects as ``kubectl get`` would
-and stops everything.
+and the manifests given (the samples by default: an example of every kind of
+pool), runs the controller until every claim is bound or in error, prints the
+objects as ``kubectl get`` would and stops everything. A NetBoxIPPool is served
+only when the NetBox its ``spec.server.url`` names answers; otherwise it is left
+out, with its claims and its token Secret, and the demo says so.
 """
 
 from __future__ import annotations
@@ -14,13 +16,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from . import manifests
 from .controller.api import request
-from .core import kinds
+from .core import kinds, pools
 from .core import objects as o
 from .controller.operator import plural_of
+
+NETBOX_POOL = ("netbox.metal3-ipam.io", "NetBoxIPPool")
+CORE_PLURALS = {"Secret": "secrets", "ConfigMap": "configmaps"}
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
@@ -33,18 +40,95 @@ def _free_port() -> int:
 
 def _path(obj: dict, version: str | None = None) -> str:
     group, _, api_version = obj["apiVersion"].rpartition("/")
-    plural = plural_of(kinds.kind_of(obj))
-    return f"/apis/{group}/{version or api_version}/namespaces/{o.namespace(obj) or 'default'}/{plural}"
+    if not group:  # the core group: /api/v1
+        return f"/api/{api_version}/namespaces/{o.namespace(obj) or 'default'}/{CORE_PLURALS[obj['kind']]}"
+    kind = kinds.kind_of(obj)
+    pool_kind = pools.REGISTRY.get(kind)
+    where = "" if pool_kind is not None and pool_kind.cluster_scoped else f"namespaces/{o.namespace(obj) or 'default'}/"
+    return f"/apis/{group}/{version or api_version}/{where}{plural_of(kind)}"
+
+
+def netbox_answers(url: str, timeout: float = 3.0) -> str | None:
+    """None when the NetBox at ``url`` answers HTTP at all (its API may still refuse the token); else why not."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/status/", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as err:
+        return str(getattr(err, "reason", None) or err)
+
+
+def without_unreachable_netbox(objs: list[dict], answers=netbox_answers) -> tuple[list[dict], list[str]]:
+    """``objs`` less each NetBoxIPPool whose NetBox does not answer, its claims and the Secret of its token
+    (unless a pool kept names it); and one line per pool left out, saying why."""
+    left_out, notes = set(), []
+    for obj in objs:
+        if kinds.kind_of(obj) == NETBOX_POOL:
+            url = ((o.spec(obj).get("server") or {}).get("url")) or ""
+            why = answers(url)
+            if why is not None:
+                left_out.add((o.namespace(obj), o.name(obj)))
+                notes.append(f"NetBoxIPPool {o.namespace(obj)}/{o.name(obj)} left out: NetBox at {url} does not "
+                             f"answer ({why}); set spec.server.url and the token Secret to a NetBox of yours")
+
+    def secret_of(pool: dict) -> tuple[str, str]:
+        return o.namespace(pool), ((o.spec(pool).get("server") or {}).get("tokenSecretRef") or {}).get("name", "")
+
+    kept_secrets = {secret_of(x) for x in objs if kinds.kind_of(x) == NETBOX_POOL
+                    and (o.namespace(x), o.name(x)) not in left_out}
+    dropped_secrets = {secret_of(x) for x in objs if kinds.kind_of(x) == NETBOX_POOL
+                       and (o.namespace(x), o.name(x)) in left_out} - kept_secrets
+
+    def kept(obj: dict) -> bool:
+        kind = kinds.kind_of(obj)
+        if kind == NETBOX_POOL:
+            return (o.namespace(obj), o.name(obj)) not in left_out
+        if kind == kinds.CAPI_CLAIM:
+            ref = o.spec(obj).get("poolRef") or {}
+            return not ((ref.get("apiGroup"), ref.get("kind")) == NETBOX_POOL
+                        and (o.namespace(obj), ref.get("name")) in left_out)
+        if obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret":
+            return (o.namespace(obj), o.name(obj)) not in dropped_secrets
+        return True
+
+    return [x for x in objs if kept(x)], notes
 
 
 def _settled(api, claims: list[dict]) -> bool:
     for claim in claims:
         current = request(api, "GET", f"{_path(claim)}/{o.name(claim)}")
         status = o.status(current)
+        # Ready=False AllocationPending: an outside IPAM (NetBox) has not answered yet.
         if not (status.get("address") or status.get("addressRef") or status.get("errorMessage")
-                or any(c.get("status") == "False" for c in status.get("conditions") or [])):
+                or any(c.get("status") == "False" and c.get("reason") != "AllocationPending"
+                       for c in status.get("conditions") or [])):
             return False
     return True
+
+
+def _tables(namespaces: list[str]) -> list[tuple[str, str]]:
+    """(title, path) of what the demo prints: the pools of every kind, the claims and addresses of both APIs."""
+    found = []
+    for kind, pool_kind in sorted(pools.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
+                                                                              item[1].plural)):
+        group, version = kind[0], pool_kind.versions[0]
+        if pool_kind.cluster_scoped:
+            found.append((pool_kind.plural, f"/apis/{group}/{version}/{pool_kind.plural}"))
+    for ns in namespaces:
+        for kind, pool_kind in sorted(pools.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
+                                                                                  item[1].plural)):
+            if not pool_kind.cluster_scoped:
+                found.append((f"{pool_kind.plural} -n {ns}",
+                              f"/apis/{kind[0]}/{pool_kind.versions[0]}/namespaces/{ns}/{pool_kind.plural}"))
+        found += [
+            (f"ipclaims -n {ns}", f"/apis/{kinds.METAL3_GROUP}/{kinds.METAL3_VERSION}/namespaces/{ns}/ipclaims"),
+            (f"ipaddresses.ipam.metal3.io -n {ns}",
+             f"/apis/{kinds.METAL3_GROUP}/{kinds.METAL3_VERSION}/namespaces/{ns}/ipaddresses"),
+            (f"ipaddressclaims -n {ns}", f"/apis/{kinds.CAPI_IPAM_GROUP}/v1beta2/namespaces/{ns}/ipaddressclaims"),
+            (f"ipaddresses.ipam.cluster.x-k8s.io -n {ns}",
+             f"/apis/{kinds.CAPI_IPAM_GROUP}/v1beta2/namespaces/{ns}/ipaddresses")]
+    return found
 
 
 def _print_table(api, title: str, path: str) -> None:
@@ -79,9 +163,12 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
     with ControlPlane(crd_paths=default_crd_paths()) as plane, tempfile.TemporaryDirectory() as logs:
         api = client.ApiClient(plane.configuration())
         print(f"==> control plane up at {plane.server}; kubeconfig {plane.kubeconfig}", flush=True)
-        for item in loaded:
-            request(api, "POST", _path(item.obj), body=item.obj)
-        print(f"==> created {len(loaded)} object(s) from {', '.join(paths)}", flush=True)
+        objs, notes = without_unreachable_netbox([item.obj for item in loaded])
+        for note in notes:
+            print(f"==> {note}", flush=True)
+        for obj in objs:
+            request(api, "POST", _path(obj), body=obj)
+        print(f"==> created {len(objs)} object(s) from {', '.join(paths)}", flush=True)
         log_path = Path(logs) / "controller.log"
         with open(log_path, "w") as log:
             controller = subprocess.Popen(
@@ -90,7 +177,7 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             print("==> controller running; waiting for every claim to be served", flush=True)
-            claims = [i.obj for i in loaded if kinds.kind_of(i.obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM)]
+            claims = [obj for obj in objs if kinds.kind_of(obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM)]
             deadline = time.monotonic() + timeout
             while not _settled(api, claims):
                 if controller.poll() is not None or time.monotonic() > deadline:
@@ -98,17 +185,10 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
                     print("metal3-ipam demo: the claims were not served", file=sys.stderr)
                     return 1
                 time.sleep(0.2)
-            namespaces = sorted({o.namespace(i.obj) or "default" for i in loaded})
-            for ns in namespaces:
-                for title, path in (
-                        ("ippools", f"/apis/{kinds.METAL3_GROUP}/{kinds.METAL3_VERSION}/namespaces/{ns}/ippools"),
-                        ("ipclaims", f"/apis/{kinds.METAL3_GROUP}/{kinds.METAL3_VERSION}/namespaces/{ns}/ipclaims"),
-                        ("ipaddresses.ipam.metal3.io",
-                         f"/apis/{kinds.METAL3_GROUP}/{kinds.METAL3_VERSION}/namespaces/{ns}/ipaddresses"),
-                        ("ipaddressclaims", f"/apis/{kinds.CAPI_IPAM_GROUP}/v1beta2/namespaces/{ns}/ipaddressclaims"),
-                        ("ipaddresses.ipam.cluster.x-k8s.io",
-                         f"/apis/{kinds.CAPI_IPAM_GROUP}/v1beta2/namespaces/{ns}/ipaddresses")):
-                    _print_table(api, f"{title} -n {ns}", path)
+            namespaces = sorted({o.namespace(obj) or "default" for obj in objs
+                                 if not getattr(pools.REGISTRY.get(kinds.kind_of(obj)), "cluster_scoped", False)})
+            for title, path in _tables(namespaces):
+                _print_table(api, title, path)
         finally:
             stop_group(controller)
         print("\n==> stopped the controller and the control plane", flush=True)

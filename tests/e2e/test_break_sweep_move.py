@@ -186,7 +186,7 @@ def held_while_the_source_was_down(controller_factory, kube, target, netbox, api
                timeout=60, what="the target's sweep to mark the address held by its paused claim")
     (held,) = holding(netbox, value)
     assert home_in(held["description"]) == Home("Cluster", source_uid), held["description"]
-    # How an operator finds held addresses (README): this owner's, whose description names a hold.
+    # How an operator finds held addresses (docs/pools/netbox.md): this owner's, whose description names a hold.
     mine = f"ipam/ip-addresses/?cf_{KEY_FIELD}__isw={who}/"
     assert [a["id"] for a in netbox.api("GET", mine + "&description__ic=held%3D")["results"]] == [held["id"]]
     assert netbox.api("GET", mine + "&description__ic=held%3DNetBoxIPPool")["results"] == []  # NetBox filters

@@ -5,7 +5,7 @@ collector, ``clusterctl move``) read them. The expected shapes are the Go
 IPAM's, built by ``go_state`` from its ``ipam/ippool_manager.go`` and
 ``controllers/ippool_controller.go`` and checked here against objects a real Go
 controller wrote (``tests/fixtures/go-metal3-ipam-state.yaml``). Where this
-controller differs on purpose (README, "Differences from the Go Metal3 IPAM"),
+controller differs on purpose (docs/pools/ippool.md, "Differences from the Go Metal3 IPAM"),
 the test says so and checks exactly that difference.
 """
 

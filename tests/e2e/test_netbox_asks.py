@@ -20,7 +20,7 @@ from metal3_ipam.core.netbox import owned_key
 from metal3_ipam.core.netbox_pool import TOKEN_MISSING, pool_status, read_pool
 from netbox_fixtures import addresses_in, fresh, holding, owner, seeded
 
-LEAST = [  # the token's least NetBox permissions, as the README gives them
+LEAST = [  # the token's least NetBox permissions, as docs/pools/netbox.md gives them
     (["ipam.prefix", "ipam.iprange", "ipam.vrf"], ["view"]),
     (["ipam.ipaddress"], ["view", "add", "change", "delete"]),
     (["extras.customfield"], ["view"]),
@@ -295,7 +295,7 @@ def test_survey_of_a_missing_prefix_and_range(netbox, api_client, namespace):
 
 
 def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
-    """A token short of one of the README's permissions fails the operation that needs it, never silently.
+    """A token short of one permission docs/pools/netbox.md lists fails the operation that needs it, never silently.
 
     Measured: NetBox answers 403 to every request its token lacks the permission for (none answers 404,
     which a release would take for released).

@@ -35,7 +35,7 @@ from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
 
 PLURALS = {"IPPool": "ippools", "IPClaim": "ipclaims", "IPAddress": "ipaddresses",
-           "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters",
+           "IPAddressClaim": "ipaddressclaims", "Cluster": "clusters", "Secret": "secrets",
            **{kind: plural for (_, kind), plural in ((k.kind, k.plural) for k in pools.REGISTRY.values())}}
 CLUSTER_SCOPED = {k.kind[1] for k in pools.REGISTRY.values() if k.cluster_scoped}
 FIELD_MANAGER = "metal3-ipam-e2e"
@@ -76,7 +76,8 @@ def path_of(obj: dict, namespace: str, name: str | None = None) -> str:
     group_version = obj["apiVersion"]
     plural = PLURALS[obj["kind"]]
     where = "" if obj["kind"] in CLUSTER_SCOPED else f"namespaces/{namespace}/"
-    path = f"/apis/{group_version}/{where}{plural}"
+    root = "/apis" if "/" in group_version else "/api"  # the core group ("v1") has a root of its own
+    path = f"{root}/{group_version}/{where}{plural}"
     return f"{path}/{name}" if name else path
 
 

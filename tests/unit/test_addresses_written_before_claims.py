@@ -256,7 +256,7 @@ def test_a_metal3_address_written_before_its_ipclaim_outside_the_pool_is_refused
 
 
 def test_go_state_at_the_gateway_and_preallocated_ips_is_still_adopted_as_it_is():
-    """The Go Metal3 IPAM hands out the gateway; what it gave out stays with its claims (README: upgrading)."""
+    """The Go Metal3 IPAM hands out the gateway; what it gave out stays with its claims (docs/upgrade.md)."""
     pool = go_pool("gp", NS, {"namePrefix": "gp", "gateway": "10.0.0.1", "prefix": 24,
                               "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}],
                               "preAllocations": {"pre": "10.0.0.8"}})

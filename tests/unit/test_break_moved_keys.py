@@ -1,5 +1,5 @@
 """Breaking the memory of claims that left for ``clusterctl move`` (``Inventory.moved_away``), ``first_carrier``
-and the sweep's holds (SPEC §10.1, §10.3, §10.4; README "NetBox pools": "A key is one claim's", "The sweep")."""
+and the sweep's holds (SPEC §10.1, §10.3, §10.4; docs/pools/netbox.md: "A key is one claim's", "The sweep")."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_a_claim_moved_back_takes_its_address_again_when_its_copy_was_created_be
        drops the moved_away entry.
     5. Now m and copy both carry k1 and neither holds an address: ``first_carrier`` picks the one created
        first, the copy. The copy is served and bound to 10.0.0.2; m is refused ("carried by copy too").
-    SPEC §10.4: after the move back m must keep its exact address; the README promises "that claim
+    SPEC §10.4: after the move back m must keep its exact address; docs/pools/netbox.md promises "that claim
     coming back with its name and key (a move back) takes its address again".
     (The existing test passes only because it loads every object at one creationTimestamp, so that the
     tie is broken by namespace, "default" < "other".)"""
@@ -126,7 +126,7 @@ def test_a_copy_created_before_the_moved_claim_in_the_target_does_not_lift_its_h
     2. T's sweep: ``_describe(k)`` describes ``a/copy`` (no home: its pool is not there) -> ``held_by`` finds
        no paused claim's home -> no ``held=`` is written (or T's own is taken off).
     3. S's Cluster is unpaused for the retry; no claim of S carries k: S's sweep, two sightings a grace
-       apart, releases the address ``t/m`` holds (SPEC §10.1/§10.4; README: a sweep never releases an
+       apart, releases the address ``t/m`` holds (SPEC §10.1/§10.4; docs/pools/netbox.md: a sweep never releases an
        address a live claim anywhere still uses)."""
     netbox = _NetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), _claim("m", "k", "ns"))))
     m = _claim("m", "k", "t")

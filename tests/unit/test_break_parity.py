@@ -9,7 +9,7 @@ can be deleted meanwhile. Whatever was left half done:
 
 - an address whose claim went is released (SPEC §10.3; Metal3 #694);
 - a deleting claim that another party's finalizer still holds keeps the
-  address its status names (README "Release": whoever holds the claim may
+  address its status names (docs/claims.md "Release": whoever holds the claim may
   still use it), whether or not our finalizer made it onto the claim.
 """
 
@@ -92,7 +92,7 @@ def test_a_deleting_claim_held_by_another_finalizer_keeps_the_address_its_status
     user_delete(api, kind, "late")  # the other party's finalizer holds it
     converge(api)
     assert held_for(api, kind, "late") == bound, (
-        "released while another finalizer still holds the deleting claim (README: Release)")
+        "released while another finalizer still holds the deleting claim (docs/claims.md: Release)")
 
     # That party lets go: the claim goes, and so does its address.
     set_meta(api, kind, "late", finalizers=[])

@@ -12,6 +12,8 @@ from metal3_ipam.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
+# The Metal3 samples: samples/*.yaml (the other kinds' are in subfolders).
+METAL3_SAMPLES = [arg for path in sorted(SAMPLES.glob("*.yaml")) for arg in ("-f", str(path))]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -181,7 +183,7 @@ def test_repeated_f_flags(capsys, tmp_path):
 # -- plan ---------------------------------------------------------------------------------
 
 def test_plan_samples_yaml(capsys):
-    code, out, err = run(capsys, "plan", "-f", str(SAMPLES))
+    code, out, err = run(capsys, "plan", *METAL3_SAMPLES)
     assert code == 0
     docs = [d for d in yaml.safe_load_all(out) if d]
     addresses = {d["spec"]["claim"]["name"]: d for d in docs
@@ -217,7 +219,7 @@ def test_plan_samples_yaml(capsys):
 
 
 def test_plan_json_is_a_v1_list(capsys):
-    code, out, _ = run(capsys, "plan", "-f", str(SAMPLES), "-o", "json")
+    code, out, _ = run(capsys, "plan", *METAL3_SAMPLES, "-o", "json")
     assert code == 0
     doc = json.loads(out)
     assert doc["apiVersion"] == "v1" and doc["kind"] == "List"
@@ -225,6 +227,32 @@ def test_plan_json_is_a_v1_list(capsys):
     assert kinds_seen[0] == "Cluster"
     assert kinds_seen.count("IPPool") == 2
     assert kinds_seen.count("IPAddress") == 7  # 6 Metal3 + 1 Cluster API mirror
+
+
+def test_plan_serves_the_sample_claims_of_every_kind_of_pool(capsys):
+    code, out, _ = run(capsys, "plan", "-f", str(SAMPLES))
+    assert code == 0
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    claims = {d["metadata"]["name"]: d for d in docs if d["kind"] == "IPAddressClaim"}
+    ready = {name: next(c for c in c_["status"]["conditions"] if c["type"] == "Ready") for name, c_ in claims.items()}
+    kinds_of = {name: c["spec"]["poolRef"]["kind"] for name, c in claims.items()}
+    assert {"InClusterIPPool", "GlobalInClusterIPPool", "InClusterPrefixPool", "GlobalInClusterPrefixPool",
+            "NetBoxIPPool"} <= set(kinds_of.values())
+    addresses = {d["metadata"]["name"]: d["spec"] for d in docs
+                 if d["kind"] == "IPAddress" and d["apiVersion"].startswith("ipam.cluster.x-k8s.io/")}
+    for name, kind in kinds_of.items():
+        if kind == "NetBoxIPPool":  # NetBox answers later: offline the claim waits for it
+            assert (ready[name]["status"], ready[name]["reason"]) == ("False", "AllocationPending"), ready[name]
+        else:
+            assert ready[name]["status"] == "True" and name in addresses, (name, ready[name])
+    # What the samples' comments say each claim gets.
+    assert addresses["cluster1-cp-0-eth1"]["address"] == "10.20.0.2"
+    assert {addresses["cluster1-md-0-eth0"]["address"], addresses["cluster1-md-1-eth0"]["address"]} == \
+        {"10.10.0.10", "10.10.0.11"}
+    assert (addresses["cluster1-md-0-delegated"]["address"], addresses["cluster1-md-0-delegated"]["prefix"]) == \
+        ("fd00:100:0:10::", 64)
+    assert (addresses["cluster1-site-prefix"]["address"], addresses["cluster1-site-prefix"]["prefix"]) == \
+        ("fd00:200::", 56)
 
 
 def test_plan_is_repeatable(capsys):

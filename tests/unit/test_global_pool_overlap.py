@@ -143,7 +143,7 @@ def test_a_namespaced_pool_created_where_a_global_pool_has_claims_skips_the_ips_
 
 WINDOW = ("a namespaced pool created (or edited into the range) where a global pool has claims, while an "
           "allocation of the global pool in that namespace is on its way: neither pass sees the other's write, "
-          "no lock is shared, and both keep the IP (README, \"one window remains\")")
+          "no lock is shared, and both keep the IP (docs/pools/incluster.md, \"one window remains\")")
 
 
 @pytest.mark.xfail(strict=True, reason=WINDOW)

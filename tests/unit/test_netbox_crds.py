@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 from typing import Any, Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from metal3_ipam import crds
 from metal3_ipam.core.netbox_pool import read_pool
@@ -176,3 +178,11 @@ def test_good_netbox_pools_pass_schema_and_core(spec):
     assert validate_object(body) == []
     pool, problems = read_pool(body)
     assert problems == [] and pool is not None
+
+
+def test_the_netbox_sample_passes_schema_and_core():
+    path = Path(__file__).resolve().parents[2] / "samples" / "netbox" / "netboxippool.yaml"
+    [pool] = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == KIND]
+    assert validate_object(pool) == []
+    read, problems = read_pool(pool)
+    assert problems == [] and read is not None
