@@ -421,6 +421,29 @@ def test_a_controller_serving_other_namespaces_writes_nothing_for_a_global_pools
     assert len(given) == (0 if pool_paused else 1) and not given & held, (given, held)
 
 
+def test_a_controller_serving_other_namespaces_times_no_global_pool_claim_it_does_not_serve():
+    """The allocation latency (from a claim seen waiting to its binding) is the serving controller's to measure:
+    with ``-n ns-b``, a waiting claim of ns-a starts no clock here, its own claim does."""
+    import asyncio
+
+    from metal3_ipam.controller.workers import PoolWorkers
+    from test_pool_passes import MemoryWriter, until_quiet
+
+    api = loaded(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g",
+                                   labels={kinds.CLUSTER_NAME_LABEL: "later"}),
+                 _claim("n", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g", labels={kinds.CLUSTER_NAME_LABEL: "later"}))
+    api.inventory.namespaces = frozenset({"ns-b"})
+    pool = _key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g")
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(workers, pool)
+        assert {key[1] for key in workers._waiting_since} == {(kinds.CAPI_CLAIM[1], "n", "ns-b")}
+        await workers.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept_and_owned_by_it():
     """``clusterctl move`` copies a global pool's IPAddresses but not its locks (they live in the lock
     namespace), and where the pool exists in the target already it writes the source pool's uid into their
