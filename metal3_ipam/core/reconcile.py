@@ -335,7 +335,7 @@ class _Reconciler:
                 ledger.unserved.pop(key, None)
                 ledger.awaiting.pop(key, None)
             elif not self.snap.serves(o.namespace(claim)):
-                continue  # served elsewhere (``-n``): what it holds or its status keeps is held here all the same
+                pass  # served elsewhere (``-n``): what it holds or its status keeps is held here all the same
             elif not self.claim_paused(claim) and not self.holds_anything(claim):
                 waiting.append(claim)
             else:
@@ -681,7 +681,7 @@ class _Reconciler:
 
     def serve(self, claim: dict) -> None:
         if not self.snap.serves(o.namespace(claim)):
-            return  # a claim of a global pool in a namespace another controller serves (``-n``): its writes
+            return  # of a global pool, in a namespace another controller serves (``-n``): its writes are made there
         key = o.claim_key(claim)
         kind = kinds.kind_of(claim)
         step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))

@@ -120,7 +120,7 @@ def test_a_kind_of_pool_of_cluster_scope_is_listed_cluster_wide_when_namespaces_
     assert listed == {(SHARED, None), (kinds.IPPOOL, "ns-a"), (kinds.IPPOOL, "ns-b")}
 
 
-def test_cluster_api_addresses_and_claims_are_listed_cluster_wide_under_namespaces_where_a_kind_of_pool_of_cluster_scope_is(
+def test_cluster_api_addresses_and_claims_are_listed_cluster_wide_under_namespaces_with_a_kind_of_cluster_scope(
         shared_kind):
     """Every controller of a pool of cluster scope files its addresses and claims in every namespace
     (``Inventory.keeps``); without such a kind served they are listed in the namespaces watched alone."""
