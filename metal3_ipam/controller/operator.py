@@ -283,12 +283,12 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
     ordered = sorted(resources.items(), key=lambda item: item[0] != kinds.CLUSTER)
     # A kind of pool of cluster scope is listed (and so watched) cluster-wide, whatever namespaces are watched;
     # the locks of such pools (Metal3 IPAddresses) in their one namespace, whatever namespaces are watched too;
-    # where such a kind is served, the Cluster API IPAddresses cluster-wide (``Inventory.keeps`` files those of
-    # other namespaces only when of such a pool).
+    # where such a kind is served, the Cluster API IPAddresses and IPAddressClaims cluster-wide
+    # (``Inventory.keeps`` files those of other namespaces only when of such a pool).
     scoped = any(_cluster_scoped(kind) for kind in resources)
 
     def namespaces_of(kind: tuple[str, str]) -> list[str | None]:
-        if _cluster_scoped(kind) or not namespaces or (kind == kinds.CAPI_ADDRESS and scoped):
+        if _cluster_scoped(kind) or not namespaces or (kind in (kinds.CAPI_ADDRESS, kinds.CAPI_CLAIM) and scoped):
             return [None]
         if kind == kinds.IPADDRESS and lock_namespace and lock_namespace not in namespaces:
             return [*namespaces, lock_namespace]

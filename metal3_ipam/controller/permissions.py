@@ -41,7 +41,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
          "the name lock: created for an allocation, read when the name is taken (409), finalizer patched, "
          "deleted on release"),
     Rule(kinds.CAPI_IPAM_GROUP, "ipaddressclaims", ("get", "list", "watch", "patch"),
-         "watched; finalizer patched; read again before its address is let go"),
+         "watched (under -n too in every namespace where a kind of pool of cluster scope is served: the IPs "
+         "its claims there keep, operator.listings); finalizer patched; read again before its address is let go"),
     Rule(kinds.CAPI_IPAM_GROUP, "ipaddressclaims/status", ("patch",), "status.addressRef and Ready written"),
     Rule(kinds.CAPI_IPAM_GROUP, "ipaddresses", ("get", "list", "watch", "create", "patch", "delete"),
          "the contract's IPAddress: created, read when its name is taken, finalizer patched, deleted on release"),

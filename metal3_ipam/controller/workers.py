@@ -501,16 +501,20 @@ class PoolWorkers:
         self.kick([pool])
 
     async def _note_claims(self, pool: o.PoolKey, claims: list[dict], started: float) -> None:
-        """Claims seen waiting start the latency clock; those seen bound stop it."""
+        """Claims seen waiting start the latency clock; those seen bound stop it. A global pool's claims of a
+        namespace not served (``-n``) are another controller's to time."""
         now = time.monotonic()
+        served = self.inventory.namespaces
         for n, claim in enumerate(claims, 1):
+            if n % 2048 == 0:
+                await asyncio.sleep(0)
+            if served is not None and o.namespace(claim) not in served:
+                continue
             key = (pool, o.claim_key(claim))
             if not _is_bound(claim):
                 self._waiting_since.setdefault(key, started)
             elif key in self._waiting_since:
                 metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(key))
-            if n % 2048 == 0:
-                await asyncio.sleep(0)
 
     def _observe(self, pool: o.PoolKey, plan: Plan, outcome: Outcome, started: float) -> None:
         namespace, name = pool.namespace, pool.name

@@ -215,10 +215,11 @@ class Inventory:
         return (kind, o.namespace(obj), o.name(obj))
 
     def keeps(self, key: ObjKey, obj: dict) -> bool:
-        """Whether ``obj`` is filed here: under ``-n`` the Cluster API IPAddresses are watched in every
-        namespace, and those of a namespace not served are kept only when of a pool of cluster scope."""
-        return self.namespaces is None or key[0] != kinds.CAPI_ADDRESS or key[1] in self.namespaces \
-            or of_every_namespace(obj)
+        """Whether ``obj`` is filed here: under ``-n`` the Cluster API IPAddresses and IPAddressClaims are
+        watched in every namespace, and those of a namespace not served are kept only when of a pool of cluster
+        scope."""
+        return self.namespaces is None or key[0] not in (kinds.CAPI_ADDRESS, kinds.CAPI_CLAIM) \
+            or key[1] in self.namespaces or of_every_namespace(obj)
 
     # -- feeding -----------------------------------------------------------
 
@@ -1047,10 +1048,11 @@ class Listed:
 
 
 def of_every_namespace(obj: dict) -> bool:
-    """A Cluster API IPAddress of a pool of cluster scope: every controller of the pool files it, whatever
-    namespaces it serves (``-n``), so that each withholds its IP and counts it alike; only the controller
-    serving its namespace writes to it (``Snapshot.serves``)."""
-    if kinds.kind_of(obj) != kinds.CAPI_ADDRESS:
+    """A Cluster API IPAddress or IPAddressClaim of a pool of cluster scope: every controller of the pool files
+    it, whatever namespaces it serves (``-n``), so that each withholds its IP (also one a claim's status alone
+    keeps, its address not there yet) and counts it alike; only the controller serving its namespace writes
+    to it (``Snapshot.serves``)."""
+    if kinds.kind_of(obj) not in (kinds.CAPI_ADDRESS, kinds.CAPI_CLAIM):
         return False
     pool = o.pool_of(obj)
     return pool is not None and not pool.namespace

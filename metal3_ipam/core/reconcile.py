@@ -334,6 +334,8 @@ class _Reconciler:
                 ledger.unbind(key)
                 ledger.unserved.pop(key, None)
                 ledger.awaiting.pop(key, None)
+            elif not self.snap.serves(o.namespace(claim)):
+                pass  # served elsewhere (``-n``): what it holds or its status keeps is held here all the same
             elif not self.claim_paused(claim) and not self.holds_anything(claim):
                 waiting.append(claim)
             else:
@@ -638,7 +640,7 @@ class _Reconciler:
         a claim that still uses it.
         """
         claim = self.ledger.claims.get(key) if key else None
-        if claim is None and not self.snap.serves(claim_ref.namespace):
+        if not self.snap.serves(claim_ref.namespace):
             return  # a claim served elsewhere (``-n``): its IP is held here, its addresses are written there
         step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address
         if o.is_deleting(address):
@@ -678,6 +680,8 @@ class _Reconciler:
     # -- claims --------------------------------------------------------------
 
     def serve(self, claim: dict) -> None:
+        if not self.snap.serves(o.namespace(claim)):
+            return  # of a global pool, in a namespace another controller serves (``-n``): its writes are made there
         key = o.claim_key(claim)
         kind = kinds.kind_of(claim)
         step = self.plan.step(f"{key[0]} {o.namespace(claim)}/{key[1]}", about=o.ref(claim))

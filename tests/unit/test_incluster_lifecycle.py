@@ -12,6 +12,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetStatus
 from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
+from metal3_ipam.core.inventory import of_every_namespace
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.core.slim import slim
 from metal3_ipam.memory import converge
@@ -45,6 +46,12 @@ def _address(api, name, ns=NS):
 
 def _locks(api):
     return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)}
+
+
+def _watched(obj, served):
+    """Whether a controller run with ``-n <served>`` sees ``obj`` (locks aside): what is of its namespace or of
+    cluster scope, and the Cluster API IPAddresses and IPAddressClaims of global pools of every namespace."""
+    return o.namespace(obj) in ("", served) or of_every_namespace(obj)
 
 
 def _key(kind, ns, name):
@@ -351,10 +358,6 @@ def test_a_controller_watching_some_namespaces_keeps_the_finalizers_of_deleted_a
             and a.target.namespace in ("ns-a", LOCK_NS)] == []
 
 
-@pytest.mark.xfail(strict=True, reason="under -n, a claim whose status names an IP no address holds (restored "
-                   "before its address, or its Cluster paused) keeps that IP from the global pool's free count only in "
-                   "the controller serving its namespace: the controllers of other namespaces count it free, and their "
-                   "status writes undo each other while it lasts")
 def test_controllers_serving_namespaces_apart_count_a_global_pool_alike_while_a_claim_keeps_an_ip_without_address():
     """ns-a's claim is restored with its status (Ready, bound to its IP) and its Cluster paused, before its
     address and lock: the controller of ns-a and that of ns-b plan the same counts for the pool."""
@@ -365,7 +368,7 @@ def test_controllers_serving_namespaces_apart_count_a_global_pool_alike_while_a_
     objects.append(gi_cluster("c", "ns-a", paused=True))
     counts = []
     for served in ("ns-a", "ns-b"):
-        mine = loaded(*[x for x in objects if o.namespace(x) in ("", served)])
+        mine = loaded(*[x for x in objects if _watched(x, served)])
         mine.inventory.namespaces = frozenset({served})
         plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now,
                                                  random.Random(0)))
@@ -375,9 +378,6 @@ def test_controllers_serving_namespaces_apart_count_a_global_pool_alike_while_a_
     assert counts[0] == counts[1], counts
 
 
-@pytest.mark.xfail(strict=True, reason="under -n, the claims of a global pool are seen only by the controller "
-                   "serving their namespace: an IP a claim of another namespace keeps (its status names it, its "
-                   "address not there yet: restored, moved, its Cluster paused) is handed out, and that claim loses it")
 def test_a_controller_serving_other_namespaces_never_hands_out_an_ip_a_claim_of_another_keeps():
     """ns-a's claim is restored with its status (Ready, bound to its IP) and its Cluster paused, before its
     address and lock: the controller of ns-b gives its new claim another IP."""
@@ -386,12 +386,62 @@ def test_a_controller_serving_other_namespaces_never_hands_out_an_ip_a_claim_of_
     kept = o.spec(_address(api, "m", "ns-a"))["address"]
     restored = [x for x in api.inventory.objects.values()
                 if kinds.kind_of(x) not in (kinds.IPADDRESS, kinds.CAPI_ADDRESS, kinds.CLUSTER)]
-    mine = loaded(*[x for x in restored if o.namespace(x) in ("", "ns-b")], gi_cluster("c", "ns-a", paused=True),
+    mine = loaded(*[x for x in restored if _watched(x, "ns-b")], gi_cluster("c", "ns-a", paused=True),
                   _claim("n", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
     mine.inventory.namespaces = frozenset({"ns-b"})
     plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now, random.Random(0)))
     given = {o.spec(a.obj)["address"] for a in plan.writes if isinstance(a, Create)}
     assert len(given) == 1 and kept not in given, (kept, given)
+
+
+@pytest.mark.parametrize("pool_paused", [False, True], ids=["pool-serving", "pool-paused"])
+def test_a_controller_serving_other_namespaces_writes_nothing_for_a_global_pools_claims_it_sees_there(pool_paused):
+    """With ``-n ns-b`` it sees the global pool's claims of ns-a (not their Clusters): a bound one, one waiting
+    for its Cluster, one deleted while its Cluster is out of sight. Each is the controller's of ns-a to serve or
+    release: nothing is written to them, their addresses or their locks, and their IPs are not handed out."""
+    api = converged(_global(), gi_cluster("c", "ns-a"),
+                    *[_claim(name, "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g", labels={kinds.CLUSTER_NAME_LABEL: "c"})
+                      for name in ("m", "d")])
+    held = {o.spec(_address(api, name, "ns-a"))["address"] for name in ("m", "d")}
+    user_delete(api, kinds.CAPI_CLAIM, "d", "ns-a")
+    pool = get(api, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL), "g", "")
+    if pool_paused:
+        pool = {**pool, "metadata": {**pool["metadata"], "annotations": {gi.PAUSED_ANNOTATION: "true"}}}
+    seen = [x for x in api.inventory.objects.values()
+            if (_watched(x, "ns-b") or o.namespace(x) == LOCK_NS)
+            and kinds.kind_of(x) not in (kinds.CLUSTER, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL))]
+    mine = loaded(*seen, pool, _claim("w", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g",
+                                      labels={kinds.CLUSTER_NAME_LABEL: "later"}),
+                  _claim("n", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    mine.inventory.namespaces = frozenset({"ns-b"})
+    plan = reconcile(mine.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), mine.now, random.Random(0)))
+    assert [a for a in plan.writes if (getattr(a, "target", None) or o.ref(a.obj)).namespace in ("ns-a", LOCK_NS)
+            and (not isinstance(a, Create) or o.spec(a.obj)["address"] in held)] == []
+    given = {o.spec(a.obj)["address"] for a in plan.writes if isinstance(a, Create)}
+    assert len(given) == (0 if pool_paused else 1) and not given & held, (given, held)
+
+
+def test_a_controller_serving_other_namespaces_times_no_global_pool_claim_it_does_not_serve():
+    """The allocation latency (from a claim seen waiting to its binding) is the serving controller's to measure:
+    with ``-n ns-b``, a waiting claim of ns-a starts no clock here, its own claim does."""
+    import asyncio
+
+    from metal3_ipam.controller.workers import PoolWorkers
+    from test_pool_passes import MemoryWriter, until_quiet
+
+    api = loaded(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g",
+                                   labels={kinds.CLUSTER_NAME_LABEL: "later"}),
+                 _claim("n", "ns-b", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g", labels={kinds.CLUSTER_NAME_LABEL: "later"}))
+    api.inventory.namespaces = frozenset({"ns-b"})
+    pool = _key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g")
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api))
+        await until_quiet(workers, pool)
+        assert {key[1] for key in workers._waiting_since} == {(kinds.CAPI_CLAIM[1], "n", "ns-b")}
+        await workers.stop()
+
+    asyncio.run(scenario())
 
 
 def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept_and_owned_by_it():

@@ -120,10 +120,10 @@ def test_a_kind_of_pool_of_cluster_scope_is_listed_cluster_wide_when_namespaces_
     assert listed == {(SHARED, None), (kinds.IPPOOL, "ns-a"), (kinds.IPPOOL, "ns-b")}
 
 
-def test_cluster_api_addresses_are_listed_cluster_wide_under_namespaces_where_a_kind_of_pool_of_cluster_scope_is(
+def test_cluster_api_addresses_and_claims_are_listed_cluster_wide_under_namespaces_with_a_kind_of_cluster_scope(
         shared_kind):
-    """Every controller of a pool of cluster scope files its addresses in every namespace (``Inventory.keeps``);
-    without such a kind served they are listed in the namespaces watched alone."""
+    """Every controller of a pool of cluster scope files its addresses and claims in every namespace
+    (``Inventory.keeps``); without such a kind served they are listed in the namespaces watched alone."""
     from metal3_ipam.controller.api import Resource
     from metal3_ipam.controller.operator import listings
 
@@ -131,8 +131,7 @@ def test_cluster_api_addresses_are_listed_cluster_wide_under_namespaces_where_a_
                  kinds.CAPI_ADDRESS: Resource(kinds.CAPI_IPAM_GROUP, "v1beta1", "ipaddresses")}
     shared = {SHARED: Resource(SHARED[0], "v1alpha1", "sharedpools")}
     listed = {(x.kind, x.namespace) for x in listings(None, {**resources, **shared}, ["ns-a", "ns-b"])}
-    assert listed == {(SHARED, None), (kinds.CAPI_ADDRESS, None),
-                      (kinds.CAPI_CLAIM, "ns-a"), (kinds.CAPI_CLAIM, "ns-b")}
+    assert listed == {(SHARED, None), (kinds.CAPI_ADDRESS, None), (kinds.CAPI_CLAIM, None)}
     listed = {(listing.kind, listing.namespace) for listing in listings(None, resources, ["ns-a", "ns-b"])}
     assert listed == {(kind, ns) for kind in resources for ns in ("ns-a", "ns-b")}
 
