@@ -27,7 +27,7 @@ from . import objects as o
 from . import pools
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet
-from .kept import bound_ip, own_ip
+from .kept import binds_none, bound_ip, own_ip
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -802,17 +802,18 @@ class Inventory:
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
     def held_elsewhere(self, pool_key: o.PoolKey, namespace: str, version: int, lo: int, hi: int,
-                       mates: Iterable[o.PoolKey] = ()) -> bool:
+                       mates: Iterable[o.PoolKey] = (), for_keeper: bool = False) -> bool:
         """Whether an address of ``namespace`` (either API, a pool of ours other than ``pool_key`` and its
         ``mates``, the pools it shares addresses with as separate networks) holds any of the addresses
         ``lo``..``hi`` (an IP, or an aligned sub-prefix): an IP inside the span, or a sub-prefix a prefix
         pool's address holds whole that meets it. Sub-prefixes are aligned, so one that meets the span either
         holds ``lo`` or lies inside it (and then so does its address): O(log n) for the IPs, and one look per
-        length of sub-prefix held in the namespace."""
+        length of sub-prefix held in the namespace. ``for_keeper``: asked for the claim whose status names the
+        IP, which an address written before its claim and bound to none does not hold it from (``binds_none``)."""
         own = {pool_key, *mates}
 
         def elsewhere(keys: Iterable[ObjKey]) -> bool:
-            return any(self._filed(k) not in own for k in keys)
+            return any(self._filed(k) not in own and not (for_keeper and self._binds_none(k)) for k in keys)
 
         ips = self._held_ips.get(namespace, {}).get(version)
         at = ips.next_from(lo) if ips else None
@@ -825,6 +826,13 @@ class Inventory:
             if held_version == version and elsewhere(each(bases.get(lo >> bits << bits))):
                 return True
         return False
+
+    def _binds_none(self, key: ObjKey) -> bool:
+        address = self.objects.get(key)
+        if address is None:
+            return False
+        claim = o.claim_of_capi_address(address) if kinds.kind_of(address) == kinds.CAPI_ADDRESS else None
+        return binds_none(address, self.get(kinds.CAPI_CLAIM, o.namespace(address), claim[1]) if claim else None)
 
     def addresses_at(self, namespace: str, version: int, ip: int) -> list[tuple[o.PoolKey, dict]]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``, with their pool."""
@@ -964,8 +972,8 @@ class Inventory:
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
-            held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi,
-                                                                                  mates(namespace)),
+            held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
+                pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
             kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),

@@ -91,8 +91,8 @@ from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, Se
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .asking import Granted, Intent, Refused
-from .kept import BOUND_REASON, bound_message, named_ip, status_ref
-from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
+from .kept import BOUND_REASON, binds_none, bound_message, named_ip, status_ref
+from .ledger import CAPI, METAL3, PLANNED, AddressKey, Ledger, ObjKey
 from .naming import ip_text
 from .overlap import Withheld, withheld_spans
 from .several import each
@@ -139,8 +139,9 @@ class Snapshot:
     # The Metal3 IPAddress of that name there, or None (what holds a name ``name_taken`` says is taken).
     address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
-    # an IP inside the span, or a sub-prefix meeting it.
-    held_elsewhere: Callable[[str, int, int, int], bool] = lambda namespace, version, lo, hi: False
+    # an IP inside the span, or a sub-prefix meeting it; with ``for_keeper``, not counting an address written
+    # before its claim that no claim is bound to (``kept.binds_none``).
+    held_elsewhere: Callable[..., bool] = lambda namespace, version, lo, hi, for_keeper=False: False
     # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
     # (with ``every_pool``: of any other pool), to name what holds an IP.
     held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
@@ -1218,7 +1219,10 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key, avoid=avoid)
+                    grant = self.allocator.reclaim(
+                        o.name(claim), own, lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim),
+                                                                            for_keeper=True),
+                        kept_as=key, avoid=avoid, written_over=self.written_over(own))
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
@@ -1342,7 +1346,23 @@ class _Reconciler:
         namespace of every such lock (a lock per claim's namespace would guard nothing across namespaces)."""
         return self.snap.namespace or self.snap.lock_namespace
 
-    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None) -> bool:
+    def written_over(self, unit: int) -> bool:
+        """Whether all that holds ``unit`` in the pool are Cluster API IPAddresses written before their claims
+        that no claim is bound to (``kept.binds_none``): they hold it from no claim whose status names it."""
+        ledger = self.ledger
+
+        def binds_no_claim(tag: str, name: AddressKey) -> bool:
+            address = ledger.capi_addresses.get(name) if tag == CAPI else None
+            if address is None:
+                return False
+            claim = ledger.claims.get(ledger.claim_key_of(address, o.claim_of_capi_address(address)))
+            return binds_none(address, claim)
+
+        holders = ledger.holders_of(unit)
+        return bool(holders) and all(binds_no_claim(*holder) for holder in holders)
+
+    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
+                       for_keeper: bool = False) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
@@ -1351,7 +1371,9 @@ class _Reconciler:
         pool's address holds that meets it, whatever its namePrefix (but a pool's
         this one shares addresses with: see ``overlap``). For a global pool, the
         namespaces looked in are the lock namespace (the other global pools'
-        locks) and the claim's (every pool's addresses there).
+        locks) and the claim's (every pool's addresses there). ``for_keeper``:
+        for the claim whose status names the IP, whom an address written before
+        its claim and bound to none does not keep from it.
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
@@ -1369,10 +1391,11 @@ class _Reconciler:
         if self.snap.kept_elsewhere(claim_namespace or namespace, version, first):
             return True
         if unique:
-            return self.snap.held_elsewhere(namespace, version, first, last)
+            return self.snap.held_elsewhere(namespace, version, first, last, for_keeper=for_keeper)
         if not self.kind.cluster_scoped or claim_namespace is None:
             return False
-        return any(self.snap.held_elsewhere(ns, version, first, last) for ns in {namespace, claim_namespace})
+        return any(self.snap.held_elsewhere(ns, version, first, last, for_keeper=for_keeper)
+                   for ns in {namespace, claim_namespace})
 
     def collided(self, err: AllocationError) -> tuple[str, str]:
         """The reason and message of a claim refused because the name of an IP's lock is another IP's: the

@@ -69,15 +69,10 @@ def test_an_address_written_before_its_claim_never_takes_an_ip_another_pool_keep
         f"IPAddress.{kinds.CAPI_IPAM_GROUP} {NS}/new holds 10.7.0.1, which is kept for a claim of another pool")
 
 
-KEEPER_LOSES = ("an address written before its claim at an IP another claim keeps (its status names it, its address "
-                "objects were deleted) is refused, yet it holds the IP against the keeper: the keeper's reclaim finds "
-                "it in use and gives the keeper another IP (AddressChanged), and the written address is then taken "
-                "up: the kept IP goes to the claim that was refused it")
-
-
-@pytest.mark.xfail(strict=True, reason=KEEPER_LOSES)
 @pytest.mark.parametrize("pool", ["zz", "aa"])
 def test_a_keeper_gets_its_ip_back_though_an_address_written_for_another_claim_holds_it(pool):
+    """zeta of zz keeps 10.7.0.1 (its address objects were deleted); an address written by hand for a claim of
+    ``pool`` at that IP is refused, and holds the IP from no one: zeta gets it back, not another IP."""
     from ipam_objects import capi_claim, ippool, ipclaim
     from test_claim_keeps_ip import strip_and_delete
     keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
