@@ -827,6 +827,32 @@ class Inventory:
                 return True
         return False
 
+    def held_twice(self, pool_key: o.PoolKey, mates: Iterable[o.PoolKey], namespace: str, version: int,
+                   ip: int) -> list[tuple[o.PoolKey, str, dict]]:
+        """What holds ``ip`` for a claim of ``namespace`` of ``pool_key`` that a pool it keeps its IPs apart from
+        across namespaces holds for another claim: each such address with its pool and the claim it holds it for
+        ("Kind namespace/name"). Between a global pool and another global pool (their locks, in the lock
+        namespace), or a namespaced pool of ``namespace``; not the pools it shares addresses with as separate
+        networks (``mates``), nor an address written before its claim that no claim is bound to. A pool whose
+        separate-network annotation was removed while both handed the IP out finds it here."""
+        if not keeps_apart(pool_key.kind):
+            return []
+        apart = {pool_key, *mates}
+        spaces = [namespace] + ([self.lock_namespace] if not pool_key.namespace else [])
+        found: dict[str, tuple[o.PoolKey, dict]] = {}
+        for space in dict.fromkeys(spaces):
+            for filed, address in self.addresses_at(space, version, ip):
+                if filed in apart or not keeps_apart(filed.kind) or o.is_deleting(address) \
+                        or (filed.namespace and (filed.namespace != namespace or pool_key.namespace)):
+                    continue
+                capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+                claim = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+                if claim is None or (capi and self._binds_none(self.key(address))):
+                    continue
+                claim_namespace = claim[2] if len(claim) > 2 else o.namespace(address)
+                found.setdefault(f"{claim[0]} {claim_namespace}/{claim[1]}", (filed, address))
+        return [(filed, who, address) for who, (filed, address) in sorted(found.items())]
+
     def _binds_none(self, key: ObjKey) -> bool:
         address = self.objects.get(key)
         if address is None:
@@ -977,6 +1003,8 @@ class Inventory:
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
             kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
+            held_twice=lambda namespace, version, ip: self.held_twice(pool_key, mates(namespace), namespace, version,
+                                                                      ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -107,15 +107,11 @@ def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it
     assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
 
 
-SHARED_THEN_NOT = ("a global pool's separate-network annotation removed while a claim of it and a claim of the pool it "
-                   "overlapped hold one IP in one namespace: both stay Ready=True bound to that IP, and nothing (the "
-                   "admission warning, the pools' conditions, the claims, an Event) names the two claims sharing it "
-                   "now that the pools are one network")
-
-
-@pytest.mark.xfail(strict=True, reason=SHARED_THEN_NOT)
 @pytest.mark.parametrize("other_namespaced", [False, True])
 def test_unmarking_a_separate_network_while_two_claims_of_a_namespace_share_an_ip_is_told(other_namespaced):
+    """g2, a separate network, hands out 10.8.0.1 as g1 does; its annotation is removed (past the webhook) while
+    claims of both hold that IP in one namespace. Both keep it, and the pools, the claims and a Warning Event
+    name the other claim."""
     apart = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
     kind = gi.IN_CLUSTER_IP_POOL if other_namespaced else gi.GLOBAL_IN_CLUSTER_IP_POOL
     api = _converged(_pool("g1", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:00:00Z",
