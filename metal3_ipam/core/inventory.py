@@ -835,8 +835,8 @@ class Inventory:
         namespace), or a namespaced pool of ``namespace``; not the pools it shares addresses with as separate
         networks (``mates``), nor an address written before its claim that no claim is bound to. A pool whose
         separate-network annotation was removed while both handed the IP out finds it here."""
-        if not keeps_apart(pool_key.kind):
-            return []
+        if not keeps_apart(pool_key.kind) or (pool_key.namespace and not self._pool_names.get("")):
+            return []  # a namespaced pool where there is no global pool: nothing to look at
         apart = {pool_key, *mates}
         spaces = [namespace] + ([self.lock_namespace] if not pool_key.namespace else [])
         found: dict[str, tuple[o.PoolKey, dict]] = {}
