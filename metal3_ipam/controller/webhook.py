@@ -79,10 +79,11 @@ from ..core import conversion, kinds, pools
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
+from ..core.overlap import separate_network
 from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, capi_address_problems, overlap_problems, preallocated_kept_problems,
-                               shared_address_problems, validate, validate_delete, validate_update,
-                               written_before_its_claim)
+                               shared_address_problems, unmarked_network_problems, validate, validate_delete,
+                               validate_update, written_before_its_claim)
 from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
@@ -361,10 +362,32 @@ class Admission:
         # namePrefixes, and the warning on overlaps with pools of the other kinds).
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
                   if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
+        problems, old = [], request.get("oldObject")
+        if operation == "UPDATE" and isinstance(old, dict) and separate_network(old) and not separate_network(obj):
+            problems = unmarked_network_problems(old, obj, self.doubles_unmarked(pool, addresses))
         return Live(loaded=bool(self.loaded()), in_use=addresses_in_use(addresses, namespace, pool.name, kind),
                     pools=[p for p in others if p is not None and not o.is_deleting(p)],
                     near=self.inventory.near_pools(pool), lock_namespace=self.inventory.lock_namespace,
-                    kept=self.inventory.kept_by_claims(pool))
+                    kept=self.inventory.kept_by_claims(pool), problems=problems)
+
+    def doubles_unmarked(self, pool: o.PoolKey, addresses: list[dict]) -> list[tuple[str, str, str]]:
+        """The IPs a global pool's addresses hold that a pool it shares them with as separate networks holds for
+        another claim (it and the pools still marked apart aside), were its own annotation removed: (IP, its
+        claim, the other claim) each."""
+        still_apart = {facts.key for facts, _ in self.inventory.near_pools(pool) if facts.apart}
+        found = []
+        for address in addresses:
+            ip = o.address_ip(address)
+            capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+            claim = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+            if ip is None or claim is None or o.is_deleting(address):
+                continue
+            namespace = claim[2] if len(claim) > 2 else o.namespace(address)
+            mine = f"{claim[0]} {namespace}/{claim[1]}"
+            found += [(str(ip), mine, f"{who} of {filed.kind[1]} {filed.namespace + '/' if filed.namespace else ''}"
+                                      f"{filed.name}")
+                      for filed, who, _ in self.inventory.held_twice(pool, still_apart, namespace, ip.version, int(ip))]
+        return found
 
     def address_problems(self, obj: dict) -> list[Problem]:
         """A Cluster API IPAddress written before its claim, judged against its pool and the addresses of its

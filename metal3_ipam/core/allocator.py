@@ -208,13 +208,14 @@ class Allocator:
         return self._next(name_taken, normalise(avoid))
 
     def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str],
-                avoid: list[tuple[int, int]] = ()) -> Grant:
+                avoid: list[tuple[int, int]] = (), written_over: bool = False) -> Grant:
         """The IP a claim held before its address objects were deleted, if it may have it again.
 
-        Kept or not: which of the claims naming it may have it is the caller's to say.
+        Kept or not: which of the claims naming it may have it is the caller's to say; and, with
+        ``written_over``, that what holds it in the pool holds it from no claim whose status names it.
         """
         return self._exact(claim, ip, None, name_taken, preallocated=False, kept_as=self.kept.get(ip, kept_as),
-                           what="its address", avoid=avoid)
+                           what="its address", avoid=avoid, overlooked=written_over)
 
     def never_for(self, claim: str, ip: int, kept: bool = False) -> str | None:
         """Why the pool would never hand ``ip`` to ``claim`` (see ``never_for``)."""
@@ -222,7 +223,7 @@ class Allocator:
 
     def _exact(self, claim: str, ip: int, requested: str | None, name_taken: Callable[[int], bool],
                preallocated: bool, kept_as: tuple[str, str] | None = None, what: str = "requested address",
-               avoid: list[tuple[int, int]] = ()) -> Grant:
+               avoid: list[tuple[int, int]] = (), overlooked: bool = False) -> Grant:
         text = ip_text(self.pool.address_of(ip))
         if preallocated and requested is not None:
             try:
@@ -242,7 +243,7 @@ class Allocator:
                                                      "overlaps, under locks of another name, owns it")
         entry = self.pool.entry_of(ip)
         what = "preallocated address" if preallocated else what
-        if ip in self.taken or self.is_covered(ip) or name_taken(ip):
+        if (ip in self.taken and not overlooked) or self.is_covered(ip) or name_taken(ip):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         if keeper is not None and keeper != kept_as and not (preallocated and keeper[1] == claim):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names "

@@ -27,7 +27,7 @@ from . import objects as o
 from . import pools
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet
-from .kept import bound_ip, own_ip
+from .kept import binds_none, bound_ip, own_ip
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -803,17 +803,18 @@ class Inventory:
         return set(each(self._holders.get(namespace, {}).get(_ip_key(version, ip))))
 
     def held_elsewhere(self, pool_key: o.PoolKey, namespace: str, version: int, lo: int, hi: int,
-                       mates: Iterable[o.PoolKey] = ()) -> bool:
+                       mates: Iterable[o.PoolKey] = (), for_keeper: bool = False) -> bool:
         """Whether an address of ``namespace`` (either API, a pool of ours other than ``pool_key`` and its
         ``mates``, the pools it shares addresses with as separate networks) holds any of the addresses
         ``lo``..``hi`` (an IP, or an aligned sub-prefix): an IP inside the span, or a sub-prefix a prefix
         pool's address holds whole that meets it. Sub-prefixes are aligned, so one that meets the span either
         holds ``lo`` or lies inside it (and then so does its address): O(log n) for the IPs, and one look per
-        length of sub-prefix held in the namespace."""
+        length of sub-prefix held in the namespace. ``for_keeper``: asked for the claim whose status names the
+        IP, which an address written before its claim and bound to none does not hold it from (``binds_none``)."""
         own = {pool_key, *mates}
 
         def elsewhere(keys: Iterable[ObjKey]) -> bool:
-            return any(self._filed(k) not in own for k in keys)
+            return any(self._filed(k) not in own and not (for_keeper and self._binds_none(k)) for k in keys)
 
         ips = self._held_ips.get(namespace, {}).get(version)
         at = ips.next_from(lo) if ips else None
@@ -826,6 +827,39 @@ class Inventory:
             if held_version == version and elsewhere(each(bases.get(lo >> bits << bits))):
                 return True
         return False
+
+    def held_twice(self, pool_key: o.PoolKey, mates: Iterable[o.PoolKey], namespace: str, version: int,
+                   ip: int) -> list[tuple[o.PoolKey, str, dict]]:
+        """What holds ``ip`` for a claim of ``namespace`` of ``pool_key`` that a pool it keeps its IPs apart from
+        across namespaces holds for another claim: each such address with its pool and the claim it holds it for
+        ("Kind namespace/name"). Between a global pool and another global pool (their locks, in the lock
+        namespace), or a namespaced pool of ``namespace``; not the pools it shares addresses with as separate
+        networks (``mates``), nor an address written before its claim that no claim is bound to. A pool whose
+        separate-network annotation was removed while both handed the IP out finds it here."""
+        if not keeps_apart(pool_key.kind) or (pool_key.namespace and not self._pool_names.get("")):
+            return []  # a namespaced pool where there is no global pool: nothing to look at
+        apart = {pool_key, *mates}
+        spaces = [namespace] + ([self.lock_namespace] if not pool_key.namespace else [])
+        found: dict[str, tuple[o.PoolKey, dict]] = {}
+        for space in dict.fromkeys(spaces):
+            for filed, address in self.addresses_at(space, version, ip):
+                if filed in apart or not keeps_apart(filed.kind) or o.is_deleting(address) \
+                        or (filed.namespace and (filed.namespace != namespace or pool_key.namespace)):
+                    continue
+                capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+                claim = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+                if claim is None or (capi and self._binds_none(self.key(address))):
+                    continue
+                claim_namespace = claim[2] if len(claim) > 2 else o.namespace(address)
+                found.setdefault(f"{claim[0]} {claim_namespace}/{claim[1]}", (filed, address))
+        return [(filed, who, address) for who, (filed, address) in sorted(found.items())]
+
+    def _binds_none(self, key: ObjKey) -> bool:
+        address = self.objects.get(key)
+        if address is None:
+            return False
+        claim = o.claim_of_capi_address(address) if kinds.kind_of(address) == kinds.CAPI_ADDRESS else None
+        return binds_none(address, self.get(kinds.CAPI_CLAIM, o.namespace(address), claim[1]) if claim else None)
 
     def addresses_at(self, namespace: str, version: int, ip: int) -> list[tuple[o.PoolKey, dict]]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``, with their pool."""
@@ -965,11 +999,13 @@ class Inventory:
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
-            held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi,
-                                                                                  mates(namespace)),
+            held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
+                pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
             kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
+            held_twice=lambda namespace, version, ip: self.held_twice(pool_key, mates(namespace), namespace, version,
+                                                                      ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -23,6 +23,10 @@ reached the status was never read by a consumer either.
 A claim that is preallocated gets that IP as it is; nothing is kept for it.
 One that asks for an IP (``ipAddress``) keeps it when its status names that
 IP. Nothing is kept for a claim being deleted.
+
+A Cluster API IPAddress written by hand before its claim holds a kept IP
+against no one while no claim is bound to it (``binds_none``): its claim is
+refused that IP, and the keeper takes it back all the same.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from . import objects as o
 from .addresses import AddressError, parse_ip
 from .naming import ip_of_name
 from .pool import Pool
+from .validation import written_before_its_claim
 
 BOUND_REASON = "AddressAllocated"
 BOUND_PREFIX = "bound to "
@@ -99,3 +104,23 @@ def _named_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
     ip = bound_ip(claim)
     return pool.unit_of(int(ip)) if ip is not None and ip.version == pool.version else None
 
+
+
+def binds_none(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
+    """Whether ``address`` is a Cluster API IPAddress written before its claim (by hand, or restored) that no claim
+    is bound to: ``claim``, the claim it names (None when there is none), has no status naming it. Such an address
+    is not taken up while the IP is kept for another claim, so it keeps that IP from no keeper."""
+    if kinds.kind_of(address) != kinds.CAPI_ADDRESS or not written_before_its_claim(address):
+        return False
+    return claim is None or not names(claim, address)
+
+
+def names(claim: Mapping[str, Any], address: Mapping[str, Any]) -> bool:
+    """Whether ``claim``'s status names ``address`` (of its namespace): by name, or by the IP its Ready condition
+    says it is bound to."""
+    ref = status_ref(claim)
+    if ref is not None and ref.get("name") == o.name(address) \
+            and ref.get("namespace") in (None, "", o.namespace(address)):
+        return True
+    ip = bound_ip(claim)
+    return ip is not None and ip == o.address_ip(address)

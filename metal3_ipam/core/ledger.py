@@ -96,6 +96,9 @@ class Ledger:
         # -> what the pool's status says of it; ``conflicts_version`` is bumped whenever it changes.
         self.conflicts: dict[o.ClaimKey, str] = {}
         self.conflicts_version = 0
+        # Bound claims whose IP an overlapping pool, no longer a separate network, holds for another claim too
+        # -> what the pool's status says of it; a change bumps ``conflicts_version`` too.
+        self.doubles: dict[o.ClaimKey, str] = {}
         # Claims whose decision waits for an outside IPAM's answer (a pool kind with ``outside``) -> the
         # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
         # not when an IP goes free (nothing of this pool stands in their way).
@@ -278,6 +281,8 @@ class Ledger:
             self.due.pop(key, None)
             if key in self.conflicts:
                 self.conflict(key, None)
+            if self.doubles.pop(key, None) is not None:
+                self.conflicts_version += 1
             self.unbind(key)
             ip = self.kept.pop(key, None)
             if ip is not None:
@@ -444,7 +449,7 @@ class Ledger:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
                           self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting,
-                          self.conflicts):
+                          self.conflicts, self.doubles):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
                     container.popitem()

@@ -91,8 +91,8 @@ from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, Se
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .asking import Granted, Intent, Refused
-from .kept import BOUND_REASON, bound_message, named_ip, status_ref
-from .ledger import CAPI, METAL3, PLANNED, Ledger, ObjKey
+from .kept import BOUND_REASON, binds_none, bound_message, named_ip, status_ref
+from .ledger import CAPI, METAL3, PLANNED, AddressKey, Ledger, ObjKey
 from .naming import ip_text
 from .overlap import Withheld, withheld_spans
 from .several import each
@@ -120,6 +120,10 @@ OVERLAPS_OTHER_POOL = "OverlapsOtherPool"
 # pool's condition naming every such claim.
 ADDRESS_CONFLICT = "AddressConflict"
 CONFLICTING = "AddressesConflicting"
+# A bound claim whose IP a pool it keeps its IPs apart from holds for another claim too (the pools overlap, and
+# the separate-network annotation that let both hand it out was removed), and the pool's condition naming them.
+DUPLICATE_ADDRESS = "DuplicateAddress"
+DUPLICATES = "DuplicateAddresses"
 WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
@@ -139,13 +143,17 @@ class Snapshot:
     # The Metal3 IPAddress of that name there, or None (what holds a name ``name_taken`` says is taken).
     address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
-    # an IP inside the span, or a sub-prefix meeting it.
-    held_elsewhere: Callable[[str, int, int, int], bool] = lambda namespace, version, lo, hi: False
+    # an IP inside the span, or a sub-prefix meeting it; with ``for_keeper``, not counting an address written
+    # before its claim that no claim is bound to (``kept.binds_none``).
+    held_elsewhere: Callable[..., bool] = lambda namespace, version, lo, hi, for_keeper=False: False
     # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
     # (with ``every_pool``: of any other pool), to name what holds an IP.
     held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
     # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
     kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # What holds (version, ip) for another claim of the namespace in a pool this one keeps its IPs apart from
+    # across namespaces, not as a separate network: (pool, "Kind namespace/name" of the claim, address) each.
+    held_twice: Callable[[str, int, int], list] = lambda namespace, version, ip: []
     # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
     claims_carrying: Callable[[str], list[dict]] = lambda key: []
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
@@ -396,13 +404,14 @@ class _Reconciler:
         key = o.claim_key(claim)
         bound = self.ledger.bound.pop(key, None)
         conflict = self.ledger.conflicts.pop(key, None)
+        double = self.ledger.doubles.pop(key, None)
         self.ledger.unserved.pop(key, None)
         self.ledger.awaiting.pop(key, None)
         with self._counted(budget):
             yield
         if self.ledger.bound.get(key) != bound:
             self.ledger.rebound(key)
-        if self.ledger.conflicts.get(key) != conflict:
+        if self.ledger.conflicts.get(key) != conflict or self.ledger.doubles.get(key) != double:
             self.ledger.conflicts_version += 1
 
     def claim_paused(self, claim: dict) -> bool:
@@ -546,6 +555,9 @@ class _Reconciler:
         conflicting = self.conflict_condition(current)
         if conflicting is not None:
             conditions.append(conflicting)
+        duplicates = self.duplicates_condition(current)
+        if duplicates is not None:
+            conditions.append(duplicates)
         checked = (id(pool), o.meta(pool).get("resourceVersion"), ledger.bound_version, ledger.conflicts_version,
                    tuple(counts.items()))
         if checked == ledger.status_clean:
@@ -615,6 +627,18 @@ class _Reconciler:
         message = _bounded(f"{len(conflicts)} claim(s) of the pool have an address object that is not taken up, "
                            "its IP being another's or one the pool could not hand out: " + "; ".join(shown) + more)
         return _condition(current, CONFLICTING, "True", ADDRESS_CONFLICT, message, self.snap.now)
+
+    def duplicates_condition(self, current: Mapping[str, Any]) -> dict | None:
+        """Where claims of the pool hold an IP a pool it keeps its IPs apart from holds for another claim too,
+        say which (each claim says it too, with a Warning Event)."""
+        doubles = self.ledger.doubles
+        if not doubles or (self.kind.cluster_scoped and not self.snap.serves_every_namespace):
+            return None
+        shown = sorted(doubles.values())[:8]
+        more = f"; and {len(doubles) - len(shown)} more" if len(doubles) > len(shown) else ""
+        message = _bounded(f"{len(doubles)} claim(s) of the pool hold an IP that a claim of an overlapping pool holds "
+                           "too: " + "; ".join(shown) + more)
+        return _condition(current, DUPLICATES, "True", DUPLICATE_ADDRESS, message, self.snap.now)
 
     # -- addresses whose claim is gone or going --------------------------------
 
@@ -1222,7 +1246,10 @@ class _Reconciler:
                         f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
             else:
                 try:
-                    grant = self.allocator.reclaim(o.name(claim), own, taken_elsewhere, kept_as=key, avoid=avoid)
+                    grant = self.allocator.reclaim(
+                        o.name(claim), own, lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim),
+                                                                            for_keeper=True),
+                        kept_as=key, avoid=avoid, written_over=self.written_over(own))
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
@@ -1346,7 +1373,23 @@ class _Reconciler:
         namespace of every such lock (a lock per claim's namespace would guard nothing across namespaces)."""
         return self.snap.namespace or self.snap.lock_namespace
 
-    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None) -> bool:
+    def written_over(self, unit: int) -> bool:
+        """Whether all that holds ``unit`` in the pool are Cluster API IPAddresses written before their claims
+        that no claim is bound to (``kept.binds_none``): they hold it from no claim whose status names it."""
+        ledger = self.ledger
+
+        def binds_no_claim(tag: str, name: AddressKey) -> bool:
+            address = ledger.capi_addresses.get(name) if tag == CAPI else None
+            if address is None:
+                return False
+            claim = ledger.claims.get(ledger.claim_key_of(address, o.claim_of_capi_address(address)))
+            return binds_none(address, claim)
+
+        holders = ledger.holders_of(unit)
+        return bool(holders) and all(binds_no_claim(*holder) for holder in holders)
+
+    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
+                       for_keeper: bool = False) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
@@ -1355,7 +1398,9 @@ class _Reconciler:
         pool's address holds that meets it, whatever its namePrefix (but a pool's
         this one shares addresses with: see ``overlap``). For a global pool, the
         namespaces looked in are the lock namespace (the other global pools'
-        locks) and the claim's (every pool's addresses there).
+        locks) and the claim's (every pool's addresses there). ``for_keeper``:
+        for the claim whose status names the IP, whom an address written before
+        its claim and bound to none does not keep from it.
         """
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
@@ -1373,10 +1418,11 @@ class _Reconciler:
         if self.snap.kept_elsewhere(claim_namespace or namespace, version, first):
             return True
         if unique:
-            return self.snap.held_elsewhere(namespace, version, first, last)
+            return self.snap.held_elsewhere(namespace, version, first, last, for_keeper=for_keeper)
         if not self.kind.cluster_scoped or claim_namespace is None:
             return False
-        return any(self.snap.held_elsewhere(ns, version, first, last) for ns in {namespace, claim_namespace})
+        return any(self.snap.held_elsewhere(ns, version, first, last, for_keeper=for_keeper)
+                   for ns in {namespace, claim_namespace})
 
     def collided(self, err: AllocationError) -> tuple[str, str]:
         """The reason and message of a claim refused because the name of an IP's lock is another IP's: the
@@ -1430,16 +1476,37 @@ class _Reconciler:
                 ref = "addressRef" if capi else "address"
                 desired[ref] = current[ref]
         moved = self.moved_condition(claim, current, v1beta1)
-        desired["conditions"] = [ready] + ([moved] if moved is not None else []) + [
+        twice = self.twice_condition(claim, current, v1beta1, address) if address is not None else None
+        desired["conditions"] = [ready] + [c for c in (moved, twice) if c is not None] + [
             c for c in current.get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED)]
+            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED, DUPLICATE_ADDRESS)]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
-        before = o.condition(current, POOL_REFERENCE_CHANGED) or {}
-        if moved is not None and before.get("message") != moved["message"]:
-            step.add(Event(o.ref(claim), "Warning", POOL_REFERENCE_CHANGED, moved["message"]))
+        for said, reason in ((moved, POOL_REFERENCE_CHANGED), (twice, DUPLICATE_ADDRESS)):
+            if said is not None and (o.condition(current, reason) or {}).get("message") != said["message"]:
+                step.add(Event(o.ref(claim), "Warning", reason, said["message"]))
         return True
+
+    def twice_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool, address: dict) -> dict | None:
+        """For a bound claim whose IP a pool this one keeps its IPs apart from holds for another claim too (their
+        overlap was shared as separate networks, and no longer is): the condition naming them; None for any
+        other. The claim keeps its IP (whatever runs on it is not cut off) and is decided again when an IP of
+        another pool goes free, so the condition goes once the other claim lets the IP go."""
+        ip = _ip_of(address)
+        key = o.claim_key(claim)
+        found = self.snap.held_twice(o.namespace(claim), ip.version, int(ip)) if ip is not None else []
+        if not found:
+            return None
+        others = "; ".join(_held_text(held) for _, _, held in found[:4])
+        message = _bounded(f"{ip_text(ip)} of {self.pool_text()} is another claim's too: {others}; the pools overlap, and "
+                           f"neither is marked a separate network ({kinds.SEPARATE_NETWORK_ANNOTATION}: \"true\"), so "
+                           "one IP is bound to two claims of one network; delete one of the claims (created again, it "
+                           "is given another IP), or mark the global pool a separate network again")
+        self.ledger.doubles[key] = _bounded(f"{o.namespace(claim)}/{o.name(claim)}: {ip_text(ip)}, held by "
+                                            f"{found[0][1]} too", 256)
+        self.ledger.unserved[key] = None  # decided again when an address of another pool goes
+        return _condition(current, DUPLICATE_ADDRESS, "True", DUPLICATE_ADDRESS, message, self.snap.now, v1beta1)
 
     def moved_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
         """For a claim whose pool reference names another pool than this one, which served it (the inventory

@@ -316,6 +316,23 @@ def separate_network_problems(obj: Any) -> list[Problem]:
     return []
 
 
+def unmarked_network_problems(old: Any, new: Any, doubles: Iterable[tuple[str, str, str]]) -> list[Problem]:
+    """A global pool's separate-network annotation may not be removed (nor set to "false") while it and a pool it
+    shares addresses with as separate networks hold one IP for two claims: they would be one network with that IP
+    bound twice. ``doubles``: (IP, the claim of this pool, the claim of the other pool holding it too) each, as
+    the addresses stored now show them."""
+    doubles = sorted(set(doubles))
+    if not doubles or not separate_network(old) or separate_network(new):
+        return []
+    value = annotations_of(new).get(kinds.SEPARATE_NETWORK_ANNOTATION)
+    shown = "; ".join(f"{ip} is held by {mine} of this pool and by {theirs}" for ip, mine, theirs in doubles[:4])
+    more = f"; and {len(doubles) - 4} more" if len(doubles) > 4 else ""
+    return tagged(new, [Problem(SEPARATE_NETWORK_FIELD, value, "cannot be removed while the pools that share addresses "
+                                "with this one as separate networks hold one IP for two claims, which would then be "
+                                f"bound twice in one network: {shown}{more}; delete one claim of each such pair "
+                                "first, or keep the annotation")])
+
+
 def shared_address_problems(obj: Any, near: Iterable[tuple[PoolFacts, bool]], lock_namespace: str) -> list[Problem]:
     """Warnings for a pool that overlaps pools it keeps its IPs apart from across namespaces: a global pool
     and any other global pool, or a global pool and a namespaced pool (``core.overlap``).

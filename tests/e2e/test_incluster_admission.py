@@ -14,7 +14,9 @@
   provider's kind of Cluster API's IPAM group never is;
 - a pool sharing addresses with a pool of another kind of its namespace is admitted with a warning (the
   API server's ``Warning`` header) naming the other pool and the shared range, and one left nothing to hand
-  out by the overlap is not Ready.
+  out by the overlap is not Ready;
+- a global pool's separate-network annotation is not removed while it and the pool it shares addresses with
+  hold one IP for two claims.
 """
 
 from __future__ import annotations
@@ -332,3 +334,42 @@ def test_overlapping_global_pools_are_warned_of_and_the_separate_network_annotat
                   "application/merge-patch+json")
     assert shared.status == 200, shared.message
     assert any("both hand it out" in w for w in shared.warnings), shared.warnings
+
+
+def test_removing_the_separate_network_annotation_while_two_claims_hold_one_ip_is_refused(
+        webhook_controller, webhook_api):
+    """Two global pools over one range, the later marked a separate network, each hand 10.61.0.15 to a claim of
+    one namespace. Removing the annotation would make them one network with that IP bound twice: the webhook
+    refuses it, naming the IP and both claims; once one of the claims is gone, the removal is admitted."""
+    api = webhook_api
+    namespace = new_namespace(api, "s")
+    annotation = "ipam.metal3.io/separate-network"
+    first = pool("GlobalInClusterIPPool", {"addresses": ["10.61.0.10-10.61.0.20"], "prefix": 24})
+    apart = pool("GlobalInClusterIPPool", {"addresses": ["10.61.0.15-10.61.0.30"], "prefix": 24})
+    apart["metadata"]["annotations"] = {annotation: "true"}
+    created(api, first, namespace)
+    created(api, apart, namespace)
+    for name, subject in (("a", first), ("b", apart)):
+        created(api, claim(name, "GlobalInClusterIPPool", subject["metadata"]["name"], ip="10.61.0.15"), namespace)
+        address = {"apiVersion": f"{GROUP}/v1beta2", "kind": "IPAddress", "metadata": {"name": name}}
+        eventually(lambda: ((get(api, address, namespace) or {}).get("spec") or {}).get("address") == "10.61.0.15",
+                   timeout=30, what=f"claim {namespace}/{name} to hold 10.61.0.15")
+
+    path = path_of(apart, namespace, apart["metadata"]["name"])
+    unmark = {"metadata": {"annotations": {annotation: None}}}
+
+    def answer(dry_run: bool = True):
+        query = [("dryRun", "All")] if dry_run else None
+        return call(api, "PATCH", path, unmark, "application/merge-patch+json", query)
+    # A dry run until the controller's inventory holds both addresses.
+    eventually(lambda: answer().status == 422, timeout=30, interval=0.2, what="the removal to be refused")
+    refused = answer(dry_run=False)
+    assert refused.status == 422 and f"metadata.annotations[{annotation}]" in refused.message, refused.message
+    assert f"10.61.0.15 is held by IPAddressClaim {namespace}/b of this pool and by IPAddressClaim {namespace}/a" \
+        in refused.message, refused.message
+    assert get(api, apart, namespace)["metadata"]["annotations"].get(annotation) == "true"
+
+    gone = call(api, "DELETE", path_of(claim("b", "GlobalInClusterIPPool", ""), namespace, "b"))
+    assert gone.status in (200, 202), gone.message
+    eventually(lambda: answer().status == 200, timeout=30, interval=0.2, what="the removal to be admitted")
+    assert answer(dry_run=False).status == 200

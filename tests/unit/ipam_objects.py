@@ -8,6 +8,7 @@ from typing import Any
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
+from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.reconcile import Snapshot, reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
@@ -169,3 +170,73 @@ def snapshot(pool: dict | None, claims: list[dict] = (), addresses: list[dict] =
              **kwargs: Any) -> Snapshot:
     return Snapshot(namespace=NS, pool_name=pool_name, pool=pool, cluster=cluster, claims=list(claims),
                     addresses=list(addresses), capi_addresses=list(capi_addresses), **kwargs)
+
+
+# -- what the tests of addresses written before their claims, and of kept IPs, look at ------------------------
+
+# The Ready reason of a claim whose address object is not taken up.
+CONFLICT = "AddressConflict"
+
+
+def live_bindings(api: MemoryApi) -> dict[str, set]:
+    """IP -> the live claims whose status binds them to an address object at that IP."""
+    held: dict[str, set] = {}
+    for kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
+        for claim in api.inventory.of_kind(kind):
+            if o.is_deleting(claim):
+                continue
+            ready_now = o.condition(o.status(claim), "Ready")
+            if not ready_now or ready_now.get("status") != "True":
+                continue
+            ref = o.status(claim).get("address" if kind == kinds.IPCLAIM else "addressRef") or {}
+            address = get(api, kinds.IPADDRESS if kind == kinds.IPCLAIM else kinds.CAPI_ADDRESS, ref.get("name"),
+                          o.namespace(claim))
+            if address is not None:
+                held.setdefault(o.spec(address)["address"], set()).add((o.namespace(claim), o.name(claim)))
+    return held
+
+
+def assert_no_ip_twice(api: MemoryApi) -> None:
+    twice = {ip: who for ip, who in live_bindings(api).items() if len(who) > 1}
+    assert not twice, f"IPs bound to two live claims: {twice}"
+
+
+def ready(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS) -> dict:
+    """The claim's Ready condition, or {}."""
+    return o.condition(o.status(get(api, kind, name, ns)), "Ready") or {}
+
+
+def capi_address(name: str, claim: str, pool_kind: tuple[str, str], pool: str, ip: str, prefix: int = 24,
+                 **metadata: Any) -> dict:
+    """A Cluster API IPAddress as a user writes it before its claim: no owner references, no finalizer."""
+    return {"apiVersion": f"{kinds.CAPI_IPAM_GROUP}/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": NS, **metadata},
+            "spec": {"claimRef": {"name": claim}, "poolRef": {"apiGroup": pool_kind[0], "kind": pool_kind[1],
+                                                              "name": pool},
+                     "address": ip, "prefix": prefix}}
+
+
+def strip_and_delete(api: MemoryApi, kind: tuple[str, str], name: str) -> None:
+    """A user's delete of an object whose finalizers were stripped: it is gone at once."""
+    obj = get(api, kind, name)
+    assert obj is not None, name
+    api.inventory.remove(obj)
+
+
+# -- admission reviews -----------------------------------------------------------------------------------------
+
+def inventory_of(*objs: dict) -> Inventory:
+    """An inventory holding ``objs``, as the webhook reads it."""
+    inv = Inventory()
+    for obj in objs:
+        inv.upsert(obj)
+    return inv
+
+
+def admission_request(operation: str, obj: dict | None, old: dict | None = None, uid: str = "u-1") -> dict:
+    """The ``request`` of an AdmissionReview as the API server sends it."""
+    subject = obj if obj is not None else old
+    group, _, version = subject["apiVersion"].rpartition("/")
+    return {"uid": uid, "operation": operation, "namespace": subject["metadata"].get("namespace"),
+            "name": subject["metadata"]["name"], "kind": {"group": group, "version": version, "kind": subject["kind"]},
+            "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}

@@ -20,51 +20,15 @@ from metal3_ipam.core.naming import address_name
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
-from ipam_objects import NS, capi_claim, converged, get, ipclaim, ippool, loaded, user_delete
+from ipam_objects import (CONFLICT, NS, assert_no_ip_twice, capi_address, capi_claim, converged, get, ipclaim, ippool,
+                          live_bindings, loaded, ready, user_delete)
 
 ADDRESS, CAPI_ADDRESS, CAPI_CLAIM, IPCLAIM = kinds.IPADDRESS, kinds.CAPI_ADDRESS, kinds.CAPI_CLAIM, kinds.IPCLAIM
 IN_CLUSTER = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
-CONFLICT = "AddressConflict"
-
-
-def live_bindings(api) -> dict[str, set]:
-    """IP -> the live claims whose status binds them to an address object at that IP."""
-    held: dict[str, set] = {}
-    for kind in (IPCLAIM, CAPI_CLAIM):
-        for claim in api.inventory.of_kind(kind):
-            if o.is_deleting(claim):
-                continue
-            ready = o.condition(o.status(claim), "Ready")
-            if not ready or ready.get("status") != "True":
-                continue
-            ref = o.status(claim).get("address" if kind == IPCLAIM else "addressRef") or {}
-            address = get(api, ADDRESS if kind == IPCLAIM else CAPI_ADDRESS, ref.get("name"), o.namespace(claim))
-            if address is not None:
-                held.setdefault(o.spec(address)["address"], set()).add((o.namespace(claim), o.name(claim)))
-    return held
-
-
-def assert_no_ip_twice(api) -> None:
-    twice = {ip: who for ip, who in live_bindings(api).items() if len(who) > 1}
-    assert not twice, f"IPs bound to two live claims: {twice}"
-
-
-def ready(api, kind, name, ns=NS) -> dict:
-    return o.condition(o.status(get(api, kind, name, ns)), "Ready") or {}
 
 
 def events_of(api, name: str, reason: str = CONFLICT) -> list:
     return [e for e in api.events if e.target.name == name and e.reason == reason]
-
-
-def capi_address(name: str, claim: str, pool_kind: tuple[str, str], pool: str, ip: str, prefix: int = 24,
-                 **metadata) -> dict:
-    """A Cluster API IPAddress as a user writes it before its claim: no owner references, no finalizer."""
-    return {"apiVersion": f"{kinds.CAPI_IPAM_GROUP}/v1beta2", "kind": "IPAddress",
-            "metadata": {"name": name, "namespace": NS, **metadata},
-            "spec": {"claimRef": {"name": claim}, "poolRef": {"apiGroup": pool_kind[0], "kind": pool_kind[1],
-                                                              "name": pool},
-                     "address": ip, "prefix": prefix}}
 
 
 def metal3_address(name: str, claim: str, pool: str, ip: str) -> dict:

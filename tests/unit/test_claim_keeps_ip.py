@@ -18,7 +18,7 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
 from go_ipam_objects import go_pool, go_served_ipclaim
 from ipam_objects import (NS, RecordingApi, address_of, capi_claim, converged, get, ip_of, ipclaim, ippool, loaded,
-                          metal3_addresses, set_meta)
+                          metal3_addresses, set_meta, strip_and_delete)
 from test_model import named_by_status
 from test_reconcile import ADDRESS, CAPI_ADDRESS, CAPI_CLAIM, IPCLAIM, POOL
 
@@ -50,13 +50,6 @@ def statuses_name_distinct_ips(api) -> None:
             for what in named_by_status(claim):
                 other = seen.setdefault(what, o.claim_key(claim))
                 assert other == o.claim_key(claim), f"{what} named by the statuses of {other} and {o.claim_key(claim)}"
-
-
-def strip_and_delete(api, kind: tuple[str, str], name: str) -> None:
-    """A user's delete of an object whose finalizers were stripped: it is gone at once."""
-    obj = get(api, kind, name)
-    assert obj is not None, name
-    api.inventory.remove(obj)
 
 
 def address_objects_of(api, kind: str, name: str) -> list[tuple[tuple[str, str], str]]:

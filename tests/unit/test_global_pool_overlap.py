@@ -19,7 +19,7 @@ from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged
 from ipam_objects import dated_ip_pool as _pool
-from ipam_objects import get, user_delete
+from ipam_objects import admission_request, get, inventory_of, user_delete
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -215,8 +215,7 @@ def test_global_pools_created_in_the_same_second_are_ordered_by_kind_and_name():
 
 def _review(*live, operation="CREATE", obj, old=None):
     from metal3_ipam.controller.webhook import Admission
-    from test_webhook import inventory, request
-    return Admission(inventory(*live)).review(request(operation, obj, old))
+    return Admission(inventory_of(*live)).review(admission_request(operation, obj, old))
 
 
 def test_a_global_pool_overlapping_an_earlier_global_pool_is_admitted_with_a_warning():

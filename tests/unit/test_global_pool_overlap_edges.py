@@ -12,10 +12,11 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.controller.webhook import Admission
+from ipam_objects import (CONFLICT, admission_request, assert_no_ip_twice, capi_address, capi_claim, get, ippool,
+                          ipclaim, ready, strip_and_delete)
 from ipam_objects import converged_with_lock_namespace as _converged
 from ipam_objects import dated_ip_pool as _pool
-from ipam_objects import get
-from test_addresses_written_before_claims import CONFLICT, assert_no_ip_twice, capi_address, ready
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -56,8 +57,6 @@ def test_a_global_pools_address_written_before_its_claim_in_an_overlap_a_namespa
 def test_an_address_written_before_its_claim_never_takes_an_ip_another_pool_keeps_for_its_claim():
     """Two IPPools of one namePrefix: zeta of zz keeps 10.7.0.1 (its address objects were deleted); an address
     written by hand for a claim of aa at that IP is refused, and zeta gets its IP back."""
-    from ipam_objects import capi_claim, ippool, ipclaim
-    from test_claim_keeps_ip import strip_and_delete
     keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
     other = ippool("aa", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
     api = _converged(keeper, other, ipclaim("zeta", pool="zz"))
@@ -69,17 +68,10 @@ def test_an_address_written_before_its_claim_never_takes_an_ip_another_pool_keep
         f"IPAddress.{kinds.CAPI_IPAM_GROUP} {NS}/new holds 10.7.0.1, which is kept for a claim of another pool")
 
 
-KEEPER_LOSES = ("an address written before its claim at an IP another claim keeps (its status names it, its address "
-                "objects were deleted) is refused, yet it holds the IP against the keeper: the keeper's reclaim finds "
-                "it in use and gives the keeper another IP (AddressChanged), and the written address is then taken "
-                "up: the kept IP goes to the claim that was refused it")
-
-
-@pytest.mark.xfail(strict=True, reason=KEEPER_LOSES)
 @pytest.mark.parametrize("pool", ["zz", "aa"])
 def test_a_keeper_gets_its_ip_back_though_an_address_written_for_another_claim_holds_it(pool):
-    from ipam_objects import capi_claim, ippool, ipclaim
-    from test_claim_keeps_ip import strip_and_delete
+    """zeta of zz keeps 10.7.0.1 (its address objects were deleted); an address written by hand for a claim of
+    ``pool`` at that IP is refused, and holds the IP from no one: zeta gets it back, not another IP."""
     keeper = ippool("zz", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
     other = ippool("aa", namePrefix="m", pools=[{"start": "10.7.0.1", "end": "10.7.0.3"}], prefix=24)
     api = _converged(keeper, other, ipclaim("zeta", pool="zz"))
@@ -92,35 +84,11 @@ def test_a_keeper_gets_its_ip_back_though_an_address_written_for_another_claim_h
     assert ready(api, kinds.CAPI_CLAIM, "new").get("reason") == CONFLICT
 
 
-@pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("written_in", [("ns-a",), ("ns-b", "ns-a")])
-def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it(split, written_in):
-    """The Go in-cluster provider's state: claim ns-a/go bound to 10.0.0.1 of the global pool, not locked yet.
-    IPAddresses are written by hand at 10.0.0.1 before their claims. With ``split``, the replicas serve ns-a and
-    ns-b, ns-c apart (``-n``): the one serving ns-b sees the Go claim's address but not its claim. The Go claim
-    keeps its IP; each written address is refused."""
-    from test_model_incluster import TwoReplicasServeGlobalPools
-    machine = TwoReplicasServeGlobalPools()
-    machine.start(seed=0, grace=0, with_go=True, split=split)
-    for ns in written_in:
-        machine.user_writes_an_address_then_its_claim(k=0, local=False, ns=ns, where="held")
-    machine.teardown()  # no IP bound to two live claims, every claim settled
-    claims = {(o.namespace(c), o.name(c)): o.condition(o.status(c), "Ready")
-              for c in machine.store.inventory.of_kind(kinds.CAPI_CLAIM)}
-    assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
-    assert sorted(ns for ns, _ in claims) == sorted(written_in)
-    assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
-
-
-SHARED_THEN_NOT = ("a global pool's separate-network annotation removed while a claim of it and a claim of the pool it "
-                   "overlapped hold one IP in one namespace: both stay Ready=True bound to that IP, and nothing (the "
-                   "admission warning, the pools' conditions, the claims, an Event) names the two claims sharing it "
-                   "now that the pools are one network")
-
-
-@pytest.mark.xfail(strict=True, reason=SHARED_THEN_NOT)
 @pytest.mark.parametrize("other_namespaced", [False, True])
 def test_unmarking_a_separate_network_while_two_claims_of_a_namespace_share_an_ip_is_told(other_namespaced):
+    """g2, a separate network, hands out 10.8.0.1 as g1 does; its annotation is removed (past the webhook) while
+    claims of both hold that IP in one namespace. Both keep it, and the pools, the claims and a Warning Event
+    name the other claim."""
     apart = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
     kind = gi.IN_CLUSTER_IP_POOL if other_namespaced else gi.GLOBAL_IN_CLUSTER_IP_POOL
     api = _converged(_pool("g1", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:00:00Z",
@@ -136,3 +104,41 @@ def test_unmarking_a_separate_network_while_two_claims_of_a_namespace_share_an_i
     told += [o.condition(o.status(get(api, kinds.CAPI_CLAIM, "b")), "Ready")["message"]]
     told += [e.message for e in api.events if e.type == "Warning"]
     assert any("10.8.0.1" in text and "IPAddressClaim default/a" in text for text in told), told
+
+
+def _sharing(other_namespaced: bool, b_pool: str = "g2"):
+    """g1 (global, or namespaced in default) and g2 (global, a separate network) over one range; claim a of g1 and
+    claim b of ``b_pool`` in default, converged."""
+    apart = {kinds.SEPARATE_NETWORK_ANNOTATION: "true"}
+    kind = gi.IN_CLUSTER_IP_POOL if other_namespaced else gi.GLOBAL_IN_CLUSTER_IP_POOL
+    return _converged(_pool("g1", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:00:00Z",
+                            namespace=NS if other_namespaced else None),
+                      _pool("g2", ["10.8.0.1-10.8.0.2"], "2024-01-01T00:01:00Z", annotations=apart),
+                      _pool("g3", ["10.8.0.5-10.8.0.6"], "2024-01-01T00:02:00Z"),
+                      gi.claim("a", NS, kind, "g1"), gi.claim("b", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, b_pool))
+
+
+def _unmarking(api, value=None):
+    pool = get(api, GLOBAL, "g2", "")
+    annotations = {} if value is None else {kinds.SEPARATE_NETWORK_ANNOTATION: value}
+    changed = {**pool, "metadata": {**pool["metadata"], "annotations": annotations}}
+    return Admission(api.inventory).review(admission_request("UPDATE", changed, pool))
+
+
+@pytest.mark.parametrize("value", [None, "false"])
+@pytest.mark.parametrize("other_namespaced", [False, True])
+def test_removing_a_separate_network_annotation_while_two_claims_hold_one_ip_is_refused(other_namespaced, value):
+    api = _sharing(other_namespaced)
+    assert _ips(api) == {(NS, "a"): "10.8.0.1", (NS, "b"): "10.8.0.1"}
+    response = _unmarking(api, value)
+    assert not response["allowed"], response
+    message = response["status"]["message"]
+    assert f"metadata.annotations[{kinds.SEPARATE_NETWORK_ANNOTATION}]" in message
+    assert "10.8.0.1 is held by IPAddressClaim default/b of this pool and by IPAddressClaim default/a" in message
+
+
+def test_removing_a_separate_network_annotation_while_no_ip_is_held_twice_is_allowed():
+    """b is a claim of g3, which overlaps neither: g2 holds nothing g1 holds."""
+    api = _sharing(False, b_pool="g3")
+    assert _ips(api) == {(NS, "a"): "10.8.0.1", (NS, "b"): "10.8.0.5"}
+    assert _unmarking(api)["allowed"]

@@ -33,6 +33,7 @@ from metal3_ipam.core.inventory import SERVED, Inventory, of_every_namespace
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
 from metal3_ipam.testing import go_incluster as gi
+from ipam_objects import CONFLICT
 
 NAMESPACES = ("ns-a", "ns-b", "ns-c")
 GLOBAL = o.PoolKey("", "g", (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL))
@@ -354,3 +355,22 @@ def test_a_lock_made_for_a_claim_deleted_at_once_goes_while_an_address_written_b
     machine.an_event_arrives(k=2, replica=0)  # the claim's ADDED, not the address's
     machine.a_pool_pass(local=False, replica=0)
     machine.teardown()
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("written_in", [("ns-a",), ("ns-b", "ns-a")])
+def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it(split, written_in):
+    """The Go in-cluster provider's state: claim ns-a/go bound to 10.0.0.1 of the global pool, not locked yet.
+    IPAddresses are written by hand at 10.0.0.1 before their claims. With ``split``, the replicas serve ns-a and
+    ns-b, ns-c apart (``-n``): the one serving ns-b sees the Go claim's address but not its claim. The Go claim
+    keeps its IP; each written address is refused."""
+    machine = TwoReplicasServeGlobalPools()
+    machine.start(seed=0, grace=0, with_go=True, split=split)
+    for ns in written_in:
+        machine.user_writes_an_address_then_its_claim(k=0, local=False, ns=ns, where="held")
+    machine.teardown()  # no IP bound to two live claims, every claim settled
+    claims = {(o.namespace(c), o.name(c)): o.condition(o.status(c), "Ready")
+              for c in machine.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+    assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
+    assert sorted(ns for ns, _ in claims) == sorted(written_in)
+    assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims

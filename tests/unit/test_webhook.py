@@ -16,9 +16,10 @@ from cryptography import x509
 from metal3_ipam.controller import webhook
 from metal3_ipam.controller.webhook import HOOKS, Admission, CertificateFiles, WebhookServer
 from metal3_ipam.core import kinds
-from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.certs import Authority
 from ipam_objects import METAL3, capi_claim, ipclaim, ippool
+from ipam_objects import admission_request as request
+from ipam_objects import inventory_of as inventory
 
 MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
@@ -33,21 +34,6 @@ def capi_address(name: str, ip: str, pool: str = "pool1", ns: str = "default") -
             "metadata": {"name": name, "namespace": ns},
             "spec": {"address": ip, "prefix": 24, "claimRef": {"name": name},
                      "poolRef": {"apiGroup": "ipam.metal3.io", "kind": "IPPool", "name": pool}}}
-
-
-def inventory(*objs: dict) -> Inventory:
-    inv = Inventory()
-    for obj in objs:
-        inv.upsert(obj)
-    return inv
-
-
-def request(operation: str, obj: dict | None, old: dict | None = None, uid: str = "u-1") -> dict:
-    subject = obj if obj is not None else old
-    group, _, version = subject["apiVersion"].rpartition("/")
-    return {"uid": uid, "operation": operation, "namespace": subject["metadata"].get("namespace"),
-            "name": subject["metadata"]["name"], "kind": {"group": group, "version": version, "kind": subject["kind"]},
-            "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}
 
 
 POOL = ippool("pool1", prefix=24, pools=[{"start": "192.168.0.10", "end": "192.168.0.20"}])
