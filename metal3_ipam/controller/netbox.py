@@ -60,7 +60,7 @@ from metal3_ipam.core.netbox import (
     parse_parent,
     usable_size,
 )
-from metal3_ipam.core.sweep import home_in
+from metal3_ipam.core.sweep import ABSENT, PRESENT, home_in, taken_over
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
 
@@ -396,12 +396,20 @@ class NetBoxClient:
         raise NetBoxError(conflict or Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
 
     async def _rehome(self, found: Allocation, description: str | None, what: str) -> Allocation:
-        """``found`` with ``description`` when that names a home and ``found`` names another (or none)."""
-        wanted = home_in(description)
-        if wanted is None or home_in(found.description) == wanted:
+        """``found`` with ``description`` when that names a home ``found`` may be taken to (``core.sweep.taken_over``:
+        homed nowhere, marked released, or not taken over before; only the claim's own home is known here)."""
+        wanted, there = home_in(description), home_in(found.description)
+        text = taken_over(found.description, description, lambda h: PRESENT if h == wanted else ABSENT)
+        if text is None and wanted is not None and there is not None and there != wanted:
+            raise NetBoxError(Refusal(Reason.HOMED_ELSEWHERE, (
+                f"{what}: NetBox address {found.address} of this key is homed at {there.kind}:{there.uid}, an "
+                f"object of another cluster, whose claim took it over from here ({found.description!r}): a claim "
+                "there carries this key; not bound here (delete one of the two claims, or take the home off the "
+                "address in NetBox once that cluster's claim is gone)")))
+        if text is None:
             return found
         try:
-            return await self.describe(found, str(description), what)
+            return await self.describe(found, text, what)
         except NetBoxError:  # the address is the key's all the same; the sweep homes it later
             return found
 

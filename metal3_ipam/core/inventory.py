@@ -204,7 +204,8 @@ class Inventory:
         # Each key names the claim that left, (namespace, name): a claim of another name carrying it is a copy
         # and never takes the moved claim's address, also while that claim is back here (a move back); that
         # claim deleted here, not for a move, ends the entry (its copies may take the key over then).
-        # Only what this process saw: a controller down during the move, or restarted, does not know them.
+        # What this process saw, and what NetBox says: each sweep remembers the claims named by addresses whose
+        # home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
         self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @staticmethod
@@ -521,6 +522,11 @@ class Inventory:
         IP, which it gets back if its address objects are gone (``kept``), and which no pool may hand out."""
         return any(self._filed(k) not in pools_apart
                    for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
+
+    def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
+        """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
+        NetBox says of it (an address whose home this controller took off, ``moved-from=``), after a restart."""
+        self._moved_away(outside_key, claim)
 
     def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
         if outside_key is None:
