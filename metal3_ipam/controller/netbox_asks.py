@@ -496,6 +496,7 @@ class NetBoxPools:
 
             def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
                 home = home_state(self._homes())
+                listed_keys.update(item.key for item in found)
                 self._remember_moved_away(found, home)
                 moved_away = self.inventory.moved_away.__contains__
                 judged = judge.judge(found, carried=self._carried(), home=home, now=self.clock())
@@ -509,6 +510,7 @@ class NetBoxPools:
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
                 return unclaimed_here(item, self._carried(), home_state(self._homes()))
             contests: list[tuple[Found, Home]] = []
+            listed_keys: set[str] = set()
             try:
                 listed, done, described = await self.asks.sweep(model, choose, still)
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
@@ -527,6 +529,7 @@ class NetBoxPools:
                      self.asks.owner, len(done), counts["marked"], counts["taken"], counts["homed"], counts["moved"],
                      counts["held"], counts["unheld"])
             await self._tell(server, described, contests)
+            self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
         return released
 
@@ -542,6 +545,24 @@ class NetBoxPools:
             for claim in self.inventory.claims_carrying(item.key):
                 if (pool := o.pool_of(claim)) is not None:
                     self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), item.key)
+
+    def _homed_elsewhere(self, server: Any, listed: set[str], contests: list[tuple[Found, Home]]) -> None:
+        """What the claims carrying the keys of this server's contested addresses say (a condition, ``core.reconcile``);
+        the pools of those whose saying changed are passed over again."""
+        now = {item.key: (f"NetBox at {server.url}: address {item.address} of this claim's key is homed at "
+                          f"{there.kind}:{there.uid}, an object of another cluster, where a claim carries the key "
+                          f"too ({item.description!r}); both hold one IP: delete one of the two claims")
+               for item, there in contests}
+        gone = {key for key in self.inventory.homed_elsewhere if not self.inventory.claims_carrying(key)}
+        changed = {key for key in listed | gone if self.inventory.homed_elsewhere.get(key) != now.get(key)}
+        for key in changed:
+            if key in now:
+                self.inventory.homed_elsewhere[key] = now[key]
+            else:
+                self.inventory.homed_elsewhere.pop(key, None)
+            for claim in self.inventory.claims_carrying(key):
+                if (pool := o.pool_of(claim)) is not None:
+                    self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), None)
 
     async def _tell(self, server: Any, described: list[tuple[Found, str]], contests: list[tuple[Found, Home]]
                     ) -> None:

@@ -207,6 +207,9 @@ class Inventory:
         # What this process saw, and what NetBox says: each sweep remembers the claims named by addresses whose
         # home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
         self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
+        # this cluster's claims may not take over (``core.sweep.contested``): what the claims carrying them say.
+        self.homed_elsewhere: dict[str, str] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -970,6 +973,7 @@ class Inventory:
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
+            homed_elsewhere=self.homed_elsewhere.get,
             held_elsewhere=lambda namespace, version, lo, hi: self.held_elsewhere(pool_key, namespace, version, lo, hi,
                                                                                   mates(namespace)),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(

@@ -18,11 +18,16 @@ from metal3_ipam.controller.netbox_asks import NetBoxPools
 from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core import objects as o
 from metal3_ipam.core.netbox import Reason
+from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
 from metal3_ipam.core.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
                                     taken_from, taken_over, with_swept)
 
 from test_break_sweep_holds import C1, SP, T1, TP, _Asks, _claim, _cluster, _NetBox, _pool
+from test_outside_allocation import World, ready
+from test_outside_allocation import claim as outside_claim
 
 EPOCH = 1_790_000_000.0  # the wall clock at the first sweep
 GRACE = 3600.0  # --netbox-release-grace-seconds
@@ -134,6 +139,8 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
     assert source.reasons() == ["NetBoxAddressHomedElsewhere"]  # once, not at every sweep
     [told] = source.writer.events
     assert f"Cluster:{T1}" in told.message and told.type == "Warning"
+    assert f"Cluster:{T1}" in source.inventory.homed_elsewhere["k"]  # the claim's condition (core.reconcile)
+    assert target.inventory.homed_elsewhere == {}
 
 
 def test_a_restarted_source_still_refuses_a_copy_of_the_key_of_a_claim_netbox_says_left_it_for_a_move():
@@ -219,3 +226,19 @@ def test_a_claim_asking_for_a_key_whose_address_another_cluster_took_over_from_i
         found = dataclasses.replace(taken, description=there)
         assert home_in(asyncio.run(client._rehome(found, mine, "allocating")).description) == Home("Cluster", C1)
     assert [taken_from(text) for text in client.written] == [Home("Cluster", T1)] * 2
+
+
+def test_a_bound_claim_whose_key_a_sweep_found_homed_in_another_cluster_says_so_in_a_condition_until_it_is_not():
+    m = outside_claim("m")
+    m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world = World(m)
+    world.settle()
+    assert ready(world.claim("m"))["status"] == "True"
+    world.api.inventory.homed_elsewhere["k1"] = f"NetBox at x: address 10.0.0.2/28 is homed at Cluster:{T1}"
+    world.settle()
+    said = o.condition(o.status(world.claim("m")), ADDRESS_HOMED_ELSEWHERE)
+    assert said is not None and said["status"] == "True" and f"Cluster:{T1}" in said["message"]
+    assert ready(world.claim("m"))["status"] == "True"  # it keeps its address
+    del world.api.inventory.homed_elsewhere["k1"]
+    world.settle()
+    assert o.condition(o.status(world.claim("m")), ADDRESS_HOMED_ELSEWHERE) is None
