@@ -39,10 +39,11 @@ import asyncio
 import dataclasses
 import ipaddress
 import json
+import logging
 import ssl
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import aiohttp
 
@@ -63,6 +64,8 @@ from metal3_ipam.core.netbox import (
 from metal3_ipam.core.sweep import ABSENT, PRESENT, home_in, taken_over
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
+
+log = logging.getLogger(__name__)
 
 _ADDRESS_FIELDS = "id,address,vrf,status,description,custom_fields"
 PAGE = 500
@@ -443,9 +446,14 @@ class NetBoxClient:
             raise NetBoxError(classify(status, answer, f"{what}: keeping back {allocation.address}",
                                        field=self.key_field))
 
-    async def release(self, key: str) -> Allocation | None:
-        """Delete the address holding ``key``; the one deleted, or None when there was none."""
+    async def release(self, key: str, keep: Callable[[str], bool] = lambda description: False) -> Allocation | None:
+        """Delete the address holding ``key``; the one deleted, or None when there was none. One whose description
+        ``keep`` says is a claim's of another cluster (homed there, taken over from here) is left to it."""
         found = await self.find(key)
+        if found is not None and keep(found.description):
+            log.warning("NetBox at %s: %s (key %s) not released: it is homed in another cluster, whose claim carries "
+                        "the key and took it over from here (%s)", self.url, found.address, key, found.description)
+            return None
         if found is not None:
             await self.release_allocation(found)
         return found

@@ -206,9 +206,11 @@ class NetBoxAsks:
 
     # -- asks ---------------------------------------------------------------------------
 
-    async def ask(self, ask: Ask, description: str | None = None) -> Answer:
+    async def ask(self, ask: Ask, description: str | None = None,
+                  keep: Callable[[str], bool] = lambda description: False) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
-        (its claim and home, ``core.sweep``)."""
+        (its claim and home, ``core.sweep``); ``keep``: whether a release leaves an address of that description
+        (another cluster's claim's)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
         if pool is None:
             return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
@@ -217,7 +219,7 @@ class NetBoxAsks:
         try:
             async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), self._using(pool) as client:
                 if ask.op is Op.RELEASE:
-                    await client.release(ask.key)
+                    await client.release(ask.key, keep)
                     return Released(ask.key, ask.attempt)
                 allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
                                                    description=description)
@@ -240,21 +242,24 @@ class NetBoxAsks:
             return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
-             describe: Callable[[str], str | None] = lambda key: None) -> list[asyncio.Task]:
+             describe: Callable[[str], str | None] = lambda key: None,
+             keep: Callable[[str], bool] = lambda description: False) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
-        ``describe(key)``: the description of an address allocated for the key."""
+        ``describe(key)``: the description of an address allocated for the key; ``keep(description)``: whether a
+        release leaves the key's address of that description (another cluster's claim's)."""
         started = []
         for ask in asks:
             description = describe(ask.key) if ask.op is Op.ALLOCATE else None
-            task = asyncio.create_task(self._run(ask, deliver, description), name=f"netbox-{ask.op.value}-{ask.key}")
+            task = asyncio.create_task(self._run(ask, deliver, description, keep),
+                                       name=f"netbox-{ask.op.value}-{ask.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started.append(task)
         return started
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
-                   description: str | None = None) -> None:
-        answer = await self.ask(ask, description)
+                   description: str | None = None, keep: Callable[[str], bool] = lambda description: False) -> None:
+        answer = await self.ask(ask, description, keep)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
             await result
@@ -421,7 +426,8 @@ class NetBoxPools:
         out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
                if (state := self.answers.state(key)) is not None and state.out is not None}
         for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe)
+            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe,
+                           self._another_clusters)
         # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
         timed_out = set()
         for key, ref in out.items():
@@ -463,6 +469,12 @@ class NetBoxPools:
         if not claims:
             return None
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
+
+    def _another_clusters(self, text: str) -> bool:
+        """Whether an address of this description is a claim's of another cluster, which took it over (``from=``):
+        homed at an object not here, so a release of its key here (a copy of that claim deleted here) leaves it."""
+        there = home_in(text)
+        return there is not None and taken_from(text) is not None and home_state(self._homes())(there) == ABSENT
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``core.sweep.hold``: the description of a claim here carrying the key whose home is paused (any

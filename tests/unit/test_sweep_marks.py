@@ -242,3 +242,22 @@ def test_a_bound_claim_whose_key_a_sweep_found_homed_in_another_cluster_says_so_
     del world.api.inventory.homed_elsewhere["k1"]
     world.settle()
     assert o.condition(o.status(world.claim("m")), ADDRESS_HOMED_ELSEWHERE) is None
+
+
+def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_claim_took_over():
+    """Two clusters' live claims carried the key; the other took the address over. The claim here deleted, its
+    finalizer's release leaves the address (its IP is that claim's), and the claim's finalizer goes all the same."""
+    netbox = _NetBox(Found(3, "10.0.0.3/24", "k", f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m"))
+    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    assert source.pools._another_clusters(netbox.items[3].description)
+    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m")
+    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{T1} claim t/m")  # never taken over
+
+    class Holding(_Client):
+        async def find(self, key):
+            return Allocation(3, "10.0.0.3/24", key, None, netbox.items[3].description)
+
+        async def release_allocation(self, allocation):
+            raise AssertionError(f"released {allocation}")
+
+    assert asyncio.run(Holding().release("k", source.pools._another_clusters)) is None
