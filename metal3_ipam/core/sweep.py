@@ -98,7 +98,7 @@ MAX_DESCRIPTION = 200
 
 _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _HELD = re.compile(r" ?\bheld=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
-_FROM = re.compile(r" ?\bfrom=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
@@ -277,7 +277,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         given = there
     else:
         return None
-    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", given))
+    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", given if given != at else None))
 
 
 def _held_here(text: str, home: Callable[[Home], str]) -> bool:

@@ -261,3 +261,12 @@ def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_clai
             raise AssertionError(f"released {allocation}")
 
     assert asyncio.run(Holding().release("k", source.pools._another_clusters)) is None
+
+
+def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_not_a_take_over():
+    """``moved-from=`` names the home a source took off the address; it is no ``from=`` (a take over)."""
+    gone = f"metal3-ipam moved-from=Cluster:{C1} claim ns/m"
+    assert taken_from(gone) is None
+    back = description(Home("Cluster", C1), _claim("m", "k", "ns"))
+    text = taken_over(gone, back, lambda h: PRESENT if h == Home("Cluster", C1) else ABSENT)
+    assert text == back  # its own home again, taken from nobody
