@@ -93,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--netbox-sweep-seconds", type=float, default=300.0, metavar="SECONDS",
                      help="how often NetBox is swept for addresses of this owner's keys that no claim carries; "
                           "one is released when two sweeps this far apart found it so (default 300; 0: never)")
+    run.add_argument("--netbox-release-grace-seconds", type=float, default=86400.0, metavar="SECONDS",
+                     help="how long an address the sweep found carried by no claim stays in NetBox marked "
+                          "released (swept=<time> in its description), for a claim of another cluster carrying its "
+                          "key (a move's target) to take it back, before the sweep deletes it (default 86400)")
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
     release = commands.add_parser("release", help="render config/default into clusterctl provider components "
@@ -269,6 +273,10 @@ def _run(args: argparse.Namespace) -> int:
         raise manifests.UsageError(f"--netbox-sweep-seconds {args.netbox_sweep_seconds:g}: expected 0 (never) or "
                                    "1 to 86400 seconds")
     options.netbox_sweep_seconds = args.netbox_sweep_seconds
+    if not 0 <= args.netbox_release_grace_seconds <= 30 * 86400:
+        raise manifests.UsageError(f"--netbox-release-grace-seconds {args.netbox_release_grace_seconds:g}: "
+                                   "expected 0 to 2592000 seconds (30 days)")
+    options.netbox_release_grace_seconds = args.netbox_release_grace_seconds
     if not 0 <= args.webhook_port <= 65535:
         raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
     options.webhook_port = args.webhook_port

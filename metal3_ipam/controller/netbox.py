@@ -39,10 +39,11 @@ import asyncio
 import dataclasses
 import ipaddress
 import json
+import logging
 import ssl
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import aiohttp
 
@@ -60,9 +61,11 @@ from metal3_ipam.core.netbox import (
     parse_parent,
     usable_size,
 )
-from metal3_ipam.core.sweep import home_in
+from metal3_ipam.core.sweep import ABSENT, PRESENT, home_in, taken_over
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
+
+log = logging.getLogger(__name__)
 
 _ADDRESS_FIELDS = "id,address,vrf,status,description,custom_fields"
 PAGE = 500
@@ -396,12 +399,20 @@ class NetBoxClient:
         raise NetBoxError(conflict or Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
 
     async def _rehome(self, found: Allocation, description: str | None, what: str) -> Allocation:
-        """``found`` with ``description`` when that names a home and ``found`` names another (or none)."""
-        wanted = home_in(description)
-        if wanted is None or home_in(found.description) == wanted:
+        """``found`` with ``description`` when that names a home ``found`` may be taken to (``core.sweep.taken_over``:
+        homed nowhere, marked released, or not taken over before; only the claim's own home is known here)."""
+        wanted, there = home_in(description), home_in(found.description)
+        text = taken_over(found.description, description, lambda h: PRESENT if h == wanted else ABSENT)
+        if text is None and wanted is not None and there is not None and there != wanted:
+            raise NetBoxError(Refusal(Reason.HOMED_ELSEWHERE, (
+                f"{what}: NetBox address {found.address} of this key is homed at {there.kind}:{there.uid}, an "
+                f"object of another cluster, whose claim took it over from here ({found.description!r}): a claim "
+                "there carries this key; not bound here (delete one of the two claims, or take the home off the "
+                "address in NetBox once that cluster's claim is gone)")))
+        if text is None:
             return found
         try:
-            return await self.describe(found, str(description), what)
+            return await self.describe(found, text, what)
         except NetBoxError:  # the address is the key's all the same; the sweep homes it later
             return found
 
@@ -435,9 +446,14 @@ class NetBoxClient:
             raise NetBoxError(classify(status, answer, f"{what}: keeping back {allocation.address}",
                                        field=self.key_field))
 
-    async def release(self, key: str) -> Allocation | None:
-        """Delete the address holding ``key``; the one deleted, or None when there was none."""
+    async def release(self, key: str, keep: Callable[[str], bool] = lambda description: False) -> Allocation | None:
+        """Delete the address holding ``key``; the one deleted, or None when there was none. One whose description
+        ``keep`` says is a claim's of another cluster (homed there, taken over from here) is left to it."""
         found = await self.find(key)
+        if found is not None and keep(found.description):
+            log.warning("NetBox at %s: %s (key %s) not released: it is homed in another cluster, whose claim carries "
+                        "the key and took it over from here (%s)", self.url, found.address, key, found.description)
+            return None
         if found is not None:
             await self.release_allocation(found)
         return found

@@ -41,7 +41,7 @@ from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
 from metal3_ipam.controller.workers import utc_now
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Plan, SetStatus
+from metal3_ipam.core.actions import Event, Plan, SetStatus
 from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
 from metal3_ipam.core.netbox import KEY_FIELD, Reason
 from metal3_ipam.core.netbox_pool import (
@@ -57,8 +57,9 @@ from metal3_ipam.core.netbox_pool import (
 )
 from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
-from metal3_ipam.core.sweep import (PAUSED, Found, Home, Sweep, describe_anew, description, held_in, home_in, home_of,
-                                    home_state, unclaimed_here)
+from metal3_ipam.core.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
+                                    held_in, home_in, home_of, home_state, moved_from, settle, swept_at, taken_from,
+                                    unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +206,11 @@ class NetBoxAsks:
 
     # -- asks ---------------------------------------------------------------------------
 
-    async def ask(self, ask: Ask, description: str | None = None) -> Answer:
+    async def ask(self, ask: Ask, description: str | None = None,
+                  keep: Callable[[str], bool] = lambda description: False) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
-        (its claim and home, ``core.sweep``)."""
+        (its claim and home, ``core.sweep``); ``keep``: whether a release leaves an address of that description
+        (another cluster's claim's)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
         if pool is None:
             return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
@@ -216,7 +219,7 @@ class NetBoxAsks:
         try:
             async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), self._using(pool) as client:
                 if ask.op is Op.RELEASE:
-                    await client.release(ask.key)
+                    await client.release(ask.key, keep)
                     return Released(ask.key, ask.attempt)
                 allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
                                                    description=description)
@@ -239,21 +242,24 @@ class NetBoxAsks:
             return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
-             describe: Callable[[str], str | None] = lambda key: None) -> list[asyncio.Task]:
+             describe: Callable[[str], str | None] = lambda key: None,
+             keep: Callable[[str], bool] = lambda description: False) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
-        ``describe(key)``: the description of an address allocated for the key."""
+        ``describe(key)``: the description of an address allocated for the key; ``keep(description)``: whether a
+        release leaves the key's address of that description (another cluster's claim's)."""
         started = []
         for ask in asks:
             description = describe(ask.key) if ask.op is Op.ALLOCATE else None
-            task = asyncio.create_task(self._run(ask, deliver, description), name=f"netbox-{ask.op.value}-{ask.key}")
+            task = asyncio.create_task(self._run(ask, deliver, description, keep),
+                                       name=f"netbox-{ask.op.value}-{ask.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started.append(task)
         return started
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
-                   description: str | None = None) -> None:
-        answer = await self.ask(ask, description)
+                   description: str | None = None, keep: Callable[[str], bool] = lambda description: False) -> None:
+        answer = await self.ask(ask, description, keep)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
             await result
@@ -313,11 +319,18 @@ class NetBoxAsks:
 
 
 _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, its claim moved away",
-            "held": "held by a paused claim here", "unheld": "no longer held by a paused claim here"}
+            "held": "held by a paused claim here", "unheld": "no longer held by a paused claim here",
+            "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
+                      "unless a claim carrying it takes it back)",
+            "taken": "taken back: it was marked released, and a claim here carries its key"}
 
 
 def _change(item: Found, text: str) -> str:
     """What a sweep's new description of an address did (a key of ``_CHANGES``)."""
+    if swept_at(text) is not None and swept_at(item.description) is None:
+        return "marked"
+    if swept_at(item.description) is not None and swept_at(text) is None:
+        return "taken"
     if home_in(text) != home_in(item.description):
         return "homed" if home_in(text) is not None else "moved"
     return "held" if held_in(text) is not None else "unheld"
@@ -340,8 +353,8 @@ class NetBoxPools:
 
     def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
-                 survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 survey_seconds: float = 60.0, sweep_seconds: float = 300.0, release_grace_seconds: float = 86400.0,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         self.asks = asks
         self.answers = asking
         self.inventory = inventory
@@ -350,7 +363,10 @@ class NetBoxPools:
         self.may_act = may_act
         self.survey_seconds = survey_seconds
         self.sweep_seconds = sweep_seconds
+        self.release_grace_seconds = release_grace_seconds
         self.clock = clock
+        self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
+        self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
         self._timer: asyncio.TimerHandle | None = None
         self._seen: dict[PoolRef, tuple[Any, Any]] = {}  # pool -> (uid, generation) last surveyed
@@ -410,7 +426,8 @@ class NetBoxPools:
         out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
                if (state := self.answers.state(key)) is not None and state.out is not None}
         for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe)
+            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe,
+                           self._another_clusters)
         # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
         timed_out = set()
         for key, ref in out.items():
@@ -453,6 +470,12 @@ class NetBoxPools:
             return None
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
+    def _another_clusters(self, text: str) -> bool:
+        """Whether an address of this description is a claim's of another cluster, which took it over (``from=``):
+        homed at an object not here, so a release of its key here (a copy of that claim deleted here) leaves it."""
+        there = home_in(text)
+        return there is not None and taken_from(text) is not None and home_state(self._homes())(there) == ABSENT
+
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``core.sweep.hold``: the description of a claim here carrying the key whose home is paused (any
         such claim holds the address, whichever claim the key is given to), else ``_describe``'s."""
@@ -485,12 +508,21 @@ class NetBoxPools:
 
             def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
                 home = home_state(self._homes())
+                listed_keys.update(item.key for item in found)
+                self._remember_moved_away(found, home)
                 moved_away = self.inventory.moved_away.__contains__
-                return (judge.judge(found, carried=self._carried(), home=home, now=self.clock()),
-                        describe_anew(found, self._describe, moved_away, home, holder=self._holder(home)))
+                judged = judge.judge(found, carried=self._carried(), home=home, now=self.clock())
+                release, marks = settle(judged, self.wall(), self.release_grace_seconds)
+                marked = {item.id for item, _ in marks}
+                described = describe_anew([item for item in found if item.id not in marked], self._describe,
+                                          moved_away, home, holder=self._holder(home))
+                contests.extend(contested(found, self._describe, home))
+                return release, marks + described
 
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
                 return unclaimed_here(item, self._carried(), home_state(self._homes()))
+            contests: list[tuple[Found, Home]] = []
+            listed_keys: set[str] = set()
             try:
                 listed, done, described = await self.asks.sweep(model, choose, still)
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
@@ -504,11 +536,86 @@ class NetBoxPools:
             for item, text in described:
                 log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
                          _CHANGES[_change(item, text)])
-            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d homed here, %d moved away, "
-                     "%d held here, %d no longer held here", server.url, listed, self.asks.owner, len(done),
-                     counts["homed"], counts["moved"], counts["held"], counts["unheld"])
+            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d marked released, %d taken back, "
+                     "%d homed here, %d moved away, %d held here, %d no longer held here", server.url, listed,
+                     self.asks.owner, len(done), counts["marked"], counts["taken"], counts["homed"], counts["moved"],
+                     counts["held"], counts["unheld"])
+            await self._tell(server, described, contests)
+            self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
         return released
+
+    def _remember_moved_away(self, found: list[Found], home: Callable[[Home], str]) -> None:
+        """The claims NetBox says left an object here for ``clusterctl move`` (``moved-from=``, written by this
+        controller or one before a restart), remembered as if seen leave: a copy of such a claim's key is refused
+        here (its address is that claim's in the target), also after a restart."""
+        for item in found:
+            left, named = moved_from(item.description), claim_in(item.description)
+            if left is None or named is None or home(left) == ABSENT or item.key in self.inventory.moved_away:
+                continue
+            self.inventory.remember_moved_away(item.key, named)
+            for claim in self.inventory.claims_carrying(item.key):
+                if (pool := o.pool_of(claim)) is not None:
+                    self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), item.key)
+
+    def _homed_elsewhere(self, server: Any, listed: set[str], contests: list[tuple[Found, Home]]) -> None:
+        """What the claims carrying the keys of this server's contested addresses say (a condition, ``core.reconcile``);
+        the pools of those whose saying changed are passed over again."""
+        now = {item.key: (f"NetBox at {server.url}: address {item.address} of this claim's key is homed at "
+                          f"{there.kind}:{there.uid}, an object of another cluster, where a claim carries the key "
+                          f"too ({item.description!r}); both hold one IP: delete one of the two claims")
+               for item, there in contests}
+        gone = {key for key in self.inventory.homed_elsewhere if not self.inventory.claims_carrying(key)}
+        changed = {key for key in listed | gone if self.inventory.homed_elsewhere.get(key) != now.get(key)}
+        for key in changed:
+            if key in now:
+                self.inventory.homed_elsewhere[key] = now[key]
+            else:
+                self.inventory.homed_elsewhere.pop(key, None)
+            for claim in self.inventory.claims_carrying(key):
+                if (pool := o.pool_of(claim)) is not None:
+                    self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), None)
+
+    async def _tell(self, server: Any, described: list[tuple[Found, str]], contests: list[tuple[Found, Home]]
+                    ) -> None:
+        """Warning Events on the claims here whose key's address a sweep took back from a mark of release, took
+        over from another cluster's home, or leaves homed at another cluster's object (each once)."""
+        said: list[tuple[dict, str, str]] = []
+        for item, text in described:
+            change, claims = _change(item, text), self._carriers(item.key)
+            if not claims or change not in ("taken", "homed"):
+                continue
+            if change == "taken":
+                said.append((claims[0], "NetBoxAddressTakenBack",
+                             f"NetBox at {server.url}: address {item.address} (key {item.key}) was marked released "
+                             f"by a sweep ({item.description!r}); a claim here carries its key, so it is this "
+                             "claim's again"))
+            elif (before := home_in(item.description)) is not None and taken_from(text) == before:
+                said.append((claims[0], "NetBoxAddressTakenOver",
+                             f"NetBox at {server.url}: address {item.address} (key {item.key}) was homed at "
+                             f"{before.kind}:{before.uid}, an object of another cluster ({item.description!r}); "
+                             "homed here now. If a claim there still carries the key, both hold one IP"))
+        for item, there in contests:
+            claims = self._carriers(item.key)
+            if not claims or (item.key, there) in self._told:
+                continue
+            self._told.add((item.key, there))
+            said.append((claims[0], "NetBoxAddressHomedElsewhere",
+                         f"NetBox at {server.url}: address {item.address} (key {item.key}) is homed at "
+                         f"{there.kind}:{there.uid}, an object of another cluster ({item.description!r}): a claim "
+                         "there carries this key too (a copy of this claim, restored from a directory while its "
+                         "source runs?). Both hold one IP; delete one of the two claims"))
+        for claim, reason, message in said:
+            log.warning("%s %s/%s: %s", reason, o.namespace(claim), o.name(claim), message)
+            pool = o.pool_of(claim)
+            plan = Plan()
+            plan.step(f"claim {o.namespace(claim)}/{o.name(claim)}", about=o.ref(claim)).add(
+                Event(o.ref(claim), "Warning", reason, message[:1000]))
+            try:
+                await self.writer.execute(plan, o.PoolKey(o.namespace(claim), pool.name if pool else "",
+                                                          NETBOX_IP_POOL))
+            except Exception:  # an Event lost is no reason to end the sweeps
+                log.exception("claim %s/%s: Event %s not written", o.namespace(claim), o.name(claim), reason)
 
     def _carried(self) -> Callable[[str], bool]:
         """Whether a key is a claim's or a lock's, or has an ask out or due, or its claim was seen leave for a

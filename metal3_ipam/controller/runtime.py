@@ -78,6 +78,8 @@ class Options:
     netbox_owner: str = "metal3-ipam"
     netbox_survey_seconds: float = 60.0
     netbox_sweep_seconds: float = 300.0
+    # How long a sweep leaves an address it found carried by no claim marked released before deleting it.
+    netbox_release_grace_seconds: float = 86400.0
 
 
 class CannotStart(Exception):
@@ -216,7 +218,8 @@ class Runtime:
                                       inventory=self.inventory, writer=self.writer,
                                       wake=lambda pool, key: self.workers.answered(pool, key), may_act=may_act,
                                       survey_seconds=options.netbox_survey_seconds,
-                                      sweep_seconds=options.netbox_sweep_seconds)
+                                      sweep_seconds=options.netbox_sweep_seconds,
+                                      release_grace_seconds=options.netbox_release_grace_seconds)
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.netbox)
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.

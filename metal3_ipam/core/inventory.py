@@ -204,8 +204,12 @@ class Inventory:
         # Each key names the claim that left, (namespace, name): a claim of another name carrying it is a copy
         # and never takes the moved claim's address, also while that claim is back here (a move back); that
         # claim deleted here, not for a move, ends the entry (its copies may take the key over then).
-        # Only what this process saw: a controller down during the move, or restarted, does not know them.
+        # What this process saw, and what NetBox says: each sweep remembers the claims named by addresses whose
+        # home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
         self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
+        # this cluster's claims may not take over (``core.sweep.contested``): what the claims carrying them say.
+        self.homed_elsewhere: dict[str, str] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -522,6 +526,11 @@ class Inventory:
         IP, which it gets back if its address objects are gone (``kept``), and which no pool may hand out."""
         return any(self._filed(k) not in pools_apart
                    for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
+
+    def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
+        """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
+        NetBox says of it (an address whose home this controller took off, ``moved-from=``), after a restart."""
+        self._moved_away(outside_key, claim)
 
     def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
         if outside_key is None:
@@ -999,6 +1008,7 @@ class Inventory:
             address_named=lambda namespace, address_name: self.get(kinds.IPADDRESS, namespace, address_name),
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
+            homed_elsewhere=self.homed_elsewhere.get,
             held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
                 pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(

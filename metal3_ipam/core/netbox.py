@@ -51,6 +51,7 @@ class Reason(str, enum.Enum):
     MISCONFIGURED = "NetBoxMisconfigured"
     INVALID = "NetBoxInvalidRequest"
     SERVER_ERROR = "NetBoxServerError"
+    HOMED_ELSEWHERE = "NetBoxAddressHomedElsewhere"  # the key's address is a claim's of another cluster
 
 
 @dataclass(frozen=True)

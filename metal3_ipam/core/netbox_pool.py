@@ -334,6 +334,7 @@ POOL_REASONS = {
     Reason.MISCONFIGURED: "NetBoxMisconfigured",
     Reason.INVALID: "NetBoxRefusedRequest",
     Reason.SERVER_ERROR: "NetBoxServerError",
+    Reason.HOMED_ELSEWHERE: "AddressHomedElsewhere",
 }
 #: Refusals of the server itself rather than of one request: they hold back all of the server's asks.
 SERVER_DOWN = frozenset({Reason.UNREACHABLE, Reason.TIMEOUT, Reason.SERVER_ERROR})

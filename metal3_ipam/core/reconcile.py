@@ -115,6 +115,8 @@ OVERLAPPING = "Overlapping"
 NAME_COLLISION = "IPAddressNameCollision"
 # A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
 POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
+# A claim whose key's outside address is homed in another cluster, whose claim carries the key too.
+ADDRESS_HOMED_ELSEWHERE = "AddressHomedElsewhere"
 OVERLAPS_OTHER_POOL = "OverlapsOtherPool"
 # A claim's address object not taken up (its IP another's, or one its pool could not have handed out), and the
 # pool's condition naming every such claim.
@@ -159,6 +161,9 @@ class Snapshot:
     # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
     # key's address is that claim's in the move's target.
     moved_away: Callable[[str], tuple[str, str] | None] = lambda key: None
+    # Why an allocation key's outside address is homed at another cluster's object that a claim here may not take
+    # it from (a claim there carries the key too), or None.
+    homed_elsewhere: Callable[[str], str | None] = lambda key: None
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
@@ -1477,9 +1482,11 @@ class _Reconciler:
                 desired[ref] = current[ref]
         moved = self.moved_condition(claim, current, v1beta1)
         twice = self.twice_condition(claim, current, v1beta1, address) if address is not None else None
-        desired["conditions"] = [ready] + [c for c in (moved, twice) if c is not None] + [
+        elsewhere = self.homed_elsewhere_condition(claim, current, v1beta1)
+        desired["conditions"] = [ready] + [c for c in (moved, twice, elsewhere) if c is not None] + [
             c for c in current.get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED, DUPLICATE_ADDRESS)]
+            if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED, DUPLICATE_ADDRESS,
+                                                                 ADDRESS_HOMED_ELSEWHERE)]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))
@@ -1507,6 +1514,16 @@ class _Reconciler:
                                             f"{found[0][1]} too", 256)
         self.ledger.unserved[key] = None  # decided again when an address of another pool goes
         return _condition(current, DUPLICATE_ADDRESS, "True", DUPLICATE_ADDRESS, message, self.snap.now, v1beta1)
+
+    def homed_elsewhere_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
+        """For a claim whose key's outside address a sweep found homed at another cluster's object, whose claim
+        carries the key too (the sweep writes the Warning Event): the condition saying so; None for any other."""
+        key = self.kind.outside.read_key(claim)[0] if self.kind.outside is not None else None
+        message = self.snap.homed_elsewhere(key) if key is not None else None
+        if message is None:
+            return None
+        return _condition(current, ADDRESS_HOMED_ELSEWHERE, "True", ADDRESS_HOMED_ELSEWHERE, _bounded(message),
+                          self.snap.now, v1beta1)
 
     def moved_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
         """For a claim whose pool reference names another pool than this one, which served it (the inventory

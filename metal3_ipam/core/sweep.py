@@ -28,6 +28,16 @@ address only when all of these hold:
   at least ``grace`` seconds apart (a claim restored with its key and not yet
   seen, a cache that lags).
 
+Such an address is not deleted at once: it is **marked** released
+(``swept=<UTC time>`` in its description, :func:`settle`), and deleted only once
+found so again at least the release grace after that time (a day by default).
+The IP stays taken in NetBox meanwhile, and any cluster whose claim carries the
+key takes the address back (:func:`taken_over` homes it there, :func:`hold`
+holds it for a paused claim; either takes the mark off). This is what saves a
+move whose two controllers were both down while its claims were deleted: the
+source, started first with its Cluster unpaused for the retry, cannot tell the
+moved claims from claims deleted by hand, and only marks their addresses.
+
 An address whose description names no home (written by hand, by an older
 release, or edited) is never swept. The source of a move that sees a claim
 leave for it (``clusterctl.cluster.x-k8s.io/delete-for-move``) takes the home
@@ -56,11 +66,17 @@ A hold whose object is deleted with its whole cluster (or namespace) before
 its controller took it off stays: its address is found in NetBox by
 ``description__ic=held%3D`` and released there by hand.
 
+Homing is first come (:func:`taken_over`): an address homed at an object of
+another cluster is taken only when it says its home let it go (``moved-from=``,
+``swept=``), when a paused claim here held it, or when nobody took it over
+before; a take writes ``from=`` the home it was taken from, which that cluster
+never takes back. So two clusters whose live claims carry one key (a move
+restored from a directory while the source runs) write it once, and
+:func:`contested` names the claims left homed elsewhere, for their Events.
+
 At most one description per address and sweep (:func:`describe_anew`). No
 controller writes an address back and forth for any order of pauses of the
-two sides of a move, but for one case: two live claims carrying the key in
-two clusters, both unpaused (a move restored from a directory while the source
-runs), each homing it at its own Cluster at each sweep.
+two sides of a move, nor for live claims carrying one key in several clusters.
 
 Before deleting, the adapter reads the address again by id and deletes it only
 if its key and description are still what the sweep judged, and no claim
@@ -71,6 +87,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
 from . import kinds
@@ -81,6 +98,12 @@ MAX_DESCRIPTION = 200
 
 _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _HELD = re.compile(r" ?\bheld=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
+_MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+_CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
+#: The tokens after the home, in the order they are written.
+_AFTER_HOME = (_HELD, _FROM, _SWEPT)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -125,14 +148,59 @@ def held_in(text: Any) -> Home | None:
     return Home(found.group(1), found.group(2)) if found else None
 
 
-def with_held(text: str, held: Home | None) -> str:
-    """``text`` with its ``held=`` token (if any) taken out, and ``held`` put right after the home token (so a
-    description cut at :data:`MAX_DESCRIPTION` loses the claim's name, never the home or the hold)."""
-    text = _HELD.sub("", text, count=1)
-    at = _HOME.search(text)
-    if held is not None and at is not None:
-        text = f"{text[:at.end()]} held={held.kind}:{held.uid}{text[at.end():]}"
+def _with(text: str, pattern: re.Pattern, token: str | None) -> str:
+    """``text`` with the token ``pattern`` finds (if any) taken out, and ``token`` (if any) written after the home
+    and the tokens that come before it (:data:`_AFTER_HOME`), so that a description cut at
+    :data:`MAX_DESCRIPTION` loses the claim's name, never a token. Nothing is written where no home is."""
+    text = pattern.sub("", text, count=1)
+    home = _HOME.search(text)
+    if token is not None and home is not None:
+        ends = [home.end()] + [m.end() for p in _AFTER_HOME[:_AFTER_HOME.index(pattern)] if (m := p.search(text))]
+        at = max(ends)
+        text = f"{text[:at]} {token}{text[at:]}"
     return text[:MAX_DESCRIPTION]
+
+
+def _named(token: str, home: Home | None) -> str | None:
+    return f"{token}={home.kind}:{home.uid}" if home is not None else None
+
+
+def with_held(text: str, held: Home | None) -> str:
+    """``text`` with its ``held=`` token (if any) taken out, and ``held`` put right after the home token."""
+    return _with(text, _HELD, _named("held", held))
+
+
+def taken_from(text: Any) -> Home | None:
+    """The home an address was taken over from (``from=``): a claim of another cluster carried its key then."""
+    found = _FROM.search(text) if isinstance(text, str) else None
+    return Home(found.group(1), found.group(2)) if found else None
+
+
+def moved_from(text: Any) -> Home | None:
+    """The home a source of a move took off the address (``moved-from=``), its claim seen leave for the move."""
+    found = _MOVED_FROM.search(text) if isinstance(text, str) else None
+    return Home(found.group(1), found.group(2)) if found else None
+
+
+def claim_in(text: Any) -> tuple[str, str] | None:
+    """The claim (namespace, name) a description names, if whole (not cut at :data:`MAX_DESCRIPTION`)."""
+    found = _CLAIM.search(text) if isinstance(text, str) and len(text) < MAX_DESCRIPTION else None
+    return (found.group(1), found.group(2)) if found else None
+
+
+def swept_at(text: Any) -> float | None:
+    """When a sweep found the address's key carried by nothing and marked it to be released (``swept=``, UTC
+    seconds since the epoch), or None: it is not marked."""
+    found = _SWEPT.search(text) if isinstance(text, str) else None
+    if found is None:
+        return None
+    return datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def with_swept(text: str, at: float | None) -> str:
+    """``text`` marked released by a sweep at ``at`` (wall-clock seconds), or unmarked (``at`` None)."""
+    stamp = datetime.fromtimestamp(int(at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else None
+    return _with(text, _SWEPT, f"swept={stamp}" if stamp else None)
 
 
 @dataclass(frozen=True)
@@ -179,20 +247,93 @@ class Sweep:
         return release
 
 
+def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> str | None:
+    """The description an address described ``current`` is given for the claim here described ``text`` (its
+    home present here), or None: it stays as it is.
+
+    Homing is first-come: a cluster takes an address homed at an object it does not hold only when that
+    address says its home let it go (homed nowhere: ``moved-from=``, its claim seen leave for a move; or
+    marked released by a sweep there, ``swept=``), or when a paused claim here held it (the target of a move,
+    whose source was down when the claims left), or when nobody took it over before (no ``from=``: the
+    first claim here to find it homed at a Cluster gone with the source of a finished move). Each such take
+    writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
+    third one over) until the new home lets it go: two clusters whose live claims carry one key write it
+    once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one marked
+    released is taken back whatever else it says."""
+    at = home_in(text)
+    if text is None or at is None or home(at) != PRESENT:
+        return None
+    there, swept = home_in(current), swept_at(current) is not None
+    if there == at:
+        return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
+            if swept else None
+    if swept:
+        given = there
+    elif taken_from(current) == at:
+        return None  # taken over from this very home: a claim of another cluster carries the key
+    elif there is None:
+        given = moved_from(current)
+    elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
+        given = there
+    else:
+        return None
+    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", given if given != at else None))
+
+
+def _held_here(text: str, home: Callable[[Home], str]) -> bool:
+    held = held_in(text)
+    return held is not None and home(held) != ABSENT
+
+
+def _kept_hold(text: str, home: Callable[[Home], str]) -> Home | None:
+    """The hold of another controller (its object absent here), which only that controller changes."""
+    held = held_in(text)
+    return held if held is not None and home(held) == ABSENT else None
+
+
 def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
            ) -> list[tuple[Found, str]]:
-    """The addresses of keys a claim here carries that are homed elsewhere (the claim moved here), each with
-    the description it is given: ``wanted(key)`` is the carrying claim's, with the hold of another
-    controller (its object absent here) kept, as only that controller changes it. Nothing is homed at a
-    paused object (a move under way pauses its Cluster on both sides)."""
+    """The addresses of keys a claim here carries that :func:`taken_over` gives to it (the claim moved here,
+    or took back an address marked released), each with the description it is given: ``wanted(key)`` is the
+    carrying claim's, with the hold of another controller kept. Nothing is homed at a paused object (a
+    move under way pauses its Cluster on both sides)."""
+    out = []
+    for item in found:
+        text = taken_over(item.description, wanted(item.key), home)
+        if text is not None:
+            out.append((item, text))
+    return out
+
+
+def contested(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
+              ) -> list[tuple[Found, Home]]:
+    """The addresses of keys a claim here carries, live and not paused, that stay homed at an object of another
+    cluster (:func:`taken_over` refuses it): a claim there carries the key too (a copy restored from a
+    directory while the source runs, say), or did when it was taken over. Each with that home."""
     out = []
     for item in found:
         text = wanted(item.key)
-        at = home_in(text)
-        if text is not None and at is not None and home_in(item.description) != at and home(at) == PRESENT:
-            held = held_in(item.description)
-            out.append((item, with_held(text, held if held is not None and home(held) == ABSENT else None)))
+        at, there = home_in(text), home_in(item.description)
+        if at is None or there is None or there == at or home(at) != PRESENT:
+            continue
+        if taken_over(item.description, text, home) is None:
+            out.append((item, there))
     return out
+
+
+def settle(judged: Iterable[Found], wall: float, keep: float) -> tuple[list[Found], list[tuple[Found, str]]]:
+    """What a sweep does with the addresses :meth:`Sweep.judge` found carried by nothing: one not marked yet is
+    marked released (``swept=`` now, in its description: NetBox keeps it, the IP stays taken, and any cluster
+    whose claim carries the key takes it back); one marked at least ``keep`` seconds ago is released.
+    (The addresses to release, the addresses to mark with their new description.)"""
+    release, mark = [], []
+    for item in judged:
+        at = swept_at(item.description)
+        if at is None:
+            mark.append((item, with_swept(item.description, wall)))
+        elif wall - at >= keep:
+            release.append(item)
+    return release, mark
 
 
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
@@ -207,8 +348,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         at = home_in(item.description)
         if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
             continue
-        text = item.description.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
-        out.append((item, with_held(text, None)))
+        text = with_swept(_FROM.sub("", with_held(item.description, None), count=1), None)
+        out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
 
@@ -234,12 +375,14 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
          ) -> list[tuple[Found, str]]:
     """The addresses whose ``held=`` token is not what :func:`held_by` says, each with its description
     mended: the token written (after the home, which stays as it is: homing an address at a paused
-    object would have the two sides of a paused move write it back and forth), replaced, or taken out."""
+    object would have the two sides of a paused move write it back and forth), replaced, or taken out; a hold
+    written takes off a mark of release (``swept=``): a claim here carries the key."""
     out = []
     for item in found:
         held = held_by(item, wanted, home)
         if held != held_in(item.description):
-            out.append((item, with_held(item.description, held)))
+            text = with_held(item.description, held)
+            out.append((item, with_swept(text, None) if held is not None else text))
     return out
 
 

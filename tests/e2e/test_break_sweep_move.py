@@ -21,7 +21,7 @@ from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, Kube 
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
 from metal3_ipam.core.netbox_pool import KEY_ANNOTATION  # noqa: E402
-from metal3_ipam.core.sweep import Home, held_in, home_in  # noqa: E402
+from metal3_ipam.core.sweep import Home, held_in, home_in, swept_at  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import holding, owner, seeded  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402
@@ -82,14 +82,14 @@ def test_a_move_stopped_half_way_leaves_the_addresses_of_claims_of_no_cluster(co
         "the sweep released the address of a claim moved to another cluster"
 
 
-def bound(controller_factory, kube, netbox, api_client):
-    """A claim of Cluster c1 bound by a controller sweeping every 2 s, its address homed at c1. Returns the
-    controller, the key's value in NetBox and the address."""
+def bound(controller_factory, kube, netbox, api_client, *options: str):
+    """A claim of Cluster c1 bound by a controller sweeping every 2 s (with ``options``), its address homed at
+    c1. Returns the controller, the key's value in NetBox and the address."""
     net = seeded(netbox, 28)
     who = owner()
     put_secret(api_client, kube.ns, "netbox", netbox.token)
     uid = kube.cluster("c1")["metadata"]["uid"]
-    ctl = controller_factory(["-n", kube.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP])
+    ctl = controller_factory(["-n", kube.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP, *options])
     netbox_pool(kube, "nb", netbox.url, net)
     kube.capi_claim("m", "nb", group=NETBOX[0], kind="NetBoxIPPool", labels={kinds.CLUSTER_NAME_LABEL: "c1"})
     kube.capi_bound("m", timeout=90)
@@ -167,13 +167,13 @@ def copied(kube: Kube, target: Kube, netbox, api_client, key: str) -> str:
     return uid
 
 
-def held_while_the_source_was_down(controller_factory, kube, target, netbox, api_client):
+def held_while_the_source_was_down(controller_factory, kube, target, netbox, api_client, *options: str):
     """:func:`bound`; the source controller stopped; the move pauses the Cluster, copies the pool and claim to
     the target (whose controller runs, sweeping every 2 s, a lease of its own), deletes the claim and stops;
     the target's sweep marks the address held by its paused Cluster; the source started again for the retry
     (its Cluster unpaused), five of its sweeps. Returns the source and target controllers, the key's value,
-    the address as bound and as held, and the target Cluster's uid."""
-    ctl, value, address = bound(controller_factory, kube, netbox, api_client)
+    the address as bound and as held, and the target Cluster's uid. ``options``: the source controller's."""
+    ctl, value, address = bound(controller_factory, kube, netbox, api_client, *options)
     source_uid = kube.get(CLUSTER, "clusters", "c1")["metadata"]["uid"]
     who, key = value.split("/", 1)
     ctl.stop()
@@ -220,29 +220,45 @@ def test_a_hold_whose_copies_were_deleted_is_taken_off_and_the_address_swept(con
                                                                              netbox, api_client):
     """The move given up instead: the target's copy of the claim deleted past its finalizers (its Cluster
     stays). The target's next sweep takes its hold off; the address is then the source's leak (homed at its
-    Cluster, unpaused, no claim carrying its key anywhere) and its sweep releases it."""
+    Cluster, unpaused, no claim carrying its key anywhere) and its sweep marks it released, then (the release
+    grace 0 here) releases it."""
     ctl, target_ctl, value, _, held, _ = held_while_the_source_was_down(
-        controller_factory, kube, target, netbox, api_client)
+        controller_factory, kube, target, netbox, api_client, "--netbox-release-grace-seconds", "0")
     target.delete_past_finalizers(CAPI, "ipaddressclaims", "m")
     eventually(lambda: holding(netbox, value) == [], timeout=60, what="the source's sweep to release the address")
     assert "no longer held by a paused claim here" in target_ctl.log_text()
     assert "no claim carries its key" in ctl.log_text()
+    assert "marked released" in ctl.log_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Both controllers down while the move deletes the claims: the source never sees them leave "
-    "(clusterctl.cluster.x-k8s.io/delete-for-move is on their last state only), and the target never marks "
-    "the address held by its paused copies. The source, started first once its Cluster is unpaused to retry "
-    "the move, finds the address homed at that Cluster, present and not paused, neither held nor carried, and "
-    "releases it two sweeps later. Nothing durable here tells a claim moved away from one deleted past its "
-    "finalizer by hand (the sweep's very case), and the only record of the copy is in the target."))
 def test_both_controllers_down_during_a_move_stopped_half_way_keeps_the_moved_claims_addresses(
         controller_factory, kube, target, netbox, api_client):
     ctl, value, address = bound(controller_factory, kube, netbox, api_client)
     ctl.stop()
     kube.patch(CLUSTER, "clusters", "c1", {"spec": {"paused": True}})  # the move begins
-    copied(kube, target, netbox, api_client, value.split("/", 1)[1])  # the target's controller is down
+    """Both controllers are down while the move deletes the claim: the source never sees it leave, the target
+    never holds the address. The source, started first once its Cluster is unpaused for the retry, finds the
+    address homed at that Cluster with no claim carrying its key: its sweep only marks it released
+    (``swept=<time>``, the IP still taken in NetBox) and deletes it only after the release grace (a day by
+    default). The target's controller, started within it, takes the address back for its paused copy (held
+    there, the mark gone, a Warning Event on the claim), and the source leaves it from then on."""
+    who, key = value.split("/", 1)
+    target_uid = copied(kube, target, netbox, api_client, key)  # the target's controller is down
     moved_away(kube, "m")  # ... and stops before deleting the pool and the Cluster
     started_for_the_retry(ctl, kube)
     assert [a["id"] for a in holding(netbox, value)] == [address["id"]], \
         "the sweep released the address of a claim moved to another cluster"
+    (marked,) = holding(netbox, value)
+    assert swept_at(marked["description"]) is not None, marked["description"]
+    assert "marked released" in ctl.log_text()
+
+    controller_factory(["-n", target.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP,
+                        "--leader-election-namespace", target.ns], name="target")
+    eventually(lambda: [(held_in(a["description"]), swept_at(a["description"])) for a in holding(netbox, value)]
+               == [(Home("Cluster", target_uid), None)], timeout=60,
+               what="the target's sweep to take the marked address back for its paused claim")
+    eventually(lambda: any(e.reason == "NetBoxAddressTakenBack" and e.involved_object.name == "m"
+                           for e in target.events()), timeout=30, what="a Warning Event on the target's claim")
+    (held,) = holding(netbox, value)
+    sweeps_after(ctl, ctl.log_size(), 3)
+    assert holding(netbox, value) == [held], "the source changed or released the address the target holds"

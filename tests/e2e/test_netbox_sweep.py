@@ -45,7 +45,8 @@ def test_the_sweep_releases_only_what_no_claim_of_this_cluster_will_ask_for(cont
     who = owner()
     put_secret(api_client, kube.ns, "netbox", netbox.token)
     clusters = {name: kube.cluster(name)["metadata"]["uid"] for name in ("home", "moved", "paused")}
-    ctl = controller_factory(["-n", kube.ns, "--netbox-owner", who, "--netbox-sweep-seconds", "2"])
+    ctl = controller_factory(["-n", kube.ns, "--netbox-owner", who, "--netbox-sweep-seconds", "2",
+                              "--netbox-release-grace-seconds", "0"])  # marked released, then released
     netbox_pool(kube, "nb", netbox.url, net, gateway=str(net[1]))
     names = {"kept": "home", "leaked": "home", "moved-away": "moved", "moving": "paused"}
     for name, cluster in names.items():
@@ -87,7 +88,7 @@ def test_the_sweep_releases_only_what_no_claim_of_this_cluster_will_ask_for(cont
         assert address[name]["id"] in left, f"{name}'s address was released"
     assert foreign["id"] in left and keyless["id"] in left
     assert kube.capi_ipaddress("kept") is not None
-    assert "released" in ctl.log_text()
+    assert "released" in ctl.log_text() and "marked released" in ctl.log_text()
 
     # The move that paused its Cluster is given up: unpaused, its claim gone, its address is leaked here.
     kube.patch(CLUSTER, "clusters", "paused", {"spec": {"paused": False}})
