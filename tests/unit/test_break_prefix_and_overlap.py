@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools  # noqa: F401  (the pool kinds first: see the import test below)
-from metal3_ipam.core import prefixes
+from metal3_ipam.core import poolkind as pools
+from metal3_ipam.poolkinds.incluster import prefix_spec as prefixes
 from metal3_ipam.core.ledger import Ledger, compare
 from metal3_ipam.core.reconcile import run_to_end
 from metal3_ipam.memory import converge

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metal3_ipam.core.netbox import (
+from metal3_ipam.poolkinds.netbox.source import (
     KEY_FIELD,
     Reason,
     backoff,

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping
 
 import aiohttp
 
-from metal3_ipam.core.netbox import (
+from metal3_ipam.poolkinds.netbox.source import (
     KEY_FIELD,
     ParentSpec,
     Reason,
@@ -60,7 +60,7 @@ from metal3_ipam.core.netbox import (
     parse_parent,
     usable_size,
 )
-from metal3_ipam.core.sweep import home_in
+from metal3_ipam.poolkinds.netbox.sweep import home_in
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
 
