@@ -70,6 +70,7 @@ from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, boun
 
 import aiohttp  # noqa: E402
 
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks  # noqa: E402
 from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
 from metal3_ipam.poolkinds.netbox import pool as model  # noqa: E402

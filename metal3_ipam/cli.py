@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_order() -> list:
+    return [kinds.CLUSTER, *POOL_KINDS, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
+
+
 def _kind_flags() -> list:
     """The flags of ``run`` the kinds of pool bring (``poolkind.Flag``), in the order of the kinds."""
     return [flag for kind in POOL_KINDS.values() if kind.outside is not None for flag in kind.outside.flags]
@@ -195,7 +199,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 # The order objects are printed in: what the user wrote first, then what was made.
-_PRINT_ORDER = [kinds.CLUSTER, *POOL_KINDS, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -221,7 +224,7 @@ def _plan(args: argparse.Namespace) -> int:
         if ready and ready.get("reason") == WAITING_FOR_CLUSTER:
             print(f"waits: {obj['kind']} {o.namespace(obj)}/{o.name(obj)}: {ready.get('message')}", file=sys.stderr)
     items = sorted(api.inventory.objects.values(),
-                   key=lambda obj: _PRINT_ORDER.index(kinds.kind_of(obj)))
+                   key=lambda obj: _print_order().index(kinds.kind_of(obj)))
     items = [_presentable(obj) for obj in items]
     if args.output == "json":
         json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=2)

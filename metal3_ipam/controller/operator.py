@@ -198,7 +198,10 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
 
 
 # Kinds that come by the thousand, or big: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
-HOT_KINDS = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
+def hot_kinds() -> tuple[tuple[str, str], ...]:
+    """The kinds our own watches follow (kopf watches the rest): the registered kinds of pool, the claims
+    and the addresses."""
+    return (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
 
 
 def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource],

@@ -45,7 +45,7 @@ from . import health, webhook
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
-from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, listings,
+from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
 from .watch import KindWatch, Streams
 from .workers import PoolWorkers
@@ -228,7 +228,7 @@ class Runtime:
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.outside)
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
-        self.hot = tuple(kind for kind in HOT_KINDS if kind in resources)
+        self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
         kopf.on.login(registry=self.registry)(login_from(self.credentials))
         self.streams = Streams(self.credentials)

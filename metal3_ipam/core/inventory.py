@@ -55,7 +55,9 @@ class _PoolGroup:
 
 DEFAULT_LOCK_NAMESPACE = "default"
 
-SERVED = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+def served() -> tuple[tuple[str, str], ...]:
+    """The kinds the inventory files: the registered kinds of pool, the claims, addresses and Clusters."""
+    return (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
 
@@ -210,7 +212,7 @@ class Inventory:
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if (kind not in SERVED and kind not in poolkind.REGISTRY) or not o.name(obj):
+        if kind not in served() or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 

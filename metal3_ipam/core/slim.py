@@ -51,7 +51,6 @@ _AS_IS = poolkind.REGISTRY  # the kinds of pool, as registered
 _OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
 # Owner references shared by many objects: the pool's (and a Cluster's) on every address of the pool.
 # (Sharing saves memory only: a kind of pool registered after this module was read is not shared.)
-_SHARED_OWNERS = frozenset((*(kind for _, kind in poolkind.REGISTRY), "Cluster"))
 _CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
 # Shared parts, by their frozen value. Bounded: when full it starts again (objects filed before
 # keep what they share; only new ones stop sharing with them), so labels unique to each object
@@ -131,11 +130,23 @@ def _metadata(meta: dict, kind: tuple[str, str] | None, own_name: bool = False) 
     return out
 
 
+# (the kinds of pool registered, the owner kinds whose references are shared): worked out again only when the
+# registry is another.
+_owners: list = [(), frozenset()]
+
+
+def _shared_owners() -> frozenset:
+    registered = tuple(poolkind.REGISTRY)
+    if _owners[0] != registered:
+        _owners[:] = [registered, frozenset((*(kind for _, kind in registered), "Cluster"))]
+    return _owners[1]
+
+
 def _owner(ref: Any) -> Any:
     if type(ref) is not dict:
         return _compact(ref, True)
     lean = {k: _compact(ref[k], True) for k in _OWNER_FIELDS if k in ref}
-    if ref.get("kind") in _SHARED_OWNERS:
+    if ref.get("kind") in _shared_owners():
         return _share(lean)
     uid = lean.get("uid")
     return _alike_by(uid, lean) if type(uid) is str else lean
