@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.cli import main as cli  # noqa: E402
 from metal3_ipam.controller.webhook import HOOKS, MAX_REVIEW_BYTES  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402

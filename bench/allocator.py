@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.core.allocator import Allocator  # noqa: E402
 from metal3_ipam.core.pool import read_pool  # noqa: E402
 from metal3_ipam.memory import MemoryApi, converge  # noqa: E402

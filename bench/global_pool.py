@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (CAPI_CLAIMS, ClaimWatch, Claims, Controller, bounded, control_plane,  # noqa: E402
                      create_incluster_pool, create_namespace, describe_writes, latencies_text, load_average,
                      parser, request, totals_text, write_counts)
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 
 PREFIX = 16

@@ -54,6 +54,7 @@ from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, F
                      _ready, bounded, claims_argument, control_plane, create_incluster_pool, create_namespace,
                      incluster_pool_path, load_average, parser, print_writes, request, server_cpu_seconds,
                      totals_text, verdict, write_counts)
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
 from metal3_ipam.core.naming import lock_name  # noqa: E402

@@ -70,9 +70,10 @@ from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, boun
 
 import aiohttp  # noqa: E402
 
-from metal3_ipam.controller.netbox_asks import NetBoxAsks  # noqa: E402
-from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.core import netbox_pool as model  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks  # noqa: E402
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
+from metal3_ipam.poolkinds.netbox import pool as model  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.netbox import NetBox  # noqa: E402
 

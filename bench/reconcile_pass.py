@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.controller.api import Outcome  # noqa: E402
 from metal3_ipam.controller.freezing import Freezer  # noqa: E402
 from metal3_ipam.controller.workers import PoolWorkers  # noqa: E402

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from kubernetes import client, watch  # noqa: E402
 
 from harness import Controller, claim_obj, path, pool_obj, raw_get  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402

@@ -30,6 +30,7 @@ from kubernetes import client  # noqa: E402
 
 from harness import Controller, claim_obj, path, pool_obj  # noqa: E402
 from release_throughput import requests_so_far  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.controller.api import request  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402

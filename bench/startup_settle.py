@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from memory_per_claim import NS, POOL, bound_claim  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.controller.freezing import Freezer  # noqa: E402
 from metal3_ipam.controller.operator import Controller, file_in_steps  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402

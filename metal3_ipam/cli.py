@@ -27,12 +27,12 @@ import yaml
 from . import manifests
 from .core import kinds
 from .core import objects as o
-from .core.netbox import check_owner
-from .core.pools import REGISTRY as POOL_KINDS
+from .core.poolkind import REGISTRY as POOL_KINDS
 from .core.problems import Problem
 from .core.reconcile import WAITING_FOR_CLUSTER
 from .core.validation import addresses_in_use, overlap_problems, validate, validate_delete, validate_update
 from .memory import MemoryApi, converge
+from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -87,16 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--webhook-cert-dir", default=None, metavar="DIR",
                      help="directory holding the serving certificate tls.crt and its key tls.key, reloaded when "
                           "they change (default /tmp/k8s-webhook-server/serving-certs)")
-    run.add_argument("--netbox-owner", default="metal3-ipam", metavar="OWNER",
-                     help="marks the addresses this controller makes in NetBox (<owner>/<key> in their key field); "
-                          "the same in every cluster claims may be moved to (default metal3-ipam)")
-    run.add_argument("--netbox-sweep-seconds", type=float, default=300.0, metavar="SECONDS",
-                     help="how often NetBox is swept for addresses of this owner's keys that no claim carries; "
-                          "one is released when two sweeps this far apart found it so (default 300; 0: never)")
-    run.add_argument("--netbox-release-grace-seconds", type=float, default=86400.0, metavar="SECONDS",
-                     help="how long an address the sweep found carried by no claim stays in NetBox marked "
-                          "released (swept=<time> in its description), for a claim of another cluster carrying its "
-                          "key (a move's target) to take it back, before the sweep deletes it (default 86400)")
+    for flag in _kind_flags():
+        run.add_argument(f"--{flag.name}", default=None, metavar=flag.metavar, help=flag.help)
     run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
 
     release = commands.add_parser("release", help="render config/default into clusterctl provider components "
@@ -112,6 +104,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("-f", "--filename", action="append", metavar="PATH",
                       help="manifests to apply instead of the samples (repeatable)")
     return parser
+
+
+def _print_order() -> list:
+    return [kinds.CLUSTER, *POOL_KINDS, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
+
+
+def _kind_flags() -> list:
+    """The flags of ``run`` the kinds of pool bring (``poolkind.Flag``), in the order of the kinds."""
+    return [flag for kind in POOL_KINDS.values() if kind.outside is not None for flag in kind.outside.flags]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,7 +199,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 # The order objects are printed in: what the user wrote first, then what was made.
-_PRINT_ORDER = [kinds.CLUSTER, *POOL_KINDS, kinds.IPCLAIM, kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS]
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -224,7 +224,7 @@ def _plan(args: argparse.Namespace) -> int:
         if ready and ready.get("reason") == WAITING_FOR_CLUSTER:
             print(f"waits: {obj['kind']} {o.namespace(obj)}/{o.name(obj)}: {ready.get('message')}", file=sys.stderr)
     items = sorted(api.inventory.objects.values(),
-                   key=lambda obj: _PRINT_ORDER.index(kinds.kind_of(obj)))
+                   key=lambda obj: _print_order().index(kinds.kind_of(obj)))
     items = [_presentable(obj) for obj in items]
     if args.output == "json":
         json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=2)
@@ -265,18 +265,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.lock_namespace:
         options.lock_namespace = args.lock_namespace
     options.lease_timing = _lease_timing(args)
-    try:
-        options.netbox_owner = check_owner(args.netbox_owner)
-    except ValueError as err:
-        raise manifests.UsageError(f"--netbox-owner: {err}") from None
-    if not (args.netbox_sweep_seconds == 0 or 1 <= args.netbox_sweep_seconds <= 86400):
-        raise manifests.UsageError(f"--netbox-sweep-seconds {args.netbox_sweep_seconds:g}: expected 0 (never) or "
-                                   "1 to 86400 seconds")
-    options.netbox_sweep_seconds = args.netbox_sweep_seconds
-    if not 0 <= args.netbox_release_grace_seconds <= 30 * 86400:
-        raise manifests.UsageError(f"--netbox-release-grace-seconds {args.netbox_release_grace_seconds:g}: "
-                                   "expected 0 to 2592000 seconds (30 days)")
-    options.netbox_release_grace_seconds = args.netbox_release_grace_seconds
+    for flag in _kind_flags():
+        value = getattr(args, flag.dest)
+        try:
+            options.kind_flags[flag.dest] = flag.default if value is None else flag.parse(value)
+        except ValueError as err:
+            raise manifests.UsageError(f"--{flag.name}: {err}") from None
     if not 0 <= args.webhook_port <= 65535:
         raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
     options.webhook_port = args.webhook_port

@@ -33,7 +33,10 @@ from typing import Any, Callable
 
 import yaml
 
-from metal3_ipam.core import kinds, netbox_pool
+from metal3_ipam.core import kinds
+from metal3_ipam.core.conversion import CONVERSION_PATH
+from metal3_ipam.poolkinds.netbox import pool as netbox_pool
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 GROUP = "ipam.metal3.io"
 VERSION = "v1alpha1"
@@ -774,7 +777,6 @@ INCLUSTER_GROUP = kinds.CAPI_IPAM_GROUP
 INCLUSTER_VERSION = "v1alpha2"
 INCLUSTER_OLD_VERSION = "v1alpha1"
 INCLUSTER_KINDS = ("InClusterIPPool", "GlobalInClusterIPPool", "InClusterPrefixPool", "GlobalInClusterPrefixPool")
-CONVERSION_PATH = "/convert"
 # The webhook Service as config/webhook/service.yaml names it; kustomize (config/default) renames
 # it and sets its namespace, cert-manager injects the CA (replacements there).
 WEBHOOK_SERVICE = {"name": "webhook-service", "namespace": "system"}

@@ -14,12 +14,14 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
-from .core import kinds, pools
+from .core import kinds
+from .core import poolkind
 from .core import objects as o
 from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
                            guard_holds)
 from .core.inventory import Inventory
 from .core.reconcile import reconcile
+from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 _UID_NAMESPACE = uuid.UUID("7c7d6f0e-0d7b-4d8e-9a59-6d6574616c33")
 
@@ -39,7 +41,7 @@ class MemoryApi:
         """Take an object as it is given (from a file): fill in what the API server would."""
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
-        pool_kind = pools.kind_named(kinds.kind_of(obj))
+        pool_kind = poolkind.kind_named(kinds.kind_of(obj))
         if pool_kind is None or not pool_kind.cluster_scoped:
             meta.setdefault("namespace", "default")
         meta.setdefault("uid", self._uid(obj))

@@ -32,6 +32,7 @@ import yaml
 
 from .controller import permissions, webhook
 from .crds import generator_main
+from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -29,7 +29,8 @@ import kopf
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ..core import kinds, pools
+from ..core import kinds
+from ..core import poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.slim import slim
@@ -53,7 +54,7 @@ PLURALS = {
 
 
 def plural_of(kind: tuple[str, str]) -> str:
-    pool_kind = pools.REGISTRY.get(kind)
+    pool_kind = poolkind.REGISTRY.get(kind)
     return pool_kind.plural if pool_kind is not None else PLURALS[kind]
 
 
@@ -64,9 +65,9 @@ class NotInstalled(Exception):
 def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]]:
     """(group, versions preferred first, kinds) of every kind watched: the kinds of pool as registered,
     each at its own versions (a group may serve pools at v1alpha2 beside claims at v1beta2)."""
-    metal3_pools = tuple(k for k in pools.REGISTRY if k[0] == kinds.METAL3_GROUP)
+    metal3_pools = tuple(k for k in poolkind.REGISTRY if k[0] == kinds.METAL3_GROUP)
     return [(kinds.METAL3_GROUP, (kinds.METAL3_VERSION,), (*metal3_pools, kinds.IPCLAIM, kinds.IPADDRESS)),
-            *((kind.group, kind.versions, (kind.kind,)) for kind in pools.REGISTRY.values()
+            *((kind.group, kind.versions, (kind.kind,)) for kind in poolkind.REGISTRY.values()
               if kind.group != kinds.METAL3_GROUP),
             (kinds.CAPI_IPAM_GROUP, kinds.CAPI_IPAM_VERSIONS, (kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)),
             (kinds.CLUSTER_GROUP, ("v1beta2", "v1beta1"), (kinds.CLUSTER,))]
@@ -197,7 +198,10 @@ async def file_in_steps(steps: Iterator[set[o.PoolKey]], kick: Callable[[set[o.P
 
 
 # Kinds that come by the thousand, or big: watched by ``watch.KindWatch``, not through kopf's per-object machinery.
-HOT_KINDS = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
+def hot_kinds() -> tuple[tuple[str, str], ...]:
+    """The kinds our own watches follow (kopf watches the rest): the registered kinds of pool, the claims
+    and the addresses."""
+    return (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS)
 
 
 def build_registry(controller: Controller, resources: dict[tuple[str, str], Resource],
@@ -298,7 +302,7 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
 
 
 def _cluster_scoped(kind: tuple[str, str]) -> bool:
-    pool_kind = pools.REGISTRY.get(kind)
+    pool_kind = poolkind.REGISTRY.get(kind)
     return pool_kind is not None and pool_kind.cluster_scoped
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core import kinds, pools
+from metal3_ipam.core import kinds
+from metal3_ipam.core import poolkind
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Rule:
 WATCH = ("list", "watch")
 
 CLUSTER_RULES: tuple[Rule, ...] = (
-    *(rule for kind in pools.REGISTRY.values() for rule in (
+    *(rule for kind in poolkind.REGISTRY.values() for rule in (
         Rule(kind.group, kind.plural, ("list", "watch", "patch"),
              "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
              "owner reference patched (api.ApiWriter._patch)"),

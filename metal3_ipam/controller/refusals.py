@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import kinds, pools
+from ..core import kinds
+from ..core import poolkind
 from ..core import objects as o
 
 # Refused for good: the same request will be refused the same way.
@@ -77,7 +78,7 @@ def status_patch(obj: Mapping[str, Any], refused: Refused, now: str) -> dict | N
         reason = CLAIM_REASON
         v1beta1 = group_kind == kinds.CAPI_CLAIM and str(obj.get("apiVersion", "")).endswith("/v1beta1")
         condition = _condition(status, reason, message, now, v1beta1)
-    elif group_kind in pools.REGISTRY:
+    elif group_kind in poolkind.REGISTRY:
         reason = POOL_REASON
         condition = _condition(status, reason, message, now, False)
     else:
@@ -99,7 +100,7 @@ def event_reason(obj: Mapping[str, Any]) -> str:
 def shows_refusals(obj: Mapping[str, Any]) -> bool:
     """True for the kinds whose status records a refusal (claims, pools); others get a Warning Event only."""
     kind = kinds.kind_of(obj)
-    return kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM) or kind in pools.REGISTRY
+    return kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM) or kind in poolkind.REGISTRY
 
 
 # --------------------------------------------------------------------------- when to try again

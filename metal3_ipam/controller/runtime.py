@@ -28,7 +28,8 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import kopf
 import urllib3
@@ -36,17 +37,15 @@ from aiohttp import web
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ..core import kinds
-from ..core.asking import Asking
-from ..core.pools.netbox import NETBOX_IP_POOL
+from ..core import kinds, poolkind
+from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
 from . import health, webhook
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
-from .netbox_asks import NetBoxAsks, NetBoxPools, SecretTokens
-from .operator import (HOT_KINDS, Controller, Listing, NotInstalled, build_registry, discover, listings,
+from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
 from .watch import KindWatch, Streams
 from .workers import PoolWorkers
@@ -73,13 +72,22 @@ class Options:
     parallel_writes: int = 16
     webhook_port: int = 0  # 0: no admission webhooks
     webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
-    # Marks the addresses this controller makes in NetBox (``<owner>/<key>`` in the key field): the same in
-    # every cluster a claim may be moved to, so that a moved claim finds its address again by its key.
-    netbox_owner: str = "metal3-ipam"
-    netbox_survey_seconds: float = 60.0
-    netbox_sweep_seconds: float = 300.0
-    # How long a sweep leaves an address it found carried by no claim marked released before deleting it.
-    netbox_release_grace_seconds: float = 86400.0
+    # The values of the flags the kinds of pool bring (``poolkind.Flag``), by ``dest``; a kind's default where
+    # one is not here.
+    kind_flags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutsideParts:
+    """What the adapter half of a kind whose addresses come from an outside IPAM is built from
+    (``poolkind.Outside.service``)."""
+
+    api: client.ApiClient
+    inventory: Inventory
+    writer: ApiWriter
+    wake: Callable[[o.PoolKey, str | None], None]  # the answer for a key of a pool is in: decide its claims
+    may_act: Callable[[], bool]
+    flags: Mapping[str, Any]
 
 
 class CannotStart(Exception):
@@ -128,7 +136,7 @@ class Runtime:
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None
-        self.netbox: NetBoxPools | None = None
+        self.outside: dict[tuple[str, str], Any] = {}  # the adapter half of each kind with an outside IPAM
         self.controller: Controller | None = None
         self.hot: tuple[tuple[str, str], ...] = ()  # the kinds our own watches follow; kopf watches the rest
         self.registry: kopf.OperatorRegistry | None = None
@@ -213,17 +221,14 @@ class Runtime:
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write, write_deadline=self.write_deadline)
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731
-        if NETBOX_IP_POOL in resources:
-            self.netbox = NetBoxPools(NetBoxAsks(SecretTokens(self.api), owner=options.netbox_owner), Asking(),
-                                      inventory=self.inventory, writer=self.writer,
-                                      wake=lambda pool, key: self.workers.answered(pool, key), may_act=may_act,
-                                      survey_seconds=options.netbox_survey_seconds,
-                                      sweep_seconds=options.netbox_sweep_seconds,
-                                      release_grace_seconds=options.netbox_release_grace_seconds)
-        self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.netbox)
+        parts = OutsideParts(self.api, self.inventory, self.writer, lambda pool, key: self.workers.answered(pool, key),
+                             may_act, options.kind_flags)
+        self.outside = {kind: pool_kind.outside.service(parts) for kind, pool_kind in poolkind.REGISTRY.items()
+                        if kind in resources and pool_kind.outside is not None and pool_kind.outside.service}
+        self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.outside)
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
-        self.hot = tuple(kind for kind in HOT_KINDS if kind in resources)
+        self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
         kopf.on.login(registry=self.registry)(login_from(self.credentials))
         self.streams = Streams(self.credentials)
@@ -246,8 +251,8 @@ class Runtime:
             self.catch_up_task = asyncio.create_task(self._catch_up(), name="catch-up on leadership")
             self.election = self.elector.start()
         self.resync_task = asyncio.create_task(self._resync(), name="resync")
-        if self.netbox is not None:
-            self.netbox.start()
+        for service in self.outside.values():
+            service.start()
         self.load_task = asyncio.create_task(self._load(), name="initial load")
         log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in self.resources.values()),
                  ", ".join(options.namespaces) or "all namespaces")
@@ -285,8 +290,8 @@ class Runtime:
         if self.workers is not None:
             drained = await self.workers.stop(grace=self.options.lease_timing.renew_deadline / 2)
         await self._stop_background()
-        if self.netbox is not None:
-            await self.netbox.close()
+        for service in self.outside.values():
+            await service.close()
         if self.elector is not None:
             if self.election is not None:
                 if drained:

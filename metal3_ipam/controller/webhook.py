@@ -75,7 +75,10 @@ from typing import Any, Callable, Iterable, Iterator
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from ..core import conversion, kinds, pools
+from ..core import kinds
+from ..core import conversion
+from ..core.conversion import CONVERSION_PATH
+from ..core import poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.naming import is_dns1123_subdomain
@@ -84,7 +87,6 @@ from ..core.problems import Problem
 from ..core.validation import (addresses_in_use, capi_address_problems, overlap_problems, preallocated_kept_problems,
                                shared_address_problems, unmarked_network_problems, validate, validate_delete,
                                validate_update, written_before_its_claim)
-from ..crds import CONVERSION_PATH
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -143,7 +145,7 @@ def _our_pool_expression() -> str:
     null on a create)."""
     def names_ours(obj: str) -> str:
         terms = []
-        for group, served in sorted(pools.claim_pool_groups().items()):
+        for group, served in sorted(poolkind.claim_pool_groups().items()):
             term = f"{obj}.spec.poolRef.apiGroup == '{group}'"
             if served is not None:
                 term += f" && has({obj}.spec.poolRef.kind) && {obj}.spec.poolRef.kind in {sorted(served)!r}"
@@ -176,7 +178,7 @@ class Hook:
     timeout_seconds: int
     mutating: bool = False
     match_conditions: tuple[dict, ...] = field(default_factory=tuple)
-    scope: str = pools.NAMESPACED
+    scope: str = poolkind.NAMESPACED
 
     def configuration(self, client_config: dict) -> dict:
         """The webhook's entry in a webhook configuration; ``client_config`` must reach :attr:`path`."""
@@ -198,7 +200,7 @@ class Hook:
         return entry
 
 
-def pool_hooks(kind: pools.PoolKind) -> tuple[Hook, ...]:
+def pool_hooks(kind: poolkind.PoolKind) -> tuple[Hook, ...]:
     """A kind of pool's webhooks: defaulting (when it defaults), validation, and deletion (a pool in use stays)."""
     group, name = kind.kind
     lower = name.lower()
@@ -217,7 +219,7 @@ def pool_hooks(kind: pools.PoolKind) -> tuple[Hook, ...]:
 
 METAL3_VERSIONS = (kinds.METAL3_VERSION,)
 HOOKS: tuple[Hook, ...] = (
-    *(hook for kind in pools.REGISTRY.values() for hook in pool_hooks(kind)),
+    *(hook for kind in poolkind.REGISTRY.values() for hook in pool_hooks(kind)),
     Hook("validation.ipclaim.ipam.metal3.io", "/validate-ipam-metal3-io-v1alpha1-ipclaim", kinds.IPCLAIM,
          METAL3_VERSIONS, "ipclaims", ("CREATE", "UPDATE"), "Fail", 10,
          match_conditions=(_spec_or_requested_ip_changed(),)),
@@ -335,7 +337,7 @@ class Admission:
         if kinds.kind_of(obj) == kinds.CAPI_ADDRESS:
             return request.get("operation") == "CREATE" and o.pool_of(obj) is not None \
                 and written_before_its_claim(obj)
-        return kinds.kind_of(obj) in pools.REGISTRY
+        return kinds.kind_of(obj) in poolkind.REGISTRY
 
     def live(self, request: dict, mutating: bool = False) -> "Live | None":
         """What judging ``request`` reads of the inventory, copied out of it; None when nothing.
@@ -361,7 +363,7 @@ class Admission:
         # The other pools of the namespace that keep an IP unique there with it (IPPool's rule on overlapping
         # namePrefixes, and the warning on overlaps with pools of the other kinds).
         others = [self.inventory.get(key.kind, namespace, key.name) for key in self.inventory.pools_in(namespace)
-                  if pools.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
+                  if poolkind.REGISTRY[key.kind].unique_in_namespace] if _unique_in_namespace(kind) else []
         problems, old = [], request.get("oldObject")
         if operation == "UPDATE" and isinstance(old, dict) and separate_network(old) and not separate_network(obj):
             problems = unmarked_network_problems(old, obj, self.doubles_unmarked(pool, addresses))
@@ -402,10 +404,10 @@ class Admission:
             return capi_address_problems(obj, pool)
         withheld = [(model.unit_of(w.first), model.unit_of(w.last)) for w in self.inventory.withheld(key)]
         namespace, claim = o.namespace(obj), o.claim_of_capi_address(obj)
-        unique = pools.REGISTRY[key.kind].unique_in_namespace
+        unique = poolkind.REGISTRY[key.kind].unique_in_namespace
         held = [a for filed, a in self.inventory.addresses_at(namespace, ip.version, int(ip))
-                if filed == key or (unique and pools.REGISTRY[filed.kind].unique_in_namespace)]
-        lock_namespace = namespace if not pools.REGISTRY[key.kind].cluster_scoped else self.inventory.lock_namespace
+                if filed == key or (unique and poolkind.REGISTRY[filed.kind].unique_in_namespace)]
+        lock_namespace = namespace if not poolkind.REGISTRY[key.kind].cluster_scoped else self.inventory.lock_namespace
         lock = self.inventory.get(kinds.IPADDRESS, lock_namespace, model.lock_name(model.unit_of(int(ip))))
         if lock is not None:
             held.append(lock)
@@ -444,7 +446,7 @@ class Admission:
     @staticmethod
     def _default(uid: str, obj: dict) -> dict:
         """The defaults of the object's kind of pool, as a JSON patch."""
-        kind = pools.kind_named(kinds.kind_of(obj))
+        kind = poolkind.kind_named(kinds.kind_of(obj))
         patch = kind.default(obj) if kind is not None and kind.default is not None else []
         response = _allowed(uid)
         if patch:
@@ -473,7 +475,7 @@ class _NotReady(Exception):
 
 def _unique_in_namespace(kind: Any) -> bool:
     """A kind of pool whose IPs are unique among the pools of its namespace (overlaps withheld and warned)."""
-    pool_kind = pools.kind_named(kind)
+    pool_kind = poolkind.kind_named(kind)
     return pool_kind is not None and pool_kind.unique_in_namespace
 
 
@@ -1428,7 +1430,7 @@ class WebhookServer:
 
     @staticmethod
     def _convert(read: ConversionBody) -> tuple[int, bytes, str | None]:
-        """On a judge's thread: a ConversionReview answered by ``core.conversion`` (an object it cannot convert
+        """On a judge's thread: a ConversionReview answered by ``core.conversion`` (each object by its kind) (an object it cannot convert
         is a Failure naming it, which the API server shows to the client); the status, answer and log line."""
         what = f"{len(read.starts)} object(s) to {clipped(read.review['request']['desiredAPIVersion'], 63)}"
         answered, fault = _in_one_line(lambda: _conversion_answer(read), "a ConversionReview",

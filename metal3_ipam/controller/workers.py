@@ -45,7 +45,8 @@ from ..core.actions import Create, Plan, SetStatus
 from ..core.inventory import Inventory, ObjKey
 from ..core.ledger import CLAIM_KINDS, Ledger, compare, compare_maps
 from ..core.reconcile import Snapshot, load, needs_full, plan_pass
-from ..core import kinds, pools
+from ..core import kinds
+from ..core import poolkind
 from . import metrics
 from .api import ApiWriter, Outcome
 from .freezing import Freezer
@@ -90,11 +91,12 @@ class PoolWorkers:
                  max_backoff: float = 60.0, may_act: Callable[[], bool] = lambda: True,
                  max_steps: int = MAX_STEPS_PER_PASS, slice_seconds: float = 0.005,
                  status_seconds: float = 1.0, audit_seconds: float = 600.0, freezer: Freezer | None = None,
-                 outside: Any = None) -> None:
+                 outside: Mapping[tuple[str, str], Any] | None = None) -> None:
         self.inventory = inventory
-        # The asks of pools whose addresses an outside IPAM hands out (``netbox_asks.NetBoxPools``): given
-        # to their passes (``Snapshot.answers``) and told each pass's intents; None: none are served.
-        self.outside = outside
+        # By kind, the adapter half of the kinds whose addresses an outside IPAM hands out
+        # (``poolkind.Outside.service``): its answers given to their passes (``Snapshot.answers``), and it is
+        # told each pass's intents.
+        self.outside = dict(outside or {})
         self.max_steps = max_steps
         self.slice_seconds = slice_seconds
         self.status_seconds = status_seconds
@@ -203,8 +205,8 @@ class PoolWorkers:
         if due is not None:
             due[1].cancel()
         self._ledgers.pop(pool, None)
-        if self.outside is not None and pools.REGISTRY[pool.kind].outside is not None:
-            self.outside.pool_gone(pool)
+        if pool.kind in self.outside:
+            self.outside[pool.kind].pool_gone(pool)
         self._unserved_pools.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
         self._audit_at.pop(pool, None)
@@ -251,8 +253,8 @@ class PoolWorkers:
             ledger, plan = await self._decide_changes(pool, scope)
             released = scope.released
         self.freezer.maybe_freeze()
-        if pools.REGISTRY[pool.kind].outside is not None and self.outside is not None:
-            self.outside.passed(pool, scope.context.pool, plan.intents, ledger.claims.values())
+        if pool.kind in self.outside:
+            self.outside[pool.kind].passed(pool, scope.context.pool, plan.intents, ledger.claims.values())
         self._follow_up(pool, ledger, released, scope.started)
         self._pass_when_due(pool, plan.due)
         return await self._execute(pool, ledger, plan, scope.started)
@@ -273,8 +275,8 @@ class PoolWorkers:
 
     def _snapshot(self, pool: o.PoolKey, now: str, members: bool = True) -> Snapshot:
         snapshot = self.inventory.snapshot(pool, now, self.rng, members=members)
-        if self.outside is not None and pools.REGISTRY[pool.kind].outside is not None:
-            snapshot.answers = self.outside.answers
+        if pool.kind in self.outside:
+            snapshot.answers = self.outside[pool.kind].answers
         return snapshot
 
     async def _decide_changes(self, pool: o.PoolKey, scope: PassScope) -> tuple[Ledger, Plan]:
@@ -296,7 +298,7 @@ class PoolWorkers:
         the claims of other pools refused for carrying one of those keys too await it (see reconcile's
         ``key_owner``), and are decided again, as the key may be theirs now. (Those of this pool are woken by
         the ledger itself.)"""
-        outside = pools.REGISTRY[pool.kind].outside
+        outside = poolkind.REGISTRY[pool.kind].outside
         if outside is None:
             return
         keys: set[str] = set()
@@ -393,7 +395,7 @@ class PoolWorkers:
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
-        if any(isinstance(a, SetStatus) and a.target.group_kind in pools.REGISTRY for a in plan.writes):
+        if any(isinstance(a, SetStatus) and a.target.group_kind in poolkind.REGISTRY for a in plan.writes):
             self._status_written[pool] = planned
         log.info("pool %s/%s: pass over %d claims: planned %d steps in %.3f s, wrote %d in %.3f s%s%s%s",
                  pool.namespace, pool.name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,

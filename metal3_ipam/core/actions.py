@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .asking import Intent
-from .objects import Ref
+from .objects import Ref, meta, pool_of
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,6 @@ Action = Union[Create, Delete, SetFinalizers, SetMetadata, SetStatus, Event]
 def guard_holds(action: "Delete", found: dict | None, filed: tuple | None = None) -> bool:
     """Whether the object a Delete's guard found keeps the target from being deleted; ``filed``: the pool the
     inventory files it with (a claim whose pool reference was changed stays with the pool that served it)."""
-    from .objects import meta, pool_of
     if found is None:
         return False
     guard = action.unless_exists

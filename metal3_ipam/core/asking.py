@@ -67,7 +67,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from metal3_ipam.core.netbox import backoff
 
 
 class Intent(str, enum.Enum):
@@ -495,3 +494,10 @@ class Asking:
         if not state or not state.failures:
             return False
         return now < state.closed_at or any(e.out is not None for e in self._entries.values() if e.out_server == server)
+
+
+def backoff(attempt: int, *, base: float = 1.0, cap: float = 300.0) -> float:
+    """Seconds to wait before try number ``attempt`` (1 = the first retry): doubling from ``base``, at most ``cap``."""
+    if attempt < 1:
+        return 0.0
+    return min(cap, base * 2.0 ** min(attempt - 1, 64))

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import kinds
 from . import objects as o
-from . import pools
+from . import poolkind
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet
 from .kept import binds_none, bound_ip, own_ip
@@ -55,7 +55,9 @@ class _PoolGroup:
 
 DEFAULT_LOCK_NAMESPACE = "default"
 
-SERVED = (*pools.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
+def served() -> tuple[tuple[str, str], ...]:
+    """The kinds the inventory files: the registered kinds of pool, the claims, addresses and Clusters."""
+    return (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM, kinds.CAPI_ADDRESS, kinds.CLUSTER)
 ADDRESS_KINDS = (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
 CLAIM_KINDS = (kinds.IPCLAIM, kinds.CAPI_CLAIM)
 
@@ -107,7 +109,7 @@ def _version_and_value(key: int | tuple[int, int]) -> tuple[int, int]:
 def _prefix_held(obj: dict, pool: o.PoolKey | None) -> tuple[int, int, int] | None:
     """(version, length, base) of the sub-prefix an address of a prefix pool holds whole (its ``prefix``
     shorter than the family's), or None: an IP pool's address holds its IP alone."""
-    pool_kind = pools.REGISTRY.get(pool.kind) if pool is not None else None
+    pool_kind = poolkind.REGISTRY.get(pool.kind) if pool is not None else None
     ip = o.address_ip(obj) if pool_kind is not None and pool_kind.holds_prefixes else None
     length = o.spec(obj).get("prefix") if ip is not None else None
     if type(length) is not int or not 0 <= length < FAMILY_BITS[ip.version]:
@@ -133,7 +135,7 @@ def keeps_apart(kind: tuple[str, str]) -> bool:
     kinds whose IPs are unique in their namespace, with the pools of their namespace; the global kinds, whose
     claims may be in any namespace, with every other global pool and the namespaced pools of the namespaces
     where they have claims."""
-    pool_kind = pools.REGISTRY[kind]
+    pool_kind = poolkind.REGISTRY[kind]
     return pool_kind.unique_in_namespace or (pool_kind.cluster_scoped and pool_kind.outside is None)
 
 
@@ -214,7 +216,7 @@ class Inventory:
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
         kind = kinds.kind_of(obj)
-        if (kind not in SERVED and kind not in pools.REGISTRY) or not o.name(obj):
+        if kind not in served() or not o.name(obj):
             return None
         return (kind, o.namespace(obj), o.name(obj))
 
@@ -257,7 +259,7 @@ class Inventory:
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
         self._index_status_ip(key, stored, obj)
-        if stored is not None and key[0] not in pools.REGISTRY and key[0] != kinds.CLUSTER \
+        if stored is not None and key[0] not in poolkind.REGISTRY and key[0] != kinds.CLUSTER \
                 and self._filed(key) == (home if key[0] in CLAIM_KINDS else o.pool_of(obj)) \
                 and _address_ip(stored) == _address_ip(obj) \
                 and o.spec(stored).get("prefix") == o.spec(obj).get("prefix"):
@@ -298,7 +300,7 @@ class Inventory:
         before = self._filed(key) if key in self.objects else None  # where it is filed until now
         if not homes:
             homes = {next((pool for pool in self._last_homes(key, claim, before) if pool != requested
-                           and pools.REGISTRY[pool.kind].finalizers.claim.get(key[0]) in o.finalizers(claim)),
+                           and poolkind.REGISTRY[pool.kind].finalizers.claim.get(key[0]) in o.finalizers(claim)),
                           None)} - {None}
         if homes:
             home = before if before in homes else min(homes)
@@ -314,7 +316,7 @@ class Inventory:
         first: the pool it is filed with; the pool its ``PoolReferenceChanged`` condition names; the pool of
         the kind whose finalizer it carries that its reference names, when that pool holds the IP its status
         says it is bound to (a reference changed in kind or group alone, seen by no controller)."""
-        if before is not None and before.kind in pools.REGISTRY:
+        if before is not None and before.kind in poolkind.REGISTRY:
             yield before
         served = moved_from(claim)
         if served is not None:
@@ -324,7 +326,7 @@ class Inventory:
         name = ref.get("name") if isinstance(ref, Mapping) else None
         if ip is None or not isinstance(name, str) or not name:
             return
-        for kind, pool_kind in pools.REGISTRY.items():
+        for kind, pool_kind in poolkind.REGISTRY.items():
             if pool_kind.finalizers.claim.get(key[0]) not in o.finalizers(claim):
                 continue
             guess = o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
@@ -340,13 +342,13 @@ class Inventory:
         reference changed away, whose addresses went while no controller saw where it was filed): then the
         pool of that kind named as its reference names, whose pass has nothing left to release."""
         finalizers = o.finalizers(claim)
-        own = pools.REGISTRY[requested.kind].finalizers.claim.get(key[0]) if requested is not None else None
+        own = poolkind.REGISTRY[requested.kind].finalizers.claim.get(key[0]) if requested is not None else None
         if own in finalizers or not (bound_ip(claim) is not None
                                      or o.condition(o.status(claim), POOL_REFERENCE_CHANGED) is not None):
             return requested
         ref = o.spec(claim).get("pool" if key[0] == kinds.IPCLAIM else "poolRef")
         name = ref.get("name") if isinstance(ref, Mapping) else None
-        for kind, pool_kind in pools.REGISTRY.items():
+        for kind, pool_kind in poolkind.REGISTRY.items():
             if isinstance(name, str) and name and pool_kind.finalizers.claim.get(key[0]) in finalizers:
                 return o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
         return requested
@@ -459,7 +461,7 @@ class Inventory:
         changed where no webhook stopped it, maybe while no controller ran) holds the IP its Ready condition
         says this controller bound it to: kept from every pool of the namespace while it lives."""
         pool = o.pool_of(claim) if claim is not None else None
-        if claim is not None and (pool is None or pool.kind not in pools.REGISTRY):
+        if claim is not None and (pool is None or pool.kind not in poolkind.REGISTRY):
             return _orphan_status_ip(claim, kinds.kind_of(claim))
         if pool is None:
             return None
@@ -597,7 +599,7 @@ class Inventory:
         if obj is None:
             return None
         kind, ns, name = key
-        if kind in pools.REGISTRY:
+        if kind in poolkind.REGISTRY:
             return o.PoolKey(ns, name, kind)
         if kind in CLAIM_KINDS and key in self._homes:
             return self._homes[key]
@@ -605,7 +607,7 @@ class Inventory:
 
     def _file(self, key: ObjKey, obj: dict, previous: dict | None = None) -> set[o.PoolKey]:
         kind, ns, name = key
-        if kind in pools.REGISTRY:
+        if kind in poolkind.REGISTRY:
             pool_key = o.PoolKey(ns, name, kind)
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
@@ -666,7 +668,7 @@ class Inventory:
             self._file_prefix(ns, key, _prefix_held(old, o.pool_of(old)), False)
         if kind == kinds.CLUSTER:
             return self._reloaded(self.pools_of_clusters_in(ns)) if incoming is None else set()
-        if kind in pools.REGISTRY:
+        if kind in poolkind.REGISTRY:
             if incoming is None:
                 self._models.pop(key, None)
                 names = self._pool_names.get(ns, set())
@@ -712,11 +714,11 @@ class Inventory:
         has a claim or an address first, or none any more, what it and the pools of that namespace withhold of
         each other may change (if it does, they are passed, and load afresh: ``reconcile.needs_full``)."""
         kind, namespace, _ = key
-        if before == after or kind in pools.REGISTRY or kind in (kinds.CLUSTER, kinds.IPADDRESS):
+        if before == after or kind in poolkind.REGISTRY or kind in (kinds.CLUSTER, kinds.IPADDRESS):
             return set()
         touched: set[o.PoolKey] = set()
         for pool, step in ((before, -1), (after, 1)):
-            if pool is None or pool.namespace or pool.kind not in pools.REGISTRY or not keeps_apart(pool.kind):
+            if pool is None or pool.namespace or pool.kind not in poolkind.REGISTRY or not keeps_apart(pool.kind):
                 continue
             counts = self._spread.setdefault(pool, {})
             count = counts.get(namespace, 0) + step
@@ -744,7 +746,7 @@ class Inventory:
                                                                if self.has_claims_in(key, namespace)})
         self._withheld.clear()
         return self._reloaded(self.pools_in("")) | {key for key in self.pool_keys()
-                                                    if key.kind in pools.REGISTRY and keeps_apart(key.kind)}
+                                                    if key.kind in poolkind.REGISTRY and keeps_apart(key.kind)}
 
     def _reloaded(self, pools: set[o.PoolKey]) -> set[o.PoolKey]:
         self._reload |= pools
@@ -793,7 +795,7 @@ class Inventory:
 
     def pools_of_cluster(self, namespace: str, cluster: str) -> set[o.PoolKey]:
         return {key for key in self._pool_names.get(namespace, ())
-                if pools.REGISTRY[key.kind].cluster_name(self.objects[(key.kind, namespace, key.name)]) == cluster}
+                if poolkind.REGISTRY[key.kind].cluster_name(self.objects[(key.kind, namespace, key.name)]) == cluster}
 
     def pool_keys(self) -> list[o.PoolKey]:
         """Every pool that exists or is referred to, in a stable order."""
@@ -885,7 +887,7 @@ class Inventory:
         their namespace (a global pool's locks in the lock namespace are not of them), or with ``every_pool``
         of any other pool (what an outside IPAM's pool refuses)."""
         return [address for filed, address in self.addresses_at(namespace, version, ip)
-                if filed != pool_key and (every_pool or pools.REGISTRY[filed.kind].unique_in_namespace)]
+                if filed != pool_key and (every_pool or poolkind.REGISTRY[filed.kind].unique_in_namespace)]
 
     def pool_model(self, pool: dict) -> tuple[Pool | None, list[Problem]]:
         """The pool's spec read once per generation (status writes do not change it)."""
@@ -894,7 +896,7 @@ class Inventory:
         cached = self._models.get(key)
         if ident is not None and cached is not None and cached[0] == ident:
             return cached[1], cached[2]
-        model, problems = pools.read(pool)
+        model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
         return model, problems
@@ -948,7 +950,7 @@ class Inventory:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
         ``withheld``): for a global pool every other pool that keeps apart, for a namespaced pool the global
         ones. What the admission webhook warns of; the pools of its own namespace are not among them."""
-        if pool_key.kind not in pools.REGISTRY or not keeps_apart(pool_key.kind):
+        if pool_key.kind not in poolkind.REGISTRY or not keeps_apart(pool_key.kind):
             return []
         if pool_key.namespace:
             keys = [(k, self.has_claims_in(k, pool_key.namespace)) for k in sorted(self._pool_names.get("", ()))]
@@ -987,7 +989,7 @@ class Inventory:
         model = None
         if pool is not None:
             model = self.pool_model(pool)
-            cluster_name = pools.REGISTRY[pool_key.kind].cluster_name(pool)
+            cluster_name = poolkind.REGISTRY[pool_key.kind].cluster_name(pool)
             if cluster_name:
                 cluster = self.get(kinds.CLUSTER, ns, cluster_name)
         group = self.groups.get(pool_key, _PoolGroup()) if members else _PoolGroup()
@@ -1107,7 +1109,7 @@ def of_every_namespace(obj: dict) -> bool:
 def _outside_key(claim: dict | None) -> str | None:
     """The allocation key a claim of an outside IPAM's pool carries, or None."""
     pool = o.pool_of(claim) if claim is not None else None
-    pool_kind = pools.REGISTRY.get(pool.kind) if pool is not None else None
+    pool_kind = poolkind.REGISTRY.get(pool.kind) if pool is not None else None
     if pool_kind is None or pool_kind.outside is None:
         return None
     return pool_kind.outside.read_key(claim)[0]
@@ -1148,7 +1150,7 @@ def _orphan_status_ip(claim: dict, kind: tuple[str, str]) -> tuple[int, int] | N
     if o.is_deleting(claim):
         return None
     finalizers = o.finalizers(claim)
-    if not any(kind_.finalizers.claim.get(kind) in finalizers for kind_ in pools.REGISTRY.values()):
+    if not any(kind_.finalizers.claim.get(kind) in finalizers for kind_ in poolkind.REGISTRY.values()):
         return None
     ip = bound_ip(claim)
     return None if ip is None else _ip_key(ip.version, int(ip))

@@ -45,14 +45,6 @@ IP_ADDRESS_ANNOTATION = "ipAddress"
 SEPARATE_NETWORK_ANNOTATION = "ipam.metal3.io/separate-network"
 
 
-def __getattr__(name: str) -> Any:
-    """``POOL_KINDS``: the kinds of pool claims are served from, as registered in ``pools.REGISTRY``."""
-    if name == "POOL_KINDS":
-        from .pools import REGISTRY
-        return tuple(REGISTRY)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 

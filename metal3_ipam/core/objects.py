@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from . import kinds
+from .addresses import AddressError, parse_ip
+from . import poolkind
 
 
 @dataclass(frozen=True)
@@ -196,9 +198,9 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
             pool_kind = kinds.IPPOOL
             if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:
                 pool_kind = (kinds.group_of(str(pool.get("apiVersion") or "")), str(pool["kind"]))
-                if pool_kind not in _pools.REGISTRY:
+                if pool_kind not in poolkind.REGISTRY:
                     return None
-                if _pools.REGISTRY[pool_kind].cluster_scoped:
+                if poolkind.REGISTRY[pool_kind].cluster_scoped:
                     return _one_pool(PoolKey("", str(pool["name"]), pool_kind))
             return _one_pool(PoolKey(str(pool.get("namespace") or ns), str(pool["name"]), pool_kind))
         return None
@@ -214,10 +216,10 @@ def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
         pool = spec(obj).get("poolRef")
         pool_kind = (pool.get("apiGroup"), pool.get("kind")) if isinstance(pool, Mapping) else None
         if pool_kind is not None and type(pool_kind[0]) is str and type(pool_kind[1]) is str \
-                and pool_kind in _pools.REGISTRY and kinds.CAPI_CLAIM in _pools.REGISTRY[pool_kind].claim_kinds \
+                and pool_kind in poolkind.REGISTRY and kinds.CAPI_CLAIM in poolkind.REGISTRY[pool_kind].claim_kinds \
                 and pool.get("name"):
             # A pool of cluster scope is known by name alone, whatever namespace its claims are in.
-            return _one_pool(PoolKey("" if _pools.REGISTRY[pool_kind].cluster_scoped else ns, str(pool["name"]), pool_kind))
+            return _one_pool(PoolKey("" if poolkind.REGISTRY[pool_kind].cluster_scoped else ns, str(pool["name"]), pool_kind))
         return None
     return None
 
@@ -266,9 +268,9 @@ _scoped: list = [(), frozenset()]
 
 
 def _cluster_scoped_kinds() -> frozenset:
-    registered = tuple(_pools.REGISTRY)
+    registered = tuple(poolkind.REGISTRY)
     if _scoped[0] != registered:
-        _scoped[:] = [registered, frozenset(k for k, kind in _pools.REGISTRY.items() if kind.cluster_scoped)]
+        _scoped[:] = [registered, frozenset(k for k, kind in poolkind.REGISTRY.items() if kind.cluster_scoped)]
     return _scoped[1]
 
 
@@ -331,7 +333,6 @@ def address_ip(address: Mapping[str, Any]):
     An IPv4-mapped IPv6 text (``::ffff:10.0.0.5``, as some tools write it)
     is the IPv4 address it maps: consumers read it so.
     """
-    from .addresses import AddressError, parse_ip
     try:
         ip = parse_ip(spec(address).get("address"))
     except AddressError:
@@ -389,4 +390,3 @@ def merge_patch(current: Any, desired: Any) -> Any:
 
 
 # Last: the pool kinds' modules read this one (a kind's rules use the helpers above).
-from . import pools as _pools  # noqa: E402

@@ -96,7 +96,7 @@ from .ledger import CAPI, METAL3, PLANNED, AddressKey, Ledger, ObjKey
 from .naming import ip_text
 from .overlap import Withheld, withheld_spans
 from .several import each
-from . import pools
+from . import poolkind
 from .pool import Pool
 from .problems import Problem, errors
 from .validation import written_before_its_claim
@@ -192,8 +192,8 @@ class Snapshot:
     serves_every_namespace: bool = True  # no ``-n``: what a pool of cluster scope shows is all there is
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
-    pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``pools.REGISTRY``
-    # For a kind whose addresses an outside IPAM hands out (``pools.Outside``): the asks and their answers
+    pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``poolkind.REGISTRY``
+    # For a kind whose addresses an outside IPAM hands out (``poolkind.Outside``): the asks and their answers
     # by key (``core.asking.Asking``: ``result``, ``held_back``, ``released``); None: nothing was asked.
     answers: Any = None
 
@@ -229,7 +229,7 @@ def load(ledger: Ledger, snap: Snapshot) -> Generator[None, None, None]:
     pool = _model(snap)[0]
     withheld = [(pool.unit_of(w.first), pool.unit_of(w.last)) for w in withheld_spans(snap.withheld)] \
         if pool is not None else []
-    ledger.reset(ident_of(snap), pool, withheld, snap.rng, pools.REGISTRY[snap.pool_kind].cluster_scoped)
+    ledger.reset(ident_of(snap), pool, withheld, snap.rng, poolkind.REGISTRY[snap.pool_kind].cluster_scoped)
     yield from ledger.load(snap.claims, snap.addresses, snap.capi_addresses)
 
 
@@ -267,7 +267,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
 def _model(snap: Snapshot) -> tuple[Pool | None, list[Problem]]:
     if snap.pool is None:
         return None, []
-    return snap.model if snap.model is not None else pools.read(snap.pool)
+    return snap.model if snap.model is not None else poolkind.read(snap.pool)
 
 
 # Decisions between two yields of a pass: about a millisecond of work (the caller
@@ -283,7 +283,7 @@ class _Reconciler:
         self.status_due = status_due
         self.plan = Plan()
         self.pool_obj = snap.pool
-        self.kind = pools.REGISTRY[snap.pool_kind]
+        self.kind = poolkind.REGISTRY[snap.pool_kind]
         self.finalizers = self.kind.finalizers
         self.pool: Pool | None = None
         self.pool_problem: str | None = None
@@ -537,7 +537,7 @@ class _Reconciler:
         current = o.status(pool)
         counts: dict[str, Any] = {}
         if self.pool is not None:
-            counts = self.kind.status(pools.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
+            counts = self.kind.status(poolkind.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
             if self.allocator.all_withheld:
                 ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,
@@ -826,7 +826,7 @@ class _Reconciler:
         copied with them, a pool reference changed): no pool of those kinds serves it, so none would take them
         off; they go with this pool's. Not an outside IPAM's (its address there may be held by it)."""
         kind = kinds.kind_of(claim)
-        return {pool_kind.finalizers.claim[kind] for pool_kind in pools.REGISTRY.values()
+        return {pool_kind.finalizers.claim[kind] for pool_kind in poolkind.REGISTRY.values()
                 if pool_kind.outside is None and kind in pool_kind.finalizers.claim} - {self.finalizers.claim[kind]}
 
     def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
@@ -1277,7 +1277,7 @@ class _Reconciler:
         self.ensure_bound(claim, address, step)
 
     def allocate_outside(self, claim: dict, step: Step, taken_elsewhere: Callable[[int], bool]) -> None:
-        """A claim of a kind whose addresses an outside IPAM hands out (``pools.Outside``).
+        """A claim of a kind whose addresses an outside IPAM hands out (``poolkind.Outside``).
 
         Without a key it is given one (finalizer first, then the key, each a conditional write), and
         nothing is asked: only a key the stored claim carries is. With one, the pass wants it; until the
@@ -1787,11 +1787,11 @@ def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
     head, until, _ = message.rpartition(_MOVED_UNTIL) if isinstance(message, str) else ("", "", "")
     _, away, pool = head.rpartition(_MOVED_FROM)
     kind_name, _, where = pool.partition(" ")
-    kind = next((k for k in pools.REGISTRY if k[1] == kind_name), None) if until and away else None
+    kind = next((k for k in poolkind.REGISTRY if k[1] == kind_name), None) if until and away else None
     if kind is None:
         return None
     namespace, _, name = where.rpartition("/")
-    scoped = pools.REGISTRY[kind].cluster_scoped
+    scoped = poolkind.REGISTRY[kind].cluster_scoped
     if not name or (namespace == "") != scoped or (not scoped and namespace != o.namespace(claim)):
         return None
     return o.PoolKey(namespace, name, kind)

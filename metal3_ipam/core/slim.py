@@ -31,7 +31,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from . import kinds, pools
+from metal3_ipam.core import kinds
+from metal3_ipam.core import poolkind
 
 _intern = sys.intern
 
@@ -44,13 +45,12 @@ _UNIQUE = frozenset(("resourceVersion", "message", "address", "errorMessage", "l
 _DROPPED_ANNOTATIONS = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
 # Kinds whose spec and status are kept whole: a pool's spec is parsed, its status compared as a whole
 # (status.indexes may hold tens of thousands of entries: copying it each event would cost more than it saves).
-_AS_IS = pools.REGISTRY  # the kinds of pool, as registered
+_AS_IS = poolkind.REGISTRY  # the kinds of pool, as registered
 # Owner reference fields kept of claims and addresses (a pool's are kept whole): every field the API has,
 # since a repair writes the list back and must keep the references it does not mean to change as they were.
 _OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
 # Owner references shared by many objects: the pool's (and a Cluster's) on every address of the pool.
 # (Sharing saves memory only: a kind of pool registered after this module was read is not shared.)
-_SHARED_OWNERS = frozenset((*(kind for _, kind in pools.REGISTRY), "Cluster"))
 _CLAIMS = frozenset((kinds.IPCLAIM, kinds.CAPI_CLAIM))
 # Shared parts, by their frozen value. Bounded: when full it starts again (objects filed before
 # keep what they share; only new ones stop sharing with them), so labels unique to each object
@@ -130,11 +130,23 @@ def _metadata(meta: dict, kind: tuple[str, str] | None, own_name: bool = False) 
     return out
 
 
+# (the kinds of pool registered, the owner kinds whose references are shared): worked out again only when the
+# registry is another.
+_owners: list = [(), frozenset()]
+
+
+def _shared_owners() -> frozenset:
+    registered = tuple(poolkind.REGISTRY)
+    if _owners[0] != registered:
+        _owners[:] = [registered, frozenset((*(kind for _, kind in registered), "Cluster"))]
+    return _owners[1]
+
+
 def _owner(ref: Any) -> Any:
     if type(ref) is not dict:
         return _compact(ref, True)
     lean = {k: _compact(ref[k], True) for k in _OWNER_FIELDS if k in ref}
-    if ref.get("kind") in _SHARED_OWNERS:
+    if ref.get("kind") in _shared_owners():
         return _share(lean)
     uid = lean.get("uid")
     return _alike_by(uid, lean) if type(uid) is str else lean

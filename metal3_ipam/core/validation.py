@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import kinds, pools
+from . import kinds
+from . import poolkind
 from .addresses import AddressError, parse_ip
+from .allocator import never_for
 from .intervals import subtract
 from .objects import PoolKey, deleted_for_move, is_deleting, pool_of, pool_ref_text
 from .objects import annotations as annotations_of
@@ -92,7 +94,7 @@ def validate_pool_update(old: Any, new: Any, in_use: Mapping[str, str] | None = 
 def preallocated_kept_problems(new: Any, kept: Mapping[str, str]) -> list[Problem]:
     """A pool's preAllocations never give another claim an IP a claim keeps: one whose address objects were
     deleted and whose status names that IP gets it back (``kept``). ``kept``: "<kind> <name>" -> IP."""
-    pool, _ = pools.read(new) if isinstance(new, Mapping) else (None, [])
+    pool, _ = poolkind.read(new) if isinstance(new, Mapping) else (None, [])
     if pool is None or not pool.preallocations:
         return []
     keepers: dict[int, list[str]] = {}
@@ -238,7 +240,7 @@ def kind_overlap_warnings(obj: Any, others: Iterable[Any]) -> list[Problem]:
     owns each shared address and the later withholds it (where their lock names meet, the lock decides), so
     the user may find fewer addresses than written. Names the other pool, the shared stretches and which of
     the two does without them; a pool under review that has no creationTimestamp yet is the later one."""
-    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    pool_kind = poolkind.kind_named(kinds.kind_of(obj))
     if not isinstance(obj, Mapping) or pool_kind is None or not pool_kind.unique_in_namespace:
         return []
     pool, _ = pool_kind.read(obj)
@@ -247,7 +249,7 @@ def kind_overlap_warnings(obj: Any, others: Iterable[Any]) -> list[Problem]:
     me, mine = object_id(obj), address_spans(pool)
     found = []
     for other in others:
-        other_kind = pools.kind_named(kinds.kind_of(other))
+        other_kind = poolkind.kind_named(kinds.kind_of(other))
         if not isinstance(other, Mapping) or other_kind is None or not other_kind.unique_in_namespace \
                 or pool_kind.kind == other_kind.kind == kinds.IPPOOL or is_deleting(other):
             continue
@@ -304,7 +306,7 @@ def separate_network_problems(obj: Any) -> list[Problem]:
     if not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
         return []
     value = annotations_of(obj).get(kinds.SEPARATE_NETWORK_ANNOTATION)
-    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    pool_kind = poolkind.kind_named(kinds.kind_of(obj))
     if value is None or pool_kind is None:
         return []
     if value not in ("true", "false"):
@@ -342,7 +344,7 @@ def shared_address_problems(obj: Any, near: Iterable[tuple[PoolFacts, bool]], lo
     withholds the overlap, or that both hand it out (separate networks), is said; nothing is refused: the
     overlap is the user's to mean, and the pool's Overlapping condition says it again.
     """
-    model, _ = pools.read(obj) if isinstance(obj, Mapping) else (None, [])
+    model, _ = poolkind.read(obj) if isinstance(obj, Mapping) else (None, [])
     if model is None:
         return []
     me_id = object_id(obj)
@@ -464,12 +466,12 @@ def is_our_capi_claim(obj: Any) -> bool:
     """
     spec = _spec(obj)
     ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-    return isinstance(ref, Mapping) and pools.serves_claims_of(ref.get("apiGroup"), ref.get("kind"))
+    return isinstance(ref, Mapping) and poolkind.serves_claims_of(ref.get("apiGroup"), ref.get("kind"))
 
 
 def _capi_pool_kinds(group: Any) -> list[str]:
     """The kinds of pool of ``group`` that serve Cluster API claims."""
-    return [kind.kind[1] for kind in pools.REGISTRY.values() if kind.group == group and kinds.CAPI_CLAIM in kind.claim_kinds]
+    return [kind.kind[1] for kind in poolkind.REGISTRY.values() if kind.group == group and kinds.CAPI_CLAIM in kind.claim_kinds]
 
 
 def validate_capi_claim(obj: Any) -> list[Problem]:
@@ -509,7 +511,7 @@ def validate_capi_claim_update(old: Any, new: Any) -> list[Problem]:
 def _outside_key_problems(old: Any, new: Any, ref: Any) -> list[Problem]:
     """The allocation key a claim of an outside IPAM's pool carries names its address there: once written,
     it may not be changed or removed (the old key's address would be left behind, never released)."""
-    pool_kind = pools.kind_named((ref.get("apiGroup"), ref.get("kind"))) if isinstance(ref, Mapping) else None
+    pool_kind = poolkind.kind_named((ref.get("apiGroup"), ref.get("kind"))) if isinstance(ref, Mapping) else None
     outside = pool_kind.outside if pool_kind is not None else None
     if outside is None:
         return []
@@ -592,14 +594,12 @@ def capi_address_problems(obj: Any, pool: Mapping | None, withheld: Iterable[tup
     it, a gateway or excluded, withheld for an earlier pool (``withheld``, in the pool's units), preallocated
     to another claim), or one another address already holds (``held_by``: addresses of the namespace at its
     IP, and the pool's lock of it, whatever claim they name but this one). The claim would be refused it."""
-    from .allocator import never_for
-
     spec = _spec(obj)
-    pool_kind = pools.kind_named(kinds.kind_of(pool)) if pool is not None else None
+    pool_kind = poolkind.kind_named(kinds.kind_of(pool)) if pool is not None else None
     if pool_kind is None or pool_kind.outside is not None or not isinstance(spec, Mapping) \
             or not written_before_its_claim(obj):
         return []  # an outside IPAM's pool: what it hands out is its own
-    model, _ = pools.read(pool)
+    model, _ = poolkind.read(pool)
     try:
         ip = admitted_ip(spec.get("address"))
     except AddressError:
@@ -642,7 +642,7 @@ VALIDATORS = {
 def validate(obj: Any) -> list[Problem]:
     """Validate any object of a kind this project knows; other kinds are not ours to judge."""
     kind = kinds.kind_of(obj)
-    pool_kind = pools.kind_named(kind)
+    pool_kind = poolkind.kind_named(kind)
     if pool_kind is not None:
         return pool_kind.validate(obj) + separate_network_problems(obj)
     validator = VALIDATORS.get(kind)
@@ -652,7 +652,7 @@ def validate(obj: Any) -> list[Problem]:
 def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
     """The update rules of ``new``'s kind (immutable fields; a pool keeps the addresses in use)."""
     kind = kinds.kind_of(new)
-    pool_kind = pools.kind_named(kind)
+    pool_kind = poolkind.kind_named(kind)
     if pool_kind is not None:
         return pool_kind.validate_update(old, new, in_use) + separate_network_problems(new)
     if kind == kinds.IPCLAIM:
@@ -666,5 +666,5 @@ def validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None = None)
 
 def validate_delete(obj: Any, in_use: Mapping[str, str] | None = None) -> list[Problem]:
     """The delete rules: only a pool in use is kept."""
-    pool_kind = pools.kind_named(kinds.kind_of(obj))
+    pool_kind = poolkind.kind_named(kinds.kind_of(obj))
     return pool_kind.validate_delete(obj, in_use or {}) if pool_kind is not None else []

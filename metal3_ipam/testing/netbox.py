@@ -47,7 +47,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from metal3_ipam.core.netbox import KEY_FIELD
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD
 from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
 
 __all__ = [

@@ -6,7 +6,7 @@ import ipaddress
 import itertools
 import uuid
 
-from metal3_ipam.core.netbox import KEY_FIELD
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD
 
 NETS = itertools.count(1)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from metal3_ipam.controller.netbox_asks import NetBoxAsks, SecretTokens
-from metal3_ipam.core.netbox import KEY_FIELD, owned_key
-from metal3_ipam.core.sweep import Found, Home, description
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, SecretTokens
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description
 from netbox_fixtures import holding, owner, seeded
 from test_netbox_asks import make_pool, put_secret
 

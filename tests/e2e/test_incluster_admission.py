@@ -28,7 +28,7 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
 from metal3_ipam.controller import webhook  # noqa: E402
-from metal3_ipam.core import incluster  # noqa: E402
+from metal3_ipam.poolkinds.incluster import spec as incluster
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from controller_fixtures import condition  # noqa: E402

@@ -18,7 +18,7 @@ pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
 from controller_fixtures import METAL3  # noqa: E402
 from incluster_fixtures import unique_ips  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.core.pools.incluster import lock_prefix  # noqa: E402
+from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 

@@ -14,10 +14,10 @@ import uuid
 
 from kubernetes import client as k8s
 
-from metal3_ipam.controller.netbox_asks import NetBoxAsks, SecretTokens
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, SecretTokens
 from metal3_ipam.core.asking import Asking, Filed, Granted, Refused, Released
-from metal3_ipam.core.netbox import owned_key
-from metal3_ipam.core.netbox_pool import TOKEN_MISSING, pool_status, read_pool
+from metal3_ipam.poolkinds.netbox.source import owned_key
+from metal3_ipam.poolkinds.netbox.pool import TOKEN_MISSING, pool_status, read_pool
 from netbox_fixtures import addresses_in, fresh, holding, owner, seeded
 
 LEAST = [  # the token's least NetBox permissions, as docs/pools/netbox.md gives them

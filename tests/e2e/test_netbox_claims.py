@@ -16,8 +16,8 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition, controller_as_user, rules_with_ipaddress_verbs  # noqa: E402
-from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION  # noqa: E402
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import addresses_in, holding, owner, seeded  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402

@@ -22,8 +22,8 @@ import uuid
 
 import pytest
 
-from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
-from metal3_ipam.core.netbox import KEY_FIELD, Reason, owned_key
+from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, Reason, owned_key
 from netbox_fixtures import NETS, addresses_in, fresh, holding, owner, seeded
 
 

@@ -15,8 +15,8 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, Kube  # noqa: E402
-from metal3_ipam.core.netbox import owned_key  # noqa: E402
-from metal3_ipam.core.sweep import Home, home_in  # noqa: E402
+from metal3_ipam.poolkinds.netbox.source import owned_key  # noqa: E402
+from metal3_ipam.poolkinds.netbox.sweep import Home, home_in  # noqa: E402
 from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import holding, owner, seeded  # noqa: E402

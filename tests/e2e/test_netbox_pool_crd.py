@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
-from metal3_ipam.core import netbox_pool
+from metal3_ipam.poolkinds.netbox import pool as netbox_pool
 from metal3_ipam.demo import TABLE
 
 GROUP, VERSION, PLURAL = netbox_pool.GROUP, netbox_pool.VERSION, netbox_pool.PLURAL

@@ -18,9 +18,9 @@ pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CLUSTER, Kube  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.netbox import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION  # noqa: E402
-from metal3_ipam.core.sweep import Home, home_in  # noqa: E402
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION  # noqa: E402
+from metal3_ipam.poolkinds.netbox.sweep import Home, home_in  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from netbox_fixtures import addresses_in, holding, owner, seeded  # noqa: E402
 from test_netbox_asks import put_secret  # noqa: E402

@@ -30,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from controller_fixtures import ControllerProcess, start_control_plane
 from metal3_ipam import crds
 from metal3_ipam.controller import webhook
-from metal3_ipam.core import pools
+from metal3_ipam.core import poolkind as pools
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
 

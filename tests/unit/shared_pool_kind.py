@@ -13,7 +13,10 @@ from typing import Any
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.pool import read_pool
-from metal3_ipam.core.pools import CLUSTER, Counts, Finalizers, PoolKind
+from metal3_ipam.core.poolkind import CLUSTER
+from metal3_ipam.core.poolkind import Counts
+from metal3_ipam.core.poolkind import Finalizers
+from metal3_ipam.core.poolkind import PoolKind
 from metal3_ipam.core.problems import Problem
 
 SHARED = ("pools.test.metal3.io", "SharedPool")

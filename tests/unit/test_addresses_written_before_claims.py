@@ -284,7 +284,7 @@ from hypothesis import HealthCheck, given, note, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from metal3_ipam.core.allocator import never_for  # noqa: E402
-from metal3_ipam.core import pools as pool_kinds  # noqa: E402
+from metal3_ipam.core import poolkind as pool_kinds  # noqa: E402
 
 POOLS = {"a": IN_CLUSTER, "b": IN_CLUSTER, "pa": kinds.IPPOOL}
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from metal3_ipam.core import incluster as ic
+from metal3_ipam.poolkinds.incluster import spec as ic
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.inventory import SERVED, Inventory
+from metal3_ipam.core.inventory import Inventory, served
 from ipam_objects import capi_claim, cluster
 from test_model import LaggingWatch, Store
 
@@ -78,7 +78,7 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
         pools = [pool(kind, ns, addresses, name, created[key]) for key, (kind, ns, name, addresses) in POOLS.items()]
         for obj in (*pools, cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
             self.store.load(obj)
-        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in SERVED]
+        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in served()]
         self.started = False
 
     # -- the world ----------------------------------------------------------------------

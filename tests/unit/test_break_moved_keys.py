@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
-from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import Found, Home, description, held_in, home_in
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in, home_in
 
 from ipam_objects import capi_claim, user_delete
 from test_outside_allocation import claim, ready

@@ -11,7 +11,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import validation
 from metal3_ipam.core.asking import Asking, Op, Refused
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import reconcile
 from ipam_objects import NS, capi_claim, get, ippool, ipclaim, set_meta, user_delete
 from test_outside_allocation import POOL, SERVER, World, claim, ready
@@ -354,12 +354,12 @@ def test_restarts_and_copied_keys_leave_one_address_per_ip_and_nothing_behind(ev
 # -- the pool deleted while a claim waits for NetBox's answer --------------------------------------------
 
 def _pool(world):
-    from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+    from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
     return get(world.api, NETBOX_IP_POOL, "nb")
 
 
 def _delete_pool(world):
-    from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+    from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
     user_delete(world.api, NETBOX_IP_POOL, "nb")
 
 

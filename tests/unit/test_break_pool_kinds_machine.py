@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from metal3_ipam.core import incluster as ic
+from metal3_ipam.poolkinds.incluster import spec as ic
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge

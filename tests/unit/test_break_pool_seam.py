@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from metal3_ipam.core import incluster as ic
+from metal3_ipam.poolkinds.incluster import spec as ic
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.naming import is_dns1123_subdomain
@@ -65,7 +65,7 @@ def test_a_claim_of_a_kind_of_pool_of_cluster_scope_registered_after_another_lef
     keys the new kind's claims by namespace too, whatever claim keys were made in between."""
     import dataclasses
 
-    from metal3_ipam.core import pools
+    from metal3_ipam.core import poolkind as pools
     from shared_pool_kind import SHARED, SHARED_KIND
 
     namespaced = ("pools.test.metal3.io", "NamespacedPool")

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools  # noqa: F401  (the pool kinds first: see the import test below)
-from metal3_ipam.core import prefixes
+from metal3_ipam.core import poolkind as pools
+from metal3_ipam.poolkinds.incluster import prefix_spec as prefixes
 from metal3_ipam.core.ledger import Ledger, compare
 from metal3_ipam.core.reconcile import run_to_end
 from metal3_ipam.memory import converge
@@ -305,9 +305,8 @@ def test_with_a_wide_address_in_use_each_new_sub_prefix_is_the_go_providers_firs
 
 
 def test_the_prefix_pools_core_may_be_imported_first():
-    """``core.prefixes`` imported before anything else (a tool or test of its own) once failed on a circular
-    import through the pool kinds."""
-    run = subprocess.run([sys.executable, "-c", "import metal3_ipam.core.prefixes as p; print(p.BITS)"],
+    """The prefix pools' spec module imported before anything else (a tool or test of its own) imports."""
+    run = subprocess.run([sys.executable, "-c", "import metal3_ipam.poolkinds.incluster.prefix_spec as p; print(p.BITS)"],
                          capture_output=True, text=True, timeout=60)
     assert (run.returncode, run.stdout.strip()) == (0, "128"), run.stderr
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
-from metal3_ipam.core.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
                                     description, disown, held_in, hold, home_in, home_of, home_state, rehome,
                                     settle, swept_at, unclaimed_here)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-from metal3_ipam.controller.netbox_asks import NetBoxPools
+from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
-from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
-from metal3_ipam.core.sweep import Found, Home, description, held_in
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in
 
 from ipam_objects import capi_claim, set_meta, user_delete
 from test_break_netbox_lifecycle import NS2 as OTHER, TwoNamespaces

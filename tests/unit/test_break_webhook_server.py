@@ -287,7 +287,7 @@ def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path
 # -- ConversionReviews: a whole LIST in one body ---------------------------------------------------------
 
 from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
-from metal3_ipam.core import conversion  # noqa: E402
+from metal3_ipam.core import conversion
 
 V1ALPHA2 = "ipam.cluster.x-k8s.io/v1alpha2"
 

@@ -16,7 +16,7 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools
+from metal3_ipam.core import poolkind as pools
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_served_capi_claim

@@ -67,7 +67,7 @@ def _moved(claim: dict) -> dict | None:
 
 
 def _finalizer(kind: tuple[str, str]) -> str:
-    from metal3_ipam.core import pools
+    from metal3_ipam.core import poolkind as pools
     return pools.REGISTRY[kind].finalizers.claim[kinds.CAPI_CLAIM]
 
 
@@ -319,7 +319,7 @@ def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_whatever
 def test_a_netbox_claim_moved_away_keeps_its_netbox_address_until_it_is_deleted():
     """A kind whose addresses an outside IPAM hands out: the key the claim carries stays its own (no claim
     carrying it elsewhere), NetBox keeps the address for it, and it is released when the claim goes."""
-    from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+    from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
     from test_outside_allocation import World, claim as netbox_claim
     world = World(netbox_claim("a"))
     world.settle()

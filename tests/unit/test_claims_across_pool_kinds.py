@@ -23,7 +23,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.kept import bound_ip
 from metal3_ipam.core.naming import address_name
-from metal3_ipam.core.pools.incluster import lock_prefix
+from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_served_capi_claim, go_served_ipclaim

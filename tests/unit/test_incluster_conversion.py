@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core import conversion as cv
+from metal3_ipam.core import conversion as review_conversion
+from metal3_ipam.poolkinds.incluster import conversion as cv
 
 FAST = settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 ANNOTATION = cv.CONVERSION_DATA_ANNOTATION
@@ -144,7 +145,7 @@ def test_conversion_review():
             "spec": {"subnet": "10.0.0.0/30"}}
     same = {"apiVersion": cv.V1ALPHA2, "kind": "InClusterIPPool", "metadata": {"name": "q"},
             "spec": {"addresses": ["10.0.0.1"], "prefix": 24}}
-    answer = cv.convert_review(review([pool, same]))
+    answer = review_conversion.convert_review(review([pool, same]))
     assert answer["apiVersion"] == "apiextensions.k8s.io/v1" and answer["kind"] == "ConversionReview"
     response = answer["response"]
     assert response["uid"] == "abc" and response["result"] == {"status": "Success"}
@@ -162,6 +163,6 @@ def test_conversion_review():
     ("nope", cv.V1ALPHA2, "ConversionReview: request.objects: "),
 ])
 def test_a_failed_review_names_object_field_and_value(objects, desired, named):
-    response = cv.convert_review(review(objects, desired))["response"]
+    response = review_conversion.convert_review(review(objects, desired))["response"]
     assert response["result"]["status"] == "Failure" and response["convertedObjects"] == []
     assert response["result"]["message"].startswith(named) and "(value: " in response["result"]["message"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from metal3_ipam import crds
-from metal3_ipam.core import conversion, incluster, prefixes
+from metal3_ipam.poolkinds.incluster import conversion
+from metal3_ipam.poolkinds.incluster import spec as incluster
+from metal3_ipam.poolkinds.incluster import prefix_spec as prefixes
 
 EXPECTED = {
     # kind: (plural, scope, versions)

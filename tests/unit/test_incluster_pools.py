@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core import incluster as ic
+from metal3_ipam.poolkinds.incluster import spec as ic
 from metal3_ipam.core.allocator import POOL_EXHAUSTED, AllocationError, Allocator
 from field_paths import value_at
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools
+from metal3_ipam.core import poolkind as pools
 from metal3_ipam.core.actions import Create
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.core.naming import MAX_NAME_LENGTH

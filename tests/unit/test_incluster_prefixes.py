@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core import prefixes as px
+from metal3_ipam.poolkinds.incluster import prefix_spec as px
 from field_paths import value_at
 
 FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools
+from metal3_ipam.core import poolkind as pools
 from metal3_ipam.core.naming import (LOCK_TAGS, MAX_NAME_LENGTH, address_name, is_dns1123_subdomain, lock_name,
                                      lock_pool_part)
-from metal3_ipam.core.pools.incluster import lock_prefix
-from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix
+from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, user_delete

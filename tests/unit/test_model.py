@@ -36,7 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, SetStatus
-from metal3_ipam.core.inventory import Inventory, SERVED
+from metal3_ipam.core.inventory import Inventory, served
 from metal3_ipam.core.kept import own_ip
 from metal3_ipam.core.naming import ip_text
 from metal3_ipam.core.reconcile import reconcile
@@ -52,7 +52,7 @@ class Store(MemoryApi):
 
     def __init__(self) -> None:
         super().__init__(now="2024-01-01T00:00:00Z")
-        self.streams: dict[tuple[str, str], deque] = {kind: deque() for kind in SERVED}
+        self.streams: dict[tuple[str, str], deque] = {kind: deque() for kind in served()}
 
     def load(self, obj: dict) -> None:
         super().load(obj)
@@ -131,7 +131,7 @@ class LaggingWatch:
         if self.delivered:
             self.file(*self.delivered[k % len(self.delivered)])
 
-    @rule(kind=st.sampled_from(SERVED))
+    @rule(kind=st.sampled_from(served()))
     def a_list_is_taken(self, kind):
         self.pending_listings.append((kind, *self.store.listing(kind)))
 
@@ -219,7 +219,7 @@ class ControllerInTheWorld(LaggingWatch, RuleBasedStateMachine):
         for obj in objs:
             self.store.load(obj)
         # The controller starts: a LIST of every kind, filed after some watch events.
-        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in SERVED]
+        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in served()]
         self.started = False
 
     # -- the world ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, SetStatus
-from metal3_ipam.core.inventory import SERVED, Inventory, of_every_namespace
+from metal3_ipam.core.inventory import Inventory, served, of_every_namespace
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
 from metal3_ipam.testing import go_incluster as gi
@@ -68,7 +68,7 @@ class Store(MemoryApi):
     def __init__(self, scopes: list[tuple[str, ...] | None]) -> None:
         super().__init__(now=_time(0))
         self.scopes = scopes
-        self.streams = [{kind: deque() for kind in SERVED} for _ in range(REPLICAS)]
+        self.streams = [{kind: deque() for kind in served()} for _ in range(REPLICAS)]
 
     def _emit(self, kind_of_event: str, obj: dict) -> None:
         for scope, streams in zip(self.scopes, self.streams):
@@ -137,7 +137,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         self.pending = [[] for _ in range(REPLICAS)]
         for scope, cache in zip(self.scopes, self.caches):
             cache.namespaces = frozenset(scope) if scope is not None else None
-            for kind in SERVED:
+            for kind in served():
                 items, version = self.listing(kind)
                 cache.settle_listing(kind, None, [x for x in items if watched(scope, x)], version)
         self.note_deadlines()

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metal3_ipam.core.netbox import (
+from metal3_ipam.core.asking import backoff
+from metal3_ipam.poolkinds.netbox.source import (
     KEY_FIELD,
     Reason,
-    backoff,
     check_key_field,
     classify,
     is_key_conflict,

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from metal3_ipam import crds
-from metal3_ipam.core.netbox_pool import read_pool
+from metal3_ipam.poolkinds.netbox.pool import read_pool
 from test_crds import CEL_MIRRORS, _addr, _net, _same_family, is_cidr, is_ip, validate_object, walk
 
 KIND = "NetBoxIPPool"

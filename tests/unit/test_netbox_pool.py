@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core.netbox_pool import (
+from metal3_ipam.poolkinds.netbox.pool import (
     KIND,
     HandedOut,
     SecretKeyRef,
@@ -158,8 +158,8 @@ def test_handed_out_takes_netboxs_mask_unless_it_is_a_host_mask():
 
 
 def test_condition_reasons_of_refusals():
-    from metal3_ipam.core.netbox import Reason
-    from metal3_ipam.core.netbox_pool import condition_reason
+    from metal3_ipam.poolkinds.netbox.source import Reason
+    from metal3_ipam.poolkinds.netbox.pool import condition_reason
 
     prefix, _ = read_pool(body())
     ranged, _ = read_pool(body({"server": SERVER, "source": {"ipRange": "192.0.2.1-192.0.2.9"}}))
@@ -173,7 +173,7 @@ def test_condition_reasons_of_refusals():
 
 
 def test_pool_status_ready_counts_and_transition_time():
-    from metal3_ipam.core.netbox_pool import Survey, pool_status
+    from metal3_ipam.poolkinds.netbox.pool import Survey, pool_status
 
     pool, _ = read_pool(body())
     ready = pool_status(pool, Survey(size=254, used=4), now="2026-01-02T00:00:00Z")
@@ -198,7 +198,7 @@ def test_pool_status_ready_counts_and_transition_time():
 def test_claim_keys():
     import uuid
 
-    from metal3_ipam.core.netbox_pool import KEY_ANNOTATION, claim_key, new_key
+    from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION, claim_key, new_key
 
     key = new_key(uuid.UUID("12345678-1234-5678-1234-567812345678"))
     assert key == "12345678123456781234567812345678"

@@ -18,8 +18,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking, Granted, Intent, Op, Refused, Released
 from metal3_ipam.core.ledger import Ledger
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
-from metal3_ipam.core.pools.netbox import FINALIZERS, NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.kind import FINALIZERS, NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import needs_full, plan_pass, reconcile, run_to_end
 from ipam_objects import NS, capi_claim, get, loaded, set_meta, user_delete
 

@@ -11,7 +11,8 @@ import yaml
 from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
 from metal3_ipam.controller import permissions, webhook
-from metal3_ipam.core import kinds, netbox_pool
+from metal3_ipam.core import kinds
+from metal3_ipam.poolkinds.netbox import pool as netbox_pool
 from metal3_ipam.testing import controlplane
 
 ROOT = Path(__file__).resolve().parents[2]

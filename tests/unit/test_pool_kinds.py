@@ -15,8 +15,8 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools
-from metal3_ipam.core.pools.ippool import IPPOOL_KIND
+from metal3_ipam.core import poolkind as pools
+from metal3_ipam.poolkinds.ippool import IPPOOL_KIND
 from metal3_ipam.core.pool import read_pool
 from metal3_ipam.memory import converge
 from ipam_objects import NS, capi_claim, ippool, loaded

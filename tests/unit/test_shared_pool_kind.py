@@ -14,7 +14,7 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core import pools
+from metal3_ipam.core import poolkind as pools
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from ipam_objects import capi_claim, ippool, loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.core.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, description,
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, description,
                                     home_in, home_of, home_state, rehome)
 
 UID = "0b3e1f7a-1111-4c2d-9e8f-000000000001"

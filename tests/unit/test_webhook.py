@@ -648,7 +648,7 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
 # -- /convert: the in-cluster IP pool CRDs' conversion, on the same server ------------------------
 
 from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
-from metal3_ipam.core import conversion  # noqa: E402
+from metal3_ipam.core import conversion
 
 
 def _conversion_review(desired: str, *objects: dict, uid: str = "c-1") -> bytes:
@@ -730,7 +730,7 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
 
 # -- the in-cluster provider's IP pools ----------------------------------------------------------
 
-from metal3_ipam.core.incluster import SKIP_DELETE_VALIDATION_ANNOTATION  # noqa: E402
+from metal3_ipam.poolkinds.incluster.spec import SKIP_DELETE_VALIDATION_ANNOTATION  # noqa: E402
 
 INCLUSTER = "ipam.cluster.x-k8s.io/v1alpha2"
 

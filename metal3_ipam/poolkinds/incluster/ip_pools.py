@@ -20,15 +20,16 @@ and a deleted claim's address outlives it for the pool's
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from .. import incluster, kinds
-from ..naming import MAX_PREFIX_LENGTH, lock_pool_part
-from ..pool import Pool
-from . import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind
+from metal3_ipam.core import kinds
+from metal3_ipam.poolkinds.incluster import spec as incluster
+from metal3_ipam.poolkinds.incluster.conversion import convert
+from metal3_ipam.core.naming import MAX_PREFIX_LENGTH
+from metal3_ipam.core.pool import Pool
+from metal3_ipam.core.poolkind import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind, locked_as
 
 # The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
 # those of namespaced pools, and say that they are a global pool's.
@@ -46,12 +47,6 @@ def lock_prefix(kind: tuple[str, str], name: str, tag: str | None, room: int = 0
         return prefix
     digest = hashlib.sha256(f"{kind[0]}/{kind[1]}/{name}".encode()).hexdigest()[:8]
     return f"{prefix[:_LEGACY_HASHED_PART].rstrip('.-')}-{digest}"
-
-
-def locked_as(model: Pool, kind: tuple[str, str], name: str, cluster_scoped: bool, tags: tuple[str, str]) -> Pool:
-    """``model`` with the pool part and tag of its lock names (``naming.lock_name``)."""
-    part, tag = lock_pool_part(kind, name, tags[cluster_scoped], model.unit_length is not None)
-    return dataclasses.replace(model, name_prefix=part, lock_tag=tag)
 
 
 def _reader(kind: tuple[str, str], cluster_scoped: bool):
@@ -112,7 +107,7 @@ def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
     return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
                            validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
                            validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after,
-                           unique_in_namespace=scope == NAMESPACED)
+                           unique_in_namespace=scope == NAMESPACED, convert=convert)
 
 
 IN_CLUSTER_IP_POOL_KIND = _ip_pool_kind(incluster.IN_CLUSTER_IP_POOL, NAMESPACED, "inclusterippools")

@@ -24,13 +24,14 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from metal3_ipam.core.addresses import AddressError, parse_ip
-from metal3_ipam.core.netbox import ParentSpec, Reason, parse_parent
+from metal3_ipam.poolkinds.netbox.source import ParentSpec, Reason, parse_parent
 from metal3_ipam.core.problems import ObjectId, Problem
 
 GROUP = "netbox.metal3-ipam.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NetBoxIPPool"
+NETBOX_IP_POOL = (GROUP, KIND)
 PLURAL = "netboxippools"
 
 #: On a claim: the key its NetBox address is found by. Written before NetBox is asked;

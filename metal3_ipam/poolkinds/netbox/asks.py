@@ -37,14 +37,14 @@ from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.netbox import NetBoxClient, NetBoxError
+from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
 from metal3_ipam.controller.workers import utc_now
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Event, Plan, SetStatus
 from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
-from metal3_ipam.core.netbox import KEY_FIELD, Reason
-from metal3_ipam.core.netbox_pool import (
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, Reason
+from metal3_ipam.poolkinds.netbox.pool import (
     SERVER_DOWN,
     TOKEN_MISSING,
     NetBoxPool,
@@ -55,11 +55,11 @@ from metal3_ipam.core.netbox_pool import (
     pool_status,
     read_pool,
 )
-from metal3_ipam.core.pools.netbox import NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
-from metal3_ipam.core.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                    held_in, home_in, home_of, home_state, moved_from, settle, swept_at, taken_from,
-                                    unclaimed_here)
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
+                                               held_in, home_in, home_of, home_state, moved_from, settle, swept_at, taken_from,
+                                               unclaimed_here)
 
 log = logging.getLogger(__name__)
 

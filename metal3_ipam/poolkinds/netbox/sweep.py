@@ -90,8 +90,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
-from . import kinds
-from . import objects as o
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
 
 #: NetBox's limit on an IP address's description.
 MAX_DESCRIPTION = 200

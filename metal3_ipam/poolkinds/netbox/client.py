@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import aiohttp
 
-from metal3_ipam.core.netbox import (
+from metal3_ipam.poolkinds.netbox.source import (
     KEY_FIELD,
     ParentSpec,
     Reason,
@@ -61,7 +61,7 @@ from metal3_ipam.core.netbox import (
     parse_parent,
     usable_size,
 )
-from metal3_ipam.core.sweep import ABSENT, PRESENT, home_in, taken_over
+from metal3_ipam.poolkinds.netbox.sweep import ABSENT, PRESENT, home_in, taken_over
 
 __all__ = ["Allocation", "NetBoxClient", "NetBoxError", "Parent", "Usage"]
 

@@ -22,17 +22,19 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .. import kinds, netbox_pool
-from ..addresses import parse_ip
-from ..allocator import Grant
-from ..pool import Entry, Pool
-from ..problems import Problem
-from . import NAMESPACED, Finalizers, Outside, PoolKind
-from .incluster import locked_as
+from metal3_ipam.core import kinds
+from metal3_ipam.poolkinds.netbox import pool as netbox_pool
+from metal3_ipam.core.addresses import parse_ip
+from metal3_ipam.core.allocator import Grant
+from metal3_ipam.core.pool import Entry, Pool
+from metal3_ipam.core.problems import Problem
+from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, locked_as
+from metal3_ipam.core.validation import validate_pool_delete
+from metal3_ipam.poolkinds.netbox import service
 
 LOCK_TAG = "netbox"
 
-NETBOX_IP_POOL = (netbox_pool.GROUP, netbox_pool.KIND)
+NETBOX_IP_POOL = netbox_pool.NETBOX_IP_POOL
 
 FINALIZERS = Finalizers(
     pool=f"{netbox_pool.PLURAL}.{netbox_pool.GROUP}",
@@ -78,11 +80,6 @@ def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> li
                     "those claims first")]
 
 
-def _validate_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
-    from ..validation import validate_pool_delete  # it reads pools through the registry
-    return validate_pool_delete(obj, in_use)
-
-
 def _new_key(rng: random.Random) -> str:
     """A fresh allocation key, drawn from the pass's random source (the core draws nothing itself)."""
     return netbox_pool.new_key(uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -109,12 +106,12 @@ NETBOX_IP_POOL_KIND = PoolKind(
     read=read,
     validate=_validate,
     validate_update=_validate_update,
-    validate_delete=_validate_delete,
+    validate_delete=validate_pool_delete,
     default=None,
     cluster_name=lambda pool: None,
     status=lambda counts: {},
     indexes=False,
     unique_in_namespace=False,
     outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
-                    granted=_granted),
+                    granted=_granted, service=service.service, flags=service.FLAGS),
 )

@@ -1,24 +1,27 @@
-"""The kinds of pool claims are served from, each one ``PoolKind`` in ``REGISTRY``.
+"""The seam between the claim lifecycle and the kinds of pool: ``PoolKind``, and ``REGISTRY`` of them.
 
 A pool kind says what the API, the manifests and the admission webhooks need
 to know of it (group and kind, scope, plural, served versions, the claim kinds
 it serves, its finalizers) and what the one claim lifecycle of ``reconcile``
 asks of it: its objects read into the address set the allocator knows, its
 admission rules, the Cluster it belongs to, and the counts of its status.
-Serving another kind is one module under this package and its ``register``;
-the inventory, the ledger, the reconcile, the controller and the generated
-manifests iterate the registry.
+Serving another kind is one package under ``metal3_ipam.poolkinds`` and one
+line in its list, which registers each kind here; the inventory, the ledger,
+the reconcile, the controller and the generated manifests iterate the
+registry and never name a kind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import kinds
-from ..pool import Pool
-from ..problems import Problem
+from metal3_ipam.core import kinds
+from metal3_ipam.core.naming import lock_pool_part
+from metal3_ipam.core.pool import Pool
+from metal3_ipam.core.problems import Problem
 
 GroupKind = tuple[str, str]
 NAMESPACED, CLUSTER = "Namespaced", "Cluster"
@@ -43,6 +46,22 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A flag of ``metal3-ipam run`` a kind brings: ``--<name>``, read with ``parse`` (which raises
+    ValueError with what is wrong) into ``Options.kind_flags[dest]``, where its adapter finds it."""
+
+    name: str
+    default: Any
+    metavar: str
+    help: str
+    parse: Callable[[str], Any] = str
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+@dataclass(frozen=True)
 class Outside:
     """Where a kind's addresses come from when not from the pool's own address set: an outside IPAM, asked
     by a key the claim carries, whose answer comes later (``core.asking`` keeps the asks and answers).
@@ -62,6 +81,12 @@ class Outside:
     new_key: Callable[[Any], str]
     # What a claim of the pool (the object) is given for the address the outside IPAM holds for its key.
     granted: Callable[[Mapping[str, Any], str], Any]
+    # The adapter half the runtime starts and stops for the kind (it asks the outside IPAM, files the answers
+    # and wakes the pools): built from the runtime's parts (``controller.runtime.OutsideParts``); it has
+    # ``answers`` (given to each pass as ``Snapshot.answers``), ``passed``, ``pool_gone``, ``start`` and ``close``.
+    service: Callable[[Any], Any] | None = None
+    # The flags of ``metal3-ipam run`` that set it up.
+    flags: tuple[Flag, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,9 @@ class PoolKind:
     # Where addresses come from: None, the pool's own address set (the allocator answers at once); else an
     # outside IPAM that answers later (see ``Outside``).
     outside: Outside | None = None
+    # A pool object at another served apiVersion (the ``/convert`` webhook's work; raises
+    # ``conversion.ConversionError``), or None for a kind served at one version.
+    convert: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
 
     @property
     def group(self) -> str:
@@ -167,16 +195,8 @@ def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
     return pool_kind.read(pool)
 
 
-from .ippool import IPPOOL_KIND  # noqa: E402  (the kind modules read the names above)
-from .incluster import GLOBAL_IN_CLUSTER_IP_POOL_KIND, IN_CLUSTER_IP_POOL_KIND  # noqa: E402
-from .prefix import GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND  # noqa: E402
-
-register(IPPOOL_KIND)
-register(IN_CLUSTER_IP_POOL_KIND)
-register(GLOBAL_IN_CLUSTER_IP_POOL_KIND)
-register(IN_CLUSTER_PREFIX_POOL_KIND)
-register(GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND)
-
-from .netbox import NETBOX_IP_POOL_KIND  # noqa: E402
-
-register(NETBOX_IP_POOL_KIND)
+def locked_as(model: Pool, kind: GroupKind, name: str, cluster_scoped: bool, tags: tuple[str, str]) -> Pool:
+    """``model`` with the pool part and tag of its lock names (``naming.lock_name``): ``tags`` are the
+    kind's (namespaced, cluster-scoped) tags."""
+    part, tag = lock_pool_part(kind, name, tags[cluster_scoped], model.unit_length is not None)
+    return dataclasses.replace(model, name_prefix=part, lock_tag=tag)

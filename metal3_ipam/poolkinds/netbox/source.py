@@ -219,10 +219,3 @@ def classify(status: int, body: object, what: str, *, field: str = KEY_FIELD) ->
     if status == 429 or status >= 500:
         return Refusal(Reason.SERVER_ERROR, f"{what}: NetBox answered {status} ({detail})", status)
     return Refusal(Reason.INVALID, f"{what}: NetBox refused the request ({status}: {detail})", status)
-
-
-def backoff(attempt: int, *, base: float = 1.0, cap: float = 300.0) -> float:
-    """Seconds to wait before try number ``attempt`` (1 = the first retry): doubling from ``base``, at most ``cap``."""
-    if attempt < 1:
-        return 0.0
-    return min(cap, base * 2.0 ** min(attempt - 1, 64))

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .addresses import AddressError, ip_from_int, parse_cidr, parse_ip
-from .kinds import CAPI_IPAM_GROUP as GROUP
-from .intervals import IntervalSet, normalise, subtract
-from .pool import _within
-from .problems import Problem, tagged
+from metal3_ipam.core.addresses import AddressError, ip_from_int, parse_cidr, parse_ip
+from metal3_ipam.core.kinds import CAPI_IPAM_GROUP as GROUP
+from metal3_ipam.core.intervals import IntervalSet, normalise, subtract
+from metal3_ipam.core.pool import _within
+from metal3_ipam.core.problems import Problem, tagged
+from metal3_ipam.poolkinds.incluster.spec import Counts, read_span, validate_ip_pool_delete
 
 IN_CLUSTER_PREFIX_POOL = (GROUP, "InClusterPrefixPool")
 GLOBAL_IN_CLUSTER_PREFIX_POOL = (GROUP, "GlobalInClusterPrefixPool")
@@ -268,8 +269,3 @@ def validate_prefix_pool_update(old: Any, new: Any,
 def validate_prefix_pool_delete(obj: Any, in_use: Mapping[str, object] | None) -> list[Problem]:
     """As an IP pool: refused while IPAddresses name it, unless skipped, moved or deleting already."""
     return validate_ip_pool_delete(obj, in_use)
-
-
-# Last: importing core.incluster reads the pool kinds, whose prefix pool kind reads this module's names (this
-# module may be the first one imported).
-from .incluster import Counts, read_span, validate_ip_pool_delete  # noqa: E402

@@ -40,11 +40,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import kinds
-from .addresses import FAMILY_BITS, AddressError, host_range, network_of, parse_ip, parse_span
-from .intervals import normalise, subtract
-from .pool import Entry, Pool, span_text
-from .problems import Problem, tagged
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.addresses import FAMILY_BITS, AddressError, host_range, network_of, parse_ip, parse_span
+from metal3_ipam.core.intervals import normalise, subtract
+from metal3_ipam.core.objects import format_time, parse_time  # noqa: F401  (the grace deadline's form, read here too)
+from metal3_ipam.core.pool import Entry, Pool, span_text
+from metal3_ipam.core.problems import Problem, tagged
 
 GROUP = kinds.CAPI_IPAM_GROUP
 VERSION = "v1alpha2"
@@ -347,8 +349,3 @@ def validate_ip_pool_delete(obj: Any, in_use: Mapping[str, str] | None) -> list[
     return tagged(obj, [Problem("metadata.name", f"{len(names)} IPAddress(es): {shown}",
                               f"{MSG_DELETE_IN_USE} Delete their claims first, or set the annotation "
                               f"{SKIP_DELETE_VALIDATION_ANNOTATION}")])
-
-
-# Last: objects reads the pool kinds, whose in-cluster ones read the names above.
-from . import objects as o  # noqa: E402
-from .objects import format_time, parse_time  # noqa: E402,F401  (read here too: the grace deadline's form)

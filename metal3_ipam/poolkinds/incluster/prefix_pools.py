@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import prefixes
-from ..pool import Entry, Pool
-from ..problems import Problem
-from . import CLUSTER, NAMESPACED, PoolKind
-from .incluster import in_cluster_kind, locked_as
+from metal3_ipam.poolkinds.incluster import prefix_spec as prefixes
+from metal3_ipam.core.pool import Entry, Pool
+from metal3_ipam.core.problems import Problem
+from metal3_ipam.core.poolkind import CLUSTER, NAMESPACED, PoolKind, locked_as
+from metal3_ipam.poolkinds.incluster.ip_pools import in_cluster_kind
 
 LOCK_TAG, GLOBAL_LOCK_TAG = "pp", "gpp"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import kinds
-from ..pool import read_pool
-from ..problems import Problem
-from . import NAMESPACED, Counts, Finalizers, PoolKind
+from metal3_ipam.core import kinds
+from metal3_ipam.core.pool import read_pool
+from metal3_ipam.core.validation import validate_pool, validate_pool_delete, validate_pool_update
+from metal3_ipam.core.poolkind import NAMESPACED, Counts, Finalizers, PoolKind
 
 
 def _spec(pool: Mapping[str, Any]) -> Any:
@@ -24,22 +24,6 @@ def _cluster_name(pool: Mapping[str, Any]) -> str | None:
     spec = _spec(pool)
     name = spec.get("clusterName") if isinstance(spec, Mapping) else None
     return str(name) if name else None
-
-
-# The rules live with the other kinds' in ``validation``, which reads pools through the registry.
-def _validate(obj: Any) -> list[Problem]:
-    from ..validation import validate_pool
-    return validate_pool(obj)
-
-
-def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
-    from ..validation import validate_pool_update
-    return validate_pool_update(old, new, in_use)
-
-
-def _validate_delete(obj: Any, in_use: Mapping[str, str]) -> list[Problem]:
-    from ..validation import validate_pool_delete
-    return validate_pool_delete(obj, in_use)
 
 
 def _default(pool: Mapping[str, Any]) -> list[dict]:
@@ -67,9 +51,9 @@ IPPOOL_KIND = PoolKind(
         address={kinds.IPADDRESS: kinds.FINALIZERS[kinds.IPADDRESS],
                  kinds.CAPI_ADDRESS: kinds.FINALIZERS[kinds.CAPI_ADDRESS]}),
     read=lambda pool: read_pool(_spec(pool)),
-    validate=_validate,
-    validate_update=_validate_update,
-    validate_delete=_validate_delete,
+    validate=validate_pool,
+    validate_update=validate_pool_update,
+    validate_delete=validate_pool_delete,
     default=_default,
     cluster_name=_cluster_name,
     status=_status,

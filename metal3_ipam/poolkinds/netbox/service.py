@@ -1,0 +1,57 @@
+"""The NetBox kind's adapter half, as the runtime builds it: its flags of ``metal3-ipam run``, and the asks
+(``asks.NetBoxPools``) wired to the runtime's parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metal3_ipam.core.asking import Asking
+from metal3_ipam.core.poolkind import Flag
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, SecretTokens
+from metal3_ipam.poolkinds.netbox.source import check_owner
+
+SURVEY_SECONDS = 60.0
+
+
+def _sweep_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not (seconds == 0 or 1 <= seconds <= 86400):
+        raise ValueError(f"{text}: expected 0 (never) or 1 to 86400 seconds")
+    return seconds
+
+
+def _release_grace_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 30 * 86400:
+        raise ValueError(f"{text}: expected 0 to 2592000 seconds (30 days)")
+    return seconds
+
+
+FLAGS = (
+    Flag("netbox-owner", "metal3-ipam", "OWNER",
+         "marks the addresses this controller makes in NetBox (<owner>/<key> in their key field); the same in "
+         "every cluster claims may be moved to (default metal3-ipam)", parse=check_owner),
+    Flag("netbox-sweep-seconds", 300.0, "SECONDS",
+         "how often NetBox is swept for addresses of this owner's keys that no claim carries; one is released "
+         "when two sweeps this far apart found it so (default 300; 0: never)", parse=_sweep_seconds),
+    Flag("netbox-release-grace-seconds", 86400.0, "SECONDS",
+         "how long an address the sweep found carried by no claim stays in NetBox marked released (swept=<time> in "
+         "its description), for a claim of another cluster carrying its key (a move's target) to take it back, "
+         "before the sweep deletes it (default 86400)", parse=_release_grace_seconds),
+)
+
+
+def service(parts: Any) -> NetBoxPools:
+    """The asks of every NetBoxIPPool, with the runtime's API client, inventory, writer and wake-up."""
+    flags = parts.flags
+    return NetBoxPools(NetBoxAsks(SecretTokens(parts.api), owner=flags.get("netbox_owner", FLAGS[0].default)),
+                       Asking(), inventory=parts.inventory, writer=parts.writer, wake=parts.wake,
+                       may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
+                       sweep_seconds=flags.get("netbox_sweep_seconds", FLAGS[1].default),
+                       release_grace_seconds=flags.get("netbox_release_grace_seconds", FLAGS[2].default))

@@ -1,0 +1,3 @@
+"""Every test runs with the kinds of pool registered, as the controller's entry points do."""
+
+from metal3_ipam import poolkinds  # noqa: F401
