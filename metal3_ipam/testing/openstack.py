@@ -37,10 +37,15 @@ admin is Neutron's administrator; a system-scoped one is not); through
 Neutron's: an external flat network (``public``) with an IPv4 subnet whose
 allocation pool is ``pool`` (default ``203.0.113.10``–``203.0.113.29``).
 
-Measured on a 2-core machine: cold (empty cache) about 3 minutes: pip 1–2
-minutes, the schemas about 40 s; warm (from the cache) about 10 s to a network
-ready for floating IPs (``startup_seconds`` tells each part). MariaDB, Keystone
-and Neutron together hold about 400 MB of memory.
+Measured on a 2-core machine shared with other work: cold (an empty cache,
+MariaDB installed) about 2 minutes: pip 80–100 s (370 MB), the migrations and
+dumps 45 s (the dumps 41 KiB and 109 KiB). Warm (from the cache) 7 s to a
+network ready for floating IPs when the machine is idle, up to 20 s when it is
+busy (``startup_seconds`` tells each part: MariaDB's install-db and restore
+2–9 s, Keystone's first answer 3–4 s, the identities and Neutron's first
+answer 2 s; Neutron and Keystone load at the same time). Neutron restarts
+(:meth:`OpenStack.stop_neutron`, :meth:`OpenStack.start_neutron`) in about 3 s.
+MariaDB, Keystone and Neutron hold about 420 MB of memory (100, 140, 180).
 """
 
 from __future__ import annotations
@@ -856,7 +861,8 @@ class OpenStack(_Lifecycle):
 
     def reset(self) -> None:
         """Back to the state after start: every floating IP deleted, networks but ``public`` deleted, quota and
-        policy Neutron's defaults."""
+        policy Neutron's defaults; Neutron started if it was stopped."""
+        self.start_neutron()
         self.set_neutron_policy({})
         for fip in self.floating_ips():
             self.neutron("DELETE", f"floatingips/{fip['id']}", expect=(204, 404))

@@ -93,6 +93,9 @@ def openstack():
     except openstack_mod.OpenStackError as exc:
         cloud.stop()
         pytest.fail(f"OpenStack unavailable:\n{exc}", pytrace=False)
+    except OSError as exc:  # urllib's: a server stopped answering while the start made its objects
+        cloud.stop()
+        pytest.fail(f"OpenStack unavailable: {exc!r}\n{cloud.format_logs()}", pytrace=False)
     try:
         yield cloud
     finally:

@@ -80,9 +80,16 @@ def test_an_application_credential_clouds_yaml_gets_a_token_refused_once_the_cre
     status, refused, _ = openstack.request("GET", f"{openstack.neutron_url}/v2.0/floatingips", token=token,
                                            expect=(401,))
     assert status == 401
-    status, token, _ = _token(openstack, openstack.clouds_yaml("member", app_credential=credential),
-                              expect=(401, 404))
-    assert token is None
+    status, token, refused = _token(openstack, openstack.clouds_yaml("member", app_credential=credential),
+                                    expect=(404,))
+    assert status == 404 and token is None, refused
+
+
+def test_an_application_credential_with_a_wrong_secret_is_refused_401(openstack):
+    credential = {**openstack.application_credential("member"), "secret": "not-the-secret"}
+    status, token, refused = _token(openstack, openstack.clouds_yaml("member", app_credential=credential),
+                                    expect=(401,))
+    assert status == 401 and token is None, refused
 
 
 def test_a_floating_ip_is_tagged_in_a_second_call_and_listed_by_its_tag(openstack):
