@@ -1,9 +1,10 @@
 """A real OpenStack on loopback: MariaDB, Keystone and Neutron, for tests.
 
 Neutron (``NEUTRON_VERSION``) and Keystone (``KEYSTONE_VERSION``) are installed
-from PyPI, with PyMySQL, into one virtualenv in a cache outside the repository,
-``~/.cache/metal3-ipam/openstack-neutron<N>-keystone<K>/`` (or
-``$METAL3_IPAM_OPENSTACK_CACHE``), with a Python 3.11–3.13 (see
+from PyPI, with PyMySQL, their dependencies held at the versions of
+:mod:`metal3_ipam.testing.openstack_constraints`, into one virtualenv in a cache
+outside the repository, ``~/.cache/metal3-ipam/openstack-neutron<N>-keystone<K>/``
+(or ``$METAL3_IPAM_OPENSTACK_CACHE``), with a Python 3.11–3.13 (see
 :func:`find_python`). Their schemas are made once (``keystone-manage db_sync``
 and ``bootstrap`` with cheap password hashing, ``neutron-db-manage upgrade
 heads``) on a MariaDB of their own and kept there as ``mariadb-dump`` files;
@@ -38,8 +39,8 @@ Neutron's: an external flat network (``public``) with an IPv4 subnet whose
 allocation pool is ``pool`` (default ``203.0.113.10``–``203.0.113.29``).
 
 Measured on a 2-core machine shared with other work: cold (an empty cache,
-MariaDB installed) about 2 minutes: pip 80–100 s (370 MB), the migrations and
-dumps 45 s (the dumps 41 KiB and 109 KiB). Warm (from the cache) 7 s to a
+MariaDB installed) 1.5–2.5 minutes: pip 60–100 s (370 MB), the migrations and
+dumps 22–45 s (the dumps 41 KiB and 109 KiB). Warm (from the cache) 7 s to a
 network ready for floating IPs when the machine is idle, up to 20 s when it is
 busy (``startup_seconds`` tells each part: MariaDB's install-db and restore
 2–9 s, Keystone's first answer 3–4 s, the identities and Neutron's first
@@ -53,6 +54,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import pwd
@@ -71,6 +73,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
+from metal3_ipam.testing.openstack_constraints import CONSTRAINTS
 from metal3_ipam.testing.netbox import _locked, _run as _run_netbox, _wait as _wait_netbox, find_python as _find
 
 __all__ = [
@@ -88,7 +91,7 @@ __all__ = [
 
 NEUTRON_VERSION = "29.0.0"
 KEYSTONE_VERSION = "30.0.0"
-#: Everything installed is pinned where it matters: the two services and the database driver.
+#: The two services and the database driver; their dependencies are held by CONSTRAINTS.
 REQUIREMENTS = (f"neutron=={NEUTRON_VERSION}", f"keystone=={KEYSTONE_VERSION}", "PyMySQL==1.2.4")
 MIN_PYTHON = (3, 11)
 MAX_PYTHON = (3, 13)  # what Neutron 29 and Keystone 30 declare
@@ -188,7 +191,7 @@ def ensure_install(*, progress: Callable[[str], None] = _say, timeout: float = 1
     """The virtualenv holding Neutron, Keystone and PyMySQL (its directory), installed with pip on first use."""
     venv = venv_dir()
     stamp = venv / ".metal3-ipam-installed"
-    wanted = " ".join(REQUIREMENTS)
+    wanted = " ".join(REQUIREMENTS) + " -c " + hashlib.sha256(" ".join(CONSTRAINTS).encode()).hexdigest()[:16]
     if stamp.is_file() and stamp.read_text() == wanted:
         return venv
     with _locked(cache_dir(), _say):
@@ -196,11 +199,13 @@ def ensure_install(*, progress: Callable[[str], None] = _say, timeout: float = 1
             return venv
         python = find_python()
         t0 = time.monotonic()
-        progress(f"installing {wanted} into {venv} with {python} (pip; one or two minutes)")
+        progress(f"installing {' '.join(REQUIREMENTS)} into {venv} with {python} (pip; one or two minutes)")
         shutil.rmtree(venv, ignore_errors=True)
+        constraints = cache_dir() / "constraints.txt"
+        constraints.write_text("\n".join(CONSTRAINTS) + "\n")
         _run([str(python), "-m", "venv", str(venv)], what="python -m venv", timeout=300)
         _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              *REQUIREMENTS], what=f"pip install {wanted}", timeout=timeout)
+              "-c", str(constraints), *REQUIREMENTS], what=f"pip install {' '.join(REQUIREMENTS)}", timeout=timeout)
         frozen = _run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"],
                       what="pip freeze", timeout=120)
         (cache_dir() / "installed.txt").write_text(frozen)

@@ -88,14 +88,16 @@ def openstack():
     Tests leave it as they found it (``openstack.reset()`` deletes every floating IP).
     """
     cloud = openstack_mod.OpenStack()
+    reason = None
     try:
         cloud.start()
     except openstack_mod.OpenStackError as exc:
-        cloud.stop()
-        pytest.fail(f"OpenStack unavailable:\n{exc}", pytrace=False)
+        reason = str(exc)
     except OSError as exc:  # urllib's: a server stopped answering while the start made its objects
+        reason = f"{exc!r}\n{cloud.format_logs()}"
+    if reason is not None:
         cloud.stop()
-        pytest.fail(f"OpenStack unavailable: {exc!r}\n{cloud.format_logs()}", pytrace=False)
+        pytest.fail(f"OpenStack unavailable:\n{reason}", pytrace=False)
     try:
         yield cloud
     finally:
