@@ -100,7 +100,7 @@ def cache_dir(version: str = NETBOX_VERSION) -> Path:
 
 def _python_version(python: str) -> tuple[int, int] | None:
     try:
-        out = subprocess.run([python, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+        out = subprocess.run([python, "-c", "import sys, venv, ensurepip; print(*sys.version_info[:2])"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -447,7 +447,11 @@ class _MariaDB:
         top.mkdir()
         user = self.user
         if user is not None:
-            entry = pwd.getpwnam(user)
+            try:
+                entry = pwd.getpwnam(user)
+            except KeyError:
+                raise OpenStackUnavailable(f"MariaDB refuses to run as root and there is no {user!r} user to run it "
+                                           "as; install Debian's mariadb-server, which makes it") from None
             os.chown(top, entry.pw_uid, entry.pw_gid)
         _run([str(self.programs["install_db"]), *self._options(), "--auth-root-authentication-method=normal",
               "--skip-test-db", *([f"--user={user}"] if user else [])],

@@ -170,3 +170,18 @@ def test_neutron_paused_accepts_connections_and_answers_nothing(openstack):
         with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
             openstack.request("GET", f"{openstack.neutron_url}/v2.0/networks", token=token, timeout=2)
     openstack.request("GET", f"{openstack.neutron_url}/v2.0/networks", token=token)
+
+
+def test_a_policy_override_is_honoured_at_neutrons_next_request(openstack):
+    token = openstack.token("member")
+    _, made, _ = _create_fip(openstack, token)
+    fip = made["floatingip"]
+    openstack.set_neutron_policy({"delete_floatingip": "role:admin"})
+
+    status, refused, _ = openstack.request("DELETE", f"{openstack.neutron_url}/v2.0/floatingips/{fip['id']}",
+                                           token=token, expect=(403,))
+    assert refused["NeutronError"]["type"] == "PolicyNotAuthorized", refused
+
+    openstack.set_neutron_policy({})
+    openstack.request("DELETE", f"{openstack.neutron_url}/v2.0/floatingips/{fip['id']}", token=token)
+    assert openstack.floating_ips(id=fip["id"]) == []
