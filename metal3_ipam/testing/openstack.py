@@ -38,6 +38,15 @@ admin is Neutron's administrator; a system-scoped one is not); through
 Neutron's: an external flat network (``public``) with an IPv4 subnet whose
 allocation pool is ``pool`` (default ``203.0.113.10``–``203.0.113.29``).
 
+For the tests: :meth:`OpenStack.clouds_yaml` (password or application
+credential), :meth:`OpenStack.token`, :meth:`OpenStack.neutron` and
+:meth:`OpenStack.keystone` (raw requests as a user, urllib only: nothing the
+controller uses), :meth:`OpenStack.floating_ips`, :meth:`OpenStack.set_quota`,
+:meth:`OpenStack.set_neutron_policy`, :meth:`OpenStack.create_external_network`;
+:meth:`OpenStack.stop_neutron` / :meth:`OpenStack.start_neutron` (the same
+port), :meth:`OpenStack.paused` (Neutron SIGSTOPped); :meth:`OpenStack.reset`
+back to the state after start.
+
 Measured on a 2-core machine shared with other work: cold (an empty cache,
 MariaDB installed) 1.5–2.5 minutes: pip 60–100 s (370 MB), the migrations and
 dumps 22–45 s (the dumps 41 KiB and 109 KiB). Warm (from the cache) 7 s to a
