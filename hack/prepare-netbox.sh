@@ -27,6 +27,9 @@ if (( ${#missing[@]} )); then
         exit 1
     fi
     log "installing Debian packages: ${missing[*]}"
+    # One apt-get (and one policy-rc.d) at a time: the preparations of NetBox and OpenStack run side by side.
+    exec 9>"${TMPDIR:-/tmp}/metal3-ipam-apt.lock"
+    flock 9
     t0=$(date +%s)
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq </dev/null
@@ -40,6 +43,7 @@ if (( ${#missing[@]} )); then
     rc=0
     apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null || rc=$?
     (( had_policy )) || rm -f /usr/sbin/policy-rc.d
+    exec 9>&-  # the lock released
     (( rc == 0 )) || { log "apt-get install failed ($rc)"; exit "$rc"; }
     log "installed in $(( $(date +%s) - t0 ))s"
 fi

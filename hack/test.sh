@@ -4,8 +4,10 @@
 # It installs tox and the image tools (podman, runc, slirp4netns, mmdebstrap)
 # when missing, builds the control-plane binaries and kustomize
 # (hack/build-binaries.sh) while it prepares NetBox (hack/prepare-netbox.sh:
-# PostgreSQL and Redis from Debian, NetBox from PyPI, its migrated database; all
-# cached across runs in ~/.cache/metal3-ipam), then runs tox with the arguments
+# PostgreSQL and Redis from Debian, NetBox from PyPI, its migrated database) and
+# OpenStack (hack/prepare-openstack.sh: MariaDB from Debian, Neutron and Keystone
+# from PyPI, their migrated databases); all cached across runs in
+# ~/.cache/metal3-ipam, then runs tox with the arguments
 # given. Each step prints its time. Exits with tox's exit status. Idempotent: a
 # second run finds everything in place and goes straight to tox.
 set -uo pipefail
@@ -55,6 +57,13 @@ netbox_start=$(date +%s)
 bash hack/prepare-netbox.sh </dev/null >"$netbox_log" 2>&1 &
 netbox_pid=$!
 
+# Keystone's and Neutron's preparation (apt, pip, a minute of migrations) likewise.
+echo "==> preparing OpenStack in the background (hack/prepare-openstack.sh)"
+openstack_log="$(mktemp)"
+openstack_start=$(date +%s)
+bash hack/prepare-openstack.sh </dev/null >"$openstack_log" 2>&1 &
+openstack_pid=$!
+
 echo "==> building control-plane binaries and kustomize (hack/build-binaries.sh)"
 build_start=$(date +%s)
 if bash hack/build-binaries.sh </dev/null; then
@@ -73,6 +82,16 @@ else
     echo "==> hack/prepare-netbox.sh FAILED after $(( $(date +%s) - netbox_start ))s; the NetBox tests will report it" >&2
 fi
 rm -f "$netbox_log"
+
+if wait "$openstack_pid"; then
+    cat "$openstack_log"
+    echo "==> OpenStack ready in $(( $(date +%s) - openstack_start ))s"
+else
+    cat "$openstack_log"
+    # Keep going: the OpenStack tests then fail and say why.
+    echo "==> hack/prepare-openstack.sh FAILED after $(( $(date +%s) - openstack_start ))s; the OpenStack tests will report it" >&2
+fi
+rm -f "$openstack_log"
 
 echo "==> tox"
 tox_start=$(date +%s)

@@ -100,7 +100,7 @@ def cache_dir(version: str = NETBOX_VERSION) -> Path:
 
 def _python_version(python: str) -> tuple[int, int] | None:
     try:
-        out = subprocess.run([python, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+        out = subprocess.run([python, "-c", "import sys, venv, ensurepip; print(*sys.version_info[:2])"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -110,21 +110,24 @@ def _python_version(python: str) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def find_python() -> Path:
-    """A Python 3.12–3.14 with venv for NetBox: ``$METAL3_IPAM_NETBOX_PYTHON``, python3.1x on PATH, pyenv's versions.
+def find_python(minimum: tuple[int, int] = MIN_PYTHON, maximum: tuple[int, int] = MAX_PYTHON, *,
+                env_var: str = "METAL3_IPAM_NETBOX_PYTHON", what: str = f"NetBox {NETBOX_VERSION}",
+                unavailable: type[Exception] = NetBoxUnavailable) -> Path:
+    """A Python ``minimum``–``maximum`` (NetBox's: 3.12–3.14) with venv: ``$env_var``, python3.1x on PATH,
+    pyenv's versions.
 
     Debian 12's own python3 is 3.11, too old for NetBox 4.7; the machines this
     project runs on carry pyenv versions under ``~/.pyenv/versions`` (or ``$PYENV_ROOT``).
     """
-    env = os.environ.get("METAL3_IPAM_NETBOX_PYTHON")
+    wanted = f"Python {minimum[0]}.{minimum[1]}-{maximum[0]}.{maximum[1]}"
+    env = os.environ.get(env_var)
     if env:
         version = _python_version(env)
-        if version is None or version < MIN_PYTHON:
-            raise NetBoxUnavailable(f"METAL3_IPAM_NETBOX_PYTHON={env} is not a Python >= 3.12 with venv "
-                                    f"(found {version})")
+        if version is None or not minimum <= version <= maximum:
+            raise unavailable(f"{env_var}={env} is not a {wanted} with venv (found {version})")
         return Path(env)
     candidates: list[str] = []
-    for minor in range(MAX_PYTHON[1], MIN_PYTHON[1] - 1, -1):
+    for minor in range(maximum[1], minimum[1] - 1, -1):
         found = shutil.which(f"python3.{minor}")
         if found:
             candidates.append(found)
@@ -142,11 +145,11 @@ def find_python() -> Path:
     for candidate in candidates:
         version = _python_version(candidate)
         looked.append(f"{candidate} ({'.'.join(map(str, version)) if version else 'unusable'})")
-        if version is not None and MIN_PYTHON <= version <= MAX_PYTHON:
+        if version is not None and minimum <= version <= maximum:
             return Path(candidate)
-    raise NetBoxUnavailable(
-        f"NetBox {NETBOX_VERSION} needs Python >= 3.12 with venv; none found. Looked at: {', '.join(looked)}. "
-        "Install one (pyenv, or a distribution package) or point METAL3_IPAM_NETBOX_PYTHON at it."
+    raise unavailable(
+        f"{what} needs a {wanted} with venv; none found. Looked at: {', '.join(looked)}. "
+        f"Install one (pyenv, or a distribution package) or point {env_var} at it."
     )
 
 
@@ -185,20 +188,21 @@ def _pg_major(bindir: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path, say: Callable[[str], None] = _say) -> Iterator[None]:
     """One installer or dump maker at a time, across processes."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _say(f"another process prepares {directory}; waiting for it")
+            say(f"another process prepares {directory}; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
 def _run(argv: Sequence[str], *, what: str, timeout: float, env: Mapping[str, str] | None = None,
-         user: str | None = None, cwd: Path | None = None) -> str:
+         user: str | None = None, cwd: Path | None = None, error: type[Exception] = NetBoxError,
+         unavailable: type[Exception] = NetBoxUnavailable) -> str:
     identity: dict[str, Any] = {}
     if user is not None:
         entry = pwd.getpwnam(user)
@@ -208,12 +212,12 @@ def _run(argv: Sequence[str], *, what: str, timeout: float, env: Mapping[str, st
                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
                              cwd=str(cwd) if cwd else None, **identity)
     except subprocess.TimeoutExpired:
-        raise NetBoxError(f"{what} did not finish within {timeout:g}s") from None
+        raise error(f"{what} did not finish within {timeout:g}s") from None
     except OSError as exc:
-        raise NetBoxUnavailable(f"{what}: cannot run {argv[0]}: {exc}") from None
+        raise unavailable(f"{what}: cannot run {argv[0]}: {exc}") from None
     if out.returncode != 0:
         tail = "\n".join((out.stdout + out.stderr).splitlines()[-30:])
-        raise NetBoxError(f"{what} exited with status {out.returncode}:\n{tail}")
+        raise error(f"{what} exited with status {out.returncode}:\n{tail}")
     return out.stdout
 
 
@@ -326,11 +330,11 @@ ACCESS_LOG_FORMAT = "%(m)s|%(U)s|%(q)s|%(s)s|%(M)s"
 
 
 def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process | None = None,
-          interval: float = 0.1) -> None:
+          interval: float = 0.1, error: type[Exception] = NetBoxError) -> None:
     last: object = None
     while True:
         if proc is not None and not proc.alive():
-            raise NetBoxError(f"{proc.name} exited (status {proc.popen.returncode}) while waiting for {what}; "
+            raise error(f"{proc.name} exited (status {proc.popen.returncode}) while waiting for {what}; "
                               f"its log:\n{proc.tail(60)}")
         try:
             if check():
@@ -339,7 +343,7 @@ def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process 
             last = exc
         if time.monotonic() >= deadline:
             tail = f"; its log:\n{proc.tail(60)}" if proc is not None else ""
-            raise NetBoxError(f"timed out waiting for {what}; last: {last!r}{tail}")
+            raise error(f"timed out waiting for {what}; last: {last!r}{tail}")
         time.sleep(interval)
 
 

@@ -15,6 +15,7 @@ import pytest
 from controller_fixtures import SUMMARY, start_control_plane
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing import netbox as netbox_mod
+from metal3_ipam.testing import openstack as openstack_mod
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     lines = config.stash.get(SUMMARY, [])
@@ -77,6 +78,32 @@ def netbox():
         nb.stop()
 
 
+@pytest.fixture(scope="session")
+def openstack():
+    """One real Keystone and Neutron (over MariaDB, on loopback) for the whole session: a project with a
+    ``member`` and the ``admin``, an external network ``public`` (metal3_ipam.testing.openstack).
+
+    Installed and migrated on first use into ~/.cache/metal3-ipam/openstack-<versions>
+    (hack/prepare-openstack.sh does it ahead); fails, never skips, when it cannot be had.
+    Tests leave it as they found it (``openstack.reset()`` deletes every floating IP).
+    """
+    cloud = openstack_mod.OpenStack()
+    reason = None
+    try:
+        cloud.start()
+    except openstack_mod.OpenStackError as exc:
+        reason = str(exc)
+    except OSError as exc:  # urllib's: a server stopped answering while the start made its objects
+        reason = f"{exc!r}\n{cloud.format_logs()}"
+    if reason is not None:
+        cloud.stop()
+        pytest.fail(f"OpenStack unavailable:\n{reason}", pytrace=False)
+    try:
+        yield cloud
+    finally:
+        cloud.stop()
+
+
 @pytest.fixture
 def control_plane_factory(control_plane_binaries):
     """make(**ControlPlane kwargs) -> a further, independent control plane, stopped after the test."""
@@ -128,3 +155,5 @@ def pytest_runtest_makereport(item, call):
         report.sections.append((f"control plane {cp.server} logs", cp.format_logs()))
     for nb in netbox_mod.live_netboxes():
         report.sections.append((f"NetBox {nb.url} logs", nb.format_logs()))
+    for cloud in openstack_mod.live_openstacks():
+        report.sections.append((f"OpenStack {cloud.auth_url} logs", cloud.format_logs()))
