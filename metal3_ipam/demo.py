@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import manifests
 from .controller.api import request
-from .core import kinds, pools
+from .core import kinds, poolkind
 from .core import objects as o
 from .controller.operator import plural_of
 
@@ -43,7 +43,7 @@ def _path(obj: dict, version: str | None = None) -> str:
     if not group:  # the core group: /api/v1
         return f"/api/{api_version}/namespaces/{o.namespace(obj) or 'default'}/{CORE_PLURALS[obj['kind']]}"
     kind = kinds.kind_of(obj)
-    pool_kind = pools.REGISTRY.get(kind)
+    pool_kind = poolkind.REGISTRY.get(kind)
     where = "" if pool_kind is not None and pool_kind.cluster_scoped else f"namespaces/{o.namespace(obj) or 'default'}/"
     return f"/apis/{group}/{version or api_version}/{where}{plural_of(kind)}"
 
@@ -110,13 +110,13 @@ def _settled(api, claims: list[dict]) -> bool:
 def _tables(namespaces: list[str]) -> list[tuple[str, str]]:
     """(title, path) of what the demo prints: the pools of every kind, the claims and addresses of both APIs."""
     found = []
-    for kind, pool_kind in sorted(pools.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
+    for kind, pool_kind in sorted(poolkind.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
                                                                               item[1].plural)):
         group, version = kind[0], pool_kind.versions[0]
         if pool_kind.cluster_scoped:
             found.append((pool_kind.plural, f"/apis/{group}/{version}/{pool_kind.plural}"))
     for ns in namespaces:
-        for kind, pool_kind in sorted(pools.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
+        for kind, pool_kind in sorted(poolkind.REGISTRY.items(), key=lambda item: (item[0][0] != kinds.METAL3_GROUP,
                                                                                   item[1].plural)):
             if not pool_kind.cluster_scoped:
                 found.append((f"{pool_kind.plural} -n {ns}",
@@ -186,7 +186,7 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
                     return 1
                 time.sleep(0.2)
             namespaces = sorted({o.namespace(obj) or "default" for obj in objs
-                                 if not getattr(pools.REGISTRY.get(kinds.kind_of(obj)), "cluster_scoped", False)})
+                                 if not getattr(poolkind.REGISTRY.get(kinds.kind_of(obj)), "cluster_scoped", False)})
             for title, path in _tables(namespaces):
                 _print_table(api, title, path)
         finally:

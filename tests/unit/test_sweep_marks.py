@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam.controller.netbox import Allocation, NetBoxClient, NetBoxError
-from metal3_ipam.controller.netbox_asks import NetBoxPools
+from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient, NetBoxError
+from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
 from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.netbox import Reason
-from metal3_ipam.core.netbox_pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.source import Reason
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
-from metal3_ipam.core.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
                                     taken_from, taken_over, with_swept)
 
 from test_break_sweep_holds import C1, SP, T1, TP, _Asks, _claim, _cluster, _NetBox, _pool
