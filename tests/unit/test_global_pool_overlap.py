@@ -141,12 +141,6 @@ def test_a_namespaced_pool_created_where_a_global_pool_has_claims_skips_the_ips_
     assert _ips(api) == {(NS, "c"): "10.9.0.1", (NS, "a"): "10.9.0.2", (NS, "d"): "10.9.0.4"}
 
 
-WINDOW = ("a namespaced pool created (or edited into the range) where a global pool has claims, while an "
-          "allocation of the global pool in that namespace is on its way: neither pass sees the other's write, "
-          "no lock is shared, and both keep the IP (README, \"one window remains\")")
-
-
-@pytest.mark.xfail(strict=True, reason=WINDOW)
 def test_a_namespaced_pool_created_while_a_global_pool_hands_out_an_ip_there_never_hands_out_the_same():
     api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
     api.load(_claim("d", "g"))

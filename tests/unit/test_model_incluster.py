@@ -181,6 +181,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         else:
             self.store.inventory.remove(claim)
             self.store._emit("DELETED", claim)
+            self.store._collect(claim)  # the guards it owns go with it
         self.note_deadlines()
 
     @rule(seconds=st.integers(1, 8))
