@@ -286,7 +286,7 @@ PREFIX_WINDOW = ("prefix pools write no guard of an IP (a sub-prefix is not one 
 
 
 @pytest.mark.xfail(strict=True, reason=PREFIX_WINDOW)
-def test_a_namespaced_prefix_pool_created_while_a_global_pool_hands_out_an_ip_there_never_hands_out_a_sub_prefix_holding_it():
+def test_a_namespaced_prefix_pool_created_while_a_global_pool_hands_out_an_ip_there_never_holds_it_too():
     api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
     api.load(_claim("d", "g"))
     on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
