@@ -154,6 +154,50 @@ def test_a_namespaced_pool_created_while_a_global_pool_hands_out_an_ip_there_nev
     assert len(ips) == len(set(ips)), _ips(api)
 
 
+def test_a_namespaced_pools_allocation_carried_out_after_a_global_pools_of_the_same_ip_there_is_refused():
+    """The other order: the global pool's allocation lands first, and the namespaced pool's guard is refused."""
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(_claim("d", "g"))
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    api.load(_pool("n", ["10.9.0.1-10.9.0.3"], "2024-01-01T00:01:00Z", namespace=NS))
+    api.load(_claim("a", "n", gi.IN_CLUSTER_IP_POOL))
+    local_plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", LOCAL), api.now))
+    assert not api.apply(global_plan)
+    assert [r for r in api.apply(local_plan) if "10-9-0-2.nsip already exists" in r]
+    converge(api, random.Random(0))
+    assert _ips(api) == {(NS, "c"): "10.9.0.1", (NS, "d"): "10.9.0.2", (NS, "a"): "10.9.0.3"}
+
+
+def _guards(api):
+    """(namespace, name) -> the uid of the claim owning it, of every guard of an IP."""
+    return {(o.namespace(a), o.name(a)): o.owner_references(a)[0]["uid"]
+            for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)}
+
+
+def test_a_claims_guard_goes_with_its_lock_when_it_is_released():
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    claim = get(api, kinds.CAPI_CLAIM, "c")
+    assert _guards(api) == {(NS, "10-9-0-1.nsip"): o.meta(claim)["uid"]}
+    user_delete(api, kinds.CAPI_CLAIM, "c")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "c") is None and not list(api.inventory.of_kind(kinds.IPADDRESS))
+
+
+def test_a_guard_left_by_a_claim_that_is_gone_keeps_nothing():
+    """Its claim gone before the garbage collector took it: the next allocation of its IP replaces it."""
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"))
+    claim_ref = {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "name": "old", "namespace": NS}
+    api.load({"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+              "metadata": {"name": "10-9-0-1.nsip", "namespace": NS, "labels": {kinds.GUARD_LABEL: "10-9-0-1"},
+                           "ownerReferences": [{**claim_ref, "uid": "gone"}]},
+              "spec": {"address": "10.9.0.1", "claim": claim_ref,
+                       "pool": {"apiVersion": gi.POOL_API_VERSION, "kind": GLOBAL[1], "name": "g"}}})
+    api.load(_claim("c", "g"))
+    converge(api, random.Random(0))
+    assert _ips(api) == {(NS, "c"): "10.9.0.1"}
+    assert _guards(api) == {(NS, "10-9-0-1.nsip"): o.meta(get(api, kinds.CAPI_CLAIM, "c"))["uid"]}
+
+
 def test_a_global_pool_skips_the_ips_a_pool_being_deleted_still_holds_in_its_claims_namespace():
     """A pool being deleted owns nothing any more, but its addresses hold their IPs until they are gone."""
     api = _converged(_pool("n", ["10.9.0.1-10.9.0.2"], "2024-01-01T00:00:00Z", namespace=NS),
