@@ -993,9 +993,10 @@ class _Reconciler:
             if others:
                 return _held_text(others[0])
         first = int(self.pool.address_of(unit))
-        if self.kind.cluster_scoped and self.snap.held_elsewhere(
+        if (self.kind.cluster_scoped or self.kind.unique_in_namespace) and self.snap.held_elsewhere(
                 o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
-            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
+            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere), and for
+            # a namespaced pool a global pool's addresses there too (but a separate network's).
             others = self.snap.held_by_others(o.namespace(claim), self.pool.version, first, every_pool=True)
             return _held_text(others[0]) if others else f"an address of namespace {o.namespace(claim)} holds"
         if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):

@@ -168,6 +168,19 @@ def test_a_namespaced_pools_allocation_carried_out_after_a_global_pools_of_the_s
     assert _ips(api) == {(NS, "c"): "10.9.0.1", (NS, "d"): "10.9.0.2", (NS, "a"): "10.9.0.3"}
 
 
+def test_an_address_written_before_its_claim_of_a_namespaced_pool_is_refused_where_a_global_pools_claim_holds_it():
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(_pool("n", ["10.9.0.1-10.9.0.3"], "2024-01-01T00:01:00Z", namespace=NS))
+    api.load({"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress", "metadata": {"name": "a", "namespace": NS},
+              "spec": {"claimRef": {"name": "a"}, "poolRef": {"apiGroup": gi.GROUP, "kind": LOCAL[1], "name": "n"},
+                       "address": "10.9.0.1", "prefix": 24}})
+    api.load(_claim("a", "n", gi.IN_CLUSTER_IP_POOL))
+    converge(api, random.Random(0))
+    ready = o.condition(o.status(get(api, kinds.CAPI_CLAIM, "a")), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "AddressConflict", ready
+    assert "which IPAddressClaim default/c holds" in ready["message"] and "GlobalInClusterIPPool g" in ready["message"]
+
+
 def _guards(api):
     """(namespace, name) -> the uid of the claim owning it, of every guard of an IP."""
     return {(o.namespace(a), o.name(a)): o.owner_references(a)[0]["uid"]
