@@ -993,15 +993,31 @@ class _Reconciler:
             if others:
                 return _held_text(others[0])
         first = int(self.pool.address_of(unit))
-        if (self.kind.cluster_scoped or self.kind.unique_in_namespace) and self.snap.held_elsewhere(
+        held = self.global_address_at(namespace, first) if self.kind.unique_in_namespace else None
+        if held is not None:
+            return _held_text(held)
+        if self.kind.cluster_scoped and self.snap.held_elsewhere(
                 o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
-            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere), and for
-            # a namespaced pool a global pool's addresses there too (but a separate network's).
+            # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
             others = self.snap.held_by_others(o.namespace(claim), self.pool.version, first, every_pool=True)
             return _held_text(others[0]) if others else f"an address of namespace {o.namespace(claim)} holds"
         if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):
             return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
                     "objects were deleted")
+        return None
+
+    def global_address_at(self, namespace: str, ip: int) -> dict | None:
+        """For a namespaced pool: the Cluster API IPAddress of a global pool's claim of the namespace at ``ip``
+        (but a separate network's), or None. A global pool's lock is in the lock namespace, which may be this one:
+        it does not count."""
+        if self.kind.cluster_scoped:
+            return None
+        shared = {w.owner for w in self.snap.withheld if w.shared}
+        for address in self.snap.held_by_others(namespace, self.pool.version, ip, every_pool=True):
+            pool = o.pool_of(address)
+            if kinds.kind_of(address) == kinds.CAPI_ADDRESS and pool is not None and pool not in shared \
+                    and pools.REGISTRY[pool.kind].cluster_scoped:
+                return address
         return None
 
     def withheld_from(self, namespace: str) -> list[tuple[int, int]]:
