@@ -4,7 +4,10 @@
 and the tests use it to check the reconcile's promises without a server. The
 store behaves as the API server does where it matters to the reconcile: a
 name is taken only once, an object with finalizers is only marked for
-deletion, and it goes when its last finalizer does.
+deletion, and it goes when its last finalizer does. The garbage collector's
+part is played for the guards of IPs only (``naming.guard_name``): a guard
+goes with the claim that owns it; every other object of ours is held by our
+finalizers and let go by the reconcile.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class MemoryApi:
     now: str = "1970-01-01T00:00:00Z"
     events: list[Event] = field(default_factory=list)
     _version: int = 0
+    # The guards by the uid of the claim owning them: the garbage collector takes them when it goes.
+    _guards: dict[str, set[tuple]] = field(default_factory=dict)
 
     def load(self, obj: dict) -> None:
         """Take an object as it is given (from a file): fill in what the API server would."""
@@ -49,6 +54,9 @@ class MemoryApi:
         meta.setdefault("resourceVersion", self._next_version())
         meta.setdefault("generation", 1)
         self.inventory.upsert(obj)
+        if kinds.kind_of(obj) == kinds.IPADDRESS and o.is_guard(obj):
+            for owner in o.owner_references(obj):
+                self._guards.setdefault(str(owner.get("uid")), set()).add((o.namespace(obj), o.name(obj)))
 
     def _uid(self, obj: dict) -> str:
         # Repeatable for repeatable input, and new for each incarnation of a name, as on a server.
@@ -78,8 +86,26 @@ class MemoryApi:
             meta["generation"] = int(o.meta(stored).get("generation") or 1) + 1
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.inventory.remove(obj)
+            self._collect(obj)
         else:
             self.inventory.upsert(obj)
+
+    def _lives(self, owner: dict, namespace: str) -> bool:
+        """Whether the object an owner reference names (in ``namespace``) is stored, that incarnation."""
+        found = self.inventory.get((kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind"))),
+                                   namespace, str(owner.get("name")))
+        return found is not None and o.meta(found).get("uid") == owner.get("uid")
+
+    def _collect(self, gone: dict) -> None:
+        """The garbage collector: the guards ``gone`` owned go with it (those of its uid only); ``gone`` is the
+        object, or an owner reference to it."""
+        uid = gone.get("uid") if "uid" in gone else o.meta(gone).get("uid")
+        for namespace, name in sorted(self._guards.pop(str(uid), ())):
+            guard = self.inventory.get(kinds.IPADDRESS, namespace, name)
+            if guard is not None and any(r.get("uid") == uid for r in o.owner_references(guard)):
+                guard = copy.deepcopy(guard)
+                guard["metadata"].setdefault("deletionTimestamp", self.now)
+                self._store(guard)
 
     # -- the actions -------------------------------------------------------
 
@@ -109,6 +135,9 @@ class MemoryApi:
             if self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
                 raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
             self.load(obj)
+            owners = o.owner_references(obj)
+            if o.is_guard(obj) and not any(self._lives(owner, o.namespace(obj)) for owner in owners):
+                self._collect(owners[0] if owners else {})  # made for a claim gone already
         elif isinstance(action, Delete):
             guard = action.unless_exists
             where = (guard.group_kind, guard.namespace, guard.name) if guard is not None else None

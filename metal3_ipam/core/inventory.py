@@ -946,6 +946,17 @@ class Inventory:
         there."""
         return namespace in self._spread.get(pool_key, ())
 
+    def global_holds(self, version: int, ip: int) -> bool:
+        """Whether a global IP pool that keeps its IPs apart from the namespaced pools (not a separate network)
+        holds ``ip`` in its address set: its allocations to a claim of any namespace guard the IP there, and so
+        must a namespaced pool's (``reconcile``'s guards). A walk over the global pools, which are few."""
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key) if not pools.REGISTRY[key.kind].holds_prefixes else None
+            model = facts.pool if facts is not None and not facts.apart else None
+            if model is not None and model.version == version and model.entry_of(model.unit_of(ip)) is not None:
+                return True
+        return False
+
     def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
         ``withheld``): for a global pool every other pool that keeps apart, for a namespaced pool the global
@@ -1019,6 +1030,8 @@ class Inventory:
             held_twice=lambda namespace, version, ip: self.held_twice(pool_key, mates(namespace), namespace, version,
                                                                       ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
+            claim_named=self.get,
+            global_holds=self.global_holds,
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,

@@ -43,6 +43,9 @@ IP_ADDRESS_ANNOTATION = "ipAddress"
 # On a global pool, "true": its addresses are another network's, so an overlap with any other pool is shared
 # (both hand it out, both say so) instead of withheld by the later pool (see ``core.overlap``).
 SEPARATE_NETWORK_ANNOTATION = "ipam.metal3.io/separate-network"
+# On a Metal3 IPAddress that guards an IP in its namespace (``naming.guard_name``), the IP: it names a claim and
+# its pool as a lock does, and is filed with no pool (it is no address of the claim's).
+GUARD_LABEL = "ipam.metal3.io/guards-ip"
 
 
 def group_of(api_version: str) -> str:

@@ -89,6 +89,20 @@ def address_label(ip: netaddr.IPAddress) -> str:
     return "-".join(format((value >> (112 - 16 * i)) & 0xFFFF, "x") for i in range(8))
 
 
+# The guard of an IP in a namespace (``<address>.nsip``, e.g. ``10-0-0-5.nsip``): a Metal3 IPAddress that a global
+# pool's allocation to a claim of the namespace and a namespaced pool's allocation of an IP some global pool holds
+# both create before their lock, so that the API server refuses the second of two allocations of one IP there,
+# which no pass saw the other make (their locks have different names, in different namespaces). Two labels, the
+# last ``nsip``: never a name of the lock scheme above (three labels at least, the last a tag) nor one an earlier
+# version gave (ending in a digit of the address or the length), and IPv4 and IPv6 never meet (four groups or eight).
+GUARD_TAG = "nsip"
+
+
+def guard_name(ip: netaddr.IPAddress) -> str:
+    """The name of the guard of ``ip`` in a namespace: ``10-0-0-5.nsip``."""
+    return f"{address_label(ip)}.{GUARD_TAG}"
+
+
 def lock_suffix_room(tag: str, length: bool) -> int:
     """The most characters a lock name of ``tag`` has after its pool part (a hashed one's tag included)."""
     return 1 + LONGEST_IP_TEXT + (len(".128") if length else 0) + 1 + len(tag) + len(HASHED)

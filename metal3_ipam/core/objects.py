@@ -187,13 +187,18 @@ MAX_POOL_KEYS = 4096
 _one_pool = _OneOfEach(MAX_POOL_KEYS)
 
 
+def is_guard(obj: Mapping[str, Any]) -> bool:
+    """A Metal3 IPAddress guarding an IP in its namespace (``naming.guard_name``), not an address of its claim."""
+    return kinds.GUARD_LABEL in labels(obj)
+
+
 def pool_of(obj: Mapping[str, Any]) -> PoolKey | None:
     """The pool a claim or an address (of either API) is for, or None when not ours."""
     kind = kinds.kind_of(obj)
     ns = namespace(obj)
     if kind == kinds.IPADDRESS:
         pool = spec(obj).get("pool")
-        if isinstance(pool, Mapping) and pool.get("name"):
+        if isinstance(pool, Mapping) and pool.get("name") and not is_guard(obj):
             # Locks of IPPools name the pool alone; those of other kinds say their kind.
             pool_kind = kinds.IPPOOL
             if pool.get("kind") and pool.get("kind") != kinds.IPPOOL[1]:

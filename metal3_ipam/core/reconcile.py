@@ -91,10 +91,10 @@ from .actions import Create, Delete, Event, Plan, SetFinalizers, SetMetadata, Se
 from .addresses import ip_from_int
 from .allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from .asking import Granted, Intent, Refused
-from .kept import BOUND_REASON, binds_none, bound_message, named_ip, status_ref
+from .kept import BOUND_REASON, binds_none, bound_ip, bound_message, named_ip, status_ref
 from .ledger import CAPI, METAL3, PLANNED, AddressKey, Ledger, ObjKey
-from .naming import ip_text
-from .overlap import Withheld, withheld_spans
+from .naming import address_label, guard_name, ip_text
+from .overlap import Withheld, separate_network, withheld_spans
 from .several import each
 from . import poolkind
 from .pool import Pool
@@ -179,6 +179,11 @@ class Snapshot:
     yielded: list[Withheld] = field(default_factory=list)
     # The pool spec already read (the inventory keeps it per generation); read here when None.
     model: tuple[Pool | None, list[Problem]] | None = None
+    # A claim of that (group, kind), namespace and name, or None: whether the claim a guard names lives.
+    claim_named: Callable[[tuple[str, str], str, str], dict | None] = lambda kind, namespace, name: None
+    # Some global pool whose claims keep their IPs apart from the namespaced pools holds (version, ip) in its
+    # address set: a namespaced pool's allocation of it is guarded (``naming.guard_name``).
+    global_holds: Callable[[int, int], bool] = lambda version, ip: False
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"
@@ -816,6 +821,8 @@ class _Reconciler:
             _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
         for address in mine:
             _let_go(step, address, self.finalizers.address[kinds.IPADDRESS])
+        for guard in self.guards_of(claim, mine):
+            step.add(Delete(o.ref(guard)))
         gone = {finalizer, *self.stale_finalizers(claim)}
         if gone & set(o.finalizers(claim)):
             step.add(SetFinalizers(o.ref(claim), tuple(f for f in o.finalizers(claim) if f not in gone),
@@ -1019,6 +1026,9 @@ class _Reconciler:
             if others:
                 return _held_text(others[0])
         first = int(self.pool.address_of(unit))
+        held = self.global_address_at(namespace, first) if self.kind.unique_in_namespace else None
+        if held is not None:
+            return _held_text(held)
         if self.kind.cluster_scoped and self.snap.held_elsewhere(
                 o.namespace(claim), self.pool.version, first, first + (1 << self.pool.unit_bits) - 1):
             # The claim's namespace: the addresses of the pools there (a global pool's locks are elsewhere).
@@ -1027,6 +1037,20 @@ class _Reconciler:
         if self.snap.kept_elsewhere(o.namespace(claim), self.pool.version, first):
             return ("is kept for a claim of another pool of the namespace, whose status names it and whose address "
                     "objects were deleted")
+        return None
+
+    def global_address_at(self, namespace: str, ip: int) -> dict | None:
+        """For a namespaced pool: the Cluster API IPAddress of a global pool's claim of the namespace at ``ip``
+        (but a separate network's), or None. A global pool's lock is in the lock namespace, which may be this one:
+        it does not count."""
+        if self.kind.cluster_scoped:
+            return None
+        shared = {w.owner for w in self.snap.withheld if w.shared}
+        for address in self.snap.held_by_others(namespace, self.pool.version, ip, every_pool=True):
+            pool = o.pool_of(address)
+            if kinds.kind_of(address) == kinds.CAPI_ADDRESS and pool is not None and pool not in shared \
+                    and pools.REGISTRY[pool.kind].cluster_scoped:
+                return address
         return None
 
     def withheld_from(self, namespace: str) -> list[tuple[int, int]]:
@@ -1232,7 +1256,7 @@ class _Reconciler:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
-        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim))  # noqa: E731
+        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim), claim=claim)  # noqa: E731
         avoid = self.withheld_from(o.namespace(claim))
         if self.kind.outside is not None:
             return self.allocate_outside(claim, step, taken_elsewhere)
@@ -1253,7 +1277,7 @@ class _Reconciler:
                 try:
                     grant = self.allocator.reclaim(
                         o.name(claim), own, lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim),
-                                                                            for_keeper=True),
+                                                                            for_keeper=True, claim=claim),
                         kept_as=key, avoid=avoid, written_over=self.written_over(own))
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
@@ -1269,6 +1293,8 @@ class _Reconciler:
                 return self.fail(claim, step, reason, message, event_message=message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
+        for action in self.guard_actions(claim, grant.unit):
+            step.add(action)
         step.add(Create(address))
         if lost:
             step.add(Event(o.ref(claim), "Warning", "AddressChanged",
@@ -1393,8 +1419,76 @@ class _Reconciler:
         holders = ledger.holders_of(unit)
         return bool(holders) and all(binds_no_claim(*holder) for holder in holders)
 
+    # -- the guard of an IP in a claim's namespace ------------------------------------------------
+
+    def guarded(self, claim: dict, unit: int) -> bool:
+        """Whether handing ``unit`` to ``claim`` creates its guard in the claim's namespace first: a global IP
+        pool's allocation (but one of a separate network), and a namespaced IP pool's of an IP a global pool
+        holds. Of two such allocations of one IP in a namespace, which no pass saw the other make (a global
+        pool's pass made before the namespaced pool came, carried out after its allocation), the API server
+        refuses the second guard, and with it the rest of that step: one IP never goes to two claims there.
+        A global pool's pass always guards (it cannot know of a namespaced pool created since); a namespaced
+        pool's sees every global pool made before it passes, and one made later withholds its addresses."""
+        kind, pool = self.kind, self.pool
+        if pool is None or kind.holds_prefixes or kind.outside is not None or pool.unit_length is not None:
+            return False
+        if kind.cluster_scoped:
+            return not separate_network(self.pool_obj)
+        return kind.unique_in_namespace and self.snap.global_holds(pool.version, int(pool.address_of(unit)))
+
+    def guard_of(self, claim: dict, unit: int) -> dict | None:
+        """The guard of ``unit`` in the claim's namespace, if one is stored."""
+        return self.snap.address_named(o.namespace(claim), guard_name(self.pool.address_of(unit)))
+
+    def guard_holds(self, guard: dict, claim: dict | None = None) -> bool:
+        """Whether a guard keeps its IP for a claim other than ``claim``: its claim lives (the incarnation it
+        owns) and is bound to no other IP (until its address shows, its allocation may be on its way). Else it
+        is left over (its allocation refused, its claim gone) and whoever wants the IP deletes it."""
+        ref = o.spec(guard).get("claim") or {}
+        kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
+                                                                                         kinds.IPCLAIM[1]))
+        holder = self.snap.claim_named(kind, o.namespace(guard), str(ref.get("name") or ""))
+        if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
+            return False
+        bound, guarded = bound_ip(holder), _ip_of(guard)
+        return bound is None or (guarded is not None and int(bound) == int(guarded))
+
+    def guards_of(self, claim: dict, addresses: list[dict]) -> list[dict]:
+        """The guards of the claim's IPs that ``addresses`` hold, stored and its own: they go with its lock (the
+        garbage collector would take them once the claim is gone)."""
+        found = []
+        for address in addresses:
+            ip = _ip_of(address)
+            guard = self.snap.address_named(o.namespace(claim), guard_name(ip)) if ip is not None else None
+            if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
+                found.append(guard)
+        return found
+
+    def guard_actions(self, claim: dict, unit: int) -> list:
+        """What guards ``unit`` for ``claim`` before its lock is written: its guard created (a left-over one of
+        that name deleted first, that incarnation only); nothing when it has its guard already, or needs none."""
+        if not self.guarded(claim, unit):
+            return []
+        found = self.guard_of(claim, unit)
+        if found is not None and _owned_by(found, claim):
+            return []  # its own, from an earlier try
+        ip = self.pool.address_of(unit)
+        claim_ref: dict[str, Any] = {"name": o.name(claim), "namespace": o.namespace(claim),
+                                     "apiVersion": claim.get("apiVersion"), "kind": claim.get("kind")}
+        pool = self.pool_obj
+        guard = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+                 "metadata": {"name": guard_name(ip), "namespace": o.namespace(claim),
+                              "labels": {kinds.GUARD_LABEL: address_label(ip)},
+                              # Gone with its claim (the garbage collector), and moved with it.
+                              "ownerReferences": [_owner(claim)]},
+                 "spec": {"address": ip_text(ip), "claim": claim_ref,
+                          "pool": {"apiVersion": pool.get("apiVersion"), "kind": pool.get("kind"),
+                                   "name": o.name(pool), "namespace": o.namespace(pool)}}}
+        # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
+        return ([Delete(o.ref(found))] if found is not None else []) + [Create(guard)]
+
     def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
-                       for_keeper: bool = False) -> bool:
+                        for_keeper: bool = False, claim: dict | None = None) -> bool:
         """In use by something this pool's own addresses do not show.
 
         The name lock (another pool with the same namePrefix, or any object of
@@ -1407,6 +1501,10 @@ class _Reconciler:
         for the claim whose status names the IP, whom an address written before
         its claim and bound to none does not keep from it.
         """
+        if claim is not None and self.guarded(claim, ip):
+            guard = self.guard_of(claim, ip)
+            if guard is not None and self.guard_holds(guard, claim):
+                return True
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
         name = self.pool.lock_name(ip)
@@ -1638,6 +1736,13 @@ def _let_go(step: Step, obj: dict, finalizer: str, unless_exists: o.Ref | None =
 def _without_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
     return SetFinalizers(o.ref(obj), tuple(f for f in o.finalizers(obj) if f != finalizer),
                          o.meta(obj).get("resourceVersion"))
+
+
+def _owned_by(obj: dict, owner: dict) -> bool:
+    """Whether an owner reference of ``obj`` names this incarnation of ``owner`` (its uid)."""
+    uid = o.meta(owner).get("uid")
+    return uid is not None and any(isinstance(r, Mapping) and r.get("uid") == uid
+                                   for r in o.meta(obj).get("ownerReferences") or [])
 
 
 def _owner(obj: dict, controller: bool | None = None, block: bool = False) -> dict:

@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from controller_fixtures import CLUSTER, Findings, Kube, condition, until_converged
+from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
 
@@ -311,7 +312,8 @@ def pool_of(obj: dict) -> PoolKey | None:
     spec = obj.get("spec") or {}
     ref = spec.get("poolRef") or spec.get("pool") or {}
     kind = ref.get("kind")
-    if kind not in gi.POOL_KINDS:
+    if kind not in gi.POOL_KINDS or GUARD_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
+        return None  # the guard of an IP in its claim's namespace: no address, no lock
         return None
     if kind in gi.GLOBAL_POOL_KINDS:
         return PoolKey(kind, "", ref.get("name"))

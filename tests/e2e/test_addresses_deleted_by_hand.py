@@ -17,6 +17,7 @@ import pytest
 pytest.register_assert_rewrite("controller_fixtures")
 
 from controller_fixtures import CAPI, METAL3, Kube, assert_invariants, condition
+from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing.waiting import eventually
 
 pytest_plugins = ("controller_fixtures",)
@@ -62,6 +63,7 @@ def own_ip(kube: Kube, kind: str, name: str) -> str | None:
     ref = (claim.get("status") or {}).get("addressRef") or {}
     mirror = kube.capi_ipaddress(ref["name"]) if ref.get("name") and ready and ready["status"] == "True" else None
     locks = [a for a in kube.addresses() if a["spec"]["claim"]["name"] == name
+             and GUARD_LABEL not in (a["metadata"].get("labels") or {})
              and a["spec"]["claim"].get("kind") == "IPAddressClaim" and not a["metadata"].get("deletionTimestamp")]
     if mirror is None or len(locks) != 1 or locks[0]["spec"]["address"] != mirror["spec"]["address"]:
         return None

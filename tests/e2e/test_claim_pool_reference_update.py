@@ -26,6 +26,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from controller_fixtures import CAPI, METAL3, condition
+from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.core.validation import validate_ipclaim_update
 from metal3_ipam.testing.waiting import eventually
 
@@ -77,7 +78,7 @@ def _locks_of(kube, claim: str) -> dict[tuple[str, str], str]:
     controller's): (namespace, name) -> uid."""
     items = kube.custom.list_cluster_custom_object(*METAL3, "ipaddresses")["items"]
     return {(a["metadata"]["namespace"], a["metadata"]["name"]): a["metadata"]["uid"] for a in items
-            if a["spec"]["claim"]["name"] == claim
+            if a["spec"]["claim"]["name"] == claim and GUARD_LABEL not in (a["metadata"].get("labels") or {})
             and (a["spec"]["claim"].get("namespace") or a["metadata"]["namespace"]) == kube.ns}
 
 

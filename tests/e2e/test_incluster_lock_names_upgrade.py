@@ -18,6 +18,7 @@ pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
 from controller_fixtures import METAL3  # noqa: E402
 from incluster_fixtures import unique_ips  # noqa: E402
 from metal3_ipam.core.naming import address_name  # noqa: E402
+from metal3_ipam.core.objects import is_guard  # noqa: E402
 from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
@@ -38,9 +39,13 @@ def _old_name(lock: dict) -> str:
 
 
 def _renamed_as_before(kube) -> dict[str, dict]:
-    """Each lock copied under its old name, then the new one deleted past its finalizer (no controller runs)."""
+    """Each lock copied under its old name, then the new one deleted past its finalizer (no controller runs);
+    the guards of IPs in their claims' namespaces deleted (the earlier version wrote none)."""
     for lock in kube.list(METAL3, "ipaddresses"):
         meta = lock["metadata"]
+        if is_guard(lock):
+            kube.delete_past_finalizers(METAL3, "ipaddresses", meta["name"])
+            continue
         kube.create(METAL3, "ipaddresses", {
             "apiVersion": lock["apiVersion"], "kind": "IPAddress", "spec": lock["spec"],
             "metadata": {"name": _old_name(lock), **{k: meta[k] for k in ("labels", "ownerReferences", "finalizers")
@@ -78,7 +83,7 @@ def test_locks_named_by_an_earlier_version_hold_their_ips_through_an_upgrade(con
     incluster.not_ready("a3", "PoolExhausted")
 
     # The old locks as they were: never deleted, rewritten or replaced, so their IPs were locked throughout.
-    locks = {x["metadata"]["name"]: x for x in kube.list(METAL3, "ipaddresses")}
+    locks = {x["metadata"]["name"]: x for x in kube.list(METAL3, "ipaddresses") if not is_guard(x)}
     for name, was in old.items():
         assert (locks[name]["metadata"]["uid"], locks[name]["metadata"]["resourceVersion"]) == \
             (was["metadata"]["uid"], was["metadata"]["resourceVersion"]), name

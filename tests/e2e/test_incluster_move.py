@@ -44,6 +44,7 @@ from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerP
 from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, report  # noqa: E402
 from move_fixtures import dangling_owner_references as owners_missing  # noqa: E402
 from webhook_fixtures import convert_at, converted_crds, free_port, register_webhooks  # noqa: E402
+from metal3_ipam.core.objects import is_guard as _is_guard  # noqa: E402
 from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
 from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
@@ -218,7 +219,8 @@ def read_state(side: Side) -> State:
                         key=lambda r: (r.get("kind", ""), r.get("name", "")))
               for n, a in addresses.items()}
     return State(claims, {n: a["spec"] for n, a in addresses.items()},
-                 {a["metadata"]["name"]: a["spec"] for a in listed["IPAddress"]}, global_locks, counts,
+                 {a["metadata"]["name"]: a["spec"] for a in listed["IPAddress"] if not _is_guard(a)}, global_locks,
+                 counts,
                  {kind: len(items) for kind, items in listed.items()}, owners)
 
 

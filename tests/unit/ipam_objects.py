@@ -154,6 +154,7 @@ def user_delete(api: MemoryApi, kind: tuple[str, str], name: str, ns: str = NS,
         api.inventory.upsert(obj)
     else:
         api.inventory.remove(obj)
+        api._collect(obj)  # the guards it owns go with it
 
 
 def pool_plan(api: MemoryApi, pool: str = "pool1", ns: str = NS, seed: int = 0):

@@ -149,6 +149,10 @@ class PoolKindsInOneWorld(RuleBasedStateMachine):
             key = o.claim_of_address(address)
             # A global pool's locks live in the lock namespace; their spec.claim names the claim's own.
             ns = (o.spec(address).get("claim") or {}).get("namespace") or o.namespace(address)
+            if o.is_guard(address):
+                # The guard of its IP in its namespace: no address of the claim, and gone with it.
+                assert (ns, key[0], key[1]) in claims, f"guard {ns}/{o.name(address)} outlives its claim"
+                continue
             mine.setdefault((ns, key[0], key[1]), []).append(address)
         for address in inv.of_kind(kinds.CAPI_ADDRESS):
             assert (o.namespace(address), "IPAddressClaim", o.spec(address)["claimRef"]["name"]) in claims, \

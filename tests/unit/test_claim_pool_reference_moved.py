@@ -44,7 +44,7 @@ def _ips(api, name: str) -> list[str]:
     found = []
     for obj in [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]:
         named = o.claim_of_address(obj) if kinds.kind_of(obj) == kinds.IPADDRESS else o.claim_of_capi_address(obj)
-        if named is not None and named[:2] == ("IPAddressClaim", name):
+        if named is not None and named[:2] == ("IPAddressClaim", name) and not o.is_guard(obj):
             found.append(str(o.spec(obj)["address"]))
     return sorted(found)
 

@@ -45,7 +45,13 @@ def _address(api, name, ns=NS):
 
 
 def _locks(api):
-    return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)}
+    return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)
+            if not o.is_guard(a)}
+
+
+def _guards(api):
+    return {(o.namespace(a), o.name(a)): o.spec(a)["address"] for a in api.inventory.of_kind(kinds.IPADDRESS)
+            if o.is_guard(a)}
 
 
 def _watched(obj, served):
@@ -92,7 +98,11 @@ def test_a_global_pools_locks_live_in_the_lock_namespace_and_keep_its_ips_apart_
     ips = {ns: o.spec(_address(api, "m", ns))["address"] for ns in ("ns-a", "ns-b")}
     assert sorted(ips.values()) == ["10.0.0.2", "10.0.0.3"]
     assert _locks(api) == {(LOCK_NS, f"g.{ip.replace('.', '-')}.gip"): ip for ip in ips.values()}
+    # Each IP guarded in its claim's namespace too, against the namespaced pools there.
+    assert _guards(api) == {(ns, f"{ip.replace('.', '-')}.nsip"): ip for ns, ip in ips.items()}
     for lock in api.inventory.of_kind(kinds.IPADDRESS):
+        if o.is_guard(lock):
+            continue
         owners = lock["metadata"]["ownerReferences"]
         assert [r["kind"] for r in owners] == [gi.GLOBAL_IN_CLUSTER_IP_POOL]  # no owner across namespaces
         assert "labels" not in lock["metadata"]
@@ -112,7 +122,7 @@ def test_a_lock_held_in_the_lock_namespace_keeps_its_ip_from_a_claim_of_any_name
     plan = reconcile(api.inventory.snapshot(_key(gi.GLOBAL_IN_CLUSTER_IP_POOL, "", "g"), api.now, random.Random(0)))
     created = [a.obj for a in plan.writes if isinstance(a, Create)]
     assert [(o.namespace(c), o.name(c)) for c in created if c["kind"] == "IPAddress"
-            and c["apiVersion"] == kinds.METAL3_API_VERSION] == [(LOCK_NS, "g.10-0-0-3.gip")]
+            and c["apiVersion"] == kinds.METAL3_API_VERSION] == [("ns-b", "10-0-0-3.nsip"), (LOCK_NS, "g.10-0-0-3.gip")]
     assert stored_pool is not None
 
 

@@ -109,10 +109,12 @@ def _written_first(address: dict) -> bool:
 
 class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
     @initialize(seed=st.integers(0, 10_000), grace=st.sampled_from([0, 10]), with_go=st.booleans(),
-                split=st.booleans())
-    def start(self, seed, grace, with_go, split):
+                split=st.booleans(), local_later=st.booleans())
+    def start(self, seed, grace, with_go, split, local_later=False):
         """``split``: the replicas watch namespaces apart (``-n``), one ns-a, the other ns-b and ns-c; both
-        serve the global pool, and only the lock namespace, which both watch, keeps its IPs apart."""
+        serve the global pool, and only the lock namespace, which both watch, keeps its IPs apart.
+        ``local_later``: the namespaced pool of ns-a is created later (``user_creates_the_namespaced_pool``),
+        maybe while a replica that has not seen it yet hands out the global pool's IPs there."""
         self.rng = random.Random(seed)
         self.grace = grace
         self.scopes = [("ns-a",), ("ns-b", "ns-c")] if split else [None] * REPLICAS
@@ -131,6 +133,11 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
                 state.serve(ns, "go")
             state.delete_claim("ns-b", "go", _time(0))
             objs = state.objects()
+        if local_later:
+            self.later = [obj for obj in objs if kinds.kind_of(obj) == LOCAL.kind]
+            objs = [obj for obj in objs if kinds.kind_of(obj) != LOCAL.kind]
+        else:
+            self.later = []
         for obj in objs:
             self.store.load(obj)
         # Each replica starts from a LIST of every kind; the events of what it listed come after.
@@ -152,6 +159,12 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         self.counter += 1
         kind = gi.IN_CLUSTER_IP_POOL if local else gi.GLOBAL_IN_CLUSTER_IP_POOL
         self.store.load(gi.claim(f"c{self.counter % 5}-{self.counter}", "ns-a" if local else ns, kind, "g"))
+
+    @rule()
+    def user_creates_the_namespaced_pool(self):
+        """The namespaced pool of ns-a, over the global pool's addresses, where the global pool has claims."""
+        while getattr(self, "later", None):
+            self.store.load(self.later.pop(0))
 
     @rule(ns=st.sampled_from(NAMESPACES), local=st.booleans(), where=st.sampled_from(["held", "any", "outside"]),
           k=st.integers(0, 50))
@@ -182,6 +195,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         else:
             self.store.inventory.remove(claim)
             self.store._emit("DELETED", claim)
+            self.store._collect(claim)  # the guards it owns go with it
         self.note_deadlines()
 
     @rule(seconds=st.integers(1, 8))
@@ -267,6 +281,10 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
             key = (_pool_of_address(address), o.spec(address)["address"])
             assert key not in seen, f"{key[1]} of {key[0]} held by {seen[key]} and {who}"
             seen[key] = who
+            # Nor twice in a namespace, whichever of the two pools (neither is a separate network) holds it.
+            here = (who[0], o.spec(address)["address"])
+            assert here not in seen, f"{here[1]} held in {here[0]} by {seen[here]} and {who}"
+            seen[here] = who
         for claim in self.store.inventory.of_kind(kinds.CAPI_CLAIM):
             ready = o.condition(o.status(claim), "Ready") or {}
             if ready.get("status") == "True" and not o.is_deleting(claim):
