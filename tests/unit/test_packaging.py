@@ -10,7 +10,7 @@ import yaml
 
 from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
-from metal3_ipam.controller import permissions, webhook
+from metal3_ipam.controller import certificates, permissions, webhook
 from metal3_ipam.core import kinds
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
 from metal3_ipam.testing import controlplane
@@ -184,7 +184,7 @@ def test_the_deployment_is_hardened_and_its_arguments_start_the_controller(rende
     assert args.health_address.rpartition(":")[2] == str(ports["metrics"])
     assert args.webhook_port == ports["webhook-server"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert args.webhook_cert_dir == mounts["cert"] == webhook.DEFAULT_CERT_DIR
+    assert args.webhook_cert_dir == mounts["cert"] == certificates.DEFAULT_CERT_DIR
     assert args.leader_elect and args.all_namespaces
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
