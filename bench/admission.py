@@ -38,7 +38,8 @@ import yaml  # noqa: E402
 
 from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.cli import main as cli  # noqa: E402
-from metal3_ipam.controller.webhook import HOOKS, MAX_REVIEW_BYTES  # noqa: E402
+from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
+from metal3_ipam.controller.webhook import HOOKS  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 

@@ -30,9 +30,10 @@ from pathlib import Path
 
 import yaml
 
+# First: webhook.HOOKS and the roles are made from the registry of kinds when their modules are imported.
+from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 from .controller import permissions, webhook
 from .crds import generator_main
-from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -41,13 +41,16 @@ from ..core import kinds, poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
-from . import health, webhook
+from . import health
+from .admission import Admission
 from .api import ApiWriter, Resource, request
+from .certificates import DEFAULT_CERT_DIR
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
 from .watch import KindWatch, Streams
+from .webhook_server import WebhookServer
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
@@ -71,7 +74,7 @@ class Options:
     resync_seconds: float = 300.0
     parallel_writes: int = 16
     webhook_port: int = 0  # 0: no admission webhooks
-    webhook_cert_dir: str = webhook.DEFAULT_CERT_DIR
+    webhook_cert_dir: str = DEFAULT_CERT_DIR
     # The values of the flags the kinds of pool bring (``poolkind.Flag``), by ``dest``; a kind's default where
     # one is not here.
     kind_flags: dict[str, Any] = field(default_factory=dict)
@@ -143,7 +146,7 @@ class Runtime:
         self.streams: Streams | None = None
         # start()
         self.health: web.AppRunner | None = None
-        self.webhooks: webhook.WebhookServer | None = None
+        self.webhooks: WebhookServer | None = None
         self.election: asyncio.Task | None = None
         self.resync_task: asyncio.Task | None = None
         self.load_task: asyncio.Task | None = None
@@ -346,11 +349,11 @@ class Runtime:
             # Well within the API server's wait for the webhook (10 s): on a timeout the inventory answers.
             return request(self.api, "GET", pools.path(namespace), timeout=3.0).get("items") or []
 
-        admission = webhook.Admission(self.inventory, loaded=lambda: self.loaded, namespaces=options.namespaces,
-                                      list_pools=list_pools)
+        admission = Admission(self.inventory, loaded=lambda: self.loaded, namespaces=options.namespaces,
+                              list_pools=list_pools)
         try:
-            self.webhooks = await webhook.WebhookServer(admission, options.health_host, options.webhook_port,
-                                                        options.webhook_cert_dir).start()
+            self.webhooks = await WebhookServer(admission, options.health_host, options.webhook_port,
+                                                options.webhook_cert_dir).start()
         except (OSError, ssl.SSLError) as err:
             raise CannotStart(f"cannot serve admission webhooks on port {options.webhook_port} with the certificate "
                               f"in {options.webhook_cert_dir}: {getattr(err, 'strerror', None) or err}") from None

@@ -267,7 +267,8 @@ def rss_bytes(pid: int, field_name: str = "VmRSS") -> int:
 def serve(port: int, cert_dir: str) -> None:
     """A webhook server alone in this process, with an empty inventory, until stdin closes."""
     from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool, as the controller's entry point does)
-    from metal3_ipam.controller.webhook import Admission, WebhookServer
+    from metal3_ipam.controller.admission import Admission
+    from metal3_ipam.controller.webhook_server import WebhookServer
     from metal3_ipam.core.inventory import Inventory
 
     async def main() -> None:

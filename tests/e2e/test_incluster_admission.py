@@ -27,7 +27,8 @@ import pytest
 
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
-from metal3_ipam.controller import webhook  # noqa: E402
+from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
+from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
 from metal3_ipam.poolkinds.incluster import spec as incluster
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
@@ -148,7 +149,7 @@ def test_a_v1alpha1_list_longer_than_an_admission_review_is_served(webhook_contr
         names.append(subject["metadata"]["name"])
     listed = call(api, "GET", path_of(at(subject, V1ALPHA1), namespace))
     assert listed.status == 200, listed.message[:500]
-    assert len(json.dumps(listed.body)) > webhook.MAX_REVIEW_BYTES
+    assert len(json.dumps(listed.body)) > MAX_REVIEW_BYTES
     assert sorted(item["metadata"]["name"] for item in listed.body["items"]) == sorted(names)
     assert {item["apiVersion"] for item in listed.body["items"]} == {V1ALPHA1}
     assert all(item["spec"] == {"addresses": [f"10.90.{int(item['metadata']['name'][4:])}.0/24"], "prefix": 24}
@@ -158,7 +159,7 @@ def test_a_v1alpha1_list_longer_than_an_admission_review_is_served(webhook_contr
 def test_a_malformed_conversion_review_is_answered_400_in_one_line(webhook_controller):
     context = load.client_context(webhook_controller.authority.pem)
     before = webhook_controller.process.log_size()
-    status, answer = load.post(webhook_controller.port, context, webhook.CONVERSION_PATH,
+    status, answer = load.post(webhook_controller.port, context, CONVERSION_PATH,
                                b'{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "request": 7}')
     assert status == 400 and "not a ConversionReview" in json.loads(answer)["error"], answer
 
@@ -166,7 +167,7 @@ def test_a_malformed_conversion_review_is_answered_400_in_one_line(webhook_contr
         return [line for line in webhook_controller.process.log_text()[before:].splitlines()
                 if "malformed review" in line]
     (line,) = eventually(logged, timeout=10, what="the refusal's log line")
-    assert webhook.CONVERSION_PATH in line and "request is 7" in line, line
+    assert CONVERSION_PATH in line and "request is 7" in line, line
     assert "Traceback" not in webhook_controller.process.log_text()[before:]
 
 

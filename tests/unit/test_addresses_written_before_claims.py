@@ -234,7 +234,7 @@ def test_go_state_at_the_gateway_and_preallocated_ips_is_still_adopted_as_it_is(
 # -- admission ---------------------------------------------------------------------------------------------
 
 def review(api, obj: dict) -> dict:
-    from metal3_ipam.controller.webhook import Admission
+    from metal3_ipam.controller.admission import Admission
     from test_webhook import request
 
     return Admission(api.inventory).review(request("CREATE", obj))

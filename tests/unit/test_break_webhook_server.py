@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from metal3_ipam.controller import webhook
-from metal3_ipam.controller.webhook import BUSY, Admission, Limits, WebhookServer
+from metal3_ipam.controller import review_body, webhook_server
+from metal3_ipam.controller.admission import BUSY, Admission
+from metal3_ipam.controller.webhook_server import Limits, WebhookServer
 from metal3_ipam.testing import webhook_load as load
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.waiting import eventually
@@ -190,7 +191,7 @@ def test_a_full_lane_makes_way_for_smaller_reviews_and_keeps_its_bound():
     never more than its bound queued, the largest dropped first (503), each dropped once, and the count of
     what is queued back to zero once all is done."""
     async def scenario() -> None:
-        lane = webhook._Lane("test lane", 3)
+        lane = webhook_server._Lane("test lane", 3)
         gate = threading.Event()
         try:
             deadline = asyncio.get_running_loop().time() + 10
@@ -201,7 +202,7 @@ def test_a_full_lane_makes_way_for_smaller_reviews_and_keeps_its_bound():
             assert lane.taken <= lane.bound
             gate.set()
             results = await asyncio.gather(*big, *small, return_exceptions=True)
-            refused = [isinstance(r, webhook._Refused) and r.status == 503 for r in results]
+            refused = [isinstance(r, webhook_server._Refused) and r.status == 503 for r in results]
             assert refused == [True, True, False, False, False, True], results  # 900, 800 made way; 700 under way
             await asyncio.sleep(0.05)
             assert lane.taken == 0
@@ -242,10 +243,10 @@ def test_brackets_inside_strings_are_not_counted_as_objects_and_lists():
     claim = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPClaim",
              "metadata": {"name": "c", "namespace": "default", "annotations": {"note": "[{" * 75_000}},
              "spec": {"pool": {"name": "pool1"}}}
-    _, read = webhook.read_review(load.review(request("CREATE", claim)))
+    _, read = review_body.read_review(load.review(request("CREATE", claim)))
     assert read["object"]["metadata"]["annotations"]["note"].startswith("[{")
-    with pytest.raises(webhook.Malformed) as refused:  # the bound still holds for what a body holds
-        webhook.read_review(load.review(request("CREATE", dict(claim, spec={"x": [[]] * 100_001}))))
+    with pytest.raises(review_body.Malformed) as refused:  # the bound still holds for what a body holds
+        review_body.read_review(load.review(request("CREATE", dict(claim, spec={"x": [[]] * 100_001}))))
     assert refused.value.status == 413
 
 
@@ -286,7 +287,7 @@ def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path
 
 # -- ConversionReviews: a whole LIST in one body ---------------------------------------------------------
 
-from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
+from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
 from metal3_ipam.core import conversion
 
 V1ALPHA2 = "ipam.cluster.x-k8s.io/v1alpha2"
@@ -315,7 +316,7 @@ def test_a_v1alpha1_list_longer_than_the_admission_reviews_cap_is_converted(tmp_
     past the AdmissionReviews' cap (6.25 MiB) is answered, each pool converted as it is alone."""
     pools = [_stored_v1alpha1_pool(i, note="n" * 2048) for i in range(3000)]
     body = _conversion_body(pools)
-    assert webhook.MAX_REVIEW_BYTES < len(body) < webhook.MAX_CONVERSION_BYTES
+    assert review_body.MAX_REVIEW_BYTES < len(body) < review_body.MAX_CONVERSION_BYTES
 
     async def scenario() -> None:
         async with Served(tmp_path, Limits()) as served:
@@ -339,8 +340,8 @@ def test_a_conversion_review_is_read_and_answered_one_object_at_a_time():
     body = _conversion_body([_stored_v1alpha1_pool(i) for i in range(4000)])
     tracemalloc.start()
     try:
-        read = webhook.read_conversion_body(body)
-        _, answer = webhook._conversion_answer(read)
+        read = review_body.read_conversion_body(body)
+        _, answer = webhook_server._conversion_answer(read)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -351,11 +352,11 @@ def test_a_conversion_review_is_read_and_answered_one_object_at_a_time():
 def test_a_conversion_review_is_read_whatever_its_layout():
     """Keys in any order (objects before desiredAPIVersion), indented, values longer than the first slice a
     value is looked for in, a character of several bytes across that slice's end, numbers in the envelope."""
-    pools = [_stored_v1alpha1_pool(i, note="é" * (webhook._FIRST_READ // 2 + i)) for i in range(3)]
+    pools = [_stored_v1alpha1_pool(i, note="é" * (review_body._FIRST_READ // 2 + i)) for i in range(3)]
     review = {"request": {"objects": pools, "extra": 1234567, "uid": "c-1", "desiredAPIVersion": V1ALPHA2},
               "kind": "ConversionReview", "apiVersion": "apiextensions.k8s.io/v1"}
     for body in (json.dumps(review, indent=2, ensure_ascii=False).encode(), json.dumps(review).encode()):
-        _, answer = webhook._conversion_answer(webhook.read_conversion_body(body))
+        _, answer = webhook_server._conversion_answer(review_body.read_conversion_body(body))
         assert json.loads(answer) == conversion.convert_review(review)
 
 
@@ -363,12 +364,12 @@ def test_a_conversion_review_is_read_whatever_its_layout():
     (_conversion_body([{}] * 100_000), "more than one object per 64 bytes"),
     (_conversion_body([], extra=["xy"] * 1_200_000), "longer than"),
     (_conversion_body([], **{f"k{i}": "v" * 200 for i in range(40_000)}), "besides its objects"),
-    (_conversion_body([{"big": "x" * (webhook.MAX_REVIEW_BYTES + 1)}]), "longer than"),
+    (_conversion_body([{"big": "x" * (review_body.MAX_REVIEW_BYTES + 1)}]), "longer than"),
     (_conversion_body([{"deep": [[]] * 100_001}]), "objects and lists"),
 ], ids=["tiny objects", "a long value", "many values", "a long object", "a dense object"])
 def test_what_a_conversion_body_may_hold_besides_objects_is_bounded_as_a_review_is(body, words):
     """Each value parsed at a time is at most an AdmissionReview's size and density, the review but its objects
     too, and the objects are not many tiny ones: past that, 413 before anything more is parsed."""
-    with pytest.raises(webhook.Malformed) as refused:
-        webhook.read_conversion_body(body)
+    with pytest.raises(review_body.Malformed) as refused:
+        review_body.read_conversion_body(body)
     assert refused.value.status == 413 and words in str(refused.value), refused.value

@@ -294,7 +294,7 @@ def test_a_preallocation_of_a_kept_ip_never_gives_it_away(paused):
 
 
 def test_the_webhook_refuses_a_preallocation_of_an_ip_a_claim_keeps():
-    from metal3_ipam.controller.webhook import Admission
+    from metal3_ipam.controller.admission import Admission
     from test_webhook import request
     api = watched(pool(end="10.7.0.3"), ipclaim("zeta"))
     strip_and_delete(api, ADDRESS, "pool1-10-7-0-1")

@@ -265,7 +265,7 @@ def test_global_pools_created_in_the_same_second_are_ordered_by_kind_and_name():
 # -- admission: the webhook warns of every overlap a global pool takes part in -------------------------------
 
 def _review(*live, operation="CREATE", obj, old=None):
-    from metal3_ipam.controller.webhook import Admission
+    from metal3_ipam.controller.admission import Admission
     return Admission(inventory_of(*live)).review(admission_request(operation, obj, old))
 
 

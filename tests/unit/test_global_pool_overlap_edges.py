@@ -12,7 +12,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
-from metal3_ipam.controller.webhook import Admission
+from metal3_ipam.controller.admission import Admission
 from ipam_objects import (CONFLICT, admission_request, assert_no_ip_twice, capi_address, capi_claim, get, ippool,
                           ipclaim, ready, strip_and_delete)
 from ipam_objects import converged_with_lock_namespace as _converged

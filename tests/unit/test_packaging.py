@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ import yaml
 
 from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
-from metal3_ipam.controller import permissions, webhook
+from metal3_ipam.controller import certificates, permissions, webhook
 from metal3_ipam.core import kinds
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
 from metal3_ipam.testing import controlplane
@@ -52,6 +55,14 @@ def named(objects: list[dict], kind: str, name: str) -> dict:
 def test_generated_files_are_current():
     assert packaging.stale_files(ROOT) == [], "run `python -m metal3_ipam.packaging`"
     assert crds.stale_files(ROOT) == []
+
+
+def test_the_command_line_check_finds_the_generated_files_current():
+    """``python -m metal3_ipam.packaging --check`` in a process of its own renders the webhooks and roles of every
+    kind of pool, as the committed files have them."""
+    run = subprocess.run([sys.executable, "-m", "metal3_ipam.packaging", "--check"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
 def test_check_reports_a_stale_file(tmp_path, capsys):
@@ -184,7 +195,7 @@ def test_the_deployment_is_hardened_and_its_arguments_start_the_controller(rende
     assert args.health_address.rpartition(":")[2] == str(ports["metrics"])
     assert args.webhook_port == ports["webhook-server"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert args.webhook_cert_dir == mounts["cert"] == webhook.DEFAULT_CERT_DIR
+    assert args.webhook_cert_dir == mounts["cert"] == certificates.DEFAULT_CERT_DIR
     assert args.leader_elect and args.all_namespaces
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"

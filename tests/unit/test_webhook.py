@@ -13,8 +13,11 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from metal3_ipam.controller import webhook
-from metal3_ipam.controller.webhook import HOOKS, Admission, CertificateFiles, WebhookServer
+from metal3_ipam.controller import review_body, webhook
+from metal3_ipam.controller.admission import Admission
+from metal3_ipam.controller.certificates import CertificateFiles
+from metal3_ipam.controller.webhook import HOOKS
+from metal3_ipam.controller.webhook_server import WebhookServer
 from metal3_ipam.core import kinds
 from metal3_ipam.testing.certs import Authority
 from ipam_objects import METAL3, capi_claim, ipclaim, ippool
@@ -368,7 +371,9 @@ import logging  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from metal3_ipam.controller.webhook import MESSAGE_CHARS, Limits, Malformed, read_review  # noqa: E402
+from metal3_ipam.controller.admission import MESSAGE_CHARS  # noqa: E402
+from metal3_ipam.controller.review_body import Malformed, read_review  # noqa: E402
+from metal3_ipam.controller.webhook_server import Limits  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 
@@ -502,14 +507,14 @@ def test_bodies_over_the_cap_are_refused_before_they_are_read(tmp_path):
             def ask() -> None:
                 with load.tls_socket(served.port, served.context) as sock:  # announced: refused on the headers
                     sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\n"
-                                 f"Content-Length: {webhook.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
+                                 f"Content-Length: {review_body.MAX_REVIEW_BYTES + 1}\r\n\r\n".encode())
                     assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
                 with load.tls_socket(served.port, served.context) as sock:  # chunked: refused past the cap
                     sock.sendall(f"POST {POOL_PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
                     chunk = b"0" * 65536
                     sock.settimeout(5)
                     try:
-                        for _ in range(webhook.MAX_REVIEW_BYTES // len(chunk) + 2):
+                        for _ in range(review_body.MAX_REVIEW_BYTES // len(chunk) + 2):
                             sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     except OSError:
                         pass
@@ -628,7 +633,7 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
         assert status == 200
         before = load.rss_bytes(server.pid)
         good = []
-        stages = [dict(big_bodies=60), dict(big_bodies=24, big_body_bytes=webhook.MAX_REVIEW_BYTES - 1),
+        stages = [dict(big_bodies=60), dict(big_bodies=24, big_body_bytes=review_body.MAX_REVIEW_BYTES - 1),
                   dict(idle=40, half_headers=20, largest_reviews=4, big_bodies=8)]
         for stage in stages:
             with load.HostileProcess(port, authority.pem, POOL_PATH, tmp_path, seconds=20, **stage) as hostile:
@@ -647,7 +652,7 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
 
 # -- /convert: the in-cluster IP pool CRDs' conversion, on the same server ------------------------
 
-from metal3_ipam.controller.webhook import CONVERSION_PATH  # noqa: E402
+from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
 from metal3_ipam.core import conversion
 
 
@@ -717,7 +722,7 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
                 # The server's bounds apply here too: a body over /convert's cap is refused on its headers.
                 with load.tls_socket(served.port, served.context) as sock:
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\n"
-                                 f"Content-Length: {webhook.MAX_CONVERSION_BYTES + 1}\r\n\r\n".encode())
+                                 f"Content-Length: {review_body.MAX_CONVERSION_BYTES + 1}\r\n\r\n".encode())
                     assert load.status_line(sock, 5).startswith("HTTP/1.1 413 ")
                 with load.tls_socket(served.port, served.context) as sock:  # and one too slow, after read_seconds
                     sock.sendall(f"POST {CONVERSION_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
