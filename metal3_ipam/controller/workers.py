@@ -36,7 +36,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 

@@ -951,7 +951,7 @@ class Inventory:
         holds ``ip`` in its address set: its allocations to a claim of any namespace guard the IP there, and so
         must a namespaced pool's (``reconcile``'s guards). A walk over the global pools, which are few."""
         for key in self._pool_names.get("", ()):
-            facts = self._facts(key) if not pools.REGISTRY[key.kind].holds_prefixes else None
+            facts = self._facts(key) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
             if model is not None and model.version == version and model.entry_of(model.unit_of(ip)) is not None:
                 return True

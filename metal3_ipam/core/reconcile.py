@@ -1049,7 +1049,7 @@ class _Reconciler:
         for address in self.snap.held_by_others(namespace, self.pool.version, ip, every_pool=True):
             pool = o.pool_of(address)
             if kinds.kind_of(address) == kinds.CAPI_ADDRESS and pool is not None and pool not in shared \
-                    and pools.REGISTRY[pool.kind].cluster_scoped:
+                    and poolkind.REGISTRY[pool.kind].cluster_scoped:
                 return address
         return None
 

@@ -28,7 +28,6 @@ from metal3_ipam.core import kinds
 from metal3_ipam.poolkinds.incluster import spec as incluster
 from metal3_ipam.poolkinds.incluster.conversion import convert
 from metal3_ipam.core.naming import MAX_PREFIX_LENGTH
-from metal3_ipam.core.pool import Pool
 from metal3_ipam.core.poolkind import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind, locked_as
 
 # The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
