@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 # First: webhook.HOOKS and the roles are made from the registry of kinds when their modules are imported.
-from . import poolkinds  # noqa: F401  (registers the kinds of pool)
+from . import crds, poolkinds  # noqa: F401  (poolkinds registers the kinds of pool)
 from .controller import permissions, webhook
 from .crds import generator_main
 
@@ -133,12 +133,14 @@ def _chart_metadata(meta: dict, name: str, namespaced: bool, labels: str = "meta
     return out
 
 
-def _chart_crds(root: Path) -> dict[Path, str]:
-    """One template per CRD of config/crd, in the order config/crd/kustomization.yaml lists them."""
-    (kustomization,) = _load_docs(root / "config" / "crd" / "kustomization.yaml")
+def _chart_crds() -> dict[Path, str]:
+    """One template per CRD of config/crd (as :mod:`metal3_ipam.crds` writes it), in the order
+    config/crd/kustomization.yaml lists them."""
+    rendered = crds.rendered_files()
+    (kustomization,) = _text_docs(rendered[crds.CRD_DIR / "kustomization.yaml"])
     files = {}
     for resource in kustomization["resources"]:
-        (crd,) = _load_docs(root / "config" / "crd" / resource)
+        (crd,) = _text_docs(rendered[crds.CRD_DIR / resource])
         webhook_config = (crd["spec"].get("conversion") or {}).get("webhook")
         if webhook_config:
             path = webhook_config["clientConfig"]["service"]["path"]
@@ -187,7 +189,7 @@ def rules_source(root: Path) -> Path | None:
 
 def chart_files(root: Path) -> dict[Path, str]:
     """The chart's generated files: relative path (from the repository root) -> content."""
-    files = {**_chart_crds(root), **_chart_rbac(), **_chart_webhooks()}
+    files = {**_chart_crds(), **_chart_rbac(), **_chart_webhooks()}
     rules = rules_source(root)
     if rules is not None:
         files[CHART_RULES_FILE] = (f"# Copied by `python -m metal3_ipam.packaging` from "
@@ -257,7 +259,11 @@ def render(directory: Path, binary: Path | None = None) -> list[dict]:
 
 
 def _load_docs(path: Path) -> list[dict]:
-    return [doc for doc in yaml.load_all(path.read_text(encoding="utf-8"), Loader=SafeLoader) if doc]
+    return _text_docs(path.read_text(encoding="utf-8"))
+
+
+def _text_docs(text: str) -> list[dict]:
+    return [doc for doc in yaml.load_all(text, Loader=SafeLoader) if doc]
 
 
 def _containers(obj: dict) -> list[dict]:
