@@ -391,14 +391,15 @@ EOF
 # ---------------------------------------------------------------------- helm
 build_helm() {
     local name=helm version="$HELM_VERSION"
-    local stamp="helm.sh/helm/v3@${version}"
+    # The stamp names the ldflags too: a build without the Kubernetes version below would be replaced.
+    local stamp="helm.sh/helm/v3@${version} +k8sversion"
     cached "$name" "$stamp" && return 0
     have_go "$name" || return 0
-    local t0 dir="${BUILD_DIR}/helm-${version}" gomod goline; t0="$(now)"
-    log "$name: building from $stamp"
+    local t0 dir="${BUILD_DIR}/helm-${version}" gomod goline clientgo; t0="$(now)"
+    log "$name: building from helm.sh/helm/v3@${version}"
     mkdir -p "$dir"
-    if ! gomod="$(mod_field "$stamp" GoMod)"; then
-        err "$name: $stamp is not available from the module proxy"
+    if ! gomod="$(mod_field "helm.sh/helm/v3@${version}" GoMod)"; then
+        err "$name: helm.sh/helm/v3@${version} is not available from the module proxy"
         FAILED+=("$name"); return 0
     fi
     goline="$(grep -m1 -E '^go [0-9]' "$gomod")"
@@ -411,12 +412,25 @@ ${goline}
 require helm.sh/helm/v3 ${version}
 EOF
     tools_go "$dir" helm.sh/helm/v3/cmd/helm
-    # `helm version` names the release it was built from.
+    # `helm version` names the release it was built from; as helm's Makefile does, the Kubernetes version
+    # `helm template` and `helm lint` assume (Capabilities.KubeVersion) is that of the client-go it is
+    # built with (v0.37.x -> 1.37): without it they assume 1.20 and refuse a chart's kubeVersion.
+    if ! clientgo="$(required_version "$gomod" k8s.io/client-go)"; then
+        err "$name: cannot tell which k8s.io/client-go helm.sh/helm/v3@${version} uses"
+        FAILED+=("$name"); return 0
+    fi
+    clientgo="${clientgo#v}"
+    local k8s_major=$(( ${clientgo%%.*} + 1 )) k8s_minor
+    k8s_minor="${clientgo#*.}"; k8s_minor="${k8s_minor%%.*}"
     local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${version}"
     ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    local pkg
+    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+        ldflags+=" -X ${pkg}.k8sVersionMajor=${k8s_major} -X ${pkg}.k8sVersionMinor=${k8s_minor}"
+    done
     if ! (cd "$dir" && go mod tidy && go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" helm.sh/helm/v3/cmd/helm); then
         rm -f "$BIN_DIR/.$name.tmp"
-        err "$name: go build of $stamp failed"
+        err "$name: go build of helm.sh/helm/v3@${version} failed"
         FAILED+=("$name"); return 0
     fi
     installed "$name" "$stamp" "$t0"

@@ -253,7 +253,10 @@ def test_replicas_resources_and_extra_arguments_are_values(helm):
     deployment = one(helm.template(CHART, {"replicas": 3, "resources": {"limits": {"memory": "1Gi"}},
                                            "extraArgs": ["--namespace=x y"]}), "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert deployment["spec"]["replicas"] == 3 and container["resources"] == {"limits": {"memory": "1Gi"}}
+    # Values merge into the defaults: the other quantities stay.
+    assert deployment["spec"]["replicas"] == 3
+    assert container["resources"] == {"limits": {"cpu": "1", "memory": "1Gi"},
+                                      "requests": {"cpu": "100m", "memory": "128Mi"}}
     assert container["args"][-1] == "--namespace=x y"
 
 
