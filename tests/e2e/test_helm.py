@@ -31,7 +31,8 @@ pytest_plugins = ("controller_fixtures",)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = chart_dir(ROOT)
-UPGRADE_TAG = "v0.1.0-upgrade"
+# Tags of this test's own (the chart's default, v0.1.0, is the image test's): the first install, the upgrade.
+INSTALL_TAG, UPGRADE_TAG = "helm-e2e-install", "helm-e2e-upgrade"
 CLAIMS_NAMESPACE = "helm"
 # Every kind whose objects the upgrade must keep: (group/version, plural).
 KEPT = [("ipam.metal3.io/v1alpha1", "ippools"), ("ipam.metal3.io/v1alpha1", "ipclaims"),
@@ -59,6 +60,22 @@ def plane(control_plane_binaries):
         cp.stop()
 
 
+@pytest.fixture(scope="module")
+def built(request) -> image_mod.Built:
+    """The image of this checkout under the tag the release is installed with (podman must work: no skipping);
+    both of the test's tags are removed at the end."""
+    try:
+        built = image_mod.build(ROOT, f"localhost/metal3-ipam:{INSTALL_TAG}", image_mod.base_image())
+    except image_mod.ImageError as err:
+        pytest.fail(f"the image could not be built:\n{err}", pytrace=False)
+    report(request, f"image {built.tag}: built in {built.seconds:.0f}s")
+    try:
+        yield built
+    finally:
+        for tag in (INSTALL_TAG, UPGRADE_TAG):
+            image_mod.podman("image", "rm", f"localhost/metal3-ipam:{tag}", check=False)
+
+
 def manifest(helm: Helm, plane) -> list[dict]:
     """What the release holds (``helm get manifest``)."""
     done = helm.run("get", "manifest", RELEASE, "--namespace", NAMESPACE, kubeconfig=plane.kubeconfig)
@@ -82,7 +99,7 @@ def the_services_again(admin, objects: list[dict]) -> None:
 def running_deployment(admin) -> tuple[dict, dict]:
     """The pod spec and manager container of the Deployment as the API server holds it (what a kubelet runs)."""
     deployment = client.AppsV1Api(admin).read_namespaced_deployment(f"{RELEASE}-controller-manager", NAMESPACE)
-    pod = client.ApiClient().sanitize_for_serialization(deployment.spec.template.spec)
+    pod = admin.sanitize_for_serialization(deployment.spec.template.spec)
     (container,) = [c for c in pod["containers"] if c["name"] == "manager"]
     return pod, container
 
@@ -115,22 +132,15 @@ def crd_uids(admin) -> dict[str, str]:
 
 
 def test_helm_install_serves_claims_and_helm_upgrade_keeps_every_pool_claim_and_address(
-        helm, plane, tmp_path, request):
+        helm, plane, built, tmp_path, request):
     with plane.api_client() as admin:
         started = time.monotonic()
         helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-                 kubeconfig=plane.kubeconfig)
+                 "--set", f"image.tag={INSTALL_TAG}", kubeconfig=plane.kubeconfig)
         report(request, f"helm install: {time.monotonic() - started:.1f}s")
         objects = manifest(helm, plane)
         pod, container = running_deployment(admin)
-        assert container["image"] == "localhost/metal3-ipam:v0.1.0"  # the chart's appVersion
-
-        # The image the Deployment names, built from this checkout.
-        try:
-            built = image_mod.build(ROOT, container["image"], image_mod.base_image())
-        except image_mod.ImageError as err:
-            pytest.fail(f"the image could not be built:\n{err}", pytrace=False)
-        report(request, f"image {built.tag}: built in {built.seconds:.0f}s")
+        assert container["image"] == built.tag
 
         certs = tmp_path / "webhook-server-cert"
         authority = Authority.create()
@@ -152,31 +162,28 @@ def test_helm_install_serves_claims_and_helm_upgrade_keeps_every_pool_claim_and_
 
         # A new image tag (the same build under another name), then helm upgrade to it.
         image_mod.podman("tag", built.tag, f"localhost/metal3-ipam:{UPGRADE_TAG}")
-        try:
-            the_services_again(admin, objects)
-            started = time.monotonic()
-            helm.run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set", f"image.tag={UPGRADE_TAG}",
-                     kubeconfig=plane.kubeconfig)
-            report(request, f"helm upgrade: {time.monotonic() - started:.1f}s")
-            objects = manifest(helm, plane)
-            pod, container = running_deployment(admin)
-            assert container["image"] == f"localhost/metal3-ipam:{UPGRADE_TAG}"
-            # The chart's certificate, the CRDs and everything in them are the ones of before.
-            assert client.CoreV1Api(admin).read_namespaced_secret("webhook-server-cert", NAMESPACE).data == \
-                secret_before
-            assert crd_uids(admin) == crds_before
-            assert kept_objects(admin) == before
+        the_services_again(admin, objects)
+        started = time.monotonic()
+        helm.run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set", f"image.tag={UPGRADE_TAG}",
+                 kubeconfig=plane.kubeconfig)
+        report(request, f"helm upgrade: {time.monotonic() - started:.1f}s")
+        objects = manifest(helm, plane)
+        pod, container = running_deployment(admin)
+        assert container["image"] == f"localhost/metal3-ipam:{UPGRADE_TAG}"
+        # The chart's certificate, the CRDs and everything in them are the ones of before.
+        assert client.CoreV1Api(admin).read_namespaced_secret("webhook-server-cert", NAMESPACE).data == \
+            secret_before
+        assert crd_uids(admin) == crds_before
+        assert kept_objects(admin) == before
 
-            kubelet = kubelet_for(plane, admin, pod, container, certs, webhook_port, tmp_path / "sa-2")
-            with image_mod.Container(pod, container, kubelet) as running:
-                use_webhooks_at(admin, objects, webhook_port, authority.pem)
-                running.wait_ready()
-                kube = Kube(admin, CLAIMS_NAMESPACE)
-                kube.claim("after-upgrade", "p")
-                assert kube.bound("after-upgrade", timeout=60)["spec"]["address"] == "10.0.0.3"
-                assert_invariants(kube)
-                image_mod.ends_cleanly(running)
-            after = kept_objects(admin)
-            assert {k: v for k, v in after.items() if k in before} == before
-        finally:
-            image_mod.podman("image", "rm", f"localhost/metal3-ipam:{UPGRADE_TAG}", check=False)
+        kubelet = kubelet_for(plane, admin, pod, container, certs, webhook_port, tmp_path / "sa-2")
+        with image_mod.Container(pod, container, kubelet) as running:
+            use_webhooks_at(admin, objects, webhook_port, authority.pem)
+            running.wait_ready()
+            kube = Kube(admin, CLAIMS_NAMESPACE)
+            kube.claim("after-upgrade", "p")
+            assert kube.bound("after-upgrade", timeout=60)["spec"]["address"] == "10.0.0.3"
+            assert_invariants(kube)
+            image_mod.ends_cleanly(running)
+        after = kept_objects(admin)
+        assert {k: v for k, v in after.items() if k in before} == before
