@@ -13,7 +13,7 @@ import asyncio
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from metal3_ipam.controller.runtime import OutsideParts
 from metal3_ipam.controller.workers import PoolWorkers
@@ -159,6 +159,33 @@ def test_a_refusal_is_the_claims_reason_and_message_until_a_grant_comes():
     assert ready(world.claim("a"))["status"] == "True" and world.ip("a") == "10.0.0.2"
 
 
+def test_an_answer_that_never_comes_times_out_in_the_kinds_own_words():
+    world = World(queued_claim("a"))
+    world.settle()
+    world.source.lose()  # carried out; its answer never comes
+    world.until_due()  # the ask's deadline
+    world.settle()
+    condition = ready(world.claim("a"))
+    assert (condition["status"], condition["reason"]) == ("False", "QueuedIpamTimeout")
+    world.until_due()  # asked again after its backoff: the source holds the key's address, and gives it again
+    world.served()
+    assert world.ip("a") == "10.0.0.2" and len(world.source.made) == 1
+
+
+def test_claims_held_back_behind_a_source_that_is_down_say_so_naming_no_other_kind():
+    world = World(queued_claim("a"), queued_claim("b"))
+    world.settle()
+    world.source.refuse(reason="SourceDown", message="connection refused", server_down=True)
+    world.settle()
+    for name in "ab":
+        condition = ready(world.claim(name))
+        assert (condition["status"], condition["reason"]) == ("False", "SourceDown")
+        assert "NetBox" not in condition["message"], condition["message"]
+    world.until_due()
+    world.served()
+    assert {ready(world.claim(n))["status"] for n in "ab"} == {"True"}
+
+
 def test_a_deleted_claim_is_released_at_the_source_before_its_objects_and_finalizer_go():
     world = World(queued_claim("a"))
     world.served()
@@ -243,3 +270,189 @@ def test_an_allocation_answered_after_its_claim_was_deleted_is_released():
     world.served()
     assert world.claim("a") is None and world.source.held == {}
     assert [world.source.made[i] for i in world.source.freed] == [key]
+
+
+# -- the pool workers running the kind's adapter half ------------------------------------------------------------
+
+
+class Running:
+    """The pool workers over the in-memory store, with the adapter half the runtime would build for the kind
+    (``Outside.service`` from its parts): passes run as the workers run them, answers wake them."""
+
+    def __init__(self, *objs):
+        self.api = loaded(queued_pool(), *objs)
+        writer = MemoryWriter(self.api)
+        parts = OutsideParts(api=None, inventory=self.api.inventory, writer=writer,
+                             wake=lambda pool, key: self.workers.answered(pool, key), may_act=lambda: True, flags={})
+        self.pools = queued_ipam.QUEUED_IP_POOL_KIND.outside.service(parts)
+        self.source = self.pools.source
+        self.workers = PoolWorkers(self.api.inventory, writer, gather_seconds=0.0,
+                                   outside={QUEUED_IP_POOL: self.pools})
+        self.pools.start()
+
+    async def quiet(self, seconds: float = 10.0) -> None:
+        """Until no pass is under way or due, with a deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        await asyncio.sleep(0)
+        while self.workers._tasks or self.workers._retry_handles:
+            assert loop.time() < deadline, "passes still under way"
+            await asyncio.sleep(0.01)
+
+    async def changed(self) -> None:
+        """A watch event for the pool (what a user did), then until quiet."""
+        self.workers.kick([POOL])
+        await self.quiet()
+
+    async def stop(self) -> None:
+        await self.workers.stop()
+        await self.pools.close()
+
+    def claim(self, name):
+        return get(self.api, kinds.CAPI_CLAIM, name)
+
+
+def test_the_pool_workers_run_the_kinds_adapter_half_from_the_ask_to_the_release():
+    async def scenario():
+        run = Running(queued_claim("a"))
+        await run.changed()
+        a = run.claim("a")
+        key = o.annotations(a)[KEY_ANNOTATION]
+        assert [(r.ask.op, r.ask.key) for r in run.source.waiting] == [(Op.ALLOCATE, key)]
+        assert ready(a)["reason"] == "AllocationPending"
+        run.source.answer(twice=True)  # the answer wakes the pool: no event needed
+        await run.quiet()
+        assert ready(run.claim("a"))["status"] == "True"
+        assert o.spec(get(run.api, kinds.CAPI_ADDRESS, "a"))["address"] == "10.0.0.2"
+        user_delete(run.api, kinds.CAPI_CLAIM, "a")
+        await run.changed()
+        assert [(r.ask.op, r.ask.key) for r in run.source.waiting] == [(Op.RELEASE, key)]
+        run.source.refuse(reason="ReleaseLocked", message="locked by change ticket 42")
+        await run.quiet()
+        assert ready(run.claim("a"))["reason"] == "ReleaseLocked" and CLAIM_FINALIZER in o.finalizers(run.claim("a"))
+        run.pools.tick(run.pools.answers.next_due() - run.pools.now)
+        run.source.answer()
+        await run.quiet()
+        assert run.claim("a") is None and run.source.held == {}
+        assert not list(run.api.inventory.of_kind(kinds.IPADDRESS))
+        await run.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_pool_workers_forget_a_claim_moved_away():
+    async def scenario():
+        run = Running(queued_claim("a"))
+        await run.changed()
+        run.source.answer()
+        await run.quiet()
+        key = o.annotations(run.claim("a"))[KEY_ANNOTATION]
+        user_delete(run.api, kinds.CAPI_CLAIM, "a", annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
+        await run.changed()
+        set_meta(run.api, kinds.CAPI_CLAIM, "a", finalizers=[])  # clusterctl strips the finalizers
+        run.api.inventory.remove(run.claim("a"))
+        await run.changed()
+        assert run.pools.answers.state(key) is None and run.source.waiting == []
+        assert run.source.ips() == {key: "10.0.0.2"} and not run.source.freed
+        await run.stop()
+
+    asyncio.run(scenario())
+
+
+# -- property: any order of answers and claim events ------------------------------------------------------------
+
+PASS = st.tuples(st.just("pass"), st.just(0))
+# Which request waiting, and how: 0 answered, 1 twice, 2 carried out and its answer lost, 3 refused.
+ANSWER = st.tuples(st.just("answer"), st.tuples(st.integers(0, 3), st.integers(0, 3)))
+EVENTS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.integers(0, 3)),
+    st.tuples(st.just("delete"), st.integers(0, 3)),
+    st.tuples(st.just("move"), st.integers(0, 3)),
+    PASS, PASS, PASS, ANSWER, ANSWER, ANSWER,
+    st.tuples(st.just("tick"), st.integers(1, 90)),
+), min_size=10, max_size=60)
+CREATED = [("create", 0), ("pass", 0), ("pass", 0)]
+
+
+def _one_ip_one_claim(world: World) -> None:
+    holders: dict[str, set[str]] = {}
+    for address in world.api.inventory.of_kind(kinds.CAPI_ADDRESS):
+        holders.setdefault(o.spec(address)["address"], set()).add(o.spec(address)["claimRef"]["name"])
+    assert all(len(names) == 1 for names in holders.values()), holders
+
+
+def _move(world: World, name: str) -> None:
+    """clusterctl move: deleted with the delete-for-move annotation, then its finalizers and objects gone."""
+    user_delete(world.api, kinds.CAPI_CLAIM, name, annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
+    if world.claim(name) is None:
+        return
+    set_meta(world.api, kinds.CAPI_CLAIM, name, finalizers=[])
+    world.api.inventory.remove(world.claim(name))
+    for address in [*world.api.inventory.of_kind(kinds.CAPI_ADDRESS), *world.api.inventory.of_kind(kinds.IPADDRESS)]:
+        if o.name(address) == name or (o.claim_of_address(address) or (None, None))[1] == name:
+            world.api.inventory.remove(address)
+
+
+def _finish(world: World) -> None:
+    """Every request answered from here on, time moving as the asks say, until nothing is left to do."""
+    for _ in range(40):
+        world.served()
+        if world.pools.answers.next_due() is None:
+            return
+        world.until_due()
+    raise AssertionError("still asking")
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(EVENTS, st.integers(0, 1000))
+@example([*CREATED, ("answer", (0, 0)), ("pass", 0), ("delete", 0)], 0)  # released after its grant
+@example([*CREATED, ("delete", 0), ("pass", 0), ("answer", (0, 0))], 0)  # granted after its deletion
+@example([*CREATED, ("answer", (0, 2)), ("delete", 0), ("tick", 40)], 0)  # granted, answer lost, deleted
+@example([*CREATED, ("answer", (0, 0)), ("pass", 0), ("delete", 0), ("pass", 0), ("answer", (0, 3))], 0)
+@example([*CREATED, ("move", 0), ("answer", (0, 0))], 0)  # moved with its allocation out
+@example([*CREATED, ("create", 1), ("pass", 0), ("pass", 0), ("answer", (1, 0)), ("delete", 0), ("pass", 0),
+          ("answer", (1, 0)), ("answer", (0, 0)), ("pass", 0)], 0)  # the freed IP granted to another key
+def test_one_ip_is_never_bound_to_two_live_claims_and_each_deleted_claims_address_is_released_once(events, seed):
+    world = World(seed=seed)
+    deleted, moved = set(), set()  # keys of the claims deleted, and moved away
+    for what, arg in events:
+        name = f"c{arg}" if isinstance(arg, int) else None
+        if what == "create" and world.claim(name) is None:
+            world.api.load(queued_claim(name))
+        elif what in ("delete", "move") and world.claim(name) is not None and not o.is_deleting(world.claim(name)):
+            key = world.key(name)
+            (moved if what == "move" else deleted).add(key)
+            if what == "move":
+                _move(world, name)
+            else:
+                user_delete(world.api, kinds.CAPI_CLAIM, name)
+        elif what == "pass":
+            world.pass_()
+        elif what == "answer" and world.source.waiting:
+            which, how = arg
+            request = world.source.waiting[which % len(world.source.waiting)]
+            if how == 3:
+                world.source.refuse(request, reason="Busy", message="try later")
+            elif how == 2:
+                world.source.lose(request)
+            else:
+                world.source.answer(request, twice=how == 1)
+        elif what == "tick":
+            world.pools.tick(arg)
+        if what != "pass":
+            world.pass_()  # what the event brings (a watch event, an answer waking the pool)
+        _one_ip_one_claim(world)
+    _finish(world)
+    _one_ip_one_claim(world)
+    deleted.discard(None)
+    moved.discard(None)
+    live = {world.key(o.name(c)): o.name(c) for c in world.api.inventory.of_kind(kinds.CAPI_CLAIM)}
+    assert not any(o.is_deleting(c) for c in world.api.inventory.of_kind(kinds.CAPI_CLAIM)), "a finalizer stayed"
+    for key, name in live.items():
+        assert ready(world.claim(name))["status"] == "True" and world.ip(name) == world.source.ips()[key]
+    assert all(count == 1 for count in world.source.freed.values()), world.source.freed
+    for address_id, key in world.source.made.items():
+        # Each address made for a deleted claim's key freed exactly once; a live or moved claim's never.
+        assert world.source.freed[address_id] == (1 if key in deleted else 0), (key, world.source.freed)
+    assert not set(world.source.held) & deleted

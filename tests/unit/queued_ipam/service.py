@@ -17,6 +17,7 @@ from metal3_ipam.core.asking import Answer, Asking, Intent
 from .keys import read_key
 from .source import QueuedSource, spec_of
 
+TIMEOUT = "QueuedIpamTimeout"  # the reason of an ask its deadline passed on
 SERVER = "queued"  # the one server of the queued source: all its pools' asks are held back together
 
 
@@ -24,7 +25,7 @@ class QueuedPools:
     def __init__(self, source: QueuedSource, *, wake: Callable[[Any, str | None], None],
                  may_act: Callable[[], bool] = lambda: True, asking: Asking | None = None):
         self.source = source
-        self.answers = asking if asking is not None else Asking(deadline=30.0)
+        self.answers = asking if asking is not None else Asking(deadline=30.0, timeout_reason=TIMEOUT)
         self.wake = wake
         self.may_act = may_act
         self.now = 0.0
