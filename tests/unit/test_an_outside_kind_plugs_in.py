@@ -20,7 +20,7 @@ from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import poolkind
-from metal3_ipam.core.asking import Intent, Op
+from metal3_ipam.core.asking import Op
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 
@@ -104,6 +104,10 @@ def ready(obj):
 def test_the_kind_is_served_only_while_registered():
     assert poolkind.kind_named(QUEUED_IP_POOL) is queued_ipam.QUEUED_IP_POOL_KIND
     assert poolkind.serves_claims_of(QUEUED_IP_POOL[0], QUEUED_IP_POOL[1])
+    poolkind.unregister(QUEUED_IP_POOL)
+    assert poolkind.kind_named(QUEUED_IP_POOL) is None
+    assert not poolkind.serves_claims_of(QUEUED_IP_POOL[0], QUEUED_IP_POOL[1])
+    poolkind.register(queued_ipam.QUEUED_IP_POOL_KIND)
 
 
 def test_the_key_and_finalizer_are_written_before_anything_is_asked():
@@ -134,6 +138,7 @@ def test_a_claim_is_pending_while_no_answer_comes():
 def test_a_grant_becomes_the_lock_the_cluster_api_address_and_ready():
     world = World(queued_claim("a"), queued_claim("b"))
     world.served()
+    assert {(POOL, world.key(n)) for n in "ab"} <= set(world.woken)  # each answer woke the pool for its key
     for name, ip in (("a", "10.0.0.2"), ("b", "10.0.0.3")):
         address = get(world.api, kinds.CAPI_ADDRESS, name)
         assert o.spec(address)["address"] == ip and o.spec(address)["prefix"] == 28
@@ -270,6 +275,29 @@ def test_an_allocation_answered_after_its_claim_was_deleted_is_released():
     world.served()
     assert world.claim("a") is None and world.source.held == {}
     assert [world.source.made[i] for i in world.source.freed] == [key]
+
+
+def test_claims_of_an_unreadable_pool_are_refused_naming_the_field_and_nothing_is_asked():
+    world = World(queued_claim("a"))
+    bad = get(world.api, QUEUED_IP_POOL, "qp")
+    world.api.inventory.upsert({**bad, "spec": {"prefix": "10.0.0.1/28"},
+                                "metadata": {**bad["metadata"], "generation": 2,
+                                             "resourceVersion": world.api._next_version()}})
+    world.settle()
+    condition = ready(world.claim("a"))
+    assert (condition["status"], condition["reason"]) == ("False", "PoolNotReady")
+    assert "spec.prefix" in condition["message"] and "10.0.0.1/28" in condition["message"]
+    assert world.source.asked == [] and world.key("a") is None
+
+
+def test_a_claim_carrying_no_key_of_the_source_is_refused_naming_the_annotation():
+    bad = queued_claim("a")
+    bad["metadata"]["annotations"] = {KEY_ANNOTATION: "not-a-key"}
+    world = World(bad)
+    world.settle()
+    condition = ready(world.claim("a"))
+    assert condition["status"] == "False" and KEY_ANNOTATION in condition["message"]
+    assert "not-a-key" in condition["message"] and world.source.asked == []
 
 
 # -- the pool workers running the kind's adapter half ------------------------------------------------------------

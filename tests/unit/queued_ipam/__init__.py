@@ -5,7 +5,8 @@ It proves the seam (``metal3_ipam.core.poolkind``): a kind with an outside sourc
 line in a list of kinds, and runs through the one claim lifecycle without the core, the controller or the
 in-memory model naming it. Three parts, as a real outside kind has:
 
-* ``kind``: the ``PoolKind`` (spec reading, admission, the key a claim carries, what a grant gives);
+* ``kind``: the ``PoolKind`` (spec reading, admission, what a grant gives), and ``keys``: the key a claim
+  carries, written before anything is asked;
 * ``source``: the outside IPAM, in-process: every request waits in a queue until the test answers it
   (granted, refused, or lost), so answers come late, twice or never, in any order;
 * ``service``: the adapter half the runtime starts and stops (``Outside.service``): the asks of

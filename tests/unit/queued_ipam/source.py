@@ -108,4 +108,8 @@ class QueuedSource:
 def spec_of(pool: Any) -> tuple[str, str | None] | None:
     """(prefix, gateway) of a QueuedIPPool object as the source is asked for them, or None when unreadable."""
     spec = pool.get("spec") if isinstance(pool, dict) and isinstance(pool.get("spec"), dict) else {}
-    return (spec["prefix"], spec.get("gateway")) if isinstance(spec.get("prefix"), str) else None
+    try:
+        ipaddress.ip_network(spec.get("prefix"))
+    except (TypeError, ValueError):
+        return None
+    return spec["prefix"], spec.get("gateway")
