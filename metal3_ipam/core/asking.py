@@ -197,6 +197,7 @@ class Asking:
     per_server: int = 16  # asks of one server out at a time
     tombstone: float = 3600.0  # how long a released key is remembered (for late grants)
     linger: float = 120.0  # how long NetBox may still carry out an ask after its client gave up on it
+    timeout_reason: str = TIMEOUT_REASON  # the reason an ask not answered by its deadline is refused with
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _servers: dict[Hashable, _Server] = field(default_factory=dict)
     _released: dict[str, tuple[float, Hashable, Hashable]] = field(default_factory=dict)
@@ -322,7 +323,7 @@ class Asking:
             if entry.out is not None and now >= entry.out_deadline:
                 if entry.out is Op.ALLOCATE and entry.out_attempt is not None:
                     entry.unsure[entry.out_attempt] = now + self.linger
-                self._failed(entry, now, TIMEOUT_REASON,
+                self._failed(entry, now, self.timeout_reason,
                              f"no answer within {self.deadline:g}s to the {entry.out.value} asked at "
                              f"{entry.asked_at:g}", server_down=True)
         for key, (at, _, _) in list(self._released.items()):

@@ -155,6 +155,11 @@ def register(pool_kind: PoolKind) -> None:
     REGISTRY[pool_kind.kind] = pool_kind
 
 
+def unregister(kind: GroupKind) -> None:
+    """Serve the kind of pool named ``(group, kind)`` no more (a kind registered for a while: a test's own)."""
+    REGISTRY.pop(kind, None)
+
+
 def kind_named(group_kind: Any) -> PoolKind | None:
     """The registered kind of pool named ``(group, kind)``, or None."""
     return REGISTRY.get(group_kind) if isinstance(group_kind, tuple) else None

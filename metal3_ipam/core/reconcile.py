@@ -1345,7 +1345,7 @@ class _Reconciler:
             if held_back is not None:
                 # The refusal is another key's probe, whose message changes with every probe: a message of its
                 # own keeps the status of every claim waiting behind that server from being rewritten each time.
-                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its NetBox "
+                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its IPAM's "
                                                      f"server, which failed lately ({held_back.reason}); it is "
                                                      f"asked once the server answers again")
             elif isinstance(answer, Refused):
