@@ -30,9 +30,10 @@ from pathlib import Path
 
 import yaml
 
+# First: the webhooks and the role are made for the kinds registered when they are imported.
+from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 from .controller import permissions, webhook
 from .crds import generator_main
-from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

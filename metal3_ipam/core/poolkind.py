@@ -62,6 +62,17 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A rule of the controller's role (``controller.permissions``): the ``verbs`` it may call on ``resource``
+    (a plural, or plural/subresource) of API ``group``, and which calls need them."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
 class Outside:
     """Where a kind's addresses come from when not from the pool's own address set: an outside IPAM, asked
     by a key the claim carries, whose answer comes later (``core.asking`` keeps the asks and answers).
@@ -87,6 +98,9 @@ class Outside:
     service: Callable[[Any], Any] | None = None
     # The flags of ``metal3-ipam run`` that set it up.
     flags: tuple[Flag, ...] = ()
+    # What the adapter half calls in the API beyond what every kind's lifecycle calls: rules the controller's
+    # role grants on top (``controller.permissions``).
+    role_rules: tuple[Rule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,9 @@ class PoolKind:
     # A pool object at another served apiVersion (the ``/convert`` webhook's work; raises
     # ``conversion.ConversionError``), or None for a kind served at one version.
     convert: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
+    # The CustomResourceDefinitions the kind installs (``metal3_ipam.crds`` writes them under config/crd/), as
+    # fresh dicts; none for a kind whose CRD is installed otherwise.
+    crds: Callable[[], list[dict[str, Any]]] = lambda: []
 
     @property
     def group(self) -> str:

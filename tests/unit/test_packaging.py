@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,13 @@ def test_generated_files_are_current():
     assert crds.stale_files(ROOT) == []
 
 
+def test_the_generator_run_alone_writes_every_kinds_role_and_webhooks():
+    """``python -m metal3_ipam.packaging`` in a fresh interpreter: the role and webhooks cover every kind of pool."""
+    result = subprocess.run([sys.executable, "-m", "metal3_ipam.packaging", "--check"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_check_reports_a_stale_file(tmp_path, capsys):
     packaging.write_files(tmp_path)
     assert packaging.main(["--check", "--root", str(tmp_path)]) == 0
@@ -76,13 +85,13 @@ def test_roles_hold_no_wildcard_and_only_known_verbs():
 def test_the_cluster_role_is_the_table():
     granted = {(group, resource, verb) for rule in permissions.cluster_role()["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
-    assert granted == permissions.granted(permissions.CLUSTER_RULES)
+    assert granted == permissions.granted(permissions.cluster_rules())
     # Nothing outside the kinds the controller serves, Events, and reading the Secrets of NetBox tokens.
     groups = {g for g, _, _ in granted}
     assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP, ""}
     assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}
     assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
-    for rule in permissions.CLUSTER_RULES + permissions.LEADER_ELECTION_RULES:
+    for rule in permissions.cluster_rules() + permissions.LEADER_ELECTION_RULES:
         assert rule.why, rule
 
 

@@ -30,6 +30,7 @@ from metal3_ipam.poolkinds.incluster.conversion import convert
 from metal3_ipam.core.naming import MAX_PREFIX_LENGTH
 from metal3_ipam.core.pool import Pool
 from metal3_ipam.core.poolkind import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind, locked_as
+from metal3_ipam.poolkinds.incluster.schema import pool_crd
 
 # The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
 # those of namespaced pools, and say that they are a global pool's.
@@ -100,7 +101,7 @@ def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any
                     claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
                     cluster_name=lambda pool: None, status=_status, indexes=False,
                     address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
-                    **rules)
+                    crds=lambda: [pool_crd(kind[1])], **rules)
 
 
 def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:

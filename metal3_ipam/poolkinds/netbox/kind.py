@@ -31,6 +31,7 @@ from metal3_ipam.core.problems import Problem
 from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, locked_as
 from metal3_ipam.core.validation import validate_pool_delete
 from metal3_ipam.poolkinds.netbox import service
+from metal3_ipam.poolkinds.netbox.schema import netbox_pool_crd
 
 LOCK_TAG = "netbox"
 
@@ -113,5 +114,7 @@ NETBOX_IP_POOL_KIND = PoolKind(
     indexes=False,
     unique_in_namespace=False,
     outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
-                    granted=_granted, service=service.service, flags=service.FLAGS),
+                    granted=_granted, service=service.service, flags=service.FLAGS,
+                    role_rules=service.ROLE_RULES),
+    crds=lambda: [netbox_pool_crd()],
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from metal3_ipam.core.asking import Asking
-from metal3_ipam.core.poolkind import Flag
+from metal3_ipam.core.poolkind import Flag, Rule
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, SecretTokens
 from metal3_ipam.poolkinds.netbox.source import check_owner
 
@@ -44,6 +44,12 @@ FLAGS = (
          "how long an address the sweep found carried by no claim stays in NetBox marked released (swept=<time> in "
          "its description), for a claim of another cluster carrying its key (a move's target) to take it back, "
          "before the sweep deletes it (default 86400)", parse=_release_grace_seconds),
+)
+
+# What the asks call in the API besides what every kind's lifecycle calls.
+ROLE_RULES = (
+    Rule("", "secrets", ("get",), "a NetBoxIPPool's API token, read from the Secret its spec names "
+                                  "(asks.SecretTokens)"),
 )
 
 
