@@ -101,6 +101,10 @@ class Outside:
     # What the adapter half calls in the API beyond what every kind's lifecycle calls: rules the controller's
     # role grants on top (``controller.permissions``).
     role_rules: tuple[Rule, ...] = ()
+    # For ``metal3-ipam demo``: why a pool cannot be served on this machine (its outside IPAM does not answer,
+    # and what to set instead), or None when it can; and the names of the Secrets of its namespace it names.
+    unservable: Callable[[Mapping[str, Any]], str | None] = lambda pool: None
+    secrets: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda pool: ()
 
 
 @dataclass(frozen=True)

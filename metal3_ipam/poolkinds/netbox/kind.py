@@ -115,6 +115,6 @@ NETBOX_IP_POOL_KIND = PoolKind(
     unique_in_namespace=False,
     outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
                     granted=_granted, service=service.service, flags=service.FLAGS,
-                    role_rules=service.ROLE_RULES),
+                    role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
     crds=lambda: [netbox_pool_crd()],
 )
