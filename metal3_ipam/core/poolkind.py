@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metal3_ipam.core import kinds
-from metal3_ipam.core.naming import lock_pool_part
+from metal3_ipam.core.naming import HASHED, lock_pool_part
 from metal3_ipam.core.pool import Pool
 from metal3_ipam.core.problems import Problem
 
@@ -154,6 +154,9 @@ class PoolKind:
     # The CustomResourceDefinitions the kind installs (``metal3_ipam.crds`` writes them under config/crd/), as
     # fresh dicts; none for a kind whose CRD is installed otherwise.
     crds: Callable[[], list[dict[str, Any]]] = lambda: []
+    # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
+    # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
+    lock_tag: str | None = None
 
     @property
     def group(self) -> str:
@@ -173,7 +176,19 @@ REGISTRY: dict[GroupKind, PoolKind] = {}
 
 
 def register(pool_kind: PoolKind) -> None:
+    """Serve ``pool_kind``; ValueError when another kind's lock names may end like its own (its tag, or the tag
+    of a hashed pool part, is another kind's): two pools' locks could meet."""
+    tag = pool_kind.lock_tag
+    for kind in REGISTRY.values():
+        if tag is not None and kind.kind != pool_kind.kind and kind.lock_tag is not None and (
+                {tag, tag + HASHED} & {kind.lock_tag, kind.lock_tag + HASHED}):
+            raise ValueError(f"{pool_kind.kind}: lock tag {tag!r} meets {kind.kind}'s {kind.lock_tag!r}")
     REGISTRY[pool_kind.kind] = pool_kind
+
+
+def lock_tags() -> tuple[str, ...]:
+    """The tags of the lock names of the kinds served (``PoolKind.lock_tag``)."""
+    return tuple(kind.lock_tag for kind in REGISTRY.values() if kind.lock_tag is not None)
 
 
 def kind_named(group_kind: Any) -> PoolKind | None:

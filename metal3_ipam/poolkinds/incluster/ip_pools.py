@@ -106,6 +106,7 @@ def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any
 
 def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
     return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           lock_tag=GLOBAL_LOCK_TAG if scope == CLUSTER else LOCK_TAG,
                            validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
                            validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after,
                            unique_in_namespace=scope == NAMESPACED, convert=convert)

@@ -117,4 +117,5 @@ NETBOX_IP_POOL_KIND = PoolKind(
                     granted=_granted, service=service.service, flags=service.FLAGS,
                     role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
     crds=lambda: [netbox_pool_crd()],
+    lock_tag=LOCK_TAG,
 )
