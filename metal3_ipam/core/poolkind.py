@@ -196,8 +196,8 @@ def kind_named(group_kind: Any) -> PoolKind | None:
     return REGISTRY.get(group_kind) if isinstance(group_kind, tuple) else None
 
 
-# Groups whose pool kinds other providers serve too (the in-cluster provider's group is Cluster API's own
-# IPAM group: Infoblox's and others' pools live there): a claim naming such a group is ours only by kind.
+# Groups whose pool kinds other providers serve too (Cluster API's own IPAM group: the Go providers', Infoblox's
+# and others' pools live there): a claim naming such a group is ours only by kind.
 SHARED_GROUPS = frozenset({kinds.CAPI_IPAM_GROUP})
 
 

@@ -1,4 +1,4 @@
-"""Asks of NetBox pools run by the adapter (controller/netbox_asks.py) and filed by the core (core/asking.py).
+"""Asks of NetBox pools run by the adapter (poolkinds/netbox/asks.py) and filed by the core (core/asking.py).
 
 Against the real NetBox of the session and the real API server (tokens are
 read from Secrets): the loop here is the claim lifecycle's in miniature:

@@ -2,7 +2,7 @@
 
 ``InClusterIPPool`` (namespaced) and ``GlobalInClusterIPPool`` (cluster
 scoped; claims of every namespace share it) of ``ipam.cluster.x-k8s.io``,
-read at ``v1alpha2``: their spec is read and judged by ``core.incluster``,
+read at ``v1alpha2``: their spec is read and judged by ``spec``,
 they serve Cluster API claims only, with the in-cluster provider's
 finalizers, and their status holds its ``ipAddresses`` counts.
 

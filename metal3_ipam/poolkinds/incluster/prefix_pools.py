@@ -2,7 +2,7 @@
 
 ``InClusterPrefixPool`` (namespaced) and ``GlobalInClusterPrefixPool``
 (cluster scoped; claims of every namespace share it) of
-``ipam.cluster.x-k8s.io``, read at ``v1alpha2`` by ``core.prefixes``. They
+``ipam.cluster.x-k8s.io``, read at ``v1alpha2`` by ``prefix_spec``. They
 hand out IPv6 sub-prefixes of ``spec.allocationPrefixLength`` bits: the
 Cluster API IPAddress of a claim carries the sub-prefix's base address as
 ``address``, its length as ``prefix`` and the pool's ``gateway`` as written.

@@ -1,6 +1,6 @@
 """NetBoxIPPool (``netbox.metal3-ipam.io``) as a kind of pool: its addresses come from NetBox.
 
-A pool is read by ``core.netbox_pool``; it serves Cluster API claims only.
+A pool is read by ``pool``; it serves Cluster API claims only.
 Its addresses are not chosen from the pool's own address set but asked of
 NetBox by the allocation key each claim carries (``Outside``): the key is
 written on the claim (with its finalizer) before anything is asked, the
