@@ -733,8 +733,8 @@ CONVERSION_REVIEW_VERSION = "apiextensions.k8s.io/v1"
 # asked decodes it, one object per ConversionReview (measured with 1.35: a LIST of 40 pools at v1alpha1 comes
 # as reviews of one object each); but its converter takes lists too (apiextensions-apiserver's webhook
 # converter sends every object of a list that is not at the desired version in one review), and its request
-# limit (3 MiB) bounds each object, not a list. 32 MiB holds tens of thousands of pools (measured with the
-# Cluster API IPAM group's IP pools, the kind converted) as the API server stores them (about 600 bytes each with one writer's managedFields), or ten objects at that limit; a
+# limit (3 MiB) bounds each object, not a list. 32 MiB holds tens of thousands of the pools converted as the API
+# server stores them (about 600 bytes each with one writer's managedFields), or ten objects at that limit; a
 # larger body is refused (413). A review is read object by object (:func:`read_conversion_body`) and its
 # answer written so: one costs its body, its answer and the parse of one object, never the parse of the
 # whole list; the bodies of ConversionReviews held at once are bounded apart from the AdmissionReviews'
@@ -1206,7 +1206,7 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
-        # The CRDs' conversion (``PoolKind.convert``): the same server, so the same bounds on bodies, time and connections.
+        # The CRDs' conversion (``PoolKind.convert``): the same server, the same bounds on bodies, time, connections.
         app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,
