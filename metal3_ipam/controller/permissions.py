@@ -61,6 +61,7 @@ def cluster_rules() -> tuple[Rule, ...]:
             unique.append(rule)
     return tuple(unique)
 
+
 # Clusters that run the OwnerReferencesPermissionEnforcement admission plugin
 # (OpenShift does) check more than the calls themselves: setting
 # blockOwnerDeletion on an address's owners needs update on
