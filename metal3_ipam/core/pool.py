@@ -32,7 +32,7 @@ from .naming import address_name, lock_name, name_prefix_problem
 from .problems import Problem
 
 STRATEGIES = ("sequential", "random")
-# The CRD's limits (metal3_ipam/crds.py; a test keeps the two equal): what the API
+# The CRD's limits (poolkinds/ippool/schema.py; a test keeps the two equal): what the API
 # server refuses is refused offline too, and a huge list is refused before it is read.
 MAX_ENTRIES = 256
 MAX_PREALLOCATIONS = 4096
