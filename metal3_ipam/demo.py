@@ -4,9 +4,10 @@ Starts a local control plane (etcd + kube-apiserver + kube-controller-manager
 on loopback, built by hack/build-binaries.sh on first use), installs the CRDs
 and the manifests given (the samples by default: an example of every kind of
 pool), runs the controller until every claim is bound or in error, prints the
-objects as ``kubectl get`` would and stops everything. A NetBoxIPPool is served
-only when the NetBox its ``spec.server.url`` names answers; otherwise it is left
-out, with its claims and its token Secret, and the demo says so.
+objects as ``kubectl get`` would and stops everything. A pool whose addresses come
+from an outside IPAM is served only when its kind says it can be here (its IPAM
+answers, ``Outside.unservable``); otherwise it is left out, with its claims and
+the Secrets only it names, and the demo says so.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from . import manifests
@@ -26,7 +26,6 @@ from .core import kinds, poolkind
 from .core import objects as o
 from .controller.operator import plural_of
 
-NETBOX_POOL = ("netbox.metal3-ipam.io", "NetBoxIPPool")
 CORE_PLURALS = {"Secret": "secrets", "ConfigMap": "configmaps"}
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -48,49 +47,38 @@ def _path(obj: dict, version: str | None = None) -> str:
     return f"/apis/{group}/{version or api_version}/{where}{plural_of(kind)}"
 
 
-def netbox_answers(url: str, timeout: float = 3.0) -> str | None:
-    """None when the NetBox at ``url`` answers HTTP at all (its API may still refuse the token); else why not."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/api/status/", timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None
-    except (OSError, ValueError) as err:
-        return str(getattr(err, "reason", None) or err)
+def _unservable(pool_kind: poolkind.PoolKind, pool: dict) -> str | None:
+    return pool_kind.outside.unservable(pool) if pool_kind.outside else None
 
 
-def without_unreachable_netbox(objs: list[dict], answers=netbox_answers) -> tuple[list[dict], list[str]]:
-    """``objs`` less each NetBoxIPPool whose NetBox does not answer, its claims and the Secret of its token
-    (unless a pool kept names it); and one line per pool left out, saying why."""
+def without_unservable(objs: list[dict], unservable: Callable[[poolkind.PoolKind, dict], str | None] = _unservable
+                       ) -> tuple[list[dict], list[str]]:
+    """``objs`` less each pool its kind cannot serve here (``unservable``: why not, or None), its claims and the
+    Secrets it names (unless a pool kept names them too); and one line per pool left out, saying why."""
     left_out, notes = set(), []
+    kept_secrets, named_secrets = set(), set()
     for obj in objs:
-        if kinds.kind_of(obj) == NETBOX_POOL:
-            url = ((o.spec(obj).get("server") or {}).get("url")) or ""
-            why = answers(url)
-            if why is not None:
-                left_out.add((o.namespace(obj), o.name(obj)))
-                notes.append(f"NetBoxIPPool {o.namespace(obj)}/{o.name(obj)} left out: NetBox at {url} does not "
-                             f"answer ({why}); set spec.server.url and the token Secret to a NetBox of yours")
-
-    def secret_of(pool: dict) -> tuple[str, str]:
-        return o.namespace(pool), ((o.spec(pool).get("server") or {}).get("tokenSecretRef") or {}).get("name", "")
-
-    kept_secrets = {secret_of(x) for x in objs if kinds.kind_of(x) == NETBOX_POOL
-                    and (o.namespace(x), o.name(x)) not in left_out}
-    dropped_secrets = {secret_of(x) for x in objs if kinds.kind_of(x) == NETBOX_POOL
-                       and (o.namespace(x), o.name(x)) in left_out} - kept_secrets
+        pool_kind = poolkind.kind_named(kinds.kind_of(obj))
+        if pool_kind is None:
+            continue
+        why = unservable(pool_kind, obj)
+        secrets = {(o.namespace(obj), name) for name in (pool_kind.outside.secrets(obj) if pool_kind.outside else ())}
+        named_secrets |= secrets
+        if why is None:
+            kept_secrets |= secrets
+        else:
+            left_out.add((kinds.kind_of(obj), o.namespace(obj), o.name(obj)))
+            notes.append(f"{obj.get('kind')} {o.namespace(obj)}/{o.name(obj)} left out: {why}")
+    dropped_secrets = named_secrets - kept_secrets
 
     def kept(obj: dict) -> bool:
         kind = kinds.kind_of(obj)
-        if kind == NETBOX_POOL:
-            return (o.namespace(obj), o.name(obj)) not in left_out
         if kind == kinds.CAPI_CLAIM:
             ref = o.spec(obj).get("poolRef") or {}
-            return not ((ref.get("apiGroup"), ref.get("kind")) == NETBOX_POOL
-                        and (o.namespace(obj), ref.get("name")) in left_out)
+            return ((ref.get("apiGroup"), ref.get("kind")), o.namespace(obj), ref.get("name")) not in left_out
         if obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret":
             return (o.namespace(obj), o.name(obj)) not in dropped_secrets
-        return True
+        return (kind, o.namespace(obj), o.name(obj)) not in left_out
 
     return [x for x in objs if kept(x)], notes
 
@@ -99,7 +87,7 @@ def _settled(api, claims: list[dict]) -> bool:
     for claim in claims:
         current = request(api, "GET", f"{_path(claim)}/{o.name(claim)}")
         status = o.status(current)
-        # Ready=False AllocationPending: an outside IPAM (NetBox) has not answered yet.
+        # Ready=False AllocationPending: an outside IPAM has not answered yet.
         if not (status.get("address") or status.get("addressRef") or status.get("errorMessage")
                 or any(c.get("status") == "False" and c.get("reason") != "AllocationPending"
                        for c in status.get("conditions") or [])):
@@ -163,7 +151,7 @@ def main(paths: list[str], timeout: float = 120.0) -> int:
     with ControlPlane(crd_paths=default_crd_paths()) as plane, tempfile.TemporaryDirectory() as logs:
         api = client.ApiClient(plane.configuration())
         print(f"==> control plane up at {plane.server}; kubeconfig {plane.kubeconfig}", flush=True)
-        objs, notes = without_unreachable_netbox([item.obj for item in loaded])
+        objs, notes = without_unservable([item.obj for item in loaded])
         for note in notes:
             print(f"==> {note}", flush=True)
         for obj in objs:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-# First: webhook.HOOKS and the roles are made from the registry of kinds when their modules are imported.
+# First: the webhooks and the role are made for the kinds registered when they are imported.
 from . import crds, poolkinds  # noqa: F401  (poolkinds registers the kinds of pool)
 from .controller import permissions, webhook
 from .crds import generator_main

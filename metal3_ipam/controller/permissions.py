@@ -13,28 +13,14 @@ No wildcards: every group, resource and verb is spelled out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from metal3_ipam.core import kinds
 from metal3_ipam.core import poolkind
-
-
-@dataclass(frozen=True)
-class Rule:
-    group: str
-    resource: str  # a plural, or plural/subresource
-    verbs: tuple[str, ...]
-    why: str
-
+from metal3_ipam.core.poolkind import Rule
 
 WATCH = ("list", "watch")
 
-CLUSTER_RULES: tuple[Rule, ...] = (
-    *(rule for kind in poolkind.REGISTRY.values() for rule in (
-        Rule(kind.group, kind.plural, ("list", "watch", "patch"),
-             "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
-             "owner reference patched (api.ApiWriter._patch)"),
-        Rule(kind.group, f"{kind.plural}/status", ("patch",), "counts and Ready written (SetStatus)"))),
+# What the lifecycle calls whatever the kinds of pool.
+LIFECYCLE_RULES: tuple[Rule, ...] = (
     Rule(kinds.METAL3_GROUP, "ipclaims", ("get", "list", "watch", "patch"),
          "watched; finalizer patched; read again before an address is let go (Delete.unless_exists)"),
     Rule(kinds.METAL3_GROUP, "ipclaims/status", ("patch",), "status.address, errorMessage and Ready written"),
@@ -49,9 +35,32 @@ CLUSTER_RULES: tuple[Rule, ...] = (
          "the contract's IPAddress: created, read when its name is taken, finalizer patched, deleted on release"),
     Rule(kinds.CLUSTER_GROUP, "clusters", WATCH, "watched for spec.paused"),
     Rule("", "events", ("create",), "Warning and Normal Events on pools and claims (api.ApiWriter._post_event)"),
-    Rule("", "secrets", ("get",), "a NetBoxIPPool's API token, read from the Secret its spec names "
-                                  "(netbox_asks.SecretTokens)"),
 )
+
+
+def _pool_rules(kind: poolkind.PoolKind) -> tuple[Rule, ...]:
+    """What the lifecycle calls on a kind's pools, and what its outside IPAM's adapter calls besides."""
+    return (
+        Rule(kind.group, kind.plural, ("list", "watch", "patch"),
+             "watched into the inventory (operator.listings, kopf); finalizer, cluster-name label and "
+             "owner reference patched (api.ApiWriter._patch)"),
+        Rule(kind.group, f"{kind.plural}/status", ("patch",), "counts and Ready written (SetStatus)"),
+        *(kind.outside.role_rules if kind.outside else ()),
+    )
+
+
+def cluster_rules() -> tuple[Rule, ...]:
+    """The rules of the ClusterRole, for the kinds of pool registered (``poolkind.REGISTRY``): each kind's
+    first, then the lifecycle's; a rule two kinds need is granted once."""
+    rules = [rule for kind in poolkind.REGISTRY.values() for rule in _pool_rules(kind)] + list(LIFECYCLE_RULES)
+    granted: set[tuple[str, str, tuple[str, ...]]] = set()
+    unique = []
+    for rule in rules:
+        if (rule.group, rule.resource, rule.verbs) not in granted:
+            granted.add((rule.group, rule.resource, rule.verbs))
+            unique.append(rule)
+    return tuple(unique)
+
 
 # Clusters that run the OwnerReferencesPermissionEnforcement admission plugin
 # (OpenShift does) check more than the calls themselves: setting
@@ -78,7 +87,7 @@ def _policy_rules(rules: tuple[Rule, ...]) -> list[dict]:
 
 def cluster_role(name: str = "manager-role") -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-            "rules": _policy_rules(CLUSTER_RULES)}
+            "rules": _policy_rules(cluster_rules())}
 
 
 def leader_election_role(name: str = "leader-election-role") -> dict:

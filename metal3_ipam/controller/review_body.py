@@ -135,7 +135,7 @@ CONVERSION_REVIEW_VERSION = "apiextensions.k8s.io/v1"
 # asked decodes it, one object per ConversionReview (measured with 1.35: a LIST of 40 pools at v1alpha1 comes
 # as reviews of one object each); but its converter takes lists too (apiextensions-apiserver's webhook
 # converter sends every object of a list that is not at the desired version in one review), and its request
-# limit (3 MiB) bounds each object, not a list. 32 MiB holds tens of thousands of in-cluster pools as the API
+# limit (3 MiB) bounds each object, not a list. 32 MiB holds tens of thousands of the pools converted as the API
 # server stores them (about 600 bytes each with one writer's managedFields), or ten objects at that limit; a
 # larger body is refused (413). A review is read object by object (:func:`read_conversion_body`) and its
 # answer written so: one costs its body, its answer and the parse of one object, never the parse of the

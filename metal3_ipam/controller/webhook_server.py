@@ -5,8 +5,8 @@ It routes by :data:`metal3_ipam.controller.webhook.HOOKS`, reads each body withi
 :class:`metal3_ipam.controller.admission.Admission` on judge threads, and reloads its certificate
 (:mod:`metal3_ipam.controller.certificates`). What a client may take of it is bounded (:class:`Limits`).
 
-The same server answers the in-cluster IP pool CRDs' conversion webhook at
-``/convert`` (:data:`CONVERSION_PATH`, which the CRDs name) with
+The same server answers the conversion webhook of the CRDs served at several versions
+(``PoolKind.convert``) at ``/convert`` (:data:`CONVERSION_PATH`, which the CRDs name) with
 :mod:`metal3_ipam.core.conversion`, object by object, under the same bounds
 but for the body's size (a review holds a whole LIST: :data:`MAX_CONVERSION_BYTES`).
 """
@@ -344,7 +344,7 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
-        # The in-cluster IP pool CRDs' conversion: the same server, so the same bounds on bodies, time and connections.
+        # The CRDs' conversion (``PoolKind.convert``): the same server, the same bounds on bodies, time, connections.
         app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_seconds,

@@ -1,7 +1,7 @@
-"""Asking an outside IPAM (NetBox) for addresses: what was asked, when, and what came back, per key.
+"""Asking an outside IPAM for addresses: what was asked, when, and what came back, per key.
 
 Pure: no I/O, no clock; every call is given ``now`` (seconds, monotonic).
-The adapter (``metal3_ipam.controller.netbox_asks``) runs the asks this
+The kind's adapter half (``Outside.service``) runs the asks this
 state hands out and files their answers back as data; the claim lifecycle
 reads the outcome per key.
 
@@ -36,7 +36,7 @@ What it guarantees:
   longer the current one is dropped.
 * **No answer.** An ask not answered by its deadline counts as a timeout: the
   key is asked again later. Its answer, should it still come, is filed as a
-  late one (a grant is still the key's address: NetBox holds one address per key).
+  late one (a grant is still the key's address: the outside IPAM holds one address per key).
 * **Backoff.** A key refused is asked again after ``base * 2**(failures-1)``
   seconds, at most ``cap``, spread by up to a quarter by the key (so a burst
   of refusals does not come back at once). A refusal of the server itself
@@ -48,7 +48,7 @@ What it guarantees:
   so an ask's deadline is not spent waiting behind a queue.
 * A release waits for an allocation ask of its key that is still out (until
   that ask's deadline), so that the release finds what the allocation made.
-* **Unanswered allocations.** NetBox carries out a request whose client gave
+* **Unanswered allocations.** The outside IPAM carries out a request whose client gave
   up (timed out, cut off): an allocation of a key that went unanswered (its
   deadline passed, or refused as the server down) may still make an address
   up to ``linger`` seconds later, its answer reaching nobody. A release of that
@@ -75,7 +75,7 @@ class Intent(str, enum.Enum):
     WANT = "want"
     RELEASE = "release"
     # Its claim is being deleted holding no address: an allocation of its key may still be out, asked by the
-    # process before this one (a restart) and carried out by NetBox after the release looked.
+    # process before this one (a restart) and carried out by the outside IPAM after the release looked.
     RELEASE_UNBOUND = "release-unbound"
     FORGET = "forget"
 
@@ -99,7 +99,7 @@ class Ask:
 
 @dataclass(frozen=True)
 class Granted:
-    """NetBox holds ``address`` (with its mask, ``192.0.2.7/24``) for the key, as object ``id``."""
+    """The outside IPAM holds ``address`` (with its mask, ``192.0.2.7/24``) for the key, as object ``id``."""
 
     key: str
     attempt: int
@@ -124,7 +124,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Released:
-    """NetBox holds no address for the key any more (deleted, or there was none)."""
+    """The outside IPAM holds no address for the key any more (deleted, or there was none)."""
 
     key: str
     attempt: int
@@ -144,7 +144,7 @@ class Filed(str, enum.Enum):
     LATE = "late"  # for a key not wanted (released, being released, forgotten, unknown)
 
 
-TIMEOUT_REASON = "NetBoxTimeout"
+TIMEOUT_REASON = "Timeout"  # the reason of an ask not answered in time, unless the kind names its own
 
 
 @dataclass
@@ -196,7 +196,8 @@ class Asking:
     cap: float = 300.0  # longest backoff, seconds
     per_server: int = 16  # asks of one server out at a time
     tombstone: float = 3600.0  # how long a released key is remembered (for late grants)
-    linger: float = 120.0  # how long NetBox may still carry out an ask after its client gave up on it
+    linger: float = 120.0  # how long the outside IPAM may still carry out an ask after its client gave up on it
+    timeout_reason: str = TIMEOUT_REASON  # the refusal's reason when an ask is not answered by its deadline
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _servers: dict[Hashable, _Server] = field(default_factory=dict)
     _released: dict[str, tuple[float, Hashable, Hashable]] = field(default_factory=dict)
@@ -219,7 +220,7 @@ class Asking:
         self._entries[key] = _Entry(key, pool, server, next_at=now)
 
     def release(self, key: str, pool: Hashable, server: Hashable, now: float, *, unbound: bool = False) -> None:
-        """The claim carrying ``key`` is being deleted: have NetBox delete the key's address. Idempotent.
+        """The claim carrying ``key`` is being deleted: have the outside IPAM delete the key's address. Idempotent.
 
         ``unbound``: the claim holds no address, so the process before this one may have left an allocation
         of the key out; within ``linger`` of this one's start, the release looks again once it may have landed.
@@ -322,7 +323,7 @@ class Asking:
             if entry.out is not None and now >= entry.out_deadline:
                 if entry.out is Op.ALLOCATE and entry.out_attempt is not None:
                     entry.unsure[entry.out_attempt] = now + self.linger
-                self._failed(entry, now, TIMEOUT_REASON,
+                self._failed(entry, now, self.timeout_reason,
                              f"no answer within {self.deadline:g}s to the {entry.out.value} asked at "
                              f"{entry.asked_at:g}", server_down=True)
         for key, (at, _, _) in list(self._released.items()):

@@ -202,15 +202,15 @@ class Inventory:
         self._homes: dict[ObjKey, o.PoolKey] = {}
         # The allocation keys of claims seen deleted for ``clusterctl move``
         # (``clusterctl.cluster.x-k8s.io/delete-for-move``): their addresses are the copies' in the target, and a
-        # sweep here must never release them, also once a move stopped half-way is undone here (``core.sweep``).
+        # sweep here must never release them, also once a move stopped half-way is undone here (the kind's sweep).
         # Each key names the claim that left, (namespace, name): a claim of another name carrying it is a copy
         # and never takes the moved claim's address, also while that claim is back here (a move back); that
         # claim deleted here, not for a move, ends the entry (its copies may take the key over then).
-        # What this process saw, and what NetBox says: each sweep remembers the claims named by addresses whose
-        # home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
+        # What this process saw, and what the outside IPAM says: each sweep remembers the claims named by addresses
+        # whose home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
         self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
         # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
-        # this cluster's claims may not take over (``core.sweep.contested``): what the claims carrying them say.
+        # this cluster's claims may not take over (the kind's sweep): what the claims carrying them say.
         self.homed_elsewhere: dict[str, str] = {}
 
     @staticmethod
@@ -531,7 +531,8 @@ class Inventory:
 
     def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
         """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
-        NetBox says of it (an address whose home this controller took off, ``moved-from=``), after a restart."""
+        the outside IPAM says of it (an address whose home this controller took off, ``moved-from=``), after a
+        restart."""
         self._moved_away(outside_key, claim)
 
     def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:

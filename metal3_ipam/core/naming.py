@@ -55,13 +55,14 @@ def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:
     return f"{name_prefix}-{suffix}".rstrip("-")
 
 
-# -- the names of the in-cluster and NetBox kinds' locks ----------------------------------------------------
+# -- the names of the locks of kinds whose pools have no namePrefix -----------------------------------------
 #
 # A lock is a Metal3 IPAddress ``<pool>.<address>.<tag>`` (a sub-prefix's ``<pool>.<base>.<length>.<tag>``):
 # ``pool-a.10-0-0-5.ip``, ``pp.fd00-0-0-100-0-0-0-0.56.pp``. Why two different (kind, pool, address) never
 # give one name, read from the right:
-# - the last label is the tag, one per kind of pool (``LOCK_TAGS``), with ``h`` added when the pool part
-#   is hashed; it says how many labels the address takes (two for a sub-prefix: base, then length);
+# - the last label is the tag, one per kind of pool (``PoolKind.lock_tag``: ``poolkind.register`` refuses one
+#   another kind's tag, hashed or not, would meet), with ``h`` added when the pool part is hashed; it says how
+#   many labels the address takes (two for a sub-prefix: base, then length);
 # - the address label has no dot, and is one-to-one: IPv4 is its four decimal groups, IPv6 all eight of
 #   its hexadecimal groups without leading zeros (no ``::``, so it never starts or ends with a dash), so
 #   four groups or eight also tell the family; the length is its decimal number;
@@ -76,7 +77,6 @@ def address_name(name_prefix: str, ip: netaddr.IPAddress | str) -> str:
 # ``<pool>-<base>.<length>``) end in a digit of the address or the length: a lock left by that version,
 # adopted as it is, never holds a name this scheme wants for another address (save those of the IPv6
 # ``::``, which are the bare prefix: ``pfx`` + ``::`` is ``pfx``).
-LOCK_TAGS = ("ip", "gip", "pp", "gpp", "netbox")
 HASHED = "h"
 _HASH_DIGITS = 16
 

@@ -32,7 +32,7 @@ from .naming import address_name, lock_name, name_prefix_problem
 from .problems import Problem
 
 STRATEGIES = ("sequential", "random")
-# The CRD's limits (metal3_ipam/crds.py; a test keeps the two equal): what the API
+# The CRD's limits (poolkinds/ippool/schema.py; a test keeps the two equal): what the API
 # server refuses is refused offline too, and a huge list is refused before it is read.
 MAX_ENTRIES = 256
 MAX_PREALLOCATIONS = 4096
@@ -78,7 +78,7 @@ class Pool:
     # preallocations are in units; ``address_of``, ``unit_of`` and ``lock_name`` translate.
     unit_length: int | None = None
     # How its locks are named: None, Metal3's ``<namePrefix>-<ip>``; else ``name_prefix`` is the pool part of
-    # ``naming.lock_name`` and this its tag (the in-cluster and NetBox kinds).
+    # ``naming.lock_name`` and this its tag (a kind whose pools have no namePrefix: ``PoolKind.lock_tag``).
     lock_tag: str | None = None
     _starts: list[int] = field(init=False, repr=False)
     _by_start: list[Entry] = field(init=False, repr=False)
@@ -103,8 +103,8 @@ class Pool:
         return value >> self.unit_bits
 
     def lock_name(self, unit: int) -> str:
-        """The name of the Metal3 IPAddress that holds ``unit``: ``<namePrefix>-<ip>``, or the in-cluster
-        kinds' ``<pool>.<address>.<tag>`` (``<pool>.<base>.<length>.<tag>`` for a sub-prefix; see
+        """The name of the Metal3 IPAddress that holds ``unit``: ``<namePrefix>-<ip>``, or with a lock tag
+        ``<pool>.<address>.<tag>`` (``<pool>.<base>.<length>.<tag>`` for a sub-prefix; see
         ``naming.lock_name``)."""
         if self.lock_tag is not None:
             return lock_name(self.name_prefix, self.address_of(unit), self.unit_length, self.lock_tag)

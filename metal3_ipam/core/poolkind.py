@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metal3_ipam.core import kinds
-from metal3_ipam.core.naming import lock_pool_part
+from metal3_ipam.core.naming import HASHED, lock_pool_part
 from metal3_ipam.core.pool import Pool
 from metal3_ipam.core.problems import Problem
 
@@ -62,6 +62,17 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A rule of the controller's role (``controller.permissions``): the ``verbs`` it may call on ``resource``
+    (a plural, or plural/subresource) of API ``group``, and which calls need them."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
 class Outside:
     """Where a kind's addresses come from when not from the pool's own address set: an outside IPAM, asked
     by a key the claim carries, whose answer comes later (``core.asking`` keeps the asks and answers).
@@ -87,6 +98,13 @@ class Outside:
     service: Callable[[Any], Any] | None = None
     # The flags of ``metal3-ipam run`` that set it up.
     flags: tuple[Flag, ...] = ()
+    # What the adapter half calls in the API beyond what every kind's lifecycle calls: rules the controller's
+    # role grants on top (``controller.permissions``).
+    role_rules: tuple[Rule, ...] = ()
+    # For ``metal3-ipam demo``: why a pool cannot be served on this machine (its outside IPAM does not answer,
+    # and what to set instead), or None when it can; and the names of the Secrets of its namespace it names.
+    unservable: Callable[[Mapping[str, Any]], str | None] = lambda pool: None
+    secrets: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda pool: ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,12 @@ class PoolKind:
     # A pool object at another served apiVersion (the ``/convert`` webhook's work; raises
     # ``conversion.ConversionError``), or None for a kind served at one version.
     convert: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
+    # The CustomResourceDefinitions the kind installs (``metal3_ipam.crds`` writes them under config/crd/), as
+    # fresh dicts; none for a kind whose CRD is installed otherwise.
+    crds: Callable[[], list[dict[str, Any]]] = lambda: []
+    # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
+    # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
+    lock_tag: str | None = None
 
     @property
     def group(self) -> str:
@@ -152,7 +176,24 @@ REGISTRY: dict[GroupKind, PoolKind] = {}
 
 
 def register(pool_kind: PoolKind) -> None:
+    """Serve ``pool_kind``; ValueError when another kind's lock names may end like its own (its tag, or the tag
+    of a hashed pool part, is another kind's): two pools' locks could meet."""
+    tag = pool_kind.lock_tag
+    for kind in REGISTRY.values():
+        if tag is not None and kind.kind != pool_kind.kind and kind.lock_tag is not None and (
+                {tag, tag + HASHED} & {kind.lock_tag, kind.lock_tag + HASHED}):
+            raise ValueError(f"{pool_kind.kind}: lock tag {tag!r} meets {kind.kind}'s {kind.lock_tag!r}")
     REGISTRY[pool_kind.kind] = pool_kind
+
+
+def unregister(kind: GroupKind) -> None:
+    """Serve the kind of pool named ``(group, kind)`` no more (a kind registered for a while: a test's own)."""
+    REGISTRY.pop(kind, None)
+
+
+def lock_tags() -> tuple[str, ...]:
+    """The tags of the lock names of the kinds served (``PoolKind.lock_tag``)."""
+    return tuple(kind.lock_tag for kind in REGISTRY.values() if kind.lock_tag is not None)
 
 
 def kind_named(group_kind: Any) -> PoolKind | None:
@@ -160,8 +201,8 @@ def kind_named(group_kind: Any) -> PoolKind | None:
     return REGISTRY.get(group_kind) if isinstance(group_kind, tuple) else None
 
 
-# Groups whose pool kinds other providers serve too (the in-cluster provider's group is Cluster API's own
-# IPAM group: Infoblox's and others' pools live there): a claim naming such a group is ours only by kind.
+# Groups whose pool kinds other providers serve too (Cluster API's own IPAM group: the Go providers', Infoblox's
+# and others' pools live there): a claim naming such a group is ours only by kind.
 SHARED_GROUPS = frozenset({kinds.CAPI_IPAM_GROUP})
 
 

@@ -22,7 +22,7 @@ What it guarantees, whatever it is shown:
 - a claim gets at most one address: extra ones (a lost race) are removed;
 - every new address is a Metal3 IPAddress named ``<namePrefix>-<ip>``, also
   for Cluster API claims, so one name lock guards every allocation (the
-  in-cluster kinds, whose pools have no namePrefix, name their locks
+  kinds whose pools have no namePrefix name their locks
   ``<pool>.<ip>.<tag>``, a sub-prefix's ``<pool>.<base>.<length>.<tag>``: see
   ``Pool.lock_name``; those of a pool of cluster scope are all in one
   namespace, ``Snapshot.lock_namespace``, so that the lock guards an IP across
@@ -58,8 +58,8 @@ What it guarantees, whatever it is shown:
   known is given nothing new until it is: ``clusterctl move`` creates a
   Cluster before its claims, and a claim seen first may still have a moved
   address on its way. Its Ready condition says what it waits for;
-- a kind whose addresses an outside IPAM hands out (``PoolKind.outside``:
-  NetBox) asks it only for the allocation key the stored claim carries,
+- a kind whose addresses an outside IPAM hands out (``PoolKind.outside``)
+  asks it only for the allocation key the stored claim carries,
   written with the claim's finalizer before anything is asked; the plan says
   what it wants of each key (``Plan.intents``: want, release, forget) and the
   answers so far are the snapshot's (``Snapshot.answers``): meanwhile the claim
@@ -1200,7 +1200,7 @@ class _Reconciler:
 
     def complete_owners(self, mirror: dict, claim: dict, step: Step) -> None:
         """An adopted Cluster API IPAddress written before its claim gets the claim's and the pool's owner
-        references after those it has (as the in-cluster provider's CreateOrPatch gives them), and our
+        references after those it has (as the Go IPAM providers' CreateOrPatch gives them), and our
         finalizer, in the claim's step before its status names it; one that has them is not written to.
 
         A reference to the claim or the pool by the right name but another uid is replaced: ``clusterctl
@@ -1345,7 +1345,7 @@ class _Reconciler:
             if held_back is not None:
                 # The refusal is another key's probe, whose message changes with every probe: a message of its
                 # own keeps the status of every claim waiting behind that server from being rewritten each time.
-                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its NetBox "
+                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its IPAM's "
                                                      f"server, which failed lately ({held_back.reason}); it is "
                                                      f"asked once the server answers again")
             elif isinstance(answer, Refused):

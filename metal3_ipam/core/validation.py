@@ -186,8 +186,8 @@ def overlap_problems(obj: Any, others: Iterable[Any]) -> list[Problem]:
     different namePrefixes would take different locks, and one IP could be
     handed out twice: an error.
 
-    A pool of another kind that keeps its IPs unique in the namespace (an
-    InClusterIPPool, an InClusterPrefixPool) sharing addresses with one of
+    A pool of another kind that keeps its IPs unique in the namespace
+    (``PoolKind.unique_in_namespace``) sharing addresses with one of
     these is warned about (see ``kind_overlap_warnings``).
     """
     if kinds.kind_of(obj) != kinds.IPPOOL:

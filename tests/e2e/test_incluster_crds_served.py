@@ -22,11 +22,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from metal3_ipam import crds
+from metal3_ipam.poolkinds.incluster import schema as incluster_schema
 
 GROUP = "ipam.cluster.x-k8s.io"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-incluster-state.yaml"
-PLURALS = {kind: kind.lower() + "s" for kind in crds.INCLUSTER_KINDS}
+PLURALS = {kind: kind.lower() + "s" for kind in incluster_schema.KINDS}
 
 
 def fixture_pools() -> dict[str, dict]:
@@ -73,7 +73,7 @@ def rest(api_client, method: str, url: str, body=None, accept: str = "applicatio
 
 def test_the_four_crds_are_established_in_their_versions(api_client):
     ext = client.ApiextensionsV1Api(api_client)
-    for kind in crds.INCLUSTER_KINDS:
+    for kind in incluster_schema.KINDS:
         crd = ext.read_custom_resource_definition(f"{PLURALS[kind]}.{GROUP}")
         conditions = {c.type: c.status for c in crd.status.conditions}
         assert conditions.get("Established") == "True" and conditions.get("NamesAccepted") == "True", conditions

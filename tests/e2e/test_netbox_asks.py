@@ -1,4 +1,4 @@
-"""Asks of NetBox pools run by the adapter (controller/netbox_asks.py) and filed by the core (core/asking.py).
+"""Asks of NetBox pools run by the adapter (poolkinds/netbox/asks.py) and filed by the core (core/asking.py).
 
 Against the real NetBox of the session and the real API server (tokens are
 read from Secrets): the loop here is the claim lifecycle's in miniature:
@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, SecretTokens
 from metal3_ipam.core.asking import Asking, Filed, Granted, Refused, Released
-from metal3_ipam.poolkinds.netbox.source import owned_key
+from metal3_ipam.poolkinds.netbox.source import Reason, owned_key
 from metal3_ipam.poolkinds.netbox.pool import TOKEN_MISSING, pool_status, read_pool
 from netbox_fixtures import addresses_in, fresh, holding, owner, seeded
 
@@ -419,7 +419,7 @@ def test_an_allocation_netbox_carries_out_after_the_ask_gave_up_is_released_all_
     async def run():
         asks = NetBoxAsks(SecretTokens(api_client), owner=who, timeout=20)
         asks.pool_changed(pool)
-        asking = Asking(deadline=2, base=0.2, cap=1, linger=40)
+        asking = Asking(deadline=2, base=0.2, cap=1, linger=40, timeout_reason=Reason.TIMEOUT.value)
         asking.want(key, where, pool.server, time.monotonic())
         with netbox.slowed(6, method="POST"):  # the lookup answered at once, available-ips held 6 s
             [ask] = asking.due(time.monotonic())

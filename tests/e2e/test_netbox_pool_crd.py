@@ -1,6 +1,6 @@
 """The NetBoxIPPool CRD as the real API server serves it: bad input refused on create, naming field and value.
 
-The same manifests go through :func:`metal3_ipam.core.netbox_pool.read_pool`:
+The same manifests go through :func:`metal3_ipam.poolkinds.netbox.pool.read_pool`:
 what the API server refuses, the core refuses too (for input that never met
 the API server, e.g. ``metal3-ipam validate``), and what it accepts reads.
 """

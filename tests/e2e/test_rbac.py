@@ -158,7 +158,7 @@ def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, au
     refused = {call: codes for call, codes in found.items() if 403 in codes or 401 in codes}
     assert not refused, f"calls the roles do not allow: {refused}"
     used = set(found)
-    granted = permissions.granted(permissions.CLUSTER_RULES + permissions.LEADER_ELECTION_RULES)
+    granted = permissions.granted(permissions.cluster_rules() + permissions.LEADER_ELECTION_RULES)
     assert used <= granted, f"used but not granted: {sorted(used - granted)}"
     assert granted <= used, f"granted but never used: {sorted(granted - used)}"
 

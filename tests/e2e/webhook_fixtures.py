@@ -29,6 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from controller_fixtures import ControllerProcess, start_control_plane
 from metal3_ipam import crds
+from metal3_ipam.core.conversion import CONVERSION_PATH
 from metal3_ipam.controller import webhook
 from metal3_ipam.core import poolkind as pools
 from metal3_ipam.testing.certs import Authority
@@ -179,7 +180,7 @@ def convert_at(api: client.ApiClient, names: list[str], port: int, ca_pem: bytes
     configurations call the controller. The API server takes the change up a moment later: the first request
     that needs a conversion retries until it is served (see tests/e2e/test_incluster_admission.py)."""
     bundle = base64.b64encode(ca_pem).decode()
-    url = f"https://127.0.0.1:{port}{crds.CONVERSION_PATH}"
+    url = f"https://127.0.0.1:{port}{CONVERSION_PATH}"
     ext = client.ApiextensionsV1Api(api)
     for name in names:
         ext.patch_custom_resource_definition(name, {"spec": {"conversion": {"webhook": {"clientConfig": {

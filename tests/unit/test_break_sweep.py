@@ -1,4 +1,5 @@
-"""The sweep's judgement (core.sweep) across the orders of events of a ``clusterctl move`` that stops half-way.
+"""The sweep's judgement (poolkinds/netbox/sweep.py) across the orders of events of a ``clusterctl move`` that
+stops half-way.
 
 clusterctl (``cmd/clusterctl/client/cluster/mover.go``) pauses every Cluster of the namespace it moves,
 creates the copies in the target, then deletes the source's objects group by group, the deepest first:

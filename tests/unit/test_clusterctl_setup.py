@@ -11,12 +11,13 @@ from pathlib import Path
 
 import yaml
 
-from metal3_ipam import crds
+from metal3_ipam import schema
+from metal3_ipam.poolkinds.incluster import schema as incluster_schema
 from metal3_ipam.testing.clusterctl import PROVIDERS, Provider, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 # The in-cluster provider's pools, served by this provider: moved, each the root of its own hierarchy.
-INCLUSTER_POOLS = {f"{kind.lower()}s.ipam.cluster.x-k8s.io" for kind in crds.INCLUSTER_KINDS}
+INCLUSTER_POOLS = {f"{kind.lower()}s.ipam.cluster.x-k8s.io" for kind in incluster_schema.KINDS}
 # NetBox pools, likewise.
 NETBOX_POOLS = {"netboxippools.netbox.metal3-ipam.io"}
 
@@ -41,7 +42,7 @@ def test_every_moved_crd_belongs_to_an_inventoried_provider():
         | NETBOX_POOLS == set(moved)
     for name, doc in moved.items():
         assert doc["metadata"]["labels"]["cluster.x-k8s.io/provider"] in labels, name
-    assert crds.PROVIDER_NAME in labels
+    assert schema.PROVIDER_NAME in labels
 
 
 def test_cluster_crd_stores_the_contract_version_and_inventory_is_never_moved():

@@ -22,7 +22,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metal3_ipam import crds
+from metal3_ipam import crds, schema
+from metal3_ipam.poolkinds.ippool import schema as ippool_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
@@ -84,7 +85,7 @@ def test_definitions_are_fresh_copies():
     first = crds.crd_definitions()
     first[0]["spec"]["group"] = "changed"
     crds.openapi_schema("IPPool")["properties"].clear()
-    assert crds.crd_definitions()[0]["spec"]["group"] == crds.GROUP
+    assert crds.crd_definitions()[0]["spec"]["group"] == schema.GROUP
     assert "spec" in crds.openapi_schema("IPPool")["properties"]
     with pytest.raises(KeyError):
         crds.crd_for_kind("Metal3IPPool")
@@ -409,16 +410,16 @@ CEL_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
     "has(self.start) || has(self.end) || has(self.subnet)": (
         lambda s, o: any(k in s for k in ("start", "end", "subnet"))
     ),
-    crds._pool_entry_schema()["x-kubernetes-validations"][1]["rule"]: (
+    ippool_schema.pool_entry_schema()["x-kubernetes-validations"][1]["rule"]: (
         lambda s, o: _same_family(_get(s, "start"), _get(s, "end"))
     ),
-    crds._pool_entry_schema()["x-kubernetes-validations"][2]["rule"]: (
+    ippool_schema.pool_entry_schema()["x-kubernetes-validations"][2]["rule"]: (
         lambda s, o: _inside(_get(s, "start"), _get(s, "subnet"))
     ),
-    crds._pool_entry_schema()["x-kubernetes-validations"][3]["rule"]: (
+    ippool_schema.pool_entry_schema()["x-kubernetes-validations"][3]["rule"]: (
         lambda s, o: _inside(_get(s, "end"), _get(s, "subnet"))
     ),
-    crds._EXCLUDED_RULE: lambda s, o: _excluded_ok(s),
+    ippool_schema.EXCLUDED_RULE: lambda s, o: _excluded_ok(s),
     _node("IPPool", "spec")["x-kubernetes-validations"][0]["rule"]: (
         lambda s, o: o is None or _strategy(s) == _strategy(o)
     ),
@@ -545,7 +546,7 @@ def test_valid_pools(spec):
         ({"namePrefix": "a.-b"}, "does not match"),
         ({"namePrefix": "-a"}, "does not match"),
         ({"namePrefix": "a."}, "does not match"),
-        ({"pools": [{"prefix": 24}]}, crds.MSG_POOL_ENTRY_BOUNDS),
+        ({"pools": [{"prefix": 24}]}, ippool_schema.MSG_POOL_ENTRY_BOUNDS),
         ({"pools": [{"start": "10.0.0.256"}]}, "start must be a valid IP address"),
         ({"pools": [{"start": "10.0.0.01"}]}, "start must be a valid IP address"),
         ({"pools": [{"start": "fe80::1%eth0"}]}, "start must be a valid IP address"),
@@ -646,7 +647,7 @@ prefixes = st.text(alphabet="abz09-.A_", min_size=1, max_size=12)
 @settings(max_examples=400, deadline=None)
 @given(prefix=prefixes, ip=ips)
 def test_name_prefix_pattern_accepts_exactly_the_prefixes_giving_valid_names(prefix, ip):
-    accepted = re.search(crds.NAME_PREFIX_PATTERN, prefix) is not None
+    accepted = re.search(ippool_schema.NAME_PREFIX_PATTERN, prefix) is not None
     if accepted:
         assert valid_object_name(address_name(prefix, ip))
     else:
@@ -657,15 +658,15 @@ def test_name_prefix_pattern_accepts_exactly_the_prefixes_giving_valid_names(pre
 @settings(max_examples=200, deadline=None)
 @given(ip=ips)
 def test_longest_name_prefix_still_gives_valid_names(ip):
-    prefix = "a" * (crds.MAX_NAME_PREFIX_LEN - 4) + ".b-c"
-    assert re.search(crds.NAME_PREFIX_PATTERN, prefix)
+    prefix = "a" * (ippool_schema.MAX_NAME_PREFIX_LEN - 4) + ".b-c"
+    assert re.search(ippool_schema.NAME_PREFIX_PATTERN, prefix)
     assert valid_object_name(address_name(prefix, ip))
 
 
 def test_longest_ipv6_name_fits():
     longest = "1111:2222:3333:4444:5555:6666:7777:8888"
     assert len(address_name("x" * 213, longest)) == 253
-    assert len(longest) <= crds.MAX_IP_LEN
+    assert len(longest) <= schema.MAX_IP_LEN
 
 
 # --- samples ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from metal3_ipam import crds
+from metal3_ipam.poolkinds.incluster import schema as incluster_schema
 from metal3_ipam.poolkinds.incluster import conversion
 from metal3_ipam.poolkinds.incluster import spec as incluster
 from metal3_ipam.poolkinds.incluster import prefix_spec as prefixes
@@ -27,7 +28,7 @@ def versions(kind):
     return {v["name"]: v for v in crds.crd_for_kind(kind)["spec"]["versions"]}
 
 
-@pytest.mark.parametrize("kind", crds.INCLUSTER_KINDS)
+@pytest.mark.parametrize("kind", incluster_schema.KINDS)
 def test_names_scope_versions_and_labels(kind):
     crd = crds.crd_for_kind(kind)
     plural, scope, names = EXPECTED[kind]
@@ -47,7 +48,7 @@ def test_names_scope_versions_and_labels(kind):
     assert labels["cluster.x-k8s.io/provider"] == "ipam-metal3" and labels["clusterctl.cluster.x-k8s.io"] == ""
 
 
-@pytest.mark.parametrize("kind", crds.INCLUSTER_KINDS)
+@pytest.mark.parametrize("kind", incluster_schema.KINDS)
 def test_conversion_only_where_there_are_two_versions(kind):
     spec = crds.crd_for_kind(kind)["spec"]
     if "IPPool" in kind:
@@ -58,7 +59,7 @@ def test_conversion_only_where_there_are_two_versions(kind):
         assert "conversion" not in spec
 
 
-@pytest.mark.parametrize("kind", crds.INCLUSTER_KINDS)
+@pytest.mark.parametrize("kind", incluster_schema.KINDS)
 def test_printer_columns(kind):
     def columns(version):
         return [(c["name"], c["type"], c["jsonPath"]) for c in versions(kind)[version]["additionalPrinterColumns"]]
@@ -73,7 +74,7 @@ def test_printer_columns(kind):
         assert columns("v1alpha1") == old + COUNTS
 
 
-@pytest.mark.parametrize("kind", crds.INCLUSTER_KINDS)
+@pytest.mark.parametrize("kind", incluster_schema.KINDS)
 def test_spec_and_status_fields(kind):
     schema = crds.openapi_schema(kind)
     spec = schema["properties"]["spec"]

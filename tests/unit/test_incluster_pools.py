@@ -1,4 +1,4 @@
-"""The in-cluster provider's IP pools (core/incluster.py): the address set, counts, grace and admission.
+"""The in-cluster provider's IP pools (poolkinds/incluster/spec.py): the address set, counts, grace and admission.
 
 Properties against a brute-force model of the Go provider's reading (with the
 point-to-point exception this project makes), and tables from the objects

@@ -1,4 +1,4 @@
-"""The in-cluster provider's prefix pools (core/prefixes.py): allocation, counts and admission.
+"""The in-cluster provider's prefix pools (poolkinds/incluster/prefix_spec.py): allocation, counts and admission.
 
 Properties against a brute force over every aligned sub-prefix of small pools.
 """

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import poolkind as pools
-from metal3_ipam.core.naming import (LOCK_TAGS, MAX_NAME_LENGTH, address_name, is_dns1123_subdomain, lock_name,
+from metal3_ipam.core.naming import (MAX_NAME_LENGTH, address_name, is_dns1123_subdomain, lock_name,
                                      lock_pool_part)
 from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
@@ -87,7 +87,7 @@ def test_a_pool_named_like_a_hashed_pool_part_never_takes_its_locks():
     assert tag == "iph" and len(part) < len(long)
     ip = netaddr.IPAddress("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
     assert _name("ip", part, ip, None) != _name("ip", long, ip, None)
-    for tag in LOCK_TAGS:
+    for tag in pools.lock_tags():
         length = 128 if tag in PREFIX_TAGS else None
         assert len(_name(tag, long, ip, length)) <= MAX_NAME_LENGTH
 

@@ -1,14 +1,16 @@
-"""NetBox's answers and keys, read without a server (metal3_ipam.core.netbox)."""
+"""NetBox's answers and keys, read without a server (metal3_ipam.poolkinds.netbox.source)."""
 
 from __future__ import annotations
 
 import ipaddress
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metal3_ipam.core.asking import backoff
+from metal3_ipam.core.asking import Asking, Op, Refused, backoff
+from metal3_ipam.poolkinds.netbox import service
 from metal3_ipam.poolkinds.netbox.source import (
     KEY_FIELD,
     Reason,
@@ -151,3 +153,16 @@ def test_the_netbox_cache_is_keyed_by_version(monkeypatch, tmp_path):
     assert harness.cache_dir("4.7.3") == tmp_path / "metal3-ipam" / "netbox-4.7.3"
     monkeypatch.setenv("METAL3_IPAM_NETBOX_CACHE", str(tmp_path / "elsewhere"))
     assert harness.cache_dir() == tmp_path / "elsewhere"
+
+
+def test_an_ask_netbox_does_not_answer_in_time_leaves_its_claim_with_reason_netbox_timeout():
+    parts = SimpleNamespace(api=None, flags={}, inventory=None, writer=None, wake=lambda pool, key: None,
+                            may_act=lambda: True)
+    asking = service.service(parts).answers
+    assert isinstance(asking, Asking)
+    asking.want("k", "pool", "server", now=0.0)
+    [ask] = asking.due(now=0.0)
+    assert ask.op is Op.ALLOCATE
+    asking.due(now=ask.deadline)  # the deadline passes unanswered
+    refused = asking.state("k").result
+    assert isinstance(refused, Refused) and refused.reason == Reason.TIMEOUT.value == "NetBoxTimeout"

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from metal3_ipam import crds
+from metal3_ipam.poolkinds.netbox import schema as netbox_schema
 from metal3_ipam.poolkinds.netbox.pool import read_pool
 from test_crds import CEL_MIRRORS, _addr, _net, _same_family, is_cidr, is_ip, validate_object, walk
 
@@ -107,13 +108,13 @@ def _gateway_in_prefix(spec: dict[str, Any]) -> bool:
 
 
 NETBOX_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
-    crds.NETBOX_URL_RULE: lambda s, o: _url_ok(s),
-    crds.NETBOX_URL_USERINFO_RULE: lambda s, o: not re.search(r"^[A-Za-z][-A-Za-z0-9+.]*://[^/]*@", s),
-    crds.NETBOX_CA_BUNDLE_RULE: lambda s, o: "-----BEGIN CERTIFICATE-----" in s and "-----END CERTIFICATE-----" in s,
-    crds.NETBOX_PREFIX_RULE: lambda s, o: _masked(s),
-    crds.NETBOX_RANGE_RULE: lambda s, o: _range_ok(s),
-    crds.NETBOX_SOURCE_RULE: lambda s, o: ("prefix" in s) != ("ipRange" in s),
-    crds.NETBOX_GATEWAY_RULE: lambda s, o: _gateway_in_prefix(s),
+    netbox_schema.NETBOX_URL_RULE: lambda s, o: _url_ok(s),
+    netbox_schema.NETBOX_URL_USERINFO_RULE: lambda s, o: not re.search(r"^[A-Za-z][-A-Za-z0-9+.]*://[^/]*@", s),
+    netbox_schema.NETBOX_CA_BUNDLE_RULE: lambda s, o: "-----BEGIN CERTIFICATE-----" in s and "-----END CERTIFICATE-----" in s,
+    netbox_schema.NETBOX_PREFIX_RULE: lambda s, o: _masked(s),
+    netbox_schema.NETBOX_RANGE_RULE: lambda s, o: _range_ok(s),
+    netbox_schema.NETBOX_SOURCE_RULE: lambda s, o: ("prefix" in s) != ("ipRange" in s),
+    netbox_schema.NETBOX_GATEWAY_RULE: lambda s, o: _gateway_in_prefix(s),
 }
 
 

@@ -1,4 +1,4 @@
-"""Reading a NetBoxIPPool (metal3_ipam/core/netbox_pool.py): the pool, or problems naming field and value."""
+"""Reading a NetBoxIPPool (metal3_ipam/poolkinds/netbox/pool.py): the pool, or problems naming field and value."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from metal3_ipam.core.asking import Asking, Granted, Intent, Op, Refused, Releas
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.kind import FINALIZERS, NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.source import Reason
 from metal3_ipam.core.reconcile import needs_full, plan_pass, reconcile, run_to_end
 from ipam_objects import NS, capi_claim, get, loaded, set_meta, user_delete
 
@@ -67,7 +68,7 @@ class World:
 
     def __init__(self, *objs, seed=0):
         self.api = loaded(netbox_pool(gateway="10.0.0.1"), *objs)
-        self.asking = Asking(deadline=30)
+        self.asking = Asking(deadline=30, timeout_reason=Reason.TIMEOUT.value)  # as the NetBox kind's service
         self.ipam = FakeIpam()
         self.now = 0.0
         self.rng = random.Random(seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ import yaml
 from metal3_ipam import crds, packaging
 from metal3_ipam.cli import _parser
 from metal3_ipam.controller import certificates, permissions, webhook
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
 from metal3_ipam.testing import controlplane
 
@@ -127,14 +128,29 @@ def test_roles_hold_no_wildcard_and_only_known_verbs():
 def test_the_cluster_role_is_the_table():
     granted = {(group, resource, verb) for rule in permissions.cluster_role()["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
-    assert granted == permissions.granted(permissions.CLUSTER_RULES)
+    assert granted == permissions.granted(permissions.cluster_rules())
     # Nothing outside the kinds the controller serves, Events, and reading the Secrets of NetBox tokens.
     groups = {g for g, _, _ in granted}
     assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP, ""}
     assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}
     assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
-    for rule in permissions.CLUSTER_RULES + permissions.LEADER_ELECTION_RULES:
+    for rule in permissions.cluster_rules() + permissions.LEADER_ELECTION_RULES:
         assert rule.why, rule
+
+
+def test_the_role_grants_what_each_kinds_outside_ipam_needs_once(monkeypatch):
+    """A kind's ``Outside.role_rules`` join the role; a rule two kinds need is one rule."""
+    netbox = poolkind.REGISTRY[netbox_pool.NETBOX_IP_POOL]
+    extra = poolkind.Rule("", "configmaps", ("get",), "a test kind's settings")
+    twin = dataclasses.replace(netbox, kind=("ipam.example.com", "TwinPool"), plural="twinpools",
+                               outside=dataclasses.replace(netbox.outside,
+                                                           role_rules=(*netbox.outside.role_rules, extra)))
+    monkeypatch.setitem(poolkind.REGISTRY, twin.kind, twin)
+    rules = permissions.cluster_rules()
+    assert extra in rules
+    assert [(r.group, r.resource) for r in rules].count(("", "secrets")) == 1
+    assert {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]} in \
+        permissions.cluster_role()["rules"]
 
 
 def test_rbac_objects_bind_the_roles_to_the_service_account(rendered):

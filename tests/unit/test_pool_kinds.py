@@ -147,3 +147,25 @@ def test_a_pool_of_another_kind_is_validated_by_its_kind(other_kind):
     bad = other_pool("p", [])
     bad["spec"]["prefix"] = "wide"
     assert validate(bad) == pools.REGISTRY[OTHER].validate(bad) and validate(bad)
+
+
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    monkeypatch.setattr(pools, "REGISTRY", dict(pools.REGISTRY))
+    return pools.REGISTRY
+
+
+@pytest.mark.parametrize("tag", ["ip", "iph"])
+def test_a_kind_whose_lock_names_could_end_like_another_kinds_is_refused(registry, tag):
+    """``ip`` is the in-cluster IP pool's tag, ``iph`` that tag after a hashed pool part."""
+    with pytest.raises(ValueError, match=f"lock tag '{tag}' meets"):
+        pools.register(dataclasses.replace(IPPOOL_KIND, kind=OTHER, lock_tag=tag))
+    assert OTHER not in registry
+
+
+def test_a_kind_whose_lock_tag_no_other_kind_meets_is_served(registry):
+    kind = dataclasses.replace(IPPOOL_KIND, kind=OTHER, lock_tag="i")  # hashed: "ih"
+    pools.register(kind)
+    assert registry[OTHER] is kind and "i" in pools.lock_tags()

@@ -1,4 +1,5 @@
-"""The sweep's judgement (core.sweep): which NetBox addresses of this owner to release, and which never."""
+"""The sweep's judgement (poolkinds/netbox/sweep.py): which NetBox addresses of this owner to release, and which
+never."""
 
 from __future__ import annotations
 

@@ -353,14 +353,15 @@ def test_two_ippools_keep_their_rule_on_name_prefixes():
 # -- what the API server refuses is refused offline too -------------------------------
 
 def test_limits_are_the_crd_limits():
-    from metal3_ipam import crds
+    from metal3_ipam import schema
     from metal3_ipam.core import pool
+    from metal3_ipam.poolkinds.ippool import schema as ippool_schema
 
-    assert pool.MAX_ENTRIES == crds.MAX_POOL_ENTRIES
-    assert pool.MAX_PREALLOCATIONS == crds.MAX_PREALLOCATIONS
-    assert pool.MAX_EXCLUDED_ADDRESSES == crds.MAX_EXCLUDED_ADDRESSES
-    assert pool.MAX_DNS_SERVERS == crds.MAX_DNS_SERVERS
-    assert pool.MAX_CLUSTER_NAME == crds.MAX_LABEL_VALUE_LEN
+    assert pool.MAX_ENTRIES == ippool_schema.MAX_POOL_ENTRIES
+    assert pool.MAX_PREALLOCATIONS == ippool_schema.MAX_PREALLOCATIONS
+    assert pool.MAX_EXCLUDED_ADDRESSES == ippool_schema.MAX_EXCLUDED_ADDRESSES
+    assert pool.MAX_DNS_SERVERS == schema.MAX_DNS_SERVERS
+    assert pool.MAX_CLUSTER_NAME == schema.MAX_LABEL_VALUE_LEN
 
 
 def test_too_many_entries_preallocations_excluded_and_dns_servers():

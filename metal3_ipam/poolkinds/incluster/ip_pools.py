@@ -2,7 +2,7 @@
 
 ``InClusterIPPool`` (namespaced) and ``GlobalInClusterIPPool`` (cluster
 scoped; claims of every namespace share it) of ``ipam.cluster.x-k8s.io``,
-read at ``v1alpha2``: their spec is read and judged by ``core.incluster``,
+read at ``v1alpha2``: their spec is read and judged by ``spec``,
 they serve Cluster API claims only, with the in-cluster provider's
 finalizers, and their status holds its ``ipAddresses`` counts.
 
@@ -29,6 +29,7 @@ from metal3_ipam.poolkinds.incluster import spec as incluster
 from metal3_ipam.poolkinds.incluster.conversion import convert
 from metal3_ipam.core.naming import MAX_PREFIX_LENGTH
 from metal3_ipam.core.poolkind import CLUSTER, NAMESPACED, Counts, Finalizers, PoolKind, locked_as
+from metal3_ipam.poolkinds.incluster.schema import pool_crd
 
 # The tags of a pool's lock names (``naming.lock_name``): a global pool's locks live in one namespace beside
 # those of namespaced pools, and say that they are a global pool's.
@@ -99,11 +100,12 @@ def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any
                     claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
                     cluster_name=lambda pool: None, status=_status, indexes=False,
                     address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
-                    **rules)
+                    crds=lambda: [pool_crd(kind[1])], **rules)
 
 
 def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
     return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           lock_tag=GLOBAL_LOCK_TAG if scope == CLUSTER else LOCK_TAG,
                            validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
                            validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after,
                            unique_in_namespace=scope == NAMESPACED, convert=convert)

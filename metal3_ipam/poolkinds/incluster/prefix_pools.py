@@ -2,7 +2,7 @@
 
 ``InClusterPrefixPool`` (namespaced) and ``GlobalInClusterPrefixPool``
 (cluster scoped; claims of every namespace share it) of
-``ipam.cluster.x-k8s.io``, read at ``v1alpha2`` by ``core.prefixes``. They
+``ipam.cluster.x-k8s.io``, read at ``v1alpha2`` by ``prefix_spec``. They
 hand out IPv6 sub-prefixes of ``spec.allocationPrefixLength`` bits: the
 Cluster API IPAddress of a claim carries the sub-prefix's base address as
 ``address``, its length as ``prefix`` and the pool's ``gateway`` as written.
@@ -71,6 +71,7 @@ def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> li
 
 def _prefix_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
     return in_cluster_kind(kind, scope, plural, read=_reader(kind, scope == CLUSTER),
+                           lock_tag=GLOBAL_LOCK_TAG if scope == CLUSTER else LOCK_TAG,
                            validate=prefixes.validate_prefix_pool, validate_update=_validate_update,
                            validate_delete=prefixes.validate_prefix_pool_delete, unique_in_namespace=scope == NAMESPACED,
                            holds_prefixes=True)

@@ -14,6 +14,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.pool import read_pool
 from metal3_ipam.core.validation import validate_pool, validate_pool_delete, validate_pool_update
 from metal3_ipam.core.poolkind import NAMESPACED, Counts, Finalizers, PoolKind
+from metal3_ipam.poolkinds.ippool.schema import ippool_crd
 
 
 def _spec(pool: Mapping[str, Any]) -> Any:
@@ -58,4 +59,5 @@ IPPOOL_KIND = PoolKind(
     cluster_name=_cluster_name,
     status=_status,
     indexes=True,
+    crds=lambda: [ippool_crd()],
 )

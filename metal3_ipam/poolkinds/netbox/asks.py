@@ -1,9 +1,9 @@
 """Running the asks of ``core.asking`` against NetBox, and surveying NetBox pools.
 
 The adapter half of NetBox pools: :class:`NetBoxAsks` is given the pools
-(:class:`~metal3_ipam.core.netbox_pool.NetBoxPool`, by namespace and name) and
+(:class:`~metal3_ipam.poolkinds.netbox.pool.NetBoxPool`, by namespace and name) and
 runs each :class:`~metal3_ipam.core.asking.Ask` with the NetBox client
-(``controller.netbox``): allocate by key, or release by key. Every ask ends in
+(``client``): allocate by key, or release by key. Every ask ends in
 an answer, as data (:class:`Granted`, :class:`Refused`, :class:`Released`) for
 the core to file; nothing raises:
 
@@ -19,7 +19,7 @@ the core to file; nothing raises:
   (``server_down``), which the core uses to hold that server's asks back.
 
 :meth:`NetBoxAsks.survey` asks NetBox about a pool (token, key field,
-prefix or range, counts) for its status (``core.netbox_pool.pool_status``).
+prefix or range, counts) for its status (``pool.pool_status``).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class NetBoxAsks:
     async def ask(self, ask: Ask, description: str | None = None,
                   keep: Callable[[str], bool] = lambda description: False) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
-        (its claim and home, ``core.sweep``); ``keep``: whether a release leaves an address of that description
+        (its claim and home, ``sweep``); ``keep``: whether a release leaves an address of that description
         (another cluster's claim's)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
         if pool is None:
@@ -463,7 +463,7 @@ class NetBoxPools:
                                    self.inventory.get(NETBOX_IP_POOL, namespace, pool.name) if pool else None), claim)
 
     def _describe(self, key: str) -> str | None:
-        """The description of the address allocated for ``key``: its claim and home (``core.sweep``). A key
+        """The description of the address allocated for ``key``: its claim and home (``sweep``). A key
         copied onto other claims (refused) is the one's that the passes give it to."""
         claims = self._carriers(key)
         if not claims:
@@ -477,7 +477,7 @@ class NetBoxPools:
         return there is not None and taken_from(text) is not None and home_state(self._homes())(there) == ABSENT
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
-        """For ``core.sweep.hold``: the description of a claim here carrying the key whose home is paused (any
+        """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
         such claim holds the address, whichever claim the key is given to), else ``_describe``'s."""
         def holder(key: str) -> str | None:
             for claim in self._carriers(key):
@@ -496,7 +496,7 @@ class NetBoxPools:
                 await self.sweep()
 
     async def sweep(self) -> list[Found]:
-        """Each NetBox server of the pools held swept once (``core.sweep``); the addresses released."""
+        """Each NetBox server of the pools held swept once (``sweep``); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
         for pool_key in self.inventory.pool_keys():
             model = self._live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None

@@ -18,9 +18,9 @@ controller made, the key finds one again.
 
 Requests are bounded: at most ``concurrency`` at a time per server URL (across
 clients of one event loop), each answered within ``timeout`` seconds once sent.
-A failure raises :class:`NetBoxError` carrying a :class:`~metal3_ipam.core.netbox.Refusal`
+A failure raises :class:`NetBoxError` carrying a :class:`~metal3_ipam.poolkinds.netbox.source.Refusal`
 (unreachable, timeout, token refused, not found, full, key conflict, …); retrying
-with backoff (``metal3_ipam.core.netbox.backoff``) is the caller's.
+with backoff (``metal3_ipam.core.asking.backoff``) is the caller's.
 
 The token's least NetBox permissions (object permissions; constraints may
 narrow them to the prefixes and ranges in use):
@@ -350,7 +350,7 @@ class NetBoxClient:
                        description: str | None = None) -> Allocation:
         """The address for ``key``: the one NetBox holds for it, else the lowest free one of the parent.
 
-        ``description``: what the address's description says (its claim and home, ``core.sweep``); one
+        ``description``: what the address's description says (its claim and home, ``sweep``); one
         found for the key homed elsewhere (a claim moved here from another cluster) is given it.
 
         ``avoid``: addresses that must never be handed out (a gateway NetBox
@@ -399,7 +399,7 @@ class NetBoxClient:
         raise NetBoxError(conflict or Refusal(Reason.FULL, f"{what}: only addresses to avoid were left"))
 
     async def _rehome(self, found: Allocation, description: str | None, what: str) -> Allocation:
-        """``found`` with ``description`` when that names a home ``found`` may be taken to (``core.sweep.taken_over``:
+        """``found`` with ``description`` when that names a home ``found`` may be taken to (``sweep.taken_over``:
         homed nowhere, marked released, or not taken over before; only the claim's own home is known here)."""
         wanted, there = home_in(description), home_in(found.description)
         text = taken_over(found.description, description, lambda h: PRESENT if h == wanted else ABSENT)

@@ -1,6 +1,6 @@
 """NetBoxIPPool (``netbox.metal3-ipam.io``) as a kind of pool: its addresses come from NetBox.
 
-A pool is read by ``core.netbox_pool``; it serves Cluster API claims only.
+A pool is read by ``pool``; it serves Cluster API claims only.
 Its addresses are not chosen from the pool's own address set but asked of
 NetBox by the allocation key each claim carries (``Outside``): the key is
 written on the claim (with its finalizer) before anything is asked, the
@@ -31,6 +31,7 @@ from metal3_ipam.core.problems import Problem
 from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, locked_as
 from metal3_ipam.core.validation import validate_pool_delete
 from metal3_ipam.poolkinds.netbox import service
+from metal3_ipam.poolkinds.netbox.schema import netbox_pool_crd
 
 LOCK_TAG = "netbox"
 
@@ -113,5 +114,8 @@ NETBOX_IP_POOL_KIND = PoolKind(
     indexes=False,
     unique_in_namespace=False,
     outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
-                    granted=_granted, service=service.service, flags=service.FLAGS),
+                    granted=_granted, service=service.service, flags=service.FLAGS,
+                    role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
+    crds=lambda: [netbox_pool_crd()],
+    lock_tag=LOCK_TAG,
 )

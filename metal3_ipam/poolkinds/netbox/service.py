@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from metal3_ipam.core.asking import Asking
-from metal3_ipam.core.poolkind import Flag
+from metal3_ipam.core.poolkind import Flag, Rule
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, SecretTokens
-from metal3_ipam.poolkinds.netbox.source import check_owner
+from metal3_ipam.poolkinds.netbox.pool import condition_reason
+from metal3_ipam.poolkinds.netbox.source import Reason, check_owner
 
 SURVEY_SECONDS = 60.0
 
@@ -46,12 +50,52 @@ FLAGS = (
          "before the sweep deletes it (default 86400)", parse=_release_grace_seconds),
 )
 
+# What the asks call in the API besides what every kind's lifecycle calls.
+ROLE_RULES = (
+    Rule("", "secrets", ("get",), "a NetBoxIPPool's API token, read from the Secret its spec names "
+                                  "(asks.SecretTokens)"),
+)
+
 
 def service(parts: Any) -> NetBoxPools:
     """The asks of every NetBoxIPPool, with the runtime's API client, inventory, writer and wake-up."""
     flags = parts.flags
     return NetBoxPools(NetBoxAsks(SecretTokens(parts.api), owner=flags.get("netbox_owner", FLAGS[0].default)),
-                       Asking(), inventory=parts.inventory, writer=parts.writer, wake=parts.wake,
+                       Asking(timeout_reason=condition_reason(Reason.TIMEOUT)), inventory=parts.inventory,
+                       writer=parts.writer, wake=parts.wake,
                        may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                        sweep_seconds=flags.get("netbox_sweep_seconds", FLAGS[1].default),
                        release_grace_seconds=flags.get("netbox_release_grace_seconds", FLAGS[2].default))
+
+
+def answers(url: str, timeout: float = 3.0) -> str | None:
+    """None when the NetBox at ``url`` answers HTTP at all (its API may still refuse the token); else why not."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/status/", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as err:
+        return str(getattr(err, "reason", None) or err)
+
+
+def _server(pool: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pool.get("spec")
+    server = spec.get("server") if isinstance(spec, Mapping) else None
+    return server if isinstance(server, Mapping) else {}
+
+
+def unservable(pool: Mapping[str, Any], answers: Callable[[str], str | None] = answers) -> str | None:
+    """Why ``metal3-ipam demo`` cannot serve the pool here (the NetBox it names does not answer), or None."""
+    url = _server(pool).get("url") or ""
+    why = answers(url)
+    if why is None:
+        return None
+    return f"NetBox at {url} does not answer ({why}); set spec.server.url and the token Secret to a NetBox of yours"
+
+
+def secrets(pool: Mapping[str, Any]) -> tuple[str, ...]:
+    """The Secret of the pool's token (in its namespace)."""
+    ref = _server(pool).get("tokenSecretRef")
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return (name,) if isinstance(name, str) and name else ()

@@ -1,6 +1,6 @@
 """NetBox as a source of addresses: what is asked of it, and what its answers mean.
 
-Pure: no I/O. The asynchronous client (``metal3_ipam.controller.netbox``) sends
+Pure: no I/O. The asynchronous client (``client``) sends
 the requests; this module names the parent an address comes from, the key an
 address is found again by, and turns NetBox's answers into the reasons a claim
 shows.
