@@ -185,6 +185,17 @@ def test_a_release_of_another_name_and_namespace_names_its_objects_after_itself(
                                         "namespace": "infra"}]
 
 
+@pytest.mark.parametrize("values, words", [
+    ({"replica": 3}, "additional properties 'replica' not allowed"),
+    ({"replicas": "three"}, "/replicas': got string, want integer"),
+    ({"leaderElection": {"leaseDuration": "15 seconds"}}, "/leaderElection/leaseDuration"),
+    ({"webhook": {"port": 70000}}, "/webhook/port"),
+])
+def test_a_wrong_value_is_refused_naming_it(helm, values, words):
+    done = helm.run("template", "metal3-ipam", str(CHART), values=values, check=False)
+    assert done.returncode != 0 and words in done.stderr, done.stderr
+
+
 # -- every flag of `metal3-ipam run` is a value --------------------------------------------------------------
 
 # dest of the run parser -> (values, the parsed value they give)
