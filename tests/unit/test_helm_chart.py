@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
+import json
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,7 @@ def test_a_release_of_another_name_and_namespace_names_its_objects_after_itself(
     ({"replicas": "three"}, "/replicas': got string, want integer"),
     ({"leaderElection": {"leaseDuration": "15 seconds"}}, "/leaderElection/leaseDuration"),
     ({"webhook": {"port": 70000}}, "/webhook/port"),
+    ({"kindFlags": {"netbox-ownr": "x"}}, "additional properties 'netbox-ownr' not allowed"),
 ])
 def test_a_wrong_value_is_refused_naming_it(helm, values, words):
     done = helm.run("template", "metal3-ipam", str(CHART), values=values, check=False)
@@ -244,14 +246,17 @@ def test_every_flag_of_run_is_a_value(helm):
             volumes = {v["name"]: v for v in pod["volumes"]}
             assert mounts["kubeconfig"] == "/etc/metal3-ipam/kubeconfig"
             assert volumes["kubeconfig"]["secret"]["secretName"] == "remote"
-    _, container = deployment_of(helm, {"kindFlags": {f.name: f"v-{f.name}" for f in kind_flags.values()}})
+    given = {f.name: 7 if isinstance(f.default, (int, float)) else f"v-{f.name}" for f in kind_flags.values()}
+    _, container = deployment_of(helm, {"kindFlags": given})
     for dest, flag in kind_flags.items():
-        assert getattr(settings(container), dest) == f"v-{flag.name}"
+        assert getattr(settings(container), dest) == str(given[flag.name])
 
 
 def test_the_values_list_every_flag_of_the_kinds_of_pool_at_the_controllers_default():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values["kindFlags"]) == {f.name for f in _kind_flags()}
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["kindFlags"]["properties"]) == {f.name for f in _kind_flags()}
     assert set(values["kindFlags"].values()) == {None}
     text = (CHART / "values.yaml").read_text()
     for flag in _kind_flags():
