@@ -7,7 +7,8 @@ Deployment's container is run with podman from the Deployment the API server hol
 webhook configurations and the conversion webhooks are pointed at the container's published port, with a
 certificate for 127.0.0.1, and given back their Service before each ``helm upgrade`` (as they are in a
 cluster). ``helm upgrade`` to a new image tag then keeps the CRDs, the chart's certificate and every pool,
-claim and address (same uids, same IPs), and the new image serves the next claim.
+claim and address (same uids, same IPs), and the new image serves the next claim; ``helm uninstall`` keeps
+the CRDs and everything in them, and a new ``helm install`` of the release takes the CRDs up again.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def crd_uids(admin) -> dict[str, str]:
             for crd in client.ApiextensionsV1Api(admin).list_custom_resource_definition().items}
 
 
-def test_helm_install_serves_claims_and_helm_upgrade_keeps_every_pool_claim_and_address(
+def test_helm_install_serves_claims_and_upgrade_and_uninstall_keep_every_pool_claim_and_address(
         helm, plane, built, tmp_path, request):
     with plane.api_client() as admin:
         started = time.monotonic()
@@ -164,7 +165,8 @@ def test_helm_install_serves_claims_and_helm_upgrade_keeps_every_pool_claim_and_
         image_mod.podman("tag", built.tag, f"localhost/metal3-ipam:{UPGRADE_TAG}")
         the_services_again(admin, objects)
         started = time.monotonic()
-        helm.run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set", f"image.tag={UPGRADE_TAG}",
+        helm.run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+                 "--set", f"image.tag={UPGRADE_TAG}",
                  kubeconfig=plane.kubeconfig)
         report(request, f"helm upgrade: {time.monotonic() - started:.1f}s")
         objects = manifest(helm, plane)
@@ -187,3 +189,12 @@ def test_helm_install_serves_claims_and_helm_upgrade_keeps_every_pool_claim_and_
             image_mod.ends_cleanly(running)
         after = kept_objects(admin)
         assert {k: v for k, v in after.items() if k in before} == before
+
+        # helm uninstall keeps the CRDs (helm.sh/resource-policy: keep), and so every object; installing the
+        # release again takes them up.
+        the_services_again(admin, objects)
+        helm.run("uninstall", RELEASE, "--namespace", NAMESPACE, kubeconfig=plane.kubeconfig)
+        assert crd_uids(admin) == crds_before
+        assert kept_objects(admin) == after
+        helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, kubeconfig=plane.kubeconfig)
+        assert crd_uids(admin) == crds_before
