@@ -96,7 +96,12 @@ _NAME = "__HELM_FULLNAME__"
 _NAMESPACE = "__HELM_NAMESPACE__"
 _INCLUDE = "__HELM_INCLUDE__"
 _CLIENT_CONFIG = "__HELM_CLIENT_CONFIG__"
+_ANNOTATIONS = "__HELM_ANNOTATIONS__"
 _TEMPLATE_ACTIONS = (
+    # ``__HELM_ANNOTATIONS__: <template>`` (a key of metadata): annotations, the named template's, if it has any.
+    (re.compile(r"^(\s*)" + _ANNOTATIONS + r": (\S+)$", re.M),
+     lambda m: f'{m[1]}{{{{- with include "{m[2]}" $ | trim }}}}\n{m[1]}annotations:\n'
+               f'{m[1]}  {{{{- . | nindent {len(m[1]) + 2} }}}}\n{m[1]}{{{{- end }}}}'),
     # ``__HELM_INCLUDE__<n>: <template>`` (a key of labels or annotations): the named template's lines there.
     (re.compile(r"^(\s*)" + _INCLUDE + r"\d*: (\S+)$", re.M),
      lambda m: f'{m[1]}{{{{- include "{m[2]}" $ | nindent {len(m[1])} }}}}'),
@@ -126,8 +131,10 @@ def _chart_metadata(meta: dict, name: str, namespaced: bool, labels: str = "meta
     if namespaced:
         out["namespace"] = _NAMESPACE
     out["labels"] = {f"{_INCLUDE}1": labels, **(meta.get("labels") or {})}
-    if annotations:
-        out["annotations"] = {f"{_INCLUDE}2": annotations, **(meta.get("annotations") or {})}
+    if annotations and not meta.get("annotations"):
+        out[_ANNOTATIONS] = annotations
+    elif annotations:
+        out["annotations"] = {f"{_INCLUDE}2": annotations, **meta["annotations"]}
     elif meta.get("annotations"):
         out["annotations"] = dict(meta["annotations"])
     return out

@@ -108,9 +108,9 @@ release when there is one, so that an upgrade keeps it.
 cert-manager injects one. */}}
 {{- define "metal3-ipam.webhookClientConfig" -}}
 {{- $ := index . 0 -}}
-{{- if not $.Values.certManager.enabled }}
+{{- if not $.Values.certManager.enabled -}}
 caBundle: {{ (include "metal3-ipam.selfSignedCertificate" $ | fromJson).ca }}
-{{- end }}
+{{ end -}}
 service:
   name: {{ include "metal3-ipam.webhookServiceName" $ }}
   namespace: {{ $.Release.Namespace }}
