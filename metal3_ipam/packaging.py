@@ -71,12 +71,12 @@ def generated_files(root: Path | None = None) -> dict[Path, str]:
     election["metadata"]["namespace"] = "system"
     hooks = webhook.configurations(
         lambda hook: {"service": {"name": "webhook-service", "namespace": "system", "path": hook.path}}, name=None)
-    return {
+    files = {
         Path("config/rbac/role.yaml"): _dump([role], "metal3_ipam/controller/permissions.py"),
         Path("config/rbac/leader_election_role.yaml"): _dump([election], "metal3_ipam/controller/permissions.py"),
         Path("config/webhook/manifests.yaml"): _dump(hooks, "metal3_ipam/controller/webhook.py"),
-        **chart_files(root or default_root()),
     }
+    return {**files, **chart_files(root or default_root(), files)}
 
 
 # -- the Helm chart's generated parts ------------------------------------------------------------
@@ -181,26 +181,32 @@ def _chart_webhooks() -> dict[Path, str]:
             _chart_template(hooks, "metal3_ipam/controller/webhook.py")}
 
 
-def rules_source(root: Path) -> Path | None:
-    """The plain Prometheus rules file of config/prometheus/, if there is one."""
-    folder = root / PROMETHEUS_DIR
+def rules_source(root: Path, generated: dict[Path, str] | None = None) -> tuple[Path, str] | None:
+    """The plain Prometheus rules file of config/prometheus/ (path relative to ``root``, text), if there is one;
+    ``generated`` (relative path -> content) is taken before what is on disk."""
+    texts = {path.relative_to(root): path.read_text(encoding="utf-8")
+             for path in (root / PROMETHEUS_DIR).glob("*.y*ml")}
+    texts.update({rel: text for rel, text in (generated or {}).items()
+                  if rel.parent == PROMETHEUS_DIR and rel.suffix in (".yaml", ".yml")})
     found = []
-    for path in sorted(folder.glob("*.y*ml")) if folder.is_dir() else []:
-        docs = _load_docs(path)
+    for rel, text in sorted(texts.items()):
+        docs = _text_docs(text)
         if len(docs) == 1 and isinstance(docs[0], dict) and "groups" in docs[0] and "kind" not in docs[0]:
-            found.append(path)
+            found.append((rel, text))
     if len(found) > 1:
-        raise PackagingError(f"{folder}: more than one rules file ({', '.join(p.name for p in found)})")
+        raise PackagingError(f"{root / PROMETHEUS_DIR}: more than one rules file "
+                             f"({', '.join(rel.name for rel, _ in found)})")
     return found[0] if found else None
 
 
-def chart_files(root: Path) -> dict[Path, str]:
-    """The chart's generated files: relative path (from the repository root) -> content."""
+def chart_files(root: Path, generated: dict[Path, str] | None = None) -> dict[Path, str]:
+    """The chart's generated files: relative path (from the repository root) -> content. ``generated`` holds
+    config/'s generated files, which the chart's are made from before they reach the disk."""
     files = {**_chart_crds(), **_chart_rbac(), **_chart_webhooks()}
-    rules = rules_source(root)
+    rules = rules_source(root, generated)
     if rules is not None:
-        files[CHART_RULES_FILE] = (f"# Copied by `python -m metal3_ipam.packaging` from "
-                                   f"{rules.relative_to(root)}. Do not edit.\n" + rules.read_text(encoding="utf-8"))
+        rel, text = rules
+        files[CHART_RULES_FILE] = f"# Copied by `python -m metal3_ipam.packaging` from {rel}. Do not edit.\n" + text
     return files
 
 

@@ -109,6 +109,10 @@ def test_the_rules_file_of_config_prometheus_is_copied_into_the_chart(tmp_path):
     packaging.write_files(tmp_path)
     copied = yaml.safe_load((tmp_path / packaging.CHART_RULES_FILE).read_text())
     assert copied == {"groups": [{"name": "pools", "rules": []}]}
+    # Rules generated in the same run are copied as they will be written, not as the disk has them yet.
+    written = {packaging.PROMETHEUS_DIR / "rules.yaml": "groups:\n- name: fresh\n  rules: []\n"}
+    assert yaml.safe_load(packaging.chart_files(tmp_path, written)[packaging.CHART_RULES_FILE]) == \
+        {"groups": [{"name": "fresh", "rules": []}]}
     (folder / "more.yaml").write_text("groups: []\n")
     with pytest.raises(packaging.PackagingError, match="more than one rules file"):
         packaging.stale_files(tmp_path)
