@@ -49,6 +49,16 @@ def kustomize_binary() -> Path:
 
 
 @pytest.fixture(scope="session")
+def helm_binary() -> Path:
+    """helm, which lints, renders and installs charts/metal3-ipam; built when missing."""
+    try:
+        return cp_mod.ensure_binaries(("helm",), root=REPO)["helm"]
+    except cp_mod.BinariesUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(f"helm unavailable:\n{reason}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def control_plane(control_plane_binaries):
     """One control plane for the whole session, with every CRD of config/crd/{bases,capi} installed."""
     cp = start_control_plane(control_plane_binaries)

@@ -20,14 +20,10 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 
 pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 
@@ -91,96 +87,12 @@ def installed(control_plane_binaries, rendered, tmp_path_factory):
             certs = tmp_path_factory.mktemp("webhook-server-cert")
             authority = Authority.create()
             authority.issue(certs)
-            readable(certs)
+            image_mod.readable(certs)
             webhook_port = free_port()
             use_webhooks_at(admin, rendered, webhook_port, authority.pem)
             yield plane, admin, certs, webhook_port
     finally:
         plane.stop()
-
-
-def readable(folder: Path) -> Path:
-    """As the kubelet writes a Secret volume with defaultMode 420: readable by whatever user the pod runs as."""
-    folder.chmod(0o755)
-    for f in folder.iterdir():
-        f.chmod(0o644)
-    return folder
-
-
-def service_account_folder(admin, pod: dict, namespace: str, ca_file: Path, folder: Path) -> Path:
-    """What the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount: a token of the pod's account."""
-    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
-        pod["serviceAccountName"], namespace,
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
-    folder.mkdir()
-    (folder / "token").write_text(token)
-    (folder / "ca.crt").write_bytes(Path(ca_file).read_bytes())
-    (folder / "namespace").write_text(namespace)
-    return readable(folder)
-
-
-class Container:
-    """One run of the manager container, removed afterwards."""
-
-    def __init__(self, pod: dict, container: dict, kubelet: image_mod.Kubelet) -> None:
-        self.pod, self.spec, self.kubelet = pod, container, kubelet
-        self.name = f"metal3-ipam-test-{uuid.uuid4().hex[:8]}"
-        self.argv = image_mod.run_argv(pod, container, kubelet, self.name)
-
-    def __enter__(self) -> "Container":
-        image_mod.podman(*self.argv)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        image_mod.podman("rm", "--force", "--time", "0", self.name, check=False)
-
-    def port(self, name: str) -> int:
-        (number,) = [p["containerPort"] for p in self.spec["ports"] if p["name"] == name]
-        return self.kubelet.published[number]
-
-    def logs(self) -> str:
-        done = image_mod.podman("logs", self.name, check=False)
-        return done.stdout + done.stderr
-
-    def state(self) -> dict:
-        (info,) = json.loads(image_mod.podman("inspect", self.name).stdout)
-        return info["State"]
-
-    def ended(self) -> dict | None:
-        state = self.state()
-        return None if state["Running"] else state
-
-    def exec(self, *argv: str) -> str:
-        return image_mod.podman("exec", self.name, *argv).stdout
-
-    def probe(self, which: str) -> int:
-        probe = self.spec[which]["httpGet"]
-        port = probe["port"] if isinstance(probe["port"], int) else self.port(probe["port"])
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe['path']}", timeout=5) as answer:
-                return answer.status
-        except urllib.error.HTTPError as err:
-            return err.code
-
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        def ready() -> bool:
-            if not self.state()["Running"]:
-                raise AssertionError(f"the container ended: {self.state()}\n{self.logs()[-4000:]}")
-            return self.probe("readinessProbe") == 200
-
-        try:
-            eventually(ready, timeout=timeout, interval=0.5, what="/readyz of the container",
-                       retry_on=(OSError,))
-        except AssertionError:
-            raise AssertionError(f"not ready; log:\n{self.logs()[-4000:]}") from None
-
-    def terminate(self) -> tuple[int, float]:
-        """SIGTERM, as the kubelet sends it: (exit code, seconds it took) within the grace period."""
-        started = time.monotonic()
-        image_mod.podman("kill", "--signal", "TERM", self.name)
-        grace = image_mod.grace_seconds(self.pod)
-        state = eventually(self.ended, timeout=grace + 5, interval=0.1, what="the container to end after SIGTERM")
-        return state["ExitCode"], time.monotonic() - started
 
 
 def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kubelet:
@@ -190,17 +102,9 @@ def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kube
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     return image_mod.Kubelet(
         secrets={cert: certs}, fields={"metadata.namespace": namespace},
-        service_account=service_account_folder(admin, pod, namespace, plane.ca_file, tmp_path / "serviceaccount"),
+        service_account=image_mod.service_account_folder(admin, pod, namespace, plane.ca_file, tmp_path / "serviceaccount"),
         api_port=int(plane.server.rpartition(":")[2]),
         published={ports["webhook-server"]: webhook_port, ports["metrics"]: free_port()}, **kwargs)
-
-
-def ends_cleanly(running: Container) -> None:
-    code, seconds = running.terminate()
-    log = running.logs()
-    assert code == 0, f"exit code {code} after SIGTERM; log:\n{log[-4000:]}"
-    assert seconds < image_mod.grace_seconds(running.pod), seconds
-    assert "Traceback" not in log, log[-4000:]
 
 
 # -- the image ---------------------------------------------------------------------------------------
@@ -224,7 +128,7 @@ def test_the_image_holds_no_installer_and_runs_as_its_own_user(built):
 def test_the_manager_container_runs_as_the_manifest_says(built, installed, manager, tmp_path):
     pod, container = manager
     plane, admin, certs, webhook_port = installed
-    with Container(pod, container, kubelet_for(installed, pod, container, tmp_path)) as running:
+    with image_mod.Container(pod, container, kubelet_for(installed, pod, container, tmp_path)) as running:
         running.wait_ready()
         assert running.probe("livenessProbe") == 200
 
@@ -253,7 +157,7 @@ def test_the_manager_container_runs_as_the_manifest_says(built, installed, manag
                             if "emptyDir" in volumes[m["name"]] and not m.get("readOnly")}
 
         serves_claims_and_webhooks(admin, "image", pod_namespace=NAMESPACE)
-        ends_cleanly(running)
+        image_mod.ends_cleanly(running)
 
 
 def test_the_image_runs_as_an_arbitrary_user_of_group_root(built, installed, manager, tmp_path):
@@ -261,12 +165,12 @@ def test_the_image_runs_as_an_arbitrary_user_of_group_root(built, installed, man
     pod, container = manager
     plane, admin, certs, webhook_port = installed
     kubelet = kubelet_for(installed, pod, container, tmp_path, user=OPENSHIFT_USER)
-    with Container(pod, container, kubelet) as running:
+    with image_mod.Container(pod, container, kubelet) as running:
         running.wait_ready()
         status = running.exec("cat", "/proc/1/status")
         assert f"Uid:\t{OPENSHIFT_USER[0]}\t" in status
         serves_claims_and_webhooks(admin, "openshift-uid", pod_namespace=NAMESPACE)
-        ends_cleanly(running)
+        image_mod.ends_cleanly(running)
 
 
 def test_without_a_writable_tmp_it_ends_with_one_clear_line(built, installed, manager, tmp_path):
@@ -284,10 +188,10 @@ def test_without_a_writable_tmp_it_ends_with_one_clear_line(built, installed, ma
             "certificate-authority-data": base64.b64encode((account / "ca.crt").read_bytes()).decode()}}],
         "users": [{"name": "pod", "user": {"token": (account / "token").read_text()}}],
         "contexts": [{"name": "pod", "context": {"cluster": "c", "user": "pod"}}]}))
-    readable(account)
+    image_mod.readable(account)
     spec = {**container, "env": [*container["env"],
                                  {"name": "KUBECONFIG", "value": f"{image_mod.SERVICE_ACCOUNT_DIR}/kubeconfig"}]}
-    with Container(pod, spec, kubelet) as running:
+    with image_mod.Container(pod, spec, kubelet) as running:
         state = eventually(running.ended, timeout=60, interval=0.2, what="the container to end")
         log = running.logs()
     assert state["ExitCode"] != 0, log
