@@ -6,15 +6,9 @@ IPAM or ``clusterctl move`` writes (an owner reference to its claim), are let th
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
-
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "webhook_fixtures")
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
+from webhook_fixtures import apply, call, get, new_namespace, path_of
 
 
 def address(name: str, pool: str, ip: str, owners: list[dict] | None = None) -> dict:

@@ -30,8 +30,6 @@ from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.core.validation import validate_ipclaim_update
 from metal3_ipam.testing.waiting import eventually
 
-pytest_plugins = ("controller_fixtures",)
-
 
 @pytest.mark.parametrize("field,value", [("uid", "6b1c9a8e-0000-4000-8000-000000000001"),
                                          ("namespace", ""),  # empty: the claim's own, as when absent

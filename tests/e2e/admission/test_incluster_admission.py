@@ -25,17 +25,13 @@ import json
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
-
-from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
-from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
+from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES
+from metal3_ipam.core.conversion import CONVERSION_PATH
 from metal3_ipam.poolkinds.incluster import spec as incluster
-from metal3_ipam.testing import webhook_load as load  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from controller_fixtures import condition  # noqa: E402
-from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "webhook_fixtures")
+from metal3_ipam.testing import webhook_load as load
+from metal3_ipam.testing.waiting import eventually
+from controller_fixtures import condition
+from webhook_fixtures import apply, call, get, new_namespace, path_of
 
 GROUP = "ipam.cluster.x-k8s.io"
 V1ALPHA1, V1ALPHA2 = f"{GROUP}/v1alpha1", f"{GROUP}/v1alpha2"

@@ -8,14 +8,8 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
-
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import apply, call, new_namespace, path_of  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "webhook_fixtures")
+from metal3_ipam.testing.waiting import eventually
+from webhook_fixtures import apply, call, new_namespace, path_of
 
 CLAIMS, IN_FLIGHT = 300, 16
 

@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
+from controller_fixtures import REPO, condition
+from metal3_ipam.controller import webhook
+from metal3_ipam.testing import corpus
+from metal3_ipam.testing import webhook_load as load
+from metal3_ipam.testing.waiting import eventually
+from webhook_fixtures import apply, call, get, new_namespace, path_of
 
-from controller_fixtures import condition  # noqa: E402
-from metal3_ipam.controller import webhook  # noqa: E402
-from metal3_ipam.testing import corpus  # noqa: E402
-from metal3_ipam.testing import webhook_load as load  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import apply, call, get, new_namespace, path_of  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "webhook_fixtures")
-
-ROOT = Path(__file__).resolve().parents[2]
-CASES = corpus.cases(ROOT / "tests" / "data" / "invalid")
-VALID = corpus.valid_cases(ROOT / "tests" / "data" / "valid")
-SAMPLES = sorted((ROOT / "samples").rglob("*.yaml"))  # a folder per kind of pool beside the Metal3 ones
+CASES = corpus.cases(REPO / "tests" / "data" / "invalid")
+VALID = corpus.valid_cases(REPO / "tests" / "data" / "valid")
+SAMPLES = sorted((REPO / "samples").rglob("*.yaml"))  # a folder per kind of pool beside the Metal3 ones
 MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
@@ -107,7 +101,7 @@ def test_every_invalid_manifest_is_refused_naming_the_field_and_nothing_changes(
         assert not after["metadata"].get("deletionTimestamp"), f"{case.name}: deleted although refused"
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: str(p.relative_to(ROOT / "samples")))
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: str(p.relative_to(REPO / "samples")))
 def test_every_sample_is_accepted(webhook_controller, webhook_api, sample):
     """Each sample, of every kind, is stored by the real API server (CRD schemas, CEL rules, our webhooks)
     and its claims are answered (a NetBox pool's with Ready=False while its NetBox does not answer)."""

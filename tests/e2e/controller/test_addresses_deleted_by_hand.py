@@ -14,13 +14,8 @@ import time
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI, METAL3, Kube, assert_invariants, condition
-from metal3_ipam.core.kinds import GUARD_LABEL
+from controller_fixtures import CAPI, METAL3, Kube, assert_invariants, condition, own_ip, strip_and_delete
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures",)
 
 
 def named_by_statuses(kube: Kube) -> dict[tuple[str, str], list[str]]:
@@ -38,36 +33,6 @@ def named_by_statuses(kube: Kube) -> dict[tuple[str, str], list[str]]:
             if ready and ready["status"] == "True" and ready.get("message", "").startswith("bound to "):
                 named.setdefault(("ip", ready["message"][len("bound to "):]), []).append(who)
     return named
-
-
-def strip_and_delete(kube: Kube, gv: tuple[str, str], plural: str, name: str) -> None:
-    """Delete the object ``name`` as a user does by hand, finalizers stripped, and wait until it is gone.
-
-    Gone is that object, by uid: the controller makes a new one of the same name for the claim that
-    holds the IP as soon as it sees the old one go (often before the next read), which is what the test
-    checks afterwards. Waiting for the name itself to be free waited on that new object for ever.
-    """
-    uid = kube.get(gv, plural, name)["metadata"]["uid"]
-    kube.delete(gv, plural, name)
-    kube.patch(gv, plural, name, {"metadata": {"uid": uid, "finalizers": None}})
-    kube.gone(gv, plural, name, uid=uid)
-
-
-def own_ip(kube: Kube, kind: str, name: str) -> str | None:
-    if kind == "IPClaim":
-        ref = ((kube.ipclaim(name) or {}).get("status") or {}).get("address")
-        address = kube.ipaddress(ref["name"]) if ref else None
-        return address["spec"]["address"] if address else None
-    claim = kube.capi_ipclaim(name) or {}
-    ready = condition(claim, "Ready")
-    ref = (claim.get("status") or {}).get("addressRef") or {}
-    mirror = kube.capi_ipaddress(ref["name"]) if ref.get("name") and ready and ready["status"] == "True" else None
-    locks = [a for a in kube.addresses() if a["spec"]["claim"]["name"] == name
-             and GUARD_LABEL not in (a["metadata"].get("labels") or {})
-             and a["spec"]["claim"].get("kind") == "IPAddressClaim" and not a["metadata"].get("deletionTimestamp")]
-    if mirror is None or len(locks) != 1 or locks[0]["spec"]["address"] != mirror["spec"]["address"]:
-        return None
-    return mirror["spec"]["address"]
 
 
 @pytest.mark.parametrize("kind", ["IPClaim", "IPAddressClaim"])

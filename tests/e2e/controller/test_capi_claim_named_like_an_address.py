@@ -8,15 +8,8 @@ claim once its address objects are deleted.
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI, METAL3, assert_invariants
-from test_addresses_deleted_by_hand import own_ip, strip_and_delete
+from controller_fixtures import CAPI, METAL3, assert_invariants, own_ip, strip_and_delete
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures",)
 
 
 def test_a_cluster_api_claim_named_like_an_address_keeps_the_ip_it_holds(controller, kube):

@@ -8,20 +8,15 @@ test of this module; each test works in a namespace of its own and ends with
 from __future__ import annotations
 
 import ipaddress
-from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures")
-
 from controller_fixtures import (CAPI, CLUSTER, CLUSTER_NAME_LABEL, FIN_ADDRESS, FIN_CAPI_ADDRESS, FIN_CAPI_CLAIM,
                                  FIN_CLAIM, FIN_POOL, METAL3, PAUSED, Kube, assert_invariants, assert_quiet,
-                                 condition, holds_for)
+                                 REPO, condition, holds_for)
 from metal3_ipam.testing.waiting import eventually
 
-pytest_plugins = ("controller_fixtures",)
-
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = REPO / "samples"
 
 
 def ip(text: str):

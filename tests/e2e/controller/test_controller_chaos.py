@@ -14,15 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures")
+from kubernetes import client
 
-from kubernetes import client  # noqa: E402
-
-from controller_fixtures import (CAPI, METAL3, Kube, Sentinel, assert_invariants, assert_quiet,  # noqa: E402
+from controller_fixtures import (CAPI, METAL3, Kube, Sentinel, assert_invariants, assert_quiet,
                                  check_invariants, resource_versions)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from metal3_ipam.testing.waiting import eventually
 
 
 @pytest.fixture

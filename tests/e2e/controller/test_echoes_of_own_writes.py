@@ -14,25 +14,20 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import METAL3  # noqa: E402
-from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
-from metal3_ipam.controller.api import ApiWriter  # noqa: E402
-from metal3_ipam.controller.operator import discover, listings  # noqa: E402
-from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.testing.waiting import eventually_async  # noqa: E402
-from metal3_ipam.core import objects as o  # noqa: E402
-from metal3_ipam.testing.listing import read  # noqa: E402
-from metal3_ipam.core.actions import Create, SetStatus  # noqa: E402
-from metal3_ipam.core.inventory import Inventory  # noqa: E402
-from metal3_ipam.core.slim import slim  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import METAL3
+from metal3_ipam.controller import credentials as creds_mod
+from metal3_ipam.controller.api import ApiWriter
+from metal3_ipam.controller.operator import discover, listings
+from metal3_ipam.controller.watch import KindWatch, Streams
+from metal3_ipam.core import kinds
+from metal3_ipam.testing.waiting import eventually_async
+from metal3_ipam.core import objects as o
+from metal3_ipam.testing.listing import read
+from metal3_ipam.core.actions import Create, SetStatus
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core.slim import slim
 
 
 def test_the_echoes_of_answered_writes_are_not_filed_and_the_inventory_ends_as_the_server(control_plane, kube):

@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import (METAL3, READ_RULES, ControllerProcess, Kube, assert_invariants,  # noqa: E402
+from controller_fixtures import (METAL3, READ_RULES, ControllerProcess, Kube, assert_invariants,
                                  controller_as_user, grant_writes, rules_with_ipaddress_verbs)
 from metal3_ipam.controller import credentials as creds_mod
 from metal3_ipam.controller.api import ApiWriter
@@ -28,8 +26,6 @@ from metal3_ipam.controller.operator import discover
 from metal3_ipam.core.actions import Create, Plan
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures",)
 
 CLIENT_CN = "metal3-ipam-test"
 

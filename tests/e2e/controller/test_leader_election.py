@@ -21,17 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.register_assert_rewrite("controller_fixtures")
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from kubernetes import client  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from audit_record import assert_never_at_once, audit_args, describe, runs, wall, writes  # noqa: E402
-from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, Sentinel, assert_invariants,  # noqa: E402
+from audit_record import assert_never_at_once, audit_args, describe, runs, wall, writes
+from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, Sentinel, assert_invariants,
                                  check_invariants)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from metal3_ipam.testing.waiting import eventually
 
 # Shorter than the defaults to keep the test within minutes; the fencing does not depend on them.
 LEASE, RENEW, RETRY = 8.0, 5.0, 1.0

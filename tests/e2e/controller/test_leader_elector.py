@@ -31,7 +31,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.actions import Create, Plan
 from metal3_ipam.core.inventory import Inventory
 
-from controller_fixtures import start_control_plane
+from controller_fixtures import free_port, start_control_plane
 
 TIMING = LeaseTiming(lease_duration=6.0, renew_deadline=4.0, retry_period=1.0)
 # How long the tests wait for what must come (generous: a loaded machine is slow, never wrong). What must not
@@ -319,7 +319,7 @@ def test_an_election_that_ends_by_itself_fails_liveness_and_says_why(plane_up, c
         a = _elector(plane_up, lease, "a")
         task = a.start()
         await _until(a.may_act, 20, "a to lead")
-        port = _free_port()
+        port = free_port()
         runner = await health.serve("127.0.0.1", port, alive=liveness(asyncio.Event(), a), ready=lambda: [])
         try:
             assert await asyncio.to_thread(_get, port, "/healthz") == (200, "ok\n")
@@ -335,14 +335,6 @@ def test_an_election_that_ends_by_itself_fails_liveness_and_says_why(plane_up, c
     asyncio.run(scenario())
     errors = [r for r in caplog.records if r.levelno == logging.ERROR and r.name == "metal3_ipam.leader"]
     assert errors and "will not lead again" in errors[0].getMessage()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -11,17 +11,13 @@ import asyncio
 import pytest
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import METAL3  # noqa: E402
-from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
-from metal3_ipam.controller.operator import discover, listings  # noqa: E402
-from metal3_ipam.testing.listing import read  # noqa: E402
-from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.testing.waiting import eventually_async  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import METAL3
+from metal3_ipam.controller import credentials as creds_mod
+from metal3_ipam.controller.operator import discover, listings
+from metal3_ipam.testing.listing import read
+from metal3_ipam.controller.watch import KindWatch, Streams
+from metal3_ipam.core import kinds
+from metal3_ipam.testing.waiting import eventually_async
 
 
 @pytest.fixture(scope="module")

@@ -5,20 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from prometheus_client import REGISTRY
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import Kube  # noqa: E402
-from metal3_ipam.controller.credentials import from_kubeconfig  # noqa: E402
-from metal3_ipam.controller.api import ApiWriter  # noqa: E402
-from metal3_ipam.controller.operator import discover  # noqa: E402
-from metal3_ipam.controller.workers import PoolWorkers  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.inventory import Inventory  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import Kube
+from metal3_ipam.controller.credentials import from_kubeconfig
+from metal3_ipam.controller.api import ApiWriter
+from metal3_ipam.controller.operator import discover
+from metal3_ipam.controller.workers import PoolWorkers
+from metal3_ipam.core import kinds
+from metal3_ipam.core.inventory import Inventory
 
 PER_POOL_SAMPLES = ("metal3_ipam_pool_capacity", "metal3_ipam_pool_allocated", "metal3_ipam_pool_free",
                     "metal3_ipam_allocations_total")

@@ -12,8 +12,6 @@ from __future__ import annotations
 from controller_fixtures import METAL3, assert_invariants, condition
 from metal3_ipam.testing.waiting import eventually
 
-pytest_plugins = ("controller_fixtures",)
-
 
 def test_a_pool_recreated_under_its_name_serves_from_its_new_range_and_says_so(controller, kube):
     old = kube.pool("p", pools=[{"start": "10.91.0.1", "end": "10.91.0.9"}], prefix=24)

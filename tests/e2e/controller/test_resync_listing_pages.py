@@ -17,18 +17,14 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import METAL3  # noqa: E402
-from metal3_ipam.controller import credentials as creds_mod  # noqa: E402
-from metal3_ipam.controller import operator  # noqa: E402
-from metal3_ipam.controller.freezing import Freezer  # noqa: E402
-from metal3_ipam.controller.operator import Controller, Listing, discover, listings  # noqa: E402
-from metal3_ipam.controller.watch import KindWatch, Streams  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.inventory import Inventory  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import METAL3
+from metal3_ipam.controller import credentials as creds_mod
+from metal3_ipam.controller import operator
+from metal3_ipam.controller.freezing import Freezer
+from metal3_ipam.controller.operator import Controller, Listing, discover, listings
+from metal3_ipam.controller.watch import KindWatch, Streams
+from metal3_ipam.core import kinds
+from metal3_ipam.core.inventory import Inventory
 
 DEADLINE = 60.0
 

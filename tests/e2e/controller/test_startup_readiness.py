@@ -11,15 +11,10 @@ from __future__ import annotations
 import uuid
 import urllib.error
 
-import pytest
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import _NO_PROXY, Kube, controller_as_user, rules_with_ipaddress_verbs  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import _NO_PROXY, Kube, controller_as_user, rules_with_ipaddress_verbs
+from metal3_ipam.testing.waiting import eventually
 
 
 def readyz(proc) -> tuple[int, str]:

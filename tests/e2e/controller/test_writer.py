@@ -19,7 +19,6 @@ import asyncio
 import copy
 import inspect
 import logging
-import socket
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -29,9 +28,7 @@ from aiohttp import web
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI, METAL3, Kube, condition
+from controller_fixtures import CAPI, METAL3, Kube, condition, free_port
 from metal3_ipam.controller import credentials as creds_mod
 from metal3_ipam.controller.api import ApiWriter
 from metal3_ipam.controller.operator import discover
@@ -41,8 +38,6 @@ from metal3_ipam.core.actions import Create, Delete, Plan, SetFinalizers, SetSta
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.memory import MemoryApi
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures",)
 
 FIN = "ipaddress.ipam.metal3.io"
 
@@ -365,12 +360,6 @@ def test_delete_of_an_unchanged_object_goes_through_in_both_executors(resources,
 # --------------------------------------------------------------------------- a failing peer: 5xx, timeouts
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @asynccontextmanager
 async def failing_peer(answer):
     """A plain HTTP server on 127.0.0.1 answering every request with ``answer(request)``."""
@@ -384,7 +373,7 @@ async def failing_peer(answer):
     app.router.add_route("*", "/{tail:.*}", handle)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         yield f"http://127.0.0.1:{port}", seen
@@ -455,7 +444,7 @@ def test_timeouts_are_retried_without_a_refusal(resources):
 def test_connection_refused_is_retried_without_a_refusal(resources):
     async def scenario():
         plan, inventory = _claim_ref_plan()
-        credentials = creds_mod.Credentials(server=f"http://127.0.0.1:{_free_port()}")
+        credentials = creds_mod.Credentials(server=f"http://127.0.0.1:{free_port()}")
         async with writer_for(credentials, resources, inventory) as writer:
             return await writer.execute(plan), len(writer.backoff)
 

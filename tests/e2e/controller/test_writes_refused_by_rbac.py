@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures")
-
 from controller_fixtures import METAL3, READ_RULES, controller_as_user, grant_writes, rules_with_ipaddress_verbs
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures",)
 
 
 def test_readiness_recovers_once_rbac_allows_writes_also_when_the_refused_work_is_gone(

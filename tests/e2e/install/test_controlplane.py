@@ -10,18 +10,16 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from controller_fixtures import METAL3, REPO
 from metal3_ipam.testing.controlplane import default_crd_paths
 from metal3_ipam.testing.waiting import eventually
 
-REPO = Path(__file__).resolve().parents[2]
-METAL3 = ("ipam.metal3.io", "v1alpha1")
 CAPI_IPAM = "ipam.cluster.x-k8s.io"
 
 PROJECT_CRDS = {"ippools.ipam.metal3.io", "ipclaims.ipam.metal3.io", "ipaddresses.ipam.metal3.io",

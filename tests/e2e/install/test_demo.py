@@ -5,29 +5,22 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+from controller_fixtures import REPO, free_port
 from netbox_fixtures import seeded
 
-ROOT = Path(__file__).resolve().parents[2]
 NETBOX_SAMPLE = Path("netbox") / "netboxippool.yaml"
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def samples_with_netbox(tmp_path: Path, **change) -> Path:
     """A copy of samples/ whose NetBox sample is changed: ``url``, ``token``, ``spec`` fields."""
     copy = tmp_path / "samples"
-    shutil.copytree(ROOT / "samples", copy)
+    shutil.copytree(REPO / "samples", copy)
     docs = list(yaml.safe_load_all((copy / NETBOX_SAMPLE).read_text()))
     for doc in docs:
         if doc["kind"] == "Secret" and "token" in change:
@@ -42,7 +35,7 @@ def samples_with_netbox(tmp_path: Path, **change) -> Path:
 def demo(*paths: Path) -> subprocess.CompletedProcess:
     args = [a for p in paths for a in ("-f", str(p))]
     return subprocess.run([sys.executable, "-m", "metal3_ipam.cli", "demo", *args], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
+                          timeout=900, cwd=REPO)
 
 
 def rows(out: str, title: str) -> dict[str, list[str]]:
@@ -52,7 +45,7 @@ def rows(out: str, title: str) -> dict[str, list[str]]:
 
 
 def test_the_demo_serves_every_sample_and_leaves_out_a_netbox_that_does_not_answer(tmp_path):
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     done = demo(samples_with_netbox(tmp_path, url=url))
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout

@@ -29,18 +29,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
+from controller_fixtures import REPO, SUMMARY, free_port, start_control_plane
+from metal3_ipam import packaging
+from metal3_ipam.testing import image as image_mod
+from metal3_ipam.testing.certs import Authority
+from metal3_ipam.testing.waiting import eventually
+from webhook_fixtures import install, serves_claims_and_webhooks, use_webhooks_at
 
-from controller_fixtures import SUMMARY, start_control_plane  # noqa: E402
-from metal3_ipam import packaging  # noqa: E402
-from metal3_ipam.testing import image as image_mod  # noqa: E402
-from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from webhook_fixtures import free_port, install, serves_claims_and_webhooks, use_webhooks_at  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
-
-ROOT = Path(__file__).resolve().parents[2]
 CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
 OPENSHIFT_USER = (1000650000, 0)
 NAMESPACE = "metal3-ipam-system"  # config/default's
@@ -53,7 +48,7 @@ def report(request, line: str) -> None:
 
 @pytest.fixture(scope="module")
 def rendered(kustomize_binary) -> list[dict]:
-    return packaging.render(ROOT / "config" / "default", kustomize_binary)
+    return packaging.render(REPO / "config" / "default", kustomize_binary)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +67,7 @@ def built(manager, request) -> image_mod.Built:
         started = time.monotonic()
         base = image_mod.base_image()
         base_seconds = time.monotonic() - started
-        built = image_mod.build(ROOT, container["image"], base)
+        built = image_mod.build(REPO, container["image"], base)
     except image_mod.ImageError as err:
         pytest.fail(f"the image could not be built:\n{err}", pytrace=False)
     report(request, f"image {built.tag}: {built.size / 1e6:.0f} MB, built in {built.seconds:.0f}s "
@@ -84,7 +79,7 @@ def built(manager, request) -> image_mod.Built:
 def installed(control_plane_binaries, rendered, tmp_path_factory):
     """config/default applied to a control plane whose certificate also names the host as containers see it."""
     plane = start_control_plane(control_plane_binaries, serving_hosts=[image_mod.HOST_LOOPBACK],
-                                crd_paths=[ROOT / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
+                                crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
     try:
         with plane.api_client() as admin:
             install(admin, rendered, "kubectl")

@@ -20,18 +20,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
+from controller_fixtures import REPO, ControllerProcess, free_port
+from metal3_ipam import packaging
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing.certs import Authority
+from webhook_fixtures import call, install, object_path, serves_claims_and_webhooks, use_webhooks_at
 
-from controller_fixtures import ControllerProcess  # noqa: E402
-from metal3_ipam import packaging  # noqa: E402
-from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
-from metal3_ipam.testing.certs import Authority  # noqa: E402
-from webhook_fixtures import (call, free_port, install, object_path, serves_claims_and_webhooks,  # noqa: E402
-                              use_webhooks_at)
-
-pytest_plugins = ("controller_fixtures",)
-
-ROOT = Path(__file__).resolve().parents[2]
 VERSION = "v0.1.0"
 CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
 
@@ -49,13 +43,13 @@ def clusterctl(binaries_dir: Path, *args: str, home: Path) -> str:
 def rendered_by_clusterctl(control_plane_binaries, kustomize_binary, tmp_path_factory) -> list[dict]:
     repository = tmp_path_factory.mktemp("provider-repository")
     done = subprocess.run([sys.executable, "-m", "metal3_ipam.cli", "release", "--version", VERSION,
-                           "-o", str(repository)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                           "-o", str(repository)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     components = repository / packaging.PROVIDER_LABEL / VERSION / packaging.COMPONENTS_FILE
     config = tmp_path_factory.mktemp("clusterctl") / "clusterctl.yaml"
     config.write_text(yaml.safe_dump({"providers": [{"name": packaging.PROVIDER_NAME, "type": "IPAMProvider",
                                                      "url": str(components)}]}))
-    binaries = cp_mod.ensure_binaries(("clusterctl",), root=ROOT)
+    binaries = cp_mod.ensure_binaries(("clusterctl",), root=REPO)
     home = tmp_path_factory.mktemp("home")
     described = clusterctl(binaries["clusterctl"].parent, "generate", "provider", "--ipam",
                            f"{packaging.PROVIDER_NAME}:{VERSION}", "--config", str(config), "--describe", home=home)
@@ -69,7 +63,7 @@ def rendered_by_clusterctl(control_plane_binaries, kustomize_binary, tmp_path_fa
 def test_clusterctl_renders_every_object_with_its_labels_and_the_defaults(rendered_by_clusterctl):
     objects = rendered_by_clusterctl
     assert {(o["kind"], o["metadata"]["name"]) for o in objects} == \
-        {(o["kind"], o["metadata"]["name"]) for o in packaging.render(ROOT / "config" / "default")}
+        {(o["kind"], o["metadata"]["name"]) for o in packaging.render(REPO / "config" / "default")}
     for obj in objects:
         labels = obj["metadata"].get("labels") or {}
         assert labels.get("clusterctl.cluster.x-k8s.io") == "", obj["metadata"]["name"]
@@ -81,7 +75,7 @@ def test_clusterctl_renders_every_object_with_its_labels_and_the_defaults(render
 
 def test_the_components_apply_and_the_deployment_arguments_start_the_controller(
         rendered_by_clusterctl, control_plane_factory, tmp_path, monkeypatch):
-    plane = control_plane_factory(crd_paths=[ROOT / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
+    plane = control_plane_factory(crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
     objects = rendered_by_clusterctl
     with plane.api_client() as admin:
         # Server-side apply, in clusterctl's order (Namespace, cert-manager objects, the rest).

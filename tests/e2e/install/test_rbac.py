@@ -21,27 +21,21 @@ import pytest
 import yaml
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures")
+from controller_fixtures import (CAPI, METAL3, REPO, ControllerProcess, Kube, assert_invariants, condition,
+                                 start_control_plane)
+from metal3_ipam import packaging
+from metal3_ipam.controller import permissions
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import put_secret, seeded
 
-from controller_fixtures import (CAPI, METAL3, ControllerProcess, Kube, assert_invariants, start_control_plane,  # noqa: E402
-                                 condition)
-from metal3_ipam import packaging  # noqa: E402
-from metal3_ipam.controller import permissions  # noqa: E402
-from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import seeded  # noqa: E402
-from test_netbox_asks import put_secret  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
-
-ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "metal3-ipam-system"
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
 def rbac_objects() -> list[dict]:
-    return [o for o in packaging.render(ROOT / "config" / "default") if o["kind"] in RBAC_KINDS]
+    return [o for o in packaging.render(REPO / "config" / "default") if o["kind"] in RBAC_KINDS]
 
 
 def service_account() -> tuple[str, str]:

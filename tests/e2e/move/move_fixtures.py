@@ -1,29 +1,17 @@
 """``clusterctl move`` between live control planes: the pieces every move scenario uses.
 
-A pytest plugin (``pytest_plugins = ("controller_fixtures", "move_fixtures")``):
-
-- ``clusterctl`` (per module): the real clusterctl built by hack/build-binaries.sh, with a
-  configuration of its own (:class:`metal3_ipam.testing.clusterctl.Clusterctl`);
-- ``controllers`` (per test): ``start(control_plane, name, args)`` -> a running controller on that
-  control plane, stopped after the test;
-
-and what the controllers did meanwhile, read from their logs (each planned write is logged with
-``-v``) and their metrics.
+What the controllers did meanwhile, read from their logs (each planned write is logged with ``-v``)
+and their metrics; owner references as clusterctl follows them. The fixtures (``clusterctl``,
+``controllers``) are in this folder's conftest.py.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
-
-import pytest
 
 from controller_fixtures import ControllerProcess
-from metal3_ipam.testing import controlplane as cp_mod
-from metal3_ipam.testing.clusterctl import Clusterctl
 
-REPO = Path(__file__).resolve().parents[2]
 INFRA = ("infrastructure.cluster.x-k8s.io", "v1beta1")
 # A move of a few hundred claims takes well under a minute here; a move the target disturbs
 # retries each object for minutes. The deadline only bounds a failing run.
@@ -82,31 +70,3 @@ def address_counters(controller: ControllerProcess, namespace: str) -> tuple[flo
         return sum(v for k, v in samples.items() if k.startswith(name + "{") and f'namespace="{namespace}"' in k)
 
     return total("metal3_ipam_allocations_total"), total("metal3_ipam_releases_total")
-
-
-@pytest.fixture(scope="module")
-def clusterctl(tmp_path_factory) -> Clusterctl:
-    try:
-        binaries = cp_mod.ensure_binaries(("clusterctl",), root=REPO)
-    except cp_mod.BinariesUnavailable as exc:
-        reason = str(exc)
-    else:
-        return Clusterctl(binaries["clusterctl"], tmp_path_factory.mktemp("clusterctl"))
-    pytest.fail(f"clusterctl unavailable:\n{reason}", pytrace=False)
-
-
-@pytest.fixture
-def controllers(tmp_path):
-    """start(control_plane, name, args) -> a running controller, stopped after the test."""
-    made: list[ControllerProcess] = []
-
-    def start(cp: cp_mod.ControlPlane, name: str, args=("-A",)) -> ControllerProcess:
-        proc = ControllerProcess(cp.kubeconfig, args, name=name, log_dir=tmp_path)
-        made.append(proc)
-        return proc.start()
-
-    try:
-        yield start
-    finally:
-        for proc in made:
-            proc.stop()

@@ -36,23 +36,17 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "move_fixtures")
-
-from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, condition, ip_key  # noqa: E402
-from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, report  # noqa: E402
-from move_fixtures import dangling_owner_references as owners_missing  # noqa: E402
-from webhook_fixtures import convert_at, converted_crds, free_port, register_webhooks  # noqa: E402
-from metal3_ipam.core.objects import is_guard as _is_guard  # noqa: E402
-from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.clusterctl import (Clusterctl, mark_clusters_provisioned,  # noqa: E402
+from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, condition, free_port, ip_key
+from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, report
+from move_fixtures import dangling_owner_references as owners_missing
+from webhook_fixtures import convert_at, converted_crds, register_webhooks
+from metal3_ipam.core.objects import is_guard as _is_guard
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.certs import Authority
+from metal3_ipam.testing.clusterctl import (Clusterctl, mark_clusters_provisioned,
                                             prepare_management_cluster)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "move_fixtures")
+from metal3_ipam.testing.waiting import eventually
 
 MACHINES = int(os.environ.get("METAL3_IPAM_INCLUSTER_MOVE_MACHINES", "30"))
 LOCK_NAMESPACE = "metal3-ipam-system"  # the controller's own, as installed

@@ -29,10 +29,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "move_fixtures")
-
 from controller_fixtures import (CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, ControllerProcess, Kube,
                                  check_invariants, condition, ip_key)
 from move_fixtures import INFRA, MOVE_TIMEOUT, address_counters, diff, owner_ref, planned_writes, report
@@ -41,8 +37,6 @@ from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.clusterctl import (Clusterctl, Run, mark_clusters_provisioned,
                                             prepare_management_cluster)
 from metal3_ipam.testing.waiting import eventually
-
-pytest_plugins = ("controller_fixtures", "move_fixtures")
 
 CLAIMS = int(os.environ.get("METAL3_IPAM_MOVE_CLAIMS", "300"))
 REBUILD_TIMEOUT = 120.0

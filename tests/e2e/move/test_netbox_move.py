@@ -10,21 +10,13 @@ gone), and the target homes them at its own Cluster.
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, Kube  # noqa: E402
-from metal3_ipam.poolkinds.netbox.source import owned_key  # noqa: E402
-from metal3_ipam.poolkinds.netbox.sweep import Home, home_in  # noqa: E402
-from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import holding, owner, seeded  # noqa: E402
-from move_fixtures import owner_ref  # noqa: E402
-from test_netbox_asks import put_secret  # noqa: E402
-from test_netbox_claims import NETBOX, assert_one_netbox_address_each, key_of, netbox_pool  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "move_fixtures")
+from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, Kube
+from metal3_ipam.poolkinds.netbox.source import owned_key
+from metal3_ipam.poolkinds.netbox.sweep import Home, home_in
+from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster
+from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import NETBOX, assert_one_netbox_address_each, holding, key_of, netbox_pool, owner, put_secret, seeded
+from move_fixtures import owner_ref
 
 NAMES = [f"alpha-nb-{i}" for i in range(6)]
 

@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, Kube  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION  # noqa: E402
-from metal3_ipam.poolkinds.netbox.sweep import Home, held_in, home_in, swept_at  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import holding, owner, seeded  # noqa: E402
-from test_netbox_asks import put_secret  # noqa: E402
-from test_netbox_claims import NETBOX, key_of, netbox_pool  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import CAPI, CLUSTER, CLUSTER_NAME_LABEL, METAL3, Kube
+from metal3_ipam.core import kinds
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.sweep import Home, held_in, home_in, swept_at
+from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import NETBOX, holding, key_of, netbox_pool, owner, put_secret, seeded
 
 SWEEP = "2"  # seconds between sweeps; the grace is 0.9 of it
 

@@ -1,10 +1,9 @@
 """The in-cluster provider's pool kinds on the real API server: objects and waiting.
 
-A pytest plugin (test modules load it with ``pytest_plugins``, beside ``controller_fixtures``); the
-pool kinds' CRDs are those of ``config/crd/bases``, which the session's control plane installs:
+The pool kinds' CRDs are those of ``config/crd/bases``, which the session's control plane installs:
 
-- ``incluster`` (per test): an :class:`InCluster` for the test's namespace, with further namespaces
-  and cluster-scoped pools of its own, cleaned up afterwards.
+- :class:`InCluster` (the ``incluster`` fixture of this folder's conftest.py gives one per test): the
+  test's namespace, with further namespaces and cluster-scoped pools of its own, cleaned up afterwards.
 - :func:`snapshot` reads every IPAddress, lock, claim and pool at one revision of the store;
   :func:`check_incluster` judges it (SPEC §10 for these kinds, a global pool across namespaces), for a
   ``Sentinel(check=...)`` while a test runs and :func:`assert_converged` at its end.
@@ -21,7 +20,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -206,15 +204,6 @@ class InCluster:
                 self.core.delete_namespace(ns)
             except ApiException:
                 pass
-
-
-@pytest.fixture
-def incluster(api_client, kube) -> Iterable[InCluster]:
-    ic = InCluster(api_client, kube)
-    try:
-        yield ic
-    finally:
-        ic.cleanup()
 
 
 # --------------------------------------------------------------------------- checks

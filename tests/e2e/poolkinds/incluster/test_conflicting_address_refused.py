@@ -9,15 +9,9 @@ conflict; once the address is deleted, ``y`` is served from its own pool.
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import condition, holds_for  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import condition, holds_for
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
 
 
 def test_an_address_written_for_a_claim_at_an_ip_another_pools_claim_holds_is_refused(controller, incluster):

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import PAUSED, Kube, holds_for  # noqa: E402
-from incluster_fixtures import assert_go_shape, unique_ips  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import PAUSED, Kube, holds_for
+from incluster_fixtures import assert_go_shape, unique_ips
+from metal3_ipam.testing import go_incluster as gi
 
 IP_POOL = gi.IN_CLUSTER_IP_POOL
 GLOBAL = gi.GLOBAL_IN_CLUSTER_IP_POOL

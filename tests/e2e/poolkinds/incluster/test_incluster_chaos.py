@@ -24,18 +24,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures", "audit_record")
+from kubernetes import client
 
-from kubernetes import client  # noqa: E402
-
-from audit_record import assert_never_at_once, audit_args, wall, writes  # noqa: E402
-from controller_fixtures import ControllerProcess, Kube, Sentinel, start_control_plane  # noqa: E402
-from incluster_fixtures import InCluster, PoolKey, assert_converged, check_incluster, snapshot  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.lagging_proxy import LaggingProxy  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from audit_record import assert_never_at_once, audit_args, wall, writes
+from controller_fixtures import ControllerProcess, Kube, Sentinel, start_control_plane
+from incluster_fixtures import InCluster, PoolKey, assert_converged, check_incluster, snapshot
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.lagging_proxy import LaggingProxy
+from metal3_ipam.testing.waiting import eventually
 
 REPLICAS = ("replica-1", "replica-2")
 # Shorter than the defaults to keep the tests within minutes; the fencing does not depend on them.

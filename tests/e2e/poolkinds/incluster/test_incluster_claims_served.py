@@ -3,7 +3,7 @@ address objects it makes must be ones the API server accepts (their names includ
 
 from __future__ import annotations
 
-from controller_fixtures import CAPI, METAL3, controller, kube, shared_controller  # noqa: F401  (fixtures)
+from controller_fixtures import CAPI, METAL3
 
 GROUP, VERSION = "ipam.cluster.x-k8s.io", "v1alpha2"
 

@@ -14,14 +14,10 @@ import time
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from incluster_fixtures import BIND, assert_go_shape  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import Timeout  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from incluster_fixtures import BIND, assert_go_shape
+from metal3_ipam.core import kinds
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import Timeout
 
 # (prefix, addresses, gateway, claims, total, free), the provider's table.
 COUNTS = [

@@ -12,14 +12,8 @@ from __future__ import annotations
 import datetime
 import time
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import holds_for  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import holds_for
+from metal3_ipam.testing.waiting import eventually
 
 ARGS = ["-A", "--no-leader-elect"]
 # How long after its deadline a release may take: generous (a loaded machine is slow), and still far from the

@@ -11,19 +11,13 @@ with it and the IP is locked anew under the new name for the next claim.
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import METAL3  # noqa: E402
-from incluster_fixtures import unique_ips  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.core.objects import is_guard  # noqa: E402
-from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import METAL3
+from incluster_fixtures import unique_ips
+from metal3_ipam.core.naming import address_name
+from metal3_ipam.core.objects import is_guard
+from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
 
 TAGS = {gi.GLOBAL_IN_CLUSTER_IP_POOL: "gip", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL: "gpp"}
 

@@ -9,15 +9,9 @@ status alone (its address and lock not there yet): the claims of a global pool a
 
 from __future__ import annotations
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from incluster_fixtures import unique_ips  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from incluster_fixtures import unique_ips
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
 
 FULL = {"total": 4, "used": 4, "free": 0, "outOfRange": 0}
 

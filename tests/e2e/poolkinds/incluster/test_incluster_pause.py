@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import CLUSTER_NAME_LABEL, PAUSED, holds_for  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import CLUSTER_NAME_LABEL, PAUSED, holds_for
+from metal3_ipam.testing import go_incluster as gi
 
 HOLD = 3.0  # how long "nothing happens" is watched for; a served claim takes well under a second
 

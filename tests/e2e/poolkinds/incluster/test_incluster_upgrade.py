@@ -13,16 +13,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from controller_fixtures import CLUSTER_NAME_LABEL, condition  # noqa: E402
-from incluster_fixtures import BIND, assert_go_shape, ip_int, unique_ips  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import CLUSTER_NAME_LABEL, condition
+from incluster_fixtures import BIND, assert_go_shape, ip_int, unique_ips
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually
 
 GRACE = 30
 

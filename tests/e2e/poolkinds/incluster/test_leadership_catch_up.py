@@ -14,21 +14,14 @@ import asyncio
 import datetime
 import uuid
 
-import pytest
+from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures", "incluster_fixtures")
-
-from kubernetes import client  # noqa: E402
-
-from controller_fixtures import METAL3  # noqa: E402
-from incluster_fixtures import InCluster  # noqa: E402
-from metal3_ipam.controller.leader import LeaseTiming  # noqa: E402
-from metal3_ipam.controller.runtime import Options, Runtime  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.waiting import eventually, eventually_async  # noqa: E402
-
-pytest_plugins = ("controller_fixtures", "incluster_fixtures")
+from controller_fixtures import METAL3
+from incluster_fixtures import InCluster
+from metal3_ipam.controller.leader import LeaseTiming
+from metal3_ipam.controller.runtime import Options, Runtime
+from metal3_ipam.core import kinds
+from metal3_ipam.testing.waiting import eventually_async
 
 TIMING = LeaseTiming(lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)
 EARLIER = "earlier-version"

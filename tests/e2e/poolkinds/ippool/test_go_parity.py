@@ -13,20 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytest.register_assert_rewrite("go_state")
+from kubernetes import client
 
-from kubernetes import client  # noqa: E402
-
-from controller_fixtures import (CAPI, CLUSTER_NAME_LABEL, FIN_CAPI_CLAIM, FIN_CLAIM, METAL3,  # noqa: E402
+from controller_fixtures import (CAPI, CLUSTER_NAME_LABEL, FIN_CAPI_CLAIM, FIN_CLAIM, METAL3,
                                  assert_invariants, condition, holds_for)
-from go_state import (PROVIDER_LABEL, capi_ipaddress_body, go_allocate, ipaddress_body,  # noqa: E402
+from go_state import (PROVIDER_LABEL, capi_ipaddress_body, go_allocate, ipaddress_body,
                       pool_metadata_patch)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from metal3_ipam.testing.waiting import eventually
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-metal3-ipam-state.yaml"
 OWNER_KEYS = {"apiVersion", "kind", "name", "uid"}

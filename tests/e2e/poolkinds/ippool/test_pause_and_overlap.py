@@ -12,18 +12,12 @@ import ipaddress
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures", "go_state", "history")
-
-from controller_fixtures import (CAPI, CAPI_IPAM_GROUP, CLUSTER, CLUSTER_NAME_LABEL, METAL3, PAUSED, Kube,  # noqa: E402
+from controller_fixtures import (CAPI, CAPI_IPAM_GROUP, CLUSTER, CLUSTER_NAME_LABEL, METAL3, PAUSED, Kube,
                                  condition)
-from go_state import GoIpam, Grant, adoption_problems  # noqa: E402
-from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,  # noqa: E402
+from go_state import GoIpam, Grant, adoption_problems
+from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,
                      claims_keep_their_ips, ips_by_name, wait_converged)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from metal3_ipam.testing.waiting import eventually
 
 
 def ip(text: str):

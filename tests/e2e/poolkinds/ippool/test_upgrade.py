@@ -18,17 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.register_assert_rewrite("controller_fixtures", "go_state", "history")
-
-from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition  # noqa: E402
-from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,  # noqa: E402
+from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition
+from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,
                       adoption_problems, capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
                       ipclaim_status, pool_metadata_patch)
-from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,  # noqa: E402
+from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,
                      claims_keep_their_ips, ips_by_name, moment_violations, wait_converged)
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from metal3_ipam.testing.waiting import eventually
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "go-metal3-ipam-state.yaml"
 GO_LABELS = {CLUSTER_NAME_LABEL: "c1", "upgrade-check/role": "old"}

@@ -8,45 +8,20 @@ hand out what is due, run it, file each answer as it comes.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 import uuid
-
-from kubernetes import client as k8s
 
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, SecretTokens
 from metal3_ipam.core.asking import Asking, Filed, Granted, Refused, Released
 from metal3_ipam.poolkinds.netbox.source import Reason, owned_key
-from metal3_ipam.poolkinds.netbox.pool import TOKEN_MISSING, pool_status, read_pool
-from netbox_fixtures import addresses_in, fresh, holding, owner, seeded
+from metal3_ipam.poolkinds.netbox.pool import TOKEN_MISSING, pool_status
+from netbox_fixtures import addresses_in, fresh, holding, make_pool, owner, put_secret, seeded
 
 LEAST = [  # the token's least NetBox permissions, as docs/pools/netbox.md gives them
     (["ipam.prefix", "ipam.iprange", "ipam.vrf"], ["view"]),
     (["ipam.ipaddress"], ["view", "add", "change", "delete"]),
     (["extras.customfield"], ["view"]),
 ]
-
-
-def put_secret(api_client, namespace: str, name: str, token: str, key: str = "token") -> None:
-    core = k8s.CoreV1Api(api_client)
-    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name),
-                        data={key: base64.b64encode(token.encode()).decode()})
-    try:
-        core.create_namespaced_secret(namespace, body)
-    except k8s.ApiException as exc:
-        if exc.status != 409:
-            raise
-        core.replace_namespaced_secret(name, namespace, body)
-
-
-def make_pool(namespace: str, name: str, url: str, source: dict, secret: str = "netbox", **spec):
-    body = {"apiVersion": "netbox.metal3-ipam.io/v1alpha1", "kind": "NetBoxIPPool",
-            "metadata": {"name": name, "namespace": namespace, "generation": 1},
-            "spec": {"server": {"url": url, "tokenSecretRef": {"name": secret}, **spec.pop("server", {})},
-                     "source": source, **spec}}
-    pool, problems = read_pool(body)
-    assert not problems, problems
-    return pool
 
 
 def revoke(netbox, username: str) -> None:

@@ -11,52 +11,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition, controller_as_user, rules_with_ipaddress_verbs  # noqa: E402
-from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import addresses_in, holding, owner, seeded  # noqa: E402
-from test_netbox_asks import put_secret  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
-
-NETBOX = ("netbox.metal3-ipam.io", "v1alpha1")
-CAPI = (CAPI_IPAM_GROUP, "v1beta2")
-
-
-def netbox_pool(kube: Kube, name: str, url: str, net, **spec) -> dict:
-    body = {"apiVersion": "/".join(NETBOX), "kind": "NetBoxIPPool", "metadata": {"name": name},
-            "spec": {"server": {"url": url, "tokenSecretRef": {"name": "netbox"}},
-                     "source": {"prefix": str(net)}, **spec}}
-    return kube.create(NETBOX, "netboxippools", body)
-
-
-def netbox_claim(kube: Kube, name: str, pool: str) -> dict:
-    return kube.capi_claim(name, pool, group=NETBOX[0], kind="NetBoxIPPool")
-
-
-def key_of(kube: Kube, name: str) -> str:
-    return kube.capi_ipclaim(name)["metadata"]["annotations"][KEY_ANNOTATION]
-
-
-def assert_one_netbox_address_each(kube: Kube, netbox, who: str, names, net) -> None:
-    """Each claim: one Cluster API IPAddress named after it, one NetBox address with its key, the same IP."""
-    ips = set()
-    for name in names:
-        address = kube.capi_ipaddress(name)
-        assert address is not None, name
-        held = holding(netbox, owned_key(who, key_of(kube, name)))
-        assert len(held) == 1, (name, held)
-        assert held[0]["address"] == f"{address['spec']['address']}/{net.prefixlen}", (name, held, address)
-        assert address["spec"]["prefix"] == net.prefixlen and address["spec"]["gateway"] == str(net[1])
-        mine = [a for a in kube.list(CAPI, "ipaddresses") if a["spec"]["claimRef"]["name"] == name]
-        assert len(mine) == 1, (name, mine)
-        ips.add(address["spec"]["address"])
-    assert len(ips) == len(list(names))
+from controller_fixtures import CAPI, Kube, condition, controller_as_user, rules_with_ipaddress_verbs
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import (NETBOX, addresses_in, assert_one_netbox_address_each, holding, key_of, netbox_claim,
+                             netbox_pool, owner, put_secret, seeded)
 
 
 def ready_reason(kube: Kube, name: str) -> tuple[str, str] | None:

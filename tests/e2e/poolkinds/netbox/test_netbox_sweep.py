@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
-pytest.register_assert_rewrite("controller_fixtures")
-
-from controller_fixtures import CLUSTER, Kube  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION  # noqa: E402
-from metal3_ipam.poolkinds.netbox.sweep import Home, home_in  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-from netbox_fixtures import addresses_in, holding, owner, seeded  # noqa: E402
-from test_netbox_asks import put_secret  # noqa: E402
-from test_netbox_claims import CAPI, NETBOX, key_of, netbox_pool  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
+from controller_fixtures import CAPI, CLUSTER, Kube
+from metal3_ipam.core import kinds
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.poolkinds.netbox.sweep import Home, home_in
+from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import NETBOX, addresses_in, holding, key_of, netbox_pool, owner, put_secret, seeded
 
 
 def claim_of(kube: Kube, name: str, cluster: str, annotations: dict | None = None) -> dict:

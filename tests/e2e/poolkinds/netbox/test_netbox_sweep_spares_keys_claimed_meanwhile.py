@@ -14,8 +14,7 @@ import uuid
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, SecretTokens
 from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
 from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description
-from netbox_fixtures import holding, owner, seeded
-from test_netbox_asks import make_pool, put_secret
+from netbox_fixtures import holding, make_pool, owner, put_secret, seeded
 
 
 def test_an_address_whose_key_a_claim_carries_by_the_time_of_the_delete_is_not_released(netbox, api_client,
