@@ -7,20 +7,14 @@ test of this module; each test works in a namespace of its own and ends with
 
 from __future__ import annotations
 
-import ipaddress
-
 import pytest
 
 from controller_fixtures import (CAPI, CLUSTER, CLUSTER_NAME_LABEL, FIN_ADDRESS, FIN_CAPI_ADDRESS, FIN_CAPI_CLAIM,
-                                 FIN_CLAIM, FIN_POOL, METAL3, PAUSED, Kube, assert_invariants, assert_quiet,
-                                 REPO, condition, holds_for)
+                                 FIN_CLAIM, FIN_POOL, METAL3, PAUSED, REPO, Kube, assert_invariants, assert_quiet,
+                                 condition, holds_for, ip_key as ip)
 from metal3_ipam.testing.waiting import eventually
 
 SAMPLES = REPO / "samples"
-
-
-def ip(text: str):
-    return ipaddress.ip_address(text)
 
 
 def owner(obj: dict, kind: str) -> dict:

@@ -8,35 +8,23 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from kubernetes import client
 
 from controller_fixtures import METAL3
 from metal3_ipam.controller import credentials as creds_mod
-from metal3_ipam.controller.operator import discover, listings
+from metal3_ipam.controller.operator import listings
 from metal3_ipam.testing.listing import read
 from metal3_ipam.controller.watch import KindWatch, Streams
 from metal3_ipam.core import kinds
 from metal3_ipam.testing.waiting import eventually_async
 
 
-@pytest.fixture(scope="module")
-def resources(control_plane):
-    with client.ApiClient(control_plane.configuration()) as api:
-        return discover(api)
-
-
-def claim(name: str) -> dict:
-    return {"apiVersion": "/".join(METAL3), "kind": "IPClaim", "metadata": {"name": name},
-            "spec": {"pool": {"name": "p"}}}
-
-
 def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version(control_plane, resources, kube):
-    kube.create(METAL3, "ipclaims", claim("before"))
+    kube.claim("before", "p")
     with client.ApiClient(control_plane.configuration()) as api:
         [listing] = listings(api, {kinds.IPCLAIM: resources[kinds.IPCLAIM]}, [kube.ns])
         _, version = read(listing)
-    kube.create(METAL3, "ipclaims", claim("between"))  # after the listing, before the watch starts
+    kube.claim("between", "p")  # after the listing, before the watch starts
     seen: list[tuple[str, str, str]] = []
     relisted = []
     credentials = creds_mod.from_kubeconfig([str(control_plane.kubeconfig)])
@@ -52,7 +40,7 @@ def test_the_watch_files_creations_changes_and_deletions_from_the_listed_version
         task = asyncio.create_task(watch.run(version))
         try:
             await eventually_async(lambda: ("ADDED", "IPClaim", "between") in seen, what="the claim created in between")
-            await asyncio.to_thread(kube.create, METAL3, "ipclaims", claim("after"))
+            await asyncio.to_thread(kube.claim, "after", "p")
             await asyncio.to_thread(kube.patch, METAL3, "ipclaims", "after", {"metadata": {"labels": {"a": "b"}}})
             await asyncio.to_thread(kube.delete, METAL3, "ipclaims", "before")
             await eventually_async(lambda: ("DELETED", "IPClaim", "before") in seen, what="the deletion")
@@ -87,7 +75,7 @@ def test_a_version_the_server_no_longer_has_is_listed_again_and_watched_from_the
         task = asyncio.create_task(watch.run("1"))  # long compacted away, or older than the watch cache
         try:
             await eventually_async(lambda: relisted, what="a listing after 410 Gone")
-            await asyncio.to_thread(kube.create, METAL3, "ipclaims", claim("after-relist"))
+            await asyncio.to_thread(kube.claim, "after-relist", "p")
             await eventually_async(lambda: "after-relist" in seen, what="the claim created after the listing")
         finally:
             task.cancel()

@@ -14,30 +14,18 @@ import threading
 import time
 from types import SimpleNamespace
 
-import pytest
 from kubernetes import client
 
 from controller_fixtures import METAL3
 from metal3_ipam.controller import credentials as creds_mod
 from metal3_ipam.controller import operator
 from metal3_ipam.controller.freezing import Freezer
-from metal3_ipam.controller.operator import Controller, Listing, discover, listings
+from metal3_ipam.controller.operator import Controller, Listing, listings
 from metal3_ipam.controller.watch import KindWatch, Streams
 from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
 
 DEADLINE = 60.0
-
-
-@pytest.fixture(scope="module")
-def resources(control_plane):
-    with client.ApiClient(control_plane.configuration()) as api:
-        return discover(api)
-
-
-def claim(name: str, **labels: str) -> dict:
-    return {"apiVersion": "/".join(METAL3), "kind": "IPClaim", "metadata": {"name": name, "labels": labels},
-            "spec": {"pool": {"name": "p"}}}
 
 
 def test_news_the_watch_tells_between_the_pages_of_a_resync_list_is_kept(control_plane, resources, kube,
@@ -49,7 +37,7 @@ def test_news_the_watch_tells_between_the_pages_of_a_resync_list_is_kept(control
     server is, and the listing's version is its first page's."""
     monkeypatch.setattr(operator, "PAGE", 2)
     for i in range(8):
-        kube.create(METAL3, "ipclaims", claim(f"c{i}"))
+        kube.claim(f"c{i}", "p")
     old_c6 = kube.get(METAL3, "ipclaims", "c6")["metadata"]["uid"]
     credentials = creds_mod.from_kubeconfig([str(control_plane.kubeconfig)])
     resource = resources[kinds.IPCLAIM]
@@ -85,9 +73,9 @@ def test_news_the_watch_tells_between_the_pages_of_a_resync_list_is_kept(control
                 kube.delete(METAL3, "ipclaims", "c0")
                 kube.delete(METAL3, "ipclaims", "c5")
                 kube.delete(METAL3, "ipclaims", "c6")
-                kube.create(METAL3, "ipclaims", claim("c6"))
+                kube.claim("c6", "p")
                 kube.patch(METAL3, "ipclaims", "c7", {"metadata": {"labels": {"changed": "yes"}}})
-                kube.create(METAL3, "ipclaims", claim("c9"))
+                kube.claim("c9", "p")
             return page
 
         async def scenario() -> str | None:

@@ -31,7 +31,6 @@ from prometheus_client import REGISTRY
 from controller_fixtures import CAPI, METAL3, Kube, condition, free_port
 from metal3_ipam.controller import credentials as creds_mod
 from metal3_ipam.controller.api import ApiWriter
-from metal3_ipam.controller.operator import discover
 from metal3_ipam.controller.refusals import Backoff
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete, Plan, SetFinalizers, SetStatus
@@ -40,12 +39,6 @@ from metal3_ipam.memory import MemoryApi
 from metal3_ipam.testing.waiting import eventually
 
 FIN = "ipaddress.ipam.metal3.io"
-
-
-@pytest.fixture(scope="module")
-def resources(control_plane):
-    with client.ApiClient(control_plane.configuration()) as api:
-        return discover(api)
 
 
 @pytest.fixture

@@ -8,20 +8,15 @@ live claims" is checked after every single write, across pools and both address 
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from controller_fixtures import (CAPI, CAPI_IPAM_GROUP, CLUSTER, CLUSTER_NAME_LABEL, METAL3, PAUSED, Kube,
-                                 condition)
+                                 condition, ip_key as ip)
 from go_state import GoIpam, Grant, adoption_problems
 from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_address,
                      claims_keep_their_ips, ips_by_name, wait_converged)
 from metal3_ipam.testing.waiting import eventually
-
-
-def ip(text: str):
-    return ipaddress.ip_address(text)
 
 
 def ip_range(first: str, last: str) -> set[str]:

@@ -10,7 +10,6 @@ checked after every single write, not only at the end.
 
 from __future__ import annotations
 
-import ipaddress
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition
+from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition, ip_key as ip
 from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,
                       adoption_problems, capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
                       ipclaim_status, pool_metadata_patch)
@@ -29,10 +28,6 @@ from metal3_ipam.testing.waiting import eventually
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "go-metal3-ipam-state.yaml"
 GO_LABELS = {CLUSTER_NAME_LABEL: "c1", "upgrade-check/role": "old"}
 SERVER_FIELDS = ("creationTimestamp", "generation", "resourceVersion", "uid", "managedFields")
-
-
-def ip(text: str):
-    return ipaddress.ip_address(text)
 
 
 # --------------------------------------------------------------------------- the fixtures are faithful
