@@ -173,7 +173,7 @@ def converted_crds() -> list[str]:
 def convert_at(api: client.ApiClient, names: list[str], port: int, ca_pem: bytes) -> None:
     """The CRDs ``names`` convert through https://127.0.0.1:PORT/convert with the CA ``ca_pem``, as the webhook
     configurations call the controller. The API server takes the change up a moment later: the first request
-    that needs a conversion retries until it is served (see tests/e2e/test_incluster_admission.py)."""
+    that needs a conversion retries until it is served (see tests/e2e/admission/test_incluster_admission.py)."""
     bundle = base64.b64encode(ca_pem).decode()
     url = f"https://127.0.0.1:{port}{CONVERSION_PATH}"
     ext = client.ApiextensionsV1Api(api)

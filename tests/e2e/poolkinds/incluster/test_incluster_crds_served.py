@@ -7,7 +7,7 @@
 - the schema refuses what it should (prefix, grace, allocation length) and
   defaults ``allocationPrefixLength`` to 64;
 - v1alpha1, served through the controller's ``/convert``, is proven where a
-  controller runs: tests/e2e/test_incluster_admission.py.
+  controller runs: tests/e2e/admission/test_incluster_admission.py.
 """
 
 from __future__ import annotations
