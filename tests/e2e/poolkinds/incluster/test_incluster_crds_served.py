@@ -15,17 +15,17 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from controller_fixtures import REPO
 from metal3_ipam.poolkinds.incluster import schema as incluster_schema
 
 GROUP = "ipam.cluster.x-k8s.io"
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-incluster-state.yaml"
+FIXTURE = REPO / "tests" / "fixtures" / "go-incluster-state.yaml"
 PLURALS = {kind: kind.lower() + "s" for kind in incluster_schema.KINDS}
 
 

@@ -11,19 +11,16 @@ the test says so and checks exactly that difference.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
-
 from kubernetes import client
 
 from controller_fixtures import (CAPI, CLUSTER_NAME_LABEL, FIN_CAPI_CLAIM, FIN_CLAIM, METAL3,
-                                 assert_invariants, condition, holds_for)
+                                 REPO, assert_invariants, condition, holds_for)
 from go_state import (PROVIDER_LABEL, capi_ipaddress_body, go_allocate, ipaddress_body,
                       pool_metadata_patch)
 from metal3_ipam.testing.waiting import eventually
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "go-metal3-ipam-state.yaml"
+FIXTURE = REPO / "tests" / "fixtures" / "go-metal3-ipam-state.yaml"
 OWNER_KEYS = {"apiVersion", "kind", "name", "uid"}
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import yaml
 
-from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, Kube, condition, ip_key as ip
+from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, METAL3, REPO, Kube, condition, ip_key as ip
 from go_state import (GO_ADDRESS_FINALIZER, PROVIDER_LABEL, GoAllocationError, GoIpam, Grant,
                       adoption_problems, capi_claim_status, capi_ipaddress_body, go_address_name, go_allocate, ipaddress_body,
                       ipclaim_status, pool_metadata_patch)
@@ -25,7 +24,7 @@ from history import (NamespaceRecorder, State, claim_of_address, claim_of_capi_a
                      claims_keep_their_ips, ips_by_name, moment_violations, wait_converged)
 from metal3_ipam.testing.waiting import eventually
 
-CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "go-metal3-ipam-state.yaml"
+CAPTURED = REPO / "tests" / "fixtures" / "go-metal3-ipam-state.yaml"
 GO_LABELS = {CLUSTER_NAME_LABEL: "c1", "upgrade-check/role": "old"}
 SERVER_FIELDS = ("creationTimestamp", "generation", "resourceVersion", "uid", "managedFields")
 
