@@ -26,7 +26,7 @@ if ! python3 -m pip install --quiet --disable-pip-version-check tox </dev/null; 
     fi
 fi
 
-# The image test (tests/e2e/test_image.py) builds and runs the controller image with podman
+# The image test (tests/e2e/install/test_image.py) builds and runs the controller image with podman
 # (runc as its runtime, slirp4netns for the container's network) on a Debian base made by
 # mmdebstrap: installed from Debian when missing.
 IMAGE_TOOLS="podman runc slirp4netns mmdebstrap"
