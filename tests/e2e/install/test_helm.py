@@ -20,17 +20,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
+from controller_fixtures import REPO, SUMMARY, Kube, assert_invariants, free_port, start_control_plane
+from metal3_ipam.testing import image as image_mod
+from metal3_ipam.testing.certs import Authority
+from metal3_ipam.testing.helm import NAMESPACE, RELEASE, Helm, chart_dir
+from webhook_fixtures import call, object_path, serves_claims_and_webhooks, use_webhooks_at
 
-from controller_fixtures import SUMMARY, Kube, assert_invariants, start_control_plane  # noqa: E402
-from metal3_ipam.testing import image as image_mod  # noqa: E402
-from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.helm import NAMESPACE, RELEASE, Helm, chart_dir  # noqa: E402
-from webhook_fixtures import call, free_port, object_path, serves_claims_and_webhooks, use_webhooks_at  # noqa: E402
-
-pytest_plugins = ("controller_fixtures",)
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CHART = chart_dir(ROOT)
 # Tags of this test's own (the chart's default, v0.1.0, is the image test's): the first install, the upgrade.
 INSTALL_TAG, UPGRADE_TAG = "helm-e2e-install", "helm-e2e-upgrade"
