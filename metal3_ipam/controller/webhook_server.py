@@ -39,7 +39,7 @@ from .admission import BUSY, Admission
 from .certificates import CERT_FILE, KEY_FILE, CertificateFiles, Tls
 from .review_body import (MAX_CONVERSION_BYTES, MAX_REVIEW_BYTES, ConversionBody, Malformed, clipped,
                           read_conversion_body, read_review)
-from .webhook import HOOKS
+from .webhook import DEFAULTING_PATHS, HOOKS
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -346,6 +346,8 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
+        for path in DEFAULTING_PATHS:  # registered by the Go providers' configurations
+            app.router.add_post(path, self._handler(mutating=True, path=path))
         # The in-cluster IP pool CRDs' conversion: the same server, so the same bounds on bodies, time and connections.
         app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits
