@@ -49,6 +49,7 @@ from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
+from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
 from .workers import PoolWorkers
@@ -159,6 +160,7 @@ class Runtime:
         self.credentials: Credentials | None = None
         self.api: client.ApiClient | None = None
         self.resources: dict[tuple[str, str], Resource] = {}
+        self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
         # assemble()
         self.inventory = Inventory()
         self.inventory.lock_namespace = options.lock_namespace
@@ -236,6 +238,8 @@ class Runtime:
         # watches always go out as the same user.
         configuration = credentials.configuration(self.options.parallel_writes + 4)
         self.credentials, self.api = credentials, client.ApiClient(configuration)
+        if self.rate_limit is not None:
+            self.rate_limit.limit(self.api)
         try:
             self.resources = await asyncio.to_thread(discover, self.api)
         except NotInstalled as err:
@@ -253,6 +257,7 @@ class Runtime:
                                          options.lease_timing, on_change=self._on_leadership)
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write, write_deadline=self.write_deadline)
+        self.writer.rate_limit = self.rate_limit
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731
         parts = OutsideParts(self.api, self.inventory, self.writer, lambda pool, key: self.workers.answered(pool, key),
                              may_act, options.kind_flags)
@@ -264,7 +269,7 @@ class Runtime:
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
         kopf.on.login(registry=self.registry)(login_from(self.credentials))
-        self.streams = Streams(self.credentials)
+        self.streams = Streams(self.credentials, self.rate_limit)
 
     async def start(self) -> None:
         """Probes first (a replica that is not ready yet says why), then the webhooks, the election,
