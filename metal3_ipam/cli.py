@@ -308,8 +308,7 @@ def _run(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool) -> int
     if options.leader_elect:
         log.info("leader election on the Lease %s/%s", options.lease_namespace, options.lease_name)
     if options.watch_filter:
-        log.warning("--watch-filter=%s is not honoured yet: every pool and claim is served, labelled "
-                    "cluster.x-k8s.io/watch-filter or not", options.watch_filter)
+        log.info("serving only the pools and claims labelled cluster.x-k8s.io/watch-filter=%s", options.watch_filter)
     try:
         return asyncio.run(run(options))
     except KeyboardInterrupt:

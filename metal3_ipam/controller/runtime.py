@@ -167,6 +167,7 @@ class Runtime:
         # Replicas may race for a claim: a lock another one just made is left to it a while (see reconcile).
         self.inventory.lock_settle_seconds = LOCK_SETTLE_SECONDS
         self.inventory.namespaces = frozenset(options.namespaces) if options.namespaces else None
+        self.inventory.watch_filter = options.watch_filter or None
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None
@@ -283,7 +284,8 @@ class Runtime:
                                              more=options.more_health)
         except OSError as err:
             where = ", ".join(f"{h}:{p}" for h, p in ((options.health_host, options.health_port), *options.more_health))
-            raise CannotStart(f"cannot serve the health probes on {where}: {err.strerror or err}") from None
+            what = "health and metrics" if options.diagnostics is None else "the health probes"
+            raise CannotStart(f"cannot serve {what} on {where}: {err.strerror or err}") from None
         if options.diagnostics is not None:
             await self._start_diagnostics()
         if options.webhook_port:

@@ -189,12 +189,8 @@ def test_each_go_deployment_command_line_runs_as_manager(component):
         assert run.lease_name == "7bb7acb4.ipam.cluster.x-k8s.io"
 
 
-@pytest.mark.xfail(strict=True, reason="--watch-filter is read into Options.watch_filter but nothing filters on it: "
-                                       "pools and claims without the label cluster.x-k8s.io/watch-filter=<value> "
-                                       "are still served")
-def test_watch_filter_leaves_pools_and_claims_without_the_label_alone():
-    from metal3_ipam.controller import runtime
+def test_watch_filter_reaches_the_inventory_the_passes_read():
+    from metal3_ipam.controller.runtime import Runtime
 
-    assert options("--watch-filter=shard-a").watch_filter == "shard-a"
-    # What serves the filter: the inventory (or the pool workers) given it; none takes it yet.
-    assert hasattr(runtime.Inventory(), "watch_filter")
+    assert Runtime(options("--watch-filter=shard-a")).inventory.watch_filter == "shard-a"
+    assert Runtime(options()).inventory.watch_filter is None
