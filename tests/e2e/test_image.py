@@ -155,7 +155,7 @@ class Container:
 
     def probe(self, which: str) -> int:
         probe = self.spec[which]["httpGet"]
-        port = probe["port"] if isinstance(probe["port"], int) else self.port(probe["port"])
+        port = self.kubelet.published[probe["port"]] if isinstance(probe["port"], int) else self.port(probe["port"])
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe['path']}", timeout=5) as answer:
                 return answer.status
@@ -183,16 +183,20 @@ class Container:
         return state["ExitCode"], time.monotonic() - started
 
 
-def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kubelet:
+def kubelet_for(installed, pod, container, tmp_path, namespace: str = NAMESPACE, **kwargs) -> image_mod.Kubelet:
+    """The kubelet's part: the certificate Secret, the ServiceAccount's token, and every port the container
+    declares or its probes name published on the host's loopback (the webhook port where the API server calls)."""
     plane, admin, certs, webhook_port = installed
-    namespace = NAMESPACE
     (cert,) = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    probes = {container[p]["httpGet"]["port"] for p in ("livenessProbe", "readinessProbe") if p in container}
+    numbers = {*ports.values(), *(ports.get(p, p) for p in probes)}
+    webhook = next(n for name, n in ports.items() if "webhook" in name)
     return image_mod.Kubelet(
         secrets={cert: certs}, fields={"metadata.namespace": namespace},
         service_account=service_account_folder(admin, pod, namespace, plane.ca_file, tmp_path / "serviceaccount"),
         api_port=int(plane.server.rpartition(":")[2]),
-        published={ports["webhook-server"]: webhook_port, ports["metrics"]: free_port()}, **kwargs)
+        published={n: webhook_port if n == webhook else free_port() for n in numbers}, **kwargs)
 
 
 def ends_cleanly(running: Container) -> None:
