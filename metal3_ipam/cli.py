@@ -305,8 +305,6 @@ def _run(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool) -> int
     log = logging.getLogger("metal3_ipam")
     if go.ignored():
         log.info("accepted, with no meaning here: %s", ", ".join(go.ignored()))
-    if options.leader_elect:
-        log.info("leader election on the Lease %s/%s", options.lease_namespace, options.lease_name)
     if options.watch_filter:
         log.info("serving only the pools and claims labelled cluster.x-k8s.io/watch-filter=%s", options.watch_filter)
     try:

@@ -254,6 +254,7 @@ class Runtime:
         options, resources = self.options, self.resources
         self.inventory.clusters_served = kinds.CLUSTER in resources
         if options.leader_elect:
+            log.info("leader election on the Lease %s/%s", options.lease_namespace, options.lease_name)
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
