@@ -33,7 +33,6 @@ pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures")
 from controller_fixtures import Kube, check_invariants, start_control_plane  # noqa: E402
 from metal3_ipam.testing import image as image_mod  # noqa: E402
 from metal3_ipam.testing.certs import Authority  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
 from test_image import (CERT_MANAGER_CRDS, ROOT, Container, built, ends_cleanly, kubelet_for,  # noqa: E402,F401
                         manager, readable, rendered)
 from webhook_fixtures import (call, free_port, install, new_namespace, use_webhooks_at,  # noqa: E402
