@@ -194,3 +194,12 @@ def test_watch_filter_reaches_the_inventory_the_passes_read():
 
     assert Runtime(options("--watch-filter=shard-a")).inventory.watch_filter == "shard-a"
     assert Runtime(options()).inventory.watch_filter is None
+
+
+def test_manager_is_run_with_the_go_defaults(capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "_run", lambda args, go, as_manager: seen.update(go=go, as_manager=as_manager) or 0)
+    assert cli.manager(["--leader-elect"]) == 0
+    assert seen["as_manager"] and seen["go"].get("leader-elect") is True
+    assert cli.manager(["--webhook-port=port"]) == 2
+    assert "invalid argument 'port' for --webhook-port" in capsys.readouterr().err
