@@ -237,6 +237,9 @@ def test_components_carry_the_clusterctl_labels_and_variables():
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/ipam/metal3-ipam:v9.9.9"
     assert "--parallel-writes=${IPAM_METAL3_PARALLEL_WRITES:=16}" in container["args"]
+    # The Go Metal3 IPAM's variables, with its defaults.
+    assert "--diagnostics-address=${IPAM_DIAGNOSTICS_ADDRESS:=:8443}" in container["args"]
+    assert "--insecure-diagnostics=${IPAM_INSECURE_DIAGNOSTICS:=false}" in container["args"]
     assert "--resync-seconds=${IPAM_METAL3_RESYNC_SECONDS:=300}" in container["args"]
     text = packaging.components_yaml(objects)
     assert set(re.findall(r"\$\{(\w+)", text)) == set(packaging.VARIABLES.values())
