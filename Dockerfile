@@ -33,8 +33,11 @@ COPY --from=build /opt/metal3-ipam /opt/metal3-ipam
 ENV PATH=/opt/metal3-ipam/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# /manager: the command the Go Metal3 IPAM's and the Go in-cluster provider's Deployments run; it is
+# `metal3-ipam run` with their defaults, so their manifests run this image with only the image changed.
+RUN ln -s /opt/metal3-ipam/bin/metal3-ipam-manager /manager
 # 65532: the conventional "nonroot" user of distroless images, as in config/manager.
 USER 65532:65532
-EXPOSE 8081 9443
+EXPOSE 8081 8443 9440 9443
 ENTRYPOINT ["metal3-ipam"]
 CMD ["run", "--all-namespaces"]

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import yaml
 
-from . import manifests
+from . import goflags, manifests
 from .core import kinds
 from .core import objects as o
 from .core.poolkind import REGISTRY as POOL_KINDS
@@ -35,6 +35,35 @@ from .memory import MemoryApi, converge
 from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+DEFAULT_LEASE = "metal3-ipam-controller"
+DEFAULT_HEALTH_ADDRESS = "0.0.0.0:8081"
+DEFAULT_RESYNC_SECONDS = 300.0
+
+_GO_FLAGS_HELP = """\
+The Go managers' flags (the Metal3 IPAM's and the in-cluster provider's main.go, Cluster API's
+manager options), in every spelling Go takes (--f=v, --f v, -f=v, a bare boolean, --f=false):
+  --kubeconfig PATH               kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)
+  --namespace NS                  serve only this namespace (repeatable; empty: all)
+  --leader-elect                  elect a leader on a Lease (default off, as in Go)
+  --watch-filter VALUE            serve only pools and claims labelled cluster.x-k8s.io/watch-filter=VALUE
+  --health-addr, --health-probe-bind-address ADDR
+                                  /healthz and /readyz (run as /manager: :9440 and :8081)
+  --sync-period DURATION          look at every pool again this often (run as /manager: 10m)
+  --kube-api-qps Q, --kube-api-burst B
+                                  client-side rate limit of the API requests (run as /manager: 20, 30)
+  --webhook-port PORT             admission webhooks over HTTPS (default 0: none; run as /manager: 9443)
+  --webhook-cert-dir DIR, --webhook-cert-name FILE, --webhook-key-name FILE
+                                  the serving certificate (default /tmp/k8s-webhook-server/serving-certs,
+                                  tls.crt, tls.key)
+  --diagnostics-address ADDR      /metrics over HTTPS, for callers the API server authenticates and
+                                  authorises (nonResourceURL /metrics, get); 0: none (run as /manager: :8443)
+  --insecure-diagnostics          /metrics over plain HTTP, for anyone
+  --tls-min-version V, --tls-cipher-suites LIST
+                                  TLS of the webhooks and diagnostics (default VersionTLS12)
+  -v N, --v N, --vmodule, --logging-format text|json, and klog's other flags
+Flags with no meaning here (--ippool-concurrency, --vmodule, klog's output flags) are accepted
+and said once in the log.
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,21 +85,26 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     plan.add_argument("--seed", type=int, default=0,
                       help="seed for pools with allocationStrategy: random (default 0, for repeatable plans)")
-    run = commands.add_parser("run", help="run the controller against a cluster")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    run = commands.add_parser("run", help="run the controller against a cluster",
+                              epilog=_GO_FLAGS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     scope = run.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
-                       help="serve only this namespace (repeatable)")
+    scope.add_argument("-n", dest="namespace", action="append", default=[], metavar="NS",
+                       help="serve only this namespace (repeatable; also --namespace NS)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace (the default)")
-    run.add_argument("--health-address", default="0.0.0.0:8081", metavar="HOST:PORT",
-                     help="where /healthz, /readyz and /metrics are served (default 0.0.0.0:8081)")
-    run.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
-                     help="act without holding the Lease (safe, but replicas then duplicate work)")
+    run.add_argument("--health-address", default=None, metavar="HOST:PORT",
+                     help="where /healthz and /readyz (and /metrics, without --diagnostics-address) are served "
+                          "(default 0.0.0.0:8081; also --health-addr, --health-probe-bind-address)")
+    run.add_argument("--no-leader-elect", dest="no_leader_elect", action="store_true",
+                     help="act without holding the Lease (the default without --leader-elect)")
+    run.add_argument("--leader-elect-lease-name", default=None, metavar="NAME",
+                     help=f"the Lease elected on (default {DEFAULT_LEASE}; run as /manager, the Lease of the Go "
+                          f"provider whose command line it is: {goflags.IN_CLUSTER_LEASE}, or "
+                          f"{goflags.METAL3_LEASE} when a flag only the Metal3 IPAM has is given)")
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
-                     help="namespace of the Lease (default: $POD_NAMESPACE or default)")
+                     help="namespace of the Lease (default: $POD_NAMESPACE, else the service account's, else default)")
     run.add_argument("--lock-namespace", default=None, metavar="NS",
                      help="namespace of the locks of the pools of cluster scope, one IPAddress per IP handed out "
-                          "(default: $POD_NAMESPACE or default)")
+                          "(default: $POD_NAMESPACE, else the service account's, else default)")
     run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
                      help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
     run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",
@@ -78,18 +112,13 @@ def _parser() -> argparse.ArgumentParser:
                           "duration (default 10s)")
     run.add_argument("--leader-elect-retry-period", default="2s", metavar="DURATION",
                      help="how often the Lease is renewed or tried for (default 2s)")
-    run.add_argument("--resync-seconds", type=float, default=300.0,
-                     help="look at every pool again this often (default 300)")
+    run.add_argument("--resync-seconds", type=float, default=None,
+                     help="look at every pool again this often (default 300; also --sync-period)")
     run.add_argument("--parallel-writes", type=int, default=16, metavar="N",
                      help="API writes in flight at once (default 16)")
-    run.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
-                     help="serve the admission webhooks over HTTPS on this port (default 0: not served)")
-    run.add_argument("--webhook-cert-dir", default=None, metavar="DIR",
-                     help="directory holding the serving certificate tls.crt and its key tls.key, reloaded when "
-                          "they change (default /tmp/k8s-webhook-server/serving-certs)")
     for flag in _kind_flags():
         run.add_argument(f"--{flag.name}", default=None, metavar=flag.metavar, help=flag.help)
-    run.add_argument("-v", "--verbose", action="store_true", help="log every planned write")
+    run.add_argument("-v", "--verbose", action="store_true", help="log every planned write (also -v N, N >= 1)")
 
     release = commands.add_parser("release", help="render config/default into clusterctl provider components "
                                                    "in a local provider repository")
@@ -115,13 +144,28 @@ def _kind_flags() -> list:
     return [flag for kind in POOL_KINDS.values() if kind.outside is not None for flag in kind.outside.flags]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def manager(argv: Sequence[str] | None = None) -> int:
+    """``/manager`` in the image: ``metal3-ipam run`` with the Go managers' defaults, so that either Go
+    provider's Deployment runs this image with its own command line."""
+    return main(["run", *(sys.argv[1:] if argv is None else argv)], as_manager=True)
+
+
+def main(argv: Sequence[str] | None = None, as_manager: bool = False) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    go = goflags.GoFlags()
+    try:
+        if argv[:1] == ["run"]:
+            go, rest = goflags.read(argv[1:])
+            argv = ["run", *rest]
+    except goflags.FlagError as err:
+        print(f"metal3-ipam run: {err}", file=sys.stderr)
+        return EXIT_USAGE
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
             return _validate(args)
         if args.command == "run":
-            return _run(args)
+            return _run(args, go, as_manager)
         if args.command == "release":
             return _release(args)
         if args.command == "demo":
@@ -242,44 +286,119 @@ def _samples():
     return beside if beside.is_dir() else Path("samples")
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool) -> int:
     import asyncio
     import logging
 
-    from .controller.runtime import Options, run
+    from .controller.runtime import run
 
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = run_options(args, go, as_manager)
+    verbose = args.verbose or go.get("v", 0) >= 1
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonFormatter() if go.get("logging-format") == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     logging.getLogger("metal3_ipam").setLevel(logging.INFO)
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per handled event is noise
-    if not args.verbose:
+    if not verbose:
         logging.getLogger("metal3_ipam.pools").setLevel(logging.WARNING)
-    host, _, port = args.health_address.rpartition(":")
-    if not port.isdigit():
-        raise manifests.UsageError(f"--health-address {args.health_address!r}: expected HOST:PORT")
-    options = Options(kubeconfig=args.kubeconfig, namespaces=args.namespace, health_host=host or "0.0.0.0",
-                      health_port=int(port), leader_elect=args.leader_elect,
-                      resync_seconds=args.resync_seconds, parallel_writes=max(1, args.parallel_writes))
+    log = logging.getLogger("metal3_ipam")
+    if go.ignored():
+        log.info("accepted, with no meaning here: %s", ", ".join(go.ignored()))
+    if options.watch_filter:
+        log.info("serving only the pools and claims labelled cluster.x-k8s.io/watch-filter=%s", options.watch_filter)
+    try:
+        return asyncio.run(run(options))
+    except KeyboardInterrupt:
+        return 0
+
+
+def run_options(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool = False):
+    """The controller's options from ``run``'s own flags and the Go managers' ones (see
+    :data:`_GO_FLAGS_HELP`); run as ``/manager`` (``as_manager``), unset flags take the Go managers'
+    defaults. Raises :class:`manifests.UsageError`."""
+    from .controller.runtime import Options, Tls
+
+    def listen(flag: str, text: str) -> tuple[str, int] | None:
+        try:
+            where = goflags.address(flag, text)
+        except goflags.FlagError as err:
+            raise manifests.UsageError(str(err)) from None
+        return None if where is None else (where[0] or "0.0.0.0", where[1])
+
+    options = Options(kubeconfig=go.get("kubeconfig"), parallel_writes=max(1, args.parallel_writes))
+    namespaces = args.namespace + go.get("namespace", [])
+    if args.all_namespaces and namespaces:
+        raise manifests.UsageError("--all-namespaces and --namespace: one or the other")
+    options.namespaces = [ns for ns in namespaces if ns]
+    health = [listen(flag, value) for flag, value in (("health-address", args.health_address),
+                                                      ("health-addr", go.get("health-addr")),
+                                                      ("health-probe-bind-address",
+                                                       go.get("health-probe-bind-address"))) if value is not None]
+    if not health:  # the defaults: this project's port, or both Go managers' (whose command line this is)
+        health = [listen("health-addr", goflags.METAL3_HEALTH_ADDRESS),
+                  listen("health-probe-bind-address", goflags.IN_CLUSTER_HEALTH_ADDRESS)] if as_manager \
+            else [listen("health-address", DEFAULT_HEALTH_ADDRESS)]
+    health = list(dict.fromkeys(where for where in health if where is not None))
+    if not health:
+        raise manifests.UsageError("the health probes must be served somewhere (a port of 0 turns them off)")
+    (options.health_host, options.health_port), options.more_health = health[0], health[1:]
+    options.leader_elect = go.get("leader-elect", False) and not args.no_leader_elect
+    options.lease_name = args.leader_elect_lease_name or (
+        DEFAULT_LEASE if not as_manager else
+        goflags.METAL3_LEASE if go.of(goflags.METAL3) else goflags.IN_CLUSTER_LEASE)
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
     if args.lock_namespace:
         options.lock_namespace = args.lock_namespace
     options.lease_timing = _lease_timing(args)
+    if args.resync_seconds is not None:
+        options.resync_seconds = args.resync_seconds
+    elif "sync-period" in go:
+        options.resync_seconds = go.get("sync-period")
+    else:
+        options.resync_seconds = goflags.SYNC_PERIOD_SECONDS if as_manager else DEFAULT_RESYNC_SECONDS
+    if not options.resync_seconds > 0:
+        raise manifests.UsageError(f"--sync-period {options.resync_seconds}s: expected a positive duration")
+    qps, burst = (goflags.KUBE_API_QPS, goflags.KUBE_API_BURST) if as_manager else (0.0, 0)
+    options.kube_api_qps = go.get("kube-api-qps", qps)
+    options.kube_api_burst = go.get("kube-api-burst", burst)
+    options.watch_filter = go.get("watch-filter", "")
     for flag in _kind_flags():
         value = getattr(args, flag.dest)
         try:
             options.kind_flags[flag.dest] = flag.default if value is None else flag.parse(value)
         except ValueError as err:
             raise manifests.UsageError(f"--{flag.name}: {err}") from None
-    if not 0 <= args.webhook_port <= 65535:
-        raise manifests.UsageError(f"--webhook-port {args.webhook_port}: expected a port number")
-    options.webhook_port = args.webhook_port
-    if args.webhook_cert_dir:
-        options.webhook_cert_dir = args.webhook_cert_dir
+    options.webhook_port = go.get("webhook-port", goflags.WEBHOOK_PORT if as_manager else 0)
+    if not 0 <= options.webhook_port <= 65535:
+        raise manifests.UsageError(f"--webhook-port {options.webhook_port}: expected a port number")
+    options.webhook_cert_dir = go.get("webhook-cert-dir") or options.webhook_cert_dir
+    options.webhook_cert_name = go.get("webhook-cert-name") or options.webhook_cert_name
+    options.webhook_key_name = go.get("webhook-key-name") or options.webhook_key_name
+    diagnostics = go.get("diagnostics-address", goflags.DIAGNOSTICS_ADDRESS if as_manager else "0")
+    options.diagnostics = listen("diagnostics-address", diagnostics)
+    options.insecure_diagnostics = go.get("insecure-diagnostics", False)
     try:
-        return asyncio.run(run(options))
-    except KeyboardInterrupt:
-        return 0
+        options.tls = Tls.named(go.get("tls-min-version", "VersionTLS12"), go.get("tls-cipher-suites", []))
+    except ValueError as err:
+        raise manifests.UsageError(str(err)) from None
+    if go.get("logging-format", "text") not in goflags.LOGGING_FORMATS:
+        raise manifests.UsageError(f"--logging-format {go.get('logging-format')!r}: expected text or json")
+    return options
+
+
+class _JsonFormatter:
+    """``--logging-format=json``: one JSON object per line, with the fields Kubernetes' JSON logs have."""
+
+    def format(self, record) -> str:
+        import logging
+
+        line = {"ts": record.created, "level": record.levelname.lower(), "logger": record.name,
+                "msg": record.getMessage()}
+        if record.exc_info:
+            line["error"] = logging.Formatter().formatException(record.exc_info)
+        return json.dumps(line)
 
 
 def _seconds(flag: str, text: str) -> float:

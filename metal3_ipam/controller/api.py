@@ -163,6 +163,7 @@ class ApiWriter:
         self._retired: list[aiohttp.ClientSession] = []
         self._access_check: asyncio.Task | None = None
         self._access_recheck_at = 0.0
+        self.rate_limit: Any = None  # a ratelimit.RateLimit every request waits for, or None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -235,7 +236,8 @@ class ApiWriter:
             self._session = aiohttp.ClientSession(
                 base_url=self.credentials.server.rstrip("/") + "/", connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-                request_class=_fenced_request_class(self.may_write))
+                request_class=_fenced_request_class(self.may_write),
+                trace_configs=[self.rate_limit.trace()] if self.rate_limit is not None else None)
             self._tls = tls
         return self._session
 

@@ -1,4 +1,4 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` on one small HTTP server.
+"""``/healthz``, ``/readyz`` (and ``/metrics`` without a diagnostics endpoint) on one small HTTP server.
 
 A check returns the problems it sees (empty when all is well); a failing
 probe answers 503 with one line per problem, so whoever looks at a restarted
@@ -25,15 +25,20 @@ def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"
     return handler
 
 
-async def serve(host: str, port: int, alive: Check, ready: Check) -> web.AppRunner:
-    async def metrics(_: web.Request) -> web.Response:
+async def serve(host: str, port: int, alive: Check, ready: Check, metrics: bool = True,
+                more: list[tuple[str, int]] = ()) -> web.AppRunner:
+    """The probes on ``host:port`` and each of ``more``; /metrics too unless ``metrics`` is false (it is then
+    served by the diagnostics endpoint)."""
+    async def scrape(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/healthz", _probe(alive, "not alive"))
     app.router.add_get("/readyz", _probe(ready, "not ready"))
-    app.router.add_get("/metrics", metrics)
+    if metrics:
+        app.router.add_get("/metrics", scrape)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    for where in ((host, port), *more):
+        await web.TCPSite(runner, *where).start()
     return runner

@@ -76,6 +76,15 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
 )
 
 
+# The diagnostics endpoint (diagnostics.py) asks the API server who a scrape's token is and whether they may read
+# /metrics: a ClusterRole of its own (Cluster API providers' "proxy-role"), and metrics-reader for the scrapers.
+DIAGNOSTICS_RULES: tuple[Rule, ...] = (
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "who a scrape's bearer token is (diagnostics.Reviews)"),
+    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",),
+         "whether that user may get /metrics (diagnostics.Reviews)"),
+)
+
+
 def _policy_rules(rules: tuple[Rule, ...]) -> list[dict]:
     """Rules grouped as a ClusterRole lists them: one entry per (group, verbs), resources sorted."""
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
@@ -93,6 +102,15 @@ def cluster_role(name: str = "manager-role") -> dict:
 def leader_election_role(name: str = "leader-election-role") -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
             "rules": _policy_rules(LEADER_ELECTION_RULES)}
+
+
+def diagnostics_roles() -> list[dict]:
+    """The controller's role for reviewing scrapes, and the role a scraper (Prometheus) is bound to."""
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "diagnostics-role"}, "rules": _policy_rules(DIAGNOSTICS_RULES)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "metrics-reader"},
+             "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}]
 
 
 def granted(rules: tuple[Rule, ...]) -> set[tuple[str, str, str]]:

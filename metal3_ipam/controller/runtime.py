@@ -41,14 +41,15 @@ from ..core import kinds, poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
-from . import health
+from . import diagnostics, health
 from .admission import Admission
 from .api import ApiWriter, Resource, request
-from .certificates import DEFAULT_CERT_DIR
+from .certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE, Tls
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
                        login_from, settings)
+from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
 from .workers import PoolWorkers
@@ -65,19 +66,48 @@ class Options:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     health_host: str = "0.0.0.0"
     health_port: int = 8081
+    # More addresses /healthz and /readyz are served on (run as /manager: both Go managers' probe ports).
+    more_health: list[tuple[str, int]] = field(default_factory=list)
     leader_elect: bool = True
-    lease_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    lease_namespace: str = field(default_factory=lambda: own_namespace())
     # Where the locks of the pools of cluster scope live (one namespace for all of them).
-    lock_namespace: str = os.environ.get("POD_NAMESPACE", "default")
+    lock_namespace: str = field(default_factory=lambda: own_namespace())
     lease_name: str = "metal3-ipam-controller"
     lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     resync_seconds: float = 300.0
     parallel_writes: int = 16
     webhook_port: int = 0  # 0: no admission webhooks
     webhook_cert_dir: str = DEFAULT_CERT_DIR
+    webhook_cert_name: str = CERT_FILE
+    webhook_key_name: str = KEY_FILE
+    # The diagnostics endpoint (/metrics): HTTPS for callers the API server authenticates and authorises, or
+    # plain HTTP with ``insecure_diagnostics``; None: /metrics is served with the probes.
+    diagnostics: tuple[str, int] | None = None
+    insecure_diagnostics: bool = False
+    tls: Tls = field(default_factory=Tls)  # of the webhooks and the diagnostics endpoint
+    # Pools and claims served: those labelled cluster.x-k8s.io/watch-filter=<this>, or all when empty.
+    watch_filter: str = ""
+    # Client-side rate limit of the API requests (Kubernetes' QPS and burst); none when qps <= 0.
+    kube_api_qps: float = 0.0
+    kube_api_burst: int = 0
     # The values of the flags the kinds of pool bring (``poolkind.Flag``), by ``dest``; a kind's default where
     # one is not here.
     kind_flags: dict[str, Any] = field(default_factory=dict)
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The controller's own namespace: $POD_NAMESPACE, else its service account's (what a pod without the
+    variable, such as the Go providers' Deployments, is told), else default."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as file:
+            return file.read().strip() or "default"
+    except OSError:
+        return "default"
 
 
 @dataclass(frozen=True)
@@ -130,12 +160,14 @@ class Runtime:
         self.credentials: Credentials | None = None
         self.api: client.ApiClient | None = None
         self.resources: dict[tuple[str, str], Resource] = {}
+        self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
         # assemble()
         self.inventory = Inventory()
         self.inventory.lock_namespace = options.lock_namespace
         # Replicas may race for a claim: a lock another one just made is left to it a while (see reconcile).
         self.inventory.lock_settle_seconds = LOCK_SETTLE_SECONDS
         self.inventory.namespaces = frozenset(options.namespaces) if options.namespaces else None
+        self.inventory.watch_filter = options.watch_filter or None
         self.elector: LeaderElector | None = None
         self.writer: ApiWriter | None = None
         self.workers: PoolWorkers | None = None
@@ -146,6 +178,7 @@ class Runtime:
         self.streams: Streams | None = None
         # start()
         self.health: web.AppRunner | None = None
+        self.diagnostics: web.AppRunner | None = None
         self.webhooks: WebhookServer | None = None
         self.election: asyncio.Task | None = None
         self.resync_task: asyncio.Task | None = None
@@ -206,6 +239,8 @@ class Runtime:
         # watches always go out as the same user.
         configuration = credentials.configuration(self.options.parallel_writes + 4)
         self.credentials, self.api = credentials, client.ApiClient(configuration)
+        if self.rate_limit is not None:
+            self.rate_limit.limit(self.api)
         try:
             self.resources = await asyncio.to_thread(discover, self.api)
         except NotInstalled as err:
@@ -219,10 +254,12 @@ class Runtime:
         options, resources = self.options, self.resources
         self.inventory.clusters_served = kinds.CLUSTER in resources
         if options.leader_elect:
+            log.info("leader election on the Lease %s/%s", options.lease_namespace, options.lease_name)
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write, write_deadline=self.write_deadline)
+        self.writer.rate_limit = self.rate_limit
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731
         parts = OutsideParts(self.api, self.inventory, self.writer, lambda pool, key: self.workers.answered(pool, key),
                              may_act, options.kind_flags)
@@ -234,7 +271,7 @@ class Runtime:
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
         kopf.on.login(registry=self.registry)(login_from(self.credentials))
-        self.streams = Streams(self.credentials)
+        self.streams = Streams(self.credentials, self.rate_limit)
 
     async def start(self) -> None:
         """Probes first (a replica that is not ready yet says why), then the webhooks, the election,
@@ -244,10 +281,14 @@ class Runtime:
             self.health = await health.serve(options.health_host, options.health_port,
                                              alive=liveness(self.stopping, self.elector,
                                                             lambda: self.catch_up_task),
-                                             ready=self.readiness)
+                                             ready=self.readiness, metrics=options.diagnostics is None,
+                                             more=options.more_health)
         except OSError as err:
-            raise CannotStart(f"cannot serve health and metrics on {options.health_host}:{options.health_port}: "
-                              f"{err.strerror or err}") from None
+            where = ", ".join(f"{h}:{p}" for h, p in ((options.health_host, options.health_port), *options.more_health))
+            what = "health and metrics" if options.diagnostics is None else "the health probes"
+            raise CannotStart(f"cannot serve {what} on {where}: {err.strerror or err}") from None
+        if options.diagnostics is not None:
+            await self._start_diagnostics()
         if options.webhook_port:
             await self._start_webhooks()
         if self.elector is not None:
@@ -308,6 +349,8 @@ class Runtime:
             await self.streams.close()
         if self.health is not None:
             await self.health.cleanup()
+        if self.diagnostics is not None:
+            await self.diagnostics.cleanup()
         if self.webhooks is not None:
             await self.webhooks.close()
 
@@ -353,10 +396,24 @@ class Runtime:
                               list_pools=list_pools)
         try:
             self.webhooks = await WebhookServer(admission, options.health_host, options.webhook_port,
-                                                options.webhook_cert_dir).start()
+                                                options.webhook_cert_dir, cert_name=options.webhook_cert_name,
+                                                key_name=options.webhook_key_name, tls=options.tls).start()
         except (OSError, ssl.SSLError) as err:
             raise CannotStart(f"cannot serve admission webhooks on port {options.webhook_port} with the certificate "
                               f"in {options.webhook_cert_dir}: {getattr(err, 'strerror', None) or err}") from None
+
+    async def _start_diagnostics(self) -> None:
+        options = self.options
+        host, port = options.diagnostics
+
+        def call(method: str, path: str, body: dict) -> dict:
+            return request(self.api, method, path, body=body, timeout=10.0)
+
+        try:
+            self.diagnostics = await diagnostics.serve(host, port, options.insecure_diagnostics, options.tls, call)
+        except (OSError, ssl.SSLError) as err:
+            raise CannotStart(f"cannot serve diagnostics on {host}:{port}: "
+                              f"{getattr(err, 'strerror', None) or err}") from None
 
     async def _load(self) -> None:
         """Every kind listed once before any pool is worked on; each of our kinds watched from the

@@ -53,8 +53,9 @@ class WatchFailed(Exception):
 class Streams:
     """The HTTP session for watch streams: long-lived connections of their own, apart from the writer's."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(self, credentials: Credentials, rate_limit: Any = None) -> None:
         self.credentials = credentials
+        self.rate_limit = rate_limit  # a ratelimit.RateLimit each watch request waits for, or None
         self._session: aiohttp.ClientSession | None = None
         self._tls: Any = None
 
@@ -69,7 +70,8 @@ class Streams:
             self._session = aiohttp.ClientSession(
                 base_url=self.credentials.server.rstrip("/") + "/",
                 connector=aiohttp.TCPConnector(limit=0, ssl=context if context is not None else True),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=SERVER_TIMEOUT + 30))
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=SERVER_TIMEOUT + 30),
+                trace_configs=[self.rate_limit.trace()] if self.rate_limit is not None else None)
             self._tls = tls
         return self._session
 

@@ -183,6 +183,19 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
+def _defaulting_path(kind: tuple[str, str], version: str) -> str:
+    """Where kubebuilder's layout (and so each Go provider's configuration) registers a kind's defaulting."""
+    return f"/mutate-{kind[0].replace('.', '-')}-{version}-{kind[1].lower()}"
+
+
+# The defaulting paths served besides those of HOOKS: every kind of pool's, and the Metal3 claim's and address's,
+# which the Go providers' configurations register (failurePolicy Fail). Each answers with the kind's defaults
+# (PoolKind.default), or allows with no patch where the kind has none, as the Go providers' defaulters do.
+_DEFAULTED = {_defaulting_path(kind.kind, kind.versions[0]) for kind in poolkind.REGISTRY.values()} | \
+    {_defaulting_path(kind, kinds.METAL3_VERSION) for kind in (kinds.IPCLAIM, kinds.IPADDRESS)}
+DEFAULTING_PATHS: tuple[str, ...] = tuple(sorted(_DEFAULTED - {hook.path for hook in HOOKS}))
+
+
 def configurations(client_config: Callable[[Hook], dict], name: str | None = "metal3-ipam") -> list[dict]:
     """The Mutating- and ValidatingWebhookConfiguration for :data:`HOOKS`.
 

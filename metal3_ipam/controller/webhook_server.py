@@ -36,10 +36,10 @@ from prometheus_client import Counter, Histogram
 from ..core import conversion
 from ..core.conversion import CONVERSION_PATH
 from .admission import BUSY, Admission
-from .certificates import CertificateFiles
+from .certificates import CERT_FILE, KEY_FILE, CertificateFiles, Tls
 from .review_body import (MAX_CONVERSION_BYTES, MAX_REVIEW_BYTES, ConversionBody, Malformed, clipped,
                           read_conversion_body, read_review)
-from .webhook import HOOKS
+from .webhook import DEFAULTING_PATHS, HOOKS
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -276,10 +276,12 @@ class WebhookServer:
     """
 
     def __init__(self, admission: Admission, host: str, port: int, cert_dir: str | os.PathLike,
-                 reload_seconds: float = 2.0, limits: Limits = Limits()) -> None:
+                 reload_seconds: float = 2.0, limits: Limits = Limits(), cert_name: str = CERT_FILE,
+                 key_name: str = KEY_FILE, tls: Tls | None = None) -> None:
         self.admission = admission
         self.host, self.port = host, port
-        self.certificates = CertificateFiles(cert_dir)  # fails early on missing or broken files
+        # Fails early on missing or broken files.
+        self.certificates = CertificateFiles(cert_dir, cert_name, key_name, tls)
         self.reload_seconds = reload_seconds
         self.limits = limits
         self._main: asyncio.AbstractEventLoop | None = None
@@ -344,6 +346,8 @@ class WebhookServer:
         mutating_paths = {h.path for h in HOOKS if h.mutating}
         for path in sorted({h.path for h in HOOKS}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
+        for path in DEFAULTING_PATHS:  # registered by the Go providers' configurations
+            app.router.add_post(path, self._handler(mutating=True, path=path))
         # The CRDs' conversion (``PoolKind.convert``): the same server, the same bounds on bodies, time, connections.
         app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))
         limits = self.limits

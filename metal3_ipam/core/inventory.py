@@ -161,6 +161,9 @@ class Inventory:
         # The namespaces whose claims are served (None: all). A pool of cluster scope has claims in others too,
         # which another controller serves: their addresses are not this one's to judge.
         self.namespaces: frozenset[str] | None = None
+        # --watch-filter: only pools and claims labelled cluster.x-k8s.io/watch-filter=<this> are served; the
+        # others are left alone as if paused (None: all are served).
+        self.watch_filter: str | None = None
         self.filed = 0  # objects stored so far, new or replacing another (what the collector may come to walk)
         # (Where each object is filed, and which Metal3 IPAddress names are taken, are read off
         # ``objects``: see ``_filed``, ``name_taken``. A map of either costs an entry per object.)
@@ -1042,6 +1045,7 @@ class Inventory:
             lock_settle_seconds=self.lock_settle_seconds,
             serves=(lambda namespace: True) if self.namespaces is None else self.namespaces.__contains__,
             serves_every_namespace=self.namespaces is None,
+            watch_filter=self.watch_filter,
             model=model,
             now=now, rng=rng, pool_kind=pool_key.kind)
 

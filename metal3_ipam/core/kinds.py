@@ -38,6 +38,8 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 PROVIDER_LABEL = "cluster.x-k8s.io/provider"
 PROVIDER_NAME = "ipam-metal3"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+# Cluster API's label --watch-filter selects on (clusterv1.WatchLabel).
+WATCH_FILTER_LABEL = "cluster.x-k8s.io/watch-filter"
 DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 IP_ADDRESS_ANNOTATION = "ipAddress"
 # On a global pool, "true": its addresses are another network's, so an overlap with any other pool is shared

@@ -195,6 +195,9 @@ class Snapshot:
     # claim is in a namespace not served is left to the controller that serves it.
     serves: Callable[[str], bool] = lambda namespace: True
     serves_every_namespace: bool = True  # no ``-n``: what a pool of cluster scope shows is all there is
+    # --watch-filter: a pool or claim not labelled cluster.x-k8s.io/watch-filter=<this> is not this controller's
+    # (left alone as a paused one is: kept, not served); None: every one is.
+    watch_filter: str | None = None
     now: str = "1970-01-01T00:00:00Z"
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``poolkind.REGISTRY``
@@ -317,6 +320,10 @@ class _Reconciler:
     def run(self, claim_keys: Iterable[o.ClaimKey], address_keys: Iterable[tuple[str, str]],
             max_steps: int | None) -> Generator[None, None, Plan]:
         ledger = self.ledger
+        if self.filtered_out(self.pool_obj):
+            self.plan.notes.append("not selected by the watch filter")
+            ledger.needs_full = True  # looked at in full once it is
+            return self.plan
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             ledger.needs_full = True  # what changed meanwhile is looked at in full once it resumes
@@ -425,8 +432,15 @@ class _Reconciler:
             self.ledger.conflicts_version += 1
 
     def claim_paused(self, claim: dict) -> bool:
-        """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2)."""
-        return o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))
+        """Paused itself, or its own Cluster is (named by label, or spec.clusterName on v1beta2), or the watch
+        filter leaves it to another controller."""
+        return o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim)) \
+            or self.filtered_out(claim)
+
+    def filtered_out(self, obj: dict | None) -> bool:
+        """Not labelled with the value of --watch-filter (Cluster API's watch label), when there is one."""
+        return self.snap.watch_filter is not None and obj is not None \
+            and o.labels(obj).get(kinds.WATCH_FILTER_LABEL) != self.snap.watch_filter
 
     def address_paused(self, address: dict) -> bool:
         """An address goes with its claim; while the claim is unknown, its Cluster label speaks for it."""

@@ -246,10 +246,12 @@ def run_argv(pod: dict, container: dict, kubelet: Kubelet, name: str) -> list[st
         else:
             raise ImageError(f"volume {mount['name']}: only emptyDir and secret volumes are supported here")
 
-    for port in container.get("ports") or []:
-        host_port = kubelet.published.get(port["containerPort"])
+    declared = {port["containerPort"]: port.get("protocol", "TCP") for port in container.get("ports") or []}
+    # A pod's ports are reachable whether the container declares them or not (a probe may name a number only).
+    for container_port in [*declared, *(p for p in kubelet.published if p not in declared)]:
+        host_port = kubelet.published.get(container_port)
         if host_port:
-            argv += ["--publish", f"127.0.0.1:{host_port}:{port['containerPort']}/{port.get('protocol', 'TCP').lower()}"]
+            argv += ["--publish", f"127.0.0.1:{host_port}:{container_port}/{declared.get(container_port, 'TCP').lower()}"]
     if container.get("command"):
         argv += ["--entrypoint", json.dumps(container["command"])]
     return [*argv, container["image"], *(container.get("args") or [])]

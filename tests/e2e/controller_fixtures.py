@@ -98,7 +98,9 @@ class ControllerProcess:
     def __init__(self, kubeconfig: os.PathLike | str, args: Iterable[str] = ("-A",), *, name: str = "controller",
                  log_dir: os.PathLike | str | None = None, verbose: bool = True) -> None:
         self.kubeconfig = str(kubeconfig)
-        self.args = list(args) + (["-v"] if verbose else [])
+        # Leader election is off unless asked for: these replicas elect unless told not to.
+        args = list(args)
+        self.args = args + ([] if "--no-leader-elect" in args else ["--leader-elect"]) + (["-v"] if verbose else [])
         self.name = name
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="metal3-ipam-controller-"))
         self.log_path = self.log_dir / f"{name}.log"

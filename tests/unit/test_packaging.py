@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from metal3_ipam import crds, packaging
-from metal3_ipam.cli import _parser
+from metal3_ipam import crds, goflags, packaging
+from metal3_ipam.cli import _parser, run_options
 from metal3_ipam.controller import certificates, permissions, webhook
 from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
@@ -39,8 +39,8 @@ def rendered() -> list[dict]:
     return packaging.render(ROOT / "config" / "default")
 
 
-def one(objects: list[dict], kind: str) -> dict:
-    found = [o for o in objects if o["kind"] == kind]
+def one(objects: list[dict], kind: str, name_ends: str = "") -> dict:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(name_ends)]
     assert len(found) == 1, [o["metadata"]["name"] for o in found]
     return found[0]
 
@@ -160,12 +160,16 @@ def test_the_role_grants_what_each_kinds_outside_ipam_needs_once(monkeypatch):
 def test_rbac_objects_bind_the_roles_to_the_service_account(rendered):
     account = one(rendered, "ServiceAccount")
     assert account["metadata"]["namespace"] == NAMESPACE
-    binding = one(rendered, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == one(rendered, "ClusterRole")["metadata"]["name"]
+    binding = one(rendered, "ClusterRoleBinding", "manager-rolebinding")
+    assert binding["roleRef"]["name"] == one(rendered, "ClusterRole", "manager-role")["metadata"]["name"]
+    diagnostics = one(rendered, "ClusterRoleBinding", "diagnostics-rolebinding")
+    assert diagnostics["roleRef"]["name"] == one(rendered, "ClusterRole", "diagnostics-role")["metadata"]["name"]
+    assert one(rendered, "ClusterRole", "metrics-reader")["rules"] == [{"nonResourceURLs": ["/metrics"],
+                                                                        "verbs": ["get"]}]
     role_binding = one(rendered, "RoleBinding")
     assert role_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                        "name": one(rendered, "Role")["metadata"]["name"]}
-    for b in (binding, role_binding):
+    for b in (binding, diagnostics, role_binding):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                   "namespace": NAMESPACE}]
     assert one(rendered, "Role")["metadata"]["namespace"] == NAMESPACE
@@ -189,7 +193,7 @@ def test_every_object_is_labelled_and_namespaced_objects_live_in_the_namespace(r
 
 def test_the_crds_are_the_generated_ones(rendered):
     mine = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "CustomResourceDefinition"}
-    service, certificate = one(rendered, "Service"), one(rendered, "Certificate")
+    service, certificate = one(rendered, "Service", "webhook-service"), one(rendered, "Certificate")
     converted = 0
     for crd in crds.crd_definitions():
         spec = crd["spec"]
@@ -205,7 +209,7 @@ def test_the_crds_are_the_generated_ones(rendered):
 
 
 def test_the_webhooks_reach_the_service_and_carry_the_injected_ca(rendered):
-    service = one(rendered, "Service")
+    service = one(rendered, "Service", "webhook-service")
     certificate = one(rendered, "Certificate")
     deployment = one(rendered, "Deployment")
     issuer = one(rendered, "Issuer")
@@ -247,16 +251,19 @@ def test_the_deployment_is_hardened_and_its_arguments_start_the_controller(rende
     for kind in ("requests", "limits"):
         assert set(container["resources"][kind]) == {"cpu", "memory"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
 
-    args = _parser().parse_args(container["args"])
-    assert container["command"] == ["metal3-ipam"] and args.command == "run"
-    assert args.health_address.rpartition(":")[2] == str(ports["metrics"])
-    assert args.webhook_port == ports["webhook-server"]
+    assert container["command"] == ["metal3-ipam"] and container["args"][0] == "run"
+    go, rest = goflags.read(container["args"][1:])
+    args = _parser().parse_args(["run", *rest])
+    options = run_options(args, go)
+    assert options.health_port == ports["healthz"]
+    assert options.webhook_port == ports["webhook-server"]
+    assert options.diagnostics == ("0.0.0.0", ports["metrics"]) and not options.insecure_diagnostics
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert args.webhook_cert_dir == mounts["cert"] == certificates.DEFAULT_CERT_DIR
-    assert args.leader_elect and args.all_namespaces
+    assert options.webhook_cert_dir == mounts["cert"] == certificates.DEFAULT_CERT_DIR
+    assert options.leader_elect and args.all_namespaces and options.lease_name == "metal3-ipam-controller"
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert container["image"] == "localhost/metal3-ipam:v0.1.0"
@@ -290,6 +297,9 @@ def test_components_carry_the_clusterctl_labels_and_variables():
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/ipam/metal3-ipam:v9.9.9"
     assert "--parallel-writes=${IPAM_METAL3_PARALLEL_WRITES:=16}" in container["args"]
+    # The Go Metal3 IPAM's variables, with its defaults.
+    assert "--diagnostics-address=${IPAM_DIAGNOSTICS_ADDRESS:=:8443}" in container["args"]
+    assert "--insecure-diagnostics=${IPAM_INSECURE_DIAGNOSTICS:=false}" in container["args"]
     assert "--resync-seconds=${IPAM_METAL3_RESYNC_SECONDS:=300}" in container["args"]
     text = packaging.components_yaml(objects)
     assert set(re.findall(r"\$\{(\w+)", text)) == set(packaging.VARIABLES.values())

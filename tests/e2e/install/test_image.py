@@ -19,56 +19,16 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from controller_fixtures import REPO, SUMMARY, free_port, start_control_plane
-from metal3_ipam import packaging
+from controller_fixtures import REPO, free_port, start_control_plane
 from metal3_ipam.testing import image as image_mod
 from metal3_ipam.testing.certs import Authority
+from image_fixtures import CERT_MANAGER_CRDS, NAMESPACE, OPENSHIFT_USER, kubelet_for
 from metal3_ipam.testing.waiting import eventually
 from webhook_fixtures import install, serves_claims_and_webhooks, use_webhooks_at
-
-CERT_MANAGER_CRDS = Path(__file__).resolve().parent / "data" / "cert-manager-crds.yaml"
-OPENSHIFT_USER = (1000650000, 0)
-NAMESPACE = "metal3-ipam-system"  # config/default's
-
-
-def report(request, line: str) -> None:
-    """A line in pytest's summary at the end, captured output or not (-s)."""
-    request.config.stash.setdefault(SUMMARY, []).append(line)
-
-
-@pytest.fixture(scope="module")
-def rendered(kustomize_binary) -> list[dict]:
-    return packaging.render(REPO / "config" / "default", kustomize_binary)
-
-
-@pytest.fixture(scope="module")
-def manager(rendered) -> tuple[dict, dict]:
-    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = [c for c in pod["containers"] if c["name"] == "manager"]
-    return pod, container
-
-
-@pytest.fixture(scope="module")
-def built(manager, request) -> image_mod.Built:
-    """The Dockerfile built under the name the manifest runs (podman must work: no skipping)."""
-    _, container = manager
-    try:
-        started = time.monotonic()
-        base = image_mod.base_image()
-        base_seconds = time.monotonic() - started
-        built = image_mod.build(REPO, container["image"], base)
-    except image_mod.ImageError as err:
-        pytest.fail(f"the image could not be built:\n{err}", pytrace=False)
-    report(request, f"image {built.tag}: {built.size / 1e6:.0f} MB, built in {built.seconds:.0f}s "
-                    f"(base {base} ready in {base_seconds:.0f}s)")
-    return built
 
 
 @pytest.fixture(scope="module")
@@ -88,18 +48,6 @@ def installed(control_plane_binaries, rendered, tmp_path_factory):
             yield plane, admin, certs, webhook_port
     finally:
         plane.stop()
-
-
-def kubelet_for(installed, pod, container, tmp_path, **kwargs) -> image_mod.Kubelet:
-    plane, admin, certs, webhook_port = installed
-    namespace = NAMESPACE
-    (cert,) = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    return image_mod.Kubelet(
-        secrets={cert: certs}, fields={"metadata.namespace": namespace},
-        service_account=image_mod.service_account_folder(admin, pod, namespace, plane.ca_file, tmp_path / "serviceaccount"),
-        api_port=int(plane.server.rpartition(":")[2]),
-        published={ports["webhook-server"]: webhook_port, ports["metrics"]: free_port()}, **kwargs)
 
 
 # -- the image ---------------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""The Go Metal3 IPAM's own released components, with only the image changed to this one, run as they say.
+
+The file (``data/go-components/metal3-ipam-components.yaml``, rendered from
+the Go provider's ``config/default``) is applied to a control plane as
+clusterctl applies it (its variables given their defaults), with the CRDs
+of Cluster API and cert-manager beside it and the serving certificate that
+cert-manager would issue made by the test. Its manager container is then
+run by podman exactly as its Deployment says: ``command: [/manager]``, its
+arguments, probes, security context and mounts, and in-cluster credentials
+from a token of its own ServiceAccount, so the Go provider's RBAC is all it
+has. It becomes ready on the Deployment's probe port; every webhook path of
+the file answers (the defaulting ones too: ``failurePolicy: Fail``); an
+invalid pool is refused; claims of both APIs are bound; no Lease is taken
+(the Deployment does not pass ``--leader-elect``); ``/metrics`` is served
+on the diagnostics port over HTTPS for authorised callers only; SIGTERM
+ends it within the grace period.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import ssl
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from controller_fixtures import REPO, Kube, check_invariants, free_port, start_control_plane
+from metal3_ipam.testing import image as image_mod
+from metal3_ipam.testing.certs import Authority
+from image_fixtures import CERT_MANAGER_CRDS, kubelet_for
+from webhook_fixtures import (call, install, new_namespace, use_webhooks_at,
+                              wait_until_webhooks_answer)
+
+METAL3_COMPONENTS = Path(__file__).resolve().parent / "data" / "go-components" / "metal3-ipam-components.yaml"
+_VARIABLE = re.compile(r"\$\{([A-Za-z0-9_]+):=([^}]*)\}")
+
+
+def components(path: Path, image: str) -> list[dict]:
+    """The file as clusterctl applies it (each ``${VAR:=default}`` its default), its manager's image replaced."""
+    text = _VARIABLE.sub(lambda m: m.group(2), path.read_text())
+    objects = [obj for obj in yaml.safe_load_all(text) if obj]
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                if container["name"] == "manager":
+                    container["image"] = image
+    return objects
+
+
+@pytest.fixture(scope="module")
+def metal3_go(control_plane_binaries, built, tmp_path_factory):
+    objects = components(METAL3_COMPONENTS, built.tag)
+    plane = start_control_plane(control_plane_binaries, serving_hosts=[image_mod.HOST_LOOPBACK],
+                                crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
+    try:
+        with plane.api_client() as admin:
+            install(admin, objects, "clusterctl")
+            certs = tmp_path_factory.mktemp("ipam-webhook-service-cert")
+            authority = Authority.create()
+            authority.issue(certs)
+            image_mod.readable(certs)
+            webhook_port = free_port()
+            use_webhooks_at(admin, objects, webhook_port, authority.pem)
+            yield objects, (plane, admin, certs, webhook_port)
+    finally:
+        plane.stop()
+
+
+def _https_status(port: int, token: str | None = None) -> int:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_go_metal3_components_run_this_image_unchanged_but_for_the_image(metal3_go, tmp_path):
+    objects, installed = metal3_go
+    plane, admin, certs, webhook_port = installed
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    namespace = deployment["metadata"]["namespace"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["/manager"] and "env" not in container  # no POD_NAMESPACE either
+    kubelet = kubelet_for(installed, pod, container, tmp_path, namespace=namespace)
+    with image_mod.Container(pod, container, kubelet) as running:
+        running.wait_ready()
+        assert running.probe("livenessProbe") == 200
+        log = running.logs()
+        assert "Traceback" not in log, log[-4000:]
+
+        wait_until_webhooks_answer(admin)
+        ns = new_namespace(admin, "go-metal3")
+        kube = Kube(admin, ns)
+        # Through the defaulting and validating webhooks of the file (failurePolicy Fail): the pool is
+        # defaulted as the Go IPAM defaults it, the claims and the addresses the controller writes pass.
+        pool = kube.pool("p", pools=[{"start": "10.0.0.1", "end": "10.0.0.9"}])
+        assert pool["spec"]["allocationStrategy"] == "sequential"
+        kube.claim("c", "p")
+        kube.capi_claim("d", "p")
+        served = {kube.bound("c", timeout=60)["spec"]["address"], kube.capi_bound("d", timeout=60)["spec"]["address"]}
+        assert served == {"10.0.0.1", "10.0.0.2"}
+        # No IP twice. (The Go CRDs have no schema for the counts and conditions this controller adds to
+        # status: the API server prunes them, so "converged" in this project's sense is not asked.)
+        findings = check_invariants(kube)
+        assert not findings.broken, findings
+        refused = call(admin, "POST", f"/apis/ipam.metal3.io/v1alpha1/namespaces/{ns}/ippools",
+                       {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "q"},
+                        "spec": {"namePrefix": "q", "pools": [{"start": "10.0.1.9", "end": "10.0.1.1"}]}},
+                       "application/json")
+        assert refused.status in (400, 422) and "admission webhook" in refused.message, refused.message
+
+        # No leader election without --leader-elect, as in Go: no Lease in the controller's namespace.
+        with pytest.raises(ApiException) as missing:
+            client.CoordinationV1Api(admin).read_namespaced_lease("controller-leader-election-ipam-capm3", namespace)
+        assert missing.value.status == 404
+
+        # The diagnostics endpoint of the Deployment's `metrics` port: HTTPS, reviewed by the API server.
+        metrics = running.port("metrics")
+        assert _https_status(metrics) == 401
+        image_mod.ends_cleanly(running)
