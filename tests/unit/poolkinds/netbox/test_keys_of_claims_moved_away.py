@@ -114,7 +114,7 @@ def test_the_source_does_not_home_a_moved_claims_address_at_a_copy_it_refuses():
 
 
 def test_a_copy_created_before_the_moved_claim_in_the_target_does_not_lift_its_hold():
-    """The change's own scenario (test_break_sweep_holds), with the copy created *before* the moved claim's
+    """The change's own scenario (test_copied_keys_never_lift_a_hold), with the copy created *before* the moved claim's
     copy in the target (or in the same second, its namespace sorting first). ``first_carrier`` ranks by
     ``status.addressRef`` then creationTimestamp; the moved claim in T is paused, so T's controller has
     written no status on it yet (clusterctl creates it afresh), and the older copy is "the key's claim".
