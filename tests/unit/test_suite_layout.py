@@ -33,3 +33,16 @@ def test_no_unit_test_module_imports_another():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             importing += [f"{path.relative_to(TESTS)} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not importing, importing
+
+
+def test_unit_tests_open_no_socket_and_start_no_process():
+    """``tox -e unit`` is pure: what needs a socket or a process of its own is in tests/local."""
+    impure = ("socket", "subprocess", "multiprocessing", "http.server", "http.client", "aiohttp", "urllib.request")
+    found = []
+    for path in _modules(UNIT):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(TESTS)} imports {n}" for n in names
+                      if any(n == i or n.startswith(f"{i}.") for i in impure)]
+    assert not found, found

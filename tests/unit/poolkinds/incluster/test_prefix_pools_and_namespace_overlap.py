@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import subprocess
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -302,13 +300,6 @@ def test_with_a_wide_address_in_use_each_new_sub_prefix_is_the_go_providers_firs
             converge(api, random.Random(0))
             live.discard(name)
         _assert_disjoint(api)
-
-
-def test_the_prefix_pools_core_may_be_imported_first():
-    """The prefix pools' spec module imported before anything else (a tool or test of its own) imports."""
-    run = subprocess.run([sys.executable, "-c", "import metal3_ipam.poolkinds.incluster.prefix_spec as p; print(p.BITS)"],
-                         capture_output=True, text=True, timeout=60)
-    assert (run.returncode, run.stdout.strip()) == (0, "128"), run.stderr
 
 
 @settings(deadline=None, max_examples=60)
