@@ -27,7 +27,7 @@ def address(name: str, ip: str, pool: str = "pool1", ns: str = "default") -> dic
 POOL = ippool("pool1", prefix=24, pools=[{"start": "192.168.0.10", "end": "192.168.0.20"}])
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -45,7 +45,7 @@ class Served:
     def __init__(self, tmp_path, limits: Limits, admission: Admission | None = None) -> None:
         self.authority = Authority.create()
         self.authority.issue(tmp_path)
-        self.port = _free_port()
+        self.port = free_port()
         self.context = load.client_context(self.authority.pem)
         self.limits, self.tmp_path = limits, tmp_path
         self.admission = admission or Admission(inventory())

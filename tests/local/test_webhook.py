@@ -204,7 +204,7 @@ def _served_certificate(port: int, ca: bytes) -> x509.Certificate:
 def test_the_server_answers_over_tls_and_reloads_a_renewed_certificate(tmp_path):
     authority = Authority.create()
     first = authority.issue(tmp_path)
-    port = _free_port()
+    port = free_port()
 
     async def scenario() -> None:
         server = await WebhookServer(Admission(inventory(POOL)), "127.0.0.1", port, tmp_path,
@@ -283,7 +283,7 @@ def test_reviews_are_answered_while_the_controller_loop_is_busy(tmp_path):
 
     authority = Authority.create()
     authority.issue(tmp_path)
-    port = _free_port()
+    port = free_port()
     claim_path = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
     pool_path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
     answered = {name: threading.Event() for name in ("claim", "pool")}
@@ -691,7 +691,7 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
 # -- the in-cluster provider's IP pools ----------------------------------------------------------
 
 from metal3_ipam.poolkinds.incluster.spec import SKIP_DELETE_VALIDATION_ANNOTATION  # noqa: E402
-from served_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, _free_port, address
+from served_webhook import CLAIM_PATH, POOL, POOL_PATH, Served, free_port, address
 
 INCLUSTER = "ipam.cluster.x-k8s.io/v1alpha2"
 

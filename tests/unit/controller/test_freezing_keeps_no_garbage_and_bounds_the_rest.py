@@ -28,8 +28,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from ipam_objects import NS, ipclaim
-from garbage import QUIET, _litter, _two_pools
-from garbage import _Litter
+from garbage import QUIET, make_litter, two_pools
+from garbage import Litter
 from pool_workers import MemoryWriter
 from listing_pages import listing
 
@@ -55,7 +55,7 @@ def collector():
 
 def _old_garbage(made: list[weakref.ref]) -> None:
     """A cycle that lived through a young collection and is garbage now, in the oldest generation."""
-    cycle = _Litter()
+    cycle = Litter()
     made.append(weakref.ref(cycle))
     gc.collect(1)
     del cycle
@@ -96,7 +96,7 @@ def test_cycles_that_live_across_a_slice_end_and_die_before_a_big_build_ends_are
     or every audit of every big pool (each ten minutes) adds more for as long as the controller
     runs. What no collection can tell from live data is a cycle alive at the very moment of a
     freeze (here one at a time): those, and only those, may be kept."""
-    api = _two_pools()
+    api = two_pools()
     made: list[weakref.ref] = []
     freezes = []
     real_freeze = gc.freeze
@@ -107,7 +107,7 @@ def test_cycles_that_live_across_a_slice_end_and_die_before_a_big_build_ends_are
         await workers._pass(PA)
         done = []
         freezes.clear()
-        task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=3))
+        task = asyncio.get_running_loop().create_task(make_litter(made, lambda: not done, turns=3))
         for _ in range(5):  # five audits
             await workers._pass(PA)
         done.append(True)
@@ -127,7 +127,7 @@ def test_garbage_of_the_oldest_generation_made_while_one_build_runs_is_not_froze
     the second pool's snapshot is taken, is frozen with that snapshot: ``_freeze`` collects the
     young generations only. (A full collection before the final freeze alone would not help: it is
     frozen already.)"""
-    api = _two_pools()
+    api = two_pools()
     made: list[weakref.ref] = []
 
     async def scenario():
@@ -136,7 +136,7 @@ def test_garbage_of_the_oldest_generation_made_while_one_build_runs_is_not_froze
         await workers._pass(PB)
         first = asyncio.get_running_loop().create_task(workers._pass(PA))  # pa's audit under way
         await _turns_until(lambda: workers.freezer.pauses == 1)
-        cycle = _Litter()  # a request of the event loop's, in flight ...
+        cycle = Litter()  # a request of the event loop's, in flight ...
         made.append(weakref.ref(cycle))
         yields = workers.yields
         await _turns_until(lambda: workers.yields >= yields + 1)  # ... across a slice end of pa's build ...
@@ -155,7 +155,7 @@ def test_a_big_build_that_finds_the_collector_off_freezes_no_garbage(big_pools, 
     snapshot and everything at the end without any collection at all: whatever garbage is young
     at that moment is frozen. ``gc.collect()`` works with automatic collection off; a freeze must
     not depend on it being on."""
-    api = _two_pools(50)
+    api = two_pools(50)
     made: list[weakref.ref] = []
 
     async def scenario():
@@ -163,7 +163,7 @@ def test_a_big_build_that_finds_the_collector_off_freezes_no_garbage(big_pools, 
         await workers._pass(PA)
         gc.disable()
         for _ in range(20):
-            cycle = _Litter()
+            cycle = Litter()
             made.append(weakref.ref(cycle))
             del cycle  # young garbage, left for the next collection
         await workers._pass(PA)  # an audit
@@ -182,7 +182,7 @@ def test_claims_and_addresses_taken_in_by_passes_over_changes_count_toward_a_fre
     pool that goes quiet after a burst keeps it all in the collector's reach, and every full
     collection walks it (and the next big build starts with one). What the collector walks outside
     freezes is then bounded by ten minutes of growth, not by FREEZE_EVERY."""
-    api = _two_pools(10)
+    api = two_pools(10)
     freezes = []
     real_freeze = gc.freeze
     monkeypatch.setattr(gc, "freeze", lambda: (freezes.append(True), real_freeze()))
@@ -250,7 +250,7 @@ def test_a_listing_filed_while_a_big_build_has_the_collector_off_freezes_no_youn
     objects) while the moved pools' first full passes run with automatic collection off.
     ``file_in_steps`` collects before its freeze only ``if gc.isenabled()``: the event loop's
     garbage since the build's last slice end is young, uncollected, and frozen."""
-    api = _two_pools()
+    api = two_pools()
     made: list[weakref.ref] = []
 
     async def scenario():
@@ -260,7 +260,7 @@ def test_a_listing_filed_while_a_big_build_has_the_collector_off_freezes_no_youn
         await _turns_until(lambda: workers.freezer.pauses == 1)
         assert not gc.isenabled()
         for _ in range(20):  # what the event loop left since the build's last slice end
-            cycle = _Litter()
+            cycle = Litter()
             made.append(weakref.ref(cycle))
             del cycle
         inventory = Inventory()  # (the addresses' own store: what matters is when the freeze comes)
@@ -305,7 +305,7 @@ def test_young_garbage_is_collected_before_a_listing_freezes(collector):
     def steps():
         for touched in inventory.settle_listing_in_steps(kinds.IPADDRESS, None, items, "1000000",
                                                          step=FREEZE_GROWTH):
-            cycle = _Litter()  # young garbage at the moment of the freeze
+            cycle = Litter()  # young garbage at the moment of the freeze
             made.append(weakref.ref(cycle))
             del cycle
             yield touched

@@ -37,11 +37,11 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import inventory as inventory_module
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import answers as _answers, served
-from garbage import PA, QUIET, _litter, _two_pools
-from garbage import _Litter
+from garbage import PA, QUIET, make_litter, two_pools
+from garbage import Litter
 from pool_workers import MemoryWriter
 from listing_pages import address, listing
-from garbage import _tracked_per_object, _within_two_freezes
+from garbage import tracked_per_object, within_two_freezes
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_a_cycle_that_dies_while_a_listing_is_filed_is_not_frozen_at_its_end(col
 
     async def scenario():
         done: list[bool] = []
-        task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=2))
+        task = asyncio.get_running_loop().create_task(make_litter(made, lambda: not done, turns=2))
         await file_in_steps(inventory.settle_listing_in_steps(kinds.IPADDRESS, None, items, "1000000"),
                             lambda pools: None, freezer)
         done.append(True)
@@ -116,7 +116,7 @@ def test_a_cycle_that_dies_while_the_list_is_fetched_is_not_frozen_with_the_list
         return page
 
     async def scenario():
-        in_flight = _Litter()  # a request of the event loop's, on its way while the LIST is fetched
+        in_flight = Litter()  # a request of the event loop's, on its way while the LIST is fetched
         made.append(weakref.ref(in_flight))
         settling = asyncio.get_running_loop().create_task(_settle(Listing(served.kind, None, fetched),
                                                                   inventory, freezer))
@@ -135,7 +135,7 @@ def _listed_answers(count: int):
     """Objects tracked per listed object, and the LIST answers of ``count`` addresses (what is listed
     is made only as a case decodes it)."""
     items = listing(count, 10**6)
-    return _tracked_per_object(items), _answers(items, "1000000")
+    return tracked_per_object(items), _answers(items, "1000000")
 
 
 def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_the_pauses_end(
@@ -145,7 +145,7 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
     collection. It must not walk every object the listing filed (at 50,000, hundreds of milliseconds
     with the event loop held): what it walks must stay about FREEZE_EVERY objects."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
-    api = _two_pools()
+    api = two_pools()
     per_object, answers = _listed_answers(5 * FREEZE_EVERY)
 
     async def scenario():
@@ -162,7 +162,7 @@ def test_a_listing_filed_while_a_big_pool_is_built_is_not_walked_in_full_when_th
         assert workers.freezer.pauses == 0
 
     asyncio.run(scenario())
-    _within_two_freezes(walked, per_object, f"the {5 * FREEZE_EVERY} listed while a big pool was built")
+    within_two_freezes(walked, per_object, f"the {5 * FREEZE_EVERY} listed while a big pool was built")
 
 
 def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, walked):
@@ -174,7 +174,7 @@ def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, wa
     resync's LIST, the longest 114 ms; at start-up 250 ms. Every full collection must walk no more
     than about FREEZE_EVERY listed objects."""
     items = listing(10 * FREEZE_EVERY, 10**6)
-    per_object = _tracked_per_object(items)
+    per_object = tracked_per_object(items)
     answers = _answers(items, "1000000")
     del items
     inventory = Inventory()
@@ -186,7 +186,7 @@ def test_a_listing_being_fetched_is_not_walked_by_full_collections(collector, wa
         assert len(inventory.objects) == 10 * FREEZE_EVERY
 
     asyncio.run(scenario())
-    _within_two_freezes(walked, per_object, f"a listing of {10 * FREEZE_EVERY} fetched and filed")
+    within_two_freezes(walked, per_object, f"a listing of {10 * FREEZE_EVERY} fetched and filed")
 
 
 def test_garbage_made_in_the_last_turn_of_a_listing_is_collected_before_it_is_frozen(collector, frozen_count):
@@ -201,7 +201,7 @@ def test_garbage_made_in_the_last_turn_of_a_listing_is_collected_before_it_is_fr
 
     async def scenario():
         done: list[bool] = []
-        task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=0))
+        task = asyncio.get_running_loop().create_task(make_litter(made, lambda: not done, turns=0))
         await file_in_steps(inventory.settle_listing_in_steps(kinds.IPADDRESS, None, items, "1000000",
                                                               step=FREEZE_EVERY), lambda pools: None, freezer)
         done.append(True)
@@ -217,7 +217,7 @@ def test_a_pause_that_finds_the_collector_off_leaves_it_off(monkeypatch, collect
     a library) finds it off after a big build and after a listing, also when pauses nest and it is
     turned on and off again meanwhile. (No case fails when the end of a pause always turns it on.)"""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
-    api = _two_pools(50)
+    api = two_pools(50)
 
     async def scenario():
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
@@ -251,7 +251,7 @@ def test_a_listing_after_a_big_build_ended_does_not_walk_what_it_listed_at_its_e
     """A listing filed after a big build's pause ended: the full collection at its end must not walk
     every object it listed (they were frozen as they came)."""
     monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
-    api = _two_pools(50)
+    api = two_pools(50)
     per_object, answers = _listed_answers(3 * FREEZE_EVERY)
 
     async def scenario():

@@ -23,9 +23,9 @@ import pytest
 from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import objects as o
 from ipam_objects import NS, ipclaim, ippool, loaded
-from garbage import _Litter
+from garbage import Litter
 from pool_workers import MemoryWriter
-from garbage import PA, QUIET, _litter, _two_pools
+from garbage import PA, QUIET, make_litter, two_pools
 
 PB = o.PoolKey(NS, "pb")
 
@@ -58,13 +58,13 @@ def test_a_cycle_alive_across_a_slice_and_dropped_during_the_pass_of_a_small_poo
     for good: each audit would add more. Builds of fewer than FREEZE_EVERY claims and addresses in all since
     the last freeze leave the collector alone. (Past it such a cycle is the price of keeping the collector
     off what is kept: see freezing.py.)"""
-    api = _two_pools()
+    api = two_pools()
 
     async def scenario(made):
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         done = []
         # Each cycle alive for a few turns of the loop: across a slice end.
-        task = asyncio.get_running_loop().create_task(_litter(made, lambda: not done, turns=3))
+        task = asyncio.get_running_loop().create_task(make_litter(made, lambda: not done, turns=3))
         for _ in range(5):  # every pass is an audit: a full pass
             await workers._pass(PA)
         done.append(True)
@@ -78,13 +78,13 @@ def test_a_cycle_that_was_garbage_before_a_full_pass_began_is_still_collected(bi
     """Garbage already in the oldest generation when a full pass begins (a cycle that lived through a
     young collection before it was dropped: the normal life of a request's objects) is frozen with the
     snapshot: ``collect(1)`` at the start does not reach it, and no full collection ever will."""
-    api = _two_pools(50)
+    api = two_pools(50)
 
     async def scenario(made):
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
         await workers._pass(PA)
         for _ in range(20):
-            cycle = _Litter()
+            cycle = Litter()
             made.append(weakref.ref(cycle))
             gc.collect(1)  # it lived through a young collection (the automatic ones do this)
             del cycle      # and is garbage now, in the oldest generation
@@ -98,7 +98,7 @@ def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot(
     """Two pools' full passes overlap (an audit of each, two spec changes, a restart). The second
     snapshot is frozen at once: only the first pass's start collected the young generations, and the
     event loop made garbage between its slices since. That garbage is frozen with the snapshot."""
-    api = _two_pools()
+    api = two_pools()
 
     async def scenario(made):
         workers = PoolWorkers(api.inventory, MemoryWriter(api), slice_seconds=0.0, audit_seconds=0.0, status_seconds=QUIET)
@@ -109,7 +109,7 @@ def test_garbage_made_between_slices_is_not_frozen_with_a_second_pools_snapshot(
             first = loop.create_task(workers._pass(PA))  # pa's full pass under way ...
             done = []
             # ... garbage at once, as a watch event's handling leaves it ...
-            litter = loop.create_task(_litter(made, lambda: not done))
+            litter = loop.create_task(make_litter(made, lambda: not done))
             await asyncio.sleep(0)
             await asyncio.sleep(0)
             assert workers.freezer.pauses == 1 and not first.done()
@@ -169,7 +169,7 @@ def test_small_pools_built_again_and_again_are_frozen_now_and_then():
     """Ledgers of small pools left to the collector add up: what it walks outside freezes stays
     about FREEZE_EVERY claims and addresses built or filed, whatever the number of pools and audits."""
     from metal3_ipam.controller.freezing import Freezer
-    api = _two_pools(200)  # 200 claims in each, and no address yet: 200 objects or more per build
+    api = two_pools(200)  # 200 claims in each, and no address yet: 200 objects or more per build
     frozen = []
 
     async def scenario():

@@ -20,7 +20,7 @@ from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.core.reconcile import plan_pass, run_to_end
 from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
 from pool_workers import MemoryWriter
-from garbage import _Litter
+from garbage import Litter
 
 PA = o.PoolKey(NS, "pa")
 PB = o.PoolKey(NS, "pb")
@@ -163,7 +163,7 @@ def test_cyclic_garbage_made_while_full_passes_run_is_still_collected():
 
         async def event_loop_work():
             while not done:
-                litter = _Litter()
+                litter = Litter()
                 made.append(weakref.ref(litter))
                 del litter
                 await asyncio.sleep(0)

@@ -23,7 +23,7 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import answers, at_hand, served
 
-from garbage import _tracked_per_object, _within_two_freezes
+from garbage import tracked_per_object, within_two_freezes
 from listing_pages import address, listing
 from resuming import DEADLINE, NS, Kicks, WatchedKicks, creates, moved_state
 
@@ -178,11 +178,11 @@ def test_watch_events_filed_while_a_page_is_on_its_way_are_not_walked_at_once(co
     FREEZE_EVERY objects' worth, so the event loop is never held long."""
     events = 4 * FREEZE_EVERY
     held = HeldPage(events)
-    per_object = _tracked_per_object([_news(0)])
+    per_object = tracked_per_object([_news(0)])
 
     assert asyncio.run(held.run(first_page_in=walked.clear)) == "1000000"
     assert len(held.inventory.objects) == 2 * PAGE + events
-    _within_two_freezes(walked, per_object, f"the {events} filed while a page was on its way")
+    within_two_freezes(walked, per_object, f"the {events} filed while a page was on its way")
 
 
 def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(collector, walked):
@@ -193,7 +193,7 @@ def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(co
     kicks = WatchedKicks(inventory, freezer)
     kicks.kick = lambda pools: None
     events = 4 * FREEZE_EVERY
-    per_object = _tracked_per_object([_news(0)])
+    per_object = tracked_per_object([_news(0)])
 
     async def scenario() -> None:
         controller = Controller(inventory, kicks, writer=None)
@@ -205,7 +205,7 @@ def test_watch_events_filed_with_no_listing_under_way_are_frozen_as_they_come(co
 
     asyncio.run(scenario())
     assert len(walked) >= 3, f"{len(walked)} full collections while {events} objects were filed"
-    _within_two_freezes(walked, per_object, f"the {events} filed")
+    within_two_freezes(walked, per_object, f"the {events} filed")
 
 
 def test_a_listing_whose_page_fails_keeps_nothing_it_listed_once_its_failure_is_handled(collector):

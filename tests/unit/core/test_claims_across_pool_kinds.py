@@ -28,7 +28,7 @@ from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_served_capi_claim, go_served_ipclaim
 from ipam_objects import NS, capi_claim, converged, get, ippool, ipclaim, loaded, user_delete
-from pool_reference import _restarted
+from pool_reference import restarted_store
 
 LONG = ("a-1." * 64)[:230] + "z"  # a pool name its lock names hash
 IPPOOL, IN_CLUSTER, GLOBAL = kinds.IPPOOL, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -201,7 +201,7 @@ def test_no_ip_is_held_for_two_live_claims_and_every_deleted_claim_goes_across_p
     for at, (op, (kind, name), ref, settle) in enumerate(ops):
         api.now = f"2024-01-01T00:{at // 60:02d}:{at % 60:02d}Z"  # pools created later come later
         if op == "restart":
-            api = _restarted(api, addresses_first=settle)
+            api = restarted_store(api, addresses_first=settle)
         else:
             _step(api, op, kind, name, REFERENCES[ref], settle)
         if settle:

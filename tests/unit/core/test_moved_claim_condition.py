@@ -14,7 +14,7 @@ from metal3_ipam.core.reconcile import moved_from
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import NS, converged, get
-from pool_reference import IN_CLUSTER, _claim, _edit_pool_ref, _ips, _pool, _restarted
+from pool_reference import IN_CLUSTER, claim_of_kind, edit_pool_ref, ips_of, pool_of_kind, restarted_store
 
 # A reference no schema bounds (the IPAddressClaim CRDs give poolRef's fields no maxLength): the message that
 # names both references is cut at its bound.
@@ -27,15 +27,15 @@ DECOY = "elsewhere, away from InClusterIPPool default/q, which gave the claim it
                          ids=["long-reference", "reference-quoting-the-message"])
 def test_a_moved_claim_whose_address_objects_went_while_no_controller_ran_keeps_its_ip_whatever_its_reference_reads(
         group, name):
-    api = converged(_pool(IN_CLUSTER), gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.1.2-10.0.1.3"]),
-                    _claim(IN_CLUSTER, "a"))
-    _edit_pool_ref(api, "a", group, "IPPool", pool=name)
+    api = converged(pool_of_kind(IN_CLUSTER), gi.ip_pool("q", namespace=NS, prefix=24, addresses=["10.0.1.2-10.0.1.3"]),
+                    claim_of_kind(IN_CLUSTER, "a"))
+    edit_pool_ref(api, "a", group, "IPPool", pool=name)
     converge(api, random.Random(0))
     assert moved_from(get(api, kinds.CAPI_CLAIM, "a")) == o.PoolKey(NS, "p", IN_CLUSTER)
     for address_kind in (kinds.CAPI_ADDRESS, kinds.IPADDRESS):
         for obj in list(api.inventory.of_kind(address_kind)):
             api.inventory.remove(obj)
-    api = _restarted(api, addresses_first=False)
-    api.load(_claim(IN_CLUSTER, "b"))
+    api = restarted_store(api, addresses_first=False)
+    api.load(claim_of_kind(IN_CLUSTER, "b"))
     converge(api, random.Random(0))
-    assert _ips(api, "a") == ["10.0.0.2", "10.0.0.2"] and _ips(api, "b") == ["10.0.0.3", "10.0.0.3"]
+    assert ips_of(api, "a") == ["10.0.0.2", "10.0.0.2"] and ips_of(api, "b") == ["10.0.0.3", "10.0.0.3"]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from metal3_ipam import crds, schema
 from metal3_ipam.poolkinds.ippool import schema as ippool_schema
-from crd_validator import CEL_MIRRORS, _node, is_ip, validate, validate_object, walk
+from crd_validator import CEL_MIRRORS, schema_node, is_ip, validate, validate_object, walk
 from paths import REPO
 
 ROOT = REPO
@@ -224,40 +224,40 @@ def test_field_names_and_required():
         assert set(schema["properties"]["spec"]["properties"]) == SPEC_FIELDS[kind]
         if kind in STATUS_FIELDS:
             assert set(schema["properties"]["status"]["properties"]) == STATUS_FIELDS[kind]
-    assert _node("IPPool", "spec")["required"] == ["namePrefix"]
-    assert set(_node("IPPool", "spec.pools.[]")["properties"]) == {
+    assert schema_node("IPPool", "spec")["required"] == ["namePrefix"]
+    assert set(schema_node("IPPool", "spec.pools.[]")["properties"]) == {
         "start", "end", "subnet", "prefix", "gateway", "dnsServers",
     }
-    assert _node("IPClaim", "spec")["required"] == ["pool"]
-    assert sorted(_node("IPAddress", "spec")["required"]) == ["address", "claim", "pool"]
+    assert schema_node("IPClaim", "spec")["required"] == ["pool"]
+    assert sorted(schema_node("IPAddress", "spec")["required"]) == ["address", "claim", "pool"]
     for kind, path in [
         ("IPClaim", "spec.pool"),
         ("IPClaim", "status.address"),
         ("IPAddress", "spec.pool"),
         ("IPAddress", "spec.claim"),
     ]:
-        ref = _node(kind, path)
+        ref = schema_node(kind, path)
         assert set(ref["properties"]) == REFERENCE_FIELDS
         assert ref["x-kubernetes-map-type"] == "atomic"
         assert ref.get("required", []) == ([] if path.startswith("status") else ["name"])
 
 
 def test_pool_details():
-    name_prefix = _node("IPPool", "spec.namePrefix")
+    name_prefix = schema_node("IPPool", "spec.namePrefix")
     assert (name_prefix["minLength"], name_prefix["maxLength"]) == (1, 213)
-    strategy = _node("IPPool", "spec.allocationStrategy")
+    strategy = schema_node("IPPool", "spec.allocationStrategy")
     assert strategy["enum"] == ["sequential", "random"]
     assert strategy["default"] == "sequential"
     for count in ("capacity", "allocated", "free"):
-        node = _node("IPPool", f"status.{count}")
+        node = schema_node("IPPool", f"status.{count}")
         assert node["type"] == "string" and node["pattern"] == "^[0-9]+$"
         assert node["maxLength"] >= len(str(2**128))
-    assert _node("IPPool", "status.lastUpdated")["format"] == "date-time"
+    assert schema_node("IPPool", "status.lastUpdated")["format"] == "date-time"
 
 
 @pytest.mark.parametrize("kind", ["IPPool", "IPClaim"])
 def test_conditions_are_metav1_conditions(kind):
-    conditions = _node(kind, "status.conditions")
+    conditions = schema_node(kind, "status.conditions")
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
     item = conditions["items"]

@@ -20,7 +20,7 @@ def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str
         yield from walk(schema["additionalProperties"], f"{path}{{}}")
 
 
-def _node(kind: str, path: str) -> dict[str, Any]:
+def schema_node(kind: str, path: str) -> dict[str, Any]:
     node = crds.openapi_schema(kind)
     for part in path.split("."):
         if part == "[]":
@@ -30,7 +30,7 @@ def _node(kind: str, path: str) -> dict[str, Any]:
     return node
 
 
-def _addr(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def cel_ip(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """Like the Kubernetes CEL ip() parser: no zones, no IPv4-mapped IPv6, no leading zeros."""
     if not isinstance(text, str) or "%" in text:
         return None
@@ -43,11 +43,11 @@ def _addr(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return addr
 
 
-def _net(text: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+def net(text: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
     if not isinstance(text, str) or text.count("/") != 1:
         return None
     addr, bits = text.split("/")
-    if _addr(addr) is None or not re.fullmatch(r"0|[1-9][0-9]{0,2}", bits):
+    if cel_ip(addr) is None or not re.fullmatch(r"0|[1-9][0-9]{0,2}", bits):
         return None
     try:
         return ipaddress.ip_network(text, strict=False)
@@ -56,11 +56,11 @@ def _net(text: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
 
 
 def is_ip(text: Any) -> bool:
-    return _addr(text) is not None
+    return cel_ip(text) is not None
 
 
 def is_cidr(text: Any) -> bool:
-    return _net(text) is not None
+    return net(text) is not None
 
 
 _ABSENT = object()
@@ -70,23 +70,23 @@ def _get(obj: dict[str, Any], key: str) -> Any:
     return obj.get(key, _ABSENT) if isinstance(obj, dict) else _ABSENT
 
 
-def _same_family(a: Any, b: Any) -> bool:
+def same_family(a: Any, b: Any) -> bool:
     if a is _ABSENT or b is _ABSENT or not is_ip(a) or not is_ip(b):
         return True
-    return _addr(a).version == _addr(b).version
+    return cel_ip(a).version == cel_ip(b).version
 
 
 def _inside(addr: Any, subnet: Any) -> bool:
     if addr is _ABSENT or subnet is _ABSENT or not is_ip(addr) or not is_cidr(subnet):
         return True
-    return _addr(addr) in _net(subnet)
+    return cel_ip(addr) in net(subnet)
 
 
 def _excluded_ok(value: str) -> bool:
     if is_ip(value) or is_cidr(value):
         return True
     parts = value.split("-")
-    return len(parts) == 2 and is_ip(parts[0]) and is_ip(parts[1]) and _same_family(parts[0], parts[1])
+    return len(parts) == 2 and is_ip(parts[0]) and is_ip(parts[1]) and same_family(parts[0], parts[1])
 
 
 def _strategy(spec: dict[str, Any]) -> str:
@@ -102,7 +102,7 @@ CEL_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
         lambda s, o: any(k in s for k in ("start", "end", "subnet"))
     ),
     ippool_schema.pool_entry_schema()["x-kubernetes-validations"][1]["rule"]: (
-        lambda s, o: _same_family(_get(s, "start"), _get(s, "end"))
+        lambda s, o: same_family(_get(s, "start"), _get(s, "end"))
     ),
     ippool_schema.pool_entry_schema()["x-kubernetes-validations"][2]["rule"]: (
         lambda s, o: _inside(_get(s, "start"), _get(s, "subnet"))
@@ -111,10 +111,10 @@ CEL_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {
         lambda s, o: _inside(_get(s, "end"), _get(s, "subnet"))
     ),
     ippool_schema.EXCLUDED_RULE: lambda s, o: _excluded_ok(s),
-    _node("IPPool", "spec")["x-kubernetes-validations"][0]["rule"]: (
+    schema_node("IPPool", "spec")["x-kubernetes-validations"][0]["rule"]: (
         lambda s, o: o is None or _strategy(s) == _strategy(o)
     ),
-    _node("IPClaim", "spec.pool")["x-kubernetes-validations"][0]["rule"]: (
+    schema_node("IPClaim", "spec.pool")["x-kubernetes-validations"][0]["rule"]: (
         lambda s, o: o is None or all((s.get(k) or "") == (o.get(k) or "") for k in ("name", "namespace", "kind"))
     ),
 }

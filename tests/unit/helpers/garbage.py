@@ -14,7 +14,7 @@ from metal3_ipam.core import objects as o
 from ipam_objects import NS, ipclaim, ippool, loaded
 
 
-class _Litter:
+class Litter:
     """Cyclic garbage, as the event loop makes it all the time (a caught exception kept with its frame)."""
 
     def __init__(self) -> None:
@@ -30,10 +30,10 @@ PA = o.PoolKey(NS, "pa")
 QUIET = 3600.0
 
 
-async def _litter(made: list[weakref.ref], running, turns: int = 0) -> None:
+async def make_litter(made: list[weakref.ref], running, turns: int = 0) -> None:
     """The event loop's work meanwhile: a cycle made every turn, kept ``turns`` turns, then dropped."""
     while running():
-        cycle = _Litter()
+        cycle = Litter()
         made.append(weakref.ref(cycle))
         for _ in range(turns):
             await asyncio.sleep(0)
@@ -41,14 +41,14 @@ async def _litter(made: list[weakref.ref], running, turns: int = 0) -> None:
         await asyncio.sleep(0)
 
 
-def _two_pools(claims: int = 300):
+def two_pools(claims: int = 300):
     return loaded(ippool("pa", namePrefix="pa", pools=[{"start": "10.0.0.1", "end": "10.0.3.250"}]),
                   ippool("pb", namePrefix="pb", pools=[{"start": "10.1.0.1", "end": "10.1.3.250"}]),
                   *[ipclaim(f"a{i}", pool="pa") for i in range(claims)],
                   *[ipclaim(f"b{i}", pool="pb") for i in range(claims)])
 
 
-def _tracked_per_object(items: list[dict]) -> float:
+def tracked_per_object(items: list[dict]) -> float:
     """Containers the collector tracks per listed object (leaf dicts of strings are not tracked)."""
     def tracked(value) -> int:
         if isinstance(value, dict):
@@ -59,7 +59,7 @@ def _tracked_per_object(items: list[dict]) -> float:
     return sum(tracked(item) for item in items) / len(items)
 
 
-def _within_two_freezes(walked: list[int], per_object: float, what: str) -> None:
+def within_two_freezes(walked: list[int], per_object: float, what: str) -> None:
     """No full collection walked much more than FREEZE_EVERY objects' worth (twice, for slack)."""
     bound = 2 * FREEZE_EVERY * per_object
     assert walked, f"no full collection after {what}"

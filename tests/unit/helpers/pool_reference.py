@@ -16,18 +16,18 @@ IN_CLUSTER = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
 IPPOOL = kinds.IPPOOL
 
 
-def _pool(kind: tuple[str, str]) -> dict:
+def pool_of_kind(kind: tuple[str, str]) -> dict:
     """A pool of ``kind`` named p with two addresses, 10.0.0.2 and 10.0.0.3."""
     if kind == IPPOOL:
         return ippool("p", namePrefix="p", pools=[{"start": "10.0.0.2", "end": "10.0.0.3"}], prefix=24)
     return gi.ip_pool("p", namespace=NS if kind == IN_CLUSTER else None, prefix=24, addresses=["10.0.0.2-10.0.0.3"])
 
 
-def _claim(kind: tuple[str, str], name: str) -> dict:
+def claim_of_kind(kind: tuple[str, str], name: str) -> dict:
     return capi_claim(name, pool="p", api_group=kind[0], kind=kind[1])
 
 
-def _ips(api, name: str) -> list[str]:
+def ips_of(api, name: str) -> list[str]:
     """The IPs the claim's address objects (of both APIs, live or going) hold."""
     found = []
     for obj in [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]:
@@ -37,7 +37,7 @@ def _ips(api, name: str) -> list[str]:
     return sorted(found)
 
 
-def _edit_pool_ref(api, name: str, api_group: str, kind: str, pool: str = "p") -> None:
+def edit_pool_ref(api, name: str, api_group: str, kind: str, pool: str = "p") -> None:
     """A user's edit of the claim's spec.poolRef that no webhook stopped."""
     claim = get(api, kinds.CAPI_CLAIM, name)
     claim = {**claim, "spec": {**claim["spec"], "poolRef": {"apiGroup": api_group, "kind": kind, "name": pool}},
@@ -46,7 +46,7 @@ def _edit_pool_ref(api, name: str, api_group: str, kind: str, pool: str = "p") -
     api.inventory.upsert(claim)
 
 
-def _restarted(api, addresses_first: bool):
+def restarted_store(api, addresses_first: bool):
     """The store as a controller started afresh files it from its listings (in either order of kinds)."""
     from ipam_objects import RecordingApi
     fresh = RecordingApi(now=api.now)

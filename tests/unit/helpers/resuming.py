@@ -172,7 +172,7 @@ async def cancelled_while_listing(controller: Controller, listings: HeldListings
     await asyncio.gather(lister, return_exceptions=True)
 
 
-def _moved_without_cluster(cluster_name: str | None):
+def moved_without_cluster(cluster_name: str | None):
     """The moved state split as streams deliver it: the pool and the claims (no Cluster, no address),
     the paused Cluster, its addresses, its unpause, and the LIST of the namespace's addresses."""
     source, unpaused, listing = moved_state()

@@ -26,20 +26,20 @@ T1 = "0b3e1f7a-1111-4c2d-9e8f-000000000003"  # the target's copy of it
 SP, TP = "5a6b7c8d-2222-4c2d-9e8f-000000000003", "5a6b7c8d-2222-4c2d-9e8f-000000000004"
 
 
-def _cluster(uid: str, paused: bool, ns: str) -> dict:
+def cluster_c1(uid: str, paused: bool, ns: str) -> dict:
     return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "c1", "namespace": ns, "uid": uid, "resourceVersion": "1"},
             "spec": {"paused": paused}}
 
 
-def _pool(uid: str, ns: str) -> dict:
+def shared_netbox_pool(uid: str, ns: str) -> dict:
     return {"apiVersion": "netbox.metal3-ipam.io/v1alpha1", "kind": "NetBoxIPPool",
             "metadata": {"name": "nb", "namespace": ns, "uid": uid, "resourceVersion": "1", "generation": 1},
             "spec": {"server": {"url": "http://netbox.example", "tokenSecretRef": {"name": "token"}},
                      "source": {"prefix": "10.0.0.0/24"}}}
 
 
-def _claim(name: str, key: str, ns: str, cluster: str | None = "c1") -> dict:
+def keyed_claim(name: str, key: str, ns: str, cluster: str | None = "c1") -> dict:
     labels = {kinds.CLUSTER_NAME_LABEL: cluster} if cluster else {}
     return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
             "metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}", "resourceVersion": "1",
@@ -47,7 +47,7 @@ def _claim(name: str, key: str, ns: str, cluster: str | None = "c1") -> dict:
             "spec": {"poolRef": {"apiGroup": NETBOX_IP_POOL[0], "kind": NETBOX_IP_POOL[1], "name": "nb"}}}
 
 
-class _NetBox:
+class SharedNetBox:
     """One NetBox both clusters' controllers sweep (the owner is shared by every cluster a claim may move to)."""
 
     def __init__(self, *items: Found):
@@ -55,12 +55,12 @@ class _NetBox:
         self.released: list[Found] = []
 
 
-class _Asks:
+class SweepingAsks:
     """NetBoxAsks.sweep as it behaves: list, choose, re-read by id, then release (if ``still``) or describe."""
 
     owner = "o"
 
-    def __init__(self, netbox: _NetBox):
+    def __init__(self, netbox: SharedNetBox):
         self.netbox = netbox
 
     def pool_changed(self, model) -> None:
@@ -84,15 +84,15 @@ class _Asks:
         return len(listed), released, described
 
 
-class _Side:
+class ClusterSide:
     """One cluster's controller: its watch-fed inventory and its NetBoxPools (the real adapter)."""
 
-    def __init__(self, netbox: _NetBox, *objs: dict):
+    def __init__(self, netbox: SharedNetBox, *objs: dict):
         self.now = 0.0
         self.inventory = Inventory()
         for obj in objs:
             self.inventory.upsert(obj)
-        self.pools = NetBoxPools(_Asks(netbox), Asking(deadline=30), inventory=self.inventory, writer=None,
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory, writer=None,
                                  wake=lambda *a: None, sweep_seconds=300, clock=lambda: self.now)
 
     def sweep(self) -> list[Found]:
@@ -100,7 +100,7 @@ class _Side:
         return asyncio.run(self.pools.sweep())
 
 
-def _moved_away(world: World, name: str) -> None:
+def move_away(world: World, name: str) -> None:
     """clusterctl move: delete-for-move, then the finalizers stripped; the claim and its addresses go here."""
     user_delete(world.api, kinds.CAPI_CLAIM, name, annotations={kinds.DELETE_FOR_MOVE_ANNOTATION: ""})
     if world.claim(name) is not None:

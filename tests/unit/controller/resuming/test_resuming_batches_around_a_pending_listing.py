@@ -21,7 +21,7 @@ from metal3_ipam.core.inventory import SETTLE_STEP, Inventory
 from metal3_ipam.testing.listing import at_hand
 from resuming import WatchedKicks
 from resuming import at, paused
-from resuming import _moved_without_cluster
+from resuming import moved_without_cluster
 from resuming import NS, creates
 
 SHORT = 5.0
@@ -63,7 +63,7 @@ async def _eventually(check, timeout: float = SHORT, lists: FutureLists | None =
 def _the_moved_back_claims_served(controller: Controller, kicks: WatchedKicks) -> list[list[str]]:
     """c1 moved back here as a Cluster made anew: its pool and claims come by their streams, claim c's
     moved address lags, and so does kopf's event of the new c1. What a pass would create meanwhile."""
-    others, _, moved_addresses, _, _ = _moved_without_cluster(None)
+    others, _, moved_addresses, _, _ = moved_without_cluster(None)
     lagging = next(a for a in moved_addresses if o.spec(a)["claim"]["name"] == "c")
     for obj in others:
         controller.on_event("ADDED", copy.deepcopy(obj))
@@ -88,7 +88,7 @@ def test_a_held_cluster_proved_gone_by_a_listing_of_clusters_is_not_filed_by_a_l
     is held anew, and the lister files c1-old running once its LIST ends. c1 is then moved back (uid
     c1-new): its claims come while c1-new's event and claim c's moved address lag, and claim c is
     served anew under the dead c1-old (SPEC §10, 2 and 4)."""
-    _, _, _, unpaused, _ = _moved_without_cluster(None)
+    _, _, _, unpaused, _ = moved_without_cluster(None)
     version = int(o.meta(unpaused)["resourceVersion"])
     old = paused(at(unpaused, version, uid="c1-old"), False)
     inventory = Inventory()
@@ -163,7 +163,7 @@ def test_a_cluster_its_lister_files_while_a_listing_of_clusters_proving_it_gone_
     ``Resumptions.listed``, called after it, finds c1 no longer held. c1-old stays filed running,
     though the LIST proved it gone (until the next resync): c1 moved back as c1-new has its claims
     served under it, claim c anew while its moved address lags (SPEC §10, 2 and 4)."""
-    _, _, _, unpaused, _ = _moved_without_cluster(None)
+    _, _, _, unpaused, _ = moved_without_cluster(None)
     version = int(o.meta(unpaused)["resourceVersion"])
     old = paused(at(unpaused, version, uid="c1-old"), False)
     inventory = Inventory()

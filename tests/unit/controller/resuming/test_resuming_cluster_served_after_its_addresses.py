@@ -28,7 +28,7 @@ from metal3_ipam.core.inventory import Inventory
 from resuming import WatchedKicks
 from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
 from resuming import NS, creates, moved_state
-from resuming import _moved_without_cluster, cancelled_while_listing
+from resuming import moved_without_cluster, cancelled_while_listing
 
 
 def _clusters_listed(*clusters: dict, version: int) -> Listing:
@@ -198,7 +198,7 @@ def test_claims_of_a_moved_cluster_not_seen_yet_are_not_served_before_their_addr
     Cluster not known is given nothing (SPEC §10, 2 and 4): its moved address may be on its way. So
     with a pool shared by Clusters (the claims name c1 by label), and with a pool of c1's own
     (``clusterName``), which the Go IPAM leaves alone while it cannot find its Cluster."""
-    others, cluster_paused, moved_addresses, unpaused, listing = _moved_without_cluster(cluster_name)
+    others, cluster_paused, moved_addresses, unpaused, listing = moved_without_cluster(cluster_name)
     inventory = Inventory()
     kicks = WatchedKicks(inventory)
 
@@ -225,7 +225,7 @@ def test_a_moved_cluster_first_seen_unpaused_waits_for_its_addresses_listed_agai
     address watch has not brought its moved addresses yet. Such a Cluster is held like one seen
     resuming: filed once a LIST of its namespace's addresses, begun after it was seen, is in. Until
     then its claims wait for it, and no pass allocates anew."""
-    others, _, moved_addresses, unpaused, listing = _moved_without_cluster(None)
+    others, _, moved_addresses, unpaused, listing = moved_without_cluster(None)
     inventory = Inventory()
     kicks = WatchedKicks(inventory)
     listings = HeldListings(at_hand(kinds.IPADDRESS, NS, [], "1"), listing)

@@ -22,7 +22,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import at_hand
 from resuming import WatchedKicks
 from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
-from resuming import _moved_without_cluster, cancelled_while_listing
+from resuming import moved_without_cluster, cancelled_while_listing
 from resuming import NS, creates
 
 # How long a test waits for what a working lister does in milliseconds (the machine is shared).
@@ -56,7 +56,7 @@ def test_a_held_cluster_a_later_listing_of_clusters_proves_gone_is_not_filed_by_
     streams, claim c's moved address lags, kopf's event of c1-new lags too. With c1-old filed running,
     claim c is not taken for a claim of a Cluster not known (it would wait): it is served anew, a
     second IP for it once its moved address comes (SPEC §10, 2 and 4)."""
-    others, _, moved_addresses, unpaused, _ = _moved_without_cluster(None)
+    others, _, moved_addresses, unpaused, _ = moved_without_cluster(None)
     version = int(o.meta(unpaused)["resourceVersion"])
     old = paused(at(unpaused, version, uid="c1-old"), False)
     lagging = next(a for a in moved_addresses if o.spec(a)["claim"]["name"] == "c")
@@ -110,7 +110,7 @@ def test_a_running_cluster_paused_and_unpaused_between_two_events_waits_for_its_
     though the generation says the spec was written twice since (a pause and an unpause fit; the same
     sum ends a resumption while c1 is held). No LIST of the namespace's addresses: claim c, which its
     watch brings next, is served anew while its address is still on its way (SPEC §10, 2 and 4)."""
-    others, _, moved_addresses, unpaused, listing = _moved_without_cluster(None)
+    others, _, moved_addresses, unpaused, listing = moved_without_cluster(None)
     version = int(o.meta(unpaused)["resourceVersion"])
     pool = next(obj for obj in others if kinds.kind_of(obj) == kinds.IPPOOL)
     claims = {o.name(c): c for c in others if kinds.kind_of(c) == kinds.IPCLAIM}

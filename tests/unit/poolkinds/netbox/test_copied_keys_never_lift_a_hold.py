@@ -14,7 +14,8 @@ from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in
 from ipam_objects import capi_claim, user_delete
 from two_namespaces import NS2 as OTHER, TwoNamespaces
 from outside_world import claim, ready
-from sweep_sides import C1, SP, T1, TP, _NetBox, _Side, _claim, _cluster, _moved_away, _pool
+from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, cluster_c1, keyed_claim, move_away,
+                         shared_netbox_pool)
 
 
 # --------------------------------------------------------------------------- the adapter's sweep, two clusters
@@ -33,13 +34,13 @@ def test_a_copy_of_the_key_in_the_target_does_not_lift_the_hold_of_its_paused_mo
     5. S's Cluster is unpaused for the retry of the move (no claim of S carries ``k``): S's sweep, two
        sightings a grace apart, releases the address that the live paused claim ``t/m`` holds in T.
     """
-    netbox = _NetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), _claim("m", "k", "ns"))))
-    target = _Side(netbox, _cluster(T1, True, "t"), _pool(TP, "t"), _claim("m", "k", "t"))
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    target = ClusterSide(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
+    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     target.sweep()
     assert held_in(netbox.items[3].description) == Home("Cluster", T1)
 
-    target.inventory.upsert(_claim("copy", "k", "t2", cluster=None))  # a copy of m's manifest, key and all
+    target.inventory.upsert(keyed_claim("copy", "k", "t2", cluster=None))  # a copy of m's manifest, key and all
     target.sweep()
     for _ in range(3):
         source.sweep()
@@ -74,7 +75,7 @@ def test_a_copy_refused_for_a_key_whose_claim_left_for_a_move_does_not_take_the_
     copy = lambda: world.api.inventory.get(kinds.CAPI_CLAIM, OTHER, "copy")  # noqa: E731
     assert ready(copy())["status"] == "False"
 
-    _moved_away(world, "m")
+    move_away(world, "m")
     assert list(world.api.inventory.moved_away) == ["k1"]
     world.settle()
     bound = [o.spec(a)["address"] for a in world.api.inventory.of_kind(kinds.CAPI_ADDRESS)

@@ -12,7 +12,8 @@ from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in
 from ipam_objects import capi_claim, user_delete
 from outside_world import claim, ready
 from two_namespaces import NS2 as OTHER, TwoNamespaces
-from sweep_sides import C1, SP, T1, TP, _NetBox, _Side, _claim, _cluster, _moved_away, _pool
+from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, cluster_c1, keyed_claim, move_away,
+                         shared_netbox_pool)
 
 
 def _bound(world, ns):
@@ -45,7 +46,7 @@ def test_a_claim_moved_back_takes_its_address_again_when_its_copy_was_created_be
     world.api.load(capi_claim("copy", "nb", ns=OTHER, api_group=NETBOX_IP_POOL[0], kind=NETBOX_IP_POOL[1],
                               annotations={KEY_ANNOTATION: "k1"}))
     world.settle()
-    _moved_away(world, "m")
+    move_away(world, "m")
     world.settle()
     copy = lambda: world.api.inventory.get(kinds.CAPI_CLAIM, OTHER, "copy")  # noqa: E731
     assert "clusterctl move" in ready(copy())["message"]
@@ -67,7 +68,7 @@ def test_a_claim_moved_back_takes_its_address_again_when_its_copy_was_created_be
     assert ready(copy())["status"] == "True" and list(world.ipam.held) == ["k1"], ready(copy())
 
 
-def _left_for_move(side: _Side, claim_obj: dict) -> None:
+def _left_for_move(side: ClusterSide, claim_obj: dict) -> None:
     """The source's watch sees ``claim_obj`` deleted for ``clusterctl move`` (annotated, then gone)."""
     gone = {**claim_obj, "metadata": {**claim_obj["metadata"], "resourceVersion": "2",
                                       "deletionTimestamp": "2030-01-01T00:00:00Z",
@@ -92,15 +93,15 @@ def test_the_source_does_not_home_a_moved_claims_address_at_a_copy_it_refuses():
     Also: while homed at C1, S's sweep never ``disown``s it (a claim carries it), so nothing outside S's
     memory records that it moved away: after a restart of S, the address homed at a present, unpaused
     Cluster of S is released as soon as the copy goes, unless T rewrote it in between."""
-    netbox = _NetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", T1), _claim("m", "k", "ns"))))
-    m_target = _claim("m", "k", "ns")
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", T1), keyed_claim("m", "k", "ns"))))
+    m_target = keyed_claim("m", "k", "ns")
     m_target["status"] = {"addressRef": {"name": "m"}}
-    target = _Side(netbox, _cluster(T1, False, "ns"), _pool(TP, "ns"), m_target)
-    m_source = _claim("m", "k", "ns")
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"), m_source)
+    target = ClusterSide(netbox, cluster_c1(T1, False, "ns"), shared_netbox_pool(TP, "ns"), m_target)
+    m_source = keyed_claim("m", "k", "ns")
+    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), m_source)
     _left_for_move(source, m_source)
     assert source.inventory.moved_away.get("k") == ("ns", "m")
-    source.inventory.upsert(_claim("copy", "k", "ns"))  # refused by the reconcile: the key is m's
+    source.inventory.upsert(keyed_claim("copy", "k", "ns"))  # refused by the reconcile: the key is m's
 
     homes = []
     for _ in range(3):
@@ -128,15 +129,15 @@ def test_a_copy_created_before_the_moved_claim_in_the_target_does_not_lift_its_h
     3. S's Cluster is unpaused for the retry; no claim of S carries k: S's sweep, two sightings a grace
        apart, releases the address ``t/m`` holds (SPEC §10.1/§10.4; docs/pools/netbox.md: a sweep never releases an
        address a live claim anywhere still uses)."""
-    netbox = _NetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), _claim("m", "k", "ns"))))
-    m = _claim("m", "k", "t")
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    m = keyed_claim("m", "k", "t")
     m["metadata"]["creationTimestamp"] = "2030-01-01T00:00:02Z"
-    target = _Side(netbox, _cluster(T1, True, "t"), _pool(TP, "t"), m)
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    target = ClusterSide(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), m)
+    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     target.sweep()
     assert held_in(netbox.items[3].description) == Home("Cluster", T1)  # as designed, with m alone
 
-    copy = _claim("copy", "k", "a", cluster=None)
+    copy = keyed_claim("copy", "k", "a", cluster=None)
     copy["metadata"]["creationTimestamp"] = "2030-01-01T00:00:01Z"  # applied before the move created t/m
     target.inventory.upsert(copy)
     target.sweep()
@@ -177,7 +178,7 @@ def test_a_claim_moved_back_with_its_addresses_and_paused_cluster_is_not_doubled
     cluster = world.api.inventory.get(kinds.CLUSTER, "default", "c1")
     world.api.inventory.upsert({**cluster, "metadata": {**cluster["metadata"], "resourceVersion": world.api._next_version()},
                                 "spec": {"paused": True}})
-    _moved_away(world, "m")
+    move_away(world, "m")
     world.api.inventory.remove(world.api.inventory.get(kinds.CLUSTER, "default", "c1"))
     world.settle()
     assert "clusterctl move" in ready(world.api.inventory.get(kinds.CAPI_CLAIM, OTHER, "copy"))["message"]

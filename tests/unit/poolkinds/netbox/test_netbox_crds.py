@@ -16,7 +16,7 @@ import yaml
 from metal3_ipam import crds
 from metal3_ipam.poolkinds.netbox import schema as netbox_schema
 from metal3_ipam.poolkinds.netbox.pool import read_pool
-from crd_validator import CEL_MIRRORS, _addr, _net, _same_family, is_cidr, is_ip, validate_object, walk
+from crd_validator import CEL_MIRRORS, cel_ip, net, same_family, is_cidr, is_ip, validate_object, walk
 from paths import REPO
 
 KIND = "NetBoxIPPool"
@@ -92,19 +92,19 @@ def _url_ok(value: str) -> bool:
 
 
 def _masked(value: str) -> bool:
-    return is_cidr(value) and _net(value).network_address == _addr(value.split("/")[0])
+    return is_cidr(value) and net(value).network_address == cel_ip(value.split("/")[0])
 
 
 def _range_ok(value: str) -> bool:
     parts = value.split("-")
-    return len(parts) == 2 and is_ip(parts[0]) and is_ip(parts[1]) and _same_family(parts[0], parts[1])
+    return len(parts) == 2 and is_ip(parts[0]) and is_ip(parts[1]) and same_family(parts[0], parts[1])
 
 
 def _gateway_in_prefix(spec: dict[str, Any]) -> bool:
     gateway, prefix = spec.get("gateway"), (spec.get("source") or {}).get("prefix")
     if gateway is None or prefix is None or not is_ip(gateway) or not is_cidr(prefix):
         return True
-    return _addr(gateway).version == _net(prefix).version and _addr(gateway) in _net(prefix)
+    return cel_ip(gateway).version == net(prefix).version and cel_ip(gateway) in net(prefix)
 
 
 NETBOX_MIRRORS: dict[str, Callable[[Any, Any], bool]] = {

@@ -25,7 +25,7 @@ from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
                                     taken_from, taken_over, with_swept)
 
-from sweep_sides import C1, SP, T1, TP, _Asks, _claim, _cluster, _NetBox, _pool
+from sweep_sides import C1, SP, T1, TP, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox, shared_netbox_pool
 from outside_world import World, ready
 from outside_world import claim as outside_claim
 
@@ -46,14 +46,15 @@ class _Writer:
 class _Side:
     """One cluster's controller, sweeping every 300 s of an injected clock (and of the wall clock it writes)."""
 
-    def __init__(self, netbox: _NetBox, *objs: dict):
+    def __init__(self, netbox: SharedNetBox, *objs: dict):
         self.now = 0.0
         self.inventory = Inventory()
         for obj in objs:
             self.inventory.upsert(obj)
         self.writer = _Writer()
-        self.pools = NetBoxPools(_Asks(netbox), Asking(deadline=30), inventory=self.inventory, writer=self.writer,
-                                 wake=lambda *a: None, sweep_seconds=300, release_grace_seconds=GRACE,
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
+                                 writer=self.writer, wake=lambda *a: None, sweep_seconds=300,
+                                 release_grace_seconds=GRACE,
                                  clock=lambda: self.now, wall=lambda: EPOCH + self.now)
 
     def sweep(self, times: int = 1, every: float = 300) -> None:
@@ -66,7 +67,7 @@ class _Side:
 
 
 def homed_at_source() -> Found:
-    return Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), _claim("m", "k", "ns")))
+    return Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns")))
 
 
 def test_a_source_started_first_after_both_controllers_were_down_marks_the_address_and_the_target_takes_it_back():
@@ -74,14 +75,14 @@ def test_a_source_started_first_after_both_controllers_were_down_marks_the_addre
     the retry: its sweep marks the address released (it stays in NetBox, the IP taken). The target's controller
     starts within the grace, its copy paused: it holds the address, the mark goes, its claim is told; the
     source never releases it. The retry finished (the target's Cluster unpaused), the target homes it there."""
-    netbox = _NetBox(homed_at_source())
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     source.sweep(3)
     assert netbox.released == []
     marked = netbox.items[3].description
     assert swept_at(marked) is not None and home_in(marked) == Home("Cluster", C1), marked
 
-    target = _Side(netbox, _cluster(T1, True, "t"), _pool(TP, "t"), _claim("m", "k", "t"))
+    target = _Side(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
     target.sweep()
     held = netbox.items[3].description
     assert held_in(held) == Home("Cluster", T1) and swept_at(held) is None, held
@@ -89,7 +90,7 @@ def test_a_source_started_first_after_both_controllers_were_down_marks_the_addre
     source.sweep(times=4, every=GRACE)
     assert netbox.released == [] and netbox.items[3].description == held
 
-    target.inventory.upsert({**_cluster(T1, False, "t"), "metadata": {**_cluster(T1, False, "t")["metadata"],
+    target.inventory.upsert({**cluster_c1(T1, False, "t"), "metadata": {**cluster_c1(T1, False, "t")["metadata"],
                                                                       "resourceVersion": "2"}})
     target.sweep()
     homed = netbox.items[3].description
@@ -98,8 +99,8 @@ def test_a_source_started_first_after_both_controllers_were_down_marks_the_addre
 
 
 def test_an_address_marked_released_is_deleted_once_the_grace_is_over_and_not_before():
-    netbox = _NetBox(homed_at_source())
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     source.sweep(2)
     at = swept_at(netbox.items[3].description)
     assert at is not None and netbox.released == []
@@ -112,22 +113,22 @@ def test_an_address_marked_released_is_deleted_once_the_grace_is_over_and_not_be
 
 def test_a_claim_carrying_the_key_of_an_address_its_own_cluster_marked_released_takes_it_back():
     """The claim's manifest applied again with its key (restored by hand) before the grace is over."""
-    netbox = _NetBox(homed_at_source())
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     source.sweep(2)
     assert swept_at(netbox.items[3].description) is not None
-    source.inventory.upsert(_claim("m", "k", "ns"))
+    source.inventory.upsert(keyed_claim("m", "k", "ns"))
     source.sweep(times=3, every=GRACE)
     assert netbox.released == []
-    assert netbox.items[3].description == description(Home("Cluster", C1), _claim("m", "k", "ns"))
+    assert netbox.items[3].description == description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
     assert source.reasons() == ["NetBoxAddressTakenBack"]
 
 
 def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_claims_are_told():
     """A move restored from a directory while the source runs: both clusters' claims live, unpaused."""
-    netbox = _NetBox(homed_at_source())
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"), _claim("m", "k", "ns"))
-    target = _Side(netbox, _cluster(T1, False, "t"), _pool(TP, "t"), _claim("m", "k", "t"))
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
     target.sweep()
     taken = netbox.items[3].description
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
@@ -146,14 +147,14 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
 def test_a_restarted_source_still_refuses_a_copy_of_the_key_of_a_claim_netbox_says_left_it_for_a_move():
     moved = Found(3, "10.0.0.3/24", "k", f"metal3-ipam moved-from=Cluster:{C1} claim ns/m")
     elsewhere = Found(4, "10.0.0.4/24", "k2", f"metal3-ipam moved-from=Cluster:{T1} claim t/x")
-    source = _Side(_NetBox(moved, elsewhere), _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    source = _Side(SharedNetBox(moved, elsewhere), cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     assert dict(source.inventory.moved_away) == {}
     source.sweep()
     assert dict(source.inventory.moved_away) == {"k": ("ns", "m")}  # not k2: it left another cluster
 
 
 def test_a_mark_of_release_keeps_the_home_whole_and_the_description_within_netboxs_limit():
-    long = _claim("m" * 253, "k", "n" * 63)
+    long = keyed_claim("m" * 253, "k", "n" * 63)
     text = with_swept(description(Home("Cluster", C1), long), EPOCH)
     assert len(text) <= 200 and swept_at(text) == EPOCH and home_in(text) == Home("Cluster", C1)
     assert text.startswith(f"metal3-ipam home=Cluster:{C1} swept=")
@@ -187,12 +188,12 @@ HOMES = [Home("Cluster", C1), Home("Cluster", T1), Home("Cluster", SP)]
 def test_three_clusters_whose_live_claims_carry_one_key_never_take_it_back_and_forth(start, order):
     """Each cluster holds only its own Cluster, its claim live and unpaused; they sweep in any order. After
     each has swept once, no sweep changes the address: at most one take without the home's consent."""
-    text = description(start, _claim("m", "k", "ns")) if start else "metal3-ipam claim ns/m"
+    text = description(start, keyed_claim("m", "k", "ns")) if start else "metal3-ipam claim ns/m"
     writes = []
     for side in order + [0, 1, 2] + order:
         mine = HOMES[side]
         state = lambda h, mine=mine: PRESENT if h == mine else ABSENT  # noqa: E731
-        new = taken_over(text, description(mine, _claim("m", "k", f"ns{side}")), state)
+        new = taken_over(text, description(mine, keyed_claim("m", "k", f"ns{side}")), state)
         writes.append(new is not None)
         text = new or text
     assert sum(writes) <= 2, text  # a take of an address homed nowhere, one take over of a live home at most
@@ -214,7 +215,7 @@ class _Client(NetBoxClient):
 def test_a_claim_asking_for_a_key_whose_address_another_cluster_took_over_from_its_home_is_refused():
     """The claim's key's address was taken over by a claim of another cluster (``from=`` this claim's home):
     found by key, it is not bound here (the other cluster's claim holds the IP), and the refusal names it."""
-    mine = description(Home("Cluster", C1), _claim("copy", "k", "ns"))
+    mine = description(Home("Cluster", C1), keyed_claim("copy", "k", "ns"))
     taken = Allocation(3, "10.0.0.3/24", "k", None, f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m")
     client = _Client()
     with pytest.raises(NetBoxError) as refused:
@@ -247,8 +248,8 @@ def test_a_bound_claim_whose_key_a_sweep_found_homed_in_another_cluster_says_so_
 def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_claim_took_over():
     """Two clusters' live claims carried the key; the other took the address over. The claim here deleted, its
     finalizer's release leaves the address (its IP is that claim's), and the claim's finalizer goes all the same."""
-    netbox = _NetBox(Found(3, "10.0.0.3/24", "k", f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m"))
-    source = _Side(netbox, _cluster(C1, False, "ns"), _pool(SP, "ns"))
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m"))
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     assert source.pools._another_clusters(netbox.items[3].description)
     assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m")
     assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{T1} claim t/m")  # never taken over
@@ -267,6 +268,6 @@ def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_no
     """``moved-from=`` names the home a source took off the address; it is no ``from=`` (a take over)."""
     gone = f"metal3-ipam moved-from=Cluster:{C1} claim ns/m"
     assert taken_from(gone) is None
-    back = description(Home("Cluster", C1), _claim("m", "k", "ns"))
+    back = description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
     text = taken_over(gone, back, lambda h: PRESENT if h == Home("Cluster", C1) else ABSENT)
     assert text == back  # its own home again, taken from nobody
