@@ -1,10 +1,13 @@
-"""Fixtures of the controller's tests: the garbage collector as the controller runs it, and what it walks."""
+"""Fixtures of the controller's tests: the garbage collector as the controller runs it, what it walks, and pools
+built as the largest are."""
 
 from __future__ import annotations
 
 import gc
 
 import pytest
+
+from metal3_ipam.controller import workers as workers_module
 
 
 @pytest.fixture
@@ -32,3 +35,9 @@ def walked():
     gc.callbacks.append(callback)
     yield sizes
     gc.callbacks.remove(callback)
+
+
+@pytest.fixture
+def big_pools(monkeypatch):
+    """Every pool built the way a pool of PAUSE_AT claims and addresses is: collector paused, memory frozen."""
+    monkeypatch.setattr(workers_module, "PAUSE_AT", 0)

@@ -20,7 +20,6 @@ import weakref
 
 import pytest
 
-from metal3_ipam.controller import workers as workers_module
 from metal3_ipam.controller.freezing import FREEZE_EVERY as FREEZE_GROWTH, Freezer
 from metal3_ipam.controller.operator import file_in_steps
 from metal3_ipam.controller.workers import PoolWorkers
@@ -35,12 +34,6 @@ from listing_pages import listing
 
 PA = o.PoolKey(NS, "pa")
 PB = o.PoolKey(NS, "pb")
-
-
-@pytest.fixture
-def big_pools(monkeypatch):
-    """Every full pass built the way one of PAUSE_AT claims and addresses is: collector paused, memory frozen."""
-    monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import asyncio
 import gc
 import weakref
 
-import pytest
 
 from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import objects as o
@@ -28,13 +27,6 @@ from pool_workers import MemoryWriter
 from garbage import PA, QUIET, make_litter, two_pools
 
 PB = o.PoolKey(NS, "pb")
-
-
-@pytest.fixture
-def big_pools(monkeypatch):
-    """Every pool built the way a pool of PAUSE_AT claims and addresses is: collector paused, memory frozen."""
-    from metal3_ipam.controller import workers as workers_module
-    monkeypatch.setattr(workers_module, "PAUSE_AT", 0)
 
 
 def _never_collected(scenario) -> tuple[int, int, int]:
