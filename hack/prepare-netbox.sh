@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare the NetBox the end-to-end tests start on loopback (tests/e2e/test_netbox_client.py):
+# Prepare the NetBox the end-to-end tests start on loopback (tests/e2e/poolkinds/netbox/test_netbox_client.py):
 #
 #   1. Debian's postgresql and redis-server, installed with apt-get when missing
 #      (only when run as root: otherwise they must be there already);

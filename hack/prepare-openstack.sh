@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare the Keystone and Neutron the end-to-end tests start on loopback
-# (tests/e2e/test_openstack_harness.py and the OpenStack pool tests):
+# (tests/e2e/poolkinds/openstack/test_openstack_harness.py and the OpenStack pool tests):
 #
 #   1. Debian's mariadb-server, installed with apt-get when missing (only when run
 #      as root: otherwise it must be there already); no service is started;

@@ -2,7 +2,7 @@
 # The test command: prepares what the tests need on a fresh Debian machine, then runs tox.
 #   bash hack/test.sh [TOX ARGUMENTS...]      e.g.  bash hack/test.sh -e unit
 # It installs tox and the image tools (podman, runc, slirp4netns, mmdebstrap)
-# when missing, builds the control-plane binaries and kustomize
+# when missing, builds the control-plane binaries, kustomize and helm
 # (hack/build-binaries.sh) while it prepares NetBox (hack/prepare-netbox.sh:
 # PostgreSQL and Redis from Debian, NetBox from PyPI, its migrated database) and
 # OpenStack (hack/prepare-openstack.sh: MariaDB from Debian, Neutron and Keystone
@@ -26,7 +26,7 @@ if ! python3 -m pip install --quiet --disable-pip-version-check tox </dev/null; 
     fi
 fi
 
-# The image test (tests/e2e/test_image.py) builds and runs the controller image with podman
+# The image test (tests/e2e/install/test_image.py) builds and runs the controller image with podman
 # (runc as its runtime, slirp4netns for the container's network) on a Debian base made by
 # mmdebstrap: installed from Debian when missing.
 IMAGE_TOOLS="podman runc slirp4netns mmdebstrap"
@@ -64,7 +64,7 @@ openstack_start=$(date +%s)
 bash hack/prepare-openstack.sh </dev/null >"$openstack_log" 2>&1 &
 openstack_pid=$!
 
-echo "==> building control-plane binaries and kustomize (hack/build-binaries.sh)"
+echo "==> building control-plane binaries, kustomize and helm (hack/build-binaries.sh)"
 build_start=$(date +%s)
 if bash hack/build-binaries.sh </dev/null; then
     echo "==> binaries ready in $(( $(date +%s) - build_start ))s"

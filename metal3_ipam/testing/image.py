@@ -27,8 +27,13 @@ import re
 import resource
 import subprocess
 import time
+import urllib.error
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from .waiting import eventually
 
 PODMAN = ("podman", "--runtime", "runc")
 BASE_SUITE = "bookworm"
@@ -248,3 +253,100 @@ def run_argv(pod: dict, container: dict, kubelet: Kubelet, name: str) -> list[st
     if container.get("command"):
         argv += ["--entrypoint", json.dumps(container["command"])]
     return [*argv, container["image"], *(container.get("args") or [])]
+
+
+# --------------------------------------------------------------------------- one run of a container
+
+
+def readable(folder: Path) -> Path:
+    """As the kubelet writes a Secret volume with defaultMode 420: readable by whatever user the pod runs as."""
+    folder.chmod(0o755)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    return folder
+
+
+def service_account_folder(admin, pod: dict, namespace: str, ca_file: Path, folder: Path) -> Path:
+    """What the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount: a token of the pod's account."""
+    from kubernetes import client
+
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        pod["serviceAccountName"], namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+    folder.mkdir()
+    (folder / "token").write_text(token)
+    (folder / "ca.crt").write_bytes(Path(ca_file).read_bytes())
+    (folder / "namespace").write_text(namespace)
+    return readable(folder)
+
+
+class Container:
+    """One run of the manager container, removed afterwards."""
+
+    def __init__(self, pod: dict, container: dict, kubelet: Kubelet) -> None:
+        self.pod, self.spec, self.kubelet = pod, container, kubelet
+        self.name = f"metal3-ipam-test-{uuid.uuid4().hex[:8]}"
+        self.argv = run_argv(pod, container, kubelet, self.name)
+
+    def __enter__(self) -> "Container":
+        podman(*self.argv)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        podman("rm", "--force", "--time", "0", self.name, check=False)
+
+    def port(self, name: str) -> int:
+        (number,) = [p["containerPort"] for p in self.spec["ports"] if p["name"] == name]
+        return self.kubelet.published[number]
+
+    def logs(self) -> str:
+        done = podman("logs", self.name, check=False)
+        return done.stdout + done.stderr
+
+    def state(self) -> dict:
+        (info,) = json.loads(podman("inspect", self.name).stdout)
+        return info["State"]
+
+    def ended(self) -> dict | None:
+        state = self.state()
+        return None if state["Running"] else state
+
+    def exec(self, *argv: str) -> str:
+        return podman("exec", self.name, *argv).stdout
+
+    def probe(self, which: str) -> int:
+        probe = self.spec[which]["httpGet"]
+        port = probe["port"] if isinstance(probe["port"], int) else self.port(probe["port"])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe['path']}", timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        def ready() -> bool:
+            if not self.state()["Running"]:
+                raise AssertionError(f"the container ended: {self.state()}\n{self.logs()[-4000:]}")
+            return self.probe("readinessProbe") == 200
+
+        try:
+            eventually(ready, timeout=timeout, interval=0.5, what="/readyz of the container",
+                       retry_on=(OSError,))
+        except AssertionError:
+            raise AssertionError(f"not ready; log:\n{self.logs()[-4000:]}") from None
+
+    def terminate(self) -> tuple[int, float]:
+        """SIGTERM, as the kubelet sends it: (exit code, seconds it took) within the grace period."""
+        started = time.monotonic()
+        podman("kill", "--signal", "TERM", self.name)
+        grace = grace_seconds(self.pod)
+        state = eventually(self.ended, timeout=grace + 5, interval=0.1, what="the container to end after SIGTERM")
+        return state["ExitCode"], time.monotonic() - started
+
+
+def ends_cleanly(running: Container) -> None:
+    code, seconds = running.terminate()
+    log = running.logs()
+    assert code == 0, f"exit code {code} after SIGTERM; log:\n{log[-4000:]}"
+    assert seconds < grace_seconds(running.pod), seconds
+    assert "Traceback" not in log, log[-4000:]

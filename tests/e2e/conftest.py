@@ -3,19 +3,30 @@
 The binaries come from hack/build-binaries.sh (built on first use when missing). If
 they cannot be had, every test that needs them fails with the reason; nothing is
 skipped and nothing is faked.
+
+What every folder shares is here: the session's servers (one control plane, one NetBox, one
+OpenStack, each started once for the whole run), the controller processes and the test's namespace.
+The helpers the test modules import are modules of this folder (``controller_fixtures``,
+``webhook_fixtures``, ``netbox_fixtures``, ``audit_record``); a folder's own are in its folder, loaded
+by its conftest.py. No test module imports another.
 """
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Iterable
 
 import pytest
 
-from controller_fixtures import SUMMARY, start_control_plane
-from metal3_ipam.testing import controlplane as cp_mod
-from metal3_ipam.testing import netbox as netbox_mod
-from metal3_ipam.testing import openstack as openstack_mod
+pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures", "netbox_fixtures", "audit_record")
+
+from controller_fixtures import (REPO, SUMMARY, ControllerProcess, Kube, controller_log_sections,  # noqa: E402
+                                 note_test_started, start_control_plane)
+from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
+from metal3_ipam.testing import netbox as netbox_mod  # noqa: E402
+from metal3_ipam.testing import openstack as openstack_mod  # noqa: E402
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     lines = config.stash.get(SUMMARY, [])
@@ -23,10 +34,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("metal3-ipam")
         for line in lines:
             terminalreporter.write_line(line)
-
-
-# The checkout these tests belong to (the package under test may be installed elsewhere, e.g. by tox).
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +53,16 @@ def kustomize_binary() -> Path:
     except cp_mod.BinariesUnavailable as exc:
         reason = str(exc)
     pytest.fail(f"kustomize unavailable:\n{reason}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> Path:
+    """helm, which lints, renders and installs charts/metal3-ipam; built when missing."""
+    try:
+        return cp_mod.ensure_binaries(("helm",), root=REPO)["helm"]
+    except cp_mod.BinariesUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(f"helm unavailable:\n{reason}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -144,13 +161,65 @@ def namespace(control_plane, api_client):
             raise
 
 
+@pytest.fixture
+def kube(api_client, namespace) -> Kube:
+    """The custom objects of the test's fresh namespace."""
+    return Kube(api_client, namespace)
+
+
+@pytest.fixture
+def controller_factory(control_plane, tmp_path):
+    """start(args=("-A",), name=..., ready=True) -> a running ControllerProcess, stopped after the test."""
+    made: list[ControllerProcess] = []
+
+    def start(args: Iterable[str] = ("-A",), *, name: str | None = None, ready: bool = True,
+              verbose: bool = True) -> ControllerProcess:
+        proc = ControllerProcess(control_plane.kubeconfig, args, name=name or f"controller-{len(made) + 1}",
+                                 log_dir=tmp_path, verbose=verbose)
+        made.append(proc)
+        proc.start(ready_timeout=60.0 if ready else 0)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in made:
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_controller(control_plane, tmp_path_factory):
+    """One controller process for a module's tests: all namespaces, leader election on."""
+    proc = ControllerProcess(control_plane.kubeconfig, ["-A", "--leader-election-namespace", "default"],
+                             name="shared-controller", log_dir=tmp_path_factory.mktemp("controller"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def controller(shared_controller):
+    """The module's controller, checked to be still running before and after the test."""
+    assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
+    yield shared_controller
+    assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
+
+
+def pytest_runtest_logstart(nodeid, location):
+    note_test_started()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """On failure, attach the tail of every running control plane's logs to the report."""
+    """On failure, attach the log of every controller that ran during the test and the tail of every
+    running server's logs to the report."""
     outcome = yield
     report = outcome.get_result()
     if not report.failed:
         return
+    report.sections.extend(controller_log_sections())
     for cp in cp_mod.live_control_planes():
         report.sections.append((f"control plane {cp.server} logs", cp.format_logs()))
     for nb in netbox_mod.live_netboxes():

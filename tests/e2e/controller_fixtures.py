@@ -1,15 +1,11 @@
 """The controller as a separate process, and what the end-to-end tests check with it.
 
-A pytest plugin (test modules load it with ``pytest_plugins``):
+Helpers (the fixtures built on them are in conftest.py):
 
 - :class:`ControllerProcess` runs ``python -m metal3_ipam.cli run`` against a
   control plane with its own health port and log file; ``stop()`` sends SIGTERM,
   ``kill()`` SIGKILL, ``freeze()``/``thaw()`` SIGSTOP/SIGCONT. The log of every controller that took part in a failed
   test is attached to the report.
-- fixtures: ``shared_controller`` (one ``-A`` process per test module) and
-  ``controller`` (the same, checked alive around each test); ``controller_factory``
-  (processes of a test's own, stopped after it); ``kube`` (a :class:`Kube` for
-  the test's fresh namespace).
 - :class:`Kube`: small helpers over the custom objects of one namespace.
 - :func:`check_invariants` / :func:`assert_invariants`: SPEC §10 over every
   object of a namespace; :class:`Sentinel` checks the never-allowed ones over
@@ -40,6 +36,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.waiting import eventually
 
@@ -63,7 +60,12 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 #: such as the image's size.
 SUMMARY = pytest.StashKey[list]()
 
-def _free_port() -> int:
+#: The checkout these tests belong to (the package under test may be installed elsewhere, e.g. by tox).
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -111,7 +113,7 @@ class ControllerProcess:
 
     def start(self, ready_timeout: float = 60.0) -> "ControllerProcess":
         assert not self.alive(), f"{self.name} is running already"
-        self.port = _free_port()
+        self.port = free_port()
         argv = [sys.executable, "-m", "metal3_ipam.cli", "run", "--kubeconfig", self.kubeconfig,
                 "--health-address", f"127.0.0.1:{self.port}", *self.args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
@@ -238,50 +240,21 @@ class ControllerDied(AssertionError):
     pass
 
 
-# --------------------------------------------------------------------------- pytest plumbing
+# --------------------------------------------------------------------------- reports
 
 
-def pytest_runtest_logstart(nodeid, location):
+def note_test_started() -> None:
     _TEST_STARTED["at"] = time.monotonic()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """On failure, attach the log of every controller that ran during the test."""
-    outcome = yield
-    report = outcome.get_result()
-    if not report.failed:
-        return
+def controller_log_sections() -> list[tuple[str, str]]:
+    """The log of every controller that ran during the current test, as report sections."""
+    sections = []
     for proc in _ALL:
         took_part = proc.alive() or (proc.stopped_at is not None and proc.stopped_at >= _TEST_STARTED["at"])
         if took_part and proc.starts:
-            report.sections.append((f"controller {proc.name} log (last 200 lines; {proc.log_path})",
-                                    proc.log_tail(200)))
-
-
-@pytest.fixture
-def controller_factory(control_plane, tmp_path):
-    """start(args=("-A",), name=..., ready=True) -> a running ControllerProcess, stopped after the test."""
-    made: list[ControllerProcess] = []
-
-    def start(args: Iterable[str] = ("-A",), *, name: str | None = None, ready: bool = True,
-              verbose: bool = True) -> ControllerProcess:
-        proc = ControllerProcess(control_plane.kubeconfig, args, name=name or f"controller-{len(made) + 1}",
-                                 log_dir=tmp_path, verbose=verbose)
-        made.append(proc)
-        proc.start(ready_timeout=60.0 if ready else 0)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in made:
-            proc.stop()
-
-
-@pytest.fixture
-def kube(api_client, namespace) -> "Kube":
-    return Kube(api_client, namespace)
+            sections.append((f"controller {proc.name} log (last 200 lines; {proc.log_path})", proc.log_tail(200)))
+    return sections
 
 
 # --------------------------------------------------------------------------- objects
@@ -773,29 +746,39 @@ def holds_for(check: Callable[[], Any], seconds: float, what: str, interval: flo
         time.sleep(interval)
 
 
-@pytest.fixture(scope="module")
-def shared_controller(control_plane, tmp_path_factory):
-    """One controller process for a module's tests: all namespaces, leader election on."""
-    proc = ControllerProcess(control_plane.kubeconfig, ["-A", "--leader-election-namespace", "default"],
-                             name="shared-controller", log_dir=tmp_path_factory.mktemp("controller"))
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def strip_and_delete(kube: Kube, gv: tuple[str, str], plural: str, name: str) -> None:
+    """Delete the object ``name`` as a user does by hand, finalizers stripped, and wait until it is gone.
+
+    Gone is that object, by uid: the controller makes a new one of the same name for the claim that
+    holds the IP as soon as it sees the old one go (often before the next read), which is what the test
+    checks afterwards. Waiting for the name itself to be free waited on that new object for ever.
+    """
+    uid = kube.get(gv, plural, name)["metadata"]["uid"]
+    kube.delete(gv, plural, name)
+    kube.patch(gv, plural, name, {"metadata": {"uid": uid, "finalizers": None}})
+    kube.gone(gv, plural, name, uid=uid)
 
 
-@pytest.fixture
-def controller(shared_controller):
-    """The module's controller, checked to be still running before and after the test."""
-    assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
-    yield shared_controller
-    assert shared_controller.alive(), f"the controller died:\n{shared_controller.log_tail(60)}"
+def own_ip(kube: Kube, kind: str, name: str) -> str | None:
+    if kind == "IPClaim":
+        ref = ((kube.ipclaim(name) or {}).get("status") or {}).get("address")
+        address = kube.ipaddress(ref["name"]) if ref else None
+        return address["spec"]["address"] if address else None
+    claim = kube.capi_ipclaim(name) or {}
+    ready = condition(claim, "Ready")
+    ref = (claim.get("status") or {}).get("addressRef") or {}
+    mirror = kube.capi_ipaddress(ref["name"]) if ref.get("name") and ready and ready["status"] == "True" else None
+    locks = [a for a in kube.addresses() if a["spec"]["claim"]["name"] == name
+             and GUARD_LABEL not in (a["metadata"].get("labels") or {})
+             and a["spec"]["claim"].get("kind") == "IPAddressClaim" and not a["metadata"].get("deletionTimestamp")]
+    if mirror is None or len(locks) != 1 or locks[0]["spec"]["address"] != mirror["spec"]["address"]:
+        return None
+    return mirror["spec"]["address"]
 
 
 def start_control_plane(binaries, **kwargs) -> cp_mod.ControlPlane:
     """A started control plane (every CRD of the checkout unless ``crd_paths`` says otherwise), or a failed test."""
-    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(Path(__file__).resolve().parents[2]))
+    kwargs.setdefault("crd_paths", cp_mod.default_crd_paths(REPO))
     cp = cp_mod.ControlPlane(binaries, **kwargs)
     try:
         return cp.start()

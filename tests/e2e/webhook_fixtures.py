@@ -1,15 +1,12 @@
 """A control plane whose API server calls the controller's admission webhooks over TLS.
 
-A pytest plugin (``pytest_plugins = ("controller_fixtures", "webhook_fixtures")``):
+Helpers (the fixtures built on them, ``webhook_plane`` and ``webhook_controller``, are in
+admission/conftest.py):
 
-- ``webhook_plane``: a control plane of the module's own (the webhook
-  configurations it carries would refuse every pool of other modules' tests
-  while no controller answers them);
-- ``webhook_controller``: ``metal3-ipam run --webhook-port … --webhook-cert-dir …``
-  with a serving certificate for 127.0.0.1 from a CA of the test's own, and the
-  Validating/MutatingWebhookConfigurations of :data:`metal3_ipam.controller.webhook.HOOKS`
-  registered with ``clientConfig.url: https://127.0.0.1:PORT/<path>`` and that CA, and the conversion
-  webhooks of the CRDs that have one (the in-cluster IP pools) pointed at its ``/convert`` the same way;
+- :func:`register_webhooks`: the Validating/MutatingWebhookConfigurations of
+  :data:`metal3_ipam.controller.webhook.HOOKS` registered with ``clientConfig.url:
+  https://127.0.0.1:PORT/<path>`` and a CA of the test's own; :func:`convert_at` points the conversion
+  webhooks of the CRDs that have one (the in-cluster IP pools) at ``/convert`` the same way;
 - :func:`call` and :func:`apply`: REST calls that also return the API server's
   warnings; :func:`apply` is ``kubectl apply --server-side --force-conflicts``.
 """
@@ -18,16 +15,14 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import ControllerProcess, start_control_plane
+from controller_fixtures import ControllerProcess
 from metal3_ipam import crds
 from metal3_ipam.core.conversion import CONVERSION_PATH
 from metal3_ipam.controller import webhook
@@ -178,7 +173,7 @@ def converted_crds() -> list[str]:
 def convert_at(api: client.ApiClient, names: list[str], port: int, ca_pem: bytes) -> None:
     """The CRDs ``names`` convert through https://127.0.0.1:PORT/convert with the CA ``ca_pem``, as the webhook
     configurations call the controller. The API server takes the change up a moment later: the first request
-    that needs a conversion retries until it is served (see tests/e2e/test_incluster_admission.py)."""
+    that needs a conversion retries until it is served (see tests/e2e/admission/test_incluster_admission.py)."""
     bundle = base64.b64encode(ca_pem).decode()
     url = f"https://127.0.0.1:{port}{CONVERSION_PATH}"
     ext = client.ApiextensionsV1Api(api)
@@ -219,12 +214,6 @@ def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namesp
                     "spec": {"namePrefix": "q", "pools": [{"start": "10.0.0.5", "end": "10.0.0.20"}]}},
                    "application/json")
     assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def register_webhooks(api: client.ApiClient, port: int, ca_pem: bytes, name: str = "metal3-ipam-e2e") -> list[dict]:
     """The webhook configurations of HOOKS, calling https://127.0.0.1:PORT."""
@@ -283,39 +272,3 @@ class WebhookController:
     port: int
     authority: Authority
     configurations: list[dict]
-
-
-@pytest.fixture(scope="module")
-def webhook_plane(control_plane_binaries):
-    plane = start_control_plane(control_plane_binaries)
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture(scope="module")
-def webhook_api(webhook_plane):
-    with webhook_plane.api_client() as api:
-        yield api
-
-
-@pytest.fixture(scope="module")
-def webhook_controller(webhook_plane, webhook_api, tmp_path_factory):
-    cert_dir = tmp_path_factory.mktemp("serving-certs")
-    authority = Authority.create()
-    authority.issue(cert_dir, hosts=("127.0.0.1",))
-    port = free_port()
-    process = ControllerProcess(webhook_plane.kubeconfig,
-                                ["-A", "--leader-election-namespace", "default", "--webhook-port", str(port),
-                                 "--webhook-cert-dir", str(cert_dir)],
-                                name="webhook-controller", log_dir=tmp_path_factory.mktemp("controller"))
-    process.start()
-    configurations = register_webhooks(webhook_api, port, authority.pem)
-    try:
-        wait_until_webhooks_answer(webhook_api)
-        convert_at(webhook_api, converted_crds(), port, authority.pem)
-        yield WebhookController(process, port, authority, configurations)
-    finally:
-        unregister_webhooks(webhook_api, configurations)
-        process.stop()

@@ -74,6 +74,50 @@ def test_check_reports_a_stale_file(tmp_path, capsys):
     assert "config/rbac/role.yaml" in capsys.readouterr().err
 
 
+def test_check_reports_a_stale_chart_template(tmp_path, capsys):
+    """The chart's CRDs, roles and webhooks are generated with config/'s: an edit of one is found."""
+    packaging.write_files(tmp_path)
+    edited = tmp_path / packaging.CHART_DIR / "templates" / "crds" / "ipam.metal3.io_ippools.yaml"
+    edited.write_text(edited.read_text().replace("maxItems", "maxitems"))
+    assert packaging.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "charts/metal3-ipam/templates/crds/ipam.metal3.io_ippools.yaml" in capsys.readouterr().err
+
+
+def test_the_charts_crds_are_config_crd_with_the_releases_names():
+    """Each CRD template is config/crd's CRD: its spec but for the conversion webhook's client configuration."""
+    for crd in crds.crd_definitions():
+        text = (ROOT / packaging.CHART_DIR / "templates" / "crds" /
+                f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml").read_text()
+        body = "\n".join(line for line in text.splitlines() if "{{" not in line)
+        (chart_crd,) = [d for d in yaml.safe_load_all(body) if d]
+        conversion = crd["spec"].pop("conversion", None)
+        converted = chart_crd["spec"].pop("conversion", None)
+        assert chart_crd["spec"] == crd["spec"]
+        assert (conversion is None) == (converted is None)
+        assert chart_crd["metadata"]["labels"] == crd["metadata"]["labels"]
+
+
+def test_the_rules_file_of_config_prometheus_is_copied_into_the_chart(tmp_path):
+    packaging.write_files(tmp_path)
+    assert not (tmp_path / packaging.CHART_RULES_FILE).exists(), "no rules file: the chart keeps its own"
+    folder = tmp_path / "config" / "prometheus"
+    folder.mkdir(parents=True)
+    (folder / "prometheusrule.yaml").write_text("apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
+                                                "metadata: {name: x}\nspec: {groups: []}\n")
+    (folder / "rules.yaml").write_text("groups:\n- name: pools\n  rules: []\n")
+    assert packaging.stale_files(tmp_path) == [packaging.CHART_RULES_FILE]
+    packaging.write_files(tmp_path)
+    copied = yaml.safe_load((tmp_path / packaging.CHART_RULES_FILE).read_text())
+    assert copied == {"groups": [{"name": "pools", "rules": []}]}
+    # Rules generated in the same run are copied as they will be written, not as the disk has them yet.
+    written = {packaging.PROMETHEUS_DIR / "rules.yaml": "groups:\n- name: fresh\n  rules: []\n"}
+    assert yaml.safe_load(packaging.chart_files(tmp_path, written)[packaging.CHART_RULES_FILE]) == \
+        {"groups": [{"name": "fresh", "rules": []}]}
+    (folder / "more.yaml").write_text("groups: []\n")
+    with pytest.raises(packaging.PackagingError, match="more than one rules file"):
+        packaging.stale_files(tmp_path)
+
+
 # -- least privilege ----------------------------------------------------------------------
 
 def test_roles_hold_no_wildcard_and_only_known_verbs():

@@ -6,7 +6,7 @@ address is found again by, and turns NetBox's answers into the reasons a claim
 shows.
 
 Facts about NetBox 4.7 this rests on (measured against a real NetBox in
-``tests/e2e/test_netbox_client.py``):
+``tests/e2e/poolkinds/netbox/test_netbox_client.py``):
 
 * ``POST /api/ipam/prefixes/{id}/available-ips/`` (and ``ip-ranges``) creates
   the lowest address that no IPAddress object of the same VRF holds, under a

@@ -405,7 +405,7 @@ def test_manifests_are_read_with_the_c_loader_when_there_is_one():
         assert manifests.SafeLoader is yaml.SafeLoader
 
 
-# -- the corpus of invalid manifests (also applied to a real API server: tests/e2e/test_webhooks.py) --
+# -- the corpus of invalid manifests (also applied to a real API server: tests/e2e/admission/test_webhooks.py) --
 
 from metal3_ipam.testing import corpus  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Reading credentials the way kubectl does, into one source every client of the controller uses.
 
 What the server makes of them is tested against a real API server in
-tests/e2e/test_kubeconfigs.py; here: what is read, what is refused (with a
+tests/e2e/controller/test_kubeconfigs.py; here: what is read, what is refused (with a
 message naming the field), and when a token is read or a plugin run again.
 """
 

@@ -1,6 +1,6 @@
 """The election's timing decisions, on a clock the test moves by hand (no sleeping, no server).
 
-The elector itself is exercised against a real API server in tests/e2e/test_leader_elector.py.
+The elector itself is exercised against a real API server in tests/e2e/controller/test_leader_elector.py.
 """
 
 from __future__ import annotations

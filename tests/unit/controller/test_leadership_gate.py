@@ -3,7 +3,7 @@
 The runtime's order of steps, with a stand-in elector, pool workers and LIST: a pass of an earlier tenure
 ends first, then the Metal3 IPAddresses are listed (one LIST per gain, or none when the start-up listing was
 taken while leading), then writes are allowed and every pool is looked at. Against a real API server, with a
-lock written just before a handover: tests/e2e/test_leadership_catch_up.py.
+lock written just before a handover: tests/e2e/poolkinds/incluster/test_leadership_catch_up.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a write refused for good leaves on its claim or pool, when it is tried again, and when the
 controller counts as unable to write at all (the writer's side is tested on a real API server in
-tests/e2e/test_writer.py)."""
+tests/e2e/controller/test_writer.py)."""
 
 from __future__ import annotations
 

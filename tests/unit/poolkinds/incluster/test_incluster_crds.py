@@ -1,6 +1,6 @@
 """The in-cluster provider's pool CRDs (metal3_ipam/crds.py): the Go provider's shapes, offline.
 
-The API server installs and serves them in tests/e2e/test_incluster_crds_served.py.
+The API server installs and serves them in tests/e2e/poolkinds/incluster/test_incluster_crds_served.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The NetBoxIPPool CRD (metal3_ipam/crds.py), offline: names, labels, columns, fields, and its CEL rules
 mirrored in Python (the validator of test_crds) so that the schema and the core's reading agree.
 
-The API server serves it in tests/e2e/test_netbox_pool_crd.py.
+The API server serves it in tests/e2e/poolkinds/netbox/test_netbox_pool_crd.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ come late, twice or never, release through the finalizer, a move forgotten and n
 
 The outside IPAM here is an in-memory stand-in (``FakeIpam``: one address per key, lowest free first,
 release by key, 404 counting as released) with the real asking state (``core.asking``) between it and
-the lifecycle; the real NetBox is met end to end (``tests/e2e/test_netbox_claims.py``).
+the lifecycle; the real NetBox is met end to end (``tests/e2e/poolkinds/netbox/test_netbox_claims.py``).
 """
 
 from __future__ import annotations
