@@ -4,7 +4,7 @@
 The times the tests no longer bound (a slow machine made them fail), measured
 side by side in one run:
 
-- the admission webhook server alone in a process (as ``tests/unit/test_webhook.py``
+- the admission webhook server alone in a process (as ``tests/local/test_webhook.py``
   runs it), a fresh one per phase, and an ordinary claim review sent N times on a
   kept connection, as the API server sends it: alone, then beside each load of
   hostile clients (in a process of their own): a dozen reviews just under 64 KiB

@@ -134,7 +134,7 @@ def test_v1alpha1_pools_are_created_read_and_changed_through_the_controllers_con
 def test_a_v1alpha1_list_longer_than_an_admission_review_is_served(webhook_controller, webhook_api):
     """A LIST read at v1alpha1 of more than the AdmissionReviews' cap (6.25 MiB: 40 pools of 190 KiB
     annotations) is served whole. (kube-apiserver converts each pool in a review of its own as it reads it;
-    ``/convert`` takes a review of a whole list besides: tests/unit/test_break_webhook_server.py.)"""
+    ``/convert`` takes a review of a whole list besides: tests/local/test_webhook_server_holds_its_limits.py.)"""
     api = webhook_api
     namespace = new_namespace(api, "l")
     names = []

@@ -199,7 +199,7 @@ def test_two_replicas_with_leader_election(controller_factory, kube, sentinel, a
     assert found.counts["addresses"] == 150
     print(f"the standby took over {takeover:.1f}s after the leader was killed")
     # Once the Lease expired: taken from the killed leader still named in it (a holder's Lease is taken only
-    # once seen unchanged for a whole lease duration; tests/unit/test_leader_timing.py pins that on a clock).
+    # once seen unchanged for a whole lease duration; tests/unit/controller/test_leader_timing.py pins that on a clock).
     assert _takeovers(standby) == re.findall(r"took leadership of lease \S+ as (\S+)", leader.log_text())
 
     # A graceful stop gives the Lease up: a fresh standby takes over without waiting for expiry.

@@ -90,7 +90,7 @@ def test_a_namespaced_pool_beside_a_global_one_of_the_same_name(controller, incl
     """A namespaced and a cluster-scoped pool of one name are two pools; claims of the global one in two
     namespaces (even of one name) never share an IP, and their IPAddresses live in the claims' namespaces.
     (The two pools' addresses are apart: overlapping, the namespaced pool would own the overlap in its
-    namespace, see tests/unit/test_global_pool_overlap.py.)"""
+    namespace, see tests/unit/poolkinds/incluster/test_global_pool_overlap.py.)"""
     other = incluster.namespace()
     name = incluster.global_name("shared")
     incluster.ip_pool(name, prefix=24, gateway="10.0.0.1", addresses=["10.0.0.2-10.0.0.254"])

@@ -1,0 +1,166 @@
+"""Two GlobalInClusterIPPools and an InClusterIPPool named like one of them, overlapping, created in any
+order, against a model of the world (test_model's): the API store apart from the controller's cache, fed by
+lagging per-kind watch streams, events delivered again and LISTs filed late. Claims of one name in two
+namespaces, deleted and created anew under their names (new uids), their Clusters paused by annotation and
+unpaused.
+
+After every step, on the store: no IP held by live address objects for two live claims of the global pools
+(whatever their namespaces), nor of one namespace (whatever their pools). Once drained, at the fixed point:
+every live claim has exactly one IP or a Ready=False condition, and nothing is leaked."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from metal3_ipam.poolkinds.incluster import spec as ic
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.inventory import Inventory, served
+from ipam_objects import capi_claim, cluster
+from world_model import LaggingWatch, Store
+
+GLOBAL, NAMESPACED = ic.GLOBAL_IN_CLUSTER_IP_POOL, ic.IN_CLUSTER_IP_POOL
+NAMESPACES = ("ns-a", "ns-b")
+LABEL = kinds.CLUSTER_NAME_LABEL
+
+
+class GlobalStore(Store):
+    def load(self, obj: dict) -> None:
+        super(Store, self).load(obj)
+        ns = "" if kinds.kind_of(obj) == GLOBAL else o.namespace(obj) or "default"
+        self.streams[kinds.kind_of(obj)].append(("ADDED", copy.deepcopy(self.inventory.get(kinds.kind_of(obj), ns,
+                                                                                            o.name(obj)))))
+
+
+# (kind, namespace, name) of each pool, and its addresses: every two overlap.
+POOLS = {"g": (GLOBAL, None, "g", ["10.9.0.1-10.9.0.3"]), "h": (GLOBAL, None, "h", ["10.9.0.2-10.9.0.4"]),
+         "n": (NAMESPACED, "ns-a", "g", ["10.9.0.1-10.9.0.5"])}
+
+
+def pool(kind, ns, addresses, name="g", created=None):
+    meta = {"name": name, **({"namespace": ns} if ns else {}),
+            **({"creationTimestamp": created} if created else {})}
+    return {"apiVersion": ic.API_VERSION, "kind": kind[1], "metadata": meta,
+            "spec": {"addresses": addresses, "prefix": 24}}
+
+
+def live_holdings(store) -> dict[tuple, set]:
+    """(namespace, kind, name) of each live claim -> (pool kind, IP) its live address objects hold."""
+    live = {(o.namespace(c), o.name(c)) for c in store.inventory.of_kind(kinds.CAPI_CLAIM) if not o.is_deleting(c)}
+    held: dict[tuple, set] = {}
+    for address in store.inventory.of_kind(kinds.IPADDRESS):
+        key = o.claim_of_address(address)
+        if (o.namespace(address), key[1]) in live and not o.is_deleting(address):
+            held.setdefault((o.namespace(address), key[1]), set()).add((o.spec(address)["pool"]["kind"],
+                                                                        o.spec(address)["address"]))
+    for address in store.inventory.of_kind(kinds.CAPI_ADDRESS):
+        name = o.spec(address)["claimRef"]["name"]
+        if (o.namespace(address), name) in live and not o.is_deleting(address):
+            held.setdefault((o.namespace(address), name), set()).add((o.spec(address)["poolRef"]["kind"],
+                                                                      o.spec(address)["address"]))
+    return held
+
+
+class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
+    @initialize(seed=st.integers(0, 10_000), order=st.permutations(sorted(POOLS)))
+    def start(self, seed, order):
+        self.rng = random.Random(seed)
+        self.store = GlobalStore()
+        self.cache = Inventory()
+        self.delivered: list[tuple[str, dict]] = []
+        self.by_hand: set = set()
+        created = {key: f"2024-01-01T00:0{i}:00Z" for i, key in enumerate(order)}
+        pools = [pool(kind, ns, addresses, name, created[key]) for key, (kind, ns, name, addresses) in POOLS.items()]
+        for obj in (*pools, cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
+            self.store.load(obj)
+        self.pending_listings = [(kind, *self.store.listing(kind)) for kind in served()]
+        self.started = False
+
+    # -- the world ----------------------------------------------------------------------
+
+    @rule(name=st.sampled_from(["c0", "c1", "c2"]), ns=st.sampled_from(NAMESPACES),
+          which=st.sampled_from(sorted(POOLS)), labelled=st.booleans())
+    def user_creates_claim(self, name, ns, which, labelled):
+        kind, pool_ns, pool_name, _ = POOLS[which]
+        if pool_ns not in (None, ns) or self.store.inventory.get(kinds.CAPI_CLAIM, ns, name) is not None:
+            return
+        self.store.load(capi_claim(name, pool=pool_name, ns=ns, api_group=kind[0], kind=kind[1],
+                                   labels={LABEL: "cl"} if labelled else None))
+
+    @rule(k=st.integers(0, 50))
+    def user_deletes_claim(self, k):
+        claims = sorted((c for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM) if not o.is_deleting(c)),
+                        key=lambda c: (o.namespace(c), o.name(c)))
+        if claims:
+            claim = copy.deepcopy(claims[k % len(claims)])
+            claim["metadata"]["deletionTimestamp"] = self.store.now
+            self.store._store(claim)
+
+    @rule(ns=st.sampled_from(NAMESPACES), paused=st.booleans())
+    def user_pauses_cluster_by_annotation(self, ns, paused):
+        c = copy.deepcopy(self.store.inventory.get(kinds.CLUSTER, ns, "cl"))
+        c["metadata"]["annotations"] = {kinds.PAUSED_ANNOTATION: ""} if paused else {}
+        self.store._store(c)
+
+    # -- the controller -------------------------------------------------------------------
+
+    @precondition(lambda self: self.started)
+    @rule(which=st.sampled_from(sorted(POOLS)))
+    def a_pool_pass(self, which):
+        kind, ns, name, _ = POOLS[which]
+        self.run_pass(o.PoolKey(ns or "", name, kind))
+
+    # -- what must hold ---------------------------------------------------------------------
+
+    @invariant()
+    def no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace(self):
+        if not hasattr(self, "store"):
+            return
+        # Unlike the Go provider's independent pools: an IP is unique among the claims of the global pools of
+        # every namespace, and among the claims of a namespace whatever their pools (overlaps are withheld by
+        # the later pool).
+        by_global_ip: dict[str, set] = {}
+        by_ns_ip: dict[tuple[str, str], set] = {}
+        for claim, held in live_holdings(self.store).items():
+            for kind, ip in held:
+                if kind == GLOBAL[1]:
+                    by_global_ip.setdefault(ip, set()).add(claim)
+                by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
+        assert all(len(c) == 1 for c in by_global_ip.values()), by_global_ip
+        assert all(len(c) == 1 for c in by_ns_ip.values()), by_ns_ip
+
+    def teardown(self):
+        if not hasattr(self, "store"):
+            return
+        self.drain()
+        self.no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace()
+        held = live_holdings(self.store)
+        claims = {(o.namespace(c), o.name(c)): c for c in self.store.inventory.of_kind(kinds.CAPI_CLAIM)}
+        for key, claim in claims.items():
+            paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, key[0], "cl"))
+            if o.is_deleting(claim) or (paused and o.cluster_name_of(claim) == "cl"):
+                continue
+            ips = {ip for _, ip in held.get(key, ())}
+            ready = o.condition(o.status(claim), "Ready")
+            assert len(ips) <= 1, (key, ips)
+            assert ready is not None and (ready["status"] == "True") == bool(ips), (key, ready, ips)
+        for kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
+            for address in self.store.inventory.of_kind(kind):
+                name = (o.claim_of_address(address) or ("", ""))[1] if kind == kinds.IPADDRESS \
+                    else o.spec(address)["claimRef"]["name"]
+                # A global pool's locks live in the lock namespace; their spec.claim names the claim's own.
+                ns = (o.spec(address).get("claim") or {}).get("namespace") or o.namespace(address) \
+                    if kind == kinds.IPADDRESS else o.namespace(address)
+                claim = claims.get((ns, name))
+                paused = o.cluster_paused(self.store.inventory.get(kinds.CLUSTER, ns, "cl"))
+                assert claim is not None or paused, f"{kind[1]} {o.namespace(address)}/{o.name(address)} leaked"
+
+
+GlobalPoolInTheWorld.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None,
+                                                  suppress_health_check=[HealthCheck.too_slow])
+test_a_global_pool_in_the_world = GlobalPoolInTheWorld.TestCase

@@ -1,0 +1,273 @@
+"""The sweep's marks of release and first-come homing, through the adapter (``NetBoxPools.sweep``) of two clusters
+sharing one NetBox: an address no claim here carries is marked released (``swept=<time>``) and deleted only a
+release grace later, so a claim of another cluster carrying its key (a move's target whose controller was down)
+takes it back; an address two clusters' live claims carry is homed once, never back and forth, and each side's
+claim is told (Warning Events); a restarted source still knows the claims NetBox says left it for a move."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient, NetBoxError
+from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
+from metal3_ipam.core.actions import Event
+from metal3_ipam.core.asking import Asking
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core import objects as o
+from metal3_ipam.poolkinds.netbox.source import Reason
+from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
+from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
+                                    taken_from, taken_over, with_swept)
+
+from sweep_sides import C1, SP, T1, TP, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox, shared_netbox_pool
+from outside_world import World, ready
+from outside_world import claim as outside_claim
+
+EPOCH = 1_790_000_000.0  # the wall clock at the first sweep
+GRACE = 3600.0  # --netbox-release-grace-seconds
+
+
+class _Writer:
+    """Records the Events a sweep writes."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+
+    async def execute(self, plan, pool_key) -> None:
+        self.events.extend(a for s in plan.steps for a in s.actions if isinstance(a, Event))
+
+
+class _Side:
+    """One cluster's controller, sweeping every 300 s of an injected clock (and of the wall clock it writes)."""
+
+    def __init__(self, netbox: SharedNetBox, *objs: dict):
+        self.now = 0.0
+        self.inventory = Inventory()
+        for obj in objs:
+            self.inventory.upsert(obj)
+        self.writer = _Writer()
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
+                                 writer=self.writer, wake=lambda *a: None, sweep_seconds=300,
+                                 release_grace_seconds=GRACE,
+                                 clock=lambda: self.now, wall=lambda: EPOCH + self.now)
+
+    def sweep(self, times: int = 1, every: float = 300) -> None:
+        for _ in range(times):
+            self.now += every
+            asyncio.run(self.pools.sweep())
+
+    def reasons(self) -> list[str]:
+        return [e.reason for e in self.writer.events]
+
+
+def homed_at_source() -> Found:
+    return Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns")))
+
+
+def test_a_source_started_first_after_both_controllers_were_down_marks_the_address_and_the_target_takes_it_back():
+    """Both controllers down while the move deletes ``ns/m``; the source starts first, its Cluster unpaused for
+    the retry: its sweep marks the address released (it stays in NetBox, the IP taken). The target's controller
+    starts within the grace, its copy paused: it holds the address, the mark goes, its claim is told; the
+    source never releases it. The retry finished (the target's Cluster unpaused), the target homes it there."""
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
+    source.sweep(3)
+    assert netbox.released == []
+    marked = netbox.items[3].description
+    assert swept_at(marked) is not None and home_in(marked) == Home("Cluster", C1), marked
+
+    target = _Side(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
+    target.sweep()
+    held = netbox.items[3].description
+    assert held_in(held) == Home("Cluster", T1) and swept_at(held) is None, held
+    assert target.reasons() == ["NetBoxAddressTakenBack"]
+    source.sweep(times=4, every=GRACE)
+    assert netbox.released == [] and netbox.items[3].description == held
+
+    target.inventory.upsert({**cluster_c1(T1, False, "t"), "metadata": {**cluster_c1(T1, False, "t")["metadata"],
+                                                                      "resourceVersion": "2"}})
+    target.sweep()
+    homed = netbox.items[3].description
+    assert home_in(homed) == Home("Cluster", T1) and taken_from(homed) == Home("Cluster", C1), homed
+    assert held_in(homed) is None
+
+
+def test_an_address_marked_released_is_deleted_once_the_grace_is_over_and_not_before():
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
+    source.sweep(2)
+    at = swept_at(netbox.items[3].description)
+    assert at is not None and netbox.released == []
+    while source.now + EPOCH - at < GRACE:
+        assert netbox.released == []
+        source.sweep()
+    source.sweep(2)
+    assert [item.id for item in netbox.released] == [3]
+
+
+def test_a_claim_carrying_the_key_of_an_address_its_own_cluster_marked_released_takes_it_back():
+    """The claim's manifest applied again with its key (restored by hand) before the grace is over."""
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
+    source.sweep(2)
+    assert swept_at(netbox.items[3].description) is not None
+    source.inventory.upsert(keyed_claim("m", "k", "ns"))
+    source.sweep(times=3, every=GRACE)
+    assert netbox.released == []
+    assert netbox.items[3].description == description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
+    assert source.reasons() == ["NetBoxAddressTakenBack"]
+
+
+def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_claims_are_told():
+    """A move restored from a directory while the source runs: both clusters' claims live, unpaused."""
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
+    target.sweep()
+    taken = netbox.items[3].description
+    assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
+    for _ in range(5):
+        source.sweep()
+        target.sweep()
+    assert netbox.items[3].description == taken and netbox.released == []
+    assert target.reasons() == ["NetBoxAddressTakenOver"]
+    assert source.reasons() == ["NetBoxAddressHomedElsewhere"]  # once, not at every sweep
+    [told] = source.writer.events
+    assert f"Cluster:{T1}" in told.message and told.type == "Warning"
+    assert f"Cluster:{T1}" in source.inventory.homed_elsewhere["k"]  # the claim's condition (core.reconcile)
+    assert target.inventory.homed_elsewhere == {}
+
+
+def test_a_restarted_source_still_refuses_a_copy_of_the_key_of_a_claim_netbox_says_left_it_for_a_move():
+    moved = Found(3, "10.0.0.3/24", "k", f"metal3-ipam moved-from=Cluster:{C1} claim ns/m")
+    elsewhere = Found(4, "10.0.0.4/24", "k2", f"metal3-ipam moved-from=Cluster:{T1} claim t/x")
+    source = _Side(SharedNetBox(moved, elsewhere), cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
+    assert dict(source.inventory.moved_away) == {}
+    source.sweep()
+    assert dict(source.inventory.moved_away) == {"k": ("ns", "m")}  # not k2: it left another cluster
+
+
+def test_a_mark_of_release_keeps_the_home_whole_and_the_description_within_netboxs_limit():
+    long = keyed_claim("m" * 253, "k", "n" * 63)
+    text = with_swept(description(Home("Cluster", C1), long), EPOCH)
+    assert len(text) <= 200 and swept_at(text) == EPOCH and home_in(text) == Home("Cluster", C1)
+    assert text.startswith(f"metal3-ipam home=Cluster:{C1} swept=")
+    bare = with_swept(text, None)
+    assert swept_at(bare) is None and home_in(bare) == Home("Cluster", C1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(judged=st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), st.integers(0, 10_000))), max_size=8,
+                       unique_by=lambda t: t[0]),
+       wall=st.integers(0, 20_000), keep=st.integers(0, 10_000))
+def test_settle_marks_what_is_unmarked_and_releases_only_what_was_marked_a_grace_ago(judged, wall, keep):
+    items = [Found(i, f"10.0.0.{i}/24", f"k{i}", with_swept(f"metal3-ipam home=Cluster:{C1} claim ns/m{i}",
+                                                             None if at is None else EPOCH + at))
+             for i, at in judged]
+    release, mark = settle(items, EPOCH + wall, keep)
+    for item in release:
+        assert swept_at(item.description) is not None and EPOCH + wall - swept_at(item.description) >= keep
+    for item, text in mark:
+        assert swept_at(item.description) is None and swept_at(text) == EPOCH + wall
+        assert home_in(text) == home_in(item.description)
+    assert {i.id for i in release} | {i.id for i, _ in mark} <= {i.id for i in items}
+    assert not {i.id for i in release} & {i.id for i, _ in mark}
+
+
+HOMES = [Home("Cluster", C1), Home("Cluster", T1), Home("Cluster", SP)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(start=st.sampled_from(HOMES + [None]), order=st.lists(st.integers(0, 2), min_size=1, max_size=12))
+def test_three_clusters_whose_live_claims_carry_one_key_never_take_it_back_and_forth(start, order):
+    """Each cluster holds only its own Cluster, its claim live and unpaused; they sweep in any order. After
+    each has swept once, no sweep changes the address: at most one take without the home's consent."""
+    text = description(start, keyed_claim("m", "k", "ns")) if start else "metal3-ipam claim ns/m"
+    writes = []
+    for side in order + [0, 1, 2] + order:
+        mine = HOMES[side]
+        state = lambda h, mine=mine: PRESENT if h == mine else ABSENT  # noqa: E731
+        new = taken_over(text, description(mine, keyed_claim("m", "k", f"ns{side}")), state)
+        writes.append(new is not None)
+        text = new or text
+    assert sum(writes) <= 2, text  # a take of an address homed nowhere, one take over of a live home at most
+    assert not any(writes[len(order) + 3:]), text  # once each swept, nobody writes it again
+
+
+class _Client(NetBoxClient):
+    """The client's lookup-then-describe with no server: ``describe`` records what it would write."""
+
+    def __init__(self):
+        super().__init__("http://netbox.example", "token", owner="o")
+        self.written: list[str] = []
+
+    async def describe(self, allocation, description, what=None):
+        self.written.append(description)
+        return dataclasses.replace(allocation, description=description)
+
+
+def test_a_claim_asking_for_a_key_whose_address_another_cluster_took_over_from_its_home_is_refused():
+    """The claim's key's address was taken over by a claim of another cluster (``from=`` this claim's home):
+    found by key, it is not bound here (the other cluster's claim holds the IP), and the refusal names it."""
+    mine = description(Home("Cluster", C1), keyed_claim("copy", "k", "ns"))
+    taken = Allocation(3, "10.0.0.3/24", "k", None, f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m")
+    client = _Client()
+    with pytest.raises(NetBoxError) as refused:
+        asyncio.run(client._rehome(taken, mine, "allocating for key 'k'"))
+    assert refused.value.reason is Reason.HOMED_ELSEWHERE and f"Cluster:{T1}" in str(refused.value)
+    assert client.written == []
+    # Homed nowhere (its claim seen leave for a move) or never taken over: taken, the old home named.
+    for there in (f"metal3-ipam moved-from=Cluster:{T1} claim t/m", f"metal3-ipam home=Cluster:{T1} claim t/m"):
+        found = dataclasses.replace(taken, description=there)
+        assert home_in(asyncio.run(client._rehome(found, mine, "allocating")).description) == Home("Cluster", C1)
+    assert [taken_from(text) for text in client.written] == [Home("Cluster", T1)] * 2
+
+
+def test_a_bound_claim_whose_key_a_sweep_found_homed_in_another_cluster_says_so_in_a_condition_until_it_is_not():
+    m = outside_claim("m")
+    m["metadata"]["annotations"] = {KEY_ANNOTATION: "k1"}
+    world = World(m)
+    world.settle()
+    assert ready(world.claim("m"))["status"] == "True"
+    world.api.inventory.homed_elsewhere["k1"] = f"NetBox at x: address 10.0.0.2/28 is homed at Cluster:{T1}"
+    world.settle()
+    said = o.condition(o.status(world.claim("m")), ADDRESS_HOMED_ELSEWHERE)
+    assert said is not None and said["status"] == "True" and f"Cluster:{T1}" in said["message"]
+    assert ready(world.claim("m"))["status"] == "True"  # it keeps its address
+    del world.api.inventory.homed_elsewhere["k1"]
+    world.settle()
+    assert o.condition(o.status(world.claim("m")), ADDRESS_HOMED_ELSEWHERE) is None
+
+
+def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_claim_took_over():
+    """Two clusters' live claims carried the key; the other took the address over. The claim here deleted, its
+    finalizer's release leaves the address (its IP is that claim's), and the claim's finalizer goes all the same."""
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m"))
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
+    assert source.pools._another_clusters(netbox.items[3].description)
+    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m")
+    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{T1} claim t/m")  # never taken over
+
+    class Holding(_Client):
+        async def find(self, key):
+            return Allocation(3, "10.0.0.3/24", key, None, netbox.items[3].description)
+
+        async def release_allocation(self, allocation):
+            raise AssertionError(f"released {allocation}")
+
+    assert asyncio.run(Holding().release("k", source.pools._another_clusters)) is None
+
+
+def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_not_a_take_over():
+    """``moved-from=`` names the home a source took off the address; it is no ``from=`` (a take over)."""
+    gone = f"metal3-ipam moved-from=Cluster:{C1} claim ns/m"
+    assert taken_from(gone) is None
+    back = description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
+    text = taken_over(gone, back, lambda h: PRESENT if h == Home("Cluster", C1) else ABSENT)
+    assert text == back  # its own home again, taken from nobody
