@@ -35,7 +35,7 @@ from image_fixtures import CERT_MANAGER_CRDS, kubelet_for
 from webhook_fixtures import (call, install, new_namespace, use_webhooks_at,
                               wait_until_webhooks_answer)
 
-METAL3_COMPONENTS = Path(__file__).resolve().parent / "data" / "go-components" / "metal3-ipam-components.yaml"
+METAL3_COMPONENTS = REPO / "tests" / "fixtures" / "go-components" / "metal3-ipam-components.yaml"
 _VARIABLE = re.compile(r"\$\{([A-Za-z0-9_]+):=([^}]*)\}")
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from metal3_ipam.controller.webhook_server import Limits
 from metal3_ipam.testing import webhook_load as load
-from test_webhook import Served
+from paths import TESTS
+from served_webhook import Served
 
-GO_COMPONENTS = Path(__file__).resolve().parents[1] / "e2e" / "data" / "go-components"
+GO_COMPONENTS = TESTS / "fixtures" / "go-components"
 
 
 def _webhooks(component: str) -> list[tuple[str, dict]]:

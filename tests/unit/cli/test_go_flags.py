@@ -8,12 +8,12 @@ import pytest
 import yaml
 
 from metal3_ipam import cli, goflags
+from paths import TESTS
 from metal3_ipam.controller.certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE
 
-from pathlib import Path
 
 # The Go providers' released components, rendered from their config/default.
-GO_COMPONENTS = Path(__file__).resolve().parents[1] / "e2e" / "data" / "go-components"
+GO_COMPONENTS = TESTS / "fixtures" / "go-components"
 
 
 def options(*argv: str, as_manager: bool = False):
