@@ -234,7 +234,7 @@ class ApiWriter:
             connector = aiohttp.TCPConnector(limit=self.parallel + 4, ssl=context if context is not None else True)
             self._session = aiohttp.ClientSession(
                 base_url=self.credentials.server.rstrip("/") + "/", connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout), trace_configs=[metrics.rest_trace()],
                 request_class=_fenced_request_class(self.may_write))
             self._tls = tls
         return self._session

@@ -12,6 +12,8 @@ from typing import Callable, Iterable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import metrics
+
 Check = Callable[[], Iterable[str]]
 
 
@@ -26,13 +28,14 @@ def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"
 
 
 async def serve(host: str, port: int, alive: Check, ready: Check) -> web.AppRunner:
-    async def metrics(_: web.Request) -> web.Response:
+    async def exposition(_: web.Request) -> web.Response:
+        metrics.READY.set(0 if any(True for _ in ready()) else 1)
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/healthz", _probe(alive, "not alive"))
     app.router.add_get("/readyz", _probe(ready, "not ready"))
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", exposition)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -41,7 +41,7 @@ from ..core import kinds, poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
-from . import health
+from . import health, metrics
 from .admission import Admission
 from .api import ApiWriter, Resource, request
 from .certificates import DEFAULT_CERT_DIR
@@ -206,6 +206,7 @@ class Runtime:
         # watches always go out as the same user.
         configuration = credentials.configuration(self.options.parallel_writes + 4)
         self.credentials, self.api = credentials, client.ApiClient(configuration)
+        metrics.count_rest_requests(self.api)
         try:
             self.resources = await asyncio.to_thread(discover, self.api)
         except NotInstalled as err:
@@ -221,6 +222,8 @@ class Runtime:
         if options.leader_elect:
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
+        else:
+            metrics.LEADER.set(1)  # the one writer
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write, write_deadline=self.write_deadline)
         may_act = lambda: self.loaded and self.may_write()  # noqa: E731

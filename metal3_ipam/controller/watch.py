@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from . import metrics
 from .api import Resource
 from .credentials import Credentials, CredentialsError
 from .wire import decode_event
@@ -69,7 +70,8 @@ class Streams:
             self._session = aiohttp.ClientSession(
                 base_url=self.credentials.server.rstrip("/") + "/",
                 connector=aiohttp.TCPConnector(limit=0, ssl=context if context is not None else True),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=SERVER_TIMEOUT + 30))
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=SERVER_TIMEOUT + 30),
+                trace_configs=[metrics.rest_trace()])
             self._tls = tls
         return self._session
 
