@@ -10,7 +10,10 @@ code that does it::
 
 - ``config/rbac/role.yaml`` and ``leader_election_role.yaml`` from
   :mod:`metal3_ipam.controller.permissions`;
-- ``config/webhook/manifests.yaml`` from :data:`metal3_ipam.controller.webhook.HOOKS`.
+- ``config/webhook/manifests.yaml`` from :data:`metal3_ipam.controller.webhook.HOOKS`;
+- ``config/prometheus/`` (the alert rules, as a PrometheusRule and as a plain rules file, and
+  kube-state-metrics' configuration for the kinds of pool) and ``config/grafana/`` (the dashboard)
+  from :mod:`metal3_ipam.observability`.
 
 ``metal3-ipam release`` renders ``config/default`` into the provider
 components clusterctl reads (``ipam-components.yaml``: every object labelled
@@ -31,9 +34,10 @@ from pathlib import Path
 import yaml
 
 # First: webhook.HOOKS and the roles are made from the registry of kinds when their modules are imported.
+from . import observability
 from . import poolkinds  # noqa: F401  (registers the kinds of pool)
 from .controller import permissions, webhook
-from .crds import generator_main
+from .crds import crd_definitions, generator_main
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -73,6 +77,24 @@ def generated_files() -> dict[Path, str]:
         Path("config/rbac/role.yaml"): _dump([role], "metal3_ipam/controller/permissions.py"),
         Path("config/rbac/leader_election_role.yaml"): _dump([election], "metal3_ipam/controller/permissions.py"),
         Path("config/webhook/manifests.yaml"): _dump(hooks, "metal3_ipam/controller/webhook.py"),
+        **_observability_files(),
+    }
+
+
+def storage_versions() -> dict[tuple[str, str], str]:
+    """(group, kind) -> the version its CRD stores."""
+    return {(crd["spec"]["group"], crd["spec"]["names"]["kind"]): version["name"]
+            for crd in crd_definitions() for version in crd["spec"]["versions"] if version.get("storage")}
+
+
+def _observability_files() -> dict[Path, str]:
+    source = "metal3_ipam/observability.py"
+    return {
+        Path("config/prometheus/prometheusrule.yaml"): _dump([observability.prometheus_rule()], source),
+        Path("config/prometheus/metal3-ipam.rules.yaml"): _dump([observability.rules_file()], source),
+        Path("config/prometheus/kube-state-metrics.yaml"): _dump(
+            [observability.kube_state_metrics_config(storage_versions())], source),
+        Path("config/grafana/metal3-ipam-pools.json"): observability.dump_json(observability.dashboard()),
     }
 
 

@@ -101,6 +101,24 @@ WEBHOOK_LATENCY = Histogram("controller_runtime_webhook_latency_seconds", "From 
                             ["webhook"])
 
 
+# The controllers of the kinds of pool served (``init_controller``).
+CONTROLLERS: set[str] = set()
+
+
+def init_controller(name: str) -> None:
+    """A controller's counters and histograms, at zero from the start as controller-runtime has them (a
+    dashboard's rate of errors is 0, not absent, while there were none)."""
+    CONTROLLERS.add(name)
+    for result in ("success", "error", "requeue", "requeue_after"):
+        RECONCILE_TOTAL.labels(name, result)
+        CAPI_RECONCILE_TOTAL.labels(name, result)
+    RECONCILE_ERRORS.labels(name)
+    RECONCILE_TIME.labels(name)
+    CAPI_RECONCILE_TIME.labels(name)
+    for metric in (WORKQUEUE_ADDS, WORKQUEUE_RETRIES, WORKQUEUE_QUEUE_SECONDS, WORKQUEUE_WORK_SECONDS):
+        metric.labels(name, name)
+
+
 @dataclass
 class QueueState:
     """A controller's work queue and passes, as read at a scrape."""

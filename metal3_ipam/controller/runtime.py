@@ -232,6 +232,9 @@ class Runtime:
         self.outside = {kind: pool_kind.outside.service(parts) for kind, pool_kind in poolkind.REGISTRY.items()
                         if kind in resources and pool_kind.outside is not None and pool_kind.outside.service}
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.outside)
+        for kind in poolkind.REGISTRY:
+            if kind in resources:
+                metrics.init_controller(metrics.controller_name(kind))
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)

@@ -241,7 +241,8 @@ class PoolWorkers:
         """Per controller (kind of pool): the pools waiting for a pass by priority, how long each pass under
         way has been running, and how many pools it has (one pass at a time each)."""
         now = time.monotonic()
-        states = {kind: metrics.QueueState(metrics.controller_name(kind)) for kind in poolkind.REGISTRY}
+        states = {kind: metrics.QueueState(metrics.controller_name(kind)) for kind in poolkind.REGISTRY
+                  if not metrics.CONTROLLERS or metrics.controller_name(kind) in metrics.CONTROLLERS}
         for pool in self.inventory.pool_keys():
             if pool.kind in states:
                 states[pool.kind].pools += 1
