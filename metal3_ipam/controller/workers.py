@@ -610,6 +610,8 @@ class PoolWorkers:
         namespace, name = pool.namespace, pool.name
         labels = metrics.pool_labels(pool)
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        for counter in (metrics.ALLOCATIONS, metrics.RELEASES):
+            counter.labels(*labels)  # 0 until the first (a rate of 0, not none)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
                 metrics.ALLOCATIONS.labels(*labels).inc()

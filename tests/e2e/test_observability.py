@@ -19,6 +19,7 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -158,7 +159,8 @@ def _reviews_answered(webhook_controller, webhook_api, filling) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         opener.open(request, timeout=10)
     assert refused.value.code == 400
-    old = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool", "metadata": {"name": "old"},
+    old = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool",
+           "metadata": {"name": f"old-{uuid.uuid4().hex[:6]}"},
            "spec": {"subnet": "10.30.0.0/24", "start": "10.30.0.10", "gateway": "10.30.0.1"}}
     eventually(lambda: apply(webhook_api, old, filling.namespace).status == 201, timeout=30,
                what="a v1alpha1 pool created through the controller's conversion")
