@@ -319,7 +319,7 @@ class PoolWorkers:
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
-        metrics.WORKQUEUE_RETRIES.labels(*_queue_labels(pool)).inc()
+        metrics.WORKQUEUE_RETRIES.labels(*_queue_labels(o.PoolKey(*pool))).inc()
         delay = min(self._backoff.get(pool, 0.25) * 2, self.max_backoff)
         self._backoff[pool] = delay
         old = self._retry_handles.pop(pool, None)
