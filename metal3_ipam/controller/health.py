@@ -28,8 +28,10 @@ def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"
 
 
 async def serve(host: str, port: int, alive: Check, ready: Check) -> web.AppRunner:
+    # Read at each collection, whichever endpoint serves the metrics.
+    metrics.READY.set_function(lambda: 0.0 if any(True for _ in ready()) else 1.0)
+
     async def exposition(_: web.Request) -> web.Response:
-        metrics.READY.set(0 if any(True for _ in ready()) else 1)
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
