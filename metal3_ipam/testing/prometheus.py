@@ -74,10 +74,9 @@ class Prometheus:
         self.jobs = list(jobs)
         self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.evaluation_interval = evaluation_interval
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="metal3-ipam-prometheus-"))
+        self.directory: Path | None = Path(directory) if directory else None
         self.port: int | None = None
         self.popen: subprocess.Popen | None = None
-        self.log_path = self.directory / "prometheus.log"
 
     @property
     def url(self) -> str:
@@ -85,6 +84,8 @@ class Prometheus:
 
     def start(self, timeout: float = 60.0) -> "Prometheus":
         program = binary("prometheus")
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="metal3-ipam-prometheus-"))
         config = {"global": {"scrape_interval": "1s", "evaluation_interval": self.evaluation_interval},
                   "rule_files": self.rule_files, "scrape_configs": self.jobs}
         config_path = self.directory / "prometheus.yml"
@@ -124,6 +125,10 @@ class Prometheus:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.directory or ".") / "prometheus.log"
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from metal3_ipam import observability
-from metal3_ipam.testing.prometheus import PrometheusUnavailable, promtool
+from metal3_ipam.testing.prometheus import Prometheus, PrometheusUnavailable, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "config" / "prometheus" / "metal3-ipam.rules.yaml"
@@ -267,3 +267,11 @@ def _test_writes() -> dict:
     return {"interval": "1m", "input_series": series, "alert_rule_test": [
         _alerts("Metal3IPAMWritesRefused", "4m"), _alerts("Metal3IPAMWritesRefused", "14m", fired),
         _alerts("Metal3IPAMWritesRefused", "35m")]}
+
+
+def test_without_prometheus_installed_the_harness_fails_saying_how_to_install_it(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(PrometheusUnavailable, match="apt-get install prometheus"):
+        promtool("--version")
+    with pytest.raises(PrometheusUnavailable, match="prometheus is not on PATH"):
+        Prometheus([]).start()
