@@ -434,6 +434,10 @@ class WebhookServer:
     # -- one request ------------------------------------------------------------
 
     def _handler(self, mutating: bool, path: str):
+        for code in ("200", "500"):  # the likeliest answers at 0 from the start, as controller-runtime has them
+            metrics.WEBHOOK_REQUESTS.labels(path, code)
+        metrics.WEBHOOK_IN_FLIGHT.labels(path)
+
         async def handle(request: web.Request) -> web.StreamResponse:
             entry = self._by_transport.get(request.transport)
             held = [0, 0]
