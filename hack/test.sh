@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: prepares what the tests need on a fresh Debian machine, then runs tox.
 #   bash hack/test.sh [TOX ARGUMENTS...]      e.g.  bash hack/test.sh -e unit
-# It installs tox and the image tools (podman, runc, slirp4netns, mmdebstrap)
-# when missing, builds the control-plane binaries, kustomize and helm
-# (hack/build-binaries.sh) while it prepares NetBox (hack/prepare-netbox.sh:
+# It installs tox, the image tools (podman, runc, slirp4netns, mmdebstrap) and
+# Prometheus (Debian's prometheus package: prometheus, promtool) when missing,
+# builds the control-plane binaries, kustomize and helm (hack/build-binaries.sh)
+# while it prepares NetBox (hack/prepare-netbox.sh:
 # PostgreSQL and Redis from Debian, NetBox from PyPI, its migrated database) and
 # OpenStack (hack/prepare-openstack.sh: MariaDB from Debian, Neutron and Keystone
 # from PyPI, their migrated databases); all cached across runs in
@@ -26,27 +27,36 @@ if ! python3 -m pip install --quiet --disable-pip-version-check tox </dev/null; 
     fi
 fi
 
-# The image test (tests/e2e/install/test_image.py) builds and runs the controller image with podman
-# (runc as its runtime, slirp4netns for the container's network) on a Debian base made by
-# mmdebstrap: installed from Debian when missing.
-IMAGE_TOOLS="podman runc slirp4netns mmdebstrap"
-missing=""
-for tool in $IMAGE_TOOLS; do
-    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
-done
-if [[ -n "$missing" ]]; then
+# Installs the Debian packages of the commands given as COMMAND[:PACKAGE] that are not on PATH; on failure,
+# says which tests will report it and keeps going (those tests then fail and say why).
+install_missing() {
+    local tests="$1"; shift
+    local missing="" entry
+    for entry in "$@"; do
+        command -v "${entry%%:*}" >/dev/null 2>&1 || missing="$missing ${entry#*:}"
+    done
+    [[ -n "$missing" ]] || return 0
     echo "==> installing${missing} (apt-get)"
+    local apt_start sudo=""
     apt_start=$(date +%s)
-    if [[ $(id -u) -eq 0 ]]; then sudo=""; else sudo="sudo"; fi
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
     if $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq -o DPkg::Lock::Timeout=300 </dev/null \
         && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             -o DPkg::Lock::Timeout=300 $missing </dev/null >/dev/null; then
         echo "==>${missing} installed in $(( $(date +%s) - apt_start ))s"
     else
-        # Keep going: the image test then fails and says why.
-        echo "==> installing${missing} FAILED; the image test will report it" >&2
+        echo "==> installing${missing} FAILED; ${tests} will report it" >&2
     fi
-fi
+}
+
+# The image test (tests/e2e/install/test_image.py) builds and runs the controller image with podman
+# (runc as its runtime, slirp4netns for the container's network) on a Debian base made by
+# mmdebstrap: installed from Debian when missing.
+install_missing "the image test" podman runc slirp4netns mmdebstrap
+
+# The alert rules are checked by promtool (tests/unit/test_alert_rules.py) and a real Prometheus
+# scrapes the controller (tests/e2e/test_observability.py): Debian's prometheus package has both.
+install_missing "the alert-rule and Prometheus tests" prometheus:prometheus promtool:prometheus
 
 
 # NetBox's preparation (apt, pip, then minutes of single-threaded migrations)

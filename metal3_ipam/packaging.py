@@ -13,6 +13,9 @@ code that does it::
 - ``config/webhook/manifests.yaml`` from :data:`metal3_ipam.controller.webhook.HOOKS`;
 - the Helm chart's templates of the same (``charts/metal3-ipam/templates/{crds,rbac,webhook}/``, the CRDs
   from ``config/crd``) and its Prometheus rules (``files/prometheus-rules.yaml``, from ``config/prometheus/``).
+- ``config/prometheus/`` (the alert rules, as a PrometheusRule and as a plain rules file, and
+  kube-state-metrics' configuration for the kinds of pool) and ``config/grafana/`` (the dashboard)
+  from :mod:`metal3_ipam.observability`.
 
 ``metal3-ipam release`` renders ``config/default`` into the provider
 components clusterctl reads (``ipam-components.yaml``: every object labelled
@@ -33,9 +36,9 @@ from pathlib import Path
 import yaml
 
 # First: the webhooks and the role are made for the kinds registered when they are imported.
-from . import crds, poolkinds  # noqa: F401  (poolkinds registers the kinds of pool)
+from . import crds, observability, poolkinds  # noqa: F401  (poolkinds registers the kinds of pool)
 from .controller import permissions, webhook
-from .crds import generator_main
+from .crds import crd_definitions, generator_main
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -80,8 +83,26 @@ def generated_files(root: Path | None = None) -> dict[Path, str]:
         Path("config/rbac/diagnostics_role.yaml"): _dump(permissions.diagnostics_roles(),
                                                          "metal3_ipam/controller/permissions.py"),
         Path("config/webhook/manifests.yaml"): _dump(hooks, "metal3_ipam/controller/webhook.py"),
+        **_observability_files(),
     }
     return {**files, **chart_files(root or default_root(), files)}
+
+
+def storage_versions() -> dict[tuple[str, str], str]:
+    """(group, kind) -> the version its CRD stores."""
+    return {(crd["spec"]["group"], crd["spec"]["names"]["kind"]): version["name"]
+            for crd in crd_definitions() for version in crd["spec"]["versions"] if version.get("storage")}
+
+
+def _observability_files() -> dict[Path, str]:
+    source = "metal3_ipam/observability.py"
+    return {
+        Path("config/prometheus/prometheusrule.yaml"): _dump([observability.prometheus_rule()], source),
+        Path("config/prometheus/metal3-ipam.rules.yaml"): _dump([observability.rules_file()], source),
+        Path("config/prometheus/kube-state-metrics.yaml"): _dump(
+            [observability.kube_state_metrics_config(storage_versions())], source),
+        Path("config/grafana/metal3-ipam-pools.json"): observability.dump_json(observability.dashboard()),
+    }
 
 
 # -- the Helm chart's generated parts ------------------------------------------------------------

@@ -237,7 +237,7 @@ class ApiWriter:
                 base_url=self.credentials.server.rstrip("/") + "/", connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout),
                 request_class=_fenced_request_class(self.may_write),
-                trace_configs=[self.rate_limit.trace()] if self.rate_limit is not None else None)
+                trace_configs=[metrics.rest_trace(), *([self.rate_limit.trace()] if self.rate_limit is not None else [])])
             self._tls = tls
         return self._session
 

@@ -12,6 +12,8 @@ from typing import Callable, Iterable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import metrics
+
 Check = Callable[[], Iterable[str]]
 
 
@@ -25,18 +27,21 @@ def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"
     return handler
 
 
-async def serve(host: str, port: int, alive: Check, ready: Check, metrics: bool = True,
+async def serve(host: str, port: int, alive: Check, ready: Check, with_metrics: bool = True,
                 more: list[tuple[str, int]] = ()) -> web.AppRunner:
-    """The probes on ``host:port`` and each of ``more``; /metrics too unless ``metrics`` is false (it is then
-    served by the diagnostics endpoint)."""
-    async def scrape(_: web.Request) -> web.Response:
+    """The probes on ``host:port`` and each of ``more``; /metrics too unless ``with_metrics`` is false (it is
+    then served by the diagnostics endpoint)."""
+    # Read at each collection, whichever endpoint serves the metrics.
+    metrics.READY.set_function(lambda: 0.0 if any(True for _ in ready()) else 1.0)
+
+    async def exposition(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/healthz", _probe(alive, "not alive"))
     app.router.add_get("/readyz", _probe(ready, "not ready"))
-    if metrics:
-        app.router.add_get("/metrics", scrape)
+    if with_metrics:
+        app.router.add_get("/metrics", exposition)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     for where in ((host, port), *more):

@@ -41,7 +41,7 @@ from ..core import kinds, poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
-from . import diagnostics, health
+from . import diagnostics, health, metrics
 from .admission import Admission
 from .api import ApiWriter, Resource, request
 from .certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE, Tls
@@ -239,6 +239,7 @@ class Runtime:
         # watches always go out as the same user.
         configuration = credentials.configuration(self.options.parallel_writes + 4)
         self.credentials, self.api = credentials, client.ApiClient(configuration)
+        metrics.count_rest_requests(self.api)
         if self.rate_limit is not None:
             self.rate_limit.limit(self.api)
         try:
@@ -257,6 +258,8 @@ class Runtime:
             log.info("leader election on the Lease %s/%s", options.lease_namespace, options.lease_name)
             self.elector = LeaderElector(self.api, options.lease_namespace, options.lease_name,
                                          options.lease_timing, on_change=self._on_leadership)
+        else:
+            metrics.LEADER.set(1)  # the one writer
         self.writer = ApiWriter(self.credentials, self.inventory, resources, parallel=options.parallel_writes,
                                 may_write=self.may_write, write_deadline=self.write_deadline)
         self.writer.rate_limit = self.rate_limit
@@ -266,6 +269,9 @@ class Runtime:
         self.outside = {kind: pool_kind.outside.service(parts) for kind, pool_kind in poolkind.REGISTRY.items()
                         if kind in resources and pool_kind.outside is not None and pool_kind.outside.service}
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.outside)
+        for kind in poolkind.REGISTRY:
+            if kind in resources:
+                metrics.init_controller(metrics.controller_name(kind))
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
@@ -281,7 +287,7 @@ class Runtime:
             self.health = await health.serve(options.health_host, options.health_port,
                                              alive=liveness(self.stopping, self.elector,
                                                             lambda: self.catch_up_task),
-                                             ready=self.readiness, metrics=options.diagnostics is None,
+                                             ready=self.readiness, with_metrics=options.diagnostics is None,
                                              more=options.more_health)
         except OSError as err:
             where = ", ".join(f"{h}:{p}" for h, p in ((options.health_host, options.health_port), *options.more_health))

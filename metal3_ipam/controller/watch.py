@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from . import metrics
 from .api import Resource
 from .credentials import Credentials, CredentialsError
 from .wire import decode_event
@@ -71,7 +72,7 @@ class Streams:
                 base_url=self.credentials.server.rstrip("/") + "/",
                 connector=aiohttp.TCPConnector(limit=0, ssl=context if context is not None else True),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=SERVER_TIMEOUT + 30),
-                trace_configs=[self.rate_limit.trace()] if self.rate_limit is not None else None)
+                trace_configs=[metrics.rest_trace(), *([self.rate_limit.trace()] if self.rate_limit is not None else [])])
             self._tls = tls
         return self._session
 

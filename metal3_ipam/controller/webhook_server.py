@@ -35,6 +35,7 @@ from prometheus_client import Counter, Histogram
 
 from ..core import conversion
 from ..core.conversion import CONVERSION_PATH
+from . import metrics
 from .admission import BUSY, Admission
 from .certificates import CERT_FILE, KEY_FILE, CertificateFiles, Tls
 from .review_body import (MAX_CONVERSION_BYTES, MAX_REVIEW_BYTES, ConversionBody, Malformed, clipped,
@@ -437,12 +438,23 @@ class WebhookServer:
     # -- one request ------------------------------------------------------------
 
     def _handler(self, mutating: bool, path: str):
+        for code in ("200", "500"):  # the likeliest answers at 0 from the start, as controller-runtime has them
+            metrics.WEBHOOK_REQUESTS.labels(path, code)
+        metrics.WEBHOOK_IN_FLIGHT.labels(path)
+
         async def handle(request: web.Request) -> web.StreamResponse:
             entry = self._by_transport.get(request.transport)
             held = [0, 0]
+            started, code = time.perf_counter(), 500
+            metrics.WEBHOOK_IN_FLIGHT.labels(path).inc()
             try:
-                return await self._respond(request, mutating, path, held, entry)
+                response = await self._respond(request, mutating, path, held, entry)
+                code = response.status
+                return response
             finally:
+                metrics.WEBHOOK_IN_FLIGHT.labels(path).dec()
+                metrics.WEBHOOK_REQUESTS.labels(path, str(code)).inc()
+                metrics.WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
                 self._large_held[0] -= held[0]
                 self._large_held[1] -= held[1]
                 if entry is not None:

@@ -64,6 +64,9 @@ log = logging.getLogger("metal3_ipam.pools")
 MAX_STEPS_PER_PASS = 200
 
 
+# The priority of pools a resync or a relist marks for a pass (controller-runtime's LowPriority).
+RESYNC_PRIORITY = -100
+
 # A pass for work due at a time starts this long after it (the clock read in whole seconds then says it is due).
 DUE_MARGIN = 0.05
 
@@ -125,19 +128,34 @@ class PoolWorkers:
         # of the namespace lets an IP or an address name go (see ``_wake_waiting``).
         self._unserved_pools: dict[str, set[o.PoolKey]] = {}
         self._stopping = False  # stop() was called: no pass starts any more
+        # The work queue, as the metrics show it: pool -> (when it was marked for a pass, its priority: 0, or
+        # RESYNC_PRIORITY when a resync or relist marked it); and pool -> when its pass under way started.
+        self._queued: dict[o.PoolKey, tuple[float, int]] = {}
+        self._running: dict[o.PoolKey, float] = {}
+        metrics.track(self)
 
-    def kick(self, pools: set[o.PoolKey] | list[o.PoolKey]) -> None:
+    def kick(self, pools: set[o.PoolKey] | list[o.PoolKey], priority: int = 0) -> None:
         if self._stopping:
             return
         for pool in pools:
             pool = o.PoolKey(*pool)
-            self._dirty.add(pool)
+            self._mark(pool, priority)
             task = self._tasks.get(pool)
             if task is None or task.done():
                 self._tasks[pool] = asyncio.get_running_loop().create_task(self._work(pool), name=f"pool {pool}")
 
     def kick_all(self) -> None:
-        self.kick(self.inventory.pool_keys())
+        self.kick(self.inventory.pool_keys(), RESYNC_PRIORITY)
+
+    def _mark(self, pool: o.PoolKey, priority: int = 0) -> None:
+        """The pool is due for a pass (its task, running or started by ``kick``, makes it)."""
+        queued = self._queued.get(pool)
+        if queued is None:
+            self._queued[pool] = (time.monotonic(), priority)
+            metrics.WORKQUEUE_ADDS.labels(*_queue_labels(pool)).inc()
+        elif priority > queued[1]:
+            self._queued[pool] = (queued[0], priority)
+        self._dirty.add(pool)
 
     async def passes_ended(self) -> None:
         """Wait for the passes under way to end. Call while ``may_act()`` is false: then none starts
@@ -159,6 +177,7 @@ class PoolWorkers:
         self._retry_handles.clear()
         self._status_handles.clear()
         self._dirty.clear()
+        self._queued.clear()
         tasks = [task for task in self._tasks.values() if not task.done()]
         pending = set(tasks)
         if tasks and grace > 0:
@@ -173,13 +192,20 @@ class PoolWorkers:
             while pool in self._dirty:
                 await asyncio.sleep(self.gather_seconds)
                 self._dirty.discard(pool)
+                queued = self._queued.pop(pool, None)
                 if self._stopping or not self.may_act():
                     return
+                started = self._running[pool] = time.monotonic()
+                if queued is not None:
+                    metrics.WORKQUEUE_QUEUE_SECONDS.labels(*_queue_labels(pool)).observe(started - queued[0])
                 try:
                     outcome = await self._pass(pool)
                 except Exception:  # a bug must not stop the other pools; retry later
                     log.exception("pool %s/%s: reconcile failed", pool.namespace, pool.name)
                     outcome = Outcome(again=True)
+                finally:
+                    del self._running[pool]
+                self._count_pass(pool, started, outcome)
                 if outcome.again:
                     self._retry_later(pool)
                 else:
@@ -190,12 +216,73 @@ class PoolWorkers:
             if self._gone(pool):
                 self._forget(pool)
 
+    def _count_pass(self, pool: o.PoolKey, started: float, outcome: Outcome) -> None:
+        """A pass in the reconcile and work-queue series of the pool's controller, with controller-runtime's
+        results: ``error`` (it failed, or its writes are retried after a backoff), ``requeue`` (more to do
+        at once: a backlog, news meanwhile), ``requeue_after`` (a pass is due later), ``success``."""
+        seconds = time.monotonic() - started
+        controller = metrics.controller_name(pool.kind)
+        if outcome.again:
+            result = "error"
+            metrics.RECONCILE_ERRORS.labels(controller).inc()
+        elif pool in self._dirty:
+            result = "requeue"
+        elif pool in self._due_handles:
+            result = "requeue_after"
+        else:
+            result = "success"
+        for total, time_ in ((metrics.RECONCILE_TOTAL, metrics.RECONCILE_TIME),
+                             (metrics.CAPI_RECONCILE_TOTAL, metrics.CAPI_RECONCILE_TIME)):
+            total.labels(controller, result).inc()
+            time_.labels(controller).observe(seconds)
+        metrics.WORKQUEUE_WORK_SECONDS.labels(*_queue_labels(pool)).observe(seconds)
+
+    def queues(self) -> list[metrics.QueueState]:
+        """Per controller (kind of pool): the pools waiting for a pass by priority, how long each pass under
+        way has been running, and how many pools it has (one pass at a time each)."""
+        now = time.monotonic()
+        states = {kind: metrics.QueueState(metrics.controller_name(kind)) for kind in poolkind.REGISTRY
+                  if not metrics.CONTROLLERS or metrics.controller_name(kind) in metrics.CONTROLLERS}
+        for pool in self.inventory.pool_keys():
+            if pool.kind in states:
+                states[pool.kind].pools += 1
+        for pool, (_, priority) in self._queued.items():
+            if pool.kind in states and pool not in self._running:
+                depth = states[pool.kind].depth
+                depth[priority] = depth.get(priority, 0) + 1
+        for pool, started in self._running.items():
+            if pool.kind in states:
+                states[pool.kind].running.append(now - started)
+        return list(states.values())
+
+    def claims_not_ready(self) -> dict[tuple[o.PoolKey, str], tuple[int, float]]:
+        """(pool, reason of the claim's Ready condition, or Pending) -> (claims not bound, the longest any of them
+        has not been Ready, in seconds: since its Ready condition last changed, else since it was made)."""
+        now = time.time()
+        served = self.inventory.namespaces
+        found: dict[tuple[o.PoolKey, str], tuple[int, float]] = {}
+        for kind in CLAIM_KINDS:
+            for claim in self.inventory.of_kind(kind):
+                namespace = o.namespace(claim)
+                if _is_bound(claim) or o.is_deleting(claim) or (served is not None and namespace not in served):
+                    continue
+                pool = self.inventory.filed_with(kind, namespace, o.name(claim))
+                ready = o.condition(o.status(claim), "Ready") or {}
+                if pool is None or pool.kind not in poolkind.REGISTRY or ready.get("status") == "True":
+                    continue
+                reason = str(ready.get("reason") or "Pending")
+                since = _timestamp(ready.get("lastTransitionTime") or o.meta(claim).get("creationTimestamp"))
+                count, oldest = found.get((pool, reason), (0, 0.0))
+                found[(pool, reason)] = (count + 1, max(oldest, now - since if since is not None else 0.0))
+        return found
+
     def _gone(self, pool: o.PoolKey) -> bool:
         """Neither the pool nor anything filed under it is in the inventory."""
         return self.inventory.get(pool.kind, pool.namespace, pool.name) is None and pool not in self.inventory.groups
 
     def _forget(self, pool: o.PoolKey) -> None:
         self._dirty.discard(pool)
+        self._queued.pop(pool, None)
         self._backoff.pop(pool, None)
         for handles in (self._retry_handles, self._status_handles):
             handle = handles.pop(pool, None)
@@ -232,6 +319,7 @@ class PoolWorkers:
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
+        metrics.WORKQUEUE_RETRIES.labels(*_queue_labels(o.PoolKey(*pool))).inc()
         delay = min(self._backoff.get(pool, 0.25) * 2, self.max_backoff)
         self._backoff[pool] = delay
         old = self._retry_handles.pop(pool, None)
@@ -371,7 +459,7 @@ class PoolWorkers:
             self._wake_waiting(pool)
         self._note_unserved(pool, ledger)
         if ledger.deferred:
-            self._dirty.add(pool)  # the rest in the next pass, after other pools had theirs
+            self._mark(pool)  # the rest in the next pass, after other pools had theirs
         if ledger.status_held:
             self._status_later(pool, self._status_written.get(pool, started) + self._status_interval(ledger) - started)
 
@@ -391,7 +479,7 @@ class PoolWorkers:
             # watch events of our own writes come after their answers, are older news and kick
             # nothing: without another pass the ledger would not take them in (a released IP
             # would stay taken, the counts in the status wrong) until some other event.
-            self._dirty.add(pool)
+            self._mark(pool)
         if outcome.again or outcome.failures or outcome.stopped:
             # What was planned but not written must not stay taken, whatever the writer read back.
             ledger.needs_full = True
@@ -522,6 +610,8 @@ class PoolWorkers:
         namespace, name = pool.namespace, pool.name
         labels = metrics.pool_labels(pool)
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        for counter in (metrics.ALLOCATIONS, metrics.RELEASES):
+            counter.labels(*labels)  # 0 until the first (a rate of 0, not none)
         for created in outcome.created:
             if kinds.kind_of(created) == kinds.IPADDRESS:
                 metrics.ALLOCATIONS.labels(*labels).inc()
@@ -547,6 +637,19 @@ class PoolWorkers:
             metrics.POOL_CAPACITY.labels(*labels).set(int(status["capacity"]))
             metrics.POOL_ALLOCATED.labels(*labels).set(int(status.get("allocated") or 0))
             metrics.POOL_FREE.labels(*labels).set(int(status.get("free") or 0))
+
+
+def _queue_labels(pool: o.PoolKey) -> tuple[str, str]:
+    """The labels of a work-queue series: ``controller`` and ``name``, both the pool kind's controller."""
+    name = metrics.controller_name(pool.kind)
+    return name, name
+
+
+def _timestamp(text: Any) -> float | None:
+    try:
+        return o.parse_time(text).timestamp()
+    except ValueError:
+        return None
 
 
 def _is_bound(claim: dict) -> bool:

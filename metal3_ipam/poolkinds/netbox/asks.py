@@ -36,6 +36,7 @@ from typing import Any, Awaitable, Callable, Hashable, Iterable, Protocol
 
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
 from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
 from metal3_ipam.controller.workers import utc_now
@@ -64,6 +65,8 @@ from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Swe
 log = logging.getLogger(__name__)
 
 PoolRef = tuple[str, str]  # namespace, name
+# A survey's reasons that say NetBox itself failed (unreachable, timed out, 5xx): its pool's external IPAM is down.
+SERVER_DOWN_REASONS = frozenset(condition_reason(reason) for reason in SERVER_DOWN)
 
 
 class TokenUnavailable(Exception):
@@ -445,6 +448,9 @@ class NetBoxPools:
         when the answer changed what they show of their server (it failed, or answered again)."""
         standing = self.answers.server_standing(server)
         filed = self.answers.file(answer, self.clock())
+        pool_key = o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL)
+        metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
+            0 if getattr(answer, "server_down", False) else 1)
         log.info("NetBoxIPPool %s/%s: %s for key %s: %s", *ref, type(answer).__name__, answer.key, filed.value)
         changed = self.answers.server_standing(server) != standing
         self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None if changed else answer.key)
@@ -660,6 +666,8 @@ class NetBoxPools:
             pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
             if pool_obj is None or not self.may_act():
                 return
+            metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
+                0 if survey.reason in SERVER_DOWN_REASONS else 1)
             status = pool_status(model, survey, now=utc_now(), previous=o.status(pool_obj))
             plan = Plan()
             plan.step(f"{NETBOX_IP_POOL[1]} {pool_key.namespace}/{pool_key.name}",

@@ -1,0 +1,117 @@
+"""The series under controller-runtime's, client-go's and Cluster API's names, and the claims not Ready, from the
+pool workers' own work over the in-memory store (a pass is a reconcile of the pool kind's controller, the pools
+marked for a pass its work queue, each API request a REST request)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import REGISTRY
+
+from metal3_ipam.controller import metrics
+from metal3_ipam.controller.workers import RESYNC_PRIORITY, PoolWorkers
+from metal3_ipam.core import objects as o
+from metal3_ipam.testing.waiting import eventually_async
+from ipam_objects import NS, ipclaim, ippool, loaded
+from pool_workers import POOL, MemoryWriter
+
+
+def value(metric: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(metric, labels) or 0.0
+
+
+async def settled(workers: PoolWorkers) -> None:
+    await eventually_async(lambda: not any(not t.done() for t in workers._tasks.values()), timeout=30,
+                           what="the passes ended")
+
+
+def test_passes_are_counted_as_reconciles_and_the_queue_as_a_workqueue():
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]), *[ipclaim(f"c{i}") for i in range(3)])
+    queue = {"controller": "ippool", "name": "ippool"}
+    before = {name: value(name, **labels) for name, labels in [
+        ("controller_runtime_reconcile_total", {"controller": "ippool", "result": "success"}),
+        ("capi_reconcile_total", {"controller": "ippool", "result": "success"}),
+        ("controller_runtime_reconcile_time_seconds_count", {"controller": "ippool"}),
+        ("workqueue_adds_total", queue), ("workqueue_work_duration_seconds_count", queue),
+        ("workqueue_queue_duration_seconds_count", queue)]}
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([POOL])
+        await settled(workers)
+        return workers
+
+    workers = asyncio.run(scenario())
+    for name, labels in [("controller_runtime_reconcile_total", {"controller": "ippool", "result": "success"}),
+                         ("capi_reconcile_total", {"controller": "ippool", "result": "success"}),
+                         ("controller_runtime_reconcile_time_seconds_count", {"controller": "ippool"}),
+                         ("workqueue_adds_total", queue), ("workqueue_work_duration_seconds_count", queue),
+                         ("workqueue_queue_duration_seconds_count", queue)]:
+        assert value(name, **labels) > before[name], name
+    # Nothing waits for a pass or runs now; the pool is the controller's one pool.
+    state = next(q for q in workers.queues() if q.controller == "ippool")
+    assert (state.depth, state.running, state.pools) == ({0: 0, RESYNC_PRIORITY: 0}, [], 1)
+    assert value("workqueue_depth", **queue, priority="0") == 0
+    assert value("controller_runtime_max_concurrent_reconciles", controller="ippool") >= 1
+
+
+def test_the_third_claim_of_a_pool_of_two_is_not_ready_as_pool_exhausted():
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]), *[ipclaim(f"c{i}") for i in range(3)])
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([POOL])
+        await settled(workers)
+        return workers
+
+    workers = asyncio.run(scenario())
+    waiting = workers.claims_not_ready()
+    assert list(waiting) == [(POOL, "PoolExhausted")] and waiting[(POOL, "PoolExhausted")][0] == 1
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(POOL)), reason="PoolExhausted")
+    assert value("metal3_ipam_claims_not_ready", **labels) >= 1
+    assert value("metal3_ipam_claims_not_ready_oldest_seconds", **labels) >= 0
+    assert value("metal3_ipam_releases_total", **dict(zip(metrics.POOL_LABELS, metrics.pool_labels(POOL)))) == 0
+
+
+def test_a_marked_pool_is_in_the_queue_at_its_priority_until_its_pass():
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]))
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0, may_act=lambda: False)
+        workers._mark(POOL, RESYNC_PRIORITY)
+        marked = next(q for q in workers.queues() if q.controller == "ippool").depth
+        workers._mark(POOL)  # an event: the same pool, now at the higher priority, counted once
+        raised = next(q for q in workers.queues() if q.controller == "ippool").depth
+        return marked, raised
+
+    marked, raised = asyncio.run(scenario())
+    assert marked == {0: 0, RESYNC_PRIORITY: 1} and raised == {0: 1, RESYNC_PRIORITY: 0}
+
+
+def test_each_request_of_the_kubernetes_client_is_counted_with_its_code():
+    answers = iter([SimpleNamespace(status=201), OSError("connection refused")])
+
+    def request(method, url, *args, **kwargs):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    api_client = SimpleNamespace(rest_client=SimpleNamespace(request=request))
+    metrics.count_rest_requests(api_client)
+    metrics.count_rest_requests(api_client)  # once only
+    host = "k8s.example"
+    created = value("rest_client_requests_total", code="201", method="POST", host=host)
+    failed = value("rest_client_requests_total", code="<error>", method="GET", host=host)
+    api_client.rest_client.request("POST", f"https://{host}:6443/api/v1/namespaces/x/events")
+    with pytest.raises(OSError):
+        api_client.rest_client.request("GET", f"https://{host}:6443/api/v1/pods")
+    assert value("rest_client_requests_total", code="201", method="POST", host=host) == created + 1
+    assert value("rest_client_requests_total", code="<error>", method="GET", host=host) == failed + 1
+
+
+def test_a_kind_of_pool_is_named_as_controller_runtime_names_its_controller():
+    assert metrics.controller_name(o.PoolKey(NS, "p").kind) == "ippool"
+    assert metrics.controller_name(("ipam.cluster.x-k8s.io", "GlobalInClusterIPPool")) == "globalinclusterippool"
