@@ -206,6 +206,9 @@ def test_a_release_of_another_name_and_namespace_names_its_objects_after_itself(
     ({"leaderElection": {"leaseDuration": "15 seconds"}}, "/leaderElection/leaseDuration"),
     ({"webhook": {"port": 70000}}, "/webhook/port"),
     ({"kindFlags": {"netbox-ownr": "x"}}, "additional properties 'netbox-ownr' not allowed"),
+    ({"diagnostics": {"port": 0}}, "/diagnostics/port"),
+    ({"tls": {"minVersion": "TLS1.3"}}, "/tls/minVersion"),
+    ({"logging": {"format": "xml"}}, "/logging/format"),
 ])
 def test_a_wrong_value_is_refused_naming_it(helm, values, words):
     done = helm.run("template", "metal3-ipam", str(CHART), values=values, check=False)
