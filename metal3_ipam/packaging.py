@@ -11,7 +11,7 @@ code that does it::
 - ``config/rbac/role.yaml``, ``leader_election_role.yaml`` and ``diagnostics_role.yaml`` from
   :mod:`metal3_ipam.controller.permissions`;
 - ``config/webhook/manifests.yaml`` from :data:`metal3_ipam.controller.webhook.HOOKS`;
-- the Helm chart's templates of the same (``charts/metal3-ipam/templates/{crds,rbac,webhook}/``, the CRDs
+- the Helm chart's templates of the same (``charts/metal3-ipam/templates/{crds,rbac,webhook}/``: the CRDs
   from ``config/crd``) and its Prometheus rules (``files/prometheus-rules.yaml``, from ``config/prometheus/``).
 - ``config/prometheus/`` (the alert rules, as a PrometheusRule and as a plain rules file, and
   kube-state-metrics' configuration for the kinds of pool) and ``config/grafana/`` (the dashboard)
@@ -192,9 +192,14 @@ def _chart_rbac() -> dict[Path, str]:
     election = permissions.leader_election_role()
     election["metadata"] = _chart_metadata(election["metadata"], f"{_NAME}-{election['metadata']['name']}",
                                            namespaced=True)
+    diagnostics = permissions.diagnostics_roles()
+    for diagnostics_role in diagnostics:
+        diagnostics_role["metadata"] = _chart_metadata(
+            diagnostics_role["metadata"], f"{_NAME}-{diagnostics_role['metadata']['name']}", namespaced=False)
     source = "metal3_ipam/controller/permissions.py"
     return {CHART_DIR / "templates" / "rbac" / "role.yaml": _chart_template([role], source),
-            CHART_DIR / "templates" / "rbac" / "leader-election-role.yaml": _chart_template([election], source)}
+            CHART_DIR / "templates" / "rbac" / "leader-election-role.yaml": _chart_template([election], source),
+            CHART_DIR / "templates" / "rbac" / "diagnostics-role.yaml": _chart_template(diagnostics, source)}
 
 
 def _chart_webhooks() -> dict[Path, str]:

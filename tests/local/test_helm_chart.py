@@ -9,7 +9,7 @@ object. The differences allowed are the documented ones (docs/install.md, "Insta
 - the webhooks' certificate: by default a Secret the chart makes, whose CA is every webhook's and converted
   CRD's ``caBundle``, where config/default has cert-manager's Issuer, Certificate and CA injection (the same
   as config/default with ``certManager.enabled``);
-- the container's arguments are compared as the settings ``metal3-ipam run`` parses from them (the chart
+- the container's arguments are compared as the options ``metal3-ipam run`` takes from them (the chart
   spells out the leader election's durations).
 """
 
@@ -19,14 +19,15 @@ import base64
 import copy
 import datetime
 import json
+import ssl
 from pathlib import Path
 
 import pytest
 import yaml
 from cryptography import x509
 
-from metal3_ipam import packaging
-from metal3_ipam.cli import _kind_flags, _parser
+from metal3_ipam import goflags, packaging
+from metal3_ipam.cli import _kind_flags, _parser, run_options
 from metal3_ipam.controller import certificates
 from metal3_ipam.testing import controlplane
 from metal3_ipam.testing.helm import NAMESPACE, Helm, chart_dir
@@ -76,7 +77,20 @@ def one(objects: list[dict], kind: str) -> dict:
 
 
 def settings(container: dict):
-    return _parser().parse_args(container["args"])
+    """The controller's options from the container's arguments, as ``metal3-ipam run`` takes them."""
+    assert container["args"][0] == "run"
+    go, rest = goflags.read(container["args"][1:])
+    return run_options(_parser().parse_args(["run", *rest]), go)
+
+
+def comparable(options) -> dict:
+    """Options as a mapping that compares by value (their TLS settings too)."""
+    return {**vars(options), "tls": vars(options.tls)}
+
+
+def webhook_service(objects: list[dict]) -> dict:
+    (found,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-webhook-service")]
+    return found
 
 
 def without_helm_additions(obj: dict) -> dict:
@@ -124,7 +138,7 @@ def compared(chart: list[dict], kustomize: list[dict], cert_manager: bool) -> No
     for name, obj in theirs.items():
         if obj["kind"] == "Deployment":
             (ours,), (their,) = (o["spec"]["template"]["spec"]["containers"] for o in (mine[name], obj))
-            assert settings(ours) == settings(their)
+            assert comparable(settings(ours)) == comparable(settings(their))
             ours["args"] = their["args"]
         assert mine[name] == obj, name
 
@@ -151,7 +165,7 @@ def test_the_chart_makes_a_ca_and_a_serving_certificate_for_the_webhook_service(
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     cert.verify_directly_issued_by(ca)
-    service = one(objects, "Service")["metadata"]["name"]
+    service = webhook_service(objects)["metadata"]["name"]
     host = f"{service}.{NAMESPACE}.svc"
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == [host, f"{host}.cluster.local"]
@@ -172,7 +186,7 @@ def test_the_crds_are_kept_by_helm_uninstall_unless_told_otherwise(helm):
 
 def test_a_release_of_another_name_and_namespace_names_its_objects_after_itself(helm):
     objects = helm.template(CHART, None, "ipam", "infra")
-    service = one(objects, "Service")
+    service = webhook_service(objects)
     assert service["metadata"] == {**service["metadata"], "name": "ipam-metal3-ipam-webhook-service",
                                    "namespace": "infra"}
     for obj in objects:
@@ -192,6 +206,9 @@ def test_a_release_of_another_name_and_namespace_names_its_objects_after_itself(
     ({"leaderElection": {"leaseDuration": "15 seconds"}}, "/leaderElection/leaseDuration"),
     ({"webhook": {"port": 70000}}, "/webhook/port"),
     ({"kindFlags": {"netbox-ownr": "x"}}, "additional properties 'netbox-ownr' not allowed"),
+    ({"diagnostics": {"port": 0}}, "/diagnostics/port"),
+    ({"tls": {"minVersion": "TLS1.3"}}, "/tls/minVersion"),
+    ({"logging": {"format": "xml"}}, "/logging/format"),
 ])
 def test_a_wrong_value_is_refused_naming_it(helm, values, words):
     done = helm.run("template", "metal3-ipam", str(CHART), values=values, check=False)
@@ -200,29 +217,56 @@ def test_a_wrong_value_is_refused_naming_it(helm, values, words):
 
 # -- every flag of `metal3-ipam run` is a value --------------------------------------------------------------
 
-# dest of the run parser -> (values, the parsed value they give)
+# A flag of `metal3-ipam run` (the dest of its parser, or a Go flag it reads) -> (values, the option of the
+# controller they set, its value).
 FLAG_VALUES = {
-    "namespace": ({"namespaces": ["a", "b"]}, ["a", "b"]),
-    "all_namespaces": ({"namespaces": []}, True),
-    "kubeconfig": ({"kubeconfigSecret": "remote"}, "/etc/metal3-ipam/kubeconfig/kubeconfig"),
-    "health_address": ({"healthPort": 9090}, ":9090"),
-    "leader_elect": ({"leaderElection": {"enabled": False}}, False),
-    "leader_election_namespace": ({"leaderElection": {"namespace": "elsewhere"}}, "elsewhere"),
-    "lock_namespace": ({"lockNamespace": "locks"}, "locks"),
-    "leader_elect_lease_duration": ({"leaderElection": {"leaseDuration": "30s"}}, "30s"),
-    "leader_elect_renew_deadline": ({"leaderElection": {"renewDeadline": "20s"}}, "20s"),
-    "leader_elect_retry_period": ({"leaderElection": {"retryPeriod": "4s"}}, "4s"),
-    "resync_seconds": ({"resyncSeconds": 60}, 60.0),
-    "parallel_writes": ({"parallelWrites": 4}, 4),
-    "webhook_port": ({"webhook": {"port": 8443}}, 8443),
-    "webhook_cert_dir": ({}, certificates.DEFAULT_CERT_DIR),
-    "verbose": ({"verbose": True}, True),
+    "namespace": ({"namespaces": ["a", "b"]}, "namespaces", ["a", "b"]),
+    "all_namespaces": ({"namespaces": []}, "namespaces", []),
+    "watch-filter": ({"watchFilter": "cluster-a"}, "watch_filter", "cluster-a"),
+    "kubeconfig": ({"kubeconfigSecret": "remote"}, "kubeconfig", "/etc/metal3-ipam/kubeconfig/kubeconfig"),
+    "health_address": ({"healthPort": 9090}, "health_port", 9090),
+    "leader-elect": ({"leaderElection": {"enabled": False}}, "leader_elect", False),
+    "leader_elect_lease_name": ({"leaderElection": {"leaseName": "other"}}, "lease_name", "other"),
+    "leader_election_namespace": ({"leaderElection": {"namespace": "elsewhere"}}, "lease_namespace", "elsewhere"),
+    "lock_namespace": ({"lockNamespace": "locks"}, "lock_namespace", "locks"),
+    "leader_elect_lease_duration": ({"leaderElection": {"leaseDuration": "30s"}}, "lease_timing.lease_duration",
+                                    30.0),
+    "leader_elect_renew_deadline": ({"leaderElection": {"renewDeadline": "12s"}}, "lease_timing.renew_deadline",
+                                    12.0),
+    "leader_elect_retry_period": ({"leaderElection": {"retryPeriod": "4s"}}, "lease_timing.retry_period", 4.0),
+    "resync_seconds": ({"resyncSeconds": 60}, "resync_seconds", 60.0),
+    "parallel_writes": ({"parallelWrites": 4}, "parallel_writes", 4),
+    "kube-api-qps": ({"kubeApi": {"qps": 20}}, "kube_api_qps", 20.0),
+    "kube-api-burst": ({"kubeApi": {"burst": 30}}, "kube_api_burst", 30),
+    "webhook-port": ({"webhook": {"port": 8444}}, "webhook_port", 8444),
+    "webhook-cert-dir": ({}, "webhook_cert_dir", certificates.DEFAULT_CERT_DIR),
+    "webhook-cert-name": ({}, "webhook_cert_name", "tls.crt"),
+    "webhook-key-name": ({}, "webhook_key_name", "tls.key"),
+    "diagnostics-address": ({"diagnostics": {"port": 9443}}, "diagnostics", ("0.0.0.0", 9443)),
+    "insecure-diagnostics": ({"diagnostics": {"insecure": True}}, "insecure_diagnostics", True),
+    "tls-min-version": ({"tls": {"minVersion": "VersionTLS13"}}, "tls.min_version", ssl.TLSVersion.TLSv1_3),
+    "tls-cipher-suites": ({"tls": {"cipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}}, "tls.ciphers",
+                          "ECDHE-RSA-AES128-GCM-SHA256"),
+    "logging-format": ({"logging": {"format": "json"}}, None, "--logging-format=json"),
+    "verbose": ({"verbose": True}, None, "--verbose"),
 }
+# Other names of the flags above, which the chart does not spell out: `run`'s own name -> the Go one, or the
+# other way round.
+SAME_AS = {"no_leader_elect": "leader-elect", "health-addr": "health_address",
+           "health-probe-bind-address": "health_address", "sync-period": "resync_seconds", "v": "verbose"}
 
 
-def run_dests() -> set[str]:
+def run_flags() -> set[str]:
+    """The dests of `metal3-ipam run`'s parser and the Go flags it reads that have a meaning here."""
     (run,) = [p for name, p in _parser()._subparsers._group_actions[0].choices.items() if name == "run"]
-    return {a.dest for a in run._actions if a.dest != "help"}
+    return {a.dest for a in run._actions if a.dest != "help"} | \
+        {name for name, flag in goflags.FLAGS.items() if not flag.note}
+
+
+def option(options, path: str):
+    for name in path.split("."):
+        options = getattr(options, name)
+    return options
 
 
 def deployment_of(helm: Helm, values: dict) -> tuple[dict, dict]:
@@ -233,15 +277,24 @@ def deployment_of(helm: Helm, values: dict) -> tuple[dict, dict]:
 
 def test_every_flag_of_run_is_a_value(helm):
     kind_flags = {f.name.replace("-", "_"): f for f in _kind_flags()}
-    assert run_dests() == set(FLAG_VALUES) | set(kind_flags), "a flag of `metal3-ipam run` the chart does not set"
-    for dest, (values, parsed) in FLAG_VALUES.items():
+    assert set(SAME_AS.values()) <= set(FLAG_VALUES)
+    assert run_flags() == set(FLAG_VALUES) | set(SAME_AS) | set(kind_flags), \
+        "a flag of `metal3-ipam run` the chart does not set"
+    for flag, (values, path, expected) in FLAG_VALUES.items():
         pod, container = deployment_of(helm, values)
-        assert getattr(settings(container), dest) == parsed, (dest, container["args"])
-        if dest == "health_address":
-            assert {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"] == 9090
-        if dest == "webhook_port":
-            assert {p["name"]: p["containerPort"] for p in container["ports"]}["webhook-server"] == 8443
-        if dest == "kubeconfig":
+        options = settings(container)
+        if path is None:  # how the controller logs: the flag is given
+            assert expected in container["args"], (flag, container["args"])
+        else:
+            assert option(options, path) == expected, (flag, container["args"])
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        if flag == "health_address":
+            assert ports["healthz"] == 9090
+        if flag == "webhook-port":
+            assert ports["webhook-server"] == 8444
+        if flag == "diagnostics-address":
+            assert ports["metrics"] == 9443
+        if flag == "kubeconfig":
             mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
             volumes = {v["name"]: v for v in pod["volumes"]}
             assert mounts["kubeconfig"] == "/etc/metal3-ipam/kubeconfig"
@@ -249,7 +302,7 @@ def test_every_flag_of_run_is_a_value(helm):
     given = {f.name: 7 if isinstance(f.default, (int, float)) else f"v-{f.name}" for f in kind_flags.values()}
     _, container = deployment_of(helm, {"kindFlags": given})
     for dest, flag in kind_flags.items():
-        assert getattr(settings(container), dest) == str(given[flag.name])
+        assert settings(container).kind_flags[flag.dest] == flag.parse(str(given[flag.name]))
 
 
 def test_the_values_list_every_flag_of_the_kinds_of_pool_at_the_controllers_default():
@@ -287,6 +340,8 @@ def test_the_service_monitor_scrapes_the_metrics_port_of_the_controller(helm):
     assert not monitor["spec"]["selector"]["matchLabels"].items() <= webhook_service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == metrics["spec"]["ports"][0]["name"] and endpoint["path"] == "/metrics"
+    (theirs,) = yaml.safe_load((ROOT / "config" / "prometheus" / "monitor.yaml").read_text())["spec"]["endpoints"]
+    assert theirs.items() <= endpoint.items()
     pod = one(objects, "Deployment")["spec"]["template"]
     assert metrics["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert metrics["spec"]["ports"][0]["targetPort"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
@@ -309,16 +364,29 @@ def test_the_network_policy_opens_the_webhook_and_metrics_ports_of_the_controlle
     assert policy["spec"]["policyTypes"] == ["Ingress"]
 
 
-def test_the_metrics_reader_may_read_the_endpoints_and_every_kind_the_controller_serves(helm):
+def test_the_metrics_readers_may_get_metrics_and_read_every_kind_the_controller_serves(helm):
     objects = helm.template(CHART, EVERYTHING)
-    role = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-metrics-reader")]
-    (role,) = role
-    urls = {u for rule in role["rules"] for u in rule.get("nonResourceURLs") or []}
-    assert urls == {"/metrics", "/healthz", "/readyz"}
-    readable = {(g, r) for rule in role["rules"] for g in rule.get("apiGroups") or [] for r in rule["resources"]}
+    subjects = EVERYTHING["metrics"]["reader"]["subjects"]
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding" and o["subjects"] == subjects}
+    roles = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] in bound]
+    assert len(roles) == len(bound) == 2
+    urls = {u for role in roles for rule in role["rules"] for u in rule.get("nonResourceURLs") or []}
+    assert urls == {"/metrics"}
+    readable = {(g, r) for role in roles for rule in role["rules"] for g in rule.get("apiGroups") or []
+                for r in rule.get("resources") or []}
     for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
         assert (crd["spec"]["group"], crd["spec"]["names"]["plural"]) in readable, crd["metadata"]["name"]
-    for rule in role["rules"]:
+    for rule in (rule for role in roles for rule in role["rules"]):
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
-    binding = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == role["metadata"]["name"]]
-    assert binding[0]["subjects"] == EVERYTHING["metrics"]["reader"]["subjects"]
+
+
+def test_the_diagnostics_endpoint_may_review_the_scrapers_tokens(helm):
+    objects = helm.template(CHART)
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"
+             and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in o["subjects"]}
+    granted = {(g, r, v) for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] in bound
+               for rule in o["rules"] for g in rule.get("apiGroups") or [] for r in rule.get("resources") or []
+               for v in rule["verbs"]}
+    assert {("authentication.k8s.io", "tokenreviews", "create"),
+            ("authorization.k8s.io", "subjectaccessreviews", "create")} <= granted

@@ -117,7 +117,8 @@ service:
   path: {{ index . 1 }}
 {{- end -}}
 
-{{/* The container's arguments: every flag of `metal3-ipam run` from the values. */}}
+{{/* The container's arguments: every flag of `metal3-ipam run` from the values (the Go providers' names where
+`run` takes those: --leader-elect, --diagnostics-address, ...). */}}
 {{- define "metal3-ipam.args" -}}
 - run
 {{- if .Values.namespaces }}
@@ -127,20 +128,37 @@ service:
 {{- else }}
 - --all-namespaces
 {{- end }}
-- --health-address=:{{ .Values.healthPort }}
-- --webhook-port={{ .Values.webhook.port }}
-- --webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs
-- --parallel-writes={{ .Values.parallelWrites }}
-- --resync-seconds={{ .Values.resyncSeconds }}
+{{- with .Values.watchFilter }}
+- --watch-filter={{ . }}
+{{- end }}
 {{- if .Values.leaderElection.enabled }}
+- --leader-elect
+- --leader-elect-lease-name={{ .Values.leaderElection.leaseName }}
 {{- with .Values.leaderElection.namespace }}
 - --leader-election-namespace={{ . }}
 {{- end }}
 - --leader-elect-lease-duration={{ .Values.leaderElection.leaseDuration }}
 - --leader-elect-renew-deadline={{ .Values.leaderElection.renewDeadline }}
 - --leader-elect-retry-period={{ .Values.leaderElection.retryPeriod }}
-{{- else }}
-- --no-leader-elect
+{{- end }}
+- --health-address=:{{ .Values.healthPort }}
+- --webhook-port={{ .Values.webhook.port }}
+- --webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs
+- --diagnostics-address=:{{ .Values.diagnostics.port }}
+- --insecure-diagnostics={{ .Values.diagnostics.insecure }}
+{{- with .Values.tls.minVersion }}
+- --tls-min-version={{ . }}
+{{- end }}
+{{- with .Values.tls.cipherSuites }}
+- --tls-cipher-suites={{ join "," . }}
+{{- end }}
+- --parallel-writes={{ .Values.parallelWrites }}
+- --resync-seconds={{ .Values.resyncSeconds }}
+{{- if .Values.kubeApi.qps }}
+- --kube-api-qps={{ .Values.kubeApi.qps }}
+{{- end }}
+{{- if .Values.kubeApi.burst }}
+- --kube-api-burst={{ .Values.kubeApi.burst }}
 {{- end }}
 {{- with .Values.lockNamespace }}
 - --lock-namespace={{ . }}
@@ -152,6 +170,9 @@ service:
 {{- if not (kindIs "invalid" $value) }}
 - {{ printf "--%s=%v" $flag $value | quote }}
 {{- end }}
+{{- end }}
+{{- if ne .Values.logging.format "text" }}
+- --logging-format={{ .Values.logging.format }}
 {{- end }}
 {{- if .Values.verbose }}
 - --verbose

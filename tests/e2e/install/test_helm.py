@@ -108,7 +108,7 @@ def kubelet_for(plane, admin, pod, container, certs: Path, webhook_port: int, fo
         secrets={secret: certs}, fields={"metadata.namespace": NAMESPACE},
         service_account=image_mod.service_account_folder(admin, pod, NAMESPACE, plane.ca_file, folder),
         api_port=int(plane.server.rpartition(":")[2]),
-        published={ports["webhook-server"]: webhook_port, ports["metrics"]: free_port()})
+        published={number: webhook_port if name == "webhook-server" else free_port() for name, number in ports.items()})
 
 
 def stopped(running: image_mod.Container) -> None:
