@@ -98,19 +98,15 @@ def test_the_charts_crds_are_config_crd_with_the_releases_names():
 
 
 def test_the_rules_file_of_config_prometheus_is_copied_into_the_chart(tmp_path):
+    """The generated plain rules file of config/prometheus is the chart's, as written in the same run; a second
+    plain rules file there is refused (which of the two the chart should carry cannot be told)."""
     packaging.write_files(tmp_path)
-    assert not (tmp_path / packaging.CHART_RULES_FILE).exists(), "no rules file: the chart keeps its own"
-    folder = tmp_path / "config" / "prometheus"
-    folder.mkdir(parents=True)
-    (folder / "prometheusrule.yaml").write_text("apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
-                                                "metadata: {name: x}\nspec: {groups: []}\n")
-    (folder / "rules.yaml").write_text("groups:\n- name: pools\n  rules: []\n")
-    assert packaging.stale_files(tmp_path) == [packaging.CHART_RULES_FILE]
-    packaging.write_files(tmp_path)
-    copied = yaml.safe_load((tmp_path / packaging.CHART_RULES_FILE).read_text())
-    assert copied == {"groups": [{"name": "pools", "rules": []}]}
+    folder = tmp_path / packaging.PROMETHEUS_DIR
+    generated = yaml.safe_load((folder / "metal3-ipam.rules.yaml").read_text())
+    assert generated["groups"] and yaml.safe_load((tmp_path / packaging.CHART_RULES_FILE).read_text()) == generated
+    assert packaging.stale_files(tmp_path) == []
     # Rules generated in the same run are copied as they will be written, not as the disk has them yet.
-    written = {packaging.PROMETHEUS_DIR / "rules.yaml": "groups:\n- name: fresh\n  rules: []\n"}
+    written = {packaging.PROMETHEUS_DIR / "metal3-ipam.rules.yaml": "groups:\n- name: fresh\n  rules: []\n"}
     assert yaml.safe_load(packaging.chart_files(tmp_path, written)[packaging.CHART_RULES_FILE]) == \
         {"groups": [{"name": "fresh", "rules": []}]}
     (folder / "more.yaml").write_text("groups: []\n")
