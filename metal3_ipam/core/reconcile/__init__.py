@@ -62,8 +62,9 @@ What it guarantees, whatever it is shown:
   asks it only for the allocation key the stored claim carries,
   written with the claim's finalizer before anything is asked; the plan says
   what it wants of each key (``Plan.intents``: want, release, forget) and the
-  answers so far are the snapshot's (``Snapshot.answers``): meanwhile the claim
-  is pending (Ready=False with the reason), a grant is locked and shown like
+  answers so far are the snapshot's (``Snapshot.answers``), as they were when
+  the pass started (an answer filed while it runs wakes its claims for the next
+  pass): meanwhile the claim is pending (Ready=False with the reason), a grant is locked and shown like
   any allocation, a deleted claim's objects and finalizer go only once its key
   is released, a claim deleted for a move is forgotten, never released;
 - a claim that cannot be served gets an error in its status and an Event,

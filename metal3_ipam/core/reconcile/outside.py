@@ -5,7 +5,8 @@ the answers the pass reads (``OutsideKeys``)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kinds
@@ -33,8 +34,65 @@ def first_carrier(claims: list[dict], holds: Callable[[dict], bool]) -> dict:
                                       o.namespace(c), o.name(c)))
 
 
+@dataclass(frozen=True)
+class Answers:
+    """What an outside IPAM had answered for some allocation keys when a pass started, read from the asking state
+    (``core.asking.Asking``) by the same four questions: a value, whatever is filed while the pass runs (an
+    answer filed meanwhile wakes the claims awaiting its key for the next pass). Of a key not taken, nothing is
+    known (as of a key never asked for)."""
+
+    results: Mapping[str, Granted | Refused] = field(default_factory=dict)
+    held: Mapping[str, Refused] = field(default_factory=dict)
+    refused_releases: Mapping[str, Refused] = field(default_factory=dict)
+    released_keys: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, asking: Any, keys: Iterable[str]) -> Answers:
+        """What ``asking`` answers now for each of ``keys``."""
+        results, held, refused, released = {}, {}, {}, set()
+        for key in keys:
+            result = asking.result(key)
+            if result is not None:
+                results[key] = result
+            held_back = asking.held_back(key)
+            if held_back is not None:
+                held[key] = held_back
+            refusal = asking.release_refused(key)
+            if refusal is not None:
+                refused[key] = refusal
+            if asking.released(key):
+                released.add(key)
+        return cls(results, held, refused, frozenset(released))
+
+    def result(self, key: str) -> Granted | Refused | None:
+        return self.results.get(key)
+
+    def held_back(self, key: str) -> Refused | None:
+        return self.held.get(key)
+
+    def release_refused(self, key: str) -> Refused | None:
+        return self.refused_releases.get(key)
+
+    def released(self, key: str) -> bool:
+        return key in self.released_keys
+
+
 class OutsideKeys(PassState):
     """The allocation keys of an outside IPAM's pool, and its answers."""
+
+    def take_answers(self, claim_keys: Iterable[o.ClaimKey]) -> None:
+        """The answers this pass reads (``answers``), taken as it starts: for the key of each claim it may decide,
+        or of every claim of a pool being deleted (it releases them all). None: nothing was asked."""
+        if self.snap.answers is None or self.kind.outside is None:
+            self.answers = None
+            return
+        claims = self.ledger.claims
+        deciding = claims.values() if self.pool_obj is not None and o.is_deleting(self.pool_obj) \
+            else (claims.get(key) for key in claim_keys)
+        read_key = self.kind.outside.read_key
+        keys = {read_key(claim)[0] for claim in deciding if claim is not None}
+        keys.discard(None)
+        self.answers = Answers.of(self.snap.answers, keys)
 
     def outside_key(self, claim: dict) -> str | None:
         """The allocation key a claim of a kind with ``outside`` carries or is given this pass; else None."""
@@ -131,10 +189,10 @@ class OutsideKeys(PassState):
                              f"metadata.annotations[{outside.annotation}]: allocation key {key} is {whose}; remove "
                              "the annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
-        answer = self.snap.answers.result(key) if self.snap.answers is not None else None
+        answer = self.answers.result(key) if self.answers is not None else None
         held_back = None
-        if answer is None and self.snap.answers is not None:
-            held_back = self.snap.answers.held_back(key)  # its server down: say so, not only "pending"
+        if answer is None and self.answers is not None:
+            held_back = self.answers.held_back(key)  # its server down: say so, not only "pending"
         if not isinstance(answer, Granted):
             self.ledger.awaiting[ckey] = key  # the answer filed for its key wakes it
             if held_back is not None:
@@ -177,7 +235,7 @@ class OutsideKeys(PassState):
         ckey = o.claim_key(claim)
         holds = self.ledger.addresses_of(ckey) or self.ledger.mirrors_of(ckey)
         self.plan.intents[key] = Intent.RELEASE if holds else Intent.RELEASE_UNBOUND
-        return self.snap.answers is not None and self.snap.answers.released(key)
+        return self.answers is not None and self.answers.released(key)
 
     def show_release_refused(self, claim: dict, step: Step, refusal: Refused) -> None:
         """A deleted claim whose release the outside IPAM refused says why it stays: Ready=False with the

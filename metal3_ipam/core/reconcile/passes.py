@@ -111,6 +111,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
     def run(self, claim_keys: Iterable[o.ClaimKey], address_keys: Iterable[tuple[str, str]],
             max_steps: int | None) -> Generator[None, None, Plan]:
         ledger = self.ledger
+        self.take_answers(claim_keys)  # before the first yield: the answers are a value for the whole pass
         if o.cluster_paused(self.snap.cluster) or o.is_paused(self.pool_obj) or _moving(self.pool_obj):
             self.plan.notes.append("paused")
             ledger.needs_full = True  # what changed meanwhile is looked at in full once it resumes

@@ -97,7 +97,7 @@ class Release(PassState):
             # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
             self.remember_binding(claim)
             outside_key = self.outside_key(claim)
-            refusal = self.snap.answers.release_refused(outside_key) if self.snap.answers is not None else None
+            refusal = self.answers.release_refused(outside_key) if self.answers is not None else None
             if refusal is not None:
                 self.show_release_refused(claim, step, refusal)
             self.ledger.awaiting[key] = outside_key  # the answer for that key wakes it

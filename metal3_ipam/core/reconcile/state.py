@@ -4,6 +4,8 @@ holding anything?)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import kinds
 from .. import objects as o
 from ..actions import Plan
@@ -45,6 +47,8 @@ class PassState:
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.
         self._carriers: dict[str, list[dict]] | None = None
+        # What the outside IPAM had answered when the pass started (``outside.Answers``), for a kind with ``outside``.
+        self.answers: Any = None
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)
