@@ -20,8 +20,10 @@ from metal3_ipam.controller.workers import PoolWorkers
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core import poolkind
+from metal3_ipam.core.actions import Create
 from metal3_ipam.core.asking import Op
-from metal3_ipam.core.reconcile import reconcile
+from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.core.reconcile import DECISIONS_PER_YIELD, load, plan_pass, reconcile, run_to_end
 from metal3_ipam.memory import converge
 
 import queued_ipam
@@ -50,8 +52,8 @@ class World:
     """The in-memory store and the kind's adapter half with its queued source: each pass's plan applied, its
     intents handed to the adapter, as the pool workers do (the answers are the test's to give)."""
 
-    def __init__(self, *objs, seed=0):
-        self.api = loaded(queued_pool(), *objs)
+    def __init__(self, *objs, seed=0, pool=None):
+        self.api = loaded(pool or queued_pool(), *objs)
         self.rng = random.Random(seed)
         self.woken: list[tuple[o.PoolKey, str | None]] = []
         self.pools = QueuedPools(QueuedSource(), wake=lambda pool, key: self.woken.append((pool, key)))
@@ -484,3 +486,35 @@ def test_one_ip_is_never_bound_to_two_live_claims_and_each_deleted_claims_addres
         # Each address made for a deleted claim's key freed exactly once; a live or moved claim's never.
         assert world.source.freed[address_id] == (1 if key in deleted else 0), (key, world.source.freed)
     assert not set(world.source.held) & deleted
+
+
+# -- a pass reads the answers as they were when it started ----------------------------------------------------
+
+def test_an_answer_filed_while_a_pass_runs_reaches_the_next_pass():
+    """A pass yields to the event loop between slices of decisions, and the outside IPAM's answers are filed
+    meanwhile: the pass decides every claim from the answers as they were when it started (its input is a
+    value), and an answer filed while it ran wakes its claim for the next pass."""
+    names = [f"c{n:02}" for n in range(DECISIONS_PER_YIELD + 8)]
+    world = World(*(queued_claim(name) for name in names), pool=queued_pool(prefix="10.0.0.0/24"))
+    world.pools.answers.per_server = len(names)  # every claim asked for at once
+    world.settle()  # every claim carries its key, and is asked for
+    assert len(world.source.requests(Op.ALLOCATE)) == len(names)
+    snap = world.api.inventory.snapshot(POOL, world.api.now, world.rng)
+    snap.answers = world.pools.answers
+    ledger = Ledger()
+    run_to_end(load(ledger, snap))
+    woken = []
+    world.pools.wake = lambda pool, key: woken.append(key)
+    decisions = plan_pass(ledger, snap, full=True, loaded=True)
+    next(decisions)  # the first slice of claims is decided; the event loop has its turn
+    world.source.answer_all()
+    assert all(world.pools.answers.result(world.key(name)) is not None for name in names)
+    plan = run_to_end(decisions)
+    assert not [a for a in plan.writes if isinstance(a, Create)]  # every claim decided as still pending
+    ledger.settle()
+    for key in woken:
+        ledger.answered(key)
+    plan = run_to_end(plan_pass(ledger, snap))  # the next pass: only the woken claims
+    made = {o.spec(a.obj)["claim"]["name"] for a in plan.writes if isinstance(a, Create)
+            and a.obj["kind"] == "IPAddress" and a.obj["apiVersion"] == kinds.METAL3_API_VERSION}
+    assert made == set(names)

@@ -1,0 +1,94 @@
+"""What one pass over a pool may look at (``Snapshot``): the pool, its claims and addresses, its Cluster, and
+what the inventory answers of the rest of the namespace."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any
+
+from .. import kinds
+from ..overlap import Withheld
+from ..pool import Pool
+from ..problems import Problem
+
+
+@dataclass
+
+
+class Snapshot:
+    """Everything one pool's reconcile may look at."""
+
+    namespace: str
+    pool_name: str
+    pool: dict | None
+    cluster: dict | None = None
+    claims: list[dict] = field(default_factory=list)          # in the order to serve them
+    addresses: list[dict] = field(default_factory=list)       # Metal3 IPAddresses of this pool
+    capi_addresses: list[dict] = field(default_factory=list)  # Cluster API IPAddresses of this pool
+    # The callbacks name the namespace looked in: the pool's, or for a pool of cluster scope a claim's.
+    name_taken: Callable[[str, str], bool] = lambda namespace, name: False  # any IPAddress of that name there
+    # The Metal3 IPAddress of that name there, or None (what holds a name ``name_taken`` says is taken).
+    address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
+    # An address of another pool of the namespace (either API) holds one of the addresses (version, lo..hi):
+    # an IP inside the span, or a sub-prefix meeting it; with ``for_keeper``, not counting an address written
+    # before its claim that no claim is bound to (``kept.binds_none``).
+    held_elsewhere: Callable[..., bool] = lambda namespace, version, lo, hi, for_keeper=False: False
+    # The addresses (either API) at (version, ip) of the namespace's other pools that keep an IP unique there
+    # (with ``every_pool``: of any other pool), to name what holds an IP.
+    held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
+    # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
+    kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # What holds (version, ip) for another claim of the namespace in a pool this one keeps its IPs apart from
+    # across namespaces, not as a separate network: (pool, "Kind namespace/name" of the claim, address) each.
+    held_twice: Callable[[str, int, int], list] = lambda namespace, version, ip: []
+    # The Cluster API claims of every namespace and outside IPAM's pool carrying an allocation key.
+    claims_carrying: Callable[[str], list[dict]] = lambda key: []
+    # The claim (namespace, name) seen leave for ``clusterctl move`` carrying an allocation key, or None: the
+    # key's address is that claim's in the move's target.
+    moved_away: Callable[[str], tuple[str, str] | None] = lambda key: None
+    # Why an allocation key's outside address is homed at another cluster's object that a claim here may not take
+    # it from (a claim there carries the key too), or None.
+    homed_elsewhere: Callable[[str], str | None] = lambda key: None
+    # A Cluster API IPAddress of that name in the namespace, whatever its pool.
+    capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
+    # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
+    cluster_named: Callable[[str, str], dict | None] = lambda namespace, name: None
+    # Clusters are watched: one not found does not exist (yet). Without Cluster API, none ever does.
+    clusters_served: bool = True
+    # Parts of the pool's address set that another, overlapping pool owns, or shares with it (``overlap``).
+    withheld: list[Withheld] = field(default_factory=list)
+    # For a global pool: what it withholds from (or shares with) its claims of a namespace because of the pools
+    # there. For a namespaced pool: what global pools with claims in its namespace withhold from them because
+    # of it (shown, not withheld).
+    withheld_in: Callable[[str], list[Withheld]] = lambda namespace: []
+    yielded: list[Withheld] = field(default_factory=list)
+    # The pool spec already read (the inventory keeps it per generation); read here when None.
+    model: tuple[Pool | None, list[Problem]] | None = None
+    # A claim of that (group, kind), namespace and name, or None: whether the claim a guard names lives.
+    claim_named: Callable[[tuple[str, str], str, str], dict | None] = lambda kind, namespace, name: None
+    # Some global pool whose claims keep their IPs apart from the namespaced pools holds (version, ip) in its
+    # address set: a namespaced pool's allocation of it is guarded (``naming.guard_name``).
+    global_holds: Callable[[int, int], bool] = lambda version, ip: False
+    # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
+    # of them, so that the API server's name uniqueness guards each IP across every namespace.
+    lock_namespace: str = "default"
+    # How long a stored lock of a Cluster API claim without its Cluster API IPAddress is left to whoever made
+    # it before this pass writes the address (``LOCK_SETTLE_SECONDS`` in a controller; 0 where one process
+    # is all there is: plans, models).
+    lock_settle_seconds: int = 0
+    # Whether the claims of a namespace are served here (``-n``): an address of a pool of cluster scope whose
+    # claim is in a namespace not served is left to the controller that serves it.
+    serves: Callable[[str], bool] = lambda namespace: True
+    serves_every_namespace: bool = True  # no ``-n``: what a pool of cluster scope shows is all there is
+    # --watch-filter: a pool or claim not labelled cluster.x-k8s.io/watch-filter=<this> is not this controller's
+    # (left alone as a paused one is: kept, not served); None: every one is.
+    watch_filter: str | None = None
+    now: str = "1970-01-01T00:00:00Z"
+    rng: random.Random | None = None
+    pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``poolkind.REGISTRY``
+    # For a kind whose addresses an outside IPAM hands out (``poolkind.Outside``): the asks and their answers
+    # by key (``core.asking.Asking``: ``result``, ``held_back``, ``release_refused``, ``released``); None: nothing
+    # was asked. A pass reads what they were when it started (``outside.Answers``), however long it runs.
+    answers: Any = None
