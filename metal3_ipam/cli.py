@@ -40,7 +40,7 @@ DEFAULT_HEALTH_ADDRESS = "0.0.0.0:8081"
 DEFAULT_RESYNC_SECONDS = 300.0
 
 _GO_FLAGS_HELP = """\
-The Go managers' flags (the Metal3 IPAM's and the in-cluster provider's main.go, Cluster API's
+The Go managers' flags (those of both Go IPAM providers' main.go, and Cluster API's
 manager options), in every spelling Go takes (--f=v, --f v, -f=v, a bare boolean, --f=false):
   --kubeconfig PATH               kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)
   --namespace NS                  serve only this namespace (repeatable; empty: all)

@@ -140,7 +140,7 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
               "events show which ones.", "metal3ipamclaimsnotready"),
         alert("Metal3IPAMExternalIPAMUnreachable", f"{led('metal3_ipam_external_ipam_up')} == 0", "critical",
               f"The IPAM server of pool {_pool_name()} does not answer",
-              "The controller cannot reach the external IPAM (NetBox) this pool's addresses come from, or it "
+              "The controller cannot reach the outside IPAM this pool's addresses come from (the pool's kind says which), or it "
               "answers with server errors: new claims of the pool wait, releases are held back. Check the "
               "server, its URL in the pool's spec and the network between them.",
               "metal3ipamexternalipamunreachable"),
@@ -331,20 +331,6 @@ def dashboard_queries(board: dict[str, Any] | None = None) -> list[tuple[str, st
 
 # -- kube-state-metrics ----------------------------------------------------------------------------
 
-# Per kind of pool: its address counts in status (metric name -> path), as its CRD names them.
-POOL_COUNTS: dict[str, dict[str, list[str]]] = {
-    "IPPool": {"capacity": ["status", "capacity"], "allocated": ["status", "allocated"], "free": ["status", "free"]},
-    "NetBoxIPPool": {"capacity": ["status", "size"], "allocated": ["status", "used"], "free": ["status", "free"]},
-}
-_INCLUSTER_COUNTS = {"capacity": ["status", "ipAddresses", "total"], "allocated": ["status", "ipAddresses", "used"],
-                     "free": ["status", "ipAddresses", "free"],
-                     "out_of_range": ["status", "ipAddresses", "outOfRange"]}
-
-
-def _counts(kind: str) -> dict[str, list[str]]:
-    return POOL_COUNTS.get(kind, _INCLUSTER_COUNTS)
-
-
 def kube_state_metrics_config(versions: dict[tuple[str, str], str]) -> dict[str, Any]:
     """kube-state-metrics' ``CustomResourceStateMetrics`` for every kind of pool (at the version ``versions``
     names, its CRD's storage version): ``metal3_ipam_<kind>_info``, ``_created``, the address counts
@@ -361,7 +347,8 @@ def kube_state_metrics_config(versions: dict[tuple[str, str], str]) -> dict[str,
             {"name": "created", "help": f"When the {kind} was made (Unix time)",
              "each": {"type": "Gauge", "gauge": {"path": ["metadata", "creationTimestamp"]}}},
         ]
-        for name, path in _counts(kind).items():
+        for name, path in REGISTRY[group_kind].status_counts.items():
+            path = list(path)
             metrics.append({"name": name, "help": f"The {kind}'s {'.'.join(path[1:])} as its status says",
                             "each": {"type": "Gauge", "gauge": {"path": path}}})
         metrics.append({"name": "status_condition", "help": f"The {kind}'s conditions (Ready among them)",

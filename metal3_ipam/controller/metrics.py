@@ -48,7 +48,7 @@ LEADER = Gauge("metal3_ipam_leader", "1 while this replica may write (holds the 
               "leader election), else 0")
 EXTERNAL_IPAM_UP = Gauge(
     "metal3_ipam_external_ipam_up",
-    "For a pool whose addresses an outside IPAM hands out (NetBox): 1 when its server answered the last "
+    "For a pool whose addresses an outside IPAM hands out: 1 when its server answered the last "
     "request (survey or ask), 0 when it was unreachable, timed out or failed (5xx)", POOL_LABELS)
 PER_POOL += (EXTERNAL_IPAM_UP,)
 READY = Gauge("metal3_ipam_ready", "1 while /readyz answers ok, else 0 (read at each scrape)")

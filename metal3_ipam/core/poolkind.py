@@ -128,6 +128,10 @@ class PoolKind:
     # The count fields of the pool's status; with ``indexes``, status.indexes is kept too.
     status: Callable[[Counts], dict[str, Any]]
     indexes: bool
+    # Where the status says the counts (capacity, allocated, free, ...), as paths from the object's root (the
+    # kube-state-metrics configuration reads them there); the default is IPPool's.
+    status_counts: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=lambda: {
+        "capacity": ("status", "capacity"), "allocated": ("status", "allocated"), "free": ("status", "free")})
     # -- where the kinds' lifecycles differ (the defaults are IPPool's) --
     # An IP is kept unique among the pools of the namespace (overlaps withheld, other pools' addresses
     # skipped); False: only within the pool (a global pool, whose claims live in every namespace).

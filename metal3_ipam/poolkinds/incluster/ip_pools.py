@@ -91,6 +91,11 @@ FINALIZERS = Finalizers(
 )
 
 
+# Where the in-cluster kinds' status says their counts (``status.ipAddresses``, also of prefix pools).
+STATUS_COUNTS = {"capacity": ("status", "ipAddresses", "total"), "allocated": ("status", "ipAddresses", "used"),
+                 "free": ("status", "ipAddresses", "free"), "out_of_range": ("status", "ipAddresses", "outOfRange")}
+
+
 def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any) -> PoolKind:
     """A kind of the in-cluster provider's (its finalizers, its IPAddress's labels and owners, an address
     written before its claim kept; its pools independent of other pools unless ``rules`` say otherwise);
@@ -100,6 +105,7 @@ def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any
                     claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
                     cluster_name=lambda pool: None, status=_status, indexes=False,
                     address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
+                    status_counts=STATUS_COUNTS,
                     crds=lambda: [pool_crd(kind[1])], **rules)
 
 

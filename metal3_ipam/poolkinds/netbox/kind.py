@@ -112,6 +112,7 @@ NETBOX_IP_POOL_KIND = PoolKind(
     cluster_name=lambda pool: None,
     status=lambda counts: {},
     indexes=False,
+    status_counts={"capacity": ("status", "size"), "allocated": ("status", "used"), "free": ("status", "free")},
     unique_in_namespace=False,
     outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
                     granted=_granted, service=service.service, flags=service.FLAGS,
