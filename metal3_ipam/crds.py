@@ -36,6 +36,7 @@ import yaml
 from metal3_ipam.core import kinds
 from metal3_ipam.core.conversion import CONVERSION_PATH
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
+from metal3_ipam.poolkinds.openstack import crd as openstack_crd
 from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
 
 GROUP = "ipam.metal3.io"
@@ -1114,11 +1115,13 @@ def _netbox_pool_crd() -> dict[str, Any]:
 
 KINDS = ("IPPool", "IPClaim", "IPAddress")  # of ipam.metal3.io
 NETBOX_KINDS = (netbox_pool.KIND,)  # of netbox.metal3-ipam.io
-ALL_KINDS = KINDS + INCLUSTER_KINDS + NETBOX_KINDS
+OPENSTACK_KINDS = (openstack_crd.p.KIND,)  # of openstack.metal3-ipam.io (its schema: poolkinds/openstack/crd.py)
+ALL_KINDS = KINDS + INCLUSTER_KINDS + NETBOX_KINDS + OPENSTACK_KINDS
 _BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {
     "IPPool": _ippool_crd, "IPClaim": _ipclaim_crd, "IPAddress": _ipaddress_crd,
     **{kind: (lambda kind=kind: _incluster_crd(kind)) for kind in INCLUSTER_KINDS},
     netbox_pool.KIND: _netbox_pool_crd,
+    openstack_crd.p.KIND: openstack_crd.crd,
 }
 
 

@@ -49,8 +49,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
          "the contract's IPAddress: created, read when its name is taken, finalizer patched, deleted on release"),
     Rule(kinds.CLUSTER_GROUP, "clusters", WATCH, "watched for spec.paused"),
     Rule("", "events", ("create",), "Warning and Normal Events on pools and claims (api.ApiWriter._post_event)"),
-    Rule("", "secrets", ("get",), "a NetBoxIPPool's API token, read from the Secret its spec names "
-                                  "(netbox_asks.SecretTokens)"),
+    Rule("", "secrets", ("get",), "a NetBoxIPPool's API token (netbox_asks.SecretTokens) and an "
+                                  "OpenStackFloatingIPPool's clouds.yaml, read from the Secret its spec names"),
 )
 
 # Clusters that run the OwnerReferencesPermissionEnforcement admission plugin

@@ -1,0 +1,103 @@
+"""The sweep of floating IPs no claim carries: the NetBox pools' rules, for Neutron.
+
+A floating IP is this controller's only when its description names an
+allocation key of this owner (``pool.description``): one made by it, or one
+it took for a claim (kept by ``Retain``, pre-allocated, CAPO's adopted). No
+other is ever touched. One is released (as its pool's ``reclaimPolicy`` says)
+when:
+
+* its key is carried by no claim, lock or ask here, and its claim was not seen
+  leave for a ``clusterctl move`` (``Inventory.moved_away``);
+* its pool tag names a pool held here and live (not being deleted): the floating
+  IPs of a pool moved to another cluster, or of another cluster's pool of the
+  same project, are that cluster's;
+* two sweeps ``sweep_seconds`` apart found it so, with the same description,
+  and it is read again by id just before (a claim carrying the key may have
+  come meanwhile).
+
+Such a floating IP is left by a claim deleted without its finalizer (forced),
+whose release was never asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
+from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
+
+log = logging.getLogger(__name__)
+
+
+def owned(neutron: Neutron, pool: OpenStackPool, owner: str) -> list[FloatingIP]:
+    """The floating IPs tagged with this owner that the project holds."""
+    return neutron.floating_ips(tags=owner)
+
+
+def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
+    """``fip`` released as ``pool`` says, if it still is as listed and ``still()`` holds; whether it was."""
+    now = neutron.get(fip.id)
+    if now is None or now.description != fip.description or not still():
+        return False
+    if pool.deletes and now.address not in pool.preallocated:
+        neutron.delete(now.id)
+    else:
+        neutron.describe(now.id, p.available_description(owner))
+    return True
+
+
+class Sweeper:
+    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service)."""
+
+    def __init__(self, pools: Any):
+        self.pools = pools
+        self._sighted: dict[str, str] = {}  # floating IP id -> description, found carried by nothing last sweep
+
+    def _held(self) -> dict[str, OpenStackPool]:
+        """The live pools held here, by their pool tag."""
+        owner = self.pools.asks.owner
+        found = {}
+        for pool_key in self.pools.inventory.pool_keys():
+            if pool_key.kind == OPENSTACK_FLOATING_IP_POOL and (model := self.pools.live_pool(pool_key)) is not None:
+                found[p.pool_tag(owner, model.namespace, model.name)] = model
+        return found
+
+    async def sweep(self) -> list[FloatingIP]:
+        """Each cloud of the pools held swept once; the floating IPs released."""
+        asks, owner = self.pools.asks, self.pools.asks.owner
+        held = self._held()
+        clouds: dict[Any, OpenStackPool] = {}
+        for model in held.values():
+            clouds.setdefault(asks.cloud_of(model), model)
+        sighted: dict[str, str] = {}
+        released: list[FloatingIP] = []
+        for model in clouds.values():
+            try:
+                listed = await asks.run(model, owned)
+            except OpenStackError as exc:
+                log.warning("sweep of the cloud of %s: %s", model.text, exc)
+                continue
+            carried = self.pools.carried()
+            for fip in listed:
+                key = p.key_in(owner, fip.description)
+                pool = next((held[t] for t in fip.tags if t in held), None)
+                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model) or carried(key):
+                    continue
+                if self._sighted.get(fip.id) != fip.description:
+                    sighted[fip.id] = fip.description
+                    continue
+                try:
+                    done = await asks.run(pool, release_one, fip, lambda key=key: not self.pools.carried()(key),
+                                          serial=True)
+                except OpenStackError as exc:
+                    log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
+                    sighted[fip.id] = fip.description
+                    continue
+                if done:
+                    log.info("sweep: floating IP %s (%s) of %s released: no claim carries its key %s",
+                             fip.address, fip.id, pool.text, key)
+                    released.append(fip)
+        self._sighted = sighted
+        return released
