@@ -1,0 +1,287 @@
+"""Claims of OpenStackFloatingIPPools served by the controller, against the real API server, Keystone and Neutron.
+
+The controller runs as ``metal3-ipam run`` with an owner of its own per test; OpenStack is the session's
+(``openstack`` fixture; each test leaves it as it found it). After each scenario: every live claim of a
+floating-IP pool has exactly one Cluster API IPAddress (prefix 32, no gateway) and exactly one floating IP whose
+description carries its key, at the same address, tagged with the owner and the pool with its namespace; a
+deleted claim's floating IP is gone (``Delete``) or kept for the pool (``Retain``); nothing else in Neutron is
+touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+import pytest
+from kubernetes import client as k8s
+
+pytest.register_assert_rewrite("controller_fixtures")
+
+from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition  # noqa: E402
+from metal3_ipam.poolkinds.openstack import pool as p  # noqa: E402
+from metal3_ipam.testing.waiting import eventually  # noqa: E402
+
+pytest_plugins = ("controller_fixtures",)
+
+FIPS = (p.GROUP, p.VERSION)
+PLURAL = p.PLURAL
+CAPI = (CAPI_IPAM_GROUP, "v1beta2")
+
+
+@pytest.fixture(autouse=True)
+def clean(openstack):
+    yield
+    openstack.reset()
+
+
+def owner() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def put_clouds(api_client, namespace: str, clouds_yaml: bytes, name: str = "cloud") -> None:
+    core = k8s.CoreV1Api(api_client)
+    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name),
+                        data={p.CLOUDS_YAML_KEY: base64.b64encode(clouds_yaml).decode()})
+    try:
+        core.create_namespaced_secret(namespace, body)
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_secret(name, namespace, body)
+
+
+def fip_pool(kube: Kube, name: str, **spec) -> dict:
+    body = {"apiVersion": "/".join(FIPS), "kind": p.KIND, "metadata": {"name": name},
+            "spec": {"identityRef": {"name": "cloud", "cloudName": "openstack"}, **spec}}
+    return kube.create(FIPS, PLURAL, body)
+
+
+def fip_claim(kube: Kube, name: str, pool: str) -> dict:
+    return kube.capi_claim(name, pool, group=p.GROUP, kind=p.KIND)
+
+
+def key_of(kube: Kube, name: str) -> str:
+    return kube.capi_ipclaim(name)["metadata"]["annotations"][p.KEY_ANNOTATION]
+
+
+def held(openstack, who: str, key: str) -> list[dict]:
+    return openstack.floating_ips(description=p.description(who, key))
+
+
+def ready_reason(kube: Kube, name: str) -> tuple[str, str] | None:
+    ready = condition(kube.capi_ipclaim(name), "Ready")
+    return (ready["status"], ready["reason"]) if ready else None
+
+
+def waits_with(kube: Kube, name: str, reason: str, timeout: float = 60) -> None:
+    eventually(lambda: ready_reason(kube, name) == ("False", reason), timeout=timeout,
+               what=f"claim {name} Ready=False {reason}")
+
+
+def assert_one_floating_ip_each(kube: Kube, openstack, who: str, names, pool: str = "fips") -> None:
+    """Each claim: one IPAddress named after it (/32, no gateway), one floating IP with its key, the same IP."""
+    ips = set()
+    for name in names:
+        address = kube.capi_ipaddress(name)
+        assert address is not None, name
+        [fip] = held(openstack, who, key_of(kube, name))
+        assert fip["floating_ip_address"] == address["spec"]["address"], (name, fip, address)
+        assert set(fip["tags"]) >= {who, p.pool_tag(who, kube.ns, pool)}, fip
+        assert address["spec"]["prefix"] == 32 and not address["spec"].get("gateway"), address
+        mine = [a for a in kube.list(CAPI, "ipaddresses") if a["spec"]["claimRef"]["name"] == name]
+        assert len(mine) == 1, (name, mine)
+        ips.add(address["spec"]["address"])
+    assert len(ips) == len(list(names))
+
+
+def serve(controller_factory, api_client, kube: Kube, openstack, user: str = "member") -> str:
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml(user))
+    controller_factory(["-n", kube.ns, "--openstack-owner", who])
+    return who
+
+
+def test_claims_of_a_floating_ip_pool_and_of_a_metal3_pool_at_once(controller_factory, kube, openstack,
+                                                                   api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips")
+    kube.pool("m", pools=[{"start": "192.168.30.10", "end": "192.168.30.60", "prefix": 24}])
+    names, m_names = [f"f-{i}" for i in range(5)], [f"m-{i}" for i in range(5)]
+    for name, m_name in zip(names, m_names):
+        fip_claim(kube, name, "fips")
+        kube.capi_claim(m_name, "m")
+    for name in names + m_names:
+        kube.capi_bound(name, timeout=90)
+    assert_one_floating_ip_each(kube, openstack, who, names)
+
+    def pool_ready():
+        status = kube.get(FIPS, PLURAL, "fips").get("status") or {}
+        ready = condition({"status": status}, "Ready")
+        return status if ready and ready["reason"] == "Serving" and status.get("claimed") == 5 else None
+    status = eventually(pool_ready, timeout=60, what="the pool Ready with 5 floating IPs claimed")
+    assert status["floatingIPNetwork"]["id"] == openstack.network["id"]
+    assert sorted(status["claimedIPs"]) == sorted(kube.capi_ipaddress(n)["spec"]["address"] for n in names)
+
+    gone = names[:2]
+    keys = {name: key_of(kube, name) for name in gone}
+    for name in gone:
+        kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", name)
+    for name in gone:
+        kube.gone(CAPI, "ipaddressclaims", name, timeout=60)
+        assert held(openstack, who, keys[name]) == [], name
+    assert_one_floating_ip_each(kube, openstack, who, names[2:])
+    assert len(openstack.floating_ips(tags=who)) == 3
+
+
+def test_killed_between_create_and_tag_makes_no_second_floating_ip(controller_factory, kube, openstack, api_client):
+    """Neutron refuses the tag call (policy): the floating IP is made, with the key in its description, and the
+    claim says why it waits; SIGKILLed there, a controller started afterwards finds it by the key and tags it."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    openstack.set_neutron_policy({"update_floatingip:tags": "role:admin", "create_floatingip:tags": "role:admin"})
+    proc = controller_factory(["-n", kube.ns, "--openstack-owner", who])
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    waits_with(kube, "a", p.POLICY_FORBIDDEN)
+    [made] = held(openstack, who, key_of(kube, "a"))
+    assert made["tags"] == []
+    proc.kill()
+    openstack.set_neutron_policy({})
+    controller_factory(["-n", kube.ns, "--openstack-owner", who], name="after-kill")
+    kube.capi_bound("a", timeout=90)
+    assert_one_floating_ip_each(kube, openstack, who, ["a"])
+    assert [f["id"] for f in openstack.floating_ips()] == [made["id"]]
+
+
+def test_a_full_network_and_the_quota_are_each_their_own_reason(controller_factory, kube, openstack, api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    openstack.create_external_network("tiny", "198.51.100.0/29", ("198.51.100.2", "198.51.100.2"))
+    fip_pool(kube, "tiny", floatingIPNetwork={"filter": {"name": "tiny"}})
+    fip_claim(kube, "t-0", "tiny")
+    kube.capi_bound("t-0", timeout=90)
+    fip_claim(kube, "t-1", "tiny")
+    waits_with(kube, "t-1", p.NETWORK_FULL)
+
+    openstack.set_quota(floatingip=2)
+    fip_pool(kube, "fips", floatingIPNetwork={"filter": {"name": "public"}})
+    fip_claim(kube, "q-0", "fips")
+    kube.capi_bound("q-0", timeout=90)
+    fip_claim(kube, "q-1", "fips")
+    waits_with(kube, "q-1", p.OVER_QUOTA)
+    assert "OverQuota" in condition(kube.capi_ipclaim("q-1"), "Ready")["message"]
+    assert kube.capi_ipaddress("q-1") is None and kube.capi_ipaddress("t-1") is None
+
+    openstack.set_quota(floatingip=None)
+    kube.capi_bound("q-1", timeout=120)
+    assert_one_floating_ip_each(kube, openstack, who, ["q-0", "q-1"])
+    assert_one_floating_ip_each(kube, openstack, who, ["t-0"], pool="tiny")
+    assert ready_reason(kube, "t-1") == ("False", p.NETWORK_FULL)
+
+
+def test_a_member_may_not_ask_for_a_preallocated_address_but_takes_one_the_project_holds(
+        controller_factory, kube, openstack, api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips", preAllocatedFloatingIPs=["203.0.113.20"])
+    fip_claim(kube, "a", "fips")
+    waits_with(kube, "a", p.POLICY_FORBIDDEN)
+    assert openstack.floating_ips(floating_ip_address="203.0.113.20") == []
+
+    # The project's administrator makes it (a member may not choose the address): the claim takes it.
+    made = openstack.neutron("POST", "floatingips", {"floatingip": {
+        "floating_network_id": openstack.network["id"], "floating_ip_address": "203.0.113.20"}})["floatingip"]
+    address = kube.capi_bound("a", timeout=120)
+    assert address["spec"]["address"] == "203.0.113.20"
+    [fip] = held(openstack, who, key_of(kube, "a"))
+    assert fip["id"] == made["id"]
+
+    # A pre-allocated floating IP is never deleted by a release: kept for the pool's next claim.
+    kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", "a")
+    kube.gone(CAPI, "ipaddressclaims", "a", timeout=60)
+    [kept] = openstack.floating_ips(id=made["id"])
+    assert kept["description"] == p.available_description(who)
+
+
+def test_max_ips_holds_a_claim_until_another_lets_its_floating_ip_go(controller_factory, kube, openstack,
+                                                                     api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips", maxIPs=2)
+    for name in ("a", "b"):
+        fip_claim(kube, name, "fips")
+        kube.capi_bound(name, timeout=90)
+    fip_claim(kube, "c", "fips")
+    waits_with(kube, "c", p.MAX_IPS_REACHED)
+    assert len(openstack.floating_ips(tags=who)) == 2
+    kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", "a")
+    kube.capi_bound("c", timeout=400)  # the refused ask is retried after its backoff
+    assert_one_floating_ip_each(kube, openstack, who, ["b", "c"])
+    assert len(openstack.floating_ips(tags=who)) == 2
+
+
+def test_retain_keeps_floating_ips_across_the_pools_deletion(controller_factory, kube, openstack, api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips", reclaimPolicy="Retain")
+    names = ["a", "b"]
+    for name in names:
+        fip_claim(kube, name, "fips")
+    ips = sorted(kube.capi_bound(name, timeout=90)["spec"]["address"] for name in names)
+    for name in names:
+        kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", name)
+    for name in names:
+        kube.gone(CAPI, "ipaddressclaims", name, timeout=60)
+    kube.delete(FIPS, PLURAL, "fips")
+    kube.gone(FIPS, PLURAL, "fips", timeout=60)
+    kept = openstack.floating_ips(tags=p.pool_tag(who, kube.ns, "fips"))
+    assert sorted(f["floating_ip_address"] for f in kept) == ips
+    assert {f["description"] for f in kept} == {p.available_description(who)}
+
+    fip_pool(kube, "fips", reclaimPolicy="Retain")
+    fip_claim(kube, "c", "fips")
+    assert kube.capi_bound("c", timeout=90)["spec"]["address"] in ips
+    assert len(openstack.floating_ips(tags=who)) == 2
+
+
+def test_a_release_the_policy_refuses_is_shown_and_release_without_delete_lets_the_claim_go(
+        controller_factory, kube, openstack, api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    ip = kube.capi_bound("a", timeout=90)["spec"]["address"]
+    openstack.set_neutron_policy({"delete_floatingip": "role:admin"})
+    kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", "a")
+    waits_with(kube, "a", p.POLICY_FORBIDDEN)
+    assert kube.capi_ipaddress("a") is not None
+    kube.patch(FIPS, PLURAL, "fips", {"spec": {"releaseWithoutDelete": True}})
+    kube.gone(CAPI, "ipaddressclaims", "a", timeout=400)
+    [kept] = openstack.floating_ips(tags=who)
+    assert kept["floating_ip_address"] == ip and kept["description"] == p.available_description(who)
+
+
+def test_two_pools_of_one_name_in_two_namespaces_on_one_project_stay_apart(controller_factory, kube, openstack,
+                                                                          api_client):
+    core = k8s.CoreV1Api(api_client)
+    other_ns = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=other_ns)))
+    try:
+        other = Kube(api_client, other_ns)
+        who = owner()
+        for k in (kube, other):
+            put_clouds(api_client, k.ns, openstack.clouds_yaml("member"))
+            fip_pool(k, "fips")
+        controller_factory(["-n", kube.ns, "-n", other_ns, "--openstack-owner", who])
+        for k in (kube, other):
+            for name in ("a", "b"):
+                fip_claim(k, name, "fips")
+        for k in (kube, other):
+            for name in ("a", "b"):
+                k.capi_bound(name, timeout=90)
+            assert_one_floating_ip_each(k, openstack, who, ["a", "b"])
+            assert len(openstack.floating_ips(tags=p.pool_tag(who, k.ns, "fips"))) == 2
+        for name in ("a", "b"):
+            kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", name)
+        for name in ("a", "b"):
+            kube.gone(CAPI, "ipaddressclaims", name, timeout=60)
+        assert openstack.floating_ips(tags=p.pool_tag(who, kube.ns, "fips")) == []
+        assert_one_floating_ip_each(other, openstack, who, ["a", "b"])
+    finally:
+        core.delete_namespace(other_ns)
