@@ -285,3 +285,96 @@ def test_two_pools_of_one_name_in_two_namespaces_on_one_project_stay_apart(contr
         assert_one_floating_ip_each(other, openstack, who, ["a", "b"])
     finally:
         core.delete_namespace(other_ns)
+
+
+def test_neutron_stopped_mid_burst_and_started_again(controller_factory, kube, openstack, api_client):
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips")
+    kube.pool("m", pools=[{"start": "192.168.31.10", "end": "192.168.31.60", "prefix": 24}])
+    first, later = ["f-0", "f-1"], ["f-2", "f-3", "f-4"]
+    for name in first:
+        fip_claim(kube, name, "fips")
+    for name in first:
+        kube.capi_bound(name, timeout=90)
+    openstack.stop_neutron()
+    try:
+        for name in later:
+            fip_claim(kube, name, "fips")
+        m_names = [f"m-{i}" for i in range(4)]
+        for name in m_names:
+            kube.capi_claim(name, "m")
+        for name in m_names:  # served while Neutron is down
+            kube.capi_bound(name, timeout=30)
+
+        def some_say_why():
+            reasons = {ready_reason(kube, name) for name in later}
+            return reasons if ("False", p.UNREACHABLE) in reasons else None
+        reasons = eventually(some_say_why, timeout=60, what=f"a claim Ready=False {p.UNREACHABLE}")
+        assert all(r is None or r[0] == "False" for r in reasons), reasons
+    finally:
+        openstack.start_neutron()
+    for name in first + later:
+        kube.capi_bound(name, timeout=400)
+    assert_one_floating_ip_each(kube, openstack, who, first + later)
+
+
+def test_the_sweep_releases_only_floating_ips_of_its_keys_no_claim_carries(controller_factory, kube, openstack,
+                                                                           api_client):
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    ctl = controller_factory(["-n", kube.ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+    fip_pool(kube, "fips")
+    for name in ("kept", "leaked"):
+        fip_claim(kube, name, "fips")
+    for name in ("kept", "leaked"):
+        kube.capi_bound(name, timeout=90)
+    leaked = held(openstack, who, key_of(kube, "leaked"))[0]
+    tag = p.pool_tag(who, kube.ns, "fips")
+
+    def made(description: str, tags: list[str]) -> dict:
+        fip = openstack.neutron("POST", "floatingips", {"floatingip": {
+            "floating_network_id": openstack.network["id"], "description": description}}, user="member")["floatingip"]
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags", {"tags": tags}, user="member")
+        return fip
+    # Never touched: no key of ours (a user's, tagged like ours), another owner's key, a pool not held here.
+    foreign = made("a user's own", [who, tag])
+    other_owner = made(p.description(owner(), uuid.uuid4().hex), [who, tag])
+    elsewhere = made(p.description(who, uuid.uuid4().hex), [who, p.pool_tag(who, "another-namespace", "fips")])
+    # Released: one of this owner's keys that no claim carries, tagged with the pool held here.
+    late = made(p.description(who, uuid.uuid4().hex), [who, tag])
+
+    kube.delete_past_finalizers(CAPI, "ipaddressclaims", "leaked")  # gone without its release
+    ids = lambda: {f["id"] for f in openstack.floating_ips()}  # noqa: E731
+    eventually(lambda: leaked["id"] not in ids() and late["id"] not in ids(), timeout=90,
+               what="the sweep to release the leaked claim's floating IP and the late one")
+    assert {foreign["id"], other_owner["id"], elsewhere["id"]} <= ids()
+    assert_one_floating_ip_each(kube, openstack, who, ["kept"])
+    assert "released: no claim carries its key" in ctl.log_text()
+
+
+def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory, kube, openstack, api_client):
+    """Switching from CAPO's pool: its tagged floating IPs (one free, one a machine uses) are there; the free one
+    is handed to the first claim, the used one never."""
+    free = openstack.neutron("POST", "floatingips", {"floatingip": {
+        "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
+    openstack.neutron("PUT", f"floatingips/{free['id']}/tags/{p.capo_tag('capo')}", user="member")
+    who = serve(controller_factory, api_client, kube, openstack)
+    fip_pool(kube, "fips", adoptFromCAPOPool="capo")
+    fip_claim(kube, "a", "fips")
+    assert kube.capi_bound("a", timeout=90)["spec"]["address"] == free["floating_ip_address"]
+    [fip] = held(openstack, who, key_of(kube, "a"))
+    assert fip["id"] == free["id"] and p.capo_tag("capo") in fip["tags"]
+    fip_claim(kube, "b", "fips")
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != free["floating_ip_address"]
+    assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+
+
+def test_the_crd_refuses_a_network_by_id_and_filter_and_a_bad_policy(kube):
+    for spec, field in (({"floatingIPNetwork": {"id": str(uuid.uuid4()), "filter": {"name": "public"}}},
+                         "floatingIPNetwork"),
+                        ({"reclaimPolicy": "Keep"}, "reclaimPolicy"),
+                        ({"preAllocatedFloatingIPs": ["2001:db8::1"]}, "preAllocatedFloatingIPs"),
+                        ({"identityRef": {}}, "identityRef.name")):
+        with pytest.raises(k8s.ApiException) as refused:
+            fip_pool(kube, f"bad-{uuid.uuid4().hex[:6]}", **spec)
+        assert refused.value.status == 422 and field in refused.value.body, refused.value.body

@@ -149,7 +149,20 @@ def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> Flo
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
             if fip.port_id is None and p.key_in(owner, fip.description) is None:
                 return _take(neutron, fip, text, tags)
-    return _tagged(neutron, neutron.create(network["id"], text), tags)
+    return _settled(neutron, neutron.create(network["id"], text), text, tags)
+
+
+def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
+    """After a create: when another floating IP carries the key too (a second replica, or a leader that lost its
+    lease, made it between our look and our create), the one of the lowest id is the key's, as every look by the
+    key answers; ours, made in vain, is deleted."""
+    carrying = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
+    if carrying and carrying[0].id != made.id:
+        log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
+                    made.id, text, carrying[0].address, carrying[0].id)
+        neutron.delete(made.id)
+        return _tagged(neutron, carrying[0], tags)
+    return _tagged(neutron, made, tags)
 
 
 def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> list[FloatingIP]:
