@@ -378,3 +378,26 @@ def test_the_crd_refuses_a_network_by_id_and_filter_and_a_bad_policy(kube):
         with pytest.raises(k8s.ApiException) as refused:
             fip_pool(kube, f"bad-{uuid.uuid4().hex[:6]}", **spec)
         assert refused.value.status == 422 and field in refused.value.body, refused.value.body
+
+
+@pytest.mark.parametrize("leader_elect", [True, False], ids=["leader-elected", "no-leader-election"])
+def test_two_replicas_make_one_floating_ip_per_claim(controller_factory, kube, openstack, api_client, leader_elect):
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    for i in range(2):
+        controller_factory(["-n", kube.ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"]
+                           + ([] if leader_elect else ["--no-leader-elect"]),
+                           name=f"replica-{i}", ready=leader_elect is False or i == 0)
+    fip_pool(kube, "fips")
+    names = [f"f-{i}" for i in range(8)]
+    for name in names:
+        fip_claim(kube, name, "fips")
+    for name in names:
+        kube.capi_bound(name, timeout=120)
+    # Without leader election both replicas may make a floating IP for one key, and each give the claim its
+    # own: the claim holds one, and the sweep releases the other.
+    keys = [key_of(kube, name) for name in names]
+    eventually(lambda: [len(held(openstack, who, key)) for key in keys] == [1] * len(names)
+               and len(openstack.floating_ips()) == len(names), timeout=60,
+               what="one floating IP per claim, none made in vain left")
+    assert_one_floating_ip_each(kube, openstack, who, names)

@@ -466,6 +466,15 @@ class OpenStackPools:
             if self.may_act():
                 await self.sweeper.sweep()
 
+    def bound(self) -> dict[str, str]:
+        """The address each key's lock holds (the claim's floating IP)."""
+        found = {}
+        for lock in self.inventory.of_kind(kinds.IPADDRESS):
+            key, spec = p.claim_key(lock)[0], lock.get("spec") or {}
+            if key is not None and isinstance(spec.get("address"), str):
+                found[key] = spec["address"]
+        return found
+
     def carried(self) -> Callable[[str], bool]:
         """Whether a key is a claim's or a lock's, has an ask out or due, or its claim left for a move."""
         locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := p.claim_key(lock)[0]) is not None}

@@ -17,6 +17,12 @@ when:
 
 Such a floating IP is left by a claim deleted without its finalizer (forced),
 whose release was never asked.
+
+A key may also carry two floating IPs: two replicas (or a leader that lost its
+lease with a create out) both found none for it and both made one, and each
+gave the claim its own. The claim holds one (its lock names the address); the
+other, made in vain, is released by the same rules (two sightings, read again
+just before, the lock still naming the other address).
 """
 
 from __future__ import annotations
@@ -64,6 +70,11 @@ class Sweeper:
                 found[p.pool_tag(owner, model.namespace, model.name)] = model
         return found
 
+    def _loose(self, key: str, fip: FloatingIP) -> bool:
+        """Whether ``fip`` is still no claim's: its key carried by nothing, or held by another address."""
+        held = self.pools.bound().get(key)
+        return held not in (None, fip.address) or not self.pools.carried()(key)
+
     async def sweep(self) -> list[FloatingIP]:
         """Each cloud of the pools held swept once; the floating IPs released."""
         asks, owner = self.pools.asks, self.pools.asks.owner
@@ -79,25 +90,32 @@ class Sweeper:
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
-            carried = self.pools.carried()
+            carried, bound = self.pools.carried(), self.pools.bound()
+            addresses: dict[str, set[str]] = {}
+            for fip in listed:
+                addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
             for fip in listed:
                 key = p.key_in(owner, fip.description)
                 pool = next((held[t] for t in fip.tags if t in held), None)
-                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model) or carried(key):
+                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
+                    continue
+                extra = bound.get(key) not in (None, fip.address) and bound.get(key) in addresses[key]
+                if carried(key) and not extra:
                     continue
                 if self._sighted.get(fip.id) != fip.description:
                     sighted[fip.id] = fip.description
                     continue
                 try:
-                    done = await asks.run(pool, release_one, fip, lambda key=key: not self.pools.carried()(key),
+                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip: self._loose(key, fip),
                                           serial=True)
                 except OpenStackError as exc:
                     log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
                     sighted[fip.id] = fip.description
                     continue
                 if done:
-                    log.info("sweep: floating IP %s (%s) of %s released: no claim carries its key %s",
-                             fip.address, fip.id, pool.text, key)
+                    log.info("sweep: floating IP %s (%s) of %s released: %s", fip.address, fip.id, pool.text,
+                             f"its key {key} is held by {bound[key]}, made for it too" if extra else
+                             f"no claim carries its key {key}")
                     released.append(fip)
         self._sighted = sighted
         return released
