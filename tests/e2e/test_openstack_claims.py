@@ -18,7 +18,8 @@ from kubernetes import client as k8s
 
 pytest.register_assert_rewrite("controller_fixtures")
 
-from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition  # noqa: E402
+from controller_fixtures import (CAPI_IPAM_GROUP, Kube, condition, controller_as_user,  # noqa: E402
+                                 rules_with_ipaddress_verbs)
 from metal3_ipam.poolkinds.openstack import pool as p  # noqa: E402
 from metal3_ipam.testing.waiting import eventually  # noqa: E402
 
@@ -150,6 +151,35 @@ def test_killed_between_create_and_tag_makes_no_second_floating_ip(controller_fa
     openstack.set_neutron_policy({})
     controller_factory(["-n", kube.ns, "--openstack-owner", who], name="after-kill")
     kube.capi_bound("a", timeout=90)
+    assert_one_floating_ip_each(kube, openstack, who, ["a"])
+    assert [f["id"] for f in openstack.floating_ips()] == [made["id"]]
+
+
+def test_killed_between_the_tag_and_the_address_write_heals_by_the_key(controller_factory, control_plane, kube,
+                                                                       openstack, api_client, tmp_path):
+    """A controller that may not create IPAddresses gets its floating IP made and tagged and cannot write it;
+    SIGKILLed, a controller started afterwards finds it by the claim's key: the same address, one floating IP."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    rules = rules_with_ipaddress_verbs(["get", "list", "watch", "patch", "delete"]) + [
+        {"apiGroups": [p.GROUP], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    user = f"no-ipaddress-writer-{uuid.uuid4().hex[:6]}"
+    with controller_as_user(control_plane, api_client, kube.ns, tmp_path, user, rules) as proc:
+        proc.args += ["--openstack-owner", who]
+        proc.start()
+
+        def tagged():
+            key = (kube.capi_ipclaim("a")["metadata"].get("annotations") or {}).get(p.KEY_ANNOTATION)
+            found = held(openstack, who, key) if key else []
+            return found if found and who in found[0]["tags"] else None
+        [made] = eventually(tagged, timeout=60, what="claim a's floating IP made and tagged")
+        proc.kill()
+    assert kube.capi_ipaddress("a") is None and kube.list(("ipam.metal3.io", "v1alpha1"), "ipaddresses") == []
+    controller_factory(["-n", kube.ns, "--openstack-owner", who])
+    assert kube.capi_bound("a", timeout=90)["spec"]["address"] == made["floating_ip_address"]
     assert_one_floating_ip_each(kube, openstack, who, ["a"])
     assert [f["id"] for f in openstack.floating_ips()] == [made["id"]]
 
