@@ -117,5 +117,7 @@ class Sweeper:
                              f"its key {key} is held by {bound[key]}, made for it too" if extra else
                              f"no claim carries its key {key}")
                     released.append(fip)
+            log.info("swept the cloud of %s: %d floating IPs of owner %s, %d released", model.text, len(listed),
+                     owner, sum(1 for fip in released if fip in listed))
         self._sighted = sighted
         return released
