@@ -9,7 +9,6 @@ import pytest
 
 from metal3_ipam.core import poolkind
 from metal3_ipam.core.addresses import parse_ip
-from metal3_ipam.poolkinds import openstack  # noqa: F401
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.kind import OPENSTACK_FLOATING_IP_POOL_KIND as KIND
 from metal3_ipam.poolkinds import KINDS

@@ -12,8 +12,9 @@ nothing raises:
 * the Neutron calls are synchronous (``client.Neutron``): each ask runs them in
   a thread, so a slow or dead cloud never holds the event loop that serves the
   other pools; at most ``concurrency`` asks per cloud run at a time;
-* allocations of one pool run one at a time (``maxIPs``, the floating IPs the
-  pool keeps, the pre-allocated ones are decided on what Neutron says then).
+* allocations of one pool choose one at a time (``maxIPs``, the floating IPs
+  the pool keeps, the pre-allocated ones are decided on what Neutron says then,
+  the creates out counted); the creates themselves run side by side.
 
 An allocation for key ``K`` is idempotent by ``K`` (see :func:`allocate`): the
 floating IP made for it carries ``K`` in its description from the create call
@@ -114,10 +115,12 @@ def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> Floa
     return _tagged(neutron, fip, tags)
 
 
-def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP:
+def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
-    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses, else a new one.
-    The description is written before the tags (in the create call itself for a new one)."""
+    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
+    network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
+    The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
+    taken is given the key's description before its tags."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
     held = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
@@ -127,8 +130,8 @@ def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> Flo
     mine = neutron.floating_ips(tags=tags[1])
     if pool.max_ips is not None:
         claimed = [f for f in mine if p.key_in(owner, f.description) is not None]
-        if len(claimed) >= pool.max_ips:
-            raise OpenStackError(p.MAX_IPS_REACHED, f"{pool.text} holds {len(claimed)} floating IPs, "
+        if len(claimed) + making >= pool.max_ips:
+            raise OpenStackError(p.MAX_IPS_REACHED, f"{pool.text} holds {len(claimed) + making} floating IPs, "
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
         if fip.description == p.available_description(owner) and fip.port_id is None:
@@ -141,7 +144,7 @@ def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> Flo
                 return _take(neutron, fip, text, tags)
             continue
         try:
-            return _tagged(neutron, neutron.create(network["id"], text, address), tags)
+            return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
         except OpenStackError as exc:
             if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
                 raise
@@ -149,7 +152,21 @@ def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> Flo
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
             if fip.port_id is None and p.key_in(owner, fip.description) is None:
                 return _take(neutron, fip, text, tags)
-    return _settled(neutron, neutron.create(network["id"], text), text, tags)
+    return str(network["id"])
+
+
+def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:
+    """A new floating IP for the key on the network: its description (the key) in the create call itself, then
+    its tags."""
+    text = p.description(owner, key)
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    return _settled(neutron, neutron.create(network_id, text), text, tags)
+
+
+def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP:
+    """``choose``, then ``make`` if it named a network: the key's floating IP, in one thread's calls."""
+    chosen = choose(neutron, pool, owner, key)
+    return chosen if isinstance(chosen, FloatingIP) else make(neutron, pool, owner, key, chosen)
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
@@ -201,6 +218,7 @@ class OpenStackAsks:
         self._clients: dict[tuple, Neutron] = {}
         self._slots: dict[tuple, asyncio.Semaphore] = {}
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
+        self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
         self._tasks: set[asyncio.Task] = set()
 
     def pool_changed(self, pool: OpenStackPool) -> None:
@@ -230,17 +248,13 @@ class OpenStackAsks:
         slots = self._slots.setdefault(self.cloud_of(pool), asyncio.Semaphore(self.concurrency))
         return neutron, slots
 
-    async def run(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
-        """``work(neutron, pool, owner, *args)`` in a thread, within the cloud's bound (and the pool's lock when
-        ``serial``); a refusal raises :class:`OpenStackError` (the Secret is read again after ``CredentialsRefused``)."""
-        lock = self._pool_locks.setdefault((pool.namespace, pool.name), asyncio.Lock()) if serial else None
+    async def run(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(neutron, pool, owner, *args)`` in a thread, within the cloud's bound; a refusal raises
+        :class:`OpenStackError` (the Secret is read again after ``CredentialsRefused``)."""
         try:
             neutron, slots = await self._neutron(pool)
             async with slots:
-                if lock is None:
-                    return await asyncio.to_thread(work, neutron, pool, self.owner, *args)
-                async with lock:
-                    return await asyncio.to_thread(work, neutron, pool, self.owner, *args)
+                return await asyncio.to_thread(work, neutron, pool, self.owner, *args)
         except OpenStackError as exc:
             if exc.reason == p.CREDENTIALS_REFUSED:
                 self.secrets.forget(pool.namespace, pool.identity.secret)
@@ -258,12 +272,12 @@ class OpenStackAsks:
         what = f"{ask.op.value} for key {ask.key!r} of {pool.text}"
         try:
             if ask.op is Op.RELEASE:
-                gone = await self.run(pool, release, ask.key, serial=True)
+                gone = await self.run(pool, release, ask.key)
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
                              "deleted" if pool.deletes and fip.address not in pool.preallocated else "kept")
                 return Released(ask.key, ask.attempt)
-            fip = await self.run(pool, allocate, ask.key, serial=True)
+            fip = await self._allocate(pool, ask.key)
             return Granted(ask.key, ask.attempt, fip.address, fip.id)  # type: ignore[arg-type]
         except OpenStackError as exc:
             return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}", server_down=exc.server_down)
@@ -272,6 +286,20 @@ class OpenStackAsks:
         except Exception as exc:  # a bug of ours must not end the loop that files answers
             log.exception("%s failed", what)
             return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
+
+    async def _allocate(self, pool: OpenStackPool, key: str) -> FloatingIP:
+        """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
+        are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
+        ref = (pool.namespace, pool.name)
+        async with self._pool_locks.setdefault(ref, asyncio.Lock()):
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0))
+            if isinstance(chosen, FloatingIP):
+                return chosen
+            self._making[ref] = self._making.get(ref, 0) + 1
+        try:
+            return await self.run(pool, make, key, chosen)
+        finally:
+            self._making[ref] -= 1
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []

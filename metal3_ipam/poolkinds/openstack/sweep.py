@@ -106,8 +106,7 @@ class Sweeper:
                     sighted[fip.id] = fip.description
                     continue
                 try:
-                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip: self._loose(key, fip),
-                                          serial=True)
+                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip: self._loose(key, fip))
                 except OpenStackError as exc:
                     log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
                     sighted[fip.id] = fip.description
