@@ -8,9 +8,10 @@ when:
 
 * its key is carried by no claim, lock or ask here, and its claim was not seen
   leave for a ``clusterctl move`` (``Inventory.moved_away``);
-* its pool tag names a pool held here and live (not being deleted): the floating
-  IPs of a pool moved to another cluster, or of another cluster's pool of the
-  same project, are that cluster's;
+* its pool tag names a pool held here and live (not being deleted), or, not
+  tagged yet, a claim here of such a pool carries its key: the floating IPs of a
+  pool moved to another cluster, or of another cluster's pool of the same
+  project, are that cluster's;
 * two sweeps ``sweep_seconds`` apart found it so, with the same description,
   and it is read again by id just before (a claim carrying the key may have
   come meanwhile).
@@ -20,7 +21,8 @@ whose release was never asked.
 
 A key may also carry two floating IPs: two replicas (or a leader that lost its
 lease with a create out) both found none for it and both made one, and each
-gave the claim its own. The claim holds one (its lock names the address); the
+gave the claim its own; or a create whose answer was lost (a timeout) was
+carried out after the claim was given another. The claim holds one (its lock names the address); the
 other, made in vain, is released by the same rules (two sightings, read again
 just before, the lock still naming the other address).
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from metal3_ipam.core import objects as o
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
@@ -38,8 +41,9 @@ log = logging.getLogger(__name__)
 
 
 def owned(neutron: Neutron, pool: OpenStackPool, owner: str) -> list[FloatingIP]:
-    """The floating IPs tagged with this owner that the project holds."""
-    return neutron.floating_ips(tags=owner)
+    """The floating IPs of the project whose description names a key of this owner, tagged or not (a create
+    whose tag call never came is found too; Neutron filters descriptions only exactly)."""
+    return [fip for fip in neutron.floating_ips() if p.key_in(owner, fip.description) is not None]
 
 
 def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
@@ -51,6 +55,9 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
         neutron.delete(now.id)
     else:
         neutron.describe(now.id, p.available_description(owner))
+        tags = {*now.tags, owner, p.pool_tag(owner, pool.namespace, pool.name)}
+        if tags != set(now.tags):
+            neutron.set_tags(now.id, sorted(tags))
     return True
 
 
@@ -69,6 +76,16 @@ class Sweeper:
             if pool_key.kind == OPENSTACK_FLOATING_IP_POOL and (model := self.pools.live_pool(pool_key)) is not None:
                 found[p.pool_tag(owner, model.namespace, model.name)] = model
         return found
+
+    def _pool_of(self, key: str | None, held: dict[str, OpenStackPool]) -> OpenStackPool | None:
+        """The pool held here of a claim carrying ``key`` (for a floating IP not tagged yet), or None."""
+        for claim in self.pools.inventory.claims_carrying(key) if key is not None else ():
+            ref = o.pool_of(claim)
+            if ref is not None and ref.kind == OPENSTACK_FLOATING_IP_POOL:
+                found = held.get(p.pool_tag(self.pools.asks.owner, o.namespace(claim), ref.name))
+                if found is not None:
+                    return found
+        return None
 
     def _loose(self, key: str, fip: FloatingIP) -> bool:
         """Whether ``fip`` is still no claim's: its key carried by nothing, or held by another address."""
@@ -96,7 +113,7 @@ class Sweeper:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
             for fip in listed:
                 key = p.key_in(owner, fip.description)
-                pool = next((held[t] for t in fip.tags if t in held), None)
+                pool = next((held[t] for t in fip.tags if t in held), None) or self._pool_of(key, held)
                 if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
                     continue
                 extra = bound.get(key) not in (None, fip.address) and bound.get(key) in addresses[key]
