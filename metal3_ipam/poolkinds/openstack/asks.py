@@ -16,7 +16,7 @@ nothing raises:
   the pool keeps, the pre-allocated ones are decided on what Neutron says then,
   the creates out counted); the creates themselves run side by side.
 
-An allocation for key ``K`` is idempotent by ``K`` (see :func:`allocate`): the
+An allocation for key ``K`` is idempotent by ``K`` (see :func:`choose` and :func:`make`): the
 floating IP made for it carries ``K`` in its description from the create call
 on, so a retry, a restart between create and tag, or a claim moved in finds it
 instead of making a second one.
@@ -161,12 +161,6 @@ def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
     return _settled(neutron, neutron.create(network_id, text), text, tags)
-
-
-def allocate(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP:
-    """``choose``, then ``make`` if it named a network: the key's floating IP, in one thread's calls."""
-    chosen = choose(neutron, pool, owner, key)
-    return chosen if isinstance(chosen, FloatingIP) else make(neutron, pool, owner, key, chosen)
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
