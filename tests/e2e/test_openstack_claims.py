@@ -433,3 +433,31 @@ def test_two_replicas_make_one_floating_ip_per_claim(controller_factory, kube, o
                and len(openstack.floating_ips()) == len(names), timeout=60,
                what="one floating IP per claim, none made in vain left")
     assert_one_floating_ip_each(kube, openstack, who, names)
+
+
+def test_keystones_refusal_and_a_missing_secret_are_each_their_own_reason(controller_factory, kube, openstack,
+                                                                          api_client):
+    """A deleted application credential: the claim says CredentialsRefused (Keystone's 404), and the pool too;
+    a Secret put right is read again without a restart. A pool whose Secret does not exist: IdentityMissing."""
+    who = owner()
+    credential = openstack.application_credential("member")
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member", app_credential=credential))
+    controller_factory(["-n", kube.ns, "--openstack-owner", who])
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    kube.capi_bound("a", timeout=90)
+    openstack.delete_application_credential(credential)
+    fip_claim(kube, "b", "fips")
+    waits_with(kube, "b", p.CREDENTIALS_REFUSED)
+    assert kube.capi_ipaddress("b") is None
+
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member", app_credential=True))
+    kube.capi_bound("b", timeout=400)
+    assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+
+    body = {"apiVersion": "/".join(FIPS), "kind": p.KIND, "metadata": {"name": "nosecret"},
+            "spec": {"identityRef": {"name": "absent"}}}
+    kube.create(FIPS, PLURAL, body)
+    fip_claim(kube, "c", "nosecret")
+    waits_with(kube, "c", p.IDENTITY_MISSING)
+    assert "absent" in condition(kube.capi_ipclaim("c"), "Ready")["message"]

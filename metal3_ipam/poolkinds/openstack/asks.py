@@ -115,17 +115,24 @@ def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> Floa
     return _tagged(neutron, fip, tags)
 
 
-def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0) -> FloatingIP | str:
+def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
+    """The floating IP whose description names the key (the one of the lowest id, should there be two), tagged."""
+    held = sorted(neutron.floating_ips(description=p.description(owner, key)), key=lambda f: f.id)
+    return _tagged(neutron, held[0], [owner, p.pool_tag(owner, pool.namespace, pool.name)]) if held else None
+
+
+def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
+           looked: bool = False) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
     ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
     network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
     The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
-    taken is given the key's description before its tags."""
+    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    held = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
-    if held:
-        return _tagged(neutron, held[0], tags)
+    held = None if looked else lookup(neutron, pool, owner, key)
+    if held is not None:
+        return held
     network = resolve_network(neutron, pool)
     mine = neutron.floating_ips(tags=tags[1])
     if pool.max_ips is not None:
@@ -285,8 +292,11 @@ class OpenStackAsks:
         """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
         are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
         ref = (pool.namespace, pool.name)
+        found = await self.run(pool, lookup, key)  # the key's own, side by side with the other keys' lookups
+        if found is not None:
+            return found
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
-            chosen = await self.run(pool, choose, key, self._making.get(ref, 0))
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True)
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
@@ -357,6 +367,8 @@ class OpenStackPools:
         self._seen: dict[PoolRef, tuple[Any, Any]] = {}
         self._surveying: dict[PoolRef, asyncio.Task] = {}
         self._resurvey: set[PoolRef] = set()
+        self._survey_timers: dict[PoolRef, asyncio.TimerHandle] = {}
+        self.survey_after_answers = 3.0
         self._loop_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
 
@@ -368,6 +380,8 @@ class OpenStackPools:
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        for timer in self._survey_timers.values():
+            timer.cancel()
         tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -426,10 +440,20 @@ class OpenStackPools:
         pool_key = o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL)
         self.wake(pool_key, None if changed else answer.key)
         if not isinstance(answer, Refused):
-            self.survey_soon(pool_key)
+            self.survey_later(pool_key)
         self.pump()
 
     # -- surveys ------------------------------------------------------------------------
+
+    def survey_later(self, pool_key: Any) -> None:
+        """A survey ``survey_after_answers`` seconds from now, one for all the answers meanwhile (a burst of
+        answers costs Neutron one listing, not one per answer)."""
+        ref = (pool_key.namespace, pool_key.name)
+        if ref not in self._survey_timers:
+            def due() -> None:
+                self._survey_timers.pop(ref, None)
+                self.survey_soon(pool_key)
+            self._survey_timers[ref] = asyncio.get_running_loop().call_later(self.survey_after_answers, due)
 
     def survey_soon(self, pool_key: Any) -> None:
         ref = (pool_key.namespace, pool_key.name)
