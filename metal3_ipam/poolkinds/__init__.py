@@ -14,6 +14,7 @@ from metal3_ipam.poolkinds.incluster.ip_pools import GLOBAL_IN_CLUSTER_IP_POOL_K
 from metal3_ipam.poolkinds.incluster.prefix_pools import GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND, IN_CLUSTER_PREFIX_POOL_KIND
 from metal3_ipam.poolkinds.ippool import IPPOOL_KIND
 from metal3_ipam.poolkinds.netbox.kind import NETBOX_IP_POOL_KIND
+from metal3_ipam.poolkinds.openstack.kind import OPENSTACK_FLOATING_IP_POOL_KIND
 
 KINDS: tuple[PoolKind, ...] = (
     IPPOOL_KIND,
@@ -22,6 +23,7 @@ KINDS: tuple[PoolKind, ...] = (
     IN_CLUSTER_PREFIX_POOL_KIND,
     GLOBAL_IN_CLUSTER_PREFIX_POOL_KIND,
     NETBOX_IP_POOL_KIND,
+    OPENSTACK_FLOATING_IP_POOL_KIND,
 )
 
 for _kind in KINDS:

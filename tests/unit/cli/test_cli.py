@@ -227,11 +227,11 @@ def test_plan_serves_the_sample_claims_of_every_kind_of_pool(capsys):
     ready = {name: next(c for c in c_["status"]["conditions"] if c["type"] == "Ready") for name, c_ in claims.items()}
     kinds_of = {name: c["spec"]["poolRef"]["kind"] for name, c in claims.items()}
     assert {"InClusterIPPool", "GlobalInClusterIPPool", "InClusterPrefixPool", "GlobalInClusterPrefixPool",
-            "NetBoxIPPool"} <= set(kinds_of.values())
+            "NetBoxIPPool", "OpenStackFloatingIPPool"} <= set(kinds_of.values())
     addresses = {d["metadata"]["name"]: d["spec"] for d in docs
                  if d["kind"] == "IPAddress" and d["apiVersion"].startswith("ipam.cluster.x-k8s.io/")}
     for name, kind in kinds_of.items():
-        if kind == "NetBoxIPPool":  # NetBox answers later: offline the claim waits for it
+        if kind in ("NetBoxIPPool", "OpenStackFloatingIPPool"):  # an outside IPAM answers later: offline, it waits
             assert (ready[name]["status"], ready[name]["reason"]) == ("False", "AllocationPending"), ready[name]
         else:
             assert ready[name]["status"] == "True" and name in addresses, (name, ready[name])

@@ -89,7 +89,7 @@ def test_a_kind_of_pool_is_discovered_at_its_own_versions_beside_the_claims_of_i
 
     served = {"/apis/ipam.metal3.io": ["v1alpha1"], "/apis/ipam.cluster.x-k8s.io": ["v1beta2", "v1alpha2"],
               "/apis/ipam.example.com": ["v1alpha2"], "/apis/netbox.metal3-ipam.io": ["v1alpha1"],
-              "/apis/cluster.x-k8s.io": ["v1beta2"]}
+              "/apis/openstack.metal3-ipam.io": ["v1alpha1"], "/apis/cluster.x-k8s.io": ["v1beta2"]}
     monkeypatch.setattr(operator, "request",
                         lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
     resources = operator.discover(None)

@@ -54,8 +54,12 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         by_kind[docs[0]["spec"]["names"]["kind"]] = docs[0]
     [netbox] = [d for d in yaml.safe_load_all((bases / "netbox.metal3-ipam.io_netboxippools.yaml").read_text()) if d]
     by_kind["NetBoxIPPool"] = netbox
+    [fips] = [d for d in yaml.safe_load_all(
+        (bases / "openstack.metal3-ipam.io_openstackfloatingippools.yaml").read_text()) if d]
+    by_kind["OpenStackFloatingIPPool"] = fips
     assert set(by_kind) == {"IPPool", "IPClaim", "IPAddress", "InClusterIPPool", "GlobalInClusterIPPool",
-                            "InClusterPrefixPool", "GlobalInClusterPrefixPool", "NetBoxIPPool"}
+                            "InClusterPrefixPool", "GlobalInClusterPrefixPool", "NetBoxIPPool",
+                            "OpenStackFloatingIPPool"}
     for crd in crds.crd_definitions():
         assert by_kind[crd["spec"]["names"]["kind"]] == crd
     kustomization = yaml.safe_load((ROOT / "config/crd/kustomization.yaml").read_text())
@@ -68,6 +72,7 @@ def test_one_file_per_kind_and_kustomization_lists_them():
         "bases/ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
         "bases/ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
         "bases/netbox.metal3-ipam.io_netboxippools.yaml",
+        "bases/openstack.metal3-ipam.io_openstackfloatingippools.yaml",
     ]
 
 

@@ -18,8 +18,8 @@ from paths import REPO
 ROOT = REPO
 # The in-cluster provider's pools, served by this provider: moved, each the root of its own hierarchy.
 INCLUSTER_POOLS = {f"{kind.lower()}s.ipam.cluster.x-k8s.io" for kind in incluster_schema.KINDS}
-# NetBox pools, likewise.
-NETBOX_POOLS = {"netboxippools.netbox.metal3-ipam.io"}
+# NetBox pools and OpenStack floating-IP pools, likewise.
+NETBOX_POOLS = {"netboxippools.netbox.metal3-ipam.io", "openstackfloatingippools.openstack.metal3-ipam.io"}
 
 
 def crd_documents() -> dict[str, dict]:

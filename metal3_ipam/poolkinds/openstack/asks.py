@@ -1,0 +1,528 @@
+"""Running the asks of ``core.asking`` against Neutron, and surveying floating-IP pools.
+
+The adapter half of OpenStackFloatingIPPools. :class:`OpenStackAsks` is given
+the pools (:class:`~.pool.OpenStackPool`, by namespace and name) and runs each
+:class:`~metal3_ipam.core.asking.Ask` (allocate or release by key) to an
+answer, as data (:class:`Granted`, :class:`Refused`, :class:`Released`);
+nothing raises:
+
+* the ``clouds.yaml`` is read from the pool's Secret (:class:`SecretClouds`);
+  a Secret or key that is missing is ``IdentityMissing``; one Keystone refuses,
+  ``CredentialsRefused``, and the Secret is read again for the next ask;
+* the Neutron calls are synchronous (``client.Neutron``): each ask runs them in
+  a thread, so a slow or dead cloud never holds the event loop that serves the
+  other pools; at most ``concurrency`` asks per cloud run at a time;
+* allocations of one pool choose one at a time (``maxIPs``, the floating IPs
+  the pool keeps, the pre-allocated ones are decided on what Neutron says then,
+  the creates out counted); the creates themselves run side by side.
+
+An allocation for key ``K`` is idempotent by ``K`` (see :func:`choose` and :func:`make`): the
+floating IP made for it carries ``K`` in its description from the create call
+on, so a retry, a restart between create and tag, or a claim moved in finds it
+instead of making a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Awaitable, Callable, Iterable
+
+from kubernetes.client.rest import ApiException
+
+from metal3_ipam.controller.api import request
+from metal3_ipam.controller.workers import utc_now
+from metal3_ipam.core import objects as o
+from metal3_ipam.core import kinds
+from metal3_ipam.core.actions import Plan, SetStatus
+from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
+from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool, Survey
+
+log = logging.getLogger(__name__)
+
+PoolRef = tuple[str, str]  # namespace, name
+
+
+class SecretClouds:
+    """The ``clouds.yaml`` (and ``cacert``) of Secrets, read with a Kubernetes ``ApiClient``, kept ``ttl`` seconds
+    (or until forgotten)."""
+
+    def __init__(self, api_client: Any, *, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self._api = api_client
+        self._ttl = ttl
+        self._clock = clock
+        self._cache: dict[tuple[str, str], tuple[float, bytes, bytes | None]] = {}
+
+    async def read(self, namespace: str, name: str) -> tuple[bytes, bytes | None]:
+        cached = self._cache.get((namespace, name))
+        if cached is not None and self._clock() - cached[0] < self._ttl:
+            return cached[1], cached[2]
+        where = f"Secret {namespace}/{name} (spec.identityRef)"
+        try:
+            secret = await asyncio.to_thread(request, self._api, "GET",
+                                             f"/api/v1/namespaces/{namespace}/secrets/{name}", timeout=10)
+        except ApiException as exc:
+            message = "does not exist" if exc.status == 404 else f"could not be read ({exc.status} {exc.reason})"
+            raise OpenStackError(p.IDENTITY_MISSING, f"{where} {message}") from None
+        except Exception as exc:
+            raise OpenStackError(p.IDENTITY_MISSING, f"{where} could not be read ({exc})") from None
+        data = secret.get("data") or {}
+        if not data.get(p.CLOUDS_YAML_KEY):
+            raise OpenStackError(p.IDENTITY_MISSING, f"{where} has no key {p.CLOUDS_YAML_KEY!r}")
+        try:
+            clouds = base64.b64decode(data[p.CLOUDS_YAML_KEY])
+            cacert = base64.b64decode(data[p.CACERT_KEY]) if data.get(p.CACERT_KEY) else None
+        except ValueError:
+            raise OpenStackError(p.IDENTITY_MISSING, f"{where}: its data is not base64") from None
+        self._cache[(namespace, name)] = (self._clock(), clouds, cacert)
+        return clouds, cacert
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._cache.pop((namespace, name), None)
+
+
+# --------------------------------------------------------------------------- Neutron, in a thread
+
+def resolve_network(neutron: Neutron, pool: OpenStackPool) -> dict[str, Any]:
+    """The pool's external network, resolved now (a network deleted and made again is found again)."""
+    found = neutron.networks(pool.network.query())
+    if len(found) != 1:
+        what = "no network" if not found else f"{len(found)} networks ({', '.join(n['id'] for n in found[:5])})"
+        hint = "" if found else "; it must be an external network (router:external) the project can see"
+        if found and pool.network.id is None:
+            hint = "; name one with spec.floatingIPNetwork"
+        raise OpenStackError(p.NETWORK_NOT_FOUND, f"{what} found for {pool.network.text()}{hint}")
+    net = found[0]
+    return {"id": net["id"], "name": net.get("name") or "", "tags": sorted(net.get("tags") or [])}
+
+
+def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingIP:
+    wanted = set(fip.tags) | set(tags)
+    if wanted != set(fip.tags):
+        neutron.set_tags(fip.id, sorted(wanted))
+    return fip
+
+
+def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
+    """A floating IP made the key's: its description first (what finds it by the key), then its tags."""
+    neutron.describe(fip.id, text)
+    return _tagged(neutron, fip, tags)
+
+
+def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
+    """The floating IP whose description names the key (the one of the lowest id, should there be two), tagged."""
+    held = sorted(neutron.floating_ips(description=p.description(owner, key)), key=lambda f: f.id)
+    return _tagged(neutron, held[0], [owner, p.pool_tag(owner, pool.namespace, pool.name)]) if held else None
+
+
+def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
+           looked: bool = False) -> FloatingIP | str:
+    """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
+    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
+    network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
+    The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
+    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
+    text = p.description(owner, key)
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    held = None if looked else lookup(neutron, pool, owner, key)
+    if held is not None:
+        return held
+    network = resolve_network(neutron, pool)
+    mine = neutron.floating_ips(tags=tags[1])
+    if pool.max_ips is not None:
+        claimed = [f for f in mine if p.key_in(owner, f.description) is not None]
+        if len(claimed) + making >= pool.max_ips:
+            raise OpenStackError(p.MAX_IPS_REACHED, f"{pool.text} holds {len(claimed) + making} floating IPs, "
+                                                    f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
+    for fip in sorted(mine, key=lambda f: f.address):
+        if fip.description == p.available_description(owner) and fip.port_id is None:
+            return _take(neutron, fip, text, tags)
+    for address in pool.preallocated:
+        there = neutron.floating_ips(floating_ip_address=address)
+        if there:
+            fip = there[0]
+            if p.key_in(owner, fip.description) is None and (fip.port_id is None or tags[1] in fip.tags):
+                return _take(neutron, fip, text, tags)
+            continue
+        try:
+            return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
+        except OpenStackError as exc:
+            if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
+                raise
+    if pool.adopt_capo_pool:
+        for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
+            if fip.port_id is None and p.key_in(owner, fip.description) is None:
+                return _take(neutron, fip, text, tags)
+    return str(network["id"])
+
+
+def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:
+    """A new floating IP for the key on the network: its description (the key) in the create call itself, then
+    its tags."""
+    text = p.description(owner, key)
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    return _settled(neutron, neutron.create(network_id, text), text, tags)
+
+
+def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
+    """After a create: when another floating IP carries the key too (a second replica, or a leader that lost its
+    lease, made it between our look and our create), the one of the lowest id is the key's, as every look by the
+    key answers; ours, made in vain, is deleted."""
+    carrying = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
+    if carrying and carrying[0].id != made.id:
+        log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
+                    made.id, text, carrying[0].address, carrying[0].id)
+        neutron.delete(made.id)
+        return _tagged(neutron, carrying[0], tags)
+    return _tagged(neutron, made, tags)
+
+
+def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> list[FloatingIP]:
+    """The key's floating IP let go: deleted (``Delete``), or kept for the pool's next claim (``Retain``,
+    ``releaseWithoutDelete``, a pre-allocated one). Returns the floating IPs let go."""
+    held = neutron.floating_ips(description=p.description(owner, key))
+    for fip in held:
+        if pool.deletes and fip.address not in pool.preallocated:
+            neutron.delete(fip.id)
+        else:
+            _take(neutron, fip, p.available_description(owner), [owner, p.pool_tag(owner, pool.namespace, pool.name)])
+    return held
+
+
+def survey(neutron: Neutron, pool: OpenStackPool, owner: str) -> Survey:
+    network = resolve_network(neutron, pool)
+    mine = neutron.floating_ips(tags=p.pool_tag(owner, pool.namespace, pool.name))
+    claimed = sorted(f.address for f in mine if p.key_in(owner, f.description) is not None)
+    available = sorted(f.address for f in mine if f.description == p.available_description(owner))
+    return Survey(network=network, claimed=tuple(claimed), available=tuple(available))
+
+
+# --------------------------------------------------------------------------- the asks
+
+class OpenStackAsks:
+    """The asks of floating-IP pools, run against their clouds. See the module's docstring."""
+
+    def __init__(self, secrets: SecretClouds, *, owner: str, timeout: float = 10.0, concurrency: int = 4,
+                 clock: Callable[[], float] = time.monotonic):
+        self.secrets = secrets
+        self.owner = owner
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.clock = clock
+        self._pools: dict[PoolRef, OpenStackPool] = {}
+        self._clients: dict[tuple, Neutron] = {}
+        self._slots: dict[tuple, asyncio.Semaphore] = {}
+        self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
+        self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
+        self._tasks: set[asyncio.Task] = set()
+
+    def pool_changed(self, pool: OpenStackPool) -> None:
+        self._pools[(pool.namespace, pool.name)] = pool
+
+    def pool_gone(self, namespace: str, name: str) -> None:
+        self._pools.pop((namespace, name), None)
+
+    def pool(self, ref: PoolRef) -> OpenStackPool | None:
+        return self._pools.get(ref)
+
+    @staticmethod
+    def cloud_of(pool: OpenStackPool) -> tuple:
+        """What tells one cloud (and its credentials) from another: the asks are bounded per cloud."""
+        return (pool.namespace, pool.identity)
+
+    async def _neutron(self, pool: OpenStackPool) -> tuple[Neutron, asyncio.Semaphore]:
+        clouds, cacert = await self.secrets.read(pool.namespace, pool.identity.secret)
+        key = (*self.cloud_of(pool), clouds, cacert)
+        neutron = self._clients.get(key)
+        if neutron is None:
+            for old in [k for k in self._clients if k[:2] == key[:2]]:  # the Secret changed: the old client goes
+                self._clients.pop(old).close()
+            neutron = await asyncio.to_thread(Neutron, clouds, pool.identity.cloud, pool.identity.region,
+                                              cacert=cacert, timeout=self.timeout)
+            self._clients[key] = neutron
+        slots = self._slots.setdefault(self.cloud_of(pool), asyncio.Semaphore(self.concurrency))
+        return neutron, slots
+
+    async def run(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(neutron, pool, owner, *args)`` in a thread, within the cloud's bound; a refusal raises
+        :class:`OpenStackError` (the Secret is read again after ``CredentialsRefused``)."""
+        try:
+            neutron, slots = await self._neutron(pool)
+            async with slots:
+                return await asyncio.to_thread(work, neutron, pool, self.owner, *args)
+        except OpenStackError as exc:
+            if exc.reason == p.CREDENTIALS_REFUSED:
+                self.secrets.forget(pool.namespace, pool.identity.secret)
+            raise
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise classify(exc, pool.text) from None
+
+    async def ask(self, ask: Ask) -> Answer:
+        """Run one ask to its answer (never raises)."""
+        pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
+        if pool is None:
+            return Refused(ask.key, ask.attempt, "PoolNotFound", f"{p.KIND} {'/'.join(ask.pool)} is not known")
+        what = f"{ask.op.value} for key {ask.key!r} of {pool.text}"
+        try:
+            if ask.op is Op.RELEASE:
+                gone = await self.run(pool, release, ask.key)
+                for fip in gone:
+                    log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
+                             "deleted" if pool.deletes and fip.address not in pool.preallocated else "kept")
+                return Released(ask.key, ask.attempt)
+            fip = await self._allocate(pool, ask.key)
+            return Granted(ask.key, ask.attempt, fip.address, fip.id)  # type: ignore[arg-type]
+        except OpenStackError as exc:
+            return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}", server_down=exc.server_down)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug of ours must not end the loop that files answers
+            log.exception("%s failed", what)
+            return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
+
+    async def _allocate(self, pool: OpenStackPool, key: str) -> FloatingIP:
+        """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
+        are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
+        ref = (pool.namespace, pool.name)
+        found = await self.run(pool, lookup, key)  # the key's own, side by side with the other keys' lookups
+        if found is not None:
+            return found
+        async with self._pool_locks.setdefault(ref, asyncio.Lock()):
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True)
+            if isinstance(chosen, FloatingIP):
+                return chosen
+            self._making[ref] = self._making.get(ref, 0) + 1
+        try:
+            return await self.run(pool, make, key, chosen)
+        finally:
+            self._making[ref] -= 1
+
+    def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
+        started = []
+        for ask in asks:
+            task = asyncio.create_task(self._run(ask, deliver), name=f"openstack-{ask.op.value}-{ask.key}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started.append(task)
+        return started
+
+    async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None]) -> None:
+        result = deliver(await self.ask(ask))
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def survey(self, pool: OpenStackPool) -> Survey:
+        self.pool_changed(pool)
+        try:
+            return await self.run(pool, survey)
+        except OpenStackError as exc:
+            return Survey(reason=exc.reason, message=f"{pool.text}: {exc}")
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for neutron in self._clients.values():
+            neutron.close()
+        self._clients.clear()
+
+
+# --------------------------------------------------------------------------- serving claims
+
+class OpenStackPools:
+    """Floating-IP pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
+
+    As for every kind of an outside IPAM: the pool workers give each pass the asking state (``answers``) and hand this the plan's
+    intents (:meth:`passed`); what is due is sent at once, an answer is filed and wakes the pool's pass for the
+    claims carrying its key; the next ask waits for ``Asking.next_due()`` on one timer. Each pool's status is
+    Neutron's (:meth:`OpenStackAsks.survey`), written when the pool is first seen or changed, after answers, and
+    every ``survey_seconds``. The sweep (``sweep.Sweeper``) releases what no claim carries. Nothing is sent while
+    ``may_act()`` is false (not the leader, or before the catch-up).
+    """
+
+    def __init__(self, asks: OpenStackAsks, asking: Any, *, inventory: Any, writer: Any,
+                 wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
+                 survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic):
+        from metal3_ipam.poolkinds.openstack.sweep import Sweeper
+        self.asks = asks
+        self.answers = asking
+        self.inventory = inventory
+        self.writer = writer
+        self.wake = wake
+        self.may_act = may_act
+        self.survey_seconds = survey_seconds
+        self.sweep_seconds = sweep_seconds
+        self.clock = clock
+        self.sweeper = Sweeper(self)
+        self._timer: asyncio.TimerHandle | None = None
+        self._seen: dict[PoolRef, tuple[Any, Any]] = {}
+        self._surveying: dict[PoolRef, asyncio.Task] = {}
+        self._resurvey: set[PoolRef] = set()
+        self._survey_timers: dict[PoolRef, asyncio.TimerHandle] = {}
+        self.survey_after_answers = 3.0
+        self._loop_task: asyncio.Task | None = None
+        self._sweep_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._survey_loop(), name="openstack surveys")
+        if self.sweep_seconds > 0:
+            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="openstack sweeps")
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for timer in self._survey_timers.values():
+            timer.cancel()
+        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.asks.close()
+
+    # -- passes -------------------------------------------------------------------------
+
+    def passed(self, pool_key: Any, pool_obj: dict | None, intents: Mapping[str, Intent],
+               claims: Iterable[dict]) -> None:
+        ref: PoolRef = (pool_key.namespace, pool_key.name)
+        model = p.read_pool(pool_obj)[0] if pool_obj is not None else None
+        if model is not None:
+            self.asks.pool_changed(model)
+            ident = (o.meta(pool_obj).get("uid"), o.meta(pool_obj).get("generation"))
+            if self._seen.get(ref) != ident:
+                self._seen[ref] = ident
+                self.survey_soon(pool_key)
+        now = self.clock()
+        server = self.asks.cloud_of(model) if model is not None else None
+        for key, intent in intents.items():
+            if intent is not Intent.FORGET and server is None:
+                continue  # the pool cannot be read: nothing says where to ask
+            self.answers.intend(key, intent, ref, server, now)
+        self.answers.carried(ref, {p.claim_key(claim)[0] for claim in claims} | set(intents), now)
+        self.pump()
+
+    def pool_gone(self, pool_key: Any) -> None:
+        self._seen.pop((pool_key.namespace, pool_key.name), None)
+
+    def pump(self) -> None:
+        """Send what is due; come back at the next time something falls due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.may_act():
+            return
+        now = self.clock()
+        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
+               if (state := self.answers.state(key)) is not None and state.out is not None}
+        for ask in self.answers.due(now):
+            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server))
+        timed_out = {ref for key, ref in out.items()
+                     if (state := self.answers.state(key)) is None or state.out is None}
+        for ref in timed_out:
+            self.wake(o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL), None)
+        at = self.answers.next_due()
+        if at is not None:
+            self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
+
+    def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
+        standing = self.answers.server_standing(server)
+        filed = self.answers.file(answer, self.clock())
+        log.info("%s %s/%s: %s for key %s: %s", p.KIND, *ref, type(answer).__name__, answer.key, filed.value)
+        changed = self.answers.server_standing(server) != standing
+        pool_key = o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL)
+        self.wake(pool_key, None if changed else answer.key)
+        if not isinstance(answer, Refused):
+            self.survey_later(pool_key)
+        self.pump()
+
+    # -- surveys ------------------------------------------------------------------------
+
+    def survey_later(self, pool_key: Any) -> None:
+        """A survey ``survey_after_answers`` seconds from now, one for all the answers meanwhile (a burst of
+        answers costs Neutron one listing, not one per answer)."""
+        ref = (pool_key.namespace, pool_key.name)
+        if ref not in self._survey_timers:
+            def due() -> None:
+                self._survey_timers.pop(ref, None)
+                self.survey_soon(pool_key)
+            self._survey_timers[ref] = asyncio.get_running_loop().call_later(self.survey_after_answers, due)
+
+    def survey_soon(self, pool_key: Any) -> None:
+        ref = (pool_key.namespace, pool_key.name)
+        task = self._surveying.get(ref)
+        if task is None or task.done():
+            self._surveying[ref] = asyncio.create_task(self._survey(pool_key), name=f"openstack survey {ref}")
+        else:
+            self._resurvey.add(ref)  # once more when this one ends: it may have listed before the change
+
+    async def _survey_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.survey_seconds)
+            for pool_key in self.inventory.pool_keys():
+                if pool_key.kind == OPENSTACK_FLOATING_IP_POOL:
+                    self.survey_soon(pool_key)
+
+    def live_pool(self, pool_key: Any) -> OpenStackPool | None:
+        """The pool as read, if it is held, readable and not being deleted."""
+        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
+        return p.read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
+
+    async def _survey(self, pool_key: Any) -> None:
+        ref = (pool_key.namespace, pool_key.name)
+        try:
+            while True:
+                self._resurvey.discard(ref)
+                await self._survey_once(pool_key)
+                if ref not in self._resurvey:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug of ours must not end the surveys of other pools
+            log.exception("%s %s/%s: survey failed", p.KIND, pool_key.namespace, pool_key.name)
+
+    async def _survey_once(self, pool_key: Any) -> None:
+        if not self.may_act():
+            return
+        model = self.live_pool(pool_key)
+        if model is None:
+            return
+        found = await self.asks.survey(model)
+        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
+        if pool_obj is None or not self.may_act():
+            return
+        status = p.pool_status(model, found, now=utc_now(), previous=o.status(pool_obj))
+        plan = Plan()
+        plan.step(f"{p.KIND} {pool_key.namespace}/{pool_key.name}", about=o.ref(pool_obj)).add(
+            SetStatus(o.ref(pool_obj), status))
+        await self.writer.execute(plan, pool_key)
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            if self.may_act():
+                await self.sweeper.sweep()
+
+    def bound(self) -> dict[str, str]:
+        """The address each key's lock holds (the claim's floating IP)."""
+        found = {}
+        for lock in self.inventory.of_kind(kinds.IPADDRESS):
+            key, spec = p.claim_key(lock)[0], lock.get("spec") or {}
+            if key is not None and isinstance(spec.get("address"), str):
+                found[key] = spec["address"]
+        return found
+
+    def carried(self) -> Callable[[str], bool]:
+        """Whether a key is a claim's or a lock's, has an ask out or due, or its claim left for a move."""
+        locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := p.claim_key(lock)[0]) is not None}
+        return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
+            or self.answers.state(key) is not None or key in self.inventory.moved_away

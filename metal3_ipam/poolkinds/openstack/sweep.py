@@ -1,0 +1,139 @@
+"""The sweep of floating IPs no claim carries, by the rules every outside IPAM's sweep follows here, for Neutron.
+
+A floating IP is this controller's only when its description names an
+allocation key of this owner (``pool.description``): one made by it, or one
+it took for a claim (kept by ``Retain``, pre-allocated, CAPO's adopted). No
+other is ever touched. One is released (as its pool's ``reclaimPolicy`` says)
+when:
+
+* its key is carried by no claim, lock or ask here, and its claim was not seen
+  leave for a ``clusterctl move`` (``Inventory.moved_away``);
+* its pool tag names a pool held here and live (not being deleted), or, not
+  tagged yet, a claim here of such a pool carries its key: the floating IPs of a
+  pool moved to another cluster, or of another cluster's pool of the same
+  project, are that cluster's;
+* two sweeps ``sweep_seconds`` apart found it so, with the same description,
+  and it is read again by id just before (a claim carrying the key may have
+  come meanwhile).
+
+Such a floating IP is left by a claim deleted without its finalizer (forced),
+whose release was never asked.
+
+A key may also carry two floating IPs: two replicas (or a leader that lost its
+lease with a create out) both found none for it and both made one, and each
+gave the claim its own; or a create whose answer was lost (a timeout) was
+carried out after the claim was given another. The claim holds one (its lock names the address); the
+other, made in vain, is released by the same rules (two sightings, read again
+just before, the lock still naming the other address).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from metal3_ipam.core import objects as o
+from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
+from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
+
+log = logging.getLogger(__name__)
+
+
+def owned(neutron: Neutron, pool: OpenStackPool, owner: str) -> list[FloatingIP]:
+    """The floating IPs of the project whose description names a key of this owner, tagged or not (a create
+    whose tag call never came is found too; Neutron filters descriptions only exactly)."""
+    return [fip for fip in neutron.floating_ips() if p.key_in(owner, fip.description) is not None]
+
+
+def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
+    """``fip`` released as ``pool`` says, if it still is as listed and ``still()`` holds; whether it was."""
+    now = neutron.get(fip.id)
+    if now is None or now.description != fip.description or not still():
+        return False
+    if pool.deletes and now.address not in pool.preallocated:
+        neutron.delete(now.id)
+    else:
+        neutron.describe(now.id, p.available_description(owner))
+        tags = {*now.tags, owner, p.pool_tag(owner, pool.namespace, pool.name)}
+        if tags != set(now.tags):
+            neutron.set_tags(now.id, sorted(tags))
+    return True
+
+
+class Sweeper:
+    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service)."""
+
+    def __init__(self, pools: Any):
+        self.pools = pools
+        self._sighted: dict[str, str] = {}  # floating IP id -> description, found carried by nothing last sweep
+
+    def _held(self) -> dict[str, OpenStackPool]:
+        """The live pools held here, by their pool tag."""
+        owner = self.pools.asks.owner
+        found = {}
+        for pool_key in self.pools.inventory.pool_keys():
+            if pool_key.kind == OPENSTACK_FLOATING_IP_POOL and (model := self.pools.live_pool(pool_key)) is not None:
+                found[p.pool_tag(owner, model.namespace, model.name)] = model
+        return found
+
+    def _pool_of(self, key: str | None, held: dict[str, OpenStackPool]) -> OpenStackPool | None:
+        """The pool held here of a claim carrying ``key`` (for a floating IP not tagged yet), or None."""
+        for claim in self.pools.inventory.claims_carrying(key) if key is not None else ():
+            ref = o.pool_of(claim)
+            if ref is not None and ref.kind == OPENSTACK_FLOATING_IP_POOL:
+                found = held.get(p.pool_tag(self.pools.asks.owner, o.namespace(claim), ref.name))
+                if found is not None:
+                    return found
+        return None
+
+    def _loose(self, key: str, fip: FloatingIP) -> bool:
+        """Whether ``fip`` is still no claim's: its key carried by nothing, or held by another address."""
+        held = self.pools.bound().get(key)
+        return held not in (None, fip.address) or not self.pools.carried()(key)
+
+    async def sweep(self) -> list[FloatingIP]:
+        """Each cloud of the pools held swept once; the floating IPs released."""
+        asks, owner = self.pools.asks, self.pools.asks.owner
+        held = self._held()
+        clouds: dict[Any, OpenStackPool] = {}
+        for model in held.values():
+            clouds.setdefault(asks.cloud_of(model), model)
+        sighted: dict[str, str] = {}
+        released: list[FloatingIP] = []
+        for model in clouds.values():
+            try:
+                listed = await asks.run(model, owned)
+            except OpenStackError as exc:
+                log.warning("sweep of the cloud of %s: %s", model.text, exc)
+                continue
+            carried, bound = self.pools.carried(), self.pools.bound()
+            addresses: dict[str, set[str]] = {}
+            for fip in listed:
+                addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
+            for fip in listed:
+                key = p.key_in(owner, fip.description)
+                pool = next((held[t] for t in fip.tags if t in held), None) or self._pool_of(key, held)
+                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
+                    continue
+                extra = bound.get(key) not in (None, fip.address) and bound.get(key) in addresses[key]
+                if carried(key) and not extra:
+                    continue
+                if self._sighted.get(fip.id) != fip.description:
+                    sighted[fip.id] = fip.description
+                    continue
+                try:
+                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip: self._loose(key, fip))
+                except OpenStackError as exc:
+                    log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
+                    sighted[fip.id] = fip.description
+                    continue
+                if done:
+                    log.info("sweep: floating IP %s (%s) of %s released: %s", fip.address, fip.id, pool.text,
+                             f"its key {key} is held by {bound[key]}, made for it too" if extra else
+                             f"no claim carries its key {key}")
+                    released.append(fip)
+            log.info("swept the cloud of %s: %d floating IPs of owner %s, %d released", model.text, len(listed),
+                     owner, sum(1 for fip in released if fip in listed))
+        self._sighted = sighted
+        return released

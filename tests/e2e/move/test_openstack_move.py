@@ -1,0 +1,88 @@
+"""``clusterctl move`` of a Cluster whose claims are floating-IP backed, a controller on each side sharing one
+owner (the real clusterctl, two live control planes, the session's real Keystone and Neutron).
+
+The claims go with their allocation keys: the source forgets them and releases nothing in Neutron, the target
+binds each to the same floating IP without making a second one, and a claim deleted in the target afterwards is
+released there. Both controllers sweep Neutron every 2 s all along: the source never releases the moved claims'
+floating IPs (their claims left for the move, then their pool is no longer the source's).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller_fixtures import CAPI, CLUSTER_NAME_LABEL, Kube
+from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster
+from metal3_ipam.testing.waiting import eventually
+from move_fixtures import owner_ref
+from openstack_fixtures import (FIPS, PLURAL, assert_one_floating_ip_each, fip_pool, held, key_of, owner,
+                                put_clouds)
+
+NAMES = [f"alpha-fip-{i}" for i in range(5)]
+
+
+@pytest.fixture(autouse=True)
+def clean(openstack):
+    yield
+    openstack.reset()
+
+
+def test_move_of_floating_ip_claims_keeps_their_floating_ips(control_plane, control_plane_factory, namespace,
+                                                             controllers, clusterctl, openstack):
+    who = owner()
+    prepare_management_cluster(control_plane)
+    source = Kube(control_plane.api_client(), namespace)
+    sweeping = ("--openstack-sweep-seconds", "2")
+    # A pool of another namespace on the same cloud keeps the source sweeping it after the move.
+    staying = f"{namespace}-stays"
+    source.core.create_namespace({"metadata": {"name": staying}})
+    stays = Kube(source.api_client, staying)
+    put_clouds(source.api_client, staying, openstack.clouds_yaml("member"))
+    fip_pool(stays, "stays")
+    source_ctl = controllers(control_plane, "A", ("-n", namespace, "-n", staying, "--openstack-owner", who,
+                                                  *sweeping))
+    put_clouds(source.api_client, namespace, openstack.clouds_yaml("member"))
+    cluster = source.cluster("alpha")
+    fip_pool(source, "fips")
+    for name in NAMES:
+        source.create(CAPI, "ipaddressclaims", {
+            "apiVersion": "/".join(CAPI), "kind": "IPAddressClaim",
+            "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: "alpha"},
+                         "ownerReferences": [owner_ref(cluster, controller=False)]},
+            "spec": {"clusterName": "alpha", "poolRef": {"apiGroup": p.GROUP, "kind": p.KIND, "name": "fips"}}})
+    before = {name: source.capi_bound(name, timeout=90)["spec"]["address"] for name in NAMES}
+    keys = {name: key_of(source, name) for name in NAMES}
+    ids = {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES}
+    assert all(len(found) == 1 for found in ids.values()), ids
+
+    target_cp = control_plane_factory()
+    prepare_management_cluster(target_cp)
+    target = Kube(target_cp.api_client(), namespace)
+    target.core.create_namespace({"metadata": {"name": namespace}})
+    put_clouds(target.api_client, namespace, openstack.clouds_yaml("member"))  # a Secret of its own: not moved
+    controllers(target_cp, "B", ("-n", namespace, "--openstack-owner", who, *sweeping))
+    mark_clusters_provisioned(source.api_client, namespace)
+    clusterctl.move(control_plane, target_cp, namespace, timeout=300, stop_on_retry=True).check()
+
+    after = {name: target.capi_bound(name, timeout=90)["spec"]["address"] for name in NAMES}
+    assert after == before
+    assert {name: key_of(target, name) for name in NAMES} == keys
+    eventually(lambda: source.list(CAPI, "ipaddressclaims") == [], timeout=30, what="the source emptied")
+    # Nothing released by the source, nothing new made by the target: the same floating IP per key.
+    assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
+    assert_one_floating_ip_each(target, openstack, who, NAMES)
+    sweeps = source_ctl.log_text().count("swept the cloud of")
+    eventually(lambda: source_ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
+               what="two more sweeps by the source")
+    assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
+    assert "no claim carries its key" not in source_ctl.log_text()
+
+    gone = NAMES[0]
+    target.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", gone)
+    target.gone(CAPI, "ipaddressclaims", gone, timeout=60)
+    assert held(openstack, who, keys[gone]) == []
+    assert_one_floating_ip_each(target, openstack, who, NAMES[1:])
+    stays.delete(FIPS, PLURAL, "stays")
+    stays.gone(FIPS, PLURAL, "stays", timeout=60)
+    source.core.delete_namespace(staying)
