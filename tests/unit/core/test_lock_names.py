@@ -19,15 +19,14 @@ from metal3_ipam.core import poolkind as pools
 from metal3_ipam.core.naming import (MAX_NAME_LENGTH, address_name, is_dns1123_subdomain, lock_name,
                                      lock_pool_part)
 from metal3_ipam.poolkinds.incluster.ip_pools import lock_prefix
-from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, user_delete
 
 NS = "default"
-KINDS = {"ip": (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "gip": (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL),
-         "pp": (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL), "gpp": (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL),
-         "netbox": NETBOX_IP_POOL}
+# The kind of each lock tag: every kind registered says its own (``PoolKind.lock_tag``).
+KINDS = {kind.lock_tag: kind.kind for kind in pools.REGISTRY.values() if kind.lock_tag is not None}
+assert {"ip", "gip", "pp", "gpp", "netbox"} <= set(KINDS), KINDS
 PREFIX_TAGS = ("pp", "gpp")
 
 # Pool names made of what makes names meet: dashes, dots, hex digits, and now and then one of the longest.
