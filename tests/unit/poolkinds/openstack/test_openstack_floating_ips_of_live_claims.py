@@ -107,16 +107,46 @@ def test_the_source_of_a_move_stopped_after_deleting_the_claims_releases_no_floa
     held = FloatingIP("fip-1", "203.0.113.7", p.description(OWNER, key),
                       (OWNER, p.pool_tag(OWNER, "ns", "fips")), "port-of-the-moved-machine", NETWORK)
     neutron = FakeNeutron(held)
-    inventory = Inventory()
-    inventory.upsert({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                      "metadata": {"name": "c1", "namespace": "ns", "uid": "c1-uid", "resourceVersion": "1"},
-                      "spec": {"paused": True}})  # clusterctl paused it, then stopped before the pool
-    inventory.upsert(pool_obj())  # the claim was deleted for the move while this controller was down
-    pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=inventory, writer=None,
-                             wake=lambda *args: None)
-    for _ in range(3):
-        asyncio.run(pools.sweeper.sweep())
+    side = paused_side(neutron)  # clusterctl paused the Cluster, deleted the claim, then stopped before the pool;
+    for _ in range(3):  # this controller was down meanwhile (or restarted since)
+        side.sweep()
     assert neutron.deleted == [], "the sweep deleted the floating IP the moved claim keeps in the target"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "OpenStack sweep ignores a paused Cluster of the pool's namespace: in the target of a clusterctl move "
+    "stopped after the pool's copy was made and before the claims' (its Cluster paused), the sweep finds the "
+    "floating IPs of the source's live claims tagged with a pool held here and deletes them"))
+def test_the_target_of_a_move_stopped_before_the_claims_came_releases_no_floating_ip_of_the_sources_claims():
+    key = "fedcba9876543210fedcba9876543210"
+    held = FloatingIP("fip-1", "203.0.113.8", p.description(OWNER, key),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")), "port-of-a-source-machine", NETWORK)
+    neutron = FakeNeutron(held)
+    side = paused_side(neutron)  # the copies of the Cluster (paused) and of the pool; no claim came
+    for _ in range(3):
+        side.sweep()
+    assert neutron.deleted == [], "the sweep deleted the floating IP a live claim of the source holds"
+
+
+class Side:
+    """One cluster's controller: its watch-fed inventory and its OpenStackPools (the real adapter)."""
+
+    def __init__(self, neutron, *objs):
+        self.inventory = Inventory()
+        for obj in objs:
+            self.inventory.upsert(obj)
+        self.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=self.inventory,
+                                      writer=None, wake=lambda *args: None)
+
+    def sweep(self):
+        return asyncio.run(self.pools.sweeper.sweep())
+
+
+def paused_side(neutron):
+    """A cluster holding the pool ns/fips and a paused Cluster of its namespace, and no claim."""
+    return Side(neutron, {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                          "metadata": {"name": "c1", "namespace": "ns", "uid": "c1-uid", "resourceVersion": "1"},
+                          "spec": {"paused": True}}, pool_obj())
 
 
 # --------------------------------------------------------------------------- floating IPs taken, not made
