@@ -43,7 +43,8 @@ def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_oth
     source.sweep()
     taken = netbox.items[3].description
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
-    assert source.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "ns", "m") is not None  # live (bound to 10.0.0.3 all along)
+    # live, and bound to 10.0.0.3 all along
+    assert source.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "ns", "m") is not None
 
     # target/t/m is deleted: its finalizer's release, with the keep the adapter gives it (NetBoxPools.pump)
     client = _Client(netbox)
