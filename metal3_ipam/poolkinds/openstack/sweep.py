@@ -59,7 +59,7 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     now = neutron.get(fip.id)
     if now is None or now.description != fip.description or not still():
         return False
-    if pool.deletes and now.address not in pool.preallocated:
+    if p.deleted_on_release(pool, owner, now.address, now.tags):
         neutron.delete(now.id)
     else:
         neutron.describe(now.id, p.available_description(owner))

@@ -172,10 +172,6 @@ def test_adopting_capos_pool_never_takes_a_floating_ip_of_capos_pool_of_that_nam
     assert not isinstance(chosen, FloatingIP), f"took {chosen.address}, held by a claim of CAPO's pool b/fips"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "release deletes a floating IP this controller did not make: one taken from spec.preAllocatedFloatingIPs "
-    "(made by an admin) is kept only while the pool still lists it; an edit dropping it while a claim holds it "
-    "is admitted (validate_update checks only the cloud) and the claim's release under Delete deletes it"))
 def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_deleted_on_release():
     admins = FloatingIP("fip-1", "203.0.113.5", "", (), None, NETWORK)
     neutron = FakeNeutron(admins)
