@@ -148,7 +148,8 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
         if there:
             fip = there[0]
             if p.key_in(owner, fip.description) is None and (fip.port_id is None or tags[1] in fip.tags):
-                return _take(neutron, fip, text, tags)
+                _tagged(neutron, fip, [p.kept_tag(owner)])  # the admin's, before it is the key's: never deleted
+                return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
             continue
         try:
             return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
@@ -185,10 +186,11 @@ def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> 
 
 def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> list[FloatingIP]:
     """The key's floating IP let go: deleted (``Delete``), or kept for the pool's next claim (``Retain``,
-    ``releaseWithoutDelete``, a pre-allocated one). Returns the floating IPs let go."""
+    ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``). Returns the
+    floating IPs let go."""
     held = neutron.floating_ips(description=p.description(owner, key))
     for fip in held:
-        if pool.deletes and fip.address not in pool.preallocated:
+        if p.deleted_on_release(pool, owner, fip.address, fip.tags):
             neutron.delete(fip.id)
         else:
             _take(neutron, fip, p.available_description(owner), [owner, p.pool_tag(owner, pool.namespace, pool.name)])
@@ -276,7 +278,7 @@ class OpenStackAsks:
                 gone = await self.run(pool, release, ask.key)
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
-                             "deleted" if pool.deletes and fip.address not in pool.preallocated else "kept")
+                             "deleted" if p.deleted_on_release(pool, self.owner, fip.address, fip.tags) else "kept")
                 return Released(ask.key, ask.attempt)
             fip = await self._allocate(pool, ask.key)
             return Granted(ask.key, ask.attempt, fip.address, fip.id)  # type: ignore[arg-type]

@@ -73,19 +73,40 @@ def _validate(obj: Any) -> list[Problem]:
 
 def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
     """The cloud (Secret, cloud name, region) may not change while floating IPs of the pool are in use: each is
-    held in the old cloud's project, found and released there by its claim's key."""
+    held in the old cloud's project, found and released there by its claim's key. Nor may a pre-allocated
+    address a claim holds leave ``spec.preAllocatedFloatingIPs``: it is an admin's floating IP, kept on release
+    only as one (the release also keeps any it took as one, by its tag, should this check be bypassed)."""
     problems = _validate(new)
     if problems or not in_use or not isinstance(old, Mapping):
         return problems
     before, after = os_pool.read_pool(old)[0], os_pool.read_pool(new)[0]
-    if before is None or after is None or before.identity == after.identity:
+    if before is None or after is None:
         return problems
+    return _cloud_changed(before, after, in_use) + _preallocated_dropped(before, after, in_use)
+
+
+def _cloud_changed(before: os_pool.OpenStackPool, after: os_pool.OpenStackPool, in_use: Mapping[str, str]
+                   ) -> list[Problem]:
+    if before.identity == after.identity:
+        return []
     name, ip = sorted(in_use.items())[0]
     return [Problem("spec.identityRef", {"name": after.identity.secret, "cloudName": after.identity.cloud,
                                          "region": after.identity.region},
                     f"cannot change while {len(in_use)} floating IP(s) of the pool are in use (such as {name}, "
                     f"{ip}): they are held in the project of the Secret {before.identity.secret}, cloud "
                     f"{before.identity.cloud}, where their claims' keys release them; delete those claims first")]
+
+
+def _preallocated_dropped(before: os_pool.OpenStackPool, after: os_pool.OpenStackPool, in_use: Mapping[str, str]
+                          ) -> list[Problem]:
+    dropped = set(before.preallocated) - set(after.preallocated)
+    held = sorted((ip, name) for name, ip in in_use.items() if ip in dropped)
+    if not held:
+        return []
+    ip, name = held[0]
+    return [Problem("spec.preAllocatedFloatingIPs", list(after.preallocated),
+                    f"cannot drop {ip} while {name} holds it ({len(held)} dropped address(es) in use): it is a "
+                    f"pre-allocated floating IP, not this pool's to delete; delete its claim first")]
 
 
 def _new_key(rng: random.Random) -> str:

@@ -27,7 +27,7 @@ import ipaddress
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from metal3_ipam.core.problems import ObjectId, Problem
 
@@ -340,6 +340,18 @@ def pool_tag(owner: str, namespace: str, name: str) -> str:
         return tag
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:32]
     return f"{owner}-pool:{namespace}:{name[:MAX_TAG_LEN - len(owner) - len(namespace) - 40]}~{digest}"
+
+
+def kept_tag(owner: str) -> str:
+    """The tag of a floating IP this owner took and did not make (pre-allocated by an admin): no release deletes
+    it, whatever the pool's spec says by then (it may no longer list it)."""
+    return f"{owner}-kept"
+
+
+def deleted_on_release(pool: OpenStackPool, owner: str, address: str, tags: Iterable[str]) -> bool:
+    """Whether a release under ``pool`` deletes the floating IP (``Delete``), rather than keep it for the pool's
+    next claim: never one the pool lists as pre-allocated, nor one taken, not made (``kept_tag``)."""
+    return pool.deletes and address not in pool.preallocated and kept_tag(owner) not in tags
 
 
 def capo_tag(name: str) -> str:

@@ -12,6 +12,13 @@ when:
   tagged yet, a claim here of such a pool carries its key: the floating IPs of a
   pool moved to another cluster, or of another cluster's pool of the same
   project, are that cluster's;
+* that pool is not paused: neither by its own paused annotation nor by a
+  paused Cluster of its namespace (``clusterctl move`` pauses the Clusters of
+  the namespace it moves, deletes the claims, and only then the pools; a move
+  stopped in between leaves the pool here, its claims live in the target, and a
+  controller restarted since has no ``moved_away`` to tell; in the target, the
+  pool's copy may come before the claims'), the rule every outside IPAM's
+  sweep follows here for a pool no Cluster pauses itself;
 * two sweeps ``sweep_seconds`` apart found it so, with the same description,
   and it is read again by id just before (a claim carrying the key may have
   come meanwhile).
@@ -32,6 +39,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
@@ -51,7 +59,7 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     now = neutron.get(fip.id)
     if now is None or now.description != fip.description or not still():
         return False
-    if pool.deletes and now.address not in pool.preallocated:
+    if p.deleted_on_release(pool, owner, now.address, now.tags):
         neutron.delete(now.id)
     else:
         neutron.describe(now.id, p.available_description(owner))
@@ -69,13 +77,22 @@ class Sweeper:
         self._sighted: dict[str, str] = {}  # floating IP id -> description, found carried by nothing last sweep
 
     def _held(self) -> dict[str, OpenStackPool]:
-        """The live pools held here, by their pool tag."""
+        """The live pools held here, by their pool tag (a paused one too: its floating IPs are no other's)."""
         owner = self.pools.asks.owner
         found = {}
         for pool_key in self.pools.inventory.pool_keys():
             if pool_key.kind == OPENSTACK_FLOATING_IP_POOL and (model := self.pools.live_pool(pool_key)) is not None:
                 found[p.pool_tag(owner, model.namespace, model.name)] = model
         return found
+
+    def _paused(self, pool: OpenStackPool) -> bool:
+        """Whether ``pool`` is paused for the sweep: by its own paused annotation, or while a Cluster of its
+        namespace is paused (a ``clusterctl move`` under way or stopped half-way)."""
+        inventory = self.pools.inventory
+        if o.is_paused(inventory.get(OPENSTACK_FLOATING_IP_POOL, pool.namespace, pool.name)):
+            return True
+        return any(o.cluster_paused(cluster) and o.meta(cluster).get("namespace") == pool.namespace
+                   for cluster in inventory.of_kind(kinds.CLUSTER))
 
     def _pool_of(self, key: str | None, held: dict[str, OpenStackPool]) -> OpenStackPool | None:
         """The pool held here of a claim carrying ``key`` (for a floating IP not tagged yet), or None."""
@@ -114,7 +131,7 @@ class Sweeper:
             for fip in listed:
                 key = p.key_in(owner, fip.description)
                 pool = next((held[t] for t in fip.tags if t in held), None) or self._pool_of(key, held)
-                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
+                if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model) or self._paused(pool):
                     continue
                 extra = bound.get(key) not in (None, fip.address) and bound.get(key) in addresses[key]
                 if carried(key) and not extra:
@@ -123,7 +140,8 @@ class Sweeper:
                     sighted[fip.id] = fip.description
                     continue
                 try:
-                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip: self._loose(key, fip))
+                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip, pool=pool:
+                                          self._loose(key, fip) and not self._paused(pool))
                 except OpenStackError as exc:
                     log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
                     sighted[fip.id] = fip.description

@@ -97,11 +97,6 @@ class NeutronAsks(a.OpenStackAsks):
 # --------------------------------------------------------------------------- the sweep across a move
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OpenStack sweep ignores a paused Cluster of the pool's namespace: in the source of a clusterctl move "
-    "stopped after deleting the claims (the pool left, the Cluster paused), a controller restarted since "
-    "(Inventory.moved_away empty) deletes in Neutron the floating IP the moved claim holds in the target; "
-    "the NetBox sweep holds such a pool PAUSED (sweep.home_state)"))
 def test_the_source_of_a_move_stopped_after_deleting_the_claims_releases_no_floating_ip():
     key = "0123456789abcdef0123456789abcdef"
     held = FloatingIP("fip-1", "203.0.113.7", p.description(OWNER, key),
@@ -113,10 +108,6 @@ def test_the_source_of_a_move_stopped_after_deleting_the_claims_releases_no_floa
     assert neutron.deleted == [], "the sweep deleted the floating IP the moved claim keeps in the target"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OpenStack sweep ignores a paused Cluster of the pool's namespace: in the target of a clusterctl move "
-    "stopped after the pool's copy was made and before the claims' (its Cluster paused), the sweep finds the "
-    "floating IPs of the source's live claims tagged with a pool held here and deletes them"))
 def test_the_target_of_a_move_stopped_before_the_claims_came_releases_no_floating_ip_of_the_sources_claims():
     key = "fedcba9876543210fedcba9876543210"
     held = FloatingIP("fip-1", "203.0.113.8", p.description(OWNER, key),
@@ -181,10 +172,6 @@ def test_adopting_capos_pool_never_takes_a_floating_ip_of_capos_pool_of_that_nam
     assert not isinstance(chosen, FloatingIP), f"took {chosen.address}, held by a claim of CAPO's pool b/fips"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "release deletes a floating IP this controller did not make: one taken from spec.preAllocatedFloatingIPs "
-    "(made by an admin) is kept only while the pool still lists it; an edit dropping it while a claim holds it "
-    "is admitted (validate_update checks only the cloud) and the claim's release under Delete deletes it"))
 def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_deleted_on_release():
     admins = FloatingIP("fip-1", "203.0.113.5", "", (), None, NETWORK)
     neutron = FakeNeutron(admins)

@@ -67,6 +67,17 @@ def test_the_cloud_may_not_change_while_floating_ips_are_in_use():
     assert KIND.validate_update(old, pool(maxIPs=3), {"m-0": "203.0.113.7"}) == []
 
 
+def test_a_preallocated_address_a_claim_holds_may_not_be_dropped_from_the_spec():
+    old = pool(preAllocatedFloatingIPs=["203.0.113.5", "203.0.113.6"])
+    dropped = pool(preAllocatedFloatingIPs=["203.0.113.6"])
+    [problem] = KIND.validate_update(old, dropped, {"m-0": "203.0.113.5", "m-1": "203.0.113.6"})
+    assert problem.field == "spec.preAllocatedFloatingIPs" and problem.value == ["203.0.113.6"]
+    assert "203.0.113.5" in problem.message and "m-0" in problem.message
+    assert KIND.validate_update(old, dropped, {"m-1": "203.0.113.6"}) == []  # the dropped one is free
+    assert KIND.validate_update(old, pool(preAllocatedFloatingIPs=["203.0.113.6", "203.0.113.5"]),
+                                {"m-0": "203.0.113.5"}) == []
+
+
 @pytest.mark.parametrize("policy, keep, deletes", [("Delete", False, True), ("Retain", False, False),
                                                    ("Delete", True, False)])
 def test_a_release_deletes_only_with_delete_and_without_release_without_delete(policy, keep, deletes):
