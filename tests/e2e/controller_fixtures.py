@@ -36,6 +36,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.core import poolkind
 from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing.waiting import eventually
@@ -792,7 +793,9 @@ def start_control_plane(binaries, **kwargs) -> cp_mod.ControlPlane:
 # -- controllers running as users with limited rights ---------------------------------------------
 
 # What the controller must read to start at all: every kind it watches, and what kopf looks at.
-READ_RULES = [{"apiGroups": ["ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io", "netbox.metal3-ipam.io"],
+# (The groups of the kinds of pool come from the registry: every kind served, whatever its group.)
+READ_RULES = [{"apiGroups": sorted({"ipam.metal3.io", "ipam.cluster.x-k8s.io", "cluster.x-k8s.io"} | {
+                   kind.group for kind in poolkind.REGISTRY.values()}),
                "resources": ["*"], "verbs": ["get", "list", "watch"]},
               {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                "verbs": ["get", "list", "watch"]},
@@ -804,8 +807,10 @@ def rules_with_ipaddress_verbs(verbs: list[str]) -> list[dict]:
     return [{"apiGroups": ["ipam.metal3.io"], "resources": ["ippools", "ippools/status", "ipclaims",
                                                             "ipclaims/status"], "verbs": ["*"]},
             {"apiGroups": ["ipam.metal3.io"], "resources": ["ipaddresses"], "verbs": verbs},
-            {"apiGroups": ["ipam.cluster.x-k8s.io", "cluster.x-k8s.io", "netbox.metal3-ipam.io"], "resources": ["*"],
-             "verbs": ["*"]},
+            # Cluster API's groups and every other group of a kind of pool served (in-cluster, NetBox, OpenStack).
+            {"apiGroups": sorted({"ipam.cluster.x-k8s.io", "cluster.x-k8s.io"} | {
+                kind.group for kind in poolkind.REGISTRY.values() if kind.group != "ipam.metal3.io"}),
+             "resources": ["*"], "verbs": ["*"]},
             *READ_RULES[1:],
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 
