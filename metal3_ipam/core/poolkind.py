@@ -14,6 +14,9 @@ registry and never name a kind.
 from __future__ import annotations
 
 import dataclasses
+import random
+import re
+import uuid
 from dataclasses import dataclass
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -70,6 +73,31 @@ class Rule:
     resource: str
     verbs: tuple[str, ...]
     why: str
+
+
+#: What an allocation key looks like: what :func:`draw_key` makes, and what a user may write for a claim moved in
+#: by hand.
+KEY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
+
+
+def draw_key(rng: random.Random) -> str:
+    """A fresh allocation key, drawn from the pass's random source (the core draws nothing itself): 32 hex digits."""
+    return uuid.UUID(int=rng.getrandbits(128), version=4).hex
+
+
+def annotated_key(obj: Mapping[str, Any], annotation: str, asked: str) -> tuple[str | None, Problem | None]:
+    """The allocation key ``obj`` carries in ``annotation`` (None: none yet, give it one), or the problem with the one
+    it carries; ``asked`` ends the problem's message: whom the controller asks, and what the key finds again."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    value = annotations.get(annotation) if isinstance(annotations, Mapping) else None
+    if value is None:
+        return None, None
+    if isinstance(value, str) and KEY_PATTERN.match(value):
+        return value, None
+    return None, Problem(f"metadata.annotations[{annotation}]", value,
+                         "must be an allocation key (1 to 64 lowercase letters, digits and '-'); it is written by "
+                         f"the controller before {asked} again")
 
 
 @dataclass(frozen=True)

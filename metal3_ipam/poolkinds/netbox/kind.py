@@ -17,8 +17,6 @@ same (``reconcile`` checks it for every outside kind); its status is NetBox's (t
 
 from __future__ import annotations
 
-import random
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +26,7 @@ from metal3_ipam.core.addresses import parse_ip
 from metal3_ipam.core.allocator import Grant
 from metal3_ipam.core.pool import Entry, Pool
 from metal3_ipam.core.problems import Problem
-from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, locked_as
+from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, draw_key, locked_as
 from metal3_ipam.core.validation import validate_pool_delete
 from metal3_ipam.poolkinds.netbox import service
 from metal3_ipam.poolkinds.netbox.schema import netbox_pool_crd
@@ -81,11 +79,6 @@ def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> li
                     "those claims first")]
 
 
-def _new_key(rng: random.Random) -> str:
-    """A fresh allocation key, drawn from the pass's random source (the core draws nothing itself)."""
-    return netbox_pool.new_key(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-
 def _granted(pool: Mapping[str, Any], address: str) -> Grant:
     """What a claim is given for the address NetBox holds for its key (``192.0.2.7/24``)."""
     model, _ = netbox_pool.read_pool(pool)
@@ -114,7 +107,7 @@ NETBOX_IP_POOL_KIND = PoolKind(
     indexes=False,
     status_counts={"capacity": ("status", "size"), "allocated": ("status", "used"), "free": ("status", "free")},
     unique_in_namespace=False,
-    outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=_new_key,
+    outside=Outside(annotation=netbox_pool.KEY_ANNOTATION, read_key=netbox_pool.claim_key, new_key=draw_key,
                     granted=_granted, service=service.service, flags=service.FLAGS,
                     role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
     crds=lambda: [netbox_pool_crd()],

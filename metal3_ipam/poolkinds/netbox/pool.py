@@ -18,13 +18,13 @@ import base64
 import binascii
 import ipaddress
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from metal3_ipam.core.addresses import AddressError, parse_ip
 from metal3_ipam.poolkinds.netbox.source import ParentSpec, Reason, parse_parent
+from metal3_ipam.core.poolkind import annotated_key
 from metal3_ipam.core.problems import ObjectId, Problem
 
 GROUP = "netbox.metal3-ipam.io"
@@ -39,8 +39,6 @@ PLURAL = "netboxippools"
 #: that reuses the name.
 KEY_ANNOTATION = f"{GROUP}/allocation-key"
 
-#: What a key looks like: what :func:`new_key` makes, and what a user may write for a claim moved in by hand.
-KEY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
 
 DEFAULT_TOKEN_KEY = "token"
 MAX_URL_LEN = 2048
@@ -274,23 +272,9 @@ def read_pool(obj: Mapping[str, Any]) -> tuple[NetBoxPool | None, list[Problem]]
         parent=parent, prefix=prefix, gateway=gateway, dns_servers=tuple(dns)), []
 
 
-def new_key(unique: uuid.UUID) -> str:
-    """A claim's allocation key, from a random uuid (the adapter draws it): 32 hex digits."""
-    return unique.hex
-
-
 def claim_key(claim: Mapping[str, Any]) -> tuple[str | None, Problem | None]:
     """The allocation key a claim carries (None: none yet, give it one), or the problem with the one it carries."""
-    metadata = claim.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    value = annotations.get(KEY_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if value is None:
-        return None, None
-    if isinstance(value, str) and KEY_PATTERN.match(value):
-        return value, None
-    return None, Problem(f"metadata.annotations[{KEY_ANNOTATION}]", value,
-                         "must be an allocation key (1 to 64 lowercase letters, digits and '-'); it is written by "
-                         "the controller before NetBox is asked, and finds the claim's NetBox address again")
+    return annotated_key(claim, KEY_ANNOTATION, "NetBox is asked, and finds the claim's NetBox address")
 
 
 def _parent(text: str, vrf: str | None, path: str, problems: list[Problem]) -> ParentSpec | None:

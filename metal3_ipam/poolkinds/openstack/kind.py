@@ -23,8 +23,6 @@ one floating IP per key. Its status is Neutron's (the adapter's survey).
 from __future__ import annotations
 
 import ipaddress
-import random
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +30,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.addresses import parse_ip
 from metal3_ipam.core.allocator import Grant
 from metal3_ipam.core.pool import Entry, Pool
-from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, locked_as
+from metal3_ipam.core.poolkind import NAMESPACED, Finalizers, Outside, PoolKind, draw_key, locked_as
 from metal3_ipam.core.problems import Problem
 from metal3_ipam.core.validation import validate_pool_delete
 from metal3_ipam.poolkinds.openstack import pool as os_pool
@@ -109,10 +107,6 @@ def _preallocated_dropped(before: os_pool.OpenStackPool, after: os_pool.OpenStac
                     f"pre-allocated floating IP, not this pool's to delete; delete its claim first")]
 
 
-def _new_key(rng: random.Random) -> str:
-    return os_pool.new_key(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-
 def _granted(pool: Mapping[str, Any], address: str) -> Grant:
     """What a claim is given for its floating IP: the address, /32, no gateway."""
     ip = parse_ip(address)
@@ -138,7 +132,7 @@ OPENSTACK_FLOATING_IP_POOL_KIND = PoolKind(
     status=lambda counts: {},
     indexes=False,
     unique_in_namespace=False,
-    outside=Outside(annotation=os_pool.KEY_ANNOTATION, read_key=os_pool.claim_key, new_key=_new_key,
+    outside=Outside(annotation=os_pool.KEY_ANNOTATION, read_key=os_pool.claim_key, new_key=draw_key,
                     granted=_granted, service=service.service, flags=service.FLAGS,
                     role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
     status_counts={"allocated": ("status", "claimed"), "available": ("status", "available")},

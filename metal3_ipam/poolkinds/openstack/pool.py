@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from metal3_ipam.core.poolkind import KEY_PATTERN, annotated_key
 from metal3_ipam.core.problems import ObjectId, Problem
 
 GROUP = "openstack.metal3-ipam.io"
@@ -41,7 +41,6 @@ PLURAL = "openstackfloatingippools"
 #: On a claim: the key its floating IP is found by. Written before Neutron is asked; copied by
 #: ``clusterctl move`` with the claim.
 KEY_ANNOTATION = f"{GROUP}/allocation-key"
-KEY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$")
 
 DELETE, RETAIN = "Delete", "Retain"
 SECRET, CLUSTER_IDENTITY = "Secret", "ClusterIdentity"
@@ -290,23 +289,9 @@ def read_pool(obj: Mapping[str, Any]) -> tuple[OpenStackPool | None, list[Proble
 
 # --------------------------------------------------------------------------- keys and marks
 
-def new_key(unique: uuid.UUID) -> str:
-    """A claim's allocation key, from a random uuid (the adapter draws it): 32 hex digits."""
-    return unique.hex
-
-
 def claim_key(claim: Mapping[str, Any]) -> tuple[str | None, Problem | None]:
     """The allocation key a claim carries (None: none yet, give it one), or the problem with the one it carries."""
-    metadata = claim.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    value = annotations.get(KEY_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if value is None:
-        return None, None
-    if isinstance(value, str) and KEY_PATTERN.match(value):
-        return value, None
-    return None, Problem(f"metadata.annotations[{KEY_ANNOTATION}]", value,
-                         "must be an allocation key (1 to 64 lowercase letters, digits and '-'); it is written by "
-                         "the controller before Neutron is asked, and finds the claim's floating IP again")
+    return annotated_key(claim, KEY_ANNOTATION, "Neutron is asked, and finds the claim's floating IP")
 
 
 def check_owner(text: str) -> str:

@@ -196,12 +196,17 @@ def test_pool_status_ready_counts_and_transition_time():
 
 
 def test_claim_keys():
-    import uuid
+    from metal3_ipam.core.poolkind import draw_key
+    from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION, claim_key
 
-    from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION, claim_key, new_key
+    class Drawn:  # the pass's random source, drawing these 128 bits
+        @staticmethod
+        def getrandbits(bits):
+            assert bits == 128
+            return 0x12345678123456781234567812345678
 
-    key = new_key(uuid.UUID("12345678-1234-5678-1234-567812345678"))
-    assert key == "12345678123456781234567812345678"
+    key = draw_key(Drawn())
+    assert key == "12345678123446789234567812345678"  # a version-4 uuid of those bits, as 32 hex digits
     assert claim_key({"metadata": {"annotations": {KEY_ANNOTATION: key}}}) == (key, None)
     assert claim_key({"metadata": {"name": "c"}}) == (None, None)
     assert claim_key({}) == (None, None)
