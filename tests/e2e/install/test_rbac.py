@@ -282,6 +282,19 @@ def scenario(kube: Kube, audit_log: Path, netbox) -> None:
                timeout=60, what="the NetBoxIPPool's status from NetBox")
     kube.delete(CAPI, "ipaddressclaims", "nb-claim")
     kube.gone(CAPI, "ipaddressclaims", "nb-claim", timeout=60)
+
+    # An OpenStackFloatingIPPool whose clouds.yaml Secret is not there: its finalizer and its status (saying
+    # so) patched all the same, the finalizer taken off when it is deleted.
+    osk = ("openstack.metal3-ipam.io", "v1alpha1")
+    kube.create(osk, "openstackfloatingippools", {
+        "apiVersion": "/".join(osk), "kind": "OpenStackFloatingIPPool", "metadata": {"name": "os"},
+        "spec": {"identityRef": {"name": "no-such-cloud", "cloudName": "openstack"},
+                 "floatingIPNetwork": {"filter": {"name": "public"}}}})
+    eventually(lambda: (condition(kube.get(osk, "openstackfloatingippools", "os"), "Ready") or {}).get("reason")
+               == "IdentityMissing", timeout=60, what="the OpenStackFloatingIPPool's status naming its missing Secret")
+    assert "no-such-cloud" in condition(kube.get(osk, "openstackfloatingippools", "os"), "Ready")["message"]
+    kube.delete(osk, "openstackfloatingippools", "os")
+    kube.gone(osk, "openstackfloatingippools", "os")
     assert_invariants(kube, timeout=60)
 
 
