@@ -51,6 +51,9 @@ class Snapshot:
     # Why an allocation key's outside address is homed at another cluster's object that a claim here may not take
     # it from (a claim there carries the key too), or None.
     homed_elsewhere: Callable[[str], str | None] = lambda key: None
+    # For a pool of cluster scope: the Clusters (``namespace/name``) whose claims of it were seen leave for
+    # ``clusterctl move`` and that its ``ClaimsElsewhere`` condition may not name yet (``elsewhere``).
+    left_for_move: frozenset[str] = frozenset()
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.

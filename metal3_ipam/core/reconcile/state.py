@@ -13,6 +13,7 @@ from ..ledger import Ledger
 from .. import poolkind
 from ..pool import Pool
 from ..problems import Problem, errors
+from .elsewhere import cluster_of
 from .pieces import _bounded
 from .snapshot import Snapshot
 
@@ -49,6 +50,23 @@ class PassState:
         self._carriers: dict[str, list[dict]] | None = None
         # What the outside IPAM had answered when the pass started (``outside.Answers``), for a kind with ``outside``.
         self.answers: Any = None
+        # The Clusters (``namespace/name``) whose claims' addresses this pass found naming another copy of this
+        # pool of cluster scope, moved in by ``clusterctl move`` (``elsewhere``).
+        self.moved_in: set[str] = set()
+
+    def note_moved_in(self, mirror: dict, claim: dict | None) -> None:
+        """A Cluster API IPAddress of a global pool whose owner reference names the pool by its name and kind
+        but another uid is a copy ``clusterctl move`` made of an address of another management cluster's pool
+        of that name: its claim's Cluster moved in (``elsewhere``)."""
+        pool = self.pool_obj
+        if claim is None or not self.kind.cluster_scoped or pool is None:
+            return
+        uid = o.meta(pool).get("uid")
+        if any(r.get("name") == o.name(pool) and r.get("kind") == pool.get("kind") and r.get("uid") != uid
+               for r in o.owner_references(mirror)):
+            cluster = cluster_of(claim)
+            if cluster is not None:
+                self.moved_in.add(cluster)
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)
