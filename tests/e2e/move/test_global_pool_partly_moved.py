@@ -140,7 +140,10 @@ def claims_elsewhere(side: Side, reason: str | None) -> dict:
     if reason is None:
         assert said is None, f"{side.name}: {said}"
         return {}
-    assert said is not None and said["status"] == "True" and said["reason"] == reason, f"{side.name}: {said}"
+    assert said is not None and said["status"] == "True" and said["reason"] == reason, \
+        f"{side.name}: {said}; pool uid {side.pool()['metadata']['uid']}; " + "; ".join(
+            f"{a['metadata']['namespace']}/{a['metadata']['name']} {a['metadata'].get('ownerReferences')}"
+            for a in side.addresses())
     assert f"[{MOVES[0]}/{MOVES[1]}]" in said["message"], said
     return said
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import random
 
+import pytest
 from hypothesis import given, strategies as st
 
 from metal3_ipam.core import kinds
@@ -71,8 +72,10 @@ def deleted_for_move(api: MemoryApi, obj: dict) -> None:
     api._store(gone)
 
 
-def move(source: MemoryApi, target: MemoryApi, ns: str, cluster_name: str) -> None:
-    """``clusterctl move -n ns`` of one Cluster and its claims of the global pool ``g``."""
+def move(source: MemoryApi, target: MemoryApi, ns: str, cluster_name: str, existing_pool_ref: str = "dropped") -> None:
+    """``clusterctl move -n ns`` of one Cluster and its claims of the global pool ``g``. Where the target has a pool
+    ``g`` already, the copies' reference to it is ``dropped`` (as clusterctl v1.13 writes them) or names the
+    ``source uid``."""
     set_paused(source, ns, cluster_name, True)
     converge(source, random.Random(0))
     source_pool = get(source, GLOBAL, "g", "")
@@ -90,6 +93,8 @@ def move(source: MemoryApi, target: MemoryApi, ns: str, cluster_name: str) -> No
         for ref in o.owner_references(address):
             if ref["kind"] == "IPAddressClaim":
                 ref = {**ref, "uid": o.meta(get(target, CAPI_CLAIM, ref["name"], ns))["uid"]}
+            elif ref["kind"] == gi.GLOBAL_IN_CLUSTER_IP_POOL and existed and existing_pool_ref == "dropped":
+                continue
             elif ref["kind"] == gi.GLOBAL_IN_CLUSTER_IP_POOL and not existed:
                 ref = {**ref, "uid": target_pool_uid}
             refs.append(ref)
@@ -138,10 +143,11 @@ def two_clusters() -> tuple[MemoryApi, MemoryApi]:
     return source, target
 
 
-def test_a_move_of_some_clusters_of_a_global_pool_is_said_on_the_pool_in_both_clusters():
+@pytest.mark.parametrize("existing_pool_ref", ["dropped", "source uid"])
+def test_a_move_of_some_clusters_of_a_global_pool_is_said_on_the_pool_in_both_clusters(existing_pool_ref):
     source, target = two_clusters()
     assert not elsewhere(source) and not elsewhere(target)
-    move(source, target, "a", "c1")
+    move(source, target, "a", "c1", existing_pool_ref)
     said = elsewhere(source)
     assert said["status"] == "True" and said["reason"] == MOVED_AWAY, said
     assert "[a/c1]" in said["message"] and "another management cluster" in said["message"], said
