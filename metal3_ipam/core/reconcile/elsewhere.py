@@ -7,8 +7,9 @@ claims. Each side can tell from what it sees:
 
 - the source sees the claims of the moved Clusters deleted for the move
   (``clusterctl.cluster.x-k8s.io/delete-for-move``): their Clusters **moved away**;
-- the target, where the pool existed already, sees the copies of their addresses name the source pool's uid
-  (clusterctl takes the uid of what it read): their Clusters **moved in** from another copy of the pool.
+- the target, where the pool existed already, sees the copies of their addresses name the source pool's uid, or
+  no pool at all (clusterctl does not create the pool there): their Clusters **moved in** from another copy of
+  the pool. Where clusterctl created the pool in the target, nothing there tells; the source's condition does.
 
 The condition is the record: a controller started afresh reads the Clusters back from it. A Cluster moved away is
 dropped once a claim of it is bound here again (moved back); one moved in, once no claim of it is left here
