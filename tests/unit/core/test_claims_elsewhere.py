@@ -16,7 +16,7 @@ import copy
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -249,3 +249,37 @@ def test_a_cluster_seen_arrive_while_said_to_have_moved_away_is_coming_back_not_
     said = Elsewhere(away, frozenset()).seen(left, arrived)
     assert said.away == away | left
     assert said.moved_in == arrived - away - left
+
+
+MOVES = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MOVES)
+def test_moves_of_any_clusters_back_and_forth_keep_both_pools_saying_where_claims_live(moved):
+    """Clusters x/cx of namespaces a, b, c start in the source; each step moves one namespace to the other
+    management cluster (both have the pool). After each: no IP bound twice and every claim told (bound, or
+    AddressConflict) in either; each pool names as moved away every Cluster that left it and is not there,
+    never one bound there, and as moved in only Clusters it has claims of."""
+    sides = {"source": management_cluster(*(cluster(f"c{ns}", ns) for ns in "abc"),
+                                          *(claim(f"m{ns}{i}", ns, f"c{ns}") for ns in "abc" for i in range(2))),
+             "target": management_cluster(cluster("ct", "t"), claim("t", "t", "ct"), uid="target-g")}
+    home = dict.fromkeys("abc", "source")
+    left: dict[str, set[str]] = {"source": set(), "target": set()}
+    for ns in moved:
+        there = "target" if home[ns] == "source" else "source"
+        move(sides[home[ns]], sides[there], ns, f"c{ns}")
+        left[home[ns]].add(ns)
+        home[ns] = there
+        for name, api in sides.items():
+            assert_no_ip_twice(api)
+            for c in api.inventory.of_kind(CAPI_CLAIM):
+                condition = ready(api, CAPI_CLAIM, o.name(c), o.namespace(c))
+                assert condition.get("status") == "True" or condition.get("reason") == "AddressConflict", condition
+            said = Elsewhere.read(o.status(get(api, GLOBAL, "g", "")))
+            here = {f"{ns}/c{ns}" for ns in "abc" if home[ns] == name}
+            bound_here = {f"{o.namespace(c)}/c{o.namespace(c)}" for c in api.inventory.of_kind(CAPI_CLAIM)
+                          if ready(api, CAPI_CLAIM, o.name(c), o.namespace(c)).get("status") == "True"}
+            assert {f"{ns}/c{ns}" for ns in left[name] if home[ns] != name} <= said.away, (name, said)
+            assert not said.away & bound_here, (name, said)
+            assert said.moved_in <= here, (name, said)
