@@ -10,7 +10,7 @@ code that does it::
 
 - ``config/rbac/role.yaml``, ``leader_election_role.yaml`` and ``diagnostics_role.yaml`` from
   :mod:`metal3_ipam.controller.permissions`;
-- ``config/webhook/manifests.yaml`` from :data:`metal3_ipam.controller.webhook.HOOKS`;
+- ``config/webhook/manifests.yaml`` from :func:`metal3_ipam.controller.webhook.hooks`;
 - the Helm chart's templates of the same (``charts/metal3-ipam/templates/{crds,rbac,webhook}/``: the CRDs
   from ``config/crd``) and its Prometheus rules (``files/prometheus-rules.yaml``, from ``config/prometheus/``).
 - ``config/prometheus/`` (the alert rules, as a PrometheusRule and as a plain rules file, and
@@ -109,7 +109,7 @@ def _observability_files() -> dict[Path, str]:
 #
 # charts/metal3-ipam/templates/ holds, besides its hand-written templates, templates made here from the same
 # sources as config/: the CRDs from config/crd (as config/crd/kustomization.yaml lists them), the roles from
-# permissions and the webhook configurations from webhook.HOOKS. Names, namespace, labels, annotations and the
+# permissions and the webhook configurations from webhook.hooks(). Names, namespace, labels, annotations and the
 # webhooks' client configurations become template actions (defined in _helpers.tpl); the rest is as config/
 # has it. A plain Prometheus rules file in config/prometheus/ (a mapping with ``groups``) is copied into the
 # chart's files/, which its PrometheusRule renders.

@@ -6,7 +6,7 @@ IPAddressClaim on one of our pools is created, changed or (for pools)
 deleted: :mod:`metal3_ipam.controller.admission` decides,
 :mod:`metal3_ipam.controller.webhook_server` serves the answers over TLS.
 
-:data:`HOOKS` is the one description of the webhooks: the server routes by
+:func:`hooks` is the one description of the webhooks: the server routes by
 it, and ``config/webhook/manifests.yaml`` is generated from it
 (:mod:`metal3_ipam.packaging`), so paths, rules and policies cannot drift.
 
@@ -166,8 +166,8 @@ def pool_hooks(kind: poolkind.PoolKind) -> tuple[Hook, ...]:
 
 
 METAL3_VERSIONS = (kinds.METAL3_VERSION,)
-HOOKS: tuple[Hook, ...] = (
-    *(hook for kind in poolkind.REGISTRY.values() for hook in pool_hooks(kind)),
+# The webhooks of the claims and addresses, whichever kinds of pool are registered.
+_CLAIM_AND_ADDRESS_HOOKS: tuple[Hook, ...] = (
     Hook("validation.ipclaim.ipam.metal3.io", "/validate-ipam-metal3-io-v1alpha1-ipclaim", kinds.IPCLAIM,
          METAL3_VERSIONS, "ipclaims", ("CREATE", "UPDATE"), "Fail", 10,
          match_conditions=(_spec_or_requested_ip_changed(),)),
@@ -183,30 +183,39 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
+def hooks() -> tuple[Hook, ...]:
+    """Every webhook: each registered kind of pool's (in the registry's order), then the claims' and addresses'.
+    Read from the registry when asked, so a kind registered after this module was imported is in it."""
+    return (*(hook for kind in poolkind.REGISTRY.values() for hook in pool_hooks(kind)), *_CLAIM_AND_ADDRESS_HOOKS)
+
+
 def _defaulting_path(kind: tuple[str, str], version: str) -> str:
     """Where kubebuilder's layout (and so each Go provider's configuration) registers a kind's defaulting."""
     return f"/mutate-{kind[0].replace('.', '-')}-{version}-{kind[1].lower()}"
 
 
-# The defaulting paths served besides those of HOOKS: every kind of pool's, and the Metal3 claim's and address's,
-# which the Go providers' configurations register (failurePolicy Fail). Each answers with the kind's defaults
-# (PoolKind.default), or allows with no patch where the kind has none, as the Go providers' defaulters do.
-_DEFAULTED = {_defaulting_path(kind.kind, kind.versions[0]) for kind in poolkind.REGISTRY.values()} | \
-    {_defaulting_path(kind, kinds.METAL3_VERSION) for kind in (kinds.IPCLAIM, kinds.IPADDRESS)}
-DEFAULTING_PATHS: tuple[str, ...] = tuple(sorted(_DEFAULTED - {hook.path for hook in HOOKS}))
+def defaulting_paths() -> tuple[str, ...]:
+    """The defaulting paths served besides those of :func:`hooks`: every kind of pool's, and the Metal3 claim's and
+    address's, which the Go providers' configurations register (failurePolicy Fail). Each answers with the kind's
+    defaults (PoolKind.default), or allows with no patch where the kind has none, as the Go providers' defaulters
+    do."""
+    defaulted = {_defaulting_path(kind.kind, kind.versions[0]) for kind in poolkind.REGISTRY.values()} | \
+        {_defaulting_path(kind, kinds.METAL3_VERSION) for kind in (kinds.IPCLAIM, kinds.IPADDRESS)}
+    return tuple(sorted(defaulted - {hook.path for hook in hooks()}))
 
 
 def configurations(client_config: Callable[[Hook], dict], name: str | None = "metal3-ipam") -> list[dict]:
-    """The Mutating- and ValidatingWebhookConfiguration for :data:`HOOKS`.
+    """The Mutating- and ValidatingWebhookConfiguration for :func:`hooks`.
 
     ``client_config(hook)`` gives each webhook's ``clientConfig`` (a Service
     reference in a cluster, a URL and CA bundle in tests); ``name`` prefixes
     the configurations' names.
     """
     out = []
+    every = hooks()
     for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
         base = f"{'mutating' if mutating else 'validating'}-webhook-configuration"
         out.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                     "metadata": {"name": f"{name}-{base}" if name else base},
-                    "webhooks": [h.configuration(client_config(h)) for h in HOOKS if h.mutating == mutating]})
+                    "webhooks": [h.configuration(client_config(h)) for h in every if h.mutating == mutating]})
     return out

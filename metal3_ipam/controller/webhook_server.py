@@ -1,6 +1,6 @@
 """The HTTPS server of the admission webhooks, on a thread and event loop of its own.
 
-It routes by :data:`metal3_ipam.controller.webhook.HOOKS`, reads each body within bounds
+It routes by :func:`metal3_ipam.controller.webhook.hooks`, reads each body within bounds
 (:mod:`metal3_ipam.controller.review_body`), has it judged by
 :class:`metal3_ipam.controller.admission.Admission` on judge threads, and reloads its certificate
 (:mod:`metal3_ipam.controller.certificates`). What a client may take of it is bounded (:class:`Limits`).
@@ -40,7 +40,7 @@ from .admission import BUSY, Admission
 from .certificates import CERT_FILE, KEY_FILE, CertificateFiles, Tls
 from .review_body import (MAX_CONVERSION_BYTES, MAX_REVIEW_BYTES, ConversionBody, Malformed, clipped,
                           read_conversion_body, read_review)
-from .webhook import DEFAULTING_PATHS, HOOKS
+from .webhook import defaulting_paths, hooks
 
 log = logging.getLogger("metal3_ipam.webhook")
 
@@ -344,10 +344,11 @@ class WebhookServer:
 
     async def _open_listener(self) -> tuple[web.AppRunner, socket.socket]:
         app = web.Application(client_max_size=self.limits.review_bytes)
-        mutating_paths = {h.path for h in HOOKS if h.mutating}
-        for path in sorted({h.path for h in HOOKS}):
+        every = hooks()
+        mutating_paths = {h.path for h in every if h.mutating}
+        for path in sorted({h.path for h in every}):
             app.router.add_post(path, self._handler(mutating=path in mutating_paths, path=path))
-        for path in DEFAULTING_PATHS:  # registered by the Go providers' configurations
+        for path in defaulting_paths():  # registered by the Go providers' configurations
             app.router.add_post(path, self._handler(mutating=True, path=path))
         # The CRDs' conversion (``PoolKind.convert``): the same server, the same bounds on bodies, time, connections.
         app.router.add_post(CONVERSION_PATH, self._handler(mutating=False, path=CONVERSION_PATH))

@@ -4,7 +4,7 @@ Helpers (the fixtures built on them, ``webhook_plane`` and ``webhook_controller`
 admission/conftest.py):
 
 - :func:`register_webhooks`: the Validating/MutatingWebhookConfigurations of
-  :data:`metal3_ipam.controller.webhook.HOOKS` registered with ``clientConfig.url:
+  :func:`metal3_ipam.controller.webhook.hooks` registered with ``clientConfig.url:
   https://127.0.0.1:PORT/<path>`` and a CA of the test's own; :func:`convert_at` points the conversion
   webhooks of the CRDs that have one (the in-cluster IP pools) at ``/convert`` the same way;
 - :func:`call` and :func:`apply`: REST calls that also return the API server's
@@ -216,7 +216,7 @@ def serves_claims_and_webhooks(api: client.ApiClient, namespace: str, pod_namesp
     assert refused.status == 422 and "IPPool p" in refused.message, json.dumps(refused.body)
 
 def register_webhooks(api: client.ApiClient, port: int, ca_pem: bytes, name: str = "metal3-ipam-e2e") -> list[dict]:
-    """The webhook configurations of HOOKS, calling https://127.0.0.1:PORT."""
+    """The webhook configurations of hooks(), calling https://127.0.0.1:PORT."""
     bundle = base64.b64encode(ca_pem).decode()
     configurations = webhook.configurations(
         lambda hook: {"url": f"https://127.0.0.1:{port}{hook.path}", "caBundle": bundle}, name=name)

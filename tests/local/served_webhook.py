@@ -8,7 +8,7 @@ import socket
 import time
 
 from metal3_ipam.controller.admission import Admission
-from metal3_ipam.controller.webhook import HOOKS
+from metal3_ipam.controller.webhook import hooks
 from metal3_ipam.controller.webhook_server import Limits
 from metal3_ipam.controller.webhook_server import WebhookServer
 from metal3_ipam.core import kinds
@@ -33,10 +33,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-POOL_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+POOL_PATH = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)
 
 
-CLAIM_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
+CLAIM_PATH = next(h.path for h in hooks() if h.kind == kinds.IPCLAIM)
 
 
 class Served:

@@ -216,7 +216,7 @@ def test_the_webhooks_reach_the_service_and_carry_the_injected_ca(rendered):
     assert certificate["spec"]["dnsNames"] == [host, f"{host}.cluster.local"]
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["cert"]["secret"]["secretName"] == certificate["spec"]["secretName"]
-    paths = {h.name: h.path for h in webhook.HOOKS}
+    paths = {h.name: h.path for h in webhook.hooks()}
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         configuration = one(rendered, kind)
         assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \

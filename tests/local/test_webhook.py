@@ -16,7 +16,7 @@ from cryptography import x509
 from metal3_ipam.controller import review_body, webhook
 from metal3_ipam.controller.admission import Admission
 from metal3_ipam.controller.certificates import CertificateFiles
-from metal3_ipam.controller.webhook import HOOKS
+from metal3_ipam.controller.webhook import hooks
 from metal3_ipam.controller.webhook_server import WebhookServer
 from metal3_ipam.core import kinds
 from metal3_ipam.testing.certs import Authority
@@ -166,18 +166,18 @@ def test_odd_requests_never_raise(broken):
 # -- the configuration ----------------------------------------------------------------
 
 def test_every_served_kind_has_a_validating_hook_and_deletions_never_fail_closed():
-    validating = {(h.kind, op) for h in HOOKS if not h.mutating for op in h.operations}
+    validating = {(h.kind, op) for h in hooks() if not h.mutating for op in h.operations}
     for kind in (kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS, kinds.CAPI_CLAIM):
         assert (kind, "CREATE") in validating and (kind, "UPDATE") in validating
     assert (kinds.IPPOOL, "DELETE") in validating
-    for hook in HOOKS:
+    for hook in hooks():
         if "DELETE" in hook.operations:
             assert hook.operations == ("DELETE",) and hook.failure_policy == "Ignore"
             names = {c["name"] for c in hook.match_conditions}
             assert {"not-delete-for-move", "not-namespace-teardown"} <= names
         assert hook.timeout_seconds <= 10
-    assert len({h.name for h in HOOKS}) == len(HOOKS)
-    (capi,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    assert len({h.name for h in hooks()}) == len(hooks())
+    (capi,) = [h for h in hooks() if h.kind == kinds.CAPI_CLAIM]
     assert any("poolRef.apiGroup == 'ipam.metal3.io'" in c["expression"] for c in capi.match_conditions)
 
 
@@ -185,10 +185,10 @@ def test_configurations_cover_every_hook():
     mutating, validating = webhook.configurations(lambda h: {"url": f"https://127.0.0.1:1{h.path}"})
     assert mutating["kind"] == "MutatingWebhookConfiguration"
     assert [w["name"] for w in mutating["webhooks"] + validating["webhooks"]] == \
-        [h.name for h in HOOKS if h.mutating] + [h.name for h in HOOKS if not h.mutating]
+        [h.name for h in hooks() if h.mutating] + [h.name for h in hooks() if not h.mutating]
     for entry in validating["webhooks"]:
         assert entry["sideEffects"] == "None" and entry["admissionReviewVersions"] == ["v1"]
-        assert entry["clientConfig"]["url"].endswith(next(h.path for h in HOOKS if h.name == entry["name"]))
+        assert entry["clientConfig"]["url"].endswith(next(h.path for h in hooks() if h.name == entry["name"]))
 
 
 # -- the server -------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def test_the_server_answers_over_tls_and_reloads_a_renewed_certificate(tmp_path)
         try:
             context = ssl.create_default_context(cadata=authority.pem.decode())
             async with aiohttp.ClientSession() as session:
-                path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+                path = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)
                 review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                           "request": request("CREATE", ippool("bad", namePrefix="Bad"))}
                 async with session.post(f"https://127.0.0.1:{port}{path}", json=review, ssl=context) as resp:
@@ -284,8 +284,8 @@ def test_reviews_are_answered_while_the_controller_loop_is_busy(tmp_path):
     authority = Authority.create()
     authority.issue(tmp_path)
     port = free_port()
-    claim_path = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
-    pool_path = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+    claim_path = next(h.path for h in hooks() if h.kind == kinds.IPCLAIM)
+    pool_path = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)
     answered = {name: threading.Event() for name in ("claim", "pool")}
     read_on: list[threading.Thread] = []
 
@@ -779,7 +779,7 @@ def test_claims_naming_incluster_pools_are_ours_and_other_kinds_of_the_group_are
     theirs = capi_claim("c1", ip="10.0.0.300", api_group="ipam.cluster.x-k8s.io", kind="InfobloxIPPool")
     assert admission.review(request("CREATE", theirs))["allowed"]
     # And the API server is told to send only ours of that group.
-    (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    (hook,) = [h for h in hooks() if h.kind == kinds.CAPI_CLAIM]
     expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
     assert ("object.spec.poolRef.kind in ['GlobalInClusterIPPool', 'GlobalInClusterPrefixPool', 'InClusterIPPool', "
             "'InClusterPrefixPool']") in expression, expression
@@ -795,7 +795,7 @@ def test_a_claim_moved_away_from_our_pools_is_refused_naming_the_field_and_both_
     assert 'spec.poolRef: is immutable (was "InClusterIPPool.ipam.cluster.x-k8s.io p")' in message, message
     assert f'(value: "{kind}.{group} p")' in message, message
     # And the API server is told to send it: the old object names one of our pools.
-    (hook,) = [h for h in HOOKS if h.kind == kinds.CAPI_CLAIM]
+    (hook,) = [h for h in hooks() if h.kind == kinds.CAPI_CLAIM]
     expression = next(c["expression"] for c in hook.match_conditions if c["name"] == "metal3-pool")
     assert "request.operation == 'UPDATE' && oldObject != null && (has(oldObject.spec)" in expression, expression
 

@@ -209,7 +209,7 @@ def test_claims_are_bound_without_a_stall_while_hostile_clients_hammer_the_webho
             "spec": {"namePrefix": "p", "pools": [{"start": "10.0.0.10", "end": "10.0.0.200"}]}}
     assert apply(api, pool, namespace).status == 201
     _, usual = _bind_claims(api, namespace, [f"calm-{i}" for i in range(6)])
-    pool_path = next(h.path for h in webhook.HOOKS if h.resource == "ippools" and not h.mutating)
+    pool_path = next(h.path for h in webhook.hooks() if h.resource == "ippools" and not h.mutating)
     with load.HostileProcess(webhook_controller.port, webhook_controller.authority.pem, pool_path, tmp_path,
                              seconds=120, idle=20, half_headers=10, big_bodies=10, largest_reviews=4) as hostile:
         admitted, hammered = _bind_claims(api, namespace, [f"hammered-{i}" for i in range(6)])

@@ -115,7 +115,7 @@ def test_a_kind_of_pool_has_its_webhooks_with_the_rule_scope_of_its_kind(other_k
     global_hooks = webhook.pool_hooks(dataclasses.replace(pools.REGISTRY[OTHER], scope=pools.CLUSTER))
     assert {h.configuration({})["rules"][0]["scope"] for h in global_hooks} == {"Cluster"}
     # The IPPool's, generated alike, are those the manifests always had.
-    assert [h.name for h in webhook.HOOKS[:3]] == ["default.ippool.ipam.metal3.io", "validation.ippool.ipam.metal3.io",
+    assert [h.name for h in webhook.hooks()[:3]] == ["default.ippool.ipam.metal3.io", "validation.ippool.ipam.metal3.io",
                                                     "deletion.ippool.ipam.metal3.io"]
 
 

@@ -330,8 +330,8 @@ def test_a_separate_network_annotation_on_a_namespaced_pool_is_warned_of_as_havi
 
 def test_an_edit_of_the_separate_network_annotation_reaches_the_webhook():
     """Its match condition lets through a change of the annotation on a global pool, not only of the spec."""
-    from metal3_ipam.controller.webhook import HOOKS
-    hook = next(h for h in HOOKS if h.kind == GLOBAL and h.operations == ("CREATE", "UPDATE") and not h.mutating)
+    from metal3_ipam.controller.webhook import hooks
+    hook = next(h for h in hooks() if h.kind == GLOBAL and h.operations == ("CREATE", "UPDATE") and not h.mutating)
     (condition,) = hook.match_conditions
     assert kinds.SEPARATE_NETWORK_ANNOTATION in condition["expression"]
 
