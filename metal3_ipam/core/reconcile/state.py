@@ -59,7 +59,7 @@ class PassState:
         or not at all, is a copy ``clusterctl move`` made of an address of another management cluster's pool of
         that name (the pool existed here: clusterctl did not create it, and writes the uid it read there or,
         as clusterctl v1.13 does, no reference to it): its claim's Cluster moved in (``elsewhere``). Addresses this
-        controller or the in-cluster provider write name the pool here; one written by hand names no claim."""
+        controller or a Go IPAM provider write name the pool here; one written by hand names no claim."""
         pool = self.pool_obj
         if claim is None or not self.kind.cluster_scoped or pool is None:
             return
