@@ -158,7 +158,14 @@ class PoolStatus(PassState):
             return Elsewhere(), Elsewhere()
         before = Elsewhere.read(current)
         now = before.seen(self.snap.left_for_move, self.moved_in)
-        return before, now.settled(self.ledger.claims.values(), lambda claim: bound_ip(claim) is not None)
+        if not now:
+            return before, now
+        found = (now, self.ledger.claims_version)
+        cached = self.ledger.elsewhere
+        if cached is None or cached[0] != found:  # a walk over the claims, only when one changed
+            cached = self.ledger.elsewhere = (found, now.settled(self.ledger.claims.values(),
+                                                                  lambda claim: bound_ip(claim) is not None))
+        return before, cached[1]
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where another pool under other locks owns part of this one, a pool of a separate network shares
