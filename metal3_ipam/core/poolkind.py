@@ -207,6 +207,21 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 REGISTRY: dict[GroupKind, PoolKind] = {}
 
 
+def status_counts(pool_kind: PoolKind, pool: Mapping[str, Any]) -> dict[str, int]:
+    """The counts a pool's status says (capacity, allocated, free, ...), where its kind declares them
+    (``PoolKind.status_counts``); a count not written yet, or not a whole number, is left out."""
+    out: dict[str, int] = {}
+    for name, path in pool_kind.status_counts.items():
+        value: Any = pool
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            out[name] = int(value)
+    return out
+
+
 def register(pool_kind: PoolKind) -> None:
     """Serve ``pool_kind``; ValueError when another kind's lock names may end like its own (its tag, or the tag
     of a hashed pool part, is another kind's): two pools' locks could meet."""

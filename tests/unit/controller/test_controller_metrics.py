@@ -14,7 +14,8 @@ from metal3_ipam.controller import metrics
 from metal3_ipam.controller.workers import RESYNC_PRIORITY, PoolWorkers
 from metal3_ipam.core import objects as o
 from metal3_ipam.testing.waiting import eventually_async
-from ipam_objects import NS, ipclaim, ippool, loaded
+from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
+from metal3_ipam.testing import go_incluster as gi
 from pool_workers import POOL, MemoryWriter
 
 
@@ -115,3 +116,33 @@ def test_each_request_of_the_kubernetes_client_is_counted_with_its_code():
 def test_a_kind_of_pool_is_named_as_controller_runtime_names_its_controller():
     assert metrics.controller_name(o.PoolKey(NS, "p").kind) == "ippool"
     assert metrics.controller_name(("ipam.cluster.x-k8s.io", "GlobalInClusterIPPool")) == "globalinclusterippool"
+
+
+@pytest.mark.parametrize("kind", [(gi.GROUP, gi.IN_CLUSTER_IP_POOL), (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)],
+                         ids=["namespaced", "global"])
+def test_the_pool_series_of_an_in_cluster_pool_come_from_its_own_status(kind):
+    """Each kind says its counts where its status has them (``PoolKind.status_counts``): the in-cluster
+    kinds in ``status.ipAddresses``, as the Go provider writes them, so their pools are on the dashboard too."""
+    namespace = NS if kind[1] == gi.IN_CLUSTER_IP_POOL else ""
+    pool = gi.ip_pool("p", namespace=namespace or None, prefix=24, addresses=["10.0.0.2-10.0.0.6"])
+    claims = [capi_claim(f"c{i}", pool="p", api_group=kind[0], kind=kind[1]) for i in range(2)]
+    api = loaded(pool, *claims)
+    key = o.PoolKey(namespace, "p", kind)
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([key])
+        await settled(workers)
+
+    asyncio.run(scenario())
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(key)))
+    assert (value("metal3_ipam_pool_capacity", **labels), value("metal3_ipam_pool_allocated", **labels),
+            value("metal3_ipam_pool_free", **labels)) == (5, 2, 3)
+
+
+def test_a_count_a_status_does_not_say_is_left_out():
+    from metal3_ipam.core import poolkind
+    kind = poolkind.REGISTRY[(gi.GROUP, gi.IN_CLUSTER_IP_POOL)]
+    assert poolkind.status_counts(kind, {"status": {"ipAddresses": {"total": 4, "used": "1", "free": True}}}) == \
+        {"capacity": 4, "allocated": 1}
+    assert poolkind.status_counts(kind, {}) == {}
