@@ -10,6 +10,7 @@ touched.
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 
 import pytest
@@ -17,8 +18,11 @@ from kubernetes import client as k8s
 
 from controller_fixtures import (Kube, condition, controller_as_user,
                                  rules_with_ipaddress_verbs)
+from metal3_ipam.poolkinds.netbox.source import owned_key
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.testing.waiting import eventually
+from netbox_fixtures import KEY_FIELD, addresses_in, netbox_claim, netbox_pool, put_secret, seeded
+from netbox_fixtures import key_of as netbox_key_of
 from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, fip_claim, fip_pool, held,
                                 key_of, owner, put_clouds, ready_reason, waits_with)
 
@@ -37,18 +41,33 @@ def serve(controller_factory, api_client, kube: Kube, openstack, user: str = "me
     return who
 
 
-def test_claims_of_a_floating_ip_pool_and_of_a_metal3_pool_at_once(controller_factory, kube, openstack,
-                                                                   api_client):
-    who = serve(controller_factory, api_client, kube, openstack)
+def test_claims_of_a_floating_ip_pool_a_netbox_pool_and_a_metal3_pool_at_once(controller_factory, kube, openstack,
+                                                                                api_client, netbox):
+    """One controller serves the three kinds' claims created together; each kind's IPs come from its own place
+    (Neutron, NetBox, the pool's ranges); releases go back there, and only for the claims deleted."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    put_secret(api_client, kube.ns, "netbox", netbox.token)
+    controller_factory(["-n", kube.ns, "--openstack-owner", who, "--netbox-owner", who])
+    net = seeded(netbox, 28)
     fip_pool(kube, "fips")
+    netbox_pool(kube, "nb", netbox.url, net)
     kube.pool("m", pools=[{"start": "192.168.30.10", "end": "192.168.30.60", "prefix": 24}])
-    names, m_names = [f"f-{i}" for i in range(5)], [f"m-{i}" for i in range(5)]
-    for name, m_name in zip(names, m_names):
+    names, nb_names, m_names = ([f"{tag}-{i}" for i in range(5)] for tag in ("f", "nb", "m"))
+    for name, nb_name, m_name in zip(names, nb_names, m_names):
         fip_claim(kube, name, "fips")
+        netbox_claim(kube, nb_name, "nb")
         kube.capi_claim(m_name, "m")
-    for name in names + m_names:
+    for name in names + nb_names + m_names:
         kube.capi_bound(name, timeout=90)
     assert_one_floating_ip_each(kube, openstack, who, names)
+    nb_ips = {name: kube.capi_ipaddress(name)["spec"]["address"] for name in nb_names}
+    assert len(set(nb_ips.values())) == 5 and all(ipaddress.ip_address(ip) in net for ip in nb_ips.values())
+    in_netbox = addresses_in(netbox, net)
+    assert {ip: in_netbox[ip]["custom_fields"].get(KEY_FIELD) for ip in nb_ips.values()} == \
+        {nb_ips[name]: owned_key(who, netbox_key_of(kube, name)) for name in nb_names}
+    m_ips = [kube.capi_ipaddress(name)["spec"]["address"] for name in m_names]
+    assert len(set(m_ips)) == 5 and all(ip.startswith("192.168.30.") for ip in m_ips)
 
     def pool_ready():
         status = kube.get(FIPS, PLURAL, "fips").get("status") or {}
@@ -58,15 +77,18 @@ def test_claims_of_a_floating_ip_pool_and_of_a_metal3_pool_at_once(controller_fa
     assert status["floatingIPNetwork"]["id"] == openstack.network["id"]
     assert sorted(status["claimedIPs"]) == sorted(kube.capi_ipaddress(n)["spec"]["address"] for n in names)
 
-    gone = names[:2]
+    gone, nb_gone = names[:2], nb_names[:2]
     keys = {name: key_of(kube, name) for name in gone}
-    for name in gone:
+    for name in gone + nb_gone + m_names[:2]:
         kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", name)
-    for name in gone:
+    for name in gone + nb_gone + m_names[:2]:
         kube.gone(CAPI, "ipaddressclaims", name, timeout=60)
+    for name in gone:
         assert held(openstack, who, keys[name]) == [], name
     assert_one_floating_ip_each(kube, openstack, who, names[2:])
     assert len(openstack.floating_ips(tags=who)) == 3
+    in_netbox = addresses_in(netbox, net)
+    assert sorted(in_netbox) == sorted(nb_ips[name] for name in nb_names[2:]), in_netbox
 
 
 def test_killed_between_create_and_tag_makes_no_second_floating_ip(controller_factory, kube, openstack, api_client):
