@@ -130,8 +130,10 @@ class Outside:
     # role grants on top (``controller.permissions``).
     role_rules: tuple[Rule, ...] = ()
     # For ``metal3-ipam demo``: why a pool cannot be served on this machine (its outside IPAM does not answer,
-    # and what to set instead), or None when it can; and the names of the Secrets of its namespace it names.
-    unservable: Callable[[Mapping[str, Any]], str | None] = lambda pool: None
+    # and what to set instead), or None when it can, given the pool and the Secrets of its namespace that come
+    # with it (by name); and the names of the Secrets of its namespace it names.
+    unservable: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], str | None] = \
+        lambda pool, secrets: None
     secrets: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda pool: ()
 
 
