@@ -109,10 +109,12 @@ def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingI
     return fip
 
 
-def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
-    """A floating IP made the key's: its description first (what finds it by the key), then its tags."""
-    neutron.describe(fip.id, text)
-    return _tagged(neutron, fip, tags)
+def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP | None:
+    """A floating IP made the key's: its description first (what finds it by the key), then its tags. The
+    description is written only if the floating IP is still as read (its revision): two pools, or two replicas,
+    that found it free in one listing never both take it; the one too late gets None."""
+    taken = neutron.describe(fip.id, text, fip.revision)
+    return _tagged(neutron, taken, tags) if taken is not None else None
 
 
 def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
@@ -142,14 +144,13 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
         if fip.description == p.available_description(owner) and fip.port_id is None:
-            return _take(neutron, fip, text, tags)
+            if (taken := _take(neutron, fip, text, tags)) is not None:
+                return taken
     for address in pool.preallocated:
         there = neutron.floating_ips(floating_ip_address=address)
         if there:
-            fip = there[0]
-            if p.key_in(owner, fip.description) is None and (fip.port_id is None or tags[1] in fip.tags):
-                _tagged(neutron, fip, [p.kept_tag(owner)])  # the admin's, before it is the key's: never deleted
-                return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
+            if (taken := _take_preallocated(neutron, there[0], owner, text, tags)) is not None:
+                return taken
             continue
         try:
             return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
@@ -159,8 +160,28 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
     if pool.adopt_capo_pool:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
             if fip.port_id is None and p.key_in(owner, fip.description) is None:
-                return _take(neutron, fip, text, tags)
+                if (taken := _take(neutron, fip, text, tags)) is not None:
+                    return taken
     return str(network["id"])
+
+
+def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str, tags: list[str]
+                       ) -> FloatingIP | None:
+    """A pre-allocated floating IP the project holds, taken for the key if it is free (no key of this owner; no
+    port, or the pool's already); None if it is not, or was taken meanwhile. It is tagged ``kept`` first (the
+    admin's, before it is the key's: never deleted), then read again for the revision its description is
+    written at."""
+    def free(found: FloatingIP | None) -> bool:
+        return found is not None and p.key_in(owner, found.description) is None and (
+            found.port_id is None or tags[1] in found.tags)
+    if not free(fip):
+        return None
+    if p.kept_tag(owner) not in fip.tags:
+        _tagged(neutron, fip, [p.kept_tag(owner)])
+        fip = neutron.get(fip.id)
+        if not free(fip):
+            return None
+    return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
 
 
 def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:

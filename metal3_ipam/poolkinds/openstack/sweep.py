@@ -62,7 +62,8 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     if p.deleted_on_release(pool, owner, now.address, now.tags):
         neutron.delete(now.id)
     else:
-        neutron.describe(now.id, p.available_description(owner))
+        if neutron.describe(now.id, p.available_description(owner), now.revision) is None:
+            return False  # changed since it was read again: judged by the next sweeps
         tags = {*now.tags, owner, p.pool_tag(owner, pool.namespace, pool.name)}
         if tags != set(now.tags):
             neutron.set_tags(now.id, sorted(tags))
