@@ -40,7 +40,9 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core import kinds
 from metal3_ipam.core.actions import Plan, SetStatus
 from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool, Survey
 
@@ -117,16 +119,20 @@ def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> Floa
     return _tagged(neutron, taken, tags) if taken is not None else None
 
 
-def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
-    """The floating IP whose description names the key (the one of the lowest id, should there be two), tagged."""
-    held = sorted(neutron.floating_ips(description=p.description(owner, key)), key=lambda f: f.id)
-    return _tagged(neutron, held[0], [owner, p.pool_tag(owner, pool.namespace, pool.name)]) if held else None
+def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: str | None = None
+           ) -> FloatingIP | None:
+    """The floating IP whose description names the key (``pool.keys_own`` of them, should there be two; ``held``:
+    the address the key's IPAddress holds), tagged."""
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    carrying = neutron.floating_ips(description=p.description(owner, key))
+    return _tagged(neutron, p.keys_own(carrying, tags[1], held), tags) if carrying else None
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
-           looked: bool = False) -> FloatingIP | str:
+           looked: bool = False, adoptable: frozenset[str] = frozenset()) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
-    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
+    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses whose address is
+    ``adoptable`` (``capo.adoptable``: CAPO's tag has no namespace); else the id of the
     network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
     The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
     taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
@@ -157,9 +163,9 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
         except OpenStackError as exc:
             if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
                 raise
-    if pool.adopt_capo_pool:
+    if pool.adopt_capo_pool and adoptable:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
-            if fip.port_id is None and p.key_in(owner, fip.description) is None:
+            if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable:
                 if (taken := _take(neutron, fip, text, tags)) is not None:
                     return taken
     return str(network["id"])
@@ -194,14 +200,16 @@ def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
     """After a create: when another floating IP carries the key too (a second replica, or a leader that lost its
-    lease, made it between our look and our create), the one of the lowest id is the key's, as every look by the
-    key answers; ours, made in vain, is deleted."""
-    carrying = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
-    if carrying and carrying[0].id != made.id:
+    lease, made it between our look and our create), the key's own is ``pool.keys_own`` of them (one tagged
+    first: its maker may have handed it out), as every look by the key answers; ours, made in vain, is deleted.
+    Only ours is ever deleted here: a floating IP that wins is never another's to lose."""
+    carrying = [f for f in neutron.floating_ips(description=text) if f.id != made.id]
+    own = p.keys_own([made, *carrying], tags[1])
+    if own.id != made.id:
         log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
-                    made.id, text, carrying[0].address, carrying[0].id)
+                    made.id, text, own.address, own.id)
         neutron.delete(made.id)
-        return _tagged(neutron, carrying[0], tags)
+        return _tagged(neutron, own, tags)
     return _tagged(neutron, made, tags)
 
 
@@ -244,6 +252,10 @@ class OpenStackAsks:
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
         self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
         self._tasks: set[asyncio.Task] = set()
+        self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
+        self.capo: CAPOPools | None = None  # CAPO's pools, read for adoptFromCAPOPool (None: nothing adopted)
+        #: (namespace, CAPO pool name) -> the addresses IPAddresses of other namespaces hold for such a pool
+        self.capo_held_elsewhere: Callable[[str, str], set[str]] = lambda namespace, name: set()
 
     def pool_changed(self, pool: OpenStackPool) -> None:
         self._pools[(pool.namespace, pool.name)] = pool
@@ -315,11 +327,12 @@ class OpenStackAsks:
         """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
         are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
         ref = (pool.namespace, pool.name)
-        found = await self.run(pool, lookup, key)  # the key's own, side by side with the other keys' lookups
+        found = await self.run(pool, lookup, key, self.bound_address(key))  # side by side with other keys' lookups
         if found is not None:
             return found
+        adoptable = await self._adoptable(pool)
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
-            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True)
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable)
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
@@ -327,6 +340,12 @@ class OpenStackAsks:
             return await self.run(pool, make, key, chosen)
         finally:
             self._making[ref] -= 1
+
+    async def _adoptable(self, pool: OpenStackPool) -> frozenset[str]:
+        if not pool.adopt_capo_pool or self.capo is None:
+            return frozenset()
+        found = await self.capo.read(pool.namespace, pool.adopt_capo_pool)
+        return capo.adoptable(found, self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool))
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []
@@ -386,6 +405,9 @@ class OpenStackPools:
         self.sweep_seconds = sweep_seconds
         self.clock = clock
         self.sweeper = Sweeper(self)
+        asks.bound_address = lambda key: self.bound().get(key)
+        asks.capo_held_elsewhere = lambda namespace, name: capo.held_elsewhere(
+            inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
         self._timer: asyncio.TimerHandle | None = None
         self._seen: dict[PoolRef, tuple[Any, Any]] = {}
         self._surveying: dict[PoolRef, asyncio.Task] = {}

@@ -19,8 +19,8 @@ from controller_fixtures import (Kube, condition, controller_as_user,
                                  rules_with_ipaddress_verbs)
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.testing.waiting import eventually
-from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, fip_claim, fip_pool, held,
-                                key_of, owner, put_clouds, ready_reason, waits_with)
+from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, capo_pool, fip_claim, fip_pool,
+                                held, key_of, owner, put_clouds, ready_reason, waits_with)
 
 
 
@@ -318,12 +318,18 @@ def test_the_sweep_releases_only_floating_ips_of_its_keys_no_claim_carries(contr
     assert "released: no claim carries its key" in ctl.log_text()
 
 
-def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory, kube, openstack, api_client):
-    """Switching from CAPO's pool: its tagged floating IPs (one free, one a machine uses) are there; the free one
-    is handed to the first claim, the used one never."""
-    free = openstack.neutron("POST", "floatingips", {"floatingip": {
-        "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
-    openstack.neutron("PUT", f"floatingips/{free['id']}/tags/{p.capo_tag('capo')}", user="member")
+def test_floating_ips_capos_pool_of_its_namespace_keeps_free_are_adopted(controller_factory, kube, openstack,
+                                                                           api_client):
+    """Switching from CAPO's pool: floating IPs of its tag are there, one its pool in this namespace lists
+    available, one it does not (CAPO's tag has no namespace: a pool of that name elsewhere may hold it); the
+    first is handed to the first claim, the other never."""
+    def capo_fip() -> dict:
+        fip = openstack.neutron("POST", "floatingips", {"floatingip": {
+            "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{p.capo_tag('capo')}", user="member")
+        return fip
+    free, elsewhere = capo_fip(), capo_fip()
+    capo_pool(kube, "capo", available=[free["floating_ip_address"]])
     who = serve(controller_factory, api_client, kube, openstack)
     fip_pool(kube, "fips", adoptFromCAPOPool="capo")
     fip_claim(kube, "a", "fips")
@@ -331,8 +337,10 @@ def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory,
     [fip] = held(openstack, who, key_of(kube, "a"))
     assert fip["id"] == free["id"] and p.capo_tag("capo") in fip["tags"]
     fip_claim(kube, "b", "fips")
-    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != free["floating_ip_address"]
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] not in (free["floating_ip_address"],
+                                                                      elsewhere["floating_ip_address"])
     assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+    assert openstack.floating_ips(id=elsewhere["id"])[0]["description"] == ""
 
 
 def test_the_crd_refuses_a_network_by_id_and_filter_and_a_bad_policy(kube):

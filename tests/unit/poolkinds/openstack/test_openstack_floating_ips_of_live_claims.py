@@ -7,12 +7,11 @@ import asyncio
 import dataclasses
 import itertools
 
-import pytest
-
 from metal3_ipam.core import kinds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
 
@@ -160,16 +159,46 @@ def test_two_pools_listing_one_preallocated_address_at_once_never_both_take_it()
     assert addresses.count("203.0.113.5") <= 1, f"both keys were given {addresses}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "adoptFromCAPOPool finds CAPO's floating IPs by CAPO's tag, which names the pool without its namespace: "
-    "a pool adopting CAPO pool 'fips' in namespace a takes the floating IP CAPO's pool 'fips' of namespace b "
-    "handed to a live claim there (no port yet: the machine is being made)"))
 def test_adopting_capos_pool_never_takes_a_floating_ip_of_capos_pool_of_that_name_in_another_namespace():
     capos = FloatingIP("fip-1", "203.0.113.9", "Created by cluster-api-provider-openstack",
                        (p.capo_tag("fips"),), None, NETWORK)  # CAPO's pool b/fips holds it for a claim of b
     neutron = FakeNeutron(capos)
     chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips"), OWNER, "ka", 0, True)
     assert not isinstance(chosen, FloatingIP), f"took {chosen.address}, held by a claim of CAPO's pool b/fips"
+
+
+def capo_pool(ns, name, available=(), claimed=()):
+    return {"apiVersion": f"{capo.GROUP}/{capo.VERSION}", "kind": capo.KIND,
+            "metadata": {"name": name, "namespace": ns},
+            "status": {"availableIPs": list(available), "claimedIPs": list(claimed)}}
+
+
+def capi_address(ns, name, address, pool):
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": address, "prefix": 32,
+                     "poolRef": {"apiGroup": capo.GROUP, "kind": capo.KIND, "name": pool}}}
+
+
+def test_adopting_capos_pool_takes_only_what_capos_pool_of_its_namespace_keeps_free():
+    free = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
+    elsewhere = FloatingIP("fip-2", "203.0.113.10", "", (p.capo_tag("fips"),), None, NETWORK)
+    neutron = FakeNeutron(free, elsewhere)
+    # CAPO's pool a/fips recovered b/fips's claimed floating IP by its tag, and lists it available too
+    adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.9", "203.0.113.10"]),
+                               capo.held_elsewhere([capi_address("b", "m1", "203.0.113.10", "fips"),
+                                                    capi_address("a", "m0", "203.0.113.9", "other")], "a", "fips"))
+    assert adoptable == {"203.0.113.9"}
+    pool = model(ns="a", adoptFromCAPOPool="fips")
+    chosen = a.choose(neutron, pool, OWNER, "ka", 0, True, adoptable)
+    assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
+    again = a.choose(neutron, pool, OWNER, "kb", 0, True, adoptable)
+    assert again == NETWORK, "took a floating IP CAPO's pool of another namespace holds"
+
+
+def test_nothing_is_adopted_of_a_capo_pool_that_lists_it_claimed_or_is_not_there():
+    assert capo.adoptable(None) == frozenset()
+    assert capo.adoptable(capo_pool("a", "fips", available=["203.0.113.9"], claimed=["203.0.113.9"])) == frozenset()
 
 
 def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_deleted_on_release():
@@ -179,3 +208,40 @@ def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_dele
     assert isinstance(taken, FloatingIP) and taken.id == "fip-1"
     a.release(neutron, model(), OWNER, "k1")  # the pool's spec no longer lists it; its claim deleted
     assert neutron.deleted == [], "deleted the admin's pre-allocated floating IP"
+
+
+# --------------------------------------------------------------------------- a key carried by two floating IPs
+
+
+def carrying(fip_id, address, key, created_at, tags=()):
+    return FloatingIP(fip_id, address, p.description(OWNER, key), tuple(tags), None, NETWORK, created_at=created_at)
+
+
+def test_a_key_carried_by_two_floating_ips_is_the_first_mades_not_the_lowest_ids():
+    key = "0123456789abcdef0123456789abcdef"
+    first = carrying("f0000000-0000-0000-0000-000000000000", "203.0.113.20", key, "2026-11-29T03:00:01Z")
+    second = carrying("00000000-0000-0000-0000-000000000000", "203.0.113.21", key, "2026-11-29T03:00:02Z")
+    neutron = FakeNeutron(first, second)
+    assert a.lookup(neutron, model(), OWNER, key).id == first.id
+
+
+def test_a_key_carried_by_two_floating_ips_is_the_one_its_ipaddress_holds():
+    key = "0123456789abcdef0123456789abcdef"
+    first = carrying("f0000000-0000-0000-0000-000000000000", "203.0.113.20", key, "2026-11-29T03:00:01Z")
+    second = carrying("00000000-0000-0000-0000-000000000000", "203.0.113.21", key, "2026-11-29T03:00:02Z")
+    neutron = FakeNeutron(first, second)
+    assert a.lookup(neutron, model(), OWNER, key, held="203.0.113.21").id == second.id
+
+
+def test_a_create_for_a_key_another_replica_made_and_tagged_in_the_same_second_deletes_only_its_own():
+    key = "0123456789abcdef0123456789abcdef"
+    # the other replica's: made, settled and tagged (so possibly handed out already), with an id that sorts last
+    theirs = carrying("ffffffff-0000-0000-0000-000000000000", "203.0.113.30", key, "2026-11-29T03:00:01Z",
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")))
+    neutron = FakeNeutron(theirs)
+    neutron.create = lambda network_id, description, address=None: neutron.fips.setdefault(
+        "00000000-0000-0000-0000-000000000000", carrying("00000000-0000-0000-0000-000000000000", "203.0.113.31",
+                                                         key, "2026-11-29T03:00:01Z"))
+    got = a.make(neutron, model(), OWNER, key, NETWORK)
+    assert got.id == theirs.id and theirs.id in neutron.fips
+    assert [fip.id for fip in neutron.deleted] == ["00000000-0000-0000-0000-000000000000"]
