@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import logging
 import time
@@ -129,13 +130,17 @@ def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: st
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
-           looked: bool = False, adoptable: frozenset[str] = frozenset()) -> FloatingIP | str:
+           looked: bool = False, adoptable: frozenset[str] = frozenset(), failed: set[str] | None = None
+           ) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
     ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses whose address is
     ``adoptable`` (``capo.adoptable``: CAPO's tag has no namespace); else the id of the
     network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
     The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
-    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
+    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before.
+    ``failed``: the pre-allocated addresses that could not be made (held by another project, or refused by the
+    policy) are added to it, and those made taken out (the pool's ``status.failedIPs``, as CAPO's pool lists the
+    addresses it could not have)."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
     held = None if looked else lookup(neutron, pool, owner, key)
@@ -159,10 +164,16 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
                 return taken
             continue
         try:
-            return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
+            made = _settled(neutron, neutron.create(network["id"], text, address), text, tags)
         except OpenStackError as exc:
+            if failed is not None and exc.reason in (p.ADDRESS_TAKEN, p.POLICY_FORBIDDEN):
+                failed.add(address)
             if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
                 raise
+            continue
+        if failed is not None:
+            failed.discard(address)
+        return made
     if pool.adopt_capo_pool and adoptable:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
             if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable:
@@ -190,12 +201,25 @@ def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str,
     return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
 
 
-def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:
+def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str,
+         lost: Mapping[str, str] | None = None) -> FloatingIP:
     """A new floating IP for the key on the network: its description (the key) in the create call itself, then
-    its tags."""
+    its tags. ``lost``: address -> key, of claims whose floating IP is gone from Neutron (``sweep``) and which
+    keep their address: Neutron handing out such an address again gives it back to that key (a claim's IP is no
+    other's while its IPAddress stands), and another is made."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    return _settled(neutron, neutron.create(network_id, text), text, tags)
+    made = neutron.create(network_id, text)
+    while (lost or {}).get(made.address) not in (None, key):
+        other = lost[made.address]  # type: ignore[index]
+        back = neutron.describe(made.id, p.description(owner, other), made.revision)
+        if back is not None:
+            _tagged(neutron, back, tags)
+            log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was "
+                        "deleted behind this controller: given back to it", pool.text, made.address, key, other)
+        lost = {address: k for address, k in lost.items() if address != made.address}  # type: ignore[union-attr]
+        made = neutron.create(network_id, text)
+    return _settled(neutron, made, text, tags)
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
@@ -251,8 +275,10 @@ class OpenStackAsks:
         self._slots: dict[tuple, asyncio.Semaphore] = {}
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
         self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
+        self.failed: dict[PoolRef, set[str]] = {}  # pre-allocated addresses that could not be made, per pool
         self._tasks: set[asyncio.Task] = set()
         self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
+        self.lost_addresses: Callable[[], dict[str, str]] = dict  # address -> key, of floating IPs found gone
         self.capo: CAPOPools | None = None  # CAPO's pools, read for adoptFromCAPOPool (None: nothing adopted)
         #: (namespace, CAPO pool name) -> the addresses IPAddresses of other namespaces hold for such a pool
         self.capo_held_elsewhere: Callable[[str, str], set[str]] = lambda namespace, name: set()
@@ -332,12 +358,13 @@ class OpenStackAsks:
             return found
         adoptable = await self._adoptable(pool)
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
-            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable)
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable,
+                                    self.failed.setdefault(ref, set()))
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
         try:
-            return await self.run(pool, make, key, chosen)
+            return await self.run(pool, make, key, chosen, self.lost_addresses())
         finally:
             self._making[ref] -= 1
 
@@ -406,6 +433,7 @@ class OpenStackPools:
         self.clock = clock
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
+        asks.lost_addresses = lambda: {address: key for key, (_, _, address) in self.sweeper.lost.items()}
         asks.capo_held_elsewhere = lambda namespace, name: capo.held_elsewhere(
             inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
         self._timer: asyncio.TimerHandle | None = None
@@ -540,6 +568,9 @@ class OpenStackPools:
         if model is None:
             return
         found = await self.asks.survey(model)
+        failed = self.asks.failed.get((model.namespace, model.name), set())
+        found = dataclasses.replace(found, failed=tuple(sorted(
+            {*failed.intersection(model.preallocated), *self.sweeper.lost_of(model)})))
         pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
         if pool_obj is None or not self.may_act():
             return

@@ -103,7 +103,10 @@ def audit_events(log: Path) -> list[dict]:
     namespace, name = service_account()
     user = f"system:serviceaccount:{namespace}:{name}"
     events = []
-    for line in log.read_text().splitlines():
+    lines = log.read_text().splitlines(keepends=True)
+    for line in lines:
+        if not line.endswith("\n"):
+            break  # the API server is writing it
         event = json.loads(line)
         if event["user"]["username"] == user and event.get("objectRef"):
             events.append(event)

@@ -343,6 +343,45 @@ def test_floating_ips_capos_pool_of_its_namespace_keeps_free_are_adopted(control
     assert openstack.floating_ips(id=elsewhere["id"])[0]["description"] == ""
 
 
+def test_a_floating_ip_deleted_in_neutron_is_shown_on_its_claim_which_keeps_its_address(
+        controller_factory, kube, openstack, api_client):
+    """Someone deletes a claim's floating IP in Neutron: the claim says so (AddressLost, a Warning Event), the
+    pool lists the address in failedIPs; the claim keeps its IPAddress and no floating IP is made anew for it,
+    and the next claim is not given its address. An admin gives it back: the condition goes."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    controller_factory(["-n", kube.ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    address = kube.capi_bound("a", timeout=90)["spec"]["address"]
+    key = key_of(kube, "a")
+    [fip] = held(openstack, who, key)
+    openstack.neutron("DELETE", f"floatingips/{fip['id']}", expect=(204,))
+
+    def lost() -> dict | None:
+        found = condition(kube.capi_ipclaim("a"), "AddressLost")
+        return found if found and found["status"] == "True" else None
+    eventually(lost, timeout=60, what="the claim's AddressLost condition")
+    assert address in lost()["message"] and key in lost()["message"]
+    eventually(lambda: any(e.reason == "AddressLost" and e.type == "Warning" and e.involved_object.name == "a"
+                           for e in kube.events()), timeout=30, what="the claim's Warning Event")
+    eventually(lambda: address in ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs", []),
+               timeout=60, what="the pool's failedIPs naming the address")
+    assert kube.capi_bound("a")["spec"]["address"] == address
+    assert held(openstack, who, key) == [], "a floating IP was made anew for the claim"
+    fip_claim(kube, "b", "fips")
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != address
+
+    openstack.neutron("POST", "floatingips", {"floatingip": {
+        "floating_network_id": openstack.network["id"], "floating_ip_address": address,
+        "description": p.description(who, key)}})
+    eventually(lambda: condition(kube.capi_ipclaim("a"), "AddressLost") is None, timeout=60,
+               what="the AddressLost condition gone once the floating IP is back")
+    eventually(lambda: ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs") == [],
+               timeout=60, what="failedIPs empty again")
+    assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+
+
 def test_the_crd_refuses_a_network_by_id_and_filter_and_a_bad_policy(kube):
     for spec, field in (({"floatingIPNetwork": {"id": str(uuid.uuid4()), "filter": {"name": "public"}}},
                          "floatingIPNetwork"),

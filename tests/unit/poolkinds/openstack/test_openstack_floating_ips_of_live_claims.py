@@ -7,6 +7,8 @@ import asyncio
 import dataclasses
 import itertools
 
+import pytest
+
 from metal3_ipam.core import kinds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
@@ -245,3 +247,83 @@ def test_a_create_for_a_key_another_replica_made_and_tagged_in_the_same_second_d
     got = a.make(neutron, model(), OWNER, key, NETWORK)
     assert got.id == theirs.id and theirs.id in neutron.fips
     assert [fip.id for fip in neutron.deleted] == ["00000000-0000-0000-0000-000000000000"]
+
+
+# --------------------------------------------------------------------------- a floating IP deleted behind the controller
+
+LOST_KEY = "abcdefabcdefabcdefabcdefabcdef01"
+
+
+def bound_objects(key=LOST_KEY, address="203.0.113.40"):
+    """A claim of ns/fips carrying ``key`` and the lock that holds its floating IP's address."""
+    claim = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+             "metadata": {"name": "m1", "namespace": "ns", "uid": "m1-uid", "resourceVersion": "5",
+                          "annotations": {p.KEY_ANNOTATION: key}},
+             "spec": {"poolRef": {"apiGroup": p.GROUP, "kind": p.KIND, "name": "fips"}}}
+    lock = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPAddress",
+            "metadata": {"name": f"fips.{address}.openstack", "namespace": "ns", "uid": "l-uid",
+                         "resourceVersion": "6", "annotations": {p.KEY_ANNOTATION: key}},
+            "spec": {"address": address, "prefix": 32, "pool": {"name": "fips"}, "claim": {"name": "m1"}}}
+    return claim, lock
+
+
+class Writer:
+    def __init__(self):
+        self.plans = []
+
+    async def execute(self, plan, pool_key):
+        self.plans.append(plan)
+
+
+def test_a_claims_floating_ip_deleted_in_neutron_is_shown_on_the_claim_and_not_made_anew():
+    neutron = FakeNeutron()  # the claim's floating IP was deleted in Neutron by someone else
+    side = Side(neutron, pool_obj(), *bound_objects())
+    side.pools.writer, woken = Writer(), []
+    side.pools.wake = lambda pool_key, key: woken.append(pool_key)
+    side.pools.survey_soon = lambda pool_key: None
+    side.sweep()
+    assert "203.0.113.40" in side.inventory.address_lost[LOST_KEY]
+    assert side.pools.sweeper.lost_of(model()) == ("203.0.113.40",)
+    events = [a for plan in side.pools.writer.plans for step in plan.steps for a in step.actions]
+    assert [(e.type, e.reason, e.target.name) for e in events] == [("Warning", "AddressLost", "m1")]
+    assert woken and neutron.fips == {}, "made a floating IP anew, or woke no pass"
+    side.sweep()
+    assert len(side.pools.writer.plans) == 1, "told twice"
+    # an admin gives it back: a floating IP with that address and the key's description
+    neutron.fips["fip-back"] = FloatingIP("fip-back", "203.0.113.40", p.description(OWNER, LOST_KEY), (), None,
+                                          NETWORK)
+    side.sweep()
+    assert LOST_KEY not in side.inventory.address_lost and side.pools.sweeper.lost_of(model()) == ()
+    assert p.pool_tag(OWNER, "ns", "fips") in neutron.fips["fip-back"].tags
+
+
+def test_an_address_neutron_hands_out_again_while_a_claim_keeps_it_is_given_back_to_that_claims_key():
+    neutron = FakeNeutron()
+    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: the lost address first
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    made = a.make(neutron, model(), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY})
+    assert made.address == "203.0.113.41"
+    back = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
+    assert [fip.description for fip in back] == [p.description(OWNER, LOST_KEY)]
+
+
+def test_a_preallocated_address_another_project_holds_is_a_failed_ip_until_it_is_made():
+    neutron = FakeNeutron()
+
+    def refused(network_id, description, address=None):
+        raise a.OpenStackError(p.ADDRESS_TAKEN, "409 IpAddressAlreadyAllocated")
+    neutron.create, failed = refused, set()
+    with pytest.raises(a.OpenStackError):
+        a.make(neutron, model(), OWNER, "k1", a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"]),
+                                                        OWNER, "k1", 0, True, frozenset(), failed))
+    assert failed == {"198.51.100.7"}
+    del neutron.create
+    taken = a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"]), OWNER, "k1", 0, True, frozenset(),
+                     failed)
+    assert taken.address == "198.51.100.7" and failed == set()
+    status = p.pool_status(model(), p.Survey(network={"id": NETWORK}, failed=("198.51.100.7",)), now="t")
+    assert status["failedIPs"] == ["198.51.100.7"]
