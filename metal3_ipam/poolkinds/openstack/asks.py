@@ -209,15 +209,14 @@ def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id
     other's while its IPAddress stands), and another is made."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    made = neutron.create(network_id, text)
-    while (lost or {}).get(made.address) not in (None, key):
-        other = lost[made.address]  # type: ignore[index]
-        back = neutron.describe(made.id, p.description(owner, other), made.revision)
-        if back is not None:
-            _tagged(neutron, back, tags)
-            log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was "
-                        "deleted behind this controller: given back to it", pool.text, made.address, key, other)
-        lost = {address: k for address, k in lost.items() if address != made.address}  # type: ignore[union-attr]
+    made, lost = neutron.create(network_id, text), dict(lost or {})
+    while lost.get(made.address) not in (None, key):
+        other = lost.pop(made.address)
+        if neutron.describe(made.id, p.description(owner, other), made.revision) is None:
+            break  # changed since made (a lookup of the key took it): the key's, settled as any
+        _tagged(neutron, made, tags)
+        log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was deleted "
+                    "behind this controller: given back to it", pool.text, made.address, key, other)
         made = neutron.create(network_id, text)
     return _settled(neutron, made, text, tags)
 
