@@ -169,6 +169,20 @@ def test_adopting_capos_pool_never_takes_a_floating_ip_of_capos_pool_of_that_nam
     assert not isinstance(chosen, FloatingIP), f"took {chosen.address}, held by a claim of CAPO's pool b/fips"
 
 
+def test_two_replicas_listing_one_kept_floating_ip_at_once_never_both_take_it():
+    kept = FloatingIP("fip-1", "203.0.113.6", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")), None, NETWORK)
+    neutron = FakeNeutron(kept)
+    pool = model(reclaimPolicy="Retain")
+    got = {}
+    # each replica holds its own lock of the pool: the second chooses between the first's listing and its write
+    neutron.before_describe = lambda: got.setdefault("b", a.choose(neutron, pool, OWNER, "kb", 0, True))
+    got["a"] = a.choose(neutron, pool, OWNER, "ka", 0, True)
+    addresses = [fip.address if isinstance(fip, FloatingIP) else None for fip in (got["a"], got["b"])]
+    assert addresses.count("203.0.113.6") == 1, f"both keys were given {addresses}"
+    assert neutron.fips["fip-1"].description in (p.description(OWNER, "ka"), p.description(OWNER, "kb"))
+
+
 def capo_pool(ns, name, available=(), claimed=()):
     return {"apiVersion": f"{capo.GROUP}/{capo.VERSION}", "kind": capo.KIND,
             "metadata": {"name": name, "namespace": ns},
