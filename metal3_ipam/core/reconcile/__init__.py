@@ -97,6 +97,7 @@ from .snapshot import Snapshot
 
 __all__ = [
     "ADDRESS_CONFLICT", "ADDRESS_HOMED_ELSEWHERE", "ADDRESS_LOST", "ALLOCATION_PENDING", "DECISIONS_PER_YIELD",
-    "DUPLICATE_ADDRESS", "LOCK_SETTLE_SECONDS", "POOL_REFERENCE_CHANGED", "READY", "WAITING_FOR_CLUSTER", "Snapshot", "first_carrier",
-    "ident_of", "left_with", "load", "moved_from", "needs_full", "plan_pass", "reconcile", "run_to_end",
+    "DUPLICATE_ADDRESS", "LOCK_SETTLE_SECONDS", "POOL_REFERENCE_CHANGED", "READY", "WAITING_FOR_CLUSTER", "Snapshot",
+    "first_carrier", "ident_of", "left_with", "load", "moved_from", "needs_full", "plan_pass", "reconcile",
+    "run_to_end",
 ]

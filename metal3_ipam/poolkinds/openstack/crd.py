@@ -88,7 +88,8 @@ def _spec() -> dict[str, Any]:
                 "The name of a Cluster API Provider OpenStack pool (OpenStackFloatingIPPool of "
                 "infrastructure.cluster.x-k8s.io), in this namespace, whose floating IPs are taken for this pool's "
                 "claims: those of its tag cluster-api-provider-openstack-fip-pool-<name> that no port uses and that "
-                "pool lists in status.availableIPs. Set it only once that pool hands out no more.", p.MAX_NAME_LEN, pattern=p.DNS_SUBDOMAIN.pattern),
+                "pool lists in status.availableIPs. Set it only once that pool hands out no more.", p.MAX_NAME_LEN,
+                pattern=p.DNS_SUBDOMAIN.pattern),
         },
     }
 

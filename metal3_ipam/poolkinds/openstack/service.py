@@ -43,8 +43,8 @@ def service(parts: Any) -> OpenStackPools:
     flags = parts.flags
     asks = OpenStackAsks(SecretClouds(parts.api), owner=flags.get("openstack_owner", DEFAULT_OWNER))
     asks.capo = CAPOPools(parts.api)
-    return OpenStackPools(asks,
-                          Asking(timeout_reason=TIMEOUT_REASON), inventory=parts.inventory, writer=parts.writer, wake=parts.wake,
+    return OpenStackPools(asks, Asking(timeout_reason=TIMEOUT_REASON), inventory=parts.inventory,
+                          writer=parts.writer, wake=parts.wake,
                           may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                           sweep_seconds=flags.get("openstack_sweep_seconds", FLAGS[1].default))
 

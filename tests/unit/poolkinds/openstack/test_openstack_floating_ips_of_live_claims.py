@@ -263,7 +263,7 @@ def test_a_create_for_a_key_another_replica_made_and_tagged_in_the_same_second_d
     assert [fip.id for fip in neutron.deleted] == ["00000000-0000-0000-0000-000000000000"]
 
 
-# --------------------------------------------------------------------------- a floating IP deleted behind the controller
+# --------------------------------------------------------------------------- a floating IP deleted in Neutron
 
 LOST_KEY = "abcdefabcdefabcdefabcdefabcdef01"
 
