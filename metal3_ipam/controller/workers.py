@@ -316,6 +316,12 @@ class PoolWorkers:
                 ledger.wake()
             else:
                 ledger.answered(key)
+                # A bound claim carrying the key awaits nothing: decided again too, for what its IPAM's sweep
+                # found of the key since (its address gone there: ``Inventory.address_lost``).
+                for claim in self.inventory.claims_carrying(key):
+                    ckey = _claim_key(pool, kinds.kind_of(claim)[1], o.namespace(claim), o.name(claim))
+                    if ckey in ledger.claims:
+                        ledger.deferred_claims[ckey] = None
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:

@@ -215,6 +215,9 @@ class Inventory:
         # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
         # this cluster's claims may not take over (the kind's sweep): what the claims carrying them say.
         self.homed_elsewhere: dict[str, str] = {}
+        # The allocation keys whose outside address the kind's sweep found gone from the outside IPAM while a claim
+        # here holds it (deleted there behind this controller): what the claims carrying them say.
+        self.address_lost: dict[str, str] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -1026,6 +1029,7 @@ class Inventory:
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             homed_elsewhere=self.homed_elsewhere.get,
+            address_lost=self.address_lost.get,
             held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
                 pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(

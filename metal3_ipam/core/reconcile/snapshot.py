@@ -51,6 +51,8 @@ class Snapshot:
     # Why an allocation key's outside address is homed at another cluster's object that a claim here may not take
     # it from (a claim there carries the key too), or None.
     homed_elsewhere: Callable[[str], str | None] = lambda key: None
+    # Why an allocation key's outside address, which a claim here holds, is gone from its outside IPAM, or None.
+    address_lost: Callable[[str], str | None] = lambda key: None
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.

@@ -12,6 +12,7 @@ from typing import Any
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.poolkind import Flag, Rule
 from metal3_ipam.poolkinds.openstack.asks import OpenStackAsks, OpenStackPools, SecretClouds
+from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import OpenStackError, read_clouds_yaml
 from metal3_ipam.poolkinds.openstack.pool import CLOUDS_YAML_KEY, DEFAULT_CLOUD, DEFAULT_OWNER, check_owner
 
@@ -44,8 +45,10 @@ FLAGS = (
 def service(parts: Any) -> OpenStackPools:
     """The asks of every OpenStackFloatingIPPool, with the runtime's API client, inventory, writer and wake-up."""
     flags = parts.flags
-    return OpenStackPools(OpenStackAsks(SecretClouds(parts.api), owner=flags.get("openstack_owner", DEFAULT_OWNER)),
-                          Asking(timeout_reason=TIMEOUT_REASON), inventory=parts.inventory, writer=parts.writer, wake=parts.wake,
+    asks = OpenStackAsks(SecretClouds(parts.api), owner=flags.get("openstack_owner", DEFAULT_OWNER))
+    asks.capo = CAPOPools(parts.api)
+    return OpenStackPools(asks, Asking(timeout_reason=TIMEOUT_REASON), inventory=parts.inventory,
+                          writer=parts.writer, wake=parts.wake,
                           may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                           sweep_seconds=flags.get("openstack_sweep_seconds", FLAGS[1].default))
 
@@ -56,6 +59,9 @@ TIMEOUT_REASON = "OpenStackTimeout"
 ROLE_RULES = (
     Rule("", "secrets", ("get",), "an OpenStackFloatingIPPool's clouds.yaml, read from the Secret its "
                                   "spec.identityRef names"),
+    Rule("infrastructure.cluster.x-k8s.io", "openstackfloatingippools", ("get",),
+         "the status of Cluster API Provider OpenStack's pool an OpenStackFloatingIPPool's spec.adoptFromCAPOPool "
+         "names, in its namespace: which of the floating IPs of its tag it keeps free (capo.CAPOPools)"),
 )
 
 

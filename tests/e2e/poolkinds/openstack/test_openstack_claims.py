@@ -23,8 +23,8 @@ from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.testing.waiting import eventually
 from netbox_fixtures import KEY_FIELD, addresses_in, netbox_claim, netbox_pool, put_secret, seeded
 from netbox_fixtures import key_of as netbox_key_of
-from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, fip_claim, fip_pool, held,
-                                key_of, owner, put_clouds, ready_reason, waits_with)
+from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, capo_pool, fip_claim, fip_pool,
+                                held, key_of, owner, put_clouds, ready_reason, waits_with)
 
 
 
@@ -340,12 +340,18 @@ def test_the_sweep_releases_only_floating_ips_of_its_keys_no_claim_carries(contr
     assert "released: no claim carries its key" in ctl.log_text()
 
 
-def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory, kube, openstack, api_client):
-    """Switching from CAPO's pool: its tagged floating IPs (one free, one a machine uses) are there; the free one
-    is handed to the first claim, the used one never."""
-    free = openstack.neutron("POST", "floatingips", {"floatingip": {
-        "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
-    openstack.neutron("PUT", f"floatingips/{free['id']}/tags/{p.capo_tag('capo')}", user="member")
+def test_floating_ips_capos_pool_of_its_namespace_keeps_free_are_adopted(controller_factory, kube, openstack,
+                                                                           api_client):
+    """Switching from CAPO's pool: floating IPs of its tag are there, one its pool in this namespace lists
+    available, one it does not (CAPO's tag has no namespace: a pool of that name elsewhere may hold it); the
+    first is handed to the first claim, the other never."""
+    def capo_fip() -> dict:
+        fip = openstack.neutron("POST", "floatingips", {"floatingip": {
+            "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{p.capo_tag('capo')}", user="member")
+        return fip
+    free, elsewhere = capo_fip(), capo_fip()
+    capo_pool(kube, "capo", available=[free["floating_ip_address"]])
     who = serve(controller_factory, api_client, kube, openstack)
     fip_pool(kube, "fips", adoptFromCAPOPool="capo")
     fip_claim(kube, "a", "fips")
@@ -353,7 +359,48 @@ def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory,
     [fip] = held(openstack, who, key_of(kube, "a"))
     assert fip["id"] == free["id"] and p.capo_tag("capo") in fip["tags"]
     fip_claim(kube, "b", "fips")
-    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != free["floating_ip_address"]
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] not in (free["floating_ip_address"],
+                                                                      elsewhere["floating_ip_address"])
+    assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+    assert openstack.floating_ips(id=elsewhere["id"])[0]["description"] == ""
+
+
+def test_a_floating_ip_deleted_in_neutron_is_shown_on_its_claim_which_keeps_its_address(
+        controller_factory, kube, openstack, api_client):
+    """Someone deletes a claim's floating IP in Neutron: the claim says so (AddressLost, a Warning Event), the
+    pool lists the address in failedIPs; the claim keeps its IPAddress and no floating IP is made anew for it,
+    and the next claim is not given its address. An admin gives it back: the condition goes."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    controller_factory(["-n", kube.ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    address = kube.capi_bound("a", timeout=90)["spec"]["address"]
+    key = key_of(kube, "a")
+    [fip] = held(openstack, who, key)
+    openstack.neutron("DELETE", f"floatingips/{fip['id']}", expect=(204,))
+
+    def lost() -> dict | None:
+        found = condition(kube.capi_ipclaim("a"), "AddressLost")
+        return found if found and found["status"] == "True" else None
+    eventually(lost, timeout=60, what="the claim's AddressLost condition")
+    assert address in lost()["message"] and key in lost()["message"]
+    eventually(lambda: any(e.reason == "AddressLost" and e.type == "Warning" and e.involved_object.name == "a"
+                           for e in kube.events()), timeout=30, what="the claim's Warning Event")
+    eventually(lambda: address in ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs", []),
+               timeout=60, what="the pool's failedIPs naming the address")
+    assert kube.capi_bound("a")["spec"]["address"] == address
+    assert held(openstack, who, key) == [], "a floating IP was made anew for the claim"
+    fip_claim(kube, "b", "fips")
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != address
+
+    openstack.neutron("POST", "floatingips", {"floatingip": {
+        "floating_network_id": openstack.network["id"], "floating_ip_address": address,
+        "description": p.description(who, key)}})
+    eventually(lambda: condition(kube.capi_ipclaim("a"), "AddressLost") is None, timeout=60,
+               what="the AddressLost condition gone once the floating IP is back")
+    eventually(lambda: ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs") == [],
+               timeout=60, what="failedIPs empty again")
     assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
 
 
