@@ -390,3 +390,11 @@ def test_the_diagnostics_endpoint_may_review_the_scrapers_tokens(helm):
                for v in rule["verbs"]}
     assert {("authentication.k8s.io", "tokenreviews", "create"),
             ("authorization.k8s.io", "subjectaccessreviews", "create")} <= granted
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the chart's ServiceMonitor does not set honorLabels: true: the pool series' namespace label becomes "
+    "exported_namespace and the alerts and the dashboard see the release's namespace for every pool"))
+def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series(helm):
+    monitor = one(helm.template(CHART, EVERYTHING), "ServiceMonitor")
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
