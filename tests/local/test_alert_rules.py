@@ -276,3 +276,26 @@ def test_without_prometheus_installed_the_harness_fails_saying_how_to_install_it
         promtool("--version")
     with pytest.raises(PrometheusUnavailable, match="prometheus is not on PATH"):
         Prometheus([]).start()
+
+
+# -- orders of events the rules meet in the field ------------------------------------------------------------
+
+REPLICA = 'metal3_ipam_leader{instance="replica:8081", job="metal3-ipam"}'
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Metal3IPAMPoolExhausted sums metal3_ipam_claims_not_ready over every leading instance: with leader election "
+    "off (leaderElection.enabled=false, every replica writes and exports) two replicas say 4 claims wait where 2 do"))
+def test_pool_exhausted_counts_each_waiting_claim_once_when_every_replica_writes(tmp_path):
+    """Without leader election every replica says it may write (``metal3_ipam_leader`` 1) and exports the same
+    per-pool series from the same objects. The alert's value is how many claims wait: 2, not 2 per replica."""
+    series = [{"series": LEADER, "values": "1x20"}, {"series": REPLICA, "values": "1x20"}]
+    for instance in ("leader:8081", "replica:8081"):
+        series += [{"series": _pool_series("metal3_ipam_pool_capacity", instance), "values": "4x20"},
+                   {"series": _pool_series("metal3_ipam_pool_free", instance), "values": "0x20"},
+                   {"series": _pool_series("metal3_ipam_claims_not_ready", instance, reason="PoolExhausted"),
+                    "values": "2x20"}]
+    fired = _pool_alert("Metal3IPAMPoolExhausted", "critical",
+                        "IP pool site-a/provisioning (IPPool) has no free address and 2 claims are waiting")
+    _run(tmp_path, RULES, [{"interval": "1m", "input_series": series,
+                            "alert_rule_test": [_alerts("Metal3IPAMPoolExhausted", "10m", fired)]}])

@@ -1,5 +1,6 @@
 """The series an OpenStack floating-IP pool gives the alerts: whether its cloud answers
-(``metal3_ipam_external_ipam_up``, the series of Metal3IPAMExternalIPAMUnreachable), as a NetBox pool gives it."""
+(``metal3_ipam_external_ipam_up``, the series of Metal3IPAMExternalIPAMUnreachable), as a NetBox pool gives it, and
+its capacity and free addresses where ``spec.maxIPs`` bounds it (the usage and exhaustion alerts)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from prometheus_client import REGISTRY
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.core import objects as o
+from metal3_ipam.core import poolkind
 from metal3_ipam.memory import MemoryApi
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.asks import OpenStackPools
@@ -64,3 +66,18 @@ def test_an_openstack_pool_whose_cloud_does_not_answer_says_so_in_external_ipam_
     cloud.survey_answer = p.Survey(network={"id": "n1", "name": "public"})
     asyncio.run(pools._survey_once(key))
     assert REGISTRY.get_sample_value("metal3_ipam_external_ipam_up", labels) == 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an OpenStack pool's counts are claimed and available only: a pool with spec.maxIPs has a fixed capacity, "
+    "but exports no capacity or free series, so neither the usage alerts nor Metal3IPAMPoolExhausted fire while "
+    "its claims wait MaxIPsReached (docs/operations.md says the kind has no fixed capacity)"))
+def test_an_openstack_pool_with_max_ips_gives_its_capacity_and_free_to_the_usage_alerts():
+    """The pool series come from ``poolkind.status_counts`` (the workers set capacity, allocated and free from
+    it). A pool limited to ``maxIPs: 4`` that holds 4 floating IPs is full: capacity 4, free 0."""
+    pool = {**_pool(), "spec": {"identityRef": {"name": "cloud"}, "maxIPs": 4},
+            "status": {"claimed": 4, "available": 0, "claimedIPs": ["203.0.113.1", "203.0.113.2", "203.0.113.3",
+                                                                    "203.0.113.4"]}}
+    counts = poolkind.status_counts(poolkind.REGISTRY[p.OPENSTACK_FLOATING_IP_POOL], pool)
+    assert counts["allocated"] == 4
+    assert (counts.get("capacity"), counts.get("free")) == (4, 0)
