@@ -315,7 +315,8 @@ def test_a_full_pool_stays_alerted_across_a_rollout_of_the_controller(tmp_path):
               {"series": _pool_series("metal3_ipam_pool_free"), "values": "2x30 stale"},
               {"series": _pool_series("metal3_ipam_pool_capacity", "new:8081"), "values": "_x32 100x20"},
               {"series": _pool_series("metal3_ipam_pool_free", "new:8081"), "values": "_x32 2x20"}]
-    critical = _pool_alert("Metal3IPAMPoolUsageCritical", "critical", "IP pool site-a/provisioning (IPPool) is 98% used")
+    critical = _pool_alert("Metal3IPAMPoolUsageCritical", "critical",
+                           "IP pool site-a/provisioning (IPPool) is 98% used")
     _run(tmp_path, RULES, [{"interval": "1m", "input_series": series, "alert_rule_test": [
         _alerts("Metal3IPAMPoolUsageCritical", "20m", critical),
         _alerts("Metal3IPAMPoolUsageCritical", "34m", critical)]}])
