@@ -9,38 +9,58 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete
 from ..kept import bound_ip
+from ..addresses import FAMILY_BITS, ip_from_int
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from .pieces import _ip_of, _owned_by, _owner
 from .state import PassState
 
 
+def _span_base(guard: dict, ip) -> int:
+    """The first address of the span a guard is part of: its IP, or its sub-prefix's base (``spec.prefix``)."""
+    length, width = o.spec(guard).get("prefix"), FAMILY_BITS[ip.version]
+    bits = width - length if isinstance(length, int) and not isinstance(length, bool) and 0 <= length <= width else 0
+    return int(ip) >> bits << bits
+
+
+# The most guards one allocation writes: a namespaced sub-prefix holding more addresses of global IP pools is not
+# handed out (its allocation could not be guarded against theirs).
+GUARDS_PER_ALLOCATION = 256
+
+
 class Guards(PassState):
-    """The guard of an IP in a claim's namespace, and what holds an IP elsewhere."""
+    """The guards of an IP or a sub-prefix in a claim's namespace, and what holds an IP elsewhere."""
 
-    def guarded(self, claim: dict, unit: int) -> bool:
-        """Whether handing ``unit`` to ``claim`` creates its guard in the claim's namespace first: a global IP
-        pool's allocation (but one of a separate network), and a namespaced IP pool's of an IP a global pool
-        holds. Of two such allocations of one IP in a namespace, which no pass saw the other make (a global
-        pool's pass made before the namespaced pool came, carried out after its allocation), the API server
-        refuses the second guard, and with it the rest of that step: one IP never goes to two claims there.
-        A global pool's pass always guards (it cannot know of a namespaced pool created since); a namespaced
-        pool's sees every global pool made before it passes, and one made later withholds its addresses."""
+    def guarded_ips(self, claim: dict, unit: int) -> list[int] | None:
+        """The IPs whose guards handing ``unit`` to ``claim`` creates in the claim's namespace first: a global IP
+        pool's allocation guards its IP (but one of a separate network's); a namespaced pool's guards each IP of
+        its address (its sub-prefix) that a global IP pool holds. Of two such allocations of one IP in a
+        namespace, which no pass saw the other make (a global pool's pass made before the namespaced pool came,
+        carried out after its allocation), the API server refuses the second guard, and with it the rest of that
+        step: one IP never goes to two claims there, whether the other holds it alone or in a sub-prefix. A
+        global pool's pass always guards (it cannot know of a namespaced pool created since); a namespaced
+        pool's sees every global pool made before it passes, and one made later withholds its addresses.
+        None: a sub-prefix holding more than ``GUARDS_PER_ALLOCATION`` such IPs, which is not handed out."""
         kind, pool = self.kind, self.pool
-        if pool is None or kind.holds_prefixes or kind.outside is not None or pool.unit_length is not None:
-            return False
+        if pool is None or kind.outside is not None:
+            return []
+        first = int(pool.address_of(unit))
         if kind.cluster_scoped:
-            return not separate_network(self.pool_obj)
-        return kind.unique_in_namespace and self.snap.global_holds(pool.version, int(pool.address_of(unit)))
+            plain = not kind.holds_prefixes and pool.unit_length is None and not separate_network(self.pool_obj)
+            return [first] if plain else []
+        if not kind.unique_in_namespace:
+            return []
+        return self.snap.global_held(pool.version, first, first + (1 << pool.unit_bits) - 1, GUARDS_PER_ALLOCATION)
 
-    def guard_of(self, claim: dict, unit: int) -> dict | None:
-        """The guard of ``unit`` in the claim's namespace, if one is stored."""
-        return self.snap.address_named(o.namespace(claim), guard_name(self.pool.address_of(unit)))
+    def guard_at(self, namespace: str, ip: int) -> dict | None:
+        """The guard of ``ip`` (of the pool's family) in ``namespace``, if one is stored."""
+        return self.snap.address_named(namespace, guard_name(ip_from_int(ip, self.pool.version)))
 
     def guard_holds(self, guard: dict, claim: dict | None = None) -> bool:
         """Whether a guard keeps its IP for a claim other than ``claim``: its claim lives (the incarnation it
-        owns) and is bound to no other IP (until its address shows, its allocation may be on its way). Else it
-        is left over (its allocation refused, its claim gone) and whoever wants the IP deletes it."""
+        owns) and is bound to no other address (until its address shows, its allocation may be on its way; a
+        sub-prefix's guards name its length). Else it is left over (its allocation refused, its claim gone) and
+        whoever wants the IP deletes it."""
         ref = o.spec(guard).get("claim") or {}
         kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
                                                                                          kinds.IPCLAIM[1]))
@@ -48,41 +68,55 @@ class Guards(PassState):
         if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
             return False
         bound, guarded = bound_ip(holder), _ip_of(guard)
-        return bound is None or (guarded is not None and int(bound) == int(guarded))
+        return bound is None or (guarded is not None and bound.version == guarded.version
+                                 and int(bound) == _span_base(guard, guarded))
 
     def guards_of(self, claim: dict, addresses: list[dict]) -> list[dict]:
-        """The guards of the claim's IPs that ``addresses`` hold, stored and its own: they go with its lock (the
-        garbage collector would take them once the claim is gone)."""
-        found = []
+        """The guards of the claim's IPs that ``addresses`` hold (the IPs of a sub-prefix a global pool holds),
+        stored and its own: they go with its lock (the garbage collector would take them once the claim is
+        gone)."""
+        found, pool = [], self.pool
         for address in addresses:
             ip = _ip_of(address)
-            guard = self.snap.address_named(o.namespace(claim), guard_name(ip)) if ip is not None else None
-            if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
-                found.append(guard)
+            if ip is None:
+                continue
+            ips = [int(ip)]
+            if pool is not None and pool.unit_bits and ip.version == pool.version:
+                first = int(pool.address_of(pool.unit_of(int(ip))))
+                ips = self.snap.global_held(pool.version, first, first + (1 << pool.unit_bits) - 1,
+                                            GUARDS_PER_ALLOCATION) or []
+            for value in ips:
+                guard = self.snap.address_named(o.namespace(claim), guard_name(ip_from_int(value, ip.version)))
+                if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
+                    found.append(guard)
         return found
 
     def guard_actions(self, claim: dict, unit: int) -> list:
-        """What guards ``unit`` for ``claim`` before its lock is written: its guard created (a left-over one of
-        that name deleted first, that incarnation only); nothing when it has its guard already, or needs none."""
-        if not self.guarded(claim, unit):
-            return []
-        found = self.guard_of(claim, unit)
-        if found is not None and _owned_by(found, claim):
-            return []  # its own, from an earlier try
-        ip = self.pool.address_of(unit)
+        """What guards ``unit`` for ``claim`` before its lock is written: the guard of each of its guarded IPs
+        created (a left-over one of that name deleted first, that incarnation only); nothing for one it has its
+        guard of already, or when it needs none."""
+        actions: list = []
+        pool = self.pool_obj
         claim_ref: dict[str, Any] = {"name": o.name(claim), "namespace": o.namespace(claim),
                                      "apiVersion": claim.get("apiVersion"), "kind": claim.get("kind")}
-        pool = self.pool_obj
-        guard = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
-                 "metadata": {"name": guard_name(ip), "namespace": o.namespace(claim),
-                              "labels": {kinds.GUARD_LABEL: address_label(ip)},
-                              # Gone with its claim (the garbage collector), and moved with it.
-                              "ownerReferences": [_owner(claim)]},
-                 "spec": {"address": ip_text(ip), "claim": claim_ref,
-                          "pool": {"apiVersion": pool.get("apiVersion"), "kind": pool.get("kind"),
-                                   "name": o.name(pool), "namespace": o.namespace(pool)}}}
-        # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
-        return ([Delete(o.ref(found))] if found is not None else []) + [Create(guard)]
+        for value in self.guarded_ips(claim, unit) or []:
+            found = self.guard_at(o.namespace(claim), value)
+            if found is not None and _owned_by(found, claim):
+                continue  # its own, from an earlier try
+            ip = ip_from_int(value, self.pool.version)
+            guard = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
+                     "metadata": {"name": guard_name(ip), "namespace": o.namespace(claim),
+                                  "labels": {kinds.GUARD_LABEL: address_label(ip)},
+                                  # Gone with its claim (the garbage collector), and moved with it.
+                                  "ownerReferences": [_owner(claim)]},
+                     "spec": {"address": ip_text(ip), "claim": claim_ref,
+                              "pool": {"apiVersion": pool.get("apiVersion"), "kind": pool.get("kind"),
+                                       "name": o.name(pool), "namespace": o.namespace(pool)}}}
+            if self.pool.unit_length is not None:
+                guard["spec"]["prefix"] = self.pool.unit_length  # the sub-prefix it is a part of
+            # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
+            actions += ([Delete(o.ref(found))] if found is not None else []) + [Create(guard)]
+        return actions
 
     def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
                         for_keeper: bool = False, claim: dict | None = None) -> bool:
@@ -98,9 +132,12 @@ class Guards(PassState):
         for the claim whose status names the IP, whom an address written before
         its claim and bound to none does not keep from it.
         """
-        if claim is not None and self.guarded(claim, ip):
-            guard = self.guard_of(claim, ip)
-            if guard is not None and self.guard_holds(guard, claim):
+        if claim is not None:
+            guarded = self.guarded_ips(claim, ip)
+            if guarded is None:
+                return True
+            if any(guard is not None and self.guard_holds(guard, claim)
+                   for guard in (self.guard_at(o.namespace(claim), value) for value in guarded)):
                 return True
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None

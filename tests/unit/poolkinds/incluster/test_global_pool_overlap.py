@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
@@ -336,12 +334,6 @@ def test_an_edit_of_the_separate_network_annotation_reaches_the_webhook():
     assert kinds.SEPARATE_NETWORK_ANNOTATION in condition["expression"]
 
 
-PREFIX_WINDOW = ("prefix pools write no guard of an IP (a sub-prefix is not one IP): a namespaced prefix pool created "
-                 "where a global IP pool has claims, while an allocation of the global pool there is on its way, "
-                 "hands out a sub-prefix holding that IP, and both keep it (README, the guards' paragraph)")
-
-
-@pytest.mark.xfail(strict=True, reason=PREFIX_WINDOW)
 def test_a_namespaced_prefix_pool_created_while_a_global_pool_hands_out_an_ip_there_never_holds_it_too():
     api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
     api.load(_claim("d", "g"))
@@ -355,3 +347,51 @@ def test_a_namespaced_prefix_pool_created_while_a_global_pool_hands_out_an_ip_th
     converge(api, random.Random(0))
     ips = list(_ips(api).values())
     assert len(ips) == len(set(ips)), _ips(api)
+
+
+PREFIX = (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)
+
+
+def _prefix_pool(name, prefixes, length, created="2024-01-01T00:01:00Z"):
+    pool = gi.prefix_pool(name, prefixes=prefixes, namespace=NS, allocation_prefix_length=length)
+    pool["metadata"]["creationTimestamp"] = created
+    return pool
+
+
+def test_a_namespaced_prefix_pools_sub_prefix_carried_out_after_a_global_pools_ip_in_it_is_refused():
+    """The other order: the global pool's allocation lands first, and the prefix pool's guard of that IP is
+    refused with the rest of its allocation; it hands out the next sub-prefix."""
+    api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(_claim("d", "g"))
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    api.load(_prefix_pool("np", ["fd00::2/127", "fd00::10/127"], 127))
+    api.load(_claim("a", "np", gi.IN_CLUSTER_PREFIX_POOL))
+    local_plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "np", PREFIX), api.now))
+    assert not api.apply(global_plan)
+    assert [r for r in api.apply(local_plan) if "fd00-0-0-0-0-0-0-2.nsip already exists" in r]
+    converge(api, random.Random(0))
+    assert _ips(api) == {(NS, "c"): "fd00::1", (NS, "d"): "fd00::2", (NS, "a"): "fd00::10"}
+
+
+def test_a_namespaced_sub_prefixs_guards_of_a_global_pools_ips_in_it_go_with_its_lock():
+    """Each IP of the sub-prefix a global pool holds is guarded (not those it does not hold), and a global
+    pool's claim of the namespace takes none of them; released, the guards go."""
+    api = _converged(_pool("g", ["fd00::3-fd00::8"], "2024-01-01T00:00:00Z"),
+                     _prefix_pool("np", ["fd00::/126"], 126), _claim("a", "np", gi.IN_CLUSTER_PREFIX_POOL))
+    claim = get(api, kinds.CAPI_CLAIM, "a")
+    assert _ips(api) == {(NS, "a"): "fd00::"}
+    assert _guards(api) == {(NS, "fd00-0-0-0-0-0-0-3.nsip"): o.meta(claim)["uid"]}
+    api.load(_claim("c", "g"))
+    converge(api, random.Random(0))
+    assert _ips(api)[(NS, "c")] == "fd00::4"
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))
+    assert set(_guards(api)) == {(NS, "fd00-0-0-0-0-0-0-4.nsip")}
+
+
+def test_a_namespaced_sub_prefix_holding_more_global_pool_ips_than_can_be_guarded_is_not_handed_out():
+    """Guarding it would take more than 256 writes: the next sub-prefix is handed out instead."""
+    api = _converged(_pool("g", ["fd00::1-fd00::201"], "2024-01-01T00:00:00Z"),
+                     _prefix_pool("np", ["fd00::/118"], 119), _claim("a", "np", gi.IN_CLUSTER_PREFIX_POOL))
+    assert _ips(api) == {(NS, "a"): "fd00::200"}
+    assert set(_guards(api)) == {(NS, "fd00-0-0-0-0-0-0-200.nsip"), (NS, "fd00-0-0-0-0-0-0-201.nsip")}
