@@ -135,6 +135,7 @@ class Guards(PassState):
         if claim is not None:
             guarded = self.guarded_ips(claim, ip)
             if guarded is None:
+                self.unguardable.add(ip)
                 return True
             if any(guard is not None and self.guard_holds(guard, claim)
                    for guard in (self.guard_at(o.namespace(claim), value) for value in guarded)):

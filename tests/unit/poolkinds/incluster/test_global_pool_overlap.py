@@ -8,7 +8,12 @@ real reconcile to its fixed point in the in-memory store."""
 
 from __future__ import annotations
 
+import copy
 import random
+
+import netaddr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -395,3 +400,60 @@ def test_a_namespaced_sub_prefix_holding_more_global_pool_ips_than_can_be_guarde
                      _prefix_pool("np", ["fd00::/118"], 119), _claim("a", "np", gi.IN_CLUSTER_PREFIX_POOL))
     assert _ips(api) == {(NS, "a"): "fd00::200"}
     assert set(_guards(api)) == {(NS, "fd00-0-0-0-0-0-0-200.nsip"), (NS, "fd00-0-0-0-0-0-0-201.nsip")}
+    api.load(_claim("b", "np", gi.IN_CLUSTER_PREFIX_POOL))
+    converge(api, random.Random(0))
+    ready = o.condition(o.status(get(api, kinds.CAPI_CLAIM, "b")), "Ready")
+    assert ready["reason"] == "PoolExhausted" and "fd00::/119 hold more than 256 addresses of global IP pools" \
+        in ready["message"], ready
+
+
+# -- a global IP pool and a namespaced prefix pool, their passes landing in any order -------------------------
+
+EVENTS = ("global claim", "global plans", "global lands", "prefix pool created", "prefix pool edited",
+          "prefix claim", "prefix plans", "prefix lands")
+
+
+def _spans(api):
+    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it (a sub-prefix each of its IPs)."""
+    held: dict = {}
+    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
+        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
+        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
+            continue
+        length = 127 if o.spec(a)["poolRef"]["kind"] == PREFIX[1] else 128
+        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{length}"):
+            held.setdefault((o.namespace(a), int(ip)), set()).add(o.name(claim))
+    return held
+
+
+@settings(max_examples=200, deadline=None)
+@given(order=st.permutations(EVENTS), settled=st.booleans(), seed=st.integers(0, 1000))
+def test_a_global_ip_pool_and_a_namespaced_prefix_pool_never_hold_one_ip_for_two_claims_in_any_order(
+        order, settled, seed):
+    """A pass's writes land after others' (a replica behind, or slow): the prefix pool created, edited and
+    claimed from while allocations of the global pool there are on their way, and the other way round. With
+    ``settled``, the global pool has a claim in the namespace before; else its first one is on its way."""
+    rng = random.Random(seed)
+    api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"),
+                     *([_claim("c", "g")] if settled else []))
+    on_its_way: dict[str, list] = {"global": [], "prefix": []}
+    keys = {"global": o.PoolKey("", "g", GLOBAL), "prefix": o.PoolKey(NS, "np", PREFIX)}
+    for event in order:
+        side, what = event.split(" ", 1)
+        if what == "claim":
+            api.load(_claim("d", "g") if side == "global" else _claim("a", "np", gi.IN_CLUSTER_PREFIX_POOL))
+        elif what == "pool created":
+            api.load(_prefix_pool("np", ["fd00::/126"], 127))
+        elif what == "pool edited" and get(api, PREFIX, "np", NS) is not None:
+            edited = copy.deepcopy(get(api, PREFIX, "np", NS))
+            edited["spec"]["prefixes"] = ["fd00::2/127", "fd00::4/127"]
+            api._store(edited)
+        elif what == "plans" and (side == "global" or get(api, PREFIX, "np", NS) is not None):
+            on_its_way[side].append(reconcile(api.inventory.snapshot(keys[side], api.now, rng)))
+        elif what == "lands" and on_its_way[side]:
+            api.apply(on_its_way[side].pop(0))
+        assert all(len(claims) == 1 for claims in _spans(api).values()), (event, _spans(api))
+    converge(api, rng)
+    assert all(len(claims) == 1 for claims in _spans(api).values()), _spans(api)
+    for claim in api.inventory.of_kind(kinds.CAPI_CLAIM):
+        assert o.condition(o.status(claim), "Ready") is not None, o.name(claim)
