@@ -6,7 +6,8 @@ namespaces, deleted and created anew under their names (new uids), their Cluster
 unpaused.
 
 After every step, on the store: no IP held by live address objects for two live claims of the global pools
-(whatever their namespaces), nor of one namespace (whatever their pools; a sub-prefix holds each of its IPs). Once drained, at the fixed point:
+(whatever their namespaces), nor of one namespace (whatever their pools; a sub-prefix holds each of its IPs).
+Once drained, at the fixed point:
 every live claim has exactly one IP or a Ready=False condition, and nothing is leaked."""
 
 from __future__ import annotations
