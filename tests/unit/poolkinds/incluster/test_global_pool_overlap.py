@@ -12,6 +12,7 @@ import copy
 import random
 
 import netaddr
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -457,3 +458,30 @@ def test_a_global_ip_pool_and_a_namespaced_prefix_pool_never_hold_one_ip_for_two
     assert all(len(claims) == 1 for claims in _spans(api).values()), _spans(api)
     for claim in api.inventory.of_kind(kinds.CAPI_CLAIM):
         assert o.condition(o.status(claim), "Ready") is not None, o.name(claim)
+
+
+GLOBAL_PREFIXES = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)
+GLOBAL_PREFIX_WINDOW = ("a global prefix pool's allocation writes no guard (a sub-prefix is not one IP, and a /64 "
+                        "cannot be guarded IP by IP): a namespaced IP pool created where it has claims, while an "
+                        "allocation of it there is on its way, hands out an IP inside that sub-prefix, and both "
+                        "keep it (docs/pools/incluster.md, the guards' paragraph)")
+
+
+@pytest.mark.xfail(strict=True, reason=GLOBAL_PREFIX_WINDOW)
+def test_a_namespaced_ip_pool_created_while_a_global_prefix_pool_hands_out_a_sub_prefix_there_never_holds_it_too():
+    glob = gi.prefix_pool("gp", prefixes=["fd00::/124"], allocation_prefix_length=126)
+    glob["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    api = _converged(glob, _claim("c", "gp", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL))
+    api.load(_claim("d", "gp", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "gp", GLOBAL_PREFIXES), api.now))
+    api.load(_pool("n", ["fd00::4-fd00::7"], "2024-01-01T00:01:00Z", namespace=NS))
+    api.load(_claim("a", "n", gi.IN_CLUSTER_IP_POOL))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", LOCAL), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    held: dict = {}
+    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
+        length = 126 if o.spec(a)["poolRef"]["kind"] == GLOBAL_PREFIXES[1] else 128
+        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{length}"):
+            held.setdefault(int(ip), set()).add(o.spec(a)["claimRef"]["name"])
+    assert all(len(claims) == 1 for claims in held.values()), held

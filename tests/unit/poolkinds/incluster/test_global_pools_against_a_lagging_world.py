@@ -1,7 +1,8 @@
 """Two GlobalInClusterIPPools and an InClusterIPPool named like one of them, overlapping, created in any
 order, and an InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
 against a model of the world (test_model's): the API store apart from the controller's cache, fed by
-lagging per-kind watch streams, events delivered again and LISTs filed late. Claims of one name in two
+lagging per-kind watch streams, events delivered again and LISTs filed late, and passes whose writes land
+after others' (a replica behind, or slow). Claims of one name in two
 namespaces, deleted and created anew under their names (new uids), their Clusters paused by annotation and
 unpaused.
 
