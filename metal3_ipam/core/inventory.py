@@ -972,6 +972,25 @@ class Inventory:
             return None
         return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
 
+    def global_blocks(self, version: int, first: int, last: int, limit: int) -> list[tuple[int, int]] | None:
+        """The sub-prefixes, as (base, length), that global prefix pools keeping their IPs apart hand out and
+        that meet ``first`` to ``last`` (a namespaced pool's IP or sub-prefix), in order: a namespaced pool's
+        allocation there guards each for its namespace's pools (``reconcile``'s guards). None when there are
+        more than ``limit``."""
+        found: set[tuple[int, int]] = set()
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key) if poolkind.REGISTRY[key.kind].holds_prefixes else None
+            model = facts.pool if facts is not None and not facts.apart else None
+            if model is None or model.version != version or model.unit_length is None:
+                continue
+            lo, hi = model.unit_of(first), model.unit_of(last)
+            for entry in model.entries:
+                start, end = max(entry.first, lo), min(entry.last, hi)
+                if end - start + 1 + len(found) > limit:
+                    return None
+                found.update((int(model.address_of(unit)), model.unit_length) for unit in range(start, end + 1))
+        return sorted(found)
+
     def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
         ``withheld``): for a global pool every other pool that keeps apart, for a namespaced pool the global
@@ -1048,6 +1067,7 @@ class Inventory:
             claim_named=self.get,
             global_holds=self.global_holds,
             global_held=self.global_held,
+            global_blocks=self.global_blocks,
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,
