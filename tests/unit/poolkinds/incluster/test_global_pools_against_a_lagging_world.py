@@ -1,5 +1,5 @@
-"""Two GlobalInClusterIPPools and an InClusterIPPool named like one of them, overlapping, created in any
-order, and an InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
+"""Two GlobalInClusterIPPools, a GlobalInClusterPrefixPool and an InClusterIPPool named like one of them,
+overlapping, created in any order, and an InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
 against a model of the world (test_model's): the API store apart from the controller's cache, fed by
 lagging per-kind watch streams, events delivered again and LISTs filed late, and passes whose writes land
 after others' (a replica behind, or slow). Claims of one name in two
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from metal3_ipam.poolkinds.incluster import spec as ic
-from metal3_ipam.poolkinds.incluster.prefix_spec import IN_CLUSTER_PREFIX_POOL
+from metal3_ipam.poolkinds.incluster.prefix_spec import GLOBAL_IN_CLUSTER_PREFIX_POOL, IN_CLUSTER_PREFIX_POOL
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory, served
@@ -32,7 +32,7 @@ from ipam_objects import capi_claim, cluster
 from world_model import LaggingWatch, Store
 
 GLOBAL, NAMESPACED = ic.GLOBAL_IN_CLUSTER_IP_POOL, ic.IN_CLUSTER_IP_POOL
-PREFIX = IN_CLUSTER_PREFIX_POOL
+PREFIX, GLOBAL_PREFIX = IN_CLUSTER_PREFIX_POOL, GLOBAL_IN_CLUSTER_PREFIX_POOL
 NAMESPACES = ("ns-a", "ns-b")
 LABEL = kinds.CLUSTER_NAME_LABEL
 
@@ -40,20 +40,23 @@ LABEL = kinds.CLUSTER_NAME_LABEL
 class GlobalStore(Store):
     def load(self, obj: dict) -> None:
         super(Store, self).load(obj)
-        ns = "" if kinds.kind_of(obj) == GLOBAL else o.namespace(obj) or "default"
+        ns = "" if kinds.kind_of(obj) in (GLOBAL, GLOBAL_PREFIX) else o.namespace(obj) or "default"
         self.streams[kinds.kind_of(obj)].append(("ADDED", copy.deepcopy(self.inventory.get(kinds.kind_of(obj), ns,
                                                                                             o.name(obj)))))
 
 
 # The prefix pool of ns-b (where no other namespaced pool is): created by the user at any moment, then edited
 # between these two address sets (sub-prefixes of two IPs), each overlapping the global pools.
-PREFIX_SETS = (["fd00::/126"], ["fd00::2/127", "fd00::4/127"])
+PREFIX_SETS = (["fd00::/126", "fd00::8/127"], ["fd00::2/127", "fd00::4/127", "fd00::a/127"])
 PREFIX_LENGTH = 127
+# The length of each prefix pool kind's addresses (the global prefix pool's, below, hands out /126).
+LENGTHS = {PREFIX[1]: PREFIX_LENGTH, GLOBAL_PREFIX[1]: 126}
 
 
 # (kind, namespace, name) of each pool, and its addresses: every two overlap.
 POOLS = {"g": (GLOBAL, None, "g", ["fd00::1-fd00::3"]), "h": (GLOBAL, None, "h", ["fd00::2-fd00::4"]),
-         "n": (NAMESPACED, "ns-a", "g", ["fd00::1-fd00::5"])}
+         "q": (GLOBAL_PREFIX, None, "q", ["fd00::/124"]),
+         "n": (NAMESPACED, "ns-a", "g", ["fd00::1-fd00::5", "fd00::9"])}
 # The pools claims may name: those above, and the prefix pool, once it is there.
 CLAIMED = {**POOLS, "p": (PREFIX, "ns-b", "p", PREFIX_SETS[0])}
 
@@ -67,7 +70,8 @@ def pool(kind, ns, addresses, name="g", created=None):
     meta = {"name": name, **({"namespace": ns} if ns else {}),
             **({"creationTimestamp": created} if created else {})}
     return {"apiVersion": ic.API_VERSION, "kind": kind[1], "metadata": meta,
-            "spec": {"addresses": addresses, "prefix": 64}}
+            "spec": ({"prefixes": addresses, "allocationPrefixLength": LENGTHS[kind[1]]} if kind == GLOBAL_PREFIX
+                     else {"addresses": addresses, "prefix": 64})}
 
 
 def live_holdings(store) -> dict[tuple, set]:
@@ -89,9 +93,9 @@ def live_holdings(store) -> dict[tuple, set]:
     return held
 
 
-def _span(ip: str) -> list[str]:
-    """The IPs of the prefix pool's sub-prefix at ``ip``."""
-    return [str(a) for a in netaddr.IPNetwork(f"{ip}/{PREFIX_LENGTH}")]
+def _span(kind: str, ip: str) -> list[str]:
+    """The IPs an address of a pool of ``kind`` holds: its IP, or every IP of its sub-prefix."""
+    return [str(a) for a in netaddr.IPNetwork(f"{ip}/{LENGTHS[kind]}")] if kind in LENGTHS else [ip]
 
 
 class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
@@ -181,9 +185,9 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
         by_ns_ip: dict[tuple[str, str], set] = {}
         for claim, held in live_holdings(self.store).items():
             for kind, ip in held:
-                if kind == GLOBAL[1]:
-                    by_global_ip.setdefault(ip, set()).add(claim)
-                for each_ip in (_span(ip) if kind == PREFIX[1] else [ip]):
+                for each_ip in _span(kind, ip):
+                    if kind in (GLOBAL[1], GLOBAL_PREFIX[1]):
+                        by_global_ip.setdefault(each_ip, set()).add(claim)
                     by_ns_ip.setdefault((claim[0], each_ip), set()).add(claim)
         assert all(len(c) == 1 for c in by_global_ip.values()), by_global_ip
         assert all(len(c) == 1 for c in by_ns_ip.values()), by_ns_ip
