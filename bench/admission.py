@@ -39,12 +39,12 @@ import yaml  # noqa: E402
 from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.cli import main as cli  # noqa: E402
 from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
-from metal3_ipam.controller.webhook import HOOKS  # noqa: E402
+from metal3_ipam.controller.webhook import hooks  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 
-CLAIM_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
-POOL_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+CLAIM_PATH = next(h.path for h in hooks() if h.kind == kinds.IPCLAIM)
+POOL_PATH = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)
 
 PHASES = [
     ("alone", {}),

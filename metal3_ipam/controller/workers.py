@@ -316,6 +316,12 @@ class PoolWorkers:
                 ledger.wake()
             else:
                 ledger.answered(key)
+                # A bound claim carrying the key awaits nothing: decided again too, for what its IPAM's sweep
+                # found of the key since (its address gone there: ``Inventory.address_lost``).
+                for claim in self.inventory.claims_carrying(key):
+                    ckey = _claim_key(pool, kinds.kind_of(claim)[1], o.namespace(claim), o.name(claim))
+                    if ckey in ledger.claims:
+                        ledger.deferred_claims[ckey] = None
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
@@ -632,11 +638,12 @@ class PoolWorkers:
             if claim is not None and _is_bound(claim):
                 metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(waited))
         pool_obj = self.inventory.get(pool.kind, namespace, name)
-        status = o.status(pool_obj) if pool_obj else {}
-        if str(status.get("capacity", "")).isdigit():
-            metrics.POOL_CAPACITY.labels(*labels).set(int(status["capacity"]))
-            metrics.POOL_ALLOCATED.labels(*labels).set(int(status.get("allocated") or 0))
-            metrics.POOL_FREE.labels(*labels).set(int(status.get("free") or 0))
+        pool_kind = poolkind.REGISTRY.get(pool.kind)
+        counts = poolkind.status_counts(pool_kind, pool_obj) if pool_obj and pool_kind else {}
+        for count, gauge in (("capacity", metrics.POOL_CAPACITY), ("allocated", metrics.POOL_ALLOCATED),
+                             ("free", metrics.POOL_FREE)):
+            if count in counts:
+                gauge.labels(*labels).set(counts[count])
 
 
 def _queue_labels(pool: o.PoolKey) -> tuple[str, str]:

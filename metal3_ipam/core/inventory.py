@@ -26,7 +26,7 @@ from . import kinds
 from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
-from .intervals import IntervalSet
+from .intervals import IntervalSet, normalise
 from .kept import binds_none, bound_ip, own_ip
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
@@ -216,6 +216,9 @@ class Inventory:
         # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
         # this cluster's claims may not take over (the kind's sweep): what the claims carrying them say.
         self.homed_elsewhere: dict[str, str] = {}
+        # The allocation keys whose outside address the kind's sweep found gone from the outside IPAM while a claim
+        # here holds it (deleted there behind this controller): what the claims carrying them say.
+        self.address_lost: dict[str, str] = {}
         # Per pool of cluster scope, the Clusters (``namespace/name``) whose claims of it were seen leave for
         # ``clusterctl move``, until the pool's ``ClaimsElsewhere`` condition names them (or a claim of theirs is
         # bound here again): the condition is the record, this bridges the time until it is written.
@@ -981,12 +984,42 @@ class Inventory:
         """Whether a global IP pool that keeps its IPs apart from the namespaced pools (not a separate network)
         holds ``ip`` in its address set: its allocations to a claim of any namespace guard the IP there, and so
         must a namespaced pool's (``reconcile``'s guards). A walk over the global pools, which are few."""
+        return bool(self.global_held(version, ip, ip, 1))
+
+    def global_held(self, version: int, first: int, last: int, limit: int) -> list[int] | None:
+        """The IPs from ``first`` to ``last`` (a namespaced sub-prefix) that global IP pools keeping their IPs
+        apart hold in their address sets, in order: a namespaced pool's allocation of that span guards each
+        (``reconcile``'s guards). None when there are more than ``limit``."""
+        spans = []
         for key in self._pool_names.get("", ()):
             facts = self._facts(key) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
-            if model is not None and model.version == version and model.entry_of(model.unit_of(ip)) is not None:
-                return True
-        return False
+            if model is not None and model.version == version:
+                spans += [(max(e.first, first), min(e.last, last)) for e in model.entries
+                          if e.first <= last and e.last >= first]
+        spans = normalise(spans)
+        if sum(hi - lo + 1 for lo, hi in spans) > limit:
+            return None
+        return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
+
+    def global_blocks(self, version: int, first: int, last: int, limit: int) -> list[tuple[int, int]] | None:
+        """The sub-prefixes, as (base, length), that global prefix pools keeping their IPs apart hand out and
+        that meet ``first`` to ``last`` (a namespaced pool's IP or sub-prefix), in order: a namespaced pool's
+        allocation there guards each for its namespace's pools (``reconcile``'s guards). None when there are
+        more than ``limit``."""
+        found: set[tuple[int, int]] = set()
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key) if poolkind.REGISTRY[key.kind].holds_prefixes else None
+            model = facts.pool if facts is not None and not facts.apart else None
+            if model is None or model.version != version or model.unit_length is None:
+                continue
+            lo, hi = model.unit_of(first), model.unit_of(last)
+            for entry in model.entries:
+                start, end = max(entry.first, lo), min(entry.last, hi)
+                if end - start + 1 + len(found) > limit:
+                    return None
+                found.update((int(model.address_of(unit)), model.unit_length) for unit in range(start, end + 1))
+        return sorted(found)
 
     def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
@@ -1053,6 +1086,7 @@ class Inventory:
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             homed_elsewhere=self.homed_elsewhere.get,
+            address_lost=self.address_lost.get,
             left_for_move=frozenset(self.left_for_move.get(pool_key, ())),
             held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
                 pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
@@ -1064,6 +1098,8 @@ class Inventory:
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             claim_named=self.get,
             global_holds=self.global_holds,
+            global_held=self.global_held,
+            global_blocks=self.global_blocks,
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,

@@ -130,8 +130,10 @@ class Outside:
     # role grants on top (``controller.permissions``).
     role_rules: tuple[Rule, ...] = ()
     # For ``metal3-ipam demo``: why a pool cannot be served on this machine (its outside IPAM does not answer,
-    # and what to set instead), or None when it can; and the names of the Secrets of its namespace it names.
-    unservable: Callable[[Mapping[str, Any]], str | None] = lambda pool: None
+    # and what to set instead), or None when it can, given the pool and the Secrets of its namespace that come
+    # with it (by name); and the names of the Secrets of its namespace it names.
+    unservable: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], str | None] = \
+        lambda pool, secrets: None
     secrets: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda pool: ()
 
 
@@ -205,6 +207,21 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 REGISTRY: dict[GroupKind, PoolKind] = {}
+
+
+def status_counts(pool_kind: PoolKind, pool: Mapping[str, Any]) -> dict[str, int]:
+    """The counts a pool's status says (capacity, allocated, free, ...), where its kind declares them
+    (``PoolKind.status_counts``); a count not written yet, or not a whole number, is left out."""
+    out: dict[str, int] = {}
+    for name, path in pool_kind.status_counts.items():
+        value: Any = pool
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            out[name] = int(value)
+    return out
 
 
 def register(pool_kind: PoolKind) -> None:

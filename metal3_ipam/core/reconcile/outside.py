@@ -14,7 +14,7 @@ from .. import objects as o
 from ..actions import Create, SetMetadata, SetStatus, Step
 from ..allocator import ALLOCATION_FAILED, AllocationError
 from ..asking import Granted, Intent, Refused
-from .conditions import ADDRESS_HOMED_ELSEWHERE, ALLOCATION_PENDING, READY, _condition
+from .conditions import ADDRESS_HOMED_ELSEWHERE, ADDRESS_LOST, ALLOCATION_PENDING, READY, _condition
 from .pieces import _bounded, _with_finalizer
 from .state import PassState
 
@@ -276,3 +276,12 @@ class OutsideKeys(PassState):
             return None
         return _condition(current, ADDRESS_HOMED_ELSEWHERE, "True", ADDRESS_HOMED_ELSEWHERE, _bounded(message),
                           self.snap.now, v1beta1)
+
+    def address_lost_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
+        """For a claim whose key's outside address its IPAM's sweep found gone (the kind's sweep writes the Warning
+        Event): the condition saying so; None for any other."""
+        key = self.kind.outside.read_key(claim)[0] if self.kind.outside is not None else None
+        message = self.snap.address_lost(key) if key is not None else None
+        if message is None:
+            return None
+        return _condition(current, ADDRESS_LOST, "True", ADDRESS_LOST, _bounded(message), self.snap.now, v1beta1)

@@ -44,6 +44,8 @@ class PassState:
         # Units of the pool the claim being allocated for could not be given, their lock's name being held by
         # an IPAddress of another IP (``NAME_COLLISION``), with that IPAddress.
         self.collisions: dict[int, dict] = {}
+        # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
+        self.unguardable: set[int] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

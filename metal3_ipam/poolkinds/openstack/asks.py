@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import logging
 import time
@@ -40,7 +41,9 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core import kinds
 from metal3_ipam.core.actions import Plan, SetStatus
 from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool, Survey
 
@@ -109,25 +112,35 @@ def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingI
     return fip
 
 
-def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
-    """A floating IP made the key's: its description first (what finds it by the key), then its tags."""
-    neutron.describe(fip.id, text)
-    return _tagged(neutron, fip, tags)
+def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP | None:
+    """A floating IP made the key's: its description first (what finds it by the key), then its tags. The
+    description is written only if the floating IP is still as read (its revision): two pools, or two replicas,
+    that found it free in one listing never both take it; the one too late gets None."""
+    taken = neutron.describe(fip.id, text, fip.revision)
+    return _tagged(neutron, taken, tags) if taken is not None else None
 
 
-def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
-    """The floating IP whose description names the key (the one of the lowest id, should there be two), tagged."""
-    held = sorted(neutron.floating_ips(description=p.description(owner, key)), key=lambda f: f.id)
-    return _tagged(neutron, held[0], [owner, p.pool_tag(owner, pool.namespace, pool.name)]) if held else None
+def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: str | None = None
+           ) -> FloatingIP | None:
+    """The floating IP whose description names the key (``pool.keys_own`` of them, should there be two; ``held``:
+    the address the key's IPAddress holds), tagged."""
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    carrying = neutron.floating_ips(description=p.description(owner, key))
+    return _tagged(neutron, p.keys_own(carrying, tags[1], held), tags) if carrying else None
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
-           looked: bool = False) -> FloatingIP | str:
+           looked: bool = False, adoptable: frozenset[str] = frozenset(), failed: set[str] | None = None
+           ) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
-    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
+    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses whose address is
+    ``adoptable`` (``capo.adoptable``: CAPO's tag has no namespace); else the id of the
     network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
     The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
-    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
+    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before.
+    ``failed``: the pre-allocated addresses that could not be made (held by another project, or refused by the
+    policy) are added to it, and those made taken out (the pool's ``status.failedIPs``, as CAPO's pool lists the
+    addresses it could not have)."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
     held = None if looked else lookup(neutron, pool, owner, key)
@@ -142,45 +155,84 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
         if fip.description == p.available_description(owner) and fip.port_id is None:
-            return _take(neutron, fip, text, tags)
+            if (taken := _take(neutron, fip, text, tags)) is not None:
+                return taken
     for address in pool.preallocated:
         there = neutron.floating_ips(floating_ip_address=address)
         if there:
-            fip = there[0]
-            if p.key_in(owner, fip.description) is None and (fip.port_id is None or tags[1] in fip.tags):
-                _tagged(neutron, fip, [p.kept_tag(owner)])  # the admin's, before it is the key's: never deleted
-                return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
+            if (taken := _take_preallocated(neutron, there[0], owner, text, tags)) is not None:
+                return taken
             continue
         try:
-            return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
+            made = _settled(neutron, neutron.create(network["id"], text, address), text, tags)
         except OpenStackError as exc:
+            if failed is not None and exc.reason in (p.ADDRESS_TAKEN, p.POLICY_FORBIDDEN):
+                failed.add(address)
             if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
                 raise
-    if pool.adopt_capo_pool:
+            continue
+        if failed is not None:
+            failed.discard(address)
+        return made
+    if pool.adopt_capo_pool and adoptable:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
-            if fip.port_id is None and p.key_in(owner, fip.description) is None:
-                return _take(neutron, fip, text, tags)
+            if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable:
+                if (taken := _take(neutron, fip, text, tags)) is not None:
+                    return taken
     return str(network["id"])
 
 
-def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:
+def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str, tags: list[str]
+                       ) -> FloatingIP | None:
+    """A pre-allocated floating IP the project holds, taken for the key if it is free (no key of this owner; no
+    port, or the pool's already); None if it is not, or was taken meanwhile. It is tagged ``kept`` first (the
+    admin's, before it is the key's: never deleted), then read again for the revision its description is
+    written at."""
+    def free(found: FloatingIP | None) -> bool:
+        return found is not None and p.key_in(owner, found.description) is None and (
+            found.port_id is None or tags[1] in found.tags)
+    if not free(fip):
+        return None
+    if p.kept_tag(owner) not in fip.tags:
+        _tagged(neutron, fip, [p.kept_tag(owner)])
+        fip = neutron.get(fip.id)
+        if not free(fip):
+            return None
+    return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
+
+
+def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str,
+         lost: Mapping[str, str] | None = None) -> FloatingIP:
     """A new floating IP for the key on the network: its description (the key) in the create call itself, then
-    its tags."""
+    its tags. ``lost``: address -> key, of claims whose floating IP is gone from Neutron (``sweep``) and which
+    keep their address: Neutron handing out such an address again gives it back to that key (a claim's IP is no
+    other's while its IPAddress stands), and another is made."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    return _settled(neutron, neutron.create(network_id, text), text, tags)
+    made, lost = neutron.create(network_id, text), dict(lost or {})
+    while lost.get(made.address) not in (None, key):
+        other = lost.pop(made.address)
+        if neutron.describe(made.id, p.description(owner, other), made.revision) is None:
+            break  # changed since made (a lookup of the key took it): the key's, settled as any
+        _tagged(neutron, made, tags)
+        log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was deleted "
+                    "behind this controller: given back to it", pool.text, made.address, key, other)
+        made = neutron.create(network_id, text)
+    return _settled(neutron, made, text, tags)
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
     """After a create: when another floating IP carries the key too (a second replica, or a leader that lost its
-    lease, made it between our look and our create), the one of the lowest id is the key's, as every look by the
-    key answers; ours, made in vain, is deleted."""
-    carrying = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
-    if carrying and carrying[0].id != made.id:
+    lease, made it between our look and our create), the key's own is ``pool.keys_own`` of them (one tagged
+    first: its maker may have handed it out), as every look by the key answers; ours, made in vain, is deleted.
+    Only ours is ever deleted here: a floating IP that wins is never another's to lose."""
+    carrying = [f for f in neutron.floating_ips(description=text) if f.id != made.id]
+    own = p.keys_own([made, *carrying], tags[1])
+    if own.id != made.id:
         log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
-                    made.id, text, carrying[0].address, carrying[0].id)
+                    made.id, text, own.address, own.id)
         neutron.delete(made.id)
-        return _tagged(neutron, carrying[0], tags)
+        return _tagged(neutron, own, tags)
     return _tagged(neutron, made, tags)
 
 
@@ -222,7 +274,13 @@ class OpenStackAsks:
         self._slots: dict[tuple, asyncio.Semaphore] = {}
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
         self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
+        self.failed: dict[PoolRef, set[str]] = {}  # pre-allocated addresses that could not be made, per pool
         self._tasks: set[asyncio.Task] = set()
+        self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
+        self.lost_addresses: Callable[[], dict[str, str]] = dict  # address -> key, of floating IPs found gone
+        self.capo: CAPOPools | None = None  # CAPO's pools, read for adoptFromCAPOPool (None: nothing adopted)
+        #: (namespace, CAPO pool name) -> the addresses IPAddresses of other namespaces hold for such a pool
+        self.capo_held_elsewhere: Callable[[str, str], set[str]] = lambda namespace, name: set()
 
     def pool_changed(self, pool: OpenStackPool) -> None:
         self._pools[(pool.namespace, pool.name)] = pool
@@ -294,18 +352,26 @@ class OpenStackAsks:
         """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
         are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
         ref = (pool.namespace, pool.name)
-        found = await self.run(pool, lookup, key)  # the key's own, side by side with the other keys' lookups
+        found = await self.run(pool, lookup, key, self.bound_address(key))  # side by side with other keys' lookups
         if found is not None:
             return found
+        adoptable = await self._adoptable(pool)
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
-            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True)
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable,
+                                    self.failed.setdefault(ref, set()))
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
         try:
-            return await self.run(pool, make, key, chosen)
+            return await self.run(pool, make, key, chosen, self.lost_addresses())
         finally:
             self._making[ref] -= 1
+
+    async def _adoptable(self, pool: OpenStackPool) -> frozenset[str]:
+        if not pool.adopt_capo_pool or self.capo is None:
+            return frozenset()
+        found = await self.capo.read(pool.namespace, pool.adopt_capo_pool)
+        return capo.adoptable(found, self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool))
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []
@@ -365,6 +431,10 @@ class OpenStackPools:
         self.sweep_seconds = sweep_seconds
         self.clock = clock
         self.sweeper = Sweeper(self)
+        asks.bound_address = lambda key: self.bound().get(key)
+        asks.lost_addresses = lambda: {address: key for key, (_, _, address) in self.sweeper.lost.items()}
+        asks.capo_held_elsewhere = lambda namespace, name: capo.held_elsewhere(
+            inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
         self._timer: asyncio.TimerHandle | None = None
         self._seen: dict[PoolRef, tuple[Any, Any]] = {}
         self._surveying: dict[PoolRef, asyncio.Task] = {}
@@ -497,6 +567,9 @@ class OpenStackPools:
         if model is None:
             return
         found = await self.asks.survey(model)
+        failed = self.asks.failed.get((model.namespace, model.name), set())
+        found = dataclasses.replace(found, failed=tuple(sorted(
+            {*failed.intersection(model.preallocated), *self.sweeper.lost_of(model)})))
         pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
         if pool_obj is None or not self.may_act():
             return

@@ -162,6 +162,7 @@ def _step(api, op, kind, name, ref, settle):
                 api.inventory.remove(obj)
     elif op == "force" and claim is not None:  # its finalizers stripped: gone at once
         api.inventory.remove({**claim, "metadata": {**claim["metadata"], "resourceVersion": api._next_version()}})
+        api._collect(claim)  # the garbage collector takes the guards it owned, as it would once it is gone
     elif op == "collect":  # the garbage collector: addresses whose owning claim is gone
         uids = {o.meta(c)["uid"] for k in (kinds.CAPI_CLAIM, kinds.IPCLAIM) for c in api.inventory.of_kind(k)}
         for obj in [*api.inventory.of_kind(kinds.CAPI_ADDRESS), *api.inventory.of_kind(kinds.IPADDRESS)]:

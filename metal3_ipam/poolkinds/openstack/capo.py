@@ -1,0 +1,82 @@
+"""Cluster API Provider OpenStack's own floating-IP pool, as ``adoptFromCAPOPool`` reads it.
+
+CAPO tags the floating IPs of its pool ``<name>`` with
+``cluster-api-provider-openstack-fip-pool-<name>``: the pool's name without its
+namespace (its description too). Two CAPO pools of one name in two namespaces
+on one project tag alike, so the tag alone never says which pool's free
+floating IP one is: a floating IP of CAPO's pool ``b/fips`` handed to a claim
+whose machine has no port yet looks like a free one of ``a/fips``.
+
+What tells them apart is CAPO's pool object itself, in the namespace of the
+pool adopting: a floating IP is adopted only when CAPO's pool of that name *in
+this namespace* lists its address in ``status.availableIPs`` (and not in
+``claimedIPs``), and no Cluster API IPAddress of another namespace holds it for
+a CAPO pool of that name (CAPO's pool recovers by its tag, so its
+``availableIPs`` may list another namespace's claimed floating IPs). No such
+pool here, or one that cannot be read: nothing is adopted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from metal3_ipam.controller.api import request
+from metal3_ipam.core import objects as o
+
+log = logging.getLogger(__name__)
+
+GROUP = "infrastructure.cluster.x-k8s.io"
+VERSION = "v1alpha1"
+KIND = "OpenStackFloatingIPPool"
+PLURAL = "openstackfloatingippools"
+
+
+def _addresses(status: Mapping[str, Any], name: str) -> set[str]:
+    value = status.get(name)
+    return {ip for ip in value if isinstance(ip, str)} if isinstance(value, list) else set()
+
+
+def adoptable(capo_pool: Mapping[str, Any] | None, held_elsewhere: Iterable[str] = ()) -> frozenset[str]:
+    """The addresses CAPO's pool (as read, or None) keeps free for its next claim, but those held elsewhere."""
+    status = o.status(capo_pool) if isinstance(capo_pool, Mapping) else {}
+    return frozenset(_addresses(status, "availableIPs") - _addresses(status, "claimedIPs") - set(held_elsewhere))
+
+
+def held_elsewhere(addresses: Iterable[Mapping[str, Any]], namespace: str, name: str) -> set[str]:
+    """The addresses Cluster API IPAddresses of namespaces other than ``namespace`` hold for a CAPO pool named
+    ``name``."""
+    found = set()
+    for address in addresses:
+        ref = o.spec(address).get("poolRef")
+        if isinstance(ref, Mapping) and ref.get("apiGroup") == GROUP and ref.get("kind") == KIND \
+                and ref.get("name") == name and o.namespace(address) != namespace \
+                and isinstance(o.spec(address).get("address"), str):
+            found.add(o.spec(address)["address"])
+    return found
+
+
+class CAPOPools:
+    """CAPO's pools, read with a Kubernetes ``ApiClient`` when an adoption needs one."""
+
+    def __init__(self, api_client: Any):
+        self._api = api_client
+
+    async def read(self, namespace: str, name: str) -> dict | None:
+        """CAPO's pool ``namespace/name``, or None (none there, CAPO's CRD not installed, or unreadable)."""
+        try:
+            return await asyncio.to_thread(request, self._api, "GET",
+                                           f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
+                                           timeout=10)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("%s %s/%s (spec.adoptFromCAPOPool) could not be read: %s %s; nothing is adopted",
+                            KIND, namespace, name, exc.status, exc.reason)
+        except Exception as exc:
+            log.warning("%s %s/%s (spec.adoptFromCAPOPool) could not be read: %s; nothing is adopted",
+                        KIND, namespace, name, exc)
+        return None
