@@ -32,6 +32,7 @@ from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_
 from .pool import Pool
 from .problems import Problem
 from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
+from .reconcile.elsewhere import Elsewhere, cluster_of
 from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -218,6 +219,10 @@ class Inventory:
         # The allocation keys whose outside address the kind's sweep found gone from the outside IPAM while a claim
         # here holds it (deleted there behind this controller): what the claims carrying them say.
         self.address_lost: dict[str, str] = {}
+        # Per pool of cluster scope, the Clusters (``namespace/name``) whose claims of it were seen leave for
+        # ``clusterctl move``, until the pool's ``ClaimsElsewhere`` condition names them (or a claim of theirs is
+        # bound here again): the condition is the record, this bridges the time until it is written.
+        self.left_for_move: dict[o.PoolKey, set[str]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -429,6 +434,8 @@ class Inventory:
         if stored is None:
             return set()
         filed = self._as_filed(key, stored)
+        if key[0] in CLAIM_KINDS and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
+            self._left_for_move(self._filed(key), filed)
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
             self._moved_away(_outside_key(filed), key[1:])
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
@@ -549,6 +556,24 @@ class Inventory:
         while len(self.moved_away) > MAX_TOMBSTONES:
             self.moved_away.popitem(last=False)
 
+    def _left_for_move(self, pool_key: o.PoolKey | None, claim: dict) -> None:
+        cluster = cluster_of(claim)
+        if pool_key is not None and cluster is not None and poolkind.REGISTRY[pool_key.kind].cluster_scoped:
+            self.left_for_move.setdefault(pool_key, set()).add(cluster)
+
+    def _back_from_move(self, pool_key: o.PoolKey, obj: dict) -> None:
+        """The Clusters left for a move that ``obj`` shows back (a claim of theirs bound here) or recorded
+        (the pool's ``ClaimsElsewhere`` condition names them) are no longer this inventory's to tell."""
+        left = self.left_for_move.get(pool_key)
+        if left is None:
+            return
+        if pool_key.kind == kinds.kind_of(obj):
+            left -= Elsewhere.read(o.status(obj)).away
+        elif not o.is_deleting(obj) and not o.deleted_for_move(obj) and bound_ip(obj) is not None:
+            left.discard(cluster_of(obj) or "")
+        if not left:
+            del self.left_for_move[pool_key]
+
     def claims_carrying(self, outside_key: str) -> list[dict]:
         """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""
         return [self._as_filed(k, self.objects[k]) for k in each(self._outside_keys.get(outside_key))
@@ -618,6 +643,7 @@ class Inventory:
             pool_key = o.PoolKey(ns, name, kind)
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
+            self._back_from_move(pool_key, obj)
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
                     or separate_network(previous) != separate_network(obj):
@@ -648,6 +674,7 @@ class Inventory:
         if kind in CLAIM_KINDS:
             filed = self._as_filed(key, obj)
             group.claims[o.claim_key(filed)] = filed
+            self._back_from_move(pool, obj)
         elif kind == kinds.IPADDRESS:
             group.addresses[_member(pool, ns, name)] = obj
         else:
@@ -1060,6 +1087,7 @@ class Inventory:
             moved_away=self.moved_away.get,
             homed_elsewhere=self.homed_elsewhere.get,
             address_lost=self.address_lost.get,
+            left_for_move=frozenset(self.left_for_move.get(pool_key, ())),
             held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
                 pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(

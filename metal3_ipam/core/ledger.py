@@ -74,6 +74,10 @@ class Ledger:
         self.allocator: _Allocator | None = None
         self.cluster_scoped = False  # the pool is of cluster scope: addresses are known by (namespace, name)
         self.claims: dict[o.ClaimKey, dict] = {}
+        self.claims_version = 0  # bumped whenever a claim is added or dropped (``claims`` changed)
+        # What the pool's ``ClaimsElsewhere`` condition was found to say, and for what (``elsewhere``): a pass
+        # that changed no claim does not walk them again.
+        self.elsewhere: tuple | None = None
         self.addresses: dict[AddressKey, dict] = {}        # Metal3 IPAddresses of the pool, by key
         self.capi_addresses: dict[AddressKey, dict] = {}   # Cluster API IPAddresses of the pool, by key
         # Addresses by the claim they name (whatever its incarnation; see claim_key_of): the one
@@ -244,6 +248,7 @@ class Ledger:
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims[key] = obj
+            self.claims_version += 1
             ip = own_ip(obj, self.pool) if self.pool is not None else None
             if ip is not None:
                 self.kept[key] = ip
@@ -276,6 +281,7 @@ class Ledger:
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
+            self.claims_version += 1
             self.unserved.pop(key, None)
             self.awaiting.pop(key, None)
             self.due.pop(key, None)

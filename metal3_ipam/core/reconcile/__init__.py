@@ -83,7 +83,8 @@ them), ``adoption`` (address objects taken up as they are, or refused),
 ``release`` (addresses whose claim is gone or going, finalizers),
 ``outside`` (the allocation keys of an outside IPAM and its answers),
 ``guards`` (an IP guarded across pools and namespaces), ``conditions`` (what
-claims are told), ``pool_status`` (the pool's own metadata and status) and
+claims are told), ``pool_status`` (the pool's own metadata and status),
+``elsewhere`` (a global pool's claims in another management cluster) and
 ``pieces`` (small readings and writes of objects shared by them).
 """
 

@@ -47,6 +47,8 @@ class Release(PassState):
         a claim that still uses it.
         """
         claim = self.ledger.claims.get(key) if key else None
+        if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
+            self.note_moved_in(address, claim)
         if not self.snap.serves(claim_ref.namespace):
             return  # a claim served elsewhere (``-n``): its IP is held here, its addresses are written there
         step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address

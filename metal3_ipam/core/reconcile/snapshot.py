@@ -53,6 +53,9 @@ class Snapshot:
     homed_elsewhere: Callable[[str], str | None] = lambda key: None
     # Why an allocation key's outside address, which a claim here holds, is gone from its outside IPAM, or None.
     address_lost: Callable[[str], str | None] = lambda key: None
+    # For a pool of cluster scope: the Clusters (``namespace/name``) whose claims of it were seen leave for
+    # ``clusterctl move`` and that its ``ClaimsElsewhere`` condition may not name yet (``elsewhere``).
+    left_for_move: frozenset[str] = frozenset()
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
