@@ -22,6 +22,16 @@ from openstack_fixtures import (FIPS, PLURAL, assert_one_floating_ip_each, fip_p
 NAMES = [f"alpha-fip-{i}" for i in range(5)]
 
 
+def released_nothing_in_two_sweeps(ctl, keys: dict[str, str], ids: dict[str, list[str]], openstack, who: str) -> None:
+    """The side claims left for a move sweeps Neutron twice more and still holds every key's floating IP."""
+    sweeps = ctl.log_text().count("swept the cloud of")
+    eventually(lambda: ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
+               what=f"two more sweeps by {ctl.name}")
+    assert {name: [f["id"] for f in held(openstack, who, key)] for name, key in keys.items()} == \
+        {name: ids[name] for name in keys}
+    assert "no claim carries its key" not in ctl.log_text()
+
+
 @pytest.fixture(autouse=True)
 def clean(openstack):
     yield
@@ -77,11 +87,7 @@ def test_move_of_floating_ip_claims_there_and_back_keeps_their_floating_ips(cont
     # Nothing released by the source, nothing new made by the target: the same floating IP per key.
     assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
     assert_one_floating_ip_each(target, openstack, who, NAMES)
-    sweeps = source_ctl.log_text().count("swept the cloud of")
-    eventually(lambda: source_ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
-               what="two more sweeps by the source")
-    assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
-    assert "no claim carries its key" not in source_ctl.log_text()
+    released_nothing_in_two_sweeps(source_ctl, {name: keys[name] for name in NAMES}, ids, openstack, who)
 
     gone = NAMES[0]
     target.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", gone)
@@ -98,13 +104,8 @@ def test_move_of_floating_ip_claims_there_and_back_keeps_their_floating_ips(cont
     assert back == {name: before[name] for name in left}
     assert {name: key_of(source, name) for name in left} == {name: keys[name] for name in left}
     eventually(lambda: target.list(CAPI, "ipaddressclaims") == [], timeout=30, what="the target emptied")
-    sweeps = target_ctl.log_text().count("swept the cloud of")
-    eventually(lambda: target_ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
-               what="two more sweeps by the target")
-    assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in left} == \
-        {name: ids[name] for name in left}
+    released_nothing_in_two_sweeps(target_ctl, {name: keys[name] for name in left}, ids, openstack, who)
     assert_one_floating_ip_each(source, openstack, who, left)
-    assert "no claim carries its key" not in target_ctl.log_text()
     again = left[0]
     source.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", again)
     source.gone(CAPI, "ipaddressclaims", again, timeout=60)
