@@ -341,3 +341,23 @@ def test_a_preallocated_address_another_project_holds_is_a_failed_ip_until_it_is
     assert taken.address == "198.51.100.7" and failed == set()
     status = p.pool_status(model(), p.Survey(network={"id": NETWORK}, failed=("198.51.100.7",)), now="t")
     assert status["failedIPs"] == ["198.51.100.7"]
+
+
+@pytest.mark.xfail(strict=True, reason="asks.make gives an address Neutron hands out again back to the key whose "
+                   "IPAddress holds it only once a sweep has recorded it lost (Sweeper.lost, in memory, every "
+                   "sweep_seconds): before the first sweep, or after a restart, the address goes to the new key "
+                   "while the claim's IPAddress still holds it")
+def test_an_address_neutron_hands_out_again_before_a_sweep_saw_it_lost_is_not_given_to_a_second_claim():
+    from metal3_ipam.core.asking import Ask, Granted, Op
+    neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron; no sweep has run since
+    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: that address first
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", address or next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    side = Side(neutron, pool_obj(), pool_obj(ns="other", uid="other-uid"), *bound_objects())
+    side.pools.asks.pool_changed(model(ns="other"))  # a pool of the same project in another namespace
+    answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, "k" * 32, ("other", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Granted)
+    assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress holds was given to a claim of other/fips"
