@@ -375,3 +375,17 @@ def test_adopting_capos_pool_never_takes_a_floating_ip_an_ipaddress_of_capos_poo
                                capo.held_elsewhere(addresses, "a", "fips"))
     chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips"), OWNER, "ka", 0, True, adoptable)
     assert not isinstance(chosen, FloatingIP), "took the floating IP CAPO's claim a/m0 holds"
+
+
+@pytest.mark.xfail(strict=True, reason="choose hands out a floating IP the pool keeps (Retain) whatever network it "
+                   "is on: after spec.floatingIPNetwork is edited to another network, a claim is given an address "
+                   "of the old one")
+def test_a_floating_ip_kept_on_the_network_the_pool_named_before_is_not_handed_out_after_the_network_changed():
+    new_network = "0b4e9d3a-5c6f-4a1b-8e2d-7f9a0c1b2d3e"
+    kept = FloatingIP("fip-1", "203.0.113.6", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")), None, NETWORK)  # kept by Retain on the old network
+    neutron = FakeNeutron(kept)
+    neutron.networks = lambda query: [{"id": new_network, "name": "public-2", "tags": []}]
+    chosen = a.choose(neutron, model(reclaimPolicy="Retain", floatingIPNetwork={"id": new_network}), OWNER, "k1", 0,
+                      True)
+    assert chosen == new_network or chosen.network_id == new_network, f"gave {chosen.address} of {chosen.network_id}"
