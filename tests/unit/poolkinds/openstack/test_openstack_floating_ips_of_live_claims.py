@@ -422,3 +422,20 @@ def test_a_preallocated_address_a_claim_keeps_after_its_floating_ip_was_deleted_
     answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, "k" * 32, ("other", "fips"), None, 1, 0.0)))
     assert isinstance(answer, Granted)
     assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress keeps was made for a claim of other/fips"
+
+
+@pytest.mark.xfail(strict=True, reason="under -n the inventory keeps no Cluster API IPAddress of a namespace not "
+                   "served unless its pool is of cluster scope, so capo_held_elsewhere misses the IPAddress of CAPO's "
+                   "pool b/fips, and a floating IP CAPO's pool a/fips lists available (recovered by its tag) is "
+                   "adopted while b's claim holds it")
+def test_a_controller_serving_some_namespaces_never_adopts_a_floating_ip_capos_pool_of_another_namespace_holds():
+    inventory = Inventory()
+    inventory.namespaces = frozenset({"a"})  # -n a
+    inventory.upsert({**capi_address("b", "m1", "203.0.113.10", "fips"),
+                      "metadata": {"name": "m1", "namespace": "b", "uid": "m1-uid", "resourceVersion": "3"}})
+    pools = a.OpenStackPools(NeutronAsks(FakeNeutron()), Asking(deadline=30), inventory=inventory, writer=None,
+                             wake=lambda *args: None)
+    # CAPO's pool a/fips recovered b/fips's claimed floating IP by its tag, and lists it available
+    adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.10"]),
+                               pools.asks.capo_held_elsewhere("a", "fips"))
+    assert "203.0.113.10" not in adoptable, "b/m1's floating IP is adoptable for a pool of namespace a"
