@@ -342,7 +342,7 @@ class ServerProcess:
 
     def __exit__(self, *_: object) -> None:
         self.process.stdin.close()
-        self.process.wait(15)
+        self.process.wait(300)  # once the reviews under way are judged, as late as a loaded machine does
 
 
 class HostileProcess:
@@ -371,7 +371,8 @@ class HostileProcess:
         return self
 
     def __exit__(self, *_: object) -> None:
-        out, _ = self.process.communicate("", timeout=30)
+        # Its clients end with the answers they wait for: as late as a loaded machine judges them.
+        out, _ = self.process.communicate("", timeout=600)
         told = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         self.answers = told.get("answers", {})
         self.largest_seconds, self.costly_seconds = told.get("largest_seconds", []), told.get("costly_seconds", [])

@@ -29,14 +29,20 @@ def _deadline(incluster, claim: str, grace: int) -> float:
 
 
 def _kept_until(incluster, claim: str, deadline: float, what: str, meanwhile=lambda: True) -> None:
-    """Claim (deleting) and address both still there until just before ``deadline``, and ``meanwhile()`` true
-    as long as they are."""
+    """Claim (deleting) and address both still there until ``deadline``, and ``meanwhile()`` true as long as
+    they are. A look that ends before the deadline saw the state before it; one that ends after it may see
+    the release, however long a loaded machine drew the look out, so it decides nothing."""
     def still_there():
         c = incluster.get_claim(claim)
         return c is not None and c["metadata"].get("deletionTimestamp") and incluster.get_address(claim) is not None \
             and meanwhile()
 
-    holds_for(still_there, max(0.0, deadline - 0.5 - time.time()), what)
+    while True:
+        there = still_there()
+        if time.time() >= deadline:
+            return
+        assert there, f"{what} stopped holding before the deadline"
+        time.sleep(0.2)
 
 
 def test_the_address_outlives_its_deleted_claim_for_the_grace_period(controller_factory, incluster):
@@ -91,10 +97,8 @@ def test_a_deadline_passed_while_no_controller_ran_releases_at_once(controller_f
     # Nobody releases it while no controller runs, past the deadline.
     holds_for(lambda: incluster.get_address("old") is not None, max(0.0, deadline + 1 - time.time()),
               "the held address while no controller runs")
-    started = time.monotonic()
     controller_factory(ARGS, name="second")
     incluster.claim_gone("old", timeout=LATE)
-    assert time.monotonic() - started < LATE
 
 
 def test_a_pool_deleted_first_skips_the_grace_period(controller_factory, incluster):
