@@ -12,7 +12,7 @@ side by side in one run:
   8 MiB, bodies just under the cap, and idle and half-sent connections with some
   of each. Printed per phase: the ordinary review's median and worst round trip,
   the median's ratio to alone, the round trip of the hostile reviews that were
-  judged (the yardstick the tests compare with), and the server's peak memory;
+  judged (the yardstick to read them by), and the server's peak memory;
 - ``metal3-ipam validate`` of an IPPool with 100,000 preAllocations (refused on
   its size) against loading the same file with libyaml and, with ``--pure``,
   with the pure-Python loader.
