@@ -299,8 +299,8 @@ def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path
                         sock.close()
                     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
                 good = load.review(load.claim_request())
-                return eventually(lambda: load.post(served.port, served.context, CLAIM_PATH, good, timeout=1.0)[0],
-                                  timeout=10, interval=0.2, what="a good review answered",
+                return eventually(lambda: load.post(served.port, served.context, CLAIM_PATH, good, timeout=10)[0],
+                                  timeout=120, interval=0.2, what="a good review answered",
                                   retry_on=(AssertionError, OSError))
 
             assert await asyncio.to_thread(ask) == 200

