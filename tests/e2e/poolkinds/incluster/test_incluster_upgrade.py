@@ -133,7 +133,7 @@ def test_upgrade_from_the_in_cluster_provider_keeps_every_address(controller_fac
         waiting = [k for k in new if k not in got]
         assert len(waiting) == 1, got
         assert sorted(got.values()) == [f"192.168.10.{i}" for i in range(3, 8)], got
-        assert held["metadata"]["uid"] == before[(b, "g0")]["metadata"]["uid"]
+        assert held is not None and held["metadata"]["uid"] == before[(b, "g0")]["metadata"]["uid"], held
         ns, name = waiting[0]
         eventually(lambda: time.time() >= deadline or _exhausted(incluster, name, ns), timeout=BIND,
                    what=f"{ns}/{name} Ready=False PoolExhausted while the held address is kept")
