@@ -196,9 +196,9 @@ class ControllerProcess:
 
     # -- looking at it ----------------------------------------------------------
 
-    def http_status(self, path: str) -> int:
+    def http_status(self, path: str, timeout: float = 2.0) -> int:
         try:
-            with _NO_PROXY.open(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+            with _NO_PROXY.open(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as resp:
                 return resp.status
         except urllib.error.HTTPError as err:
             return err.code
