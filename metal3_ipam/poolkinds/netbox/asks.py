@@ -59,8 +59,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, moved_from, settle, swept_at, taken_from,
-                                               unclaimed_here)
+                                               held_elsewhere, held_in, home_in, home_of, home_state, moved_from, settle, swept_at,
+                                               taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -477,10 +477,13 @@ class NetBoxPools:
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
     def _another_clusters(self, text: str) -> bool:
-        """Whether an address of this description is a claim's of another cluster, which took it over (``from=``):
-        homed at an object not here, so a release of its key here (a copy of that claim deleted here) leaves it."""
-        there = home_in(text)
-        return there is not None and taken_from(text) is not None and home_state(self._homes())(there) == ABSENT
+        """Whether an address of this description is a claim's of another cluster too, so a release of its key
+        here (a copy of that claim deleted here) leaves it: that cluster took it over (``from=``: homed at an
+        object not here), or holds it (``held=`` an object not here: its claim carrying the key is paused, or
+        bound to the address this cluster took over)."""
+        there, home = home_in(text), home_state(self._homes())
+        return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
+                                              and home(there) == ABSENT)
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any

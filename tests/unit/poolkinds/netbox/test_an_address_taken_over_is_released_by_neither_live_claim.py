@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient
-from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, taken_from
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in, home_in, taken_from
 
 from sweep_sides import C1, SP, T1, TP, ClusterSide, SharedNetBox, cluster_c1, keyed_claim, shared_netbox_pool
 
@@ -30,11 +30,6 @@ class _Client(NetBoxClient):
         self.released.append(allocation)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "first-come homing is asymmetric on release: the cluster that took an address over (home=<its Cluster> "
-    "from=<the other's>) releases it in NetBox when its claim is deleted (NetBoxPools._another_clusters says "
-    "keep only for a home absent here), while the other cluster's live claim carrying the key is still bound "
-    "to the IP (only told AddressHomedElsewhere), so NetBox hands the IP out again"))
 def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_other_clusters_claim_lives():
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
     source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
@@ -50,3 +45,28 @@ def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_oth
     client = _Client(netbox)
     asyncio.run(client.release("k", target.pools._another_clusters))
     assert client.released == [], "released the address the source's live claim ns/m is bound to"
+
+
+def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_its_key():
+    """The hold the other cluster's live claim wrote goes with that claim, and the address is swept: nothing leaks."""
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    target = ClusterSide(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
+    target.sweep()
+    source.sweep()
+    target.pools.wall = lambda: 1.8e9 + target.now  # the time its marks of release say
+    target_client, source_client = _Client(netbox), _Client(netbox)
+    asyncio.run(target_client.release("k", target.pools._another_clusters))
+    target.inventory.remove(target.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "t", "m"))
+    target.sweep()
+    assert netbox.released == [] and target_client.released == []
+
+    # ns/m is deleted too: its release leaves the address homed at the target, its sweep takes its hold off
+    asyncio.run(source_client.release("k", source.pools._another_clusters))
+    source.inventory.remove(source.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "ns", "m"))
+    source.sweep()
+    assert source_client.released == [] and held_in(netbox.items[3].description) is None, netbox.items[3].description
+    while not netbox.released:
+        assert 3 in netbox.items and target.now < 2 * 86400, netbox.items[3].description
+        target.sweep()
+    assert [item.id for item in netbox.released] == [3]
