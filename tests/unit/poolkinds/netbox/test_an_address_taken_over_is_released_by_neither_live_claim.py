@@ -30,12 +30,18 @@ class _Client(NetBoxClient):
         self.released.append(allocation)
 
 
-def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_other_clusters_claim_lives():
+def _taken_over() -> tuple[SharedNetBox, ClusterSide, ClusterSide]:
+    """ns/m's address taken over by its copy t/m in the target, both live and unpaused; each side swept once."""
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
     source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
     target = ClusterSide(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
     target.sweep()
     source.sweep()
+    return netbox, source, target
+
+
+def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_other_clusters_claim_lives():
+    netbox, source, target = _taken_over()
     taken = netbox.items[3].description
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
     # live, and bound to 10.0.0.3 all along
@@ -49,11 +55,7 @@ def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_oth
 
 def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_its_key():
     """The hold the other cluster's live claim wrote goes with that claim, and the address is swept: nothing leaks."""
-    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
-    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
-    target = ClusterSide(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
-    target.sweep()
-    source.sweep()
+    netbox, source, target = _taken_over()
     target.pools.wall = lambda: 1.8e9 + target.now  # the time its marks of release say
     target_client, source_client = _Client(netbox), _Client(netbox)
     asyncio.run(target_client.release("k", target.pools._another_clusters))
