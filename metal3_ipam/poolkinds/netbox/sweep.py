@@ -384,8 +384,7 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
     """Whether an address's description names a hold of another cluster (its object absent here): a claim
     there carries the key, paused or bound to the address after this cluster took it over."""
-    held = held_in(text)
-    return held is not None and home(held) == ABSENT
+    return _kept_hold(text, home) is not None
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
