@@ -365,10 +365,10 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
     half-way); or by the live home of the claim here that carries its key, when another cluster took the
-    address over (:func:`taken_over` gives it no longer to this claim, bound to it all the same): the hold
-    tells that cluster's release its claim is not the only one; and by nothing when no such claim here
-    carries its key any longer (a hold of this controller's that went stale: the copies of an aborted move
-    deleted, the move finished, the claim of a contested key deleted)."""
+    address over from that very home (``from=``: :func:`taken_over` never gives it back to this claim, bound
+    to it all the same): the hold tells that cluster's release its claim is not the only one; and by nothing
+    when no such claim here carries its key any longer (a hold of this controller's that went stale: the
+    copies of an aborted move deleted, the move finished, the claim of a contested key deleted)."""
     held = held_in(item.description)
     if held is not None and home(held) == ABSENT:
         return held
@@ -376,7 +376,7 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     at, there = home_in(text), home_in(item.description)
     if at is None or there is None or home(there) != ABSENT:
         return None
-    if home(at) == PAUSED or (home(at) == PRESENT and taken_over(item.description, text, home) is None):
+    if home(at) == PAUSED or (home(at) == PRESENT and taken_from(item.description) == at):
         return at
     return None
 

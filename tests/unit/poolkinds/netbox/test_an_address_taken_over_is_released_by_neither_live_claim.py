@@ -72,3 +72,25 @@ def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_i
         assert 3 in netbox.items and target.now < 2 * 86400, netbox.items[3].description
         target.sweep()
     assert [item.id for item in netbox.released] == [3]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the hold of a live claim refused an address (sweep.held_by) is written only when the taker took it from that "
+    "claim's own home (from=<its home>): an address homed at a third cluster's object (home=<X>, the source of a "
+    "finished move, say) taken over by one cluster (from=<X>) while another's live claim carries the key gets no "
+    "hold, as such a hold would make the refused cluster's next sweep take it over as a paused claim's "
+    "(taken_over's _held_here), a second write; so the taker's release deletes the address under the other's "
+    "live claim. Telling a live hold from a paused one needs a token of its own"))
+def test_an_address_taken_over_from_a_third_cluster_is_not_released_while_another_live_claim_carries_it():
+    third = "0b3e1f7a-1111-4c2d-9e8f-000000000009"
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", third),
+                                                                    keyed_claim("m", "k", "x"))))
+    source = ClusterSide(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    target = ClusterSide(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), keyed_claim("m", "k", "t"))
+    target.sweep()
+    source.sweep()
+    taken = netbox.items[3].description
+    assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", third), taken
+    client = _Client(netbox)
+    asyncio.run(client.release("k", target.pools._another_clusters))
+    assert client.released == [], "released the address the source's live claim ns/m is bound to"
