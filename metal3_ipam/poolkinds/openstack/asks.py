@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -36,11 +35,9 @@ from typing import Any, Awaitable, Callable, Iterable
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.workers import utc_now
-from metal3_ipam.core import objects as o
+from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.core import kinds
-from metal3_ipam.core.actions import Plan, SetStatus
-from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
 from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.capo import CAPOPools
@@ -405,187 +402,53 @@ class OpenStackAsks:
 
 # --------------------------------------------------------------------------- serving claims
 
-class OpenStackPools:
-    """Floating-IP pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
-
-    As for every kind of an outside IPAM: the pool workers give each pass the asking state (``answers``) and hand this the plan's
-    intents (:meth:`passed`); what is due is sent at once, an answer is filed and wakes the pool's pass for the
-    claims carrying its key; the next ask waits for ``Asking.next_due()`` on one timer. Each pool's status is
-    Neutron's (:meth:`OpenStackAsks.survey`), written when the pool is first seen or changed, after answers, and
-    every ``survey_seconds``. The sweep (``sweep.Sweeper``) releases what no claim carries. Nothing is sent while
-    ``may_act()`` is false (not the leader, or before the catch-up).
+class OpenStackPools(OutsidePools):
+    """Floating-IP pools in the claim lifecycle (``controller.outside``): the asks the passes want, run, and their
+    answers bringing passes. What is Neutron's: a pool's asks go to its cloud (:meth:`OpenStackAsks.cloud_of`); an
+    answer that is not a refusal brings a survey ``survey_after_answers`` seconds later; the sweep
+    (``sweep.Sweeper``) releases what no claim carries.
     """
+
+    pool_kind = OPENSTACK_FLOATING_IP_POOL
+    label = "openstack"
 
     def __init__(self, asks: OpenStackAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
         from metal3_ipam.poolkinds.openstack.sweep import Sweeper
-        self.asks = asks
-        self.answers = asking
-        self.inventory = inventory
-        self.writer = writer
-        self.wake = wake
-        self.may_act = may_act
-        self.survey_seconds = survey_seconds
-        self.sweep_seconds = sweep_seconds
-        self.clock = clock
+        super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
+                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
         asks.lost_addresses = lambda: {address: key for key, (_, _, address) in self.sweeper.lost.items()}
         asks.capo_held_elsewhere = lambda namespace, name: capo.held_elsewhere(
             inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
-        self._timer: asyncio.TimerHandle | None = None
-        self._seen: dict[PoolRef, tuple[Any, Any]] = {}
-        self._surveying: dict[PoolRef, asyncio.Task] = {}
-        self._resurvey: set[PoolRef] = set()
-        self._survey_timers: dict[PoolRef, asyncio.TimerHandle] = {}
-        self.survey_after_answers = 3.0
-        self._loop_task: asyncio.Task | None = None
-        self._sweep_task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._survey_loop(), name="openstack surveys")
-        if self.sweep_seconds > 0:
-            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="openstack sweeps")
+    def read_model(self, pool_obj: Mapping[str, Any]) -> OpenStackPool | None:
+        return p.read_pool(pool_obj)[0]
 
-    async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        for timer in self._survey_timers.values():
-            timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.asks.close()
+    def server_of(self, model: OpenStackPool) -> Any:
+        return self.asks.cloud_of(model)
 
-    # -- passes -------------------------------------------------------------------------
+    def key_of(self, obj: Mapping[str, Any]) -> str | None:
+        return p.claim_key(obj)[0]
 
-    def passed(self, pool_key: Any, pool_obj: dict | None, intents: Mapping[str, Intent],
-               claims: Iterable[dict]) -> None:
-        ref: PoolRef = (pool_key.namespace, pool_key.name)
-        model = p.read_pool(pool_obj)[0] if pool_obj is not None else None
-        if model is not None:
-            self.asks.pool_changed(model)
-            ident = (o.meta(pool_obj).get("uid"), o.meta(pool_obj).get("generation"))
-            if self._seen.get(ref) != ident:
-                self._seen[ref] = ident
-                self.survey_soon(pool_key)
-        now = self.clock()
-        server = self.asks.cloud_of(model) if model is not None else None
-        for key, intent in intents.items():
-            if intent is not Intent.FORGET and server is None:
-                continue  # the pool cannot be read: nothing says where to ask
-            self.answers.intend(key, intent, ref, server, now)
-        self.answers.carried(ref, {p.claim_key(claim)[0] for claim in claims} | set(intents), now)
-        self.pump()
+    def status_of(self, model: OpenStackPool, survey: Survey, *, now: str, previous: Mapping[str, Any] | None
+                  ) -> dict:
+        """The pool's status from the survey, with ``failedIPs``: the pre-allocated addresses that could not be
+        made, and the addresses of claims whose floating IP is gone (``sweep.Sweeper.lost_of``)."""
+        failed = self.asks.failed.get((model.namespace, model.name), set())
+        survey = dataclasses.replace(survey, failed=tuple(sorted(
+            {*failed.intersection(model.preallocated), *self.sweeper.lost_of(model)})))
+        return p.pool_status(model, survey, now=now, previous=previous)
 
-    def pool_gone(self, pool_key: Any) -> None:
-        self._seen.pop((pool_key.namespace, pool_key.name), None)
-
-    def pump(self) -> None:
-        """Send what is due; come back at the next time something falls due."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self.may_act():
-            return
-        now = self.clock()
-        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
-               if (state := self.answers.state(key)) is not None and state.out is not None}
-        for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server))
-        timed_out = {ref for key, ref in out.items()
-                     if (state := self.answers.state(key)) is None or state.out is None}
-        for ref in timed_out:
-            self.wake(o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL), None)
-        at = self.answers.next_due()
-        if at is not None:
-            self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
-
-    def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
-        standing = self.answers.server_standing(server)
-        filed = self.answers.file(answer, self.clock())
-        log.info("%s %s/%s: %s for key %s: %s", p.KIND, *ref, type(answer).__name__, answer.key, filed.value)
-        changed = self.answers.server_standing(server) != standing
-        pool_key = o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL)
-        self.wake(pool_key, None if changed else answer.key)
+    def answered(self, pool_key: Any, answer: Answer) -> None:
         if not isinstance(answer, Refused):
             self.survey_later(pool_key)
-        self.pump()
 
-    # -- surveys ------------------------------------------------------------------------
-
-    def survey_later(self, pool_key: Any) -> None:
-        """A survey ``survey_after_answers`` seconds from now, one for all the answers meanwhile (a burst of
-        answers costs Neutron one listing, not one per answer)."""
-        ref = (pool_key.namespace, pool_key.name)
-        if ref not in self._survey_timers:
-            def due() -> None:
-                self._survey_timers.pop(ref, None)
-                self.survey_soon(pool_key)
-            self._survey_timers[ref] = asyncio.get_running_loop().call_later(self.survey_after_answers, due)
-
-    def survey_soon(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        task = self._surveying.get(ref)
-        if task is None or task.done():
-            self._surveying[ref] = asyncio.create_task(self._survey(pool_key), name=f"openstack survey {ref}")
-        else:
-            self._resurvey.add(ref)  # once more when this one ends: it may have listed before the change
-
-    async def _survey_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.survey_seconds)
-            for pool_key in self.inventory.pool_keys():
-                if pool_key.kind == OPENSTACK_FLOATING_IP_POOL:
-                    self.survey_soon(pool_key)
-
-    def live_pool(self, pool_key: Any) -> OpenStackPool | None:
-        """The pool as read, if it is held, readable and not being deleted."""
-        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
-        return p.read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
-
-    async def _survey(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        try:
-            while True:
-                self._resurvey.discard(ref)
-                await self._survey_once(pool_key)
-                if ref not in self._resurvey:
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a bug of ours must not end the surveys of other pools
-            log.exception("%s %s/%s: survey failed", p.KIND, pool_key.namespace, pool_key.name)
-
-    async def _survey_once(self, pool_key: Any) -> None:
-        if not self.may_act():
-            return
-        model = self.live_pool(pool_key)
-        if model is None:
-            return
-        found = await self.asks.survey(model)
-        failed = self.asks.failed.get((model.namespace, model.name), set())
-        found = dataclasses.replace(found, failed=tuple(sorted(
-            {*failed.intersection(model.preallocated), *self.sweeper.lost_of(model)})))
-        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
-        if pool_obj is None or not self.may_act():
-            return
-        status = p.pool_status(model, found, now=utc_now(), previous=o.status(pool_obj))
-        plan = Plan()
-        plan.step(f"{p.KIND} {pool_key.namespace}/{pool_key.name}", about=o.ref(pool_obj)).add(
-            SetStatus(o.ref(pool_obj), status))
-        await self.writer.execute(plan, pool_key)
-
-    # -- sweeps -------------------------------------------------------------------------
-
-    async def _sweep_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_seconds)
-            if self.may_act():
-                await self.sweeper.sweep()
+    async def sweep(self) -> list[FloatingIP]:
+        return await self.sweeper.sweep()
 
     def bound(self) -> dict[str, str]:
         """The address each key's lock holds (the claim's floating IP)."""
@@ -595,9 +458,3 @@ class OpenStackPools:
             if key is not None and isinstance(spec.get("address"), str):
                 found[key] = spec["address"]
         return found
-
-    def carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, has an ask out or due, or its claim left for a move."""
-        locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := p.claim_key(lock)[0]) is not None}
-        return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None or key in self.inventory.moved_away
