@@ -122,7 +122,7 @@ class Controller:
         if key is not None and key not in self.inventory.objects and not self.inventory.keeps(key, obj):
             return  # another namespace's address of a namespaced pool: not even slimmed
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
-        if self._parked(obj):
+        if self._pending(obj):
             return
         self._file_now(obj)
         self.workers.freezer.maybe_freeze()
@@ -130,7 +130,7 @@ class Controller:
     def _file_now(self, obj: dict) -> None:
         self.workers.kick(self.inventory.upsert(obj))
 
-    def _parked(self, obj: dict) -> bool:
+    def _pending(self, obj: dict) -> bool:
         return self.resumptions is not None and self.resumptions.park(obj)
 
     async def _relist_addresses(self, namespace: str) -> None:
@@ -173,7 +173,7 @@ class Controller:
         filing = self.inventory.listing(listing.kind, listing.namespace)
         version = None
         freezer = self.workers.freezer
-        park = self._parked if listing.kind == kinds.CLUSTER and not first else None
+        park = self._pending if listing.kind == kinds.CLUSTER and not first else None
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:

@@ -466,7 +466,7 @@ class PoolWorkers:
         self._note_unserved(pool, ledger)
         if ledger.deferred:
             self._mark(pool)  # the rest in the next pass, after other pools had theirs
-        if ledger.status_held:
+        if ledger.status_pending:
             self._status_later(pool, self._status_written.get(pool, started) + self._status_interval(ledger) - started)
 
     async def _execute(self, pool: o.PoolKey, ledger: Ledger, plan: Plan, started: float) -> Outcome:

@@ -106,7 +106,7 @@ class Ledger:
         # Claims whose decision waits for an outside IPAM's answer (a pool kind with ``outside``) -> the
         # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
         # not when an IP goes free (nothing of this pool stands in their way).
-        self.awaiting: dict[o.ClaimKey, str] = {}
+        self.pending_answers: dict[o.ClaimKey, str] = {}
         self.deferred_claims: dict[o.ClaimKey, None] = {}
         # Deleted claims whose address is held until a deadline (RFC 3339): decided again once it passed.
         self.due: dict[o.ClaimKey, str] = {}
@@ -115,7 +115,7 @@ class Ledger:
         self.needs_full = True
         # The status key (see reconcile.pool_status) for which the pool's status was found current.
         self.status_clean: tuple | None = None
-        self.status_held = False  # a status write was put off (counts and indexes only)
+        self.status_pending = False  # a status write was put off (counts and indexes only)
         self._freed = False  # an IP went free since the last pass (or another pool let one go: ``wake``)
         self._woken = False  # every awaiting claim is decided again in the next pass (``wake``)
         self._answered: set[str] = set()  # allocation keys answered since the last pass (``answered``)
@@ -166,9 +166,9 @@ class Ledger:
             if kind in CLAIM_KINDS:
                 ckey = (kind[1], name, namespace) if self.cluster_scoped else (kind[1], name)
                 old = self.claims.get(ckey)
-                if ckey in self.awaiting:
+                if ckey in self.pending_answers:
                     # The claims refused for carrying its key (see reconcile's ``key_owner``) await it too.
-                    self._answered.add(self.awaiting[ckey])
+                    self._answered.add(self.pending_answers[ckey])
                 if old is not None:
                     self.drop(old)
                 if obj is not None:
@@ -206,7 +206,7 @@ class Ledger:
             for ckey in self.unserved:
                 claims[ckey] = None
         if self._woken or self._answered:
-            for ckey, key in self.awaiting.items():
+            for ckey, key in self.pending_answers.items():
                 if self._woken or key in self._answered:
                     claims[ckey] = None
             self._woken = False
@@ -283,7 +283,7 @@ class Ledger:
             self.claims.pop(key, None)
             self.claims_version += 1
             self.unserved.pop(key, None)
-            self.awaiting.pop(key, None)
+            self.pending_answers.pop(key, None)
             self.due.pop(key, None)
             if key in self.conflicts:
                 self.conflict(key, None)
@@ -454,7 +454,7 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting,
+                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.pending_answers,
                           self.conflicts, self.doubles):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
@@ -521,7 +521,7 @@ class Ledger:
         if decisions:
             state["bound"] = dict(self.bound)
             state["unserved"] = set(self.unserved)
-            state["awaiting"] = dict(self.awaiting)
+            state["pending_answers"] = dict(self.pending_answers)
         return state
 
 

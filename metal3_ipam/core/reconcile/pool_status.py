@@ -126,7 +126,7 @@ class PoolStatus(PassState):
         if checked == ledger.status_clean:
             return
         if not self.status_due and current.get("conditions") == conditions:
-            ledger.status_held = True
+            ledger.status_pending = True
             return
         desired: dict[str, Any] = {}
         if self.kind.indexes:
@@ -135,7 +135,7 @@ class PoolStatus(PassState):
                 desired["indexesOmitted"] = omitted
         desired.update(counts)
         desired["conditions"] = conditions
-        ledger.status_held = False
+        ledger.status_pending = False
         comparable = {k: current.get(k) for k in desired}
         if comparable == desired and _lacks_only(current, desired):
             ledger.status_clean = checked

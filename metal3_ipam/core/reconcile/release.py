@@ -102,7 +102,7 @@ class Release(PassState):
             refusal = self.answers.release_refused(outside_key) if self.answers is not None else None
             if refusal is not None:
                 self.show_release_refused(claim, step, refusal)
-            self.ledger.awaiting[key] = outside_key  # the answer for that key wakes it
+            self.ledger.pending_answers[key] = outside_key  # the answer for that key wakes it
             self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
             return
         held_until = self.release_after(claim, mine)

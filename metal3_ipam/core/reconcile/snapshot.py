@@ -101,6 +101,6 @@ class Snapshot:
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``poolkind.REGISTRY``
     # For a kind whose addresses an outside IPAM hands out (``poolkind.Outside``): the asks and their answers
-    # by key (``core.asking.Asking``: ``result``, ``held_back``, ``release_refused``, ``released``); None: nothing
+    # by key (``core.asking.Asking``: ``result``, ``pending_refusal``, ``release_refused``, ``released``); None: nothing
     # was asked. A pass reads what they were when it started (``outside.Answers``), however long it runs.
     answers: Any = None

@@ -65,7 +65,7 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
         if refused:
             ledger.needs_full = True
         self.kept_equals_recomputed(ledger, fresh, full_plan)
-        return bool(plan) or ledger.deferred or ledger.status_held
+        return bool(plan) or ledger.deferred or ledger.status_pending
 
     def execute(self, plan) -> bool:
         refused = False
