@@ -392,18 +392,11 @@ def test_the_diagnostics_endpoint_may_review_the_scrapers_tokens(helm):
             ("authorization.k8s.io", "subjectaccessreviews", "create")} <= granted
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the chart's ServiceMonitor does not set honorLabels: true: the pool series' namespace label becomes "
-    "exported_namespace and the alerts and the dashboard see the release's namespace for every pool"))
 def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series(helm):
     monitor = one(helm.template(CHART, EVERYTHING), "ServiceMonitor")
     assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "leaderElection.namespace moves the Lease (--leader-election-namespace) but the leader election Role and its "
-    "binding stay in the release's namespace: the controller may not get, create or update its Lease there and "
-    "never leads, so nothing is served"))
 def test_a_lease_in_another_namespace_may_be_taken_by_the_controller(helm):
     objects = helm.template(CHART, {"leaderElection": {"namespace": "elsewhere"}})
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
