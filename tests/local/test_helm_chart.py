@@ -418,9 +418,6 @@ def test_a_lease_in_another_namespace_may_be_taken_by_the_controller(helm):
         assert ("elsewhere", verb) in granted or (None, verb) in granted, verb
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docs/install.md's values table names the kindFlags of NetBox only (netbox-owner, netbox-sweep-seconds, "
-    "netbox-release-grace-seconds), not openstack-owner and openstack-sweep-seconds"))
 def test_the_install_page_names_every_kind_flag_the_chart_takes():
     row = next(line for line in (ROOT / "docs" / "install.md").read_text().splitlines()
                if line.startswith("| `kindFlags`"))

@@ -37,9 +37,10 @@ CAPI_DASHBOARD = Path(__file__).resolve().parent / "data" / "capi-controller-run
 POD = "metal3-ipam-controller-manager-7d9f8-abcde"
 CONTROLLER_NAMESPACE = "metal3-ipam-system"
 SIZE = 10  # addresses of the filling pool
-# Short enough for a test: every alert pending for 2 s before it fires, claims alerted on after 1 s.
+# Short enough for a test: every alert pending for 2 s before it fires, claims alerted on after 1 s, resolved at
+# once (no keep_firing_for).
 SETTINGS = observability.RuleSettings(durations=dict.fromkeys(observability.DEFAULT_FOR, "2s"),
-                                      claims_not_ready_seconds=1, rate_window="30s")
+                                      claims_not_ready_seconds=1, rate_window="30s", keep_firing_for="0s")
 POOL_ALERTS = ("Metal3IPAMPoolUsageHigh", "Metal3IPAMPoolUsageCritical", "Metal3IPAMPoolExhausted",
                "Metal3IPAMClaimsNotReady", "Metal3IPAMExternalIPAMUnreachable")
 

@@ -102,14 +102,8 @@ def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series():
 
 
 
-_JOB_IGNORED = pytest.mark.xfail(strict=True, reason=(
-    "the allocations and releases panel selects by namespace, pool and kind only: with two installations "
-    "scraped by one Prometheus (jobs), picking one job still shows the other installation's pools"))
-
-
 @pytest.mark.parametrize("title, query", [
-    pytest.param(title, query, id=f"{title}:{n}",
-                 marks=[_JOB_IGNORED] if title == "Allocations and releases per second" else [])
+    pytest.param(title, query, id=f"{title}:{n}")
     for n, (title, query) in enumerate(observability.dashboard_queries())])
 def test_every_query_of_the_dashboard_keeps_to_the_job_picked(title, query):
     """The ``job`` variable picks an installation; every panel shows that installation's series only (through
