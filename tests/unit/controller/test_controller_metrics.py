@@ -150,10 +150,6 @@ def test_a_count_a_status_does_not_say_is_left_out():
     assert poolkind.status_counts(kind, {}) == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a pool's series are removed only when nothing is filed under it: a claim that still names a deleted pool "
-    "keeps its capacity/allocated/free at their last values, so the usage and exhaustion alerts fire for a pool "
-    "that no longer exists"))
 def test_a_deleted_pools_usage_series_go_with_it_though_a_waiting_claim_still_names_it():
     """A full pool of two with a third claim waiting is deleted: its two bound claims are deleted, their addresses
     released, the pool's finalizer goes and the pool with it. The waiting claim stays (it is PoolNotReady now);
@@ -188,10 +184,6 @@ def test_a_deleted_pools_usage_series_go_with_it_though_a_waiting_claim_still_na
         assert REGISTRY.get_sample_value(series, labels) is None, series
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docs/operations.md says the per-pool series are exported by the replica that leads, but a standby "
-    "(may_act false) exports metal3_ipam_claims_not_ready for every pool from its own inventory: a query that does "
-    "not join on metal3_ipam_leader == 1 counts every waiting claim once per replica"))
 def test_a_standby_exports_no_per_pool_series():
     """A replica that may not write (it stands by on the Lease) has passes over nothing: no series of a pool."""
     key = o.PoolKey(NS, "standby-pool")
