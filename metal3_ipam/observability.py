@@ -378,7 +378,8 @@ def kube_state_metrics_config(versions: dict[tuple[str, str], str]) -> dict[str,
         ]
         for name, path in REGISTRY[group_kind].status_counts.items():
             path = list(path)
-            metrics.append({"name": name, "help": f"The {kind}'s {'.'.join(path[1:])} as its status says",
+            said = f"{'.'.join(path[1:])} as its status says" if path[0] == "status" else ".".join(path)
+            metrics.append({"name": name, "help": f"The {kind}'s {said}",
                             "each": {"type": "Gauge", "gauge": {"path": path}}})
         metrics.append({"name": "status_condition", "help": f"The {kind}'s conditions (Ready among them)",
                         "each": {"type": "StateSet", "stateSet": {

@@ -35,6 +35,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
 from metal3_ipam.controller.workers import utc_now
 from metal3_ipam.core import objects as o
@@ -573,6 +574,8 @@ class OpenStackPools:
         pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
         if pool_obj is None or not self.may_act():
             return
+        # Metal3IPAMExternalIPAMUnreachable's series: whether Neutron answered this survey.
+        metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(0 if found.reason in p.SERVER_DOWN else 1)
         status = p.pool_status(model, found, now=utc_now(), previous=o.status(pool_obj))
         plan = Plan()
         plan.step(f"{p.KIND} {pool_key.namespace}/{pool_key.name}", about=o.ref(pool_obj)).add(
