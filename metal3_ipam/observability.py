@@ -230,19 +230,31 @@ def _pool_series(metric: str, by: str = POOL) -> str:
     return f"max by ({by}) ({metric}{{{POOL_FILTER}}} and {LEADING})"
 
 
-_USAGE = f"(1 - {_pool_series('metal3_ipam_pool_free')} / ({_pool_series('metal3_ipam_pool_capacity')} > 0))"
-POOL_LEGEND = "{{namespace}}/{{pool}} ({{kind}})"
+def _named(query: str) -> str:
+    """``query`` with a label ``pool_path`` for its legend: ``namespace/pool``, or ``pool`` alone for a pool of
+    cluster scope (its ``namespace`` is empty)."""
+    joined = f'label_join({query}, "pool_path", "/", "namespace", "pool")'
+    return f'label_replace({joined}, "pool_path", "$1", "pool_path", "/(.*)")'
+
+
+_USAGE = _named(f"(1 - {_pool_series('metal3_ipam_pool_free')} / ({_pool_series('metal3_ipam_pool_capacity')} > 0))")
+POOL_LEGEND = "{{pool_path}} ({{kind}})"
+# The series every pool served has from its first pass on, whatever its kind says of its counts: the
+# dashboard's namespace, kind and pool are picked among its labels.
+EVERY_POOL = "metal3_ipam_allocations_total"
 
 # (title, kind of panel, unit, [(query, legend)], width)
 _ROWS: list[tuple[str, list[tuple[str, str, str, list[tuple[str, str]], int]]]] = [
     ("Pools", [
         ("Usage per pool", "timeseries", "percentunit", [(_USAGE, POOL_LEGEND)], 12),
         ("Pools nearest full", "bargauge", "percentunit", [(f"topk(10, {_USAGE})", POOL_LEGEND)], 12),
-        ("Free addresses per pool", "timeseries", "short", [(_pool_series("metal3_ipam_pool_free"), POOL_LEGEND)], 12),
+        ("Free addresses per pool", "timeseries", "short",
+         [(_named(_pool_series("metal3_ipam_pool_free")), POOL_LEGEND)], 12),
         ("Allocations and releases per second", "timeseries", "ops", [
-            (f"sum by ({POOL}) (rate(metal3_ipam_allocations_total{{{POOL_FILTER}, {JOB_FILTER}}}[$__rate_interval]))",
-             "allocated " + POOL_LEGEND),
-            (f"sum by ({POOL}) (rate(metal3_ipam_releases_total{{{POOL_FILTER}, {JOB_FILTER}}}[$__rate_interval]))",
+            (_named(f"sum by ({POOL}) (rate(metal3_ipam_allocations_total{{{POOL_FILTER}, {JOB_FILTER}}}"
+                    "[$__rate_interval]))"), "allocated " + POOL_LEGEND),
+            (_named(f"sum by ({POOL}) (rate(metal3_ipam_releases_total{{{POOL_FILTER}, {JOB_FILTER}}}"
+                    "[$__rate_interval]))"),
              "released " + POOL_LEGEND)], 12),
     ]),
     ("Claims", [
@@ -251,7 +263,7 @@ _ROWS: list[tuple[str, list[tuple[str, str, str, list[tuple[str, str]], int]]]] 
             (f"sum by (reason) ({_pool_series('metal3_ipam_claims_not_ready', POOL + ', reason')})", "{{reason}}")],
          8),
         ("Longest wait, by pool and reason", "timeseries", "s", [
-            (_pool_series("metal3_ipam_claims_not_ready_oldest_seconds", POOL + ", reason"),
+            (_named(_pool_series("metal3_ipam_claims_not_ready_oldest_seconds", POOL + ", reason")),
              POOL_LEGEND + " {{reason}}")], 8),
         ("Allocation latency", "timeseries", "s", [
             (f"histogram_quantile({q}, sum by (le) (rate(metal3_ipam_allocation_seconds_bucket{{{JOB_FILTER}}}"
@@ -260,7 +272,7 @@ _ROWS: list[tuple[str, list[tuple[str, str, str, list[tuple[str, str]], int]]]] 
             (f"sum by (reason) (rate(metal3_ipam_errors_total{{{JOB_FILTER}}}[$__rate_interval]))", "{{reason}}")],
          12),
         ("External IPAM reachable (1) or not (0)", "timeseries", "short", [
-            (_pool_series("metal3_ipam_external_ipam_up"), POOL_LEGEND)], 12),
+            (_named(_pool_series("metal3_ipam_external_ipam_up")), POOL_LEGEND)], 12),
     ]),
     ("Controller", [
         ("Leader and ready, per replica", "timeseries", "short", [
@@ -338,10 +350,10 @@ def dashboard() -> dict[str, Any]:
             {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
              "current": {}, "hide": 0},
             _variable("job", "label_values(metal3_ipam_leader, job)", "Job"),
-            _variable("namespace", "label_values(metal3_ipam_pool_capacity, namespace)", "Namespace"),
-            _variable("kind", 'label_values(metal3_ipam_pool_capacity{namespace=~"$namespace"}, kind)', "Kind"),
-            _variable("pool", 'label_values(metal3_ipam_pool_capacity{namespace=~"$namespace", kind=~"$kind"}, pool)',
-                      "Pool"),
+            _variable("namespace", f'label_values({EVERY_POOL}{{{JOB_FILTER}}}, namespace)', "Namespace"),
+            _variable("kind", f'label_values({EVERY_POOL}{{{JOB_FILTER}, namespace=~"$namespace"}}, kind)', "Kind"),
+            _variable("pool", f'label_values({EVERY_POOL}{{{JOB_FILTER}, namespace=~"$namespace", kind=~"$kind"}}, '
+                              'pool)', "Pool"),
         ]},
         "annotations": {"list": []},
         "panels": panels,
