@@ -215,6 +215,9 @@ class PoolWorkers:
                 del self._tasks[pool]
             if self._gone(pool):
                 self._forget(pool)
+            elif self.inventory.get(pool.kind, pool.namespace, pool.name) is None:
+                # Deleted while claims still name it: its capacity, use and server's health are no more.
+                metrics.remove_pool_series(pool, metrics.POOL_STATE)
 
     def _count_pass(self, pool: o.PoolKey, started: float, outcome: Outcome) -> None:
         """A pass in the reconcile and work-queue series of the pool's controller, with controller-runtime's
@@ -258,6 +261,8 @@ class PoolWorkers:
     def claims_not_ready(self) -> dict[tuple[o.PoolKey, str], tuple[int, float]]:
         """(pool, reason of the claim's Ready condition, or Pending) -> (claims not bound, the longest any of them
         has not been Ready, in seconds: since its Ready condition last changed, else since it was made)."""
+        if not self.may_act():  # a standby: the leader's series are the news (docs/operations.md)
+            return {}
         now = time.time()
         served = self.inventory.namespaces
         found: dict[tuple[o.PoolKey, str], tuple[int, float]] = {}
@@ -300,11 +305,7 @@ class PoolWorkers:
         self.inventory.drain(pool)
         for key in [k for k in self._waiting_since if k[0] == pool]:
             del self._waiting_since[key]
-        for metric in metrics.PER_POOL:
-            try:
-                metric.remove(*metrics.pool_labels(pool))
-            except KeyError:  # this pool never had that series
-                pass
+        metrics.remove_pool_series(pool)
 
     def answered(self, pool: o.PoolKey, key: str | None = None) -> None:
         """An outside IPAM answered for allocation key ``key`` of ``pool``: the claims awaiting it are decided

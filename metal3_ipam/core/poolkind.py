@@ -159,7 +159,8 @@ class PoolKind:
     status: Callable[[Counts], dict[str, Any]]
     indexes: bool
     # Where the status says the counts (capacity, allocated, free, ...), as paths from the object's root (the
-    # kube-state-metrics configuration reads them there); the default is IPPool's.
+    # kube-state-metrics configuration reads them there); the default is IPPool's. A kind that says its capacity
+    # and what is allocated but no path of "free" has capacity - allocated free.
     status_counts: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=lambda: {
         "capacity": ("status", "capacity"), "allocated": ("status", "allocated"), "free": ("status", "free")})
     # -- where the kinds' lifecycles differ (the defaults are IPPool's) --
@@ -211,7 +212,8 @@ REGISTRY: dict[GroupKind, PoolKind] = {}
 
 def status_counts(pool_kind: PoolKind, pool: Mapping[str, Any]) -> dict[str, int]:
     """The counts a pool's status says (capacity, allocated, free, ...), where its kind declares them
-    (``PoolKind.status_counts``); a count not written yet, or not a whole number, is left out."""
+    (``PoolKind.status_counts``); a count not written yet, or not a whole number, is left out. Free is
+    capacity - allocated where the kind declares no path of its own for it."""
     out: dict[str, int] = {}
     for name, path in pool_kind.status_counts.items():
         value: Any = pool
@@ -221,6 +223,8 @@ def status_counts(pool_kind: PoolKind, pool: Mapping[str, Any]) -> dict[str, int
             continue
         if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
             out[name] = int(value)
+    if "free" not in pool_kind.status_counts and {"capacity", "allocated"} <= out.keys():
+        out["free"] = max(out["capacity"] - out["allocated"], 0)
     return out
 
 

@@ -283,9 +283,6 @@ def test_without_prometheus_installed_the_harness_fails_saying_how_to_install_it
 REPLICA = 'metal3_ipam_leader{instance="replica:8081", job="metal3-ipam"}'
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Metal3IPAMPoolExhausted sums metal3_ipam_claims_not_ready over every leading instance: with leader election "
-    "off (leaderElection.enabled=false, every replica writes and exports) two replicas say 4 claims wait where 2 do"))
 def test_pool_exhausted_counts_each_waiting_claim_once_when_every_replica_writes(tmp_path):
     """Without leader election every replica says it may write (``metal3_ipam_leader`` 1) and exports the same
     per-pool series from the same objects. The alert's value is how many claims wait: 2, not 2 per replica."""
@@ -301,10 +298,6 @@ def test_pool_exhausted_counts_each_waiting_claim_once_when_every_replica_writes
                             "alert_rule_test": [_alerts("Metal3IPAMPoolExhausted", "10m", fired)]}])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the per-pool alerts join on metal3_ipam_leader == 1 at each evaluation: in the moment of a rollout where the "
-    "old leader is gone and the new pod still stands by, no series matches, so a firing pool alert resolves and "
-    "fires again only after its for: (every upgrade of the controller resolves and re-sends it)"))
 def test_a_full_pool_stays_alerted_across_a_rollout_of_the_controller(tmp_path):
     """The leader's pod is replaced (a rolling update, one replica): its series end at 30m; the new pod is first
     scraped at 31m standing by (leader 0), takes the Lease and exports the pool's series from 32m. The pool was
@@ -322,9 +315,6 @@ def test_a_full_pool_stays_alerted_across_a_rollout_of_the_controller(tmp_path):
         _alerts("Metal3IPAMPoolUsageCritical", "34m", critical)]}])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the rules command takes any text for --for and --rate-window: it writes, with exit status 0, a rules file "
-    "Prometheus refuses ('not a valid duration string'), instead of refusing the argument naming it"))
 @pytest.mark.parametrize("argv, words", [
     (["--for", "Metal3IPAMPoolUsageHigh=15 minutes"], "15 minutes"),
     (["--rate-window", "5min"], "5min"),

@@ -34,6 +34,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
 from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.core import kinds
@@ -446,6 +447,10 @@ class OpenStackPools(OutsidePools):
     def answered(self, pool_key: Any, answer: Answer) -> None:
         if not isinstance(answer, Refused):
             self.survey_later(pool_key)
+
+    def surveyed(self, pool_key: Any, survey: Survey) -> None:
+        # Metal3IPAMExternalIPAMUnreachable's series: whether Neutron answered this survey.
+        metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(0 if survey.reason in p.SERVER_DOWN else 1)
 
     async def sweep(self) -> list[FloatingIP]:
         return await self.sweeper.sweep()

@@ -150,10 +150,6 @@ def test_a_count_a_status_does_not_say_is_left_out():
     assert poolkind.status_counts(kind, {}) == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a pool's series are removed only when nothing is filed under it: a claim that still names a deleted pool "
-    "keeps its capacity/allocated/free at their last values, so the usage and exhaustion alerts fire for a pool "
-    "that no longer exists"))
 def test_a_deleted_pools_usage_series_go_with_it_though_a_waiting_claim_still_names_it():
     """A full pool of two with a third claim waiting is deleted: its two bound claims are deleted, their addresses
     released, the pool's finalizer goes and the pool with it. The waiting claim stays (it is PoolNotReady now);
@@ -188,10 +184,6 @@ def test_a_deleted_pools_usage_series_go_with_it_though_a_waiting_claim_still_na
         assert REGISTRY.get_sample_value(series, labels) is None, series
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docs/operations.md says the per-pool series are exported by the replica that leads, but a standby "
-    "(may_act false) exports metal3_ipam_claims_not_ready for every pool from its own inventory: a query that does "
-    "not join on metal3_ipam_leader == 1 counts every waiting claim once per replica"))
 def test_a_standby_exports_no_per_pool_series():
     """A replica that may not write (it stands by on the Lease) has passes over nothing: no series of a pool."""
     key = o.PoolKey(NS, "standby-pool")
@@ -209,3 +201,34 @@ def test_a_standby_exports_no_per_pool_series():
     exported = [s for family in REGISTRY.collect() for s in family.samples
                 if {k: s.labels.get(k) for k in labels} == labels]
     assert exported == []
+
+
+def test_the_dashboard_picks_pools_among_a_series_every_pool_has_though_its_kind_says_no_counts(monkeypatch):
+    """The dashboard's namespace, kind and pool variables list the pools of a series each pool has from its first
+    pass, not its capacity: a kind that says no counts (OpenStack without maxIPs) is on it too."""
+    import dataclasses
+    import re
+
+    from metal3_ipam import observability
+    from metal3_ipam.core import poolkind
+
+    counted = poolkind.REGISTRY[POOL.kind]
+    monkeypatch.setitem(poolkind.REGISTRY, POOL.kind, dataclasses.replace(counted, status_counts={}))
+    key = o.PoolKey(NS, "uncounted")
+    api = loaded(ippool(name="uncounted", pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]),
+                 ipclaim("c0", pool="uncounted"))
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([key])
+        await settled(workers)
+
+    asyncio.run(scenario())
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(key)))
+    assert REGISTRY.get_sample_value("metal3_ipam_pool_capacity", labels) is None
+    variables = {v["name"]: v for v in observability.dashboard()["templating"]["list"]}
+    for name in ("namespace", "kind", "pool"):
+        (series,) = re.findall(r"label_values\((\w+)", variables[name]["definition"])
+        exported = {(s.labels.get("namespace"), s.labels.get("pool"), s.labels.get("kind"))
+                    for family in REGISTRY.collect() for s in family.samples if s.name.startswith(series)}
+        assert tuple(labels.values()) in exported, (name, series)

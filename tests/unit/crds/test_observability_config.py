@@ -92,10 +92,6 @@ def test_every_pool_query_of_the_dashboard_reads_the_leaders_series_or_the_contr
     assert 'job=~"$job"' in query or 'namespace=~"$namespace"' in query
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "config/prometheus/monitor.yaml does not set honorLabels: true: Prometheus renames the pool series' namespace "
-    "label exported_namespace and gives them the controller's namespace, so pools of one name in two namespaces "
-    "meet in the alerts' max by (namespace, pool, kind) and a global pool is shown in the controller's namespace"))
 def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series():
     """docs/operations.md (Metrics, Scraping): the per-pool series carry a ``namespace`` label of their own; a
     ServiceMonitor must scrape with ``honorLabels: true`` or the alerts and the dashboard see the controller's
@@ -106,14 +102,8 @@ def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series():
 
 
 
-_JOB_IGNORED = pytest.mark.xfail(strict=True, reason=(
-    "the allocations and releases panel selects by namespace, pool and kind only: with two installations "
-    "scraped by one Prometheus (jobs), picking one job still shows the other installation's pools"))
-
-
 @pytest.mark.parametrize("title, query", [
-    pytest.param(title, query, id=f"{title}:{n}",
-                 marks=[_JOB_IGNORED] if title == "Allocations and releases per second" else [])
+    pytest.param(title, query, id=f"{title}:{n}")
     for n, (title, query) in enumerate(observability.dashboard_queries())])
 def test_every_query_of_the_dashboard_keeps_to_the_job_picked(title, query):
     """The ``job`` variable picks an installation; every panel shows that installation's series only (through
