@@ -10,10 +10,13 @@ whose machine has no port yet looks like a free one of ``a/fips``.
 What tells them apart is CAPO's pool object itself, in the namespace of the
 pool adopting: a floating IP is adopted only when CAPO's pool of that name *in
 this namespace* lists its address in ``status.availableIPs`` (and not in
-``claimedIPs``), and no Cluster API IPAddress of another namespace holds it for
-a CAPO pool of that name (CAPO's pool recovers by its tag, so its
-``availableIPs`` may list another namespace's claimed floating IPs). No such
-pool here, or one that cannot be read: nothing is adopted.
+``claimedIPs``), and no Cluster API IPAddress holds it for a CAPO pool of that
+name: one of another namespace (CAPO's pool recovers by its tag, so its
+``availableIPs`` may list another namespace's claimed floating IPs), or one of
+this namespace (CAPO's pool writes the IPAddress of a claim before its status
+drops the address from ``availableIPs``). No such pool here, or one that cannot
+be read, or IPAddresses of some namespaces out of sight (a controller serving
+only some namespaces, ``-n``, keeps no others'): nothing is adopted.
 """
 
 from __future__ import annotations
@@ -41,21 +44,24 @@ def _addresses(status: Mapping[str, Any], name: str) -> set[str]:
     return {ip for ip in value if isinstance(ip, str)} if isinstance(value, list) else set()
 
 
-def adoptable(capo_pool: Mapping[str, Any] | None, held_elsewhere: Iterable[str] = ()) -> frozenset[str]:
-    """The addresses CAPO's pool (as read, or None) keeps free for its next claim, but those held elsewhere."""
+def adoptable(capo_pool: Mapping[str, Any] | None, held_elsewhere: Iterable[str] | None = ()) -> frozenset[str]:
+    """The addresses CAPO's pool (as read, or None) keeps free for its next claim, but those held elsewhere
+    (``held_elsewhere``; None: not known, as the IPAddresses of some namespaces are out of sight: none)."""
+    if held_elsewhere is None:
+        return frozenset()
     status = o.status(capo_pool) if isinstance(capo_pool, Mapping) else {}
     return frozenset(_addresses(status, "availableIPs") - _addresses(status, "claimedIPs") - set(held_elsewhere))
 
 
 def held_elsewhere(addresses: Iterable[Mapping[str, Any]], namespace: str, name: str) -> set[str]:
-    """The addresses Cluster API IPAddresses of namespaces other than ``namespace`` hold for a CAPO pool named
-    ``name``."""
+    """The addresses Cluster API IPAddresses hold for a CAPO pool named ``name``: of namespaces other than
+    ``namespace`` (CAPO's tag names no namespace) and of ``namespace`` itself (CAPO's pool there writes a claim's
+    IPAddress before its status drops the address from ``availableIPs``)."""
     found = set()
     for address in addresses:
         ref = o.spec(address).get("poolRef")
         if isinstance(ref, Mapping) and ref.get("apiGroup") == GROUP and ref.get("kind") == KIND \
-                and ref.get("name") == name and o.namespace(address) != namespace \
-                and isinstance(o.spec(address).get("address"), str):
+                and ref.get("name") == name and isinstance(o.spec(address).get("address"), str):
             found.add(o.spec(address)["address"])
     return found
 
