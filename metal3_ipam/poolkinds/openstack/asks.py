@@ -142,7 +142,8 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
     policy) are added to it, and those made taken out (the pool's ``status.failedIPs``, as CAPO's pool lists the
     addresses it could not have). ``held``: address -> key, of the IPAddresses of this controller's claims (and of
     the keys whose floating IP was found gone): an address another key holds is never taken nor made for this one,
-    whatever Neutron says of it. Only floating IPs of the pool's network (as ``floatingIPNetwork`` names it now)
+    whatever Neutron says of it (but one released here, described ``available``: the IPAddress of the key that
+    released it is on its way out). Only floating IPs of the pool's network (as ``floatingIPNetwork`` names it now)
     are taken: one kept, or pre-allocated, on the network the pool named before is not."""
     text = p.description(owner, key)
     holders = dict(held or {})
@@ -162,17 +163,20 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
         if fip.description == p.available_description(owner) and fip.port_id is None \
-                and fip.network_id == network["id"] and not others(fip.address):
+                and fip.network_id == network["id"]:
             if (taken := _take(neutron, fip, text, tags)) is not None:
                 return taken
     for address in pool.preallocated:
-        there = [] if others(address) else neutron.floating_ips(floating_ip_address=address)
-        if others(address) or there and there[0].network_id != network["id"]:
-            if failed is not None:
-                failed.add(address)  # a claim holds it, or it is on another network: not this pool's to have
+        there = neutron.floating_ips(floating_ip_address=address)
+        released = bool(there) and there[0].description == p.available_description(owner)
+        if (others(address) and not released) or there and there[0].network_id != network["id"]:
+            if failed is not None and not (there and p.key_in(owner, there[0].description)):
+                failed.add(address)  # a claim holds it (its floating IP gone), or it is on another network
             continue
         if there:
             if (taken := _take_preallocated(neutron, there[0], owner, text, tags)) is not None:
+                if failed is not None:
+                    failed.discard(address)
                 return taken
             continue
         try:
@@ -634,7 +638,8 @@ class OpenStackPools:
             key, spec = p.claim_key(lock)[0], lock.get("spec") or {}
             pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
             if key is not None and isinstance(spec.get("address"), str):
-                found[spec["address"]] = (key, o.namespace(lock), str(pool.get("name") or ""))
+                found[spec["address"]] = (key, str(pool.get("namespace") or o.namespace(lock)),
+                                          str(pool.get("name") or ""))
         return found
 
     def capo_held(self, namespace: str, name: str) -> set[str] | None:

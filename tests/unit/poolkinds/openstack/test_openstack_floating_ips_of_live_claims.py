@@ -466,3 +466,13 @@ def test_a_preallocated_address_a_claims_ipaddress_holds_is_not_taken_for_anothe
     chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
                       frozenset(), failed, {"203.0.113.5": LOST_KEY})
     assert chosen == NETWORK and neutron.fips["fip-1"].description == "" and failed == {"203.0.113.5"}
+
+
+def test_a_preallocated_floating_ip_released_here_is_taken_while_the_releasing_claims_ipaddress_is_going():
+    kept = FloatingIP("fip-1", "203.0.113.5", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips"), p.kept_tag(OWNER)), None, NETWORK)
+    neutron = FakeNeutron(kept)
+    # a claim of ns/fips, key "old", released it (kept: pre-allocated); its IPAddress is still being deleted
+    chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
+                      frozenset(), set(), {"203.0.113.5": "old"})
+    assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
