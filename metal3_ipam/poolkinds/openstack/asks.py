@@ -406,15 +406,17 @@ class OpenStackAsks:
             self._making[ref] = self._making.get(ref, 0) + 1
         try:
             return await self.run(pool, make, key, chosen, held,
-                                  {other: (ns, name) for other, ns, name in holders.values()})
+                                  {other: (ns, name) for other, ns, name in holders.values() if name})
         finally:
             self._making[ref] -= 1
 
     async def _adoptable(self, pool: OpenStackPool) -> frozenset[str]:
         if not pool.adopt_capo_pool or self.capo is None:
             return frozenset()
-        found = await self.capo.read(pool.namespace, pool.adopt_capo_pool)
-        return capo.adoptable(found, self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool))
+        held = self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool)
+        if held is None:
+            return frozenset()  # some namespaces' IPAddresses out of sight: nothing is adopted
+        return capo.adoptable(await self.capo.read(pool.namespace, pool.adopt_capo_pool), held)
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []
