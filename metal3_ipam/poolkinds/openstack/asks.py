@@ -414,8 +414,10 @@ class OpenStackAsks:
         if not pool.adopt_capo_pool or self.capo is None:
             return frozenset()
         held = self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool)
+        if held is None:  # some namespaces' IPAddresses are out of the inventory's sight: listed of the API server
+            held = await self.capo.held(pool.adopt_capo_pool)
         if held is None:
-            return frozenset()  # some namespaces' IPAddresses out of sight: nothing is adopted
+            return frozenset()
         return capo.adoptable(await self.capo.read(pool.namespace, pool.adopt_capo_pool), held)
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
@@ -487,7 +489,6 @@ class OpenStackPools:
         self.survey_after_answers = 3.0
         self._loop_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
-        self._capo_partial_told: set[tuple[str, str]] = set()
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._survey_loop(), name="openstack surveys")
@@ -646,15 +647,9 @@ class OpenStackPools:
 
     def capo_held(self, namespace: str, name: str) -> set[str] | None:
         """The addresses Cluster API IPAddresses hold for CAPO's pools named ``name`` (``capo.held_elsewhere``);
-        None when some namespaces' are out of sight (``-n``: the inventory keeps only the served namespaces'),
-        so that nothing is adopted, said once per pool."""
+        None when some namespaces' are out of sight (``-n``: the inventory keeps only the served namespaces'):
+        not known here (the asks list them of the API server, ``CAPOPools.held``)."""
         if self.inventory.namespaces is not None:
-            if (namespace, name) not in self._capo_partial_told:
-                self._capo_partial_told.add((namespace, name))
-                log.warning("nothing is adopted from CAPO's pool %s/%s (spec.adoptFromCAPOPool of the %ss of "
-                            "namespace %s): this controller serves only some namespaces (-n), so the Cluster API "
-                            "IPAddresses of the others, which may hold its floating IPs, are out of its sight",
-                            namespace, name, p.KIND, namespace)
             return None
         return capo.held_elsewhere(self.inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
 

@@ -14,9 +14,11 @@ this namespace* lists its address in ``status.availableIPs`` (and not in
 name: one of another namespace (CAPO's pool recovers by its tag, so its
 ``availableIPs`` may list another namespace's claimed floating IPs), or one of
 this namespace (CAPO's pool writes the IPAddress of a claim before its status
-drops the address from ``availableIPs``). No such pool here, or one that cannot
-be read, or IPAddresses of some namespaces out of sight (a controller serving
-only some namespaces, ``-n``, keeps no others'): nothing is adopted.
+drops the address from ``availableIPs``). A controller serving only some
+namespaces (``-n``) keeps no other namespace's IPAddresses: it lists them of
+the API server for each adoption (:meth:`CAPOPools.held`). No such pool here,
+or one that cannot be read, or IPAddresses that cannot be listed: nothing is
+adopted, and a warning says why.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 
 log = logging.getLogger(__name__)
@@ -86,3 +90,33 @@ class CAPOPools:
             log.warning("%s %s/%s (spec.adoptFromCAPOPool) could not be read: %s; nothing is adopted",
                         KIND, namespace, name, exc)
         return None
+
+    async def held(self, name: str) -> set[str] | None:
+        """The addresses Cluster API IPAddresses of every namespace hold for a CAPO pool named ``name``
+        (``held_elsewhere``), listed of the API server; None if they cannot be listed (nothing is adopted)."""
+        try:
+            return await asyncio.to_thread(self._held, name)
+        except Exception as exc:
+            reason = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+            log.warning("the Cluster API IPAddresses of every namespace could not be listed (%s): nothing is adopted "
+                        "from a CAPO pool %s (spec.adoptFromCAPOPool)", reason, name)
+            return None
+
+    def _held(self, name: str) -> set[str]:
+        for version in kinds.CAPI_IPAM_VERSIONS:
+            found: list[dict] = []
+            token = None
+            try:
+                while True:
+                    page = request(self._api, "GET", f"/apis/{kinds.CAPI_IPAM_GROUP}/{version}/ipaddresses?limit=500"
+                                   + (f"&continue={quote(token)}" if token else ""), timeout=30) or {}
+                    found.extend(page.get("items") or [])
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        break
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # this version is not served: the next
+                raise
+            return held_elsewhere(found, "", name)
+        return set()

@@ -476,3 +476,29 @@ def test_a_preallocated_floating_ip_released_here_is_taken_while_the_releasing_c
     chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
                       frozenset(), set(), {"203.0.113.5": "old"})
     assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
+
+
+class CAPOReads:
+    """CAPO's pool a/fips as read, and the Cluster API IPAddresses of every namespace as listed (None: refused)."""
+
+    def __init__(self, pool, held):
+        self.pool, self._held = pool, held
+
+    async def read(self, namespace, name):
+        return self.pool
+
+    async def held(self, name):
+        return self._held
+
+
+def test_a_controller_serving_some_namespaces_adopts_what_the_ipaddresses_of_every_namespace_leave_free():
+    inventory = Inventory()
+    inventory.namespaces = frozenset({"a"})  # -n a: b's IPAddresses are not in the inventory
+    pools = a.OpenStackPools(NeutronAsks(FakeNeutron()), Asking(deadline=30), inventory=inventory, writer=None,
+                             wake=lambda *args: None)
+    pool = model(ns="a", adoptFromCAPOPool="fips")
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9", "203.0.113.10"]),
+                                {"203.0.113.10"})  # listed of the API server: b/m1 holds it
+    assert asyncio.run(pools.asks._adoptable(pool)) == {"203.0.113.9"}
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9"]), None)  # the list refused
+    assert asyncio.run(pools.asks._adoptable(pool)) == frozenset()
