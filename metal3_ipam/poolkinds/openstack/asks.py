@@ -38,6 +38,7 @@ from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
 from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
 from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
@@ -128,8 +129,8 @@ def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: st
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
-           looked: bool = False, adoptable: frozenset[str] = frozenset(), failed: set[str] | None = None
-           ) -> FloatingIP | str:
+           looked: bool = False, adoptable: frozenset[str] = frozenset(), failed: set[str] | None = None,
+           held: Mapping[str, str] | None = None) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
     ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses whose address is
     ``adoptable`` (``capo.adoptable``: CAPO's tag has no namespace); else the id of the
@@ -138,12 +139,20 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
     taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before.
     ``failed``: the pre-allocated addresses that could not be made (held by another project, or refused by the
     policy) are added to it, and those made taken out (the pool's ``status.failedIPs``, as CAPO's pool lists the
-    addresses it could not have)."""
+    addresses it could not have). ``held``: address -> key, of the IPAddresses of this controller's claims (and of
+    the keys whose floating IP was found gone): an address another key holds is never taken nor made for this one,
+    whatever Neutron says of it (but one released here, described ``available``: the IPAddress of the key that
+    released it is on its way out). Only floating IPs of the pool's network (as ``floatingIPNetwork`` names it now)
+    are taken: one kept, or pre-allocated, on the network the pool named before is not."""
     text = p.description(owner, key)
+    holders = dict(held or {})
+
+    def others(address: str) -> bool:
+        return holders.get(address) not in (None, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    held = None if looked else lookup(neutron, pool, owner, key)
-    if held is not None:
-        return held
+    found = None if looked else lookup(neutron, pool, owner, key)
+    if found is not None:
+        return found
     network = resolve_network(neutron, pool)
     mine = neutron.floating_ips(tags=tags[1])
     if pool.max_ips is not None:
@@ -152,13 +161,21 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
             raise OpenStackError(p.MAX_IPS_REACHED, f"{pool.text} holds {len(claimed) + making} floating IPs, "
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
-        if fip.description == p.available_description(owner) and fip.port_id is None:
+        if fip.description == p.available_description(owner) and fip.port_id is None \
+                and fip.network_id == network["id"]:
             if (taken := _take(neutron, fip, text, tags)) is not None:
                 return taken
     for address in pool.preallocated:
         there = neutron.floating_ips(floating_ip_address=address)
+        released = bool(there) and there[0].description == p.available_description(owner)
+        if (others(address) and not released) or there and there[0].network_id != network["id"]:
+            if failed is not None and not (there and p.key_in(owner, there[0].description)):
+                failed.add(address)  # a claim holds it (its floating IP gone), or it is on another network
+            continue
         if there:
             if (taken := _take_preallocated(neutron, there[0], owner, text, tags)) is not None:
+                if failed is not None:
+                    failed.discard(address)
                 return taken
             continue
         try:
@@ -174,7 +191,8 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
         return made
     if pool.adopt_capo_pool and adoptable:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
-            if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable:
+            if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable \
+                    and fip.network_id == network["id"] and not others(fip.address):
                 if (taken := _take(neutron, fip, text, tags)) is not None:
                     return taken
     return str(network["id"])
@@ -200,23 +218,43 @@ def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str,
 
 
 def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str,
-         lost: Mapping[str, str] | None = None) -> FloatingIP:
+         held: Mapping[str, str] | None = None, pools: Mapping[str, PoolRef] | None = None) -> FloatingIP:
     """A new floating IP for the key on the network: its description (the key) in the create call itself, then
-    its tags. ``lost``: address -> key, of claims whose floating IP is gone from Neutron (``sweep``) and which
-    keep their address: Neutron handing out such an address again gives it back to that key (a claim's IP is no
-    other's while its IPAddress stands), and another is made."""
+    its tags. ``held``: address -> key, of the IPAddresses of this controller's claims (``pools``: key -> its
+    pool, where known). Neutron hands out only addresses no floating IP of the project has: one such address is
+    a claim's whose floating IP is gone (deleted behind this controller, found by a sweep or not yet), and which
+    keeps its address. It is given back to that key, tagged as that key's pool's (a claim's IP is no other's
+    while its IPAddress stands), and another is made."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    made, lost = neutron.create(network_id, text), dict(lost or {})
-    while lost.get(made.address) not in (None, key):
-        other = lost.pop(made.address)
-        if neutron.describe(made.id, p.description(owner, other), made.revision) is None:
-            break  # changed since made (a lookup of the key took it): the key's, settled as any
-        _tagged(neutron, made, tags)
+    made, held = neutron.create(network_id, text), dict(held or {})
+    while held.get(made.address) not in (None, key):
+        other = held.pop(made.address)
+        _give_back(neutron, made, owner, other, (pools or {}).get(other))
         log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was deleted "
                     "behind this controller: given back to it", pool.text, made.address, key, other)
         made = neutron.create(network_id, text)
     return _settled(neutron, made, text, tags)
+
+
+def _give_back(neutron: Neutron, made: FloatingIP, owner: str, key: str, pool: PoolRef | None) -> None:
+    """``made`` (just made, carrying another key) given the description of ``key``, whose IPAddress holds its
+    address, and tagged with ``key``'s pool (untagged when not known: the sweep that finds it again tags it).
+    Written at the revision read (a lookup of the key it was made for may tag it meanwhile: read again, tried
+    again); if it cannot be, it is deleted: never left to the key it was made for."""
+    tags = [owner, *([p.pool_tag(owner, *pool)] if pool is not None else [])]
+    fip: FloatingIP | None = made
+    for _ in range(3):
+        if fip is None or fip.description != made.description:
+            return  # deleted, or given back, meanwhile
+        given = neutron.describe(fip.id, p.description(owner, key), fip.revision)
+        if given is not None:
+            _tagged(neutron, given, tags)
+            return
+        fip = neutron.get(fip.id)
+    neutron.delete(made.id)
+    raise OpenStackError(p.ADDRESS_TAKEN, f"floating IP {made.address} made, but the IPAddress of key {key} holds "
+                                          "that address and it could not be given back to it: deleted")
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
@@ -275,10 +313,13 @@ class OpenStackAsks:
         self.failed: dict[PoolRef, set[str]] = {}  # pre-allocated addresses that could not be made, per pool
         self._tasks: set[asyncio.Task] = set()
         self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
-        self.lost_addresses: Callable[[], dict[str, str]] = dict  # address -> key, of floating IPs found gone
+        #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
+        #: floating IP was found gone: no other key is given those addresses
+        self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
         self.capo: CAPOPools | None = None  # CAPO's pools, read for adoptFromCAPOPool (None: nothing adopted)
-        #: (namespace, CAPO pool name) -> the addresses IPAddresses of other namespaces hold for such a pool
-        self.capo_held_elsewhere: Callable[[str, str], set[str]] = lambda namespace, name: set()
+        #: (namespace, CAPO pool name) -> the addresses Cluster API IPAddresses hold for such a pool (None: not
+        #: known, some namespaces' out of sight)
+        self.capo_held_elsewhere: Callable[[str, str], set[str] | None] = lambda namespace, name: set()
 
     def pool_changed(self, pool: OpenStackPool) -> None:
         self._pools[(pool.namespace, pool.name)] = pool
@@ -354,22 +395,29 @@ class OpenStackAsks:
         if found is not None:
             return found
         adoptable = await self._adoptable(pool)
+        holders = self.held_addresses()
+        held = {address: other for address, (other, _, _) in holders.items()}
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
             chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable,
-                                    self.failed.setdefault(ref, set()))
+                                    self.failed.setdefault(ref, set()), held)
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
         try:
-            return await self.run(pool, make, key, chosen, self.lost_addresses())
+            return await self.run(pool, make, key, chosen, held,
+                                  {other: (ns, name) for other, ns, name in holders.values() if name})
         finally:
             self._making[ref] -= 1
 
     async def _adoptable(self, pool: OpenStackPool) -> frozenset[str]:
         if not pool.adopt_capo_pool or self.capo is None:
             return frozenset()
-        found = await self.capo.read(pool.namespace, pool.adopt_capo_pool)
-        return capo.adoptable(found, self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool))
+        held = self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool)
+        if held is None:  # some namespaces' IPAddresses are out of the inventory's sight: listed of the API server
+            held = await self.capo.held(pool.adopt_capo_pool)
+        if held is None:
+            return frozenset()
+        return capo.adoptable(await self.capo.read(pool.namespace, pool.adopt_capo_pool), held)
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []
@@ -422,9 +470,8 @@ class OpenStackPools(OutsidePools):
                          survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
-        asks.lost_addresses = lambda: {address: key for key, (_, _, address) in self.sweeper.lost.items()}
-        asks.capo_held_elsewhere = lambda namespace, name: capo.held_elsewhere(
-            inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
+        asks.held_addresses = self.holders
+        asks.capo_held_elsewhere = self.capo_held
 
     def read_model(self, pool_obj: Mapping[str, Any]) -> OpenStackPool | None:
         return p.read_pool(pool_obj)[0]
@@ -454,6 +501,26 @@ class OpenStackPools(OutsidePools):
 
     async def sweep(self) -> list[FloatingIP]:
         return await self.sweeper.sweep()
+
+    def holders(self) -> dict[str, tuple[str, str, str]]:
+        """address -> (key, pool namespace, pool name): the address each lock holds for its key, and each found
+        lost (its claim keeps it)."""
+        found = {address: (key, ns, name) for key, (ns, name, address) in self.sweeper.lost.items()}
+        for lock in self.inventory.of_kind(kinds.IPADDRESS):
+            key, spec = p.claim_key(lock)[0], lock.get("spec") or {}
+            pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+            if key is not None and isinstance(spec.get("address"), str):
+                found[spec["address"]] = (key, str(pool.get("namespace") or o.namespace(lock)),
+                                          str(pool.get("name") or ""))
+        return found
+
+    def capo_held(self, namespace: str, name: str) -> set[str] | None:
+        """The addresses Cluster API IPAddresses hold for CAPO's pools named ``name`` (``capo.held_elsewhere``);
+        None when some namespaces' are out of sight (``-n``: the inventory keeps only the served namespaces'):
+        not known here (the asks list them of the API server, ``CAPOPools.held``)."""
+        if self.inventory.namespaces is not None:
+            return None
+        return capo.held_elsewhere(self.inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
 
     def bound(self) -> dict[str, str]:
         """The address each key's lock holds (the claim's floating IP)."""

@@ -10,10 +10,15 @@ whose machine has no port yet looks like a free one of ``a/fips``.
 What tells them apart is CAPO's pool object itself, in the namespace of the
 pool adopting: a floating IP is adopted only when CAPO's pool of that name *in
 this namespace* lists its address in ``status.availableIPs`` (and not in
-``claimedIPs``), and no Cluster API IPAddress of another namespace holds it for
-a CAPO pool of that name (CAPO's pool recovers by its tag, so its
-``availableIPs`` may list another namespace's claimed floating IPs). No such
-pool here, or one that cannot be read: nothing is adopted.
+``claimedIPs``), and no Cluster API IPAddress holds it for a CAPO pool of that
+name: one of another namespace (CAPO's pool recovers by its tag, so its
+``availableIPs`` may list another namespace's claimed floating IPs), or one of
+this namespace (CAPO's pool writes the IPAddress of a claim before its status
+drops the address from ``availableIPs``). A controller serving only some
+namespaces (``-n``) keeps no other namespace's IPAddresses: it lists them of
+the API server for each adoption (:meth:`CAPOPools.held`). No such pool here,
+or one that cannot be read, or IPAddresses that cannot be listed: nothing is
+adopted, and a warning says why.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import request
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 
 log = logging.getLogger(__name__)
@@ -41,21 +48,24 @@ def _addresses(status: Mapping[str, Any], name: str) -> set[str]:
     return {ip for ip in value if isinstance(ip, str)} if isinstance(value, list) else set()
 
 
-def adoptable(capo_pool: Mapping[str, Any] | None, held_elsewhere: Iterable[str] = ()) -> frozenset[str]:
-    """The addresses CAPO's pool (as read, or None) keeps free for its next claim, but those held elsewhere."""
+def adoptable(capo_pool: Mapping[str, Any] | None, held_elsewhere: Iterable[str] | None = ()) -> frozenset[str]:
+    """The addresses CAPO's pool (as read, or None) keeps free for its next claim, but those held elsewhere
+    (``held_elsewhere``; None: not known, as the IPAddresses of some namespaces are out of sight: none)."""
+    if held_elsewhere is None:
+        return frozenset()
     status = o.status(capo_pool) if isinstance(capo_pool, Mapping) else {}
     return frozenset(_addresses(status, "availableIPs") - _addresses(status, "claimedIPs") - set(held_elsewhere))
 
 
 def held_elsewhere(addresses: Iterable[Mapping[str, Any]], namespace: str, name: str) -> set[str]:
-    """The addresses Cluster API IPAddresses of namespaces other than ``namespace`` hold for a CAPO pool named
-    ``name``."""
+    """The addresses Cluster API IPAddresses hold for a CAPO pool named ``name``: of namespaces other than
+    ``namespace`` (CAPO's tag names no namespace) and of ``namespace`` itself (CAPO's pool there writes a claim's
+    IPAddress before its status drops the address from ``availableIPs``)."""
     found = set()
     for address in addresses:
         ref = o.spec(address).get("poolRef")
         if isinstance(ref, Mapping) and ref.get("apiGroup") == GROUP and ref.get("kind") == KIND \
-                and ref.get("name") == name and o.namespace(address) != namespace \
-                and isinstance(o.spec(address).get("address"), str):
+                and ref.get("name") == name and isinstance(o.spec(address).get("address"), str):
             found.add(o.spec(address)["address"])
     return found
 
@@ -80,3 +90,33 @@ class CAPOPools:
             log.warning("%s %s/%s (spec.adoptFromCAPOPool) could not be read: %s; nothing is adopted",
                         KIND, namespace, name, exc)
         return None
+
+    async def held(self, name: str) -> set[str] | None:
+        """The addresses Cluster API IPAddresses of every namespace hold for a CAPO pool named ``name``
+        (``held_elsewhere``), listed of the API server; None if they cannot be listed (nothing is adopted)."""
+        try:
+            return await asyncio.to_thread(self._held, name)
+        except Exception as exc:
+            reason = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+            log.warning("the Cluster API IPAddresses of every namespace could not be listed (%s): nothing is adopted "
+                        "from a CAPO pool %s (spec.adoptFromCAPOPool)", reason, name)
+            return None
+
+    def _held(self, name: str) -> set[str]:
+        for version in kinds.CAPI_IPAM_VERSIONS:
+            found: list[dict] = []
+            token = None
+            try:
+                while True:
+                    page = request(self._api, "GET", f"/apis/{kinds.CAPI_IPAM_GROUP}/{version}/ipaddresses?limit=500"
+                                   + (f"&continue={quote(token)}" if token else ""), timeout=30) or {}
+                    found.extend(page.get("items") or [])
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        break
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # this version is not served: the next
+                raise
+            return held_elsewhere(found, "", name)
+        return set()

@@ -33,8 +33,9 @@ the key again to be sure) and records them (``Inventory.address_lost``): the
 claim says so (condition ``AddressLost``) with a Warning Event, and the pool
 lists the address in ``failedIPs``. Nothing is made anew for it: the machine's
 address would change under it. The claim keeps its IPAddress, so its IP is no
-other claim's while that stands; a create that Neutron answers with that
-address gives it back to the key (``asks.make``). A floating IP carrying the
+other claim's while that stands: a create that Neutron answers with that
+address gives it back to the key, found lost yet or not (``asks.make`` looks
+at every lock's address), and no pre-allocated one is made at it for another. A floating IP carrying the
 key again (an admin made one with that address and the key's description)
 ends it at the next sweep, as does the claim's deletion.
 

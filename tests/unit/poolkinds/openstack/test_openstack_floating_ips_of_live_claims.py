@@ -343,10 +343,6 @@ def test_a_preallocated_address_another_project_holds_is_a_failed_ip_until_it_is
     assert status["failedIPs"] == ["198.51.100.7"]
 
 
-@pytest.mark.xfail(strict=True, reason="asks.make gives an address Neutron hands out again back to the key whose "
-                   "IPAddress holds it only once a sweep has recorded it lost (Sweeper.lost, in memory, every "
-                   "sweep_seconds): before the first sweep, or after a restart, the address goes to the new key "
-                   "while the claim's IPAddress still holds it")
 def test_an_address_neutron_hands_out_again_before_a_sweep_saw_it_lost_is_not_given_to_a_second_claim():
     from metal3_ipam.core.asking import Ask, Granted, Op
     neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron; no sweep has run since
@@ -363,9 +359,6 @@ def test_an_address_neutron_hands_out_again_before_a_sweep_saw_it_lost_is_not_gi
     assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress holds was given to a claim of other/fips"
 
 
-@pytest.mark.xfail(strict=True, reason="capo.held_elsewhere leaves out the Cluster API IPAddresses of the pool's "
-                   "own namespace, so a floating IP CAPO's pool of that namespace has just handed to a claim "
-                   "(IPAddress written, machine without a port, status.availableIPs not rewritten yet) is adopted")
 def test_adopting_capos_pool_never_takes_a_floating_ip_an_ipaddress_of_capos_pool_in_its_namespace_holds():
     fip = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
     neutron = FakeNeutron(fip)
@@ -377,9 +370,6 @@ def test_adopting_capos_pool_never_takes_a_floating_ip_an_ipaddress_of_capos_poo
     assert not isinstance(chosen, FloatingIP), "took the floating IP CAPO's claim a/m0 holds"
 
 
-@pytest.mark.xfail(strict=True, reason="choose hands out a floating IP the pool keeps (Retain) whatever network it "
-                   "is on: after spec.floatingIPNetwork is edited to another network, a claim is given an address "
-                   "of the old one")
 def test_a_floating_ip_kept_on_the_network_the_pool_named_before_is_not_handed_out_after_the_network_changed():
     new_network = "0b4e9d3a-5c6f-4a1b-8e2d-7f9a0c1b2d3e"
     kept = FloatingIP("fip-1", "203.0.113.6", p.available_description(OWNER),
@@ -391,9 +381,6 @@ def test_a_floating_ip_kept_on_the_network_the_pool_named_before_is_not_handed_o
     assert chosen == new_network or chosen.network_id == new_network, f"gave {chosen.address} of {chosen.network_id}"
 
 
-@pytest.mark.xfail(strict=True, reason="asks.make tags an address it gives back to a lost key with the pool that "
-                   "asked, not the lost key's: the floating IP of ns/fips's claim is counted as claimed by other/fips "
-                   "(its status, its maxIPs) and judged by that pool's sweep")
 def test_an_address_given_back_to_a_lost_key_of_another_pool_is_not_tagged_as_the_asking_pools():
     neutron = FakeNeutron()
     addresses = iter(["203.0.113.40", "203.0.113.41"])
@@ -407,9 +394,6 @@ def test_an_address_given_back_to_a_lost_key_of_another_pool_is_not_tagged_as_th
     assert p.pool_tag(OWNER, "other", "fips") not in back.tags, back.tags
 
 
-@pytest.mark.xfail(strict=True, reason="choose makes a pre-allocated address anew (neutron.create with the address) "
-                   "without looking at the addresses found lost: the address a claim's IPAddress keeps, recorded "
-                   "lost by the sweep, is made for another key and granted to it")
 def test_a_preallocated_address_a_claim_keeps_after_its_floating_ip_was_deleted_is_not_made_for_another_key():
     from metal3_ipam.core.asking import Ask, Granted, Op
     neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron
@@ -424,10 +408,6 @@ def test_a_preallocated_address_a_claim_keeps_after_its_floating_ip_was_deleted_
     assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress keeps was made for a claim of other/fips"
 
 
-@pytest.mark.xfail(strict=True, reason="under -n the inventory keeps no Cluster API IPAddress of a namespace not "
-                   "served unless its pool is of cluster scope, so capo_held_elsewhere misses the IPAddress of CAPO's "
-                   "pool b/fips, and a floating IP CAPO's pool a/fips lists available (recovered by its tag) is "
-                   "adopted while b's claim holds it")
 def test_a_controller_serving_some_namespaces_never_adopts_a_floating_ip_capos_pool_of_another_namespace_holds():
     inventory = Inventory()
     inventory.namespaces = frozenset({"a"})  # -n a
@@ -439,3 +419,86 @@ def test_a_controller_serving_some_namespaces_never_adopts_a_floating_ip_capos_p
     adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.10"]),
                                pools.asks.capo_held_elsewhere("a", "fips"))
     assert "203.0.113.10" not in adoptable, "b/m1's floating IP is adoptable for a pool of namespace a"
+
+
+NEW_NETWORK = "0b4e9d3a-5c6f-4a1b-8e2d-7f9a0c1b2d3e"
+
+
+def test_a_preallocated_floating_ip_on_another_network_than_the_pools_is_not_taken_and_is_a_failed_ip():
+    admins = FloatingIP("fip-1", "198.51.100.7", "", (), None, NETWORK)  # on the network the pool named before
+    neutron = FakeNeutron(admins)
+    neutron.networks = lambda query: [{"id": NEW_NETWORK, "name": "public-2", "tags": []}]
+    failed = set()
+    chosen = a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"], floatingIPNetwork={"id": NEW_NETWORK}),
+                      OWNER, "k1", 0, True, frozenset(), failed)
+    assert chosen == NEW_NETWORK and failed == {"198.51.100.7"}
+    assert neutron.fips["fip-1"].description == "", "took the admin's floating IP of another network"
+
+
+def test_adopting_capos_pool_takes_no_floating_ip_of_another_network_than_the_pools():
+    capos = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
+    neutron = FakeNeutron(capos)
+    neutron.networks = lambda query: [{"id": NEW_NETWORK, "name": "public-2", "tags": []}]
+    chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips", floatingIPNetwork={"id": NEW_NETWORK}),
+                      OWNER, "ka", 0, True, frozenset({"203.0.113.9"}))
+    assert chosen == NEW_NETWORK
+
+
+def test_an_address_given_back_to_a_key_whose_pool_is_known_is_tagged_with_that_pool():
+    neutron = FakeNeutron()
+    addresses = iter(["203.0.113.40", "203.0.113.41"])
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    made = a.make(neutron, model(ns="other"), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY},
+                  {LOST_KEY: ("ns", "fips")})
+    (back,) = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
+    assert made.address == "203.0.113.41" and back.description == p.description(OWNER, LOST_KEY)
+    assert p.pool_tag(OWNER, "ns", "fips") in back.tags and p.pool_tag(OWNER, "other", "fips") not in back.tags
+
+
+def test_a_preallocated_address_a_claims_ipaddress_holds_is_not_taken_for_another_key():
+    free = FloatingIP("fip-1", "203.0.113.5", "", (), None, NETWORK)  # given back by hand without the key
+    neutron = FakeNeutron(free)
+    failed = set()
+    chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
+                      frozenset(), failed, {"203.0.113.5": LOST_KEY})
+    assert chosen == NETWORK and neutron.fips["fip-1"].description == "" and failed == {"203.0.113.5"}
+
+
+def test_a_preallocated_floating_ip_released_here_is_taken_while_the_releasing_claims_ipaddress_is_going():
+    kept = FloatingIP("fip-1", "203.0.113.5", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips"), p.kept_tag(OWNER)), None, NETWORK)
+    neutron = FakeNeutron(kept)
+    # a claim of ns/fips, key "old", released it (kept: pre-allocated); its IPAddress is still being deleted
+    chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
+                      frozenset(), set(), {"203.0.113.5": "old"})
+    assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
+
+
+class CAPOReads:
+    """CAPO's pool a/fips as read, and the Cluster API IPAddresses of every namespace as listed (None: refused)."""
+
+    def __init__(self, pool, held):
+        self.pool, self._held = pool, held
+
+    async def read(self, namespace, name):
+        return self.pool
+
+    async def held(self, name):
+        return self._held
+
+
+def test_a_controller_serving_some_namespaces_adopts_what_the_ipaddresses_of_every_namespace_leave_free():
+    inventory = Inventory()
+    inventory.namespaces = frozenset({"a"})  # -n a: b's IPAddresses are not in the inventory
+    pools = a.OpenStackPools(NeutronAsks(FakeNeutron()), Asking(deadline=30), inventory=inventory, writer=None,
+                             wake=lambda *args: None)
+    pool = model(ns="a", adoptFromCAPOPool="fips")
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9", "203.0.113.10"]),
+                                {"203.0.113.10"})  # listed of the API server: b/m1 holds it
+    assert asyncio.run(pools.asks._adoptable(pool)) == {"203.0.113.9"}
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9"]), None)  # the list refused
+    assert asyncio.run(pools.asks._adoptable(pool)) == frozenset()
