@@ -535,19 +535,12 @@ def _global_pass_on_its_way_then(change):
     return api
 
 
-@pytest.mark.xfail(strict=True, reason="a namespaced pool's allocation guards only the IPs of global pools that "
-                   "are not being deleted (inventory._facts drops a deleting pool), so a global pool's pass made "
-                   "before its deletion lands its guard without conflict: 10.9.0.2 bound to claims a and d")
 def test_a_global_pools_pass_landing_after_its_deletion_never_takes_an_ip_a_namespaced_pool_handed_out_meanwhile():
     api = _global_pass_on_its_way_then(lambda api: user_delete(api, GLOBAL, "g", ""))
     held = _one_claim_per_ip(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
-@pytest.mark.xfail(strict=True, reason="a namespaced pool's allocation guards only the IPs the global pools' "
-                   "current specs hold, and a global pool's pass carries no precondition on its pool's version, "
-                   "so one made before an edit that dropped the IP lands after the namespaced pool handed it "
-                   "out: 10.9.0.2 bound to claims a and d")
 def test_a_global_pools_pass_landing_after_an_edit_that_dropped_the_ip_never_takes_it_from_a_namespaced_pool():
     def drop_the_ip(api):
         pool = copy.deepcopy(get(api, GLOBAL, "g", ""))
@@ -574,19 +567,12 @@ def _namespaced_pass_on_its_way_then(change):
     return api
 
 
-@pytest.mark.xfail(strict=True, reason="a global pool withholds only what the namespaced pools' current specs hold "
-                   "(a deleting pool takes no part), and a namespaced pass made before the global pool existed writes "
-                   "no guard: landing after the namespaced pool's deletion and the global pool's allocation of the "
-                   "same IP, 10.9.0.2 is bound to claims a and d")
 def test_a_namespaced_pools_pass_landing_after_its_deletion_never_takes_an_ip_a_new_global_pool_handed_out():
     api = _namespaced_pass_on_its_way_then(lambda api: user_delete(api, LOCAL, "n"))
     held = _one_claim_per_ip(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
-@pytest.mark.xfail(strict=True, reason="a namespaced pool's pass carries no precondition on its pool's version: made "
-                   "before a global pool existed (no guard) and before an edit that dropped the IP, it lands after the "
-                   "new global pool handed the IP to a claim of the namespace: 10.9.0.2 bound to claims a and d")
 def test_a_namespaced_pools_pass_landing_after_an_edit_that_dropped_the_ip_never_takes_it_from_a_new_global_pool():
     def drop_the_ip(api):
         pool = copy.deepcopy(get(api, LOCAL, "n"))
@@ -609,10 +595,6 @@ def _stopped_after_its_guard(api, pool_key):
     raise AssertionError("no guard written")
 
 
-@pytest.mark.xfail(strict=True, reason="a guard stays while its claim lives bound to no address (guard_holds): the "
-                   "guard of a global pool's claim whose lock was never written keeps its IP from the namespaced "
-                   "pools of its namespace for as long as that claim waits, and it waits for good once a namespaced "
-                   "pool owns the IP: 10.9.0.1 stays free while claim a of n says PoolExhausted")
 def test_a_guard_written_before_a_crash_for_a_claim_that_then_waits_keeps_no_ip_from_a_namespaced_pool():
     api = _converged(_pool("g", ["10.9.0.1"], "2024-01-01T00:00:00Z"))
     api.load(_claim("d", "g"))
