@@ -72,10 +72,10 @@ class Guards(PassState):
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
-        if ips is not None and first == last and first not in ips:
-            # An IP is guarded whatever the global pools' specs are now: a global IP pool's pass made before
-            # an edit or a deletion that dropped it (or one of a global pool created after this pass was made)
-            # may land after this one; the API server gives the guard's name once.
+        if kind.guards_every_ip and ips is not None and first == last and first not in ips:
+            # Whatever the global pools' specs are now: a global IP pool's pass made before an edit or a deletion
+            # that dropped the IP (or this pass, made before a global pool was created) may land after the
+            # other; the API server gives the guard's name once.
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
