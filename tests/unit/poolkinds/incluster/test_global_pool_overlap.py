@@ -658,8 +658,11 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_a_n
     assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), _spans(api, lengths)
 
 
-@pytest.mark.parametrize("shape, how", _orders({(shape, how): _UNGUARDED_LOCAL for shape in ("ip-prefix", "prefix-wider")
-                                                 for how in ("deleted", "edited")}))
+_LOCAL_UNGUARDED = {(shape, how): _UNGUARDED_LOCAL for shape in ("ip-prefix", "prefix-wider")
+                    for how in ("deleted", "edited")}
+
+
+@pytest.mark.parametrize("shape, how", _orders(_LOCAL_UNGUARDED))
 def test_a_namespaced_pools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(
         shape, how):
     glob, local, _, lengths = SHAPES[shape]

@@ -133,7 +133,8 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion"), o.is_guard(getattr(a, "obj", {})))
                      for a in claim_step.actions]
     # Its IP's guard first, which a global pool's allocation of that IP in the namespace would write too.
-    assert kinds_written[:4] == [("Create", kinds.METAL3_API_VERSION, True), ("Create", kinds.METAL3_API_VERSION, False),
+    assert kinds_written[:4] == [("Create", kinds.METAL3_API_VERSION, True),
+                                 ("Create", kinds.METAL3_API_VERSION, False),
                                  ("Create", gi.CAPI_API_VERSION, False), ("SetStatus", None, False)]
     converge(api, random.Random(0))
     user_delete(api, kinds.CAPI_CLAIM, "a")
