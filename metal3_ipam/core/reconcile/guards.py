@@ -54,8 +54,9 @@ class Guards(PassState):
     def guard_spans(self, claim: dict, unit: int) -> list[Span] | None:
         """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock: a global pool's
         allocation guards its IP or sub-prefix (but a separate network's); a namespaced pool's guards each IP of
-        its address (an IP, or a sub-prefix) that a global IP pool holds, and each sub-prefix of a global prefix
-        pool it meets, for the namespace's pools. The guards of both have one name, which the API server gives
+        its address (an IP, or a sub-prefix) that a global IP pool holds (or one being deleted held), its IP
+        whatever they hold for a kind that ``guards_every_ip``, and each sub-prefix of a global prefix pool it
+        meets, for the namespace's pools. The guards of both have one name, which the API server gives
         once: of two allocations that meet in a namespace and that no pass saw the other make (a global pool's
         pass made before the namespaced pool came, carried out after its allocation, or the other way round), the
         second is refused at its guard with the rest of that step. A global pool's pass always guards (it cannot
