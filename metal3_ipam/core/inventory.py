@@ -992,7 +992,7 @@ class Inventory:
         (``reconcile``'s guards). None when there are more than ``limit``."""
         spans = []
         for key in self._pool_names.get("", ()):
-            facts = self._facts(key) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
+            facts = self._facts(key, deleting=True) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
             if model is not None and model.version == version:
                 spans += [(max(e.first, first), min(e.last, last)) for e in model.entries
@@ -1009,7 +1009,7 @@ class Inventory:
         more than ``limit``."""
         found: set[tuple[int, int]] = set()
         for key in self._pool_names.get("", ()):
-            facts = self._facts(key) if poolkind.REGISTRY[key.kind].holds_prefixes else None
+            facts = self._facts(key, deleting=True) if poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
             if model is None or model.version != version or model.unit_length is None:
                 continue
@@ -1035,11 +1035,12 @@ class Inventory:
         found = [(self._facts(k), now) for k, now in keys]
         return [(facts, now) for facts, now in found if facts is not None]
 
-    def _facts(self, key: o.PoolKey) -> PoolFacts | None:
+    def _facts(self, key: o.PoolKey, deleting: bool = False) -> PoolFacts | None:
         """What deciding the pool's overlaps looks at, or None when it takes no part (being deleted, invalid,
-        of a kind whose pools are independent)."""
+        of a kind whose pools are independent). ``deleting``: a pool being deleted takes part too (what a
+        namespaced pool's allocation guards: a pass of it made before its deletion may still land)."""
         pool = self.objects[(key.kind, key.namespace, key.name)]
-        if o.is_deleting(pool) or not keeps_apart(key.kind):
+        if (o.is_deleting(pool) and not deleting) or not keeps_apart(key.kind):
             return None
         model, _ = self.pool_model(pool)
         if model is None:
@@ -1100,6 +1101,7 @@ class Inventory:
             global_holds=self.global_holds,
             global_held=self.global_held,
             global_blocks=self.global_blocks,
+            addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,

@@ -189,6 +189,11 @@ class PoolKind:
     # The CustomResourceDefinitions the kind installs (``metal3_ipam.crds`` writes them under config/crd/), as
     # fresh dicts; none for a kind whose CRD is installed otherwise.
     crds: Callable[[], list[dict[str, Any]]] = lambda: []
+    # A namespaced pool whose allocation of an IP always writes its guard in the namespace (``naming.guard_name``),
+    # whatever the global pools' specs are now: a global pool's pass made before an edit or a deletion that
+    # dropped the IP, or before this pool's, lands on it and is refused. False: only the IPs global pools hold
+    # now are guarded (Metal3's IPPool writes the objects the Go Metal3 IPAM writes).
+    guards_every_ip: bool = False
     # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
     # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
     lock_tag: str | None = None

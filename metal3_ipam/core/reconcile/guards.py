@@ -15,7 +15,8 @@ from ..kept import bound_ip
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
-from .pieces import _ip_of, _owned_by, _owner
+from .binding import _settled
+from .pieces import _ip_of, _owned_by, _owner, _passed
 from .state import PassState
 
 # The most guards one allocation writes: a namespaced IP or sub-prefix that would take more is not handed out
@@ -53,8 +54,9 @@ class Guards(PassState):
     def guard_spans(self, claim: dict, unit: int) -> list[Span] | None:
         """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock: a global pool's
         allocation guards its IP or sub-prefix (but a separate network's); a namespaced pool's guards each IP of
-        its address (an IP, or a sub-prefix) that a global IP pool holds, and each sub-prefix of a global prefix
-        pool it meets, for the namespace's pools. The guards of both have one name, which the API server gives
+        its address (an IP, or a sub-prefix) that a global IP pool holds (or one being deleted held), its IP
+        whatever they hold for a kind that ``guards_every_ip``, and each sub-prefix of a global prefix pool it
+        meets, for the namespace's pools. The guards of both have one name, which the API server gives
         once: of two allocations that meet in a namespace and that no pass saw the other make (a global pool's
         pass made before the namespaced pool came, carried out after its allocation, or the other way round), the
         second is refused at its guard with the rest of that step. A global pool's pass always guards (it cannot
@@ -71,6 +73,11 @@ class Guards(PassState):
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
+        if kind.guards_every_ip and ips is not None and first == last and first not in ips:
+            # Whatever the global pools' specs are now: a global IP pool's pass made before an edit or a deletion
+            # that dropped the IP (or this pass, made before a global pool was created) may land after the
+            # other; the API server gives the guard's name once.
+            ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
@@ -84,8 +91,11 @@ class Guards(PassState):
         """Whether a guard keeps its IP for a claim other than ``claim``: its claim lives (the incarnation it
         owns) and is bound to no other address (until its address shows, its allocation may be on its way; a
         sub-prefix's guards name its length). Else it is left over (its allocation refused, its claim gone) and
-        whoever wants the IP deletes it. One the namespace's pools own holds until the garbage collector takes
-        it (their liveness as a cache shows it is no reason to delete it)."""
+        whoever wants the IP deletes it. So is one whose claim is bound to none and whose lock is not stored,
+        once it is older than a stored lock is left to its maker (``lock_settle_seconds``): its pass stopped
+        before its lock, and its claim may wait for good (the IP owned by a namespaced pool since). One the
+        namespace's pools own holds until the garbage collector takes it (their liveness as a cache shows it is
+        no reason to delete it)."""
         if held_by_pools(guard):
             return True
         ref = o.spec(guard).get("claim") or {}
@@ -95,8 +105,34 @@ class Guards(PassState):
         if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
             return False
         bound, guarded = bound_ip(holder), _ip_of(guard)
-        return bound is None or (guarded is not None and bound.version == guarded.version
-                                 and int(bound) == _span_base(guard, guarded))
+        if bound is None:
+            return guarded is None or self.lock_stored(guard, holder, guarded) or not self.settled(guard, claim)
+        return guarded is not None and bound.version == guarded.version and int(bound) == _span_base(guard, guarded)
+
+    def lock_stored(self, guard: dict, holder: dict, guarded) -> bool:
+        """Whether an address of the guard's claim (its lock, or its Cluster API IPAddress) at the guarded IP or
+        sub-prefix is stored: in the guard's namespace, or the lock namespace (a global pool's locks)."""
+        base = _span_base(guard, guarded)
+        for namespace in {o.namespace(guard), self.snap.lock_namespace}:
+            for address in self.snap.addresses_at(namespace, guarded.version, base):
+                capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+                named = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+                if o.is_guard(address) or named is None or named[1] != o.name(holder):
+                    continue
+                if (named[2] if len(named) > 2 else o.namespace(address)) == o.namespace(holder):
+                    return True
+        return False
+
+    def settled(self, guard: dict, claim: dict | None) -> bool:
+        """Whether a guard whose lock is not stored is old enough to be let go; until then ``claim`` (the one
+        wanting its IP) is due a pass when it is."""
+        settled = _settled(guard, self.snap.lock_settle_seconds)
+        if settled is None or _passed(settled, self.snap.now):
+            return True
+        if claim is not None:
+            key = o.claim_key(claim)
+            self.ledger.due[key] = min(self.ledger.due.get(key, settled), settled)
+        return False
 
     def span_taken(self, claim: dict, span: Span) -> bool:
         """Whether the guard of ``span`` keeps it from ``claim``: a live claim's guard (but its own), a global

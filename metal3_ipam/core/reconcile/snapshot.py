@@ -83,6 +83,9 @@ class Snapshot:
     # last), or None when there are more than the limit: a namespaced pool's allocation there guards each.
     global_blocks: Callable[[int, int, int, int], list[tuple[int, int]] | None] = \
         lambda version, first, last, limit: []
+    # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
+    # claim has its lock yet.
+    addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"

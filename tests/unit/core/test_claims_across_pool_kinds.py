@@ -107,8 +107,8 @@ def _problems(api) -> list:
     for kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
         for address in api.inventory.of_kind(kind):
             who = _claimant(address)
-            if o.is_deleting(address) or who not in live:
-                continue
+            if o.is_deleting(address) or who not in live or o.is_guard(address):
+                continue  # (a guard of the claim's IP in its namespace is not one of its addresses)
             pool = (o.spec(address).get("pool") or o.spec(address).get("poolRef") or {}).get("kind")
             held.setdefault((_domain(pool), o.spec(address)["address"]), set()).add(who)
             if any(r.get("uid") == o.meta(live[who])["uid"] for r in o.meta(address).get("ownerReferences") or []):

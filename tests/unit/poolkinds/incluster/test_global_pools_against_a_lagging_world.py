@@ -1,5 +1,6 @@
 """Two GlobalInClusterIPPools, a GlobalInClusterPrefixPool and an InClusterIPPool named like one of them,
-overlapping, created in any order, and an InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
+overlapping, created in any order, the global ones edited to and fro, deleted and created anew, and an
+InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
 against a model of the world (test_model's): the API store apart from the controller's cache, fed by
 lagging per-kind watch streams, events delivered again and LISTs filed late, and passes whose writes land
 after others' (a replica behind, or slow). Claims of one name in two
@@ -57,6 +58,8 @@ LENGTHS = {PREFIX[1]: PREFIX_LENGTH, GLOBAL_PREFIX[1]: 126}
 POOLS = {"g": (GLOBAL, None, "g", ["fd00::1-fd00::3"]), "h": (GLOBAL, None, "h", ["fd00::2-fd00::4"]),
          "q": (GLOBAL_PREFIX, None, "q", ["fd00::/124"]),
          "n": (NAMESPACED, "ns-a", "g", ["fd00::1-fd00::5", "fd00::9"])}
+# The address sets each global pool is edited between: its own (above), and one shifted from it.
+GLOBAL_EDITS = {"g": (["fd00::1-fd00::3"], ["fd00::9"]), "h": (["fd00::2-fd00::4"], ["fd00::1"])}
 # The pools claims may name: those above, and the prefix pool, once it is there.
 CLAIMED = {**POOLS, "p": (PREFIX, "ns-b", "p", PREFIX_SETS[0])}
 
@@ -144,6 +147,30 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
             edited["spec"]["prefixes"] = PREFIX_SETS[which]
             self.store._store(edited)
 
+    @rule(which=st.sampled_from(sorted(GLOBAL_EDITS)), edit=st.sampled_from(range(2)))
+    def user_edits_a_global_pool(self, which, edit):
+        """A global pool's addresses edited to and fro: passes made before land after it."""
+        kind, _, name, _ = POOLS[which]
+        stored = self.store.inventory.get(kind, "", name)
+        field = "prefixes" if kind == GLOBAL_PREFIX else "addresses"
+        if stored is not None and not o.is_deleting(stored) and o.spec(stored)[field] != GLOBAL_EDITS[which][edit]:
+            edited = copy.deepcopy(stored)
+            edited["spec"][field] = GLOBAL_EDITS[which][edit]
+            self.store._store(edited)
+
+    @rule(which=st.sampled_from(["g", "h", "q"]))
+    def user_deletes_or_recreates_a_global_pool(self, which):
+        """A global pool deleted (its finalizer holds it while its claims have addresses), or created anew once
+        gone: passes made before land after it."""
+        kind, _, name, addresses = POOLS[which]
+        stored = self.store.inventory.get(kind, "", name)
+        if stored is None:
+            self.store.load(pool(kind, None, addresses, name, self.store.now))
+        elif not o.is_deleting(stored):
+            deleted = copy.deepcopy(stored)
+            deleted["metadata"]["deletionTimestamp"] = self.store.now
+            self.store._store(deleted)
+
     @rule(ns=st.sampled_from(NAMESPACES), paused=st.booleans())
     def user_pauses_cluster_by_annotation(self, ns, paused):
         c = copy.deepcopy(self.store.inventory.get(kinds.CLUSTER, ns, "cl"))
@@ -160,10 +187,12 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
             self.run_pass(o.PoolKey(ns or "", name, kind))
 
     @precondition(lambda self: self.started)
-    @rule(which=st.sampled_from(sorted(POOLS)))
+    @rule(which=st.sampled_from(sorted(CLAIMED)))
     def a_pool_pass_is_planned(self, which):
         """A pass whose writes land later: other passes, and the user, act in between (a replica behind)."""
-        kind, ns, name, _ = POOLS[which]
+        kind, ns, name, _ = CLAIMED[which]
+        if self.cache.get(kind, ns or "", name) is None:
+            return
         self.on_its_way.append(reconcile(self.cache.snapshot(o.PoolKey(ns or "", name, kind), self.store.now,
                                                              self.rng)))
 
