@@ -154,7 +154,8 @@ class Ledger:
     def apply(self, changes: Iterable[tuple[ObjKey, dict | None]]) -> tuple[dict, dict]:
         """Take the changes (key, the object now filed in this pool or None); returns what to decide again.
 
-        Dirty are: changed claims and the addresses naming them, changed
+        Dirty are: changed claims and the addresses naming them, the claims of
+        the addresses at an IP a changed claim's status keeps or kept, changed
         addresses and the claims they named before and name now; then what
         an earlier pass left over, and the unserved claims when an IP went free.
         """
@@ -169,11 +170,17 @@ class Ledger:
                 if ckey in self.pending_answers:
                     # The claims refused for carrying its key (see reconcile's ``key_owner``) await it too.
                     self._answered.add(self.pending_answers[ckey])
+                kept_before = self.kept.get(ckey)
                 if old is not None:
                     self.drop(old)
                 if obj is not None:
                     self.add(obj)
                 claims[ckey] = None
+                if self.kept.get(ckey) != kept_before:
+                    # An IP kept for it, or no longer: an address of another claim at that IP not taken up
+                    # for it may be now, or one taken up may no longer be.
+                    for ip in (kept_before, self.kept.get(ckey)):
+                        claims.update(dict.fromkeys(self._claims_at(ip)))
                 for address_key in self._keys(self.named.get(ckey)):
                     addresses[(METAL3, address_key)] = None
                 for address_key in self._keys(self.mirrors_named.get(ckey)):
