@@ -1,0 +1,150 @@
+"""The Lease store's upkeep (``core.lockstore``): locks an earlier version wrote as Metal3 IPAddresses moved
+over, and guards whose claim is gone collected.
+
+A lock seen as a Metal3 IPAddress that belongs in the Lease store (``Controller.legacy``) holds its IP as it
+is. Here its Lease is created first, and only once the Lease exists (this one, or one that holds the same IP
+for the same claim) is the IPAddress let go: its finalizers removed and it deleted, that incarnation only. A
+Lease of that name for another claim is another lock: the IPAddress is kept, and said once in the log.
+
+A guard stored as a Metal3 IPAddress in its claim's namespace went with its claim (the garbage collector);
+a Lease in the lock namespace cannot name an owner of another namespace, so a guard whose claim is gone is
+deleted here, once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``: a
+replica may have made it for a claim this one does not see yet).
+
+Both run while this replica may write (leading, caught up), woken by what the watches file, and at every
+resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from ..core import kinds, lockstore
+from ..core import objects as o
+from .api import MERGE_PATCH, ApiWriter
+from .operator import LEASES, Controller
+
+log = logging.getLogger("metal3_ipam.locks")
+
+
+class LockUpkeep:
+    def __init__(self, controller: Controller, writer: ApiWriter, home: str,
+                 may_act: Callable[[], bool]) -> None:
+        self.controller = controller
+        self.writer = writer
+        self.home = home
+        self.may_act = may_act
+        self.wake = asyncio.Event()
+        self._said: set[tuple[str, str]] = set()
+        controller.on_locks = self.wake.set
+
+    async def run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            if not self.may_act():
+                continue
+            try:
+                await self.move_over()
+                await self.collect_guards()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the API server away, a refusal: the next wake (or resync) tries again
+                log.warning("the Lease store's upkeep failed: %s", getattr(err, "reason", None) or err)
+
+    async def move_over(self) -> None:
+        inventory = self.controller.inventory
+        filed = [x for x in inventory.of_kind(kinds.IPADDRESS)
+                 if lockstore.in_leases(x) and lockstore.stored_in_lease(x) is None]
+        pending = {(o.namespace(x), o.name(x)): x for x in filed}
+        pending.update(self.controller.legacy)
+        for key, legacy in list(pending.items()):
+            if not self.may_act():
+                return
+            if await self._leased(key, legacy):
+                await self._let_go(key, legacy)
+
+    async def _leased(self, key: tuple[str, str], legacy: dict) -> bool:
+        """The lock's Lease exists (created now, or found holding the same IP for the same claim)."""
+        resource = LEASES
+        lease = lockstore.to_lease(lockstore.moved_over(legacy), self.home)
+        try:
+            created = await self.writer._call("POST", resource.path(self.home), body=lease,
+                                              content_type="application/json")
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            found = await self.writer._refresh(o.ref(legacy))
+            if found is not None and lockstore.stored_in_lease(found) and lockstore.same_lock(found, legacy):
+                return True
+            if key not in self._said:
+                self._said.add(key)
+                log.warning("IPAddress %s/%s (an earlier version's lock of %s) is kept: the Lease %s/%s holds "
+                            "another lock", key[0], key[1], o.spec(legacy).get("address"), self.home,
+                            lockstore.lease_name(*key))
+            return False
+        view = lockstore.from_lease(created)
+        if view is not None:
+            self.controller.file(view)
+        log.info("lock %s/%s of %s moved to the Lease %s/%s", key[0], key[1], o.spec(legacy).get("address"),
+                 self.home, o.name(created))
+        return True
+
+    async def _let_go(self, key: tuple[str, str], legacy: dict) -> None:
+        """The IPAddress an earlier version wrote: its finalizers removed, then deleted (that incarnation)."""
+        resource = self.writer.resources.get(kinds.IPADDRESS)
+        self.controller.legacy.pop(key, None)
+        if resource is None:
+            return
+        path = resource.path(*key)
+        uid = o.meta(legacy).get("uid")
+        try:
+            if o.finalizers(legacy):
+                await self.writer._call("PATCH", path, body={"metadata": {"finalizers": None, "uid": uid}},
+                                        content_type=MERGE_PATCH)
+            await self.writer._call("DELETE", path, body={"preconditions": {"uid": uid}} if uid else {},
+                                    content_type="application/json")
+        except ApiException as err:
+            if err.status not in (404, 409, 422):  # gone, or another incarnation: its own news bring it again
+                raise
+        if lockstore.stored_in_lease(self.controller.inventory.get(kinds.IPADDRESS, *key)) is None:
+            self.controller.inventory.remove(legacy)
+
+    async def collect_guards(self) -> None:
+        inventory = self.controller.inventory
+        claims = {str(o.meta(c).get("uid")) for kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM)
+                  for c in inventory.of_kind(kind)}
+        served = inventory.namespaces
+        settle = datetime.timedelta(seconds=max(inventory.lock_settle_seconds, 0))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for guard in lockstore.orphan_guards(list(inventory.of_kind(kinds.IPADDRESS)), claims,
+                                             lambda ns: served is None or ns in served):
+            if not self.may_act():
+                return
+            if now - _time(o.meta(guard).get("creationTimestamp")) < settle:
+                self.wake_later(settle.total_seconds())
+                continue
+            path = LEASES.path(self.home, lockstore.stored_in_lease(guard))
+            try:
+                await self.writer._call("DELETE", path, body={"preconditions": {"uid": o.meta(guard).get("uid")}},
+                                        content_type="application/json")
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+            inventory.remove(guard)
+
+    def wake_later(self, seconds: float) -> None:
+        asyncio.get_running_loop().call_later(seconds, self.wake.set)
+
+
+def _time(text: Any) -> datetime.datetime:
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
