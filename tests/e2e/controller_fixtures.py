@@ -36,6 +36,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.core import poolkind
 from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import controlplane as cp_mod
@@ -379,6 +380,10 @@ class Kube:
 
     def ipaddress(self, name: str) -> dict | None:
         return self.get(METAL3, "ipaddresses", name)
+
+    def locks(self, lock_namespace: str = "default") -> list[dict]:
+        """The locks of this namespace stored as Leases (in ``lock_namespace``), as the IPAddresses they stand for."""
+        return [x for x in lease_locks(self.api_client, lock_namespace) if x["metadata"]["namespace"] == self.ns]
 
     def capi_ipclaim(self, name: str) -> dict | None:
         return self.get(CAPI, "ipaddressclaims", name)
