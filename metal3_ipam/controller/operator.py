@@ -74,8 +74,12 @@ def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ..
             (kinds.CLUSTER_GROUP, ("v1beta2", "v1beta1"), (kinds.CLUSTER,))]
 
 
-def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
-    """Which versions of our kinds the cluster serves; Cluster API kinds are optional."""
+def discover(api: client.ApiClient, may_list: Callable[[str, str, str | None], bool] | None = None,
+             namespace: str | None = None, denied: set | None = None) -> dict[tuple[str, str], Resource]:
+    """Which versions of our kinds the cluster serves; Cluster API kinds are optional. With ``may_list``
+    (group, plural, namespace or None: whether this controller may list them, see ``listable``), a kind it may
+    not list is not served either (another provider's, installed beside: its RBAC is not this one's), and is
+    added to ``denied``."""
     resources = {}
     served_by_group: dict[str, set[str]] = {}
     for group, preferred, group_kinds in wanted_kinds():
@@ -93,18 +97,46 @@ def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
             log.warning("%s is not served by this cluster: %s not served", group,
                         ", ".join(kind[1] for kind in group_kinds) + (" are" if len(group_kinds) > 1 else " is"))
             continue
+        refused = [kind for kind in group_kinds if may_list is not None and not may_list(
+            group, plural_of(kind), None if _cluster_scoped(kind) else namespace)]
+        if refused:
+            log.warning("%s is served, but this controller may not list %s (RBAC): not served", group,
+                        ", ".join(kind[1] for kind in refused))
+            if denied is not None:
+                denied.update(refused)
         for kind in group_kinds:
-            resources[kind] = Resource(group, version, plural_of(kind))
+            if kind not in refused:
+                resources[kind] = Resource(group, version, plural_of(kind))
     if not any(kind in resources for kind in poolkind.REGISTRY):
         raise NotInstalled("no kind of pool is served by this cluster: the CRDs of none of "
                            + ", ".join(f"{k[1]}.{k[0]}" for k in poolkind.REGISTRY) + " are installed")
     return resources
 
 
-def unserved(resources: dict[tuple[str, str], Resource]) -> list[str]:
-    """What /readyz says of the kinds not served (their CRDs are not installed): one line."""
-    missing = [f"{k[1]}.{k[0]}" for k in (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS) if k not in resources]
-    return [f"not served (CRD not installed): {', '.join(missing)}"] if missing else []
+def unserved(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+    """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
+    those this controller may not list."""
+    ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)
+    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied]
+    refused = [f"{k[1]}.{k[0]}" for k in ours if k in denied]
+    return ([f"not served (CRD not installed): {', '.join(missing)}"] if missing else []) + \
+        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else [])
+
+
+def listable(api: client.ApiClient) -> Callable[[str, str, str | None], bool]:
+    """Whether this controller may list a resource (in a namespace, or everywhere), as the API server answers a
+    SelfSubjectAccessReview (every authenticated user may ask); True when it cannot be asked."""
+    def may_list(group: str, plural: str, namespace: str | None) -> bool:
+        attributes = {"group": group, "resource": plural, "verb": "list", **({"namespace": namespace}
+                                                                             if namespace else {})}
+        try:
+            answer = request(api, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                             body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                   "spec": {"resourceAttributes": attributes}})
+        except ApiException:
+            return True  # not asked: the listing says what it is refused
+        return bool((answer.get("status") or {}).get("allowed")) if isinstance(answer, dict) else True
+    return may_list
 
 
 def lease_store(resources: dict[tuple[str, str], Resource]) -> bool:

@@ -50,7 +50,8 @@ from .leader import LeaderElector, LeaseTiming
 from ..core import lockstore
 from .locks import LockUpkeep
 from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
-                       lease_store, listings, lock_listings, login_from, settings, unserved)
+                       lease_store, listable, listings, lock_listings, login_from, settings,
+                       unserved)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -249,8 +250,10 @@ class Runtime:
         if self.rate_limit is not None:
             self.rate_limit.limit(self.api)
         try:
-            self.resources = await asyncio.to_thread(discover, self.api)
-            self.unserved = unserved(self.resources)
+            denied: set = set()
+            self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
+                                                     (self.options.namespaces or [None])[0], denied)
+            self.unserved = unserved(self.resources, denied)
             self.lease_store = lease_store(self.resources)
         except NotInstalled as err:
             raise CannotStart(str(err)) from None

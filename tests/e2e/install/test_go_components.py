@@ -195,8 +195,8 @@ def test_the_go_in_cluster_components_run_this_image_unchanged_but_for_the_image
 
         # A v1alpha1 pool is converted by this controller's /convert, as the provider's CRDs ask.
         old = call(admin, "POST", f"/apis/{IC}/v1alpha1/namespaces/{ns}/inclusterippools",
-                   _pool("InClusterIPPool", "old", {"subnet": "10.8.0.0/24", "first": "10.8.0.10",
-                                                    "last": "10.8.0.12"}, "v1alpha1"), "application/json")
+                   _pool("InClusterIPPool", "old", {"subnet": "10.8.0.0/24", "start": "10.8.0.10",
+                                                    "end": "10.8.0.12"}, "v1alpha1"), "application/json")
         assert old.status == 201, old.message
         converted = call(admin, "GET", f"/apis/{IC}/v1alpha2/namespaces/{ns}/inclusterippools/old").body
         assert converted["spec"]["addresses"] == ["10.8.0.10-10.8.0.12"] and converted["spec"]["prefix"] == 24
