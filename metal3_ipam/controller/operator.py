@@ -174,7 +174,7 @@ class Controller:
         key = self.inventory.key(obj)
         if key is not None and key not in self.inventory.objects and not self.inventory.keeps(key, obj):
             return  # another namespace's address of a namespaced pool: not even slimmed
-        if self.hidden(obj):
+        if self.hidden(obj) or self.not_served(obj):
             return
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
         if self._parked(obj):
@@ -235,8 +235,16 @@ class Controller:
             self.on_event(event_type, view)
 
     def hide_listed(self, obj: dict) -> bool:
-        """For a listing of Metal3 IPAddresses: a lock whose Lease is filed is listed, not filed."""
-        return self.hidden(obj)
+        """For a listing of the locks: one whose Lease is filed (a Metal3 IPAddress), or of a namespace not served
+        (a Lease), is listed, not filed."""
+        return self.hidden(obj) or self.not_served(obj)
+
+    def not_served(self, obj: dict) -> bool:
+        """A lock of the Lease store of a namespace not served (``-n``) but the lock namespace: the Leases of every
+        namespace are in one, but, as a Metal3 IPAddress, the locks of a namespace are only its controller's."""
+        served = self.inventory.namespaces
+        return served is not None and lockstore.stored_in_lease(obj) is not None \
+            and o.namespace(obj) not in served and o.namespace(obj) != self.inventory.lock_namespace
 
     def _remove(self, obj: dict) -> None:
         self.workers.kick(self.inventory.remove(obj))

@@ -97,3 +97,20 @@ def test_each_listing_proves_gone_only_what_its_own_store_holds():
     # An IPAddress listed whose Lease is filed is listed, not filed over it.
     asyncio.run(controller.settle(_listing([moved, waiting], lambda x: lockstore.stored_in_lease(x) is None, "42")))
     assert _locked(controller.inventory)["p-10-0-0-5"] == ("10.0.0.5", True)
+
+
+def test_under_n_the_leases_of_locks_of_namespaces_not_served_are_not_filed():
+    controller = _controller()
+    controller.inventory.namespaces = frozenset({"ns-a"})
+    controller.inventory.lock_namespace = HOME
+    here, there, global_lock = (_legacy(n, ip, v) for n, ip, v in (
+        ("p-10-0-0-5", "10.0.0.5", "10"), ("p-10-0-0-6", "10.0.0.6", "11"), ("g.10-0-0-7.gip", "10.0.0.7", "12")))
+    here["metadata"]["namespace"], there["metadata"]["namespace"] = "ns-a", "ns-b"
+    global_lock["metadata"]["namespace"] = HOME
+    for lock, version in ((here, "20"), (there, "21"), (global_lock, "22")):
+        controller.on_lease_event("ADDED", _lease_of(lock, version))
+    listed = [lockstore.from_lease(_lease_of(lock, v)) for lock, v in ((here, "20"), (there, "21"),
+                                                                        (global_lock, "22"))]
+    asyncio.run(controller.settle(_listing(listed, lambda x: lockstore.stored_in_lease(x) is not None, "40")))
+    assert {(o.namespace(x), o.name(x)) for x in controller.inventory.of_kind(kinds.IPADDRESS)} == {
+        ("ns-a", "p-10-0-0-5"), (HOME, "g.10-0-0-7.gip")}
