@@ -267,13 +267,13 @@ class Controller:
         version = None
         freezer = self.workers.freezer
         park = self._parked if listing.kind == kinds.CLUSTER and not first else None
-        if listing.kind == kinds.IPADDRESS and listing.only is not None:
-            park = self.hide_listed
+        # A listing of the locks where two stores hold them: what is hidden (``hide_listed``) is listed, not filed.
+        hold = self.hide_listed if listing.kind == kinds.IPADDRESS and listing.only is not None else park
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
                     version = version or page.resource_version
-                    await file_in_steps(filing.file(page.items, hold=park), self.workers.kick, freezer)
+                    await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
         if park is not None and self.resumptions is not None:
             self.resumptions.listed(listing.namespace, filing.seen, version)  # parked ones it proves gone

@@ -13,6 +13,7 @@ from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.waiting import eventually_async
 
 from resuming import Kicks
 
@@ -114,3 +115,21 @@ def test_under_n_the_leases_of_locks_of_namespaces_not_served_are_not_filed():
     asyncio.run(controller.settle(_listing(listed, lambda x: lockstore.stored_in_lease(x) is not None, "40")))
     assert {(o.namespace(x), o.name(x)) for x in controller.inventory.of_kind(kinds.IPADDRESS)} == {
         ("ns-a", "p-10-0-0-5"), (HOME, "g.10-0-0-7.gip")}
+
+
+def test_a_listing_of_the_locks_leaves_a_cluster_waiting_for_its_addresses_alone():
+    """A Cluster first seen waits for its namespace's addresses to be listed again (``resuming``); a listing of the
+    locks settled meanwhile is no listing of Clusters: the Cluster is filed once its addresses are listed."""
+    inventory = Inventory()
+    controller = Controller(inventory, Kicks(), writer=None, relist=lambda namespace: [])
+    cluster = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+               "metadata": {"name": "c1", "namespace": "ns", "uid": "c", "resourceVersion": "5", "generation": 1},
+               "spec": {"paused": False}}
+
+    async def scenario():
+        controller.file(cluster)
+        await controller.settle(_listing([], lambda x: lockstore.stored_in_lease(x) is not None, "9"))
+        await eventually_async(lambda: inventory.get(kinds.CLUSTER, "ns", "c1") is not None, timeout=10,
+                               what="the Cluster filed")
+
+    asyncio.run(scenario())
