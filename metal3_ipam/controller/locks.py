@@ -11,8 +11,8 @@ a Lease in the lock namespace cannot name an owner of another namespace, so a gu
 deleted here, once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``: a
 replica may have made it for a claim this one does not see yet).
 
-Both run while this replica may write (leading, caught up), woken by what the watches file, and at every
-resync.
+Both run while this replica may write (leading, caught up): the move whenever the watches or a listing file
+such an IPAddress, the look over the guards at start, at every resync and when the lead is taken.
 """
 
 from __future__ import annotations
@@ -41,8 +41,16 @@ class LockUpkeep:
         self.home = home
         self.may_act = may_act
         self.wake = asyncio.Event()
+        self.sweep_due = False  # the guards looked over at the next wake (at start, resync, leadership)
         self._said: set[tuple[str, str]] = set()
         controller.on_locks = self.wake.set
+
+    def sweep(self) -> None:
+        """Look the guards over too at the next wake: a look walks every lock, so it is not done for each claim
+        gone; a guard left over meanwhile holds nothing (``Guards.guard_holds``), and is deleted by the next
+        allocation of its IP if that comes first."""
+        self.sweep_due = True
+        self.wake.set()
 
     async def run(self) -> None:
         while True:
@@ -52,19 +60,17 @@ class LockUpkeep:
                 continue
             try:
                 await self.move_over()
-                await self.collect_guards()
+                if self.sweep_due:
+                    self.sweep_due = False
+                    await self.collect_guards()
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the API server away, a refusal: the next wake (or resync) tries again
                 log.warning("the Lease store's upkeep failed: %s", getattr(err, "reason", None) or err)
 
     async def move_over(self) -> None:
-        inventory = self.controller.inventory
-        filed = [x for x in inventory.of_kind(kinds.IPADDRESS)
-                 if lockstore.in_leases(x) and lockstore.stored_in_lease(x) is None]
-        pending = {(o.namespace(x), o.name(x)): x for x in filed}
-        pending.update(self.controller.legacy)
-        for key, legacy in list(pending.items()):
+        # Every lock seen as a Metal3 IPAddress that belongs in the Lease store went through ``Controller.hidden``.
+        for key, legacy in list(self.controller.legacy.items()):
             if not self.may_act():
                 return
             if await self._leased(key, legacy):
@@ -106,7 +112,8 @@ class LockUpkeep:
         uid = o.meta(legacy).get("uid")
         try:
             if o.finalizers(legacy):
-                await self.writer._call("PATCH", path, body={"metadata": {"finalizers": None, "uid": uid}},
+                await self.writer._call("PATCH", path, body={"metadata": {"finalizers": None,
+                                                                          **({"uid": uid} if uid else {})}},
                                         content_type=MERGE_PATCH)
             await self.writer._call("DELETE", path, body={"preconditions": {"uid": uid}} if uid else {},
                                     content_type="application/json")

@@ -162,7 +162,7 @@ class Controller:
     relist: Callable[[str], list["Listing"]] | None = None  # a namespace's addresses, to be listed again
     resumptions: Resumptions | None = field(default=None, init=False)
     # The locks seen as Metal3 IPAddresses that belong in the Lease store, by (namespace, name): moved over by
-    # ``locks.LockMoves``, which ``on_locks`` wakes (a claim gone wakes it too: guards to collect).
+    # ``locks.LockUpkeep``, which ``on_locks`` wakes.
     legacy: dict[tuple[str, str], dict] = field(default_factory=dict, init=False)
     on_locks: Callable[[], None] = lambda: None
 
@@ -210,8 +210,6 @@ class Controller:
         if self.hidden(obj, gone=True):
             return
         self._remove(obj)
-        if kinds.kind_of(obj) in (kinds.IPCLAIM, kinds.CAPI_CLAIM):
-            self.on_locks()  # its guards stored as Leases are left to collect
 
     # -- the locks of the Lease store (``core.lockstore``) -------------------------------
 

@@ -468,7 +468,7 @@ class Runtime:
 
     def _upkeep(self) -> None:
         if self.upkeep is not None:
-            self.upkeep.wake.set()
+            self.upkeep.sweep()
 
     def _listings(self, resources: Mapping[tuple[str, str], Any], namespaces: list[str] | None = None,
                   lock_namespace: str | None = None) -> list[Listing]:
