@@ -192,3 +192,20 @@ def test_a_lease_gives_back_the_lock_it_stores(ns, name, ip, claim, labels, owne
     assert back["metadata"]["finalizers"] == lock["metadata"]["finalizers"]
     assert back["metadata"]["resourceVersion"] == "7" and lockstore.stored_in_lease(back) == o.name(lease)
     assert lockstore.in_leases(back) and lockstore.same_lock(back, lock)
+
+
+def test_after_a_move_the_source_lets_the_locks_of_what_left_go():
+    """clusterctl deletes the moved namespace's pools, claims and addresses past their finalizers; the Leases of
+    their locks are not its to delete: the source's controller lets them go, and the guards of the claims gone
+    are the upkeep's to collect (``lockstore.orphan_guards``: no garbage collector takes a Lease)."""
+    source = _converged()
+    for obj in list(source.inventory.objects.values()):
+        if o.namespace(obj) == "ns-a" and kinds.kind_of(obj) != kinds.IPADDRESS:
+            source._version += 1
+            source.inventory.remove({**obj, "metadata": {**obj["metadata"], "resourceVersion": str(source._version)}})
+    converge(source, random.Random(0))
+    left = {lockstore.from_lease(x)["metadata"]["name"]: lockstore.from_lease(x) for x in source.leases.values()}
+    assert not [n for n, x in left.items() if not o.is_guard(x) and o.spec(x)["claim"]["namespace"] == "ns-a"]
+    claims = {str(o.meta(c).get("uid")) for c in source.inventory.of_kind(kinds.CAPI_CLAIM)}
+    orphans = lockstore.orphan_guards(list(source.inventory.of_kind(kinds.IPADDRESS)), claims)
+    assert [(o.namespace(g), o.name(g)) for g in orphans] == [("ns-a", "10-1-0-2.nsip")]
