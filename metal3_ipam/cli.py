@@ -103,9 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
                      help="namespace of the Lease (default: $POD_NAMESPACE, else the service account's, else default)")
     run.add_argument("--lock-namespace", default=None, metavar="NS",
-                     help="namespace of the locks kept as Leases (the in-cluster kinds' and the guards of IPs, one "
-                          "per IP handed out) and of the pools of cluster scope (default: the Lease's namespace, "
-                          "--leader-election-namespace, whose Role grants them)")
+                     help="namespace of the locks kept as Leases (of the kinds whose locks are Leases, and the "
+                          "guards of IPs; one per IP handed out) and of the pools of cluster scope (default: the "
+                          "Lease's namespace, --leader-election-namespace, whose Role grants them)")
     run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
                      help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
     run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",

@@ -4,7 +4,7 @@ The reconcile decides by a lock's pool, claim and address and names it ``<namesp
 IPAddress (``binding.lock_for``, ``naming.guard_name``). Which API holds it is the adapter's business, and the
 in-memory model's: both map through this module, the reconcile never reads it.
 
-The locks of a kind whose ``PoolKind.locks_in_leases`` (the in-cluster provider's kinds, whose RBAC grants
+The locks of a kind whose ``PoolKind.locks_in_leases`` (one served with a provider's RBAC that grants
 nothing on ``ipam.metal3.io``) and every guard of an IP in a namespace are ``coordination.k8s.io`` Leases in
 the controller's own namespace (the lock namespace). A Lease's name is keyed by the lock's namespace and name
 (``lease_name``: ``<namespace>.<name>``, which is one-to-one because a namespace has no dot), so the API server
