@@ -28,7 +28,7 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 import kopf
@@ -446,7 +446,7 @@ class Runtime:
         """Every kind listed once before any pool is worked on; each of our kinds watched from the
         version it was listed at, so nothing in between is missed."""
         locks_listed = False
-        for listing in self._listings(self.resources):
+        for listing in self._listings(self._served()):
             if listing.kind == kinds.IPADDRESS and not locks_listed:
                 locks_listed = True
                 self._locks_loaded_in = self.gains if self._leading() else None
@@ -470,15 +470,22 @@ class Runtime:
         if self.upkeep is not None:
             self.upkeep.sweep()
 
-    def _listings(self, resources: Mapping[tuple[str, str], Any], namespaces: list[str] | None = None,
+    def _served(self) -> set[tuple[str, str]]:
+        """Every kind listed: those served, and the locks (``kinds.IPADDRESS``) where the Lease store holds them,
+        also where Metal3's IPAddress is not served."""
+        return set(self.resources) | ({kinds.IPADDRESS} if self.lease_store else set())
+
+    def _listings(self, resources: Iterable[tuple[str, str]], namespaces: list[str] | None = None,
                   lock_namespace: str | None = None) -> list[Listing]:
-        """The listings of the kinds of ``resources`` (``operator.listings``: the namespaces served, and the lock
-        namespace); where the Lease store is used, the locks (``kinds.IPADDRESS``) are its Leases, then the
-        Metal3 IPAddresses where served (``operator.lock_listings``), right after the Clusters."""
+        """The listings of the kinds ``resources`` (``operator.listings``: the namespaces served, and the lock
+        namespace), in the order of ``self.resources``; where the Lease store is used, the locks
+        (``kinds.IPADDRESS``) are its Leases, then the Metal3 IPAddresses where served
+        (``operator.lock_listings``), right after the Clusters."""
         if namespaces is None:
             namespaces, lock_namespace = self.options.namespaces, self.options.lock_namespace
-        plain = {k: self.resources[k] for k in resources
-                 if k in self.resources and not (self.lease_store and k == kinds.IPADDRESS)}
+        resources = set(resources)
+        plain = {k: r for k, r in self.resources.items()
+                 if k in resources and not (self.lease_store and k == kinds.IPADDRESS)}
         found = listings(self.api, plain, namespaces, lock_namespace)
         if not self.lease_store or kinds.IPADDRESS not in resources:
             return found
@@ -512,7 +519,7 @@ class Runtime:
         while True:
             await asyncio.sleep(self.options.resync_seconds)
             try:
-                for listing in self._listings(self.resources):
+                for listing in self._listings(self._served()):
                     await self.controller.settle(listing)
             except UNREACHABLE as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
@@ -522,15 +529,14 @@ class Runtime:
 
     def _addresses_of(self, namespace: str) -> list[Listing]:
         """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""
-        return self._listings({kinds.IPADDRESS: None, kinds.CAPI_ADDRESS: None}, [namespace])
+        return self._listings({kinds.IPADDRESS, kinds.CAPI_ADDRESS}, [namespace])
 
     async def _relist_kind(self, kind: tuple[str, str], namespace: str | None) -> str | None:
         """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
         if kind == lockstore.LEASE:
             return await self.controller.settle(lease_listing(self.api, self.options.lock_namespace))
         if kind == kinds.IPADDRESS and self.lease_store:
-            [listing] = [x for x in self._listings({kind: None}, [namespace] if namespace else [])
-                         if not x.leases]
+            [listing] = [x for x in self._listings({kind}, [namespace] if namespace else []) if not x.leases]
         else:
             [listing] = listings(self.api, {kind: self.resources[kind]}, [namespace] if namespace else [])
         return await self.controller.settle(listing)
@@ -578,7 +584,7 @@ class Runtime:
     async def _list_locks_afresh(self, gain: int) -> bool:
         """The Metal3 IPAddresses listed and filed, again until it goes through while ``gain`` holds;
         False when it ended (leadership lost or gained anew) first."""
-        resource = {kinds.IPADDRESS: None}
+        resource = {kinds.IPADDRESS}
         pause = 0.5
         while gain == self.gains and self._leading():
             try:

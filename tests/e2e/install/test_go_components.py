@@ -33,10 +33,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import REPO, Kube, check_invariants, free_port, start_control_plane
+from controller_fixtures import CAPI, REPO, Kube, check_invariants, free_port, start_control_plane
 from metal3_ipam.core.objects import is_guard
 from metal3_ipam.testing import image as image_mod
 from metal3_ipam.testing.locks import lease_locks
+from metal3_ipam.testing.waiting import eventually
 from metal3_ipam.testing.certs import Authority
 from image_fixtures import CERT_MANAGER_CRDS, kubelet_for
 from webhook_fixtures import (call, install, new_namespace, use_webhooks_at,
@@ -228,3 +229,12 @@ def test_the_go_in_cluster_components_run_this_image_unchanged_but_for_the_image
         assert not [line for line in log.splitlines() if "403" in line and "Event" not in line], log[-4000:]
 
         image_mod.ends_cleanly(running)
+
+    # Started again, it lists the locks (the Leases): a claim released now lets its Lease go.
+    with image_mod.Container(pod, container, kubelet) as again:
+        again.wait_ready()
+        kube.delete(CAPI, "ipaddressclaims", "c-inclusterippool")
+        kube.gone(CAPI, "ipaddressclaims", "c-inclusterippool")
+        eventually(lambda: "10.5.0.1" not in {lk["spec"]["address"] for lk in lease_locks(admin, namespace)},
+                   timeout=30, what="the Lease of the released claim's lock gone")
+        image_mod.ends_cleanly(again)

@@ -133,3 +133,22 @@ def test_a_listing_of_the_locks_leaves_a_cluster_waiting_for_its_addresses_alone
                                what="the Cluster filed")
 
     asyncio.run(scenario())
+
+
+def test_the_leases_are_listed_where_no_metal3_ipaddress_is_served():
+    """With only the in-cluster provider's CRDs, the locks are still listed (and so watched): the Leases, right
+    after the Clusters, before any pool is served."""
+    from metal3_ipam.controller.api import Resource
+    from metal3_ipam.controller.runtime import Options, Runtime
+
+    runtime = Runtime(Options(lock_namespace=HOME, namespaces=[]))
+    runtime.resources = {kinds.CLUSTER: Resource("cluster.x-k8s.io", "v1beta2", "clusters"),
+                         (gi.GROUP, gi.IN_CLUSTER_IP_POOL): Resource(gi.GROUP, "v1alpha2", "inclusterippools"),
+                         kinds.CAPI_ADDRESS: Resource(gi.GROUP, "v1beta2", "ipaddresses")}
+    runtime.lease_store = True
+    listed = runtime._listings(runtime._served())
+    assert [(str(x), x.leases) for x in listed] == [
+        ("Cluster.cluster.x-k8s.io", False), (f"leases.coordination.k8s.io in {HOME}", True),
+        (f"{gi.IN_CLUSTER_IP_POOL}.{gi.GROUP}", False), (f"IPAddress.{gi.GROUP}", False)]
+    assert [(str(x), x.leases) for x in runtime._listings({kinds.IPADDRESS})] == [
+        (f"leases.coordination.k8s.io in {HOME}", True)]
