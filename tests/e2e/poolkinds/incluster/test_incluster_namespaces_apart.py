@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from incluster_fixtures import unique_ips
 from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.testing.waiting import eventually
 
 FULL = {"total": 4, "used": 4, "free": 0, "outOfRange": 0}
@@ -45,8 +46,8 @@ def test_a_controller_of_other_namespaces_withholds_and_counts_a_global_pools_ad
     incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
     controller_factory(["-n", a, "--lock-namespace", locks, "--no-leader-elect"], name="serving-a")
     incluster.served("go", namespace=a)
-    eventually(lambda: any(x["spec"]["address"] == go_ip for x in incluster.custom.list_namespaced_custom_object(
-        "ipam.metal3.io", "v1alpha1", locks, "ipaddresses")["items"]), what=f"the lock of {go_ip}")
+    eventually(lambda: any(x["spec"]["address"] == go_ip for x in lease_locks(incluster.custom.api_client, locks)),
+               what=f"the lock of {go_ip}")
     incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
     unique_ips(x for x in incluster.all_addresses() if x["metadata"]["name"] != "w")
     assert incluster.get_address("w", namespace=a)["spec"]["address"] == "10.9.0.4"
