@@ -776,7 +776,7 @@ def own_ip(kube: Kube, kind: str, name: str) -> str | None:
     ready = condition(claim, "Ready")
     ref = (claim.get("status") or {}).get("addressRef") or {}
     mirror = kube.capi_ipaddress(ref["name"]) if ref.get("name") and ready and ready["status"] == "True" else None
-    locks = [a for a in kube.addresses() if a["spec"]["claim"]["name"] == name
+    locks = [a for a in [*kube.addresses(), *kube.locks()] if a["spec"]["claim"]["name"] == name
              and GUARD_LABEL not in (a["metadata"].get("labels") or {})
              and a["spec"]["claim"].get("kind") == "IPAddressClaim" and not a["metadata"].get("deletionTimestamp")]
     if mirror is None or len(locks) != 1 or locks[0]["spec"]["address"] != mirror["spec"]["address"]:
