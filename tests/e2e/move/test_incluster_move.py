@@ -107,7 +107,7 @@ class Side:
         """The locks of the global pool's IPs in the lock namespace held for claims of ``namespace`` (default:
         the moved one): name -> spec."""
         return {a["metadata"]["name"]: a["spec"] for a in lease_locks(self.api, LOCK_NAMESPACE)
-                if (a["spec"].get("pool") or {}).get("name") == self.global_pool
+                if (a["spec"].get("pool") or {}).get("name") == self.global_pool and not _is_guard(a)
                 and a["spec"]["claim"].get("namespace") == (namespace or self.namespace)}
 
     def locks(self) -> dict[str, dict]:
