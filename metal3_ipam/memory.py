@@ -48,10 +48,25 @@ class MemoryApi:
     _version: int = 0
     # The guards by the uid of the claim owning them: the garbage collector takes them when it goes.
     _guards: dict[str, set[tuple]] = field(default_factory=dict)
-    # The Leases that are locks, by name (in the lock namespace), and the Metal3 IPAddresses an earlier version
-    # wrote that a Lease of the same lock hides from the inventory until they are deleted (as the adapter files).
-    leases: dict[str, dict] = field(default_factory=dict)
+    # The Metal3 IPAddresses an earlier version wrote that a Lease of the same lock hides from the inventory until
+    # they are deleted (as the adapter files them).
     hidden: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    @property
+    def leases(self) -> dict[str, dict]:
+        """The Leases that are locks, by name (in the lock namespace): what the inventory's views stand for (a test
+        that takes one out of the inventory deletes it, as it does any object)."""
+        return {o.name(lease): lease for lease in map(self._lease_of, self.inventory.of_kind(kinds.IPADDRESS))
+                if lease is not None}
+
+    def _lease_of(self, view: dict) -> dict | None:
+        if not lockstore.stored_in_lease(view):
+            return None
+        lease = lockstore.to_lease(view, self.inventory.lock_namespace)
+        for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            if o.meta(view).get(key) is not None:
+                lease["metadata"][key] = o.meta(view)[key]
+        return lease
 
     def load(self, obj: dict) -> None:
         """Take an object as it is given (from a file): fill in what the API server would."""
@@ -104,24 +119,15 @@ class MemoryApi:
             self.inventory.upsert(obj)
 
     def _through_lease(self, view: dict) -> dict:
-        """Store the Lease an IPAddress view stands for, and give back what the adapter would file of it."""
-        lease = lockstore.to_lease(view, self.inventory.lock_namespace)
-        for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
-            if o.meta(view).get(key) is not None:
-                lease["metadata"][key] = o.meta(view)[key]
-        name = o.name(lease)
-        if o.meta(view).get("deletionTimestamp") and not o.meta(view).get("finalizers"):
-            self.leases.pop(name, None)
-        else:
-            self.leases[name] = lease
-        back = lockstore.from_lease(lease)
+        """The view as stored through the Lease it stands for: what the adapter would file of that Lease."""
+        back = lockstore.from_lease(self._lease_of(view))
         assert back is not None
         return back
 
     def _create_lease(self, lock: dict) -> None:
         """A lock of the Lease store created: refused when its Lease exists (the name is the lock)."""
         namespace, name = o.namespace(lock), o.name(lock)
-        if lockstore.lease_name(namespace, name) in self.leases:
+        if lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, namespace, name)):
             raise Refused(f"Lease {self.inventory.lock_namespace}/{lockstore.lease_name(namespace, name)} "
                           f"already exists")
         stored = self.inventory.get(kinds.IPADDRESS, namespace, name)
@@ -154,8 +160,7 @@ class MemoryApi:
             try:
                 self._create_lease(lockstore.moved_over(legacy))
             except Refused as err:
-                lease = self.leases.get(lockstore.lease_name(*key))
-                if not lockstore.same_lock(lockstore.from_lease(lease) if lease else None, legacy):
+                if not lockstore.same_lock(self.inventory.get(kinds.IPADDRESS, *key), legacy):
                     refused.append(str(err))
                     continue
             between()

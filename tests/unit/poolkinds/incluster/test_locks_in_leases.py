@@ -126,8 +126,7 @@ def test_a_legacy_lock_whose_lease_holds_another_claim_is_kept_and_said():
     legacy = next(x for x in old.legacy_locks() if o.namespace(x) == "ns-a" and not o.is_guard(x))
     rival = lockstore.moved_over(legacy)
     rival["spec"]["claim"] = {**rival["spec"]["claim"], "name": "someone-else"}
-    lease = lockstore.to_lease(rival, LOCK_NS)
-    old.leases[o.name(lease)] = lease
+    old.do(Create(rival))  # another lock's Lease of that name: it hides the IPAddress, which still waits
     refused = old.move_locks_over()
     assert len(refused) == 1 and "already exists" in refused[0]
     assert (o.namespace(legacy), o.name(legacy)) in {(o.namespace(x), o.name(x)) for x in old.legacy_locks()}
