@@ -12,19 +12,26 @@ side by side in one run:
   8 MiB, bodies just under the cap, and idle and half-sent connections with some
   of each. Printed per phase: the ordinary review's median and worst round trip,
   the median's ratio to alone, the round trip of the hostile reviews that were
-  judged (the yardstick the tests compare with), and the server's peak memory;
+  judged (the yardstick to read them by), and the server's peak memory;
+- the loop that plays the controller's (the server's owner, which copies what a
+  pool review reads) beside the largest refused review four at a time: how
+  often a 10 ms ticker on it ran, its longest gap and the share of the time in
+  gaps over 50 ms (judged on that loop, the reviews stalled it nearly all the
+  time; the tests show by order that they are not);
 - ``metal3-ipam validate`` of an IPPool with 100,000 preAllocations (refused on
   its size) against loading the same file with libyaml and, with ``--pure``,
   with the pure-Python loader.
 
-    python bench/admission.py [--reviews 20] [--pure]
+    python bench/admission.py [--reviews 20] [--loop-seconds 10] [--pure]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import io
+import socket
 import statistics
 import sys
 import tempfile
@@ -39,12 +46,12 @@ import yaml  # noqa: E402
 from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
 from metal3_ipam.cli import main as cli  # noqa: E402
 from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
-from metal3_ipam.controller.webhook import HOOKS  # noqa: E402
+from metal3_ipam.controller.webhook import hooks  # noqa: E402
 from metal3_ipam.core import kinds  # noqa: E402
 from metal3_ipam.testing import webhook_load as load  # noqa: E402
 
-CLAIM_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPCLAIM)
-POOL_PATH = next(h.path for h in HOOKS if h.kind == kinds.IPPOOL and not h.mutating)
+CLAIM_PATH = next(h.path for h in hooks() if h.kind == kinds.IPCLAIM)
+POOL_PATH = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)
 
 PHASES = [
     ("alone", {}),
@@ -93,6 +100,50 @@ def webhook_phases(count: int) -> None:
               f"{peak / 2**20:>5.0f} MiB", flush=True)
 
 
+async def _ticks_beside_largest(seconds: float) -> tuple[list[float], list[float]]:
+    from metal3_ipam.controller.admission import Admission
+    from metal3_ipam.controller.webhook_server import WebhookServer
+    from metal3_ipam.core.inventory import Inventory
+    from metal3_ipam.testing.certs import Authority
+
+    with tempfile.TemporaryDirectory() as directory:
+        authority = Authority.create()
+        authority.issue(Path(directory))
+        with socket.socket() as s:
+            s.bind((load.HOST, 0))
+            port = s.getsockname()[1]
+        server = await WebhookServer(Admission(Inventory()), load.HOST, port, directory).start()
+        loop, gaps = asyncio.get_running_loop(), []
+
+        async def ticker() -> None:
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0.01)
+                gaps.append(loop.time() - last)
+                last = loop.time()
+
+        hostile = load.HostileProcess(port, authority.pem, POOL_PATH, Path(directory), seconds=600, largest_reviews=4)
+        try:
+            await asyncio.to_thread(hostile.__enter__)
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(seconds)
+            ticking.cancel()
+            await asyncio.to_thread(hostile.__exit__, None, None, None)
+        finally:
+            await server.close()
+    return gaps, hostile.largest_seconds
+
+
+def loop_beside_largest(seconds: float) -> None:
+    gaps, judged = asyncio.run(_ticks_beside_largest(seconds))
+    window = sum(gaps)
+    stalled = sum(gap for gap in gaps if gap > 0.05)
+    yardstick = f"{statistics.median(judged):.3f} s" if judged else "-"
+    print(f"controller's loop beside 4 largest refused reviews, {window:.1f} s: {len(gaps)} ticks of 10 ms, longest "
+          f"gap {max(gaps, default=0):.3f} s, {stalled / window if window else 0:.0%} of the time in gaps over 50 ms; "
+          f"a largest review judged in {yardstick} (median of {len(judged)})", flush=True)
+
+
 def huge_manifest(pure: bool) -> None:
     held = "\n".join(f"    claim-{i}: 2001:db8::{i:x}" for i in range(100_000))
     text = ("apiVersion: ipam.metal3.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: big\n"
@@ -124,8 +175,11 @@ def main() -> None:
     parser.add_argument("--reviews", type=int, default=20, help="ordinary reviews timed per phase (default 20)")
     parser.add_argument("--pure", action="store_true", help="also load the huge manifest with the pure-Python "
                                                             "loader (about 12 s)")
+    parser.add_argument("--loop-seconds", type=float, default=10.0,
+                        help="how long the controller's loop is watched beside the largest reviews (default 10)")
     args = parser.parse_args()
     webhook_phases(args.reviews)
+    loop_beside_largest(args.loop_seconds)
     huge_manifest(args.pure)
 
 

@@ -309,10 +309,14 @@ class Controller:
             time.sleep(0.05)
         raise SystemExit(f"the controller was not ready within {timeout:.0f} s; see {self.log}")
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_group(self.proc)
-            self.proc = None
+    def stop(self) -> float | None:
+        """SIGTERM; the seconds until the process ended (None: it was not running)."""
+        if self.proc is None:
+            return None
+        asked = time.monotonic()
+        stop_group(self.proc)
+        self.proc = None
+        return time.monotonic() - asked
 
     @contextlib.contextmanager
     def running(self) -> Iterator["Controller"]:

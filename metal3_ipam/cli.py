@@ -291,18 +291,16 @@ def _run(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool) -> int
     import asyncio
     import logging
 
+    from .controller.debugging import set_verbosity
     from .controller.runtime import run
 
     options = run_options(args, go, as_manager)
-    verbose = args.verbose or go.get("v", 0) >= 1
     handler = logging.StreamHandler()
     handler.setFormatter(_JsonFormatter() if go.get("logging-format") == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
-    logging.getLogger("metal3_ipam").setLevel(logging.INFO)
+    logging.basicConfig(handlers=[handler])
+    set_verbosity(max(go.get("v", 0), 1 if args.verbose else 0))  # also set while running: /debug/flags/v
     logging.getLogger("kopf").setLevel(logging.WARNING)  # one line per handled event is noise
-    if not verbose:
-        logging.getLogger("metal3_ipam.pools").setLevel(logging.WARNING)
     log = logging.getLogger("metal3_ipam")
     if go.ignored():
         log.info("accepted, with no meaning here: %s", ", ".join(go.ignored()))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import manifests
@@ -47,21 +47,32 @@ def _path(obj: dict, version: str | None = None) -> str:
     return f"/apis/{group}/{version or api_version}/{where}{plural_of(kind)}"
 
 
-def _unservable(pool_kind: poolkind.PoolKind, pool: dict) -> str | None:
-    return pool_kind.outside.unservable(pool) if pool_kind.outside else None
+Judge = Callable[[poolkind.PoolKind, dict, Mapping[str, dict]], "str | None"]
 
 
-def without_unservable(objs: list[dict], unservable: Callable[[poolkind.PoolKind, dict], str | None] = _unservable
-                       ) -> tuple[list[dict], list[str]]:
-    """``objs`` less each pool its kind cannot serve here (``unservable``: why not, or None), its claims and the
-    Secrets it names (unless a pool kept names them too); and one line per pool left out, saying why."""
+def _unservable(pool_kind: poolkind.PoolKind, pool: dict, secrets: Mapping[str, dict]) -> str | None:
+    return pool_kind.outside.unservable(pool, secrets) if pool_kind.outside else None
+
+
+def _is_secret(obj: dict) -> bool:
+    return obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret"
+
+
+def without_unservable(objs: list[dict], unservable: Judge = _unservable) -> tuple[list[dict], list[str]]:
+    """``objs`` less each pool its kind cannot serve here (``unservable``: why not, or None, given the pool and
+    the Secrets of its namespace among ``objs``), its claims and the Secrets it names (unless a pool kept names
+    them too); and one line per pool left out, saying why."""
     left_out, notes = set(), []
     kept_secrets, named_secrets = set(), set()
+    given: dict[str, dict[str, dict]] = {}
+    for obj in objs:
+        if _is_secret(obj):
+            given.setdefault(o.namespace(obj) or "default", {})[o.name(obj)] = obj
     for obj in objs:
         pool_kind = poolkind.kind_named(kinds.kind_of(obj))
         if pool_kind is None:
             continue
-        why = unservable(pool_kind, obj)
+        why = unservable(pool_kind, obj, given.get(o.namespace(obj) or "default", {}))
         secrets = {(o.namespace(obj), name) for name in (pool_kind.outside.secrets(obj) if pool_kind.outside else ())}
         named_secrets |= secrets
         if why is None:
@@ -76,7 +87,7 @@ def without_unservable(objs: list[dict], unservable: Callable[[poolkind.PoolKind
         if kind == kinds.CAPI_CLAIM:
             ref = o.spec(obj).get("poolRef") or {}
             return ((ref.get("apiGroup"), ref.get("kind")), o.namespace(obj), ref.get("name")) not in left_out
-        if obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret":
+        if _is_secret(obj):
             return (o.namespace(obj), o.name(obj)) not in dropped_secrets
         return (kind, o.namespace(obj), o.name(obj)) not in left_out
 

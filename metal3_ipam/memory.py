@@ -181,7 +181,10 @@ class MemoryApi:
         uid = gone.get("uid") if "uid" in gone else o.meta(gone).get("uid")
         for namespace, name in sorted(self._guards.pop(str(uid), ())):
             guard = self.inventory.get(kinds.IPADDRESS, namespace, name)
-            if guard is not None and any(r.get("uid") == uid for r in o.owner_references(guard)):
+            owners = o.owner_references(guard) if guard is not None else []
+            # As the garbage collector: gone once none of its owners lives (a guard the pools share has several).
+            if any(r.get("uid") == uid for r in owners) and not any(
+                    self._lives(r, namespace) for r in owners if r.get("uid") != uid):
                 guard = copy.deepcopy(guard)
                 guard["metadata"].setdefault("deletionTimestamp", self.now)
                 self._store(guard)
@@ -248,6 +251,10 @@ class MemoryApi:
                     meta.setdefault("annotations", {}).update(action.annotations)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
+                    if kinds.kind_of(obj) == kinds.IPADDRESS and o.is_guard(obj):
+                        for owner in meta["ownerReferences"]:
+                            self._guards.setdefault(str(owner.get("uid")), set()).add((o.namespace(obj),
+                                                                                       o.name(obj)))
             elif isinstance(action, SetStatus):
                 obj["status"] = copy.deepcopy(action.status)
             self._store(obj)

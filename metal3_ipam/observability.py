@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -50,6 +51,15 @@ DEFAULT_FOR = {
 }
 
 
+# A duration as Prometheus reads one (``for:``, a range): units from years to milliseconds, largest first.
+_DURATION = re.compile(r"(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
+
+
+def _check_duration(what: str, value: str) -> None:
+    if not value or not _DURATION.fullmatch(value):
+        raise ValueError(f"{what} {value!r}: not a duration Prometheus reads (e.g. 30s, 5m, 1h30m)")
+
+
 @dataclass(frozen=True)
 class RuleSettings:
     """The parameters of the alert rules.
@@ -66,6 +76,10 @@ class RuleSettings:
     controller_selector: str = ""
     claims_not_ready_seconds: float = 900.0
     rate_window: str = "5m"
+    # How long a per-pool alert keeps firing once its expression no longer holds (``keep_firing_for``): through a
+    # rollout of the controller the pool series are gone while the new pod stands by (no replica leads yet), and
+    # without it a firing alert would resolve and be sent again after its ``for:``. "0s": none.
+    keep_firing_for: str = "5m"
     # Where the operations guide is published (its page docs/operations.md): each alert's ``runbook_url`` is
     # <runbook_base>#<alert name in lower case>; none when empty.
     runbook_base: str = ""
@@ -78,6 +92,14 @@ class RuleSettings:
         unknown = set(self.durations) - set(DEFAULT_FOR)
         if unknown:
             raise ValueError(f"no alert named {', '.join(sorted(unknown))}; the alerts: {', '.join(DEFAULT_FOR)}")
+        _check_duration("rate window", self.rate_window)
+        _check_duration("keep_firing_for", self.keep_firing_for)
+        for name, duration in self.durations.items():
+            _check_duration(f"for: of {name}", duration)
+
+
+def _nonzero(duration: str) -> bool:
+    return any(c in "123456789" for c in duration)
 
 
 def _sel(*matchers: str) -> str:
@@ -104,10 +126,13 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
 
     usage = f"(1 - {led('metal3_ipam_pool_free')} / ({led('metal3_ipam_pool_capacity')} > 0))"
 
-    def alert(name: str, expr: str, severity: str, summary: str, description: str, anchor: str) -> dict[str, Any]:
+    def alert(name: str, expr: str, severity: str, summary: str, description: str, anchor: str,
+              per_pool: bool = True) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": name, "expr": expr}
-        if s.durations.get(name, "0s") not in ("0s", "0m", "0"):
+        if _nonzero(s.durations.get(name, "0s")):
             rule["for"] = s.durations[name]
+        if per_pool and _nonzero(s.keep_firing_for):
+            rule["keep_firing_for"] = s.keep_firing_for
         rule["labels"] = {"severity": severity}
         rule["annotations"] = {"summary": summary, "description": description}
         if s.runbook_base:
@@ -124,7 +149,7 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
               "The pool is nearly exhausted: the next machines may get no address. Grow the pool now.",
               "metal3ipampoolusagecritical"),
         alert("Metal3IPAMPoolExhausted",
-              f"sum by ({POOL}) ({'metal3_ipam_claims_not_ready'}{_sel(pool)} and {leading}) > 0 "
+              f"sum by ({POOL}) ({led('metal3_ipam_claims_not_ready', by=POOL + ', reason')}) > 0 "
               f"and on ({POOL}) {led('metal3_ipam_pool_free')} == 0", "critical",
               f"IP pool {_pool_name()} has no free address and {{{{ $value }}}} claims are waiting",
               "Machines using this pool cannot be provisioned until an address is freed or the pool grows. "
@@ -149,23 +174,25 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
         alert("Metal3IPAMNoLeader", f"sum by (job) (metal3_ipam_leader{_sel(ctl)}) < 1", "critical",
               "No replica of the metal3-ipam controller ({{ $labels.job }}) leads",
               "Nothing hands out or releases addresses: no replica holds the leader Lease. Look at the "
-              "controller's logs and /healthz, and at the Lease in its namespace.", "metal3ipamnoleader"),
+              "controller's logs and /healthz, and at the Lease in its namespace.", "metal3ipamnoleader",
+              per_pool=False),
         alert("Metal3IPAMControllerDown", f"absent(metal3_ipam_leader{_sel(ctl)})", "critical",
               "The metal3-ipam controller is not scraped",
               "No replica of the controller exports metrics: it is not running, or Prometheus cannot reach "
-              "it. Claims get no addresses while it is down.", "metal3ipamcontrollerdown"),
+              "it. Claims get no addresses while it is down.", "metal3ipamcontrollerdown",
+              per_pool=False),
         alert("Metal3IPAMControllerNotReady", f"metal3_ipam_ready{_sel(ctl)} == 0", "warning",
               "metal3-ipam controller {{ $labels.instance }} is not ready",
               "The replica's /readyz fails: its watches have not started, its inventory is not loaded, or the "
               "API server refuses its writes (RBAC). Its /readyz answer says which.",
-              "metal3ipamcontrollernotready"),
+              "metal3ipamcontrollernotready", per_pool=False),
         alert("Metal3IPAMWebhookFailing",
               f"sum by (job, instance, webhook) (rate(controller_runtime_webhook_requests_total"
               f"{_sel(ctl, failed)}[{s.rate_window}]) and {ours}) > 0", "warning",
               "The metal3-ipam webhook {{ $labels.webhook }} fails to answer reviews",
               "The webhook answers admission or conversion reviews with errors (busy, not judged in time): "
               "with failurePolicy Fail the API server refuses the pools and claims sent meanwhile. Look at the "
-              "controller's CPU and logs.", "metal3ipamwebhookfailing"),
+              "controller's CPU and logs.", "metal3ipamwebhookfailing", per_pool=False),
         alert("Metal3IPAMWritesRefused",
               f"sum by (job, instance, verb, kind, code) (increase(metal3_ipam_write_refusals_total"
               f"{_sel(ctl)}[{s.rate_window}])) > 0", "warning",
@@ -173,7 +200,7 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
               "({{ $labels.code }})",
               "Writes the controller needs are refused for good (RBAC, admission, size): the claims or pools "
               "concerned say so in their Ready condition. Fix the RBAC or the refusing admission policy.",
-              "metal3ipamwritesrefused"),
+              "metal3ipamwritesrefused", per_pool=False),
     ]
     return [{"name": "metal3-ipam.pools", "rules": pools}, {"name": "metal3-ipam.controller", "rules": controller}]
 
@@ -203,26 +230,40 @@ def _pool_series(metric: str, by: str = POOL) -> str:
     return f"max by ({by}) ({metric}{{{POOL_FILTER}}} and {LEADING})"
 
 
-_USAGE = f"(1 - {_pool_series('metal3_ipam_pool_free')} / ({_pool_series('metal3_ipam_pool_capacity')} > 0))"
-POOL_LEGEND = "{{namespace}}/{{pool}} ({{kind}})"
+def _named(query: str) -> str:
+    """``query`` with a label ``pool_path`` for its legend: ``namespace/pool``, or ``pool`` alone for a pool of
+    cluster scope (its ``namespace`` is empty)."""
+    joined = f'label_join({query}, "pool_path", "/", "namespace", "pool")'
+    return f'label_replace({joined}, "pool_path", "$1", "pool_path", "/(.*)")'
+
+
+_USAGE = _named(f"(1 - {_pool_series('metal3_ipam_pool_free')} / ({_pool_series('metal3_ipam_pool_capacity')} > 0))")
+POOL_LEGEND = "{{pool_path}} ({{kind}})"
+# The series every pool served has from its first pass on, whatever its kind says of its counts: the
+# dashboard's namespace, kind and pool are picked among its labels.
+EVERY_POOL = "metal3_ipam_allocations_total"
 
 # (title, kind of panel, unit, [(query, legend)], width)
 _ROWS: list[tuple[str, list[tuple[str, str, str, list[tuple[str, str]], int]]]] = [
     ("Pools", [
         ("Usage per pool", "timeseries", "percentunit", [(_USAGE, POOL_LEGEND)], 12),
         ("Pools nearest full", "bargauge", "percentunit", [(f"topk(10, {_USAGE})", POOL_LEGEND)], 12),
-        ("Free addresses per pool", "timeseries", "short", [(_pool_series("metal3_ipam_pool_free"), POOL_LEGEND)], 12),
+        ("Free addresses per pool", "timeseries", "short",
+         [(_named(_pool_series("metal3_ipam_pool_free")), POOL_LEGEND)], 12),
         ("Allocations and releases per second", "timeseries", "ops", [
-            (f"sum by ({POOL}) (rate(metal3_ipam_allocations_total{{{POOL_FILTER}}}[$__rate_interval]))",
-             "allocated " + POOL_LEGEND),
-            (f"sum by ({POOL}) (rate(metal3_ipam_releases_total{{{POOL_FILTER}}}[$__rate_interval]))",
+            (_named(f"sum by ({POOL}) (rate(metal3_ipam_allocations_total{{{POOL_FILTER}, {JOB_FILTER}}}"
+                    "[$__rate_interval]))"), "allocated " + POOL_LEGEND),
+            (_named(f"sum by ({POOL}) (rate(metal3_ipam_releases_total{{{POOL_FILTER}, {JOB_FILTER}}}"
+                    "[$__rate_interval]))"),
              "released " + POOL_LEGEND)], 12),
     ]),
     ("Claims", [
         ("Claims waiting, by reason", "timeseries", "short", [
-            (f"sum by (reason) (metal3_ipam_claims_not_ready{{{POOL_FILTER}}} and {LEADING})", "{{reason}}")], 8),
+            # Each pool's claims once, however many replicas export them (every one does without leader election).
+            (f"sum by (reason) ({_pool_series('metal3_ipam_claims_not_ready', POOL + ', reason')})", "{{reason}}")],
+         8),
         ("Longest wait, by pool and reason", "timeseries", "s", [
-            (_pool_series("metal3_ipam_claims_not_ready_oldest_seconds", POOL + ", reason"),
+            (_named(_pool_series("metal3_ipam_claims_not_ready_oldest_seconds", POOL + ", reason")),
              POOL_LEGEND + " {{reason}}")], 8),
         ("Allocation latency", "timeseries", "s", [
             (f"histogram_quantile({q}, sum by (le) (rate(metal3_ipam_allocation_seconds_bucket{{{JOB_FILTER}}}"
@@ -231,7 +272,7 @@ _ROWS: list[tuple[str, list[tuple[str, str, str, list[tuple[str, str]], int]]]] 
             (f"sum by (reason) (rate(metal3_ipam_errors_total{{{JOB_FILTER}}}[$__rate_interval]))", "{{reason}}")],
          12),
         ("External IPAM reachable (1) or not (0)", "timeseries", "short", [
-            (_pool_series("metal3_ipam_external_ipam_up"), POOL_LEGEND)], 12),
+            (_named(_pool_series("metal3_ipam_external_ipam_up")), POOL_LEGEND)], 12),
     ]),
     ("Controller", [
         ("Leader and ready, per replica", "timeseries", "short", [
@@ -309,10 +350,10 @@ def dashboard() -> dict[str, Any]:
             {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
              "current": {}, "hide": 0},
             _variable("job", "label_values(metal3_ipam_leader, job)", "Job"),
-            _variable("namespace", "label_values(metal3_ipam_pool_capacity, namespace)", "Namespace"),
-            _variable("kind", 'label_values(metal3_ipam_pool_capacity{namespace=~"$namespace"}, kind)', "Kind"),
-            _variable("pool", 'label_values(metal3_ipam_pool_capacity{namespace=~"$namespace", kind=~"$kind"}, pool)',
-                      "Pool"),
+            _variable("namespace", f'label_values({EVERY_POOL}{{{JOB_FILTER}}}, namespace)', "Namespace"),
+            _variable("kind", f'label_values({EVERY_POOL}{{{JOB_FILTER}, namespace=~"$namespace"}}, kind)', "Kind"),
+            _variable("pool", f'label_values({EVERY_POOL}{{{JOB_FILTER}, namespace=~"$namespace", kind=~"$kind"}}, '
+                              'pool)', "Pool"),
         ]},
         "annotations": {"list": []},
         "panels": panels,
@@ -349,7 +390,8 @@ def kube_state_metrics_config(versions: dict[tuple[str, str], str]) -> dict[str,
         ]
         for name, path in REGISTRY[group_kind].status_counts.items():
             path = list(path)
-            metrics.append({"name": name, "help": f"The {kind}'s {'.'.join(path[1:])} as its status says",
+            said = f"{'.'.join(path[1:])} as its status says" if path[0] == "status" else ".".join(path)
+            metrics.append({"name": name, "help": f"The {kind}'s {said}",
                             "each": {"type": "Gauge", "gauge": {"path": path}}})
         metrics.append({"name": "status_condition", "help": f"The {kind}'s conditions (Ready among them)",
                         "each": {"type": "StateSet", "stateSet": {
@@ -395,6 +437,7 @@ def _settings(args: argparse.Namespace) -> RuleSettings:
     return RuleSettings(usage_warning=args.usage_warning, usage_critical=args.usage_critical,
                         pool_selector=args.pool_selector, controller_selector=args.controller_selector,
                         claims_not_ready_seconds=args.claims_not_ready_seconds, rate_window=args.rate_window,
+                        keep_firing_for=args.keep_firing_for,
                         runbook_base=args.runbook_base, durations=durations)
 
 
@@ -417,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        metavar="SECONDS", help="alert on claims not Ready for longer (default "
                                                f"{defaults.claims_not_ready_seconds:g})")
     rules.add_argument("--rate-window", default=defaults.rate_window, metavar="DURATION")
+    rules.add_argument("--keep-firing-for", default=defaults.keep_firing_for, metavar="DURATION",
+                       help="how long a pool alert keeps firing after its condition ends, e.g. through a rollout "
+                            f"of the controller (default {defaults.keep_firing_for}; 0s: none)")
     rules.add_argument("--runbook-base", default="", metavar="URL",
                        help="where docs/operations.md is published: each alert links to its section there")
     rules.add_argument("--for", dest="for_", action="append", default=[], metavar="ALERT=DURATION",

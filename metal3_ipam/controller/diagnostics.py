@@ -5,13 +5,16 @@ token of a request is checked by a TokenReview (who is it?) and the user it
 names by a SubjectAccessReview (may they ``get`` the non-resource URL
 ``/metrics``?), which the ``metrics-reader`` ClusterRole grants. No token or a
 token the API server does not know: 401; a user without the right: 403. The
+profiles and the log verbosity (:mod:`.debugging`: ``/debug/pprof/``,
+``/debug/flags/v``) are served beside it, each reviewed for its own path and
+verb. The
 serving certificate is made at start (self-signed, in memory, as
 controller-runtime makes one when it is given none); the TLS options are
 ``--tls-min-version`` and ``--tls-cipher-suites``. With
-``--insecure-diagnostics`` the same ``/metrics`` is served over plain HTTP to
+``--insecure-diagnostics`` the same paths are served over plain HTTP to
 anyone.
 
-Decisions are kept a short while per token (a minute when allowed, ten
+Decisions are kept a short while per token, path and verb (a minute when allowed, ten
 seconds when not), so a scrape every few seconds costs the API server two
 reviews a minute, not two per scrape.
 """
@@ -26,11 +29,12 @@ import ssl
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import debugging
 from .certificates import Tls
 
 log = logging.getLogger("metal3_ipam.diagnostics")
@@ -43,26 +47,27 @@ Call = Callable[[str, str, dict], dict]
 
 
 class Reviews:
-    """Who a bearer token is and whether they may read ``/metrics``, asked of the API server and kept a while."""
+    """Who a bearer token is and whether they may use a path of the endpoint, asked of the API server and kept
+    a while."""
 
     def __init__(self, call: Call, clock: Callable[[], float] = time.monotonic) -> None:
         self.call, self.clock = call, clock
-        self._kept: dict[str, tuple[float, int, str]] = {}
+        self._kept: dict[tuple[str, str, str], tuple[float, int, str]] = {}
 
-    def decide(self, token: str) -> tuple[int, str]:
+    def decide(self, token: str, path: str = METRICS_PATH, verb: str = "get") -> tuple[int, str]:
         """(HTTP status, reason): 200 allowed, 401 not authenticated, 403 not authorised. Blocking."""
-        key = hashlib.sha256(token.encode()).hexdigest()
+        key = (hashlib.sha256(token.encode()).hexdigest(), path, verb)
         now = self.clock()
         kept = self._kept.get(key)
         if kept is not None and kept[0] > now:
             return kept[1], kept[2]
-        status, reason = self._ask(token)
+        status, reason = self._ask(token, path, verb)
         self._kept[key] = (now + (ALLOWED_SECONDS if status == 200 else DENIED_SECONDS), status, reason)
         if len(self._kept) > 1000:
             self._kept = {k: v for k, v in self._kept.items() if v[0] > now}
         return status, reason
 
-    def _ask(self, token: str) -> tuple[int, str]:
+    def _ask(self, token: str, path: str, verb: str) -> tuple[int, str]:
         review = self.call("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
         status = review.get("status") or {}
@@ -73,10 +78,10 @@ class Reviews:
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user.get("username"), "uid": user.get("uid"), "groups": user.get("groups") or [],
                      "extra": user.get("extra") or {},
-                     "nonResourceAttributes": {"path": METRICS_PATH, "verb": "get"}}})
+                     "nonResourceAttributes": {"path": path, "verb": verb}}})
         if (access.get("status") or {}).get("allowed"):
             return 200, "ok"
-        return 403, (f'Forbidden: user "{user.get("username")}" may not get path "{METRICS_PATH}"'
+        return 403, (f'Forbidden: user "{user.get("username")}" may not {verb} path "{path}"'
                      + (f" ({access['status']['reason']})" if (access.get("status") or {}).get("reason") else ""))
 
 
@@ -110,19 +115,56 @@ async def _metrics(_: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _guarded(reviews: Reviews):
+def _text(body: str, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=body)
+
+
+async def _pprof(request: web.Request) -> web.Response:
+    name = request.match_info.get("name", "")
+    if name == "":
+        return _text(debugging.index())
+    if name == "goroutine":
+        return _text(debugging.stacks())
+    if name == "heap":
+        return _text(await asyncio.to_thread(debugging.heap))
+    if name == "profile":
+        try:
+            seconds = debugging.profile_seconds(request.query.get("seconds"))
+        except ValueError as err:
+            return _text(f"{err}\n", 400)
+        return _text(await debugging.profile(seconds))
+    return _text(f"no profile {name!r} here; see {debugging.PPROF}\n", 404)
+
+
+async def _verbosity(request: web.Request) -> web.Response:
+    if request.method == "PUT":
+        try:
+            level = debugging.parse_verbosity(await request.text())
+        except ValueError as err:
+            return _text(f"{err}\n", 400)
+        debugging.set_verbosity(level)
+        log.warning("log verbosity set to %d (%s)", level, debugging.VERBOSITY)
+        return _text(f"verbosity set to {level}\n")
+    return _text(f"{debugging.verbosity()}\n")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _guarded(reviews: Reviews, serve_it: Handler) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return web.Response(status=401, text="Unauthorized: a bearer token is needed\n")
+        path, verb = request.path, request.method.lower()
         try:
-            status, reason = await asyncio.to_thread(reviews.decide, token.strip())
+            status, reason = await asyncio.to_thread(reviews.decide, token.strip(), path, verb)
         except Exception as err:  # the API server could not be asked: nobody is let in
-            log.warning("could not review a scrape of %s: %s", METRICS_PATH, getattr(err, "reason", None) or err)
+            log.warning("could not review a request for %s: %s", path, getattr(err, "reason", None) or err)
             return web.Response(status=503, text="the API server could not review the token; try again\n")
         if status != 200:
             return web.Response(status=status, text=reason + "\n")
-        return await _metrics(request)
+        return await serve_it(request)
 
     return handler
 
@@ -130,12 +172,20 @@ def _guarded(reviews: Reviews):
 async def serve(host: str, port: int, insecure: bool, tls: Tls, call: Call) -> web.AppRunner:
     """The endpoint, started; ``call`` asks the API server (for the reviews)."""
     app = web.Application()
-    app.router.add_get(METRICS_PATH, _metrics if insecure else _guarded(Reviews(call)))
+    reviews = Reviews(call)
+
+    def guard(serve_it: Handler) -> Handler:
+        return serve_it if insecure else _guarded(reviews, serve_it)
+
+    app.router.add_get(METRICS_PATH, guard(_metrics))
+    app.router.add_get(debugging.PPROF + "{name:.*}", guard(_pprof))
+    app.router.add_route("GET", debugging.VERBOSITY, guard(_verbosity))
+    app.router.add_route("PUT", debugging.VERBOSITY, guard(_verbosity))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     context = None if insecure else self_signed_context(tls)
     await web.TCPSite(runner, host, port, ssl_context=context).start()
-    log.info("diagnostics: %s on %s:%d%s", METRICS_PATH, host, port,
+    log.info("diagnostics: %s, %s and %s on %s:%d%s", METRICS_PATH, debugging.PPROF, debugging.VERBOSITY, host, port,
              " over plain HTTP, for anyone (--insecure-diagnostics)" if insecure else
              " over HTTPS, for callers allowed to get it (TokenReview, SubjectAccessReview)")
     return runner

@@ -51,6 +51,17 @@ EXTERNAL_IPAM_UP = Gauge(
     "For a pool whose addresses an outside IPAM hands out: 1 when its server answered the last "
     "request (survey or ask), 0 when it was unreachable, timed out or failed (5xx)", POOL_LABELS)
 PER_POOL += (EXTERNAL_IPAM_UP,)
+# The series that describe the pool object itself: they go with it, even while a claim still names it.
+POOL_STATE = (POOL_CAPACITY, POOL_ALLOCATED, POOL_FREE, EXTERNAL_IPAM_UP)
+
+
+def remove_pool_series(pool: PoolKey, series: Iterable[Any] = PER_POOL) -> None:
+    """Drop ``pool``'s series of the metrics ``series``."""
+    for metric in series:
+        try:
+            metric.remove(*pool_labels(pool))
+        except KeyError:  # this pool never had that series
+            pass
 READY = Gauge("metal3_ipam_ready", "1 while /readyz answers ok, else 0 (read at each scrape)")
 
 

@@ -177,7 +177,7 @@ class Controller:
         if self.hidden(obj) or self.not_served(obj):
             return
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
-        if self._parked(obj):
+        if self._pending(obj):
             return
         self._file_now(obj)
         self.workers.freezer.maybe_freeze()
@@ -185,7 +185,7 @@ class Controller:
     def _file_now(self, obj: dict) -> None:
         self.workers.kick(self.inventory.upsert(obj))
 
-    def _parked(self, obj: dict) -> bool:
+    def _pending(self, obj: dict) -> bool:
         return self.resumptions is not None and self.resumptions.park(obj)
 
     async def _relist_addresses(self, namespace: str) -> None:
@@ -264,7 +264,7 @@ class Controller:
                                                                            else {}))
         version = None
         freezer = self.workers.freezer
-        park = self._parked if listing.kind == kinds.CLUSTER and not first else None
+        park = self._pending if listing.kind == kinds.CLUSTER and not first else None
         # A listing of the locks where two stores hold them: what is hidden (``hide_listed``) is listed, not filed.
         hold = self.hide_listed if listing.kind == kinds.IPADDRESS and listing.only is not None else park
         with freezer.paused():

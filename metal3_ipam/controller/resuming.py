@@ -61,7 +61,7 @@ class Resumptions:
         self.drop = drop  # takes a Cluster out of the inventory, its name buried at the object's version
         self.pause = pause
         self.gather = gather
-        self._parked: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
+        self._pending: dict[ClusterKey, tuple[Any, dict]] = {}  # Cluster -> (its resumption, its newest object)
         # Per namespace, the resumptions that wait for its next listing (one not begun yet), and its lister.
         self._waiting: dict[str, list[tuple[ClusterKey, Any]]] = {}
         self._listers: dict[str, asyncio.Task] = {}
@@ -77,17 +77,17 @@ class Resumptions:
         stored = self.inventory.get(kinds.CLUSTER, *key)
         if stored is not None and older(obj, stored):
             return False  # older news (a listing taken before an event): the inventory drops it
-        parked = self._parked.get(key)
+        parked = self._pending.get(key)
         if parked is not None:
             resumption, newest = parked
             if older(obj, newest):
                 return True  # older than what is parked: nothing new
             if not o.cluster_paused(obj) and not _may_have_paused(newest, obj):
-                self._parked[key] = (resumption, obj)  # still resuming: the listing under way was begun after
+                self._pending[key] = (resumption, obj)  # still resuming: the listing under way was begun after
                 return True
             # Paused again, or another Cluster, or paused and unpaused in between (seen only as their
             # sum, as kopf's folded events or a listing show them): this resumption is over.
-            del self._parked[key]
+            del self._pending[key]
         if o.cluster_paused(obj):
             return False
         if stored is not None and not o.cluster_paused(stored):
@@ -99,7 +99,7 @@ class Resumptions:
             # until its addresses are listed again.
             self.drop(stored)
         resumption = object()
-        self._parked[key] = (resumption, obj)
+        self._pending[key] = (resumption, obj)
         self._waiting.setdefault(key[0], []).append((key, resumption))
         lister = self._listers.get(key[0])
         if lister is None or lister.done() or lister.cancelling():  # one ending serves nothing more
@@ -121,9 +121,9 @@ class Resumptions:
             return (namespace is None or key[0] == namespace) and (kinds.CLUSTER, *key) not in seen \
                 and since is not None and since <= at
 
-        for key, (_, newest) in list(self._parked.items()):
+        for key, (_, newest) in list(self._pending.items()):
             if gone(key, newest):
-                del self._parked[key]
+                del self._pending[key]
                 # Buried at the listing's version: a late copy of it (kopf's lagging stream) is dropped.
                 self.drop({**newest, "metadata": {**o.meta(newest), "resourceVersion": str(at)}})
         # Filed by a lister while the listing was being closed: its look over the inventory may have
@@ -137,13 +137,13 @@ class Resumptions:
     def forget(self, cluster: dict) -> None:
         """The Cluster is gone: what is parked of it goes too (not what is parked of another one of its name)."""
         key = (o.namespace(cluster), o.name(cluster))
-        parked = self._parked.get(key)
+        parked = self._pending.get(key)
         uid = o.meta(cluster).get("uid")
         if parked is not None and (uid is None or uid == o.meta(parked[1]).get("uid")):
-            del self._parked[key]
+            del self._pending[key]
 
     def _current(self, key: ClusterKey, resumption: Any) -> bool:
-        return self._parked.get(key, (None,))[0] is resumption
+        return self._pending.get(key, (None,))[0] is resumption
 
     async def _list_for(self, namespace: str) -> None:
         """List the namespace's addresses again for as long as Clusters wait for it; each listing
@@ -158,7 +158,7 @@ class Resumptions:
             await self._relist_until_done(namespace, batch)
             for key, resumption in batch:
                 if self._current(key, resumption):
-                    self.file(self._parked.pop(key)[1])
+                    self.file(self._pending.pop(key)[1])
                     self._filed_lately[key] = None
             del self._batches[me]
 
@@ -173,7 +173,7 @@ class Resumptions:
             dropped += self._waiting.pop(namespace, [])
         for key, resumption in dropped:
             if self._current(key, resumption):
-                del self._parked[key]
+                del self._pending[key]
 
     async def _relist_until_done(self, namespace: str, batch: list[tuple[ClusterKey, Any]]) -> None:
         pause = self.pause

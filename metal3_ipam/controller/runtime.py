@@ -206,6 +206,7 @@ class Runtime:
         self._load_done = asyncio.Event()
         # The gain during which the initial load started listing the locks (None: not while leading).
         self._locks_loaded_in: int | None = None
+        self._wound_down: asyncio.Future | None = None
 
     # -- the whole life ---------------------------------------------------------------
 
@@ -294,6 +295,7 @@ class Runtime:
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
         kopf.on.login(registry=self.registry)(login_from(self.credentials))
+        kopf.on.cleanup(registry=self.registry)(self._on_kopf_cleanup)
         self.streams = Streams(self.credentials, self.rate_limit)
 
     async def start(self) -> None:
@@ -336,7 +338,7 @@ class Runtime:
             ready_flag=self.kopf_ready)
 
     async def stop(self) -> None:
-        """Stop whatever started, in this order:
+        """Stop whatever started, in this order (:meth:`wind_down` is steps 1–6):
 
         1. /healthz says "stopping".
         2. The gate closes (:meth:`LeaderElector.stop`): leadership ends at once, so the writer
@@ -351,7 +353,26 @@ class Runtime:
         6. The writer's and the watches' connections close.
         7. The probes and metrics, then the admission webhooks, last: until the process ends the API
            server's admission requests are answered (creates fail closed while nobody answers).
+
+        On SIGTERM kopf runs steps 1–6 as its cleanup activity, while its own watches end: kopf then
+        waits up to 5 s for every task started after it (the passes, the watches, the outside IPAMs'
+        services) and cancels what is left, which would cut step 3 short and hold up every stop.
         """
+        await self.wind_down()
+        if self.health is not None:
+            await self.health.cleanup()
+        if self.diagnostics is not None:
+            await self.diagnostics.cleanup()
+        if self.webhooks is not None:
+            await self.webhooks.close()
+
+    async def wind_down(self) -> None:
+        """Steps 1–6 of :meth:`stop`, once (later calls wait for the first)."""
+        if self._wound_down is None:
+            self._wound_down = asyncio.ensure_future(self._wind_down())
+        await asyncio.shield(self._wound_down)
+
+    async def _wind_down(self) -> None:
         self.stopping.set()
         if self.elector is not None:
             await self.elector.stop()
@@ -372,12 +393,6 @@ class Runtime:
             await self.writer.close()
         if self.streams is not None:
             await self.streams.close()
-        if self.health is not None:
-            await self.health.cleanup()
-        if self.diagnostics is not None:
-            await self.diagnostics.cleanup()
-        if self.webhooks is not None:
-            await self.webhooks.close()
 
     # -- the gate and the probes --------------------------------------------------------
 
@@ -600,6 +615,10 @@ class Runtime:
                 continue
             return True
         return False
+
+    async def _on_kopf_cleanup(self, **_: object) -> None:
+        """kopf is stopping (SIGTERM, SIGINT): the parts that run beside it end first (see :meth:`stop`)."""
+        await self.wind_down()
 
     async def _stop_background(self) -> None:
         tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, self.upkeep_task,

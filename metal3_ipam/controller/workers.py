@@ -215,6 +215,9 @@ class PoolWorkers:
                 del self._tasks[pool]
             if self._gone(pool):
                 self._forget(pool)
+            elif self.inventory.get(pool.kind, pool.namespace, pool.name) is None:
+                # Deleted while claims still name it: its capacity, use and server's health are no more.
+                metrics.remove_pool_series(pool, metrics.POOL_STATE)
 
     def _count_pass(self, pool: o.PoolKey, started: float, outcome: Outcome) -> None:
         """A pass in the reconcile and work-queue series of the pool's controller, with controller-runtime's
@@ -258,6 +261,8 @@ class PoolWorkers:
     def claims_not_ready(self) -> dict[tuple[o.PoolKey, str], tuple[int, float]]:
         """(pool, reason of the claim's Ready condition, or Pending) -> (claims not bound, the longest any of them
         has not been Ready, in seconds: since its Ready condition last changed, else since it was made)."""
+        if not self.may_act():  # a standby: the leader's series are the news (docs/operations.md)
+            return {}
         now = time.time()
         served = self.inventory.namespaces
         found: dict[tuple[o.PoolKey, str], tuple[int, float]] = {}
@@ -300,11 +305,7 @@ class PoolWorkers:
         self.inventory.drain(pool)
         for key in [k for k in self._waiting_since if k[0] == pool]:
             del self._waiting_since[key]
-        for metric in metrics.PER_POOL:
-            try:
-                metric.remove(*metrics.pool_labels(pool))
-            except KeyError:  # this pool never had that series
-                pass
+        metrics.remove_pool_series(pool)
 
     def answered(self, pool: o.PoolKey, key: str | None = None) -> None:
         """An outside IPAM answered for allocation key ``key`` of ``pool``: the claims awaiting it are decided
@@ -316,6 +317,12 @@ class PoolWorkers:
                 ledger.wake()
             else:
                 ledger.answered(key)
+                # A bound claim carrying the key awaits nothing: decided again too, for what its IPAM's sweep
+                # found of the key since (its address gone there: ``Inventory.address_lost``).
+                for claim in self.inventory.claims_carrying(key):
+                    ckey = _claim_key(pool, kinds.kind_of(claim)[1], o.namespace(claim), o.name(claim))
+                    if ckey in ledger.claims:
+                        ledger.deferred_claims[ckey] = None
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
@@ -460,7 +467,7 @@ class PoolWorkers:
         self._note_unserved(pool, ledger)
         if ledger.deferred:
             self._mark(pool)  # the rest in the next pass, after other pools had theirs
-        if ledger.status_held:
+        if ledger.status_pending:
             self._status_later(pool, self._status_written.get(pool, started) + self._status_interval(ledger) - started)
 
     async def _execute(self, pool: o.PoolKey, ledger: Ledger, plan: Plan, started: float) -> Outcome:
@@ -632,11 +639,12 @@ class PoolWorkers:
             if claim is not None and _is_bound(claim):
                 metrics.ALLOCATION_SECONDS.observe(now - self._waiting_since.pop(waited))
         pool_obj = self.inventory.get(pool.kind, namespace, name)
-        status = o.status(pool_obj) if pool_obj else {}
-        if str(status.get("capacity", "")).isdigit():
-            metrics.POOL_CAPACITY.labels(*labels).set(int(status["capacity"]))
-            metrics.POOL_ALLOCATED.labels(*labels).set(int(status.get("allocated") or 0))
-            metrics.POOL_FREE.labels(*labels).set(int(status.get("free") or 0))
+        pool_kind = poolkind.REGISTRY.get(pool.kind)
+        counts = poolkind.status_counts(pool_kind, pool_obj) if pool_obj and pool_kind else {}
+        for count, gauge in (("capacity", metrics.POOL_CAPACITY), ("allocated", metrics.POOL_ALLOCATED),
+                             ("free", metrics.POOL_FREE)):
+            if count in counts:
+                gauge.labels(*labels).set(counts[count])
 
 
 def _queue_labels(pool: o.PoolKey) -> tuple[str, str]:

@@ -444,7 +444,7 @@ class Asking:
             return None
         return entry.result
 
-    def held_back(self, key: str) -> Refused | None:
+    def pending_refusal(self, key: str) -> Refused | None:
         """Why a wanted key without an answer of its own waits: its server's last failure, while that
         server's circuit holds its asks back (the probe is another key's); None otherwise."""
         entry = self._entries.get(key)

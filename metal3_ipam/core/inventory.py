@@ -26,12 +26,13 @@ from . import kinds
 from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
-from .intervals import IntervalSet
+from .intervals import IntervalSet, normalise
 from .kept import binds_none, bound_ip, own_ip
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
 from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
+from .reconcile.elsewhere import Elsewhere, cluster_of
 from .several import Several, each, entry_of
 
 ObjKey = tuple[tuple[str, str], str, str]  # (group, kind), namespace, name
@@ -215,6 +216,13 @@ class Inventory:
         # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
         # this cluster's claims may not take over (the kind's sweep): what the claims carrying them say.
         self.homed_elsewhere: dict[str, str] = {}
+        # The allocation keys whose outside address the kind's sweep found gone from the outside IPAM while a claim
+        # here holds it (deleted there behind this controller): what the claims carrying them say.
+        self.address_lost: dict[str, str] = {}
+        # Per pool of cluster scope, the Clusters (``namespace/name``) whose claims of it were seen leave for
+        # ``clusterctl move``, until the pool's ``ClaimsElsewhere`` condition names them (or a claim of theirs is
+        # bound here again): the condition is the record, this bridges the time until it is written.
+        self.left_for_move: dict[o.PoolKey, set[str]] = {}
 
     @staticmethod
     def key(obj: dict) -> ObjKey | None:
@@ -426,6 +434,8 @@ class Inventory:
         if stored is None:
             return set()
         filed = self._as_filed(key, stored)
+        if key[0] in CLAIM_KINDS and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
+            self._left_for_move(self._filed(key), filed)
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
             self._moved_away(_outside_key(filed), key[1:])
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
@@ -546,6 +556,24 @@ class Inventory:
         while len(self.moved_away) > MAX_TOMBSTONES:
             self.moved_away.popitem(last=False)
 
+    def _left_for_move(self, pool_key: o.PoolKey | None, claim: dict) -> None:
+        cluster = cluster_of(claim)
+        if pool_key is not None and cluster is not None and poolkind.REGISTRY[pool_key.kind].cluster_scoped:
+            self.left_for_move.setdefault(pool_key, set()).add(cluster)
+
+    def _back_from_move(self, pool_key: o.PoolKey, obj: dict) -> None:
+        """The Clusters left for a move that ``obj`` shows back (a claim of theirs bound here) or recorded
+        (the pool's ``ClaimsElsewhere`` condition names them) are no longer this inventory's to tell."""
+        left = self.left_for_move.get(pool_key)
+        if left is None:
+            return
+        if pool_key.kind == kinds.kind_of(obj):
+            left -= Elsewhere.read(o.status(obj)).away
+        elif not o.is_deleting(obj) and not o.deleted_for_move(obj) and bound_ip(obj) is not None:
+            left.discard(cluster_of(obj) or "")
+        if not left:
+            del self.left_for_move[pool_key]
+
     def claims_carrying(self, outside_key: str) -> list[dict]:
         """The Cluster API claims of any namespace and any outside IPAM's pool that carry ``outside_key``."""
         return [self._as_filed(k, self.objects[k]) for k in each(self._outside_keys.get(outside_key))
@@ -617,6 +645,7 @@ class Inventory:
             pool_key = o.PoolKey(ns, name, kind)
             self._pool_names.setdefault(ns, set()).add(pool_key)
             touched = {pool_key}
+            self._back_from_move(pool_key, obj)
             if previous is None or _pool_generation(obj) is None or _pool_generation(previous) != _pool_generation(obj) \
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
                     or separate_network(previous) != separate_network(obj):
@@ -647,6 +676,7 @@ class Inventory:
         if kind in CLAIM_KINDS:
             filed = self._as_filed(key, obj)
             group.claims[o.claim_key(filed)] = filed
+            self._back_from_move(pool, obj)
         elif kind == kinds.IPADDRESS:
             group.addresses[_member(pool, ns, name)] = obj
         else:
@@ -956,12 +986,42 @@ class Inventory:
         """Whether a global IP pool that keeps its IPs apart from the namespaced pools (not a separate network)
         holds ``ip`` in its address set: its allocations to a claim of any namespace guard the IP there, and so
         must a namespaced pool's (``reconcile``'s guards). A walk over the global pools, which are few."""
+        return bool(self.global_held(version, ip, ip, 1))
+
+    def global_held(self, version: int, first: int, last: int, limit: int) -> list[int] | None:
+        """The IPs from ``first`` to ``last`` (a namespaced sub-prefix) that global IP pools keeping their IPs
+        apart hold in their address sets, in order: a namespaced pool's allocation of that span guards each
+        (``reconcile``'s guards). None when there are more than ``limit``."""
+        spans = []
         for key in self._pool_names.get("", ()):
-            facts = self._facts(key) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
+            facts = self._facts(key, deleting=True) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
-            if model is not None and model.version == version and model.entry_of(model.unit_of(ip)) is not None:
-                return True
-        return False
+            if model is not None and model.version == version:
+                spans += [(max(e.first, first), min(e.last, last)) for e in model.entries
+                          if e.first <= last and e.last >= first]
+        spans = normalise(spans)
+        if sum(hi - lo + 1 for lo, hi in spans) > limit:
+            return None
+        return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
+
+    def global_blocks(self, version: int, first: int, last: int, limit: int) -> list[tuple[int, int]] | None:
+        """The sub-prefixes, as (base, length), that global prefix pools keeping their IPs apart hand out and
+        that meet ``first`` to ``last`` (a namespaced pool's IP or sub-prefix), in order: a namespaced pool's
+        allocation there guards each for its namespace's pools (``reconcile``'s guards). None when there are
+        more than ``limit``."""
+        found: set[tuple[int, int]] = set()
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key, deleting=True) if poolkind.REGISTRY[key.kind].holds_prefixes else None
+            model = facts.pool if facts is not None and not facts.apart else None
+            if model is None or model.version != version or model.unit_length is None:
+                continue
+            lo, hi = model.unit_of(first), model.unit_of(last)
+            for entry in model.entries:
+                start, end = max(entry.first, lo), min(entry.last, hi)
+                if end - start + 1 + len(found) > limit:
+                    return None
+                found.update((int(model.address_of(unit)), model.unit_length) for unit in range(start, end + 1))
+        return sorted(found)
 
     def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
@@ -977,11 +1037,12 @@ class Inventory:
         found = [(self._facts(k), now) for k, now in keys]
         return [(facts, now) for facts, now in found if facts is not None]
 
-    def _facts(self, key: o.PoolKey) -> PoolFacts | None:
+    def _facts(self, key: o.PoolKey, deleting: bool = False) -> PoolFacts | None:
         """What deciding the pool's overlaps looks at, or None when it takes no part (being deleted, invalid,
-        of a kind whose pools are independent)."""
+        of a kind whose pools are independent). ``deleting``: a pool being deleted takes part too (what a
+        namespaced pool's allocation guards: a pass of it made before its deletion may still land)."""
         pool = self.objects[(key.kind, key.namespace, key.name)]
-        if o.is_deleting(pool) or not keeps_apart(key.kind):
+        if (o.is_deleting(pool) and not deleting) or not keeps_apart(key.kind):
             return None
         model, _ = self.pool_model(pool)
         if model is None:
@@ -1028,6 +1089,8 @@ class Inventory:
             claims_carrying=self.claims_carrying,
             moved_away=self.moved_away.get,
             homed_elsewhere=self.homed_elsewhere.get,
+            address_lost=self.address_lost.get,
+            left_for_move=frozenset(self.left_for_move.get(pool_key, ())),
             held_elsewhere=lambda namespace, version, lo, hi, for_keeper=False: self.held_elsewhere(
                 pool_key, namespace, version, lo, hi, mates(namespace), for_keeper),
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
@@ -1038,6 +1101,9 @@ class Inventory:
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
             claim_named=self.get,
             global_holds=self.global_holds,
+            global_held=self.global_held,
+            global_blocks=self.global_blocks,
+            addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,

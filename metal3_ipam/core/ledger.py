@@ -74,6 +74,10 @@ class Ledger:
         self.allocator: _Allocator | None = None
         self.cluster_scoped = False  # the pool is of cluster scope: addresses are known by (namespace, name)
         self.claims: dict[o.ClaimKey, dict] = {}
+        self.claims_version = 0  # bumped whenever a claim is added or dropped (``claims`` changed)
+        # What the pool's ``ClaimsElsewhere`` condition was found to say, and for what (``elsewhere``): a pass
+        # that changed no claim does not walk them again.
+        self.elsewhere: tuple | None = None
         self.addresses: dict[AddressKey, dict] = {}        # Metal3 IPAddresses of the pool, by key
         self.capi_addresses: dict[AddressKey, dict] = {}   # Cluster API IPAddresses of the pool, by key
         # Addresses by the claim they name (whatever its incarnation; see claim_key_of): the one
@@ -102,7 +106,7 @@ class Ledger:
         # Claims whose decision waits for an outside IPAM's answer (a pool kind with ``outside``) -> the
         # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
         # not when an IP goes free (nothing of this pool stands in their way).
-        self.awaiting: dict[o.ClaimKey, str] = {}
+        self.pending_answers: dict[o.ClaimKey, str] = {}
         self.deferred_claims: dict[o.ClaimKey, None] = {}
         # Deleted claims whose address is held until a deadline (RFC 3339): decided again once it passed.
         self.due: dict[o.ClaimKey, str] = {}
@@ -111,7 +115,7 @@ class Ledger:
         self.needs_full = True
         # The status key (see reconcile.pool_status) for which the pool's status was found current.
         self.status_clean: tuple | None = None
-        self.status_held = False  # a status write was put off (counts and indexes only)
+        self.status_pending = False  # a status write was put off (counts and indexes only)
         self._freed = False  # an IP went free since the last pass (or another pool let one go: ``wake``)
         self._woken = False  # every awaiting claim is decided again in the next pass (``wake``)
         self._answered: set[str] = set()  # allocation keys answered since the last pass (``answered``)
@@ -150,7 +154,8 @@ class Ledger:
     def apply(self, changes: Iterable[tuple[ObjKey, dict | None]]) -> tuple[dict, dict]:
         """Take the changes (key, the object now filed in this pool or None); returns what to decide again.
 
-        Dirty are: changed claims and the addresses naming them, changed
+        Dirty are: changed claims and the addresses naming them, the claims of
+        the addresses at an IP a changed claim's status keeps or kept, changed
         addresses and the claims they named before and name now; then what
         an earlier pass left over, and the unserved claims when an IP went free.
         """
@@ -162,14 +167,20 @@ class Ledger:
             if kind in CLAIM_KINDS:
                 ckey = (kind[1], name, namespace) if self.cluster_scoped else (kind[1], name)
                 old = self.claims.get(ckey)
-                if ckey in self.awaiting:
+                if ckey in self.pending_answers:
                     # The claims refused for carrying its key (see reconcile's ``key_owner``) await it too.
-                    self._answered.add(self.awaiting[ckey])
+                    self._answered.add(self.pending_answers[ckey])
+                kept_before = self.kept.get(ckey)
                 if old is not None:
                     self.drop(old)
                 if obj is not None:
                     self.add(obj)
                 claims[ckey] = None
+                if self.kept.get(ckey) != kept_before:
+                    # An IP kept for it, or no longer: an address of another claim at that IP not taken up
+                    # for it may be now, or one taken up may no longer be.
+                    for ip in (kept_before, self.kept.get(ckey)):
+                        claims.update(dict.fromkeys(self._claims_at(ip)))
                 for address_key in self._keys(self.named.get(ckey)):
                     addresses[(METAL3, address_key)] = None
                 for address_key in self._keys(self.mirrors_named.get(ckey)):
@@ -202,7 +213,7 @@ class Ledger:
             for ckey in self.unserved:
                 claims[ckey] = None
         if self._woken or self._answered:
-            for ckey, key in self.awaiting.items():
+            for ckey, key in self.pending_answers.items():
                 if self._woken or key in self._answered:
                     claims[ckey] = None
             self._woken = False
@@ -244,6 +255,7 @@ class Ledger:
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims[key] = obj
+            self.claims_version += 1
             ip = own_ip(obj, self.pool) if self.pool is not None else None
             if ip is not None:
                 self.kept[key] = ip
@@ -276,8 +288,9 @@ class Ledger:
         if kind in CLAIM_KINDS:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
+            self.claims_version += 1
             self.unserved.pop(key, None)
-            self.awaiting.pop(key, None)
+            self.pending_answers.pop(key, None)
             self.due.pop(key, None)
             if key in self.conflicts:
                 self.conflict(key, None)
@@ -448,7 +461,7 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.awaiting,
+                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.pending_answers,
                           self.conflicts, self.doubles):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
@@ -515,7 +528,7 @@ class Ledger:
         if decisions:
             state["bound"] = dict(self.bound)
             state["unserved"] = set(self.unserved)
-            state["awaiting"] = dict(self.awaiting)
+            state["pending_answers"] = dict(self.pending_answers)
         return state
 
 

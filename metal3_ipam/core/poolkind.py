@@ -130,8 +130,10 @@ class Outside:
     # role grants on top (``controller.permissions``).
     role_rules: tuple[Rule, ...] = ()
     # For ``metal3-ipam demo``: why a pool cannot be served on this machine (its outside IPAM does not answer,
-    # and what to set instead), or None when it can; and the names of the Secrets of its namespace it names.
-    unservable: Callable[[Mapping[str, Any]], str | None] = lambda pool: None
+    # and what to set instead), or None when it can, given the pool and the Secrets of its namespace that come
+    # with it (by name); and the names of the Secrets of its namespace it names.
+    unservable: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], str | None] = \
+        lambda pool, secrets: None
     secrets: Callable[[Mapping[str, Any]], tuple[str, ...]] = lambda pool: ()
 
 
@@ -157,7 +159,8 @@ class PoolKind:
     status: Callable[[Counts], dict[str, Any]]
     indexes: bool
     # Where the status says the counts (capacity, allocated, free, ...), as paths from the object's root (the
-    # kube-state-metrics configuration reads them there); the default is IPPool's.
+    # kube-state-metrics configuration reads them there); the default is IPPool's. A kind that says its capacity
+    # and what is allocated but no path of "free" has capacity - allocated free.
     status_counts: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=lambda: {
         "capacity": ("status", "capacity"), "allocated": ("status", "allocated"), "free": ("status", "free")})
     # -- where the kinds' lifecycles differ (the defaults are IPPool's) --
@@ -186,6 +189,11 @@ class PoolKind:
     # The CustomResourceDefinitions the kind installs (``metal3_ipam.crds`` writes them under config/crd/), as
     # fresh dicts; none for a kind whose CRD is installed otherwise.
     crds: Callable[[], list[dict[str, Any]]] = lambda: []
+    # A namespaced pool whose allocation of an IP always writes its guard in the namespace (``naming.guard_name``),
+    # whatever the global pools' specs are now: a global pool's pass made before an edit or a deletion that
+    # dropped the IP, or before this pool's, lands on it and is refused. False: only the IPs global pools hold
+    # now are guarded (Metal3's IPPool writes the objects the Go Metal3 IPAM writes).
+    guards_every_ip: bool = False
     # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
     # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
     lock_tag: str | None = None
@@ -208,6 +216,24 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 REGISTRY: dict[GroupKind, PoolKind] = {}
+
+
+def status_counts(pool_kind: PoolKind, pool: Mapping[str, Any]) -> dict[str, int]:
+    """The counts a pool's status says (capacity, allocated, free, ...), where its kind declares them
+    (``PoolKind.status_counts``); a count not written yet, or not a whole number, is left out. Free is
+    capacity - allocated where the kind declares no path of its own for it."""
+    out: dict[str, int] = {}
+    for name, path in pool_kind.status_counts.items():
+        value: Any = pool
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            out[name] = int(value)
+    if "free" not in pool_kind.status_counts and {"capacity", "allocated"} <= out.keys():
+        out["free"] = max(out["capacity"] - out["allocated"], 0)
+    return out
 
 
 def register(pool_kind: PoolKind) -> None:

@@ -372,7 +372,7 @@ def _free_port() -> int:
 
 
 # Strong references: a started control plane (or any other group of servers of
-# this module's kind, such as testing.netbox's) stays reachable, and is stopped at
+# this module's kind, such as an outside IPAM's harness) stays reachable, and is stopped at
 # exit, even when its creator dropped it without calling stop().
 _LIVE: "set" = set()
 

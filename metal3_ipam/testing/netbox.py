@@ -26,20 +26,16 @@ gunicorn alone on the same port; :meth:`NetBox.slowed` delays every request;
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fcntl
 import json
 import os
 import pwd
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -48,7 +44,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from metal3_ipam.poolkinds.netbox.source import KEY_FIELD
-from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
+from metal3_ipam.testing import services
+from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _urlopen
+from metal3_ipam.testing.services import ServiceProcesses, cache_root, command_line, frozen, locked
 
 __all__ = [
     "ACCESS_LOG_FORMAT",
@@ -91,66 +89,15 @@ def _say(line: str) -> None:
 
 def cache_dir(version: str = NETBOX_VERSION) -> Path:
     """``$METAL3_IPAM_NETBOX_CACHE``, else ``$XDG_CACHE_HOME/metal3-ipam/netbox-<version>`` (~/.cache)."""
-    env = os.environ.get("METAL3_IPAM_NETBOX_CACHE")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "metal3-ipam" / f"netbox-{version}"
-
-
-def _python_version(python: str) -> tuple[int, int] | None:
-    try:
-        out = subprocess.run([python, "-c", "import sys, venv, ensurepip; print(*sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    major, minor = out.stdout.split()
-    return int(major), int(minor)
+    return cache_root("METAL3_IPAM_NETBOX_CACHE", f"netbox-{version}")
 
 
 def find_python(minimum: tuple[int, int] = MIN_PYTHON, maximum: tuple[int, int] = MAX_PYTHON, *,
                 env_var: str = "METAL3_IPAM_NETBOX_PYTHON", what: str = f"NetBox {NETBOX_VERSION}",
                 unavailable: type[Exception] = NetBoxUnavailable) -> Path:
-    """A Python ``minimum``–``maximum`` (NetBox's: 3.12–3.14) with venv: ``$env_var``, python3.1x on PATH,
-    pyenv's versions.
-
-    Debian 12's own python3 is 3.11, too old for NetBox 4.7; the machines this
-    project runs on carry pyenv versions under ``~/.pyenv/versions`` (or ``$PYENV_ROOT``).
-    """
-    wanted = f"Python {minimum[0]}.{minimum[1]}-{maximum[0]}.{maximum[1]}"
-    env = os.environ.get(env_var)
-    if env:
-        version = _python_version(env)
-        if version is None or not minimum <= version <= maximum:
-            raise unavailable(f"{env_var}={env} is not a {wanted} with venv (found {version})")
-        return Path(env)
-    candidates: list[str] = []
-    for minor in range(maximum[1], minimum[1] - 1, -1):
-        found = shutil.which(f"python3.{minor}")
-        if found:
-            candidates.append(found)
-    roots = [Path(os.environ["PYENV_ROOT"])] if os.environ.get("PYENV_ROOT") else []
-    roots += [Path.home() / ".pyenv", Path("/root/.pyenv")]
-    pyenv: list[tuple[tuple[int, ...], Path]] = []
-    for root in roots:
-        for d in (root / "versions").glob("3.*"):
-            m = re.fullmatch(r"3\.(\d+)\.(\d+)", d.name)
-            if m and (d / "bin" / "python").is_file():
-                pyenv.append(((3, int(m.group(1)), int(m.group(2))), d / "bin" / "python"))
-    candidates += [str(p) for _, p in sorted(pyenv, reverse=True)]
-    candidates.append(sys.executable)
-    looked = []
-    for candidate in candidates:
-        version = _python_version(candidate)
-        looked.append(f"{candidate} ({'.'.join(map(str, version)) if version else 'unusable'})")
-        if version is not None and minimum <= version <= maximum:
-            return Path(candidate)
-    raise unavailable(
-        f"{what} needs a {wanted} with venv; none found. Looked at: {', '.join(looked)}. "
-        f"Install one (pyenv, or a distribution package) or point {env_var} at it."
-    )
+    """A Python ``minimum``–``maximum`` (NetBox's: 3.12–3.14) with venv (``services.find_python``): Debian 12's
+    own python3 is 3.11, too old for NetBox 4.7."""
+    return services.find_python(minimum, maximum, env_var=env_var, what=what, unavailable=unavailable)
 
 
 def postgres_bindir() -> Path:
@@ -187,38 +134,10 @@ def _pg_major(bindir: Path) -> str:
     return m.group(1) if m else "unknown"
 
 
-@contextlib.contextmanager
-def _locked(directory: Path, say: Callable[[str], None] = _say) -> Iterator[None]:
-    """One installer or dump maker at a time, across processes."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"another process prepares {directory}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def _run(argv: Sequence[str], *, what: str, timeout: float, env: Mapping[str, str] | None = None,
-         user: str | None = None, cwd: Path | None = None, error: type[Exception] = NetBoxError,
-         unavailable: type[Exception] = NetBoxUnavailable) -> str:
-    identity: dict[str, Any] = {}
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
-    try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout,
-                             env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-                             cwd=str(cwd) if cwd else None, **identity)
-    except subprocess.TimeoutExpired:
-        raise error(f"{what} did not finish within {timeout:g}s") from None
-    except OSError as exc:
-        raise unavailable(f"{what}: cannot run {argv[0]}: {exc}") from None
-    if out.returncode != 0:
-        tail = "\n".join((out.stdout + out.stderr).splitlines()[-30:])
-        raise error(f"{what} exited with status {out.returncode}:\n{tail}")
-    return out.stdout
+         user: str | None = None, cwd: Path | None = None) -> str:
+    return services.run(argv, what=what, timeout=timeout, env=env, user=user, cwd=cwd, error=NetBoxError,
+                        unavailable=NetBoxUnavailable)
 
 
 # --------------------------------------------------------------------------- the virtualenv
@@ -243,7 +162,7 @@ def ensure_install(version: str = NETBOX_VERSION, *, progress: Callable[[str], N
     stamp = venv / ".metal3-ipam-installed"
     if stamp.is_file() and stamp.read_text() == _install_stamp(version):
         return venv
-    with _locked(cache_dir(version)):
+    with locked(cache_dir(version), _say):
         if stamp.is_file() and stamp.read_text() == _install_stamp(version):
             return venv
         python = find_python()
@@ -288,7 +207,7 @@ def ensure_dump(version: str = NETBOX_VERSION, *, progress: Callable[[str], None
     if path.is_file():
         return path
     venv = ensure_install(version, progress=progress)
-    with _locked(cache_dir(version)):
+    with locked(cache_dir(version), _say):
         if path.is_file():
             return path
         t0 = time.monotonic()
@@ -330,37 +249,22 @@ ACCESS_LOG_FORMAT = "%(m)s|%(U)s|%(q)s|%(s)s|%(M)s"
 
 
 def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process | None = None,
-          interval: float = 0.1, error: type[Exception] = NetBoxError) -> None:
-    last: object = None
-    while True:
-        if proc is not None and not proc.alive():
-            raise error(f"{proc.name} exited (status {proc.popen.returncode}) while waiting for {what}; "
-                              f"its log:\n{proc.tail(60)}")
-        try:
-            if check():
-                return
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            tail = f"; its log:\n{proc.tail(60)}" if proc is not None else ""
-            raise error(f"timed out waiting for {what}; last: {last!r}{tail}")
-        time.sleep(interval)
+          interval: float = 0.1) -> None:
+    services.wait(what, check, deadline, proc, interval, error=NetBoxError)
 
 
-class _Backends:
+class _Backends(ServiceProcesses):
     """PostgreSQL and Redis on free loopback ports, in a temporary directory of their own."""
 
+    dir_prefix = _DIR_PREFIX
+    error = NetBoxError
+
     def __init__(self, *, die_with_parent: bool = True, ready_timeout: float = 120.0, stop_timeout: float = 10.0):
-        self._die_with_parent = die_with_parent
-        self.ready_timeout = ready_timeout
-        self.stop_timeout = stop_timeout
+        super().__init__(die_with_parent=die_with_parent, ready_timeout=ready_timeout, stop_timeout=stop_timeout)
         self.bindir = postgres_bindir()
         self._redis = redis_server()
-        self.dir: Path | None = None
         self.pg_port = 0
         self.redis_port = 0
-        self.procs: dict[str, _Process] = {}
-        self.last_logs: dict[str, str] = {}
         self.secret_key = secrets.token_urlsafe(48)
         self.pepper = secrets.token_urlsafe(48)
 
@@ -369,22 +273,8 @@ class _Backends:
         """Who runs PostgreSQL: ``postgres`` when we are root (it refuses root), else ourselves."""
         return "postgres" if os.geteuid() == 0 else None
 
-    def spawn(self, name: str, argv: list[str], *, env: Mapping[str, str] | None = None,
-              user: str | None = None) -> _Process:
-        """Start ``name``; tied to this thread's life (Linux) only from the main thread, as a
-        restart from a short-lived thread must outlive it."""
-        assert self.dir is not None
-        die = self._die_with_parent and threading.current_thread() is threading.main_thread()
-        proc = _Process(name, argv, self.dir / f"{name}.log", self.dir, die, env=env, user=user)
-        self.procs[name] = proc
-        return proc
-
     def start(self, *, dump: Path | None = None) -> None:
-        _LIVE.add(self)
-        _remove_stale_dirs(_DIR_PREFIX)
-        self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
-        self.dir.chmod(0o755)  # PostgreSQL, run as another user, reaches its data and socket through it
-        (self.dir / "owner.pid").write_text(str(os.getpid()))
+        self.make_dir()  # PostgreSQL, run as another user, reaches its data and socket through it
         self._start_postgres()
         self._start_redis()
         self._create_database(dump)
@@ -415,7 +305,7 @@ class _Backends:
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
             return r.returncode == 0
 
-        self._start_on_free_port("PostgreSQL to accept connections", launch, ready, "could not bind")
+        self.start_on_free_port("PostgreSQL to accept connections", launch, ready, "could not bind")
 
     def _start_redis(self) -> None:
         def launch(port: int) -> _Process:
@@ -428,21 +318,7 @@ class _Backends:
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
 
-        self._start_on_free_port("Redis to answer PING", launch, ready, "already in use")
-
-    def _start_on_free_port(self, what: str, launch: Callable[[int], _Process], ready: Callable[[], bool],
-                            port_taken: str, attempts: int = 3) -> None:
-        """launch(port) on a free port until ready(); a port taken between probe and bind is retried."""
-        for attempt in range(1, attempts + 1):
-            proc = launch(_free_port())
-            try:
-                _wait(what, ready, time.monotonic() + self.ready_timeout, proc)
-                return
-            except NetBoxError:
-                if attempt < attempts and not proc.alive() and port_taken in proc.tail(40):
-                    proc.terminate(1)
-                    continue
-                raise
+        self.start_on_free_port("Redis to answer PING", launch, ready, "already in use")
 
     def psql_argv(self, program: str) -> list[str]:
         return [str(self.bindir / program), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres"]
@@ -479,15 +355,6 @@ class _Backends:
             )
         return {"NETBOX_ROOT": str(root), "DJANGO_SETTINGS_MODULE": "netbox.settings"}
 
-    def stop(self) -> None:
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            proc.terminate(self.stop_timeout)
-            self.last_logs[name] = proc.tail()
-        self.procs.clear()
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        _LIVE.discard(self)
 
 
 # gunicorn's configuration: when ready (before the worker is forked; --preload has
@@ -629,12 +496,8 @@ class NetBox(_Lifecycle):
     def stop_server(self) -> None:
         """Stop gunicorn alone (PostgreSQL and Redis stay): connections to ``url`` are refused."""
         with self._lock:
-            if self._backends is None:
-                return
-            proc = self._backends.procs.pop("gunicorn", None)
-            if proc is not None:
-                proc.terminate(self.stop_timeout)
-                self._backends.last_logs["gunicorn"] = proc.tail()
+            if self._backends is not None:
+                self._backends.stop_one("gunicorn")
 
     @property
     def access_log_path(self) -> Path:
@@ -645,8 +508,7 @@ class NetBox(_Lifecycle):
 
     @property
     def server_running(self) -> bool:
-        proc = self._backends.procs.get("gunicorn") if self._backends else None
-        return proc is not None and proc.alive()
+        return self._backends is not None and self._backends.alive("gunicorn")
 
     @contextlib.contextmanager
     def slowed(self, seconds: float, method: str | None = None) -> Iterator[None]:
@@ -664,12 +526,8 @@ class NetBox(_Lifecycle):
     def paused(self) -> Iterator[None]:
         """gunicorn frozen (SIGSTOP): the kernel accepts connections, NetBox answers nothing until resumed."""
         assert self._backends is not None
-        proc = self._backends.procs["gunicorn"]
-        os.killpg(proc.pid, signal.SIGSTOP)
-        try:
+        with frozen(self._backends.procs["gunicorn"]):
             yield
-        finally:
-            os.killpg(proc.pid, signal.SIGCONT)
 
     def serve_tls(self, authority=None) -> tuple[str, bytes]:
         """A second gunicorn of this NetBox serving HTTPS on another port: ``(url, CA certificate PEM)``."""
@@ -779,33 +637,17 @@ class NetBox(_Lifecycle):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metal3_ipam.testing.netbox",
-                                     description="A real NetBox on loopback for the tests.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare", help="install NetBox and make the migrated database dump, in the cache")
-    sub.add_parser("where", help="print the cache directory")
-    run = sub.add_parser("run", help="start a NetBox, print its URL and token, stop on Ctrl-C")
-    run.add_argument("--seconds", type=float, default=0, help="stop after this long (0: on Ctrl-C)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare":
-            t0 = time.monotonic()
-            path = prepare()
-            _say(f"ready: {venv_dir()} and {path} ({time.monotonic() - t0:.0f}s)")
-        elif args.command == "where":
-            print(cache_dir())
-        else:
-            with NetBox() as nb:
-                print(f"NETBOX_URL={nb.url}\nNETBOX_TOKEN={nb.token}\n# {nb.startup_seconds}", flush=True)
-                stopped = threading.Event()
-                for sig in (signal.SIGINT, signal.SIGTERM):  # a background job ignores SIGINT: TERM too
-                    signal.signal(sig, lambda *_: stopped.set())
-                stopped.wait(args.seconds or None)
-    except NetBoxError as exc:
-        _say(f"error: {exc}")
-        return 1
-    return 0
+    @contextlib.contextmanager
+    def serve() -> Iterator[str]:
+        with NetBox() as nb:
+            yield f"NETBOX_URL={nb.url}\nNETBOX_TOKEN={nb.token}\n# {nb.startup_seconds}"
 
+    return command_line(argv, prog="python -m metal3_ipam.testing.netbox",
+                        description="A real NetBox on loopback for the tests.",
+                        prepare_help="install NetBox and make the migrated database dump, in the cache",
+                        run_help="start a NetBox, print its URL and token, stop on Ctrl-C",
+                        prepare=lambda: f"{venv_dir()} and {prepare()}", where=cache_dir, serve=serve,
+                        error=NetBoxError, say=_say)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -60,7 +60,6 @@ MariaDB, Keystone and Neutron hold about 420 MB of memory (100, 140, 180).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import hashlib
@@ -69,10 +68,8 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -81,9 +78,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _remove_stale_dirs, _urlopen
+from metal3_ipam.testing import services
+from metal3_ipam.testing.controlplane import _LIVE, _free_port, _Lifecycle, _Process, _urlopen
 from metal3_ipam.testing.openstack_constraints import CONSTRAINTS
-from metal3_ipam.testing.netbox import _locked, _run as _run_netbox, _wait as _wait_netbox, find_python as _find
+from metal3_ipam.testing.services import ServiceProcesses, cache_root, command_line, frozen, locked
 
 __all__ = [
     "KEYSTONE_VERSION",
@@ -129,13 +127,13 @@ def _say(line: str) -> None:
 
 def _run(argv: Sequence[str], *, what: str, timeout: float, env: Mapping[str, str] | None = None,
          user: str | None = None, cwd: Path | None = None) -> str:
-    return _run_netbox(argv, what=what, timeout=timeout, env=env, user=user, cwd=cwd,
-                       error=OpenStackError, unavailable=OpenStackUnavailable)
+    return services.run(argv, what=what, timeout=timeout, env=env, user=user, cwd=cwd, error=OpenStackError,
+                        unavailable=OpenStackUnavailable)
 
 
 def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process | None = None,
           interval: float = 0.1) -> None:
-    _wait_netbox(what, check, deadline, proc, interval, error=OpenStackError)
+    services.wait(what, check, deadline, proc, interval, error=OpenStackError)
 
 
 # --------------------------------------------------------------------------- where things are
@@ -143,16 +141,12 @@ def _wait(what: str, check: Callable[[], bool], deadline: float, proc: _Process 
 
 def cache_dir() -> Path:
     """``$METAL3_IPAM_OPENSTACK_CACHE``, else ``$XDG_CACHE_HOME/metal3-ipam/openstack-neutron<N>-keystone<K>``."""
-    env = os.environ.get("METAL3_IPAM_OPENSTACK_CACHE")
-    if env:
-        return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "metal3-ipam" / f"openstack-neutron{NEUTRON_VERSION}-keystone{KEYSTONE_VERSION}"
+    return cache_root("METAL3_IPAM_OPENSTACK_CACHE", f"openstack-neutron{NEUTRON_VERSION}-keystone{KEYSTONE_VERSION}")
 
 
 def find_python() -> Path:
     """A Python 3.11–3.13 with venv: ``$METAL3_IPAM_OPENSTACK_PYTHON``, python3.1x on PATH, pyenv's versions."""
-    return _find(MIN_PYTHON, MAX_PYTHON, env_var="METAL3_IPAM_OPENSTACK_PYTHON",
+    return services.find_python(MIN_PYTHON, MAX_PYTHON, env_var="METAL3_IPAM_OPENSTACK_PYTHON",
                  what=f"Neutron {NEUTRON_VERSION} and Keystone {KEYSTONE_VERSION}", unavailable=OpenStackUnavailable)
 
 
@@ -203,7 +197,7 @@ def ensure_install(*, progress: Callable[[str], None] = _say, timeout: float = 1
     wanted = " ".join(REQUIREMENTS) + " -c " + hashlib.sha256(" ".join(CONSTRAINTS).encode()).hexdigest()[:16]
     if stamp.is_file() and stamp.read_text() == wanted:
         return venv
-    with _locked(cache_dir(), _say):
+    with locked(cache_dir(), _say):
         if stamp.is_file() and stamp.read_text() == wanted:
             return venv
         python = find_python()
@@ -244,7 +238,7 @@ def ensure_dumps(*, progress: Callable[[str], None] = _say, timeout: float = 900
     if all(p.is_file() for p in paths.values()):
         return paths
     venv = ensure_install(progress=progress)
-    with _locked(cache_dir(), _say):
+    with locked(cache_dir(), _say):
         if all(p.is_file() for p in paths.values()):
             return paths
         t0 = time.monotonic()
@@ -408,18 +402,16 @@ def live_openstacks() -> list["OpenStack"]:
     return [o for o in list(_LIVE) if isinstance(o, OpenStack) and o.running]
 
 
-class _MariaDB:
+class _MariaDB(ServiceProcesses):
     """MariaDB on a free loopback port with a datadir of its own, in a temporary directory of its own."""
 
+    dir_prefix = _DIR_PREFIX
+    error = OpenStackError
+
     def __init__(self, *, die_with_parent: bool, ready_timeout: float, stop_timeout: float):
-        self._die_with_parent = die_with_parent
-        self.ready_timeout = ready_timeout
-        self.stop_timeout = stop_timeout
+        super().__init__(die_with_parent=die_with_parent, ready_timeout=ready_timeout, stop_timeout=stop_timeout)
         self.programs = mariadb_programs()
-        self.dir: Path = Path()
         self.port = 0
-        self.procs: dict[str, _Process] = {}
-        self.last_logs: dict[str, str] = {}
 
     @property
     def user(self) -> str | None:
@@ -429,15 +421,8 @@ class _MariaDB:
     def url(self, database: str) -> str:
         return f"mysql+pymysql://root@127.0.0.1:{self.port}/{database}?charset=utf8mb4"
 
-    def spawn(self, name: str, argv: list[str], *, env: Mapping[str, str] | None = None,
-              user: str | None = None) -> _Process:
-        """Start ``name``; tied to this thread's life (Linux) only from the main thread."""
-        die = self._die_with_parent and threading.current_thread() is threading.main_thread()
-        proc = _Process(name, argv, self.dir / f"{name}.log", self.dir, die, env=env, user=user)
-        self.procs[name] = proc
-        return proc
-
     def _options(self) -> list[str]:
+        assert self.dir is not None
         data = self.dir / "mariadb" / "data"
         # No durability (a test database), small files, the character set OpenStack expects.
         return ["--no-defaults", f"--datadir={data}", "--innodb-log-file-size=8M",
@@ -447,12 +432,7 @@ class _MariaDB:
                 "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci"]
 
     def start(self, dumps: Mapping[str, Path] | None = None) -> None:
-        _LIVE.add(self)
-        _remove_stale_dirs(_DIR_PREFIX)
-        self.dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
-        self.dir.chmod(0o755)  # MariaDB, run as another user, reaches its datadir and socket through it
-        (self.dir / "owner.pid").write_text(str(os.getpid()))
-        top = self.dir / "mariadb"
+        top = self.make_dir() / "mariadb"  # MariaDB, run as another user, reaches its datadir through it
         top.mkdir()
         user = self.user
         if user is not None:
@@ -465,20 +445,15 @@ class _MariaDB:
         _run([str(self.programs["install_db"]), *self._options(), "--auth-root-authentication-method=normal",
               "--skip-test-db", *([f"--user={user}"] if user else [])],
              what="mariadb-install-db", timeout=300)
-        for attempt in range(1, 4):
-            self.port = _free_port()
-            proc = self.spawn("mariadb", [
+
+        def launch(port: int) -> _Process:
+            self.port = port
+            return self.spawn("mariadb", [
                 str(self.programs["server"]), *self._options(), f"--port={self.port}", "--bind-address=127.0.0.1",
                 f"--socket={top / 'sock'}", f"--pid-file={top / 'pid'}", "--max-connections=500",
                 *([f"--user={user}"] if user else [])])
-            try:
-                _wait("MariaDB to accept connections", self._ready, time.monotonic() + self.ready_timeout, proc)
-                break
-            except OpenStackError:
-                if attempt < 3 and not proc.alive() and "Address already in use" in proc.tail(40):
-                    proc.terminate(1)
-                    continue
-                raise
+
+        self.start_on_free_port("MariaDB to accept connections", launch, self._ready, "Address already in use")
         statements = []
         for name in DATABASES:
             statements.append(f"CREATE DATABASE {name} CHARACTER SET utf8mb4; USE {name};")
@@ -495,15 +470,6 @@ class _MariaDB:
                            capture_output=True, timeout=10)
         return r.returncode == 0
 
-    def stop(self) -> None:
-        for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            proc.terminate(self.stop_timeout)
-            self.last_logs[name] = proc.tail()
-        self.procs.clear()
-        if self.dir != Path():
-            shutil.rmtree(self.dir, ignore_errors=True)
-        _LIVE.discard(self)
 
 
 class OpenStack(_Lifecycle):
@@ -658,28 +624,19 @@ class OpenStack(_Lifecycle):
     def stop_neutron(self) -> None:
         """Stop Neutron alone (MariaDB and Keystone stay): connections to ``neutron_url`` are refused."""
         with self._lock:
-            if self._db is None:
-                return
-            proc = self._db.procs.pop("neutron", None)
-            if proc is not None:
-                proc.terminate(self.stop_timeout)
-                self._db.last_logs["neutron"] = proc.tail()
+            if self._db is not None:
+                self._db.stop_one("neutron")
 
     @property
     def neutron_running(self) -> bool:
-        proc = self._db.procs.get("neutron") if self._db else None
-        return proc is not None and proc.alive()
+        return self._db is not None and self._db.alive("neutron")
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Neutron frozen (SIGSTOP): the kernel accepts connections, Neutron answers nothing until resumed."""
         assert self._db is not None
-        proc = self._db.procs["neutron"]
-        os.killpg(proc.pid, signal.SIGSTOP)
-        try:
+        with frozen(self._db.procs["neutron"]):
             yield
-        finally:
-            os.killpg(proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Stop every process of this OpenStack and remove its directory."""
@@ -894,35 +851,18 @@ class OpenStack(_Lifecycle):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metal3_ipam.testing.openstack",
-                                     description="A real Keystone and Neutron on loopback for the tests.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare", help="install Neutron and Keystone and make the migrated database dumps, in the cache")
-    sub.add_parser("where", help="print the cache directory")
-    run = sub.add_parser("run", help="start an OpenStack, print its URLs and a clouds.yaml, stop on Ctrl-C")
-    run.add_argument("--seconds", type=float, default=0, help="stop after this long (0: on Ctrl-C)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare":
-            t0 = time.monotonic()
-            paths = prepare()
-            _say(f"ready: {venv_dir()} and {', '.join(map(str, paths.values()))} ({time.monotonic() - t0:.0f}s)")
-        elif args.command == "where":
-            print(cache_dir())
-        else:
-            with OpenStack() as cloud:
-                print(f"OS_AUTH_URL={cloud.auth_url}\nNEUTRON_URL={cloud.neutron_url}\n"
-                      f"# {cloud.startup_seconds}\n# clouds.yaml of the member:\n"
-                      + cloud.clouds_yaml("member").decode(), flush=True)
-                stopped = threading.Event()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    signal.signal(sig, lambda *_: stopped.set())
-                stopped.wait(args.seconds or None)
-    except OpenStackError as exc:
-        _say(f"error: {exc}")
-        return 1
-    return 0
+    @contextlib.contextmanager
+    def serve() -> Iterator[str]:
+        with OpenStack() as cloud:
+            yield (f"OS_AUTH_URL={cloud.auth_url}\nNEUTRON_URL={cloud.neutron_url}\n"
+                   f"# {cloud.startup_seconds}\n# clouds.yaml of the member:\n" + cloud.clouds_yaml("member").decode())
 
+    return command_line(argv, prog="python -m metal3_ipam.testing.openstack",
+                        description="A real Keystone and Neutron on loopback for the tests.",
+                        prepare_help="install Neutron and Keystone and make the migrated database dumps, in the cache",
+                        run_help="start an OpenStack, print its URLs and a clouds.yaml, stop on Ctrl-C",
+                        prepare=lambda: f"{venv_dir()} and {', '.join(map(str, prepare().values()))}",
+                        where=cache_dir, serve=serve, error=OpenStackError, say=_say)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -264,15 +264,18 @@ def rss_bytes(pid: int, field_name: str = "VmRSS") -> int:
     raise LookupError(f"{field_name} not in /proc/{pid}/status")
 
 
-def serve(port: int, cert_dir: str) -> None:
-    """A webhook server alone in this process, with an empty inventory, until stdin closes."""
+def serve(port: int, cert_dir: str, judge_seconds: float | None = None) -> None:
+    """A webhook server alone in this process, with an empty inventory, until stdin closes; with the default
+    :class:`~metal3_ipam.controller.webhook_server.Limits`, but for ``judge_seconds`` when given."""
     from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool, as the controller's entry point does)
     from metal3_ipam.controller.admission import Admission
-    from metal3_ipam.controller.webhook_server import WebhookServer
+    from metal3_ipam.controller.webhook_server import Limits, WebhookServer
     from metal3_ipam.core.inventory import Inventory
 
+    limits = Limits() if judge_seconds is None else Limits(judge_seconds=judge_seconds)
+
     async def main() -> None:
-        server = await WebhookServer(Admission(Inventory()), HOST, port, cert_dir).start()
+        server = await WebhookServer(Admission(Inventory()), HOST, port, cert_dir, limits=limits).start()
         print("serving", flush=True)
         await asyncio.to_thread(sys.stdin.read)
         await server.close()
@@ -294,12 +297,12 @@ def hostile(port: int, ca_file: str, path: str, kinds: str) -> None:
                       "largest_seconds": load.largest_seconds, "costly_seconds": load.costly_seconds}), flush=True)
 
 
-USAGE = ("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR\n"
+USAGE = ("usage: python -m metal3_ipam.testing.webhook_load serve PORT CERT_DIR [JUDGE_SECONDS]\n"
          "       python -m metal3_ipam.testing.webhook_load hostile PORT CA_FILE PATH KINDS_JSON")
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 4:
-        serve(int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1:2] == ["serve"] and len(sys.argv) in (4, 5):
+        serve(int(sys.argv[2]), sys.argv[3], *map(float, sys.argv[4:]))
     elif sys.argv[1:2] == ["hostile"] and len(sys.argv) == 6:
         hostile(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
     else:
@@ -310,10 +313,11 @@ class ServerProcess:
     """:func:`serve` in a process, with a certificate of its own in ``directory``: started with ``with``, answering
     once :meth:`__enter__` returns (``port``, ``context`` for its clients, ``pid``), stopped when the ``with`` ends."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, judge_seconds: float | None = None) -> None:
         from metal3_ipam.testing.certs import Authority
 
         self.directory = Path(directory)
+        self.judge_seconds = judge_seconds
         self.authority = Authority.create()
         self.authority.issue(self.directory)
         with socket.socket() as s:
@@ -324,8 +328,9 @@ class ServerProcess:
     def __enter__(self) -> "ServerProcess":
         import subprocess
 
+        judging = [] if self.judge_seconds is None else [str(self.judge_seconds)]
         self.process = subprocess.Popen([sys.executable, "-m", "metal3_ipam.testing.webhook_load", "serve",
-                                         str(self.port), str(self.directory)], stdin=subprocess.PIPE,
+                                         str(self.port), str(self.directory), *judging], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=(self.directory / "server.log").open("w"),
                                         text=True)
         self.pid = self.process.pid
@@ -337,7 +342,7 @@ class ServerProcess:
 
     def __exit__(self, *_: object) -> None:
         self.process.stdin.close()
-        self.process.wait(15)
+        self.process.wait(300)  # once the reviews under way are judged, as late as a loaded machine does
 
 
 class HostileProcess:
@@ -366,7 +371,8 @@ class HostileProcess:
         return self
 
     def __exit__(self, *_: object) -> None:
-        out, _ = self.process.communicate("", timeout=30)
+        # Its clients end with the answers they wait for: as late as a loaded machine judges them.
+        out, _ = self.process.communicate("", timeout=600)
         told = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         self.answers = told.get("answers", {})
         self.largest_seconds, self.costly_seconds = told.get("largest_seconds", []), told.get("costly_seconds", [])

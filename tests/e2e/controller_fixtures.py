@@ -98,8 +98,12 @@ class ControllerProcess:
     """``metal3-ipam run`` in its own process (group), logging to a file."""
 
     def __init__(self, kubeconfig: os.PathLike | str, args: Iterable[str] = ("-A",), *, name: str = "controller",
-                 log_dir: os.PathLike | str | None = None, verbose: bool = True) -> None:
+                 log_dir: os.PathLike | str | None = None, verbose: bool = True, manager: bool = False) -> None:
+        """``manager``: run as the image's ``/manager`` does (``metal3_ipam.cli:manager``: the Go managers'
+        defaults, so ``args`` may be a Go provider's command line)."""
         self.kubeconfig = str(kubeconfig)
+        self.entry = (["-c", "import sys; from metal3_ipam.cli import manager; sys.exit(manager())"] if manager
+                      else ["-m", "metal3_ipam.cli", "run"])
         # Leader election is off unless asked for: these replicas elect unless told not to.
         args = list(args)
         self.args = args + ([] if "--no-leader-elect" in args else ["--leader-elect"]) + (["-v"] if verbose else [])
@@ -118,7 +122,7 @@ class ControllerProcess:
     def start(self, ready_timeout: float = 60.0) -> "ControllerProcess":
         assert not self.alive(), f"{self.name} is running already"
         self.port = free_port()
-        argv = [sys.executable, "-m", "metal3_ipam.cli", "run", "--kubeconfig", self.kubeconfig,
+        argv = [sys.executable, *self.entry, "--kubeconfig", self.kubeconfig,
                 "--health-address", f"127.0.0.1:{self.port}", *self.args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBECONFIG")}
         env["PYTHONUNBUFFERED"] = "1"
@@ -193,9 +197,9 @@ class ControllerProcess:
 
     # -- looking at it ----------------------------------------------------------
 
-    def http_status(self, path: str) -> int:
+    def http_status(self, path: str, timeout: float = 2.0) -> int:
         try:
-            with _NO_PROXY.open(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+            with _NO_PROXY.open(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as resp:
                 return resp.status
         except urllib.error.HTTPError as err:
             return err.code

@@ -9,6 +9,7 @@ import uuid
 from kubernetes import client as k8s
 
 from controller_fixtures import CAPI_IPAM_GROUP, Kube, condition
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.testing.waiting import eventually
 
@@ -37,6 +38,43 @@ def fip_pool(kube: Kube, name: str, **spec) -> dict:
     body = {"apiVersion": "/".join(FIPS), "kind": p.KIND, "metadata": {"name": name},
             "spec": {"identityRef": {"name": "cloud", "cloudName": "openstack"}, **spec}}
     return kube.create(FIPS, PLURAL, body)
+
+
+def capo_pool(kube: Kube, name: str, available: list[str], claimed: list[str] = ()) -> dict:
+    """Cluster API Provider OpenStack's own pool ``name`` as its controller leaves it: ``status.availableIPs`` and
+    ``claimedIPs`` (its CRD installed first, with no schema beyond that: CAPO's controller does not run here)."""
+    crds = k8s.ApiextensionsV1Api(kube.api_client)
+    plural = capo.PLURAL
+    try:
+        crds.create_custom_resource_definition({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{capo.GROUP}"},
+            "spec": {"group": capo.GROUP, "scope": "Namespaced",
+                     "names": {"kind": capo.KIND, "plural": plural, "singular": capo.KIND.lower(),
+                               "listKind": f"{capo.KIND}List"},
+                     "versions": [{"name": capo.VERSION, "served": True, "storage": True,
+                                   "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+    gv = (capo.GROUP, capo.VERSION)
+    body = {"apiVersion": "/".join(gv), "kind": capo.KIND, "metadata": {"name": name}, "spec": {}}
+    eventually(lambda: _created(kube, gv, plural, body), timeout=30, what=f"CAPO's CRD serving {plural}")
+    return kube.custom.patch_namespaced_custom_object_status(
+        *gv, kube.ns, plural, name, {"status": {"availableIPs": list(available), "claimedIPs": list(claimed)}})
+
+
+def _created(kube: Kube, gv: tuple[str, str], plural: str, body: dict) -> bool:
+    try:
+        kube.create(gv, plural, body)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return False  # the CRD is not served yet
+        if exc.status != 409:
+            raise
+    return True
 
 
 def fip_claim(kube: Kube, name: str, pool: str) -> dict:

@@ -276,3 +276,49 @@ def test_without_prometheus_installed_the_harness_fails_saying_how_to_install_it
         promtool("--version")
     with pytest.raises(PrometheusUnavailable, match="prometheus is not on PATH"):
         Prometheus([]).start()
+
+
+# -- orders of events the rules meet in the field ------------------------------------------------------------
+
+REPLICA = 'metal3_ipam_leader{instance="replica:8081", job="metal3-ipam"}'
+
+
+def test_pool_exhausted_counts_each_waiting_claim_once_when_every_replica_writes(tmp_path):
+    """Without leader election every replica says it may write (``metal3_ipam_leader`` 1) and exports the same
+    per-pool series from the same objects. The alert's value is how many claims wait: 2, not 2 per replica."""
+    series = [{"series": LEADER, "values": "1x20"}, {"series": REPLICA, "values": "1x20"}]
+    for instance in ("leader:8081", "replica:8081"):
+        series += [{"series": _pool_series("metal3_ipam_pool_capacity", instance), "values": "4x20"},
+                   {"series": _pool_series("metal3_ipam_pool_free", instance), "values": "0x20"},
+                   {"series": _pool_series("metal3_ipam_claims_not_ready", instance, reason="PoolExhausted"),
+                    "values": "2x20"}]
+    fired = _pool_alert("Metal3IPAMPoolExhausted", "critical",
+                        "IP pool site-a/provisioning (IPPool) has no free address and 2 claims are waiting")
+    _run(tmp_path, RULES, [{"interval": "1m", "input_series": series,
+                            "alert_rule_test": [_alerts("Metal3IPAMPoolExhausted", "10m", fired)]}])
+
+
+def test_a_full_pool_stays_alerted_across_a_rollout_of_the_controller(tmp_path):
+    """The leader's pod is replaced (a rolling update, one replica): its series end at 30m; the new pod is first
+    scraped at 31m standing by (leader 0), takes the Lease and exports the pool's series from 32m. The pool was
+    98% used all along: the page that fired before the rollout is still firing at 34m."""
+    new = 'metal3_ipam_leader{instance="new:8081", job="metal3-ipam"}'
+    series = [{"series": LEADER, "values": "1x30 stale"}, {"series": new, "values": "_x31 0 1x20"},
+              {"series": _pool_series("metal3_ipam_pool_capacity"), "values": "100x30 stale"},
+              {"series": _pool_series("metal3_ipam_pool_free"), "values": "2x30 stale"},
+              {"series": _pool_series("metal3_ipam_pool_capacity", "new:8081"), "values": "_x32 100x20"},
+              {"series": _pool_series("metal3_ipam_pool_free", "new:8081"), "values": "_x32 2x20"}]
+    critical = _pool_alert("Metal3IPAMPoolUsageCritical", "critical",
+                           "IP pool site-a/provisioning (IPPool) is 98% used")
+    _run(tmp_path, RULES, [{"interval": "1m", "input_series": series, "alert_rule_test": [
+        _alerts("Metal3IPAMPoolUsageCritical", "20m", critical),
+        _alerts("Metal3IPAMPoolUsageCritical", "34m", critical)]}])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--for", "Metal3IPAMPoolUsageHigh=15 minutes"], "15 minutes"),
+    (["--rate-window", "5min"], "5min"),
+])
+def test_the_command_refuses_a_duration_prometheus_cannot_read(capsys, argv, words):
+    assert observability.main(["rules", *argv]) == 2
+    assert words in capsys.readouterr().err

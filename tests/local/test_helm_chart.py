@@ -26,11 +26,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from metal3_ipam import goflags, packaging
+from metal3_ipam import goflags, observability, packaging
 from metal3_ipam.cli import _kind_flags, _parser, run_options
 from metal3_ipam.controller import certificates
 from metal3_ipam.testing import controlplane
-from metal3_ipam.testing.helm import NAMESPACE, Helm, chart_dir
+from metal3_ipam.testing.helm import NAMESPACE, Helm, HelmError, chart_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = chart_dir(ROOT)
@@ -352,6 +352,29 @@ def test_the_prometheus_rule_holds_the_groups_of_the_charts_rules_file(helm):
     assert rule["spec"]["groups"] == yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())["groups"]
 
 
+def test_the_prometheus_rules_thresholds_opt_out_and_durations_are_values(helm):
+    """The chart's alert rules with other thresholds, an opt-out selector and a for: are the rules
+    ``observability.RuleSettings`` renders with the same parameters."""
+    selector = 'namespace!="lab",pool!~"scratch-.*$"'
+    values = {"prometheusRule": {"enabled": True, "usageWarning": 0.7, "usageCritical": 0.9,
+                                 "poolSelector": selector, "for": {"Metal3IPAMPoolUsageHigh": "1h"}}}
+    rule = one(helm.template(CHART, values), "PrometheusRule")
+    durations = {**observability.DEFAULT_FOR, "Metal3IPAMPoolUsageHigh": "1h"}
+    settings = observability.RuleSettings(usage_warning=0.7, usage_critical=0.9, pool_selector=selector,
+                                          durations=durations)
+    assert rule["spec"]["groups"] == observability.rule_groups(settings)
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"usageWarning": 0.95, "usageCritical": 0.9}, "expected warning < critical"),
+    ({"for": {"Metal3IPAMPoolUsageHigh": "15 minutes"}}, "Metal3IPAMPoolUsageHigh"),
+    ({"for": {"Metal3IPAMPoolUsgeHigh": "1h"}}, "Metal3IPAMPoolUsgeHigh"),
+])
+def test_the_chart_refuses_alert_parameters_prometheus_could_not_use(helm, values, words):
+    with pytest.raises(HelmError, match=words):
+        helm.template(CHART, {"prometheusRule": {"enabled": True, **values}})
+
+
 def test_the_network_policy_opens_the_webhook_and_metrics_ports_of_the_controllers_pods(helm):
     objects = helm.template(CHART, {"networkPolicy": {"enabled": True, "metricsFrom": [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}})
@@ -390,3 +413,35 @@ def test_the_diagnostics_endpoint_may_review_the_scrapers_tokens(helm):
                for v in rule["verbs"]}
     assert {("authentication.k8s.io", "tokenreviews", "create"),
             ("authorization.k8s.io", "subjectaccessreviews", "create")} <= granted
+
+
+def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series(helm):
+    monitor = one(helm.template(CHART, EVERYTHING), "ServiceMonitor")
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
+
+
+def test_a_lease_in_another_namespace_may_be_taken_by_the_controller(helm):
+    objects = helm.template(CHART, {"leaderElection": {"namespace": "elsewhere"}})
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert settings(container).lease_namespace == "elsewhere"
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects
+             if o["kind"] in ("Role", "ClusterRole")}
+    granted = set()
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                    and subject in o["subjects"]):
+        scope = binding["metadata"].get("namespace")  # None: every namespace
+        ref = binding["roleRef"]
+        role = roles.get((ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]))
+        for rule in (role or {}).get("rules", []):
+            if "coordination.k8s.io" in rule.get("apiGroups", []) and "leases" in rule.get("resources", []):
+                granted |= {(scope, verb) for verb in rule["verbs"]}
+    for verb in ("get", "create", "update"):
+        assert ("elsewhere", verb) in granted or (None, verb) in granted, verb
+
+
+def test_the_install_page_names_every_kind_flag_the_chart_takes():
+    row = next(line for line in (ROOT / "docs" / "install.md").read_text().splitlines()
+               if line.startswith("| `kindFlags`"))
+    assert [f.name for f in _kind_flags() if f"`{f.name}`" not in row] == []

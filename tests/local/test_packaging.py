@@ -17,6 +17,7 @@ from metal3_ipam.cli import _parser, run_options
 from metal3_ipam.controller import certificates, permissions, webhook
 from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.poolkinds.netbox import pool as netbox_pool
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as openstack_pool
 from metal3_ipam.testing import controlplane
 
@@ -131,10 +132,12 @@ def test_the_cluster_role_is_the_table():
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted == permissions.granted(permissions.cluster_rules())
     # Nothing outside the kinds the controller serves, Events, reading the Secrets of NetBox tokens and clouds.yaml,
-    # and asking whether it may list a kind (which every authenticated user may).
+    # reading the CAPO pool an OpenStackFloatingIPPool adopts from, and asking whether it may list a kind (which
+    # every authenticated user may).
     groups = {g for g, _, _ in granted}
     assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP,
-                      openstack_pool.GROUP, "", "authorization.k8s.io"}
+                      openstack_pool.GROUP, capo.GROUP, "", "authorization.k8s.io"}
+    assert {(g, r, v) for g, r, v in granted if g == capo.GROUP} == {(capo.GROUP, capo.PLURAL, "get")}
     assert {(g, r, v) for g, r, v in granted if g == "authorization.k8s.io"} == {
         ("authorization.k8s.io", "selfsubjectaccessreviews", "create")}
     assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}

@@ -17,6 +17,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of the leader election Lease (leaderElection.namespace, else the release's): its Role and
+RoleBinding are made there, or the controller may not take the Lease. */}}
+{{- define "metal3-ipam.leaseNamespace" -}}
+{{- .Values.leaderElection.namespace | default .Release.Namespace -}}
+{{- end -}}
+
 {{/* The labels Helm's conventions add to every object. */}}
 {{- define "metal3-ipam.helmLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}

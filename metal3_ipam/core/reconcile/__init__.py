@@ -83,20 +83,22 @@ them), ``adoption`` (address objects taken up as they are, or refused),
 ``release`` (addresses whose claim is gone or going, finalizers),
 ``outside`` (the allocation keys of an outside IPAM and its answers),
 ``guards`` (an IP guarded across pools and namespaces), ``conditions`` (what
-claims are told), ``pool_status`` (the pool's own metadata and status) and
+claims are told), ``pool_status`` (the pool's own metadata and status),
+``elsewhere`` (a global pool's claims in another management cluster) and
 ``pieces`` (small readings and writes of objects shared by them).
 """
 
 from .binding import LOCK_SETTLE_SECONDS
-from .conditions import (ADDRESS_CONFLICT, ADDRESS_HOMED_ELSEWHERE, ALLOCATION_PENDING, DUPLICATE_ADDRESS,
-                         POOL_REFERENCE_CHANGED, READY, WAITING_FOR_CLUSTER, moved_from)
+from .conditions import (ADDRESS_CONFLICT, ADDRESS_HOMED_ELSEWHERE, ADDRESS_LOST, ALLOCATION_PENDING,
+                         DUPLICATE_ADDRESS, POOL_REFERENCE_CHANGED, READY, WAITING_FOR_CLUSTER, moved_from)
 from .outside import first_carrier, left_with
 from .passes import DECISIONS_PER_YIELD, ident_of, load, needs_full, plan_pass, reconcile, run_to_end
 from .snapshot import Snapshot
 
 
 __all__ = [
-    "ADDRESS_CONFLICT", "ADDRESS_HOMED_ELSEWHERE", "ALLOCATION_PENDING", "DECISIONS_PER_YIELD", "DUPLICATE_ADDRESS",
-    "LOCK_SETTLE_SECONDS", "POOL_REFERENCE_CHANGED", "READY", "WAITING_FOR_CLUSTER", "Snapshot", "first_carrier",
-    "ident_of", "left_with", "load", "moved_from", "needs_full", "plan_pass", "reconcile", "run_to_end",
+    "ADDRESS_CONFLICT", "ADDRESS_HOMED_ELSEWHERE", "ADDRESS_LOST", "ALLOCATION_PENDING", "DECISIONS_PER_YIELD",
+    "DUPLICATE_ADDRESS", "LOCK_SETTLE_SECONDS", "POOL_REFERENCE_CHANGED", "READY", "WAITING_FOR_CLUSTER", "Snapshot",
+    "first_carrier", "ident_of", "left_with", "load", "moved_from", "needs_full", "plan_pass", "reconcile",
+    "run_to_end",
 ]

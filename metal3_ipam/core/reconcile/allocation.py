@@ -10,6 +10,7 @@ from ..allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from ..ledger import METAL3, PLANNED
 from ..naming import ip_text
 from ..several import each
+from .guards import GUARDS_PER_ALLOCATION
 from .pieces import _bounded, _ip_of
 from .state import PassState
 
@@ -72,7 +73,7 @@ class Allocation(PassState):
                 except AllocationError as err:
                     lost = f"{err.message}; its address objects were deleted"
         if grant is None:
-            self.collisions = {}
+            self.collisions, self.unguardable = {}, set()
             try:
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
                                                 kept_as=key, avoid=avoid)
@@ -80,6 +81,12 @@ class Allocation(PassState):
                 # The status says what the next pass would (its status no longer naming the IP, nothing is kept
                 # for it then): one Warning Event tells of the lost IP, and no second one follows.
                 reason, message = (err.reason, err.message) if not self.collisions else self.collided(err)
+                if self.unguardable and not self.collisions:
+                    message += (f"; {len(self.unguardable)} free sub-prefix(es) such as "
+                                f"{ip_text(self.pool.address_of(min(self.unguardable)))}/{self.pool.unit_length} "
+                                f"meet more than {GUARDS_PER_ALLOCATION} addresses or sub-prefixes of global "
+                                f"pools, and a namespaced pool hands out none such (its allocation could not be "
+                                f"guarded against theirs)")
                 return self.fail(claim, step, reason, message, event_message=message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))

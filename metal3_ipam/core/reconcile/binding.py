@@ -152,6 +152,7 @@ class Binding(PassState):
             return ref if want is None else {**ref, "uid": want["uid"]}
 
         owners = [repaired(r) for r in current]
+        self.note_moved_in(mirror, claim)
         missing = [w for w in wanted if not any(matches(r, w) for r in owners)]
         if missing or owners != current:
             step.add(SetMetadata(o.ref(mirror), owner_references=tuple(owners + missing),

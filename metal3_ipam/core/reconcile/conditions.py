@@ -21,6 +21,9 @@ READY = "Ready"
 ALLOCATION_PENDING = "AllocationPending"
 # A claim whose key's outside address is homed in another cluster, whose claim carries the key too.
 ADDRESS_HOMED_ELSEWHERE = "AddressHomedElsewhere"
+# A bound claim whose key's outside address is gone from its outside IPAM (deleted there behind the controller):
+# it keeps its address object, and its IP is no other claim's while that stands.
+ADDRESS_LOST = "AddressLost"
 # A claim whose pool reference was changed away from the pool that served it, which keeps serving it.
 POOL_REFERENCE_CHANGED = "PoolReferenceChanged"
 # A claim's address object not taken up (its IP another's, or one its pool could not have handed out), and the
@@ -116,10 +119,11 @@ class ClaimStatus(PassState):
         moved = self.moved_condition(claim, current, v1beta1)
         twice = self.twice_condition(claim, current, v1beta1, address) if address is not None else None
         elsewhere = self.homed_elsewhere_condition(claim, current, v1beta1)
-        desired["conditions"] = [ready] + [c for c in (moved, twice, elsewhere) if c is not None] + [
+        lost = self.address_lost_condition(claim, current, v1beta1)
+        desired["conditions"] = [ready] + [c for c in (moved, twice, elsewhere, lost) if c is not None] + [
             c for c in current.get("conditions") or []
             if isinstance(c, Mapping) and c.get("type") not in (READY, POOL_REFERENCE_CHANGED, DUPLICATE_ADDRESS,
-                                                                 ADDRESS_HOMED_ELSEWHERE)]
+                                                                 ADDRESS_HOMED_ELSEWHERE, ADDRESS_LOST)]
         if {k: current.get(k) for k in desired} == desired and _lacks_only(current, desired):
             return False
         step.add(SetStatus(o.ref(claim), desired, o.meta(claim).get("resourceVersion")))

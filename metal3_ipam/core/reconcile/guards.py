@@ -1,46 +1,103 @@
-"""An IP guarded across pools and namespaces: the guard a global pool's allocation writes in the claim's
-namespace, and what holds an IP that this pool's own addresses do not show (``Guards``)."""
+"""An IP guarded across pools and namespaces: the guards an allocation across a global pool and a namespaced
+one writes in the claim's namespace, and what holds an IP that this pool's own addresses do not show
+(``Guards``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .. import kinds
 from .. import objects as o
-from ..actions import Create, Delete
+from ..actions import Create, Delete, SetMetadata
+from ..addresses import FAMILY_BITS, ip_from_int
 from ..kept import bound_ip
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
-from .pieces import _ip_of, _owned_by, _owner
+from ..poolkind import kind_named
+from .binding import _settled
+from .pieces import _ip_of, _owned_by, _owner, _passed
 from .state import PassState
+
+# The most guards one allocation writes: a namespaced IP or sub-prefix that would take more is not handed out
+# (its allocation could not be guarded against the global pools').
+GUARDS_PER_ALLOCATION = 256
+
+
+@dataclass(frozen=True)
+class Span:
+    """What one guard stands for: an IP (``length`` None), or a global prefix pool's sub-prefix. ``shared``: a
+    global prefix pool's sub-prefix as the namespace's pools hold it (IPs or smaller sub-prefixes of it, for
+    many claims): owned by those pools, not by a claim, and kept until they are all gone."""
+
+    ip: int
+    length: int | None = None
+    shared: bool = False
+
+
+def _span_base(guard: dict, ip) -> int:
+    """The first address of the span a guard is part of: its IP, or its sub-prefix's base (``spec.prefix``)."""
+    length, width = o.spec(guard).get("prefix"), FAMILY_BITS[ip.version]
+    bits = width - length if isinstance(length, int) and not isinstance(length, bool) and 0 <= length <= width else 0
+    return int(ip) >> bits << bits
+
+
+def held_by_pools(guard: dict) -> bool:
+    """A guard the namespace's pools own (``Span.shared``), not a claim."""
+    return any(kind_named((kinds.group_of(str(r.get("apiVersion") or "")), str(r.get("kind")))) is not None
+               for r in o.owner_references(guard))
 
 
 class Guards(PassState):
-    """The guard of an IP in a claim's namespace, and what holds an IP elsewhere."""
+    """The guards of an allocation in a claim's namespace, and what holds an IP elsewhere."""
 
-    def guarded(self, claim: dict, unit: int) -> bool:
-        """Whether handing ``unit`` to ``claim`` creates its guard in the claim's namespace first: a global IP
-        pool's allocation (but one of a separate network), and a namespaced IP pool's of an IP a global pool
-        holds. Of two such allocations of one IP in a namespace, which no pass saw the other make (a global
-        pool's pass made before the namespaced pool came, carried out after its allocation), the API server
-        refuses the second guard, and with it the rest of that step: one IP never goes to two claims there.
-        A global pool's pass always guards (it cannot know of a namespaced pool created since); a namespaced
-        pool's sees every global pool made before it passes, and one made later withholds its addresses."""
+    def guard_spans(self, claim: dict, unit: int) -> list[Span] | None:
+        """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock: a global pool's
+        allocation guards its IP or sub-prefix (but a separate network's); a namespaced pool's guards each IP of
+        its address (an IP, or a sub-prefix) that a global IP pool holds (or one being deleted held), its IP
+        whatever they hold for a kind that ``guards_every_ip``, and each sub-prefix of a global prefix pool it
+        meets, for the namespace's pools. The guards of both have one name, which the API server gives
+        once: of two allocations that meet in a namespace and that no pass saw the other make (a global pool's
+        pass made before the namespaced pool came, carried out after its allocation, or the other way round), the
+        second is refused at its guard with the rest of that step. A global pool's pass always guards (it cannot
+        know of a namespaced pool created since); a namespaced pool's sees every global pool made before it
+        passes, and one made later withholds its addresses. None: more than ``GUARDS_PER_ALLOCATION`` guards,
+        which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
-        if pool is None or kind.holds_prefixes or kind.outside is not None or pool.unit_length is not None:
-            return False
+        if pool is None or kind.outside is not None:
+            return []
+        first = int(pool.address_of(unit))
         if kind.cluster_scoped:
-            return not separate_network(self.pool_obj)
-        return kind.unique_in_namespace and self.snap.global_holds(pool.version, int(pool.address_of(unit)))
+            return [] if separate_network(self.pool_obj) else [Span(first, pool.unit_length)]
+        if not kind.unique_in_namespace:
+            return []
+        last = first + (1 << pool.unit_bits) - 1
+        ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
+        if kind.guards_every_ip and ips is not None and first == last and first not in ips:
+            # Whatever the global pools' specs are now: a global IP pool's pass made before an edit or a deletion
+            # that dropped the IP (or this pass, made before a global pool was created) may land after the
+            # other; the API server gives the guard's name once.
+            ips = [first]
+        blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
+        if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
+            return None
+        return [Span(ip) for ip in ips] + [Span(base, length, shared=True) for base, length in blocks]
 
-    def guard_of(self, claim: dict, unit: int) -> dict | None:
-        """The guard of ``unit`` in the claim's namespace, if one is stored."""
-        return self.snap.address_named(o.namespace(claim), guard_name(self.pool.address_of(unit)))
+    def guard_at(self, namespace: str, span: Span) -> dict | None:
+        """The guard of ``span`` in ``namespace``, if one is stored."""
+        return self.snap.address_named(namespace, guard_name(ip_from_int(span.ip, self.pool.version), span.length))
 
     def guard_holds(self, guard: dict, claim: dict | None = None) -> bool:
         """Whether a guard keeps its IP for a claim other than ``claim``: its claim lives (the incarnation it
-        owns) and is bound to no other IP (until its address shows, its allocation may be on its way). Else it
-        is left over (its allocation refused, its claim gone) and whoever wants the IP deletes it."""
+        owns) and is bound to no other address (until its address shows, its allocation may be on its way; a
+        sub-prefix's guards name its length). Else it is left over (its allocation refused, its claim gone) and
+        whoever wants the IP deletes it. So is one whose claim is bound to none and whose lock is not stored,
+        once it is older than a stored lock is left to its maker (``lock_settle_seconds``): its pass stopped
+        before its lock, and its claim may wait for good (the IP owned by a namespaced pool since). One the
+        namespace's pools own holds until the garbage collector takes it (their liveness as a cache shows it is
+        no reason to delete it)."""
+        if held_by_pools(guard):
+            return True
         ref = o.spec(guard).get("claim") or {}
         kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
                                                                                          kinds.IPCLAIM[1]))
@@ -48,41 +105,97 @@ class Guards(PassState):
         if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
             return False
         bound, guarded = bound_ip(holder), _ip_of(guard)
-        return bound is None or (guarded is not None and int(bound) == int(guarded))
+        if bound is None:
+            return guarded is None or self.lock_stored(guard, holder, guarded) or not self.settled(guard, claim)
+        return guarded is not None and bound.version == guarded.version and int(bound) == _span_base(guard, guarded)
+
+    def lock_stored(self, guard: dict, holder: dict, guarded) -> bool:
+        """Whether an address of the guard's claim (its lock, or its Cluster API IPAddress) at the guarded IP or
+        sub-prefix is stored: in the guard's namespace, or the lock namespace (a global pool's locks)."""
+        base = _span_base(guard, guarded)
+        for namespace in {o.namespace(guard), self.snap.lock_namespace}:
+            for address in self.snap.addresses_at(namespace, guarded.version, base):
+                capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+                named = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+                if o.is_guard(address) or named is None or named[1] != o.name(holder):
+                    continue
+                if (named[2] if len(named) > 2 else o.namespace(address)) == o.namespace(holder):
+                    return True
+        return False
+
+    def settled(self, guard: dict, claim: dict | None) -> bool:
+        """Whether a guard whose lock is not stored is old enough to be let go; until then ``claim`` (the one
+        wanting its IP) is due a pass when it is."""
+        settled = _settled(guard, self.snap.lock_settle_seconds)
+        if settled is None or _passed(settled, self.snap.now):
+            return True
+        if claim is not None:
+            key = o.claim_key(claim)
+            self.ledger.due[key] = min(self.ledger.due.get(key, settled), settled)
+        return False
+
+    def span_taken(self, claim: dict, span: Span) -> bool:
+        """Whether the guard of ``span`` keeps it from ``claim``: a live claim's guard (but its own), a global
+        prefix pool's sub-prefix the namespace's pools hold (for a global pool's claim), or such a guard being
+        deleted (for a namespaced pool's: it waits for it to go)."""
+        found = self.guard_at(o.namespace(claim), span)
+        if found is None:
+            return False
+        if held_by_pools(found):
+            return not span.shared or o.is_deleting(found)
+        return self.guard_holds(found, claim)
 
     def guards_of(self, claim: dict, addresses: list[dict]) -> list[dict]:
-        """The guards of the claim's IPs that ``addresses`` hold, stored and its own: they go with its lock (the
-        garbage collector would take them once the claim is gone)."""
-        found = []
+        """The guards of the claim's IPs that ``addresses`` hold (those of each IP or sub-prefix in them it
+        guarded), stored and its own: they go with its lock (the garbage collector would take them once the
+        claim is gone). Those the namespace's pools own stay."""
+        found, pool = [], self.pool
         for address in addresses:
             ip = _ip_of(address)
-            guard = self.snap.address_named(o.namespace(claim), guard_name(ip)) if ip is not None else None
-            if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
-                found.append(guard)
+            if ip is None or pool is None or ip.version != pool.version:
+                continue
+            for span in self.guard_spans(claim, pool.unit_of(int(ip))) or []:
+                guard = None if span.shared else self.guard_at(o.namespace(claim), span)
+                if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
+                    found.append(guard)
         return found
 
     def guard_actions(self, claim: dict, unit: int) -> list:
-        """What guards ``unit`` for ``claim`` before its lock is written: its guard created (a left-over one of
-        that name deleted first, that incarnation only); nothing when it has its guard already, or needs none."""
-        if not self.guarded(claim, unit):
-            return []
-        found = self.guard_of(claim, unit)
-        if found is not None and _owned_by(found, claim):
-            return []  # its own, from an earlier try
-        ip = self.pool.address_of(unit)
+        """What guards ``unit`` for ``claim`` before its lock is written: for each span, its guard created (a
+        left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
+        pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
+        already, or when it needs none."""
+        actions: list = []
+        for span in self.guard_spans(claim, unit) or []:
+            found = self.guard_at(o.namespace(claim), span)
+            if found is not None and _owned_by(found, claim if not span.shared else self.pool_obj):
+                continue  # its own, from an earlier try (or the pool's)
+            if found is not None and span.shared and held_by_pools(found):
+                owners = tuple(o.owner_references(found)) + (_owner(self.pool_obj),)
+                actions.append(SetMetadata(o.ref(found), owner_references=owners,
+                                           resource_version=o.meta(found).get("resourceVersion")))
+                continue
+            # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
+            actions += ([Delete(o.ref(found))] if found is not None else []) + [Create(self.guard(claim, span))]
+        return actions
+
+    def guard(self, claim: dict, span: Span) -> dict:
+        """The guard of ``span`` for ``claim``: owned by the claim, or by this pool for a shared span."""
+        pool, ip = self.pool_obj, ip_from_int(span.ip, self.pool.version)
         claim_ref: dict[str, Any] = {"name": o.name(claim), "namespace": o.namespace(claim),
                                      "apiVersion": claim.get("apiVersion"), "kind": claim.get("kind")}
-        pool = self.pool_obj
         guard = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
-                 "metadata": {"name": guard_name(ip), "namespace": o.namespace(claim),
+                 "metadata": {"name": guard_name(ip, span.length), "namespace": o.namespace(claim),
                               "labels": {kinds.GUARD_LABEL: address_label(ip)},
-                              # Gone with its claim (the garbage collector), and moved with it.
-                              "ownerReferences": [_owner(claim)]},
+                              # Gone with its claim (or its pools: the garbage collector), and moved with it.
+                              "ownerReferences": [_owner(pool if span.shared else claim)]},
                  "spec": {"address": ip_text(ip), "claim": claim_ref,
                           "pool": {"apiVersion": pool.get("apiVersion"), "kind": pool.get("kind"),
                                    "name": o.name(pool), "namespace": o.namespace(pool)}}}
-        # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
-        return ([Delete(o.ref(found))] if found is not None else []) + [Create(guard)]
+        length = span.length if span.length is not None else self.pool.unit_length
+        if length is not None:
+            guard["spec"]["prefix"] = length  # the sub-prefix it stands for, or is a part of
+        return guard
 
     def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
                         for_keeper: bool = False, claim: dict | None = None) -> bool:
@@ -98,9 +211,12 @@ class Guards(PassState):
         for the claim whose status names the IP, whom an address written before
         its claim and bound to none does not keep from it.
         """
-        if claim is not None and self.guarded(claim, ip):
-            guard = self.guard_of(claim, ip)
-            if guard is not None and self.guard_holds(guard, claim):
+        if claim is not None:
+            spans = self.guard_spans(claim, ip)
+            if spans is None:
+                self.unguardable.add(ip)
+                return True
+            if any(self.span_taken(claim, span) for span in spans):
                 return True
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None

@@ -14,7 +14,7 @@ from .. import objects as o
 from ..actions import Create, SetMetadata, SetStatus, Step
 from ..allocator import ALLOCATION_FAILED, AllocationError
 from ..asking import Granted, Intent, Refused
-from .conditions import ADDRESS_HOMED_ELSEWHERE, ALLOCATION_PENDING, READY, _condition
+from .conditions import ADDRESS_HOMED_ELSEWHERE, ADDRESS_LOST, ALLOCATION_PENDING, READY, _condition
 from .pieces import _bounded, _with_finalizer
 from .state import PassState
 
@@ -42,33 +42,33 @@ class Answers:
     known (as of a key never asked for)."""
 
     results: Mapping[str, Granted | Refused] = field(default_factory=dict)
-    held: Mapping[str, Refused] = field(default_factory=dict)
+    pending_refusals: Mapping[str, Refused] = field(default_factory=dict)
     refused_releases: Mapping[str, Refused] = field(default_factory=dict)
     released_keys: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, asking: Any, keys: Iterable[str]) -> Answers:
         """What ``asking`` answers now for each of ``keys``."""
-        results, held, refused, released = {}, {}, {}, set()
+        results, pending, refused, released = {}, {}, {}, set()
         for key in keys:
             result = asking.result(key)
             if result is not None:
                 results[key] = result
-            held_back = asking.held_back(key)
-            if held_back is not None:
-                held[key] = held_back
+            refusal = asking.pending_refusal(key)
+            if refusal is not None:
+                pending[key] = refusal
             refusal = asking.release_refused(key)
             if refusal is not None:
                 refused[key] = refusal
             if asking.released(key):
                 released.add(key)
-        return cls(results, held, refused, frozenset(released))
+        return cls(results, pending, refused, frozenset(released))
 
     def result(self, key: str) -> Granted | Refused | None:
         return self.results.get(key)
 
-    def held_back(self, key: str) -> Refused | None:
-        return self.held.get(key)
+    def pending_refusal(self, key: str) -> Refused | None:
+        return self.pending_refusals.get(key)
 
     def release_refused(self, key: str) -> Refused | None:
         return self.refused_releases.get(key)
@@ -181,7 +181,7 @@ class OutsideKeys(PassState):
         if owner is not None or left is not None:
             # Decided again when a claim awaiting this key changes or goes (``Ledger.apply``): the key may be
             # its own then. An owner holding an address frees an IP when it goes, which wakes it too.
-            self.ledger.awaiting[ckey] = key
+            self.ledger.pending_answers[ckey] = key
             whose = (f"carried by {kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names"
                      if owner is not None else f"that of IPAddressClaim {left[0]}/{left[1]}, which clusterctl move "
                      "took to another cluster with its address")
@@ -190,16 +190,16 @@ class OutsideKeys(PassState):
                              "the annotation to be given a key of its own")
         self.plan.intents[key] = Intent.WANT
         answer = self.answers.result(key) if self.answers is not None else None
-        held_back = None
+        refusal = None
         if answer is None and self.answers is not None:
-            held_back = self.answers.held_back(key)  # its server down: say so, not only "pending"
+            refusal = self.answers.pending_refusal(key)  # its server down: say so, not only "pending"
         if not isinstance(answer, Granted):
-            self.ledger.awaiting[ckey] = key  # the answer filed for its key wakes it
-            if held_back is not None:
+            self.ledger.pending_answers[ckey] = key  # the answer filed for its key wakes it
+            if refusal is not None:
                 # The refusal is another key's probe, whose message changes with every probe: a message of its
                 # own keeps the status of every claim waiting behind that server from being rewritten each time.
-                reason, message = held_back.reason, (f"{self.pool_text()}: allocation key {key} waits for its IPAM's "
-                                                     f"server, which failed lately ({held_back.reason}); it is "
+                reason, message = refusal.reason, (f"{self.pool_text()}: allocation key {key} waits for its IPAM's "
+                                                     f"server, which failed lately ({refusal.reason}); it is "
                                                      f"asked once the server answers again")
             elif isinstance(answer, Refused):
                 reason, message = answer.reason, answer.message
@@ -276,3 +276,12 @@ class OutsideKeys(PassState):
             return None
         return _condition(current, ADDRESS_HOMED_ELSEWHERE, "True", ADDRESS_HOMED_ELSEWHERE, _bounded(message),
                           self.snap.now, v1beta1)
+
+    def address_lost_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:
+        """For a claim whose key's outside address its IPAM's sweep found gone (the kind's sweep writes the Warning
+        Event): the condition saying so; None for any other."""
+        key = self.kind.outside.read_key(claim)[0] if self.kind.outside is not None else None
+        message = self.snap.address_lost(key) if key is not None else None
+        if message is None:
+            return None
+        return _condition(current, ADDRESS_LOST, "True", ADDRESS_LOST, _bounded(message), self.snap.now, v1beta1)

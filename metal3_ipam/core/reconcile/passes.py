@@ -74,7 +74,7 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
     Either way the same decisions run. At most ``max_steps`` steps with writes
     are planned; what is left waits in the ledger for the next pass. With
     ``status_due`` false a pool status write that would only change counts and
-    indexes is put off (``ledger.status_held``).
+    indexes is put off (``ledger.status_pending``).
     With ``loaded``, a full pass takes the ledger as ``load`` left it (the audit compares it first).
     The caller runs ``ledger.settle()`` once the plan was carried out.
     """
@@ -150,7 +150,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
             if claim is None:
                 ledger.unbind(key)
                 ledger.unserved.pop(key, None)
-                ledger.awaiting.pop(key, None)
+                ledger.pending_answers.pop(key, None)
             elif not self.snap.serves(o.namespace(claim)):
                 pass  # served elsewhere (``-n``): what it holds or its status keeps is held here all the same
             elif not self.claim_paused(claim) and not self.holds_anything(claim):
@@ -215,7 +215,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         conflict = self.ledger.conflicts.pop(key, None)
         double = self.ledger.doubles.pop(key, None)
         self.ledger.unserved.pop(key, None)
-        self.ledger.awaiting.pop(key, None)
+        self.ledger.pending_answers.pop(key, None)
         with self._counted(budget):
             yield
         if self.ledger.bound.get(key) != bound:

@@ -11,7 +11,9 @@ from .. import objects as o
 from ..actions import Event, SetMetadata, SetStatus
 from ..overlap import Withheld, withheld_spans
 from .. import poolkind
+from ..kept import bound_ip
 from .conditions import ADDRESS_CONFLICT, DUPLICATE_ADDRESS, READY, WAITING_FOR_CLUSTER, _condition, _lacks_only
+from .elsewhere import CLAIMS_ELSEWHERE, Elsewhere
 from .pieces import _bounded, _span_text, _with_finalizer, _without_finalizer
 from .state import PassState
 
@@ -115,12 +117,16 @@ class PoolStatus(PassState):
         duplicates = self.duplicates_condition(current)
         if duplicates is not None:
             conditions.append(duplicates)
+        said, elsewhere = self.claims_elsewhere(current)
+        if elsewhere:
+            conditions.append(_condition(current, CLAIMS_ELSEWHERE, "True", elsewhere.reason(), _bounded(
+                elsewhere.message()), self.snap.now))
         checked = (id(pool), o.meta(pool).get("resourceVersion"), ledger.bound_version, ledger.conflicts_version,
-                   tuple(counts.items()))
+                   tuple(counts.items()), elsewhere)
         if checked == ledger.status_clean:
             return
         if not self.status_due and current.get("conditions") == conditions:
-            ledger.status_held = True
+            ledger.status_pending = True
             return
         desired: dict[str, Any] = {}
         if self.kind.indexes:
@@ -129,7 +135,7 @@ class PoolStatus(PassState):
                 desired["indexesOmitted"] = omitted
         desired.update(counts)
         desired["conditions"] = conditions
-        ledger.status_held = False
+        ledger.status_pending = False
         comparable = {k: current.get(k) for k in desired}
         if comparable == desired and _lacks_only(current, desired):
             ledger.status_clean = checked
@@ -141,6 +147,25 @@ class PoolStatus(PassState):
         if overlapping is not None and (before or {}).get("message") != overlapping["message"]:
             kind = "Warning" if overlapping["reason"] == OVERLAPS_OTHER_POOL else "Normal"
             self.pool_step.add(Event(o.ref(pool), kind, overlapping["reason"], overlapping["message"]))
+        if elsewhere.news(said):
+            self.pool_step.add(Event(o.ref(pool), "Warning", elsewhere.reason(), _bounded(elsewhere.message())))
+
+    def claims_elsewhere(self, current: Mapping[str, Any]) -> tuple[Elsewhere, Elsewhere]:
+        """For a global pool: the Clusters its condition named, and those whose claims of it live in another
+        management cluster now (``elsewhere``). Under ``-n`` each controller sees the claims of its namespaces
+        only, and says nothing."""
+        if not self.kind.cluster_scoped or not self.snap.serves_every_namespace or o.is_deleting(self.pool_obj):
+            return Elsewhere(), Elsewhere()
+        before = Elsewhere.read(current)
+        now = before.seen(self.snap.left_for_move, self.moved_in)
+        if not now:
+            return before, now
+        found = (now, self.ledger.claims_version)
+        cached = self.ledger.elsewhere
+        if cached is None or cached[0] != found:  # a walk over the claims, only when one changed
+            cached = self.ledger.elsewhere = (found, now.settled(self.ledger.claims.values(),
+                                                                  lambda claim: bound_ip(claim) is not None))
+        return before, cached[1]
 
     def overlap_condition(self, current: Mapping[str, Any]) -> dict | None:
         """Where another pool under other locks owns part of this one, a pool of a separate network shares

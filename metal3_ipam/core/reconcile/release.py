@@ -47,6 +47,8 @@ class Release(PassState):
         a claim that still uses it.
         """
         claim = self.ledger.claims.get(key) if key else None
+        if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
+            self.note_moved_in(address, claim)
         if not self.snap.serves(claim_ref.namespace):
             return  # a claim served elsewhere (``-n``): its IP is held here, its addresses are written there
         step = self.plan.step(subject, about=o.ref(address))  # a write refused for good shows on the address
@@ -100,7 +102,7 @@ class Release(PassState):
             refusal = self.answers.release_refused(outside_key) if self.answers is not None else None
             if refusal is not None:
                 self.show_release_refused(claim, step, refusal)
-            self.ledger.awaiting[key] = outside_key  # the answer for that key wakes it
+            self.ledger.pending_answers[key] = outside_key  # the answer for that key wakes it
             self.plan.notes.append(f"{o.name(claim)}: released once {self.pool_text()}'s IPAM let its address go")
             return
         held_until = self.release_after(claim, mine)

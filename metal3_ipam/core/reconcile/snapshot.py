@@ -51,6 +51,11 @@ class Snapshot:
     # Why an allocation key's outside address is homed at another cluster's object that a claim here may not take
     # it from (a claim there carries the key too), or None.
     homed_elsewhere: Callable[[str], str | None] = lambda key: None
+    # Why an allocation key's outside address, which a claim here holds, is gone from its outside IPAM, or None.
+    address_lost: Callable[[str], str | None] = lambda key: None
+    # For a pool of cluster scope: the Clusters (``namespace/name``) whose claims of it were seen leave for
+    # ``clusterctl move`` and that its ``ClaimsElsewhere`` condition may not name yet (``elsewhere``).
+    left_for_move: frozenset[str] = frozenset()
     # A Cluster API IPAddress of that name in the namespace, whatever its pool.
     capi_address_named: Callable[[str, str], dict | None] = lambda namespace, name: None
     # The namespace's Cluster of a name, or None: a claim's own Cluster may pause it.
@@ -71,6 +76,16 @@ class Snapshot:
     # Some global pool whose claims keep their IPs apart from the namespaced pools holds (version, ip) in its
     # address set: a namespaced pool's allocation of it is guarded (``naming.guard_name``).
     global_holds: Callable[[int, int], bool] = lambda version, ip: False
+    # The IPs of (version, first, last) that such global pools hold, in order, or None when there are more than
+    # the limit given: a namespaced prefix pool's allocation of a sub-prefix guards each of them.
+    global_held: Callable[[int, int, int, int], list[int] | None] = lambda version, first, last, limit: []
+    # The sub-prefixes (base, length) global prefix pools keeping theirs apart hand out that meet (version, first,
+    # last), or None when there are more than the limit: a namespaced pool's allocation there guards each.
+    global_blocks: Callable[[int, int, int, int], list[tuple[int, int]] | None] = \
+        lambda version, first, last, limit: []
+    # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
+    # claim has its lock yet.
+    addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"
@@ -89,6 +104,6 @@ class Snapshot:
     rng: random.Random | None = None
     pool_kind: tuple[str, str] = kinds.IPPOOL  # the pool's (group, kind), a key of ``poolkind.REGISTRY``
     # For a kind whose addresses an outside IPAM hands out (``poolkind.Outside``): the asks and their answers
-    # by key (``core.asking.Asking``: ``result``, ``held_back``, ``release_refused``, ``released``); None: nothing
+    # by key (``core.asking.Asking``: ``result``, ``pending_refusal``, ``release_refused``, ``released``); None: nothing
     # was asked. A pass reads what they were when it started (``outside.Answers``), however long it runs.
     answers: Any = None

@@ -13,6 +13,7 @@ from ..ledger import Ledger
 from .. import poolkind
 from ..pool import Pool
 from ..problems import Problem, errors
+from .elsewhere import cluster_of
 from .pieces import _bounded
 from .snapshot import Snapshot
 
@@ -43,12 +44,34 @@ class PassState:
         # Units of the pool the claim being allocated for could not be given, their lock's name being held by
         # an IPAddress of another IP (``NAME_COLLISION``), with that IPAddress.
         self.collisions: dict[int, dict] = {}
+        # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
+        self.unguardable: set[int] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.
         self._carriers: dict[str, list[dict]] | None = None
         # What the outside IPAM had answered when the pass started (``outside.Answers``), for a kind with ``outside``.
         self.answers: Any = None
+        # The Clusters (``namespace/name``) whose claims' addresses this pass found naming another copy of this
+        # pool of cluster scope, moved in by ``clusterctl move`` (``elsewhere``).
+        self.moved_in: set[str] = set()
+
+    def note_moved_in(self, mirror: dict, claim: dict | None) -> None:
+        """A Cluster API IPAddress of a global pool that names its claim as owner and this pool by another uid,
+        or not at all, is a copy ``clusterctl move`` made of an address of another management cluster's pool of
+        that name (the pool existed here: clusterctl did not create it, and writes the uid it read there or,
+        as clusterctl v1.13 does, no reference to it): its claim's Cluster moved in (``elsewhere``). Addresses this
+        controller or a Go IPAM provider write name the pool here; one written by hand names no claim."""
+        pool = self.pool_obj
+        if claim is None or not self.kind.cluster_scoped or pool is None:
+            return
+        owners = o.owner_references(mirror)
+        to_pool = [r for r in owners if r.get("name") == o.name(pool) and r.get("kind") == pool.get("kind")]
+        to_claim = any(r.get("kind") == claim.get("kind") and r.get("name") == o.name(claim) for r in owners)
+        if to_claim and (not to_pool or any(r.get("uid") != o.meta(pool).get("uid") for r in to_pool)):
+            cluster = cluster_of(claim)
+            if cluster is not None:
+                self.moved_in.add(cluster)
 
     def claim_key_of(self, address: dict, key: o.ClaimKey | None) -> o.ClaimKey | None:
         return self.ledger.claim_key_of(address, key)

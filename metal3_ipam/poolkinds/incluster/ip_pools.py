@@ -114,7 +114,8 @@ def _ip_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKind:
                            lock_tag=GLOBAL_LOCK_TAG if scope == CLUSTER else LOCK_TAG,
                            validate=incluster.validate_ip_pool, validate_update=incluster.validate_ip_pool_update,
                            validate_delete=incluster.validate_ip_pool_delete, release_after=_release_after,
-                           unique_in_namespace=scope == NAMESPACED, convert=convert)
+                           unique_in_namespace=scope == NAMESPACED, guards_every_ip=scope == NAMESPACED,
+                           convert=convert)
 
 
 IN_CLUSTER_IP_POOL_KIND = _ip_pool_kind(incluster.IN_CLUSTER_IP_POOL, NAMESPACED, "inclusterippools")

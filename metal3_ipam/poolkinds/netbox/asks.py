@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import logging
 import time
 from collections import Counter
@@ -38,12 +37,12 @@ from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
+from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
-from metal3_ipam.controller.workers import utc_now
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Event, Plan, SetStatus
-from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.core.actions import Event, Plan
+from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
 from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, Reason
 from metal3_ipam.poolkinds.netbox.pool import (
     SERVER_DOWN,
@@ -59,8 +58,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, moved_from, settle, swept_at, taken_from,
-                                               unclaimed_here)
+                                               held_elsewhere, held_in, home_in, home_of, home_state, moved_from, settle, swept_at,
+                                               taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -339,122 +338,53 @@ def _change(item: Found, text: str) -> str:
     return "held" if held_in(text) is not None else "unheld"
 
 
-class NetBoxPools:
-    """NetBox pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
-
-    The pool workers give each pass over a NetBoxIPPool the asking state (``answers``) and hand this the
-    plan's intents (:meth:`passed`): each key wanted, released or forgotten in :class:`Asking`; keys of
-    the pool that no claim carries any more (a claim gone without a release) are forgotten. What is due
-    is sent at once; an answer is filed and wakes the pool's pass for the claims carrying its key
-    (``wake(pool, key)``), or for every claim of the pool awaiting an answer when it changed what they
-    show of their server, as does an ask whose deadline passed (``wake(pool, None)``); the next ask waits for
-    ``Asking.next_due()`` on one timer, never a fixed poll. Each pool's status is NetBox's
-    (:meth:`NetBoxAsks.survey`), written when the pool is first seen or changed, then every
-    ``survey_seconds``; a survey is bounded in time, and one runs per pool at a time.
-    Nothing is sent while ``may_act()`` is false.
+class NetBoxPools(OutsidePools):
+    """NetBox pools in the claim lifecycle (``controller.outside``): the asks the passes want, run, and their
+    answers bringing passes. What is NetBox's: an allocation is sent with its address's description and a
+    release with what it keeps (another cluster's claim's address); an answer and a survey say whether NetBox
+    is up (``EXTERNAL_IPAM_UP``); the sweep (:meth:`sweep`) homes, holds, marks and releases NetBox's addresses.
     """
+
+    pool_kind = NETBOX_IP_POOL
+    label = "netbox"
 
     def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0, release_grace_seconds: float = 86400.0,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
-        self.asks = asks
-        self.answers = asking
-        self.inventory = inventory
-        self.writer = writer
-        self.wake = wake
-        self.may_act = may_act
-        self.survey_seconds = survey_seconds
-        self.sweep_seconds = sweep_seconds
+        super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
+                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.release_grace_seconds = release_grace_seconds
-        self.clock = clock
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
-        self._timer: asyncio.TimerHandle | None = None
-        self._seen: dict[PoolRef, tuple[Any, Any]] = {}  # pool -> (uid, generation) last surveyed
-        self._surveying: dict[PoolRef, asyncio.Task] = {}
-        self._loop_task: asyncio.Task | None = None
-        self._sweep_task: asyncio.Task | None = None
 
-    def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._survey_loop(), name="netbox surveys")
-        if self.sweep_seconds > 0:
-            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="netbox sweeps")
+    # -- what is NetBox's ---------------------------------------------------------------
 
-    async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.asks.close()
+    def read_model(self, pool_obj: Mapping[str, Any]) -> NetBoxPool | None:
+        return read_pool(pool_obj)[0]
 
-    # -- passes -------------------------------------------------------------------------
+    def server_of(self, model: NetBoxPool) -> Hashable:
+        return model.server
 
-    def passed(self, pool_key: Any, pool_obj: dict | None, intents: Mapping[str, Intent],
-               claims: Iterable[dict]) -> None:
-        """After a pass over a NetBoxIPPool: its intents filed, what is due sent."""
-        ref: PoolRef = (pool_key.namespace, pool_key.name)
-        model = read_pool(pool_obj)[0] if pool_obj is not None else None
-        if model is not None:
-            self.asks.pool_changed(model)
-            ident = (o.meta(pool_obj).get("uid"), o.meta(pool_obj).get("generation"))
-            if self._seen.get(ref) != ident:
-                self._seen[ref] = ident
-                self.survey_soon(pool_key)
-        now = self.clock()
-        server = model.server if model is not None else None
-        for key, intent in intents.items():
-            if intent is not Intent.FORGET and server is None:
-                continue  # the pool cannot be read: nothing says where to ask
-            self.answers.intend(key, intent, ref, server, now)
-        self.answers.carried(ref, {claim_key(claim)[0] for claim in claims} | set(intents), now)
-        self.pump()
+    def key_of(self, obj: Mapping[str, Any]) -> str | None:
+        return claim_key(obj)[0]
 
-    def pool_gone(self, pool_key: Any) -> None:
-        """The pool and everything filed under it are gone: surveyed afresh should it come back. (Its
-        server stays known to the asks: a release still out for one of its keys may still need it.)"""
-        self._seen.pop((pool_key.namespace, pool_key.name), None)
+    def status_of(self, model: NetBoxPool, survey: Survey, *, now: str, previous: Mapping[str, Any] | None) -> dict:
+        return pool_status(model, survey, now=now, previous=previous)
 
-    def pump(self) -> None:
-        """Send what is due; come back at the next time something falls due."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self.may_act():
-            return
-        now = self.clock()
-        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
-               if (state := self.answers.state(key)) is not None and state.out is not None}
-        for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server), self._describe,
-                           self._another_clusters)
-        # Asks whose deadline passed just now: their claims say so (NetBoxTimeout) without waiting for an answer.
-        timed_out = set()
-        for key, ref in out.items():
-            state = self.answers.state(key)
-            if state is None or state.out is None:
-                timed_out.add(ref)
-        for ref in timed_out:
-            self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None)
-        at = self.answers.next_due()
-        if at is not None:
-            self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
+    def send(self, ask: Ask, deliver: Callable[[Answer], None]) -> None:
+        self.asks.send([ask], deliver, self._describe, self._another_clusters)
 
-    def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
-        """File an answer; wake the pool for the claims of its key, or for all its claims awaiting an answer
-        when the answer changed what they show of their server (it failed, or answered again)."""
-        standing = self.answers.server_standing(server)
-        filed = self.answers.file(answer, self.clock())
-        pool_key = o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL)
+    def answered(self, pool_key: Any, answer: Answer) -> None:
         metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
             0 if getattr(answer, "server_down", False) else 1)
-        log.info("NetBoxIPPool %s/%s: %s for key %s: %s", *ref, type(answer).__name__, answer.key, filed.value)
-        changed = self.answers.server_standing(server) != standing
-        self.wake(o.PoolKey(ref[0], ref[1], NETBOX_IP_POOL), None if changed else answer.key)
-        self.pump()
+
+    def surveyed(self, pool_key: Any, survey: Survey) -> None:
+        metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
+            0 if survey.reason in SERVER_DOWN_REASONS else 1)
+
+    # -- claims carrying a key ----------------------------------------------------------
 
     def _carriers(self, key: str) -> list[dict]:
         """The live claims here carrying ``key``, but copies of a claim seen leave for ``clusterctl move`` with
@@ -477,10 +407,13 @@ class NetBoxPools:
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
     def _another_clusters(self, text: str) -> bool:
-        """Whether an address of this description is a claim's of another cluster, which took it over (``from=``):
-        homed at an object not here, so a release of its key here (a copy of that claim deleted here) leaves it."""
-        there = home_in(text)
-        return there is not None and taken_from(text) is not None and home_state(self._homes())(there) == ABSENT
+        """Whether an address of this description is a claim's of another cluster too, so a release of its key
+        here (a copy of that claim deleted here) leaves it: that cluster took it over (``from=``: homed at an
+        object not here), or holds it (``held=`` an object not here: its claim carrying the key is paused, or
+        bound to the address this cluster took over)."""
+        there, home = home_in(text), home_state(self._homes())
+        return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
+                                              and home(there) == ABSENT)
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
@@ -495,17 +428,11 @@ class NetBoxPools:
 
     # -- sweeps -------------------------------------------------------------------------
 
-    async def _sweep_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_seconds)
-            if self.may_act():
-                await self.sweep()
-
     async def sweep(self) -> list[Found]:
         """Each NetBox server of the pools held swept once (``sweep``); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
         for pool_key in self.inventory.pool_keys():
-            model = self._live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
+            model = self.live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
             if model is not None:
                 servers.setdefault(model.server, model)
         released: list[Found] = []
@@ -517,7 +444,7 @@ class NetBoxPools:
                 listed_keys.update(item.key for item in found)
                 self._remember_moved_away(found, home)
                 moved_away = self.inventory.moved_away.__contains__
-                judged = judge.judge(found, carried=self._carried(), home=home, now=self.clock())
+                judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
                 release, marks = settle(judged, self.wall(), self.release_grace_seconds)
                 marked = {item.id for item, _ in marks}
                 described = describe_anew([item for item in found if item.id not in marked], self._describe,
@@ -526,7 +453,7 @@ class NetBoxPools:
                 return release, marks + described
 
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
-                return unclaimed_here(item, self._carried(), home_state(self._homes()))
+                return unclaimed_here(item, self.carried(), home_state(self._homes()))
             contests: list[tuple[Found, Home]] = []
             listed_keys: set[str] = set()
             try:
@@ -560,9 +487,7 @@ class NetBoxPools:
             if left is None or named is None or home(left) == ABSENT or item.key in self.inventory.moved_away:
                 continue
             self.inventory.remember_moved_away(item.key, named)
-            for claim in self.inventory.claims_carrying(item.key):
-                if (pool := o.pool_of(claim)) is not None:
-                    self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), item.key)
+            self.wake_carriers(item.key, item.key)
 
     def _homed_elsewhere(self, server: Any, listed: set[str], contests: list[tuple[Found, Home]]) -> None:
         """What the claims carrying the keys of this server's contested addresses say (a condition, ``core.reconcile``);
@@ -578,9 +503,7 @@ class NetBoxPools:
                 self.inventory.homed_elsewhere[key] = now[key]
             else:
                 self.inventory.homed_elsewhere.pop(key, None)
-            for claim in self.inventory.claims_carrying(key):
-                if (pool := o.pool_of(claim)) is not None:
-                    self.wake(o.PoolKey(o.namespace(claim), pool.name, NETBOX_IP_POOL), None)
+            self.wake_carriers(key, None)
 
     async def _tell(self, server: Any, described: list[tuple[Found, str]], contests: list[tuple[Found, Home]]
                     ) -> None:
@@ -623,57 +546,7 @@ class NetBoxPools:
             except Exception:  # an Event lost is no reason to end the sweeps
                 log.exception("claim %s/%s: Event %s not written", o.namespace(claim), o.name(claim), reason)
 
-    def _carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, or has an ask out or due, or its claim was seen leave for a
-        ``clusterctl move`` (its address is the copy's in the target)."""
-        locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := claim_key(lock)[0]) is not None}
-        return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None or key in self.inventory.moved_away
-
     def _homes(self) -> Iterable[tuple[str, dict]]:
         for kind in (kinds.CLUSTER, NETBOX_IP_POOL):
             for obj in self.inventory.of_kind(kind):
                 yield kind[1], obj
-
-    # -- surveys ------------------------------------------------------------------------
-
-    def survey_soon(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        task = self._surveying.get(ref)
-        if task is None or task.done():
-            self._surveying[ref] = asyncio.create_task(self._survey(pool_key), name=f"netbox survey {ref}")
-
-    async def _survey_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.survey_seconds)
-            for pool_key in self.inventory.pool_keys():
-                if pool_key.kind == NETBOX_IP_POOL:
-                    self.survey_soon(pool_key)
-
-    def _live_pool(self, pool_key: Any) -> NetBoxPool | None:
-        """The NetBoxIPPool as read, if it is held, readable and not being deleted."""
-        pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
-        return read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
-
-    async def _survey(self, pool_key: Any) -> None:
-        if not self.may_act():
-            return
-        model = self._live_pool(pool_key)
-        if model is None:
-            return
-        try:
-            survey = await self.asks.survey(model)
-            pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name)
-            if pool_obj is None or not self.may_act():
-                return
-            metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
-                0 if survey.reason in SERVER_DOWN_REASONS else 1)
-            status = pool_status(model, survey, now=utc_now(), previous=o.status(pool_obj))
-            plan = Plan()
-            plan.step(f"{NETBOX_IP_POOL[1]} {pool_key.namespace}/{pool_key.name}",
-                      about=o.ref(pool_obj)).add(SetStatus(o.ref(pool_obj), status))
-            await self.writer.execute(plan, pool_key)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a bug of ours must not end the surveys of other pools
-            log.exception("NetBoxIPPool %s/%s: survey failed", pool_key.namespace, pool_key.name)

@@ -448,11 +448,13 @@ class NetBoxClient:
 
     async def release(self, key: str, keep: Callable[[str], bool] = lambda description: False) -> Allocation | None:
         """Delete the address holding ``key``; the one deleted, or None when there was none. One whose description
-        ``keep`` says is a claim's of another cluster (homed there, taken over from here) is left to it."""
+        ``keep`` says is a claim's of another cluster too (homed there, taken over from here; or held there) is
+        left to it."""
         found = await self.find(key)
         if found is not None and keep(found.description):
-            log.warning("NetBox at %s: %s (key %s) not released: it is homed in another cluster, whose claim carries "
-                        "the key and took it over from here (%s)", self.url, found.address, key, found.description)
+            log.warning("NetBox at %s: %s (key %s) not released: a claim of another cluster carries the key (the "
+                        "address is homed there, taken over from here, or held there: %s)",
+                        self.url, found.address, key, found.description)
             return None
         if found is not None:
             await self.release_allocation(found)

@@ -85,8 +85,10 @@ def _server(pool: Mapping[str, Any]) -> Mapping[str, Any]:
     return server if isinstance(server, Mapping) else {}
 
 
-def unservable(pool: Mapping[str, Any], answers: Callable[[str], str | None] = answers) -> str | None:
-    """Why ``metal3-ipam demo`` cannot serve the pool here (the NetBox it names does not answer), or None."""
+def unservable(pool: Mapping[str, Any], given: Mapping[str, Mapping[str, Any]] | None = None,
+               answers: Callable[[str], str | None] = answers) -> str | None:
+    """Why ``metal3-ipam demo`` cannot serve the pool here (the NetBox it names does not answer), or None. (The
+    token's Secret is not looked at: NetBox says whether it takes it.)"""
     url = _server(pool).get("url") or ""
     why = answers(url)
     if why is None:

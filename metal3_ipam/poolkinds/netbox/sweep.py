@@ -73,6 +73,10 @@ before; a take writes ``from=`` the home it was taken from, which that cluster
 never takes back. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
+Such a claim, live and bound to the address all the same, holds it
+(:func:`held_by`): the release of the key by the cluster that took it over
+keeps an address another cluster holds (:func:`held_elsewhere`), as the
+release by the other keeps one taken over from it.
 
 At most one description per address and sweep (:func:`describe_anew`). No
 controller writes an address back and forth for any order of pauses of the
@@ -360,15 +364,27 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way); and by nothing when no paused claim here carries its key any longer (a hold of this
-    controller's that went stale: the copies of an aborted move deleted, the move finished)."""
+    half-way); or by the live home of the claim here that carries its key, when another cluster took the
+    address over from that very home (``from=``: :func:`taken_over` never gives it back to this claim, bound
+    to it all the same): the hold tells that cluster's release its claim is not the only one; and by nothing
+    when no such claim here carries its key any longer (a hold of this controller's that went stale: the
+    copies of an aborted move deleted, the move finished, the claim of a contested key deleted)."""
     held = held_in(item.description)
     if held is not None and home(held) == ABSENT:
         return held
-    at, there = home_in(wanted(item.key)), home_in(item.description)
-    if at is not None and home(at) == PAUSED and there is not None and home(there) == ABSENT:
+    text = wanted(item.key)
+    at, there = home_in(text), home_in(item.description)
+    if at is None or there is None or home(there) != ABSENT:
+        return None
+    if home(at) == PAUSED or (home(at) == PRESENT and taken_from(item.description) == at):
         return at
     return None
+
+
+def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
+    """Whether an address's description names a hold of another cluster (its object absent here): a claim
+    there carries the key, paused or bound to the address after this cluster took it over."""
+    return _kept_hold(text, home) is not None
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]

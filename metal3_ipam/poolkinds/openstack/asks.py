@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -34,13 +34,15 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.workers import utc_now
-from metal3_ipam.core import objects as o
+from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.core import kinds
-from metal3_ipam.core.actions import Plan, SetStatus
-from metal3_ipam.core.asking import Answer, Ask, Granted, Intent, Op, Refused, Released
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool, Survey
 
@@ -109,30 +111,48 @@ def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingI
     return fip
 
 
-def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
-    """A floating IP made the key's: its description first (what finds it by the key), then its tags."""
-    neutron.describe(fip.id, text)
-    return _tagged(neutron, fip, tags)
+def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP | None:
+    """A floating IP made the key's: its description first (what finds it by the key), then its tags. The
+    description is written only if the floating IP is still as read (its revision): two pools, or two replicas,
+    that found it free in one listing never both take it; the one too late gets None."""
+    taken = neutron.describe(fip.id, text, fip.revision)
+    return _tagged(neutron, taken, tags) if taken is not None else None
 
 
-def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> FloatingIP | None:
-    """The floating IP whose description names the key (the one of the lowest id, should there be two), tagged."""
-    held = sorted(neutron.floating_ips(description=p.description(owner, key)), key=lambda f: f.id)
-    return _tagged(neutron, held[0], [owner, p.pool_tag(owner, pool.namespace, pool.name)]) if held else None
+def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: str | None = None
+           ) -> FloatingIP | None:
+    """The floating IP whose description names the key (``pool.keys_own`` of them, should there be two; ``held``:
+    the address the key's IPAddress holds), tagged."""
+    tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
+    carrying = neutron.floating_ips(description=p.description(owner, key))
+    return _tagged(neutron, p.keys_own(carrying, tags[1], held), tags) if carrying else None
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
-           looked: bool = False) -> FloatingIP | str:
+           looked: bool = False, adoptable: frozenset[str] = frozenset(), failed: set[str] | None = None,
+           held: Mapping[str, str] | None = None) -> FloatingIP | str:
     """The key's floating IP: the one whose description names the key, else one the pool keeps (released by
-    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses; else the id of the
+    ``Retain``), else a pre-allocated one, else one of the named CAPO pool's no port uses whose address is
+    ``adoptable`` (``capo.adoptable``: CAPO's tag has no namespace); else the id of the
     network to make a new one on (``make``). ``making``: the creates of the pool out now, counted for ``maxIPs``.
     The allocations of one pool choose one at a time (the asks hold the pool's lock around this); a floating IP
-    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before."""
+    taken is given the key's description before its tags. ``looked``: ``lookup`` found none just before.
+    ``failed``: the pre-allocated addresses that could not be made (held by another project, or refused by the
+    policy) are added to it, and those made taken out (the pool's ``status.failedIPs``, as CAPO's pool lists the
+    addresses it could not have). ``held``: address -> key, of the IPAddresses of this controller's claims (and of
+    the keys whose floating IP was found gone): an address another key holds is never taken nor made for this one,
+    whatever Neutron says of it (but one released here, described ``available``: the IPAddress of the key that
+    released it is on its way out). Only floating IPs of the pool's network (as ``floatingIPNetwork`` names it now)
+    are taken: one kept, or pre-allocated, on the network the pool named before is not."""
     text = p.description(owner, key)
+    holders = dict(held or {})
+
+    def others(address: str) -> bool:
+        return holders.get(address) not in (None, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    held = None if looked else lookup(neutron, pool, owner, key)
-    if held is not None:
-        return held
+    found = None if looked else lookup(neutron, pool, owner, key)
+    if found is not None:
+        return found
     network = resolve_network(neutron, pool)
     mine = neutron.floating_ips(tags=tags[1])
     if pool.max_ips is not None:
@@ -141,46 +161,114 @@ def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: 
             raise OpenStackError(p.MAX_IPS_REACHED, f"{pool.text} holds {len(claimed) + making} floating IPs, "
                                                     f"spec.maxIPs {pool.max_ips}: none is made or handed out more")
     for fip in sorted(mine, key=lambda f: f.address):
-        if fip.description == p.available_description(owner) and fip.port_id is None:
-            return _take(neutron, fip, text, tags)
+        if fip.description == p.available_description(owner) and fip.port_id is None \
+                and fip.network_id == network["id"]:
+            if (taken := _take(neutron, fip, text, tags)) is not None:
+                return taken
     for address in pool.preallocated:
         there = neutron.floating_ips(floating_ip_address=address)
+        released = bool(there) and there[0].description == p.available_description(owner)
+        if (others(address) and not released) or there and there[0].network_id != network["id"]:
+            if failed is not None and not (there and p.key_in(owner, there[0].description)):
+                failed.add(address)  # a claim holds it (its floating IP gone), or it is on another network
+            continue
         if there:
-            fip = there[0]
-            if p.key_in(owner, fip.description) is None and (fip.port_id is None or tags[1] in fip.tags):
-                _tagged(neutron, fip, [p.kept_tag(owner)])  # the admin's, before it is the key's: never deleted
-                return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
+            if (taken := _take_preallocated(neutron, there[0], owner, text, tags)) is not None:
+                if failed is not None:
+                    failed.discard(address)
+                return taken
             continue
         try:
-            return _settled(neutron, neutron.create(network["id"], text, address), text, tags)
+            made = _settled(neutron, neutron.create(network["id"], text, address), text, tags)
         except OpenStackError as exc:
+            if failed is not None and exc.reason in (p.ADDRESS_TAKEN, p.POLICY_FORBIDDEN):
+                failed.add(address)
             if exc.reason != p.ADDRESS_TAKEN:  # another project holds it: the next one
                 raise
-    if pool.adopt_capo_pool:
+            continue
+        if failed is not None:
+            failed.discard(address)
+        return made
+    if pool.adopt_capo_pool and adoptable:
         for fip in neutron.floating_ips(tags=p.capo_tag(pool.adopt_capo_pool), not_tags=owner):
-            if fip.port_id is None and p.key_in(owner, fip.description) is None:
-                return _take(neutron, fip, text, tags)
+            if fip.port_id is None and p.key_in(owner, fip.description) is None and fip.address in adoptable \
+                    and fip.network_id == network["id"] and not others(fip.address):
+                if (taken := _take(neutron, fip, text, tags)) is not None:
+                    return taken
     return str(network["id"])
 
 
-def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str) -> FloatingIP:
+def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str, tags: list[str]
+                       ) -> FloatingIP | None:
+    """A pre-allocated floating IP the project holds, taken for the key if it is free (no key of this owner; no
+    port, or the pool's already); None if it is not, or was taken meanwhile. It is tagged ``kept`` first (the
+    admin's, before it is the key's: never deleted), then read again for the revision its description is
+    written at."""
+    def free(found: FloatingIP | None) -> bool:
+        return found is not None and p.key_in(owner, found.description) is None and (
+            found.port_id is None or tags[1] in found.tags)
+    if not free(fip):
+        return None
+    if p.kept_tag(owner) not in fip.tags:
+        _tagged(neutron, fip, [p.kept_tag(owner)])
+        fip = neutron.get(fip.id)
+        if not free(fip):
+            return None
+    return _take(neutron, fip, text, [*tags, p.kept_tag(owner)])
+
+
+def make(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, network_id: str,
+         held: Mapping[str, str] | None = None, pools: Mapping[str, PoolRef] | None = None) -> FloatingIP:
     """A new floating IP for the key on the network: its description (the key) in the create call itself, then
-    its tags."""
+    its tags. ``held``: address -> key, of the IPAddresses of this controller's claims (``pools``: key -> its
+    pool, where known). Neutron hands out only addresses no floating IP of the project has: one such address is
+    a claim's whose floating IP is gone (deleted behind this controller, found by a sweep or not yet), and which
+    keeps its address. It is given back to that key, tagged as that key's pool's (a claim's IP is no other's
+    while its IPAddress stands), and another is made."""
     text = p.description(owner, key)
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
-    return _settled(neutron, neutron.create(network_id, text), text, tags)
+    made, held = neutron.create(network_id, text), dict(held or {})
+    while held.get(made.address) not in (None, key):
+        other = held.pop(made.address)
+        _give_back(neutron, made, owner, other, (pools or {}).get(other))
+        log.warning("%s: floating IP %s made for key %s is the address key %s holds, whose floating IP was deleted "
+                    "behind this controller: given back to it", pool.text, made.address, key, other)
+        made = neutron.create(network_id, text)
+    return _settled(neutron, made, text, tags)
+
+
+def _give_back(neutron: Neutron, made: FloatingIP, owner: str, key: str, pool: PoolRef | None) -> None:
+    """``made`` (just made, carrying another key) given the description of ``key``, whose IPAddress holds its
+    address, and tagged with ``key``'s pool (untagged when not known: the sweep that finds it again tags it).
+    Written at the revision read (a lookup of the key it was made for may tag it meanwhile: read again, tried
+    again); if it cannot be, it is deleted: never left to the key it was made for."""
+    tags = [owner, *([p.pool_tag(owner, *pool)] if pool is not None else [])]
+    fip: FloatingIP | None = made
+    for _ in range(3):
+        if fip is None or fip.description != made.description:
+            return  # deleted, or given back, meanwhile
+        given = neutron.describe(fip.id, p.description(owner, key), fip.revision)
+        if given is not None:
+            _tagged(neutron, given, tags)
+            return
+        fip = neutron.get(fip.id)
+    neutron.delete(made.id)
+    raise OpenStackError(p.ADDRESS_TAKEN, f"floating IP {made.address} made, but the IPAddress of key {key} holds "
+                                          "that address and it could not be given back to it: deleted")
 
 
 def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> FloatingIP:
     """After a create: when another floating IP carries the key too (a second replica, or a leader that lost its
-    lease, made it between our look and our create), the one of the lowest id is the key's, as every look by the
-    key answers; ours, made in vain, is deleted."""
-    carrying = sorted(neutron.floating_ips(description=text), key=lambda f: f.id)
-    if carrying and carrying[0].id != made.id:
+    lease, made it between our look and our create), the key's own is ``pool.keys_own`` of them (one tagged
+    first: its maker may have handed it out), as every look by the key answers; ours, made in vain, is deleted.
+    Only ours is ever deleted here: a floating IP that wins is never another's to lose."""
+    carrying = [f for f in neutron.floating_ips(description=text) if f.id != made.id]
+    own = p.keys_own([made, *carrying], tags[1])
+    if own.id != made.id:
         log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
-                    made.id, text, carrying[0].address, carrying[0].id)
+                    made.id, text, own.address, own.id)
         neutron.delete(made.id)
-        return _tagged(neutron, carrying[0], tags)
+        return _tagged(neutron, own, tags)
     return _tagged(neutron, made, tags)
 
 
@@ -222,7 +310,16 @@ class OpenStackAsks:
         self._slots: dict[tuple, asyncio.Semaphore] = {}
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
         self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
+        self.failed: dict[PoolRef, set[str]] = {}  # pre-allocated addresses that could not be made, per pool
         self._tasks: set[asyncio.Task] = set()
+        self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
+        #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
+        #: floating IP was found gone: no other key is given those addresses
+        self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
+        self.capo: CAPOPools | None = None  # CAPO's pools, read for adoptFromCAPOPool (None: nothing adopted)
+        #: (namespace, CAPO pool name) -> the addresses Cluster API IPAddresses hold for such a pool (None: not
+        #: known, some namespaces' out of sight)
+        self.capo_held_elsewhere: Callable[[str, str], set[str] | None] = lambda namespace, name: set()
 
     def pool_changed(self, pool: OpenStackPool) -> None:
         self._pools[(pool.namespace, pool.name)] = pool
@@ -294,18 +391,33 @@ class OpenStackAsks:
         """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
         are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
         ref = (pool.namespace, pool.name)
-        found = await self.run(pool, lookup, key)  # the key's own, side by side with the other keys' lookups
+        found = await self.run(pool, lookup, key, self.bound_address(key))  # side by side with other keys' lookups
         if found is not None:
             return found
+        adoptable = await self._adoptable(pool)
+        holders = self.held_addresses()
+        held = {address: other for address, (other, _, _) in holders.items()}
         async with self._pool_locks.setdefault(ref, asyncio.Lock()):
-            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True)
+            chosen = await self.run(pool, choose, key, self._making.get(ref, 0), True, adoptable,
+                                    self.failed.setdefault(ref, set()), held)
             if isinstance(chosen, FloatingIP):
                 return chosen
             self._making[ref] = self._making.get(ref, 0) + 1
         try:
-            return await self.run(pool, make, key, chosen)
+            return await self.run(pool, make, key, chosen, held,
+                                  {other: (ns, name) for other, ns, name in holders.values() if name})
         finally:
             self._making[ref] -= 1
+
+    async def _adoptable(self, pool: OpenStackPool) -> frozenset[str]:
+        if not pool.adopt_capo_pool or self.capo is None:
+            return frozenset()
+        held = self.capo_held_elsewhere(pool.namespace, pool.adopt_capo_pool)
+        if held is None:  # some namespaces' IPAddresses are out of the inventory's sight: listed of the API server
+            held = await self.capo.held(pool.adopt_capo_pool)
+        if held is None:
+            return frozenset()
+        return capo.adoptable(await self.capo.read(pool.namespace, pool.adopt_capo_pool), held)
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None]) -> list[asyncio.Task]:
         started = []
@@ -339,180 +451,76 @@ class OpenStackAsks:
 
 # --------------------------------------------------------------------------- serving claims
 
-class OpenStackPools:
-    """Floating-IP pools in the claim lifecycle: the asks the passes want, run, and their answers bringing passes.
-
-    As for every kind of an outside IPAM: the pool workers give each pass the asking state (``answers``) and hand this the plan's
-    intents (:meth:`passed`); what is due is sent at once, an answer is filed and wakes the pool's pass for the
-    claims carrying its key; the next ask waits for ``Asking.next_due()`` on one timer. Each pool's status is
-    Neutron's (:meth:`OpenStackAsks.survey`), written when the pool is first seen or changed, after answers, and
-    every ``survey_seconds``. The sweep (``sweep.Sweeper``) releases what no claim carries. Nothing is sent while
-    ``may_act()`` is false (not the leader, or before the catch-up).
+class OpenStackPools(OutsidePools):
+    """Floating-IP pools in the claim lifecycle (``controller.outside``): the asks the passes want, run, and their
+    answers bringing passes. What is Neutron's: a pool's asks go to its cloud (:meth:`OpenStackAsks.cloud_of`); an
+    answer that is not a refusal brings a survey ``survey_after_answers`` seconds later; the sweep
+    (``sweep.Sweeper``) releases what no claim carries.
     """
+
+    pool_kind = OPENSTACK_FLOATING_IP_POOL
+    label = "openstack"
 
     def __init__(self, asks: OpenStackAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
         from metal3_ipam.poolkinds.openstack.sweep import Sweeper
-        self.asks = asks
-        self.answers = asking
-        self.inventory = inventory
-        self.writer = writer
-        self.wake = wake
-        self.may_act = may_act
-        self.survey_seconds = survey_seconds
-        self.sweep_seconds = sweep_seconds
-        self.clock = clock
+        super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
+                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.sweeper = Sweeper(self)
-        self._timer: asyncio.TimerHandle | None = None
-        self._seen: dict[PoolRef, tuple[Any, Any]] = {}
-        self._surveying: dict[PoolRef, asyncio.Task] = {}
-        self._resurvey: set[PoolRef] = set()
-        self._survey_timers: dict[PoolRef, asyncio.TimerHandle] = {}
-        self.survey_after_answers = 3.0
-        self._loop_task: asyncio.Task | None = None
-        self._sweep_task: asyncio.Task | None = None
+        asks.bound_address = lambda key: self.bound().get(key)
+        asks.held_addresses = self.holders
+        asks.capo_held_elsewhere = self.capo_held
 
-    def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._survey_loop(), name="openstack surveys")
-        if self.sweep_seconds > 0:
-            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="openstack sweeps")
+    def read_model(self, pool_obj: Mapping[str, Any]) -> OpenStackPool | None:
+        return p.read_pool(pool_obj)[0]
 
-    async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        for timer in self._survey_timers.values():
-            timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.asks.close()
+    def server_of(self, model: OpenStackPool) -> Any:
+        return self.asks.cloud_of(model)
 
-    # -- passes -------------------------------------------------------------------------
+    def key_of(self, obj: Mapping[str, Any]) -> str | None:
+        return p.claim_key(obj)[0]
 
-    def passed(self, pool_key: Any, pool_obj: dict | None, intents: Mapping[str, Intent],
-               claims: Iterable[dict]) -> None:
-        ref: PoolRef = (pool_key.namespace, pool_key.name)
-        model = p.read_pool(pool_obj)[0] if pool_obj is not None else None
-        if model is not None:
-            self.asks.pool_changed(model)
-            ident = (o.meta(pool_obj).get("uid"), o.meta(pool_obj).get("generation"))
-            if self._seen.get(ref) != ident:
-                self._seen[ref] = ident
-                self.survey_soon(pool_key)
-        now = self.clock()
-        server = self.asks.cloud_of(model) if model is not None else None
-        for key, intent in intents.items():
-            if intent is not Intent.FORGET and server is None:
-                continue  # the pool cannot be read: nothing says where to ask
-            self.answers.intend(key, intent, ref, server, now)
-        self.answers.carried(ref, {p.claim_key(claim)[0] for claim in claims} | set(intents), now)
-        self.pump()
+    def status_of(self, model: OpenStackPool, survey: Survey, *, now: str, previous: Mapping[str, Any] | None
+                  ) -> dict:
+        """The pool's status from the survey, with ``failedIPs``: the pre-allocated addresses that could not be
+        made, and the addresses of claims whose floating IP is gone (``sweep.Sweeper.lost_of``)."""
+        failed = self.asks.failed.get((model.namespace, model.name), set())
+        survey = dataclasses.replace(survey, failed=tuple(sorted(
+            {*failed.intersection(model.preallocated), *self.sweeper.lost_of(model)})))
+        return p.pool_status(model, survey, now=now, previous=previous)
 
-    def pool_gone(self, pool_key: Any) -> None:
-        self._seen.pop((pool_key.namespace, pool_key.name), None)
-
-    def pump(self) -> None:
-        """Send what is due; come back at the next time something falls due."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self.may_act():
-            return
-        now = self.clock()
-        out = {key: state.pool for key in self.answers.wanted() | self.answers.releasing()
-               if (state := self.answers.state(key)) is not None and state.out is not None}
-        for ask in self.answers.due(now):
-            self.asks.send([ask], functools.partial(self._answered, ask.pool, ask.server))
-        timed_out = {ref for key, ref in out.items()
-                     if (state := self.answers.state(key)) is None or state.out is None}
-        for ref in timed_out:
-            self.wake(o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL), None)
-        at = self.answers.next_due()
-        if at is not None:
-            self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
-
-    def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
-        standing = self.answers.server_standing(server)
-        filed = self.answers.file(answer, self.clock())
-        log.info("%s %s/%s: %s for key %s: %s", p.KIND, *ref, type(answer).__name__, answer.key, filed.value)
-        changed = self.answers.server_standing(server) != standing
-        pool_key = o.PoolKey(ref[0], ref[1], OPENSTACK_FLOATING_IP_POOL)
-        self.wake(pool_key, None if changed else answer.key)
+    def answered(self, pool_key: Any, answer: Answer) -> None:
         if not isinstance(answer, Refused):
             self.survey_later(pool_key)
-        self.pump()
 
-    # -- surveys ------------------------------------------------------------------------
+    def surveyed(self, pool_key: Any, survey: Survey) -> None:
+        # Metal3IPAMExternalIPAMUnreachable's series: whether Neutron answered this survey.
+        metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(0 if survey.reason in p.SERVER_DOWN else 1)
 
-    def survey_later(self, pool_key: Any) -> None:
-        """A survey ``survey_after_answers`` seconds from now, one for all the answers meanwhile (a burst of
-        answers costs Neutron one listing, not one per answer)."""
-        ref = (pool_key.namespace, pool_key.name)
-        if ref not in self._survey_timers:
-            def due() -> None:
-                self._survey_timers.pop(ref, None)
-                self.survey_soon(pool_key)
-            self._survey_timers[ref] = asyncio.get_running_loop().call_later(self.survey_after_answers, due)
+    async def sweep(self) -> list[FloatingIP]:
+        return await self.sweeper.sweep()
 
-    def survey_soon(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        task = self._surveying.get(ref)
-        if task is None or task.done():
-            self._surveying[ref] = asyncio.create_task(self._survey(pool_key), name=f"openstack survey {ref}")
-        else:
-            self._resurvey.add(ref)  # once more when this one ends: it may have listed before the change
+    def holders(self) -> dict[str, tuple[str, str, str]]:
+        """address -> (key, pool namespace, pool name): the address each lock holds for its key, and each found
+        lost (its claim keeps it)."""
+        found = {address: (key, ns, name) for key, (ns, name, address) in self.sweeper.lost.items()}
+        for lock in self.inventory.of_kind(kinds.IPADDRESS):
+            key, spec = p.claim_key(lock)[0], lock.get("spec") or {}
+            pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+            if key is not None and isinstance(spec.get("address"), str):
+                found[spec["address"]] = (key, str(pool.get("namespace") or o.namespace(lock)),
+                                          str(pool.get("name") or ""))
+        return found
 
-    async def _survey_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.survey_seconds)
-            for pool_key in self.inventory.pool_keys():
-                if pool_key.kind == OPENSTACK_FLOATING_IP_POOL:
-                    self.survey_soon(pool_key)
-
-    def live_pool(self, pool_key: Any) -> OpenStackPool | None:
-        """The pool as read, if it is held, readable and not being deleted."""
-        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
-        return p.read_pool(pool_obj)[0] if pool_obj is not None and not o.is_deleting(pool_obj) else None
-
-    async def _survey(self, pool_key: Any) -> None:
-        ref = (pool_key.namespace, pool_key.name)
-        try:
-            while True:
-                self._resurvey.discard(ref)
-                await self._survey_once(pool_key)
-                if ref not in self._resurvey:
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a bug of ours must not end the surveys of other pools
-            log.exception("%s %s/%s: survey failed", p.KIND, pool_key.namespace, pool_key.name)
-
-    async def _survey_once(self, pool_key: Any) -> None:
-        if not self.may_act():
-            return
-        model = self.live_pool(pool_key)
-        if model is None:
-            return
-        found = await self.asks.survey(model)
-        pool_obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name)
-        if pool_obj is None or not self.may_act():
-            return
-        status = p.pool_status(model, found, now=utc_now(), previous=o.status(pool_obj))
-        plan = Plan()
-        plan.step(f"{p.KIND} {pool_key.namespace}/{pool_key.name}", about=o.ref(pool_obj)).add(
-            SetStatus(o.ref(pool_obj), status))
-        await self.writer.execute(plan, pool_key)
-
-    # -- sweeps -------------------------------------------------------------------------
-
-    async def _sweep_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_seconds)
-            if self.may_act():
-                await self.sweeper.sweep()
+    def capo_held(self, namespace: str, name: str) -> set[str] | None:
+        """The addresses Cluster API IPAddresses hold for CAPO's pools named ``name`` (``capo.held_elsewhere``);
+        None when some namespaces' are out of sight (``-n``: the inventory keeps only the served namespaces'):
+        not known here (the asks list them of the API server, ``CAPOPools.held``)."""
+        if self.inventory.namespaces is not None:
+            return None
+        return capo.held_elsewhere(self.inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
 
     def bound(self) -> dict[str, str]:
         """The address each key's lock holds (the claim's floating IP)."""
@@ -522,9 +530,3 @@ class OpenStackPools:
             if key is not None and isinstance(spec.get("address"), str):
                 found[key] = spec["address"]
         return found
-
-    def carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, has an ask out or due, or its claim left for a move."""
-        locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := p.claim_key(lock)[0]) is not None}
-        return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None or key in self.inventory.moved_away

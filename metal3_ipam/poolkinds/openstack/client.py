@@ -57,12 +57,18 @@ class FloatingIP:
     tags: tuple[str, ...]
     port_id: str | None
     network_id: str
+    #: Neutron's ``revision_number``: bumped by every change (its tags' too); an update naming it (``If-Match``)
+    #: is carried out only if nobody changed the floating IP since it was read.
+    revision: int = 0
+    created_at: str = ""  # ISO 8601, to the second
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> "FloatingIP":
+        revision = body.get("revision_number")
         return cls(id=body["id"], address=body["floating_ip_address"], description=body.get("description") or "",
                    tags=tuple(body.get("tags") or ()), port_id=body.get("port_id"),
-                   network_id=body.get("floating_network_id") or "")
+                   network_id=body.get("floating_network_id") or "",
+                   revision=revision if isinstance(revision, int) else 0, created_at=body.get("created_at") or "")
 
 
 def _neutron_error(status: int, body: Any) -> tuple[str, str]:
@@ -191,17 +197,17 @@ class Neutron:
         return self._endpoint
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
-                expect: tuple[int, ...] = (200,)) -> Any:
+                expect: tuple[int, ...] = (200,), headers: Mapping[str, str] | None = None) -> Any:
         url = f"{self.endpoint()}/v2.0/{path}"
         where = f"Neutron {method} {path}"
         try:
             response = self.session.request(url, method, json=body, params=params, raise_exc=False,
                                             timeout=self.timeout, connect_retries=0,
-                                            headers={"Accept": "application/json"})
+                                            headers={"Accept": "application/json", **(headers or {})})
         except Exception as exc:
             raise classify(exc, where) from None
         if response.status_code in expect:
-            return response.json() if response.content else None
+            return response.json() if response.content and response.status_code < 300 else None
         try:
             answer = response.json()
         except ValueError:
@@ -231,9 +237,13 @@ class Neutron:
             body["floating_ip_address"] = address
         return FloatingIP.of(self.request("POST", "floatingips", {"floatingip": body}, expect=(201,))["floatingip"])
 
-    def describe(self, fip_id: str, description: str) -> FloatingIP:
-        return FloatingIP.of(self.request("PUT", f"floatingips/{fip_id}",
-                                          {"floatingip": {"description": description}})["floatingip"])
+    def describe(self, fip_id: str, description: str, revision: int | None = None) -> FloatingIP | None:
+        """The floating IP with its new description; with ``revision``, only if it is still at that revision
+        (Neutron's compare-and-set: ``If-Match: revision_number=``), else None (someone changed it meanwhile)."""
+        headers = {"If-Match": f"revision_number={revision}"} if revision is not None else None
+        found = self.request("PUT", f"floatingips/{fip_id}", {"floatingip": {"description": description}},
+                             expect=(200, 412) if revision is not None else (200,), headers=headers)
+        return FloatingIP.of(found["floatingip"]) if isinstance(found, Mapping) else None
 
     def set_tags(self, fip_id: str, tags: list[str]) -> None:
         self.request("PUT", f"floatingips/{fip_id}/tags", {"tags": sorted(set(tags))})

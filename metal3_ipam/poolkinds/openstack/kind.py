@@ -135,7 +135,9 @@ OPENSTACK_FLOATING_IP_POOL_KIND = PoolKind(
     outside=Outside(annotation=os_pool.KEY_ANNOTATION, read_key=os_pool.claim_key, new_key=draw_key,
                     granted=_granted, service=service.service, flags=service.FLAGS,
                     role_rules=service.ROLE_RULES, unservable=service.unservable, secrets=service.secrets),
-    status_counts={"allocated": ("status", "claimed"), "available": ("status", "available")},
+    # spec.maxIPs, where set, bounds the floating IPs the pool holds: its capacity (free: what is left of it).
+    status_counts={"capacity": ("spec", "maxIPs"), "allocated": ("status", "claimed"),
+                   "available": ("status", "available")},
     crds=lambda: [openstack_crd.crd()],
     lock_tag=LOCK_TAG,
 )

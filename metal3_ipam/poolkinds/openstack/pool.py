@@ -339,6 +339,16 @@ def deleted_on_release(pool: OpenStackPool, owner: str, address: str, tags: Iter
     return pool.deletes and address not in pool.preallocated and kept_tag(owner) not in tags
 
 
+def keys_own(fips: Iterable[Any], tag: str, held: str | None = None) -> Any:
+    """Of the floating IPs carrying one key (two replicas, or a create whose answer was lost, each made one), the
+    key's own: the one whose address the key's IPAddress holds (``held``), else one tagged with the pool
+    (``tag``: a lookup or its maker took it for the key and may have handed it out), else the first made
+    (Neutron's ``created_at``, to the second), then by id. Neutron's ids are random: the lowest is not the first.
+    Every replica, every lookup, answers the same of the same floating IPs."""
+    return min(fips, key=lambda f: (f.address != held if held is not None else False, tag not in f.tags,
+                                    f.created_at or "~", f.id))
+
+
 def capo_tag(name: str) -> str:
     return f"{CAPO_TAG_PREFIX}{name}"
 

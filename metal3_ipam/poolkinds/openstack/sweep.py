@@ -26,6 +26,19 @@ when:
 Such a floating IP is left by a claim deleted without its finalizer (forced),
 whose release was never asked.
 
+The other way round, a floating IP deleted in Neutron behind the controller
+(by a user, or with its network) while a claim holds it: each sweep finds the
+keys of the locks of its live claims that no floating IP carries (looked up by
+the key again to be sure) and records them (``Inventory.address_lost``): the
+claim says so (condition ``AddressLost``) with a Warning Event, and the pool
+lists the address in ``failedIPs``. Nothing is made anew for it: the machine's
+address would change under it. The claim keeps its IPAddress, so its IP is no
+other claim's while that stands: a create that Neutron answers with that
+address gives it back to the key, found lost yet or not (``asks.make`` looks
+at every lock's address), and no pre-allocated one is made at it for another. A floating IP carrying the
+key again (an admin made one with that address and the key's description)
+ends it at the next sweep, as does the claim's deletion.
+
 A key may also carry two floating IPs: two replicas (or a leader that lost its
 lease with a create out) both found none for it and both made one, and each
 gave the claim its own; or a create whose answer was lost (a timeout) was
@@ -41,6 +54,8 @@ from typing import Any
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Event, Plan
+from metal3_ipam.core.reconcile import ADDRESS_LOST
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
@@ -54,6 +69,27 @@ def owned(neutron: Neutron, pool: OpenStackPool, owner: str) -> list[FloatingIP]
     return [fip for fip in neutron.floating_ips() if p.key_in(owner, fip.description) is not None]
 
 
+def carrying(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> list[FloatingIP]:
+    """The floating IPs whose description names ``key``, as Neutron lists them now."""
+    return neutron.floating_ips(description=p.description(owner, key))
+
+
+def tag_found(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, address: str) -> None:
+    """The floating IP carrying ``key`` at ``address`` (given back by hand) tagged as the pool's own are."""
+    tags = {owner, p.pool_tag(owner, pool.namespace, pool.name)}
+    for fip in carrying(neutron, pool, owner, key):
+        if fip.address == address and not tags <= set(fip.tags):
+            neutron.set_tags(fip.id, sorted(tags | set(fip.tags)))
+
+
+def lost_message(pool: OpenStackPool, owner: str, key: str, address: str) -> str:
+    return (f"floating IP {address} of allocation key {key} is gone from Neutron: deleted in the project of "
+            f"{pool.text}'s cloud, not by this controller. The claim keeps its IPAddress, and {address} is handed "
+            "to no other claim while it stands; no floating IP is made anew for it (the machine's address would "
+            "change). Delete the claim to have a new one made, or give it back: make a floating IP with address "
+            f"{address} and description {p.description(owner, key)!r} in the project")
+
+
 def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
     """``fip`` released as ``pool`` says, if it still is as listed and ``still()`` holds; whether it was."""
     now = neutron.get(fip.id)
@@ -62,7 +98,8 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     if p.deleted_on_release(pool, owner, now.address, now.tags):
         neutron.delete(now.id)
     else:
-        neutron.describe(now.id, p.available_description(owner))
+        if neutron.describe(now.id, p.available_description(owner), now.revision) is None:
+            return False  # changed since it was read again: judged by the next sweeps
         tags = {*now.tags, owner, p.pool_tag(owner, pool.namespace, pool.name)}
         if tags != set(now.tags):
             neutron.set_tags(now.id, sorted(tags))
@@ -75,6 +112,13 @@ class Sweeper:
     def __init__(self, pools: Any):
         self.pools = pools
         self._sighted: dict[str, str] = {}  # floating IP id -> description, found carried by nothing last sweep
+        #: key -> (pool namespace, pool name, address): a claim's floating IP found gone from Neutron
+        self.lost: dict[str, tuple[str, str, str]] = {}
+
+    def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
+        """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
+        return tuple(sorted(address for ns, name, address in self.lost.values()
+                            if (ns, name) == (pool.namespace, pool.name)))
 
     def _held(self) -> dict[str, OpenStackPool]:
         """The live pools held here, by their pool tag (a paused one too: its floating IPs are no other's)."""
@@ -153,5 +197,70 @@ class Sweeper:
                     released.append(fip)
             log.info("swept the cloud of %s: %d floating IPs of owner %s, %d released", model.text, len(listed),
                      owner, sum(1 for fip in released if fip in listed))
+            await self._find_lost(model, listed, held)
         self._sighted = sighted
         return released
+
+    def _bound_claims(self, held: dict[str, OpenStackPool]) -> list[tuple[str, str, dict, OpenStackPool]]:
+        """(key, address, claim, pool) of each live claim of a live, unpaused pool held here whose lock holds an
+        address."""
+        found = []
+        for key, address in self.pools.bound().items():
+            for claim in self.pools.inventory.claims_carrying(key):
+                pool = self._pool_of(key, held)
+                if pool is not None and not o.is_deleting(claim) and not self._paused(pool):
+                    found.append((key, address, claim, pool))
+                    break
+        return found
+
+    async def _find_lost(self, model: OpenStackPool, listed: list[FloatingIP], held: dict[str, OpenStackPool]
+                         ) -> None:
+        """The keys of this cloud's claims whose floating IP is gone (see the module's docstring), recorded, told
+        once, and their pools passed over again; those found again (or no longer a claim's) forgotten."""
+        asks, owner = self.pools.asks, self.pools.asks.owner
+        listed_keys = {p.key_in(owner, fip.description) for fip in listed}
+        cloud = asks.cloud_of(model)
+        now: dict[str, tuple[dict, OpenStackPool, str]] = {}
+        for key, address, claim, pool in self._bound_claims(held):
+            if asks.cloud_of(pool) != cloud or key in listed_keys:
+                continue
+            try:
+                if await asks.run(pool, carrying, key):
+                    continue  # made or given back since the listing
+            except OpenStackError as exc:
+                log.warning("sweep: the floating IP of key %s of %s not looked up: %s", key, pool.text, exc)
+                continue
+            now[key] = (claim, pool, address)
+        inventory = self.pools.inventory
+        for key, (ns, name, address) in list(self.lost.items()):
+            pool = held.get(p.pool_tag(owner, ns, name))
+            if key in now or (pool is not None and asks.cloud_of(pool) != cloud):
+                continue  # still lost, or of another cloud (swept on its own)
+            if pool is not None:
+                try:
+                    await asks.run(pool, tag_found, key, address)
+                except OpenStackError as exc:
+                    log.warning("sweep: the floating IP of key %s of %s not tagged: %s", key, pool.text, exc)
+                    continue
+            del self.lost[key]
+            inventory.address_lost.pop(key, None)
+            log.info("sweep: the floating IP of key %s of %s %s/%s is no longer lost", key, p.KIND, ns, name)
+            self.pools.wake(o.PoolKey(ns, name, OPENSTACK_FLOATING_IP_POOL), key)
+            self.pools.survey_soon(o.PoolKey(ns, name, OPENSTACK_FLOATING_IP_POOL))
+        for key, (claim, pool, address) in now.items():
+            if key in self.lost:
+                continue
+            message = lost_message(pool, owner, key, address)
+            self.lost[key] = (pool.namespace, pool.name, address)
+            inventory.address_lost[key] = message
+            log.warning("%s %s/%s: %s", ADDRESS_LOST, o.namespace(claim), o.name(claim), message)
+            pool_key = o.PoolKey(pool.namespace, pool.name, OPENSTACK_FLOATING_IP_POOL)
+            plan = Plan()
+            plan.step(f"claim {o.namespace(claim)}/{o.name(claim)}", about=o.ref(claim)).add(
+                Event(o.ref(claim), "Warning", ADDRESS_LOST, message[:1000]))
+            try:
+                await self.pools.writer.execute(plan, pool_key)
+            except Exception:  # an Event lost is no reason to end the sweeps
+                log.exception("claim %s/%s: Event %s not written", o.namespace(claim), o.name(claim), ADDRESS_LOST)
+            self.pools.wake(pool_key, key)
+            self.pools.survey_soon(pool_key)

@@ -92,11 +92,12 @@ def _tls(maximum: ssl.TLSVersion | None = None) -> ssl.SSLContext:
     return context
 
 
-def _get(port: int, token: str | None = None, context: ssl.SSLContext | None = None) -> tuple[int, str]:
-    conn = (http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10) if context is not None
-            else http.client.HTTPConnection("127.0.0.1", port, timeout=10))
+def _get(port: int, token: str | None = None, context: ssl.SSLContext | None = None, path: str = "/metrics",
+         method: str = "GET", body: str | None = None) -> tuple[int, str]:
+    conn = (http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=60) if context is not None
+            else http.client.HTTPConnection("127.0.0.1", port, timeout=60))
     try:
-        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+        conn.request(method, path, body=body, headers={"Authorization": f"Bearer {token}"} if token else {})
         answer = conn.getresponse()
         return answer.status, answer.read().decode(errors="replace")
     finally:
@@ -129,6 +130,55 @@ def test_metrics_need_a_token_allowed_to_get_them(control_plane, api_client, nam
         assert "Traceback" not in ctl.log_text()
     finally:
         ctl.stop()
+
+
+def test_profiles_and_the_log_verbosity_need_a_token_allowed_their_own_paths(control_plane, api_client, namespace,
+                                                                              roles, tmp_path):
+    """``/debug/pprof/`` and ``/debug/flags/v``, as a Go manager serves them beside its metrics (what each holds
+    is Python's): each path and verb reviewed on its own, so the metrics reader may not use them."""
+    controller_token = _account(api_client, namespace, "controller", roles["manager-role"], roles["diagnostics-role"])
+    reader = _account(api_client, namespace, "scraper", roles["metrics-reader"])
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    debugger_role = f"debugger-{uuid.uuid4().hex[:8]}"
+    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                              "metadata": {"name": debugger_role},
+                              "rules": [{"nonResourceURLs": ["/debug/*"], "verbs": ["get", "put"]}]})
+    debugger = _account(api_client, namespace, "debugger", debugger_role)
+    port = _free_port()
+    ctl = ControllerProcess(_kubeconfig(control_plane, controller_token, tmp_path / "controller.kubeconfig"),
+                            ["-n", namespace, "--no-leader-elect", f"--diagnostics-address=127.0.0.1:{port}"],
+                            name="debugging", log_dir=tmp_path)
+    try:
+        ctl.start()
+        status, body = _get(port, reader, _tls(), "/debug/pprof/goroutine")
+        assert status == 403 and '"/debug/pprof/goroutine"' in body, body
+        assert _get(port, reader, _tls(), "/debug/flags/v", "PUT", "4")[0] == 403
+        assert _get(port, debugger, _tls(), "/metrics")[0] == 403
+
+        status, body = _get(port, debugger, _tls(), "/debug/pprof/")
+        assert status == 200 and "goroutine" in body and "profile" in body, body
+        status, body = _get(port, debugger, _tls(), "/debug/pprof/goroutine")
+        assert status == 200 and "asyncio tasks" in body and "threads" in body, body
+        status, body = _get(port, debugger, _tls(), "/debug/pprof/profile?seconds=1")
+        assert status == 200 and "cProfile of the event loop" in body, body
+        status, body = _get(port, debugger, _tls(), "/debug/pprof/profile?seconds=soon")
+        assert status == 400 and "'soon'" in body, body
+        status, body = _get(port, debugger, _tls(), "/debug/pprof/heap")
+        assert status == 200 and "dict" in body, body
+
+        status, body = _get(port, debugger, _tls(), "/debug/flags/v")
+        assert status == 200 and body.strip().isdigit(), body
+        louder = int(body) + 3
+        status, body = _get(port, debugger, _tls(), "/debug/flags/v", "PUT", "loud")
+        assert status == 400 and "'loud'" in body, body
+        assert _get(port, debugger, _tls(), "/debug/flags/v", "PUT", str(louder))[0] == 200
+        assert _get(port, debugger, _tls(), "/debug/flags/v") == (200, f"{louder}\n")
+        assert f"log verbosity set to {louder}" in ctl.log_text()
+        assert "Traceback" not in ctl.log_text()
+    finally:
+        ctl.stop()
+        rbac.delete_cluster_role(debugger_role)
+        rbac.delete_cluster_role_binding(f"{debugger_role}-debugger")
 
 
 def test_insecure_diagnostics_serve_plain_http_to_anyone(control_plane, namespace, tmp_path):

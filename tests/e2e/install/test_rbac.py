@@ -29,6 +29,7 @@ from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
 from netbox_fixtures import put_secret, seeded
+from openstack_fixtures import put_clouds
 
 NAMESPACE = "metal3-ipam-system"
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -102,7 +103,10 @@ def audit_events(log: Path) -> list[dict]:
     namespace, name = service_account()
     user = f"system:serviceaccount:{namespace}:{name}"
     events = []
-    for line in log.read_text().splitlines():
+    lines = log.read_text().splitlines(keepends=True)
+    for line in lines:
+        if not line.endswith("\n"):
+            break  # the API server is writing it
         event = json.loads(line)
         if event["user"]["username"] == user and event.get("objectRef"):
             events.append(event)
@@ -124,7 +128,8 @@ def called(log: Path, group: str, resource: str, verb: str) -> bool:
     return (group, resource, verb) in calls(audit_events(log))
 
 
-def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, audit_log, tmp_path, netbox):
+def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, audit_log, tmp_path, netbox,
+                                                                openstack):
     plane = audited_plane
     with plane.api_client() as admin:
         install_rbac(admin)
@@ -138,6 +143,7 @@ def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, au
         leader.start()
         try:
             scenario(kube, audit_log, netbox)
+            adopting_scenario(kube, openstack)
             # The leader has renewed its Lease by now (every 5 s).
             eventually(lambda: called(audit_log, "coordination.k8s.io", "leases", "update"), timeout=30,
                        what="a Lease renewal")
@@ -296,6 +302,25 @@ def scenario(kube: Kube, audit_log: Path, netbox) -> None:
     kube.delete(osk, "openstackfloatingippools", "os")
     kube.gone(osk, "openstackfloatingippools", "os")
     assert_invariants(kube, timeout=60)
+
+
+def adopting_scenario(kube: Kube, openstack) -> None:
+    """An OpenStackFloatingIPPool adopting the free floating IPs of CAPO's pool of its name (none here: CAPO's
+    pool, read before a floating IP is chosen, is not there) serves a claim from Neutron and releases it."""
+    put_clouds(kube.api_client, kube.ns, openstack.clouds_yaml("member"))
+    osk = ("openstack.metal3-ipam.io", "v1alpha1")
+    kube.create(osk, "openstackfloatingippools", {
+        "apiVersion": "/".join(osk), "kind": "OpenStackFloatingIPPool", "metadata": {"name": "adopting"},
+        "spec": {"identityRef": {"name": "cloud", "cloudName": "openstack"}, "adoptFromCAPOPool": "capo"}})
+    try:
+        kube.capi_claim("os-claim", "adopting", group=osk[0], kind="OpenStackFloatingIPPool")
+        kube.capi_bound("os-claim", timeout=90)
+        kube.delete(CAPI, "ipaddressclaims", "os-claim")
+        kube.gone(CAPI, "ipaddressclaims", "os-claim", timeout=60)
+        kube.delete(osk, "openstackfloatingippools", "adopting")
+        kube.gone(osk, "openstackfloatingippools", "adopting")
+    finally:
+        openstack.reset()
 
 
 def race(kube: Kube, audit_log: Path, kubeconfig: Path, tmp_path: Path) -> None:

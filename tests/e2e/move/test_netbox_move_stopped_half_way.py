@@ -8,7 +8,8 @@ Clusters are unpaused last. A group that fails to delete ends the move there, wi
 keeps its Clusters (paused) and pools, and has lost its claims, whose copies live in the target. Here the
 source is this cluster's namespace; the target is another namespace of the same API server with a Cluster of
 its own (paused: the move stopped before unpausing it), a copy of the pool and of the claim with its key,
-served by a second controller scoped to it (``-n``) with the same NetBox owner, or down.
+served by a second controller scoped to it (``-n``) with the same NetBox owner, or down. The same two
+namespaces stand for a move restored from a directory while the source runs (both claims live).
 """
 
 from __future__ import annotations
@@ -256,3 +257,37 @@ def test_both_controllers_down_during_a_move_stopped_half_way_keeps_the_moved_cl
     (held,) = holding(netbox, value)
     sweeps_after(ctl, ctl.log_size(), 3)
     assert holding(netbox, value) == [held], "the source changed or released the address the target holds"
+
+
+def test_an_address_two_clusters_live_claims_carry_is_released_only_once_neither_claim_lives(
+        controller_factory, kube, target, netbox, api_client):
+    """A move restored from a directory while the source runs: the source's claim stays, bound; its copy in the
+    target, its Cluster unpaused, takes the address over (first come, ``from=`` the source's Cluster), and the
+    source's sweep holds it for its live claim (``held=``). The target's copy deleted: its release leaves the
+    address, which the source's claim is bound to. The source's claim deleted too: its hold goes, and the
+    target's sweep releases the address (its release grace 0 here)."""
+    ctl, value, address = bound(controller_factory, kube, netbox, api_client)
+    source_uid = kube.get(CLUSTER, "clusters", "c1")["metadata"]["uid"]
+    who, key = value.split("/", 1)
+    target_uid = copied(kube, target, netbox, api_client, key)
+    target.patch(CLUSTER, "clusters", "c1", {"spec": {"paused": False}})
+    target_ctl = controller_factory(["-n", target.ns, "--netbox-owner", who, "--netbox-sweep-seconds", SWEEP,
+                                     "--netbox-release-grace-seconds", "0", "--leader-election-namespace",
+                                     target.ns], name="target")
+    target.capi_bound("m", timeout=90)
+    eventually(lambda: [(home_in(a["description"]), held_in(a["description"])) for a in holding(netbox, value)]
+               == [(Home("Cluster", target_uid), Home("Cluster", source_uid))], timeout=60,
+               what="the target to take the address over and the source's sweep to hold it for its live claim")
+
+    target.delete(CAPI, "ipaddressclaims", "m")
+    target.gone(CAPI, "ipaddressclaims", "m", timeout=60)
+    sweeps_after(target_ctl, target_ctl.log_size(), 3)
+    assert [a["id"] for a in holding(netbox, value)] == [address["id"]], \
+        "the target's release deleted the address the source's live claim is bound to"
+    assert kube.capi_ipaddress("m") is not None
+
+    kube.delete(CAPI, "ipaddressclaims", "m")
+    kube.gone(CAPI, "ipaddressclaims", "m", timeout=60)
+    eventually(lambda: holding(netbox, value) == [], timeout=60,
+               what="the target's sweep to release the address once no claim carries its key")
+    assert "marked released" in target_ctl.log_text()

@@ -1,10 +1,10 @@
-"""``clusterctl move`` of a Cluster whose claims are floating-IP backed, a controller on each side sharing one
-owner (the real clusterctl, two live control planes, the session's real Keystone and Neutron).
+"""``clusterctl move`` of a Cluster whose claims are floating-IP backed, there and back, a controller on each
+side sharing one owner (the real clusterctl, two live control planes, the session's real Keystone and Neutron).
 
-The claims go with their allocation keys: the source forgets them and releases nothing in Neutron, the target
-binds each to the same floating IP without making a second one, and a claim deleted in the target afterwards is
-released there. Both controllers sweep Neutron every 2 s all along: the source never releases the moved claims'
-floating IPs (their claims left for the move, then their pool is no longer the source's).
+The claims go with their allocation keys: the side moved from forgets them and releases nothing in Neutron, the
+side moved to binds each to the same floating IP without making a second one, and a claim deleted afterwards is
+released where it lives. Both controllers sweep Neutron every 2 s all along: neither releases the floating IPs of
+claims that left it for a move (their pool is no longer its own).
 """
 
 from __future__ import annotations
@@ -22,13 +22,23 @@ from openstack_fixtures import (FIPS, PLURAL, assert_one_floating_ip_each, fip_p
 NAMES = [f"alpha-fip-{i}" for i in range(5)]
 
 
+def released_nothing_in_two_sweeps(ctl, keys: dict[str, str], ids: dict[str, list[str]], openstack, who: str) -> None:
+    """The side claims left for a move sweeps Neutron twice more and still holds every key's floating IP."""
+    sweeps = ctl.log_text().count("swept the cloud of")
+    eventually(lambda: ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
+               what=f"two more sweeps by {ctl.name}")
+    assert {name: [f["id"] for f in held(openstack, who, key)] for name, key in keys.items()} == \
+        {name: ids[name] for name in keys}
+    assert "no claim carries its key" not in ctl.log_text()
+
+
 @pytest.fixture(autouse=True)
 def clean(openstack):
     yield
     openstack.reset()
 
 
-def test_move_of_floating_ip_claims_keeps_their_floating_ips(control_plane, control_plane_factory, namespace,
+def test_move_of_floating_ip_claims_there_and_back_keeps_their_floating_ips(control_plane, control_plane_factory, namespace,
                                                              controllers, clusterctl, openstack):
     who = owner()
     prepare_management_cluster(control_plane)
@@ -61,7 +71,12 @@ def test_move_of_floating_ip_claims_keeps_their_floating_ips(control_plane, cont
     target = Kube(target_cp.api_client(), namespace)
     target.core.create_namespace({"metadata": {"name": namespace}})
     put_clouds(target.api_client, namespace, openstack.clouds_yaml("member"))  # a Secret of its own: not moved
-    controllers(target_cp, "B", ("-n", namespace, "--openstack-owner", who, *sweeping))
+    # Likewise a pool of another namespace keeps the target sweeping after the move back.
+    target.core.create_namespace({"metadata": {"name": staying}})
+    stays_in_target = Kube(target.api_client, staying)
+    put_clouds(target.api_client, staying, openstack.clouds_yaml("member"))
+    fip_pool(stays_in_target, "stays")
+    target_ctl = controllers(target_cp, "B", ("-n", namespace, "-n", staying, "--openstack-owner", who, *sweeping))
     mark_clusters_provisioned(source.api_client, namespace)
     clusterctl.move(control_plane, target_cp, namespace, timeout=300, stop_on_retry=True).check()
 
@@ -72,17 +87,31 @@ def test_move_of_floating_ip_claims_keeps_their_floating_ips(control_plane, cont
     # Nothing released by the source, nothing new made by the target: the same floating IP per key.
     assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
     assert_one_floating_ip_each(target, openstack, who, NAMES)
-    sweeps = source_ctl.log_text().count("swept the cloud of")
-    eventually(lambda: source_ctl.log_text().count("swept the cloud of") >= sweeps + 2, timeout=30,
-               what="two more sweeps by the source")
-    assert {name: [f["id"] for f in held(openstack, who, keys[name])] for name in NAMES} == ids
-    assert "no claim carries its key" not in source_ctl.log_text()
+    released_nothing_in_two_sweeps(source_ctl, {name: keys[name] for name in NAMES}, ids, openstack, who)
 
     gone = NAMES[0]
     target.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", gone)
     target.gone(CAPI, "ipaddressclaims", gone, timeout=60)
     assert held(openstack, who, keys[gone]) == []
     assert_one_floating_ip_each(target, openstack, who, NAMES[1:])
-    stays.delete(FIPS, PLURAL, "stays")
-    stays.gone(FIPS, PLURAL, "stays", timeout=60)
-    source.core.delete_namespace(staying)
+
+    # And back, both controllers still running: the same floating IPs, nothing released, nothing new.
+    left = NAMES[1:]
+    put_clouds(source.api_client, namespace, openstack.clouds_yaml("member"))
+    mark_clusters_provisioned(target.api_client, namespace)
+    clusterctl.move(target_cp, control_plane, namespace, timeout=300, stop_on_retry=True).check()
+    back = {name: source.capi_bound(name, timeout=90)["spec"]["address"] for name in left}
+    assert back == {name: before[name] for name in left}
+    assert {name: key_of(source, name) for name in left} == {name: keys[name] for name in left}
+    eventually(lambda: target.list(CAPI, "ipaddressclaims") == [], timeout=30, what="the target emptied")
+    released_nothing_in_two_sweeps(target_ctl, {name: keys[name] for name in left}, ids, openstack, who)
+    assert_one_floating_ip_each(source, openstack, who, left)
+    again = left[0]
+    source.custom.delete_namespaced_custom_object(*CAPI, namespace, "ipaddressclaims", again)
+    source.gone(CAPI, "ipaddressclaims", again, timeout=60)
+    assert held(openstack, who, keys[again]) == []
+    assert_one_floating_ip_each(source, openstack, who, left[1:])
+    for kube in (stays, stays_in_target):
+        kube.delete(FIPS, PLURAL, "stays")
+        kube.gone(FIPS, PLURAL, "stays", timeout=60)
+        kube.core.delete_namespace(staying)

@@ -376,24 +376,17 @@ def test_validate_delete(capsys, tmp_path):
     assert code == 0, out
 
 
-def test_a_huge_preallocation_map_is_read_and_refused_quickly(capsys, tmp_path):
-    """Read with the fastest loader there is, and refused on its size: validating the file takes little more
-    than loading it takes that loader, measured beside it (the pure-Python loader takes six times as long
-    where libyaml is there; reading the entries would add to it)."""
-    import time
-
-    held = "\n".join(f"    claim-{i}: 2001:db8::{i:x}" for i in range(100_000))
+def test_a_huge_preallocation_map_is_refused_on_its_size_without_its_entries_read(capsys, tmp_path):
+    """Refused on its size: none of its 100,000 entries is read (each is wrong, and none is named). Read with
+    the fastest loader there is (the next test); how long it takes beside loading the file alone is measured
+    by bench/admission.py."""
+    held = "\n".join(f"    claim-{i}: not-an-ip-{i}" for i in range(100_000))
     text = ("apiVersion: ipam.metal3.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: big\n"
             "spec:\n  namePrefix: big\n  pools:\n  - subnet: 2001:db8::/8\n  preAllocations:\n" + held + "\n")
     path = write(tmp_path, "huge.yaml", text)
-    started = time.perf_counter()
-    list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-    loading = time.perf_counter() - started
-    started = time.perf_counter()
     code, out, _ = run(capsys, "validate", "-f", path)
-    took = time.perf_counter() - started
     assert code == 1 and "spec.preAllocations: must have at most 4096 entries" in out
-    assert took < 3 * loading, f"validated in {took:.1f} s, loaded alone in {loading:.1f} s"
+    assert "not-an-ip" not in out and "spec.preAllocations[" not in out, out[:2000]
 
 
 def test_manifests_are_read_with_the_c_loader_when_there_is_one():

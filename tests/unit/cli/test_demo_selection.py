@@ -1,10 +1,15 @@
-"""What ``metal3-ipam demo`` creates: a NetBox pool whose NetBox does not answer is left out with what is
-only its own (its claims, its token Secret), and says why."""
+"""What ``metal3-ipam demo`` creates: a pool whose outside IPAM does not answer (NetBox, or the Keystone of an
+OpenStack pool's clouds.yaml) is left out with what is only its own (its claims, its Secret), and says why."""
 
 from __future__ import annotations
 
+import base64
+
+import pytest
+
 from metal3_ipam.demo import without_unservable
 from metal3_ipam.poolkinds.netbox import service
+from metal3_ipam.poolkinds.openstack import service as openstack_service
 
 
 def netbox_pool(name: str, url: str, secret: str = "netbox-token") -> dict:
@@ -35,9 +40,9 @@ def answers(url: str) -> str | None:
     return None if url == UP else "Connection refused"
 
 
-def unservable(pool_kind, pool: dict) -> str | None:
+def unservable(pool_kind, pool: dict, secrets: dict) -> str | None:
     """The NetBox kind's own judgement, with ``answers`` for the servers' replies."""
-    return service.unservable(pool, answers) if pool_kind.outside else None
+    return service.unservable(pool, secrets, answers) if pool_kind.outside else None
 
 
 def test_a_netbox_pool_whose_netbox_does_not_answer_is_left_out_with_its_claims_and_secret():
@@ -55,3 +60,49 @@ def test_a_netbox_pool_whose_netbox_answers_is_kept_and_so_is_a_secret_it_shares
     kept, notes = without_unservable(objs, unservable)
     assert names(kept) == {("Secret", "netbox-token"), ("NetBoxIPPool", "up"), ("IPAddressClaim", "a")}
     assert len(notes) == 1 and "default/down" in notes[0]
+
+
+def openstack_pool(name: str, secret: str = "cloud", cloud: str | None = None) -> dict:
+    ref = {"name": secret, **({"cloudName": cloud} if cloud else {})}
+    return {"apiVersion": "openstack.metal3-ipam.io/v1alpha1", "kind": "OpenStackFloatingIPPool",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"identityRef": ref}}
+
+
+def clouds_secret(name: str, auth_url: str, *, encoded: bool = False) -> dict:
+    text = (f"clouds:\n  openstack:\n    auth_type: password\n    auth:\n      auth_url: {auth_url}\n"
+            "      username: u\n      password: p\n")
+    body = {"data": {"clouds.yaml": base64.b64encode(text.encode()).decode()}} if encoded else \
+        {"stringData": {"clouds.yaml": text}}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "default"}, **body}
+
+
+def openstack_judge(pool_kind, pool: dict, given: dict) -> str | None:
+    """The kinds' own judgements, with ``answers`` for the servers' replies."""
+    if not pool_kind.outside:
+        return None
+    if pool["kind"] == "OpenStackFloatingIPPool":
+        return openstack_service.unservable(pool, given, answers)
+    return service.unservable(pool, given, answers)
+
+
+@pytest.mark.parametrize("encoded", [False, True], ids=["stringData", "data"])
+def test_an_openstack_pool_whose_keystone_answers_is_kept_with_its_secret(encoded):
+    objs = [clouds_secret("cloud", UP, encoded=encoded), openstack_pool("fips"),
+            claim("a", "OpenStackFloatingIPPool", "fips", group="openstack.metal3-ipam.io")]
+    kept, notes = without_unservable(objs, openstack_judge)
+    assert names(kept) == names(objs) and notes == []
+
+
+@pytest.mark.parametrize("objs, why", [
+    ([clouds_secret("cloud", DOWN), openstack_pool("fips")],
+     "Keystone at http://down.example does not answer (Connection refused)"),
+    ([openstack_pool("fips")], "it needs an OpenStack cloud"),
+    ([clouds_secret("cloud", UP), openstack_pool("fips", cloud="other")],
+     "clouds.yaml has no cloud 'other' (spec.identityRef.cloudName; it has: openstack)"),
+], ids=["keystone-down", "no-secret", "no-such-cloud"])
+def test_an_openstack_pool_that_cannot_be_served_here_is_left_out_saying_why(objs, why):
+    objs = objs + [claim("a", "OpenStackFloatingIPPool", "fips", group="openstack.metal3-ipam.io")]
+    kept, notes = without_unservable(objs, openstack_judge)
+    assert names(kept) == set()
+    assert len(notes) == 1 and notes[0].startswith("OpenStackFloatingIPPool default/fips left out: ")
+    assert why in notes[0] and "the Secret its spec.identityRef names (cloud)" in notes[0], notes[0]

@@ -5,6 +5,7 @@ marked for a pass its work queue, each API request a REST request)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +13,11 @@ from prometheus_client import REGISTRY
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.workers import RESYNC_PRIORITY, PoolWorkers
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.testing.waiting import eventually_async
-from ipam_objects import NS, ipclaim, ippool, loaded
+from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
+from metal3_ipam.testing import go_incluster as gi
 from pool_workers import POOL, MemoryWriter
 
 
@@ -115,3 +118,117 @@ def test_each_request_of_the_kubernetes_client_is_counted_with_its_code():
 def test_a_kind_of_pool_is_named_as_controller_runtime_names_its_controller():
     assert metrics.controller_name(o.PoolKey(NS, "p").kind) == "ippool"
     assert metrics.controller_name(("ipam.cluster.x-k8s.io", "GlobalInClusterIPPool")) == "globalinclusterippool"
+
+
+@pytest.mark.parametrize("kind", [(gi.GROUP, gi.IN_CLUSTER_IP_POOL), (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)],
+                         ids=["namespaced", "global"])
+def test_the_pool_series_of_an_in_cluster_pool_come_from_its_own_status(kind):
+    """Each kind says its counts where its status has them (``PoolKind.status_counts``): the in-cluster
+    kinds in ``status.ipAddresses``, as the Go provider writes them, so their pools are on the dashboard too."""
+    namespace = NS if kind[1] == gi.IN_CLUSTER_IP_POOL else ""
+    pool = gi.ip_pool("p", namespace=namespace or None, prefix=24, addresses=["10.0.0.2-10.0.0.6"])
+    claims = [capi_claim(f"c{i}", pool="p", api_group=kind[0], kind=kind[1]) for i in range(2)]
+    api = loaded(pool, *claims)
+    key = o.PoolKey(namespace, "p", kind)
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([key])
+        await settled(workers)
+
+    asyncio.run(scenario())
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(key)))
+    assert (value("metal3_ipam_pool_capacity", **labels), value("metal3_ipam_pool_allocated", **labels),
+            value("metal3_ipam_pool_free", **labels)) == (5, 2, 3)
+
+
+def test_a_count_a_status_does_not_say_is_left_out():
+    from metal3_ipam.core import poolkind
+    kind = poolkind.REGISTRY[(gi.GROUP, gi.IN_CLUSTER_IP_POOL)]
+    assert poolkind.status_counts(kind, {"status": {"ipAddresses": {"total": 4, "used": "1", "free": True}}}) == \
+        {"capacity": 4, "allocated": 1}
+    assert poolkind.status_counts(kind, {}) == {}
+
+
+def test_a_deleted_pools_usage_series_go_with_it_though_a_waiting_claim_still_names_it():
+    """A full pool of two with a third claim waiting is deleted: its two bound claims are deleted, their addresses
+    released, the pool's finalizer goes and the pool with it. The waiting claim stays (it is PoolNotReady now);
+    the pool's capacity, allocated and free series must go, not say 2 of 2 used for ever."""
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]), *[ipclaim(f"c{i}") for i in range(3)])
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(POOL)))
+
+    def deleting(obj: dict) -> None:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:01Z"
+        api._store(obj)
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([POOL])
+        await settled(workers)
+        assert (value("metal3_ipam_pool_capacity", **labels), value("metal3_ipam_pool_free", **labels)) == (2, 0)
+        deleting(api.inventory.get(POOL.kind, POOL.namespace, POOL.name))
+        for claim in list(api.inventory.of_kind(kinds.IPCLAIM)):
+            if o.status(claim).get("address"):
+                deleting(claim)
+        for _ in range(5):
+            workers.kick([POOL])
+            await settled(workers)
+        return workers
+
+    workers = asyncio.run(scenario())
+    assert api.inventory.get(POOL.kind, POOL.namespace, POOL.name) is None
+    assert [o.name(c) for c in api.inventory.of_kind(kinds.IPCLAIM)] == ["c2"]
+    assert list(workers.claims_not_ready()) == [(POOL, "PoolNotReady")]
+    for series in ("metal3_ipam_pool_capacity", "metal3_ipam_pool_allocated", "metal3_ipam_pool_free"):
+        assert REGISTRY.get_sample_value(series, labels) is None, series
+
+
+def test_a_standby_exports_no_per_pool_series():
+    """A replica that may not write (it stands by on the Lease) has passes over nothing: no series of a pool."""
+    key = o.PoolKey(NS, "standby-pool")
+    api = loaded(ippool(name="standby-pool", pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]),
+                 *[ipclaim(f"c{i}", pool="standby-pool") for i in range(3)])
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0, may_act=lambda: False)
+        workers.kick([key])
+        await settled(workers)
+        return workers
+
+    workers = asyncio.run(scenario())  # noqa: F841  (scraped while it lives)
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(key)))
+    exported = [s for family in REGISTRY.collect() for s in family.samples
+                if {k: s.labels.get(k) for k in labels} == labels]
+    assert exported == []
+
+
+def test_the_dashboard_picks_pools_among_a_series_every_pool_has_though_its_kind_says_no_counts(monkeypatch):
+    """The dashboard's namespace, kind and pool variables list the pools of a series each pool has from its first
+    pass, not its capacity: a kind that says no counts (OpenStack without maxIPs) is on it too."""
+    import dataclasses
+    import re
+
+    from metal3_ipam import observability
+    from metal3_ipam.core import poolkind
+
+    counted = poolkind.REGISTRY[POOL.kind]
+    monkeypatch.setitem(poolkind.REGISTRY, POOL.kind, dataclasses.replace(counted, status_counts={}))
+    key = o.PoolKey(NS, "uncounted")
+    api = loaded(ippool(name="uncounted", pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]),
+                 ipclaim("c0", pool="uncounted"))
+
+    async def scenario():
+        workers = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        workers.kick([key])
+        await settled(workers)
+
+    asyncio.run(scenario())
+    labels = dict(zip(metrics.POOL_LABELS, metrics.pool_labels(key)))
+    assert REGISTRY.get_sample_value("metal3_ipam_pool_capacity", labels) is None
+    variables = {v["name"]: v for v in observability.dashboard()["templating"]["list"]}
+    for name in ("namespace", "kind", "pool"):
+        (series,) = re.findall(r"label_values\((\w+)", variables[name]["definition"])
+        exported = {(s.labels.get("namespace"), s.labels.get("pool"), s.labels.get("kind"))
+                    for family in REGISTRY.collect() for s in family.samples if s.name.startswith(series)}
+        assert tuple(labels.values()) in exported, (name, series)

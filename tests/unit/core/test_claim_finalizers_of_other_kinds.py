@@ -37,7 +37,8 @@ def _finalizer(kind: tuple[str, str]) -> str:
 
 def _addresses(api) -> list[str]:
     return sorted(f"{kinds.kind_of(a)[1]} {o.name(a)}" for kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)
-                  for a in api.inventory.of_kind(kind) if kind != kinds.IPADDRESS or o.spec(a).get("claim"))
+                  for a in api.inventory.of_kind(kind)
+                  if kind != kinds.IPADDRESS or (o.spec(a).get("claim") and not o.is_guard(a)))
 
 
 @pytest.mark.parametrize("kind, other", [(IN_CLUSTER, IPPOOL), (IPPOOL, IN_CLUSTER)], ids=["to-incluster", "to-ippool"])

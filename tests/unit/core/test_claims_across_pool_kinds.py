@@ -107,8 +107,8 @@ def _problems(api) -> list:
     for kind in (kinds.IPADDRESS, kinds.CAPI_ADDRESS):
         for address in api.inventory.of_kind(kind):
             who = _claimant(address)
-            if o.is_deleting(address) or who not in live:
-                continue
+            if o.is_deleting(address) or who not in live or o.is_guard(address):
+                continue  # (a guard of the claim's IP in its namespace is not one of its addresses)
             pool = (o.spec(address).get("pool") or o.spec(address).get("poolRef") or {}).get("kind")
             held.setdefault((_domain(pool), o.spec(address)["address"]), set()).add(who)
             if any(r.get("uid") == o.meta(live[who])["uid"] for r in o.meta(address).get("ownerReferences") or []):
@@ -162,6 +162,7 @@ def _step(api, op, kind, name, ref, settle):
                 api.inventory.remove(obj)
     elif op == "force" and claim is not None:  # its finalizers stripped: gone at once
         api.inventory.remove({**claim, "metadata": {**claim["metadata"], "resourceVersion": api._next_version()}})
+        api._collect(claim)  # the garbage collector takes the guards it owned, as it would once it is gone
     elif op == "collect":  # the garbage collector: addresses whose owning claim is gone
         uids = {o.meta(c)["uid"] for k in (kinds.CAPI_CLAIM, kinds.IPCLAIM) for c in api.inventory.of_kind(k)}
         for obj in [*api.inventory.of_kind(kinds.CAPI_ADDRESS), *api.inventory.of_kind(kinds.IPADDRESS)]:

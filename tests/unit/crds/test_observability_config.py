@@ -90,3 +90,22 @@ def test_the_dashboard_is_a_grafana_model_with_a_query_in_every_panel():
 @pytest.mark.parametrize("query", [q for _, q in observability.dashboard_queries()])
 def test_every_pool_query_of_the_dashboard_reads_the_leaders_series_or_the_controllers(query):
     assert 'job=~"$job"' in query or 'namespace=~"$namespace"' in query
+
+
+def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series():
+    """docs/operations.md (Metrics, Scraping): the per-pool series carry a ``namespace`` label of their own; a
+    ServiceMonitor must scrape with ``honorLabels: true`` or the alerts and the dashboard see the controller's
+    namespace instead."""
+    monitor = next(d for d in yaml.safe_load_all((ROOT / "config" / "prometheus" / "monitor.yaml").read_text()) if d)
+    assert monitor["kind"] == "ServiceMonitor"
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True] * len(monitor["spec"]["endpoints"])
+
+
+
+@pytest.mark.parametrize("title, query", [
+    pytest.param(title, query, id=f"{title}:{n}")
+    for n, (title, query) in enumerate(observability.dashboard_queries())])
+def test_every_query_of_the_dashboard_keeps_to_the_job_picked(title, query):
+    """The ``job`` variable picks an installation; every panel shows that installation's series only (through
+    ``job=~"$job"``, or a join on its replicas' ``metal3_ipam_leader{job=~"$job"}``)."""
+    assert 'job=~"$job"' in query, title

@@ -133,6 +133,11 @@ class LaggingWatch:
 
     def run_pass(self, pool_key) -> bool:
         plan = reconcile(self.cache.snapshot(pool_key, self.store.now, self.rng))
+        self.carry_out(plan)
+        return bool(plan)
+
+    def carry_out(self, plan) -> None:
+        """A pass's writes, done on the store in order; a refused one ends its step."""
         for step in plan.steps:
             for action in step.actions:
                 try:
@@ -146,7 +151,6 @@ class LaggingWatch:
                             self.cache.upsert(copy.deepcopy(taken))
                     break
                 self.answer(action)
-        return bool(plan)
 
     def answer(self, action):
         """The API server's answer goes into the cache at once, as the REST writer does."""

@@ -5,11 +5,28 @@ namespace adopts them; one written by hand before its claim) are in a namespace 
 here does not serve: it still never hands their IPs out, and counts them as the controller serving their
 namespace does, so that their status writes never undo each other. So for an IP a claim there keeps by its
 status alone (its address and lock not there yet): the claims of a global pool are watched cluster-wide too.
+
+Two writers that each decided from what they saw (a replica behind the other): a pass of a global pool planned
+before a namespaced prefix pool came, carried out after that pool's claim was given a sub-prefix holding the
+IP the plan hands out, is refused by the API server at the guard of that IP; so is a global prefix pool's pass
+landing after namespaced IP pools handed out IPs in its sub-prefix, which their pools guard together.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+from datetime import datetime, timezone
+
 from incluster_fixtures import unique_ips
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pools the inventory files)
+from metal3_ipam.controller.api import ApiWriter
+from metal3_ipam.controller.credentials import from_kubeconfig
+from metal3_ipam.controller.operator import discover
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.testing.waiting import eventually
@@ -77,3 +94,91 @@ def test_a_controller_of_other_namespaces_never_hands_out_an_ip_a_global_pools_c
     now = incluster.get_claim("kept", namespace=a)
     assert now["metadata"]["resourceVersion"] == kept["metadata"]["resourceVersion"], now
     assert not incluster.addresses(namespace=a)
+
+
+
+def _plan_from_the_server(incluster, pool_key: o.PoolKey, locks: str):
+    """A pass of ``pool_key`` decided from what the API server holds now, as a controller's cache shows it."""
+    inventory = Inventory()
+    inventory.lock_namespace = locks
+    listed = [(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[kind]) for kind in gi.POOL_KINDS] + [
+        (gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims"), (gi.GROUP, gi.CAPI_VERSION, "ipaddresses"),
+        (kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses")]
+    for group, version, plural in listed:
+        for obj in incluster.custom.list_cluster_custom_object(group, version, plural)["items"]:
+            inventory.upsert(obj)
+    return reconcile(inventory.snapshot(pool_key, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")))
+
+
+def _carry_out(control_plane, api_client, plan):
+    async def run():
+        writer = ApiWriter(from_kubeconfig([str(control_plane.kubeconfig)]), Inventory(), discover(api_client))
+        try:
+            return await writer.execute(plan)
+        finally:
+            await writer.close()
+    return asyncio.run(run())
+
+
+def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_out_its_ip_there_is_refused(
+        control_plane, api_client, controller_factory, incluster):
+    """Claim d of a global IP pool is planned fd00::1 by a pass that saw no prefix pool in its namespace; the
+    prefix pool created then gives claim p fd00::/127 (another writer, up to date), guarding fd00::1, which
+    the global pool holds. The stale pass lands last: the API server refuses its guard, and nothing of d's is
+    written. The controller serving the namespace then gives d an IP outside the prefix pool's."""
+    locks, ns = incluster.ns, incluster.namespace()
+    g = incluster.global_name("beside-prefixes")
+    incluster.global_ip_pool(g, prefix=64, addresses=["fd00::1-fd00::8"])
+    incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_IP_POOL, namespace=ns)
+    stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)), locks)
+    guard = "fd00-0-0-0-0-0-0-1.nsip"
+    assert any(o.name(a.obj) == guard for step in stale.steps for a in step.actions if hasattr(a, "obj")), stale
+    incluster.prefix_pool("np", namespace=ns, prefixes=["fd00::/126"], allocation_prefix_length=127)
+    incluster.claim("p", "np", gi.IN_CLUSTER_PREFIX_POOL, namespace=ns)
+    for _ in range(3):  # its finalizer, then its sub-prefix, as passes of a controller would
+        fresh = _plan_from_the_server(incluster, o.PoolKey(ns, "np", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)), locks)
+        assert not _carry_out(control_plane, api_client, fresh).failures
+    assert incluster.get_address("p", namespace=ns)["spec"]["address"] == "fd00::"
+    outcome = _carry_out(control_plane, api_client, stale)
+    assert outcome.again and any(guard in failure for failure in outcome.failures), outcome
+    assert incluster.get_address("d", namespace=ns) is None
+    owner = incluster.custom.get_namespaced_custom_object(kinds.METAL3_GROUP, kinds.METAL3_VERSION, ns,
+                                                          "ipaddresses", guard)["metadata"]["ownerReferences"]
+    assert [ref["name"] for ref in owner] == ["p"], owner
+    controller_factory(["-n", ns, "--lock-namespace", locks, "--no-leader-elect"], name="serving-ns")
+    d, p = incluster.served("d", namespace=ns), incluster.served("p", namespace=ns)
+    assert p["spec"]["address"] == "fd00::" and p["spec"]["prefix"] == 127, p["spec"]
+    assert ipaddress.ip_address(d["spec"]["address"]) not in ipaddress.ip_network("fd00::/127"), d["spec"]
+
+
+def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out_ips_in_its_sub_prefix_is_refused(
+        control_plane, api_client, controller_factory, incluster):
+    """Claim d of a global prefix pool is planned fd00::/126 by a pass that saw no pool in its namespace; two IP
+    pools created then give their claims fd00::1 and fd00::3 (another writer, up to date): the first guards the
+    sub-prefix for the namespace's pools, the second joins it as an owner. The stale pass lands last: the API
+    server refuses its guard. The controller serving the namespace then gives d the next sub-prefix."""
+    locks, ns = incluster.ns, incluster.namespace()
+    g = incluster.global_name("prefixes-beside-ips")
+    incluster.global_pools.append((gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, g))
+    incluster.writer.create(gi.prefix_pool(g, prefixes=["fd00::/124"], allocation_prefix_length=126))
+    incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, namespace=ns)
+    stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)), locks)
+    guard = "fd00-0-0-0-0-0-0-0.126.nsip"
+    assert any(o.name(a.obj) == guard for step in stale.steps for a in step.actions if hasattr(a, "obj")), stale
+    for pool, addresses, claim in (("n1", ["fd00::1-fd00::2"], "a1"), ("n2", ["fd00::3"], "a2")):
+        incluster.ip_pool(pool, namespace=ns, prefix=64, addresses=addresses)
+        incluster.claim(claim, pool, namespace=ns)
+        for _ in range(3):  # its finalizer, then its IP, as passes of a controller would
+            fresh = _plan_from_the_server(incluster, o.PoolKey(ns, pool, (gi.GROUP, gi.IN_CLUSTER_IP_POOL)), locks)
+            assert not _carry_out(control_plane, api_client, fresh).failures
+        assert incluster.get_address(claim, namespace=ns) is not None, claim
+    owners = incluster.custom.get_namespaced_custom_object(kinds.METAL3_GROUP, kinds.METAL3_VERSION, ns,
+                                                           "ipaddresses", guard)["metadata"]["ownerReferences"]
+    assert [(ref["kind"], ref["name"]) for ref in owners] == [("InClusterIPPool", "n1"), ("InClusterIPPool", "n2")]
+    outcome = _carry_out(control_plane, api_client, stale)
+    assert outcome.again and any(guard in failure for failure in outcome.failures), outcome
+    assert incluster.get_address("d", namespace=ns) is None
+    controller_factory(["-n", ns, "--lock-namespace", locks, "--no-leader-elect"], name="serving-ns")
+    d = incluster.served("d", namespace=ns)
+    assert (d["spec"]["address"], d["spec"]["prefix"]) == ("fd00::4", 126), d["spec"]
+    assert {incluster.ip("a1", namespace=ns), incluster.ip("a2", namespace=ns)} == {"fd00::1", "fd00::3"}

@@ -10,6 +10,7 @@ touched.
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 
 import pytest
@@ -17,10 +18,13 @@ from kubernetes import client as k8s
 
 from controller_fixtures import (Kube, condition, controller_as_user,
                                  rules_with_ipaddress_verbs)
+from metal3_ipam.poolkinds.netbox.source import owned_key
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.testing.waiting import eventually
-from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, fip_claim, fip_pool, held,
-                                key_of, owner, put_clouds, ready_reason, waits_with)
+from netbox_fixtures import KEY_FIELD, addresses_in, netbox_claim, netbox_pool, put_secret, seeded
+from netbox_fixtures import key_of as netbox_key_of
+from openstack_fixtures import (CAPI, FIPS, PLURAL, assert_one_floating_ip_each, capo_pool, fip_claim, fip_pool,
+                                held, key_of, owner, put_clouds, ready_reason, waits_with)
 
 
 
@@ -37,18 +41,33 @@ def serve(controller_factory, api_client, kube: Kube, openstack, user: str = "me
     return who
 
 
-def test_claims_of_a_floating_ip_pool_and_of_a_metal3_pool_at_once(controller_factory, kube, openstack,
-                                                                   api_client):
-    who = serve(controller_factory, api_client, kube, openstack)
+def test_claims_of_a_floating_ip_pool_a_netbox_pool_and_a_metal3_pool_at_once(controller_factory, kube, openstack,
+                                                                                api_client, netbox):
+    """One controller serves the three kinds' claims created together; each kind's IPs come from its own place
+    (Neutron, NetBox, the pool's ranges); releases go back there, and only for the claims deleted."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    put_secret(api_client, kube.ns, "netbox", netbox.token)
+    controller_factory(["-n", kube.ns, "--openstack-owner", who, "--netbox-owner", who])
+    net = seeded(netbox, 28)
     fip_pool(kube, "fips")
+    netbox_pool(kube, "nb", netbox.url, net)
     kube.pool("m", pools=[{"start": "192.168.30.10", "end": "192.168.30.60", "prefix": 24}])
-    names, m_names = [f"f-{i}" for i in range(5)], [f"m-{i}" for i in range(5)]
-    for name, m_name in zip(names, m_names):
+    names, nb_names, m_names = ([f"{tag}-{i}" for i in range(5)] for tag in ("f", "nb", "m"))
+    for name, nb_name, m_name in zip(names, nb_names, m_names):
         fip_claim(kube, name, "fips")
+        netbox_claim(kube, nb_name, "nb")
         kube.capi_claim(m_name, "m")
-    for name in names + m_names:
+    for name in names + nb_names + m_names:
         kube.capi_bound(name, timeout=90)
     assert_one_floating_ip_each(kube, openstack, who, names)
+    nb_ips = {name: kube.capi_ipaddress(name)["spec"]["address"] for name in nb_names}
+    assert len(set(nb_ips.values())) == 5 and all(ipaddress.ip_address(ip) in net for ip in nb_ips.values())
+    in_netbox = addresses_in(netbox, net)
+    assert {ip: in_netbox[ip]["custom_fields"].get(KEY_FIELD) for ip in nb_ips.values()} == \
+        {nb_ips[name]: owned_key(who, netbox_key_of(kube, name)) for name in nb_names}
+    m_ips = [kube.capi_ipaddress(name)["spec"]["address"] for name in m_names]
+    assert len(set(m_ips)) == 5 and all(ip.startswith("192.168.30.") for ip in m_ips)
 
     def pool_ready():
         status = kube.get(FIPS, PLURAL, "fips").get("status") or {}
@@ -58,15 +77,18 @@ def test_claims_of_a_floating_ip_pool_and_of_a_metal3_pool_at_once(controller_fa
     assert status["floatingIPNetwork"]["id"] == openstack.network["id"]
     assert sorted(status["claimedIPs"]) == sorted(kube.capi_ipaddress(n)["spec"]["address"] for n in names)
 
-    gone = names[:2]
+    gone, nb_gone = names[:2], nb_names[:2]
     keys = {name: key_of(kube, name) for name in gone}
-    for name in gone:
+    for name in gone + nb_gone + m_names[:2]:
         kube.custom.delete_namespaced_custom_object(*CAPI, kube.ns, "ipaddressclaims", name)
-    for name in gone:
+    for name in gone + nb_gone + m_names[:2]:
         kube.gone(CAPI, "ipaddressclaims", name, timeout=60)
+    for name in gone:
         assert held(openstack, who, keys[name]) == [], name
     assert_one_floating_ip_each(kube, openstack, who, names[2:])
     assert len(openstack.floating_ips(tags=who)) == 3
+    in_netbox = addresses_in(netbox, net)
+    assert sorted(in_netbox) == sorted(nb_ips[name] for name in nb_names[2:]), in_netbox
 
 
 def test_killed_between_create_and_tag_makes_no_second_floating_ip(controller_factory, kube, openstack, api_client):
@@ -318,12 +340,18 @@ def test_the_sweep_releases_only_floating_ips_of_its_keys_no_claim_carries(contr
     assert "released: no claim carries its key" in ctl.log_text()
 
 
-def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory, kube, openstack, api_client):
-    """Switching from CAPO's pool: its tagged floating IPs (one free, one a machine uses) are there; the free one
-    is handed to the first claim, the used one never."""
-    free = openstack.neutron("POST", "floatingips", {"floatingip": {
-        "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
-    openstack.neutron("PUT", f"floatingips/{free['id']}/tags/{p.capo_tag('capo')}", user="member")
+def test_floating_ips_capos_pool_of_its_namespace_keeps_free_are_adopted(controller_factory, kube, openstack,
+                                                                           api_client):
+    """Switching from CAPO's pool: floating IPs of its tag are there, one its pool in this namespace lists
+    available, one it does not (CAPO's tag has no namespace: a pool of that name elsewhere may hold it); the
+    first is handed to the first claim, the other never."""
+    def capo_fip() -> dict:
+        fip = openstack.neutron("POST", "floatingips", {"floatingip": {
+            "floating_network_id": openstack.network["id"]}}, user="member")["floatingip"]
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{p.capo_tag('capo')}", user="member")
+        return fip
+    free, elsewhere = capo_fip(), capo_fip()
+    capo_pool(kube, "capo", available=[free["floating_ip_address"]])
     who = serve(controller_factory, api_client, kube, openstack)
     fip_pool(kube, "fips", adoptFromCAPOPool="capo")
     fip_claim(kube, "a", "fips")
@@ -331,7 +359,48 @@ def test_floating_ips_of_capos_pool_no_port_uses_are_adopted(controller_factory,
     [fip] = held(openstack, who, key_of(kube, "a"))
     assert fip["id"] == free["id"] and p.capo_tag("capo") in fip["tags"]
     fip_claim(kube, "b", "fips")
-    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != free["floating_ip_address"]
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] not in (free["floating_ip_address"],
+                                                                      elsewhere["floating_ip_address"])
+    assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
+    assert openstack.floating_ips(id=elsewhere["id"])[0]["description"] == ""
+
+
+def test_a_floating_ip_deleted_in_neutron_is_shown_on_its_claim_which_keeps_its_address(
+        controller_factory, kube, openstack, api_client):
+    """Someone deletes a claim's floating IP in Neutron: the claim says so (AddressLost, a Warning Event), the
+    pool lists the address in failedIPs; the claim keeps its IPAddress and no floating IP is made anew for it,
+    and the next claim is not given its address. An admin gives it back: the condition goes."""
+    who = owner()
+    put_clouds(api_client, kube.ns, openstack.clouds_yaml("member"))
+    controller_factory(["-n", kube.ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+    fip_pool(kube, "fips")
+    fip_claim(kube, "a", "fips")
+    address = kube.capi_bound("a", timeout=90)["spec"]["address"]
+    key = key_of(kube, "a")
+    [fip] = held(openstack, who, key)
+    openstack.neutron("DELETE", f"floatingips/{fip['id']}", expect=(204,))
+
+    def lost() -> dict | None:
+        found = condition(kube.capi_ipclaim("a"), "AddressLost")
+        return found if found and found["status"] == "True" else None
+    eventually(lost, timeout=60, what="the claim's AddressLost condition")
+    assert address in lost()["message"] and key in lost()["message"]
+    eventually(lambda: any(e.reason == "AddressLost" and e.type == "Warning" and e.involved_object.name == "a"
+                           for e in kube.events()), timeout=30, what="the claim's Warning Event")
+    eventually(lambda: address in ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs", []),
+               timeout=60, what="the pool's failedIPs naming the address")
+    assert kube.capi_bound("a")["spec"]["address"] == address
+    assert held(openstack, who, key) == [], "a floating IP was made anew for the claim"
+    fip_claim(kube, "b", "fips")
+    assert kube.capi_bound("b", timeout=90)["spec"]["address"] != address
+
+    openstack.neutron("POST", "floatingips", {"floatingip": {
+        "floating_network_id": openstack.network["id"], "floating_ip_address": address,
+        "description": p.description(who, key)}})
+    eventually(lambda: condition(kube.capi_ipclaim("a"), "AddressLost") is None, timeout=60,
+               what="the AddressLost condition gone once the floating IP is back")
+    eventually(lambda: ((kube.get(FIPS, PLURAL, "fips") or {}).get("status") or {}).get("failedIPs") == [],
+               timeout=60, what="failedIPs empty again")
     assert_one_floating_ip_each(kube, openstack, who, ["a", "b"])
 
 

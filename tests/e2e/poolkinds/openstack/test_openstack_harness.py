@@ -185,3 +185,23 @@ def test_a_policy_override_is_honoured_at_neutrons_next_request(openstack):
     openstack.set_neutron_policy({})
     openstack.request("DELETE", f"{openstack.neutron_url}/v2.0/floatingips/{fip['id']}", token=token)
     assert openstack.floating_ips(id=fip["id"]) == []
+
+
+def test_an_update_with_a_stale_revision_number_is_refused_412_and_a_tag_change_bumps_it(openstack):
+    token = openstack.token("member")
+    _, created, _ = _create_fip(openstack, token, {"description": ""})
+    fip = created["floatingip"]
+    url = f"{openstack.neutron_url}/v2.0/floatingips/{fip['id']}"
+    revision = fip["revision_number"]
+
+    _, taken, _ = openstack.request("PUT", url, {"floatingip": {"description": "first"}}, token=token,
+                                    headers={"If-Match": f"revision_number={revision}"})
+    assert taken["floatingip"]["revision_number"] > revision
+    status, _, _ = openstack.request("PUT", url, {"floatingip": {"description": "second"}}, token=token,
+                                     headers={"If-Match": f"revision_number={revision}"}, expect=(412,))
+    assert status == 412
+    assert openstack.floating_ips(id=fip["id"])[0]["description"] == "first"
+
+    before = openstack.floating_ips(id=fip["id"])[0]["revision_number"]
+    openstack.request("PUT", f"{url}/tags", {"tags": ["a-tag"]}, token=token)
+    assert openstack.floating_ips(id=fip["id"])[0]["revision_number"] > before

@@ -96,7 +96,7 @@ def test_a_held_cluster_proved_gone_by_a_listing_of_clusters_is_not_filed_by_a_l
     lists = FutureLists()
 
     async def then(controller: Controller) -> None:
-        assert not controller.resumptions._parked, "the LIST of Clusters did not end c1-old's resumption"
+        assert not controller.resumptions._pending, "the LIST of Clusters did not end c1-old's resumption"
         controller.on_event("MODIFIED", copy.deepcopy(old))  # kopf's late copy, older than that LIST
         lists.end_all()
         await _eventually(lambda: not controller.resumptions.tasks, lists=lists)
@@ -224,7 +224,7 @@ def test_a_cluster_held_after_its_namespace_lister_returned_but_before_it_was_ca
             assert inventory.get(kinds.CLUSTER, NS, "c1") is not None, "c1 was not filed by its LIST"
             assert resumptions.park(_running("c2", 12)), "c2, seen running and not filed, was not held"
             filed = await _eventually(lambda: inventory.get(kinds.CLUSTER, NS, "c2") is not None, lists=lists)
-            state = {"held": list(resumptions._parked), "waiting": dict(resumptions._waiting),
+            state = {"held": list(resumptions._pending), "waiting": dict(resumptions._waiting),
                      "listers": list(resumptions._listers), "LISTs": lists.asked}
             return filed, state
         finally:

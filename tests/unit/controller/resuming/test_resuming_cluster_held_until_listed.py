@@ -1,4 +1,4 @@
-"""Orders of events in which a Cluster held while it resumes (``Controller._parked``) is filed too early.
+"""Orders of events in which a Cluster held while it resumes (``Controller._pending``) is filed too early.
 
 A Cluster that resumes is held (paused in the inventory) until its namespace's
 addresses have been listed again (``resuming.Resumptions``): ``clusterctl move``

@@ -168,7 +168,7 @@ def test_a_lister_cancelled_before_it_first_ran_leaves_nothing_held_and_its_name
         controller.on_event("MODIFIED", at(unpaused, version + 30))  # kopf: c1 still runs
         filed = await _eventually(lambda: not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1")),
                                   "c1 filed running")
-        state = {"held": list(controller.resumptions._parked), "listers": list(controller.resumptions._listers),
+        state = {"held": list(controller.resumptions._pending), "listers": list(controller.resumptions._listers),
                  "waiting": dict(controller.resumptions._waiting), "LISTs": listings.handed}
         await asyncio.gather(*controller.resumptions.tasks, return_exceptions=True)
         return filed, state
@@ -201,7 +201,7 @@ def test_a_cluster_held_while_its_namespace_lister_is_being_cancelled_is_not_los
             listings.release_all()
             known = await _eventually(lambda: inventory.get(kinds.CLUSTER, NS, "c2") is not None
                                       or bool(controller.resumptions.tasks), "c2 filed or listed for")
-            state = {"held": list(controller.resumptions._parked), "LISTs": listings.handed}
+            state = {"held": list(controller.resumptions._pending), "LISTs": listings.handed}
             await asyncio.gather(*controller.resumptions.tasks)
             return known or inventory.get(kinds.CLUSTER, NS, "c2") is not None, state
         finally:
@@ -459,7 +459,7 @@ class ResumingInTheWorld(RuleBasedStateMachine):
                 return c and (o.meta(c)["uid"], o.meta(c)["generation"], o.cluster_paused(c))
             assert state(filed) == state(self.cluster), (
                 f"every LIST went through, and c1 is filed as {state(filed)}, not as it is: {state(self.cluster)} "
-                f"(held: {list(self.resumptions._parked)}, listers: {list(self.resumptions._listers)})")
+                f"(held: {list(self.resumptions._pending)}, listers: {list(self.resumptions._listers)})")
 
     @invariant()
     def a_cluster_proved_gone_is_not_filed_again(self):
@@ -469,7 +469,7 @@ class ResumingInTheWorld(RuleBasedStateMachine):
         filed = self.inventory.get(kinds.CLUSTER, NS, "c1")
         if filed is None or o.meta(filed)["uid"] not in self.proved_gone:
             return
-        held = self.resumptions._parked.get((NS, "c1"))
+        held = self.resumptions._pending.get((NS, "c1"))
         assert o.cluster_paused(filed) and held is not None and o.meta(held[1])["uid"] != o.meta(filed)["uid"], (
             f"c1 {o.meta(filed)['uid']} filed after a LIST of Clusters taken after its deletion was filed")
 

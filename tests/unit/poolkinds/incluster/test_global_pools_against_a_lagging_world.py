@@ -1,11 +1,15 @@
-"""Two GlobalInClusterIPPools and an InClusterIPPool named like one of them, overlapping, created in any
-order, against a model of the world (test_model's): the API store apart from the controller's cache, fed by
-lagging per-kind watch streams, events delivered again and LISTs filed late. Claims of one name in two
+"""Two GlobalInClusterIPPools, a GlobalInClusterPrefixPool and an InClusterIPPool named like one of them,
+overlapping, created in any order, the global ones edited to and fro, deleted and created anew, and an
+InClusterPrefixPool overlapping the global pools created at any moment and edited to and fro,
+against a model of the world (test_model's): the API store apart from the controller's cache, fed by
+lagging per-kind watch streams, events delivered again and LISTs filed late, and passes whose writes land
+after others' (a replica behind, or slow). Claims of one name in two
 namespaces, deleted and created anew under their names (new uids), their Clusters paused by annotation and
 unpaused.
 
 After every step, on the store: no IP held by live address objects for two live claims of the global pools
-(whatever their namespaces), nor of one namespace (whatever their pools). Once drained, at the fixed point:
+(whatever their namespaces), nor of one namespace (whatever their pools; a sub-prefix holds each of its IPs).
+Once drained, at the fixed point:
 every live claim has exactly one IP or a Ready=False condition, and nothing is leaked."""
 
 from __future__ import annotations
@@ -13,18 +17,23 @@ from __future__ import annotations
 import copy
 import random
 
+import netaddr
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from metal3_ipam.poolkinds.incluster import spec as ic
+from metal3_ipam.poolkinds.incluster.prefix_spec import GLOBAL_IN_CLUSTER_PREFIX_POOL, IN_CLUSTER_PREFIX_POOL
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory, served
+from metal3_ipam.core.reconcile import reconcile
 from ipam_objects import capi_claim, cluster
 from world_model import LaggingWatch, Store
 
 GLOBAL, NAMESPACED = ic.GLOBAL_IN_CLUSTER_IP_POOL, ic.IN_CLUSTER_IP_POOL
+PREFIX, GLOBAL_PREFIX = IN_CLUSTER_PREFIX_POOL, GLOBAL_IN_CLUSTER_PREFIX_POOL
 NAMESPACES = ("ns-a", "ns-b")
 LABEL = kinds.CLUSTER_NAME_LABEL
 
@@ -32,21 +41,40 @@ LABEL = kinds.CLUSTER_NAME_LABEL
 class GlobalStore(Store):
     def load(self, obj: dict) -> None:
         super(Store, self).load(obj)
-        ns = "" if kinds.kind_of(obj) == GLOBAL else o.namespace(obj) or "default"
+        ns = "" if kinds.kind_of(obj) in (GLOBAL, GLOBAL_PREFIX) else o.namespace(obj) or "default"
         self.streams[kinds.kind_of(obj)].append(("ADDED", copy.deepcopy(self.inventory.get(kinds.kind_of(obj), ns,
                                                                                             o.name(obj)))))
 
 
+# The prefix pool of ns-b (where no other namespaced pool is): created by the user at any moment, then edited
+# between these two address sets (sub-prefixes of two IPs), each overlapping the global pools.
+PREFIX_SETS = (["fd00::/126", "fd00::8/127"], ["fd00::2/127", "fd00::4/127", "fd00::a/127"])
+PREFIX_LENGTH = 127
+# The length of each prefix pool kind's addresses (the global prefix pool's, below, hands out /126).
+LENGTHS = {PREFIX[1]: PREFIX_LENGTH, GLOBAL_PREFIX[1]: 126}
+
+
 # (kind, namespace, name) of each pool, and its addresses: every two overlap.
-POOLS = {"g": (GLOBAL, None, "g", ["10.9.0.1-10.9.0.3"]), "h": (GLOBAL, None, "h", ["10.9.0.2-10.9.0.4"]),
-         "n": (NAMESPACED, "ns-a", "g", ["10.9.0.1-10.9.0.5"])}
+POOLS = {"g": (GLOBAL, None, "g", ["fd00::1-fd00::3"]), "h": (GLOBAL, None, "h", ["fd00::2-fd00::4"]),
+         "q": (GLOBAL_PREFIX, None, "q", ["fd00::/124"]),
+         "n": (NAMESPACED, "ns-a", "g", ["fd00::1-fd00::5", "fd00::9"])}
+# The address sets each global pool is edited between: its own (above), and one shifted from it.
+GLOBAL_EDITS = {"g": (["fd00::1-fd00::3"], ["fd00::9"]), "h": (["fd00::2-fd00::4"], ["fd00::1"])}
+# The pools claims may name: those above, and the prefix pool, once it is there.
+CLAIMED = {**POOLS, "p": (PREFIX, "ns-b", "p", PREFIX_SETS[0])}
+
+
+def prefix_pool(prefixes):
+    return {"apiVersion": ic.API_VERSION, "kind": PREFIX[1], "metadata": {"name": "p", "namespace": "ns-b"},
+            "spec": {"prefixes": prefixes, "allocationPrefixLength": PREFIX_LENGTH}}
 
 
 def pool(kind, ns, addresses, name="g", created=None):
     meta = {"name": name, **({"namespace": ns} if ns else {}),
             **({"creationTimestamp": created} if created else {})}
     return {"apiVersion": ic.API_VERSION, "kind": kind[1], "metadata": meta,
-            "spec": {"addresses": addresses, "prefix": 24}}
+            "spec": ({"prefixes": addresses, "allocationPrefixLength": LENGTHS[kind[1]]} if kind == GLOBAL_PREFIX
+                     else {"addresses": addresses, "prefix": 64})}
 
 
 def live_holdings(store) -> dict[tuple, set]:
@@ -54,6 +82,8 @@ def live_holdings(store) -> dict[tuple, set]:
     live = {(o.namespace(c), o.name(c)) for c in store.inventory.of_kind(kinds.CAPI_CLAIM) if not o.is_deleting(c)}
     held: dict[tuple, set] = {}
     for address in store.inventory.of_kind(kinds.IPADDRESS):
+        if o.is_guard(address):
+            continue
         key = o.claim_of_address(address)
         if (o.namespace(address), key[1]) in live and not o.is_deleting(address):
             held.setdefault((o.namespace(address), key[1]), set()).add((o.spec(address)["pool"]["kind"],
@@ -66,6 +96,11 @@ def live_holdings(store) -> dict[tuple, set]:
     return held
 
 
+def _span(kind: str, ip: str) -> list[str]:
+    """The IPs an address of a pool of ``kind`` holds: its IP, or every IP of its sub-prefix."""
+    return [str(a) for a in netaddr.IPNetwork(f"{ip}/{LENGTHS[kind]}")] if kind in LENGTHS else [ip]
+
+
 class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     @initialize(seed=st.integers(0, 10_000), order=st.permutations(sorted(POOLS)))
     def start(self, seed, order):
@@ -74,6 +109,7 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
         self.cache = Inventory()
         self.delivered: list[tuple[str, dict]] = []
         self.by_hand: set = set()
+        self.on_its_way: list = []
         created = {key: f"2024-01-01T00:0{i}:00Z" for i, key in enumerate(order)}
         pools = [pool(kind, ns, addresses, name, created[key]) for key, (kind, ns, name, addresses) in POOLS.items()]
         for obj in (*pools, cluster("cl", ns="ns-a"), cluster("cl", ns="ns-b")):
@@ -84,9 +120,9 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     # -- the world ----------------------------------------------------------------------
 
     @rule(name=st.sampled_from(["c0", "c1", "c2"]), ns=st.sampled_from(NAMESPACES),
-          which=st.sampled_from(sorted(POOLS)), labelled=st.booleans())
+          which=st.sampled_from(sorted(CLAIMED)), labelled=st.booleans())
     def user_creates_claim(self, name, ns, which, labelled):
-        kind, pool_ns, pool_name, _ = POOLS[which]
+        kind, pool_ns, pool_name, _ = CLAIMED[which]
         if pool_ns not in (None, ns) or self.store.inventory.get(kinds.CAPI_CLAIM, ns, name) is not None:
             return
         self.store.load(capi_claim(name, pool=pool_name, ns=ns, api_group=kind[0], kind=kind[1],
@@ -101,6 +137,40 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
             claim["metadata"]["deletionTimestamp"] = self.store.now
             self.store._store(claim)
 
+    @rule(which=st.sampled_from(range(len(PREFIX_SETS))))
+    def user_creates_or_edits_the_prefix_pool(self, which):
+        stored = self.store.inventory.get(PREFIX, "ns-b", "p")
+        if stored is None:
+            self.store.load(prefix_pool(PREFIX_SETS[which]))
+        elif o.spec(stored)["prefixes"] != PREFIX_SETS[which]:
+            edited = copy.deepcopy(stored)
+            edited["spec"]["prefixes"] = PREFIX_SETS[which]
+            self.store._store(edited)
+
+    @rule(which=st.sampled_from(sorted(GLOBAL_EDITS)), edit=st.sampled_from(range(2)))
+    def user_edits_a_global_pool(self, which, edit):
+        """A global pool's addresses edited to and fro: passes made before land after it."""
+        kind, _, name, _ = POOLS[which]
+        stored = self.store.inventory.get(kind, "", name)
+        field = "prefixes" if kind == GLOBAL_PREFIX else "addresses"
+        if stored is not None and not o.is_deleting(stored) and o.spec(stored)[field] != GLOBAL_EDITS[which][edit]:
+            edited = copy.deepcopy(stored)
+            edited["spec"][field] = GLOBAL_EDITS[which][edit]
+            self.store._store(edited)
+
+    @rule(which=st.sampled_from(["g", "h", "q"]))
+    def user_deletes_or_recreates_a_global_pool(self, which):
+        """A global pool deleted (its finalizer holds it while its claims have addresses), or created anew once
+        gone: passes made before land after it."""
+        kind, _, name, addresses = POOLS[which]
+        stored = self.store.inventory.get(kind, "", name)
+        if stored is None:
+            self.store.load(pool(kind, None, addresses, name, self.store.now))
+        elif not o.is_deleting(stored):
+            deleted = copy.deepcopy(stored)
+            deleted["metadata"]["deletionTimestamp"] = self.store.now
+            self.store._store(deleted)
+
     @rule(ns=st.sampled_from(NAMESPACES), paused=st.booleans())
     def user_pauses_cluster_by_annotation(self, ns, paused):
         c = copy.deepcopy(self.store.inventory.get(kinds.CLUSTER, ns, "cl"))
@@ -110,10 +180,26 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
     # -- the controller -------------------------------------------------------------------
 
     @precondition(lambda self: self.started)
-    @rule(which=st.sampled_from(sorted(POOLS)))
+    @rule(which=st.sampled_from(sorted(CLAIMED)))
     def a_pool_pass(self, which):
-        kind, ns, name, _ = POOLS[which]
-        self.run_pass(o.PoolKey(ns or "", name, kind))
+        kind, ns, name, _ = CLAIMED[which]
+        if self.cache.get(kind, ns or "", name) is not None:
+            self.run_pass(o.PoolKey(ns or "", name, kind))
+
+    @precondition(lambda self: self.started)
+    @rule(which=st.sampled_from(sorted(CLAIMED)))
+    def a_pool_pass_is_planned(self, which):
+        """A pass whose writes land later: other passes, and the user, act in between (a replica behind)."""
+        kind, ns, name, _ = CLAIMED[which]
+        if self.cache.get(kind, ns or "", name) is None:
+            return
+        self.on_its_way.append(reconcile(self.cache.snapshot(o.PoolKey(ns or "", name, kind), self.store.now,
+                                                             self.rng)))
+
+    @rule(k=st.integers(0, 10))
+    def a_planned_pass_lands(self, k):
+        if self.on_its_way:
+            self.carry_out(self.on_its_way.pop(k % len(self.on_its_way)))
 
     # -- what must hold ---------------------------------------------------------------------
 
@@ -128,15 +214,18 @@ class GlobalPoolInTheWorld(LaggingWatch, RuleBasedStateMachine):
         by_ns_ip: dict[tuple[str, str], set] = {}
         for claim, held in live_holdings(self.store).items():
             for kind, ip in held:
-                if kind == GLOBAL[1]:
-                    by_global_ip.setdefault(ip, set()).add(claim)
-                by_ns_ip.setdefault((claim[0], ip), set()).add(claim)
+                for each_ip in _span(kind, ip):
+                    if kind in (GLOBAL[1], GLOBAL_PREFIX[1]):
+                        by_global_ip.setdefault(each_ip, set()).add(claim)
+                    by_ns_ip.setdefault((claim[0], each_ip), set()).add(claim)
         assert all(len(c) == 1 for c in by_global_ip.values()), by_global_ip
         assert all(len(c) == 1 for c in by_ns_ip.values()), by_ns_ip
 
     def teardown(self):
         if not hasattr(self, "store"):
             return
+        while self.on_its_way:
+            self.a_planned_pass_lands(0)
         self.drain()
         self.no_ip_held_for_two_live_claims_of_the_global_pool_or_of_a_namespace()
         held = live_holdings(self.store)

@@ -130,9 +130,12 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     api = loaded(_pool(), _claim("a"))
     plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
     (claim_step,) = [s for s in plan.steps if s.about is not None and s.about.kind == "IPAddressClaim"]
-    kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion")) for a in claim_step.actions]
-    assert kinds_written[:3] == [("Create", kinds.METAL3_API_VERSION), ("Create", gi.CAPI_API_VERSION),
-                                 ("SetStatus", None)]
+    kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion"), o.is_guard(getattr(a, "obj", {})))
+                     for a in claim_step.actions]
+    # Its IP's guard first, which a global pool's allocation of that IP in the namespace would write too.
+    assert kinds_written[:4] == [("Create", kinds.METAL3_API_VERSION, True),
+                                 ("Create", kinds.METAL3_API_VERSION, False),
+                                 ("Create", gi.CAPI_API_VERSION, False), ("SetStatus", None, False)]
     converge(api, random.Random(0))
     user_delete(api, kinds.CAPI_CLAIM, "a")
     plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
@@ -140,7 +143,7 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     order = [(type(a).__name__, a.target.api_version) for a in claim_step.actions]
     assert order == [("Delete", gi.CAPI_API_VERSION), ("SetFinalizers", gi.CAPI_API_VERSION),
                      ("Delete", kinds.METAL3_API_VERSION), ("SetFinalizers", kinds.METAL3_API_VERSION),
-                     ("SetFinalizers", gi.CAPI_API_VERSION)]
+                     ("Delete", kinds.METAL3_API_VERSION), ("SetFinalizers", gi.CAPI_API_VERSION)]  # its guard last
 
 
 def test_the_grace_period_holds_the_address_until_the_deadline_from_what_is_stored():

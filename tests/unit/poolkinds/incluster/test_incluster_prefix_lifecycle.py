@@ -43,7 +43,12 @@ def _address(api, name, ns=NS):
 
 def _locks(api):
     return {(o.namespace(a), o.name(a)): (o.spec(a)["address"], o.spec(a).get("prefix"))
-            for a in api.inventory.of_kind(kinds.IPADDRESS)}
+            for a in api.inventory.of_kind(kinds.IPADDRESS) if not o.is_guard(a)}
+
+
+def _guards(api):
+    return {(o.namespace(a), o.name(a)): (o.spec(a)["address"], o.spec(a).get("prefix"))
+            for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)}
 
 
 def test_the_address_is_the_sub_prefix_as_the_provider_writes_it_and_its_lock_names_base_and_length():
@@ -93,7 +98,12 @@ def test_a_global_prefix_pools_locks_live_in_the_lock_namespace_and_keep_its_sub
     assert set(_locks(api)) == {(LOCK_NS, "g.fd00-0-0-0-0-0-0-0.64.gpp"), (LOCK_NS, "g.fd00-0-0-1-0-0-0-0.64.gpp"),
                                 (LOCK_NS, "g.fd00-0-0-2-0-0-0-0.64.gpp")}
     for lock in api.inventory.of_kind(kinds.IPADDRESS):
-        assert [r["kind"] for r in lock["metadata"]["ownerReferences"]] == [gi.GLOBAL_IN_CLUSTER_PREFIX_POOL]
+        if not o.is_guard(lock):
+            assert [r["kind"] for r in lock["metadata"]["ownerReferences"]] == [gi.GLOBAL_IN_CLUSTER_PREFIX_POOL]
+    # Each sub-prefix is guarded in its claim's namespace too (a namespaced pool there would meet it).
+    assert _guards(api) == {("ns-a", "fd00-0-0-0-0-0-0-0.64.nsip"): ("fd00::", 64),
+                            ("ns-b", "fd00-0-0-1-0-0-0-0.64.nsip"): ("fd00:0:0:1::", 64),
+                            ("ns-c", "fd00-0-0-2-0-0-0-0.64.nsip"): ("fd00:0:0:2::", 64)}
     assert get(api, GLOBAL_PREFIX, "g", "")["status"]["ipAddresses"] == {
         "total": 65536, "used": 3, "free": 65533, "outOfRange": 0}
 

@@ -23,7 +23,7 @@ from metal3_ipam.poolkinds.netbox.source import Reason
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
-                                    taken_from, taken_over, with_swept)
+                                    taken_from, taken_over, with_held, with_swept)
 
 from sweep_sides import C1, SP, T1, TP, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox, shared_netbox_pool
 from outside_world import World, ready
@@ -132,10 +132,13 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
     target.sweep()
     taken = netbox.items[3].description
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
+    source.sweep()
+    held = netbox.items[3].description  # the source's live claim holds it: neither release deletes it
+    assert held == with_held(taken, Home("Cluster", C1)), held
     for _ in range(5):
         source.sweep()
         target.sweep()
-    assert netbox.items[3].description == taken and netbox.released == []
+    assert netbox.items[3].description == held and netbox.released == []
     assert target.reasons() == ["NetBoxAddressTakenOver"]
     assert source.reasons() == ["NetBoxAddressHomedElsewhere"]  # once, not at every sweep
     [told] = source.writer.events

@@ -4,6 +4,7 @@ stopped half-way, and the floating IPs ``choose`` takes that it did not make (pr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 
 import pytest
@@ -12,6 +13,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
+from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
 
@@ -20,7 +22,9 @@ NETWORK = "6f0c8a64-1b1e-4f4e-9d0a-8cb1d7a7e2a1"
 
 
 class FakeNeutron:
-    """One project's floating IPs: listed with Neutron's exact filters (description, tags, not-tags, address)."""
+    """One project's floating IPs: listed with Neutron's exact filters (description, tags, not-tags, address);
+    every change bumps a floating IP's revision, and an update naming an older one is refused, as Neutron's
+    ``If-Match: revision_number=`` is (``test_openstack_harness``)."""
 
     def __init__(self, *fips: FloatingIP):
         self.fips = {fip.id: fip for fip in fips}
@@ -54,18 +58,19 @@ class FakeNeutron:
         self.fips[fip.id] = fip
         return fip
 
-    def describe(self, fip_id, description):
+    def describe(self, fip_id, description, revision=None):
         hook, self.before_describe = self.before_describe, None
         if hook is not None:
             hook()
         fip = self.fips[fip_id]
-        self.fips[fip_id] = FloatingIP(fip.id, fip.address, description, fip.tags, fip.port_id, fip.network_id)
+        if revision is not None and revision != fip.revision:
+            return None  # 412: changed since it was read
+        self.fips[fip_id] = dataclasses.replace(fip, description=description, revision=fip.revision + 1)
         return self.fips[fip_id]
 
     def set_tags(self, fip_id, tags):
         fip = self.fips[fip_id]
-        self.fips[fip_id] = FloatingIP(fip.id, fip.address, fip.description, tuple(sorted(set(tags))),
-                                       fip.port_id, fip.network_id)
+        self.fips[fip_id] = dataclasses.replace(fip, tags=tuple(sorted(set(tags))), revision=fip.revision + 1)
 
     def delete(self, fip_id):
         self.deleted.append(self.fips.pop(fip_id))
@@ -143,10 +148,6 @@ def paused_side(neutron):
 # --------------------------------------------------------------------------- floating IPs taken, not made
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "choose takes a pre-allocated floating IP on what one listing said, then writes its description: two "
-    "pools (own locks, own threads: another namespace, or another name) listing one address both find it "
-    "free and both take it, the last description wins, and both keys are granted the same floating IP"))
 def test_two_pools_listing_one_preallocated_address_at_once_never_both_take_it():
     free = FloatingIP("fip-1", "203.0.113.5", "", (), None, NETWORK)
     neutron = FakeNeutron(free)
@@ -160,16 +161,60 @@ def test_two_pools_listing_one_preallocated_address_at_once_never_both_take_it()
     assert addresses.count("203.0.113.5") <= 1, f"both keys were given {addresses}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "adoptFromCAPOPool finds CAPO's floating IPs by CAPO's tag, which names the pool without its namespace: "
-    "a pool adopting CAPO pool 'fips' in namespace a takes the floating IP CAPO's pool 'fips' of namespace b "
-    "handed to a live claim there (no port yet: the machine is being made)"))
 def test_adopting_capos_pool_never_takes_a_floating_ip_of_capos_pool_of_that_name_in_another_namespace():
     capos = FloatingIP("fip-1", "203.0.113.9", "Created by cluster-api-provider-openstack",
                        (p.capo_tag("fips"),), None, NETWORK)  # CAPO's pool b/fips holds it for a claim of b
     neutron = FakeNeutron(capos)
     chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips"), OWNER, "ka", 0, True)
     assert not isinstance(chosen, FloatingIP), f"took {chosen.address}, held by a claim of CAPO's pool b/fips"
+
+
+def test_two_replicas_listing_one_kept_floating_ip_at_once_never_both_take_it():
+    kept = FloatingIP("fip-1", "203.0.113.6", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")), None, NETWORK)
+    neutron = FakeNeutron(kept)
+    pool = model(reclaimPolicy="Retain")
+    got = {}
+    # each replica holds its own lock of the pool: the second chooses between the first's listing and its write
+    neutron.before_describe = lambda: got.setdefault("b", a.choose(neutron, pool, OWNER, "kb", 0, True))
+    got["a"] = a.choose(neutron, pool, OWNER, "ka", 0, True)
+    addresses = [fip.address if isinstance(fip, FloatingIP) else None for fip in (got["a"], got["b"])]
+    assert addresses.count("203.0.113.6") == 1, f"both keys were given {addresses}"
+    assert neutron.fips["fip-1"].description in (p.description(OWNER, "ka"), p.description(OWNER, "kb"))
+
+
+def capo_pool(ns, name, available=(), claimed=()):
+    return {"apiVersion": f"{capo.GROUP}/{capo.VERSION}", "kind": capo.KIND,
+            "metadata": {"name": name, "namespace": ns},
+            "status": {"availableIPs": list(available), "claimedIPs": list(claimed)}}
+
+
+def capi_address(ns, name, address, pool):
+    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": address, "prefix": 32,
+                     "poolRef": {"apiGroup": capo.GROUP, "kind": capo.KIND, "name": pool}}}
+
+
+def test_adopting_capos_pool_takes_only_what_capos_pool_of_its_namespace_keeps_free():
+    free = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
+    elsewhere = FloatingIP("fip-2", "203.0.113.10", "", (p.capo_tag("fips"),), None, NETWORK)
+    neutron = FakeNeutron(free, elsewhere)
+    # CAPO's pool a/fips recovered b/fips's claimed floating IP by its tag, and lists it available too
+    adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.9", "203.0.113.10"]),
+                               capo.held_elsewhere([capi_address("b", "m1", "203.0.113.10", "fips"),
+                                                    capi_address("a", "m0", "203.0.113.9", "other")], "a", "fips"))
+    assert adoptable == {"203.0.113.9"}
+    pool = model(ns="a", adoptFromCAPOPool="fips")
+    chosen = a.choose(neutron, pool, OWNER, "ka", 0, True, adoptable)
+    assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
+    again = a.choose(neutron, pool, OWNER, "kb", 0, True, adoptable)
+    assert again == NETWORK, "took a floating IP CAPO's pool of another namespace holds"
+
+
+def test_nothing_is_adopted_of_a_capo_pool_that_lists_it_claimed_or_is_not_there():
+    assert capo.adoptable(None) == frozenset()
+    assert capo.adoptable(capo_pool("a", "fips", available=["203.0.113.9"], claimed=["203.0.113.9"])) == frozenset()
 
 
 def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_deleted_on_release():
@@ -179,3 +224,281 @@ def test_a_preallocated_floating_ip_dropped_from_the_spec_while_held_is_not_dele
     assert isinstance(taken, FloatingIP) and taken.id == "fip-1"
     a.release(neutron, model(), OWNER, "k1")  # the pool's spec no longer lists it; its claim deleted
     assert neutron.deleted == [], "deleted the admin's pre-allocated floating IP"
+
+
+# --------------------------------------------------------------------------- a key carried by two floating IPs
+
+
+def carrying(fip_id, address, key, created_at, tags=()):
+    return FloatingIP(fip_id, address, p.description(OWNER, key), tuple(tags), None, NETWORK, created_at=created_at)
+
+
+def test_a_key_carried_by_two_floating_ips_is_the_first_mades_not_the_lowest_ids():
+    key = "0123456789abcdef0123456789abcdef"
+    first = carrying("f0000000-0000-0000-0000-000000000000", "203.0.113.20", key, "2026-11-29T03:00:01Z")
+    second = carrying("00000000-0000-0000-0000-000000000000", "203.0.113.21", key, "2026-11-29T03:00:02Z")
+    neutron = FakeNeutron(first, second)
+    assert a.lookup(neutron, model(), OWNER, key).id == first.id
+
+
+def test_a_key_carried_by_two_floating_ips_is_the_one_its_ipaddress_holds():
+    key = "0123456789abcdef0123456789abcdef"
+    first = carrying("f0000000-0000-0000-0000-000000000000", "203.0.113.20", key, "2026-11-29T03:00:01Z")
+    second = carrying("00000000-0000-0000-0000-000000000000", "203.0.113.21", key, "2026-11-29T03:00:02Z")
+    neutron = FakeNeutron(first, second)
+    assert a.lookup(neutron, model(), OWNER, key, held="203.0.113.21").id == second.id
+
+
+def test_a_create_for_a_key_another_replica_made_and_tagged_in_the_same_second_deletes_only_its_own():
+    key = "0123456789abcdef0123456789abcdef"
+    # the other replica's: made, settled and tagged (so possibly handed out already), with an id that sorts last
+    theirs = carrying("ffffffff-0000-0000-0000-000000000000", "203.0.113.30", key, "2026-11-29T03:00:01Z",
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")))
+    neutron = FakeNeutron(theirs)
+    neutron.create = lambda network_id, description, address=None: neutron.fips.setdefault(
+        "00000000-0000-0000-0000-000000000000", carrying("00000000-0000-0000-0000-000000000000", "203.0.113.31",
+                                                         key, "2026-11-29T03:00:01Z"))
+    got = a.make(neutron, model(), OWNER, key, NETWORK)
+    assert got.id == theirs.id and theirs.id in neutron.fips
+    assert [fip.id for fip in neutron.deleted] == ["00000000-0000-0000-0000-000000000000"]
+
+
+# --------------------------------------------------------------------------- a floating IP deleted in Neutron
+
+LOST_KEY = "abcdefabcdefabcdefabcdefabcdef01"
+
+
+def bound_objects(key=LOST_KEY, address="203.0.113.40"):
+    """A claim of ns/fips carrying ``key`` and the lock that holds its floating IP's address."""
+    claim = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+             "metadata": {"name": "m1", "namespace": "ns", "uid": "m1-uid", "resourceVersion": "5",
+                          "annotations": {p.KEY_ANNOTATION: key}},
+             "spec": {"poolRef": {"apiGroup": p.GROUP, "kind": p.KIND, "name": "fips"}}}
+    lock = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPAddress",
+            "metadata": {"name": f"fips.{address}.openstack", "namespace": "ns", "uid": "l-uid",
+                         "resourceVersion": "6", "annotations": {p.KEY_ANNOTATION: key}},
+            "spec": {"address": address, "prefix": 32, "pool": {"name": "fips"}, "claim": {"name": "m1"}}}
+    return claim, lock
+
+
+class Writer:
+    def __init__(self):
+        self.plans = []
+
+    async def execute(self, plan, pool_key):
+        self.plans.append(plan)
+
+
+def test_a_claims_floating_ip_deleted_in_neutron_is_shown_on_the_claim_and_not_made_anew():
+    neutron = FakeNeutron()  # the claim's floating IP was deleted in Neutron by someone else
+    side = Side(neutron, pool_obj(), *bound_objects())
+    side.pools.writer, woken = Writer(), []
+    side.pools.wake = lambda pool_key, key: woken.append(pool_key)
+    side.pools.survey_soon = lambda pool_key: None
+    side.sweep()
+    assert "203.0.113.40" in side.inventory.address_lost[LOST_KEY]
+    assert side.pools.sweeper.lost_of(model()) == ("203.0.113.40",)
+    events = [a for plan in side.pools.writer.plans for step in plan.steps for a in step.actions]
+    assert [(e.type, e.reason, e.target.name) for e in events] == [("Warning", "AddressLost", "m1")]
+    assert woken and neutron.fips == {}, "made a floating IP anew, or woke no pass"
+    side.sweep()
+    assert len(side.pools.writer.plans) == 1, "told twice"
+    # an admin gives it back: a floating IP with that address and the key's description
+    neutron.fips["fip-back"] = FloatingIP("fip-back", "203.0.113.40", p.description(OWNER, LOST_KEY), (), None,
+                                          NETWORK)
+    side.sweep()
+    assert LOST_KEY not in side.inventory.address_lost and side.pools.sweeper.lost_of(model()) == ()
+    assert p.pool_tag(OWNER, "ns", "fips") in neutron.fips["fip-back"].tags
+
+
+def test_an_address_neutron_hands_out_again_while_a_claim_keeps_it_is_given_back_to_that_claims_key():
+    neutron = FakeNeutron()
+    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: the lost address first
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    made = a.make(neutron, model(), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY})
+    assert made.address == "203.0.113.41"
+    back = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
+    assert [fip.description for fip in back] == [p.description(OWNER, LOST_KEY)]
+
+
+def test_a_preallocated_address_another_project_holds_is_a_failed_ip_until_it_is_made():
+    neutron = FakeNeutron()
+
+    def refused(network_id, description, address=None):
+        raise a.OpenStackError(p.ADDRESS_TAKEN, "409 IpAddressAlreadyAllocated")
+    neutron.create, failed = refused, set()
+    with pytest.raises(a.OpenStackError):
+        a.make(neutron, model(), OWNER, "k1", a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"]),
+                                                        OWNER, "k1", 0, True, frozenset(), failed))
+    assert failed == {"198.51.100.7"}
+    del neutron.create
+    taken = a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"]), OWNER, "k1", 0, True, frozenset(),
+                     failed)
+    assert taken.address == "198.51.100.7" and failed == set()
+    status = p.pool_status(model(), p.Survey(network={"id": NETWORK}, failed=("198.51.100.7",)), now="t")
+    assert status["failedIPs"] == ["198.51.100.7"]
+
+
+def test_an_address_neutron_hands_out_again_before_a_sweep_saw_it_lost_is_not_given_to_a_second_claim():
+    from metal3_ipam.core.asking import Ask, Granted, Op
+    neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron; no sweep has run since
+    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: that address first
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", address or next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    side = Side(neutron, pool_obj(), pool_obj(ns="other", uid="other-uid"), *bound_objects())
+    side.pools.asks.pool_changed(model(ns="other"))  # a pool of the same project in another namespace
+    answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, "k" * 32, ("other", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Granted)
+    assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress holds was given to a claim of other/fips"
+
+
+def test_adopting_capos_pool_never_takes_a_floating_ip_an_ipaddress_of_capos_pool_in_its_namespace_holds():
+    fip = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
+    neutron = FakeNeutron(fip)
+    # CAPO's pool a/fips handed 203.0.113.9 to claim m0: its IPAddress is written, its status lags behind
+    addresses = [capi_address("a", "m0", "203.0.113.9", "fips")]
+    adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.9"]),
+                               capo.held_elsewhere(addresses, "a", "fips"))
+    chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips"), OWNER, "ka", 0, True, adoptable)
+    assert not isinstance(chosen, FloatingIP), "took the floating IP CAPO's claim a/m0 holds"
+
+
+def test_a_floating_ip_kept_on_the_network_the_pool_named_before_is_not_handed_out_after_the_network_changed():
+    new_network = "0b4e9d3a-5c6f-4a1b-8e2d-7f9a0c1b2d3e"
+    kept = FloatingIP("fip-1", "203.0.113.6", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips")), None, NETWORK)  # kept by Retain on the old network
+    neutron = FakeNeutron(kept)
+    neutron.networks = lambda query: [{"id": new_network, "name": "public-2", "tags": []}]
+    chosen = a.choose(neutron, model(reclaimPolicy="Retain", floatingIPNetwork={"id": new_network}), OWNER, "k1", 0,
+                      True)
+    assert chosen == new_network or chosen.network_id == new_network, f"gave {chosen.address} of {chosen.network_id}"
+
+
+def test_an_address_given_back_to_a_lost_key_of_another_pool_is_not_tagged_as_the_asking_pools():
+    neutron = FakeNeutron()
+    addresses = iter(["203.0.113.40", "203.0.113.41"])
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    a.make(neutron, model(ns="other"), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY})  # LOST_KEY: ns/fips's
+    (back,) = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
+    assert p.pool_tag(OWNER, "other", "fips") not in back.tags, back.tags
+
+
+def test_a_preallocated_address_a_claim_keeps_after_its_floating_ip_was_deleted_is_not_made_for_another_key():
+    from metal3_ipam.core.asking import Ask, Granted, Op
+    neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron
+    side = Side(neutron, pool_obj(), pool_obj(ns="other", uid="other-uid",
+                                              preAllocatedFloatingIPs=["203.0.113.40"]), *bound_objects())
+    side.pools.writer, side.pools.wake, side.pools.survey_soon = Writer(), lambda *args: None, lambda pool_key: None
+    side.sweep()
+    assert side.pools.sweeper.lost_of(model()) == ("203.0.113.40",)  # found lost, told on the claim
+    side.pools.asks.pool_changed(model(ns="other", preAllocatedFloatingIPs=["203.0.113.40"]))
+    answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, "k" * 32, ("other", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Granted)
+    assert answer.address != "203.0.113.40", "the address ns/m1's IPAddress keeps was made for a claim of other/fips"
+
+
+def test_a_controller_serving_some_namespaces_never_adopts_a_floating_ip_capos_pool_of_another_namespace_holds():
+    inventory = Inventory()
+    inventory.namespaces = frozenset({"a"})  # -n a
+    inventory.upsert({**capi_address("b", "m1", "203.0.113.10", "fips"),
+                      "metadata": {"name": "m1", "namespace": "b", "uid": "m1-uid", "resourceVersion": "3"}})
+    pools = a.OpenStackPools(NeutronAsks(FakeNeutron()), Asking(deadline=30), inventory=inventory, writer=None,
+                             wake=lambda *args: None)
+    # CAPO's pool a/fips recovered b/fips's claimed floating IP by its tag, and lists it available
+    adoptable = capo.adoptable(capo_pool("a", "fips", available=["203.0.113.10"]),
+                               pools.asks.capo_held_elsewhere("a", "fips"))
+    assert "203.0.113.10" not in adoptable, "b/m1's floating IP is adoptable for a pool of namespace a"
+
+
+NEW_NETWORK = "0b4e9d3a-5c6f-4a1b-8e2d-7f9a0c1b2d3e"
+
+
+def test_a_preallocated_floating_ip_on_another_network_than_the_pools_is_not_taken_and_is_a_failed_ip():
+    admins = FloatingIP("fip-1", "198.51.100.7", "", (), None, NETWORK)  # on the network the pool named before
+    neutron = FakeNeutron(admins)
+    neutron.networks = lambda query: [{"id": NEW_NETWORK, "name": "public-2", "tags": []}]
+    failed = set()
+    chosen = a.choose(neutron, model(preAllocatedFloatingIPs=["198.51.100.7"], floatingIPNetwork={"id": NEW_NETWORK}),
+                      OWNER, "k1", 0, True, frozenset(), failed)
+    assert chosen == NEW_NETWORK and failed == {"198.51.100.7"}
+    assert neutron.fips["fip-1"].description == "", "took the admin's floating IP of another network"
+
+
+def test_adopting_capos_pool_takes_no_floating_ip_of_another_network_than_the_pools():
+    capos = FloatingIP("fip-1", "203.0.113.9", "", (p.capo_tag("fips"),), None, NETWORK)
+    neutron = FakeNeutron(capos)
+    neutron.networks = lambda query: [{"id": NEW_NETWORK, "name": "public-2", "tags": []}]
+    chosen = a.choose(neutron, model(ns="a", adoptFromCAPOPool="fips", floatingIPNetwork={"id": NEW_NETWORK}),
+                      OWNER, "ka", 0, True, frozenset({"203.0.113.9"}))
+    assert chosen == NEW_NETWORK
+
+
+def test_an_address_given_back_to_a_key_whose_pool_is_known_is_tagged_with_that_pool():
+    neutron = FakeNeutron()
+    addresses = iter(["203.0.113.40", "203.0.113.41"])
+
+    def create(network_id, description, address=None):
+        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
+        return neutron.fips.setdefault(fip.id, fip)
+    neutron.create = create
+    made = a.make(neutron, model(ns="other"), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY},
+                  {LOST_KEY: ("ns", "fips")})
+    (back,) = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
+    assert made.address == "203.0.113.41" and back.description == p.description(OWNER, LOST_KEY)
+    assert p.pool_tag(OWNER, "ns", "fips") in back.tags and p.pool_tag(OWNER, "other", "fips") not in back.tags
+
+
+def test_a_preallocated_address_a_claims_ipaddress_holds_is_not_taken_for_another_key():
+    free = FloatingIP("fip-1", "203.0.113.5", "", (), None, NETWORK)  # given back by hand without the key
+    neutron = FakeNeutron(free)
+    failed = set()
+    chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
+                      frozenset(), failed, {"203.0.113.5": LOST_KEY})
+    assert chosen == NETWORK and neutron.fips["fip-1"].description == "" and failed == {"203.0.113.5"}
+
+
+def test_a_preallocated_floating_ip_released_here_is_taken_while_the_releasing_claims_ipaddress_is_going():
+    kept = FloatingIP("fip-1", "203.0.113.5", p.available_description(OWNER),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips"), p.kept_tag(OWNER)), None, NETWORK)
+    neutron = FakeNeutron(kept)
+    # a claim of ns/fips, key "old", released it (kept: pre-allocated); its IPAddress is still being deleted
+    chosen = a.choose(neutron, model(ns="other", preAllocatedFloatingIPs=["203.0.113.5"]), OWNER, "k1", 0, True,
+                      frozenset(), set(), {"203.0.113.5": "old"})
+    assert isinstance(chosen, FloatingIP) and chosen.id == "fip-1"
+
+
+class CAPOReads:
+    """CAPO's pool a/fips as read, and the Cluster API IPAddresses of every namespace as listed (None: refused)."""
+
+    def __init__(self, pool, held):
+        self.pool, self._held = pool, held
+
+    async def read(self, namespace, name):
+        return self.pool
+
+    async def held(self, name):
+        return self._held
+
+
+def test_a_controller_serving_some_namespaces_adopts_what_the_ipaddresses_of_every_namespace_leave_free():
+    inventory = Inventory()
+    inventory.namespaces = frozenset({"a"})  # -n a: b's IPAddresses are not in the inventory
+    pools = a.OpenStackPools(NeutronAsks(FakeNeutron()), Asking(deadline=30), inventory=inventory, writer=None,
+                             wake=lambda *args: None)
+    pool = model(ns="a", adoptFromCAPOPool="fips")
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9", "203.0.113.10"]),
+                                {"203.0.113.10"})  # listed of the API server: b/m1 holds it
+    assert asyncio.run(pools.asks._adoptable(pool)) == {"203.0.113.9"}
+    pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9"]), None)  # the list refused
+    assert asyncio.run(pools.asks._adoptable(pool)) == frozenset()
