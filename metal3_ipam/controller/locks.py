@@ -6,13 +6,15 @@ is. Here its Lease is created first, and only once the Lease exists (this one, o
 for the same claim) is the IPAddress let go: its finalizers removed and it deleted, that incarnation only. A
 Lease of that name for another claim is another lock: the IPAddress is kept, and said once in the log.
 
-A guard stored as a Metal3 IPAddress in its claim's namespace went with its claim (the garbage collector);
-a Lease in the lock namespace cannot name an owner of another namespace, so a guard whose claim is gone is
-deleted here, once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``: a
-replica may have made it for a claim this one does not see yet).
+A guard stored as a Metal3 IPAddress in its namespace went with its owners (the garbage collector): its
+claim, or the namespace's pools that share it. A Lease in the lock namespace cannot name an owner of another
+namespace, so a guard none of whose owners lives is deleted here: each owner read from the API server first,
+one a claim owns only once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``),
+and the Lease deleted on condition that it is unchanged since read (a pool adding itself to the owners of a
+shared guard does so on the same condition, so one of the two is refused).
 
 Both run while this replica may write (leading, caught up): the move whenever the watches or a listing file
-such an IPAddress, the look over the guards at start, at every resync and when the lead is taken.
+such an IPAddress, the look over the guards at start, at every resync, when the lead is taken and when a pool goes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from ..core import kinds, lockstore
+from ..core import kinds, lockstore, poolkind
 from ..core import objects as o
+from ..core.reconcile.guards import held_by_pools
 from .api import MERGE_PATCH, ApiWriter
 from .operator import LEASES, Controller
 
@@ -44,11 +47,13 @@ class LockUpkeep:
         self.sweep_due = False  # the guards looked over at the next wake (at start, resync, leadership)
         self._said: set[tuple[str, str]] = set()
         controller.on_locks = self.wake.set
+        controller.on_pool_gone = self.sweep
 
     def sweep(self) -> None:
         """Look the guards over too at the next wake: a look walks every lock, so it is not done for each claim
-        gone; a guard left over meanwhile holds nothing (``Guards.guard_holds``), and is deleted by the next
-        allocation of its IP if that comes first."""
+        gone (a guard of a claim gone holds nothing, ``Guards.guard_holds``, and is deleted by the next
+        allocation of its IP if that comes first), but it is for each pool gone (a guard the namespace's pools
+        share keeps its sub-prefix from the global pool until it is deleted)."""
         self.sweep_due = True
         self.wake.set()
 
@@ -124,27 +129,56 @@ class LockUpkeep:
             self.controller.inventory.remove(legacy)
 
     async def collect_guards(self) -> None:
+        """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a
+        guard stored in its namespace: one its claim owns once the claim is gone, one the namespace's pools share
+        once the last of them is. Each owner is read from the API server before (a replica's inventory may not
+        show a claim or a pool made a moment ago), and the Lease is deleted on condition that it is unchanged
+        since read: a pool that added itself to its owners meanwhile keeps it."""
         inventory = self.controller.inventory
-        claims = {str(o.meta(c).get("uid")) for kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM)
-                  for c in inventory.of_kind(kind)}
+        live = {str(o.meta(x).get("uid")) for kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM, *poolkind.REGISTRY)
+                for x in inventory.of_kind(kind)}  # stored, being deleted or not: as the garbage collector
         served = inventory.namespaces
         settle = datetime.timedelta(seconds=max(inventory.lock_settle_seconds, 0))
         now = datetime.datetime.now(datetime.timezone.utc)
-        for guard in lockstore.orphan_guards(list(inventory.of_kind(kinds.IPADDRESS)), claims,
+        for guard in lockstore.orphan_guards(list(inventory.of_kind(kinds.IPADDRESS)), live,
                                              lambda ns: served is None or ns in served):
             if not self.may_act():
                 return
-            if now - _time(o.meta(guard).get("creationTimestamp")) < settle:
+            if not held_by_pools(guard) and now - _time(o.meta(guard).get("creationTimestamp")) < settle:
                 self.wake_later(settle.total_seconds())
                 continue
+            if await self._an_owner_lives(guard):
+                continue
             path = LEASES.path(self.home, lockstore.stored_in_lease(guard))
+            meta = o.meta(guard)
+            preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
             try:
-                await self.writer._call("DELETE", path, body={"preconditions": {"uid": o.meta(guard).get("uid")}},
+                await self.writer._call("DELETE", path, body={"preconditions": preconditions},
                                         content_type="application/json")
             except ApiException as err:
-                if err.status not in (404, 409):
+                if err.status == 409:
+                    continue  # changed since read (an owner added): its news bring it again
+                if err.status != 404:
                     raise
             inventory.remove(guard)
+
+    async def _an_owner_lives(self, guard: dict) -> bool:
+        """Whether an object a guard names as its owner exists, that incarnation, as the API server says (one of
+        a kind not served here is taken to: nothing here can tell it is gone)."""
+        for owner in o.owner_references(guard):
+            kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or ""))
+            resource = self.writer.resources.get(kind)
+            if resource is None:
+                return True
+            try:
+                found = await self.writer._call("GET", resource.path(o.namespace(guard), str(owner.get("name"))))
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise
+            if isinstance(found, dict) and str(o.meta(found).get("uid")) == str(owner.get("uid")):
+                return True
+        return False
 
     def wake_later(self, seconds: float) -> None:
         asyncio.get_running_loop().call_later(seconds, self.wake.set)

@@ -165,6 +165,8 @@ class Controller:
     # ``locks.LockUpkeep``, which ``on_locks`` wakes.
     legacy: dict[tuple[str, str], dict] = field(default_factory=dict, init=False)
     on_locks: Callable[[], None] = lambda: None
+    # A pool gone (its watch said so): the guards it shared may have no owner left (``locks.LockUpkeep.sweep``).
+    on_pool_gone: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         if self.relist is not None:
@@ -210,6 +212,8 @@ class Controller:
         if self.hidden(obj, gone=True):
             return
         self._remove(obj)
+        if kinds.kind_of(obj) in poolkind.REGISTRY:
+            self.on_pool_gone()
 
     # -- the locks of the Lease store (``core.lockstore``) -------------------------------
 

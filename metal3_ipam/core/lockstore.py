@@ -149,11 +149,12 @@ def moved_over(legacy: Mapping[str, Any]) -> dict:
             "metadata": {k: v for k, v in o.meta(legacy).items() if k in keep}, "spec": dict(o.spec(legacy))}
 
 
-def orphan_guards(views, claim_uids: set[str], serves=lambda namespace: True) -> list[dict]:
-    """The guards stored as Leases whose owning claim is gone (no claim of ``claim_uids`` owns them), of the
-    namespaces served: what the garbage collector takes of a guard stored as a Metal3 IPAddress in its claim's
-    namespace, which it cannot for a Lease (its owner is of another namespace)."""
+def orphan_guards(views, live_owners: set[str], serves=lambda namespace: True) -> list[dict]:
+    """The guards stored as Leases none of whose owners lives (no uid of ``live_owners``: the claims and pools
+    stored), of the namespaces served: what the garbage collector takes of a guard stored as a Metal3 IPAddress
+    in its namespace (one a claim owns goes with it, one the namespace's pools share with the last of them),
+    which it cannot for a Lease (its owners are of another namespace)."""
     return [view for view in views
             if o.is_guard(view) and stored_in_lease(view) and serves(o.namespace(view))
             and not o.is_deleting(view)
-            and not any(str(r.get("uid")) in claim_uids for r in o.owner_references(view))]
+            and not any(str(r.get("uid")) in live_owners for r in o.owner_references(view))]

@@ -18,7 +18,7 @@ from metal3_ipam.core.naming import is_dns1123_subdomain
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import Refused, converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import assert_no_ip_twice, converged_with_lock_namespace, get, loaded
+from ipam_objects import assert_no_ip_twice, converged_with_lock_namespace, get, loaded, user_delete
 
 LOCK_NS = "ipam-system"
 
@@ -48,7 +48,9 @@ def _locked(api):
 def test_the_locks_and_guards_of_in_cluster_pools_are_leases_in_the_lock_namespace():
     api = _converged()
     views = list(api.inventory.of_kind(kinds.IPADDRESS))
-    assert len(views) == 7  # a, b, s: locks in ns-a; m, m: locks of the global pool and a guard in each namespace
+    # a, b, s: locks in ns-a, and a guard for each of a and b (every InClusterIPPool allocation writes one); m, m:
+    # locks of the global pool and a guard in each namespace
+    assert len(views) == 9
     assert {o.name(v) for v in views if o.is_guard(v)} and all(lockstore.stored_in_lease(v) for v in views)
     assert sorted(api.leases) == sorted(lockstore.lease_name(o.namespace(v), o.name(v)) for v in views)
     for view in views:
@@ -205,6 +207,50 @@ def test_after_a_move_the_source_lets_the_locks_of_what_left_go():
     converge(source, random.Random(0))
     left = {lockstore.from_lease(x)["metadata"]["name"]: lockstore.from_lease(x) for x in source.leases.values()}
     assert not [n for n, x in left.items() if not o.is_guard(x) and o.spec(x)["claim"]["namespace"] == "ns-a"]
-    claims = {str(o.meta(c).get("uid")) for c in source.inventory.of_kind(kinds.CAPI_CLAIM)}
-    orphans = lockstore.orphan_guards(list(source.inventory.of_kind(kinds.IPADDRESS)), claims)
-    assert [(o.namespace(g), o.name(g)) for g in orphans] == [("ns-a", "10-1-0-2.nsip")]
+    orphans = lockstore.orphan_guards(list(source.inventory.of_kind(kinds.IPADDRESS)), _live_owners(source))
+    # The guards of a and b (the namespaced pool's) and of m (the global pool's) in ns-a.
+    assert sorted((o.namespace(g), o.name(g)) for g in orphans) == [
+        ("ns-a", "10-0-0-2.nsip"), ("ns-a", "10-0-0-3.nsip"), ("ns-a", "10-1-0-2.nsip")]
+
+
+def _live_owners(api):
+    """The uids of the claims and pools stored: what a guard's owners are looked up in."""
+    return {str(o.meta(x)["uid"]) for kind in (kinds.CAPI_CLAIM, *((gi.GROUP, k) for k in gi.POOL_KINDS))
+            for x in api.inventory.of_kind(kind)}
+
+
+def test_a_sub_prefix_guard_the_namespaces_pools_share_is_a_lease_kept_until_the_last_of_them_is_gone():
+    """A global prefix pool's sub-prefix that two namespaced pools hand IPs out of: one guard, a Lease whose
+    annotation names both pools as its owners (the second added on condition that the Lease is unchanged since
+    read); no upkeep takes it while one of them lives, the garbage collector's part once neither does."""
+    sub = "fd00-0-0-0-0-0-0-4.126.nsip"
+    gp = gi.prefix_pool("gp", prefixes=["fd00::/124"], allocation_prefix_length=126)
+    first = gi.ip_pool("n1", namespace="ns-a", addresses=["fd00::4-fd00::5"], prefix=64)
+    second = gi.ip_pool("n2", namespace="ns-a", addresses=["fd00::6-fd00::7"], prefix=64)
+    gp["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    first["metadata"]["creationTimestamp"] = second["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+    api = converged_with_lock_namespace(gp, gi.claim("c", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "gp"), first,
+                                        second, gi.claim("a", "ns-a", gi.IN_CLUSTER_IP_POOL, "n1"),
+                                        gi.claim("b", "ns-a", gi.IN_CLUSTER_IP_POOL, "n2"), lock_namespace=LOCK_NS)
+    guard = get(api, kinds.IPADDRESS, sub, "ns-a")
+    assert lockstore.stored_in_lease(guard) and lockstore.lease_name("ns-a", sub) in api.leases
+    assert sorted(r["name"] for r in o.owner_references(guard)) == ["n1", "n2"]
+    assert api.leases[lockstore.lease_name("ns-a", sub)]["metadata"].get("ownerReferences") is None
+    views = list(api.inventory.of_kind(kinds.IPADDRESS))
+    uids = {o.name(p): str(o.meta(p)["uid"]) for p in (get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), n, "ns-a")
+                                                         for n in ("n1", "n2"))}
+    assert guard not in lockstore.orphan_guards(views, _live_owners(api))
+    assert guard not in lockstore.orphan_guards(views, _live_owners(api) - {uids["n1"]})
+    assert guard in lockstore.orphan_guards(views, _live_owners(api) - set(uids.values()))
+
+    for claim, pool in (("a", "n1"), ("b", "n2")):
+        user_delete(api, kinds.CAPI_CLAIM, claim, "ns-a")
+        converge(api, random.Random(0))
+        user_delete(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), pool, "ns-a")
+        converge(api, random.Random(0))
+        assert get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), pool, "ns-a") is None
+        assert (get(api, kinds.IPADDRESS, sub, "ns-a") is not None) == (pool == "n1"), pool
+    assert lockstore.lease_name("ns-a", sub) not in api.leases
+    api.load(gi.claim("d", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "gp"))
+    converge(api, random.Random(0))
+    assert_no_ip_twice(api)
