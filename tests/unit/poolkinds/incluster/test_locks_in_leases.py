@@ -254,3 +254,37 @@ def test_a_sub_prefix_guard_the_namespaces_pools_share_is_a_lease_kept_until_the
     api.load(gi.claim("d", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "gp"))
     converge(api, random.Random(0))
     assert_no_ip_twice(api)
+
+
+def test_a_guard_whose_claims_lock_is_a_lease_keeps_its_ip_from_a_namespaced_pool_past_the_settle_time():
+    """A global pool's pass stopped right after its lock (the claim bound to nothing yet): the guard is not left
+    over, for its claim's lock is stored, as a Lease; a namespaced pool created over the IP then never hands it
+    out while that lock holds it."""
+    glob = gi.ip_pool("g", addresses=["10.9.0.1"], prefix=24)
+    glob["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    api = converged_with_lock_namespace(glob, lock_namespace=LOCK_NS)
+    api.load(gi.claim("d", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    api.inventory.lock_settle_seconds = 0
+    key = o.PoolKey("", "g", (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL))
+    written = []
+    for step in reconcile(api.inventory.snapshot(key, api.now, random.Random(0))).steps:
+        for action in step.actions:
+            api.do(action)
+            if isinstance(action, Create) and kinds.kind_of(action.obj) == kinds.IPADDRESS:
+                written.append(action.obj)
+            if len(written) == 2:
+                break
+        if len(written) == 2:
+            break
+    assert [o.is_guard(x) for x in written] == [True, False]  # the guard, then the lock: stopped there
+    lock_key = (kinds.IPADDRESS, o.name(written[1]), LOCK_NS)
+    lock = get(api, *lock_key)
+    assert lockstore.stored_in_lease(lock) and get(api, kinds.CAPI_ADDRESS, "d", "ns-a") is None
+    local = gi.ip_pool("n", namespace="ns-a", addresses=["10.9.0.1"], prefix=24)
+    local["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+    api.load(local)
+    api.load(gi.claim("a", "ns-a", gi.IN_CLUSTER_IP_POOL, "n"))
+    converge(api, random.Random(0))
+    assert_no_ip_twice(api)
+    assert get(api, kinds.CAPI_ADDRESS, "a", "ns-a") is None
+    assert get(api, kinds.IPADDRESS, "10-9-0-1.nsip", "ns-a") is not None and get(api, *lock_key) is not None
