@@ -6,8 +6,9 @@ store behaves as the API server does where it matters to the reconcile: a
 name is taken only once, an object with finalizers is only marked for
 deletion, and it goes when its last finalizer does. The garbage collector's
 part is played for the guards of IPs only (``naming.guard_name``): a guard
-goes with the claim that owns it (one stored as a Lease, whose owner is of
-another namespace, is collected by the controller: ``lockstore.orphan_guards``);
+goes once none of its owners lives (the claim that owns it, or the last of the
+pools that share it; one stored as a Lease, whose owners are of another
+namespace, is collected by the controller alike: ``lockstore.orphan_guards``);
 every other object of ours is held by our finalizers and let go by the reconcile.
 
 Locks are stored where the controller stores them (``core.lockstore``): those of
