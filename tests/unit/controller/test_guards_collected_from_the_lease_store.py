@@ -9,10 +9,11 @@ import asyncio
 
 from kubernetes.client.rest import ApiException
 
-from metal3_ipam.controller.api import Resource
+from metal3_ipam.controller.api import ApiWriter, Resource
 from metal3_ipam.controller.locks import LockUpkeep
-from metal3_ipam.controller.operator import Controller
+from metal3_ipam.controller.operator import LEASES, Controller
 from metal3_ipam.core import kinds, lockstore
+from metal3_ipam.core.actions import SetMetadata
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing import go_incluster as gi
@@ -116,3 +117,37 @@ def test_a_shared_guard_changed_since_read_is_kept_filed():
     _collect(inventory, server)
     assert len(_deletes(server)) == 1
     assert inventory.get(kinds.IPADDRESS, NS, SUB) is not None
+
+
+def test_a_pool_adds_itself_to_a_shared_guards_owners_in_its_lease_on_condition_that_it_is_unchanged():
+    inventory = Inventory()
+    first, second = _pool("n1", "u1"), _pool("n2", "u2")
+    guard = _shared_guard(first)
+    inventory.upsert(guard)
+    writer = ApiWriter(None, inventory, {})
+    writer.leases = (LEASES, HOME)
+    sent = []
+
+    async def call(method, path, body=None, content_type=None):
+        sent.append((method, path, body))
+        if body["metadata"]["resourceVersion"] != o.meta(inventory.get(kinds.IPADDRESS, NS, SUB))["resourceVersion"]:
+            raise ApiException(status=409)
+        lease = lockstore.to_lease(guard, HOME)
+        lease["metadata"].update(uid="lease-1", resourceVersion="43", annotations={
+            **lease["metadata"]["annotations"], **body["metadata"]["annotations"]})
+        return lease
+    writer._call = call
+    owners = (*o.owner_references(guard), {"apiVersion": gi.POOL_API_VERSION, "kind": gi.IN_CLUSTER_IP_POOL,
+                                           "name": "n2", "uid": "u2"})
+    asyncio.run(writer._patch(SetMetadata(o.ref(guard), owner_references=owners, resource_version="42")))
+    [(method, path, body)] = sent
+    assert (method, path) == ("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{HOME}/leases/{NS}.{SUB}")
+    assert body["metadata"]["resourceVersion"] == "42" and "ownerReferences" not in body["metadata"]
+    stored = inventory.get(kinds.IPADDRESS, NS, SUB)
+    assert [r["name"] for r in o.owner_references(stored)] == ["n1", "n2"] and o.meta(stored)["resourceVersion"] == "43"
+    try:
+        asyncio.run(writer._patch(SetMetadata(o.ref(guard), owner_references=owners, resource_version="42")))
+    except Exception as err:  # the guard changed since that read: refused, decided again
+        assert "changed since it was read" in str(err)
+    else:
+        raise AssertionError("an owner was added to a guard changed since read")
