@@ -27,8 +27,8 @@ SUB = "fd00-0-0-0-0-0-0-4.126.nsip"
 
 
 class Server:
-    """What the upkeep asks the API server: the pools it GETs (by path), the DELETEs it sends (answered
-    ``delete_status``, or done)."""
+    """What the upkeep asks the API server: the pools it lists by name (``stored``: by the path of each), the
+    DELETEs it sends (answered ``delete_status``, or done)."""
 
     def __init__(self, stored: dict[str, dict], delete_status: int | None = None) -> None:
         self.resources = {(gi.GROUP, gi.IN_CLUSTER_IP_POOL): POOLS}
@@ -42,9 +42,9 @@ class Server:
             if self.delete_status is not None:
                 raise ApiException(status=self.delete_status)
             return {}
-        if path not in self.stored:
-            raise ApiException(status=404)
-        return self.stored[path]
+        collection, _, query = path.partition("?fieldSelector=metadata.name%3D")
+        found = self.stored.get(f"{collection}/{query}")
+        return {"items": [found] if found is not None else []}
 
 
 def _pool(name: str, uid: str) -> dict:
