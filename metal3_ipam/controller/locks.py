@@ -133,34 +133,39 @@ class LockUpkeep:
         guard stored in its namespace: one its claim owns once the claim is gone, one the namespace's pools share
         once the last of them is. Each owner is read from the API server before (a replica's inventory may not
         show a claim or a pool made a moment ago), and the Lease is deleted on condition that it is unchanged
-        since read: a pool that added itself to its owners meanwhile keeps it."""
+        since read: a pool that added itself to its owners meanwhile keeps it. A claim's guard younger than a
+        lock is left to its maker is looked over again once it is not."""
         inventory = self.controller.inventory
         live = {str(o.meta(x).get("uid")) for kind in (kinds.IPCLAIM, kinds.CAPI_CLAIM, *poolkind.REGISTRY)
                 for x in inventory.of_kind(kind)}  # stored, being deleted or not: as the garbage collector
         served = inventory.namespaces
         settle = datetime.timedelta(seconds=max(inventory.lock_settle_seconds, 0))
         now = datetime.datetime.now(datetime.timezone.utc)
+        young = False
         for guard in lockstore.orphan_guards(list(inventory.of_kind(kinds.IPADDRESS)), live,
                                              lambda ns: served is None or ns in served):
             if not self.may_act():
-                return
+                break
             if not held_by_pools(guard) and now - _time(o.meta(guard).get("creationTimestamp")) < settle:
-                self.wake_later(settle.total_seconds())
-                continue
-            if await self._an_owner_lives(guard):
-                continue
-            path = LEASES.path(self.home, lockstore.stored_in_lease(guard))
-            meta = o.meta(guard)
-            preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
-            try:
-                await self.writer._call("DELETE", path, body={"preconditions": preconditions},
-                                        content_type="application/json")
-            except ApiException as err:
-                if err.status == 409:
-                    continue  # changed since read (an owner added): its news bring it again
-                if err.status != 404:
-                    raise
-            inventory.remove(guard)
+                young = True
+            elif not await self._an_owner_lives(guard):
+                await self._delete(guard)
+        if young:
+            self.wake_later(settle.total_seconds())
+
+    async def _delete(self, guard: dict) -> None:
+        """The guard's Lease deleted, that incarnation unchanged since read; kept filed when it changed."""
+        meta = o.meta(guard)
+        preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+        try:
+            await self.writer._call("DELETE", LEASES.path(self.home, lockstore.stored_in_lease(guard)),
+                                    body={"preconditions": preconditions}, content_type="application/json")
+        except ApiException as err:
+            if err.status == 409:
+                return  # changed since read (an owner added): its news bring it again
+            if err.status != 404:
+                raise
+        self.controller.inventory.remove(guard)
 
     async def _an_owner_lives(self, guard: dict) -> bool:
         """Whether an object a guard names as its owner exists, that incarnation, as the API server says: listed by
@@ -179,7 +184,8 @@ class LockUpkeep:
         return False
 
     def wake_later(self, seconds: float) -> None:
-        asyncio.get_running_loop().call_later(seconds, self.wake.set)
+        """The guards looked over again in ``seconds`` (one was too young to collect)."""
+        asyncio.get_running_loop().call_later(seconds, self.sweep)
 
 
 def _time(text: Any) -> datetime.datetime:

@@ -151,3 +151,14 @@ def test_a_pool_adds_itself_to_a_shared_guards_owners_in_its_lease_on_condition_
         assert "changed since it was read" in str(err)
     else:
         raise AssertionError("an owner was added to a guard changed since read")
+
+
+def test_a_guard_too_young_to_collect_is_looked_over_again_once_it_is_old_enough():
+    inventory = Inventory()
+    upkeep = LockUpkeep(Controller(inventory, Kicks(), writer=Server({})), Server({}), HOME, may_act=lambda: True)
+
+    async def run():
+        upkeep.wake_later(0)
+        await asyncio.wait_for(upkeep.wake.wait(), timeout=60)
+    asyncio.run(run())
+    assert upkeep.sweep_due
