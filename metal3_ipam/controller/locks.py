@@ -165,7 +165,7 @@ class LockUpkeep:
                 return  # changed since read (an owner added): its news bring it again
             if err.status != 404:
                 raise
-        self.controller.inventory.remove(guard)
+        self.controller.forget(guard)  # and the pools it kept a span from passed again
 
     async def _an_owner_lives(self, guard: dict) -> bool:
         """Whether an object a guard names as its owner exists, that incarnation, as the API server says: listed by
