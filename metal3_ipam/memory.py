@@ -6,8 +6,15 @@ store behaves as the API server does where it matters to the reconcile: a
 name is taken only once, an object with finalizers is only marked for
 deletion, and it goes when its last finalizer does. The garbage collector's
 part is played for the guards of IPs only (``naming.guard_name``): a guard
-goes with the claim that owns it; every other object of ours is held by our
-finalizers and let go by the reconcile.
+goes once none of its owners lives (the claim that owns it, or the last of the
+pools that share it; one stored as a Lease, whose owners are of another
+namespace, is collected by the controller alike: ``lockstore.orphan_guards``);
+every other object of ours is held by our finalizers and let go by the reconcile.
+
+Locks are stored where the controller stores them (``core.lockstore``): those of
+the kinds whose locks are Leases, and the guards, as Leases of the lock namespace
+(``leases``), which the inventory sees as the IPAddresses they stand for; a lock
+an earlier version wrote as a Metal3 IPAddress stays one until ``move_locks_over``.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from .core import kinds
+from .core import lockstore
 from .core import poolkind
 from .core import objects as o
 from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
@@ -41,6 +49,25 @@ class MemoryApi:
     _version: int = 0
     # The guards by the uid of the claim owning them: the garbage collector takes them when it goes.
     _guards: dict[str, set[tuple]] = field(default_factory=dict)
+    # The Metal3 IPAddresses an earlier version wrote that a Lease of the same lock hides from the inventory until
+    # they are deleted (as the adapter files them).
+    hidden: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+    @property
+    def leases(self) -> dict[str, dict]:
+        """The Leases that are locks, by name (in the lock namespace): what the inventory's views stand for (a test
+        that takes one out of the inventory deletes it, as it does any object)."""
+        return {o.name(lease): lease for lease in map(self._lease_of, self.inventory.of_kind(kinds.IPADDRESS))
+                if lease is not None}
+
+    def _lease_of(self, view: dict) -> dict | None:
+        if not lockstore.stored_in_lease(view):
+            return None
+        lease = lockstore.to_lease(view, self.inventory.lock_namespace)
+        for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            if o.meta(view).get(key) is not None:
+                lease["metadata"][key] = o.meta(view)[key]
+        return lease
 
     def load(self, obj: dict) -> None:
         """Take an object as it is given (from a file): fill in what the API server would."""
@@ -84,11 +111,64 @@ class MemoryApi:
         if stored is not None and "spec" in obj and obj.get("spec") != stored.get("spec"):
             # As the API server: generation counts changes of the spec only.
             meta["generation"] = int(o.meta(stored).get("generation") or 1) + 1
+        if lockstore.stored_in_lease(obj):
+            obj = self._through_lease(obj)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.inventory.remove(obj)
             self._collect(obj)
         else:
             self.inventory.upsert(obj)
+
+    def _through_lease(self, view: dict) -> dict:
+        """The view as stored through the Lease it stands for: what the adapter would file of that Lease."""
+        back = lockstore.from_lease(self._lease_of(view))
+        assert back is not None
+        return back
+
+    def _create_lease(self, lock: dict) -> None:
+        """A lock of the Lease store created: refused when its Lease exists (the name is the lock)."""
+        namespace, name = o.namespace(lock), o.name(lock)
+        if lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, namespace, name)):
+            raise Refused(f"Lease {self.inventory.lock_namespace}/{lockstore.lease_name(namespace, name)} "
+                          f"already exists")
+        stored = self.inventory.get(kinds.IPADDRESS, namespace, name)
+        if stored is not None and not lockstore.stored_in_lease(stored):
+            self.hidden[(namespace, name)] = stored
+        view = copy.deepcopy(lock)
+        meta = view.setdefault("metadata", {})
+        meta.setdefault("annotations", {})[lockstore.STORED_IN] = lockstore.lease_name(namespace, name)
+        meta["uid"] = self._uid(lockstore.to_lease(view, self.inventory.lock_namespace))
+        meta["creationTimestamp"] = self.now
+        meta.pop("resourceVersion", None)
+        self._store(view)
+        if o.is_guard(view):
+            for owner in o.owner_references(view):
+                self._guards.setdefault(str(owner.get("uid")), set()).add((namespace, name))
+
+    def legacy_locks(self) -> list[dict]:
+        """The locks that belong in the Lease store and are still Metal3 IPAddresses (filed or hidden)."""
+        filed = [obj for obj in self.inventory.of_kind(kinds.IPADDRESS)
+                 if lockstore.in_leases(obj) and not lockstore.stored_in_lease(obj)]
+        return filed + list(self.hidden.values())
+
+    def move_locks_over(self, between=lambda: None) -> list[str]:
+        """Each lock an earlier version wrote as a Metal3 IPAddress that belongs in the Lease store: its Lease
+        created, then (``between`` called in between) the IPAddress deleted. Returns what was refused (a Lease
+        of another lock of that name: the IPAddress is kept)."""
+        refused = []
+        for legacy in self.legacy_locks():
+            key = (o.namespace(legacy), o.name(legacy))
+            try:
+                self._create_lease(lockstore.moved_over(legacy))
+            except Refused as err:
+                if not lockstore.same_lock(self.inventory.get(kinds.IPADDRESS, *key), legacy):
+                    refused.append(str(err))
+                    continue
+            between()
+            self.hidden.pop(key, None)
+            if lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, *key)) is None:
+                self.inventory.remove(legacy)
+        return refused
 
     def _lives(self, owner: dict, namespace: str) -> bool:
         """Whether the object an owner reference names (in ``namespace``) is stored, that incarnation."""
@@ -135,9 +215,12 @@ class MemoryApi:
             self.events.append(action)
         elif isinstance(action, Create):
             obj = copy.deepcopy(action.obj)
-            if self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
+            if lockstore.in_leases(obj):
+                self._create_lease(obj)
+            elif self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
                 raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
-            self.load(obj)
+            else:
+                self.load(obj)
             owners = o.owner_references(obj)
             if o.is_guard(obj) and not any(self._lives(owner, o.namespace(obj)) for owner in owners):
                 self._collect(owners[0] if owners else {})  # made for a claim gone already

@@ -60,6 +60,7 @@ from .fairness import FairSlots
 from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
                        status_patch)
 from .wire import decode_object, encode
+from ..core import lockstore
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -164,6 +165,9 @@ class ApiWriter:
         self._access_check: asyncio.Task | None = None
         self._access_recheck_at = 0.0
         self.rate_limit: Any = None  # a ratelimit.RateLimit every request waits for, or None
+        # Where the locks of the Lease store live (``core.lockstore``): the Leases resource and the lock namespace;
+        # None: every lock is a Metal3 IPAddress.
+        self.leases: tuple[Resource, str] | None = None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -411,12 +415,30 @@ class ApiWriter:
             raise failure
         return decode_object(raw) if raw else None
 
+    def _lease_of(self, target: o.Ref) -> str | None:
+        """The Lease a lock of the reconcile's view is stored in, or None (not a lock, or a Metal3 IPAddress)."""
+        if self.leases is None or target.group_kind != kinds.IPADDRESS:
+            return None
+        return lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, target.namespace, target.name))
+
+    def _as_view(self, lease: Any) -> Any:
+        """A Lease the server answered with, as the lock it stands for (None when it is no lock)."""
+        return lockstore.from_lease(lease) if isinstance(lease, dict) and lease.get("metadata") else lease
+
     async def _create(self, action: Create) -> dict:
         obj = action.obj
-        resource = self._resource(kinds.kind_of(obj))
+        if self.leases is not None and lockstore.in_leases(obj):
+            resource, home = self.leases
+            post = lambda: self._call("POST", resource.path(home), body=lockstore.to_lease(obj, home),  # noqa: E731
+                                      content_type="application/json")
+        else:
+            resource = self._resource(kinds.kind_of(obj))
+            post = lambda: self._call("POST", resource.path(o.namespace(obj)), body=obj,  # noqa: E731
+                                      content_type="application/json")
         try:
-            created = await self._call("POST", resource.path(o.namespace(obj)), body=obj,
-                                 content_type="application/json")
+            created = await post()
+            if self.leases is not None and lockstore.in_leases(obj):
+                created = self._as_view(created)
         except ApiException as err:
             if err.status == 409:
                 # The name is the lock: someone holds it. Learn who, decide again.
@@ -433,7 +455,13 @@ class ApiWriter:
             found = await self._refresh(guard)
             if guard_holds(action, found, self.inventory.filed_with(guard.group_kind, guard.namespace, guard.name)):
                 raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
-        resource = self._resource(action.target.group_kind)
+        lease = self._lease_of(action.target)
+        if lease is not None:
+            resource, home = self.leases
+            path = resource.path(home, lease)
+        else:
+            resource = self._resource(action.target.group_kind)
+            path = resource.path(action.target.namespace, action.target.name)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         # What the in-memory executor enforces too: this incarnation, unchanged since it was read.
         preconditions = {}
@@ -444,8 +472,9 @@ class ApiWriter:
         if preconditions:
             body["preconditions"] = preconditions
         try:
-            result = await self._call("DELETE", resource.path(action.target.namespace, action.target.name),
-                                body=body, content_type="application/json")
+            result = await self._call("DELETE", path, body=body, content_type="application/json")
+            if lease is not None:
+                result = self._as_view(result)
         except ApiException as err:
             if err.status == 404:
                 self._forget(action.target)
@@ -468,7 +497,13 @@ class ApiWriter:
 
     async def _patch(self, action: SetFinalizers | SetMetadata | SetStatus) -> dict:
         target = action.target
-        resource = self._resource(target.group_kind)
+        lease = self._lease_of(target)
+        if lease is not None:
+            resource, home = self.leases
+            path = resource.path(home, lease)
+        else:
+            resource = self._resource(target.group_kind)
+            path = None
         metadata: dict[str, Any] = {}
         if action.resource_version:
             metadata["resourceVersion"] = action.resource_version
@@ -481,7 +516,12 @@ class ApiWriter:
                 metadata["labels"] = action.labels
             if action.annotations:
                 metadata["annotations"] = action.annotations
-            if action.owner_references is not None:
+            if action.owner_references is not None and lease is not None:
+                # A Lease keeps the lock's owners in its annotation (they are of another namespace).
+                current = self.inventory.get(target.group_kind, target.namespace, target.name)
+                metadata["annotations"] = {**metadata.get("annotations", {}),
+                                           **lockstore.owners_patch(current, action.owner_references)}
+            elif action.owner_references is not None:
                 metadata["ownerReferences"] = list(action.owner_references)
             body = {"metadata": metadata}
         else:
@@ -490,8 +530,10 @@ class ApiWriter:
             body = {"metadata": metadata, "status": status} if metadata else {"status": status}
             subresource = "status"
         try:
-            result = await self._call("PATCH", resource.path(target.namespace, target.name, subresource),
+            result = await self._call("PATCH", path or resource.path(target.namespace, target.name, subresource),
                                 body=body, content_type=MERGE_PATCH)
+            if lease is not None:
+                result = self._as_view(result)
         except ApiException as err:
             if err.status == 404:
                 self._forget(target)
@@ -512,7 +554,24 @@ class ApiWriter:
             self.inventory.upsert(slim(obj))
 
     async def _refresh(self, target: o.Ref) -> dict | None:
-        """Read one object from the API server into the inventory (None when it does not exist)."""
+        """Read one object from the API server into the inventory (None when it does not exist). A lock is read
+        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where served."""
+        if self.leases is not None and target.group_kind == kinds.IPADDRESS:
+            resource, home = self.leases
+            try:
+                found = self._as_view(await self._call(
+                    "GET", resource.path(home, lockstore.lease_name(target.namespace, target.name))))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                found = None
+            if found is not None:
+                found = slim(found)
+                self.inventory.upsert(found)
+                return found
+            if kinds.IPADDRESS not in self.resources:
+                self._forget(target)
+                return None
         try:
             resource = self._resource(target.group_kind)
         except Refusal:

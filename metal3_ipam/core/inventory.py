@@ -621,9 +621,11 @@ class Inventory:
         yield from listing.file(items, step)
         yield from listing.finish(list_version, step)
 
-    def listing(self, kind: tuple[str, str], namespace: str | None) -> "Listed":
-        """A LIST of ``kind`` (in ``namespace``, or everywhere) filed as its pages come: see ``Listed``."""
-        return Listed(self, kind, namespace)
+    def listing(self, kind: tuple[str, str], namespace: str | None,
+                only: Callable[[dict], bool] | None = None) -> "Listed":
+        """A LIST of ``kind`` (in ``namespace``, or everywhere) filed as its pages come: see ``Listed``; ``only``:
+        the stored objects it speaks for (locks of one store, where two stores hold objects of the kind)."""
+        return Listed(self, kind, namespace, only)
 
     def _filed(self, key: ObjKey) -> o.PoolKey | None:
         """The pool the object stored under ``key`` is filed with (None: none, or nothing stored)."""
@@ -1126,10 +1128,12 @@ class Listed:
     gone: what it did not hold, stored at a version no newer than the listing's.
     """
 
-    def __init__(self, inventory: Inventory, kind: tuple[str, str], namespace: str | None) -> None:
+    def __init__(self, inventory: Inventory, kind: tuple[str, str], namespace: str | None,
+                 only: Callable[[dict], bool] | None = None) -> None:
         self.inventory = inventory
         self.kind = kind
         self.namespace = namespace
+        self.only = only
         self.seen: set[ObjKey] = set()
 
     def file(self, items: Iterable[dict], step: int = SETTLE_STEP,
@@ -1168,7 +1172,7 @@ class Listed:
                         and not (self.namespace and key[1] != self.namespace):
                     stored = inventory.objects.get(key)  # as it is now: it may have changed since
                     version = version_of(stored) if stored is not None else None
-                    if version is not None and version <= at:
+                    if version is not None and version <= at and (self.only is None or self.only(stored)):
                         touched |= inventory.remove({**stored, "metadata": {**stored["metadata"],
                                                                            "resourceVersion": str(at)}})
                         work += 20

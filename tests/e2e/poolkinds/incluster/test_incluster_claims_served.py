@@ -4,6 +4,7 @@ address objects it makes must be ones the API server accepts (their names includ
 from __future__ import annotations
 
 from controller_fixtures import CAPI, METAL3
+from metal3_ipam.testing.waiting import eventually
 
 GROUP, VERSION = "ipam.cluster.x-k8s.io", "v1alpha2"
 
@@ -16,13 +17,16 @@ def test_a_claim_of_an_in_cluster_ip_pool_is_served_and_released(controller, kub
     address = kube.capi_bound("m0")
     assert (address["spec"]["address"], address["spec"]["prefix"], address["spec"]["gateway"]) == \
         ("10.30.0.10", 24, "10.30.0.1")
-    [lock] = [a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"]
+    # Its lock is a Lease of the lock namespace, no Metal3 IPAddress.
+    [lock] = [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"]
     assert lock["spec"]["claim"]["name"] == "m0" and lock["spec"]["pool"]["kind"] == "InClusterIPPool"
+    assert not [a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"]
 
     kube.delete(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddresses", "m0")
-    kube.gone(METAL3, "ipaddresses", lock["metadata"]["name"])
+    eventually(lambda: not [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"], timeout=30,
+               what="the lock of m0 gone")
 
 
 def test_claims_of_one_name_in_a_global_in_cluster_ip_pool_are_served_in_their_namespaces(controller, kube):
@@ -56,5 +60,4 @@ def test_claims_of_one_name_in_a_global_in_cluster_ip_pool_are_served_in_their_n
             return getattr(err, "status", None) == 404
         return False
 
-    from metal3_ipam.testing.waiting import eventually
     eventually(pool_gone, timeout=30, what=f"GlobalInClusterIPPool {name} to go once its addresses are gone")
