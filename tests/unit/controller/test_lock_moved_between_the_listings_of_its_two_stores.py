@@ -1,6 +1,7 @@
 """A lock moved over (its Lease created, its Metal3 IPAddress deleted) by another replica between the two listings
 of the locks (``operator.lock_listings``: the Leases first, then the Metal3 IPAddresses): neither listing shows it,
-and the Lease's own news, which the watch of the Leases brings afterwards, must still file it."""
+and the Lease's own news, which the watch of the Leases brings afterwards, must still file it; so must the next
+listing of the Leases (a resync, the listing afresh when the lead is taken)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def _listing(items, only, version: str) -> Listing:
 
 @pytest.mark.xfail(strict=True, reason="the listing of the Metal3 IPAddresses, taken after the lock moved, proves "
                    "the IPAddress gone and leaves a tombstone newer than the Lease, so the Lease's ADDED event (older "
-                   "than that listing, newer than the Leases' listing) is dropped: the lock is not filed until the "
-                   "Leases are listed again")
+                   "than that listing, newer than the Leases' listing) is dropped, and so is the Lease in every later "
+                   "listing of the Leases (a resync, the listing afresh when the lead is taken): the lock stays "
+                   "unfiled until its Lease changes or the tombstone is evicted")
 def test_a_lock_moved_between_the_two_listings_is_filed_from_its_leases_news():
     controller = Controller(Inventory(), Kicks(), writer=None)
     legacy = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
@@ -51,6 +53,24 @@ def test_a_lock_moved_between_the_two_listings_is_filed_from_its_leases_news():
     asyncio.run(controller.settle(_listing([], lambda x: lockstore.stored_in_lease(x) is None, "26")))
     # The watch of the Leases, started at 15, brings the Lease.
     controller.on_lease_event("ADDED", lease)
+
+    held = lambda: {o.name(x): o.spec(x)["address"] for x in controller.inventory.of_kind(kinds.IPADDRESS)}  # noqa: E731
+    assert held() == {"p.10-0-0-5.ip": "10.0.0.5"}
+
+
+@pytest.mark.xfail(strict=True, reason="the tombstone the Metal3 IPAddresses' listing left for the lock's name is newer "
+                   "than its Lease: the Lease, unchanged, is dropped from every later listing of the Leases too")
+def test_a_lock_moved_between_the_two_listings_is_filed_by_the_next_listing_of_the_leases():
+    controller = Controller(Inventory(), Kicks(), writer=None)
+    legacy = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
+    controller.on_event("ADDED", legacy)
+    asyncio.run(controller.settle(_listing([], lambda x: lockstore.stored_in_lease(x) is not None, "15")))
+    lease = lockstore.to_lease(lockstore.moved_over(legacy), HOME)
+    lease["metadata"].update(uid="lease-uid", resourceVersion="20")
+    asyncio.run(controller.settle(_listing([], lambda x: lockstore.stored_in_lease(x) is None, "26")))
+    # Listed afresh at 50 (a resync, or the lead taken): the Lease is there, unchanged since 20.
+    asyncio.run(controller.settle(_listing([lockstore.from_lease(lease)],
+                                           lambda x: lockstore.stored_in_lease(x) is not None, "50")))
 
     held = {o.name(x): o.spec(x)["address"] for x in controller.inventory.of_kind(kinds.IPADDRESS)}
     assert held == {"p.10-0-0-5.ip": "10.0.0.5"}
