@@ -54,12 +54,12 @@ def test_a_lock_moved_between_the_two_listings_is_filed_from_its_leases_news():
     # The watch of the Leases, started at 15, brings the Lease.
     controller.on_lease_event("ADDED", lease)
 
-    held = lambda: {o.name(x): o.spec(x)["address"] for x in controller.inventory.of_kind(kinds.IPADDRESS)}  # noqa: E731
-    assert held() == {"p.10-0-0-5.ip": "10.0.0.5"}
+    held = {o.name(x): o.spec(x)["address"] for x in controller.inventory.of_kind(kinds.IPADDRESS)}
+    assert held == {"p.10-0-0-5.ip": "10.0.0.5"}
 
 
-@pytest.mark.xfail(strict=True, reason="the tombstone the Metal3 IPAddresses' listing left for the lock's name is newer "
-                   "than its Lease: the Lease, unchanged, is dropped from every later listing of the Leases too")
+@pytest.mark.xfail(strict=True, reason="the tombstone the Metal3 IPAddresses' listing left for the lock's name is "
+                   "newer than its Lease: the Lease, unchanged, is dropped from every later listing of the Leases too")
 def test_a_lock_moved_between_the_two_listings_is_filed_by_the_next_listing_of_the_leases():
     controller = Controller(Inventory(), Kicks(), writer=None)
     legacy = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")

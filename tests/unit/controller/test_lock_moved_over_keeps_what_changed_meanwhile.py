@@ -81,8 +81,9 @@ def _second_pool_joins(server: Server) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="the Lease is made of the IPAddress as last filed, and the IPAddress is then "
-                   "deleted on condition of its uid only: an owner a pool added to it in between is lost, and the guard "
-                   "is collected once the first pool goes though the second still hands IPs out of its sub-prefix")
+                   "deleted on condition of its uid only: an owner a pool added to it in between is lost, and the "
+                   "guard is collected once the first pool goes though the second still hands IPs out of its "
+                   "sub-prefix")
 def test_an_owner_added_to_a_shared_guard_while_it_moves_to_its_lease_is_kept():
     legacy = _legacy_shared_guard()
     inventory = Inventory()
