@@ -232,3 +232,27 @@ def test_the_dashboard_picks_pools_among_a_series_every_pool_has_though_its_kind
         exported = {(s.labels.get("namespace"), s.labels.get("pool"), s.labels.get("kind"))
                     for family in REGISTRY.collect() for s in family.samples if s.name.startswith(series)}
         assert tuple(labels.values()) in exported, (name, series)
+
+
+def test_a_scrape_has_one_sample_per_label_set_however_many_pool_workers_report():
+    """Prometheus refuses a scrape with two samples alike: the queues of every source are summed per controller
+    (one process runs one set of pool workers; more are alive only in tests, and earlier ones may linger)."""
+    api = loaded(ippool(pools=[{"start": "10.0.0.1", "end": "10.0.0.2"}]), *[ipclaim(f"c{i}") for i in range(3)])
+
+    async def scenario():
+        first = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        second = PoolWorkers(api.inventory, MemoryWriter(api), gather_seconds=0)
+        first.kick([POOL])
+        second.kick([POOL])
+        await settled(first)
+        await settled(second)
+        families = list(metrics.LIVE.collect())
+        return first, second, families
+
+    first, second, families = asyncio.run(scenario())
+    for family in families:
+        keys = [tuple(sorted(s.labels.items())) for s in family.samples]
+        assert len(keys) == len(set(keys)), f"{family.name}: {keys}"
+    most = next(f for f in families if f.name == "controller_runtime_max_concurrent_reconciles")
+    [sample] = [s for s in most.samples if s.labels == {"controller": "ippool"}]
+    assert sample.value >= 2  # this pool in each of the two
