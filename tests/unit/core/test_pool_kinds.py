@@ -145,3 +145,8 @@ def test_a_kind_whose_lock_tag_no_other_kind_meets_is_served(registry):
     kind = dataclasses.replace(IPPOOL_KIND, kind=OTHER, lock_tag="i")  # hashed: "ih"
     pools.register(kind)
     assert registry[OTHER] is kind and "i" in pools.lock_tags()
+
+
+@pytest.mark.parametrize("group", [[], {}, ["ipam.cluster.x-k8s.io"], None, 7])
+def test_a_claims_pool_group_that_is_not_a_string_is_none_of_ours(group):
+    assert not pools.serves_claims_of(group, "InClusterIPPool")
