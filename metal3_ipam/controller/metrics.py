@@ -163,18 +163,35 @@ class _Live:
         oldest = GaugeMetricFamily("metal3_ipam_claims_not_ready_oldest_seconds",
                                    "Seconds the longest-waiting of those claims has not been Ready",
                                    labels=[*POOL_LABELS, "reason"])
+        # One sample per label set, whatever the number of sources (a scrape with two alike is refused): the
+        # counts of every source summed, the longest and the oldest their maximum.
+        families = {f.name: f for f in (depth, unfinished, longest, active, most, waiting, oldest)}
+        sums: dict[tuple[str, tuple[str, ...]], float] = {}
+        maxima: dict[tuple[str, tuple[str, ...]], float] = {}
+
+        def add(family: GaugeMetricFamily, labels: list[str], value: float) -> None:
+            key = (family.name, tuple(labels))
+            sums[key] = sums.get(key, 0.0) + value
+
+        def most_of(family: GaugeMetricFamily, labels: list[str], value: float) -> None:
+            key = (family.name, tuple(labels))
+            maxima[key] = max(maxima.get(key, value), value)
+
         for source in list(self.sources):
             for queue in source.queues():
                 names = [queue.controller, queue.controller]
                 for priority, count in sorted(queue.depth.items()):
-                    depth.add_metric([*names, str(priority)], count)
-                unfinished.add_metric(names, sum(queue.running))
-                longest.add_metric(names, max(queue.running, default=0.0))
-                active.add_metric([queue.controller], len(queue.running))
-                most.add_metric([queue.controller], queue.pools)
+                    add(depth, [*names, str(priority)], count)
+                add(unfinished, names, sum(queue.running))
+                most_of(longest, names, max(queue.running, default=0.0))
+                add(active, [queue.controller], len(queue.running))
+                add(most, [queue.controller], queue.pools)
             for (pool, reason), (count, seconds) in sorted(source.claims_not_ready().items()):
-                waiting.add_metric([*pool_labels(pool), reason], count)
-                oldest.add_metric([*pool_labels(pool), reason], seconds)
+                add(waiting, [*pool_labels(pool), reason], count)
+                most_of(oldest, [*pool_labels(pool), reason], seconds)
+        for values in (sums, maxima):
+            for (name, labels), value in values.items():
+                families[name].add_metric(list(labels), value)
         return [depth, unfinished, longest, active, most, waiting, oldest]
 
 

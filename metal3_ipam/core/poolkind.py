@@ -281,7 +281,7 @@ def claim_pool_groups() -> dict[str, tuple[str, ...] | None]:
 def serves_claims_of(group: Any, kind: Any) -> bool:
     """Whether a Cluster API claim whose poolRef names ``group`` and ``kind`` is ours to judge and serve."""
     groups = claim_pool_groups()
-    if group not in groups:
+    if not isinstance(group, str) or group not in groups:  # a group written as a list or a map is none of ours
         return False
     ours = groups[group]
     return ours is None or kind in ours

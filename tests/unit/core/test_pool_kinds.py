@@ -167,3 +167,8 @@ def test_a_kind_installed_that_this_controller_may_not_list_is_not_served(monkey
     said = operator.unserved(resources, denied)
     assert said[-1] == "not served (not listable by this controller): IPPool.ipam.metal3.io, " \
                        "IPClaim.ipam.metal3.io, IPAddress.ipam.metal3.io"
+
+
+@pytest.mark.parametrize("group", [[], {}, ["ipam.cluster.x-k8s.io"], None, 7])
+def test_a_claims_pool_group_that_is_not_a_string_is_none_of_ours(group):
+    assert not pools.serves_claims_of(group, "InClusterIPPool")

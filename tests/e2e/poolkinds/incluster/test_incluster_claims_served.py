@@ -4,6 +4,7 @@ address objects it makes must be ones the API server accepts (their names includ
 from __future__ import annotations
 
 from controller_fixtures import CAPI, METAL3
+from metal3_ipam.core import objects as o
 from metal3_ipam.testing.waiting import eventually
 
 GROUP, VERSION = "ipam.cluster.x-k8s.io", "v1alpha2"
@@ -17,16 +18,20 @@ def test_a_claim_of_an_in_cluster_ip_pool_is_served_and_released(controller, kub
     address = kube.capi_bound("m0")
     assert (address["spec"]["address"], address["spec"]["prefix"], address["spec"]["gateway"]) == \
         ("10.30.0.10", 24, "10.30.0.1")
-    # Its lock is a Lease of the lock namespace, no Metal3 IPAddress.
-    [lock] = [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"]
+    # Its lock and its IP's guard in the namespace (every InClusterIPPool allocation writes one: see
+    # docs/pools/incluster.md) are Leases of the lock namespace, no Metal3 IPAddresses.
+    at_ip = [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"]
+    [lock] = [a for a in at_ip if not o.is_guard(a)]
     assert lock["spec"]["claim"]["name"] == "m0" and lock["spec"]["pool"]["kind"] == "InClusterIPPool"
+    [guard] = [a for a in at_ip if o.is_guard(a)]
+    assert guard["metadata"]["name"] == "10-30-0-10.nsip"
     assert not [a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"]
 
     kube.delete(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddresses", "m0")
     eventually(lambda: not [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"], timeout=30,
-               what="the lock of m0 gone")
+               what="the lock and the guard of m0 gone")
 
 
 def test_claims_of_one_name_in_a_global_in_cluster_ip_pool_are_served_in_their_namespaces(controller, kube):

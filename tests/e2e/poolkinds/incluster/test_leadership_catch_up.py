@@ -21,6 +21,7 @@ from incluster_fixtures import InCluster
 from metal3_ipam.controller.leader import LeaseTiming
 from metal3_ipam.controller.runtime import Options, Runtime
 from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
 from metal3_ipam.testing.waiting import eventually_async
 
 TIMING = LeaseTiming(lease_duration=4.0, renew_deadline=3.0, retry_period=0.5)
@@ -82,11 +83,13 @@ def _earlier_lock(pool: dict, claim: dict) -> dict:
 
 
 def _ips_locked(kube) -> dict[str, list[str]]:
-    """The IPs locked in the namespace, whichever store holds each lock (the Leases of the lock namespace, the
-    namespace itself here; Metal3 IPAddresses an earlier version wrote, until they are moved over)."""
+    """The locks by IP (the guards of the namespace's IPs left out), whichever store holds each lock (the Leases
+    of the lock namespace, the namespace itself here; Metal3 IPAddresses an earlier version wrote, until they are
+    moved over)."""
     locks: dict[str, list[str]] = {}
     for lock in [*kube.locks(kube.ns), *kube.list(METAL3, "ipaddresses")]:
-        locks.setdefault(lock["spec"]["address"], []).append(lock["metadata"]["name"])
+        if not o.is_guard(lock):
+            locks.setdefault(lock["spec"]["address"], []).append(lock["metadata"]["name"])
     return locks
 
 

