@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from . import kinds
+from . import lockstore
 from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
@@ -177,8 +178,9 @@ class Inventory:
         # (``held_elsewhere``).
         self._held_ips: dict[str, dict[int, IntervalSet]] = {}
         self._prefixes: dict[str, dict[tuple[int, int], dict[int, ObjKey | Several]]] = {}
-        # Deleted names: key -> (resourceVersion, uid) of the deletion.
-        self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
+        # Deleted names: (key, store) -> (resourceVersion, uid) of the deletion. Where two stores hold the locks
+        # (``lockstore``), each store's deletions are its own: one's is no news of the other's object of the name.
+        self._tombstones: OrderedDict[tuple[ObjKey, str | None], tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what the pools of that namespace and the
         # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
@@ -260,12 +262,12 @@ class Inventory:
         stored = self.objects.get(key)
         if stored is not None and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
             return set()
-        tombstone = self._tombstones.get(key)
+        tombstone = self._tombstones.get((key, _store(obj)))
         if tombstone is not None:
             if _is_older(obj, tombstone[0]) or version_of(obj) == tombstone[0] \
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
-            del self._tombstones[key]
+            del self._tombstones[(key, _store(obj))]
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
@@ -429,7 +431,8 @@ class Inventory:
                 return set()
             if version_of(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
                 return set()
-        self._bury(key, version_of(obj) if version_of(obj) is not None else (stored and version_of(stored)),
+        self._bury((key, _store(obj)),
+                   version_of(obj) if version_of(obj) is not None else (stored and version_of(stored)),
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
@@ -584,7 +587,7 @@ class Inventory:
         stored = self.get(kind, namespace, name)
         return self.remove(stored) if stored is not None else set()
 
-    def _bury(self, key: ObjKey, version: int | None, uid: str | None) -> None:
+    def _bury(self, key: tuple[ObjKey, str | None], version: int | None, uid: str | None) -> None:
         known = self._tombstones.get(key)
         if known is not None and known[0] is not None and (version is None or version < known[0]):
             return  # a later deletion is known already: older news must not reopen the name
@@ -1181,6 +1184,12 @@ class Listed:
                     yield touched
                     touched = set()
         yield touched
+
+
+def _store(obj: dict) -> str | None:
+    """The store a lock's news come from: the Lease it stands for (``lockstore.STORED_IN``), or None (the object
+    itself). Resource versions order one store's news only against the deletions that store saw."""
+    return "lease" if lockstore.stored_in_lease(obj) else None
 
 
 def of_every_namespace(obj: dict) -> bool:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from metal3_ipam.controller.operator import Controller, Listing, Page
 from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
@@ -34,11 +32,6 @@ def _listing(items, only, version: str) -> Listing:
     return Listing(kinds.IPADDRESS, None, lambda token: Page(items, version, None), only=only)
 
 
-@pytest.mark.xfail(strict=True, reason="the listing of the Metal3 IPAddresses, taken after the lock moved, proves "
-                   "the IPAddress gone and leaves a tombstone newer than the Lease, so the Lease's ADDED event (older "
-                   "than that listing, newer than the Leases' listing) is dropped, and so is the Lease in every later "
-                   "listing of the Leases (a resync, the listing afresh when the lead is taken): the lock stays "
-                   "unfiled until its Lease changes or the tombstone is evicted")
 def test_a_lock_moved_between_the_two_listings_is_filed_from_its_leases_news():
     controller = Controller(Inventory(), Kicks(), writer=None)
     legacy = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
@@ -58,8 +51,6 @@ def test_a_lock_moved_between_the_two_listings_is_filed_from_its_leases_news():
     assert held == {"p.10-0-0-5.ip": "10.0.0.5"}
 
 
-@pytest.mark.xfail(strict=True, reason="the tombstone the Metal3 IPAddresses' listing left for the lock's name is "
-                   "newer than its Lease: the Lease, unchanged, is dropped from every later listing of the Leases too")
 def test_a_lock_moved_between_the_two_listings_is_filed_by_the_next_listing_of_the_leases():
     controller = Controller(Inventory(), Kicks(), writer=None)
     legacy = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
