@@ -13,8 +13,11 @@ every other object of ours is held by our finalizers and let go by the reconcile
 
 Locks are stored where the controller stores them (``core.lockstore``): those of
 the kinds whose locks are Leases, and the guards, as Leases of the lock namespace
-(``leases``), which the inventory sees as the IPAddresses they stand for; a lock
-an earlier version wrote as a Metal3 IPAddress stays one until ``move_locks_over``.
+(``leases``), which the inventory sees as the IPAddresses they stand for. Where
+Metal3 IPAddresses can be written (``metal3_locks``), each is written as one
+too, first, its twin (``hidden``): an earlier version's lock of that name refuses
+it. A lock an earlier version wrote as a Metal3 IPAddress holds as it is, and
+gets its Lease beside it (``move_locks_over``).
 """
 
 from __future__ import annotations
@@ -49,9 +52,12 @@ class MemoryApi:
     _version: int = 0
     # The guards by the uid of the claim owning them: the garbage collector takes them when it goes.
     _guards: dict[str, set[tuple]] = field(default_factory=dict)
-    # The Metal3 IPAddresses an earlier version wrote that a Lease of the same lock hides from the inventory until
-    # they are deleted (as the adapter files them).
+    # The Metal3 IPAddresses a Lease of the same name hides from the inventory (as the adapter files them): the
+    # twins of the Leases, and locks an earlier version wrote, each held while it is stored.
     hidden: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Whether Metal3 IPAddresses can be written (their CRD served, this controller allowed to): every lock of the
+    # Lease store is then written as one too, first (``lockstore``).
+    metal3_locks: bool = True
 
     @property
     def leases(self) -> dict[str, dict]:
@@ -115,6 +121,8 @@ class MemoryApi:
             obj = self._through_lease(obj)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.inventory.remove(obj)
+            if lockstore.stored_in_lease(obj):
+                self._lease_gone(obj)
             self._collect(obj)
         else:
             self.inventory.upsert(obj)
@@ -125,15 +133,27 @@ class MemoryApi:
         assert back is not None
         return back
 
-    def _create_lease(self, lock: dict) -> None:
-        """A lock of the Lease store created: refused when its Lease exists (the name is the lock)."""
+    def _create_lease(self, lock: dict, twin: bool = True) -> None:
+        """A lock of the Lease store created: refused when its Lease exists (the name is the lock); where Metal3
+        IPAddresses can be written (and ``twin``), its Metal3 IPAddress is created first, refused when one of
+        that name exists (an earlier version's lock)."""
         namespace, name = o.namespace(lock), o.name(lock)
-        if lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, namespace, name)):
+        key = (namespace, name)
+        stored = self.inventory.get(kinds.IPADDRESS, namespace, name)
+        if lockstore.stored_in_lease(stored):
             raise Refused(f"Lease {self.inventory.lock_namespace}/{lockstore.lease_name(namespace, name)} "
                           f"already exists")
-        stored = self.inventory.get(kinds.IPADDRESS, namespace, name)
-        if stored is not None and not lockstore.stored_in_lease(stored):
-            self.hidden[(namespace, name)] = stored
+        if twin and self.metal3_locks:
+            if stored is not None or key in self.hidden:
+                raise Refused(f"IPAddress {namespace}/{name} already exists")
+            made = lockstore.moved_over(lock)
+            made["metadata"]["annotations"] = {k: v for k, v in o.annotations(made).items()
+                                               if k != lockstore.STORED_IN}
+            made["metadata"].update(uid=self._uid(made), creationTimestamp=self.now,
+                                    resourceVersion=self._next_version())
+            self.hidden[key] = made
+        elif stored is not None:
+            self.hidden[key] = stored
         view = copy.deepcopy(lock)
         meta = view.setdefault("metadata", {})
         meta.setdefault("annotations", {})[lockstore.STORED_IN] = lockstore.lease_name(namespace, name)
@@ -143,31 +163,44 @@ class MemoryApi:
         self._store(view)
         if o.is_guard(view):
             for owner in o.owner_references(view):
-                self._guards.setdefault(str(owner.get("uid")), set()).add((namespace, name))
+                self._guards.setdefault(str(owner.get("uid")), set()).add(key)
+
+    def _lease_gone(self, view: dict) -> None:
+        """A Lease deleted: its twin goes with it; a Metal3 IPAddress of another lock it hid is filed again."""
+        key = (o.namespace(view), o.name(view))
+        hidden = self.hidden.pop(key, None)
+        if hidden is not None and not lockstore.same_lock(hidden, view):
+            self.inventory.upsert(hidden)
+
+    def _twin_owned(self, view: dict, owners: list[dict]) -> None:
+        """The owners a Lease is given, given to its twin too (first, as the adapter does), so that the garbage
+        collector keeps the twin as long as the controller keeps the Lease."""
+        twin = self.hidden.get((o.namespace(view), o.name(view)))
+        if lockstore.stored_in_lease(view) and lockstore.same_lock(twin, view):
+            twin["metadata"]["ownerReferences"] = [dict(r) for r in owners]
 
     def legacy_locks(self) -> list[dict]:
-        """The locks that belong in the Lease store and are still Metal3 IPAddresses (filed or hidden)."""
+        """The locks that belong in the Lease store and are Metal3 IPAddresses alone (filed), or hidden by the
+        Lease of another lock."""
         filed = [obj for obj in self.inventory.of_kind(kinds.IPADDRESS)
                  if lockstore.in_leases(obj) and not lockstore.stored_in_lease(obj)]
-        return filed + list(self.hidden.values())
+        return filed + [x for k, x in self.hidden.items()
+                        if not lockstore.same_lock(x, self.inventory.get(kinds.IPADDRESS, *k))]
 
     def move_locks_over(self, between=lambda: None) -> list[str]:
         """Each lock an earlier version wrote as a Metal3 IPAddress that belongs in the Lease store: its Lease
-        created, then (``between`` called in between) the IPAddress deleted. Returns what was refused (a Lease
-        of another lock of that name: the IPAddress is kept)."""
+        created beside it (``between`` called once it is), the IPAddress kept as its twin. Returns what was
+        refused (a Lease of another lock of that name: the IPAddress holds as it is)."""
         refused = []
         for legacy in self.legacy_locks():
             key = (o.namespace(legacy), o.name(legacy))
             try:
-                self._create_lease(lockstore.moved_over(legacy))
+                self._create_lease(lockstore.moved_over(legacy), twin=False)
             except Refused as err:
                 if not lockstore.same_lock(self.inventory.get(kinds.IPADDRESS, *key), legacy):
                     refused.append(str(err))
                     continue
             between()
-            self.hidden.pop(key, None)
-            if lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, *key)) is None:
-                self.inventory.remove(legacy)
         return refused
 
     def _lives(self, owner: dict, namespace: str) -> bool:
@@ -252,6 +285,7 @@ class MemoryApi:
                     meta.setdefault("annotations", {}).update(action.annotations)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
+                    self._twin_owned(obj, meta["ownerReferences"])
                     if kinds.kind_of(obj) == kinds.IPADDRESS and o.is_guard(obj):
                         for owner in meta["ownerReferences"]:
                             self._guards.setdefault(str(owner.get("uid")), set()).add((o.namespace(obj),

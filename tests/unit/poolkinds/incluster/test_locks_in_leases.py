@@ -105,7 +105,7 @@ def _legacy_world():
     return api, old
 
 
-def test_locks_written_as_metal3_ipaddresses_hold_and_move_to_leases_lease_first():
+def test_locks_written_as_metal3_ipaddresses_hold_and_get_their_leases_beside_them():
     new, old = _legacy_world()
     before = _locked(old)
     assert before and not old.leases
@@ -114,8 +114,12 @@ def test_locks_written_as_metal3_ipaddresses_hold_and_move_to_leases_lease_first
     def never_unlocked():
         assert before.items() <= _locked(old).items()
     assert old.move_locks_over(between=never_unlocked) == []
-    assert not old.hidden and not old.legacy_locks()
+    assert not old.legacy_locks()
+    # Each IPAddress is kept beside its Lease (an earlier version, still running, reads it), as the twin of a lock
+    # written now is.
+    assert sorted(old.hidden) == sorted(before) and all(not lockstore.stored_in_lease(x) for x in old.hidden.values())
     assert sorted(old.leases) == sorted(new.leases)
+    assert sorted(new.hidden) == sorted(old.hidden)
     for name, lease in old.leases.items():
         assert lockstore.same_lock(lockstore.from_lease(lease), lockstore.from_lease(new.leases[name]))
     assert _locked(old) == before
@@ -128,10 +132,32 @@ def test_a_legacy_lock_whose_lease_holds_another_claim_is_kept_and_said():
     legacy = next(x for x in old.legacy_locks() if o.namespace(x) == "ns-a" and not o.is_guard(x))
     rival = lockstore.moved_over(legacy)
     rival["spec"]["claim"] = {**rival["spec"]["claim"], "name": "someone-else"}
-    old.do(Create(rival))  # another lock's Lease of that name: it hides the IPAddress, which still waits
+    old.metal3_locks = False  # written by a replica that has no Metal3 IPAddresses (its Lease alone)
+    old.do(Create(rival))  # another lock's Lease of that name: it hides the IPAddress, which still holds
+    old.metal3_locks = True
     refused = old.move_locks_over()
     assert len(refused) == 1 and "already exists" in refused[0]
     assert (o.namespace(legacy), o.name(legacy)) in {(o.namespace(x), o.name(x)) for x in old.legacy_locks()}
+
+
+def test_a_lock_is_refused_by_an_earlier_versions_metal3_ipaddress_of_its_name_and_written_there_too():
+    """Where Metal3 IPAddresses can be written, a lock is written as one too, first: an earlier version's lock of the
+    name refuses it (the API server refuses the second IPAddress), and an earlier version reads it."""
+    new, old = _legacy_world()
+    legacy = next(x for x in old.inventory.of_kind(kinds.IPADDRESS) if o.namespace(x) == "ns-a" and not o.is_guard(x))
+    rival = lockstore.moved_over(legacy)
+    rival["spec"]["claim"] = {**rival["spec"]["claim"], "name": "someone-else"}
+    try:
+        old.do(Create(rival))
+    except Refused as err:
+        assert f"IPAddress ns-a/{o.name(legacy)} already exists" in str(err)
+    else:
+        raise AssertionError("a lock was written over an earlier version's lock of its name")
+    assert not old.leases
+    for view in new.inventory.of_kind(kinds.IPADDRESS):
+        twin = new.hidden[(o.namespace(view), o.name(view))]
+        assert lockstore.same_lock(twin, view) and not lockstore.stored_in_lease(twin)
+        assert o.owner_references(twin) == o.owner_references(view)
 
 
 def reconcile_writes(api):
