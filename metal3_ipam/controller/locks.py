@@ -1,20 +1,25 @@
-"""The Lease store's upkeep (``core.lockstore``): locks an earlier version wrote as Metal3 IPAddresses moved
-over, and guards whose claim is gone collected.
+"""The Lease store's upkeep (``core.lockstore``): Leases given to the locks seen as Metal3 IPAddresses alone,
+and guards whose claim is gone collected.
 
-A lock seen as a Metal3 IPAddress that belongs in the Lease store (``Controller.legacy``) holds its IP as it
-is. Here its Lease is created first, and only once the Lease exists (this one, or one that holds the same IP
-for the same claim) is the IPAddress let go: its finalizers removed and it deleted, that incarnation only. A
-Lease of that name for another claim is another lock: the IPAddress is kept, and said once in the log.
+Where Metal3 IPAddresses can be written, a lock of the Lease store is both: its Metal3 IPAddress (its twin,
+written first, which an earlier version, still running, reads and refuses its own lock of the name with) and
+its Lease (the lock the replicas that have no Metal3 IPAddresses refuse each other with). A lock seen as a
+Metal3 IPAddress alone (one an earlier version wrote, or one whose Lease was not written after it) holds its IP
+as it is; here it is given its Lease, and the IPAddress is kept as its twin. A Lease of that name for another
+claim is another lock: the IPAddress holds as it is, and is said once in the log. The owners an earlier
+version gives a twin (a pool added to a guard the namespace's pools share) are added to its Lease.
 
 A guard stored as a Metal3 IPAddress in its namespace went with its owners (the garbage collector): its
 claim, or the namespace's pools that share it. A Lease in the lock namespace cannot name an owner of another
 namespace, so a guard none of whose owners lives is deleted here: each owner read from the API server first,
 one a claim owns only once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``),
 and the Lease deleted on condition that it is unchanged since read (a pool adding itself to the owners of a
-shared guard does so on the same condition, so one of the two is refused).
+shared guard does so on the same condition, so one of the two is refused). Its twin, whose owners are of its
+namespace, is the garbage collector's.
 
-Both run while this replica may write (leading, caught up): the move whenever the watches or a listing file
-such an IPAddress, the look over the guards at start, at every resync, when the lead is taken and when a pool goes.
+Both run while this replica may write (leading, caught up): the Leases given whenever the watches or a listing
+file such an IPAddress, the look over the guards at start, at every resync, when the lead is taken and when a
+pool goes.
 """
 
 from __future__ import annotations
@@ -74,12 +79,23 @@ class LockUpkeep:
                 log.warning("the Lease store's upkeep failed: %s", getattr(err, "reason", None) or err)
 
     async def move_over(self) -> None:
-        # Every lock seen as a Metal3 IPAddress that belongs in the Lease store went through ``Controller.hidden``.
-        for key, legacy in list(self.controller.legacy.items()):
+        """Each lock seen as a Metal3 IPAddress since last looked (``Controller.unsettled``): its Lease created
+        when none is filed, its owners given to its Lease when it is."""
+        controller = self.controller
+        for key in list(controller.unsettled):
             if not self.may_act():
                 return
-            if await self._leased(key, legacy):
-                await self._let_go(key, legacy)
+            legacy = controller.legacy.get(key)
+            filed = controller.inventory.get(kinds.IPADDRESS, *key)
+            if legacy is None:
+                pass
+            elif not lockstore.stored_in_lease(filed):
+                await self._leased(key, legacy)
+            elif not lockstore.same_lock(filed, legacy):
+                self._say_kept(key, legacy)
+            elif not await self._owners_given(filed, legacy):
+                continue  # its Lease changed since read: looked at again at the next wake
+            controller.unsettled.discard(key)
 
     async def _leased(self, key: tuple[str, str], legacy: dict) -> bool:
         """The lock's Lease exists (created now, or found holding the same IP for the same claim)."""
@@ -94,39 +110,43 @@ class LockUpkeep:
             found = await self.writer._refresh(o.ref(legacy))
             if found is not None and lockstore.stored_in_lease(found) and lockstore.same_lock(found, legacy):
                 return True
-            if key not in self._said:
-                self._said.add(key)
-                log.warning("IPAddress %s/%s (an earlier version's lock of %s) is kept: the Lease %s/%s holds "
-                            "another lock", key[0], key[1], o.spec(legacy).get("address"), self.home,
-                            lockstore.lease_name(*key))
+            self._say_kept(key, legacy)
             return False
         view = lockstore.from_lease(created)
         if view is not None:
             self.controller.file(view)
-        log.info("lock %s/%s of %s moved to the Lease %s/%s", key[0], key[1], o.spec(legacy).get("address"),
+        log.info("lock %s/%s of %s given the Lease %s/%s", key[0], key[1], o.spec(legacy).get("address"),
                  self.home, o.name(created))
         return True
 
-    async def _let_go(self, key: tuple[str, str], legacy: dict) -> None:
-        """The IPAddress an earlier version wrote: its finalizers removed, then deleted (that incarnation)."""
-        resource = self.writer.resources.get(kinds.IPADDRESS)
-        self.controller.legacy.pop(key, None)
-        if resource is None:
-            return
-        path = resource.path(*key)
-        uid = o.meta(legacy).get("uid")
+    def _say_kept(self, key: tuple[str, str], legacy: dict) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning("IPAddress %s/%s (a lock of %s) holds its IP as it is: the Lease %s/%s holds another lock",
+                        key[0], key[1], o.spec(legacy).get("address"), self.home, lockstore.lease_name(*key))
+
+    async def _owners_given(self, filed: dict, twin: dict) -> bool:
+        """The owners the twin names that its Lease does not (an earlier version added a pool to a guard the
+        namespace's pools share) added to the Lease, on condition that it is unchanged since read; False when it
+        changed."""
+        named = {str(r.get("uid")) for r in o.owner_references(filed)}
+        more = [dict(r) for r in o.owner_references(twin) if str(r.get("uid")) not in named]
+        if not more:
+            return True
+        owners = (*o.owner_references(filed), *more)
+        body = {"metadata": {"resourceVersion": o.meta(filed).get("resourceVersion"),
+                             "annotations": lockstore.owners_patch(filed, owners)}}
         try:
-            if o.finalizers(legacy):
-                await self.writer._call("PATCH", path, body={"metadata": {"finalizers": None,
-                                                                          **({"uid": uid} if uid else {})}},
-                                        content_type=MERGE_PATCH)
-            await self.writer._call("DELETE", path, body={"preconditions": {"uid": uid}} if uid else {},
-                                    content_type="application/json")
+            answer = await self.writer._call("PATCH", LEASES.path(self.home, lockstore.stored_in_lease(filed)),
+                                             body=body, content_type=MERGE_PATCH)
         except ApiException as err:
-            if err.status not in (404, 409, 422):  # gone, or another incarnation: its own news bring it again
-                raise
-        if lockstore.stored_in_lease(self.controller.inventory.get(kinds.IPADDRESS, *key)) is None:
-            self.controller.inventory.remove(legacy)
+            if err.status in (404, 409):
+                return err.status == 404
+            raise
+        view = lockstore.from_lease(answer) if isinstance(answer, dict) else None
+        if view is not None:
+            self.controller.file(view)
+        return True
 
     async def collect_guards(self) -> None:
         """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a

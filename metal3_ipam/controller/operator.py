@@ -161,9 +161,11 @@ class Controller:
     writer: ApiWriter
     relist: Callable[[str], list["Listing"]] | None = None  # a namespace's addresses, to be listed again
     resumptions: Resumptions | None = field(default=None, init=False)
-    # The locks seen as Metal3 IPAddresses that belong in the Lease store, by (namespace, name): moved over by
-    # ``locks.LockUpkeep``, which ``on_locks`` wakes.
+    # The locks seen as Metal3 IPAddresses that belong in the Lease store, by (namespace, name): the twins of the
+    # Leases, and locks an earlier version wrote; ``unsettled``: those ``locks.LockUpkeep`` (which ``on_locks``
+    # wakes) is to look at, to give a Lease beside, or their owners to their Lease.
     legacy: dict[tuple[str, str], dict] = field(default_factory=dict, init=False)
+    unsettled: set[tuple[str, str]] = field(default_factory=set, init=False)
     on_locks: Callable[[], None] = lambda: None
     # A pool gone (its watch said so): the guards it shared may have no owner left (``locks.LockUpkeep.sweep``).
     on_pool_gone: Callable[[], None] = lambda: None
@@ -214,21 +216,37 @@ class Controller:
         self._remove(obj)
         if kinds.kind_of(obj) in poolkind.REGISTRY:
             self.on_pool_gone()
+        if lockstore.stored_in_lease(obj):
+            self._unhide(obj)
 
     # -- the locks of the Lease store (``core.lockstore``) -------------------------------
 
     def hidden(self, obj: dict, gone: bool = False) -> bool:
-        """Whether ``obj`` is a lock an earlier version wrote as a Metal3 IPAddress whose Lease is filed: the
-        Lease is the lock, this one only waits to be deleted (``legacy``), and its news are not filed."""
+        """Whether ``obj`` is a lock of the Lease store seen as a Metal3 IPAddress (a Lease's twin, or a lock an
+        earlier version wrote) whose name's Lease is filed: the Lease is what the reconcile reads, and its news
+        are not filed (``legacy``); the IPAddress holds the name against an earlier version meanwhile."""
         if kinds.kind_of(obj) != kinds.IPADDRESS or lockstore.stored_in_lease(obj) or not lockstore.in_leases(obj):
             return False
         key = (o.namespace(obj), o.name(obj))
         if gone:
             self.legacy.pop(key, None)
+            self.unsettled.discard(key)
         else:
-            self.legacy[key] = obj
+            self.legacy[key] = slim(obj)
+            self.unsettled.add(key)
             self.on_locks()
         return lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, *key)) is not None
+
+    def _unhide(self, lease_view: dict) -> None:
+        """A Lease gone: a Metal3 IPAddress of its name that is another lock (an earlier version's, written once
+        the Lease's twin was gone) holds its IP as it is, filed again; a twin of that lock is let go with it."""
+        key = (o.namespace(lease_view), o.name(lease_view))
+        hidden = self.legacy.get(key)
+        if hidden is not None and not lockstore.same_lock(hidden, lease_view) \
+                and self.inventory.get(kinds.IPADDRESS, *key) is None:
+            self._file_now(hidden)
+            self.unsettled.add(key)
+            self.on_locks()
 
     def on_lease_event(self, event_type: str, lease: dict) -> None:
         """A watch event of a Lease of the lock namespace: the lock it stands for filed or forgotten."""
