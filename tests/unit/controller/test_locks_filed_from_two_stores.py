@@ -152,3 +152,33 @@ def test_the_leases_are_listed_where_no_metal3_ipaddress_is_served():
         (f"{gi.IN_CLUSTER_IP_POOL}.{gi.GROUP}", False), (f"IPAddress.{gi.GROUP}", False)]
     assert [(str(x), x.leases) for x in runtime._listings({kinds.IPADDRESS})] == [
         (f"leases.coordination.k8s.io in {HOME}", True)]
+
+
+def test_a_lease_gone_files_again_the_ipaddress_of_its_name_that_is_another_lock():
+    """An earlier version released the lock's claim (its IPAddress, the Lease's twin, deleted) and locked the IP for
+    another claim under the same name: hidden while the Lease is filed, that IPAddress holds the IP once the Lease
+    goes, and is to be given its own Lease."""
+    controller = _controller()
+    woken = []
+    controller.on_locks = lambda: woken.append(True)
+    twin = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
+    controller.on_lease_event("ADDED", _lease_of(twin, "11"))
+    controller.on_event("ADDED", twin)
+    controller.on_event("DELETED", {**twin, "metadata": {**twin["metadata"], "resourceVersion": "12"}})
+    other = _legacy("p.10-0-0-5.ip", "10.0.0.5", "13", claim="d")
+    controller.on_event("ADDED", other)
+    assert _locked(controller.inventory) == {"p.10-0-0-5.ip": ("10.0.0.5", True)}
+
+    controller.on_lease_event("DELETED", _lease_of(twin, "14"))
+    [held] = controller.inventory.of_kind(kinds.IPADDRESS)
+    assert not lockstore.stored_in_lease(held) and o.spec(held)["claim"]["name"] == "d"
+    assert ("ns", "p.10-0-0-5.ip") in controller.unsettled and woken
+
+
+def test_a_lease_gone_with_its_twin_files_nothing_again():
+    controller = _controller()
+    twin = _legacy("p.10-0-0-5.ip", "10.0.0.5", "10")
+    controller.on_lease_event("ADDED", _lease_of(twin, "11"))
+    controller.on_event("ADDED", twin)  # its twin, hidden
+    controller.on_lease_event("DELETED", _lease_of(twin, "14"))  # the twin's own deletion not seen yet
+    assert _locked(controller.inventory) == {}
