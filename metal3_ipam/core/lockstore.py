@@ -14,8 +14,10 @@ and finalizers are the Lease's, its claim the Lease's holderIdentity. ``from_lea
 Metal3 IPAddress the Lease stands for, marked with ``STORED_IN`` (the Lease's name) so that a write to it
 goes back to the Lease.
 
-A lock an earlier version wrote as a Metal3 IPAddress keeps holding its IP: it is filed as it is, written to
-where it is, and moved over (``move_over``) by creating its Lease first and only then deleting it.
+Where Metal3 IPAddresses can be written, a lock of the Lease store is written as its Metal3 IPAddress too, first
+(its twin: what an earlier version writes, so that the API server refuses one of the two writers of a name), then
+as its Lease; the reconcile reads the Lease. A lock seen as a Metal3 IPAddress alone (an earlier version's) holds
+its IP as it is: it is filed as it is, written to where it is, and given its Lease (``moved_over``) beside it.
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ def same_lock(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
 
 def moved_over(legacy: Mapping[str, Any]) -> dict:
     """The lock to create in the Lease store for one an earlier version wrote as a Metal3 IPAddress: the same
-    lock (name, spec, labels, finalizers, owners), without what the server gave the IPAddress. Created first,
-    the IPAddress deleted only once it exists, so the IP is never unlocked in between."""
+    lock (name, spec, labels, finalizers, owners), without what the server gave the IPAddress, which is kept
+    beside it as its twin."""
     keep = ("name", "namespace", "labels", "annotations", "finalizers", "ownerReferences")
     return {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
             "metadata": {k: v for k, v in o.meta(legacy).items() if k in keep}, "spec": dict(o.spec(legacy))}
