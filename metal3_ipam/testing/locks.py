@@ -1,6 +1,6 @@
 """The locks as the controller stores them, read from a real API server: the Leases of the lock namespace that
 are locks (``core.lockstore``), each as the Metal3 IPAddress it stands for, and the Metal3 IPAddresses where
-that API is served (locks an earlier version wrote)."""
+that API is served (the Leases' twins, and locks an earlier version wrote)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,12 @@ def metal3_locks(api: client.ApiClient, **listing: Any) -> list[dict]:
         if err.status == 404:
             return []
         raise
+
+
+def held_locks(api: client.ApiClient, lock_namespace: str, **listing: Any) -> list[dict]:
+    """Every lock once, whichever store holds it: the locks the Leases stand for, and the Metal3 IPAddresses no
+    Lease of their name stands beside (a Lease's twin is the same lock)."""
+    leased = lease_locks(api, lock_namespace, **listing)
+    names = {(x["metadata"]["namespace"], x["metadata"]["name"]) for x in leased}
+    return leased + [x for x in metal3_locks(api, **listing)
+                     if (x["metadata"]["namespace"], x["metadata"]["name"]) not in names]

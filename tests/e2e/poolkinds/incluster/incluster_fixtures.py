@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from controller_fixtures import CLUSTER, Findings, Kube, condition, until_converged
 from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import go_incluster as gi
-from metal3_ipam.testing.locks import lease_locks, metal3_locks
+from metal3_ipam.testing.locks import held_locks
 from metal3_ipam.testing.waiting import eventually
 
 #: How long a claim may take to be served by a running controller (it takes well under a second).
@@ -291,7 +291,7 @@ def snapshot(custom: client.CustomObjectsApi, namespaces: Iterable[str], pools: 
             key = PoolKey(kind, p["metadata"].get("namespace") or "", p["metadata"]["name"])
             if key in pools:
                 pool_objects[key] = p
-    locks = lease_locks(custom.api_client, lock_namespace, **at) + metal3_locks(custom.api_client, **at)
+    locks = held_locks(custom.api_client, lock_namespace, **at)
     return Snapshot(revision, in_scope(first["items"]), in_scope(locks),
                     in_scope(listed(gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims")), pool_objects)
 

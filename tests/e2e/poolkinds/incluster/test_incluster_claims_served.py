@@ -19,19 +19,24 @@ def test_a_claim_of_an_in_cluster_ip_pool_is_served_and_released(controller, kub
     assert (address["spec"]["address"], address["spec"]["prefix"], address["spec"]["gateway"]) == \
         ("10.30.0.10", 24, "10.30.0.1")
     # Its lock and its IP's guard in the namespace (every InClusterIPPool allocation writes one: see
-    # docs/pools/incluster.md) are Leases of the lock namespace, no Metal3 IPAddresses.
+    # docs/pools/incluster.md) are Leases of the lock namespace; where the Metal3 IPAddresses are served, each is
+    # one of those too, of the same name (what an earlier version writes and reads).
     at_ip = [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"]
     [lock] = [a for a in at_ip if not o.is_guard(a)]
     assert lock["spec"]["claim"]["name"] == "m0" and lock["spec"]["pool"]["kind"] == "InClusterIPPool"
     [guard] = [a for a in at_ip if o.is_guard(a)]
     assert guard["metadata"]["name"] == "10-30-0-10.nsip"
-    assert not [a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"]
+    twins = {a["metadata"]["name"]: a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"}
+    assert set(twins) == {lock["metadata"]["name"], guard["metadata"]["name"]}
+    assert twins[lock["metadata"]["name"]]["spec"] == lock["spec"]
 
     kube.delete(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddresses", "m0")
     eventually(lambda: not [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"], timeout=30,
                what="the lock and the guard of m0 gone")
+    kube.gone(METAL3, "ipaddresses", lock["metadata"]["name"])
+    kube.gone(METAL3, "ipaddresses", guard["metadata"]["name"])
 
 
 def test_claims_of_one_name_in_a_global_in_cluster_ip_pool_are_served_in_their_namespaces(controller, kube):
