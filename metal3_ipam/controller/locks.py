@@ -112,12 +112,44 @@ class LockUpkeep:
                 return True
             self._say_kept(key, legacy)
             return False
+        if not await self._still_there(legacy):
+            await self._take_back(created)
+            return False
         view = lockstore.from_lease(created)
         if view is not None:
             self.controller.file(view)
         log.info("lock %s/%s of %s given the Lease %s/%s", key[0], key[1], o.spec(legacy).get("address"),
                  self.home, o.name(created))
         return True
+
+    async def _still_there(self, legacy: dict) -> bool:
+        """Whether the IPAddress a Lease was just made of is still stored, that incarnation: one deleted meanwhile
+        (its claim released, by this version's reconcile writing to it where it was filed, or by an earlier
+        version; and maybe its name taken again by an earlier version for another claim) is no lock any more."""
+        resource = self.writer.resources.get(kinds.IPADDRESS)
+        if resource is None:
+            return True
+        try:
+            found = await self.writer._call("GET", resource.path(o.namespace(legacy), o.name(legacy)))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        uid = o.meta(legacy).get("uid")
+        return isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+
+    async def _take_back(self, lease: dict) -> None:
+        """A Lease made of an IPAddress that went meanwhile deleted, that incarnation, unchanged since made."""
+        meta = o.meta(lease)
+        preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+        try:
+            await self.writer._call("DELETE", LEASES.path(self.home, o.name(lease)),
+                                    body={"preconditions": preconditions}, content_type="application/json")
+        except ApiException as err:
+            if err.status not in (404, 409):  # gone, or written to since (its own news bring it)
+                raise
+        log.info("the Lease %s/%s deleted again: the IPAddress it was made of went meanwhile", self.home,
+                 o.name(lease))
 
     def _say_kept(self, key: tuple[str, str], legacy: dict) -> None:
         if key not in self._said:

@@ -59,6 +59,13 @@ class Server:
             lease["metadata"].update(uid="lease-1", resourceVersion="20")
             self.leases[lease["metadata"]["name"]] = lease
             return copy.deepcopy(lease)
+        if "/leases/" in path and method == "DELETE":
+            lease = self.leases.get(path.rsplit("/", 1)[1])
+            if lease is None:
+                raise ApiException(status=404)
+            if any(lease["metadata"].get(k) != v for k, v in body["preconditions"].items()):
+                raise ApiException(status=409)
+            return self.leases.pop(path.rsplit("/", 1)[1])
         if "/leases/" in path:
             return self._lease_patch(path.rsplit("/", 1)[1], body)
         stored = self.metal3.get(path)
@@ -128,3 +135,31 @@ def test_an_owner_an_earlier_version_adds_to_a_shared_guards_ipaddress_is_given_
     view = controller.inventory.get(kinds.IPADDRESS, NS, SUB)
     assert lockstore.stored_in_lease(view) and {r["uid"] for r in o.owner_references(view)} == {"u1", "u2"}
     assert METAL3.path(NS, SUB) in server.metal3 and not controller.unsettled
+
+
+def _released_and_locked_again(server: Server) -> None:
+    """An earlier version releases the IPAddress's claim (deletes it) and locks the IP for another claim under the
+    same name, while the Lease is being made of what was filed."""
+    path = METAL3.path(NS, SUB)
+    again = copy.deepcopy(server.metal3.pop(path))
+    again["metadata"].update(uid="metal3-again", resourceVersion="12")
+    again["spec"]["claim"] = {**again["spec"]["claim"], "name": "d"}
+    server.metal3[path] = again
+
+
+def _released(server: Server) -> None:
+    del server.metal3[METAL3.path(NS, SUB)]
+
+
+def test_a_lock_released_while_it_is_given_its_lease_is_not_brought_back_by_it():
+    """The Lease made of an IPAddress that went meanwhile is deleted again: else it would hold the IP for a claim
+    released, hiding the lock an earlier version wrote since under that name for another claim."""
+    for meanwhile in (_released, _released_and_locked_again):
+        legacy = _legacy_shared_guard()
+        server = Server(legacy, meanwhile)
+        controller = Controller(Inventory(), Kicks(), writer=server)
+        upkeep = LockUpkeep(controller, server, HOME, may_act=lambda: True)
+        controller.on_event("ADDED", legacy)
+        asyncio.run(upkeep.move_over())
+        assert not server.leases, meanwhile.__name__
+        assert not lockstore.stored_in_lease(controller.inventory.get(kinds.IPADDRESS, NS, SUB))
