@@ -145,6 +145,8 @@ class MemoryApi:
                           f"already exists")
         if twin and self.metal3_locks:
             if stored is not None or key in self.hidden:
+                if stored is None:  # learnt, as the adapter reads it after the refusal: it holds as it is
+                    self.inventory.upsert(self.hidden.pop(key))
                 raise Refused(f"IPAddress {namespace}/{name} already exists")
             made = lockstore.moved_over(lock)
             made["metadata"]["annotations"] = {k: v for k, v in o.annotations(made).items()
