@@ -260,7 +260,10 @@ class Inventory:
 
     def _upsert(self, key: ObjKey, obj: dict) -> set[o.PoolKey]:
         stored = self.objects.get(key)
-        if stored is not None and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
+        # A lock of one store filed over the other's (``lockstore``): two objects, whose versions tell nothing of
+        # each other; the adapter decides which one is filed.
+        if stored is not None and _store(stored) == _store(obj) \
+                and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
             return set()
         tombstone = self._tombstones.get((key, _store(obj)))
         if tombstone is not None:
@@ -417,6 +420,8 @@ class Inventory:
         resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
         version = version_number(meta.get("resourceVersion"))
         stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+        if stored is not None and _store(stored) != _store({"metadata": meta}):
+            return False  # news of the other store's object of that name (``lockstore``)
         known = version_of(stored) if stored is not None else None
         return version is not None and known is not None and version <= known
 
@@ -426,7 +431,9 @@ class Inventory:
         if key is None or (key not in self.objects and not self.keeps(key, obj)):
             return set()  # news of what is never filed here leaves no tombstone either
         stored = self.objects.get(key)
-        if stored is not None:
+        if stored is not None and _store(stored) != _store(obj):
+            stored = None  # the other store's object of that name stays (``lockstore``): only this one is buried
+        elif stored is not None:
             if _is_older(obj, version_of(stored)):
                 return set()
             if version_of(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):

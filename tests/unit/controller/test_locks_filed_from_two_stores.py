@@ -182,3 +182,18 @@ def test_a_lease_gone_with_its_twin_files_nothing_again():
     controller.on_event("ADDED", twin)  # its twin, hidden
     controller.on_lease_event("DELETED", _lease_of(twin, "14"))  # the twin's own deletion not seen yet
     assert _locked(controller.inventory) == {}
+
+
+def test_a_locks_lease_is_filed_over_its_ipaddress_whatever_their_versions():
+    """The IPAddress changed after its Lease was made of it (a move's copy written to, an owner added): the two are
+    objects of two stores, whose versions tell nothing of each other. The Lease is filed, and the IPAddress's
+    deletion (the move deleting it in the source) leaves it filed, so that the lock is let go with its claim."""
+    controller = _controller()
+    twin = _legacy("net.10-60-0-30.ip", "10.60.0.30", "30")
+    controller.on_event("ADDED", twin)
+    controller.on_lease_event("ADDED", _lease_of(twin, "20"))
+    assert _locked(controller.inventory) == {"net.10-60-0-30.ip": ("10.60.0.30", True)}
+    controller.on_event("MODIFIED", {**twin, "metadata": {**twin["metadata"], "resourceVersion": "40"}})
+    controller.on_event("DELETED", {**twin, "metadata": {**twin["metadata"], "resourceVersion": "41"}})
+    assert _locked(controller.inventory) == {"net.10-60-0-30.ip": ("10.60.0.30", True)}
+    assert controller.inventory.holds(kinds.IPADDRESS, {**twin["metadata"], "resourceVersion": "40"}) is False
