@@ -58,8 +58,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_elsewhere, held_in, home_in, home_of, home_state, moved_from, settle, swept_at,
-                                               taken_from, unclaimed_here)
+                                               held_in, home_in, home_of, home_state, kept_on_release, moved_from, settle,
+                                               swept_at, taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -411,9 +411,7 @@ class NetBoxPools(OutsidePools):
         here (a copy of that claim deleted here) leaves it: that cluster took it over (``from=``: homed at an
         object not here), or holds it (``held=`` an object not here: its claim carrying the key is paused, or
         bound to the address this cluster took over)."""
-        there, home = home_in(text), home_state(self._homes())
-        return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
-                                              and home(there) == ABSENT)
+        return kept_on_release(text, home_state(self._homes()))
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any

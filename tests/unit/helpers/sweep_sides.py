@@ -6,6 +6,7 @@ import asyncio
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
@@ -84,6 +85,16 @@ class SweepingAsks:
         return len(listed), released, described
 
 
+class EventWriter:
+    """Records the Events a sweep writes."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+
+    async def execute(self, plan, pool_key) -> None:
+        self.events.extend(a for s in plan.steps for a in s.actions if isinstance(a, Event))
+
+
 class ClusterSide:
     """One cluster's controller: its watch-fed inventory and its NetBoxPools (the real adapter)."""
 
@@ -92,7 +103,9 @@ class ClusterSide:
         self.inventory = Inventory()
         for obj in objs:
             self.inventory.upsert(obj)
-        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory, writer=None,
+        self.writer = EventWriter()
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
+                                 writer=self.writer,
                                  wake=lambda *a: None, sweep_seconds=300, clock=lambda: self.now)
 
     def sweep(self) -> list[Found]:

@@ -217,8 +217,8 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st
 # The target holds it; the source, its claim live and unpaused, homes it there and keeps the target's hold.
 @example(paused={"S": False, "T": True}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
          homed="elsewhere", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
-# The target takes over an address homed at a third cluster's object; the source's live claim, refused, writes
-# nothing (a hold of it there would have its next sweep take the address as a paused claim's: a second write).
+# The target takes over an address homed at a third cluster's object; the source's live claim, refused, holds it
+# live (``live-held=``) once, and its next sweep takes nothing over (as it would after a paused claim's hold).
 @example(paused={"S": False, "T": False}, carries={"S": False, "T": True}, moved={"S": False, "T": False},
          homed="elsewhere", steps=[("carry", "S", True), ("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "S", 0)])
 def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_free_a_held_address(

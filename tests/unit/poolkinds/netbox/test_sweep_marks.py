@@ -134,7 +134,7 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
     source.sweep()
     held = netbox.items[3].description  # the source's live claim holds it: neither release deletes it
-    assert held == with_held(taken, Home("Cluster", C1)), held
+    assert held == with_held(taken, Home("Cluster", C1), live=True), held
     for _ in range(5):
         source.sweep()
         target.sweep()
