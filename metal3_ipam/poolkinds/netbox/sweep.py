@@ -80,6 +80,10 @@ live one never does (the address was taken over first, from its home or a
 third cluster's). The release of the key by the cluster that took it over
 keeps an address another cluster holds (:func:`held_elsewhere`), as the
 release by the other keeps one taken over from it (:func:`kept_on_release`).
+A claim here bound to an address homed at another cluster's object that
+nobody took over yet (a copy deleted before a sweep here homed it) leaves it
+taken over and marked released (:func:`left_on_release`): the claim there,
+if any, takes it back.
 
 At most one description per address and sweep (:func:`describe_anew`). No
 controller writes an address back and forth for any order of pauses of the
@@ -426,6 +430,30 @@ def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
     there = home_in(text)
     return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
                                           and home(there) == ABSENT)
+
+
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
+    """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
+    description; ``released``: the description of the claim here that carried the key (its home), if known.
+
+    An address another cluster holds, or took over (:func:`kept_on_release`), is left as it is. One homed at
+    an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
+    another cluster) may be a live claim's there: a copy restored from a directory while the source runs,
+    bound here and deleted before a sweep here homed the address (or a move finished while the source was
+    down, the source gone). It is taken over marked released (homed at the released claim's home, ``from=``
+    the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
+    (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
+    released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
+    never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
+    released by its home."""
+    if kept_on_release(text, home):
+        return text
+    there, at = home_in(text), home_in(released)
+    if there is None or home(there) != ABSENT or swept_at(text) is not None:
+        return None
+    if released is None or at is None or home(at) == ABSENT:
+        return text
+    return with_swept(_with(with_held(released, _kept_hold(text, home)), _FROM, _named("from", there)), wall)
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]

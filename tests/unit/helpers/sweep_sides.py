@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -10,6 +11,7 @@ from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
+from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.poolkinds.netbox.sweep import Found
@@ -54,6 +56,26 @@ class SharedNetBox:
     def __init__(self, *items: Found):
         self.items = {item.id: item for item in items}
         self.released: list[Found] = []
+
+
+class SharedNetBoxClient(NetBoxClient):
+    """The client's release and describe over a SharedNetBox, with no server."""
+
+    def __init__(self, netbox: SharedNetBox):
+        super().__init__("http://netbox.example", "token", owner="o")
+        self.netbox = netbox
+
+    async def find(self, key):
+        item = next((i for i in self.netbox.items.values() if i.key == key), None)
+        return Allocation(item.id, item.address, item.key, None, item.description) if item else None
+
+    async def describe(self, allocation, description, what=None):
+        item = self.netbox.items[allocation.id]
+        self.netbox.items[item.id] = Found(item.id, item.address, item.key, description)
+        return dataclasses.replace(allocation, description=description)
+
+    async def release_allocation(self, allocation):
+        self.netbox.released.append(self.netbox.items.pop(allocation.id))
 
 
 class SweepingAsks:

@@ -47,7 +47,7 @@ def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_oth
 
     # target/t/m is deleted: its finalizer's release, with the keep the adapter gives it (NetBoxPools.pump)
     client = _Client(netbox)
-    asyncio.run(client.release("k", target.pools._another_clusters))
+    asyncio.run(client.release("k", target.pools._left_on_release))
     assert client.released == [], "released the address the source's live claim ns/m is bound to"
 
 
@@ -56,13 +56,13 @@ def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_i
     netbox, source, target = _taken_over()
     target.pools.wall = lambda: 1.8e9 + target.now  # the time its marks of release say
     target_client, source_client = _Client(netbox), _Client(netbox)
-    asyncio.run(target_client.release("k", target.pools._another_clusters))
+    asyncio.run(target_client.release("k", target.pools._left_on_release))
     target.inventory.remove(target.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "t", "m"))
     target.sweep()
     assert netbox.released == [] and target_client.released == []
 
     # ns/m is deleted too: its release leaves the address homed at the target, its sweep takes its hold off
-    asyncio.run(source_client.release("k", source.pools._another_clusters))
+    asyncio.run(source_client.release("k", source.pools._left_on_release))
     source.inventory.remove(source.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "ns", "m"))
     source.sweep()
     assert source_client.released == [] and held_in(netbox.items[3].description) is None, netbox.items[3].description
@@ -92,5 +92,5 @@ def test_an_address_taken_over_from_a_third_cluster_is_not_released_while_anothe
         target.sweep()
     assert netbox.items[3].description == taken and len(source.writer.events) == 1
     client = _Client(netbox)
-    asyncio.run(client.release("k", target.pools._another_clusters))
+    asyncio.run(client.release("k", target.pools._left_on_release))
     assert client.released == [], "released the address the source's live claim ns/m is bound to"
