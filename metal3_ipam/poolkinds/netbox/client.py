@@ -406,7 +406,7 @@ class NetBoxClient:
         if text is None and wanted is not None and there is not None and there != wanted:
             raise NetBoxError(Refusal(Reason.HOMED_ELSEWHERE, (
                 f"{what}: NetBox address {found.address} of this key is homed at {there.kind}:{there.uid}, an "
-                f"object of another cluster, whose claim took it over from here ({found.description!r}): a claim "
+                f"object of another cluster, whose claim took it over first ({found.description!r}): a claim "
                 "there carries this key; not bound here (delete one of the two claims, or take the home off the "
                 "address in NetBox once that cluster's claim is gone)")))
         if text is None:

@@ -453,7 +453,7 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         return None
     if released is None or at is None or home(at) == ABSENT:
         return text
-    return with_swept(_with(with_held(released, _kept_hold(text, home)), _FROM, _named("from", there)), wall)
+    return with_swept(_with(released, _FROM, _named("from", there)), wall)
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
