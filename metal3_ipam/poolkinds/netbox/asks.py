@@ -322,7 +322,8 @@ class NetBoxAsks:
 
 
 _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, its claim moved away",
-            "held": "held by a paused claim here", "unheld": "no longer held by a paused claim here",
+            "held": "held by a claim here (paused, or live and bound to it)",
+            "unheld": "no longer held by a paused claim here",
             "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
                       "unless a claim carrying it takes it back)",
             "taken": "taken back: it was marked released, and a claim here carries its key"}
