@@ -58,8 +58,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_elsewhere, held_in, home_in, home_of, home_state, moved_from, settle, swept_at,
-                                               taken_from, unclaimed_here)
+                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
+                                               swept_at, taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -209,10 +209,10 @@ class NetBoxAsks:
     # -- asks ---------------------------------------------------------------------------
 
     async def ask(self, ask: Ask, description: str | None = None,
-                  keep: Callable[[str], bool] = lambda description: False) -> Answer:
+                  leave: Callable[[str, str], str | None] = lambda key, description: None) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
-        (its claim and home, ``sweep``); ``keep``: whether a release leaves an address of that description
-        (another cluster's claim's)."""
+        (its claim and home, ``sweep``); ``leave``: the description a release leaves the key's address with
+        (another cluster's claim's maybe), None: deleted (``NetBoxClient.release``)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
         if pool is None:
             return Refused(ask.key, ask.attempt, "PoolNotFound", f"NetBoxIPPool {'/'.join(ask.pool)} is not known")
@@ -221,7 +221,7 @@ class NetBoxAsks:
         try:
             async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), self._using(pool) as client:
                 if ask.op is Op.RELEASE:
-                    await client.release(ask.key, keep)
+                    await client.release(ask.key, leave)
                     return Released(ask.key, ask.attempt)
                 allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
                                                    description=description)
@@ -245,14 +245,14 @@ class NetBoxAsks:
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
              describe: Callable[[str], str | None] = lambda key: None,
-             keep: Callable[[str], bool] = lambda description: False) -> list[asyncio.Task]:
+             leave: Callable[[str, str], str | None] = lambda key, description: None) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
-        ``describe(key)``: the description of an address allocated for the key; ``keep(description)``: whether a
-        release leaves the key's address of that description (another cluster's claim's)."""
+        ``describe(key)``: the description of an address allocated for the key; ``leave(key, description)``: the
+        description a release leaves the key's address with, None: deleted (``NetBoxClient.release``)."""
         started = []
         for ask in asks:
             description = describe(ask.key) if ask.op is Op.ALLOCATE else None
-            task = asyncio.create_task(self._run(ask, deliver, description, keep),
+            task = asyncio.create_task(self._run(ask, deliver, description, leave),
                                        name=f"netbox-{ask.op.value}-{ask.key}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -260,8 +260,9 @@ class NetBoxAsks:
         return started
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
-                   description: str | None = None, keep: Callable[[str], bool] = lambda description: False) -> None:
-        answer = await self.ask(ask, description, keep)
+                   description: str | None = None,
+                   leave: Callable[[str, str], str | None] = lambda key, description: None) -> None:
+        answer = await self.ask(ask, description, leave)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
             await result
@@ -321,7 +322,8 @@ class NetBoxAsks:
 
 
 _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, its claim moved away",
-            "held": "held by a paused claim here", "unheld": "no longer held by a paused claim here",
+            "held": "held by a claim here (paused, or live and bound to it)",
+            "unheld": "no longer held by a paused claim here",
             "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
                       "unless a claim carrying it takes it back)",
             "taken": "taken back: it was marked released, and a claim here carries its key"}
@@ -374,7 +376,7 @@ class NetBoxPools(OutsidePools):
         return pool_status(model, survey, now=now, previous=previous)
 
     def send(self, ask: Ask, deliver: Callable[[Answer], None]) -> None:
-        self.asks.send([ask], deliver, self._describe, self._another_clusters)
+        self.asks.send([ask], deliver, self._describe, self._left_on_release)
 
     def answered(self, pool_key: Any, answer: Answer) -> None:
         metrics.EXTERNAL_IPAM_UP.labels(*metrics.pool_labels(pool_key)).set(
@@ -406,14 +408,15 @@ class NetBoxPools(OutsidePools):
             return None
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
-    def _another_clusters(self, text: str) -> bool:
-        """Whether an address of this description is a claim's of another cluster too, so a release of its key
-        here (a copy of that claim deleted here) leaves it: that cluster took it over (``from=``: homed at an
-        object not here), or holds it (``held=`` an object not here: its claim carrying the key is paused, or
-        bound to the address this cluster took over)."""
-        there, home = home_in(text), home_state(self._homes())
-        return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
-                                              and home(there) == ABSENT)
+    def _left_on_release(self, key: str, text: str) -> str | None:
+        """The description a release of ``key`` here leaves its address (described ``text``) with, or None: it
+        is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
+        cluster took it over (``from=``: homed at an object not here), or holds it (``held=``/``live-held=`` an
+        object not here); taken over marked released when homed at another cluster's object that nobody took
+        over yet (a claim there may carry the key)."""
+        claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
+        released = self._description(claims[0]) if claims else None
+        return left_on_release(text, released, home_state(self._homes()), self.wall())
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any

@@ -406,7 +406,7 @@ class NetBoxClient:
         if text is None and wanted is not None and there is not None and there != wanted:
             raise NetBoxError(Refusal(Reason.HOMED_ELSEWHERE, (
                 f"{what}: NetBox address {found.address} of this key is homed at {there.kind}:{there.uid}, an "
-                f"object of another cluster, whose claim took it over from here ({found.description!r}): a claim "
+                f"object of another cluster, whose claim took it over first ({found.description!r}): a claim "
                 "there carries this key; not bound here (delete one of the two claims, or take the home off the "
                 "address in NetBox once that cluster's claim is gone)")))
         if text is None:
@@ -446,18 +446,23 @@ class NetBoxClient:
             raise NetBoxError(classify(status, answer, f"{what}: keeping back {allocation.address}",
                                        field=self.key_field))
 
-    async def release(self, key: str, keep: Callable[[str], bool] = lambda description: False) -> Allocation | None:
-        """Delete the address holding ``key``; the one deleted, or None when there was none. One whose description
-        ``keep`` says is a claim's of another cluster too (homed there, taken over from here; or held there) is
-        left to it."""
+    async def release(self, key: str, leave: Callable[[str, str], str | None] = lambda key, description: None
+                      ) -> Allocation | None:
+        """Delete the address holding ``key``; the one deleted, or None when there was none or it was left. An
+        address ``leave(key, description)`` leaves (``sweep.left_on_release``: a claim of another cluster may
+        carry the key too) is not deleted, but given the description it says."""
         found = await self.find(key)
-        if found is not None and keep(found.description):
-            log.warning("NetBox at %s: %s (key %s) not released: a claim of another cluster carries the key (the "
-                        "address is homed there, taken over from here, or held there: %s)",
-                        self.url, found.address, key, found.description)
+        if found is None:
             return None
-        if found is not None:
-            await self.release_allocation(found)
+        left = leave(key, found.description)
+        if left is not None:
+            log.warning("NetBox at %s: %s (key %s) not released: a claim of another cluster may carry the key "
+                        "(%s)%s", self.url, found.address, key, found.description,
+                        "" if left == found.description else f"; described {left!r}")
+            if left != found.description:
+                await self.describe(found, left, f"releasing key {key!r}")
+            return None
+        await self.release_allocation(found)
         return found
 
     async def release_allocation(self, allocation: Allocation) -> None:

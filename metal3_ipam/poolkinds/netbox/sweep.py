@@ -74,9 +74,16 @@ never takes back. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
 Such a claim, live and bound to the address all the same, holds it
-(:func:`held_by`): the release of the key by the cluster that took it over
+(:func:`held_by`) with a token of its own, ``live-held=Cluster:<uid>``: a
+paused hold makes its cluster take the address once its home is unpaused, a
+live one never does (the address was taken over first, from its home or a
+third cluster's). The release of the key by the cluster that took it over
 keeps an address another cluster holds (:func:`held_elsewhere`), as the
-release by the other keeps one taken over from it.
+release by the other keeps one taken over from it (:func:`kept_on_release`).
+A claim here bound to an address homed at another cluster's object that
+nobody took over yet (a copy deleted before a sweep here homed it) leaves it
+taken over and marked released (:func:`left_on_release`): the claim there,
+if any, takes it back.
 
 At most one description per address and sweep (:func:`describe_anew`). No
 controller writes an address back and forth for any order of pauses of the
@@ -101,7 +108,7 @@ from metal3_ipam.core import objects as o
 MAX_DESCRIPTION = 200
 
 _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
-_HELD = re.compile(r" ?\bheld=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
@@ -146,10 +153,29 @@ def home_in(text: Any) -> Home | None:
     return Home(found.group(1), found.group(2)) if found else None
 
 
-def held_in(text: Any) -> Home | None:
-    """The object an address's description says holds it paused (``held=``), or None."""
+@dataclass(frozen=True)
+class Hold:
+    """A hold an address's description names: the object whose claim carries the key, and whether that claim
+    is live (``live-held=``: bound to an address another cluster took over, which it never takes from it) or
+    paused (``held=``: the copy of a move, which takes the address once its home is unpaused)."""
+
+    home: Home
+    live: bool = False
+
+    def token(self) -> str:
+        return f"{'live-' if self.live else ''}held={self.home.kind}:{self.home.uid}"
+
+
+def hold_in(text: Any) -> Hold | None:
+    """The hold an address's description names (``held=`` or ``live-held=``), or None."""
     found = _HELD.search(text) if isinstance(text, str) else None
-    return Home(found.group(1), found.group(2)) if found else None
+    return Hold(Home(found.group(2), found.group(3)), bool(found.group(1))) if found else None
+
+
+def held_in(text: Any) -> Home | None:
+    """The object an address's description says holds it (``held=``, paused; ``live-held=``, live), or None."""
+    found = hold_in(text)
+    return found.home if found else None
 
 
 def _with(text: str, pattern: re.Pattern, token: str | None) -> str:
@@ -169,9 +195,12 @@ def _named(token: str, home: Home | None) -> str | None:
     return f"{token}={home.kind}:{home.uid}" if home is not None else None
 
 
-def with_held(text: str, held: Home | None) -> str:
-    """``text`` with its ``held=`` token (if any) taken out, and ``held`` put right after the home token."""
-    return _with(text, _HELD, _named("held", held))
+def with_held(text: str, held: Home | Hold | None, live: bool = False) -> str:
+    """``text`` with its hold token (if any) taken out, and ``held`` put right after the home token: a
+    :class:`Hold` as it says, a home as the hold of a claim paused (``held=``) or, ``live``, live (``live-held=``)."""
+    if isinstance(held, Home):
+        held = Hold(held, live)
+    return _with(text, _HELD, held.token() if held is not None else None)
 
 
 def taken_from(text: Any) -> Home | None:
@@ -285,14 +314,16 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
 
 
 def _held_here(text: str, home: Callable[[Home], str]) -> bool:
-    held = held_in(text)
-    return held is not None and home(held) != ABSENT
+    """Whether a paused claim here held the address (``held=``; not ``live-held=``: a live claim here holds it
+    because another cluster took it over first, and that stays so)."""
+    held = hold_in(text)
+    return held is not None and not held.live and home(held.home) != ABSENT
 
 
-def _kept_hold(text: str, home: Callable[[Home], str]) -> Home | None:
+def _kept_hold(text: str, home: Callable[[Home], str]) -> Hold | None:
     """The hold of another controller (its object absent here), which only that controller changes."""
-    held = held_in(text)
-    return held if held is not None and home(held) == ABSENT else None
+    held = hold_in(text)
+    return held if held is not None and home(held.home) == ABSENT else None
 
 
 def rehome(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
@@ -357,34 +388,72 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     return out
 
 
-def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Home | None:
-    """What the ``held=`` token of an address should say in this controller's view.
+def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Hold | None:
+    """What the hold token of an address should say in this controller's view.
 
     A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
     know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way); or by the live home of the claim here that carries its key, when another cluster took the
-    address over from that very home (``from=``: :func:`taken_over` never gives it back to this claim, bound
-    to it all the same): the hold tells that cluster's release its claim is not the only one; and by nothing
-    when no such claim here carries its key any longer (a hold of this controller's that went stale: the
-    copies of an aborted move deleted, the move finished, the claim of a contested key deleted)."""
-    held = held_in(item.description)
-    if held is not None and home(held) == ABSENT:
+    half-way: ``held=``); or by the live home of the claim here that carries its key, when another cluster
+    took the address over and :func:`taken_over` does not give it to this claim, bound to it all the same
+    (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
+    release its claim is not the only one. A live hold stays live while its home is paused (pausing it
+    moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
+    write). Nothing holds it when no such claim here carries its key any longer (a hold of this
+    controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
+    contested key deleted)."""
+    held = hold_in(item.description)
+    if held is not None and home(held.home) == ABSENT:
         return held
     text = wanted(item.key)
     at, there = home_in(text), home_in(item.description)
     if at is None or there is None or home(there) != ABSENT:
         return None
-    if home(at) == PAUSED or (home(at) == PRESENT and taken_from(item.description) == at):
-        return at
+    if home(at) == PAUSED:
+        return Hold(at, live=held == Hold(at, live=True))
+    if home(at) == PRESENT and taken_over(item.description, text, home) is None:
+        return Hold(at, live=True)
     return None
 
 
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
     """Whether an address's description names a hold of another cluster (its object absent here): a claim
-    there carries the key, paused or bound to the address after this cluster took it over."""
+    there carries the key, paused or bound to the address after a cluster took it over."""
     return _kept_hold(text, home) is not None
+
+
+def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
+    """Whether the release of a key here leaves its address described ``text`` (a claim of another cluster
+    carries the key too): another cluster holds it (:func:`held_elsewhere`), or took it over (homed at an
+    object absent here, ``from=``)."""
+    there = home_in(text)
+    return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
+                                          and home(there) == ABSENT)
+
+
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
+    """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
+    description; ``released``: the description of the claim here that carried the key (its home), if known.
+
+    An address another cluster holds, or took over (:func:`kept_on_release`), is left as it is. One homed at
+    an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
+    another cluster) may be a live claim's there: a copy restored from a directory while the source runs,
+    bound here and deleted before a sweep here homed the address (or a move finished while the source was
+    down, the source gone). It is taken over marked released (homed at the released claim's home, ``from=``
+    the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
+    (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
+    released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
+    never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
+    released by its home."""
+    if kept_on_release(text, home):
+        return text
+    there, at = home_in(text), home_in(released)
+    if there is None or home(there) != ABSENT or swept_at(text) is not None:
+        return None
+    if released is None or at is None or home(at) == ABSENT:
+        return text
+    return with_swept(_with(released, _FROM, _named("from", there)), wall)
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
@@ -396,7 +465,7 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
     out = []
     for item in found:
         held = held_by(item, wanted, home)
-        if held != held_in(item.description):
+        if held != hold_in(item.description):
             text = with_held(item.description, held)
             out.append((item, with_swept(text, None) if held is not None else text))
     return out

@@ -263,7 +263,7 @@ def test_an_address_two_clusters_live_claims_carry_is_released_only_once_neither
         controller_factory, kube, target, netbox, api_client):
     """A move restored from a directory while the source runs: the source's claim stays, bound; its copy in the
     target, its Cluster unpaused, takes the address over (first come, ``from=`` the source's Cluster), and the
-    source's sweep holds it for its live claim (``held=``). The target's copy deleted: its release leaves the
+    source's sweep holds it for its live claim (``live-held=``). The target's copy deleted: its release leaves the
     address, which the source's claim is bound to. The source's claim deleted too: its hold goes, and the
     target's sweep releases the address (its release grace 0 here)."""
     ctl, value, address = bound(controller_factory, kube, netbox, api_client)

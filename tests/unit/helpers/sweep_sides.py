@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
+from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.poolkinds.netbox.sweep import Found
@@ -55,6 +58,26 @@ class SharedNetBox:
         self.released: list[Found] = []
 
 
+class SharedNetBoxClient(NetBoxClient):
+    """The client's release and describe over a SharedNetBox, with no server."""
+
+    def __init__(self, netbox: SharedNetBox):
+        super().__init__("http://netbox.example", "token", owner="o")
+        self.netbox = netbox
+
+    async def find(self, key):
+        item = next((i for i in self.netbox.items.values() if i.key == key), None)
+        return Allocation(item.id, item.address, item.key, None, item.description) if item else None
+
+    async def describe(self, allocation, description, what=None):
+        item = self.netbox.items[allocation.id]
+        self.netbox.items[item.id] = Found(item.id, item.address, item.key, description)
+        return dataclasses.replace(allocation, description=description)
+
+    async def release_allocation(self, allocation):
+        self.netbox.released.append(self.netbox.items.pop(allocation.id))
+
+
 class SweepingAsks:
     """NetBoxAsks.sweep as it behaves: list, choose, re-read by id, then release (if ``still``) or describe."""
 
@@ -84,6 +107,16 @@ class SweepingAsks:
         return len(listed), released, described
 
 
+class EventWriter:
+    """Records the Events a sweep writes."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+
+    async def execute(self, plan, pool_key) -> None:
+        self.events.extend(a for s in plan.steps for a in s.actions if isinstance(a, Event))
+
+
 class ClusterSide:
     """One cluster's controller: its watch-fed inventory and its NetBoxPools (the real adapter)."""
 
@@ -92,7 +125,9 @@ class ClusterSide:
         self.inventory = Inventory()
         for obj in objs:
             self.inventory.upsert(obj)
-        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory, writer=None,
+        self.writer = EventWriter()
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
+                                 writer=self.writer,
                                  wake=lambda *a: None, sweep_seconds=300, clock=lambda: self.now)
 
     def sweep(self) -> list[Found]:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient
-from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, held_in, home_in, taken_from
+from metal3_ipam.poolkinds.netbox.sweep import Found, Hold, Home, description, held_in, hold_in, home_in, taken_from
 
 from sweep_sides import C1, SP, T1, TP, ClusterSide, SharedNetBox, cluster_c1, keyed_claim, shared_netbox_pool
 
@@ -49,7 +47,7 @@ def test_the_cluster_that_took_an_address_over_does_not_release_it_while_the_oth
 
     # target/t/m is deleted: its finalizer's release, with the keep the adapter gives it (NetBoxPools.pump)
     client = _Client(netbox)
-    asyncio.run(client.release("k", target.pools._another_clusters))
+    asyncio.run(client.release("k", target.pools._left_on_release))
     assert client.released == [], "released the address the source's live claim ns/m is bound to"
 
 
@@ -58,13 +56,13 @@ def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_i
     netbox, source, target = _taken_over()
     target.pools.wall = lambda: 1.8e9 + target.now  # the time its marks of release say
     target_client, source_client = _Client(netbox), _Client(netbox)
-    asyncio.run(target_client.release("k", target.pools._another_clusters))
+    asyncio.run(target_client.release("k", target.pools._left_on_release))
     target.inventory.remove(target.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "t", "m"))
     target.sweep()
     assert netbox.released == [] and target_client.released == []
 
     # ns/m is deleted too: its release leaves the address homed at the target, its sweep takes its hold off
-    asyncio.run(source_client.release("k", source.pools._another_clusters))
+    asyncio.run(source_client.release("k", source.pools._left_on_release))
     source.inventory.remove(source.inventory.get(("ipam.cluster.x-k8s.io", "IPAddressClaim"), "ns", "m"))
     source.sweep()
     assert source_client.released == [] and held_in(netbox.items[3].description) is None, netbox.items[3].description
@@ -74,13 +72,6 @@ def test_an_address_taken_over_is_released_once_neither_clusters_claim_carries_i
     assert [item.id for item in netbox.released] == [3]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the hold of a live claim refused an address (sweep.held_by) is written only when the taker took it from that "
-    "claim's own home (from=<its home>): an address homed at a third cluster's object (home=<X>, the source of a "
-    "finished move, say) taken over by one cluster (from=<X>) while another's live claim carries the key gets no "
-    "hold, as such a hold would make the refused cluster's next sweep take it over as a paused claim's "
-    "(taken_over's _held_here), a second write; so the taker's release deletes the address under the other's "
-    "live claim. Telling a live hold from a paused one needs a token of its own"))
 def test_an_address_taken_over_from_a_third_cluster_is_not_released_while_another_live_claim_carries_it():
     third = "0b3e1f7a-1111-4c2d-9e8f-000000000009"
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", third),
@@ -91,6 +82,15 @@ def test_an_address_taken_over_from_a_third_cluster_is_not_released_while_anothe
     source.sweep()
     taken = netbox.items[3].description
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", third), taken
+    assert hold_in(taken) == Hold(Home("Cluster", C1), live=True), taken
+    # the source's claim, which does not own the address, is told: a condition and one Warning Event
+    assert f"Cluster:{T1}" in source.inventory.homed_elsewhere["k"]
+    assert [e.reason for e in source.writer.events] == ["NetBoxAddressHomedElsewhere"]
+    assert [e.reason for e in target.writer.events] == ["NetBoxAddressTakenOver"]
+    for _ in range(3):  # the live hold makes the source take nothing over: no second write
+        source.sweep()
+        target.sweep()
+    assert netbox.items[3].description == taken and len(source.writer.events) == 1
     client = _Client(netbox)
-    asyncio.run(client.release("k", target.pools._another_clusters))
+    asyncio.run(client.release("k", target.pools._left_on_release))
     assert client.released == [], "released the address the source's live claim ns/m is bound to"

@@ -16,8 +16,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
-                                    description, disown, held_in, hold, home_in, home_of, home_state, rehome,
-                                    settle, swept_at, unclaimed_here)
+                                    description, disown, held_in, hold, home_in, home_of, home_state,
+                                    left_on_release, rehome, settle, swept_at, unclaimed_here)
 
 NS = "ns"
 C1, C2, T1 = (f"0b3e1f7a-1111-4c2d-9e8f-00000000000{i}" for i in (1, 2, 3))
@@ -217,10 +217,20 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st
 # The target holds it; the source, its claim live and unpaused, homes it there and keeps the target's hold.
 @example(paused={"S": False, "T": True}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
          homed="elsewhere", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
-# The target takes over an address homed at a third cluster's object; the source's live claim, refused, writes
-# nothing (a hold of it there would have its next sweep take the address as a paused claim's: a second write).
+# The target takes over an address homed at a third cluster's object; the source's live claim, refused, holds it
+# live (``live-held=``) once, and its next sweep takes nothing over (as it would after a paused claim's hold).
 @example(paused={"S": False, "T": False}, carries={"S": False, "T": True}, moved={"S": False, "T": False},
          homed="elsewhere", steps=[("carry", "S", True), ("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "S", 0)])
+# The target takes over an address homed at a third cluster's object, the source's live claim holds it live: the
+# target's copy deleted, its release leaves the address the source's claim is bound to.
+@example(paused={"S": False, "T": False}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
+         homed="elsewhere", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("carry", "T", False), ("sweep", "T", 20),
+                                   ("sweep", "S", 20), ("sweep", "T", 20)])
+# Both claims live and unpaused, the address homed at the target's: the source's copy deleted before its sweep
+# homed the address leaves it taken over marked released, and the target's sweep takes it back.
+@example(paused={"S": False, "T": False}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
+         homed="T", steps=[("sweep", "T", 0), ("carry", "S", False), ("sweep", "T", 0), ("sweep", "S", 40),
+                           ("sweep", "T", 0)])
 def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_free_a_held_address(
         paused, carries, moved, homed, steps):
     """Two clusters (a move's source and target) with one Cluster each, each maybe carrying the key in a
@@ -232,6 +242,11 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
     * A sweep that finds the address carried by nothing first marks it released (``swept=``), and releases
       it only a while later; no sweep releases it while the other side carries its key and swept after its
       last change (it had its chance to take it back or hold it), nor while the sweeping side carries it.
+    * A side whose claim is deleted while it is unpaused (no longer carrying the key) releases the key: that
+      release never deletes an address that names a home while the other side carries its key and swept
+      after its last change (one that names none, made before homes were written or edited by hand, no
+      sweep holds: it is homed at the first sweep or allocation of a cluster whose claim carries its key);
+      an address it does not delete it leaves as it is, or takes over marked released.
     * A side that sweeps while carrying no key leaves no hold of its own on the address.
     * The home token stays first and whole, the description within NetBox's limit.
     """
@@ -246,6 +261,20 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
         if step[0] in ("pause", "carry", "moved"):
             _, side, value = step
             states = {"pause": paused, "carry": carries, "moved": moved}[step[0]]
+            if step[0] == "carry" and carries[side] and not value and not paused[side] and not moved[side] \
+                    and text is not None:  # the claim deleted: its finalizer's release of the key
+                uid, ns = SIDES[side]
+                home = home_state([("Cluster", cluster("c1", uid, ns=ns))])
+                left = left_on_release(text, description(Home("Cluster", uid), claim("m", "c1", ns=ns)), home,
+                                       EPOCH + now)
+                if left is None:
+                    other = "T" if side == "S" else "S"
+                    assert not (carries[other] and saw[other] and home_in(text) is not None), \
+                        f"{side}'s release deleted what {other} carries"  # one naming no home is held by no one
+                elif left != text:
+                    assert swept_at(left) is not None and home_in(left) == Home("Cluster", uid), left
+                    saw = {s: False for s in SIDES}
+                text = left
             if states[side] != value:
                 states[side] = value
                 writes = {s: 0 for s in SIDES}

@@ -25,7 +25,8 @@ from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
                                     taken_from, taken_over, with_held, with_swept)
 
-from sweep_sides import C1, SP, T1, TP, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox, shared_netbox_pool
+from sweep_sides import (C1, SP, T1, TP, SharedNetBoxClient, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox,
+                         shared_netbox_pool)
 from outside_world import World, ready
 from outside_world import claim as outside_claim
 
@@ -134,7 +135,7 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
     assert home_in(taken) == Home("Cluster", T1) and taken_from(taken) == Home("Cluster", C1), taken
     source.sweep()
     held = netbox.items[3].description  # the source's live claim holds it: neither release deletes it
-    assert held == with_held(taken, Home("Cluster", C1)), held
+    assert held == with_held(taken, Home("Cluster", C1), live=True), held
     for _ in range(5):
         source.sweep()
         target.sweep()
@@ -145,6 +146,53 @@ def test_two_clusters_whose_live_claims_carry_one_key_home_it_once_and_both_clai
     assert f"Cluster:{T1}" in told.message and told.type == "Warning"
     assert f"Cluster:{T1}" in source.inventory.homed_elsewhere["k"]  # the claim's condition (core.reconcile)
     assert target.inventory.homed_elsewhere == {}
+
+
+def _deleted(claim: dict) -> dict:
+    return {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                  "finalizers": ["ipam.metal3.io"]}}
+
+
+def test_a_copy_deleted_before_a_sweep_homed_its_address_leaves_it_to_the_live_claim_of_the_address_home():
+    """A move restored from a directory while the source runs: the target's copy of ns/m, bound by its key, is
+    deleted before any sweep of the target homed the address there. Its release does not delete the address the
+    source's live claim is bound to: it takes it over marked released, and the source's next sweep takes it
+    back (its claim told)."""
+    netbox = SharedNetBox(homed_at_source())
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    copy = _deleted(keyed_claim("m", "k", "t"))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
+    left = netbox.items[3].description
+    assert home_in(left) == Home("Cluster", T1) and taken_from(left) == Home("Cluster", C1), left
+    assert swept_at(left) == EPOCH, left
+
+    target.inventory.remove(copy)
+    source.sweep()
+    assert netbox.items[3].description == description(Home("Cluster", C1), keyed_claim("m", "k", "ns")) \
+        .replace(" claim", f" from=Cluster:{T1} claim")
+    assert source.reasons() == ["NetBoxAddressTakenBack"]
+    target.sweep(times=4, every=GRACE)
+    source.sweep(times=4, every=GRACE)
+    assert netbox.released == [] and home_in(netbox.items[3].description) == Home("Cluster", C1)
+
+
+def test_a_copy_deleted_before_a_sweep_homed_its_address_at_a_cluster_gone_has_it_released_after_the_grace():
+    """A move finished while the source's controller was down (the source's Cluster gone): the moved claim,
+    deleted before a sweep of the target homed the address, leaves it marked released; nothing carries the key,
+    and the target's sweeps release it once the release grace is over, not before."""
+    netbox = SharedNetBox(homed_at_source())
+    claim = _deleted(keyed_claim("m", "k", "t"))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    target.inventory.remove(claim)
+    assert netbox.released == [] and swept_at(netbox.items[3].description) == EPOCH
+    while target.now < GRACE - 300:
+        target.sweep()
+        assert netbox.released == []
+    target.sweep(times=2)
+    assert [item.id for item in netbox.released] == [3]
 
 
 def test_a_restarted_source_still_refuses_a_copy_of_the_key_of_a_claim_netbox_says_left_it_for_a_move():
@@ -253,9 +301,9 @@ def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_clai
     finalizer's release leaves the address (its IP is that claim's), and the claim's finalizer goes all the same."""
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", f"metal3-ipam home=Cluster:{T1} from=Cluster:{C1} claim t/m"))
     source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
-    assert source.pools._another_clusters(netbox.items[3].description)
-    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m")
-    assert not source.pools._another_clusters(f"metal3-ipam home=Cluster:{T1} claim t/m")  # never taken over
+    taken = netbox.items[3].description
+    assert source.pools._left_on_release("k", taken) == taken
+    assert source.pools._left_on_release("k", f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m") is None
 
     class Holding(_Client):
         async def find(self, key):
@@ -264,7 +312,7 @@ def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_clai
         async def release_allocation(self, allocation):
             raise AssertionError(f"released {allocation}")
 
-    assert asyncio.run(Holding().release("k", source.pools._another_clusters)) is None
+    assert asyncio.run(Holding().release("k", source.pools._left_on_release)) is None
 
 
 def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_not_a_take_over():

@@ -491,3 +491,36 @@ def test_a_controller_serving_some_namespaces_adopts_what_the_ipaddresses_of_eve
     assert asyncio.run(pools.asks._adoptable(pool)) == {"203.0.113.9"}
     pools.asks.capo = CAPOReads(capo_pool("a", "fips", available=["203.0.113.9"]), None)  # the list refused
     assert asyncio.run(pools.asks._adoptable(pool)) == frozenset()
+
+
+# --------------------------------------------------------------------------- one key, live claims in two clusters
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a floating IP records no home (no Cluster uid, in its description or tags: its pool tag names the pool's "
+    "namespace and name, the same in every cluster), so a controller cannot tell that a claim of another cluster "
+    "carries its key: the release of the key by one cluster's claim deletes (or makes available) the floating IP "
+    "the other cluster's live claim is bound to. NetBox pools answer it with homes and holds in the address's "
+    "description (poolkinds/netbox/sweep.py); floating IPs need the same, in their tags"))
+def test_a_floating_ip_two_clusters_live_claims_carry_is_released_by_neither_claims_deletion():
+    """A move restored from a directory while the source runs: the claim ns/m1 and its copy in the target, both
+    live and bound to one floating IP by their key. The copy deleted: its release leaves the floating IP that
+    the source's live claim is bound to (SPEC §10.1, §10.3)."""
+    from metal3_ipam.core.asking import Ask, Op, Released
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY), (OWNER, p.pool_tag(OWNER, "ns", "fips")),
+                     "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+
+    def cluster(uid):
+        return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1", "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+                "spec": {"paused": False}}
+    source = Side(neutron, cluster("c1-uid"), pool_obj(), *bound_objects())
+    target = Side(neutron, cluster("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    for side in (source, target, source, target):
+        side.sweep()
+    target.pools.asks.pool_changed(model())
+    answer = asyncio.run(target.pools.asks.ask(Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Released)
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
+        "released the floating IP the source's live claim ns/m1 is bound to"
