@@ -35,9 +35,6 @@ LIFECYCLE_RULES: tuple[Rule, ...] = (
          "the contract's IPAddress: created, read when its name is taken, finalizer patched, deleted on release"),
     Rule(kinds.CLUSTER_GROUP, "clusters", WATCH, "watched for spec.paused"),
     Rule("", "events", ("create",), "Warning and Normal Events on pools and claims (api.ApiWriter._post_event)"),
-    Rule("authorization.k8s.io", "selfsubjectaccessreviews", ("create",),
-         "whether each kind installed may be listed (operator.listable): one that may not is not served "
-         "(every authenticated user may ask; granted here to say so)"),
 )
 
 

@@ -132,14 +132,11 @@ def test_the_cluster_role_is_the_table():
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted == permissions.granted(permissions.cluster_rules())
     # Nothing outside the kinds the controller serves, Events, reading the Secrets of NetBox tokens and clouds.yaml,
-    # reading the CAPO pool an OpenStackFloatingIPPool adopts from, and asking whether it may list a kind (which
-    # every authenticated user may).
+    # and reading the CAPO pool an OpenStackFloatingIPPool adopts from.
     groups = {g for g, _, _ in granted}
     assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP,
-                      openstack_pool.GROUP, capo.GROUP, "", "authorization.k8s.io"}
+                      openstack_pool.GROUP, capo.GROUP, ""}
     assert {(g, r, v) for g, r, v in granted if g == capo.GROUP} == {(capo.GROUP, capo.PLURAL, "get")}
-    assert {(g, r, v) for g, r, v in granted if g == "authorization.k8s.io"} == {
-        ("authorization.k8s.io", "selfsubjectaccessreviews", "create")}
     assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}
     assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
     for rule in permissions.cluster_rules() + permissions.LEADER_ELECTION_RULES:

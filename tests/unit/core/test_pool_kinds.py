@@ -158,7 +158,7 @@ def test_a_kind_installed_that_this_controller_may_not_list_is_not_served(monkey
     monkeypatch.setattr(operator, "request",
                         lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
     denied: set = set()
-    resources = operator.discover(None, lambda group, plural, ns: group != kinds.METAL3_GROUP, None, denied)
+    resources = operator.discover(None, lambda group, version, plural, ns: group != kinds.METAL3_GROUP, None, denied)
     assert kinds.IPPOOL not in resources and kinds.IPADDRESS not in resources
     assert kinds.CAPI_CLAIM in resources and any(k[0] == kinds.CAPI_IPAM_GROUP for k in resources if k in pools.REGISTRY)
     assert denied == {kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS}
