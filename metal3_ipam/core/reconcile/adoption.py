@@ -17,7 +17,7 @@ from ..overlap import withheld_spans
 from .. import poolkind
 from ..validation import written_before_its_claim
 from .conditions import ADDRESS_CONFLICT
-from .pieces import _address_text, _bounded, _held_text, _ip_of, _let_go, _live
+from .pieces import _address_text, _bounded, _held, _held_text, _ip_of, _let_go, _live
 from .state import PassState
 
 
@@ -65,17 +65,17 @@ class Adoption(PassState):
         step.add(Create(lock))
         return lock
 
-    def written_over_lock(self, claim: dict, live: list[dict]) -> dict | None:
+    def written_over_lock(self, claim: dict, live: list[dict]) -> tuple[dict, str | None] | None:
         """The Cluster API IPAddress written for ``claim`` before it was served (a restore, a move) that the
-        claim's locks at other IPs give way to; None when they decide (``ensure_mirror``).
+        claim's locks at other IPs give way to, with why the claim may not take it up (``refusal``) or None;
+        None when the locks decide (``ensure_mirror``).
 
         A view that did not show that address yet locked a free IP for the claim: its create of the claim's
         IPAddress was refused, the name being the written one's. Such a lock holds an IP the claim was never
-        bound to: its status names none of them, and no IPAddress of the claim shows their IPs. The written
-        address is then taken up as it would have been had it been seen first, if the claim may take it up
-        (``refusal``); its lock is created (or kept, when one exists already) before the others go. A lock the
-        status names, or whose IP an IPAddress of the claim shows, decides: the claim may have been read bound
-        to it, and an address written later at another IP is a stray.
+        bound to: its status names none of them, and no IPAddress of the claim shows their IPs. The claim is
+        then served as it would have been had the address been seen first: taken up as it is, or refused.
+        A lock the status names, or whose IP an IPAddress of the claim shows, decides: the claim may have been
+        read bound to it, and an address written later at another IP is a stray.
         """
         if kinds.kind_of(claim) != kinds.CAPI_CLAIM or not self.kind.keeps_addresses_written_first \
                 or self.pool is None:
@@ -93,24 +93,30 @@ class Adoption(PassState):
         shown = {_ip_of(m) for m in mirrors}
         if any(_ip_of(lock) in shown for lock in others):
             return None
-        return mirror if self.refusal(claim, mirror, locking=len(others) == len(live)) is None else None
+        locking = len(others) == len(live)
+        refusal = self.refusal(claim, mirror, locking=locking)
+        return None if refusal is not None and not locking else (mirror, refusal)
 
-    def adopt_over(self, claim: dict, live: list[dict], mirror: dict, step: Step) -> None:
+    def adopt_over(self, claim: dict, live: list[dict], mirror: dict, refusal: str | None, step: Step) -> None:
         """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there), the address's
-        owner references and finalizer, the status naming it; then its other locks go, the status naming them
-        never (a status write refused, the claim changed since it was read, keeps them)."""
+        owner references and finalizer, the status naming it; or, refused it, is told why. Then its other locks
+        go: after a status that never names them (a status write refused, the claim changed since it was read,
+        keeps them)."""
         ip = _ip_of(mirror)
         lock = next((lock for lock in live if _ip_of(lock) == ip), None)
-        if lock is None:
-            lock = self.lock_of(claim, mirror, ip, step)
-        self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
-        self.complete_owners(mirror, claim, step)
-        self.set_claim_status(claim, step, address=lock, mirror=mirror)
+        if refusal is not None:
+            self.refuse(claim, step, mirror, refusal)
+        else:
+            if lock is None:
+                lock = self.lock_of(claim, mirror, ip, step)
+            self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
+            self.complete_owners(mirror, claim, step)
+            self.set_claim_status(claim, step, address=lock, mirror=mirror)
         for other in live:
             if other is not lock:
                 _let_go(step, other, self.finalizers.address[kinds.IPADDRESS])
-        self.plan.notes.append(f"{o.name(claim)}: takes up {_address_text(mirror)} at {ip_text(ip)}, written "
-                               f"before it; its lock at another IP, never bound, goes")
+        self.plan.notes.append(f"{o.name(claim)}: {'refused' if refusal else 'takes up'} {_address_text(mirror)} "
+                               f"at {ip_text(ip)}, written before it; its lock at another IP, never bound, goes")
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
         """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not
@@ -253,8 +259,11 @@ class Adoption(PassState):
         decides it the same way): it is left as it was written."""
         key = o.claim_key(claim)
         if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
-            if self.ledger.addresses_of(key):
-                return False  # the claim's lock decides; a Cluster API IPAddress at another IP is a stray
+            mine = self.ledger.addresses_of(key)
+            if mine:
+                # The claim's lock decides (a Cluster API IPAddress at another IP is a stray), unless it gives way.
+                over = self.written_over_lock(claim, _held(mine, self.finalizers.address[kinds.IPADDRESS]))
+                return over is not None and over[0] is address and over[1] is not None
             return self.refusal(claim, address, locking=True) is not None
         return not self.named_by_status(claim, address) and self.refusal(claim, address, locking=False) is not None
 

@@ -249,7 +249,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         written = self.written_over_lock(claim, live) if live else None
         if written is not None:
-            self.adopt_over(claim, live, written, step)
+            self.adopt_over(claim, live, *written, step)
         elif live:
             keep = self.keep_one(claim, live, step)
             refusal = None if self.named_by_status(claim, keep) else self.refusal(claim, keep, locking=False)
