@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from .. import kinds
 from .. import objects as o
-from ..actions import Create, Step
+from ..actions import Create, Delete, Step
 from ..allocator import ALLOCATION_FAILED
 from ..kept import binds_none, named_ip, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
@@ -100,7 +100,7 @@ class Adoption(PassState):
     def adopt_over(self, claim: dict, live: list[dict], mirror: dict, refusal: str | None, step: Step) -> None:
         """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there), the address's
         owner references and finalizer, the status naming it; or, refused it, is told why. Then its other locks
-        go: after a status that never names them (a status write refused, the claim changed since it was read,
+        go, and their guards: after a status that never names them (a status write refused, the claim changed since it was read,
         keeps them)."""
         ip = _ip_of(mirror)
         lock = next((lock for lock in live if _ip_of(lock) == ip), None)
@@ -112,9 +112,11 @@ class Adoption(PassState):
             self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
             self.complete_owners(mirror, claim, step)
             self.set_claim_status(claim, step, address=lock, mirror=mirror)
-        for other in live:
-            if other is not lock:
-                _let_go(step, other, self.finalizers.address[kinds.IPADDRESS])
+        others = [other for other in live if other is not lock]
+        for other in others:
+            _let_go(step, other, self.finalizers.address[kinds.IPADDRESS])
+        for guard in self.guards_of(claim, others):  # they go with their locks, as on release
+            step.add(Delete(o.ref(guard)))
         self.plan.notes.append(f"{o.name(claim)}: {'refused' if refusal else 'takes up'} {_address_text(mirror)} "
                                f"at {ip_text(ip)}, written before it; its lock at another IP, never bound, goes")
 
