@@ -67,6 +67,31 @@ def _the_address_of(world: MemoryApi, claim: str) -> dict:
     return address
 
 
+def _converged_objects(*objs: dict) -> list[dict]:
+    """The objects a pass over ``objs`` leaves, as a replica's view keeps them."""
+    api = loaded(*objs)
+    converge(api)
+    return [copy.deepcopy(x) for kind in (kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS, IN_CLUSTER)
+            for x in api.inventory.of_kind(kind)]
+
+
+def _stored(world: MemoryApi, written: dict) -> dict:
+    found = get(world, kinds.CAPI_ADDRESS, o.name(written))
+    assert found is not None
+    return found
+
+
+def _until_first_create(step):
+    """The step as far as its first create, included."""
+    cut = copy.copy(step)
+    cut.actions = []
+    for action in step.actions:
+        cut.actions.append(action)
+        if isinstance(action, Create):
+            break
+    return cut
+
+
 def test_an_address_written_before_its_claim_but_not_yet_seen_is_adopted_not_replaced():
     pool, claim, written = _pool(), _claim(), _written("10.0.0.9")
     behind = loaded(pool, claim)          # the controller's view: the address not seen yet
@@ -94,7 +119,7 @@ def test_a_global_pools_lock_made_without_seeing_the_address_gives_way_to_it():
         == ["10.0.0.1"]
     converge(world)
     address = _the_address_of(world, "test")
-    assert o.meta(address)["uid"] == o.meta(written_in(world, written))["uid"] and o.spec(address) == written["spec"]
+    assert o.meta(address)["uid"] == o.meta(_stored(world, written))["uid"] and o.spec(address) == written["spec"]
     assert {o.namespace(a) for a in world.inventory.of_kind(kinds.IPADDRESS) if not o.is_guard(a)} == {"ipam-system"}
     assert not [o.name(a) for a in world.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)]  # 10.0.0.1's went
 
@@ -106,27 +131,13 @@ def test_the_locks_two_replicas_made_without_seeing_the_address_both_give_way_to
     pool, claim, written = _pool(), _claim(), _written("10.0.0.9")
     world = loaded(pool, claim, written)
     _pass(loaded(pool, claim), world)
-    other = converge_alone(pool, _claim("gone"))
+    other = _converged_objects(pool, _claim("gone"))
     _pass(loaded(*other, claim), world)
     assert _locks_of(world, "test") == ["10.0.0.1", "10.0.0.3"]
     converge(world)
     address = _the_address_of(world, "test")
-    assert o.meta(address)["uid"] == o.meta(written_in(world, written))["uid"] and o.spec(address) == written["spec"]
+    assert o.meta(address)["uid"] == o.meta(_stored(world, written))["uid"] and o.spec(address) == written["spec"]
     assert_no_ip_twice(world)
-
-
-def converge_alone(*objs: dict) -> list[dict]:
-    """The objects a pass over ``objs`` leaves, as a replica's view keeps them."""
-    api = loaded(*objs)
-    converge(api)
-    return [copy.deepcopy(x) for kind in (kinds.CAPI_CLAIM, kinds.IPADDRESS, kinds.CAPI_ADDRESS, IN_CLUSTER)
-            for x in api.inventory.of_kind(kind)]
-
-
-def written_in(world: MemoryApi, written: dict) -> dict:
-    found = get(world, kinds.CAPI_ADDRESS, o.name(written))
-    assert found is not None
-    return found
 
 
 def test_a_lock_of_the_written_address_s_ip_made_before_the_others_went_is_kept():
@@ -140,17 +151,6 @@ def test_a_lock_of_the_written_address_s_ip_made_before_the_others_went_is_kept(
     assert _locks_of(world, "test") == ["10.0.0.1", "10.0.0.9"]
     converge(world)
     assert o.spec(_the_address_of(world, "test"))["address"] == "10.0.0.9"
-
-
-def _until_first_create(step):
-    """The step as far as its first create, included."""
-    cut = copy.copy(step)
-    cut.actions = []
-    for action in step.actions:
-        cut.actions.append(action)
-        if isinstance(action, Create):
-            break
-    return cut
 
 
 def test_an_address_written_after_the_claim_was_bound_is_a_stray_the_claim_keeps_its_ip():
@@ -186,24 +186,24 @@ def test_an_address_the_claim_may_not_take_up_is_refused_when_seen_late_as_when_
     made without seeing it goes, and the claim is refused as it is when the address is seen first
     (``AddressConflict``, nothing held, the address left as written); the other claim keeps its IP."""
     pool, claim = _pool(), _claim()
-    others = converge_alone(pool, *[_claim(f"c{n}") for n in range(4)])  # 10.0.0.1, 10.0.0.3 - 10.0.0.5
+    others = _converged_objects(pool, *[_claim(f"c{n}") for n in range(4)])  # 10.0.0.1, 10.0.0.3 - 10.0.0.5
     written = _written(ip)
     world = loaded(*others, written)
     world.load(claim)
-    left = copy.deepcopy(written_in(world, written))
+    left = copy.deepcopy(_stored(world, written))
     _pass(loaded(*others, claim), world)
     assert _locks_of(world, "test") == ["10.0.0.6"]
     converge(world)
     assert ready(world, kinds.CAPI_CLAIM, "test")["reason"] == CONFLICT
     assert not _locks_of(world, "test") and not o.finalizers(get(world, kinds.CAPI_CLAIM, "test"))
-    assert written_in(world, written) == left
+    assert _stored(world, written) == left
     assert o.spec(_the_address_of(world, "c3"))["address"] == "10.0.0.5"
     assert_no_ip_twice(world)
 
 
 # -- whichever order it is seen in ---------------------------------------------------------------------------------
 
-def with_written(world: MemoryApi, written: dict, owner: str | None) -> MemoryApi:
+def _with_written(world: MemoryApi, written: dict, owner: str | None) -> MemoryApi:
     """``world`` given the address, then its claim; with ``owner`` "IPAddressClaim", the claim first and the
     address owned by it (a copy ``clusterctl move`` or a backup's restore made, its claim's finalizer-less)."""
     if owner != "IPAddressClaim":
@@ -232,22 +232,22 @@ def test_an_address_written_before_its_claim_is_taken_up_whenever_it_is_seen(ip,
     and holding nothing, the address left as written. No IP is ever bound twice."""
     pool = gi.ip_pool("p", namespace=NS, prefix=24, gateway="10.0.0.2", addresses=["10.0.0.1-10.0.0.10"],
                       excluded=["10.0.0.7"])
-    others = converge_alone(pool, *[_claim(f"c{n}") for n in range(served)])
+    others = _converged_objects(pool, *[_claim(f"c{n}") for n in range(served)])
     written = _written(ip)
     if owner == "Backup":  # an owner of its own, none a claim: still written before its claim
         written["metadata"]["ownerReferences"] = [{"apiVersion": "example.com/v1", "kind": "Backup", "name": "b",
                                                    "uid": "b-1"}]
 
-    at_once = with_written(loaded(*others), written, owner)
+    at_once = _with_written(loaded(*others), written, owner)
     converge(at_once)
     assert_no_ip_twice(at_once)
     refused = ready(at_once, kinds.CAPI_CLAIM, "test").get("reason") == CONFLICT
     if not refused:
         adopted = _the_address_of(at_once, "test")
-        assert o.meta(adopted)["uid"] == o.meta(written_in(at_once, written))["uid"]
+        assert o.meta(adopted)["uid"] == o.meta(_stored(at_once, written))["uid"]
 
-    late = with_written(loaded(*others), written, owner)
-    left = copy.deepcopy(written_in(late, written))
+    late = _with_written(loaded(*others), written, owner)
+    left = copy.deepcopy(_stored(late, written))
     uid = o.meta(left)["uid"]
     views = [loaded(*others, _claim()) for _ in range(replicas)]
     for _ in range(late_passes):
@@ -264,4 +264,4 @@ def test_an_address_written_before_its_claim_is_taken_up_whenever_it_is_seen(ip,
     else:
         assert ready(late, kinds.CAPI_CLAIM, "test").get("reason") == CONFLICT
         assert not _locks_of(late, "test")
-        assert written_in(late, written) == left
+        assert _stored(late, written) == left
