@@ -52,36 +52,51 @@ class Guards(PassState):
     """The guards of an allocation in a claim's namespace, and what holds an IP elsewhere."""
 
     def guard_spans(self, claim: dict, unit: int) -> list[Span] | None:
-        """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock: a global pool's
-        allocation guards its IP or sub-prefix (but a separate network's); a namespaced pool's guards each IP of
-        its address (an IP, or a sub-prefix) that a global IP pool holds (or one being deleted held), its IP
-        whatever they hold for a kind that ``guards_every_ip``, and each sub-prefix of a global prefix pool it
-        meets, for the namespace's pools. The guards of both have one name, which the API server gives
-        once: of two allocations that meet in a namespace and that no pass saw the other make (a global pool's
-        pass made before the namespaced pool came, carried out after its allocation, or the other way round), the
-        second is refused at its guard with the rest of that step. A global pool's pass always guards (it cannot
-        know of a namespaced pool created since); a namespaced pool's sees every global pool made before it
-        passes, and one made later withholds its addresses. None: more than ``GUARDS_PER_ALLOCATION`` guards,
-        which the namespaced pool does not hand out."""
+        """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock. Two allocations
+        that meet in a namespace (a global pool's and a namespaced one's) write one guard of the same name, which
+        the API server gives once, whatever each pass saw of the other pool's spec: a pass is carried out later
+        than it was made (a replica behind, or slow), after the other pool was created, edited or deleted and the
+        other allocation landed, so the name must not depend on what the pools' specs are when it is made. Of
+        two aligned spans that meet, one holds the other; the larger one's allocation writes the guard of its
+        own span (``<base>.<length>.nsip``, or ``<ip>.nsip``), and the smaller one's joins the guard of the
+        span of that length holding it, shared by its pool (a sub-prefix length is immutable, so a pool's is
+        known whatever became of its prefixes):
+
+        - a global pool's allocation (but a separate network's) guards its IP or sub-prefix, and joins the
+          guard of each larger sub-prefix of the lengths the prefix pools of the claim's namespace hand out
+          (``namespaced_lengths``, whatever their prefixes now, one being deleted too);
+        - a namespaced pool's guards its own IP (a kind that ``guards_every_ip``) or sub-prefix (a prefix
+          pool), each IP of it that a global IP pool holds (or one being deleted held), and joins, of each global
+          prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
+          inside it the pool holds, for the namespace's pools.
+
+        Left open (``docs/pools/incluster.md``): the smaller allocation's pass made before the larger one's pool
+        existed, its pool edited off the span meanwhile (what it joins is decided when it is made). None: more
+        than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
         if pool is None or kind.outside is not None:
             return []
-        first = int(pool.address_of(unit))
+        first, width = int(pool.address_of(unit)), FAMILY_BITS[pool.version]
+        own = Span(first, pool.unit_length)
         if kind.cluster_scoped:
-            return [] if separate_network(self.pool_obj) else [Span(first, pool.unit_length)]
+            if separate_network(self.pool_obj):
+                return []
+            longest = pool.unit_length if pool.unit_length is not None else width
+            return [own] + [Span(first >> (width - length) << (width - length), length, shared=True)
+                            for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version)
+                            if length < longest]
         if not kind.unique_in_namespace:
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if kind.guards_every_ip and ips is not None and first == last and first not in ips:
-            # Whatever the global pools' specs are now: a global IP pool's pass made before an edit or a deletion
-            # that dropped the IP (or this pass, made before a global pool was created) may land after the
-            # other; the API server gives the guard's name once.
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
-        return [Span(ip) for ip in ips] + [Span(base, length, shared=True) for base, length in blocks]
+        mine = [own] if kind.holds_prefixes else []
+        return mine + [Span(ip) for ip in ips] + [Span(base, length, shared=True) for base, length in blocks
+                                                  if not mine or (base, length) != (first, pool.unit_length)]
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""

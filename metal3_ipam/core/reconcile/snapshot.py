@@ -83,6 +83,9 @@ class Snapshot:
     # last), or None when there are more than the limit: a namespaced pool's allocation there guards each.
     global_blocks: Callable[[int, int, int, int], list[tuple[int, int]] | None] = \
         lambda version, first, last, limit: []
+    # The lengths of the sub-prefixes the prefix pools of (namespace, version) keeping theirs apart hand out: a
+    # global pool's allocation to a claim there joins the guard of each sub-prefix of those lengths holding it.
+    namespaced_lengths: Callable[[str, int], list[int]] = lambda namespace, version: []
     # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
     # claim has its lock yet.
     addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []
