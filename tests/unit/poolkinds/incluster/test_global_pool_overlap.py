@@ -671,3 +671,76 @@ def test_a_namespaced_pools_pass_landing_after_its_pool_changed_never_takes_what
     api.apply(on_its_way)
     converge(api, random.Random(0))
     assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), _spans(api, lengths)
+
+
+# -- the same orders, for a Metal3 IPPool against a global in-cluster IP pool --------------------------------
+
+IPPOOL = kinds.IPPOOL
+
+
+def _ippool(addresses, created="2024-01-01T00:01:00Z"):
+    start, _, end = addresses.partition("-")
+    pool = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPPool",
+            "metadata": {"name": "n", "namespace": NS, "creationTimestamp": created},
+            "spec": {"namePrefix": "n", "pools": [{"start": start, "end": end or start}], "prefix": 24}}
+    return pool
+
+
+def _ippool_claim(name):
+    return {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "metadata": {"name": name, "namespace": NS},
+            "spec": {"poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": "IPPool", "name": "n"}}}
+
+
+def _change(kind, name, ns, how, addresses):
+    def change(api):
+        if how == "deleted":
+            return user_delete(api, kind, name, ns)
+        pool = copy.deepcopy(get(api, kind, name, ns))
+        pool["spec"] = {**pool["spec"], **addresses}
+        api._store(pool)
+    return change
+
+
+@pytest.mark.parametrize("how", ["deleted", "edited"])
+def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_an_ippool_handed_out(how):
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(_claim("d", "g"))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    _change(GLOBAL, "g", "", how, {"addresses": ["10.9.0.1", "10.9.0.7-10.9.0.8"]})(api)
+    api.load(_ippool("10.9.0.1-10.9.0.3"))
+    api.load(_ippool_claim("a"))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPPOOL), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    held = _one_claim_per_ip(api)
+    assert all(len(claims) == 1 for claims in held.values()), held
+
+
+@pytest.mark.parametrize("how", ["deleted", "edited"])
+def test_an_ippools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(how):
+    api = _converged(_ippool("10.9.0.1-10.9.0.3", "2024-01-01T00:00:00Z"), _ippool_claim("b"))
+    api.load(_ippool_claim("a"))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPPOOL), api.now))
+    _change(IPPOOL, "n", NS, how, {"pools": [{"start": "10.9.0.1", "end": "10.9.0.1"}]})(api)
+    api.load(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:01:00Z"))
+    api.load(_claim("d", "g"))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    held = _one_claim_per_ip(api)
+    assert all(len(claims) == 1 for claims in held.values()), held
+
+
+@pytest.mark.parametrize("order", ["global first", "ippool first"])
+def test_an_ippool_created_while_a_global_pools_allocation_is_on_its_way_never_holds_its_ip_too(order):
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(_claim("d", "g"))
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    api.load(_ippool("10.9.0.1-10.9.0.3"))
+    api.load(_ippool_claim("a"))
+    local_plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPPOOL), api.now))
+    for plan in ([global_plan, local_plan] if order == "global first" else [local_plan, global_plan]):
+        api.apply(plan)
+    converge(api, random.Random(0))
+    held = _one_claim_per_ip(api)
+    assert all(len(claims) == 1 for claims in held.values()), held
