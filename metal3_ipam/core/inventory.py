@@ -1024,6 +1024,16 @@ class Inventory:
             return None
         return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
 
+    def global_ip_pool_exists(self, version: int) -> bool:
+        """Whether a global IP pool of ``version`` keeping its IPs apart is stored (one being deleted too), whatever
+        its addresses: a namespaced pool's allocation of an IP guards it, for a pass of that pool made before an
+        edit took the IP away may still land (``reconcile``'s guards)."""
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key, deleting=True) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
+            if facts is not None and not facts.apart and facts.pool.version == version:
+                return True
+        return False
+
     def global_blocks(self, version: int, first: int, last: int, limit: int) -> list[tuple[int, int]] | None:
         """The sub-prefixes, as (base, length), that global prefix pools keeping their IPs apart hand out and
         that meet ``first`` to ``last`` (a namespaced pool's IP or sub-prefix), in order: a namespaced pool's
@@ -1140,6 +1150,7 @@ class Inventory:
             global_holds=self.global_holds,
             global_held=self.global_held,
             global_blocks=self.global_blocks,
+            global_ip_pool_exists=self.global_ip_pool_exists,
             namespaced_lengths=self.namespaced_lengths,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,

@@ -65,8 +65,9 @@ class Guards(PassState):
         - a global pool's allocation (but a separate network's) guards its IP or sub-prefix, and joins the
           guard of each larger sub-prefix of the lengths the prefix pools of the claim's namespace hand out
           (``namespaced_lengths``, whatever their prefixes now, one being deleted too);
-        - a namespaced pool's guards its own IP (a kind that ``guards_every_ip``) or sub-prefix (a prefix
-          pool), each IP of it that a global IP pool holds (or one being deleted held), and joins, of each global
+        - a namespaced pool's guards its own IP (a kind that ``guards_every_ip``; of another kind, while a global
+          IP pool exists, whatever its addresses) or sub-prefix (a prefix pool), each IP of it that a global IP
+          pool holds (or one being deleted held), and joins, of each global
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
           inside it the pool holds, for the namespace's pools.
 
@@ -89,7 +90,8 @@ class Guards(PassState):
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
-        if kind.guards_every_ip and ips is not None and first == last and first not in ips:
+        if ips is not None and first == last and first not in ips and (
+                kind.guards_every_ip or self.snap.global_ip_pool_exists(pool.version)):
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
