@@ -71,7 +71,7 @@ class Guards(PassState):
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
           inside it the pool holds, for the namespace's pools.
 
-        Left open (``docs/pools/incluster.md``): the smaller allocation's pass made before the larger one's pool
+        Left open (the docs say so): the smaller allocation's pass made before the larger one's pool
         existed, its pool edited off the span meanwhile (what it joins is decided when it is made). None: more
         than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
