@@ -1063,6 +1063,25 @@ class Inventory:
                 found.update((int(model.address_of(unit)), model.unit_length) for unit in range(start, end + 1))
         return sorted(found)
 
+    def global_claims_in_flight(self, namespace: str, version: int, length: int) -> list[dict]:
+        """The live claims of ``namespace`` bound to no address, of global pools keeping their IPs apart (one being
+        deleted too) whose IPs or sub-prefixes are smaller than a sub-prefix of ``length``: a pass allocating for one
+        may be on its way, made before a namespaced pool's sub-prefix holding its IP could be seen
+        (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
+        guards the IPs named so and writes each claim, so that a pass made before it is refused)."""
+        found = []
+        for key in sorted(self._pool_names.get("", ())):
+            pool = self.objects[(key.kind, key.namespace, key.name)]
+            if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
+                continue
+            units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
+                {FAMILY_BITS[version]}
+            if not any(unit > length for unit in units):
+                continue
+            found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
+                      and not o.is_deleting(claim) and bound_ip(claim) is None]
+        return found
+
     def namespaced_lengths(self, namespace: str, version: int) -> list[int]:
         """The lengths of the sub-prefixes the prefix pools of ``namespace`` keeping their IPs apart hand out (one
         being deleted too), whatever their prefixes are now (``unit_lengths``): a global pool's allocation to a
@@ -1152,6 +1171,7 @@ class Inventory:
             global_blocks=self.global_blocks,
             global_ip_pool_exists=self.global_ip_pool_exists,
             namespaced_lengths=self.namespaced_lengths,
+            global_claims_in_flight=self.global_claims_in_flight,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -10,7 +10,7 @@ from typing import Any
 from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
-from ..addresses import FAMILY_BITS, ip_from_int
+from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
 from ..kept import bound_ip
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
@@ -97,8 +97,63 @@ class Guards(PassState):
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
         mine = [own] if kind.holds_prefixes else []
-        return mine + [Span(ip) for ip in ips] + [Span(base, length, shared=True) for base, length in blocks
-                                                  if not mine or (base, length) != (first, pool.unit_length)]
+        named = [span for span in self.named_spans(o.namespace(claim), first, last) if span.length is not None
+                 or span.ip not in ips] if kind.holds_prefixes else []
+        if len(ips) + len(blocks) + len(named) > GUARDS_PER_ALLOCATION:
+            return None
+        return mine + [Span(ip) for ip in ips] + named + [
+            Span(base, length, shared=True) for base, length in blocks
+            if not mine or (base, length) != (first, pool.unit_length)]
+
+    def in_flight(self, namespace: str) -> list[dict]:
+        """The claims of global pools in ``namespace`` (this namespaced prefix pool's) whose pass may be on its
+        way into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``), read once a pass; not those
+        paused (or left to another controller by the watch filter), which are not written."""
+        if self._in_flight is None:
+            self._in_flight = [c for c in self.snap.global_claims_in_flight(namespace, self.pool.version,
+                                                                             self.pool.unit_length)
+                               if not self.claim_paused(c)]
+        return self._in_flight
+
+    def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
+        """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``in_flight`` name as being handed to
+        them (``kinds.ALLOCATING_ANNOTATION``): guarded as their global pool's allocation guards them."""
+        spans = []
+        for claim in self.in_flight(namespace):
+            span = _allocating(claim, self.pool.version)
+            width = FAMILY_BITS[self.pool.version]
+            if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
+                spans.append(span)
+        return spans
+
+    def fencing_waits(self, claim: dict) -> bool:
+        """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits
+        for the next pass (each write expects the version the pass read, so a second would be refused)."""
+        return self.fenced and self.kind.holds_prefixes and not self.kind.cluster_scoped \
+            and self.kind.unique_in_namespace and bool(self.in_flight(o.namespace(claim)))
+
+    def order_actions(self, claim: dict, unit: int) -> list:
+        """What orders this allocation with a pass of the other side made before it could see this one, written
+        first, each on condition that its claim is unchanged since this pass read it. A global pool's names on
+        its claim the IP or sub-prefix it hands out (a namespaced pool's pass that read the claim before guards
+        it, and one that wrote the claim since refuses this). A namespaced prefix pool's writes each claim
+        ``in_flight`` (a pass of its global pool that read it before is refused; one that wrote it first was
+        read by this pass, which guards what it names, or this write is refused). Two passes that never saw each
+        other thus meet on the claim, whose versions the API server orders: of a pass made before a namespaced
+        pool existed, and that pool's pass made after the global pool was edited off the IP, one is refused."""
+        version = o.meta(claim).get("resourceVersion")
+        if self.kind.cluster_scoped:
+            if separate_network(self.pool_obj):
+                return []
+            ip = ip_text(self.pool.address_of(unit))
+            text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
+            return [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text},
+                                resource_version=version)]
+        if not (self.kind.holds_prefixes and self.kind.unique_in_namespace):
+            return []
+        self.fenced = True
+        return [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)}, resource_version=read)
+                for other in self.in_flight(o.namespace(claim)) for read in [o.meta(other).get("resourceVersion")]]
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""
@@ -182,7 +237,7 @@ class Guards(PassState):
         left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
         pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
         already, or when it needs none."""
-        actions: list = []
+        actions: list = self.order_actions(claim, unit)
         for span in self.guard_spans(claim, unit) or []:
             found = self.guard_at(o.namespace(claim), span)
             if found is not None and _owned_by(found, claim if not span.shared else self.pool_obj):
@@ -256,3 +311,17 @@ class Guards(PassState):
             return False
         return any(self.snap.held_elsewhere(ns, version, first, last, for_keeper=for_keeper)
                    for ns in {namespace, claim_namespace})
+
+
+def _allocating(claim: dict, version: int) -> Span | None:
+    """The IP or sub-prefix a claim's ``kinds.ALLOCATING_ANNOTATION`` names, as its global pool's guard of it, or
+    None (none, another family, not one)."""
+    text = str(o.annotations(claim).get(kinds.ALLOCATING_ANNOTATION) or "")
+    ip_part, _, length = text.partition("/")
+    try:
+        ip = parse_ip(ip_part)
+    except AddressError:
+        return None
+    if ip.version != version or (length and not (length.isdigit() and int(length) <= FAMILY_BITS[version])):
+        return None
+    return Span(int(ip), int(length) if length else None)
