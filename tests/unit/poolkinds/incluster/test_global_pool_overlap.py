@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create
+from metal3_ipam.core.actions import Create, Plan, Step
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
@@ -745,3 +745,51 @@ def test_an_ippool_created_while_a_global_pools_allocation_is_on_its_way_never_h
     converge(api, random.Random(0))
     held = _one_claim_per_ip(api)
     assert all(len(claims) == 1 for claims in held.values()), held
+
+
+# -- a global pool's pass and a namespaced prefix pool's allocation meet on the global pool's claim ----------
+
+def _global_ip_pass_then_a_prefix_pool_there(claim_d):
+    """A global IP pool's pass for claim ``d`` made, its pool edited off the IP, and a prefix pool over that IP
+    created in the namespace: (the store, the pass on its way, the prefix pool's plan)."""
+    api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api.load(claim_d)
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    pool = copy.deepcopy(get(api, GLOBAL, "g", ""))
+    pool["spec"]["addresses"] = ["fd00::1", "fd00::10"]
+    api._store(pool)
+    api.load(_prefix_pool("n", ["fd00::/126"], 127))
+    api.load(_claim("a", "n", gi.IN_CLUSTER_PREFIX_POOL))
+    return api, on_its_way, reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now))
+
+
+def test_a_global_pools_pass_made_before_a_prefix_pool_existed_is_refused_once_its_allocation_wrote_the_claim():
+    api, on_its_way, local_plan = _global_ip_pass_then_a_prefix_pool_there(_claim("d", "g"))
+    assert not api.apply(local_plan)
+    assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.FENCED_ANNOTATION]
+    assert api.apply(on_its_way) == [f"IPAddressClaim {NS}/d: IPAddressClaim {NS}/d changed since it was read"]
+    assert _ips(api) == {(NS, "c"): "fd00::1", (NS, "a"): "fd00::2"}
+
+
+def test_a_prefix_pools_allocation_guards_the_ip_a_global_pools_claim_names_as_being_handed_to_it():
+    """The global pool's pass wrote the claim before the prefix pool's pass read it: the prefix pool guards the IP
+    the claim names, and whichever of the two guards of it lands second is refused."""
+    api, on_its_way, _ = _global_ip_pass_then_a_prefix_pool_there(_claim("d", "g"))
+    (step,) = [s for s in on_its_way.steps if s.subject == f"IPAddressClaim {NS}/d"]
+    api.do(step.actions[0])  # the claim written first, the rest of that pass on its way
+    assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.ALLOCATING_ANNOTATION] == "fd00::2"
+    local_plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now))
+    assert [o.name(a.obj) for a in local_plan.writes if isinstance(a, Create) and o.is_guard(a.obj)] == [
+        "fd00-0-0-0-0-0-0-2.127.nsip", "fd00-0-0-0-0-0-0-2.nsip"]
+    assert not api.apply(local_plan)
+    rest = Plan(steps=[Step(step.subject, step.actions[1:], step.about)])
+    assert api.apply(rest) == [f"IPAddressClaim {NS}/d: IPAddress {NS}/fd00-0-0-0-0-0-0-2.nsip already exists"]
+    converge(api, random.Random(0))
+    assert _ips(api) == {(NS, "c"): "fd00::1", (NS, "a"): "fd00::2", (NS, "d"): "fd00::10"}
+
+
+def test_a_prefix_pools_allocation_writes_no_paused_claim_of_a_global_pool():
+    paused = _claim("d", "g")
+    paused["metadata"]["annotations"] = {kinds.PAUSED_ANNOTATION: ""}
+    api, _, local_plan = _global_ip_pass_then_a_prefix_pool_there(paused)
+    assert not [a for a in local_plan.writes if getattr(a, "target", None) and a.target.name == "d"]
