@@ -71,8 +71,9 @@ class Guards(PassState):
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
           inside it the pool holds, for the namespace's pools.
 
-        Left open (the docs say so): the smaller allocation's pass made before the larger one's pool
-        existed, its pool edited off the span meanwhile (what it joins is decided when it is made). None: more
+        The order with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
+        its pool edited off the span meanwhile) meets on the global pool's claim (``order_actions``), and a
+        namespaced prefix pool's allocation guards what such claims name (``named_spans``). None: more
         than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
         if pool is None or kind.outside is not None:
