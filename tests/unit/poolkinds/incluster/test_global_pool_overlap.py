@@ -417,8 +417,8 @@ def test_a_namespaced_sub_prefix_holding_more_global_pool_ips_than_can_be_guarde
 
 # -- a global pool and a namespaced pool of either kind, their passes landing in any order -------------------
 
-EVENTS = ("global claim", "global plans", "global lands", "local pool created", "local pool edited",
-          "local claim", "local plans", "local lands")
+EVENTS = ("global claim", "global plans", "global lands", "global pool edited", "local pool created",
+          "local pool edited", "local pool deleted", "local claim", "local plans", "local lands")
 GLOBAL_PREFIXES = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)
 
 
@@ -464,9 +464,10 @@ def _spans(api, lengths):
        seed=st.integers(0, 1000))
 def test_a_global_pool_and_a_namespaced_pool_never_hold_one_ip_for_two_claims_in_any_order(
         shape, order, settled, seed):
-    """A pass's writes land after others' (a replica behind, or slow): the namespaced pool created, edited and
-    claimed from while allocations of the global pool there are on their way, and the other way round. With
-    ``settled``, the global pool has a claim in the namespace before; else its first one is on its way."""
+    """A pass's writes land after others' (a replica behind, or slow): the namespaced pool created, edited,
+    deleted and claimed from while allocations of the global pool there are on their way, the global pool edited
+    off the namespaced pool's addresses, and the other way round. With ``settled``, the global pool has a claim in
+    the namespace before; else its first one is on its way."""
     glob, local, edited_spec, lengths = SHAPES[shape]
     global_kind, local_kind = kinds.kind_of(glob), kinds.kind_of(local)
     rng = random.Random(seed)
@@ -479,10 +480,14 @@ def test_a_global_pool_and_a_namespaced_pool_never_hold_one_ip_for_two_claims_in
             api.load(_claim("d", "g", global_kind[1]) if side == "global" else _claim("a", "n", local_kind[1]))
         elif what == "pool created":
             api.load(local)
+        elif what == "pool edited" and side == "global":
+            _changed(global_kind, "g", "", "edited")(api)
         elif what == "pool edited" and get(api, local_kind, "n", NS) is not None:
             edited = copy.deepcopy(get(api, local_kind, "n", NS))
             edited["spec"] = {**edited["spec"], **edited_spec}
             api._store(edited)
+        elif what == "pool deleted" and get(api, local_kind, "n", NS) is not None:
+            user_delete(api, local_kind, "n", NS)
         elif what == "plans" and (side == "global" or get(api, local_kind, "n", NS) is not None):
             on_its_way[side].append(reconcile(api.inventory.snapshot(keys[side], api.now, rng)))
         elif what == "lands" and on_its_way[side]:
