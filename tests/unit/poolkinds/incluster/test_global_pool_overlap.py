@@ -24,7 +24,7 @@ from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged
 from ipam_objects import dated_ip_pool as _pool
-from ipam_objects import admission_request, get, inventory_of, user_delete
+from ipam_objects import admission_request, cluster, get, inventory_of, user_delete
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -754,10 +754,10 @@ def test_an_ippool_created_while_a_global_pools_allocation_is_on_its_way_never_h
 
 # -- a global pool's pass and a namespaced prefix pool's allocation meet on the global pool's claim ----------
 
-def _global_ip_pass_then_a_prefix_pool_there(claim_d):
+def _global_ip_pass_then_a_prefix_pool_there(claim_d, *more):
     """A global IP pool's pass for claim ``d`` made, its pool edited off the IP, and a prefix pool over that IP
     created in the namespace: (the store, the pass on its way, the prefix pool's plan)."""
-    api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"))
+    api = _converged(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), _claim("c", "g"), *more)
     api.load(claim_d)
     on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
     pool = copy.deepcopy(get(api, GLOBAL, "g", ""))
@@ -798,3 +798,18 @@ def test_a_prefix_pools_allocation_writes_no_paused_claim_of_a_global_pool():
     paused["metadata"]["annotations"] = {kinds.PAUSED_ANNOTATION: ""}
     api, _, local_plan = _global_ip_pass_then_a_prefix_pool_there(paused)
     assert not [a for a in local_plan.writes if getattr(a, "target", None) and a.target.name == "d"]
+
+
+@pytest.mark.xfail(strict=True, reason="a claim whose Cluster is paused is not written (it may be on its way "
+                   "elsewhere), so a global pool's pass made for it before the pause, before its pool was edited off "
+                   "the IP and before a prefix pool existed there, is not refused: landing after that pool handed out "
+                   "the sub-prefix holding the IP, it binds fd00::2 to claims a and d")
+def test_a_global_pools_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_prefix_pool_handed_out():
+    claim = _claim("d", "g")
+    claim["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "cl"}
+    api, on_its_way, _ = _global_ip_pass_then_a_prefix_pool_there(claim, cluster("cl"))
+    api._store({**cluster("cl", paused=True), "metadata": copy.deepcopy(get(api, kinds.CLUSTER, "cl")["metadata"])})
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
+    api.apply(on_its_way)
+    spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
