@@ -79,7 +79,7 @@ class Guards(PassState):
         if pool is None or kind.outside is not None:
             return []
         first, width = int(pool.address_of(unit)), FAMILY_BITS[pool.version]
-        own = Span(first, pool.unit_length)
+        own = _span(first, pool.unit_length, width)
         if kind.cluster_scoped:
             if separate_network(self.pool_obj):
                 return []
@@ -98,13 +98,13 @@ class Guards(PassState):
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
         mine = [own] if kind.holds_prefixes else []
-        named = [span for span in self.named_spans(o.namespace(claim), first, last) if span.length is not None
-                 or span.ip not in ips] if kind.holds_prefixes else []
-        if len(ips) + len(blocks) + len(named) > GUARDS_PER_ALLOCATION:
+        exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
+            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else [])))
+        shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
+                  if Span(span.ip, span.length) not in exclusive]
+        if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
             return None
-        return mine + [Span(ip) for ip in ips] + named + [
-            Span(base, length, shared=True) for base, length in blocks
-            if not mine or (base, length) != (first, pool.unit_length)]
+        return exclusive + shared
 
     def in_flight(self, namespace: str) -> list[dict]:
         """The claims of global pools in ``namespace`` (this namespaced prefix pool's) whose pass may be on its
@@ -325,4 +325,10 @@ def _allocating(claim: dict, version: int) -> Span | None:
         return None
     if ip.version != version or (length and not (length.isdigit() and int(length) <= FAMILY_BITS[version])):
         return None
-    return Span(int(ip), int(length) if length else None)
+    return _span(int(ip), int(length) if length else None, FAMILY_BITS[version])
+
+
+def _span(ip: int, length: int | None, width: int, shared: bool = False) -> Span:
+    """The span of ``ip`` and a sub-prefix ``length`` (None: an IP); a sub-prefix of every bit is its one IP, and
+    guarded as an IP pool's allocation of that IP is."""
+    return Span(ip, None if length == width else length, shared)

@@ -813,3 +813,20 @@ def test_a_global_pools_pass_for_a_claim_whose_cluster_was_paused_since_never_ta
     api.apply(on_its_way)
     spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
     assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+@pytest.mark.parametrize("how", ["deleted", "edited"])
+def test_a_namespaced_pass_of_single_address_sub_prefixes_landing_late_never_takes_what_a_global_ip_pool_handed_out(
+        how):
+    """A sub-prefix of 128 bits is one IP: its guard is the IP's, which a global IP pool's allocation writes."""
+    api = _converged(_prefix_pool("n", ["fd00::/126"], 128), _claim("b", "n", gi.IN_CLUSTER_PREFIX_POOL))
+    api.load(_claim("a", "n", gi.IN_CLUSTER_PREFIX_POOL))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now))
+    _changed(PREFIX, "n", NS, how)(api)
+    api.load(_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:01:00Z"))
+    api.load(_claim("d", "g"))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
