@@ -1,0 +1,173 @@
+"""Where a floating IP is at home, and which other clusters' claims hold it: single Neutron tags. Pure: no I/O.
+
+A floating IP carries its key in its description (``pool.description``), and
+the owner is shared by every cluster a claim may be moved to, so a key alone
+cannot tell a claim here from a copy of it in another cluster (a ``clusterctl
+move`` restored from a directory while the source runs: two live claims, one
+floating IP). So a floating IP also records, in tags of its own, each one added
+or removed by Neutron atomically (``PUT``/``DELETE /v2.0/floatingips/{id}/tags/{tag}``,
+never the whole list: two clusters writing at once never lose each other's
+mark):
+
+* its **home**, ``<owner>-home:<Kind>:<uid>``: the uid of the Cluster of the
+  claim bound to it (else of its OpenStackFloatingIPPool). A uid is never the
+  same in two clusters nor after a move.
+* ``<owner>-from:<Kind>:<uid>``: the home it was taken over from (below).
+* **holds**, ``<owner>-held:<Kind>:<uid>``: the home of a claim of another
+  cluster than the home's that carries the key and is bound to the floating IP
+  all the same (or paused: the copy of a move under way). Any number.
+
+A cluster judges marks by the objects it holds (``home(h)``: ``PRESENT``,
+``PAUSED`` or ``ABSENT``): a mark naming an object absent here is another
+cluster's, and only the cluster holding the object a mark names removes it.
+
+Homing is first come (:func:`mend`). A live claim here homes a floating IP
+homed nowhere (made by it, or by an earlier version of this controller), and
+takes over one homed at an object absent here (the source of a finished move)
+unless that floating IP was taken over from this very home (``from=``: a claim
+there carries the key too, and took it first) or another cluster holds it; a
+paused one only holds it (both sides of a move under way are paused: they would
+write it back and forth). Where two clusters took it over at once, the lowest
+home stays and the other yields to a hold. A claim left holding a floating IP
+homed at another cluster is told (:attr:`Change.elsewhere`).
+
+The release of a key here (:func:`on_release`) keeps a floating IP that names
+a home or hold of another cluster: a claim there is bound to it; only this
+cluster's marks come off, and that cluster's next sweep homes it there. The
+sweep releases only a floating IP whose marks all name objects here, present
+and not paused (:func:`sweepable`); one with no mark at all (made by an earlier
+version) is judged as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
+HOME, FROM, HELD = "home", "from", "held"
+CLUSTER, POOL = "Cluster", "OpenStackFloatingIPPool"
+
+_MARK = re.compile(rf"^(?P<owner>[a-z0-9-]+)-(?P<mark>{HOME}|{FROM}|{HELD}):(?P<kind>{CLUSTER}|{POOL}):"
+                   r"(?P<uid>[0-9A-Za-z-]{1,64})$")
+
+
+@dataclass(frozen=True, order=True)
+class Home:
+    """The object a claim is at home at: its Cluster, or the OpenStackFloatingIPPool of a claim of no Cluster."""
+
+    kind: str
+    uid: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}:{self.uid}"
+
+
+def tag(owner: str, mark: str, home: Home) -> str:
+    """The tag of a mark (``HOME``, ``FROM``, ``HELD``) naming ``home``."""
+    return f"{owner}-{mark}:{home.kind}:{home.uid}"
+
+
+@dataclass(frozen=True)
+class Marks:
+    homes: frozenset[Home] = frozenset()
+    froms: frozenset[Home] = frozenset()
+    holds: frozenset[Home] = frozenset()
+
+    def named(self) -> frozenset[Home]:
+        """Every object a home or a hold names."""
+        return self.homes | self.holds
+
+
+def marks_in(owner: str, tags: Iterable[str]) -> Marks:
+    """The marks of ``owner`` among a floating IP's tags."""
+    found: dict[str, set[Home]] = {HOME: set(), FROM: set(), HELD: set()}
+    for text in tags:
+        match = _MARK.match(text)
+        if match is not None and match["owner"] == owner:
+            found[match["mark"]].add(Home(match["kind"], match["uid"]))
+    return Marks(frozenset(found[HOME]), frozenset(found[FROM]), frozenset(found[HELD]))
+
+
+@dataclass(frozen=True)
+class Change:
+    """The tags to add (first) and to remove (then: a floating IP is never without a mark on the way), and the
+    home of another cluster the floating IP stays homed at while a live claim here is bound to it."""
+
+    add: tuple[str, ...] = ()
+    remove: tuple[str, ...] = ()
+    elsewhere: Home | None = None
+
+
+def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str], take: bool = True) -> Change:
+    """What the marks of a floating IP become for the claim here carrying its key and bound to it, whose home is
+    ``mine`` (present or paused here). ``take``: a floating IP homed at another cluster may be taken over (the
+    sweep); not at a claim's binding, which holds it until its cluster's sweep (a release in between keeps it)."""
+    tags = list(tags)
+    marks = marks_in(owner, tags)
+    add: list[str] = []
+    remove = [tag(owner, HELD, h) for h in marks.holds if h != mine and home(h) != ABSENT]  # holds gone stale
+
+    def ensure(mark: str, h: Home) -> None:
+        if tag(owner, mark, h) not in tags:
+            add.append(tag(owner, mark, h))
+
+    def drop(mark: str, homes: Iterable[Home]) -> None:
+        remove.extend(tag(owner, mark, h) for h in homes)
+    ours = {h for h in marks.homes if h != mine and home(h) != ABSENT}  # another object here: rehomed freely
+    theirs = {h for h in marks.homes if home(h) == ABSENT}
+    elsewhere = None
+    if home(mine) == PAUSED:
+        if mine not in marks.homes:
+            ensure(HELD, mine)
+    elif mine in marks.homes:
+        drop(HOME, ours)
+        rivals = theirs - marks.froms  # a home it was taken over from is left of a take over cut short
+        if rivals and min(rivals | {mine}) != mine:  # two clusters took it over at once: the lowest home stays
+            ensure(HELD, mine)
+            drop(HOME, [mine])
+            elsewhere = min(rivals)
+        else:
+            drop(HOME, theirs & marks.froms)
+            drop(HELD, [mine] if mine in marks.holds else [])
+    elif not theirs:
+        ensure(HOME, mine)
+        drop(HOME, ours)
+        drop(HELD, [mine] if mine in marks.holds else [])
+        if not ours:
+            drop(FROM, marks.froms)  # homed nowhere: whoever it was taken from let it go
+    elif (blocked := mine in marks.froms or any(home(h) == ABSENT for h in marks.holds)) or not take:
+        ensure(HELD, mine)  # taken over from here first, or another cluster holds it: this claim is told
+        elsewhere = min(theirs) if blocked else None
+    else:
+        given = min(theirs)
+        ensure(HOME, mine)
+        ensure(FROM, given)
+        drop(FROM, marks.froms - {given})
+        drop(HOME, marks.homes - {mine})
+        drop(HELD, [mine] if mine in marks.holds else [])
+    return Change(tuple(add), tuple(t for t in remove if t in tags), elsewhere)
+
+
+def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> tuple[bool, tuple[str, ...]]:
+    """The release of a floating IP's key here: whether it is kept (a home or hold names an object absent here:
+    a claim of another cluster is bound to it), and the marks of this cluster to take off it either way."""
+    marks = marks_in(owner, tags)
+    kept = any(home(h) == ABSENT for h in marks.named())
+    mine = [tag(owner, HOME, h) for h in marks.homes if home(h) != ABSENT] + \
+        [tag(owner, HELD, h) for h in marks.holds if home(h) != ABSENT]
+    return kept, tuple(sorted(mine))
+
+
+def sweepable(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> bool:
+    """Whether a sweep may release a floating IP (its key carried by nothing here) as far as its marks say: each
+    names an object here, not paused (none at all: made by an earlier version, judged as before)."""
+    return all(home(h) == PRESENT for h in marks_in(owner, tags).named())
+
+
+def stale(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> tuple[str, ...]:
+    """The holds of this cluster on a floating IP whose key no claim here carries any more (the copies of a move
+    given up, deleted): taken off by its sweep."""
+    return tuple(sorted(tag(owner, HELD, h) for h in marks_in(owner, tags).holds if home(h) != ABSENT))
