@@ -8,6 +8,8 @@ import dataclasses
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
@@ -529,3 +531,159 @@ def test_a_floating_ip_two_clusters_live_claims_carry_is_released_by_neither_cla
     assert isinstance(answer, Released)
     assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
         "released the floating IP the source's live claim ns/m1 is bound to"
+
+
+def cluster_obj(uid, paused=False):
+    return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+            "spec": {"paused": paused}}
+
+
+def two_sides(*tags):
+    """ns/m1 live and bound to fip-1 by LOST_KEY in two clusters (a copy restored from a directory while the source
+    runs), with a Writer each; fip-1 carries ``tags`` besides the owner's and the pool's."""
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), *tags), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    source = Side(neutron, cluster_obj("c1-uid"), pool_obj(), *bound_objects())
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    for side in (source, target):
+        side.pools.writer = Writer()
+        side.pools.asks.pool_changed(model())
+    return neutron, source, target
+
+
+def released_by(side):
+    """ns/m1 deleted in ``side``: its key released, then its claim and lock gone."""
+    from metal3_ipam.core.asking import Ask, Op, Released
+    answer = asyncio.run(side.pools.asks.ask(Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Released), answer
+    for obj in bound_objects():
+        side.inventory.remove(obj)
+
+
+def events(side):
+    return [(e.reason, e.target.name) for plan in side.pools.writer.plans for step in plan.steps for e in step.actions]
+
+
+def test_the_claim_left_bound_to_a_floating_ip_another_cluster_took_over_is_told_once():
+    neutron, source, target = two_sides()
+    for side in (source, target, source, source, target):
+        side.sweep()
+    assert events(source) == [("OpenStackAddressHomedElsewhere", "m1")] and events(target) == []
+    assert "203.0.113.40" in source.inventory.homed_elsewhere[LOST_KEY]
+    assert LOST_KEY not in target.inventory.homed_elsewhere
+
+
+def test_the_sources_release_keeps_the_floating_ip_the_copy_in_the_target_took_over():
+    neutron, source, target = two_sides()
+    for side in (source, target, source, target):
+        side.sweep()
+    released_by(source)
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+
+
+def test_after_the_copys_release_the_source_homes_the_floating_ip_and_its_own_release_deletes_it():
+    neutron, source, target = two_sides()
+    for side in (source, target, source, target):
+        side.sweep()
+    released_by(target)
+    source.sweep()
+    assert LOST_KEY not in source.inventory.homed_elsewhere
+    released_by(source)
+    assert [fip.id for fip in neutron.deleted] == ["fip-1"], "the floating IP no claim carries any more was left"
+
+
+def test_the_target_of_a_finished_move_takes_the_floating_ip_over_and_its_release_deletes_it():
+    source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    target.pools.writer = Writer()
+    target.sweep()
+    assert source_home not in neutron.fips["fip-1"].tags and events(target) == []
+    target.pools.asks.pool_changed(model())
+    released_by(target)
+    assert [fip.id for fip in neutron.deleted] == ["fip-1"]
+
+
+def test_a_floating_ip_of_an_earlier_version_is_homed_by_the_sweep_and_its_claims_release_deletes_it():
+    neutron, source, _ = two_sides()
+    source.sweep()
+    assert "metal3-ipam-home:OpenStackFloatingIPPool:pool-uid" in neutron.fips["fip-1"].tags
+    released_by(source)
+    assert [fip.id for fip in neutron.deleted] == ["fip-1"]
+
+
+def test_a_key_whose_floating_ip_another_cluster_took_over_from_here_is_refused_with_its_reason():
+    from metal3_ipam.core.asking import Ask, Op, Refused
+    neutron, source, target = two_sides()
+    for side in (source, target):
+        side.sweep()
+    answer = asyncio.run(source.pools.asks.ask(Ask(Op.ALLOCATE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Refused) and answer.reason == p.ADDRESS_HOMED_ELSEWHERE, answer
+    assert "target-pool-uid" in answer.message
+
+
+def test_two_clusters_marking_one_floating_ip_at_once_keep_each_others_mark():
+    from metal3_ipam.poolkinds.openstack import homes
+    neutron, source, target = two_sides()
+    # the source's sweep listed fip-1 before the target's sweep wrote its marks: both write from what they listed
+    listed = neutron.fips["fip-1"]
+    target.sweep()
+    asyncio.run(source.pools.sweeper._mark([listed], source.pools.sweeper._held(), model(),
+                                           source.pools.home_state(), {}))
+    marks = homes.marks_in(OWNER, neutron.fips["fip-1"].tags)
+    assert homes.Home(homes.POOL, "target-pool-uid") in marks.homes | marks.holds
+    assert homes.Home(homes.POOL, "pool-uid") in marks.homes | marks.holds
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["sweep source", "sweep target", "release source", "release target"]),
+                max_size=12),
+       st.sampled_from([(), ("metal3-ipam-home:OpenStackFloatingIPPool:pool-uid",)]),
+       st.sampled_from([("source", "target"), ("target", "source")]))
+def test_one_key_live_in_two_clusters_loses_its_floating_ip_to_no_order_of_sweeps_and_releases(steps, tags, first):
+    """Once each cluster marked the floating IP of its live claim (two sweeps there since the claim came, one
+    after the other cluster's take over; the source's binding by this version homed it already, or an earlier
+    version's left no mark), any order of the two clusters' sweeps and of the deletions of their claims (SPEC
+    §10.1, §10.3): the floating IP stays while either claim lives, is let go once both are gone, and sweeps settle
+    (no mark written back and forth). The window before is pinned by the strict xfail below."""
+    neutron, source, target = two_sides(*tags)
+    sides, live = {"source": source, "target": target}, {"source", "target"}
+    for step in [f"sweep {name}" for name in first * 2] + steps:
+        verb, name = step.split()
+        if verb == "sweep":
+            sides[name].sweep()
+        elif name in live:
+            released_by(sides[name])
+            live.discard(name)
+        if live:
+            assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
+                f"released under the live claim of {live}"
+    if live:
+        for _ in range(2):
+            for side in sides.values():
+                side.sweep()
+        settled = neutron.fips["fip-1"].revision
+        for side in sides.values():
+            side.sweep()
+        assert neutron.fips["fip-1"].revision == settled, "the sweeps write the marks back and forth"
+    else:
+        assert [fip.id for fip in neutron.deleted] == ["fip-1"], neutron.fips
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a take over is written before the cluster it is taken from can say its claim lives: the taker's sweep "
+    "finds the floating IP homed at an object absent here and unheld (the source of a finished move, or a "
+    "cluster whose live claim carries the key: Neutron cannot tell), takes it over, and its claim's deletion "
+    "before that cluster's next sweep writes its hold deletes the floating IP that cluster's live claim is "
+    "bound to. Closing it needs the home to answer a hold before a take over (a mark of its live claim), "
+    "with a grace for a home whose controller is down"))
+def test_a_floating_ip_taken_over_is_not_released_by_the_takers_claim_before_the_other_cluster_swept_again():
+    neutron, source, target = two_sides()  # an earlier version's floating IP: no mark
+    target.sweep()  # homed at the target's
+    source.sweep()  # taken over by the source: homed at a pool absent there, unheld
+    released_by(source)
+    assert neutron.deleted == [], "released under the target's live claim ns/m1"
