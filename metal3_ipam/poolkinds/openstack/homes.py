@@ -22,13 +22,16 @@ A cluster judges marks by the objects it holds (``home(h)``: ``PRESENT``,
 cluster's, and only the cluster holding the object a mark names removes it.
 
 Homing is first come (:func:`mend`). A live claim here homes a floating IP
-homed nowhere (made by it, or by an earlier version of this controller), and
-takes over one homed at an object absent here (the source of a finished move)
-unless that floating IP was taken over from this very home (``from=``: a claim
-there carries the key too, and took it first) or another cluster holds it; a
-paused one only holds it (both sides of a move under way are paused: they would
-write it back and forth). Where two clusters took it over at once, the lowest
-home stays and the other yields to a hold. A claim left holding a floating IP
+homed nowhere (made by it, or by an earlier version of this controller). One
+homed at an object absent here it first holds; its home, seeing a hold of
+another cluster while its own claim lives (present, not paused), answers with
+a hold of its own; the next sweep here takes the floating IP over only if no
+other cluster holds it then (the source of a finished move, or of a move
+stopped half-way, is gone or has no claim to answer), and never one taken
+over from this very home (``from``: a claim there took it first). A paused
+claim only holds (both sides of a move under way are paused: they would write
+it back and forth). Where two clusters took it over at once, the lowest home
+stays and the other yields to a hold. A claim left holding a floating IP
 homed at another cluster is told (:attr:`Change.elsewhere`).
 
 The release of a key here (:func:`on_release`) keeps a floating IP that names
@@ -99,12 +102,15 @@ class Change:
     add: tuple[str, ...] = ()
     remove: tuple[str, ...] = ()
     elsewhere: Home | None = None
+    #: held, waiting to take it over: the home it is at has had no sweep to answer the hold yet
+    waiting: bool = False
 
 
-def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str], take: bool = True) -> Change:
+def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str], take: bool = False) -> Change:
     """What the marks of a floating IP become for the claim here carrying its key and bound to it, whose home is
-    ``mine`` (present or paused here). ``take``: a floating IP homed at another cluster may be taken over (the
-    sweep); not at a claim's binding, which holds it until its cluster's sweep (a release in between keeps it)."""
+    ``mine`` (present or paused here). ``take``: this floating IP was found waiting (:attr:`Change.waiting`) by
+    the sweep before, so the cluster it is homed at had a sweep to answer this cluster's hold: it may be taken
+    over now. Otherwise it is only held (a release meanwhile keeps it)."""
     tags = list(tags)
     marks = marks_in(owner, tags)
     add: list[str] = []
@@ -131,7 +137,10 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
             elsewhere = min(rivals)
         else:
             drop(HOME, theirs & marks.froms)
-            drop(HELD, [mine] if mine in marks.holds else [])
+            if any(home(h) == ABSENT for h in marks.holds):
+                ensure(HELD, mine)  # the home answers another cluster's hold: its claim here lives
+            else:
+                drop(HELD, [mine] if mine in marks.holds else [])
     elif not theirs:
         ensure(HOME, mine)
         drop(HOME, ours)
@@ -140,7 +149,8 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
             drop(FROM, marks.froms)  # homed nowhere: whoever it was taken from let it go
     elif (blocked := mine in marks.froms or any(home(h) == ABSENT for h in marks.holds)) or not take:
         ensure(HELD, mine)  # taken over from here first, or another cluster holds it: this claim is told
-        elsewhere = min(theirs) if blocked else None
+        return Change(tuple(add), tuple(t for t in remove if t in tags), min(theirs) if blocked else None,
+                      waiting=not blocked)
     else:
         given = min(theirs)
         ensure(HOME, mine)

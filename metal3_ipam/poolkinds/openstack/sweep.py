@@ -125,6 +125,8 @@ class Sweeper:
         #: key -> (pool namespace, pool name, address): a claim's floating IP found gone from Neutron
         self.lost: dict[str, tuple[str, str, str]] = {}
         self._told: set[tuple[str, homes.Home]] = set()  # (key, other home) a claim here was warned of
+        #: (floating IP id, home here) held last sweep, waiting for the home it is at to answer (``homes.mend``)
+        self._waiting: set[tuple[str, homes.Home]] = set()
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -175,6 +177,7 @@ class Sweeper:
         released: list[FloatingIP] = []
         contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]] = {}
         swept: set[str] = set()
+        waiting: set[tuple[str, homes.Home]] = set()
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
@@ -182,7 +185,7 @@ class Sweeper:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
             carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
-            listed = await self._mark(listed, held, model, home, contests)
+            listed = await self._mark(listed, held, model, home, contests, waiting)
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -216,16 +219,18 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
-        self._sighted = sighted
+        self._sighted, self._waiting = sighted, waiting
         await self._homed_elsewhere(contests, swept)
         return released
 
     async def _mark(self, listed: list[FloatingIP], held: dict[str, OpenStackPool], model: OpenStackPool,
-                    home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]]) -> list[FloatingIP]:
+                    home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
+                    waiting: set[tuple[str, homes.Home]]) -> list[FloatingIP]:
         """The marks of the listed floating IPs mended (``homes.mend``): each bound to a claim here carrying its key
         (its lock holds that address) homed, taken over, or held by that claim's home; this cluster's holds taken
         off those whose key nothing here carries any more. The claims left bound to a floating IP homed at another
-        cluster go in ``contests``. The floating IPs as they are now."""
+        cluster go in ``contests``; those held waiting for the cluster they are homed at to answer, in ``waiting``
+        (taken over at the next sweep if it did not). The floating IPs as they are now."""
         asks, owner, bound, carried = self.pools.asks, self.pools.asks.owner, self.pools.bound(), self.pools.carried()
         out = []
         for fip in listed:
@@ -236,7 +241,9 @@ class Sweeper:
                 out.append(fip)
                 continue
             if mine is not None and bound.get(key) == fip.address:
-                change = homes.mend(owner, fip.tags, mine, home)
+                change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
+                if change.waiting:
+                    waiting.add((fip.id, mine))
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
             else:
@@ -249,6 +256,7 @@ class Sweeper:
                 except OpenStackError as exc:
                     log.warning("sweep: the marks of floating IP %s (key %s) of %s not written: %s", fip.address,
                                 key, pool.text, exc)
+                    waiting.discard((fip.id, mine))  # its hold may not be there for the other cluster to answer
                     out.append(fip)
                     continue
                 log.info("sweep: floating IP %s (key %s) of %s: marks %s added, %s taken off", fip.address, key,
