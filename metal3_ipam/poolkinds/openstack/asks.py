@@ -588,13 +588,14 @@ class OpenStackPools(OutsidePools):
         """Whether the object a mark names (``homes``) is held here, ``PRESENT``, ``PAUSED`` or ``ABSENT``: a
         Cluster by its uid, paused as Cluster API says; a pool by its uid, paused by its own annotation or while a
         Cluster of its namespace is (``clusterctl move`` pauses the Clusters, deletes the claims, then the pools).
-        Computed now, for use in a thread."""
+        One being deleted is still here (a Cluster's claims are released while it is deleted). Computed now, for
+        use in a thread."""
         found: dict[homes.Home, str] = {}
         paused = {o.namespace(c) for c in self.inventory.of_kind(kinds.CLUSTER) if o.cluster_paused(c)}
         for kind, of in ((homes.CLUSTER, kinds.CLUSTER), (homes.POOL, OPENSTACK_FLOATING_IP_POOL)):
             for obj in self.inventory.of_kind(of):
                 uid = o.meta(obj).get("uid")
-                if not uid or o.is_deleting(obj):
+                if not uid:
                     continue
                 stopped = o.cluster_paused(obj) if kind == homes.CLUSTER else (
                     o.is_paused(obj) or o.namespace(obj) in paused)

@@ -693,3 +693,21 @@ def test_a_floating_ip_taken_over_is_not_released_by_the_takers_claim_before_the
     source.sweep()  # the target's controller missed its sweep: taken over by the source
     released_by(source)
     assert neutron.deleted == [], "released under the target's live claim ns/m1"
+
+
+def test_a_claims_release_while_its_cluster_is_deleted_deletes_its_floating_ip():
+    claim, lock = bound_objects()
+    claim = {**claim, "metadata": {**claim["metadata"], "labels": {"cluster.x-k8s.io/cluster-name": "c1"}}}
+    deleting = cluster_obj("c1-uid")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T07:00:00Z"
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY), (OWNER, p.pool_tag(OWNER, "ns", "fips")),
+                     "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    side = Side(neutron, cluster_obj("c1-uid"), pool_obj(), claim, lock)
+    side.pools.writer = Writer()
+    side.pools.asks.pool_changed(model())
+    side.sweep()
+    assert "metal3-ipam-home:Cluster:c1-uid" in neutron.fips["fip-1"].tags
+    side.inventory.upsert(deleting)  # the Cluster torn down: its machines' claims go while it is deleted
+    released_by(side)
+    assert [f.id for f in neutron.deleted] == ["fip-1"], "the floating IP of a Cluster torn down was left"
