@@ -15,7 +15,8 @@ mark):
 * ``<owner>-from:<Kind>:<uid>``: the home it was taken over from (below).
 * **holds**, ``<owner>-held:<Kind>:<uid>``: the home of a claim of another
   cluster than the home's that carries the key and is bound to the floating IP
-  all the same (or paused: the copy of a move under way). Any number.
+  all the same (or paused: the copy of a move under way); and the home's own,
+  answering another cluster's hold: its claim lives. Any number.
 
 A cluster judges marks by the objects it holds (``home(h)``: ``PRESENT``,
 ``PAUSED`` or ``ABSENT``): a mark naming an object absent here is another
@@ -32,7 +33,10 @@ over from this very home (``from``: a claim there took it first). A paused
 claim only holds (both sides of a move under way are paused: they would write
 it back and forth). Where two clusters took it over at once, the lowest home
 stays and the other yields to a hold. A claim left holding a floating IP
-homed at another cluster is told (:attr:`Change.elsewhere`).
+homed at another cluster is told (:attr:`Change.elsewhere`). Known limit: a
+home whose controller misses the taker's waiting sweep (down, or sweeping at a
+longer interval) looks like a finished move's source, and loses the floating IP
+if the taker's claim is deleted before it sweeps again.
 
 The release of a key here (:func:`on_release`) keeps a floating IP that names
 a home or hold of another cluster: a claim there is bound to it; only this
