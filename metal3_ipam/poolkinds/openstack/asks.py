@@ -302,35 +302,37 @@ def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> 
 
 
 def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str,
-            home: Callable[[homes.Home], str] = lambda h: homes.ABSENT) -> list[FloatingIP]:
+            home: Callable[[homes.Home], str] = lambda h: homes.ABSENT, released: homes.Home | None = None
+            ) -> list[FloatingIP]:
     """The key's floating IP let go: deleted (``Delete``), or kept for the pool's next claim (``Retain``,
-    ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``); but left to
-    another cluster whose claim is bound to it (its home or hold names an object absent here, ``home``:
-    ``homes.on_release``), with this cluster's marks taken off. Returns the floating IPs let go."""
+    ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``); but kept where
+    its home or a hold names an object absent here (``home``; ``released``: the home of the claim releasing it):
+    another cluster's claim may be bound to it (``homes.on_release``). Returns the floating IPs let go."""
     return [fip for fip in neutron.floating_ips(description=p.description(owner, key))
-            if let_go(neutron, pool, owner, fip, home)]
+            if let_go(neutron, pool, owner, fip, home, released)]
 
 
 def let_go(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP | None,
-           home: Callable[[homes.Home], str]) -> bool:
+           home: Callable[[homes.Home], str], released: homes.Home | None = None) -> bool:
     """One floating IP of a key released here (see :func:`release`); whether it was let go. Written at the
     revision read (a mark another cluster adds meanwhile bumps it): read again and judged again if it changed."""
     text = fip.description if fip is not None else ""
     for _ in range(3):
         if fip is None or fip.description != text:
             return False  # gone, or another key's, meanwhile
-        kept, mine = homes.on_release(owner, fip.tags, home)
+        kept, change = homes.on_release(owner, fip.tags, home, released)
         if kept:
-            marked(neutron, fip, homes.Change(remove=mine))
+            marked(neutron, fip, change)
             log.warning("floating IP %s (%s) not released: %s names a home or hold of another cluster, whose "
-                        "claim carries the key too; this cluster's marks taken off", fip.address, fip.id, fip.tags)
+                        "claim may carry the key too; marks %s added, %s taken off", fip.address, fip.id, fip.tags,
+                        list(change.add), list(change.remove))
             return False
         if p.deleted_on_release(pool, owner, fip.address, fip.tags):
             if neutron.delete(fip.id, fip.revision):
                 return True
         elif (taken := neutron.describe(fip.id, p.available_description(owner), fip.revision)) is not None:
             marked(neutron, taken, homes.Change(add=(owner, p.pool_tag(owner, pool.namespace, pool.name)),
-                                                remove=mine))
+                                                remove=change.remove))
             return True
         fip = neutron.get(fip.id)
     raise OpenStackError(p.REFUSED_REQUEST, f"floating IP {fip.address if fip else ''} of {pool.text} changed "
@@ -368,6 +370,7 @@ class OpenStackAsks:
         #: key -> (the home of the claim here carrying it, or None; the state of the objects homes name here)
         self.homes: Callable[[str], tuple[homes.Home | None, Callable[[homes.Home], str]]] = \
             lambda key: (None, lambda h: homes.ABSENT)
+        self.released_home: Callable[[str], homes.Home | None] = lambda key: None  # of a claim here, deleted or not
         #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
         #: floating IP was found gone: no other key is given those addresses
         self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
@@ -427,7 +430,7 @@ class OpenStackAsks:
         what = f"{ask.op.value} for key {ask.key!r} of {pool.text}"
         try:
             if ask.op is Op.RELEASE:
-                gone = await self.run(pool, release, ask.key, self.homes(ask.key)[1])
+                gone = await self.run(pool, release, ask.key, self.homes(ask.key)[1], self.released_home(ask.key))
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
                              "deleted" if p.deleted_on_release(pool, self.owner, fip.address, fip.tags) else "kept")
@@ -532,6 +535,7 @@ class OpenStackPools(OutsidePools):
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
         asks.homes = self.key_homes
+        asks.released_home = lambda key: self.carrier_home(key, live=False)
         asks.held_addresses = self.holders
         asks.capo_held_elsewhere = self.capo_held
 
@@ -613,11 +617,12 @@ class OpenStackPools(OutsidePools):
         uid = o.meta(obj).get("uid") if obj is not None else None
         return homes.Home(kind, str(uid)) if uid else None
 
-    def carrier_home(self, key: str) -> homes.Home | None:
-        """The home of the live claim here carrying ``key`` (of a pool of this kind), or None."""
+    def carrier_home(self, key: str, live: bool = True) -> homes.Home | None:
+        """The home of the live claim here carrying ``key`` (of a pool of this kind; ``live`` False: or a deleted
+        one), or None."""
         for claim in self.inventory.claims_carrying(key):
             ref = o.pool_of(claim)
-            if not o.is_deleting(claim) and ref is not None and ref.kind == OPENSTACK_FLOATING_IP_POOL:
+            if not (live and o.is_deleting(claim)) and ref is not None and ref.kind == OPENSTACK_FLOATING_IP_POOL:
                 if (home := self.home_of(claim)) is not None:
                     return home
         return None

@@ -53,10 +53,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
-HOME, FROM, HELD = "home", "from", "held"
+HOME, FROM, HELD, LEFT = "home", "from", "held", "left"
 CLUSTER, POOL = "Cluster", "OpenStackFloatingIPPool"
 
-_MARK = re.compile(rf"^(?P<owner>[a-z0-9-]+)-(?P<mark>{HOME}|{FROM}|{HELD}):(?P<kind>{CLUSTER}|{POOL}):"
+_MARK = re.compile(rf"^(?P<owner>[a-z0-9-]+)-(?P<mark>{HOME}|{FROM}|{HELD}|{LEFT}):(?P<kind>{CLUSTER}|{POOL}):"
                    r"(?P<uid>[0-9A-Za-z-]{1,64})$")
 
 
@@ -82,20 +82,26 @@ class Marks:
     homes: frozenset[Home] = frozenset()
     froms: frozenset[Home] = frozenset()
     holds: frozenset[Home] = frozenset()
+    lefts: frozenset[Home] = frozenset()
 
     def named(self) -> frozenset[Home]:
         """Every object a home or a hold names."""
         return self.homes | self.holds
 
+    def live(self, home: Callable[[Home], str]) -> frozenset[Home]:
+        """The objects of other clusters (absent here) whose claim may be bound to the floating IP: its homes, and
+        its holds but those whose claim left it (``left``)."""
+        return frozenset(h for h in self.homes | (self.holds - self.lefts) if home(h) == ABSENT)
+
 
 def marks_in(owner: str, tags: Iterable[str]) -> Marks:
     """The marks of ``owner`` among a floating IP's tags."""
-    found: dict[str, set[Home]] = {HOME: set(), FROM: set(), HELD: set()}
+    found: dict[str, set[Home]] = {HOME: set(), FROM: set(), HELD: set(), LEFT: set()}
     for text in tags:
         match = _MARK.match(text)
         if match is not None and match["owner"] == owner:
             found[match["mark"]].add(Home(match["kind"], match["uid"]))
-    return Marks(frozenset(found[HOME]), frozenset(found[FROM]), frozenset(found[HELD]))
+    return Marks(*(frozenset(found[mark]) for mark in (HOME, FROM, HELD, LEFT)))
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
     marks = marks_in(owner, tags)
     add: list[str] = []
     remove = [tag(owner, HELD, h) for h in marks.holds if h != mine and home(h) != ABSENT]  # holds gone stale
+    remove += [tag(owner, LEFT, h) for h in marks.lefts if home(h) != ABSENT]  # a claim here carries the key again
 
     def ensure(mark: str, h: Home) -> None:
         if tag(owner, mark, h) not in tags:
@@ -141,7 +148,7 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
             elsewhere = min(rivals)
         else:
             drop(HOME, theirs & marks.froms)
-            if any(home(h) == ABSENT for h in marks.holds):
+            if any(home(h) == ABSENT for h in marks.holds):  # held by another cluster, or left by its claim
                 ensure(HELD, mine)  # the home answers another cluster's hold: its claim here lives
             else:
                 drop(HELD, [mine] if mine in marks.holds else [])
@@ -151,7 +158,7 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
         drop(HELD, [mine] if mine in marks.holds else [])
         if not ours:
             drop(FROM, marks.froms)  # homed nowhere: whoever it was taken from let it go
-    elif (blocked := mine in marks.froms or any(home(h) == ABSENT for h in marks.holds)) or not take:
+    elif (blocked := mine in marks.froms or answered(owner, tags, home)) or not take:
         ensure(HELD, mine)  # taken over from here first, or another cluster holds it: this claim is told
         return Change(tuple(add), tuple(t for t in remove if t in tags), min(theirs) if blocked else None,
                       waiting=not blocked)
@@ -165,20 +172,47 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
     return Change(tuple(add), tuple(t for t in remove if t in tags), elsewhere)
 
 
-def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> tuple[bool, tuple[str, ...]]:
-    """The release of a floating IP's key here: whether it is kept (a home or hold names an object absent here:
-    a claim of another cluster is bound to it), and the marks of this cluster to take off it either way."""
+def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str], released: Home | None = None
+               ) -> tuple[bool, Change]:
+    """The release of a floating IP's key here by a claim at home ``released`` (None: not known here): whether it
+    is kept, and the marks written on it. Not kept: no home or hold names an object absent here; this cluster's
+    marks come off. Kept: a claim of another cluster is bound to it. Where that cluster answered a hold (its
+    claim lives) or none was asked, this cluster's marks come off and it is that cluster's; where it is homed at
+    another cluster that answered no hold (the source of a finished move, gone with its Cluster; or a live claim
+    there whose controller did not sweep yet), this cluster holds it and says its claim left
+    (``<owner>-left:``): that cluster answers if its claim lives, else the sweep here releases it
+    (:func:`left_here`)."""
+    tags = list(tags)
     marks = marks_in(owner, tags)
-    kept = any(home(h) == ABSENT for h in marks.named())
-    mine = [tag(owner, HOME, h) for h in marks.homes if home(h) != ABSENT] + \
-        [tag(owner, HELD, h) for h in marks.holds if home(h) != ABSENT]
-    return kept, tuple(sorted(mine))
+    mine = tuple(sorted(tag(owner, mark, h) for mark, found in ((HOME, marks.homes), (HELD, marks.holds),
+                                                              (LEFT, marks.lefts))
+                        for h in found if home(h) != ABSENT))
+    if not marks.live(home):
+        return False, Change(remove=mine)
+    if answered(owner, tags, home) or released is None or home(released) == ABSENT:
+        return True, Change(remove=mine)
+    keep = (tag(owner, HELD, released), tag(owner, LEFT, released))
+    return True, Change(add=tuple(t for t in keep if t not in tags), remove=tuple(t for t in mine if t not in keep))
+
+
+def answered(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> bool:
+    """Whether a hold of another cluster (an object absent here) is on the floating IP, not left: a claim there
+    lives."""
+    marks = marks_in(owner, tags)
+    return any(home(h) == ABSENT for h in marks.holds - marks.lefts)
+
+
+def left_here(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> Home | None:
+    """The object here whose claim left a floating IP homed at another cluster (:func:`on_release`), or None."""
+    return min((h for h in marks_in(owner, tags).lefts if home(h) != ABSENT), default=None)
 
 
 def sweepable(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> bool:
     """Whether a sweep may release a floating IP (its key carried by nothing here) as far as its marks say: each
-    names an object here, not paused (none at all: made by an earlier version, judged as before)."""
-    return all(home(h) == PRESENT for h in marks_in(owner, tags).named())
+    names an object here, not paused, or a claim of another cluster that left it (none at all: made by an earlier
+    version, judged as before)."""
+    marks = marks_in(owner, tags)
+    return not marks.live(home) and all(home(h) == PRESENT for h in marks.named() if home(h) != ABSENT)
 
 
 def stale(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> tuple[str, ...]:

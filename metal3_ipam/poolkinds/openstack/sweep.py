@@ -111,7 +111,7 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     taken = neutron.describe(now.id, p.available_description(owner), now.revision)
     if taken is None:
         return False
-    marks = homes.on_release(owner, now.tags, lambda h: homes.PRESENT)[1]  # a kept one bears no mark of a claim
+    marks = homes.on_release(owner, now.tags, lambda h: homes.PRESENT)[1].remove  # a kept one bears no claim's mark
     marked(neutron, taken, homes.Change(add=(owner, p.pool_tag(owner, pool.namespace, pool.name)), remove=marks))
     return True
 
@@ -127,6 +127,8 @@ class Sweeper:
         self._told: set[tuple[str, homes.Home]] = set()  # (key, other home) a claim here was warned of
         #: (floating IP id, home here) held last sweep, waiting for the home it is at to answer (``homes.mend``)
         self._waiting: set[tuple[str, homes.Home]] = set()
+        #: (floating IP id, home here) a claim here left homed at another cluster, found unanswered last sweep
+        self._left: set[tuple[str, homes.Home]] = set()
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -178,6 +180,7 @@ class Sweeper:
         contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]] = {}
         swept: set[str] = set()
         waiting: set[tuple[str, homes.Home]] = set()
+        left: set[tuple[str, homes.Home]] = set()
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
@@ -185,7 +188,7 @@ class Sweeper:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
             carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
-            listed = await self._mark(listed, held, model, home, contests, waiting)
+            listed = await self._mark(listed, held, model, home, contests, waiting, left, released)
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -219,18 +222,21 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
-        self._sighted, self._waiting = sighted, waiting
+        self._sighted, self._waiting, self._left = sighted, waiting, left
         await self._homed_elsewhere(contests, swept)
         return released
 
     async def _mark(self, listed: list[FloatingIP], held: dict[str, OpenStackPool], model: OpenStackPool,
                     home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
-                    waiting: set[tuple[str, homes.Home]]) -> list[FloatingIP]:
+                    waiting: set[tuple[str, homes.Home]], left: set[tuple[str, homes.Home]],
+                    released: list[FloatingIP]) -> list[FloatingIP]:
         """The marks of the listed floating IPs mended (``homes.mend``): each bound to a claim here carrying its key
         (its lock holds that address) homed, taken over, or held by that claim's home; this cluster's holds taken
         off those whose key nothing here carries any more. The claims left bound to a floating IP homed at another
         cluster go in ``contests``; those held waiting for the cluster they are homed at to answer, in ``waiting``
-        (taken over at the next sweep if it did not). The floating IPs as they are now."""
+        (taken over at the next sweep if it did not). A floating IP a claim here left homed at another cluster
+        (``homes.on_release``) is left to that cluster if it answered, else released at the next sweep (found so
+        in ``left`` now; those released, in ``released``). The floating IPs as they are now."""
         asks, owner, bound, carried = self.pools.asks, self.pools.asks.owner, self.pools.bound(), self.pools.carried()
         out = []
         for fip in listed:
@@ -244,6 +250,13 @@ class Sweeper:
                 change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
                 if change.waiting:
                     waiting.add((fip.id, mine))
+            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, home)) is not None:
+                if homes.answered(owner, fip.tags, home):  # a claim there lives: the floating IP is its own
+                    change = homes.Change(remove=(homes.tag(owner, homes.HELD, gone), homes.tag(owner, homes.LEFT, gone)))
+                else:
+                    change = homes.Change()
+                    if (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                        left.add((fip.id, gone))
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
             else:
@@ -265,6 +278,27 @@ class Sweeper:
                                                           if t not in change.remove))
             out.append(fip)
         return out
+
+    async def _release_left(self, pool: OpenStackPool, key: str, fip: FloatingIP, gone: homes.Home,
+                            released: list[FloatingIP]) -> bool:
+        """A floating IP a claim here left homed at another cluster that answered no hold for a whole sweep (the
+        source of a finished move is gone): released as its pool says, if still so when read again."""
+        owner = self.pools.asks.owner
+
+        def still(now: FloatingIP) -> bool:
+            home = self.pools.home_state()
+            return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
+                and not homes.answered(owner, now.tags, home)
+        try:
+            done = await self.pools.asks.run(pool, release_one, fip, still)
+        except OpenStackError as exc:
+            log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
+            return False
+        if done:
+            log.info("sweep: floating IP %s (%s) of %s released: its claim here left it homed at another cluster, "
+                     "which answered for no claim of its own there", fip.address, fip.id, pool.text)
+            released.append(fip)
+        return done
 
     async def _homed_elsewhere(self, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                                swept: set[str]) -> None:
