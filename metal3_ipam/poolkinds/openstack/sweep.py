@@ -252,7 +252,7 @@ class Sweeper:
                     waiting.add((fip.id, mine))
             elif not carried(key) and (gone := homes.left_here(owner, fip.tags, home)) is not None:
                 if homes.answered(owner, fip.tags, home):  # a claim there lives: the floating IP is its own
-                    change = homes.Change(remove=(homes.tag(owner, homes.HELD, gone), homes.tag(owner, homes.LEFT, gone)))
+                    change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
                 else:
                     change = homes.Change()
                     if (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
