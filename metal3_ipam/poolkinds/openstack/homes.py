@@ -17,6 +17,7 @@ mark):
   cluster than the home's that carries the key and is bound to the floating IP
   all the same (or paused: the copy of a move under way); and the home's own,
   answering another cluster's hold: its claim lives. Any number.
+* ``<owner>-left:<Kind>:<uid>``: next to a hold whose claim was deleted.
 
 A cluster judges marks by the objects it holds (``home(h)``: ``PRESENT``,
 ``PAUSED`` or ``ABSENT``): a mark naming an object absent here is another
@@ -40,10 +41,14 @@ if the taker's claim is deleted before it sweeps again.
 
 The release of a key here (:func:`on_release`) keeps a floating IP that names
 a home or hold of another cluster: a claim there is bound to it; only this
-cluster's marks come off, and that cluster's next sweep homes it there. The
-sweep releases only a floating IP whose marks all name objects here, present
-and not paused (:func:`sweepable`); one with no mark at all (made by an earlier
-version) is judged as before.
+cluster's marks come off, and that cluster's next sweep homes it there. Where
+it is homed at another cluster that answered no hold (a finished move's source,
+gone), this cluster keeps its hold and marks it ``<owner>-left:`` instead: the
+home answers if its claim lives, else the sweep here releases it a sweep later
+(:func:`left_here`); a hold marked left keeps nothing. The sweep releases only
+a floating IP whose marks all name objects here, present and not paused, or
+claims of other clusters that left it (:func:`sweepable`); one with no mark at
+all (made by an earlier version) is judged as before.
 """
 
 from __future__ import annotations
