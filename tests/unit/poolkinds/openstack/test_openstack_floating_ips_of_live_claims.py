@@ -745,3 +745,28 @@ def test_a_floating_ip_a_copys_claim_left_stays_with_the_live_claim_of_its_home(
     from metal3_ipam.poolkinds.openstack import homes
     assert homes.marks_in(OWNER, neutron.fips["fip-1"].tags) == homes.Marks(
         homes=frozenset({homes.Home(homes.POOL, "pool-uid")})), "the copy's marks outlived it"
+
+
+def test_a_move_stopped_half_way_and_retried_loses_no_floating_ip_and_ends_homed_in_the_target():
+    """The copy in the target, paused, holds the floating IP; the source, restarted (no memory of its claims
+    leaving) with its Cluster unpaused for the retry, releases nothing; the target, unpaused once the move ends,
+    takes the floating IP over and its claim's deletion releases it."""
+    neutron, source, target = two_sides()
+    source.sweep()  # homed at the source
+    target.inventory.upsert(cluster_obj("t1-uid", paused=True))  # the move under way: the copies paused
+    source.inventory.upsert(cluster_obj("c1-uid", paused=True))
+    for side in (target, source):
+        side.sweep()
+    claim, lock = bound_objects()
+    restarted = Side(neutron, cluster_obj("c1-uid"), pool_obj())  # claims deleted for the move, then a restart
+    for _ in range(3):
+        restarted.sweep()
+    assert neutron.deleted == [], "the source released the floating IP the paused target's claim is bound to"
+    target.inventory.upsert(cluster_obj("t1-uid"))  # the retry ended: the target's Cluster unpaused
+    for _ in range(2):
+        target.sweep()
+        restarted.sweep()
+    from metal3_ipam.poolkinds.openstack import homes
+    assert homes.marks_in(OWNER, neutron.fips["fip-1"].tags).homes == {homes.Home(homes.POOL, "target-pool-uid")}
+    released_by(target)
+    assert [f.id for f in neutron.deleted] == ["fip-1"]
