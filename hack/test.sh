@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test command: prepares what the tests need on a fresh Debian machine, then runs tox.
 #   bash hack/test.sh [TOX ARGUMENTS...]      e.g.  bash hack/test.sh -e unit
-# It installs tox, the image tools (podman, runc, slirp4netns, mmdebstrap) and
-# Prometheus (Debian's prometheus package: prometheus, promtool) when missing,
-# builds the control-plane binaries, kustomize and helm (hack/build-binaries.sh)
+# It installs tox and the image tools (podman, runc, slirp4netns, mmdebstrap)
+# when missing, builds the control-plane binaries, kustomize, helm, prometheus and
+# promtool (hack/build-binaries.sh)
 # while it prepares NetBox (hack/prepare-netbox.sh:
 # PostgreSQL and Redis from Debian, NetBox from PyPI, its migrated database) and
 # OpenStack (hack/prepare-openstack.sh: MariaDB from Debian, Neutron and Keystone
@@ -54,10 +54,6 @@ install_missing() {
 # mmdebstrap: installed from Debian when missing.
 install_missing "the image test" podman runc slirp4netns mmdebstrap
 
-# The alert rules are checked by promtool (tests/unit/test_alert_rules.py) and a real Prometheus
-# scrapes the controller (tests/e2e/test_observability.py): Debian's prometheus package has both.
-install_missing "the alert-rule and Prometheus tests" prometheus:prometheus promtool:prometheus
-
 
 # NetBox's preparation (apt, pip, then minutes of single-threaded migrations)
 # runs beside the Go build; its output is shown once both are done.
@@ -74,7 +70,7 @@ openstack_start=$(date +%s)
 bash hack/prepare-openstack.sh </dev/null >"$openstack_log" 2>&1 &
 openstack_pid=$!
 
-echo "==> building control-plane binaries, kustomize and helm (hack/build-binaries.sh)"
+echo "==> building control-plane binaries, kustomize, helm, prometheus and promtool (hack/build-binaries.sh)"
 build_start=$(date +%s)
 if bash hack/build-binaries.sh </dev/null; then
     echo "==> binaries ready in $(( $(date +%s) - build_start ))s"

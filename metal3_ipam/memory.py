@@ -206,9 +206,12 @@ class MemoryApi:
         return refused
 
     def _lives(self, owner: dict, namespace: str) -> bool:
-        """Whether the object an owner reference names (in ``namespace``) is stored, that incarnation."""
-        found = self.inventory.get((kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind"))),
-                                   namespace, str(owner.get("name")))
+        """Whether the object an owner reference names (in ``namespace``, or of cluster scope: a global pool
+        owning a guard its claims' namespace's pools meet) is stored, that incarnation."""
+        kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind")))
+        pool_kind = poolkind.kind_named(kind)
+        found = self.inventory.get(kind, "" if pool_kind is not None and pool_kind.cluster_scoped else namespace,
+                                   str(owner.get("name")))
         return found is not None and o.meta(found).get("uid") == owner.get("uid")
 
     def _collect(self, gone: dict) -> None:

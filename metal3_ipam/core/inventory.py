@@ -185,6 +185,9 @@ class Inventory:
         # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
+        # The (version, sub-prefix length) each prefix pool's valid specs had, by its uid: kept through an edit
+        # that left the spec invalid (what a pass of it made before may still hand out; ``unit_lengths``).
+        self._lengths: dict[ObjKey, tuple[str | None, frozenset[tuple[int, int]]]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
         # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
         # meanwhile (only the claim's own pool's ledger keeps it).
@@ -717,6 +720,7 @@ class Inventory:
         if kind in poolkind.REGISTRY:
             if incoming is None:
                 self._models.pop(key, None)
+                self._lengths.pop(key, None)
                 names = self._pool_names.get(ns, set())
                 names.discard(pool)
                 if not names:
@@ -945,7 +949,25 @@ class Inventory:
         model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
+        if model is not None and model.unit_length is not None:
+            uid, known = self._lengths.get(key, (None, frozenset()))
+            fresh = known if uid == _uid(pool) else frozenset()
+            self._lengths[key] = (_uid(pool), fresh | {(model.version, model.unit_length)})
         return model, problems
+
+    def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
+        """The lengths of the sub-prefixes a prefix pool keeping its IPs apart hands out (one being deleted too),
+        of ``version``: its spec's, or while its spec is invalid, those its valid specs had (a sub-prefix length
+        is immutable at admission, and a pass of it made before the edit may still land)."""
+        if not keeps_apart(key.kind) or not poolkind.REGISTRY[key.kind].holds_prefixes:
+            return set()
+        pool = self.objects[(key.kind, key.namespace, key.name)]
+        model, _ = self.pool_model(pool)
+        uid, known = self._lengths.get(self.key(pool), (None, frozenset()))
+        lengths = {length for v, length in known if v == version} if uid == _uid(pool) else set()
+        if model is not None and model.version == version and model.unit_length is not None:
+            lengths.add(model.unit_length)
+        return lengths
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
         """What other overlapping pools own of this pool's addresses, and what it shares with pools it
@@ -1014,16 +1036,36 @@ class Inventory:
             return None
         return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
 
+    def global_ip_pool_exists(self, version: int) -> bool:
+        """Whether a global IP pool of ``version`` keeping its IPs apart is stored (one being deleted too), whatever
+        its addresses: a namespaced pool's allocation of an IP guards it, for a pass of that pool made before an
+        edit took the IP away may still land (``reconcile``'s guards)."""
+        for key in self._pool_names.get("", ()):
+            facts = self._facts(key, deleting=True) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
+            if facts is not None and not facts.apart and facts.pool.version == version:
+                return True
+        return False
+
     def global_blocks(self, version: int, first: int, last: int, limit: int) -> list[tuple[int, int]] | None:
         """The sub-prefixes, as (base, length), that global prefix pools keeping their IPs apart hand out and
         that meet ``first`` to ``last`` (a namespaced pool's IP or sub-prefix), in order: a namespaced pool's
-        allocation there guards each for its namespace's pools (``reconcile``'s guards). None when there are
-        more than ``limit``."""
+        allocation there guards each for its namespace's pools (``reconcile``'s guards). The one holding the
+        whole span, of each pool whose sub-prefixes are as large or larger, whatever the pool's prefixes are
+        now (its length is immutable; a pass of it made before an edit took the span away may still land);
+        those inside the span, of a pool whose sub-prefixes are smaller, as its prefixes are now. None when
+        there are more than ``limit``."""
         found: set[tuple[int, int]] = set()
         for key in self._pool_names.get("", ()):
+            if separate_network(self.objects[(key.kind, key.namespace, key.name)]):
+                continue
+            for length in self.unit_lengths(key, version):
+                bits = FAMILY_BITS[version] - length
+                if last - first + 1 <= 1 << bits:
+                    found.add((first >> bits << bits, length))
             facts = self._facts(key, deleting=True) if poolkind.REGISTRY[key.kind].holds_prefixes else None
             model = facts.pool if facts is not None and not facts.apart else None
-            if model is None or model.version != version or model.unit_length is None:
+            if model is None or model.version != version or model.unit_length is None \
+                    or last - first + 1 <= 1 << (FAMILY_BITS[version] - model.unit_length):
                 continue
             lo, hi = model.unit_of(first), model.unit_of(last)
             for entry in model.entries:
@@ -1032,6 +1074,32 @@ class Inventory:
                     return None
                 found.update((int(model.address_of(unit)), model.unit_length) for unit in range(start, end + 1))
         return sorted(found)
+
+    def global_claims_in_flight(self, namespace: str, version: int, length: int) -> list[dict]:
+        """The live claims of ``namespace`` bound to no address, of global pools keeping their IPs apart (one being
+        deleted too) whose IPs or sub-prefixes are smaller than a sub-prefix of ``length``: a pass allocating for one
+        may be on its way, made before a namespaced pool's sub-prefix holding its IP could be seen
+        (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
+        guards the IPs named so and writes each claim, so that a pass made before it is refused)."""
+        found = []
+        for key in sorted(self._pool_names.get("", ())):
+            pool = self.objects[(key.kind, key.namespace, key.name)]
+            if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
+                continue
+            units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
+                {FAMILY_BITS[version]}
+            if not any(unit > length for unit in units):
+                continue
+            found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
+                      and not o.is_deleting(claim) and bound_ip(claim) is None]
+        return found
+
+    def namespaced_lengths(self, namespace: str, version: int) -> list[int]:
+        """The lengths of the sub-prefixes the prefix pools of ``namespace`` keeping their IPs apart hand out (one
+        being deleted too), whatever their prefixes are now (``unit_lengths``): a global pool's allocation to a
+        claim there meets any such sub-prefix holding its own under that length (``reconcile``'s guards)."""
+        return sorted({length for key in self._pool_names.get(namespace, ())
+                       for length in self.unit_lengths(key, version)})
 
     def near_pools(self, pool_key: o.PoolKey) -> list[tuple[PoolFacts, bool]]:
         """The pools a pool keeps its IPs apart from across namespaces, with whether it does now (see
@@ -1113,6 +1181,9 @@ class Inventory:
             global_holds=self.global_holds,
             global_held=self.global_held,
             global_blocks=self.global_blocks,
+            global_ip_pool_exists=self.global_ip_pool_exists,
+            namespaced_lengths=self.namespaced_lengths,
+            global_claims_in_flight=self.global_claims_in_flight,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

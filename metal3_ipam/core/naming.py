@@ -99,8 +99,8 @@ GUARD_TAG = "nsip"
 
 
 def guard_name(ip: netaddr.IPAddress, length: int | None = None) -> str:
-    """The name of the guard of ``ip`` in a namespace: ``10-0-0-5.nsip``; of a global prefix pool's sub-prefix
-    of ``length`` at ``ip``, ``fd00-0-0-0-0-0-0-0.64.nsip`` (three labels, the middle one digits: never an IP's)."""
+    """The name of the guard of ``ip`` in a namespace: ``10-0-0-5.nsip``; of a sub-prefix of ``length`` at
+    ``ip``, ``fd00-0-0-0-0-0-0-0.64.nsip`` (three labels, the middle one digits: never an IP's)."""
     return f"{address_label(ip)}.{GUARD_TAG}" if length is None else f"{address_label(ip)}.{length}.{GUARD_TAG}"
 
 

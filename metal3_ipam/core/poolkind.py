@@ -191,8 +191,8 @@ class PoolKind:
     crds: Callable[[], list[dict[str, Any]]] = lambda: []
     # A namespaced pool whose allocation of an IP always writes its guard in the namespace (``naming.guard_name``),
     # whatever the global pools' specs are now: a global pool's pass made before an edit or a deletion that
-    # dropped the IP, or before this pool's, lands on it and is refused. False: only the IPs global pools hold
-    # now are guarded (Metal3's IPPool writes the objects the Go Metal3 IPAM writes).
+    # dropped the IP, or before this pool's, lands on it and is refused. False: its IP is guarded only while a
+    # global IP pool exists (where there is none, Metal3's IPPool writes the objects the Go Metal3 IPAM writes).
     guards_every_ip: bool = False
     # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
     # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.

@@ -1,16 +1,16 @@
-"""A real Prometheus (Debian's ``prometheus`` package; ``hack/test.sh`` installs it) for the tests, and promtool.
+"""A real Prometheus (3.x, built from its Go module by ``hack/build-binaries.sh``) for the tests, and promtool.
 
 :class:`Prometheus` runs ``prometheus`` on loopback with a scrape configuration and rule files of the
 test's, in a directory of its own, and asks its HTTP API (queries, alerts, targets). :func:`promtool`
-runs ``promtool``. Both raise :class:`PrometheusUnavailable` when the programs are not installed: the
-tests fail then, saying how to install them, and never skip.
+runs ``promtool``. Both are found (or built) as the control-plane binaries are
+(:func:`metal3_ipam.testing.controlplane.ensure_binaries`); both raise :class:`PrometheusUnavailable` when
+they cannot be had: the tests fail then, saying how to build them, and never skip.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -23,23 +23,23 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from .controlplane import _pdeathsig_hook
+from .controlplane import BinariesUnavailable, _pdeathsig_hook, ensure_binaries
 from .processes import stop_group
 
-INSTALL_HINT = "install Debian's prometheus package (apt-get install prometheus; hack/test.sh does it)"
+INSTALL_HINT = "build it with `bash hack/build-binaries.sh` (hack/test.sh does it)"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class PrometheusUnavailable(Exception):
-    """prometheus or promtool is not installed, or Prometheus did not start."""
+    """prometheus or promtool cannot be had, or Prometheus did not start."""
 
 
 def binary(name: str) -> str:
-    """The path of ``prometheus`` or ``promtool``, or PrometheusUnavailable."""
-    found = shutil.which(name)
-    if not found:
-        raise PrometheusUnavailable(f"{name} is not on PATH: {INSTALL_HINT}")
-    return found
+    """The path of ``prometheus`` or ``promtool`` (built when missing), or PrometheusUnavailable."""
+    try:
+        return str(ensure_binaries((name,))[name])
+    except BinariesUnavailable as err:
+        raise PrometheusUnavailable(f"{name} is unavailable: {INSTALL_HINT}\n{err}") from None
 
 
 def promtool(*args: str, cwd: os.PathLike | str | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""The alert rules, checked and unit-tested by promtool (Debian's prometheus package) over series written
+"""The alert rules, checked and unit-tested by promtool (built by hack/build-binaries.sh) over series written
 for each alert: it fires when it should, carries the pool's labels and a readable summary, and resolves.
 
 The rules are the generated files of config/prometheus/ (defaults of ``observability.RuleSettings``), and
@@ -270,11 +270,13 @@ def _test_writes() -> dict:
         _alerts("Metal3IPAMWritesRefused", "35m")]}
 
 
-def test_without_prometheus_installed_the_harness_fails_saying_how_to_install_it(monkeypatch):
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(PrometheusUnavailable, match="apt-get install prometheus"):
+def test_without_prometheus_built_nor_buildable_the_harness_fails_saying_how_to_build_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("METAL3_IPAM_BIN_DIR", str(tmp_path))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bash, no go: nothing can be built
+    with pytest.raises(PrometheusUnavailable, match=r"promtool is unavailable: build it with `bash hack/build-binaries.sh`"):
         promtool("--version")
-    with pytest.raises(PrometheusUnavailable, match="prometheus is not on PATH"):
+    with pytest.raises(PrometheusUnavailable, match="prometheus is unavailable: build it with"):
         Prometheus([]).start()
 
 

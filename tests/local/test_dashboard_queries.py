@@ -1,4 +1,4 @@
-"""The dashboard's pool queries evaluated by promtool (Debian's prometheus package) over written series: what
+"""The dashboard's pool queries evaluated by promtool (built by hack/build-binaries.sh) over written series: what
 their legends read for a pool of a namespace and for a pool of cluster scope."""
 
 from __future__ import annotations

@@ -342,6 +342,10 @@ def test_the_service_monitor_scrapes_the_metrics_port_of_the_controller(helm):
     assert endpoint["port"] == metrics["spec"]["ports"][0]["name"] and endpoint["path"] == "/metrics"
     (theirs,) = yaml.safe_load((ROOT / "config" / "prometheus" / "monitor.yaml").read_text())["spec"]["endpoints"]
     assert theirs.items() <= endpoint.items()
+    histograms = ("scrapeClassicHistograms", "convertClassicHistogramsToNHCB")
+    config_monitor = yaml.safe_load((ROOT / "config" / "prometheus" / "monitor.yaml").read_text())["spec"]
+    assert {k: monitor["spec"][k] for k in histograms} == {k: config_monitor[k] for k in histograms} == dict.fromkeys(
+        histograms, True)
     pod = one(objects, "Deployment")["spec"]["template"]
     assert metrics["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert metrics["spec"]["ports"][0]["targetPort"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}

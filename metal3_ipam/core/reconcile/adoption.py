@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from .. import kinds
 from .. import objects as o
-from ..actions import Create, Step
+from ..actions import Create, Delete, Step
 from ..allocator import ALLOCATION_FAILED
 from ..kept import binds_none, named_ip, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
@@ -17,7 +17,7 @@ from ..overlap import withheld_spans
 from .. import poolkind
 from ..validation import written_before_its_claim
 from .conditions import ADDRESS_CONFLICT
-from .pieces import _address_text, _bounded, _held_text, _ip_of, _live
+from .pieces import _address_text, _bounded, _held, _held_text, _ip_of, _let_go, _live
 from .state import PassState
 
 
@@ -31,11 +31,7 @@ class Adoption(PassState):
         ``<namePrefix>-<ip>``). The lock is a Metal3 IPAddress at the same IP,
         so from now on the name lock guards this IP like any other.
         """
-        mirrors = _live(self.ledger.mirrors_of(o.claim_key(claim)))
-        named = o.status(claim).get("addressRef")
-        named = named.get("name") if isinstance(named, Mapping) else None
-        mirror = sorted(mirrors, key=lambda a: (o.name(a) != named, str(o.meta(a).get("creationTimestamp") or ""),
-                                                o.name(a)))[0]
+        mirror = self.first_mirror(claim, _live(self.ledger.mirrors_of(o.claim_key(claim))))
         ip = _ip_of(mirror)
         if ip is None or self.pool is None:
             return self.fail(claim, step, ALLOCATION_FAILED,
@@ -46,15 +42,83 @@ class Adoption(PassState):
             # Its IP is another's (the lock's name taken included: state an earlier IPAM left, where two pools
             # with one namePrefix gave one IP twice), or one the pool could not have given it.
             return self.refuse(claim, step, mirror, refusal)
+        lock = self.lock_of(claim, mirror, ip, step)
+        self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
+        self.complete_owners(mirror, claim, step)
+        self.set_claim_status(claim, step, address=lock, mirror=mirror)
+
+    def first_mirror(self, claim: dict, mirrors: list[dict]) -> dict:
+        """Of a claim's live Cluster API IPAddresses, the one it takes up: the one its status names, else the
+        earliest (every replica picks the same)."""
+        named = o.status(claim).get("addressRef")
+        named = named.get("name") if isinstance(named, Mapping) else None
+        return sorted(mirrors, key=lambda a: (o.name(a) != named, str(o.meta(a).get("creationTimestamp") or ""),
+                                              o.name(a)))[0]
+
+    def lock_of(self, claim: dict, mirror: dict, ip, step: Step) -> dict:
+        """The lock created for an address taken up as it is, at its IP, with its prefix and gateway."""
         spec = o.spec(mirror)
         entry = self.pool.entry_of(self.pool.unit_of(int(ip)))
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
-        self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
         self.adopting += 1
         step.add(Create(lock))
-        self.complete_owners(mirror, claim, step)
-        self.set_claim_status(claim, step, address=lock, mirror=mirror)
+        return lock
+
+    def written_over_lock(self, claim: dict, live: list[dict]) -> tuple[dict, str | None] | None:
+        """The Cluster API IPAddress written for ``claim`` before it was served (a restore, a move) that the
+        claim's locks at other IPs give way to, with why the claim may not take it up (``refusal``) or None;
+        None when the locks decide (``ensure_mirror``).
+
+        A view that did not show that address yet locked a free IP for the claim: its create of the claim's
+        IPAddress was refused, the name being the written one's. Such a lock holds an IP the claim was never
+        bound to: its status names none of them, and no IPAddress of the claim shows their IPs. The claim is
+        then served as it would have been had the address been seen first: taken up as it is, or refused.
+        A lock the status names, or whose IP an IPAddress of the claim shows, decides: the claim may have been
+        read bound to it, and an address written later at another IP is a stray.
+        """
+        if kinds.kind_of(claim) != kinds.CAPI_CLAIM or not self.kind.keeps_addresses_written_first \
+                or self.pool is None:
+            return None
+        mirrors = _live(self.ledger.mirrors_of(o.claim_key(claim)))
+        if not mirrors:
+            return None
+        mirror = self.first_mirror(claim, mirrors)
+        ip = _ip_of(mirror)
+        others = [lock for lock in live if _ip_of(lock) != ip]
+        if ip is None or not others:
+            return None
+        if any(self.named_by_status(claim, lock) for lock in others):
+            return None
+        shown = {_ip_of(m) for m in mirrors}
+        if any(_ip_of(lock) in shown for lock in others):
+            return None
+        locking = len(others) == len(live)
+        refusal = self.refusal(claim, mirror, locking=locking)
+        return None if refusal is not None and not locking else (mirror, refusal)
+
+    def adopt_over(self, claim: dict, live: list[dict], mirror: dict, refusal: str | None, step: Step) -> None:
+        """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there), the address's
+        owner references and finalizer, the status naming it; or, refused it, is told why. Then its other locks
+        go, and their guards: after a status that never names them (a status write refused, the claim changed since it was read,
+        keeps them)."""
+        ip = _ip_of(mirror)
+        lock = next((lock for lock in live if _ip_of(lock) == ip), None)
+        if refusal is not None:
+            self.refuse(claim, step, mirror, refusal)
+        else:
+            if lock is None:
+                lock = self.lock_of(claim, mirror, ip, step)
+            self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
+            self.complete_owners(mirror, claim, step)
+            self.set_claim_status(claim, step, address=lock, mirror=mirror)
+        others = [other for other in live if other is not lock]
+        for other in others:
+            _let_go(step, other, self.finalizers.address[kinds.IPADDRESS])
+        for guard in self.guards_of(claim, others):  # they go with their locks, as on release
+            step.add(Delete(o.ref(guard)))
+        self.plan.notes.append(f"{o.name(claim)}: {'refused' if refusal else 'takes up'} {_address_text(mirror)} "
+                               f"at {ip_text(ip)}, written before it; its lock at another IP, never bound, goes")
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
         """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not
@@ -197,8 +261,11 @@ class Adoption(PassState):
         decides it the same way): it is left as it was written."""
         key = o.claim_key(claim)
         if kinds.kind_of(address) == kinds.CAPI_ADDRESS:
-            if self.ledger.addresses_of(key):
-                return False  # the claim's lock decides; a Cluster API IPAddress at another IP is a stray
+            mine = self.ledger.addresses_of(key)
+            if mine:
+                # The claim's lock decides (a Cluster API IPAddress at another IP is a stray), unless it gives way.
+                over = self.written_over_lock(claim, _held(mine, self.finalizers.address[kinds.IPADDRESS]))
+                return over is not None and over[0] is address and over[1] is not None
             return self.refusal(claim, address, locking=True) is not None
         return not self.named_by_status(claim, address) and self.refusal(claim, address, locking=False) is not None
 

@@ -45,6 +45,10 @@ class Allocation(PassState):
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is being deleted")
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
+        if self.fencing_waits(claim):
+            self.plan.notes.append(f"{o.name(claim)}: allocated at the next pass (this one wrote the claims of global "
+                                   "pools whose allocation may be on its way already)")
+            return
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
         taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim), claim=claim)  # noqa: E731

@@ -10,7 +10,7 @@ from typing import Any
 from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
-from ..addresses import FAMILY_BITS, ip_from_int
+from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
 from ..kept import bound_ip
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
@@ -52,36 +52,109 @@ class Guards(PassState):
     """The guards of an allocation in a claim's namespace, and what holds an IP elsewhere."""
 
     def guard_spans(self, claim: dict, unit: int) -> list[Span] | None:
-        """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock: a global pool's
-        allocation guards its IP or sub-prefix (but a separate network's); a namespaced pool's guards each IP of
-        its address (an IP, or a sub-prefix) that a global IP pool holds (or one being deleted held), its IP
-        whatever they hold for a kind that ``guards_every_ip``, and each sub-prefix of a global prefix pool it
-        meets, for the namespace's pools. The guards of both have one name, which the API server gives
-        once: of two allocations that meet in a namespace and that no pass saw the other make (a global pool's
-        pass made before the namespaced pool came, carried out after its allocation, or the other way round), the
-        second is refused at its guard with the rest of that step. A global pool's pass always guards (it cannot
-        know of a namespaced pool created since); a namespaced pool's sees every global pool made before it
-        passes, and one made later withholds its addresses. None: more than ``GUARDS_PER_ALLOCATION`` guards,
-        which the namespaced pool does not hand out."""
+        """What handing ``unit`` to ``claim`` guards in the claim's namespace before its lock. Two allocations
+        that meet in a namespace (a global pool's and a namespaced one's) write one guard of the same name, which
+        the API server gives once, whatever each pass saw of the other pool's spec: a pass is carried out later
+        than it was made (a replica behind, or slow), after the other pool was created, edited or deleted and the
+        other allocation landed, so the name must not depend on what the pools' specs are when it is made. Of
+        two aligned spans that meet, one holds the other; the larger one's allocation writes the guard of its
+        own span (``<base>.<length>.nsip``, or ``<ip>.nsip``), and the smaller one's joins the guard of the
+        span of that length holding it, shared by its pool (a sub-prefix length is immutable, so a pool's is
+        known whatever became of its prefixes):
+
+        - a global pool's allocation (but a separate network's) guards its IP or sub-prefix, and joins the
+          guard of each larger sub-prefix of the lengths the prefix pools of the claim's namespace hand out
+          (``namespaced_lengths``, whatever their prefixes now, one being deleted too);
+        - a namespaced pool's guards its own IP (a kind that ``guards_every_ip``; of another kind, while a global
+          IP pool exists, whatever its addresses) or sub-prefix (a prefix pool), each IP of it that a global IP
+          pool holds (or one being deleted held), and joins, of each global
+          prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
+          inside it the pool holds, for the namespace's pools.
+
+        The order with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
+        its pool edited off the span meanwhile) meets on the global pool's claim (``order_actions``), and a
+        namespaced prefix pool's allocation guards what such claims name (``named_spans``). None: more
+        than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
         if pool is None or kind.outside is not None:
             return []
-        first = int(pool.address_of(unit))
+        first, width = int(pool.address_of(unit)), FAMILY_BITS[pool.version]
+        own = _span(first, pool.unit_length, width)
         if kind.cluster_scoped:
-            return [] if separate_network(self.pool_obj) else [Span(first, pool.unit_length)]
+            if separate_network(self.pool_obj):
+                return []
+            longest = pool.unit_length if pool.unit_length is not None else width
+            return [own] + [Span(first >> (width - length) << (width - length), length, shared=True)
+                            for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version)
+                            if length < longest]
         if not kind.unique_in_namespace:
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
-        if kind.guards_every_ip and ips is not None and first == last and first not in ips:
-            # Whatever the global pools' specs are now: a global IP pool's pass made before an edit or a deletion
-            # that dropped the IP (or this pass, made before a global pool was created) may land after the
-            # other; the API server gives the guard's name once.
+        if ips is not None and first == last and first not in ips and (
+                kind.guards_every_ip or self.snap.global_ip_pool_exists(pool.version)):
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
-        return [Span(ip) for ip in ips] + [Span(base, length, shared=True) for base, length in blocks]
+        mine = [own] if kind.holds_prefixes else []
+        exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
+            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else [])))
+        shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
+                  if Span(span.ip, span.length) not in exclusive]
+        if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
+            return None
+        return exclusive + shared
+
+    def in_flight(self, namespace: str) -> list[dict]:
+        """The claims of global pools in ``namespace`` (this namespaced prefix pool's) whose pass may be on its
+        way into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``), read once a pass; not those
+        paused (or left to another controller by the watch filter), which are not written."""
+        if self._in_flight is None:
+            self._in_flight = [c for c in self.snap.global_claims_in_flight(namespace, self.pool.version,
+                                                                             self.pool.unit_length)
+                               if not self.claim_paused(c)]
+        return self._in_flight
+
+    def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
+        """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``in_flight`` name as being handed to
+        them (``kinds.ALLOCATING_ANNOTATION``): guarded as their global pool's allocation guards them."""
+        spans = []
+        for claim in self.in_flight(namespace):
+            span = _allocating(claim, self.pool.version)
+            width = FAMILY_BITS[self.pool.version]
+            if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
+                spans.append(span)
+        return spans
+
+    def fencing_waits(self, claim: dict) -> bool:
+        """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits
+        for the next pass (each write expects the version the pass read, so a second would be refused)."""
+        return self.fenced and self.kind.holds_prefixes and not self.kind.cluster_scoped \
+            and self.kind.unique_in_namespace and bool(self.in_flight(o.namespace(claim)))
+
+    def order_actions(self, claim: dict, unit: int) -> list:
+        """What orders this allocation with a pass of the other side made before it could see this one, written
+        first, each on condition that its claim is unchanged since this pass read it. A global pool's names on
+        its claim the IP or sub-prefix it hands out (a namespaced pool's pass that read the claim before guards
+        it, and one that wrote the claim since refuses this). A namespaced prefix pool's writes each claim
+        ``in_flight`` (a pass of its global pool that read it before is refused; one that wrote it first was
+        read by this pass, which guards what it names, or this write is refused). Two passes that never saw each
+        other thus meet on the claim, whose versions the API server orders: of a pass made before a namespaced
+        pool existed, and that pool's pass made after the global pool was edited off the IP, one is refused."""
+        version = o.meta(claim).get("resourceVersion")
+        if self.kind.cluster_scoped:
+            if separate_network(self.pool_obj):
+                return []
+            ip = ip_text(self.pool.address_of(unit))
+            text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
+            return [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text},
+                                resource_version=version)]
+        if not (self.kind.holds_prefixes and self.kind.unique_in_namespace):
+            return []
+        self.fenced = True
+        return [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)}, resource_version=read)
+                for other in self.in_flight(o.namespace(claim)) for read in [o.meta(other).get("resourceVersion")]]
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""
@@ -165,7 +238,7 @@ class Guards(PassState):
         left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
         pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
         already, or when it needs none."""
-        actions: list = []
+        actions: list = self.order_actions(claim, unit)
         for span in self.guard_spans(claim, unit) or []:
             found = self.guard_at(o.namespace(claim), span)
             if found is not None and _owned_by(found, claim if not span.shared else self.pool_obj):
@@ -239,3 +312,23 @@ class Guards(PassState):
             return False
         return any(self.snap.held_elsewhere(ns, version, first, last, for_keeper=for_keeper)
                    for ns in {namespace, claim_namespace})
+
+
+def _allocating(claim: dict, version: int) -> Span | None:
+    """The IP or sub-prefix a claim's ``kinds.ALLOCATING_ANNOTATION`` names, as its global pool's guard of it, or
+    None (none, another family, not one)."""
+    text = str(o.annotations(claim).get(kinds.ALLOCATING_ANNOTATION) or "")
+    ip_part, _, length = text.partition("/")
+    try:
+        ip = parse_ip(ip_part)
+    except AddressError:
+        return None
+    if ip.version != version or (length and not (length.isdigit() and int(length) <= FAMILY_BITS[version])):
+        return None
+    return _span(int(ip), int(length) if length else None, FAMILY_BITS[version])
+
+
+def _span(ip: int, length: int | None, width: int, shared: bool = False) -> Span:
+    """The span of ``ip`` and a sub-prefix ``length`` (None: an IP); a sub-prefix of every bit is its one IP, and
+    guarded as an IP pool's allocation of that IP is."""
+    return Span(ip, None if length == width else length, shared)

@@ -247,7 +247,10 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
             return
         self.ledger.due.pop(key, None)  # a live claim has no deadline but the one this pass may set again
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
-        if live:
+        written = self.written_over_lock(claim, live) if live else None
+        if written is not None:
+            self.adopt_over(claim, live, *written, step)
+        elif live:
             keep = self.keep_one(claim, live, step)
             refusal = None if self.named_by_status(claim, keep) else self.refusal(claim, keep, locking=False)
             if refusal is not None:

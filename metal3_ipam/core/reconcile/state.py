@@ -46,6 +46,10 @@ class PassState:
         self.collisions: dict[int, dict] = {}
         # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
         self.unguardable: set[int] = set()
+        # The claims of global pools whose pass may land in this namespaced prefix pool's sub-prefixes, read once
+        # (``guards``), and whether an allocation of this pass writes them already.
+        self._in_flight: list[dict] | None = None
+        self.fenced = False
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

@@ -40,7 +40,7 @@ from metal3_ipam.controller.outside import OutsidePools
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
-from metal3_ipam.poolkinds.openstack import capo
+from metal3_ipam.poolkinds.openstack import capo, homes
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
@@ -105,10 +105,39 @@ def resolve_network(neutron: Neutron, pool: OpenStackPool) -> dict[str, Any]:
 
 
 def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingIP:
-    wanted = set(fip.tags) | set(tags)
-    if wanted != set(fip.tags):
-        neutron.set_tags(fip.id, sorted(wanted))
-    return fip
+    """``fip`` with ``tags`` added, one at a time: the tags another cluster adds meanwhile (its marks) stay."""
+    missing = sorted(set(tags) - set(fip.tags))
+    for tag in missing:
+        neutron.add_tag(fip.id, tag)
+    return dataclasses.replace(fip, tags=(*fip.tags, *missing)) if missing else fip
+
+
+def marked(neutron: Neutron, fip: FloatingIP, change: homes.Change) -> FloatingIP:
+    """``fip`` with the marks of ``change`` written: its tags added first, then the others removed, one at a time
+    (never a moment without a mark, and no other cluster's mark lost)."""
+    fip = _tagged(neutron, fip, change.add)
+    for tag in change.remove:
+        neutron.remove_tag(fip.id, tag)
+    return dataclasses.replace(fip, tags=tuple(t for t in fip.tags if t not in change.remove))
+
+
+def bind(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, mine: homes.Home,
+         home: Callable[[homes.Home], str]) -> FloatingIP:
+    """The key's floating IP marked for the claim here it is given to, at home ``mine``: homed there when it is
+    homed nowhere, held when it is homed at another cluster (its sweep takes it over, ``homes.mend``); refused
+    (``AddressHomedElsewhere``) when that cluster took it over from this very home, or another cluster holds it:
+    a claim there carries the key too and is bound to it."""
+    change = homes.mend(owner, fip.tags, mine, home, take=False)
+    if change.elsewhere is not None:
+        raise OpenStackError(p.ADDRESS_HOMED_ELSEWHERE, homed_elsewhere_message(pool, fip, change.elsewhere))
+    return marked(neutron, fip, change)
+
+
+def homed_elsewhere_message(pool: OpenStackPool, fip: FloatingIP, there: homes.Home) -> str:
+    return (f"floating IP {fip.address} ({fip.id}) of this claim's key, in the project of {pool.text}'s cloud, is "
+            f"homed at {there.text}, an object of another cluster, where a claim carries the key too (a copy of "
+            "this claim restored from a directory while its source runs?): both hold one IP, and neither claim's "
+            "deletion releases it while the other lives; delete one of the two claims")
 
 
 def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP | None:
@@ -272,17 +301,42 @@ def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> 
     return _tagged(neutron, made, tags)
 
 
-def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str) -> list[FloatingIP]:
+def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str,
+            home: Callable[[homes.Home], str] = lambda h: homes.ABSENT, released: homes.Home | None = None
+            ) -> list[FloatingIP]:
     """The key's floating IP let go: deleted (``Delete``), or kept for the pool's next claim (``Retain``,
-    ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``). Returns the
-    floating IPs let go."""
-    held = neutron.floating_ips(description=p.description(owner, key))
-    for fip in held:
+    ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``); but kept where
+    its home or a hold names an object absent here (``home``; ``released``: the home of the claim releasing it):
+    another cluster's claim may be bound to it (``homes.on_release``). Returns the floating IPs let go."""
+    return [fip for fip in neutron.floating_ips(description=p.description(owner, key))
+            if let_go(neutron, pool, owner, fip, home, released)]
+
+
+def let_go(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP | None,
+           home: Callable[[homes.Home], str], released: homes.Home | None = None) -> bool:
+    """One floating IP of a key released here (see :func:`release`); whether it was let go. Written at the
+    revision read (a mark another cluster adds meanwhile bumps it): read again and judged again if it changed."""
+    text = fip.description if fip is not None else ""
+    for _ in range(3):
+        if fip is None or fip.description != text:
+            return False  # gone, or another key's, meanwhile
+        kept, change = homes.on_release(owner, fip.tags, home, released)
+        if kept:
+            marked(neutron, fip, change)
+            log.warning("floating IP %s (%s) not released: %s names a home or hold of another cluster, whose "
+                        "claim may carry the key too; marks %s added, %s taken off", fip.address, fip.id, fip.tags,
+                        list(change.add), list(change.remove))
+            return False
         if p.deleted_on_release(pool, owner, fip.address, fip.tags):
-            neutron.delete(fip.id)
-        else:
-            _take(neutron, fip, p.available_description(owner), [owner, p.pool_tag(owner, pool.namespace, pool.name)])
-    return held
+            if neutron.delete(fip.id, fip.revision):
+                return True
+        elif (taken := neutron.describe(fip.id, p.available_description(owner), fip.revision)) is not None:
+            marked(neutron, taken, homes.Change(add=(owner, p.pool_tag(owner, pool.namespace, pool.name)),
+                                                remove=change.remove))
+            return True
+        fip = neutron.get(fip.id)
+    raise OpenStackError(p.REFUSED_REQUEST, f"floating IP {fip.address if fip else ''} of {pool.text} changed "
+                                            "three times while it was being released: tried again later")
 
 
 def survey(neutron: Neutron, pool: OpenStackPool, owner: str) -> Survey:
@@ -313,6 +367,10 @@ class OpenStackAsks:
         self.failed: dict[PoolRef, set[str]] = {}  # pre-allocated addresses that could not be made, per pool
         self._tasks: set[asyncio.Task] = set()
         self.bound_address: Callable[[str], str | None] = lambda key: None  # the address a key's IPAddress holds
+        #: key -> (the home of the claim here carrying it, or None; the state of the objects homes name here)
+        self.homes: Callable[[str], tuple[homes.Home | None, Callable[[homes.Home], str]]] = \
+            lambda key: (None, lambda h: homes.ABSENT)
+        self.released_home: Callable[[str], homes.Home | None] = lambda key: None  # of a claim here, deleted or not
         #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
         #: floating IP was found gone: no other key is given those addresses
         self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
@@ -372,7 +430,7 @@ class OpenStackAsks:
         what = f"{ask.op.value} for key {ask.key!r} of {pool.text}"
         try:
             if ask.op is Op.RELEASE:
-                gone = await self.run(pool, release, ask.key)
+                gone = await self.run(pool, release, ask.key, self.homes(ask.key)[1], self.released_home(ask.key))
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
                              "deleted" if p.deleted_on_release(pool, self.owner, fip.address, fip.tags) else "kept")
@@ -388,6 +446,12 @@ class OpenStackAsks:
             return Refused(ask.key, ask.attempt, "InternalError", f"{what}: {type(exc).__name__}: {exc}")
 
     async def _allocate(self, pool: OpenStackPool, key: str) -> FloatingIP:
+        """The key's floating IP (:meth:`_find`), marked for the claim carrying the key (:func:`bind`)."""
+        mine, home = self.homes(key)
+        fip = await self._find(pool, key)
+        return await self.run(pool, bind, fip, mine, home) if mine is not None else fip
+
+    async def _find(self, pool: OpenStackPool, key: str) -> FloatingIP:
         """The pool's allocations choose one at a time (``choose``: maxIPs, the floating IPs kept and pre-allocated
         are decided on what Neutron says then, with the creates out counted); the creates run side by side."""
         ref = (pool.namespace, pool.name)
@@ -470,6 +534,8 @@ class OpenStackPools(OutsidePools):
                          survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
+        asks.homes = self.key_homes
+        asks.released_home = lambda key: self.carrier_home(key, live=False)
         asks.held_addresses = self.holders
         asks.capo_held_elsewhere = self.capo_held
 
@@ -521,6 +587,49 @@ class OpenStackPools(OutsidePools):
         if self.inventory.namespaces is not None:
             return None
         return capo.held_elsewhere(self.inventory.of_kind(kinds.CAPI_ADDRESS), namespace, name)
+
+    def home_state(self) -> Callable[[homes.Home], str]:
+        """Whether the object a mark names (``homes``) is held here, ``PRESENT``, ``PAUSED`` or ``ABSENT``: a
+        Cluster by its uid, paused as Cluster API says; a pool by its uid, paused by its own annotation or while a
+        Cluster of its namespace is (``clusterctl move`` pauses the Clusters, deletes the claims, then the pools).
+        One being deleted is still here (a Cluster's claims are released while it is deleted). Computed now, for
+        use in a thread."""
+        found: dict[homes.Home, str] = {}
+        paused = {o.namespace(c) for c in self.inventory.of_kind(kinds.CLUSTER) if o.cluster_paused(c)}
+        for kind, of in ((homes.CLUSTER, kinds.CLUSTER), (homes.POOL, OPENSTACK_FLOATING_IP_POOL)):
+            for obj in self.inventory.of_kind(of):
+                uid = o.meta(obj).get("uid")
+                if not uid:
+                    continue
+                stopped = o.cluster_paused(obj) if kind == homes.CLUSTER else (
+                    o.is_paused(obj) or o.namespace(obj) in paused)
+                found[homes.Home(kind, str(uid))] = homes.PAUSED if stopped else homes.PRESENT
+        return lambda home: found.get(home, homes.ABSENT)
+
+    def home_of(self, claim: Mapping[str, Any]) -> homes.Home | None:
+        """A claim's home: its Cluster's uid, else (it names no Cluster) its pool's; None while not known here."""
+        if (cluster := o.cluster_name_of(claim)) is not None:
+            obj, kind = self.inventory.get(kinds.CLUSTER, o.namespace(claim), cluster), homes.CLUSTER
+        else:
+            ref = o.pool_of(claim)
+            obj = self.inventory.get(OPENSTACK_FLOATING_IP_POOL, o.namespace(claim), ref.name) if ref else None
+            kind = homes.POOL
+        uid = o.meta(obj).get("uid") if obj is not None else None
+        return homes.Home(kind, str(uid)) if uid else None
+
+    def carrier_home(self, key: str, live: bool = True) -> homes.Home | None:
+        """The home of the live claim here carrying ``key`` (of a pool of this kind; ``live`` False: or a deleted
+        one), or None."""
+        for claim in self.inventory.claims_carrying(key):
+            ref = o.pool_of(claim)
+            if not (live and o.is_deleting(claim)) and ref is not None and ref.kind == OPENSTACK_FLOATING_IP_POOL:
+                if (home := self.home_of(claim)) is not None:
+                    return home
+        return None
+
+    def key_homes(self, key: str) -> tuple[homes.Home | None, Callable[[homes.Home], str]]:
+        """For the asks: the home of the claim carrying ``key``, and the state of the objects marks name."""
+        return self.carrier_home(key), self.home_state()
 
     def bound(self) -> dict[str, str]:
         """The address each key's lock holds (the claim's floating IP)."""

@@ -28,6 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Mapping
+from urllib.parse import quote
 
 import yaml
 from keystoneauth1 import exceptions as ks_exc
@@ -197,7 +198,10 @@ class Neutron:
         return self._endpoint
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
-                expect: tuple[int, ...] = (200,), headers: Mapping[str, str] | None = None) -> Any:
+                expect: tuple[int, ...] = (200,), headers: Mapping[str, str] | None = None,
+                with_status: bool = False) -> Any:
+        """Neutron's answer (its JSON body; with ``with_status``, (status, body)) when its status is one of
+        ``expect``; any other raises :class:`OpenStackError`."""
         url = f"{self.endpoint()}/v2.0/{path}"
         where = f"Neutron {method} {path}"
         try:
@@ -207,7 +211,8 @@ class Neutron:
         except Exception as exc:
             raise classify(exc, where) from None
         if response.status_code in expect:
-            return response.json() if response.content and response.status_code < 300 else None
+            body = response.json() if response.content and response.status_code < 300 else None
+            return (response.status_code, body) if with_status else body
         try:
             answer = response.json()
         except ValueError:
@@ -246,8 +251,22 @@ class Neutron:
         return FloatingIP.of(found["floatingip"]) if isinstance(found, Mapping) else None
 
     def set_tags(self, fip_id: str, tags: list[str]) -> None:
+        """The whole list of tags replaced: a tag another client added meanwhile is lost (see :meth:`add_tag`)."""
         self.request("PUT", f"floatingips/{fip_id}/tags", {"tags": sorted(set(tags))})
 
-    def delete(self, fip_id: str) -> None:
-        """Deleted (or already gone)."""
-        self.request("DELETE", f"floatingips/{fip_id}", expect=(204, 404))
+    def add_tag(self, fip_id: str, tag: str) -> None:
+        """One tag added, the others left as they are (Neutron adds it atomically: two clients adding tags at
+        once keep both)."""
+        self.request("PUT", f"floatingips/{fip_id}/tags/{quote(tag, safe='')}", expect=(201, 200, 204))
+
+    def remove_tag(self, fip_id: str, tag: str) -> None:
+        """One tag removed (or already gone), the others left as they are."""
+        self.request("DELETE", f"floatingips/{fip_id}/tags/{quote(tag, safe='')}", expect=(204, 404))
+
+    def delete(self, fip_id: str, revision: int | None = None) -> bool:
+        """Deleted (or already gone); with ``revision``, only if it is still at that revision (``If-Match``: no tag
+        added and nothing changed since it was read), else False."""
+        headers = {"If-Match": f"revision_number={revision}"} if revision is not None else None
+        expect = (204, 404, 412) if revision is not None else (204, 404)
+        return self.request("DELETE", f"floatingips/{fip_id}", expect=expect, headers=headers, with_status=True)[0] \
+            != 412

@@ -367,6 +367,8 @@ SERVER_ERROR = "OpenStackServerError"
 NETWORK_NOT_FOUND = "NetworkNotFound"
 MAX_IPS_REACHED = "MaxIPsReached"
 ADDRESS_TAKEN = "AddressTaken"
+#: The key's floating IP is homed at another cluster, whose claim carrying the key too took it first (``homes``).
+ADDRESS_HOMED_ELSEWHERE = "AddressHomedElsewhere"
 REFUSED_REQUEST = "OpenStackRefusedRequest"
 #: Refusals of the cloud itself rather than of one request: they hold back all of the cloud's asks a while.
 SERVER_DOWN = frozenset({UNREACHABLE, TIMEOUT, SERVER_ERROR})

@@ -49,6 +49,7 @@ just before, the lock still naming the other address).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -56,11 +57,16 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Event, Plan
 from metal3_ipam.core.reconcile import ADDRESS_LOST
+from metal3_ipam.poolkinds.openstack import homes
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack.asks import homed_elsewhere_message, marked
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
 
 log = logging.getLogger(__name__)
+
+#: The Warning Event on a claim bound to a floating IP homed at another cluster (``homes``).
+HOMED_ELSEWHERE_EVENT = "OpenStackAddressHomedElsewhere"
 
 
 def owned(neutron: Neutron, pool: OpenStackPool, owner: str) -> list[FloatingIP]:
@@ -79,7 +85,11 @@ def tag_found(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, addre
     tags = {owner, p.pool_tag(owner, pool.namespace, pool.name)}
     for fip in carrying(neutron, pool, owner, key):
         if fip.address == address and not tags <= set(fip.tags):
-            neutron.set_tags(fip.id, sorted(tags | set(fip.tags)))
+            marked(neutron, fip, homes.Change(add=tuple(sorted(tags))))
+
+
+def mark(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, change: homes.Change) -> None:
+    marked(neutron, fip, change)
 
 
 def lost_message(pool: OpenStackPool, owner: str, key: str, address: str) -> str:
@@ -91,18 +101,18 @@ def lost_message(pool: OpenStackPool, owner: str, key: str, address: str) -> str
 
 
 def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
-    """``fip`` released as ``pool`` says, if it still is as listed and ``still()`` holds; whether it was."""
+    """``fip`` released as ``pool`` says, if it still is as listed and ``still(fip as read again)`` holds, at the
+    revision read again (a mark another cluster adds meanwhile keeps it); whether it was."""
     now = neutron.get(fip.id)
-    if now is None or now.description != fip.description or not still():
+    if now is None or now.description != fip.description or not still(now):
         return False
     if p.deleted_on_release(pool, owner, now.address, now.tags):
-        neutron.delete(now.id)
-    else:
-        if neutron.describe(now.id, p.available_description(owner), now.revision) is None:
-            return False  # changed since it was read again: judged by the next sweeps
-        tags = {*now.tags, owner, p.pool_tag(owner, pool.namespace, pool.name)}
-        if tags != set(now.tags):
-            neutron.set_tags(now.id, sorted(tags))
+        return neutron.delete(now.id, now.revision)  # False: changed since it was read again, judged anew later
+    taken = neutron.describe(now.id, p.available_description(owner), now.revision)
+    if taken is None:
+        return False
+    marks = homes.on_release(owner, now.tags, lambda h: homes.PRESENT)[1].remove  # a kept one bears no claim's mark
+    marked(neutron, taken, homes.Change(add=(owner, p.pool_tag(owner, pool.namespace, pool.name)), remove=marks))
     return True
 
 
@@ -114,6 +124,11 @@ class Sweeper:
         self._sighted: dict[str, str] = {}  # floating IP id -> description, found carried by nothing last sweep
         #: key -> (pool namespace, pool name, address): a claim's floating IP found gone from Neutron
         self.lost: dict[str, tuple[str, str, str]] = {}
+        self._told: set[tuple[str, homes.Home]] = set()  # (key, other home) a claim here was warned of
+        #: (floating IP id, home here) held last sweep, waiting for the home it is at to answer (``homes.mend``)
+        self._waiting: set[tuple[str, homes.Home]] = set()
+        #: (floating IP id, home here) a claim here left homed at another cluster, found unanswered last sweep
+        self._left: set[tuple[str, homes.Home]] = set()
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -162,13 +177,18 @@ class Sweeper:
             clouds.setdefault(asks.cloud_of(model), model)
         sighted: dict[str, str] = {}
         released: list[FloatingIP] = []
+        contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]] = {}
+        swept: set[str] = set()
+        waiting: set[tuple[str, homes.Home]] = set()
+        left: set[tuple[str, homes.Home]] = set()
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
-            carried, bound = self.pools.carried(), self.pools.bound()
+            carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
+            listed = await self._mark(listed, held, model, home, contests, waiting, left, released)
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -180,12 +200,15 @@ class Sweeper:
                 extra = bound.get(key) not in (None, fip.address) and bound.get(key) in addresses[key]
                 if carried(key) and not extra:
                     continue
+                if not homes.sweepable(owner, fip.tags, home):
+                    continue  # homed or held at another cluster (its claim is bound to it), or paused here
                 if self._sighted.get(fip.id) != fip.description:
                     sighted[fip.id] = fip.description
                     continue
                 try:
-                    done = await asks.run(pool, release_one, fip, lambda key=key, fip=fip, pool=pool:
-                                          self._loose(key, fip) and not self._paused(pool))
+                    done = await asks.run(pool, release_one, fip, lambda now, key=key, fip=fip, pool=pool:
+                                          self._loose(key, fip) and not self._paused(pool)
+                                          and homes.sweepable(owner, now.tags, self.pools.home_state()))
                 except OpenStackError as exc:
                     log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
                     sighted[fip.id] = fip.description
@@ -198,8 +221,114 @@ class Sweeper:
             log.info("swept the cloud of %s: %d floating IPs of owner %s, %d released", model.text, len(listed),
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
-        self._sighted = sighted
+            swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
+        self._sighted, self._waiting, self._left = sighted, waiting, left
+        await self._homed_elsewhere(contests, swept)
         return released
+
+    async def _mark(self, listed: list[FloatingIP], held: dict[str, OpenStackPool], model: OpenStackPool,
+                    home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
+                    waiting: set[tuple[str, homes.Home]], left: set[tuple[str, homes.Home]],
+                    released: list[FloatingIP]) -> list[FloatingIP]:
+        """The marks of the listed floating IPs mended (``homes.mend``): each bound to a claim here carrying its key
+        (its lock holds that address) homed, taken over, or held by that claim's home; this cluster's holds taken
+        off those whose key nothing here carries any more. The claims left bound to a floating IP homed at another
+        cluster go in ``contests``; those held waiting for the cluster they are homed at to answer, in ``waiting``
+        (taken over at the next sweep if it did not). A floating IP a claim here left homed at another cluster
+        (``homes.on_release``) is left to that cluster if it answered, else released at the next sweep (found so
+        in ``left`` now; those released, in ``released``). The floating IPs as they are now."""
+        asks, owner, bound, carried = self.pools.asks, self.pools.asks.owner, self.pools.bound(), self.pools.carried()
+        out = []
+        for fip in listed:
+            key = p.key_in(owner, fip.description)
+            pool = next((held[t] for t in fip.tags if t in held), None) or self._pool_of(key, held)
+            mine = self.pools.carrier_home(key) if key is not None else None
+            if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
+                out.append(fip)
+                continue
+            if mine is not None and bound.get(key) == fip.address:
+                change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
+                if change.waiting:
+                    waiting.add((fip.id, mine))
+            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, home)) is not None:
+                if homes.answered(owner, fip.tags, home):  # a claim there lives: the floating IP is its own
+                    change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
+                else:
+                    change = homes.Change()
+                    if (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                        left.add((fip.id, gone))
+            elif not carried(key):
+                change = homes.Change(remove=homes.stale(owner, fip.tags, home))
+            else:
+                change = homes.Change()
+            if change.elsewhere is not None:
+                contests[key] = (fip, change.elsewhere, pool)
+            if change.add or change.remove:
+                try:
+                    await asks.run(pool, mark, fip, change)
+                except OpenStackError as exc:
+                    log.warning("sweep: the marks of floating IP %s (key %s) of %s not written: %s", fip.address,
+                                key, pool.text, exc)
+                    waiting.discard((fip.id, mine))  # its hold may not be there for the other cluster to answer
+                    out.append(fip)
+                    continue
+                log.info("sweep: floating IP %s (key %s) of %s: marks %s added, %s taken off", fip.address, key,
+                         pool.text, list(change.add), list(change.remove))
+                fip = dataclasses.replace(fip, tags=tuple(t for t in (*fip.tags, *change.add)
+                                                          if t not in change.remove))
+            out.append(fip)
+        return out
+
+    async def _release_left(self, pool: OpenStackPool, key: str, fip: FloatingIP, gone: homes.Home,
+                            released: list[FloatingIP]) -> bool:
+        """A floating IP a claim here left homed at another cluster that answered no hold for a whole sweep (the
+        source of a finished move is gone): released as its pool says, if still so when read again."""
+        owner = self.pools.asks.owner
+
+        def still(now: FloatingIP) -> bool:
+            home = self.pools.home_state()
+            return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
+                and not homes.answered(owner, now.tags, home)
+        try:
+            done = await self.pools.asks.run(pool, release_one, fip, still)
+        except OpenStackError as exc:
+            log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
+            return False
+        if done:
+            log.info("sweep: floating IP %s (%s) of %s released: its claim here left it homed at another cluster, "
+                     "which answered for no claim of its own there", fip.address, fip.id, pool.text)
+            released.append(fip)
+        return done
+
+    async def _homed_elsewhere(self, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
+                               swept: set[str]) -> None:
+        """What the claims bound to a floating IP homed at another cluster say (condition ``AddressHomedElsewhere``,
+        ``core.reconcile``), and a Warning Event on each once; the pools of those whose saying changed are passed
+        over again."""
+        inventory = self.pools.inventory
+        now = {key: homed_elsewhere_message(pool, fip, there) for key, (fip, there, pool) in contests.items()}
+        gone = {key for key in inventory.homed_elsewhere if not inventory.claims_carrying(key)}
+        for key in {k for k in swept | gone if inventory.homed_elsewhere.get(k) != now.get(k)}:
+            if key in now:
+                inventory.homed_elsewhere[key] = now[key]
+            else:
+                inventory.homed_elsewhere.pop(key, None)
+            self.pools.wake_carriers(key, None)
+        for key, (fip, there, pool) in contests.items():
+            claims = [c for c in inventory.claims_carrying(key) if not o.is_deleting(c)]
+            if not claims or (key, there) in self._told:
+                continue
+            self._told.add((key, there))
+            claim = claims[0]
+            log.warning("%s %s/%s: %s", HOMED_ELSEWHERE_EVENT, o.namespace(claim), o.name(claim), now[key])
+            plan = Plan()
+            plan.step(f"claim {o.namespace(claim)}/{o.name(claim)}", about=o.ref(claim)).add(
+                Event(o.ref(claim), "Warning", HOMED_ELSEWHERE_EVENT, now[key][:1000]))
+            try:
+                await self.pools.writer.execute(plan, o.PoolKey(pool.namespace, pool.name, OPENSTACK_FLOATING_IP_POOL))
+            except Exception:  # an Event lost is no reason to end the sweeps
+                log.exception("claim %s/%s: Event %s not written", o.namespace(claim), o.name(claim),
+                              HOMED_ELSEWHERE_EVENT)
 
     def _bound_claims(self, held: dict[str, OpenStackPool]) -> list[tuple[str, str, dict, OpenStackPool]]:
         """(key, address, claim, pool) of each live claim of a live, unpaused pool held here whose lock holds an

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller_fixtures import Kube
+from controller_fixtures import REPO, Kube
 from metal3_ipam import observability
 from metal3_ipam.testing.prometheus import Prometheus, PrometheusUnavailable, static_job
 from metal3_ipam.testing.waiting import eventually
@@ -46,12 +46,22 @@ POOL_ALERTS = ("Metal3IPAMPoolUsageHigh", "Metal3IPAMPoolUsageCritical", "Metal3
                "Metal3IPAMClaimsNotReady", "Metal3IPAMExternalIPAMUnreachable")
 
 
+def _histogram_settings() -> dict:
+    """config/prometheus's ServiceMonitor's histogram settings, as Prometheus's scrape configuration names them."""
+    spec = yaml.safe_load((REPO / "config" / "prometheus" / "monitor.yaml").read_text())["spec"]
+    return {"always_scrape_classic_histograms": spec["scrapeClassicHistograms"],
+            "convert_classic_histograms_to_nhcb": spec["convertClassicHistogramsToNHCB"]}
+
+
 def scrape_job(target: str, **extra) -> dict:
-    """The controller's metrics endpoint as a Prometheus in the cluster scrapes it: with the target labels
-    Kubernetes discovery gives (``namespace``, ``pod``) and the controller's own labels kept (``honor_labels``,
-    as the pool series carry a ``namespace`` of their own). ``extra``: ``scheme``, ``authorization``,
-    ``tls_config``, ``metrics_path`` of another endpoint."""
-    return static_job("metal3-ipam", target, labels={"namespace": CONTROLLER_NAMESPACE, "pod": POD}, **extra)
+    """The controller's metrics endpoint as a Prometheus in the cluster scrapes it through the ServiceMonitor
+    of config/prometheus (and of the chart): with the target labels Kubernetes discovery gives (``namespace``,
+    ``pod``), the controller's own labels kept (``honor_labels``, as the pool series carry a ``namespace`` of
+    their own), and each classic histogram kept and also converted to a native one with its buckets
+    (``scrapeClassicHistograms``, ``convertClassicHistogramsToNHCB``). ``extra``: ``scheme``,
+    ``authorization``, ``tls_config``, ``metrics_path`` of another endpoint."""
+    return static_job("metal3-ipam", target, labels={"namespace": CONTROLLER_NAMESPACE, "pod": POD},
+                      **_histogram_settings(), **extra)
 
 
 @pytest.fixture(scope="module")
@@ -245,15 +255,13 @@ def test_every_controller_query_of_the_capi_dashboard_returns_series_of_this_con
     assert "ippool" in controllers and "netboxippool" in controllers
 
 
-@pytest.mark.xfail(strict=True, reason="the dashboard's histogram and heatmap panels select native histograms by "
-                   "their bare names (controller_runtime_reconcile_time_seconds{...}); the controller serves the text "
-                   "format, which carries classic histograms only (their _bucket, _sum, _count series answer the "
-                   "quantile panels). Native ones need the protobuf format, and Debian's Prometheus (2.42) then "
-                   "ingests a histogram as native only, so the quantile panels would go empty instead")
 def test_the_native_histogram_panels_of_the_capi_dashboard_return_series(filling, prometheus):
+    """The histogram and heatmap panels select a native histogram by its bare name
+    (``controller_runtime_reconcile_time_seconds{...}``): the classic histograms the controller serves answer
+    them once converted at the scrape, as the ServiceMonitor asks."""
     queries = _capi_queries(native=True)
     assert queries
-    _all_answer(prometheus, queries, timeout=5)
+    _all_answer(prometheus, queries)
 
 
 def test_the_alerts_resolve_when_the_claims_and_the_netbox_pool_are_deleted(filling, prometheus):

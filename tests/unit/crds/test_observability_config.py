@@ -101,6 +101,14 @@ def test_the_service_monitor_keeps_the_namespace_label_of_the_pool_series():
     assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True] * len(monitor["spec"]["endpoints"])
 
 
+def test_the_service_monitor_keeps_the_classic_histograms_and_adds_native_ones():
+    """docs/operations.md (Metrics): the controller serves classic histograms; the Cluster API dashboard's
+    histogram panels select native ones, which Prometheus makes from them at the scrape when asked."""
+    monitor = next(d for d in yaml.safe_load_all((ROOT / "config" / "prometheus" / "monitor.yaml").read_text()) if d)
+    assert monitor["spec"]["scrapeClassicHistograms"] is True
+    assert monitor["spec"]["convertClassicHistogramsToNHCB"] is True
+
+
 
 @pytest.mark.parametrize("title, query", [
     pytest.param(title, query, id=f"{title}:{n}")

@@ -127,7 +127,8 @@ class InCluster:
 
     def served(self, name: str, *, namespace: str | None = None, timeout: float = BIND) -> dict:
         """Wait for the claim to be Ready=True with ``status.addressRef`` naming its IPAddress (named after
-        it); returns that IPAddress."""
+        it) and to carry the provider's finalizer (written in the same step as the status, after it); returns
+        that IPAddress."""
         ns = namespace or self.ns
 
         def check():
@@ -136,11 +137,13 @@ class InCluster:
             ref = ((c or {}).get("status") or {}).get("addressRef") or {}
             if not (ready and ready["status"] == "True" and ref.get("name")):
                 return None
+            if gi.CLAIM_FINALIZER not in (c["metadata"].get("finalizers") or []):
+                return None
             assert ref["name"] == name, f"claim {ns}/{name} refers to {ref}, not to an IPAddress named after it"
             return self.get_address(name, namespace=ns)
 
         return eventually(check, timeout=timeout,
-                          what=f"IPAddressClaim {ns}/{name} Ready=True with an IPAddress named after it")
+                          what=f"IPAddressClaim {ns}/{name} Ready=True with an IPAddress named after it and the finalizer")
 
     def ip(self, name: str, *, namespace: str | None = None, timeout: float = BIND) -> str:
         return self.served(name, namespace=namespace, timeout=timeout)["spec"]["address"]

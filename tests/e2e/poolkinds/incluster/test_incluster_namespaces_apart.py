@@ -8,7 +8,8 @@ status alone (its address and lock not there yet): the claims of a global pool a
 
 Two writers that each decided from what they saw (a replica behind the other): a pass of a global pool planned
 before a namespaced prefix pool came, carried out after that pool's claim was given a sub-prefix holding the
-IP the plan hands out, is refused by the API server at the guard of that IP; so is a global prefix pool's pass
+IP the plan hands out, is refused by the API server (at its write of the claim, which the prefix pool's
+allocation wrote, or at the guard of that IP); so is a global prefix pool's pass
 landing after namespaced IP pools handed out IPs in its sub-prefix, which their pools guard together. Both
 writers store the locks and guards as the controller does, as Leases of the lock namespace.
 """
@@ -141,8 +142,9 @@ def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_o
         control_plane, api_client, controller_factory, incluster):
     """Claim d of a global IP pool is planned fd00::1 by a pass that saw no prefix pool in its namespace; the
     prefix pool created then gives claim p fd00::/127 (another writer, up to date), guarding fd00::1, which
-    the global pool holds. The stale pass lands last: the API server refuses its guard, and nothing of d's is
-    written. The controller serving the namespace then gives d an IP outside the prefix pool's."""
+    the global pool holds, and writing claim d. The stale pass lands last: the API server refuses its first
+    write (claim d changed since that pass read it), and nothing of d's is written. The controller serving the
+    namespace then gives d an IP outside the prefix pool's."""
     locks, ns = incluster.ns, incluster.namespace()
     g = incluster.global_name("beside-prefixes")
     incluster.global_ip_pool(g, prefix=64, addresses=["fd00::1-fd00::8"])
@@ -157,7 +159,8 @@ def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_o
         assert not _carry_out(control_plane, api_client, fresh, locks).failures
     assert incluster.get_address("p", namespace=ns)["spec"]["address"] == "fd00::"
     outcome = _carry_out(control_plane, api_client, stale, locks)
-    assert outcome.again and any(guard in failure for failure in outcome.failures), outcome
+    assert outcome.again and any(f"{ns}/d changed since it was read" in failure for failure in outcome.failures), \
+        outcome
     assert incluster.get_address("d", namespace=ns) is None
     owner = o.owner_references(_guard(incluster, locks, ns, guard))
     assert [ref["name"] for ref in owner] == ["p"], owner
@@ -165,6 +168,38 @@ def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_o
     d, p = incluster.served("d", namespace=ns), incluster.served("p", namespace=ns)
     assert p["spec"]["address"] == "fd00::" and p["spec"]["prefix"] == 127, p["spec"]
     assert ipaddress.ip_address(d["spec"]["address"]) not in ipaddress.ip_network("fd00::/127"), d["spec"]
+
+
+def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_is_refused_after_a_prefix_pool_took_it(
+        control_plane, api_client, controller_factory, incluster):
+    """Claim d of a global IP pool is planned fd00::1 by a pass that saw no prefix pool in its namespace; the
+    global pool is edited off fd00::1, and a prefix pool created then gives claim p fd00::/127 (another writer,
+    up to date): no global pool holds fd00::1 any more, so it guards none of its IPs, but writes claim d, bound
+    to nothing, on condition that it is as read. The stale pass lands last: the API server refuses its first
+    write, and nothing of d's is written. The controller serving the namespace then gives d the pool's IP."""
+    locks, ns = incluster.ns, incluster.namespace()
+    g = incluster.global_name("edited-beside-prefixes")
+    incluster.global_ip_pool(g, prefix=64, addresses=["fd00::1-fd00::8"])
+    incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_IP_POOL, namespace=ns)
+    stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)), locks)
+    assert any(o.name(a.obj) == "fd00-0-0-0-0-0-0-1.nsip" for step in stale[0].steps for a in step.actions
+               if hasattr(a, "obj")), stale
+    incluster.custom.patch_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[gi.GLOBAL_IN_CLUSTER_IP_POOL],
+                                                 g, {"spec": {"addresses": ["fd00::10"]}})
+    incluster.prefix_pool("np", namespace=ns, prefixes=["fd00::/126"], allocation_prefix_length=127)
+    incluster.claim("p", "np", gi.IN_CLUSTER_PREFIX_POOL, namespace=ns)
+    for _ in range(3):  # its finalizer, then its sub-prefix, as passes of a controller would
+        fresh = _plan_from_the_server(incluster, o.PoolKey(ns, "np", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)), locks)
+        assert not _carry_out(control_plane, api_client, fresh, locks).failures
+    assert incluster.get_address("p", namespace=ns)["spec"]["address"] == "fd00::"
+    assert kinds.FENCED_ANNOTATION in incluster.get_claim("d", namespace=ns)["metadata"]["annotations"]
+    outcome = _carry_out(control_plane, api_client, stale, locks)
+    assert outcome.again and any(f"{ns}/d changed since it was read" in failure for failure in outcome.failures), \
+        outcome
+    assert incluster.get_address("d", namespace=ns) is None
+    controller_factory(["-n", ns, "--lock-namespace", locks, "--no-leader-elect"], name="serving-ns")
+    assert incluster.served("d", namespace=ns)["spec"]["address"] == "fd00::10"
+    assert incluster.served("p", namespace=ns)["spec"]["address"] == "fd00::"
 
 
 def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out_ips_in_its_sub_prefix_is_refused(

@@ -133,7 +133,8 @@ def test_a_lock_held_by_another_replica_is_skipped_not_handed_out_again():
     plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "pp", PREFIX), api.now, random.Random(0)))
     created = [a.obj for a in plan.writes if isinstance(a, Create)]
     assert [(o.name(c), o.spec(c)["address"]) for c in created] == [
-        ("pp.fd00-0-0-1-0-0-0-0.64.pp", "fd00:0:0:1::"), ("a", "fd00:0:0:1::")]
+        ("fd00-0-0-1-0-0-0-0.64.nsip", "fd00:0:0:1::"), ("pp.fd00-0-0-1-0-0-0-0.64.pp", "fd00:0:0:1::"),
+        ("a", "fd00:0:0:1::")]
 
 
 def test_huge_pools_are_intervals_and_their_counts_exact():

@@ -122,6 +122,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         self.caches = [Inventory() for _ in range(REPLICAS)]
         self.counter = 0
         self.deadlines: dict[tuple[str, str, str], int] = {}  # a deleted claim served -> when it may go
+        self.written: dict[tuple[str, str], str] = {}  # an address written by hand before its claim -> its uid
         spec = dict(prefix=24, addresses=["10.0.0.1-10.0.0.5"], grace_seconds=grace or None)
         objs = [gi.ip_pool("g", **spec), gi.ip_pool("g", namespace="ns-a", **spec)]
         if with_go:
@@ -180,6 +181,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
               else f"10.0.0.{1 + k % 6}")
         name = f"w{self.counter % 5}-{self.counter}"
         self.store.load(written_by_hand(name, ns, kind, ip))
+        self.written[(ns, name)] = o.meta(self.store.inventory.get(kinds.CAPI_ADDRESS, ns, name))["uid"]
         self.store.load(gi.claim(name, ns, kind, "g"))
 
     @rule(k=st.integers(0, 50))
@@ -330,6 +332,17 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
             address = self.store.inventory.get(kinds.CAPI_ADDRESS, ns, name)
             ready = o.condition(o.status(claim), "Ready")
             assert address is not None or (ready and ready["status"] == "False"), (ns, name, o.status(claim))
+        for (ns, name), uid in self.written.items():
+            # Whichever a replica saw first, the address or its claim: the claim takes it up, or is not served
+            # (refused it, its pool missing) and it is left as written; it is never replaced by one at another IP.
+            address = self.store.inventory.get(kinds.CAPI_ADDRESS, ns, name)
+            if (ns, name) not in claims:
+                continue
+            assert address is not None and o.meta(address)["uid"] == uid, \
+                f"the address written before IPAddressClaim {ns}/{name} was replaced: {address}"
+            ready = o.condition(o.status(claims[(ns, name)]), "Ready") or {}
+            assert ready.get("status") == "True" or _written_first(address), \
+                (ns, name, ready, o.meta(address))
         for address in self.store.inventory.of_kind(kinds.CAPI_ADDRESS):
             assert (o.namespace(address), o.name(address)) in claims or _written_first(address), \
                 f"leaked {o.namespace(address)}/{o.name(address)}"
