@@ -27,7 +27,7 @@ from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pools t
 from metal3_ipam.controller.api import ApiWriter
 from metal3_ipam.controller.credentials import from_kubeconfig
 from metal3_ipam.controller.operator import LEASES, discover
-from metal3_ipam.core import lockstore
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.reconcile import reconcile

@@ -48,9 +48,10 @@ def _locked(api):
 def test_the_locks_and_guards_of_in_cluster_pools_are_leases_in_the_lock_namespace():
     api = _converged()
     views = list(api.inventory.of_kind(kinds.IPADDRESS))
-    # a, b, s: locks in ns-a, and a guard for each of a and b (every InClusterIPPool allocation writes one); m, m:
-    # locks of the global pool and a guard in each namespace
-    assert len(views) == 9
+    # a, b, s: locks in ns-a, and a guard for each (every InClusterIPPool allocation writes one, every namespaced
+    # prefix pool's allocation the guard of its sub-prefix); m, m: locks of the global pool and a guard in each
+    # namespace
+    assert len(views) == 10
     assert {o.name(v) for v in views if o.is_guard(v)} and all(lockstore.stored_in_lease(v) for v in views)
     assert sorted(api.leases) == sorted(lockstore.lease_name(o.namespace(v), o.name(v)) for v in views)
     for view in views:
@@ -234,9 +235,10 @@ def test_after_a_move_the_source_lets_the_locks_of_what_left_go():
     left = {lockstore.from_lease(x)["metadata"]["name"]: lockstore.from_lease(x) for x in source.leases.values()}
     assert not [n for n, x in left.items() if not o.is_guard(x) and o.spec(x)["claim"]["namespace"] == "ns-a"]
     orphans = lockstore.orphan_guards(list(source.inventory.of_kind(kinds.IPADDRESS)), _live_owners(source))
-    # The guards of a and b (the namespaced pool's) and of m (the global pool's) in ns-a.
+    # The guards of a and b (the namespaced IP pool's), of s (the prefix pool's) and of m (the global pool's) in ns-a.
     assert sorted((o.namespace(g), o.name(g)) for g in orphans) == [
-        ("ns-a", "10-0-0-2.nsip"), ("ns-a", "10-0-0-3.nsip"), ("ns-a", "10-1-0-2.nsip")]
+        ("ns-a", "10-0-0-2.nsip"), ("ns-a", "10-0-0-3.nsip"), ("ns-a", "10-1-0-2.nsip"),
+        ("ns-a", "fd00-0-0-0-0-0-0-0.64.nsip")]
 
 
 def _live_owners(api):
