@@ -91,7 +91,7 @@ class PoolStatus(PassState):
         current = o.status(pool)
         counts: dict[str, Any] = {}
         if self.pool is not None:
-            counts = self.kind.status(poolkind.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
+            counts = self.kind.status(poolkind.Counts(self.pool.capacity(), ledger.allocated, ledger.free))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
             if self.allocator.all_withheld:
                 ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,
