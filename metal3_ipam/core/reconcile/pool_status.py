@@ -77,7 +77,8 @@ class PoolStatus(PassState):
     def pool_status(self) -> Generator[None, None, None]:
         """The pool's status: counts, conditions and ``status.indexes``.
 
-        Counts are the ledger's, O(1). ``status.indexes`` is kept in order by
+        Counts are the ledger's: O(k) for the k IPs the pass allocated or passed
+        over. ``status.indexes`` is kept in order by
         the ledger (``indexes.StatusIndex``): a build costs the claims whose
         binding changed and the walk to the cut, and the write is a patch of
         up to 256 KiB. It is built only when the bindings or the pool changed
