@@ -341,8 +341,7 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
 
 
 TwoReplicasServeGlobalPools.TestCase.settings = settings(
-    # Derandomized until the sequence pinned below (a livelock) is fixed: its random draws find it now and then.
-    derandomize=True, max_examples=150, stateful_step_count=50, deadline=None,
+    max_examples=150, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_two_replicas_serve_global_pools_across_namespaces_with_grace_periods = TwoReplicasServeGlobalPools.TestCase
 
