@@ -177,7 +177,8 @@ class Allocator:
 
     def allocate(self, claim: str, requested: str | None = None,
                  name_taken: Callable[[int], bool] = lambda ip: False,
-                 kept_as: tuple[str, str] | None = None, avoid: list[tuple[int, int]] = ()) -> Grant:
+                 kept_as: tuple[str, str] | None = None, avoid: list[tuple[int, int]] = (),
+                 passed_over: set[int] | None = None) -> Grant:
         """Choose an address for ``claim`` and mark it taken.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
@@ -187,6 +188,9 @@ class Allocator:
         ``kept_as`` is the claim's (kind, name): a requested IP kept for another claim is refused.
         ``avoid``: spans withheld from this claim only (a global pool's claim of a namespace whose pools own
         part of it: see ``overlap``).
+        ``passed_over``: given for a claim whose ``name_taken`` says what is in use for some claims only (a global
+        pool's, in the claim's namespace): the IPs found so for such claims, which it skips, and to which it adds
+        those it finds; they are not taken, and stay free for the pool's other claims.
         """
         held = self.pool.preallocations.get(claim)
         if held is not None:
@@ -205,7 +209,7 @@ class Allocator:
                 raise AllocationError(ALLOCATION_FAILED, f"requested address {requested} is not the base address "
                                                          f"of a /{self.pool.unit_length} sub-prefix")
             return self._exact(claim, unit, None, name_taken, preallocated=False, kept_as=kept_as, avoid=avoid)
-        return self._next(name_taken, normalise(avoid))
+        return self._next(name_taken, normalise(avoid), passed_over)
 
     def reclaim(self, claim: str, ip: int, name_taken: Callable[[int], bool], kept_as: tuple[str, str],
                 avoid: list[tuple[int, int]] = (), written_over: bool = False) -> Grant:
@@ -251,23 +255,30 @@ class Allocator:
         self.take(ip)
         return Grant(self.pool.address_of(ip), entry, ip)
 
-    def _next(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]] = ()) -> Grant:
-        if avoid:
-            return self._next_outside(name_taken, avoid)
+    def _next(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]] = (),
+              passed_over: set[int] | None = None) -> Grant:
+        if avoid or passed_over:
+            return self._next_outside(name_taken, avoid, passed_over)
         for entry, free in zip(self.pool.entries, self.free):
             while free:
                 if self.pool.strategy == "random":
                     ip = free.nth(self.rng.randrange(free.size))
                 else:
                     ip = free.first()
+                if passed_over is not None and name_taken(ip):
+                    passed_over.add(ip)
+                    return self._next_outside(name_taken, avoid, passed_over)
                 self.take(ip)
-                if not name_taken(ip):
+                if passed_over is not None or not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")
 
-    def _next_outside(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]]) -> Grant:
-        """``_next`` for a claim some spans are withheld from: chosen from each entry's free intervals less
-        those spans (O(k) for k free intervals: only such claims pay it), the others left free for the rest."""
+    def _next_outside(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]],
+                      passed_over: set[int] | None = None) -> Grant:
+        """``_next`` for a claim some spans are withheld from, or some IPs passed over: chosen from each entry's
+        free intervals less those (O(k) for k free intervals: only such claims pay it), the others left free
+        for the rest."""
+        withheld, avoid = bool(avoid), normalise([*avoid, *((ip, ip) for ip in passed_over or ())])
         for entry, free in zip(self.pool.entries, self.free):
             while True:
                 allowed = subtract(list(free.intervals()), avoid)
@@ -280,8 +291,14 @@ class Allocator:
                         ip = lo + index
                         break
                     index -= hi - lo + 1
+                if passed_over is not None and name_taken(ip):
+                    passed_over.add(ip)
+                    avoid = normalise([*avoid, (ip, ip)])
+                    continue
                 self.take(ip)
-                if not name_taken(ip):
+                if passed_over is not None or not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
+        if not withheld:
+            raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool for a claim of this namespace: the "
                                               "rest is owned by pools of the namespace it overlaps")

@@ -507,6 +507,15 @@ class Ledger:
         return len(self.holders)
 
     @property
+    def free(self) -> int:
+        """The units the pool may hand out, as its status counts them: the allocator's free ones and those the
+        pass only passed over as in use by another pool (taken until ``settle`` gives them back), so that the
+        count does not depend on which claims a pass served."""
+        allocator = self.allocator
+        passed_over = sum(1 for ip in allocator.planned or () if ip not in self.holders and ip in allocator.taken)
+        return allocator.free_count + passed_over
+
+    @property
     def deferred(self) -> bool:
         return bool(self.deferred_claims or self.deferred_addresses)
 

@@ -79,8 +79,10 @@ class Allocation(PassState):
         if grant is None:
             self.collisions, self.unguardable = {}, set()
             try:
+                passed_over = self.passed_over.setdefault(o.namespace(claim), set()) \
+                    if self.kind.cluster_scoped else None
                 grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
-                                                kept_as=key, avoid=avoid)
+                                                kept_as=key, avoid=avoid, passed_over=passed_over)
             except AllocationError as err:
                 # The status says what the next pass would (its status no longer naming the IP, nothing is kept
                 # for it then): one Warning Event tells of the lost IP, and no second one follows.

@@ -77,7 +77,8 @@ class PoolStatus(PassState):
     def pool_status(self) -> Generator[None, None, None]:
         """The pool's status: counts, conditions and ``status.indexes``.
 
-        Counts are the ledger's, O(1). ``status.indexes`` is kept in order by
+        Counts are the ledger's: O(k) for the k IPs the pass allocated or passed
+        over. ``status.indexes`` is kept in order by
         the ledger (``indexes.StatusIndex``): a build costs the claims whose
         binding changed and the walk to the cut, and the write is a patch of
         up to 256 KiB. It is built only when the bindings or the pool changed
@@ -91,7 +92,7 @@ class PoolStatus(PassState):
         current = o.status(pool)
         counts: dict[str, Any] = {}
         if self.pool is not None:
-            counts = self.kind.status(poolkind.Counts(self.pool.capacity(), ledger.allocated, self.allocator.free_count))
+            counts = self.kind.status(poolkind.Counts(self.pool.capacity(), ledger.allocated, ledger.free))
             ready = _condition(current, READY, "True", "PoolReady", "the pool can hand out addresses", self.snap.now)
             if self.allocator.all_withheld:
                 ready = _condition(current, READY, "False", OVERLAPS_OTHER_POOL,

@@ -227,6 +227,23 @@ def test_a_global_pool_skips_the_ips_a_pool_being_deleted_still_holds_in_its_cla
     assert _ips(api) == {(NS, "a"): "10.9.0.1", (NS, "b"): "10.9.0.2"}
 
 
+def test_an_ip_a_global_pools_claim_cannot_take_in_its_namespace_stays_free_for_its_claims_elsewhere():
+    """An address of another pool written by hand in one namespace keeps its IP from the global pool's claims
+    there only: the pool counts it free (every controller counts alike, whichever claims it serves), and a claim
+    of another namespace, served in the same pass as a claim refused here, is given it."""
+    written = {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress", "metadata": {"name": "w", "namespace": NS},
+               "spec": {"claimRef": {"name": "w"}, "poolRef": {"apiGroup": gi.GROUP, "kind": LOCAL[1], "name": "n"},
+                        "address": "10.9.0.2", "prefix": 24}}
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.2"], "2024-01-01T00:00:00Z"), written,
+                     _claim("b", "g", ns="other"), _claim("here", "g"))
+    assert _ips(api) == {(NS, "w"): "10.9.0.2", ("other", "b"): "10.9.0.1"}
+    assert o.status(get(api, GLOBAL, "g", ""))["ipAddresses"] == {"total": 2, "used": 1, "free": 1, "outOfRange": 0}
+    api.load(_claim("there", "g", ns="third"))
+    converge(api, random.Random(0))
+    assert _ips(api) == {(NS, "w"): "10.9.0.2", ("other", "b"): "10.9.0.1", ("third", "there"): "10.9.0.2"}
+    assert o.condition(o.status(get(api, kinds.CAPI_CLAIM, "here")), "Ready")["reason"] == "PoolExhausted"
+
+
 def test_a_global_pool_marked_as_a_separate_network_shares_its_overlap_with_a_namespaced_pool():
     """Separate networks: a claim of each pool in one namespace may hold the same IP, as the user said."""
     api = _converged(_pool("n", ["10.9.0.1"], "2024-01-01T00:00:00Z", namespace=NS),

@@ -611,3 +611,17 @@ def test_an_address_written_from_a_view_that_trails_never_takes_the_ip_from_the_
     assert o.spec(_address(api, "b"))["address"] == "10.0.0.2"
     assert get(api, kinds.CAPI_CLAIM, "b")["status"] == bound
     assert _locks(api) == {(LOCK_NS, "p.10-0-0-2.ip"): "10.0.0.2"}
+
+
+def test_a_pools_free_count_keeps_an_ip_only_another_pools_address_holds_whichever_claims_a_pass_served():
+    """As the Go provider counts: ``free`` is the set less what this pool's addresses hold. An IP an address of
+    another pool holds (written by hand before its claim) is passed over by a waiting claim, and counted free
+    by a pass that serves that claim as by one that does not."""
+    written = {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddress", "metadata": {"name": "w", "namespace": NS},
+               "spec": {"claimRef": {"name": "w"}, "poolRef": {"apiGroup": gi.GROUP, "kind": gi.IN_CLUSTER_IP_POOL,
+                                                              "name": "q"}, "address": "10.0.0.3", "prefix": 24}}
+    api = converged(_pool(addresses=["10.0.0.2-10.0.0.3"]), written, _claim("a"), _claim("b"))
+    assert o.spec(_address(api, "a"))["address"] == "10.0.0.2"
+    assert o.condition(o.status(get(api, kinds.CAPI_CLAIM, "b")), "Ready")["reason"] == "PoolExhausted"
+    counts = get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), "p")["status"]["ipAddresses"]
+    assert counts == {"total": 2, "used": 1, "free": 1, "outOfRange": 0}
