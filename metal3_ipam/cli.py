@@ -103,8 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--leader-election-namespace", default=None, metavar="NS",
                      help="namespace of the Lease (default: $POD_NAMESPACE, else the service account's, else default)")
     run.add_argument("--lock-namespace", default=None, metavar="NS",
-                     help="namespace of the locks of the pools of cluster scope, one IPAddress per IP handed out "
-                          "(default: $POD_NAMESPACE, else the service account's, else default)")
+                     help="namespace of the locks kept as Leases (of the kinds whose locks are Leases, and the "
+                          "guards of IPs; one per IP handed out) and of the pools of cluster scope (default: the "
+                          "Lease's namespace, --leader-election-namespace, whose Role grants them)")
     run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION",
                      help="how long standbys wait, after they last saw the Lease change, before taking it (default 15s)")
     run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION",
@@ -347,8 +348,8 @@ def run_options(args: argparse.Namespace, go: goflags.GoFlags, as_manager: bool 
         goflags.METAL3_LEASE if go.of(goflags.METAL3) else goflags.IN_CLUSTER_LEASE)
     if args.leader_election_namespace:
         options.lease_namespace = args.leader_election_namespace
-    if args.lock_namespace:
-        options.lock_namespace = args.lock_namespace
+    if args.lock_namespace or args.leader_election_namespace:
+        options.lock_namespace = args.lock_namespace or args.leader_election_namespace
     options.lease_timing = _lease_timing(args)
     if args.resync_seconds is not None:
         options.resync_seconds = args.resync_seconds

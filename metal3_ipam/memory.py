@@ -6,8 +6,18 @@ store behaves as the API server does where it matters to the reconcile: a
 name is taken only once, an object with finalizers is only marked for
 deletion, and it goes when its last finalizer does. The garbage collector's
 part is played for the guards of IPs only (``naming.guard_name``): a guard
-goes with the claim that owns it; every other object of ours is held by our
-finalizers and let go by the reconcile.
+goes once none of its owners lives (the claim that owns it, or the last of the
+pools that share it; one stored as a Lease, whose owners are of another
+namespace, is collected by the controller alike: ``lockstore.orphan_guards``);
+every other object of ours is held by our finalizers and let go by the reconcile.
+
+Locks are stored where the controller stores them (``core.lockstore``): those of
+the kinds whose locks are Leases, and the guards, as Leases of the lock namespace
+(``leases``), which the inventory sees as the IPAddresses they stand for. Where
+Metal3 IPAddresses can be written (``metal3_locks``), each is written as one
+too, first, its twin (``hidden``): an earlier version's lock of that name refuses
+it. A lock an earlier version wrote as a Metal3 IPAddress holds as it is, and
+gets its Lease beside it (``move_locks_over``).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from .core import kinds
+from .core import lockstore
 from .core import poolkind
 from .core import objects as o
 from .core.actions import (Create, Delete, Event, Plan, SetFinalizers, SetMetadata, SetStatus, StepVersions,
@@ -41,6 +52,28 @@ class MemoryApi:
     _version: int = 0
     # The guards by the uid of the claim owning them: the garbage collector takes them when it goes.
     _guards: dict[str, set[tuple]] = field(default_factory=dict)
+    # The Metal3 IPAddresses a Lease of the same name hides from the inventory (as the adapter files them): the
+    # twins of the Leases, and locks an earlier version wrote, each held while it is stored.
+    hidden: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Whether Metal3 IPAddresses can be written (their CRD served, this controller allowed to): every lock of the
+    # Lease store is then written as one too, first (``lockstore``).
+    metal3_locks: bool = True
+
+    @property
+    def leases(self) -> dict[str, dict]:
+        """The Leases that are locks, by name (in the lock namespace): what the inventory's views stand for (a test
+        that takes one out of the inventory deletes it, as it does any object)."""
+        return {o.name(lease): lease for lease in map(self._lease_of, self.inventory.of_kind(kinds.IPADDRESS))
+                if lease is not None}
+
+    def _lease_of(self, view: dict) -> dict | None:
+        if not lockstore.stored_in_lease(view):
+            return None
+        lease = lockstore.to_lease(view, self.inventory.lock_namespace)
+        for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            if o.meta(view).get(key) is not None:
+                lease["metadata"][key] = o.meta(view)[key]
+        return lease
 
     def load(self, obj: dict) -> None:
         """Take an object as it is given (from a file): fill in what the API server would."""
@@ -84,11 +117,93 @@ class MemoryApi:
         if stored is not None and "spec" in obj and obj.get("spec") != stored.get("spec"):
             # As the API server: generation counts changes of the spec only.
             meta["generation"] = int(o.meta(stored).get("generation") or 1) + 1
+        if lockstore.stored_in_lease(obj):
+            obj = self._through_lease(obj)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self.inventory.remove(obj)
+            if lockstore.stored_in_lease(obj):
+                self._lease_gone(obj)
             self._collect(obj)
         else:
             self.inventory.upsert(obj)
+
+    def _through_lease(self, view: dict) -> dict:
+        """The view as stored through the Lease it stands for: what the adapter would file of that Lease."""
+        back = lockstore.from_lease(self._lease_of(view))
+        assert back is not None
+        return back
+
+    def _create_lease(self, lock: dict, twin: bool = True) -> None:
+        """A lock of the Lease store created: refused when its Lease exists (the name is the lock); where Metal3
+        IPAddresses can be written (and ``twin``), its Metal3 IPAddress is created first, refused when one of
+        that name exists (an earlier version's lock)."""
+        namespace, name = o.namespace(lock), o.name(lock)
+        key = (namespace, name)
+        stored = self.inventory.get(kinds.IPADDRESS, namespace, name)
+        if lockstore.stored_in_lease(stored):
+            raise Refused(f"Lease {self.inventory.lock_namespace}/{lockstore.lease_name(namespace, name)} "
+                          f"already exists")
+        if twin and self.metal3_locks:
+            if stored is not None or key in self.hidden:
+                if stored is None:  # learnt, as the adapter reads it after the refusal: it holds as it is
+                    self.inventory.upsert(self.hidden.pop(key))
+                raise Refused(f"IPAddress {namespace}/{name} already exists")
+            made = lockstore.moved_over(lock)
+            made["metadata"]["annotations"] = {k: v for k, v in o.annotations(made).items()
+                                               if k != lockstore.STORED_IN}
+            made["metadata"].update(uid=self._uid(made), creationTimestamp=self.now,
+                                    resourceVersion=self._next_version())
+            self.hidden[key] = made
+        elif stored is not None:
+            self.hidden[key] = stored
+        view = copy.deepcopy(lock)
+        meta = view.setdefault("metadata", {})
+        meta.setdefault("annotations", {})[lockstore.STORED_IN] = lockstore.lease_name(namespace, name)
+        meta["uid"] = self._uid(lockstore.to_lease(view, self.inventory.lock_namespace))
+        meta["creationTimestamp"] = self.now
+        meta.pop("resourceVersion", None)
+        self._store(view)
+        if o.is_guard(view):
+            for owner in o.owner_references(view):
+                self._guards.setdefault(str(owner.get("uid")), set()).add(key)
+
+    def _lease_gone(self, view: dict) -> None:
+        """A Lease deleted: its twin goes with it; a Metal3 IPAddress of another lock it hid is filed again."""
+        key = (o.namespace(view), o.name(view))
+        hidden = self.hidden.pop(key, None)
+        if hidden is not None and not lockstore.same_lock(hidden, view):
+            self.inventory.upsert(hidden)
+
+    def _twin_owned(self, view: dict, owners: list[dict]) -> None:
+        """The owners a Lease is given, given to its twin too (first, as the adapter does), so that the garbage
+        collector keeps the twin as long as the controller keeps the Lease."""
+        twin = self.hidden.get((o.namespace(view), o.name(view)))
+        if lockstore.stored_in_lease(view) and lockstore.same_lock(twin, view):
+            twin["metadata"]["ownerReferences"] = [dict(r) for r in owners]
+
+    def legacy_locks(self) -> list[dict]:
+        """The locks that belong in the Lease store and are Metal3 IPAddresses alone (filed), or hidden by the
+        Lease of another lock."""
+        filed = [obj for obj in self.inventory.of_kind(kinds.IPADDRESS)
+                 if lockstore.in_leases(obj) and not lockstore.stored_in_lease(obj)]
+        return filed + [x for k, x in self.hidden.items()
+                        if not lockstore.same_lock(x, self.inventory.get(kinds.IPADDRESS, *k))]
+
+    def move_locks_over(self, between=lambda: None) -> list[str]:
+        """Each lock an earlier version wrote as a Metal3 IPAddress that belongs in the Lease store: its Lease
+        created beside it (``between`` called once it is), the IPAddress kept as its twin. Returns what was
+        refused (a Lease of another lock of that name: the IPAddress holds as it is)."""
+        refused = []
+        for legacy in self.legacy_locks():
+            key = (o.namespace(legacy), o.name(legacy))
+            try:
+                self._create_lease(lockstore.moved_over(legacy), twin=False)
+            except Refused as err:
+                if not lockstore.same_lock(self.inventory.get(kinds.IPADDRESS, *key), legacy):
+                    refused.append(str(err))
+                    continue
+            between()
+        return refused
 
     def _lives(self, owner: dict, namespace: str) -> bool:
         """Whether the object an owner reference names (in ``namespace``, or of cluster scope: a global pool
@@ -138,9 +253,12 @@ class MemoryApi:
             self.events.append(action)
         elif isinstance(action, Create):
             obj = copy.deepcopy(action.obj)
-            if self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
+            if lockstore.in_leases(obj):
+                self._create_lease(obj)
+            elif self.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj)) is not None:
                 raise Refused(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} already exists")
-            self.load(obj)
+            else:
+                self.load(obj)
             owners = o.owner_references(obj)
             if o.is_guard(obj) and not any(self._lives(owner, o.namespace(obj)) for owner in owners):
                 self._collect(owners[0] if owners else {})  # made for a claim gone already
@@ -172,6 +290,7 @@ class MemoryApi:
                     meta.setdefault("annotations", {}).update(action.annotations)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
+                    self._twin_owned(obj, meta["ownerReferences"])
                     if kinds.kind_of(obj) == kinds.IPADDRESS and o.is_guard(obj):
                         for owner in meta["ownerReferences"]:
                             self._guards.setdefault(str(owner.get("uid")), set()).add((o.namespace(obj),

@@ -41,6 +41,7 @@ import datetime
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -60,6 +61,7 @@ from .fairness import FairSlots
 from .refusals import (Backoff, Refused, WriteAccess, event_reason, is_permanent, shows_refusals,
                        status_patch)
 from .wire import decode_object, encode
+from ..core import lockstore
 
 log = logging.getLogger("metal3_ipam.api")
 
@@ -164,6 +166,9 @@ class ApiWriter:
         self._access_check: asyncio.Task | None = None
         self._access_recheck_at = 0.0
         self.rate_limit: Any = None  # a ratelimit.RateLimit every request waits for, or None
+        # Where the locks of the Lease store live (``core.lockstore``): the Leases resource and the lock namespace;
+        # None: every lock is a Metal3 IPAddress.
+        self.leases: tuple[Resource, str] | None = None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -411,12 +416,102 @@ class ApiWriter:
             raise failure
         return decode_object(raw) if raw else None
 
+    def _lease_of(self, target: o.Ref) -> str | None:
+        """The Lease a lock of the reconcile's view is stored in, or None (not a lock, or a Metal3 IPAddress)."""
+        if self.leases is None or target.group_kind != kinds.IPADDRESS:
+            return None
+        return lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, target.namespace, target.name))
+
+    def _as_view(self, lease: Any) -> Any:
+        """A Lease the server answered with, as the lock it stands for (None when it is no lock)."""
+        return lockstore.from_lease(lease) if isinstance(lease, dict) and lease.get("metadata") else lease
+
+    # -- the twins of the Leases (``core.lockstore``) ---------------------------------------
+
+    def twins(self) -> bool:
+        """Whether a lock of the Lease store is written as a Metal3 IPAddress too, first (its twin): where that kind
+        is served and this controller may list it, so that an earlier version's lock of the name refuses it."""
+        return self.leases is not None and kinds.IPADDRESS in self.resources
+
+    async def _create_lock(self, obj: dict) -> dict:
+        """A lock of the Lease store created, its twin first (a 409 there: an earlier version's lock, or another
+        replica's, holds the name), then its Lease; a Lease of another lock refuses it (409), and the twin made
+        for it is let go. One of the same lock (an answer lost on the way) is taken as made."""
+        resource, home = self.leases
+        twin = None
+        if self.twins():
+            twin = await self._call("POST", self._resource(kinds.IPADDRESS).path(o.namespace(obj)), body=obj,
+                                    content_type="application/json")
+        try:
+            return self._as_view(await self._call("POST", resource.path(home), body=lockstore.to_lease(obj, home),
+                                                  content_type="application/json"))
+        except ApiException as err:
+            if err.status != 409 or twin is None:
+                raise
+            try:
+                found = self._as_view(await self._call(
+                    "GET", resource.path(home, lockstore.lease_name(o.namespace(obj), o.name(obj)))))
+            except ApiException as gone:
+                if gone.status != 404:
+                    raise
+                found = None
+            if lockstore.same_lock(found, obj):
+                return found
+            await self.let_twin_go(twin)
+            raise
+
+    async def twin_of(self, view: Mapping[str, Any]) -> dict | None:
+        """The twin of a lock stored as a Lease, as the API server has it now: None when there is none, or when
+        the Metal3 IPAddress of its name is another lock (an earlier version's, written once the twin was gone)."""
+        if not self.twins():
+            return None
+        try:
+            found = await self._call("GET", self._resource(kinds.IPADDRESS).path(o.namespace(view), o.name(view)))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found if isinstance(found, dict) and lockstore.same_lock(found, view) else None
+
+    async def let_twin_go(self, twin: Mapping[str, Any]) -> None:
+        """A twin (that incarnation) deleted, its finalizers taken off first; gone or replaced already is fine."""
+        path = self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin))
+        uid = o.meta(twin).get("uid")
+        try:
+            if o.finalizers(twin):
+                await self._call("PATCH", path, content_type=MERGE_PATCH,
+                                 body={"metadata": {"finalizers": None, **({"uid": uid} if uid else {})}})
+            await self._call("DELETE", path, body={"preconditions": {"uid": uid}} if uid else {},
+                             content_type="application/json")
+        except ApiException as err:
+            if err.status not in (404, 409, 422):
+                raise
+
+    async def _own_twin(self, view: Mapping[str, Any], owner_references: tuple[dict, ...]) -> None:
+        """The owners a lock's Lease is given, given to its twin first: the garbage collector then keeps the twin
+        (which an earlier version reads) as long as the controller keeps the Lease."""
+        twin = await self.twin_of(view)
+        if twin is None:
+            return
+        uid = o.meta(twin).get("uid")
+        try:
+            await self._call("PATCH", self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin)),
+                             body={"metadata": {"ownerReferences": [dict(r) for r in owner_references],
+                                                **({"uid": uid} if uid else {})}}, content_type=MERGE_PATCH)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
     async def _create(self, action: Create) -> dict:
         obj = action.obj
-        resource = self._resource(kinds.kind_of(obj))
+        if self.leases is not None and lockstore.in_leases(obj):
+            post = lambda: self._create_lock(obj)  # noqa: E731
+        else:
+            resource = self._resource(kinds.kind_of(obj))
+            post = lambda: self._call("POST", resource.path(o.namespace(obj)), body=obj,  # noqa: E731
+                                      content_type="application/json")
         try:
-            created = await self._call("POST", resource.path(o.namespace(obj)), body=obj,
-                                 content_type="application/json")
+            created = await post()
         except ApiException as err:
             if err.status == 409:
                 # The name is the lock: someone holds it. Learn who, decide again.
@@ -433,7 +528,13 @@ class ApiWriter:
             found = await self._refresh(guard)
             if guard_holds(action, found, self.inventory.filed_with(guard.group_kind, guard.namespace, guard.name)):
                 raise Refusal(f"{guard} exists; {action.target} is kept", again=True)
-        resource = self._resource(action.target.group_kind)
+        lease = self._lease_of(action.target)
+        if lease is not None:
+            resource, home = self.leases
+            path = resource.path(home, lease)
+        else:
+            resource = self._resource(action.target.group_kind)
+            path = resource.path(action.target.namespace, action.target.name)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         # What the in-memory executor enforces too: this incarnation, unchanged since it was read.
         preconditions = {}
@@ -443,9 +544,14 @@ class ApiWriter:
             preconditions["resourceVersion"] = action.resource_version
         if preconditions:
             body["preconditions"] = preconditions
+        view = self.inventory.get(kinds.IPADDRESS, action.target.namespace, action.target.name) if lease else None
         try:
-            result = await self._call("DELETE", resource.path(action.target.namespace, action.target.name),
-                                body=body, content_type="application/json")
+            result = await self._call("DELETE", path, body=body, content_type="application/json")
+            if lease is not None:
+                result = self._as_view(result)
+                twin = await self.twin_of(view) if view is not None else None
+                if twin is not None:  # after its Lease: the lock is never in the Lease store alone while it holds
+                    await self.let_twin_go(twin)
         except ApiException as err:
             if err.status == 404:
                 self._forget(action.target)
@@ -468,7 +574,13 @@ class ApiWriter:
 
     async def _patch(self, action: SetFinalizers | SetMetadata | SetStatus) -> dict:
         target = action.target
-        resource = self._resource(target.group_kind)
+        lease = self._lease_of(target)
+        if lease is not None:
+            resource, home = self.leases
+            path = resource.path(home, lease)
+        else:
+            resource = self._resource(target.group_kind)
+            path = None
         metadata: dict[str, Any] = {}
         if action.resource_version:
             metadata["resourceVersion"] = action.resource_version
@@ -481,7 +593,13 @@ class ApiWriter:
                 metadata["labels"] = action.labels
             if action.annotations:
                 metadata["annotations"] = action.annotations
-            if action.owner_references is not None:
+            if action.owner_references is not None and lease is not None:
+                # A Lease keeps the lock's owners in its annotation (they are of another namespace).
+                current = self.inventory.get(target.group_kind, target.namespace, target.name)
+                await self._own_twin(current, action.owner_references)
+                metadata["annotations"] = {**metadata.get("annotations", {}),
+                                           **lockstore.owners_patch(current, action.owner_references)}
+            elif action.owner_references is not None:
                 metadata["ownerReferences"] = list(action.owner_references)
             body = {"metadata": metadata}
         else:
@@ -490,8 +608,10 @@ class ApiWriter:
             body = {"metadata": metadata, "status": status} if metadata else {"status": status}
             subresource = "status"
         try:
-            result = await self._call("PATCH", resource.path(target.namespace, target.name, subresource),
+            result = await self._call("PATCH", path or resource.path(target.namespace, target.name, subresource),
                                 body=body, content_type=MERGE_PATCH)
+            if lease is not None:
+                result = self._as_view(result)
         except ApiException as err:
             if err.status == 404:
                 self._forget(target)
@@ -512,7 +632,24 @@ class ApiWriter:
             self.inventory.upsert(slim(obj))
 
     async def _refresh(self, target: o.Ref) -> dict | None:
-        """Read one object from the API server into the inventory (None when it does not exist)."""
+        """Read one object from the API server into the inventory (None when it does not exist). A lock is read
+        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where served."""
+        if self.leases is not None and target.group_kind == kinds.IPADDRESS:
+            resource, home = self.leases
+            try:
+                found = self._as_view(await self._call(
+                    "GET", resource.path(home, lockstore.lease_name(target.namespace, target.name))))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                found = None
+            if found is not None:
+                found = slim(found)
+                self.inventory.upsert(found)
+                return found
+            if kinds.IPADDRESS not in self.resources:
+                self._forget(target)
+                return None
         try:
             resource = self._resource(target.group_kind)
         except Refusal:

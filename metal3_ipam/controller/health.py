@@ -17,20 +17,21 @@ from . import metrics
 Check = Callable[[], Iterable[str]]
 
 
-def _probe(check: Check, failing: str) -> Callable[[web.Request], "web.Response"]:
+def _probe(check: Check, failing: str, notes: Check = lambda: ()) -> Callable[[web.Request], "web.Response"]:
     async def handler(_: web.Request) -> web.Response:
         problems = list(check())
+        said = "".join(f"\n- {n}" for n in notes())
         if problems:
-            return web.Response(status=503, text=failing + "".join(f"\n- {p}" for p in problems) + "\n")
-        return web.Response(text="ok\n")
+            return web.Response(status=503, text=failing + "".join(f"\n- {p}" for p in problems) + said + "\n")
+        return web.Response(text="ok" + said + "\n")
 
     return handler
 
 
 async def serve(host: str, port: int, alive: Check, ready: Check, with_metrics: bool = True,
-                more: list[tuple[str, int]] = ()) -> web.AppRunner:
+                more: list[tuple[str, int]] = (), notes: Check = lambda: ()) -> web.AppRunner:
     """The probes on ``host:port`` and each of ``more``; /metrics too unless ``with_metrics`` is false (it is
-    then served by the diagnostics endpoint)."""
+    then served by the diagnostics endpoint). ``notes``: what /readyz says beside its answer (kinds not served)."""
     # Read at each collection, whichever endpoint serves the metrics.
     metrics.READY.set_function(lambda: 0.0 if any(True for _ in ready()) else 1.0)
 
@@ -39,7 +40,7 @@ async def serve(host: str, port: int, alive: Check, ready: Check, with_metrics: 
 
     app = web.Application()
     app.router.add_get("/healthz", _probe(alive, "not alive"))
-    app.router.add_get("/readyz", _probe(ready, "not ready"))
+    app.router.add_get("/readyz", _probe(ready, "not ready", notes))
     if with_metrics:
         app.router.add_get("/metrics", exposition)
     runner = web.AppRunner(app, access_log=None)

@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..core import kinds
+from ..core import lockstore
 from ..core import poolkind
 from ..core import objects as o
 from ..core.inventory import Inventory
@@ -73,8 +74,12 @@ def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ..
             (kinds.CLUSTER_GROUP, ("v1beta2", "v1beta1"), (kinds.CLUSTER,))]
 
 
-def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
-    """Which versions of our kinds the cluster serves; Cluster API kinds are optional."""
+def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | None], bool] | None = None,
+             namespace: str | None = None, denied: set | None = None) -> dict[tuple[str, str], Resource]:
+    """Which versions of our kinds the cluster serves; Cluster API kinds are optional. With ``may_list``
+    (group, version, plural, namespace or None: whether this controller may list them, see ``listable``), a kind it may
+    not list is not served either (another provider's, installed beside: its RBAC is not this one's), and is
+    added to ``denied``."""
     resources = {}
     served_by_group: dict[str, set[str]] = {}
     for group, preferred, group_kinds in wanted_kinds():
@@ -89,14 +94,56 @@ def discover(api: client.ApiClient) -> dict[tuple[str, str], Resource]:
             served_by_group[group] = served
         version = next((v for v in preferred if v in served), None)
         if version is None:
-            if group == kinds.METAL3_GROUP:
-                raise NotInstalled(f"the {group} CRDs ({kinds.METAL3_VERSION}) are not installed in this cluster")
-            log.warning("%s is not served by this cluster: %s not watched", group,
-                        "its kinds are" if len(group_kinds) > 1 else f"{group_kinds[0][1]} is")
+            log.warning("%s is not served by this cluster: %s not served", group,
+                        ", ".join(kind[1] for kind in group_kinds) + (" are" if len(group_kinds) > 1 else " is"))
             continue
+        refused = [kind for kind in group_kinds if may_list is not None and not may_list(
+            group, version, plural_of(kind), None if _cluster_scoped(kind) else namespace)]
+        if refused:
+            log.warning("%s is served, but this controller may not list %s (RBAC): not served", group,
+                        ", ".join(kind[1] for kind in refused))
+            if denied is not None:
+                denied.update(refused)
         for kind in group_kinds:
-            resources[kind] = Resource(group, version, plural_of(kind))
+            if kind not in refused:
+                resources[kind] = Resource(group, version, plural_of(kind))
+    if not any(kind in resources for kind in poolkind.REGISTRY):
+        raise NotInstalled("no kind of pool is served by this cluster: the CRDs of none of "
+                           + ", ".join(f"{k[1]}.{k[0]}" for k in poolkind.REGISTRY) + " are installed")
     return resources
+
+
+def unserved(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+    """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
+    those this controller may not list."""
+    ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)
+    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied]
+    refused = [f"{k[1]}.{k[0]}" for k in ours if k in denied]
+    return ([f"not served (CRD not installed): {', '.join(missing)}"] if missing else []) + \
+        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else [])
+
+
+def listable(api: client.ApiClient) -> Callable[[str, str, str, str | None], bool]:
+    """Whether this controller may list a resource (in a namespace, or everywhere): a listing of one item is
+    refused (403) or not. A read, so that a replica standing by for the Lease writes nothing, not even a review;
+    True when the answer is another failure (the listing proper says what it is refused)."""
+    def may_list(group: str, version: str, plural: str, namespace: str | None) -> bool:
+        where = f"namespaces/{namespace}/" if namespace else ""
+        try:
+            request(api, "GET", f"/apis/{group}/{version}/{where}{plural}?limit=1")
+        except ApiException as err:
+            return err.status != 403
+        return True
+    return may_list
+
+
+def lease_store(resources: dict[tuple[str, str], Resource]) -> bool:
+    """Whether the Lease store holds locks: a kind served whose locks are Leases (the guards of IPs come with
+    the kinds of cluster scope, which are such kinds)."""
+    return any(k in resources and kind.locks_in_leases for k, kind in poolkind.REGISTRY.items())
+
+
+LEASES = Resource("coordination.k8s.io", "v1", lockstore.LEASES_PLURAL)
 
 
 @dataclass
@@ -112,6 +159,14 @@ class Controller:
     writer: ApiWriter
     relist: Callable[[str], list["Listing"]] | None = None  # a namespace's addresses, to be listed again
     resumptions: Resumptions | None = field(default=None, init=False)
+    # The locks seen as Metal3 IPAddresses that belong in the Lease store, by (namespace, name): the twins of the
+    # Leases, and locks an earlier version wrote; ``unsettled``: those ``locks.LockUpkeep`` (which ``on_locks``
+    # wakes) is to look at, to give a Lease beside, or their owners to their Lease.
+    legacy: dict[tuple[str, str], dict] = field(default_factory=dict, init=False)
+    unsettled: set[tuple[str, str]] = field(default_factory=set, init=False)
+    on_locks: Callable[[], None] = lambda: None
+    # A pool gone (its watch said so): the guards it shared may have no owner left (``locks.LockUpkeep.sweep``).
+    on_pool_gone: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         if self.relist is not None:
@@ -121,6 +176,8 @@ class Controller:
         key = self.inventory.key(obj)
         if key is not None and key not in self.inventory.objects and not self.inventory.keeps(key, obj):
             return  # another namespace's address of a namespaced pool: not even slimmed
+        if self.hidden(obj) or self.not_served(obj):
+            return
         obj = slim(obj)  # what is filed is kept for as long as the object lives: only what is read of it
         if self._pending(obj):
             return
@@ -152,7 +209,60 @@ class Controller:
     def forget(self, obj: dict) -> None:
         if kinds.kind_of(obj) == kinds.CLUSTER and self.resumptions is not None:
             self.resumptions.forget(obj)
+        if self.hidden(obj, gone=True):
+            return
         self._remove(obj)
+        if kinds.kind_of(obj) in poolkind.REGISTRY:
+            self.on_pool_gone()
+        if lockstore.stored_in_lease(obj):
+            self._unhide(obj)
+
+    # -- the locks of the Lease store (``core.lockstore``) -------------------------------
+
+    def hidden(self, obj: dict, gone: bool = False) -> bool:
+        """Whether ``obj`` is a lock of the Lease store seen as a Metal3 IPAddress (a Lease's twin, or a lock an
+        earlier version wrote) whose name's Lease is filed: the Lease is what the reconcile reads, and its news
+        are not filed (``legacy``); the IPAddress holds the name against an earlier version meanwhile."""
+        if kinds.kind_of(obj) != kinds.IPADDRESS or lockstore.stored_in_lease(obj) or not lockstore.in_leases(obj):
+            return False
+        key = (o.namespace(obj), o.name(obj))
+        if gone:
+            self.legacy.pop(key, None)
+            self.unsettled.discard(key)
+        else:
+            self.legacy[key] = slim(obj)
+            self.unsettled.add(key)
+            self.on_locks()
+        return lockstore.stored_in_lease(self.inventory.get(kinds.IPADDRESS, *key)) is not None
+
+    def _unhide(self, lease_view: dict) -> None:
+        """A Lease gone: a Metal3 IPAddress of its name that is another lock (an earlier version's, written once
+        the Lease's twin was gone) holds its IP as it is, filed again; a twin of that lock is let go with it."""
+        key = (o.namespace(lease_view), o.name(lease_view))
+        hidden = self.legacy.get(key)
+        if hidden is not None and not lockstore.same_lock(hidden, lease_view) \
+                and self.inventory.get(kinds.IPADDRESS, *key) is None:
+            self._file_now(hidden)
+            self.unsettled.add(key)
+            self.on_locks()
+
+    def on_lease_event(self, event_type: str, lease: dict) -> None:
+        """A watch event of a Lease of the lock namespace: the lock it stands for filed or forgotten."""
+        view = lockstore.from_lease(lease)
+        if view is not None:
+            self.on_event(event_type, view)
+
+    def hide_listed(self, obj: dict) -> bool:
+        """For a listing of the locks: one whose Lease is filed (a Metal3 IPAddress), or of a namespace not served
+        (a Lease), is listed, not filed."""
+        return self.hidden(obj) or self.not_served(obj)
+
+    def not_served(self, obj: dict) -> bool:
+        """A lock of the Lease store of a namespace not served (``-n``) but the lock namespace: the Leases of every
+        namespace are in one, but, as a Metal3 IPAddress, the locks of a namespace are only its controller's."""
+        served = self.inventory.namespaces
+        return served is not None and lockstore.stored_in_lease(obj) is not None \
+            and o.namespace(obj) not in served and o.namespace(obj) != self.inventory.lock_namespace
 
     def _remove(self, obj: dict) -> None:
         self.workers.kick(self.inventory.remove(obj))
@@ -170,15 +280,18 @@ class Controller:
         ``first``: the start-up listing of its kind. Clusters it shows are
         filed at once (``resuming``): the addresses are listed after them.
         """
-        filing = self.inventory.listing(listing.kind, listing.namespace)
+        filing = self.inventory.listing(listing.kind, listing.namespace, **({"only": listing.only} if listing.only
+                                                                           else {}))
         version = None
         freezer = self.workers.freezer
         park = self._pending if listing.kind == kinds.CLUSTER and not first else None
+        # A listing of the locks where two stores hold them: what is hidden (``hide_listed``) is listed, not filed.
+        hold = self.hide_listed if listing.kind == kinds.IPADDRESS and listing.only is not None else park
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
                     version = version or page.resource_version
-                    await file_in_steps(filing.file(page.items, hold=park), self.workers.kick, freezer)
+                    await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
         if park is not None and self.resumptions is not None:
             self.resumptions.listed(listing.namespace, filing.seen, version)  # parked ones it proves gone
@@ -252,13 +365,18 @@ class Listing:
     (blocking: it runs in a thread, where the page is also decoded).
     """
 
-    def __init__(self, kind: tuple[str, str], namespace: str | None, fetch: Callable[[str | None], Page]) -> None:
+    def __init__(self, kind: tuple[str, str], namespace: str | None, fetch: Callable[[str | None], Page],
+                 only: Callable[[dict], bool] | None = None, what: str | None = None) -> None:
         self.kind = kind
         self.namespace = namespace
         self.fetch = fetch
+        # Where two stores hold the locks: the stored ones this listing speaks for (``Inventory.listing``).
+        self.only = only
+        self.what = what
+        self.leases = False  # the Leases of the lock namespace, filed as the locks they stand for
 
     def __str__(self) -> str:
-        return f"{self.kind[1]}.{self.kind[0]}" + (f" in {self.namespace}" if self.namespace else "")
+        return self.what or f"{self.kind[1]}.{self.kind[0]}" + (f" in {self.namespace}" if self.namespace else "")
 
     async def pages(self) -> AsyncIterator[Page]:
         """The pages in order, each fetched in a thread; the next is on its way while this one is filed."""
@@ -299,6 +417,36 @@ def listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource],
         return list(namespaces)
 
     return [_listing(api, kind, resource, namespace) for kind, resource in ordered for namespace in namespaces_of(kind)]
+
+
+def lock_listings(api: client.ApiClient, resources: dict[tuple[str, str], Resource], namespaces: list[str],
+                  home: str, lock_namespace: str | None = None) -> list[Listing]:
+    """The locks, where the Lease store is used: its Leases of the lock namespace ``home`` first (each filed as
+    the lock it stands for), then the Metal3 IPAddresses where served (of ``namespaces`` and ``lock_namespace``;
+    one whose Lease is filed is listed, not filed); each listing proves gone only what its store holds."""
+    metal3 = [listing for listing in listings(api, {kinds.IPADDRESS: resources[kinds.IPADDRESS]}, namespaces,
+                                               lock_namespace)] if kinds.IPADDRESS in resources else []
+    for listing in metal3:
+        listing.only = lambda stored: lockstore.stored_in_lease(stored) is None
+    return [lease_listing(api, home), *metal3]
+
+
+def lease_listing(api: client.ApiClient, lock_namespace: str) -> Listing:
+    """The Leases of the lock namespace that are locks, as the locks they stand for (of every namespace)."""
+    path = LEASES.path(lock_namespace) + f"?labelSelector={lockstore.LOCK_LABEL}&limit={PAGE}"
+
+    def fetch(token: str | None) -> Page:
+        answer = request(api, "GET", path + (f"&continue={token}" if token else ""), decode=decode_list,
+                         timeout=PAGE_TIMEOUT)
+        views = (lockstore.from_lease(item) for item in answer.get("items") or [] if isinstance(item, dict))
+        meta = answer.get("metadata") or {}
+        return Page([slim(view) for view in views if view is not None], meta.get("resourceVersion"),
+                    meta.get("continue") or None)
+
+    listing = Listing(kinds.IPADDRESS, None, fetch, only=lambda stored: lockstore.stored_in_lease(stored) is not None,
+                      what=f"leases.coordination.k8s.io in {lock_namespace}")
+    listing.leases = True
+    return listing
 
 
 def _cluster_scoped(kind: tuple[str, str]) -> bool:

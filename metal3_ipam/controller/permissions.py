@@ -69,10 +69,12 @@ def cluster_rules() -> tuple[Rule, ...]:
 # owner reference to its Cluster needs delete on ippools. The controller makes
 # no such calls, so they are not granted here; README says how to add them.
 
-# A Role in the namespace of the Lease (the controller's own).
+# A Role in the namespace of the Lease (the controller's own), which is the lock namespace too.
 LEADER_ELECTION_RULES: tuple[Rule, ...] = (
-    Rule("coordination.k8s.io", "leases", ("get", "create", "update"),
-         "leader election: read, created once, renewed with a compare-and-swap replace (leader.LeaderElector)"),
+    Rule("coordination.k8s.io", "leases", ("get", "list", "watch", "create", "update", "patch", "delete"),
+         "leader election: read, created once, renewed with a compare-and-swap replace (leader.LeaderElector); "
+         "the locks of the kinds whose locks are Leases and the guards of IPs (core.lockstore): listed and "
+         "watched, created for an allocation, read when the name is taken, finalizer patched, deleted on release"),
 )
 
 

@@ -28,7 +28,7 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 import kopf
@@ -47,8 +47,11 @@ from .api import ApiWriter, Resource, request
 from .certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE, Tls
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
-from .operator import (hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, listings,
-                       login_from, settings)
+from ..core import lockstore
+from .locks import LockUpkeep
+from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
+                       lease_store, listable, listings, lock_listings, login_from, settings,
+                       unserved)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -160,6 +163,10 @@ class Runtime:
         self.credentials: Credentials | None = None
         self.api: client.ApiClient | None = None
         self.resources: dict[tuple[str, str], Resource] = {}
+        self.unserved: list[str] = []  # what /readyz says of the kinds whose CRDs are not installed
+        self.lease_store = False  # whether locks are Leases of the lock namespace (``core.lockstore``)
+        self.upkeep: LockUpkeep | None = None
+        self.upkeep_task: asyncio.Task | None = None
         self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
         # assemble()
         self.inventory = Inventory()
@@ -244,7 +251,11 @@ class Runtime:
         if self.rate_limit is not None:
             self.rate_limit.limit(self.api)
         try:
-            self.resources = await asyncio.to_thread(discover, self.api)
+            denied: set = set()
+            self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
+                                                     (self.options.namespaces or [None])[0], denied)
+            self.unserved = unserved(self.resources, denied)
+            self.lease_store = lease_store(self.resources)
         except NotInstalled as err:
             raise CannotStart(str(err)) from None
         except UNREACHABLE as err:
@@ -274,6 +285,12 @@ class Runtime:
             if kind in resources:
                 metrics.init_controller(metrics.controller_name(kind))
         self.controller = Controller(self.inventory, self.workers, self.writer, relist=self._addresses_of)
+        if self.lease_store:
+            log.info("locks of %s and guards of IPs are Leases in %s", ", ".join(
+                k[1] for k, kind in poolkind.REGISTRY.items() if kind.locks_in_leases and k in resources),
+                options.lock_namespace)
+            self.writer.leases = (LEASES, options.lock_namespace)
+            self.upkeep = LockUpkeep(self.controller, self.writer, options.lock_namespace, may_act)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
         self.registry = build_registry(self.controller, resources, skip=self.hot)
@@ -290,7 +307,7 @@ class Runtime:
                                              alive=liveness(self.stopping, self.elector,
                                                             lambda: self.catch_up_task),
                                              ready=self.readiness, with_metrics=options.diagnostics is None,
-                                             more=options.more_health)
+                                             more=options.more_health, notes=lambda: self.unserved)
         except OSError as err:
             where = ", ".join(f"{h}:{p}" for h, p in ((options.health_host, options.health_port), *options.more_health))
             what = "health and metrics" if options.diagnostics is None else "the health probes"
@@ -306,6 +323,8 @@ class Runtime:
         for service in self.outside.values():
             service.start()
         self.load_task = asyncio.create_task(self._load(), name="initial load")
+        if self.upkeep is not None:
+            self.upkeep_task = asyncio.create_task(self.upkeep.run(), name="the Lease store's upkeep")
         log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in self.resources.values()),
                  ", ".join(options.namespaces) or "all namespaces")
 
@@ -407,10 +426,12 @@ class Runtime:
 
     async def _start_webhooks(self) -> None:
         options = self.options
-        pools = self.resources[kinds.IPPOOL]
+        pools = self.resources.get(kinds.IPPOOL)
 
         def list_pools(namespace: str) -> list[dict]:
             # Well within the API server's wait for the webhook (10 s): on a timeout the inventory answers.
+            if pools is None:
+                return []
             return request(self.api, "GET", pools.path(namespace), timeout=3.0).get("items") or []
 
         admission = Admission(self.inventory, loaded=lambda: self.loaded, namespaces=options.namespaces,
@@ -440,12 +461,16 @@ class Runtime:
         """Every kind listed once before any pool is worked on; each of our kinds watched from the
         version it was listed at, so nothing in between is missed."""
         locks_listed = False
-        for listing in listings(self.api, self.resources, self.options.namespaces, self.options.lock_namespace):
+        for listing in self._listings(self._served()):
             if listing.kind == kinds.IPADDRESS and not locks_listed:
                 locks_listed = True
                 self._locks_loaded_in = self.gains if self._leading() else None
             version = await self._settle_until_done(listing)
-            if listing.kind in self.hot:
+            if listing.leases:
+                watch = KindWatch(self.streams, LEASES, lockstore.LEASE, self.options.lock_namespace,
+                                  self.controller.on_lease_event, self._relist_kind, selector=lockstore.LOCK_LABEL)
+                self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
+            elif listing.kind in self.hot:
                 watch = KindWatch(self.streams, self.resources[listing.kind], listing.kind, listing.namespace,
                                   self.controller.on_event, self._relist_kind, known=self.controller.knows)
                 self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
@@ -454,6 +479,34 @@ class Runtime:
         self._load_done.set()
         log.info("inventory loaded: %d objects", len(self.inventory.objects))
         self.workers.kick_all()
+        self._upkeep()
+
+    def _upkeep(self) -> None:
+        if self.upkeep is not None:
+            self.upkeep.sweep()
+
+    def _served(self) -> set[tuple[str, str]]:
+        """Every kind listed: those served, and the locks (``kinds.IPADDRESS``) where the Lease store holds them,
+        also where Metal3's IPAddress is not served."""
+        return set(self.resources) | ({kinds.IPADDRESS} if self.lease_store else set())
+
+    def _listings(self, resources: Iterable[tuple[str, str]], namespaces: list[str] | None = None,
+                  lock_namespace: str | None = None) -> list[Listing]:
+        """The listings of the kinds ``resources`` (``operator.listings``: the namespaces served, and the lock
+        namespace), in the order of ``self.resources``; where the Lease store is used, the locks
+        (``kinds.IPADDRESS``) are its Leases, then the Metal3 IPAddresses where served
+        (``operator.lock_listings``), right after the Clusters."""
+        if namespaces is None:
+            namespaces, lock_namespace = self.options.namespaces, self.options.lock_namespace
+        resources = set(resources)
+        plain = {k: r for k, r in self.resources.items()
+                 if k in resources and not (self.lease_store and k == kinds.IPADDRESS)}
+        found = listings(self.api, plain, namespaces, lock_namespace)
+        if not self.lease_store or kinds.IPADDRESS not in resources:
+            return found
+        locks = lock_listings(self.api, self.resources, namespaces, self.options.lock_namespace, lock_namespace)
+        at = sum(1 for listing in found if listing.kind == kinds.CLUSTER)
+        return found[:at] + locks + found[at:]
 
     async def _settle_until_done(self, listing: Listing) -> str | None:
         """A start-up listing, listed again until it goes through: a refusal (rights not granted yet),
@@ -481,21 +534,26 @@ class Runtime:
         while True:
             await asyncio.sleep(self.options.resync_seconds)
             try:
-                for listing in listings(self.api, self.resources, self.options.namespaces, self.options.lock_namespace):
+                for listing in self._listings(self._served()):
                     await self.controller.settle(listing)
             except UNREACHABLE as err:
                 log.warning("resync listing failed: %s", getattr(err, "reason", None) or err)
             if self.may_write():
                 self.workers.kick_all()
+                self._upkeep()
 
     def _addresses_of(self, namespace: str) -> list[Listing]:
         """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""
-        addresses = {k: r for k, r in self.resources.items() if k in (kinds.IPADDRESS, kinds.CAPI_ADDRESS)}
-        return listings(self.api, addresses, [namespace])
+        return self._listings({kinds.IPADDRESS, kinds.CAPI_ADDRESS}, [namespace])
 
     async def _relist_kind(self, kind: tuple[str, str], namespace: str | None) -> str | None:
         """A kind listed again for its watch (its version was gone): filed, and the version to go on from."""
-        [listing] = listings(self.api, {kind: self.resources[kind]}, [namespace] if namespace else [])
+        if kind == lockstore.LEASE:
+            return await self.controller.settle(lease_listing(self.api, self.options.lock_namespace))
+        if kind == kinds.IPADDRESS and self.lease_store:
+            [listing] = [x for x in self._listings({kind}, [namespace] if namespace else []) if not x.leases]
+        else:
+            [listing] = listings(self.api, {kind: self.resources[kind]}, [namespace] if namespace else [])
         return await self.controller.settle(listing)
 
     async def _catch_up(self) -> None:
@@ -536,15 +594,16 @@ class Runtime:
                 if self.may_write():
                     log.info("leading with the IPAddresses listed since the lead was taken: writes allowed")
                     self.workers.kick_all()
+                    self._upkeep()
 
     async def _list_locks_afresh(self, gain: int) -> bool:
         """The Metal3 IPAddresses listed and filed, again until it goes through while ``gain`` holds;
         False when it ended (leadership lost or gained anew) first."""
-        resource = {kinds.IPADDRESS: self.resources[kinds.IPADDRESS]}
+        resource = {kinds.IPADDRESS}
         pause = 0.5
         while gain == self.gains and self._leading():
             try:
-                for listing in listings(self.api, resource, self.options.namespaces, self.options.lock_namespace):
+                for listing in self._listings(resource):
                     await self.controller.settle(listing)
             except Exception as err:
                 expected = isinstance(err, UNREACHABLE)
@@ -562,7 +621,8 @@ class Runtime:
         await self.wind_down()
 
     async def _stop_background(self) -> None:
-        tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, *self.watches)
+        tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, self.upkeep_task,
+                                   *self.watches)
                  if task is not None]
         for task in tasks:
             task.cancel()

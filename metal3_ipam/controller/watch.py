@@ -88,7 +88,8 @@ class KindWatch:
     def __init__(self, streams: Streams, resource: Resource, kind: tuple[str, str], namespace: str | None,
                  on_event: Callable[[str, dict], None],
                  relist: Callable[[tuple[str, str], str | None], Awaitable[str | None]],
-                 max_pause: float = 30.0, known: Callable[[tuple[str, str], dict], bool] | None = None) -> None:
+                 max_pause: float = 30.0, known: Callable[[tuple[str, str], dict], bool] | None = None,
+                 selector: str | None = None) -> None:
         self.streams = streams
         self.resource = resource
         self.kind = kind
@@ -101,6 +102,7 @@ class KindWatch:
         self.api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
         self.events = 0
         self.version: str | None = None  # the last version seen: where a new stream starts
+        self.selector = selector  # a label selector (the Leases that are locks), or None
 
     def path(self) -> str:
         return self.resource.path(self.namespace)
@@ -133,7 +135,7 @@ class KindWatch:
     async def _follow(self, version: str) -> None:
         """One stream, from ``version``, until the server ends it; ``self.version`` follows the events."""
         query = (f"watch=1&allowWatchBookmarks=true&timeoutSeconds={SERVER_TIMEOUT}"
-                 f"&resourceVersion={version}")
+                 f"&resourceVersion={version}" + (f"&labelSelector={self.selector}" if self.selector else ""))
         for attempt in (1, 2):
             headers = {"Accept": "application/json"}
             try:

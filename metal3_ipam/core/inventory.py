@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from . import kinds
+from . import lockstore
 from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
@@ -177,8 +178,9 @@ class Inventory:
         # (``held_elsewhere``).
         self._held_ips: dict[str, dict[int, IntervalSet]] = {}
         self._prefixes: dict[str, dict[tuple[int, int], dict[int, ObjKey | Several]]] = {}
-        # Deleted names: key -> (resourceVersion, uid) of the deletion.
-        self._tombstones: OrderedDict[ObjKey, tuple[int | None, str | None]] = OrderedDict()
+        # Deleted names: (key, store) -> (resourceVersion, uid) of the deletion. Where two stores hold the locks
+        # (``lockstore``), each store's deletions are its own: one's is no news of the other's object of the name.
+        self._tombstones: OrderedDict[tuple[ObjKey, str | None], tuple[int | None, str | None]] = OrderedDict()
         # Parsed pool specs, by (uid, generation); and per namespace, what the pools of that namespace and the
         # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
@@ -261,14 +263,17 @@ class Inventory:
 
     def _upsert(self, key: ObjKey, obj: dict) -> set[o.PoolKey]:
         stored = self.objects.get(key)
-        if stored is not None and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
+        # A lock of one store filed over the other's (``lockstore``): two objects, whose versions tell nothing of
+        # each other; the adapter decides which one is filed.
+        if stored is not None and _store(stored) == _store(obj) \
+                and (_is_older(obj, version_of(stored)) or _same_version(obj, stored)):
             return set()
-        tombstone = self._tombstones.get(key)
+        tombstone = self._tombstones.get((key, _store(obj)))
         if tombstone is not None:
             if _is_older(obj, tombstone[0]) or version_of(obj) == tombstone[0] \
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
-            del self._tombstones[key]
+            del self._tombstones[(key, _store(obj))]
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
@@ -418,6 +423,8 @@ class Inventory:
         resourceVersion or a newer one (``upsert`` would drop it; an equal version is the same object)."""
         version = version_number(meta.get("resourceVersion"))
         stored = self.objects.get((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+        if stored is not None and _store(stored) != _store({"metadata": meta}):
+            return False  # news of the other store's object of that name (``lockstore``)
         known = version_of(stored) if stored is not None else None
         return version is not None and known is not None and version <= known
 
@@ -427,12 +434,15 @@ class Inventory:
         if key is None or (key not in self.objects and not self.keeps(key, obj)):
             return set()  # news of what is never filed here leaves no tombstone either
         stored = self.objects.get(key)
-        if stored is not None:
+        if stored is not None and _store(stored) != _store(obj):
+            stored = None  # the other store's object of that name stays (``lockstore``): only this one is buried
+        elif stored is not None:
             if _is_older(obj, version_of(stored)):
                 return set()
             if version_of(obj) is None and _uid(obj) and _uid(stored) and _uid(obj) != _uid(stored):
                 return set()
-        self._bury(key, version_of(obj) if version_of(obj) is not None else (stored and version_of(stored)),
+        self._bury((key, _store(obj)),
+                   version_of(obj) if version_of(obj) is not None else (stored and version_of(stored)),
                    _uid(obj) or (stored and _uid(stored)))
         if stored is None:
             return set()
@@ -587,7 +597,7 @@ class Inventory:
         stored = self.get(kind, namespace, name)
         return self.remove(stored) if stored is not None else set()
 
-    def _bury(self, key: ObjKey, version: int | None, uid: str | None) -> None:
+    def _bury(self, key: tuple[ObjKey, str | None], version: int | None, uid: str | None) -> None:
         known = self._tombstones.get(key)
         if known is not None and known[0] is not None and (version is None or version < known[0]):
             return  # a later deletion is known already: older news must not reopen the name
@@ -624,9 +634,11 @@ class Inventory:
         yield from listing.file(items, step)
         yield from listing.finish(list_version, step)
 
-    def listing(self, kind: tuple[str, str], namespace: str | None) -> "Listed":
-        """A LIST of ``kind`` (in ``namespace``, or everywhere) filed as its pages come: see ``Listed``."""
-        return Listed(self, kind, namespace)
+    def listing(self, kind: tuple[str, str], namespace: str | None,
+                only: Callable[[dict], bool] | None = None) -> "Listed":
+        """A LIST of ``kind`` (in ``namespace``, or everywhere) filed as its pages come: see ``Listed``; ``only``:
+        the stored objects it speaks for (locks of one store, where two stores hold objects of the kind)."""
+        return Listed(self, kind, namespace, only)
 
     def _filed(self, key: ObjKey) -> o.PoolKey | None:
         """The pool the object stored under ``key`` is filed with (None: none, or nothing stored)."""
@@ -1197,10 +1209,12 @@ class Listed:
     gone: what it did not hold, stored at a version no newer than the listing's.
     """
 
-    def __init__(self, inventory: Inventory, kind: tuple[str, str], namespace: str | None) -> None:
+    def __init__(self, inventory: Inventory, kind: tuple[str, str], namespace: str | None,
+                 only: Callable[[dict], bool] | None = None) -> None:
         self.inventory = inventory
         self.kind = kind
         self.namespace = namespace
+        self.only = only
         self.seen: set[ObjKey] = set()
 
     def file(self, items: Iterable[dict], step: int = SETTLE_STEP,
@@ -1239,7 +1253,7 @@ class Listed:
                         and not (self.namespace and key[1] != self.namespace):
                     stored = inventory.objects.get(key)  # as it is now: it may have changed since
                     version = version_of(stored) if stored is not None else None
-                    if version is not None and version <= at:
+                    if version is not None and version <= at and (self.only is None or self.only(stored)):
                         touched |= inventory.remove({**stored, "metadata": {**stored["metadata"],
                                                                            "resourceVersion": str(at)}})
                         work += 20
@@ -1248,6 +1262,12 @@ class Listed:
                     yield touched
                     touched = set()
         yield touched
+
+
+def _store(obj: dict) -> str | None:
+    """The store a lock's news come from: the Lease it stands for (``lockstore.STORED_IN``), or None (the object
+    itself). Resource versions order one store's news only against the deletions that store saw."""
+    return "lease" if lockstore.stored_in_lease(obj) else None
 
 
 def of_every_namespace(obj: dict) -> bool:

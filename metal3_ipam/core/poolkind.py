@@ -197,6 +197,9 @@ class PoolKind:
     # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
     # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
     lock_tag: str | None = None
+    # Whether the pool's locks are Leases in the controller's namespace (``core.lockstore``) rather than Metal3
+    # IPAddresses: a kind served with RBAC that grants nothing on ipam.metal3.io.
+    locks_in_leases: bool = False
 
     @property
     def group(self) -> str:

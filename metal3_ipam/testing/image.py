@@ -316,11 +316,16 @@ class Container:
     def exec(self, *argv: str) -> str:
         return podman("exec", self.name, *argv).stdout
 
-    def probe(self, which: str) -> int:
+    def probe_url(self, which: str) -> str:
+        """Where a probe is reached from the host: its port by name or number, as published."""
         probe = self.spec[which]["httpGet"]
-        port = probe["port"] if isinstance(probe["port"], int) else self.port(probe["port"])
+        port = self.kubelet.published.get(probe["port"], probe["port"]) if isinstance(probe["port"], int) \
+            else self.port(probe["port"])
+        return f"http://127.0.0.1:{port}{probe['path']}"
+
+    def probe(self, which: str) -> int:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe['path']}", timeout=5) as answer:
+            with urllib.request.urlopen(self.probe_url(which), timeout=5) as answer:
                 return answer.status
         except urllib.error.HTTPError as err:
             return err.code
@@ -335,7 +340,17 @@ class Container:
             eventually(ready, timeout=timeout, interval=0.5, what="/readyz of the container",
                        retry_on=(OSError,))
         except AssertionError:
-            raise AssertionError(f"not ready; log:\n{self.logs()[-4000:]}") from None
+            raise AssertionError(f"not ready ({self.said('readinessProbe')}); log:\n{self.logs()[-4000:]}") from None
+
+    def said(self, which: str) -> str:
+        """What a probe's endpoint answers (its body), or why it does not."""
+        try:
+            with urllib.request.urlopen(self.probe_url(which), timeout=5) as answer:
+                return answer.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return err.read().decode(errors="replace")
+        except OSError as err:
+            return str(err)
 
     def terminate(self) -> tuple[int, float]:
         """SIGTERM, as the kubelet sends it: (exit code, seconds it took). Waited for three grace periods,

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import yaml
 
+from metal3_ipam import goflags
+from metal3_ipam.cli import DEFAULT_LEASE
+
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+# Reviews store nothing; the Leases elected on are every replica's to write (the locks kept as Leases are writes).
+REVIEWS = {"selfsubjectaccessreviews"}
+ELECTIONS = {DEFAULT_LEASE, goflags.IN_CLUSTER_LEASE, goflags.METAL3_LEASE}
 
 POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
@@ -51,8 +57,9 @@ def _stamp(text: str) -> datetime.datetime:
 
 
 def writes(audit_log: Path, users: dict[str, str], offset: int = 0) -> list[Write]:
-    """Every write of ``users`` (user name -> writer) except to their Leases, from byte ``offset`` of the
-    log on, by the time the API server received it."""
+    """Every write of ``users`` (user name -> writer) except to the Leases they elect on, from byte ``offset`` of the
+    log on, by the time the API server received it. An access review (``create`` of a SelfSubjectAccessReview,
+    asked at start whether a kind may be listed) stores nothing and is no write."""
     found = []
     with open(audit_log, "rb") as f:
         f.seek(offset)
@@ -61,7 +68,8 @@ def writes(audit_log: Path, users: dict[str, str], offset: int = 0) -> list[Writ
         event = json.loads(line)
         user = (event.get("user") or {}).get("username")
         ref = event.get("objectRef") or {}
-        if user not in users or event.get("verb") not in WRITES or ref.get("resource") == "leases":
+        if user not in users or event.get("verb") not in WRITES or ref.get("resource") in REVIEWS \
+                or (ref.get("resource") == "leases" and ref.get("name") in ELECTIONS):
             continue
         code = (event.get("responseStatus") or {}).get("code")
         found.append(Write(users[user], _stamp(event["requestReceivedTimestamp"]), _stamp(event["stageTimestamp"]),

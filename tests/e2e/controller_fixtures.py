@@ -36,6 +36,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.core import poolkind
 from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import controlplane as cp_mod
@@ -383,6 +384,10 @@ class Kube:
 
     def ipaddress(self, name: str) -> dict | None:
         return self.get(METAL3, "ipaddresses", name)
+
+    def locks(self, lock_namespace: str = "default") -> list[dict]:
+        """The locks of this namespace stored as Leases (in ``lock_namespace``), as the IPAddresses they stand for."""
+        return [x for x in lease_locks(self.api_client, lock_namespace) if x["metadata"]["namespace"] == self.ns]
 
     def capi_ipclaim(self, name: str) -> dict | None:
         return self.get(CAPI, "ipaddressclaims", name)
@@ -775,7 +780,7 @@ def own_ip(kube: Kube, kind: str, name: str) -> str | None:
     ready = condition(claim, "Ready")
     ref = (claim.get("status") or {}).get("addressRef") or {}
     mirror = kube.capi_ipaddress(ref["name"]) if ref.get("name") and ready and ready["status"] == "True" else None
-    locks = [a for a in kube.addresses() if a["spec"]["claim"]["name"] == name
+    locks = [a for a in [*kube.addresses(), *kube.locks()] if a["spec"]["claim"]["name"] == name
              and GUARD_LABEL not in (a["metadata"].get("labels") or {})
              and a["spec"]["claim"].get("kind") == "IPAddressClaim" and not a["metadata"].get("deletionTimestamp")]
     if mirror is None or len(locks) != 1 or locks[0]["spec"]["address"] != mirror["spec"]["address"]:

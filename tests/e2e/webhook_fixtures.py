@@ -115,6 +115,7 @@ def get(api: client.ApiClient, obj: dict, namespace: str) -> dict | None:
 # -- installing rendered manifests ----------------------------------------------------------------
 
 INSTALL_PLURALS = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Service": "services",
+                   "ConfigMap": "configmaps",
                    "CustomResourceDefinition": "customresourcedefinitions", "ClusterRole": "clusterroles",
                    "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
                    "Deployment": "deployments", "Issuer": "issuers", "Certificate": "certificates",
@@ -249,11 +250,12 @@ def new_namespace(api: client.ApiClient, prefix: str = "w") -> str:
     return name
 
 
-def wait_until_webhooks_answer(api: client.ApiClient) -> None:
-    """The API server picks webhook configurations up asynchronously: wait until a webhook refusal comes back."""
+def wait_until_webhooks_answer(api: client.ApiClient, probe: dict | None = None) -> None:
+    """The API server picks webhook configurations up asynchronously: wait until a webhook refusal comes back
+    (of ``probe``, an invalid pool: a Metal3 IPPool unless told)."""
     namespace = new_namespace(api, "probe")
-    probe = {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "probe"},
-             "spec": {"namePrefix": "probe", "pools": [{"start": "10.0.0.9", "end": "10.0.0.1"}]}}
+    probe = probe or {"apiVersion": "ipam.metal3.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "probe"},
+                      "spec": {"namePrefix": "probe", "pools": [{"start": "10.0.0.9", "end": "10.0.0.1"}]}}
 
     def refused_by_webhook() -> bool:
         answer = apply(api, probe, namespace)

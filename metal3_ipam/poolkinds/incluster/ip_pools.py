@@ -105,7 +105,7 @@ def in_cluster_kind(kind: tuple[str, str], scope: str, plural: str, **rules: Any
                     claim_kinds=(kinds.CAPI_CLAIM,), finalizers=FINALIZERS, default=None,
                     cluster_name=lambda pool: None, status=_status, indexes=False,
                     address_labels=_address_labels, explicit_pool_owner=True, keeps_addresses_written_first=True,
-                    status_counts=STATUS_COUNTS,
+                    status_counts=STATUS_COUNTS, locks_in_leases=True,
                     crds=lambda: [pool_crd(kind[1])], **rules)
 
 

@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from controller_fixtures import CAPI, METAL3, condition
 from metal3_ipam.core.kinds import GUARD_LABEL
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.core.validation import validate_ipclaim_update
 from metal3_ipam.testing.waiting import eventually
 
@@ -72,9 +73,10 @@ def _pool_of_one_address(kube, kind: str) -> tuple[str, str]:
 
 
 def _locks_of(kube, claim: str) -> dict[tuple[str, str], str]:
-    """The Metal3 IPAddresses (locks) held for the claim, in any namespace (a global pool's are in the
-    controller's): (namespace, name) -> uid."""
-    items = kube.custom.list_cluster_custom_object(*METAL3, "ipaddresses")["items"]
+    """The locks held for the claim, in any namespace, Metal3 IPAddresses or Leases of the lock namespace (the
+    shared controller's, default): (namespace, name) -> uid."""
+    items = [*kube.custom.list_cluster_custom_object(*METAL3, "ipaddresses")["items"],
+             *lease_locks(kube.api_client, "default")]
     return {(a["metadata"]["namespace"], a["metadata"]["name"]): a["metadata"]["uid"] for a in items
             if a["spec"]["claim"]["name"] == claim and GUARD_LABEL not in (a["metadata"].get("labels") or {})
             and (a["spec"]["claim"].get("namespace") or a["metadata"]["namespace"]) == kube.ns}

@@ -1,4 +1,9 @@
-"""The Go Metal3 IPAM's own released components, with only the image changed to this one, run as they say.
+"""The Go providers' own released components, with only the image changed to this one, run as they say.
+
+The Go in-cluster provider's file (``in-cluster-components.yaml``) is run the same way, with its CRDs and RBAC
+only (no ipam.metal3.io): ready (the Metal3 kinds said not served), its webhooks answer, an invalid pool is
+refused, a v1alpha1 pool converts, claims of its four kinds are bound (their locks Leases in its namespace), it
+leads on the provider's own Lease, and SIGTERM ends it. For the Go Metal3 IPAM's:
 
 The file (``data/go-components/metal3-ipam-components.yaml``, rendered from
 the Go provider's ``config/default``) is applied to a control plane as
@@ -28,8 +33,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller_fixtures import REPO, Kube, check_invariants, free_port, start_control_plane
+from controller_fixtures import CAPI, REPO, Kube, check_invariants, free_port, start_control_plane
+from metal3_ipam.core.objects import is_guard
 from metal3_ipam.testing import image as image_mod
+from metal3_ipam.testing.locks import lease_locks
+from metal3_ipam.testing.waiting import eventually
 from metal3_ipam.testing.certs import Authority
 from image_fixtures import CERT_MANAGER_CRDS, kubelet_for
 from webhook_fixtures import (call, install, new_namespace, use_webhooks_at,
@@ -126,3 +134,107 @@ def test_the_go_metal3_components_run_this_image_unchanged_but_for_the_image(met
         metrics = running.port("metrics")
         assert _https_status(metrics) == 401
         image_mod.ends_cleanly(running)
+
+
+# -- the Go in-cluster provider's components ------------------------------------------------------------------
+
+IN_CLUSTER_COMPONENTS = REPO / "tests" / "fixtures" / "go-components" / "in-cluster-components.yaml"
+IC = "ipam.cluster.x-k8s.io"
+
+
+def _pool(kind: str, name: str, spec: dict, version: str = "v1alpha2") -> dict:
+    return {"apiVersion": f"{IC}/{version}", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def in_cluster_go(control_plane_binaries, built, tmp_path_factory):
+    """The in-cluster provider's file applied as clusterctl applies it: its CRDs and RBAC, no ipam.metal3.io."""
+    objects = components(IN_CLUSTER_COMPONENTS, built.tag)
+    plane = start_control_plane(control_plane_binaries, serving_hosts=[image_mod.HOST_LOOPBACK],
+                                crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
+    try:
+        with plane.api_client() as admin:
+            install(admin, objects, "clusterctl")
+            certs = tmp_path_factory.mktemp("in-cluster-webhook-service-cert")
+            authority = Authority.create()
+            authority.issue(certs)
+            image_mod.readable(certs)
+            webhook_port = free_port()
+            use_webhooks_at(admin, objects, webhook_port, authority.pem)
+            yield objects, (plane, admin, certs, webhook_port)
+    finally:
+        plane.stop()
+
+
+def test_the_go_in_cluster_components_run_this_image_unchanged_but_for_the_image(in_cluster_go, tmp_path):
+    objects, installed = in_cluster_go
+    plane, admin, certs, webhook_port = installed
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    namespace = deployment["metadata"]["namespace"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "manager"]
+    assert container["command"] == ["/manager"] and container["args"] == ["--leader-elect"]
+    assert call(admin, "GET", "/apis/ipam.metal3.io").status == 404  # only the provider's CRDs
+    kubelet = kubelet_for(installed, pod, container, tmp_path, namespace=namespace)
+    with image_mod.Container(pod, container, kubelet) as running:
+        running.wait_ready()
+        assert running.probe("livenessProbe") == 200
+        # The kinds whose CRDs are missing are not served: one line in the log, and said by /readyz.
+        log = running.logs()
+        assert "Traceback" not in log, log[-4000:]
+        assert [line for line in log.splitlines() if "ipam.metal3.io is not served" in line], log[-4000:]
+        said = running.said("readinessProbe")
+        assert said.startswith("ok") and "not served (CRD not installed)" in said and "IPPool.ipam.metal3.io" in said
+
+        invalid = _pool("InClusterIPPool", "probe", {"addresses": ["10.0.0.9-10.0.0.1"], "prefix": 24})
+        wait_until_webhooks_answer(admin, invalid)
+        ns = new_namespace(admin, "go-in-cluster")
+        kube = Kube(admin, ns)
+        refused = call(admin, "POST", f"/apis/{IC}/v1alpha2/namespaces/{ns}/inclusterippools", invalid,
+                       "application/json")
+        assert refused.status in (400, 422) and "admission webhook" in refused.message, refused.message
+
+        # A v1alpha1 pool is converted by this controller's /convert, as the provider's CRDs ask.
+        old = call(admin, "POST", f"/apis/{IC}/v1alpha1/namespaces/{ns}/inclusterippools",
+                   _pool("InClusterIPPool", "old", {"subnet": "10.8.0.0/24", "start": "10.8.0.10",
+                                                    "end": "10.8.0.12"}, "v1alpha1"), "application/json")
+        assert old.status == 201, old.message
+        converted = call(admin, "GET", f"/apis/{IC}/v1alpha2/namespaces/{ns}/inclusterippools/old").body
+        assert converted["spec"]["addresses"] == ["10.8.0.10-10.8.0.12"] and converted["spec"]["prefix"] == 24
+
+        # Claims of the four kinds, bound with the provider's RBAC only; their locks are Leases in its namespace.
+        suffix = ns.rpartition("-")[2]
+        pools = [("InClusterIPPool", "ip", {"addresses": ["10.5.0.1-10.5.0.3"], "prefix": 24}),
+                 ("GlobalInClusterIPPool", f"gip-{suffix}", {"addresses": ["10.6.0.1-10.6.0.3"], "prefix": 24}),
+                 ("InClusterPrefixPool", "pp", {"prefixes": ["fd00:5::/56"], "allocationPrefixLength": 64}),
+                 ("GlobalInClusterPrefixPool", f"gpp-{suffix}",
+                  {"prefixes": ["fd00:6::/56"], "allocationPrefixLength": 64})]
+        for kind, name, spec in pools:
+            plural = f"{kind.lower()}s"
+            where = "" if kind.startswith("Global") else f"namespaces/{ns}/"
+            made = call(admin, "POST", f"/apis/{IC}/v1alpha2/{where}{plural}", _pool(kind, name, spec),
+                        "application/json")
+            assert made.status == 201, made.message
+            kube.capi_claim(f"c-{kind.lower()}", name, group=IC, kind=kind)
+        served = {kind: kube.capi_bound(f"c-{kind.lower()}", timeout=60)["spec"]["address"] for kind, _, _ in pools}
+        assert served == {"InClusterIPPool": "10.5.0.1", "GlobalInClusterIPPool": "10.6.0.1",
+                          "InClusterPrefixPool": "fd00:5::", "GlobalInClusterPrefixPool": "fd00:6::"}, served
+        locks = lease_locks(admin, namespace)
+        assert {lk["spec"]["address"] for lk in locks if not is_guard(lk)} == set(served.values()), locks
+        # Leader election on the provider's own Lease, as its Deployment asks (--leader-elect).
+        lease = client.CoordinationV1Api(admin).read_namespaced_lease("7bb7acb4.ipam.cluster.x-k8s.io", namespace)
+        assert lease.spec.holder_identity
+        log = running.logs()
+        assert "Traceback" not in log, log[-4000:]
+        assert not [line for line in log.splitlines() if "403" in line and "Event" not in line], log[-4000:]
+
+        image_mod.ends_cleanly(running)
+
+    # Started again, it lists the locks (the Leases): a claim released now lets its Lease go.
+    with image_mod.Container(pod, container, kubelet) as again:
+        again.wait_ready()
+        kube.delete(CAPI, "ipaddressclaims", "c-inclusterippool")
+        kube.gone(CAPI, "ipaddressclaims", "c-inclusterippool")
+        eventually(lambda: "10.5.0.1" not in {lk["spec"]["address"] for lk in lease_locks(admin, namespace)},
+                   timeout=30, what="the Lease of the released claim's lock gone")
+        image_mod.ends_cleanly(again)

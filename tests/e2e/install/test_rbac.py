@@ -326,7 +326,10 @@ def adopting_scenario(kube: Kube, openstack) -> None:
 def race(kube: Kube, audit_log: Path, kubeconfig: Path, tmp_path: Path) -> None:
     """Two replicas without leader election serve the same claims of both APIs: names collide,
     and the loser reads the address that holds the name before it decides again."""
-    replicas = [ControllerProcess(kubeconfig, ["-A", "--no-leader-elect"], name=f"sa-replica-{i}", log_dir=tmp_path)
+    # In their namespace, as pods of the controller's Deployment are (where the Role grants the Leases of locks).
+    lease_ns, _ = service_account()
+    replicas = [ControllerProcess(kubeconfig, ["-A", "--no-leader-elect", "--lock-namespace", lease_ns],
+                                  name=f"sa-replica-{i}", log_dir=tmp_path)
                 for i in (1, 2)]
     for replica in replicas:
         replica.start()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, METAL3, condition, free_port
+from controller_fixtures import CLUSTER, CLUSTER_NAME_LABEL, condition, free_port
 from move_fixtures import INFRA, MOVE_TIMEOUT, owner_ref, report
 from move_fixtures import dangling_owner_references as owners_missing
 from webhook_fixtures import convert_at, converted_crds, register_webhooks
@@ -23,6 +23,7 @@ from metal3_ipam.core.objects import is_guard
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.certs import Authority
 from metal3_ipam.testing.clusterctl import mark_clusters_provisioned, prepare_management_cluster
+from metal3_ipam.testing.locks import held_locks
 from metal3_ipam.testing.waiting import eventually
 
 LOCK_NAMESPACE = "metal3-ipam-system"
@@ -120,8 +121,9 @@ def settled(side: Side, expected: int) -> dict[str, str]:
     ips = sorted(ipaddress.ip_address(ip) for ip in bound.values())
     assert len(ips) == len(set(ips)), f"{side.name}: an IP bound twice: {sorted(bound.items(), key=lambda x: x[1])}"
     counts = (side.pool().get("status") or {}).get("ipAddresses") or {}
-    locks = [a for a in side.list(METAL3, "ipaddresses", LOCK_NAMESPACE)
-             if a["spec"]["pool"]["name"] == POOL and not is_guard(a)]
+    locks = [a for a in held_locks(side.api, LOCK_NAMESPACE)
+             if a["metadata"]["namespace"] == LOCK_NAMESPACE and a["spec"]["pool"]["name"] == POOL
+             and not is_guard(a)]
     assert counts.get("used") == len(bound) == len(locks), \
         f"{side.name}: the pool counts {counts}, {len(bound)} claims bound, {len(locks)} locks"
     objects = [x for namespace in (STAYS[0], MOVES[0], LOCAL[0])

@@ -10,17 +10,19 @@ claim), all served.
 What clusterctl does with these kinds (cmd/clusterctl/client/cluster/objectgraph.go, mover.go): it
 considers the CRDs labelled ``clusterctl.cluster.x-k8s.io``; a CRD labelled
 ``clusterctl.cluster.x-k8s.io/move-hierarchy`` has every object moved with what it owns, as the
-in-cluster provider labels its pool CRDs. A namespaced pool, its claims' IPAddresses (owned by claim
-and pool) and the locks of its IPs (Metal3 IPAddresses ``<pool>.<ip>.ip`` in its namespace, owned by
-pool and claim) move and are deleted in the source. A global pool is listed whatever the
+in-cluster provider labels its pool CRDs. A namespaced pool and its claims' IPAddresses (owned by claim
+and pool) move and are deleted in the source. A global pool is listed whatever the
 namespace, created in the target unless it is there already, and never deleted from the source;
-what it owns (its IPAddresses) is copied but never deleted from the source either. The locks of its
-IPs (``<pool>.<ip>.gip``, in the controller's lock namespace) are not in the moved namespace: the
-target makes them anew for the IPAddresses that arrive.
+what it owns (its IPAddresses) is copied but never deleted from the source either. The locks of both
+pools' IPs (``<pool>.<ip>.ip`` and ``<pool>.<ip>.gip``) are Leases of the controller's lock namespace,
+not in the moved namespace; where Metal3 IPAddresses are served, each is also one of those of its name
+(its twin), and the namespaced pool's twins (in its namespace, owned by claim and pool) move and are
+deleted in the source. The target makes the global pool's locks anew for the IPAddresses that arrive.
 
 After each move: every claim has the IP it had (the full claim -> IP map, every IPAddress's spec),
-the locks of the namespaced pool arrived as they were, the global pool's are rebuilt in the target's
-lock namespace at the same IPs, the target created no Cluster API IPAddress and deleted nothing,
+the locks of both pools are in the target's lock namespace at the same IPs (the namespaced pool's
+given Leases as they arrive, the global pool's rebuilt), the target created no Cluster API IPAddress
+and deleted nothing,
 the pools' counts are rebuilt, owner references name the target's objects; in the source, nothing
 of the namespace is left, nothing was handed out during the move, and the global pool (still
 there) holds no lock of a moved IP. New claims in the target collide with no moved IP.
@@ -41,6 +43,7 @@ from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, 
 from move_fixtures import dangling_owner_references as owners_missing
 from webhook_fixtures import convert_at, converted_crds, register_webhooks
 from metal3_ipam.core.objects import is_guard as _is_guard
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.certs import Authority
@@ -106,9 +109,15 @@ class Side:
     def global_locks(self, namespace: str | None = None) -> dict[str, dict]:
         """The locks of the global pool's IPs in the lock namespace held for claims of ``namespace`` (default:
         the moved one): name -> spec."""
-        return {a["metadata"]["name"]: a["spec"] for a in self.list(METAL3, "ipaddresses", LOCK_NAMESPACE)
-                if (a["spec"].get("pool") or {}).get("name") == self.global_pool
+        return {a["metadata"]["name"]: a["spec"] for a in lease_locks(self.api, LOCK_NAMESPACE)
+                if (a["spec"].get("pool") or {}).get("name") == self.global_pool and not _is_guard(a)
                 and a["spec"]["claim"].get("namespace") == (namespace or self.namespace)}
+
+    def locks(self) -> dict[str, dict]:
+        """The locks of the namespaced pool's IPs (Leases of the lock namespace): name -> spec."""
+        return {a["metadata"]["name"]: a["spec"] for a in lease_locks(self.api, LOCK_NAMESPACE)
+                if a["metadata"]["namespace"] == self.namespace and not _is_guard(a)
+                and (a["spec"].get("pool") or {}).get("name") == POOL}
 
     def ours(self, pool: str) -> bool:
         """Whether a pool key the controller logs ("<namespace>/<name>") is one of this test's."""
@@ -213,7 +222,7 @@ def read_state(side: Side) -> State:
                         key=lambda r: (r.get("kind", ""), r.get("name", "")))
               for n, a in addresses.items()}
     return State(claims, {n: a["spec"] for n, a in addresses.items()},
-                 {a["metadata"]["name"]: a["spec"] for a in listed["IPAddress"] if not _is_guard(a)}, global_locks,
+                 side.locks(), global_locks,
                  counts,
                  {kind: len(items) for kind, items in listed.items()}, owners)
 
@@ -287,14 +296,16 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
     assert_same_ipam(expected_here, after, f"{what} ({target.name})")
     assert not run.retries(), f"{what}: clusterctl had to retry:\n" + "\n".join(run.retries()[:20])
 
-    # The target created no Cluster API IPAddress and deleted nothing: it rebuilt the global pool's locks in
-    # its lock namespace, at the moved IPs, and wrote statuses and metadata.
+    # The target created no Cluster API IPAddress and deleted nothing: it has both pools' locks in its lock
+    # namespace, at the moved IPs, and wrote statuses and metadata.
     writes = planned_writes(target.controller, target_offset, pools=target.ours)
     made = [w for w in writes if w.split(": ", 1)[1].startswith(("create", "Delete"))]
+    # The namespaced pool's locks came with the move as Metal3 IPAddresses (the Leases' twins, where that kind is
+    # served), and are given their Leases there (no plan writes that); the global pool's are rebuilt.
     locks = [w for w in made if w.split(": ", 1)[1].startswith(f"create IPAddress {LOCK_NAMESPACE}/")
              and w.split(": ", 1)[1].split()[2].endswith(".gip")]
-    report(f"{what}: controller on {target.name} planned {len(writes)} writes, {len(locks)} of them locks of the "
-           f"global pool ({sorted({w.split(': ', 1)[1].split()[0] for w in writes})})")
+    report(f"{what}: controller on {target.name} planned {len(writes)} writes, {len(locks)} of them locks "
+           f"({sorted({w.split(': ', 1)[1].split()[0] for w in writes})})")
     assert len(locks) == len(after.global_locks) and not set(made) - set(locks), \
         f"{what}: the controller on {target.name} created or deleted:\n" + "\n".join(sorted(set(made) - set(locks))[:30])
     assert not (bad := dangling_owner_references(target)), \
@@ -307,6 +318,8 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
         assert not left, f"left in {source.name}: {left}"
         locks_left = source.global_locks()
         assert not locks_left, f"locks of the global pool left in {source.name}: {sorted(locks_left)}"
+        locks_left = source.locks()
+        assert not locks_left, f"locks of {POOL} left in {source.name}: {sorted(locks_left)}"
         counts = ((source.global_pool_object() or {}).get("status") or {}).get("ipAddresses") or {}
         assert counts.get("used") == source_neighbours, f"{source.name}: the global pool counts {counts}"
         return True

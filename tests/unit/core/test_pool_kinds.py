@@ -147,6 +147,28 @@ def test_a_kind_whose_lock_tag_no_other_kind_meets_is_served(registry):
     assert registry[OTHER] is kind and "i" in pools.lock_tags()
 
 
+def test_a_kind_installed_that_this_controller_may_not_list_is_not_served(monkeypatch, caplog):
+    """The in-cluster provider's RBAC beside the Metal3 CRDs (installed for another provider): the Metal3 kinds are
+    not served, said once, instead of a listing refused forever."""
+    from metal3_ipam.controller import operator
+
+    served = {"/apis/ipam.metal3.io": ["v1alpha1"], "/apis/ipam.cluster.x-k8s.io": ["v1beta2", "v1alpha2"],
+              "/apis/netbox.metal3-ipam.io": [], "/apis/openstack.metal3-ipam.io": [],
+              "/apis/cluster.x-k8s.io": ["v1beta2"]}
+    monkeypatch.setattr(operator, "request",
+                        lambda api, verb, path: {"versions": [{"version": v} for v in served[path]]})
+    denied: set = set()
+    resources = operator.discover(None, lambda group, version, plural, ns: group != kinds.METAL3_GROUP, None, denied)
+    assert kinds.IPPOOL not in resources and kinds.IPADDRESS not in resources
+    assert kinds.CAPI_CLAIM in resources and any(k[0] == kinds.CAPI_IPAM_GROUP for k in resources if k in pools.REGISTRY)
+    assert denied == {kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS}
+    assert [r.message for r in caplog.records if "may not list" in r.message] == [
+        "ipam.metal3.io is served, but this controller may not list IPPool, IPClaim, IPAddress (RBAC): not served"]
+    said = operator.unserved(resources, denied)
+    assert said[-1] == "not served (not listable by this controller): IPPool.ipam.metal3.io, " \
+                       "IPClaim.ipam.metal3.io, IPAddress.ipam.metal3.io"
+
+
 @pytest.mark.parametrize("group", [[], {}, ["ipam.cluster.x-k8s.io"], None, 7])
 def test_a_claims_pool_group_that_is_not_a_string_is_none_of_ours(group):
     assert not pools.serves_claims_of(group, "InClusterIPPool")

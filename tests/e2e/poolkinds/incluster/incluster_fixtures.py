@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 from controller_fixtures import CLUSTER, Findings, Kube, condition, until_converged
 from metal3_ipam.core.kinds import GUARD_LABEL
 from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.locks import held_locks
 from metal3_ipam.testing.waiting import eventually
 
 #: How long a claim may take to be served by a running controller (it takes well under a second).
@@ -241,9 +242,6 @@ def unique_ips(addresses: Iterable[dict]) -> None:
 
 # --------------------------------------------------------------------------- invariants under chaos
 
-METAL3_ADDRESSES = ("ipam.metal3.io", "v1alpha1", "ipaddresses")
-
-
 @dataclass(frozen=True)
 class PoolKey:
     """One pool of the provider's kinds: ``namespace`` is empty for a global pool."""
@@ -278,7 +276,8 @@ class Snapshot:
     pools: dict[PoolKey, dict]
 
 
-def snapshot(custom: client.CustomObjectsApi, namespaces: Iterable[str], pools: Iterable[PoolKey]) -> Snapshot:
+def snapshot(custom: client.CustomObjectsApi, namespaces: Iterable[str], pools: Iterable[PoolKey],
+             lock_namespace: str = "default") -> Snapshot:
     namespaces = set(namespaces)
     pools = list(pools)
     first = custom.list_cluster_custom_object(gi.GROUP, gi.CAPI_VERSION, "ipaddresses")
@@ -295,7 +294,8 @@ def snapshot(custom: client.CustomObjectsApi, namespaces: Iterable[str], pools: 
             key = PoolKey(kind, p["metadata"].get("namespace") or "", p["metadata"]["name"])
             if key in pools:
                 pool_objects[key] = p
-    return Snapshot(revision, in_scope(first["items"]), in_scope(listed(*METAL3_ADDRESSES)),
+    locks = held_locks(custom.api_client, lock_namespace, **at)
+    return Snapshot(revision, in_scope(first["items"]), in_scope(locks),
                     in_scope(listed(gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims")), pool_objects)
 
 
@@ -414,8 +414,9 @@ def _where(obj: dict) -> str:
 
 
 def assert_converged(custom: client.CustomObjectsApi, namespaces: Iterable[str], totals: dict[PoolKey, int],
-                     timeout: float = 60.0) -> Findings:
+                     timeout: float = 60.0, lock_namespace: str = "default") -> Findings:
     """Fail at once on what must never happen; wait up to ``timeout`` for the rest."""
     namespaces = list(namespaces)
-    return until_converged(lambda: check_incluster(snapshot(custom, namespaces, totals), totals), timeout,
+    return until_converged(lambda: check_incluster(snapshot(custom, namespaces, totals, lock_namespace), totals),
+                           timeout,
                            ", ".join(namespaces))

@@ -80,14 +80,15 @@ class World:
         return [a for ns in self.namespaces for a in ("-n", ns)] + ["--lock-namespace", self.ns, *more]
 
     def check(self, api: client.ApiClient):
-        return check_incluster(snapshot(client.CustomObjectsApi(api), self.namespaces, self.totals), self.totals)
+        return check_incluster(snapshot(client.CustomObjectsApi(api), self.namespaces, self.totals, self.ns),
+                               self.totals)
 
     def converged(self, timeout: float = 90.0):
-        return assert_converged(self.custom, self.namespaces, self.totals, timeout=timeout)
+        return assert_converged(self.custom, self.namespaces, self.totals, timeout=timeout, lock_namespace=self.ns)
 
     def bindings(self) -> dict[tuple[str, str], str]:
         """(namespace, claim) -> the address of every live IPAddress of the test's pools."""
-        snap = snapshot(self.custom, self.namespaces, self.totals)
+        snap = snapshot(self.custom, self.namespaces, self.totals, self.ns)
         return {(a["metadata"]["namespace"], a["spec"]["claimRef"]["name"]): a["spec"]["address"]
                 for a in snap.addresses if not a["metadata"].get("deletionTimestamp")
                 and a["spec"]["poolRef"]["kind"] in gi.POOL_KINDS}

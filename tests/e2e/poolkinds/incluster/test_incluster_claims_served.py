@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from controller_fixtures import CAPI, METAL3
 from metal3_ipam.core import objects as o
+from metal3_ipam.testing.waiting import eventually
 
 GROUP, VERSION = "ipam.cluster.x-k8s.io", "v1alpha2"
 
@@ -17,16 +18,23 @@ def test_a_claim_of_an_in_cluster_ip_pool_is_served_and_released(controller, kub
     address = kube.capi_bound("m0")
     assert (address["spec"]["address"], address["spec"]["prefix"], address["spec"]["gateway"]) == \
         ("10.30.0.10", 24, "10.30.0.1")
-    at_ip = [a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"]
+    # Its lock and its IP's guard in the namespace (every InClusterIPPool allocation writes one: see
+    # docs/pools/incluster.md) are Leases of the lock namespace; where the Metal3 IPAddresses are served, each is
+    # one of those too, of the same name (what an earlier version writes and reads).
+    at_ip = [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"]
     [lock] = [a for a in at_ip if not o.is_guard(a)]
     assert lock["spec"]["claim"]["name"] == "m0" and lock["spec"]["pool"]["kind"] == "InClusterIPPool"
-    # Its IP's guard in the namespace (every InClusterIPPool allocation writes one: see docs/pools/incluster.md).
     [guard] = [a for a in at_ip if o.is_guard(a)]
     assert guard["metadata"]["name"] == "10-30-0-10.nsip"
+    twins = {a["metadata"]["name"]: a for a in kube.list(METAL3, "ipaddresses") if a["spec"]["address"] == "10.30.0.10"}
+    assert set(twins) == {lock["metadata"]["name"], guard["metadata"]["name"]}
+    assert twins[lock["metadata"]["name"]]["spec"] == lock["spec"]
 
     kube.delete(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddressclaims", "m0")
     kube.gone(CAPI, "ipaddresses", "m0")
+    eventually(lambda: not [a for a in kube.locks() if a["spec"]["address"] == "10.30.0.10"], timeout=30,
+               what="the lock and the guard of m0 gone")
     kube.gone(METAL3, "ipaddresses", lock["metadata"]["name"])
     kube.gone(METAL3, "ipaddresses", guard["metadata"]["name"])
 
@@ -62,5 +70,4 @@ def test_claims_of_one_name_in_a_global_in_cluster_ip_pool_are_served_in_their_n
             return getattr(err, "status", None) == 404
         return False
 
-    from metal3_ipam.testing.waiting import eventually
     eventually(pool_gone, timeout=30, what=f"GlobalInClusterIPPool {name} to go once its addresses are gone")

@@ -10,7 +10,8 @@ Two writers that each decided from what they saw (a replica behind the other): a
 before a namespaced prefix pool came, carried out after that pool's claim was given a sub-prefix holding the
 IP the plan hands out, is refused by the API server (at its write of the claim, which the prefix pool's
 allocation wrote, or at the guard of that IP); so is a global prefix pool's pass
-landing after namespaced IP pools handed out IPs in its sub-prefix, which their pools guard together.
+landing after namespaced IP pools handed out IPs in its sub-prefix, which their pools guard together. Both
+writers store the locks and guards as the controller does, as Leases of the lock namespace.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ import asyncio
 import ipaddress
 from datetime import datetime, timezone
 
+from kubernetes import client
+
 from incluster_fixtures import unique_ips
 from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pools the inventory files)
 from metal3_ipam.controller.api import ApiWriter
 from metal3_ipam.controller.credentials import from_kubeconfig
-from metal3_ipam.controller.operator import discover
-from metal3_ipam.core import kinds
+from metal3_ipam.controller.operator import LEASES, discover
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.locks import lease_locks
 from metal3_ipam.testing.waiting import eventually
 
 FULL = {"total": 4, "used": 4, "free": 0, "outOfRange": 0}
@@ -63,8 +67,8 @@ def test_a_controller_of_other_namespaces_withholds_and_counts_a_global_pools_ad
     incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
     controller_factory(["-n", a, "--lock-namespace", locks, "--no-leader-elect"], name="serving-a")
     incluster.served("go", namespace=a)
-    eventually(lambda: any(x["spec"]["address"] == go_ip for x in incluster.custom.list_namespaced_custom_object(
-        "ipam.metal3.io", "v1alpha1", locks, "ipaddresses")["items"]), what=f"the lock of {go_ip}")
+    eventually(lambda: any(x["spec"]["address"] == go_ip for x in lease_locks(incluster.custom.api_client, locks)),
+               what=f"the lock of {go_ip}")
     incluster.wait_counts(g, FULL, gi.GLOBAL_IN_CLUSTER_IP_POOL)
     unique_ips(x for x in incluster.all_addresses() if x["metadata"]["name"] != "w")
     assert incluster.get_address("w", namespace=a)["spec"]["address"] == "10.9.0.4"
@@ -98,26 +102,40 @@ def test_a_controller_of_other_namespaces_never_hands_out_an_ip_a_global_pools_c
 
 
 def _plan_from_the_server(incluster, pool_key: o.PoolKey, locks: str):
-    """A pass of ``pool_key`` decided from what the API server holds now, as a controller's cache shows it."""
+    """A pass of ``pool_key`` decided from what the API server holds now, as a controller's cache shows it (the
+    locks and guards read from the Leases of the lock namespace): the plan, and the inventory it was made from."""
     inventory = Inventory()
     inventory.lock_namespace = locks
     listed = [(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[kind]) for kind in gi.POOL_KINDS] + [
-        (gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims"), (gi.GROUP, gi.CAPI_VERSION, "ipaddresses"),
-        (kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses")]
+        (gi.GROUP, gi.CAPI_VERSION, "ipaddressclaims"), (gi.GROUP, gi.CAPI_VERSION, "ipaddresses")]
     for group, version, plural in listed:
         for obj in incluster.custom.list_cluster_custom_object(group, version, plural)["items"]:
             inventory.upsert(obj)
-    return reconcile(inventory.snapshot(pool_key, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")))
+    for view in lease_locks(incluster.custom.api_client, locks):
+        inventory.upsert(view)
+    return reconcile(inventory.snapshot(pool_key, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))), \
+        inventory
 
 
-def _carry_out(control_plane, api_client, plan):
+def _carry_out(control_plane, api_client, planned, locks: str):
+    """A plan carried out as the controller does, its locks and guards written as Leases of ``locks``."""
+    plan, inventory = planned
+
     async def run():
-        writer = ApiWriter(from_kubeconfig([str(control_plane.kubeconfig)]), Inventory(), discover(api_client))
+        writer = ApiWriter(from_kubeconfig([str(control_plane.kubeconfig)]), inventory, discover(api_client))
+        writer.leases = (LEASES, locks)
         try:
             return await writer.execute(plan)
         finally:
             await writer.close()
     return asyncio.run(run())
+
+
+def _guard(incluster, locks: str, ns: str, name: str) -> dict:
+    """The guard ``name`` of namespace ``ns``, read from its Lease, as the lock it stands for."""
+    lease = client.CoordinationV1Api(incluster.custom.api_client).read_namespaced_lease(
+        lockstore.lease_name(ns, name), locks)
+    return lockstore.from_lease(incluster.custom.api_client.sanitize_for_serialization(lease))
 
 
 def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_out_its_ip_there_is_refused(
@@ -133,19 +151,18 @@ def test_a_global_pools_pass_carried_out_after_a_namespaced_prefix_pool_handed_o
     incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_IP_POOL, namespace=ns)
     stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)), locks)
     guard = "fd00-0-0-0-0-0-0-1.nsip"
-    assert any(o.name(a.obj) == guard for step in stale.steps for a in step.actions if hasattr(a, "obj")), stale
+    assert any(o.name(a.obj) == guard for step in stale[0].steps for a in step.actions if hasattr(a, "obj")), stale
     incluster.prefix_pool("np", namespace=ns, prefixes=["fd00::/126"], allocation_prefix_length=127)
     incluster.claim("p", "np", gi.IN_CLUSTER_PREFIX_POOL, namespace=ns)
     for _ in range(3):  # its finalizer, then its sub-prefix, as passes of a controller would
         fresh = _plan_from_the_server(incluster, o.PoolKey(ns, "np", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)), locks)
-        assert not _carry_out(control_plane, api_client, fresh).failures
+        assert not _carry_out(control_plane, api_client, fresh, locks).failures
     assert incluster.get_address("p", namespace=ns)["spec"]["address"] == "fd00::"
-    outcome = _carry_out(control_plane, api_client, stale)
+    outcome = _carry_out(control_plane, api_client, stale, locks)
     assert outcome.again and any(f"{ns}/d changed since it was read" in failure for failure in outcome.failures), \
         outcome
     assert incluster.get_address("d", namespace=ns) is None
-    owner = incluster.custom.get_namespaced_custom_object(kinds.METAL3_GROUP, kinds.METAL3_VERSION, ns,
-                                                          "ipaddresses", guard)["metadata"]["ownerReferences"]
+    owner = o.owner_references(_guard(incluster, locks, ns, guard))
     assert [ref["name"] for ref in owner] == ["p"], owner
     controller_factory(["-n", ns, "--lock-namespace", locks, "--no-leader-elect"], name="serving-ns")
     d, p = incluster.served("d", namespace=ns), incluster.served("p", namespace=ns)
@@ -165,7 +182,7 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_is_refus
     incluster.global_ip_pool(g, prefix=64, addresses=["fd00::1-fd00::8"])
     incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_IP_POOL, namespace=ns)
     stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)), locks)
-    assert any(o.name(a.obj) == "fd00-0-0-0-0-0-0-1.nsip" for step in stale.steps for a in step.actions
+    assert any(o.name(a.obj) == "fd00-0-0-0-0-0-0-1.nsip" for step in stale[0].steps for a in step.actions
                if hasattr(a, "obj")), stale
     incluster.custom.patch_cluster_custom_object(gi.GROUP, gi.POOL_VERSION, gi.PLURALS[gi.GLOBAL_IN_CLUSTER_IP_POOL],
                                                  g, {"spec": {"addresses": ["fd00::10"]}})
@@ -173,10 +190,10 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_is_refus
     incluster.claim("p", "np", gi.IN_CLUSTER_PREFIX_POOL, namespace=ns)
     for _ in range(3):  # its finalizer, then its sub-prefix, as passes of a controller would
         fresh = _plan_from_the_server(incluster, o.PoolKey(ns, "np", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)), locks)
-        assert not _carry_out(control_plane, api_client, fresh).failures
+        assert not _carry_out(control_plane, api_client, fresh, locks).failures
     assert incluster.get_address("p", namespace=ns)["spec"]["address"] == "fd00::"
     assert kinds.FENCED_ANNOTATION in incluster.get_claim("d", namespace=ns)["metadata"]["annotations"]
-    outcome = _carry_out(control_plane, api_client, stale)
+    outcome = _carry_out(control_plane, api_client, stale, locks)
     assert outcome.again and any(f"{ns}/d changed since it was read" in failure for failure in outcome.failures), \
         outcome
     assert incluster.get_address("d", namespace=ns) is None
@@ -190,7 +207,8 @@ def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out
     """Claim d of a global prefix pool is planned fd00::/126 by a pass that saw no pool in its namespace; two IP
     pools created then give their claims fd00::1 and fd00::3 (another writer, up to date): the first guards the
     sub-prefix for the namespace's pools, the second joins it as an owner. The stale pass lands last: the API
-    server refuses its guard. The controller serving the namespace then gives d the next sub-prefix."""
+    server refuses its guard. The controller serving the namespace then gives d the next sub-prefix, and deletes
+    the guard once both pools are gone."""
     locks, ns = incluster.ns, incluster.namespace()
     g = incluster.global_name("prefixes-beside-ips")
     incluster.global_pools.append((gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, g))
@@ -198,21 +216,30 @@ def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out
     incluster.claim("d", g, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, namespace=ns)
     stale = _plan_from_the_server(incluster, o.PoolKey("", g, (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)), locks)
     guard = "fd00-0-0-0-0-0-0-0.126.nsip"
-    assert any(o.name(a.obj) == guard for step in stale.steps for a in step.actions if hasattr(a, "obj")), stale
+    assert any(o.name(a.obj) == guard for step in stale[0].steps for a in step.actions if hasattr(a, "obj")), stale
     for pool, addresses, claim in (("n1", ["fd00::1-fd00::2"], "a1"), ("n2", ["fd00::3"], "a2")):
         incluster.ip_pool(pool, namespace=ns, prefix=64, addresses=addresses)
         incluster.claim(claim, pool, namespace=ns)
         for _ in range(3):  # its finalizer, then its IP, as passes of a controller would
             fresh = _plan_from_the_server(incluster, o.PoolKey(ns, pool, (gi.GROUP, gi.IN_CLUSTER_IP_POOL)), locks)
-            assert not _carry_out(control_plane, api_client, fresh).failures
+            assert not _carry_out(control_plane, api_client, fresh, locks).failures
         assert incluster.get_address(claim, namespace=ns) is not None, claim
-    owners = incluster.custom.get_namespaced_custom_object(kinds.METAL3_GROUP, kinds.METAL3_VERSION, ns,
-                                                           "ipaddresses", guard)["metadata"]["ownerReferences"]
+    owners = o.owner_references(_guard(incluster, locks, ns, guard))
     assert [(ref["kind"], ref["name"]) for ref in owners] == [("InClusterIPPool", "n1"), ("InClusterIPPool", "n2")]
-    outcome = _carry_out(control_plane, api_client, stale)
+    outcome = _carry_out(control_plane, api_client, stale, locks)
     assert outcome.again and any(guard in failure for failure in outcome.failures), outcome
     assert incluster.get_address("d", namespace=ns) is None
     controller_factory(["-n", ns, "--lock-namespace", locks, "--no-leader-elect"], name="serving-ns")
     d = incluster.served("d", namespace=ns)
     assert (d["spec"]["address"], d["spec"]["prefix"]) == ("fd00::4", 126), d["spec"]
     assert {incluster.ip("a1", namespace=ns), incluster.ip("a2", namespace=ns)} == {"fd00::1", "fd00::3"}
+    assert [r["name"] for r in o.owner_references(_guard(incluster, locks, ns, guard))] == ["n1", "n2"]
+    for pool, claim in (("n1", "a1"), ("n2", "a2")):
+        incluster.delete_claim(claim, namespace=ns)
+        incluster.claim_gone(claim, namespace=ns)
+        incluster.custom.delete_namespaced_custom_object(gi.GROUP, gi.POOL_VERSION, ns,
+                                                         gi.PLURALS[gi.IN_CLUSTER_IP_POOL], pool)
+        eventually(lambda: incluster.pool(pool, namespace=ns) is None, what=f"InClusterIPPool {ns}/{pool} gone")
+    # No garbage collector takes a Lease: the controller deletes the guard once neither of its pools exists.
+    eventually(lambda: not any(o.name(x) == guard for x in lease_locks(incluster.custom.api_client, locks)),
+               what=f"the guard {guard} its pools shared, once both are gone")

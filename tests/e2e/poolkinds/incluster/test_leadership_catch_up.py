@@ -83,12 +83,14 @@ def _earlier_lock(pool: dict, claim: dict) -> dict:
 
 
 def _ips_locked(kube) -> dict[str, list[str]]:
-    """The locks by IP (the guards of the namespace's IPs left out)."""
-    locks: dict[str, list[str]] = {}
-    for lock in kube.list(METAL3, "ipaddresses"):
+    """The locks by IP (the guards of the namespace's IPs left out), whichever store holds each lock (the Leases
+    of the lock namespace, the namespace itself here; Metal3 IPAddresses, the Leases' twins and those an earlier
+    version wrote), each name once."""
+    locks: dict[str, set[str]] = {}
+    for lock in [*kube.locks(kube.ns), *kube.list(METAL3, "ipaddresses")]:
         if not o.is_guard(lock):
-            locks.setdefault(lock["spec"]["address"], []).append(lock["metadata"]["name"])
-    return locks
+            locks.setdefault(lock["spec"]["address"], set()).add(lock["metadata"]["name"])
+    return {ip: sorted(names) for ip, names in locks.items()}
 
 
 def test_a_lock_written_just_before_a_handover_holds_its_ip_for_the_new_leader(control_plane, incluster: InCluster,
@@ -127,8 +129,16 @@ def test_a_lock_written_just_before_a_handover_holds_its_ip_for_the_new_leader(c
 
             held.let_through()
             assert await asyncio.to_thread(incluster.ip, "earlier", timeout=60) == X
-            locks = await asyncio.to_thread(_ips_locked, kube)
-            assert locks == {X: ["pool-a-10-44-0-1"], Y: ["pool-a.10-44-0-2.ip"]}, locks
+            # The earlier version's lock, given a Lease under its name, and this version's; both kept as Metal3
+            # IPAddresses too.
+            want = {X: ["pool-a-10-44-0-1"], Y: ["pool-a.10-44-0-2.ip"]}
+            await eventually_async(lambda: _ips_locked(kube) == want, timeout=30,
+                                   what=f"the locks to be {want}, not {_ips_locked(kube)}")
+            await eventually_async(lambda: sorted(x["metadata"]["name"] for x in kube.locks(kube.ns)
+                                                  if not o.is_guard(x)) == ["pool-a-10-44-0-1", "pool-a.10-44-0-2.ip"],
+                                   timeout=30, what="both locks stored as Leases")
+            assert sorted(x["metadata"]["name"] for x in kube.list(METAL3, "ipaddresses") if not o.is_guard(x)) \
+                == ["pool-a-10-44-0-1", "pool-a.10-44-0-2.ip"]
         finally:
             await runtime.stop()
 

@@ -805,7 +805,7 @@ def test_a_prefix_pools_allocation_guards_the_ip_a_global_pools_claim_names_as_b
         "fd00-0-0-0-0-0-0-2.127.nsip", "fd00-0-0-0-0-0-0-2.nsip"]
     assert not api.apply(local_plan)
     rest = Plan(steps=[Step(step.subject, step.actions[1:], step.about)])
-    assert api.apply(rest) == [f"IPAddressClaim {NS}/d: IPAddress {NS}/fd00-0-0-0-0-0-0-2.nsip already exists"]
+    assert api.apply(rest) == [f"IPAddressClaim {NS}/d: Lease ipam-system/{NS}.fd00-0-0-0-0-0-0-2.nsip already exists"]
     converge(api, random.Random(0))
     assert _ips(api) == {(NS, "c"): "fd00::1", (NS, "a"): "fd00::2", (NS, "d"): "fd00::10"}
 
