@@ -44,7 +44,9 @@ from metal3_ipam.poolkinds.openstack import capo, homes
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack.capo import CAPOPools
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError, classify
+from metal3_ipam.poolkinds.openstack.marks import homed_elsewhere_message, marked, tagged
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool, Survey
+from metal3_ipam.poolkinds.openstack.sweep import Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -104,23 +106,6 @@ def resolve_network(neutron: Neutron, pool: OpenStackPool) -> dict[str, Any]:
     return {"id": net["id"], "name": net.get("name") or "", "tags": sorted(net.get("tags") or [])}
 
 
-def _tagged(neutron: Neutron, fip: FloatingIP, tags: Iterable[str]) -> FloatingIP:
-    """``fip`` with ``tags`` added, one at a time: the tags another cluster adds meanwhile (its marks) stay."""
-    missing = sorted(set(tags) - set(fip.tags))
-    for tag in missing:
-        neutron.add_tag(fip.id, tag)
-    return dataclasses.replace(fip, tags=(*fip.tags, *missing)) if missing else fip
-
-
-def marked(neutron: Neutron, fip: FloatingIP, change: homes.Change) -> FloatingIP:
-    """``fip`` with the marks of ``change`` written: its tags added first, then the others removed, one at a time
-    (never a moment without a mark, and no other cluster's mark lost)."""
-    fip = _tagged(neutron, fip, change.add)
-    for tag in change.remove:
-        neutron.remove_tag(fip.id, tag)
-    return dataclasses.replace(fip, tags=tuple(t for t in fip.tags if t not in change.remove))
-
-
 def bind(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, mine: homes.Home,
          home: Callable[[homes.Home], str]) -> FloatingIP:
     """The key's floating IP marked for the claim here it is given to, at home ``mine``: homed there when it is
@@ -133,19 +118,12 @@ def bind(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, min
     return marked(neutron, fip, change)
 
 
-def homed_elsewhere_message(pool: OpenStackPool, fip: FloatingIP, there: homes.Home) -> str:
-    return (f"floating IP {fip.address} ({fip.id}) of this claim's key, in the project of {pool.text}'s cloud, is "
-            f"homed at {there.text}, an object of another cluster, where a claim carries the key too (a copy of "
-            "this claim restored from a directory while its source runs?): both hold one IP, and neither claim's "
-            "deletion releases it while the other lives; delete one of the two claims")
-
-
 def _take(neutron: Neutron, fip: FloatingIP, text: str, tags: list[str]) -> FloatingIP | None:
     """A floating IP made the key's: its description first (what finds it by the key), then its tags. The
     description is written only if the floating IP is still as read (its revision): two pools, or two replicas,
     that found it free in one listing never both take it; the one too late gets None."""
     taken = neutron.describe(fip.id, text, fip.revision)
-    return _tagged(neutron, taken, tags) if taken is not None else None
+    return tagged(neutron, taken, tags) if taken is not None else None
 
 
 def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: str | None = None
@@ -154,7 +132,7 @@ def lookup(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, held: st
     the address the key's IPAddress holds), tagged."""
     tags = [owner, p.pool_tag(owner, pool.namespace, pool.name)]
     carrying = neutron.floating_ips(description=p.description(owner, key))
-    return _tagged(neutron, p.keys_own(carrying, tags[1], held), tags) if carrying else None
+    return tagged(neutron, p.keys_own(carrying, tags[1], held), tags) if carrying else None
 
 
 def choose(neutron: Neutron, pool: OpenStackPool, owner: str, key: str, making: int = 0,
@@ -239,7 +217,7 @@ def _take_preallocated(neutron: Neutron, fip: FloatingIP, owner: str, text: str,
     if not free(fip):
         return None
     if p.kept_tag(owner) not in fip.tags:
-        _tagged(neutron, fip, [p.kept_tag(owner)])
+        tagged(neutron, fip, [p.kept_tag(owner)])
         fip = neutron.get(fip.id)
         if not free(fip):
             return None
@@ -278,7 +256,7 @@ def _give_back(neutron: Neutron, made: FloatingIP, owner: str, key: str, pool: P
             return  # deleted, or given back, meanwhile
         given = neutron.describe(fip.id, p.description(owner, key), fip.revision)
         if given is not None:
-            _tagged(neutron, given, tags)
+            tagged(neutron, given, tags)
             return
         fip = neutron.get(fip.id)
     neutron.delete(made.id)
@@ -297,8 +275,8 @@ def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> 
         log.warning("floating IP %s (%s) made for key %s again: %s (%s) has it; deleting ours", made.address,
                     made.id, text, own.address, own.id)
         neutron.delete(made.id)
-        return _tagged(neutron, own, tags)
-    return _tagged(neutron, made, tags)
+        return tagged(neutron, own, tags)
+    return tagged(neutron, made, tags)
 
 
 def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str,
@@ -529,7 +507,6 @@ class OpenStackPools(OutsidePools):
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
-        from metal3_ipam.poolkinds.openstack.sweep import Sweeper
         super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
                          survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
         self.sweeper = Sweeper(self)

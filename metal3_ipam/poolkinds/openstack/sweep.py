@@ -59,8 +59,8 @@ from metal3_ipam.core.actions import Event, Plan
 from metal3_ipam.core.reconcile import ADDRESS_LOST
 from metal3_ipam.poolkinds.openstack import homes
 from metal3_ipam.poolkinds.openstack import pool as p
-from metal3_ipam.poolkinds.openstack.asks import homed_elsewhere_message, marked
 from metal3_ipam.poolkinds.openstack.client import FloatingIP, Neutron, OpenStackError
+from metal3_ipam.poolkinds.openstack.marks import homed_elsewhere_message, marked
 from metal3_ipam.poolkinds.openstack.pool import OPENSTACK_FLOATING_IP_POOL, OpenStackPool
 
 log = logging.getLogger(__name__)
