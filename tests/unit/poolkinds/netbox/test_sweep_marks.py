@@ -322,3 +322,70 @@ def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_no
     back = description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
     text = taken_over(gone, back, lambda h: PRESENT if h == Home("Cluster", C1) else ABSENT)
     assert text == back  # its own home again, taken from nobody
+
+
+def _being_deleted(obj: dict) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                "resourceVersion": "9"}}
+
+
+def _released_with_its_finalizer(side: _Side, netbox: SharedNetBox, claim: dict) -> None:
+    side.inventory.upsert(_deleted(claim))
+    asyncio.run(SharedNetBoxClient(netbox).release("k", side.pools._left_on_release))
+    side.inventory.remove(claim)
+
+
+def _two_live_claims_one_taken_over() -> tuple[SharedNetBox, _Side, _Side, dict, dict]:
+    """A move restored from a directory while the source runs: the target takes the address over, the source's
+    live claim holds it (``live-held=``)."""
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    target.sweep()
+    source.sweep()
+    held = netbox.items[3].description
+    assert home_in(held) == Home("Cluster", T1) and held_in(held) == Home("Cluster", C1), held
+    return netbox, source, target, mine, copy
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "An address two clusters' live claims carried, taken over by the target (home=Cluster:<target> "
+    "live-held=Cluster:<source> from=Cluster:<source>), outlives every claim when the source's Cluster is deleted "
+    "with its claim: the source's Cluster being deleted is ABSENT to its sweep, so held_by keeps its own "
+    "live-held= as another cluster's hold and never takes it off; the target's claim deleted later keeps the "
+    "address (kept_on_release: held elsewhere) and its sweeps never release it (unclaimed_here: a hold). "
+    "Leaked in NetBox, every claim gone through its finalizer"))
+def test_an_address_taken_over_is_released_once_the_holding_claims_cluster_is_deleted_and_the_takers_claim_is_too():
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    source.inventory.upsert(_being_deleted(cluster_c1(C1, False, "ns")))  # the user deletes the source's Cluster
+    _released_with_its_finalizer(source, netbox, mine)  # its claim goes first (CAPI deletes the Cluster's children)
+    source.sweep()
+    source.inventory.remove(cluster_c1(C1, False, "ns"))
+    source.sweep()
+    target.sweep()
+    _released_with_its_finalizer(target, netbox, copy)  # later, the taker's claim is deleted too
+    for _ in range(6):
+        source.sweep(every=GRACE)
+        target.sweep(every=GRACE)
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "An address two clusters' live claims carried, taken over by the target, outlives every claim when the "
+    "target's Cluster is deleted with its claim first: the target's release keeps it (live-held= of the source), "
+    "then the source's release keeps it too (kept_on_release: homed at an object absent there with from=), the "
+    "source's sweep takes its live-held= off and leaves it homed at the deleted target Cluster, which no sweep "
+    "anywhere releases. Leaked in NetBox, every claim gone through its finalizer"))
+def test_an_address_taken_over_is_released_once_the_takers_cluster_is_deleted_and_the_holding_claim_is_too():
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    target.inventory.upsert(_being_deleted(cluster_c1(T1, False, "t")))  # the user deletes the restored copy
+    _released_with_its_finalizer(target, netbox, copy)
+    target.inventory.remove(cluster_c1(T1, False, "t"))
+    assert 3 in netbox.items  # the source's live claim is bound to it: kept, rightly
+    source.sweep()
+    _released_with_its_finalizer(source, netbox, mine)  # later, the source's claim is deleted too
+    for _ in range(6):
+        source.sweep(every=GRACE)
+        target.sweep(every=GRACE)
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
