@@ -804,3 +804,32 @@ def test_a_floating_ip_a_copy_left_is_not_released_while_the_clusters_are_paused
     for side in (source, target, source, target):
         side.sweep()
     assert neutron.deleted == [], "released under the source's paused, bound claim ns/m1"
+
+
+def applied_again(side, uid="m1-uid-2", resource_version=1000):
+    """ns/m1 applied again in ``side`` with its key (a new uid), and given its floating IP by an allocation."""
+    from metal3_ipam.core.asking import Ask, Granted, Op
+    claim, lock = bound_objects()
+    claim["metadata"].update(uid=uid, resourceVersion=str(resource_version))
+    lock["metadata"].update(uid=f"l-{uid}", resourceVersion=str(resource_version + 1))
+    side.inventory.upsert(claim)
+    answer = asyncio.run(side.pools.asks.ask(Ask(Op.ALLOCATE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)))
+    assert isinstance(answer, Granted) and answer.address == "203.0.113.40", answer
+    side.inventory.upsert(lock)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a claim applied again with its key homes its floating IP (homes.mend, homed nowhere: ensure home) without "
+    "answering the hold the other cluster's live copy has on it, and the copy's cluster, found waiting at the "
+    "sweep before (when the home had not answered yet), takes it over at its next sweep as if the home had "
+    "missed it; the copy's claim deleted before the source's next sweep then deletes the floating IP the "
+    "source's new claim is bound to. Both controllers up, sweeping in turn"))
+def test_a_claim_applied_again_with_its_key_keeps_its_floating_ip_from_the_copys_take_over():
+    neutron, source, target = two_sides("metal3-ipam-home:OpenStackFloatingIPPool:pool-uid")
+    target.sweep()  # held by the copy, waiting for an answer
+    source.sweep()  # answered: the source's claim lives
+    released_by(source)  # the source's claim deleted: its marks come off, the copy's hold stays
+    applied_again(source)  # ... and applied again with its key: homed at the source again
+    target.sweep()  # the source had a sweep to answer before: taken over
+    released_by(target)  # the copy deleted
+    assert neutron.deleted == [], "released under the source's claim ns/m1, applied again and bound"
