@@ -389,3 +389,21 @@ def test_an_address_taken_over_is_released_once_the_takers_cluster_is_deleted_an
         source.sweep(every=GRACE)
         target.sweep(every=GRACE)
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the copy's sweep takes over an address homed at the source's live claim at once (taken_over: no from= yet, "
+    "the first take), writing home=Cluster:<target> from=Cluster:<source> with no mark of the source's claim; the "
+    "copy deleted before the source's next sweep writes its live-held= then deletes the address "
+    "(left_on_release: homed here, held nowhere) while the source's live claim is bound to it. Both controllers "
+    "up, sweeping at one interval"))
+def test_a_copy_deleted_after_its_sweep_took_the_address_over_leaves_it_to_the_live_claim_of_the_source():
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    source.sweep()  # the source's claim, homed there, swept as ever
+    target.sweep()  # the copy restored from a directory: its sweep takes the address over
+    assert home_in(netbox.items[3].description) == Home("Cluster", T1)
+    _released_with_its_finalizer(target, netbox, copy)  # the copy deleted before the source's next sweep
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
