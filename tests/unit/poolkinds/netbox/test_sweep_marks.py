@@ -322,3 +322,120 @@ def test_a_claim_moved_back_takes_its_address_homed_nowhere_and_moved_from_is_no
     back = description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))
     text = taken_over(gone, back, lambda h: PRESENT if h == Home("Cluster", C1) else ABSENT)
     assert text == back  # its own home again, taken from nobody
+
+
+def _being_deleted(obj: dict) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                "resourceVersion": "9"}}
+
+
+def _released_with_its_finalizer(side: _Side, netbox: SharedNetBox, claim: dict) -> None:
+    side.inventory.upsert(_deleted(claim))
+    asyncio.run(SharedNetBoxClient(netbox).release("k", side.pools._left_on_release))
+    side.inventory.remove(claim)
+
+
+def _two_live_claims_one_taken_over() -> tuple[SharedNetBox, _Side, _Side, dict, dict]:
+    """A move restored from a directory while the source runs: the target takes the address over, the source's
+    live claim holds it (``live-held=``)."""
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    target.sweep()
+    source.sweep()
+    held = netbox.items[3].description
+    assert home_in(held) == Home("Cluster", T1) and held_in(held) == Home("Cluster", C1), held
+    return netbox, source, target, mine, copy
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "An address two clusters' live claims carried, taken over by the target (home=Cluster:<target> "
+    "live-held=Cluster:<source> from=Cluster:<source>), outlives every claim when the source's Cluster is deleted "
+    "with its claim: the source's Cluster being deleted is ABSENT to its sweep, so held_by keeps its own "
+    "live-held= as another cluster's hold and never takes it off; the target's claim deleted later keeps the "
+    "address (kept_on_release: held elsewhere) and its sweeps never release it (unclaimed_here: a hold). "
+    "Leaked in NetBox, every claim gone through its finalizer"))
+def test_an_address_taken_over_is_released_once_the_holding_claims_cluster_is_deleted_and_the_takers_claim_is_too():
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    source.inventory.upsert(_being_deleted(cluster_c1(C1, False, "ns")))  # the user deletes the source's Cluster
+    _released_with_its_finalizer(source, netbox, mine)  # its claim goes first (CAPI deletes the Cluster's children)
+    source.sweep()
+    source.inventory.remove(cluster_c1(C1, False, "ns"))
+    source.sweep()
+    target.sweep()
+    _released_with_its_finalizer(target, netbox, copy)  # later, the taker's claim is deleted too
+    for _ in range(6):
+        source.sweep(every=GRACE)
+        target.sweep(every=GRACE)
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "An address two clusters' live claims carried, taken over by the target, outlives every claim when the "
+    "target's Cluster is deleted with its claim first: the target's release keeps it (live-held= of the source), "
+    "then the source's release keeps it too (kept_on_release: homed at an object absent there with from=), the "
+    "source's sweep takes its live-held= off and leaves it homed at the deleted target Cluster, which no sweep "
+    "anywhere releases. Leaked in NetBox, every claim gone through its finalizer"))
+def test_an_address_taken_over_is_released_once_the_takers_cluster_is_deleted_and_the_holding_claim_is_too():
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    target.inventory.upsert(_being_deleted(cluster_c1(T1, False, "t")))  # the user deletes the restored copy
+    _released_with_its_finalizer(target, netbox, copy)
+    target.inventory.remove(cluster_c1(T1, False, "t"))
+    assert 3 in netbox.items  # the source's live claim is bound to it: kept, rightly
+    source.sweep()
+    _released_with_its_finalizer(source, netbox, mine)  # later, the source's claim is deleted too
+    for _ in range(6):
+        source.sweep(every=GRACE)
+        target.sweep(every=GRACE)
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the copy's sweep takes over an address homed at the source's live claim at once (taken_over: no from= yet, "
+    "the first take), writing home=Cluster:<target> from=Cluster:<source> with no mark of the source's claim; the "
+    "copy deleted before the source's next sweep writes its live-held= then deletes the address "
+    "(left_on_release: homed here, held nowhere) while the source's live claim is bound to it. Both controllers "
+    "up, sweeping at one interval"))
+def test_a_copy_deleted_after_its_sweep_took_the_address_over_leaves_it_to_the_live_claim_of_the_source():
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    source.sweep()  # the source's claim, homed there, swept as ever
+    target.sweep()  # the copy restored from a directory: its sweep takes the address over
+    assert home_in(netbox.items[3].description) == Home("Cluster", T1)
+    _released_with_its_finalizer(target, netbox, copy)  # the copy deleted before the source's next sweep
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a paused claim's sweep holds only an address that names a home (held_by: no home, no hold), so an address "
+    "written by an earlier version (no home) whose key a paused copy carries is left unmarked however often that "
+    "cluster sweeps, and the release of the other cluster's live claim deletes it (left_on_release: no home) "
+    "while the paused copy is bound to it"))
+def test_an_address_of_an_earlier_version_is_held_by_a_paused_copys_sweep_and_kept_by_the_other_claims_release():
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", "metal3-ipam claim ns/m"))  # no home: an earlier version's
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), copy)  # the copy paused
+    target.sweep(times=3)
+    _released_with_its_finalizer(source, netbox, mine)  # the source's claim deleted, its sweep not come yet
+    assert netbox.released == [], "released the address the target's paused claim t/m is bound to"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "once the taker's claim is deleted (its release keeps the address: live-held= of the source), nothing ever "
+    "gives the address back to the source's live claim: taken_over refuses a take over from=its very home, the "
+    "taker's cluster never lifts another cluster's hold, so the source's claim keeps the AddressHomedElsewhere "
+    "condition ('a claim there carries the key too ... delete one of the two claims') at every sweep though no "
+    "claim there does, and the key's allocation (the claim applied again) is refused with that reason forever"))
+def test_the_holding_claim_gets_its_address_back_once_the_takers_claim_is_deleted():
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    _released_with_its_finalizer(target, netbox, copy)  # the user deletes one of the two claims, as told
+    assert 3 in netbox.items  # the source's live claim is bound to it: kept, rightly
+    for _ in range(4):
+        target.sweep()
+        source.sweep()
+    assert home_in(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
+    assert "k" not in source.inventory.homed_elsewhere, source.inventory.homed_elsewhere["k"]
