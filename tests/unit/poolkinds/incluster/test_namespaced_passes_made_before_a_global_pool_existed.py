@@ -58,7 +58,8 @@ AWAY = {IPS: {"addresses": ["fd00::100"]}, PREFIXES: {"prefixes": ["fd00::100/12
 
 def _claim(name, pool, kind):
     if kind == kinds.IPPOOL:
-        return {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim", "metadata": {"name": name, "namespace": NS},
+        return {"apiVersion": gi.CAPI_API_VERSION, "kind": "IPAddressClaim",
+                "metadata": {"name": name, "namespace": NS},
                 "spec": {"poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": "IPPool", "name": pool}}}
     return gi.claim(name, NS, kind[1], pool)
 
