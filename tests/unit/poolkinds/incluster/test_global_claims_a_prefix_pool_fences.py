@@ -45,9 +45,9 @@ def _edit_addresses(api, addresses):
 @pytest.mark.xfail(strict=True, reason="a global pool's claim whose Ready condition still says it is bound (to "
                    "fd00::1, its address objects since deleted and its pool edited off that IP) is not among the "
                    "claims a namespaced prefix pool's allocation writes (``global_claims_in_flight`` takes only those "
-                   "bound to nothing), yet its pass hands it another IP (fd00::2): made before the prefix pool existed and "
-                   "landing after that pool handed out fd00::2/127, it is not refused, and fd00::2 ends held by claims "
-                   "a and d of namespace default")
+                   "bound to nothing), yet its pass hands it another IP (fd00::2): made before the prefix pool "
+                   "existed and landing after that pool handed out fd00::2/127, it is not refused, and fd00::2 ends "
+                   "held by claims a and d of namespace default")
 def test_a_global_pools_pass_for_a_claim_that_lost_its_address_objects_meets_a_prefix_pools_allocation():
     """Claim d of a global IP pool is bound to fd00::1; a user deletes its address objects (finalizers stripped)
     and edits the pool off fd00::1. The global pool's pass for d (fd00::2) is made; the pool is edited off fd00::2
