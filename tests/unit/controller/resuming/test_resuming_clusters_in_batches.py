@@ -24,6 +24,10 @@ from resuming import WatchedKicks
 from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
 from resuming import moved_without_cluster, cancelled_while_listing
 from resuming import NS, creates
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from metal3_ipam.controller.resuming import Resumptions
 
 # How long a test waits for what a working lister does in milliseconds (the machine is shared).
 SHORT = 5.0
@@ -252,12 +256,6 @@ def test_a_running_cluster_whose_spec_moves_by_one_generation_during_each_listin
 
 
 # --- a state machine over Cluster news, LISTs and address creations --------------------------------
-
-import hypothesis.strategies as st  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
-
-from metal3_ipam.controller.resuming import Resumptions  # noqa: E402
 
 
 class ResumingInTheWorld(RuleBasedStateMachine):
