@@ -175,7 +175,7 @@ def keep_ledger(inventory: Inventory) -> Ledger:
             inventory.upsert(slim(written))
         elif not isinstance(action, SetStatus):
             raise AssertionError(f"a pass over bound claims planned a write: {action}")
-    assert len(ledger.claims) == len(ledger.bound) and not ledger.deferred, "every claim bound, nothing left"
+    assert len(ledger.claims) == len(ledger.bound) and not ledger.pending_steps, "every claim bound, nothing left"
     return ledger
 
 

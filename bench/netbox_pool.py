@@ -190,7 +190,7 @@ def kind_of(method: str, url: str, query: str) -> str:
     if method == "DELETE" and url.startswith("/api/ipam/ip-addresses/"):
         return "DELETE address"
     if method == "PATCH" and url.startswith("/api/ipam/ip-addresses/"):
-        return "PATCH address (keep back)"
+        return "PATCH address (reserve)"
     return f"{method} {url}"
 
 

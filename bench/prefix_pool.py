@@ -56,7 +56,7 @@ class Passes:
                 self.ledger = Ledger()
                 snapshot = self.api.inventory.snapshot(self.pool, NOW, random.Random(0))
                 plan = run_to_end(plan_pass(self.ledger, snapshot, full=True))
-            elif not changes and not self.ledger.deferred:
+            elif not changes and not self.ledger.pending_steps:
                 return n - 1
             else:
                 context = self.api.inventory.snapshot(self.pool, NOW, random.Random(0), members=False)
