@@ -22,7 +22,7 @@ side by side in one run:
   its size) against loading the same file with libyaml and, with ``--pure``,
   with the pure-Python loader.
 
-    python bench/admission.py [--reviews 20] [--loop-seconds 10] [--pure]
+    python -m bench.admission [--reviews 20] [--loop-seconds 10] [--pure]
 """
 
 from __future__ import annotations
@@ -33,22 +33,19 @@ import contextlib
 import io
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import yaml
 
-import yaml  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.cli import main as cli
+from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES
+from metal3_ipam.controller.webhook import hooks
+from metal3_ipam.core import kinds
+from metal3_ipam.testing import webhook_load as load
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.cli import main as cli  # noqa: E402
-from metal3_ipam.controller.review_body import MAX_REVIEW_BYTES  # noqa: E402
-from metal3_ipam.controller.webhook import hooks  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.testing import webhook_load as load  # noqa: E402
 
 CLAIM_PATH = next(h.path for h in hooks() if h.kind == kinds.IPCLAIM)
 POOL_PATH = next(h.path for h in hooks() if h.kind == kinds.IPPOOL and not h.mutating)

@@ -15,7 +15,7 @@ For (c): total time, the rounds to the fixed point, and the process's peak RSS.
 
 Each goal prints PASS or FAIL; the exit status is 0 either way unless --strict.
 
-    python bench/allocator.py [--strict] [--repeat 3] [--claims 65534] [--skip-reconcile]
+    python -m bench.allocator [--strict] [--repeat 3] [--claims 65534] [--skip-reconcile]
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ import resource
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.core.allocator import Allocator
+from metal3_ipam.core.pool import read_pool
+from metal3_ipam.memory import MemoryApi, converge
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.core.allocator import Allocator  # noqa: E402
-from metal3_ipam.core.pool import read_pool  # noqa: E402
-from metal3_ipam.memory import MemoryApi, converge  # noqa: E402
 
 WINDOW = 1000
 RATIO_GOAL = 2.0

@@ -18,7 +18,7 @@ bare writes it makes; the goal is <= 1.3 at 1,000 claims. Also printed: the
 writes per claim of each side, the controller's CPU, peak RSS and RSS growth
 per bound claim.
 
-    python bench/e2e_throughput.py [--claims 1000] [--parallel 16]
+    python -m bench.e2e_throughput [--claims 1000] [--parallel 16]
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,
+                           create_namespace, path, pool_obj, parser, print_writes, request, rss_growth,
+                           verdict, write_counts)
 
-from harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,  # noqa: E402
-                     create_namespace, path, pool_obj, parser, print_writes, request, rss_growth,
-                     verdict, write_counts)
 
 GOAL = 1.3
 SUBNET, PREFIX, GATEWAY = "10.10.0.0/16", 16, "10.10.0.1"

@@ -17,7 +17,7 @@ the last two are refused with PoolExhausted. Printed:
   time until it is ready (/readyz) and until a new claim is bound to the freed
   address, with the writes it made meanwhile.
 
-    python bench/full_pool.py [--size 16] [--parallel 16]
+    python -m bench.full_pool [--size 16] [--parallel 16]
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.harness import (ClaimWatch, Claims, Controller, bounded, claim_obj, control_plane, create_namespace,
+                           describe_writes, parser, path, pool_obj, raw_get, request, rss_growth, wait_gone, write_counts)
 
-from harness import (ClaimWatch, Claims, Controller, bounded, claim_obj, control_plane, create_namespace,  # noqa: E402
-                     describe_writes, parser, path, pool_obj, raw_get, request, rss_growth, wait_gone, write_counts)
 
 NS, POOL = "full", "full"
 EXHAUSTED = "PoolExhausted"

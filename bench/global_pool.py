@@ -21,7 +21,7 @@ so the next starts clean; the time of that release is printed too. Also
 printed: the ratios global/namespaced and the load average of the machine
 at the start of each phase (the benchmark shares the machine).
 
-    python bench/global_pool.py [--claims 1000] [--namespaces 100] [--parallel 16]
+    python -m bench.global_pool [--claims 1000] [--namespaces 100] [--parallel 16]
 
 ``BENCH_CLAIMS=N`` sets the number of claims when ``--claims`` is not given.
 """
@@ -35,13 +35,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.testing import go_incluster as gi
 
-from harness import (CAPI_CLAIMS, ClaimWatch, Claims, Controller, bounded, control_plane,  # noqa: E402
-                     create_incluster_pool, create_namespace, describe_writes, latencies_text, load_average,
-                     parser, request, totals_text, write_counts)
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
+from bench.harness import (CAPI_CLAIMS, ClaimWatch, Claims, Controller, bounded, control_plane,
+                           create_incluster_pool, create_namespace, describe_writes, latencies_text, load_average,
+                           parser, request, totals_text, write_counts)
+
 
 PREFIX = 16
 CREATED = ("POST", f"ipaddressclaims.{gi.GROUP}", "")

@@ -33,19 +33,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.api import request
+from metal3_ipam.core import kinds
+from metal3_ipam.core.naming import address_name
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries
+from metal3_ipam.testing.processes import stop_group
+
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from kubernetes import client, watch  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.api import request  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
-from metal3_ipam.testing.processes import stop_group  # noqa: E402
 
 GROUP, VERSION = kinds.METAL3_GROUP, "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -27,7 +27,7 @@ the control plane (kube-apiserver + etcd) per claim on each side, the total
 seconds, and the load average of the machine at the start of each side's
 phase (the benchmark shares the machine: the sides run one after the other).
 
-    python bench/incluster_throughput.py [--claims 1000] [--rounds 1] [--parallel 16]
+    python -m bench.incluster_throughput [--claims 1000] [--rounds 1] [--parallel 16]
 
 The machine may be shared: the sides run one after the other, so a load that
 changes meanwhile moves the ratio; ``--rounds R`` repeats both sides R times
@@ -48,17 +48,17 @@ from pathlib import Path
 
 import netaddr
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.core import kinds
+from metal3_ipam.core.kept import BOUND_REASON, bound_message
+from metal3_ipam.core.naming import lock_name
+from metal3_ipam.testing import go_incluster as gi
 
-from harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,  # noqa: E402
-                     _ready, bounded, claims_argument, control_plane, create_incluster_pool, create_namespace,
-                     incluster_pool_path, load_average, parser, print_writes, request, server_cpu_seconds,
-                     totals_text, verdict, write_counts)
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.kept import BOUND_REASON, bound_message  # noqa: E402
-from metal3_ipam.core.naming import lock_name  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
+from bench.harness import (CAPI_CLAIMS, MERGE_PATCH, ClaimWatch, Claims, Controller, Floor, Slot, WriteKey,
+                           _ready, bounded, claims_argument, control_plane, create_incluster_pool, create_namespace,
+                           incluster_pool_path, load_average, parser, print_writes, request, server_cpu_seconds,
+                           totals_text, verdict, write_counts)
+
 
 GOAL = 1.3
 POOL, ADDRESSES, PREFIX, GATEWAY = "bench", ["10.10.0.0/16"], 16, "10.10.0.1"

@@ -16,7 +16,7 @@ Printed: both times and their ratio, the worst single-claim latency (creation se
 until the watch sees the claim bound) with the median and the 99th percentile, the
 writes per claim of each side, and the controller's RSS growth per bound claim.
 
-    python bench/many_pools.py [--pools 1000] [--claims 10] [--parallel 16]
+    python -m bench.many_pools [--pools 1000] [--claims 10] [--parallel 16]
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,  # noqa: E402
-                     create_namespace, latencies_text, parser, print_writes, path, pool_obj, request, rss_growth,
-                     run_parallel, write_counts)
+from bench.harness import (ClaimWatch, Claims, Controller, Floor, Slot, bounded, claim_obj, control_plane,
+                           create_namespace, latencies_text, parser, print_writes, path, pool_obj, request, rss_growth,
+                           run_parallel, write_counts)
 
 
 def pool_name(i: int) -> str:

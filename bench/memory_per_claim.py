@@ -14,7 +14,7 @@ side: bytes per claim (with its Metal3 IPAddress; for Cluster API claims also
 the Cluster API IPAddress), the ratio whole/slim, and what the ledger adds.
 The goal (<= 5 KiB per claim) is for the whole controller: the ``ledger`` form.
 
-    python bench/memory_per_claim.py [--claims 40000] [--api metal3|capi|both] [--forms whole,slim,ledger]
+    python -m bench.memory_per_claim [--claims 40000] [--api metal3|capi|both] [--forms whole,slim,ledger]
 """
 
 from __future__ import annotations
@@ -28,19 +28,20 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.workers import MAX_STEPS_PER_PASS
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import SetStatus
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.core.reconcile import load, plan_pass, run_to_end
+from metal3_ipam.core.naming import address_name
+from metal3_ipam.core.slim import slim
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.workers import MAX_STEPS_PER_PASS  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core import objects as o  # noqa: E402
-from metal3_ipam.core.actions import SetStatus  # noqa: E402
-from metal3_ipam.core.inventory import Inventory  # noqa: E402
-from metal3_ipam.core.ledger import Ledger  # noqa: E402
-from metal3_ipam.core.reconcile import load, plan_pass, run_to_end  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.core.slim import slim  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
 
 GOAL = 5 * 1024
 NS = "bench"
@@ -174,7 +175,7 @@ def keep_ledger(inventory: Inventory) -> Ledger:
             inventory.upsert(slim(written))
         elif not isinstance(action, SetStatus):
             raise AssertionError(f"a pass over bound claims planned a write: {action}")
-    assert len(ledger.claims) == len(ledger.bound) and not ledger.deferred, "every claim bound, nothing left"
+    assert len(ledger.claims) == len(ledger.bound) and not ledger.pending_steps, "every claim bound, nothing left"
     return ledger
 
 
@@ -232,8 +233,8 @@ def main() -> int:
         label = "IPClaim + IPAddress" if api == "metal3" else "IPAddressClaim + 2 addresses"
         for form in forms:
             figures[form] = {tool: json.loads(subprocess.run(
-                [sys.executable, __file__, "--claims", str(args.claims), "--one", api, form, tool],
-                check=True, capture_output=True, text=True).stdout) for tool in ("traced", "rss")}
+                [sys.executable, "-m", __spec__.name, "--claims", str(args.claims), "--one", api, form, tool],
+                check=True, capture_output=True, text=True, cwd=ROOT).stdout) for tool in ("traced", "rss")}
             print(f"{label:<32}{form:<8}{figures[form]['traced']:>11.0f} B{figures[form]['rss']:>11.0f} B")
         if "whole" in figures and "slim" in figures:
             whole, lean = figures["whole"], figures["slim"]

@@ -36,10 +36,10 @@ worker and four threads, from the cached install and dump), in one run:
    median (goal <= 1.5); then NetBox is back and the time until every NetBox
    claim of the phases is bound, with one NetBox address each.
 
-    python bench/netbox_pool.py [--claims 500] [--rounds 3] [--latency-claims 100] [--rate 5] [--netbox-burst 40]
+    python -m bench.netbox_pool [--claims 500] [--rounds 3] [--latency-claims 100] [--rate 5] [--netbox-burst 40]
 
 ``BENCH_CLAIMS=N`` sets ``--claims`` when not given (a quick run: ``BENCH_CLAIMS=20
-python bench/netbox_pool.py --rounds 2 --latency-claims 10 --netbox-burst 5``).
+python -m bench.netbox_pool --rounds 2 --latency-claims 10 --netbox-burst 5``).
 """
 
 from __future__ import annotations
@@ -62,20 +62,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager, Iterable, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import aiohttp
 
-from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,  # noqa: E402
-                     claims_argument, control_plane, create_namespace, latencies_text, load_average, parser, path,
-                     pool_obj, positive, request, server_cpu_seconds, totals_text, verdict, write_counts)
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks
+from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key
+from metal3_ipam.poolkinds.netbox import pool as model
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.netbox import NetBox
 
-import aiohttp  # noqa: E402
+from bench.harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,
+                           claims_argument, control_plane, create_namespace, latencies_text, load_average, parser, path,
+                           pool_obj, positive, request, server_cpu_seconds, totals_text, verdict, write_counts)
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks  # noqa: E402
-from metal3_ipam.poolkinds.netbox.source import KEY_FIELD, owned_key  # noqa: E402
-from metal3_ipam.poolkinds.netbox import pool as model  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.netbox import NetBox  # noqa: E402
 
 THROUGHPUT_GOAL, LATENCY_GOAL = 1.3, 1.5
 #: The controller's requests in flight per NetBox server; the floor keeps as many.
@@ -191,7 +190,7 @@ def kind_of(method: str, url: str, query: str) -> str:
     if method == "DELETE" and url.startswith("/api/ipam/ip-addresses/"):
         return "DELETE address"
     if method == "PATCH" and url.startswith("/api/ipam/ip-addresses/"):
-        return "PATCH address (keep back)"
+        return "PATCH address (reserve)"
     return f"{method} {url}"
 
 

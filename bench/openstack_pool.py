@@ -29,10 +29,10 @@ network of about a thousand addresses and no floating-IP quota to speak of:
    baseline's (goal <= 1.5); then Neutron is back and the time until every
    floating-IP claim of the phases is bound, with one floating IP each.
 
-    python bench/openstack_pool.py [--claims 200] [--rounds 3] [--latency-claims 60] [--rate 5] [--burst 20]
+    python -m bench.openstack_pool [--claims 200] [--rounds 3] [--latency-claims 60] [--rate 5] [--burst 20]
 
-``BENCH_CLAIMS=N`` sets ``--claims`` when not given (a quick run: ``BENCH_CLAIMS=20 python
-bench/openstack_pool.py --rounds 1 --latency-claims 10 --burst 5``).
+``BENCH_CLAIMS=N`` sets ``--claims`` when not given (a quick run: ``BENCH_CLAIMS=20 python -m
+bench.openstack_pool --rounds 1 --latency-claims 10 --burst 5``).
 """
 
 from __future__ import annotations
@@ -49,18 +49,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.poolkinds.openstack import pool as model
+from metal3_ipam.poolkinds.openstack.asks import OpenStackAsks
+from metal3_ipam.poolkinds.openstack.client import Neutron
+from metal3_ipam.testing import go_incluster as gi
+from metal3_ipam.testing.openstack import OpenStack
 
-from harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,  # noqa: E402
-                     claims_argument, control_plane, create_namespace, latencies_text, load_average, parser, path,
-                     pool_obj, positive, request, totals_text, verdict)
+from bench.harness import (CAPI_CLAIMS, IPCLAIMS, ClaimWatch, Claims, Controller, bounded, claim_obj,
+                           claims_argument, control_plane, create_namespace, latencies_text, load_average, parser, path,
+                           pool_obj, positive, request, totals_text, verdict)
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.poolkinds.openstack import pool as model  # noqa: E402
-from metal3_ipam.poolkinds.openstack.asks import OpenStackAsks  # noqa: E402
-from metal3_ipam.poolkinds.openstack.client import Neutron  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
-from metal3_ipam.testing.openstack import OpenStack  # noqa: E402
 
 THROUGHPUT_GOAL, LATENCY_GOAL = 1.3, 1.5
 #: The controller's Neutron calls in flight per cloud; the floor keeps as many.

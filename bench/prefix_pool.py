@@ -15,7 +15,7 @@ intervals the free space of its ledger's allocator holds (the address set
 stays a handful of intervals, never one entry per sub-prefix). Checked: every
 claim holds its own aligned /64 of the /48, lowest first, under its own lock.
 
-    python bench/prefix_pool.py [--claims 10000] [--batch 1000] [--length 64]
+    python -m bench.prefix_pool [--claims 10000] [--batch 1000] [--length 64]
 """
 
 from __future__ import annotations
@@ -25,17 +25,15 @@ import ipaddress
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.core import kinds
+from metal3_ipam.core import objects as o
+from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.core.reconcile import plan_pass, run_to_end
+from metal3_ipam.memory import MemoryApi
+from metal3_ipam.testing import go_incluster as gi
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core import objects as o  # noqa: E402
-from metal3_ipam.core.ledger import Ledger  # noqa: E402
-from metal3_ipam.core.reconcile import plan_pass, run_to_end  # noqa: E402
-from metal3_ipam.memory import MemoryApi  # noqa: E402
-from metal3_ipam.testing import go_incluster as gi  # noqa: E402
 
 NS, PREFIX = "bench", "fd00::/48"
 PREFIX_POOL = o.PoolKey(NS, "pp", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL))
@@ -58,7 +56,7 @@ class Passes:
                 self.ledger = Ledger()
                 snapshot = self.api.inventory.snapshot(self.pool, NOW, random.Random(0))
                 plan = run_to_end(plan_pass(self.ledger, snapshot, full=True))
-            elif not changes and not self.ledger.deferred:
+            elif not changes and not self.ledger.pending_steps:
                 return n - 1
             else:
                 context = self.api.inventory.snapshot(self.pool, NOW, random.Random(0), members=False)

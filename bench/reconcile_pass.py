@@ -15,7 +15,7 @@ Then the longest the event loop went without a turn while the controller's
 pass loaded and decided the biggest pool afresh (start-up, a spec change, the
 audit), against the same work done in one go.
 
-    python bench/reconcile_pass.py [--sizes 1000,20000,50000] [--repeat 3]
+    python -m bench.reconcile_pass [--sizes 1000,20000,50000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -25,19 +25,17 @@ import asyncio
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.api import Outcome
+from metal3_ipam.controller.freezing import Freezer
+from metal3_ipam.controller.workers import PoolWorkers
+from metal3_ipam.core import kinds
+from metal3_ipam.core.ledger import Ledger
+from metal3_ipam.core.objects import PoolKey
+from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end
+from metal3_ipam.testing.bound_pool import NOW, bound_pool, claim
 
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.api import Outcome  # noqa: E402
-from metal3_ipam.controller.freezing import Freezer  # noqa: E402
-from metal3_ipam.controller.workers import PoolWorkers  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.ledger import Ledger  # noqa: E402
-from metal3_ipam.core.objects import PoolKey  # noqa: E402
-from metal3_ipam.core.reconcile import plan_pass, reconcile, run_to_end  # noqa: E402
-from metal3_ipam.testing.bound_pool import NOW, bound_pool, claim  # noqa: E402
 
 NS, POOL_NAME = "default", "pool1"
 POOL = PoolKey(NS, POOL_NAME)

@@ -13,7 +13,7 @@ patch the claim's status, add its finalizer; release: delete the claim,
 delete its address, take the address's finalizer off, take the claim's off).
 What the API server needs for a deletion against a creation shows there.
 
-    python bench/release_throughput.py [--claims 1000] [--parallel 16]
+    python -m bench.release_throughput [--claims 1000] [--parallel 16]
 
 BENCH_PROFILE=<file> runs the controller under cProfile (written at exit).
 """
@@ -29,18 +29,16 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from kubernetes import client, watch
 
-from kubernetes import client, watch  # noqa: E402
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.api import request
+from metal3_ipam.core import kinds
+from metal3_ipam.core.naming import address_name
+from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries
 
-from harness import Controller, claim_obj, path, pool_obj, raw_get  # noqa: E402
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.api import request  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
+from bench.harness import Controller, claim_obj, path, pool_obj, raw_get
+
 
 GROUP, VERSION = "ipam.metal3.io", "v1alpha1"
 NS = "release"

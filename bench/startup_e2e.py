@@ -11,7 +11,7 @@ bound, the writes the API server answered from start until then (a
 restart over a converged state should write almost nothing), and the seconds
 from SIGTERM until the process ended (the Go managers take about 1.2 s).
 
-    python bench/startup_e2e.py [--claims 10000] [--compare /path/to/other/checkout]
+    python -m bench.startup_e2e [--claims 10000] [--compare /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -23,19 +23,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kubernetes import client
+
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.api import request
+from metal3_ipam.core import kinds
+from metal3_ipam.core.naming import address_name
+from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries
+
+from bench.release_throughput import requests_so_far
+from bench.harness import Controller, claim_obj, path, pool_obj
+
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from kubernetes import client  # noqa: E402
-
-from harness import Controller, claim_obj, path, pool_obj  # noqa: E402
-from release_throughput import requests_so_far  # noqa: E402
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.api import request  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.naming import address_name  # noqa: E402
-from metal3_ipam.testing.controlplane import ControlPlane, default_crd_paths, ensure_binaries  # noqa: E402
 
 NS = "restart"
 def _claim(i: int) -> dict:

@@ -19,7 +19,7 @@ interpreter too), the longest full collection of the garbage collector, the
 total time, and the writes the first reconcile of the loaded pools plans
 (none: a restart over a converged state writes nothing).
 
-    python bench/startup_settle.py [--objects 50000]
+    python -m bench.startup_settle [--objects 50000]
 """
 
 from __future__ import annotations
@@ -32,22 +32,19 @@ import random
 import sys
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from metal3_ipam import poolkinds  # noqa: F401  (registers the kinds of pool)
+from metal3_ipam.controller.freezing import Freezer
+from metal3_ipam.controller.operator import Controller, file_in_steps
+from metal3_ipam.core import kinds
+from metal3_ipam.core.actions import SetStatus
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core.reconcile import reconcile
+from metal3_ipam.core.slim import slim
+from metal3_ipam.testing.listing import answers, read, served
 
-from memory_per_claim import NS, POOL, bound_claim  # noqa: E402
-from metal3_ipam import poolkinds  # noqa: E402,F401  (registers the kinds of pool)
-from metal3_ipam.controller.freezing import Freezer  # noqa: E402
-from metal3_ipam.controller.operator import Controller, file_in_steps  # noqa: E402
-from metal3_ipam.core import kinds  # noqa: E402
-from metal3_ipam.core.actions import SetStatus  # noqa: E402
-from metal3_ipam.core.inventory import Inventory  # noqa: E402
-from metal3_ipam.core.reconcile import reconcile  # noqa: E402
-from metal3_ipam.core.slim import slim  # noqa: E402
-from metal3_ipam.testing.listing import answers, read, served  # noqa: E402
+from bench.memory_per_claim import NS, POOL, bound_claim
+
 
 GOAL_MS = 20.0
 

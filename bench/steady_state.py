@@ -19,7 +19,7 @@ pool status written after the binding counts too). Printed per phase: the median
 latency and the mean CPU per claim (mean: the kernel counts CPU in 10 ms ticks), and
 their ratios to the baseline; the goal is <= 1.5 for both.
 
-    python bench/steady_state.py [--fill 50000] [--singles 20] [--parallel 16]
+    python -m bench.steady_state [--fill 50000] [--singles 20] [--parallel 16]
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.harness import (ClaimWatch, Claims, Controller, bounded, claim_obj, control_plane, create_namespace,
+                           median_ms, parser, path, pool_obj, request, rss_growth, verdict)
 
-from harness import (ClaimWatch, Claims, Controller, bounded, claim_obj, control_plane, create_namespace,  # noqa: E402
-                     median_ms, parser, path, pool_obj, request, rss_growth, verdict)
 
 GOAL = 1.5
 NS = "steady"

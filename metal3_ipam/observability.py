@@ -166,7 +166,7 @@ def rule_groups(settings: RuleSettings = RuleSettings()) -> list[dict[str, Any]]
         alert("Metal3IPAMExternalIPAMUnreachable", f"{led('metal3_ipam_external_ipam_up')} == 0", "critical",
               f"The IPAM server of pool {_pool_name()} does not answer",
               "The controller cannot reach the outside IPAM this pool's addresses come from (the pool's kind says which), or it "
-              "answers with server errors: new claims of the pool wait, releases are held back. Check the "
+              "answers with server errors: new claims of the pool wait, releases are put off. Check the "
               "server, its URL in the pool's spec and the network between them.",
               "metal3ipamexternalipamunreachable"),
     ]

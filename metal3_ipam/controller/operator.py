@@ -113,7 +113,7 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
     return resources
 
 
-def unserved(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+def pending(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
     """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
     those this controller may not list."""
     ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)
@@ -188,7 +188,7 @@ class Controller:
         self.workers.kick(self.inventory.upsert(obj))
 
     def _pending(self, obj: dict) -> bool:
-        return self.resumptions is not None and self.resumptions.park(obj)
+        return self.resumptions is not None and self.resumptions.pending(obj)
 
     async def _relist_addresses(self, namespace: str) -> None:
         for listing in self.relist(namespace):
@@ -284,17 +284,17 @@ class Controller:
                                                                            else {}))
         version = None
         freezer = self.workers.freezer
-        park = self._pending if listing.kind == kinds.CLUSTER and not first else None
+        pending = self._pending if listing.kind == kinds.CLUSTER and not first else None
         # A listing of the locks where two stores hold them: what is hidden (``hide_listed``) is listed, not filed.
-        hold = self.hide_listed if listing.kind == kinds.IPADDRESS and listing.only is not None else park
+        hold = self.hide_listed if listing.kind == kinds.IPADDRESS and listing.only is not None else pending
         with freezer.paused():
             async with contextlib.aclosing(listing.pages()) as pages:
                 async for page in pages:
                     version = version or page.resource_version
-                    await file_in_steps(filing.file(page.items, hold=hold), self.workers.kick, freezer)
+                    await file_in_steps(filing.file(page.items, pending=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
-        if park is not None and self.resumptions is not None:
-            self.resumptions.listed(listing.namespace, filing.seen, version)  # parked ones it proves gone
+        if pending is not None and self.resumptions is not None:
+            self.resumptions.listed(listing.namespace, filing.seen, version)  # pending ones it proves gone
         return version
 
 

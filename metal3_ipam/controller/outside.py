@@ -12,7 +12,7 @@ every such kind lives here:
   more are forgotten;
 * what is due is sent at once (:meth:`OutsidePools.pump`); an answer is filed and
   wakes the pool's pass for the claims carrying its key (``wake(pool, key)``), or
-  for every claim of the pool awaiting an answer when it changed what they show
+  for every claim of the pool pending an answer when it changed what they show
   of their server, as does an ask whose deadline passed (``wake(pool, None)``);
   the next ask waits for ``Asking.next_due()`` on one timer, never a fixed poll;
 * each pool's status is the outside IPAM's (the asks' ``survey``), written when
@@ -89,7 +89,7 @@ class OutsidePools:
         raise NotImplementedError
 
     def server_of(self, model: Any) -> Hashable | None:
-        """The outside IPAM a pool's asks go to (what the asks are held back by when it is down)."""
+        """The outside IPAM a pool's asks go to (what the asks are put off by when it is down)."""
         raise NotImplementedError
 
     def key_of(self, obj: Mapping[str, Any]) -> str | None:
@@ -181,7 +181,7 @@ class OutsidePools:
             self._timer = asyncio.get_running_loop().call_later(max(at - self.clock(), 0.05), self.pump)
 
     def _answered(self, ref: PoolRef, server: Any, answer: Answer) -> None:
-        """File an answer; wake the pool for the claims of its key, or for all its claims awaiting an answer
+        """File an answer; wake the pool for the claims of its key, or for all its claims pending an answer
         when the answer changed what they show of their server (it failed, or answered again)."""
         standing = self.answers.server_standing(server)
         filed = self.answers.file(answer, self.clock())

@@ -1,10 +1,10 @@
-"""Clusters that resume after ``clusterctl move``, parked until their namespace's addresses are listed again.
+"""Clusters that resume after ``clusterctl move``, pending until their namespace's addresses are listed again.
 
 ``clusterctl move`` creates a Cluster paused, then everything of it, its
 addresses included, and unpauses it last. The watch of addresses may lag
 behind the watch (or the listing) of Clusters: a claim served before its
 moved address is known would get another IP. So a Cluster seen unpaused
-while it is paused here is not filed at once: it is parked, its namespace's
+while it is paused here is not filed at once: it is pending, its namespace's
 addresses are listed again (a LIST begun after the unpause, so it shows
 every moved address), and only then is the Cluster filed.
 
@@ -16,11 +16,11 @@ claims wait for it (``reconcile``). Only the start-up listing of Clusters
 files them at once: every listing of addresses comes after it, and no pool
 is looked at before.
 
-One listing per namespace at a time serves every Cluster parked before it
+One listing per namespace at a time serves every Cluster pending before it
 began (Clusters created together cost one), and releases only those.
 Each resumption is its own: a Cluster paused again, deleted (told, or
 proved by a LIST of Clusters), made anew, or moved by two spec writes or
-more while it is parked (a pause and an unpause seen only as their sum, by
+more while it is pending (a pause and an unpause seen only as their sum, by
 folded events or a listing; one write cannot do both) ends that resumption,
 and its next unpause waits for a listing of its own. A Cluster filed
 running and seen running again two writes or more later waits the same way.
@@ -44,7 +44,7 @@ log = logging.getLogger("metal3_ipam.resuming")
 # The pauses between tries of a namespace's addresses listing: the first, and the longest.
 FIRST_PAUSE = 0.5
 LONGEST_PAUSE = 30.0
-# How long a namespace's listing waits for more Clusters to park before it begins: Clusters created
+# How long a namespace's listing waits for more Clusters to become pending before it begins: Clusters created
 # together (a fleet applied at once, kopf's first listing) are released by one listing, not one each.
 GATHER = 0.05
 
@@ -69,19 +69,19 @@ class Resumptions:
         self._filed_lately: dict[ClusterKey, None] = {}  # filed by listers since the last LIST of Clusters
         self.tasks: set[asyncio.Task] = set()  # the listings under way
 
-    def park(self, obj: dict) -> bool:
-        """Whether ``obj`` (a Cluster, from a watch event or a listing) is parked rather than filed now."""
+    def pending(self, obj: dict) -> bool:
+        """Whether ``obj`` (a Cluster, from a watch event or a listing) is pending rather than filed now."""
         if kinds.kind_of(obj) != kinds.CLUSTER:
             return False
         key = (o.namespace(obj), o.name(obj))
         stored = self.inventory.get(kinds.CLUSTER, *key)
         if stored is not None and older(obj, stored):
             return False  # older news (a listing taken before an event): the inventory drops it
-        parked = self._pending.get(key)
-        if parked is not None:
-            resumption, newest = parked
+        pending = self._pending.get(key)
+        if pending is not None:
+            resumption, newest = pending
             if older(obj, newest):
-                return True  # older than what is parked: nothing new
+                return True  # older than what is pending: nothing new
             if not o.cluster_paused(obj) and not _may_have_paused(newest, obj):
                 self._pending[key] = (resumption, obj)  # still resuming: the listing under way was begun after
                 return True
@@ -110,7 +110,7 @@ class Resumptions:
         return True
 
     def listed(self, namespace: str | None, seen: set, version: str | None) -> None:
-        """A LIST of Clusters (of ``namespace``, or of all) taken at ``version`` is in: a Cluster parked,
+        """A LIST of Clusters (of ``namespace``, or of all) taken at ``version`` is in: a Cluster pending,
         not in it, and older than it, is gone; its lister must not file it."""
         at = version_number(version)
         if at is None:
@@ -127,7 +127,7 @@ class Resumptions:
                 # Buried at the listing's version: a late copy of it (kopf's lagging stream) is dropped.
                 self.drop({**newest, "metadata": {**o.meta(newest), "resourceVersion": str(at)}})
         # Filed by a lister while the listing was being closed: its look over the inventory may have
-        # passed them by. (A watch event filed so is followed by its DELETED; a parked copy, kopf's, may not.)
+        # passed them by. (A watch event filed so is followed by its DELETED; a pending copy, kopf's, may not.)
         filed, self._filed_lately = self._filed_lately, {}
         for key in filed:
             stored = self.inventory.get(kinds.CLUSTER, *key)
@@ -135,11 +135,11 @@ class Resumptions:
                 self.drop({**stored, "metadata": {**o.meta(stored), "resourceVersion": str(at)}})
 
     def forget(self, cluster: dict) -> None:
-        """The Cluster is gone: what is parked of it goes too (not what is parked of another one of its name)."""
+        """The Cluster is gone: what is pending of it goes too (not what is pending of another one of its name)."""
         key = (o.namespace(cluster), o.name(cluster))
-        parked = self._pending.get(key)
+        pending = self._pending.get(key)
         uid = o.meta(cluster).get("uid")
-        if parked is not None and (uid is None or uid == o.meta(parked[1]).get("uid")):
+        if pending is not None and (uid is None or uid == o.meta(pending[1]).get("uid")):
             del self._pending[key]
 
     def _current(self, key: ClusterKey, resumption: Any) -> bool:
@@ -147,7 +147,7 @@ class Resumptions:
 
     async def _list_for(self, namespace: str) -> None:
         """List the namespace's addresses again for as long as Clusters wait for it; each listing
-        releases the Clusters parked before it began."""
+        releases the Clusters pending before it began."""
         while True:
             await asyncio.sleep(self.gather)  # the event that started this is recorded first, and others join
             batch = [(k, r) for k, r in self._waiting.pop(namespace, []) if self._current(k, r)]

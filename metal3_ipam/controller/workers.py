@@ -125,8 +125,8 @@ class PoolWorkers:
         # When a claim was first seen waiting, for the allocation latency histogram.
         self._waiting_since: dict[tuple, float] = {}
         # Per namespace, the pools with claims that could not be served: woken when another pool
-        # of the namespace lets an IP or an address name go (see ``_wake_waiting``).
-        self._unserved_pools: dict[str, set[o.PoolKey]] = {}
+        # of the namespace lets an IP or an address name go (see ``_wake_pending_free``).
+        self._pools_pending_free: dict[str, set[o.PoolKey]] = {}
         self._stopping = False  # stop() was called: no pass starts any more
         # The work queue, as the metrics show it: pool -> (when it was marked for a pass, its priority: 0, or
         # RESYNC_PRIORITY when a resync or relist marked it); and pool -> when its pass under way started.
@@ -299,7 +299,7 @@ class PoolWorkers:
         self._ledgers.pop(pool, None)
         if pool.kind in self.outside:
             self.outside[pool.kind].pool_gone(pool)
-        self._unserved_pools.get(pool.namespace, set()).discard(pool)
+        self._pools_pending_free.get(pool.namespace, set()).discard(pool)
         self._status_written.pop(pool, None)
         self._audit_at.pop(pool, None)
         self.inventory.drain(pool)
@@ -308,8 +308,8 @@ class PoolWorkers:
         metrics.remove_pool_series(pool)
 
     def answered(self, pool: o.PoolKey, key: str | None = None) -> None:
-        """An outside IPAM answered for allocation key ``key`` of ``pool``: the claims awaiting it are decided
-        again. ``None``: something that concerns every claim of the pool awaiting an answer (its server
+        """An outside IPAM answered for allocation key ``key`` of ``pool``: the claims pending its answer are decided
+        again. ``None``: something that concerns every claim of the pool pending an answer (its server
         failed or answered again, an ask timed out): they all are."""
         ledger = self._ledgers.get(pool)
         if ledger is not None:
@@ -317,12 +317,12 @@ class PoolWorkers:
                 ledger.wake()
             else:
                 ledger.answered(key)
-                # A bound claim carrying the key awaits nothing: decided again too, for what its IPAM's sweep
+                # A bound claim carrying the key is not pending: decided again too, for what its IPAM's sweep
                 # found of the key since (its address gone there: ``Inventory.address_lost``).
                 for claim in self.inventory.claims_carrying(key):
                     ckey = _claim_key(pool, kinds.kind_of(claim)[1], o.namespace(claim), o.name(claim))
                     if ckey in ledger.claims:
-                        ledger.deferred_claims[ckey] = None
+                        ledger.pending_claims[ckey] = None
         self.kick([pool])
 
     def _retry_later(self, pool: o.PoolKey) -> None:
@@ -451,7 +451,7 @@ class PoolWorkers:
                 found = await self._cooperate(compare(kept, fresh))
             plan = await self._cooperate(plan_pass(fresh, snapshot, full=True, loaded=True,
                                                    max_steps=self.max_steps, status_due=scope.status_due))
-            if scope.audited and not dirty_claims and not kept.deferred and not fresh.deferred:
+            if scope.audited and not dirty_claims and not kept.pending_steps and not fresh.pending_steps:
                 found += await self._cooperate(self._compare_bindings(kept, fresh, plan))
             if big:
                 await asyncio.sleep(0)  # the freeze at the end of the pause is a turn of its own ...
@@ -460,12 +460,12 @@ class PoolWorkers:
         return fresh, snapshot, plan, found
 
     def _follow_up(self, pool: o.PoolKey, ledger: Ledger, released: int, started: float) -> None:
-        """What the decisions leave for later: other pools' unserved claims woken when an address of this one
+        """What the decisions leave for later: other pools' claims given an error woken when an address of this one
         went, this pool's noted, the rest of a backlog in the next pass, a status write put off scheduled."""
         if ledger.released != released:
-            self._wake_waiting(pool)
-        self._note_unserved(pool, ledger)
-        if ledger.deferred:
+            self._wake_pending_free(pool)
+        self._note_pending_free(pool, ledger)
+        if ledger.pending_steps:
             self._mark(pool)  # the rest in the next pass, after other pools had theirs
         if ledger.status_pending:
             self._status_later(pool, self._status_written.get(pool, started) + self._status_interval(ledger) - started)
@@ -485,10 +485,10 @@ class PoolWorkers:
             # The writer filed its answers (and the watch may have brought news) meanwhile. The
             # watch events of our own writes come after their answers, are older news and kick
             # nothing: without another pass the ledger would not take them in (a released IP
-            # would stay taken, the counts in the status wrong) until some other event.
+            # would stay held, the counts in the status wrong) until some other event.
             self._mark(pool)
         if outcome.again or outcome.failures or outcome.stopped:
-            # What was planned but not written must not stay taken, whatever the writer read back.
+            # What was planned but not written must not stay held, whatever the writer read back.
             ledger.needs_full = True
         if any(isinstance(a, SetStatus) and a.target.group_kind in poolkind.REGISTRY for a in plan.writes):
             self._status_written[pool] = planned
@@ -496,20 +496,20 @@ class PoolWorkers:
                  pool.namespace, pool.name, len(ledger.claims), len(plan.steps), planned - started, outcome.done,
                  time.monotonic() - planned, f", {len(outcome.failures)} refused" if outcome.failures else "",
                  f", {outcome.stopped} steps stopped: no longer leading" if outcome.stopped else "",
-                 ", more next pass" if ledger.deferred else "")
+                 ", more next pass" if ledger.pending_steps else "")
         self._observe(pool, plan, outcome, started)
         return outcome
 
-    def _note_unserved(self, pool: o.PoolKey, ledger: Ledger) -> None:
-        pools = self._unserved_pools.setdefault(pool.namespace, set())
-        if ledger.unserved:
+    def _note_pending_free(self, pool: o.PoolKey, ledger: Ledger) -> None:
+        pools = self._pools_pending_free.setdefault(pool.namespace, set())
+        if ledger.pending_free:
             pools.add(pool)
         else:
             pools.discard(pool)
             if not pools:
-                del self._unserved_pools[pool.namespace]
+                del self._pools_pending_free[pool.namespace]
 
-    def _wake_waiting(self, pool: o.PoolKey) -> None:
+    def _wake_pending_free(self, pool: o.PoolKey) -> None:
         """An address of ``pool`` went: the claims other pools of its namespace could not serve are tried again.
 
         Such a claim may have failed on this pool's doing (an IP its address
@@ -518,13 +518,13 @@ class PoolWorkers:
         """
         # A pool of cluster scope (namespace "") has addresses in any namespace, and its claims meet the
         # name locks and addresses of every namespace's pools.
-        spaces = [pool.namespace, ""] if pool.namespace else list(self._unserved_pools)
-        waiting = [other for space in spaces for other in self._unserved_pools.get(space, ()) if other != pool]
-        for other in waiting:
+        spaces = [pool.namespace, ""] if pool.namespace else list(self._pools_pending_free)
+        pending = [other for space in spaces for other in self._pools_pending_free.get(space, ()) if other != pool]
+        for other in pending:
             ledger = self._ledgers.get(other)
             if ledger is not None:
                 ledger.wake()
-        self.kick(waiting)
+        self.kick(pending)
 
     async def _cooperate(self, pass_: Generator[None, None, Any]) -> Any:
         """Run a pass (or other work in pieces), giving the event loop its turn every ``slice_seconds`` of work."""

@@ -89,7 +89,7 @@ class Allocator:
         self.withheld = normalise(withheld)
         self.free = [IntervalSet(subtract(pool.allocatable(e), self.withheld)) for e in pool.entries]
         self._slot = {e.index: i for i, e in enumerate(pool.entries)}
-        self.taken: set[int] = set()
+        self.held: set[int] = set()
         # IP -> the claim it is kept for, as (kind, name): a bound claim whose address objects are gone.
         self.kept: dict[int, tuple[str, str]] = {}
         # Spans of units held whole by an address wider than a unit (a prefix pool's sub-prefix written at a
@@ -99,16 +99,16 @@ class Allocator:
 
     # -- bookkeeping ---------------------------------------------------------
 
-    def take(self, ip: int) -> None:
+    def hold(self, ip: int) -> None:
         """Record an address already in use (by any claim, or by another pool's name)."""
-        self.taken.add(ip)
+        self.held.add(ip)
         entry = self.pool.entry_of(ip)
         if entry is not None:
             self.free[self._slot[entry.index]].discard(ip)
 
     def release(self, ip: int) -> None:
-        """An address is no longer in use; it is free again unless it is held back."""
-        self.taken.discard(ip)
+        """An address is no longer in use; it is free again unless held otherwise."""
+        self.held.discard(ip)
         entry = self.pool.entry_of(ip)
         if entry is None or self.pool.is_reserved(ip) or self.pool.holder_of(ip) is not None or self.is_withheld(ip) \
                 or ip in self.kept or self.is_covered(ip):
@@ -123,7 +123,7 @@ class Allocator:
             self.free[self._slot[entry.index]].discard(ip)
 
     def unkeep(self, ip: int) -> None:
-        if self.kept.pop(ip, None) is not None and ip not in self.taken:
+        if self.kept.pop(ip, None) is not None and ip not in self.held:
             self.release(ip)
 
     def cover(self, lo: int, hi: int) -> None:
@@ -145,7 +145,7 @@ class Allocator:
         if held != 1:
             return False
         busy = normalise([*self.withheld, *self.covered,
-                          *((u, u) for u in (*self.taken, *self.kept) if lo <= u <= hi)])
+                          *((u, u) for u in (*self.held, *self.kept) if lo <= u <= hi)])
         freed = False
         for i, entry in enumerate(self.pool.entries):
             if entry.last < lo or hi < entry.first:
@@ -179,7 +179,7 @@ class Allocator:
                  name_taken: Callable[[int], bool] = lambda ip: False,
                  kept_as: tuple[str, str] | None = None, avoid: list[tuple[int, int]] = (),
                  passed_over: set[int] | None = None) -> Grant:
-        """Choose an address for ``claim`` and mark it taken.
+        """Choose an address for ``claim`` and mark it held.
 
         ``requested`` is the claim's ``ipAddress`` annotation. ``name_taken``
         says whether the IPAddress name of an address is already used by an
@@ -247,12 +247,12 @@ class Allocator:
                                                      "overlaps, under locks of another name, owns it")
         entry = self.pool.entry_of(ip)
         what = "preallocated address" if preallocated else what
-        if (ip in self.taken and not overlooked) or self.is_covered(ip) or name_taken(ip):
+        if (ip in self.held and not overlooked) or self.is_covered(ip) or name_taken(ip):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is already in use")
         if keeper is not None and keeper != kept_as and not (preallocated and keeper[1] == claim):
             raise AllocationError(ALLOCATION_FAILED, f"{what} {text} is kept for {' '.join(keeper)}, whose status names "
                                                      "it and whose address objects were deleted")
-        self.take(ip)
+        self.hold(ip)
         return Grant(self.pool.address_of(ip), entry, ip)
 
     def _next(self, name_taken: Callable[[int], bool], avoid: list[tuple[int, int]] = (),
@@ -268,7 +268,7 @@ class Allocator:
                 if passed_over is not None and name_taken(ip):
                     passed_over.add(ip)
                     return self._next_outside(name_taken, avoid, passed_over)
-                self.take(ip)
+                self.hold(ip)
                 if passed_over is not None or not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
         raise AllocationError(POOL_EXHAUSTED, "no free address left in the pool")
@@ -295,7 +295,7 @@ class Allocator:
                     passed_over.add(ip)
                     avoid = normalise([*avoid, (ip, ip)])
                     continue
-                self.take(ip)
+                self.hold(ip)
                 if passed_over is not None or not name_taken(ip):
                     return Grant(self.pool.address_of(ip), entry, ip)
         if not withheld:

@@ -112,7 +112,7 @@ class Refused:
     """The ask did not get what it asked: ``reason`` (a condition reason) and ``message``.
 
     ``server_down``: the server itself failed (unreachable, timed out, 5xx),
-    not this one request; it holds back every ask of that server for a while.
+    not this one request; it puts off every ask of that server for a while.
     """
 
     key: str
@@ -280,7 +280,7 @@ class Asking:
             if out_per_server.get(entry.server, 0) >= self.per_server:
                 continue
             if server.failures and (now < server.closed_at or out_per_server.get(entry.server, 0)):
-                continue  # held back, or its one probe is out
+                continue  # put off, or its one probe is out
             self._attempts += 1
             entry.attempts += 1
             entry.out = Op.RELEASE if entry.releasing else Op.ALLOCATE
@@ -456,7 +456,7 @@ class Asking:
         return state.refusal if state is not None and state.failures else None
 
     def server_standing(self, server: Hashable) -> str | None:
-        """What the keys waiting behind ``server`` show of it: the reason it failed, while it holds them back;
+        """What the keys waiting behind ``server`` show of it: the reason it failed, while it puts them off;
         None while it answers. An answer that leaves this as it was concerns its own key only; one that
         changes it concerns every key waiting on that server."""
         refusal = self.server_refusal(server)
@@ -489,8 +489,8 @@ class Asking:
     def wanted(self) -> set[str]:
         return {k for k, e in self._entries.items() if not e.releasing}
 
-    def server_held(self, server: Hashable, now: float) -> bool:
-        """Whether the server's circuit holds its asks back now (it failed and its backoff has not ended)."""
+    def asks_put_off(self, server: Hashable, now: float) -> bool:
+        """Whether the server's circuit puts its asks off now (it failed and its backoff has not ended)."""
         state = self._servers.get(server)
         if not state or not state.failures:
             return False

@@ -174,7 +174,7 @@ class Inventory:
         self._holders: dict[str, dict[int | tuple[int, int], ObjKey | Several]] = {}
         # The same IPs per namespace and IP version as a set of intervals (an IP inside a span is found in
         # O(log n)), and the sub-prefixes addresses of prefix pools hold whole, per namespace, by (version,
-        # length) and base address: an address inside one is taken, as a sub-prefix holding one is
+        # length) and base address: an address inside one is held, as a sub-prefix holding one is
         # (``held_elsewhere``).
         self._held_ips: dict[str, dict[int, IntervalSet]] = {}
         self._prefixes: dict[str, dict[tuple[int, int], dict[int, ObjKey | Several]]] = {}
@@ -1218,17 +1218,17 @@ class Listed:
         self.seen: set[ObjKey] = set()
 
     def file(self, items: Iterable[dict], step: int = SETTLE_STEP,
-             hold: Callable[[dict], bool] | None = None) -> Iterator[set[o.PoolKey]]:
+             pending: Callable[[dict], bool] | None = None) -> Iterator[set[o.PoolKey]]:
         """File listed objects like events; yields the pools each ``step`` of them touched.
 
-        An object ``hold`` takes (it files it later itself) is listed, not filed.
+        An object ``pending`` says is pending (its caller files it later itself) is listed, not filed.
         """
         touched: set[o.PoolKey] = set()
         for done, item in enumerate(items, 1):
             key = self.inventory.key(item)
             if key is not None and (key in self.inventory.objects or self.inventory.keeps(key, item)):
                 self.seen.add(key)
-                if hold is None or not hold(item):
+                if pending is None or not pending(item):
                     touched |= self.inventory.upsert(item)
             if done % step == 0:
                 yield touched

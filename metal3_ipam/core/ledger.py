@@ -11,7 +11,7 @@ over a ledger loaded from every object of the pool.
 What it keeps:
 - the pool's claims and addresses (of both APIs) by name, and the addresses
   by the claim they name;
-- the allocator, with every IP an address of the pool holds taken, counted
+- the allocator, with every IP an address of the pool holds marked held, counted
   by the address objects holding it (two addresses of one IP are one use);
 - the IP each claim's status says it holds (``kept``; see ``kept.own_ip``),
   kept in the allocator for the first claim naming it, so that a claim whose
@@ -55,14 +55,14 @@ LOAD_CHUNK = 128
 
 
 class _Allocator(Allocator):
-    """An allocator that notes what a pass takes, so what was only planned is given back after it."""
+    """An allocator that notes what a pass holds, so what was only planned is given back after it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planned: set[int] | None = None
 
-    def take(self, ip: int) -> None:
-        super().take(ip)
+    def hold(self, ip: int) -> None:
+        super().hold(ip)
         if self.planned is not None:
             self.planned.add(ip)
 
@@ -95,7 +95,7 @@ class Ledger:
         self.bound: dict[o.ClaimKey, str] = {}      # claim -> address text, for status.indexes
         self.bound_version = 0                      # bumped whenever ``bound`` changes
         self.index = StatusIndex()                  # ``bound`` in status.indexes order, kept in step
-        self.unserved: dict[o.ClaimKey, None] = {}  # claims given an error instead of an address
+        self.pending_free: dict[o.ClaimKey, None] = {}  # claims given an error, pending a free IP or name
         # Claims whose address object is not taken up (its IP another's, or one the pool could not hand out)
         # -> what the pool's status says of it; ``conflicts_version`` is bumped whenever it changes.
         self.conflicts: dict[o.ClaimKey, str] = {}
@@ -107,20 +107,20 @@ class Ledger:
         # allocation key asked for: decided again when that key is answered (``answered``) or on ``wake``,
         # not when an IP goes free (nothing of this pool stands in their way).
         self.pending_answers: dict[o.ClaimKey, str] = {}
-        self.deferred_claims: dict[o.ClaimKey, None] = {}
+        self.pending_claims: dict[o.ClaimKey, None] = {}
         # Deleted claims whose address is held until a deadline (RFC 3339): decided again once it passed.
-        self.due: dict[o.ClaimKey, str] = {}
-        self.deferred_addresses: dict[Holder, None] = {}
+        self.deadlines: dict[o.ClaimKey, str] = {}
+        self.pending_addresses: dict[Holder, None] = {}
         # A full reconcile is due: set when writes of a pass failed, when the pool was paused.
         self.needs_full = True
         # The status key (see reconcile.pool_status) for which the pool's status was found current.
         self.status_clean: tuple | None = None
         self.status_pending = False  # a status write was put off (counts and indexes only)
         self._freed = False  # an IP went free since the last pass (or another pool let one go: ``wake``)
-        self._woken = False  # every awaiting claim is decided again in the next pass (``wake``)
+        self._woken = False  # every pending claim is decided again in the next pass (``wake``)
         self._answered: set[str] = set()  # allocation keys answered since the last pass (``answered``)
         # Addresses of the pool that went (or moved), ever: the IPs and names they let go may be what
-        # another pool of the namespace waits for (its unserved claims; see ``wake``).
+        # another pool of the namespace waits for (its claims given an error; see ``wake``).
         self.released = 0
 
     # -- the pool itself ---------------------------------------------------
@@ -157,11 +157,11 @@ class Ledger:
         Dirty are: changed claims and the addresses naming them, the claims of
         the addresses at an IP a changed claim's status keeps or kept, changed
         addresses and the claims they named before and name now; then what
-        an earlier pass left over, and the unserved claims when an IP went free.
+        an earlier pass left over, and the claims given an error when an IP went free.
         """
-        claims: dict[o.ClaimKey, None] = dict.fromkeys(self.deferred_claims)
-        addresses: dict[Holder, None] = dict.fromkeys(self.deferred_addresses)
-        self.deferred_claims, self.deferred_addresses = {}, {}
+        claims: dict[o.ClaimKey, None] = dict.fromkeys(self.pending_claims)
+        addresses: dict[Holder, None] = dict.fromkeys(self.pending_addresses)
+        self.pending_claims, self.pending_addresses = {}, {}
         for key, obj in changes:
             kind, namespace, name = key
             if kind in CLAIM_KINDS:
@@ -210,7 +210,7 @@ class Ledger:
                 addresses[(tag, akey)] = None
         if self._freed:
             self._freed = False
-            for ckey in self.unserved:
+            for ckey in self.pending_free:
                 claims[ckey] = None
         if self._woken or self._answered:
             for ckey, key in self.pending_answers.items():
@@ -289,9 +289,9 @@ class Ledger:
             key = o.claim_key(obj)
             self.claims.pop(key, None)
             self.claims_version += 1
-            self.unserved.pop(key, None)
+            self.pending_free.pop(key, None)
             self.pending_answers.pop(key, None)
-            self.due.pop(key, None)
+            self.deadlines.pop(key, None)
             if key in self.conflicts:
                 self.conflict(key, None)
             if self.doubles.pop(key, None) is not None:
@@ -336,7 +336,7 @@ class Ledger:
             return
         keeper = self.keeper_of(ip)
         if keeper is None:
-            if ip in self.allocator.kept and ip not in self.allocator.taken:
+            if ip in self.allocator.kept and ip not in self.allocator.held:
                 self._freed = True  # free now: the claims in error are tried again
             self.allocator.unkeep(ip)
         else:
@@ -369,7 +369,7 @@ class Ledger:
             self.holders[ip] = holder
             if self.allocator is not None:
                 planned, self.allocator.planned = self.allocator.planned, None
-                self.allocator.take(ip)
+                self.allocator.hold(ip)
                 self.allocator.planned = planned
             return
         who = self._holder(holder)
@@ -394,11 +394,11 @@ class Ledger:
                 self._freed = True
 
     def wake(self) -> None:
-        """Another pool of the namespace let an IP or an address name go: the unserved claims are tried again.
+        """Another pool of the namespace let an IP or an address name go: the claims given an error are tried again.
 
         Their error may be that pool's doing (an IP its address held, a name
         its address had), and nothing in this pool's own changes says so. The
-        claims awaiting an outside answer are decided again too: a wake is also
+        claims pending an outside answer are decided again too: a wake is also
         how a change of the outside IPAM's server (down, back, an ask timed out)
         reaches what they show.
         """
@@ -406,9 +406,9 @@ class Ledger:
         self._woken = True
 
     def answered(self, key: str) -> None:
-        """The outside IPAM answered for allocation key ``key``: the claims awaiting it are decided again.
+        """The outside IPAM answered for allocation key ``key``: the claims pending its answer are decided again.
 
-        Only those: the other claims awaiting an answer are no nearer to theirs (a pool waiting for a
+        Only those: the other claims pending an answer are no nearer to theirs (a pool waiting for a
         thousand releases must not decide all of them again at each answer).
         """
         self._answered.add(key)
@@ -437,7 +437,7 @@ class Ledger:
         """The pass was carried out: what it only planned is given back.
 
         An allocation that was written comes back as its address (a change
-        to apply); one that was not must not stay taken.
+        to apply); one that was not must not stay held.
         """
         if self.allocator is None:
             return
@@ -446,8 +446,8 @@ class Ledger:
             if ip in self.holders:
                 for holder in [h for h in self.holders_of(ip) if h[0] == PLANNED]:
                     self.let_go(ip, holder)
-            elif ip in self.allocator.taken:
-                self.allocator.release(ip)  # skipped as taken elsewhere: looked at again next time
+            elif ip in self.allocator.held:
+                self.allocator.release(ip)  # skipped as held elsewhere: looked at again next time
 
     def unbind(self, key: o.ClaimKey) -> None:
         if self.bound.pop(key, None) is not None:
@@ -461,7 +461,7 @@ class Ledger:
     def dismantle(self) -> Iterator[None]:
         """Empty the ledger a piece at a time (freeing a big pool's state at once holds the event loop too)."""
         for container in (self.claims, self.addresses, self.capi_addresses, self.named, self.mirrors_named,
-                          self.holders, self.kept, self.keepers, self.bound, self.unserved, self.pending_answers,
+                          self.holders, self.kept, self.keepers, self.bound, self.pending_free, self.pending_answers,
                           self.conflicts, self.doubles):
             while container:
                 for _ in range(min(4 * LOAD_CHUNK, len(container))):
@@ -512,12 +512,12 @@ class Ledger:
         pass only passed over as in use by another pool (taken until ``settle`` gives them back), so that the
         count does not depend on which claims a pass served."""
         allocator = self.allocator
-        passed_over = sum(1 for ip in allocator.planned or () if ip not in self.holders and ip in allocator.taken)
+        passed_over = sum(1 for ip in allocator.planned or () if ip not in self.holders and ip in allocator.held)
         return allocator.free_count + passed_over
 
     @property
-    def deferred(self) -> bool:
-        return bool(self.deferred_claims or self.deferred_addresses)
+    def pending_steps(self) -> bool:
+        return bool(self.pending_claims or self.pending_addresses)
 
     def state(self, decisions: bool = True) -> dict[str, Any]:
         """What must equal a ledger loaded afresh from the same objects (and, with
@@ -532,11 +532,11 @@ class Ledger:
             "kept": dict(self.kept),
             "kept_for": dict(self.allocator.kept) if self.allocator is not None else None,
             "free": [list(f.intervals()) for f in self.allocator.free] if self.allocator is not None else None,
-            "taken": set(self.allocator.taken) if self.allocator is not None else None,
+            "held": set(self.allocator.held) if self.allocator is not None else None,
         }
         if decisions:
             state["bound"] = dict(self.bound)
-            state["unserved"] = set(self.unserved)
+            state["pending_free"] = set(self.pending_free)
             state["pending_answers"] = dict(self.pending_answers)
         return state
 
@@ -591,9 +591,9 @@ def compare(kept: Ledger, fresh: Ledger) -> Generator[None, None, list[str]]:
         found.append("allocator: one of them has none")
     elif kept.allocator is not None:
         yield from compare_maps("kept for", kept.allocator.kept, fresh.allocator.kept, lambda who: who, found)
-        if kept.allocator.taken != fresh.allocator.taken:
-            found.append(f"taken: only kept {sorted(kept.allocator.taken - fresh.allocator.taken)[:3]}, "
-                         f"only recomputed {sorted(fresh.allocator.taken - kept.allocator.taken)[:3]}")
+        if kept.allocator.held != fresh.allocator.held:
+            found.append(f"held: only kept {sorted(kept.allocator.held - fresh.allocator.held)[:3]}, "
+                         f"only recomputed {sorted(fresh.allocator.held - kept.allocator.held)[:3]}")
         for n, (a, b) in enumerate(itertools.zip_longest(
                 (span for f in kept.allocator.free for span in f.intervals()),
                 (span for f in fresh.allocator.free for span in f.intervals())), 1):

@@ -19,15 +19,13 @@ from typing import Iterable
 
 import pytest
 
-pytest.register_assert_rewrite("controller_fixtures", "webhook_fixtures", "netbox_fixtures", "audit_record")
-
-from controller_fixtures import (REPO, SUMMARY, ControllerProcess, Kube, controller_log_sections,  # noqa: E402
+from controller_fixtures import (REPO, SUMMARY, ControllerProcess, Kube, controller_log_sections,
                                  free_port, note_test_started, start_control_plane)
-from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
-from metal3_ipam.testing import netbox as netbox_mod  # noqa: E402
-from metal3_ipam.testing import openstack as openstack_mod  # noqa: E402
-from metal3_ipam.testing.certs import Authority  # noqa: E402
-from webhook_fixtures import (WebhookController, convert_at, converted_crds, register_webhooks,  # noqa: E402
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing import netbox as netbox_mod
+from metal3_ipam.testing import openstack as openstack_mod
+from metal3_ipam.testing.certs import Authority
+from webhook_fixtures import (WebhookController, convert_at, converted_crds, register_webhooks,
                               unregister_webhooks, wait_until_webhooks_answer)
 
 

@@ -1,7 +1,8 @@
 """The package's dependencies point one way: the kinds of pool use the core and the adapter, the core and the
 adapter never name a kind (the contracts in setup.cfg), no module imports itself through others, and nothing
-dodges a circle by importing late."""
+dodges a circle by importing late (nor does any module of the tests or the benchmarks import below code)."""
 
+import ast
 import os
 import pathlib
 import re
@@ -83,9 +84,39 @@ def test_the_cycle_finder_finds_a_circle():
 
 
 def test_nothing_dodges_a_circle_by_importing_late():
-    late = re.compile(r"noqa: [^\n]*E402|^def __getattr__\(", re.M)
-    offenders = [str(path.relative_to(ROOT)) for path in sorted(PACKAGE.rglob("*.py")) if late.search(path.read_text())]
+    late = re.compile(r"noqa: [^\n]*E40[2]|^def __getattr__\(", re.M)
+    offenders = [str(path.relative_to(ROOT)) for path in _sources() if late.search(path.read_text())]
     assert offenders == []
+
+
+def _late_imports(tree: ast.Module) -> list[int]:
+    """The lines of the module-level imports that follow anything but the docstring and other imports."""
+    late, begun = [], False
+    for at, node in enumerate(tree.body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if begun:
+                late.append(node.lineno)
+        elif not (at == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            begun = True
+    return late
+
+
+def test_every_module_imports_at_its_top():
+    """No import below code in the package, the tests or the benchmarks (pycodestyle's E402): an order of
+    imports that matters (a path put first, an environment set first) is done by how a module is run, a
+    fixture or the conftest.py above, not by code between imports."""
+    offenders = {str(path.relative_to(ROOT)): lines for path in _sources()
+                 if (lines := _late_imports(ast.parse(path.read_text())))}
+    assert offenders == {}
+
+
+def test_a_late_import_is_found():
+    assert _late_imports(ast.parse('"""doc"""\nimport a\nX = 1\nfrom b import c\n')) == [4]
+    assert _late_imports(ast.parse('"""doc"""\nfrom __future__ import annotations\nimport a\n')) == []
+
+
+def _sources() -> list[pathlib.Path]:
+    return sorted(path for top in ("metal3_ipam", "tests", "bench") for path in (ROOT / top).rglob("*.py"))
 
 
 def test_every_name_the_package_uses_is_defined():

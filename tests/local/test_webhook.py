@@ -6,8 +6,10 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import socket
 import ssl
+import threading
 
 import aiohttp
 import pytest
@@ -23,6 +25,15 @@ from metal3_ipam.testing.certs import Authority
 from ipam_objects import capi_claim, ipclaim, ippool
 from ipam_objects import admission_request as request
 from ipam_objects import inventory_of as inventory
+from metal3_ipam.controller.admission import MESSAGE_CHARS
+from metal3_ipam.controller.review_body import Malformed, read_review
+from metal3_ipam.controller.webhook_server import Limits
+from metal3_ipam.testing import webhook_load as load
+from metal3_ipam.testing.waiting import eventually
+from metal3_ipam.core.conversion import CONVERSION_PATH
+from metal3_ipam.core import conversion
+from metal3_ipam.poolkinds.incluster.spec import SKIP_DELETE_VALIDATION_ANNOTATION
+from served_webhook import CLAIM_PATH, POOL, POOL_PATH, GatedAdmission, Served, free_port, address
 
 MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
@@ -354,15 +365,6 @@ def test_when_the_pools_cannot_be_listed_the_inventory_answers():
 
 # -- hostile clients ----------------------------------------------------------------------
 
-import logging  # noqa: E402
-import threading  # noqa: E402
-
-from metal3_ipam.controller.admission import MESSAGE_CHARS  # noqa: E402
-from metal3_ipam.controller.review_body import Malformed, read_review  # noqa: E402
-from metal3_ipam.controller.webhook_server import Limits  # noqa: E402
-from metal3_ipam.testing import webhook_load as load  # noqa: E402
-from metal3_ipam.testing.waiting import eventually  # noqa: E402
-
 
 def _envelope(request_json: str) -> bytes:
     return ('{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": %s}' % request_json).encode()
@@ -616,9 +618,6 @@ def test_memory_stays_bounded_whatever_clients_send(tmp_path):
 
 # -- /convert: the in-cluster IP pool CRDs' conversion, on the same server ------------------------
 
-from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
-from metal3_ipam.core import conversion
-
 
 def _conversion_review(desired: str, *objects: dict, uid: str = "c-1") -> bytes:
     return json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
@@ -699,8 +698,6 @@ def test_conversion_reviews_are_answered_by_core_conversion_on_the_webhook_serve
 
 # -- the in-cluster provider's IP pools ----------------------------------------------------------
 
-from metal3_ipam.poolkinds.incluster.spec import SKIP_DELETE_VALIDATION_ANNOTATION  # noqa: E402
-from served_webhook import CLAIM_PATH, POOL, POOL_PATH, GatedAdmission, Served, free_port, address
 
 INCLUSTER = "ipam.cluster.x-k8s.io/v1alpha2"
 

@@ -23,6 +23,8 @@ from metal3_ipam.testing.waiting import eventually
 from served_webhook import CLAIM_PATH, POOL, POOL_PATH, GatedAdmission, Served, address
 from ipam_objects import admission_request as request
 from ipam_objects import inventory_of as inventory
+from metal3_ipam.core.conversion import CONVERSION_PATH
+from metal3_ipam.core import conversion
 
 
 def test_small_costly_reviews_do_not_get_a_good_review_refused(tmp_path):
@@ -310,8 +312,6 @@ def test_the_server_accepts_again_after_running_out_of_file_descriptors(tmp_path
 
 # -- ConversionReviews: a whole LIST in one body ---------------------------------------------------------
 
-from metal3_ipam.core.conversion import CONVERSION_PATH  # noqa: E402
-from metal3_ipam.core import conversion
 
 V1ALPHA2 = "ipam.cluster.x-k8s.io/v1alpha2"
 

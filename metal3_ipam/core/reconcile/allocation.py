@@ -36,7 +36,7 @@ class Allocation(PassState):
             self.plan.notes.append(f"{o.name(claim)}: waits for {self.cluster_text(missing)}, its IP kept for it")
             return
         if missing is not None:
-            return self.wait(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
+            return self.set_pending(claim, step, f"{self.cluster_text(missing)} not found: an address is handed out "
                                           "once it exists (a moved Cluster's claims may be seen before it)")
         pool_ref = self.pool_text()
         if self.pool_obj is None:
@@ -51,10 +51,10 @@ class Allocation(PassState):
             return
         key = o.claim_key(claim)
         lock_namespace = self.lock_namespace(claim)
-        taken_elsewhere = lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim), claim=claim)  # noqa: E731
+        held_elsewhere = lambda ip: self.held_elsewhere(lock_namespace, ip, o.namespace(claim), claim=claim)  # noqa: E731
         avoid = self.withheld_from(o.namespace(claim))
         if self.kind.outside is not None:
-            return self.allocate_outside(claim, step, taken_elsewhere)
+            return self.allocate_outside(claim, step, held_elsewhere)
         requested = o.annotations(claim).get(kinds.IP_ADDRESS_ANNOTATION)
         own = self.ledger.kept.get(key)
         grant, lost = None, None
@@ -71,7 +71,7 @@ class Allocation(PassState):
             else:
                 try:
                     grant = self.allocator.reclaim(
-                        o.name(claim), own, lambda ip: self.taken_elsewhere(lock_namespace, ip, o.namespace(claim),
+                        o.name(claim), own, lambda ip: self.held_elsewhere(lock_namespace, ip, o.namespace(claim),
                                                                             for_keeper=True, claim=claim),
                         kept_as=key, avoid=avoid, written_over=self.written_over(own))
                 except AllocationError as err:
@@ -81,7 +81,7 @@ class Allocation(PassState):
             try:
                 passed_over = self.passed_over.setdefault(o.namespace(claim), set()) \
                     if self.kind.cluster_scoped else None
-                grant = self.allocator.allocate(o.name(claim), requested, name_taken=taken_elsewhere,
+                grant = self.allocator.allocate(o.name(claim), requested, name_taken=held_elsewhere,
                                                 kept_as=key, avoid=avoid, passed_over=passed_over)
             except AllocationError as err:
                 # The status says what the next pass would (its status no longer naming the IP, nothing is kept

@@ -118,7 +118,7 @@ class Binding(PassState):
             # address, which this view may not show yet. Written now, it could land after the claim's release
             # and show the IP with no lock behind it; by the deadline the maker's address shows, or the
             # maker is gone and this pass makes it.
-            self.ledger.due[o.claim_key(claim)] = settled
+            self.ledger.deadlines[o.claim_key(claim)] = settled
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is made at {settled} unless its lock's maker "
                                    "shows it first")
             return None

@@ -81,18 +81,18 @@ class ClaimStatus(PassState):
     def fail(self, claim: dict, step: Step, reason: str, message: str, kept_ref: bool = False,
              event_message: str | None = None) -> None:
         message = _bounded(message)
-        self.ledger.unserved[o.claim_key(claim)] = None
+        self.ledger.pending_free[o.claim_key(claim)] = None
         if self.set_claim_status(claim, step, error=(reason, message), kept_ref=kept_ref):
             step.add(Event(o.ref(claim), "Warning", reason, _bounded(event_message or message)))
 
-    def wait(self, claim: dict, step: Step, message: str) -> None:
+    def set_pending(self, claim: dict, step: Step, message: str) -> None:
         """Not served yet, and not failed: the Ready condition says why, no error (Cluster API Metal3
         takes an IPClaim's errorMessage for a failure of the machine), no Event."""
-        self.set_claim_status(claim, step, waiting=(WAITING_FOR_CLUSTER, _bounded(message)))
+        self.set_claim_status(claim, step, pending=(WAITING_FOR_CLUSTER, _bounded(message)))
 
     def set_claim_status(self, claim: dict, step: Step, address: dict | None = None,
                          error: tuple[str, str] | None = None, mirror: dict | None = None,
-                         waiting: tuple[str, str] | None = None, kept_ref: bool = False) -> bool:
+                         pending: tuple[str, str] | None = None, kept_ref: bool = False) -> bool:
         """Write the claim's status if it differs; True when a write was planned.
 
         A Cluster API claim is bound to its Cluster API address (``mirror``),
@@ -106,8 +106,8 @@ class ClaimStatus(PassState):
                                bound_message(o.spec(address).get("address")), self.snap.now, v1beta1)
             desired: dict[str, Any] = ({"addressRef": {"name": o.name(mirror)}} if capi else
                                        {"address": {"name": o.name(address), "namespace": o.namespace(address)}})
-        elif waiting is not None:
-            ready = _condition(current, READY, "False", *waiting, self.snap.now, v1beta1)
+        elif pending is not None:
+            ready = _condition(current, READY, "False", *pending, self.snap.now, v1beta1)
             desired = {}
         else:
             reason, message = error
@@ -149,7 +149,7 @@ class ClaimStatus(PassState):
                            "is given another IP), or mark the global pool a separate network again")
         self.ledger.doubles[key] = _bounded(f"{o.namespace(claim)}/{o.name(claim)}: {ip_text(ip)}, held by "
                                             f"{found[0][1]} too", 256)
-        self.ledger.unserved[key] = None  # decided again when an address of another pool goes
+        self.ledger.pending_free[key] = None  # decided again when an address of another pool goes
         return _condition(current, DUPLICATE_ADDRESS, "True", DUPLICATE_ADDRESS, message, self.snap.now, v1beta1)
 
     def moved_condition(self, claim: dict, current: Mapping[str, Any], v1beta1: bool) -> dict | None:

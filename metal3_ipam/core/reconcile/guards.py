@@ -204,7 +204,7 @@ class Guards(PassState):
             return True
         if claim is not None:
             key = o.claim_key(claim)
-            self.ledger.due[key] = min(self.ledger.due.get(key, settled), settled)
+            self.ledger.deadlines[key] = min(self.ledger.deadlines.get(key, settled), settled)
         return False
 
     def span_taken(self, claim: dict, span: Span) -> bool:
@@ -248,7 +248,7 @@ class Guards(PassState):
                 actions.append(SetMetadata(o.ref(found), owner_references=owners,
                                            resource_version=o.meta(found).get("resourceVersion")))
                 continue
-            # One found here is left over (``taken_elsewhere`` passed it over): that incarnation goes first.
+            # One found here is left over (``held_elsewhere`` passed it over): that incarnation goes first.
             actions += ([Delete(o.ref(found))] if found is not None else []) + [Create(self.guard(claim, span))]
         return actions
 
@@ -270,7 +270,7 @@ class Guards(PassState):
             guard["spec"]["prefix"] = length  # the sub-prefix it stands for, or is a part of
         return guard
 
-    def taken_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
+    def held_elsewhere(self, namespace: str, ip: int, claim_namespace: str | None = None,
                         for_keeper: bool = False, claim: dict | None = None) -> bool:
         """In use by something this pool's own addresses do not show.
 

@@ -38,7 +38,7 @@ def first_carrier(claims: list[dict], holds: Callable[[dict], bool]) -> dict:
 class Answers:
     """What an outside IPAM had answered for some allocation keys when a pass started, read from the asking state
     (``core.asking.Asking``) by the same four questions: a value, whatever is filed while the pass runs (an
-    answer filed meanwhile wakes the claims awaiting its key for the next pass). Of a key not taken, nothing is
+    answer filed meanwhile wakes the claims pending its key for the next pass). Of a key not taken, nothing is
     known (as of a key never asked for)."""
 
     results: Mapping[str, Granted | Refused] = field(default_factory=dict)
@@ -155,7 +155,7 @@ class OutsideKeys(PassState):
         step.add(SetMetadata(o.ref(claim), annotations={outside.annotation: key},
                              resource_version=o.meta(claim).get("resourceVersion")))
 
-    def allocate_outside(self, claim: dict, step: Step, taken_elsewhere: Callable[[int], bool]) -> None:
+    def allocate_outside(self, claim: dict, step: Step, held_elsewhere: Callable[[int], bool]) -> None:
         """A claim of a kind whose addresses an outside IPAM hands out (``poolkind.Outside``).
 
         Without a key it is given one (finalizer first, then the key, each a conditional write), and
@@ -179,7 +179,7 @@ class OutsideKeys(PassState):
             return
         owner, left = self.key_owner(key, claim), self.moved_with(key, claim)
         if owner is not None or left is not None:
-            # Decided again when a claim awaiting this key changes or goes (``Ledger.apply``): the key may be
+            # Decided again when a claim pending this key changes or goes (``Ledger.apply``): the key may be
             # its own then. An owner holding an address frees an IP when it goes, which wakes it too.
             self.ledger.pending_answers[ckey] = key
             whose = (f"carried by {kinds.kind_of(owner)[1]} {o.name(owner)} too, whose address it names"
@@ -206,11 +206,11 @@ class OutsideKeys(PassState):
             else:
                 reason, message = (ALLOCATION_PENDING, f"{self.pool_text()}: asked for an address for allocation key "
                                                        f"{key}, not answered yet")
-            self.set_claim_status(claim, step, waiting=(reason, _bounded(message)))
+            self.set_claim_status(claim, step, pending=(reason, _bounded(message)))
             return
         try:
             given = outside.granted(self.pool_obj, answer.address)
-            self.allocator.reclaim(o.name(claim), int(given.ip), taken_elsewhere, kept_as=ckey)
+            self.allocator.reclaim(o.name(claim), int(given.ip), held_elsewhere, kept_as=ckey)
         except (ValueError, AllocationError) as err:
             return self.fail(claim, step, ALLOCATION_FAILED,
                              f"the address {answer.address} held for allocation key {key} cannot be given: "

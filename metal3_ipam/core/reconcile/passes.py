@@ -88,9 +88,9 @@ def plan_pass(ledger: Ledger, snap: Snapshot, changes: Iterable[tuple[ObjKey, di
     else:
         claims, addresses = ledger.apply(changes)
         # Deleted claims whose address was held until now: nothing changed in the store to say so.
-        claims.update((key, None) for key, deadline in list(ledger.due.items()) if _passed(deadline, snap.now))
+        claims.update((key, None) for key, deadline in list(ledger.deadlines.items()) if _passed(deadline, snap.now))
     plan = yield from _Reconciler(snap, ledger, model, status_due).run(claims, addresses, max_steps)
-    plan.due = min(ledger.due.values(), key=_instant, default=None)
+    plan.due = min(ledger.deadlines.values(), key=_instant, default=None)
     return plan
 
 
@@ -134,7 +134,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         decided = 0
         for tag, name in address_keys:
             if budget[0] <= 0:
-                ledger.deferred_addresses[(tag, name)] = None
+                ledger.pending_addresses[(tag, name)] = None
                 continue
             address = (ledger.addresses if tag == METAL3 else ledger.capi_addresses).get(name)
             if address is None or self.address_paused(address):
@@ -144,26 +144,26 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
             decided += 1
             if decided % DECISIONS_PER_YIELD == 0:
                 yield
-        holding, waiting = [], []
+        holding, pending = [], []
         for n, key in enumerate(claim_keys, 1):
             claim = ledger.claims.get(key)
             if claim is None:
                 ledger.unbind(key)
-                ledger.unserved.pop(key, None)
+                ledger.pending_free.pop(key, None)
                 ledger.pending_answers.pop(key, None)
             elif not self.snap.serves(o.namespace(claim)):
                 pass  # served elsewhere (``-n``): what it holds or its status keeps is held here all the same
             elif not self.claim_paused(claim) and not self.holds_anything(claim):
-                waiting.append(claim)
+                pending.append(claim)
             else:
                 holding.append(claim)
             if n % (4 * DECISIONS_PER_YIELD) == 0:
                 yield
         # Claims whose address objects were deleted get their own IP back before any other is served.
-        waiting.sort(key=lambda claim: o.claim_key(claim) not in ledger.kept)
+        pending.sort(key=lambda claim: o.claim_key(claim) not in ledger.kept)
         for claim in holding:
             if budget[0] <= 0:
-                ledger.deferred_claims[o.claim_key(claim)] = None
+                ledger.pending_claims[o.claim_key(claim)] = None
                 continue
             with self._decision(claim, budget):
                 if self.claim_paused(claim):
@@ -176,15 +176,15 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         # New addresses only once every adopted allocation holds its lock: an
         # adopted IP is guarded by the allocator here, but by nothing else
         # (another pool sharing the namePrefix, another replica) until then.
-        if self.adopting or ledger.deferred_claims:
+        if self.adopting or ledger.pending_claims:
             if self.adopting:
-                self.plan.notes.append(f"{len(waiting)} claim(s) wait until {self.adopting} adopted address(es) hold their lock")
-            for claim in waiting:
-                ledger.deferred_claims[o.claim_key(claim)] = None
+                self.plan.notes.append(f"{len(pending)} claim(s) wait until {self.adopting} adopted address(es) hold their lock")
+            for claim in pending:
+                ledger.pending_claims[o.claim_key(claim)] = None
         else:
-            for claim in waiting:
+            for claim in pending:
                 if budget[0] <= 0:
-                    ledger.deferred_claims[o.claim_key(claim)] = None
+                    ledger.pending_claims[o.claim_key(claim)] = None
                     continue
                 with self._decision(claim, budget):
                     self.serve(claim)
@@ -214,7 +214,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         bound = self.ledger.bound.pop(key, None)
         conflict = self.ledger.conflicts.pop(key, None)
         double = self.ledger.doubles.pop(key, None)
-        self.ledger.unserved.pop(key, None)
+        self.ledger.pending_free.pop(key, None)
         self.ledger.pending_answers.pop(key, None)
         with self._counted(budget):
             yield
@@ -245,7 +245,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
                 return
             self.release(claim, step, mine, finalizer)
             return
-        self.ledger.due.pop(key, None)  # a live claim has no deadline but the one this pass may set again
+        self.ledger.deadlines.pop(key, None)  # a live claim has no deadline but the one this pass may set again
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         written = self.written_over_lock(claim, live) if live else None
         if written is not None:

@@ -94,7 +94,7 @@ class Release(PassState):
                 self.plan.intents[outside_key] = Intent.FORGET
             return
         key = o.claim_key(claim)
-        self.ledger.due.pop(key, None)
+        self.ledger.deadlines.pop(key, None)
         if not self.released_outside(claim):
             # Its address stays (objects, finalizers, the IP held) until the outside IPAM let it go.
             self.remember_binding(claim)
@@ -109,7 +109,7 @@ class Release(PassState):
         if held_until is not None:
             # Its address outlives it until then (counted, its IP handed out to no one), both finalizers on.
             self.remember_binding(claim)
-            self.ledger.due[key] = held_until
+            self.ledger.deadlines[key] = held_until
             self.plan.notes.append(f"{o.name(claim)}: its address is released at {held_until}")
             return
         # The visible address first, its lock last: the IP stays guarded until nothing shows it any more.

@@ -45,7 +45,7 @@ class PassState:
         # an IPAddress of another IP (``NAME_COLLISION``), with that IPAddress.
         self.collisions: dict[int, dict] = {}
         # Of a pool of cluster scope, by claim namespace: the units its claims there could not be given, in use by
-        # what the pool's own addresses do not show (``taken_elsewhere``, which looks in the claim's namespace):
+        # what the pool's own addresses do not show (``held_elsewhere``, which looks in the claim's namespace):
         # passed over, not taken, they stay free for its claims of other namespaces (and its count of free ones).
         self.passed_over: dict[str, set[int]] = {}
         # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.

@@ -205,16 +205,16 @@ def prefix_pool_counts(pool: PrefixPool, in_use: Iterable[tuple[object, object]]
     """Exact counts: ``used`` the IPAddresses, ``outOfRange`` those not an allocatable sub-prefix
     of the pool, ``free`` the candidates less the distinct ones in use."""
     used = out_of_range = 0
-    taken: set[int] = set()
+    held: set[int] = set()
     for address, length in in_use:
         used += 1
         read = _read_in_use(address, length)
         if read is None or not pool.allocatable(*read):
             out_of_range += 1
         else:
-            taken.add(pool.block_of(*read)[0])
+            held.add(pool.block_of(*read)[0])
     total = pool.total
-    return Counts(total=total, used=used, free=total - len(taken), out_of_range=out_of_range)
+    return Counts(total=total, used=used, free=total - len(held), out_of_range=out_of_range)
 
 
 # -- admission ---------------------------------------------------------------------------

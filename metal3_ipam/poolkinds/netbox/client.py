@@ -28,7 +28,7 @@ narrow them to the prefixes and ranges in use):
 * ``ipam.view_prefix`` / ``ipam.view_iprange`` (find the parent; available-ips needs it),
 * ``ipam.view_vrf`` (only for a parent named in a VRF),
 * ``ipam.view_ipaddress``, ``ipam.add_ipaddress``, ``ipam.delete_ipaddress``,
-* ``ipam.change_ipaddress`` (only to keep back an address the caller must
+* ``ipam.change_ipaddress`` (only to reserve an address the caller must
   not hand out, see :meth:`NetBoxClient.allocate`'s ``avoid``),
 * ``extras.view_customfield`` (only for :meth:`NetBoxClient.check`).
 """
@@ -109,7 +109,7 @@ class Parent:
     spec: ParentSpec
     id: int
     vrf: int | None
-    size: int  # addresses available-ips may hand out when none is taken
+    size: int  # addresses available-ips may hand out when none is held
 
     @property
     def path(self) -> str:
@@ -354,25 +354,25 @@ class NetBoxClient:
         found for the key homed elsewhere (a claim moved here from another cluster) is given it.
 
         ``avoid``: addresses that must never be handed out (a gateway NetBox
-        does not hold). Should NetBox hand one out, it is kept back there as a
+        does not hold). Should NetBox hand one out, it is reserved there as a
         ``reserved`` address without a key (so never listed as this owner's),
         and the next is asked for; so is one found holding the key (another
-        allocation of the key, a replica's, got it and has not kept it back yet).
+        allocation of the key, a replica's, got it and has not reserved it yet).
         """
-        kept_back = {ipaddress.ip_address(a) for a in avoid}
+        avoided = {ipaddress.ip_address(a) for a in avoid}
         what = f"allocating for key {key!r} from {parent if isinstance(parent, ParentSpec) else parent}"
         resolved: Parent | None = None
         conflict: Refusal | None = None
-        # Each turn returns, or keeps one address to avoid back, or lost a race for the key to another
+        # Each turn returns, or reserves one address to avoid, or lost a race for the key to another
         # allocation (which a turn later is found): bounded.
-        for _ in range(2 * len(kept_back) + 3):
+        for _ in range(2 * len(avoided) + 3):
             found = await self.find(key)
             if found is not None:
-                if found.ip not in kept_back:
+                if found.ip not in avoided:
                     return await self._rehome(found, description, what)
                 # Another allocation for this key (a replica, a retry) got an address to avoid and has
-                # not kept it back yet: keep it back here (the same PATCH), and ask again.
-                await self._keep_back(found, what)
+                # not reserved it yet: reserve it here (the same PATCH), and ask again.
+                await self._reserve(found, what)
                 continue
             if resolved is None:
                 resolved = await self.resolve(parent, vrf)
@@ -386,9 +386,9 @@ class NetBoxClient:
                 if allocation is None:
                     raise NetBoxError(Refusal(Reason.MISCONFIGURED, f"{what}: NetBox dropped the key from the "
                                                                     f"address it made ({item.get('address')})"))
-                if allocation.ip not in kept_back:
+                if allocation.ip not in avoided:
                     return allocation
-                await self._keep_back(allocation, what)
+                await self._reserve(allocation, what)
                 continue
             if status == 400 and is_key_conflict(answer, self.key_field):
                 conflict = classify(status, answer, what, field=self.key_field)
@@ -437,13 +437,13 @@ class NetBoxClient:
             raise NetBoxError(classify(status, answer, what, field=self.key_field))
         return self._allocation(answer)
 
-    async def _keep_back(self, allocation: Allocation, what: str) -> None:
+    async def _reserve(self, allocation: Allocation, what: str) -> None:
         body = {"status": "reserved", "custom_fields": {self.key_field: None},
-                "description": f"kept back by metal3-ipam ({self.owner}): not to be handed out"}
+                "description": f"reserved by metal3-ipam ({self.owner}): not to be handed out"}
         status, answer = await self._request("PATCH", f"ipam/ip-addresses/{allocation.id}/",
-                                             f"{what}: keeping back {allocation.address}", body=body)
+                                             f"{what}: reserving {allocation.address}", body=body)
         if status != 200:
-            raise NetBoxError(classify(status, answer, f"{what}: keeping back {allocation.address}",
+            raise NetBoxError(classify(status, answer, f"{what}: reserving {allocation.address}",
                                        field=self.key_field))
 
     async def release(self, key: str, leave: Callable[[str, str], str | None] = lambda key, description: None

@@ -43,7 +43,7 @@ FINALIZERS = Finalizers(
 
 
 def read(pool: Mapping[str, Any]) -> tuple[Pool | None, list[Problem]]:
-    """The pool's address set: the NetBox prefix or range, one entry, nothing reserved (NetBox keeps back
+    """The pool's address set: the NetBox prefix or range, one entry, nothing reserved (NetBox reserves
     what it holds, the gateway included); its locks are named after the pool (``<pool>.<ip>.netbox``)."""
     model, problems = netbox_pool.read_pool(pool)
     if model is None:

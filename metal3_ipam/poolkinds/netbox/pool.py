@@ -321,7 +321,7 @@ POOL_REASONS = {
     Reason.SERVER_ERROR: "NetBoxServerError",
     Reason.HOMED_ELSEWHERE: "AddressHomedElsewhere",
 }
-#: Refusals of the server itself rather than of one request: they hold back all of the server's asks.
+#: Refusals of the server itself rather than of one request: they put off all of the server's asks.
 SERVER_DOWN = frozenset({Reason.UNREACHABLE, Reason.TIMEOUT, Reason.SERVER_ERROR})
 
 

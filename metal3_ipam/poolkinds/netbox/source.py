@@ -14,7 +14,7 @@ Facts about NetBox 4.7 this rests on (measured against a real NetBox in
   addresses (IPv4, shorter than /31, unless the prefix is a pool) and the
   subnet-router anycast address (IPv6) are never handed out; addresses inside
   an IP range marked populated are not either. NetBox has no notion of a
-  gateway: an address is kept back only when an IPAddress object holds it
+  gateway: an address is reserved only when an IPAddress object holds it
   (any status, ``reserved`` included).
 * A custom field created with ``unique: true`` is checked by the model's
   validation (a query, not a database constraint); the check runs inside the
@@ -110,9 +110,9 @@ def parse_parent(spec: str, vrf: str | None = None) -> ParentSpec:
 
 
 def usable_size(network: ipaddress.IPv4Network | ipaddress.IPv6Network, *, is_pool: bool = False) -> int:
-    """How many addresses of a NetBox prefix ``available-ips`` can hand out (before any is taken).
+    """How many addresses of a NetBox prefix ``available-ips`` can hand out (before any is held).
 
-    NetBox keeps back an IPv4 prefix's network and broadcast addresses and an
+    NetBox reserves an IPv4 prefix's network and broadcast addresses and an
     IPv6 prefix's subnet-router anycast address, unless the prefix is a pool or
     a /31, /32, /127, /128.
     """

@@ -31,7 +31,7 @@ address only when all of these hold:
 Such an address is not deleted at once: it is **marked** released
 (``swept=<UTC time>`` in its description, :func:`settle`), and deleted only once
 found so again at least the release grace after that time (a day by default).
-The IP stays taken in NetBox meanwhile, and any cluster whose claim carries the
+The IP stays held in NetBox meanwhile, and any cluster whose claim carries the
 key takes the address back (:func:`taken_over` homes it there, :func:`hold`
 holds it for a paused claim; either takes the mark off). This is what saves a
 move whose two controllers were both down while its claims were deleted: the
@@ -358,7 +358,7 @@ def contested(found: Iterable[Found], wanted: Callable[[str], str | None], home:
 
 def settle(judged: Iterable[Found], wall: float, keep: float) -> tuple[list[Found], list[tuple[Found, str]]]:
     """What a sweep does with the addresses :meth:`Sweep.judge` found carried by nothing: one not marked yet is
-    marked released (``swept=`` now, in its description: NetBox keeps it, the IP stays taken, and any cluster
+    marked released (``swept=`` now, in its description: NetBox keeps it, the IP stays held, and any cluster
     whose claim carries the key takes it back); one marked at least ``keep`` seconds ago is released.
     (The addresses to release, the addresses to mark with their new description.)"""
     release, mark = [], []

@@ -370,7 +370,7 @@ ADDRESS_TAKEN = "AddressTaken"
 #: The key's floating IP is homed at another cluster, whose claim carrying the key too took it first (``homes``).
 ADDRESS_HOMED_ELSEWHERE = "AddressHomedElsewhere"
 REFUSED_REQUEST = "OpenStackRefusedRequest"
-#: Refusals of the cloud itself rather than of one request: they hold back all of the cloud's asks a while.
+#: Refusals of the cloud itself rather than of one request: they put off all of the cloud's asks a while.
 SERVER_DOWN = frozenset({UNREACHABLE, TIMEOUT, SERVER_ERROR})
 
 

@@ -325,7 +325,7 @@ def test_metal3_and_capi_claims_never_share_an_ip(controller, kube):
         return got
 
     assert eventually(m0_reused, timeout=20, what="m0's IP to go to a waiting claim") == [m0]
-    holds_for(lambda: len(m0_reused()) == 1, 0.5, "the other m5 stays unserved")
+    holds_for(lambda: len(m0_reused()) == 1, 0.5, "the other m5 stays pending")
     assert kube.capi_bound("m0")["spec"]["address"] == capi_m0
     assert_invariants(kube, allow_errors=True)
 

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import health
-from metal3_ipam.controller.credentials import from_kubeconfig  # noqa: E402
+from metal3_ipam.controller.credentials import from_kubeconfig
 from metal3_ipam.controller.api import ApiWriter, Resource
 from metal3_ipam.controller.leader import LeaderElector, LeaseTiming
 from metal3_ipam.controller.runtime import liveness

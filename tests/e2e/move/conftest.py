@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("move_fixtures")
-
-from controller_fixtures import REPO, ControllerProcess  # noqa: E402
-from metal3_ipam.testing import controlplane as cp_mod  # noqa: E402
-from metal3_ipam.testing.clusterctl import Clusterctl  # noqa: E402
+from controller_fixtures import REPO, ControllerProcess
+from metal3_ipam.testing import controlplane as cp_mod
+from metal3_ipam.testing.clusterctl import Clusterctl
 
 
 @pytest.fixture(scope="module")

@@ -241,9 +241,9 @@ def assert_same_ipam(before: State, after: State, where: str) -> None:
 def served(side: Side, expected_claims: int) -> State:
     """Every claim of the namespace Ready with its IPAddress, the pools' counts those of the addresses."""
     state = read_state(side)
-    unserved = sorted(n for n, ip in state.claims.items() if ip is None)
-    assert len(state.claims) == expected_claims and not unserved, \
-        f"{len(state.claims)} claims, not served: {unserved[:10]}"
+    pending = sorted(n for n, ip in state.claims.items() if ip is None)
+    assert len(state.claims) == expected_claims and not pending, \
+        f"{len(state.claims)} claims, not served: {pending[:10]}"
     held = {kind: sum(1 for a in state.addresses.values() if a["poolRef"]["kind"] == kind)
             for kind in (gi.IN_CLUSTER_IP_POOL, gi.GLOBAL_IN_CLUSTER_IP_POOL)}
     for kind, used in held.items():

@@ -11,6 +11,7 @@ import yaml
 from metal3_ipam.cli import main
 
 from cli_run import ROOT, SAMPLES, run
+from metal3_ipam.testing import corpus
 
 # The Metal3 samples: samples/*.yaml (the other kinds' are in subfolders).
 METAL3_SAMPLES = [arg for path in sorted(SAMPLES.glob("*.yaml")) for arg in ("-f", str(path))]
@@ -400,7 +401,6 @@ def test_manifests_are_read_with_the_c_loader_when_there_is_one():
 
 # -- the corpus of invalid manifests (also applied to a real API server: tests/e2e/admission/test_webhooks.py) --
 
-from metal3_ipam.testing import corpus  # noqa: E402
 
 CORPUS = corpus.cases(ROOT / "tests" / "data" / "invalid")
 

@@ -64,7 +64,7 @@ def test_a_claim_asking_for_its_ip_by_annotation_gets_it_back_before_a_new_claim
 @pytest.mark.parametrize("whose", ["the claim's", "the pool's"])
 def test_a_claim_waiting_for_its_cluster_keeps_its_ip(whose):
     """zeta's address objects are deleted while its Cluster (by its label, or the pool's clusterName)
-    is not known: made anew by a restore, or parked until the namespace's addresses are listed again.
+    is not known: made anew by a restore, or pending until the namespace's addresses are listed again.
     It waits, as it should; but a wait status written over its own dropped status.address, so its IP
     was kept no more: aaa, created meanwhile and first by name, took it once the Cluster was back, and
     zeta got .3 without an AddressChanged Event."""
@@ -89,7 +89,7 @@ def test_a_claim_waiting_for_its_cluster_keeps_its_ip(whose):
 def test_a_claim_in_error_is_served_when_a_kept_ip_is_let_go():
     """Passes over what changed (the controller's): zeta, paused, lost its address, so .1 is kept for it
     and 'waiting' is told the pool is exhausted. zeta is deleted: .1 is kept no more and is free, but
-    nothing told the unserved claims, and 'waiting' stayed in error until the next full pass."""
+    nothing told the claims given an error, and 'waiting' stayed in error until the next full pass."""
     api = loaded(pool(end="10.7.0.2"), ipclaim("zeta"), ipclaim("alpha"))
 
     async def scenario():

@@ -73,7 +73,7 @@ async def _quiet(workers: PoolWorkers, pool: o.PoolKey, passes: int = 50) -> Non
     """Passes until the pool has nothing left to do."""
     for _ in range(passes):
         await workers._pass(pool)
-        if not workers.inventory.pending(pool) and not workers._ledgers[pool].deferred:
+        if not workers.inventory.pending(pool) and not workers._ledgers[pool].pending_steps:
             return
     raise AssertionError(f"{pool} still busy after {passes} passes")
 

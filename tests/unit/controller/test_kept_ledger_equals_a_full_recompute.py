@@ -2,7 +2,7 @@
 
 Each case drives the pool workers over the in-memory store (as test_pool_passes
 does) or the ledger directly, and asserts what SPEC §10 and the scale issue
-promise: a claim is not left unserved while an address it may have is free, and
+promise: a claim is not left pending while an address it may have is free, and
 the kept state ends where a recompute from the inventory would.
 """
 
@@ -27,11 +27,11 @@ PB = o.PoolKey(NS, "pb")
 
 
 async def quiet(workers: PoolWorkers, *pools: o.PoolKey, passes: int = 30) -> None:
-    """Passes over ``pools`` until none has a change or a deferral left (as kicks from watch events would run)."""
+    """Passes over ``pools`` until none has a change or a pending step left (as kicks from watch events would run)."""
     for _ in range(passes):
         for pool in pools:
             await workers._pass(pool)
-        if not any(workers.inventory._changes.get(p) or workers._ledgers[p].deferred for p in pools):
+        if not any(workers.inventory._changes.get(p) or workers._ledgers[p].pending_steps for p in pools):
             return
     raise AssertionError(f"{pools} still busy after {passes} passes")
 
@@ -52,7 +52,7 @@ def delete(api, kind, name) -> None:
     api.do(Delete(o.ref(api.inventory.get(kind, NS, name))))
 
 
-def test_a_claim_left_unserved_is_served_once_another_pool_of_the_namespace_frees_the_ip():
+def test_a_claim_left_pending_is_served_once_another_pool_of_the_namespace_frees_the_ip():
     """Two pools sharing a namePrefix over one range: pa's claim waits (PoolExhausted) while pb's
     claims hold every IP. pb's claims go; their IPs are free; pa's next pass must serve it."""
     rng = [{"start": "10.0.0.1", "end": "10.0.0.2"}]

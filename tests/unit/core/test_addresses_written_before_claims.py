@@ -22,6 +22,10 @@ from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import (CONFLICT, NS, assert_no_ip_twice, capi_address, capi_claim, converged, get, ipclaim, ippool,
                           live_bindings, loaded, ready, user_delete)
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from metal3_ipam.core.allocator import never_for
+from metal3_ipam.core import poolkind as pool_kinds
 
 ADDRESS, CAPI_ADDRESS, CAPI_CLAIM, IPCLAIM = kinds.IPADDRESS, kinds.CAPI_ADDRESS, kinds.CAPI_CLAIM, kinds.IPCLAIM
 IN_CLUSTER = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
@@ -280,11 +284,6 @@ def test_admission_lets_through_what_an_ipam_or_a_move_writes_and_free_addresses
 
 # -- property: addresses written by hand before their claims, in any pool of the namespace ---------------------
 
-from hypothesis import HealthCheck, given, note, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from metal3_ipam.core.allocator import never_for  # noqa: E402
-from metal3_ipam.core import poolkind as pool_kinds  # noqa: E402
 
 POOLS = {"a": IN_CLUSTER, "b": IN_CLUSTER, "pa": kinds.IPPOOL}
 

@@ -130,7 +130,7 @@ def test_annotation_errors(requested, words):
 
 def test_preallocated_ip_in_use_is_an_error():
     alloc = allocator(pools=[{"start": "10.0.0.1", "end": "10.0.0.10"}], preAllocations={"claim1": "10.0.0.5"})
-    alloc.take(ip("10.0.0.5"))
+    alloc.hold(ip("10.0.0.5"))
     with pytest.raises(AllocationError) as err:
         alloc.allocate("claim1")
     assert "already in use" in err.value.message
@@ -164,9 +164,9 @@ def test_release_keeps_reserved_and_held_addresses_out():
 
 def test_take_marks_addresses_in_use():
     alloc = allocator(pools=[{"start": "10.0.0.1", "end": "10.0.0.5"}])
-    alloc.take(ip("10.0.0.1"))
-    alloc.take(ip("10.0.0.2"))
-    alloc.take(ip("192.168.0.1"))  # outside: harmless
+    alloc.hold(ip("10.0.0.1"))
+    alloc.hold(ip("10.0.0.2"))
+    alloc.hold(ip("192.168.0.1"))  # outside: harmless
     assert alloc.free_count == 3
     assert grab(alloc, 1) == ["10.0.0.3"]
 
@@ -219,7 +219,7 @@ def test_a_kept_ip_goes_to_its_claim_alone_and_comes_back_free_once_no_longer_ke
     pool, _ = read_pool({"namePrefix": "p", "pools": [{"start": "10.0.0.1", "end": "10.0.0.3"}]})
     alloc = Allocator(pool)
     one = int(parse_ip("10.0.0.1"))
-    alloc.take(one)
+    alloc.hold(one)
     alloc.keep(one, ("IPClaim", "zeta"))
     alloc.release(one)  # its address went: still kept
     assert alloc.free_count == 2

@@ -71,10 +71,10 @@ def test_no_answer_by_the_deadline_is_a_timeout_then_the_late_grant_still_counts
     asking.want("k", "pool", "srv", 0)
     [first] = asking.due(0)
     assert asking.due(4.9) == []
-    assert asking.due(5) == []  # timed out: backing off, the server held back
+    assert asking.due(5) == []  # timed out: backing off, the server's asks put off
     refused = asking.result("k")
     assert refused.reason == TIMEOUT_REASON and "no answer within 5s" in refused.message
-    assert asking.server_held("srv", 5.5)
+    assert asking.asks_put_off("srv", 5.5)
     [second] = asking.due(20)
     assert second.attempt != first.attempt
     assert asking.file(refuse(first, "NetBoxUnreachable"), 21) is Filed.STALE  # the old ask's refusal
@@ -96,7 +96,7 @@ def test_a_dead_server_holds_back_only_its_own_asks_then_one_probe():
         else:
             asking.file(grant(ask, f"10.0.0.{ask.key[-1]}/24"), 1)
     assert all(isinstance(asking.result(f"live{i}"), Granted) for i in range(5))
-    assert asking.server_held("dead", 2) and not asking.server_held("live", 2)
+    assert asking.asks_put_off("dead", 2) and not asking.asks_put_off("live", 2)
     asking.want("live9", "p2", "live", 2)
     [live9] = asking.due(2)  # the live server is not held by the dead one
     assert live9.key == "live9"
@@ -105,7 +105,7 @@ def test_a_dead_server_holds_back_only_its_own_asks_then_one_probe():
     assert len(later) == 1 and later[0].server == "dead"  # one probe
     assert asking.due(1001) == []  # the others wait for the probe
     asking.file(grant(later[0], "10.1.0.1/24", 77), 1002)
-    assert {a.server for a in asking.due(1002)} == {"dead"} and not asking.server_held("dead", 1002)
+    assert {a.server for a in asking.due(1002)} == {"dead"} and not asking.asks_put_off("dead", 1002)
 
 
 def test_per_server_bound_on_asks_out():
@@ -425,7 +425,7 @@ def test_next_due_never_wakes_for_keys_waiting_on_a_slot():
     assert asking.next_due() <= held_until + 1
 
 
-def test_a_server_refusing_as_down_is_held_back_longer_each_probe():
+def test_a_server_refusing_as_down_is_put_off_longer_each_probe():
     """A dead NetBox answers at once (connection refused): each refused probe must lengthen its circuit."""
     asking = Asking(base=1, cap=300, per_server=4)
     for i in range(50):  # enough keys that some key is always due: only the circuit paces the probes
@@ -520,7 +520,7 @@ def test_a_pool_moved_to_another_server_while_its_ask_is_out_never_holds_back_th
     assert other.key == "other"
     asking.file(grant(other, "10.0.0.2/24", 2), 2)
     asking.due(10)  # the dead server's ask times out
-    assert asking.server_held("dead", 10.5) and not asking.server_held("live", 10.5)
+    assert asking.asks_put_off("dead", 10.5) and not asking.asks_put_off("live", 10.5)
     asking.want("third", "pool2", "live", 10.5)
     assert [a.key for a in asking.due(10.5)] == ["third"]
 

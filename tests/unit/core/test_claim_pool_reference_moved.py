@@ -22,6 +22,8 @@ from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import NS, capi_claim, converged, get, ippool, user_delete
 from pool_reference import IN_CLUSTER, IPPOOL, claim_of_kind, edit_pool_ref, ips_of, pool_of_kind, restarted_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
 MOVED = "PoolReferenceChanged"
@@ -211,8 +213,6 @@ def test_a_pass_that_does_not_see_a_moved_claim_yet_is_refused_the_release_of_it
 
 # -- whatever order edits, deletions and new claims come in ----------------------------------------------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 REFERENCES = [IN_CLUSTER + ("p",), IN_CLUSTER + ("q",), (gi.GROUP, "InfobloxIPPool", "p"), ("ipam.example.com", "IPPool", "p")]
 steps = st.lists(st.tuples(st.sampled_from(["claim", "edit", "delete", "strip", "restart"]), st.integers(0, 3),

@@ -40,8 +40,8 @@ class _Recorder:
         self.planned = None
         self.calls: list[tuple[str, int, object]] = []
 
-    def take(self, ip: int) -> None:
-        self.calls.append(("take", ip, self.planned))
+    def hold(self, ip: int) -> None:
+        self.calls.append(("hold", ip, self.planned))
 
     def release(self, ip: int) -> None:
         self.calls.append(("release", ip, self.planned))
@@ -59,7 +59,7 @@ class _OldLedgerHolders:
         held = self.holders.get(ip)
         if held is None:  # (unchanged by ``core.several``; the allocator here plans nothing)
             self.holders[ip] = holder
-            self.allocator.take(ip)
+            self.allocator.hold(ip)
             return
         entries = held if type(held) is _OldSeveral else (held,)
         who = _holder(holder)

@@ -65,7 +65,7 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
         if refused:
             ledger.needs_full = True
         self.kept_equals_recomputed(ledger, fresh, full_plan)
-        return bool(plan) or ledger.deferred or ledger.status_pending
+        return bool(plan) or ledger.pending_steps or ledger.status_pending
 
     def execute(self, plan) -> bool:
         refused = False
@@ -98,7 +98,7 @@ class KeptLedgersInTheWorld(ControllerInTheWorld):
         assert run_to_end(ledger.index.build(ledger.bound)) == run_to_end(StatusIndex().build(ledger.bound))
         allocating = any(isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.IPADDRESS
                          for a in full_plan.writes)
-        if not ledger.deferred and not allocating:
+        if not ledger.pending_steps and not allocating:
             found: list[str] = []
             run_to_end(compare_maps("bound", ledger.bound, fresh.bound, lambda text: text, found))
             assert ledger.bound == fresh.bound and not found, found

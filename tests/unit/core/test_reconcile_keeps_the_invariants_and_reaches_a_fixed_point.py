@@ -55,7 +55,7 @@ def test_go_state_where_the_adopted_lock_name_is_taken_neither_loops_nor_blocks_
     IPClaim from one (Metal3 IPAddress gp-10-0-0-5) and to an IPAddressClaim from the other (Cluster
     API IPAddress gp-10-0-0-5; the name lock never met across kinds). The lock that adoption wants
     for the IPAddressClaim is taken, so ``adopt`` plans the same refused Create on every pass, and
-    while it does ``adopting > 0`` holds back every new claim of that pool."""
+    while it does ``adopting > 0`` keeps every new claim of that pool pending."""
     spec = {"namePrefix": "gp", "pools": [{"start": "10.0.0.1", "end": "10.0.0.8"}]}
     p1, p2 = go_pool("p1", NS, spec), go_pool("p2", NS, spec)
     api = loaded(p1, p2, *go_served_ipclaim("a", p1, "10.0.0.5"), *go_served_capi_claim("b", p2, "10.0.0.5"),

@@ -37,10 +37,10 @@ def claim(name):
 class FakeIpam:
     """An outside IPAM: one address per key (found again by key), the lowest free one, released by key."""
 
-    def __init__(self, prefix="10.0.0.0/28", keep_back=("10.0.0.1",)):
+    def __init__(self, prefix="10.0.0.0/28", reserved=("10.0.0.1",)):
         net = ipaddress.ip_network(prefix)
         self.length = net.prefixlen
-        self.free = [str(ip) for ip in net.hosts() if str(ip) not in keep_back]
+        self.free = [str(ip) for ip in net.hosts() if str(ip) not in reserved]
         self.held: dict[str, str] = {}
         self.asked: list[tuple[Op, str]] = []
 

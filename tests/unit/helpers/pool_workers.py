@@ -33,6 +33,6 @@ class MemoryWriter:
 async def until_quiet(workers: PoolWorkers, pool=POOL, passes: int = 50) -> None:
     for _ in range(passes):
         await workers._pass(pool)
-        if not workers.inventory._changes.get(pool) and not workers._ledgers[pool].deferred:
+        if not workers.inventory._changes.get(pool) and not workers._ledgers[pool].pending_steps:
             return
     raise AssertionError(f"{pool} still busy after {passes} passes")

@@ -1,5 +1,5 @@
 """Clusters paused for ``clusterctl move`` and resumed: the moved state, the kicks the controller gets, listings
-held back, and the orders of those steps."""
+gated, and the orders of those steps."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def creates(inventory: Inventory) -> list[str]:
     return [o.name(a.obj) for a in plan.writes if isinstance(a, Create)]
 
 
-# How long a case waits for what it holds back (a page on its way) before it fails.
+# How long a case waits for what it gates (a page on its way) before it fails.
 DEADLINE = 60.0
 
 
@@ -88,9 +88,9 @@ class WatchedKicks(Kicks):
         self.created.append(creates(self.inventory))
 
 
-class HeldListings:
+class GatedListings:
     """The namespace's addresses as the API server holds them, listed again once per relist: each LIST
-    sees them as they are when it reaches the server (its first page's request), and is then held back
+    sees them as they are when it reaches the server (its first page's request), and is then gated
     until released. ``asked[i]`` is set once LIST i is taken, ``release[i]`` lets it go."""
 
     def __init__(self, before: Listing, after: Listing, most: int = 4) -> None:
@@ -127,7 +127,7 @@ async def until(flag: threading.Event, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def until_done(future: asyncio.Future, what: str, listings: HeldListings | None = None,
+async def until_done(future: asyncio.Future, what: str, listings: GatedListings | None = None,
                      listed: int = 0) -> None:
     """Until ``future`` (a namespace's lister) is done, or, with ``listings``, until LIST ``listed`` was
     dealt with: the lister goes on to the next LIST only once the Clusters the last one served are filed."""
@@ -160,9 +160,9 @@ def the_move_there_and_back():
     return inventory, unpaused, before, after, version
 
 
-async def cancelled_while_listing(controller: Controller, listings: HeldListings, unpaused: dict,
+async def cancelled_while_listing(controller: Controller, listings: GatedListings, unpaused: dict,
                                   meanwhile=lambda: None) -> None:
-    """The Cluster resumes: held, its namespace's lister's LIST out; the lister is cancelled, and
+    """The Cluster resumes: pending, its namespace's lister's LIST out; the lister is cancelled, and
     ``meanwhile()`` runs before the cancellation reaches it."""
     controller.on_event("MODIFIED", copy.deepcopy(unpaused))
     [lister] = list(controller.resumptions.tasks)

@@ -6,9 +6,7 @@ from typing import Iterable
 
 import pytest
 
-pytest.register_assert_rewrite("incluster_fixtures")
-
-from incluster_fixtures import InCluster  # noqa: E402
+from incluster_fixtures import InCluster
 
 
 @pytest.fixture

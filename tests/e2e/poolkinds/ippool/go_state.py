@@ -24,7 +24,7 @@ Allocation follows the Go code too: entries in order, addresses enumerated from
 ``start`` (or network+1 of a subnet-only entry) — the gateway included, which the Go
 controller hands out —, preallocations and the ``ipAddress`` annotation honoured,
 ``random`` picking a random index and scanning forward. Every address object of the
-pool and every preallocated IP counts as taken, as the Go controller's getIndexes has it.
+pool and every preallocated IP counts as held, as the Go controller's getIndexes has it.
 
 The body builders are pure (``*_body``); :class:`GoIpam` writes them in the order the
 Go controller does: the address, then the claim's finalizer, then the claim's status,

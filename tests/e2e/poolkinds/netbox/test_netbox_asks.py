@@ -53,7 +53,7 @@ def granted(asking: Asking, keys) -> bool:
     return all(isinstance(asking.result(k), Granted) for k in keys)
 
 
-def test_keys_granted_one_netbox_address_each_gateway_kept_back_and_released(netbox, api_client, namespace):
+def test_keys_granted_one_netbox_address_each_gateway_reserved_and_released(netbox, api_client, namespace):
     net = seeded(netbox, 29)  # .1 … .6; .1 the gateway NetBox does not hold
     who = owner()
     user = f"u{uuid.uuid4().hex[:8]}"
@@ -92,7 +92,7 @@ def test_keys_granted_one_netbox_address_each_gateway_kept_back_and_released(net
     theirs = sorted(replica.result(k).address for k in keys)
     assert theirs == [f"{net[i]}/29" for i in range(2, 7)], (net, theirs, addresses_in(netbox, net))  # never the gateway
     held = addresses_in(netbox, net)
-    assert held[str(net[1])]["status"]["value"] == "reserved"  # kept back there, keyless
+    assert held[str(net[1])]["status"]["value"] == "reserved"  # reserved there, keyless
     for key in keys[2:]:
         assert len(holding(netbox, owned_key(who, key))) == 1
     for key in keys[:2]:
@@ -124,14 +124,14 @@ def test_netbox_stopped_and_restarted_mid_ask(netbox, api_client, namespace):
             await asyncio.to_thread(netbox.stop_server)
             while not any(isinstance(a, Refused) and a.server_down for a, _ in filed):
                 await asyncio.sleep(0.05)
-            held_back = asking.server_held(pool.server, time.monotonic())
+            put_off = asking.asks_put_off(pool.server, time.monotonic())
             await asyncio.to_thread(netbox.start_server)
         seconds = await first
         await asks.close()
-        return asking, filed, held_back, seconds
+        return asking, filed, put_off, seconds
 
-    asking, filed, held_back, seconds = asyncio.run(run())
-    assert held_back
+    asking, filed, put_off, seconds = asyncio.run(run())
+    assert put_off
     refusals = {a.reason for a, _ in filed if isinstance(a, Refused)}
     assert refusals <= {"NetBoxUnreachable", "NetBoxTimeout"} and refusals, refusals
     addresses = [asking.result(k).address for k in keys]
@@ -287,7 +287,7 @@ def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
     }
 
     async def attempt(token: str, key: str):
-        net = seeded(netbox, 28)  # a prefix of its own: its gateway not kept back yet
+        net = seeded(netbox, 28)  # a prefix of its own: its gateway not reserved yet
         pool = make_pool(namespace, "nb", netbox.url, {"prefix": str(net)}, gateway=str(net[1]))
         put_secret(api_client, namespace, "netbox", token)
         asks = NetBoxAsks(SecretTokens(api_client, ttl=0), owner=who)
@@ -315,7 +315,7 @@ def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
 
     results = asyncio.run(run())
     first, second, released, survey = results["all"]
-    assert isinstance(first, Granted) and first.address.endswith(".2/28")  # the gateway (.1) kept back
+    assert isinstance(first, Granted) and first.address.endswith(".2/28")  # the gateway (.1) reserved
     assert second == Granted("all", second.attempt, first.address, first.id)
     assert isinstance(released, Released) and survey.reason is None and holding(netbox, owned_key(who, "all")) == []
     report = {name: tuple(type(a).__name__ + (f":{a.reason}" if isinstance(a, Refused) else "") for a in r[:3])
@@ -327,7 +327,7 @@ def test_each_of_the_least_permissions_is_needed(netbox, api_client, namespace):
 
     assert refused(results["view prefix"][0]) and results["view prefix"][3].reason == "TokenRefused"
     assert refused(results["add ipaddress"][0])
-    assert refused(results["change ipaddress"][0])  # the gateway cannot be kept back
+    assert refused(results["change ipaddress"][0])  # the gateway cannot be reserved
     assert refused(results["view ipaddress"][0])  # no lookup: no retry could find its address
     assert refused(results["delete ipaddress"][2])  # never "released" while NetBox keeps it
     assert results["view customfield"][3].reason == "TokenRefused"

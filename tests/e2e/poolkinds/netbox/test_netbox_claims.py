@@ -111,7 +111,7 @@ def test_killed_between_netboxs_answer_and_the_address_write_heals_by_lookup(con
     net = seeded(netbox, 29)
     who = owner()
     put_secret(api_client, namespace, "netbox", netbox.token)
-    netbox_pool(kube, "nb", netbox.url, net)  # no gateway to keep back: NetBox's first answer is the address
+    netbox_pool(kube, "nb", netbox.url, net)  # no gateway to reserve: NetBox's first answer is the address
     netbox_claim(kube, "a", "nb")
     rules = rules_with_ipaddress_verbs(["get", "list", "watch", "patch", "delete"]) + [
         {"apiGroups": [NETBOX[0]], "resources": ["*"], "verbs": ["*"]},

@@ -165,7 +165,7 @@ def test_ip_range_and_pool_prefix_and_vrf(netbox):
     assert (usage.size, usage.used) == (3, 3)
 
 
-def test_avoided_address_is_kept_back_in_netbox_not_handed_out(netbox):
+def test_avoided_address_is_reserved_in_netbox_not_handed_out(netbox):
     net = seeded(netbox, 29)
     who = owner()
 
@@ -344,7 +344,7 @@ def test_allocation_rate(netbox, record_property):
     print(f"\n40 allocations in {seconds:.1f}s: {rate:.1f}/s; NetBox startup {netbox.startup_seconds}")
 
 
-def test_ipv6_prefix_keeps_back_its_subnet_router_anycast_address(netbox):
+def test_ipv6_prefix_reserves_its_subnet_router_anycast_address(netbox):
     net = ipaddress.ip_network(f"2001:db8:{next(NETS):x}::/126")
     netbox.create_prefix(str(net))
     who = owner()

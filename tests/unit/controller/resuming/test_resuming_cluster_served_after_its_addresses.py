@@ -1,6 +1,6 @@
 """Orders of Cluster news in which a Cluster resuming after a move is served before its moved addresses.
 
-A Cluster seen unpaused while the inventory has it paused is held
+A Cluster seen unpaused while the inventory has it paused is pending
 (``resuming.Resumptions``) until its namespace's addresses are listed again by a
 LIST begun after that unpause. The news of a Cluster comes by two roads that do
 not keep step: kopf's watch (which lists again, and skips what changed meanwhile,
@@ -26,7 +26,7 @@ from metal3_ipam.testing.listing import at_hand
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from resuming import WatchedKicks
-from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
+from resuming import GatedListings, at, paused, the_move_there_and_back, until, until_done
 from resuming import NS, creates, moved_state
 from resuming import moved_without_cluster, cancelled_while_listing
 
@@ -37,8 +37,8 @@ def _clusters_listed(*clusters: dict, version: int) -> Listing:
 
 
 @contextlib.asynccontextmanager
-async def _released_at_last(controller: Controller, listings: HeldListings) -> AsyncIterator[None]:
-    """Whatever the case did, every LIST held back goes at last, and every resumption ends."""
+async def _released_at_last(controller: Controller, listings: GatedListings) -> AsyncIterator[None]:
+    """Whatever the case did, every LIST gated goes at last, and every resumption ends."""
     try:
         yield
     finally:
@@ -46,16 +46,16 @@ async def _released_at_last(controller: Controller, listings: HeldListings) -> A
         await asyncio.gather(*controller.resumptions.tasks)
 
 
-async def _held(controller: Controller, listings: HeldListings, unpaused: dict) -> asyncio.Task:
-    """kopf's event of the Cluster's unpause: held, and its LIST out; the resumption's task."""
+async def _pending_resumption(controller: Controller, listings: GatedListings, unpaused: dict) -> asyncio.Task:
+    """kopf's event of the Cluster's unpause: pending, and its LIST out; the resumption's task."""
     controller.on_event("MODIFIED", copy.deepcopy(unpaused))
     await until(listings.asked[0], "the resumption's LIST went out")
     [task] = list(controller.resumptions.tasks)
     return task
 
 
-def test_a_pause_and_unpause_seen_only_by_a_listing_while_held_waits_for_a_listing_begun_after_it():
-    """Cluster c1 resumes (generation 3): held, its namespace's addresses listed again (LIST 0, slow).
+def test_a_pause_and_unpause_seen_only_by_a_listing_while_pending_waits_for_a_listing_begun_after_it():
+    """Cluster c1 resumes (generation 3): pending, its namespace's addresses listed again (LIST 0, slow).
     Meanwhile the Cluster is paused (generation 4), claim c's moved address is created, and the Cluster
     is unpaused (generation 5); kopf's events of it lag. A LIST of Clusters (the resync's, or kopf's
     own after its stream was cut) shows only the last state: unpaused, same uid, newer. It is taken for
@@ -66,13 +66,13 @@ def test_a_pause_and_unpause_seen_only_by_a_listing_while_held_waits_for_a_listi
     first_unpause = at(unpaused, version, generation=3)
     paused_again = paused(at(unpaused, version + 2, generation=4), True)
     unpaused_again = paused(at(unpaused, version + 5, generation=5), False)
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     kicks = WatchedKicks(inventory)
 
     async def scenario() -> tuple[list[str], bool]:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
         async with _released_at_last(controller, listings):
-            first = await _held(controller, listings, first_unpause)
+            first = await _pending_resumption(controller, listings, first_unpause)
             listings.created = True  # paused again, c's moved address created, unpaused again
             await controller.settle(_clusters_listed(unpaused_again, version=version + 6))
             listings.release[0].set()  # LIST 0 ends; any LIST begun since is still on its way
@@ -99,16 +99,16 @@ def _resumed_with_every_address(inventory: Inventory, kicks: WatchedKicks) -> No
 def test_the_deletion_of_the_cluster_moved_away_does_not_end_the_resumption_of_the_one_moved_back():
     """Cluster c1 (uid1) was moved away: paused (filed), then deleted; kopf's DELETED lags. It is moved
     back: created paused anew (uid2), its addresses created, unpaused. A LIST of Clusters shows uid2
-    unpaused while uid1 is paused in the inventory: uid2 is held, and its namespace's addresses are
+    unpaused while uid1 is paused in the inventory: uid2 is pending, and its namespace's addresses are
     listed again (begun after its unpause). Then kopf's DELETED of uid1 comes (older than uid2's
-    unpause): ``forget`` ends whatever is held under the name, the resumption of uid2 included, though
+    unpause): ``forget`` ends whatever is pending under the name, the resumption of uid2 included, though
     uid2 is not what was deleted. The LIST ends and uid2 is not filed: the claims are left with no
     Cluster known until kopf's stream brings uid2 again (and with none, a pass serves them: see the
     case above)."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
     old = inventory.get(kinds.CLUSTER, NS, "c1")
     moved_back = paused(at(unpaused, version + 5, uid="c1-again"), False)
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     listings.created = True  # uid2's addresses exist before it is unpaused
     kicks = WatchedKicks(inventory)
 
@@ -165,12 +165,12 @@ def test_a_listing_failing_with_anything_is_tried_again_until_it_goes_through_an
     assert creates(inventory) == []
 
 
-def test_a_resumption_cancelled_leaves_nothing_held():
+def test_a_resumption_cancelled_leaves_nothing_pending():
     """A Cluster's resumption is cancelled while its LIST is under way (the controller stops). What it
-    held goes with it, so a later event of the Cluster starts a resumption of its own rather than being
+    pending goes with it, so a later event of the Cluster starts a resumption of its own rather than being
     taken for news of one that will never end (the Cluster then never filed)."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     listings.created = True
 
     async def scenario() -> None:
@@ -222,13 +222,13 @@ def test_claims_of_a_moved_cluster_not_seen_yet_are_not_served_before_their_addr
 def test_a_moved_cluster_first_seen_unpaused_waits_for_its_addresses_listed_again():
     """kopf folds the events of a short while into one (its batch window), and lists again after its
     stream was cut: the first the controller hears of a moved Cluster may be that it runs, while the
-    address watch has not brought its moved addresses yet. Such a Cluster is held like one seen
+    address watch has not brought its moved addresses yet. Such a Cluster is pending like one seen
     resuming: filed once a LIST of its namespace's addresses, begun after it was seen, is in. Until
     then its claims wait for it, and no pass allocates anew."""
     others, _, moved_addresses, unpaused, listing = moved_without_cluster(None)
     inventory = Inventory()
     kicks = WatchedKicks(inventory)
-    listings = HeldListings(at_hand(kinds.IPADDRESS, NS, [], "1"), listing)
+    listings = GatedListings(at_hand(kinds.IPADDRESS, NS, [], "1"), listing)
     listings.created = True
 
     async def scenario() -> None:

@@ -2,10 +2,10 @@
 Cluster it must not, or never files one it should.
 
 A Cluster seen running that is filed paused, not filed, or filed under another
-uid is held until a LIST of its namespace's addresses, begun after it was seen,
-is in; one lister per namespace gathers the Clusters held for a moment, lists,
-files those still held, and goes on while more wait. Here Cluster news (kopf's
-events, the resync's LIST of Clusters), the lister's LISTs (held back until
+uid is pending until a LIST of its namespace's addresses, begun after it was seen,
+is in; one lister per namespace gathers the Clusters pending for a moment, lists,
+files those still pending, and goes on while more wait. Here Cluster news (kopf's
+events, the resync's LIST of Clusters), the lister's LISTs (gated until
 released) and cancellations are played into the controller in orders the
 streams allow, and the reconcile is asked what a pass would create.
 """
@@ -21,9 +21,13 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import at_hand
 from resuming import WatchedKicks
-from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
+from resuming import GatedListings, at, paused, the_move_there_and_back, until, until_done
 from resuming import moved_without_cluster, cancelled_while_listing
 from resuming import NS, creates
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from metal3_ipam.controller.resuming import Resumptions
 
 # How long a test waits for what a working lister does in milliseconds (the machine is shared).
 SHORT = 5.0
@@ -40,14 +44,14 @@ async def _eventually(check, what: str, timeout: float = SHORT) -> bool:
     return True
 
 
-# --- a held Cluster the resync's LIST proves gone ------------------------------------------------
+# --- a pending Cluster the resync's LIST proves gone ------------------------------------------------
 
 
-def test_a_held_cluster_a_later_listing_of_clusters_proves_gone_is_not_filed_by_its_lister():
-    """Cluster c1 (uid c1-old) is first seen running: not filed, so held, and a LIST of its namespace's
+def test_a_pending_cluster_a_later_listing_of_clusters_proves_gone_is_not_filed_by_its_lister():
+    """Cluster c1 (uid c1-old) is first seen running: not filed, so pending, and a LIST of its namespace's
     addresses goes out (slow). Meanwhile c1-old is deleted while kopf's stream is cut (kopf lists again
     and tells no deletion it missed), and the resync's LIST of Clusters, taken after the deletion, does
-    not hold c1. That LIST drops what it proves gone, but only from what is filed: c1-old is held, not
+    not hold c1. That LIST drops what it proves gone, but only from what is filed: c1-old is pending, not
     filed, so nothing of it goes and no tombstone is left. The lister's LIST then ends and files c1-old,
     running, a Cluster the API server said a moment ago does not exist (until the next resync, 5
     minutes by default).
@@ -63,7 +67,7 @@ def test_a_held_cluster_a_later_listing_of_clusters_proves_gone_is_not_filed_by_
     inventory = Inventory()
     kicks = WatchedKicks(inventory)
     nothing = at_hand(kinds.IPADDRESS, NS, [], str(version + 1))
-    listings = HeldListings(nothing, nothing)
+    listings = GatedListings(nothing, nothing)
 
     async def scenario() -> dict | None:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
@@ -91,7 +95,7 @@ def test_a_held_cluster_a_later_listing_of_clusters_proves_gone_is_not_filed_by_
     filed = asyncio.run(scenario())
     allocated = [names for names in kicks.created if names]
     assert filed is None and not allocated, (
-        f"c1-old, proved gone by a LIST of Clusters while it was held, was filed after it "
+        f"c1-old, proved gone by a LIST of Clusters while it was pending, was filed after it "
         f"({filed and o.meta(filed)}); the claims of c1 made anew are served before their addresses: {allocated}")
     assert creates(inventory) == []
 
@@ -106,9 +110,9 @@ def test_a_running_cluster_paused_and_unpaused_between_two_events_waits_for_its_
     folds the events of its batch window into one (or lists again after its stream was cut): the
     controller sees only c1 running at generation 3, the same uid as filed, running as filed.
 
-    ``Resumptions.park`` files it at once: "filed running, seen running" is taken for no resumption,
+    ``Resumptions.pending`` files it at once: "filed running, seen running" is taken for no resumption,
     though the generation says the spec was written twice since (a pause and an unpause fit; the same
-    sum ends a resumption while c1 is held). No LIST of the namespace's addresses: claim c, which its
+    sum ends a resumption while c1 is pending). No LIST of the namespace's addresses: claim c, which its
     watch brings next, is served anew while its address is still on its way (SPEC §10, 2 and 4)."""
     others, _, moved_addresses, unpaused, listing = moved_without_cluster(None)
     version = int(o.meta(unpaused)["resourceVersion"])
@@ -121,7 +125,7 @@ def test_a_running_cluster_paused_and_unpaused_between_two_events_waits_for_its_
     assert creates(inventory) == []
     kicks = WatchedKicks(inventory)
     before = at_hand(kinds.IPADDRESS, NS, [copy.deepcopy(address_of["b"])], str(version - 4))
-    listings = HeldListings(before, listing)
+    listings = GatedListings(before, listing)
     listings.created = True  # c's address exists before c1 is unpaused
 
     async def scenario() -> int:
@@ -146,16 +150,16 @@ def test_a_running_cluster_paused_and_unpaused_between_two_events_waits_for_its_
 # --- a lister cancelled ----------------------------------------------------------------------------
 
 
-def test_a_lister_cancelled_before_it_first_ran_leaves_nothing_held_and_its_namespace_listed_again():
-    """Cluster c1 resumes: held, and its namespace's lister is created; it is cancelled before the
+def test_a_lister_cancelled_before_it_first_ran_leaves_nothing_pending_and_its_namespace_listed_again():
+    """Cluster c1 resumes: pending, and its namespace's lister is created; it is cancelled before the
     event loop first ran it (cancelled at once, as ``asyncio.run`` and a stopping controller cancel
     what is pending). A coroutine cancelled before its first step never enters its body, so the
-    lister's ``finally`` never runs: c1 stays held under a resumption no one serves, and the namespace
+    lister's ``finally`` never runs: c1 stays pending under a resumption no one serves, and the namespace
     keeps a lister that is done. Every later event of c1 (running) is taken for news of that resumption,
-    and every Cluster held later in the namespace is queued for a lister that never comes: none is ever
+    and every Cluster pending later in the namespace is queued for a lister that never comes: none is ever
     filed, their claims wait for good while the API server answers every LIST."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     listings.created = True
     listings.release_all()
 
@@ -168,7 +172,7 @@ def test_a_lister_cancelled_before_it_first_ran_leaves_nothing_held_and_its_name
         controller.on_event("MODIFIED", at(unpaused, version + 30))  # kopf: c1 still runs
         filed = await _eventually(lambda: not o.cluster_paused(inventory.get(kinds.CLUSTER, NS, "c1")),
                                   "c1 filed running")
-        state = {"held": list(controller.resumptions._pending), "listers": list(controller.resumptions._listers),
+        state = {"pending": list(controller.resumptions._pending), "listers": list(controller.resumptions._listers),
                  "waiting": dict(controller.resumptions._waiting), "LISTs": listings.handed}
         await asyncio.gather(*controller.resumptions.tasks, return_exceptions=True)
         return filed, state
@@ -178,14 +182,14 @@ def test_a_lister_cancelled_before_it_first_ran_leaves_nothing_held_and_its_name
     assert creates(inventory) == []
 
 
-def test_a_cluster_held_while_its_namespace_lister_is_being_cancelled_is_not_lost():
+def test_a_cluster_pending_while_its_namespace_lister_is_being_cancelled_is_not_lost():
     """Cluster c1's lister is listing when it is cancelled; before the cancellation reaches it (the
-    next turn of the event loop), Cluster c2 of the same namespace is seen running: held, and queued
+    next turn of the event loop), Cluster c2 of the same namespace is seen running: pending, and queued
     for the namespace's lister, which exists still, so no other is started. The cancelled lister's
-    ``finally`` then drops every queued resumption, c2's included: c2 is neither filed, nor held, nor
+    ``finally`` then drops every queued resumption, c2's included: c2 is neither filed, nor pending, nor
     listed for. Nothing brings it back but a later change of c2 or the resync; its claims wait."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     listings.created = True
     c2 = {"apiVersion": unpaused["apiVersion"], "kind": "Cluster",
           "metadata": {"name": "c2", "namespace": NS, "uid": "c2-uid", "resourceVersion": str(version + 3),
@@ -201,21 +205,21 @@ def test_a_cluster_held_while_its_namespace_lister_is_being_cancelled_is_not_los
             listings.release_all()
             known = await _eventually(lambda: inventory.get(kinds.CLUSTER, NS, "c2") is not None
                                       or bool(controller.resumptions.tasks), "c2 filed or listed for")
-            state = {"held": list(controller.resumptions._pending), "LISTs": listings.handed}
+            state = {"pending": list(controller.resumptions._pending), "LISTs": listings.handed}
             await asyncio.gather(*controller.resumptions.tasks)
             return known or inventory.get(kinds.CLUSTER, NS, "c2") is not None, state
         finally:
             listings.release_all()
 
     kept, state = asyncio.run(scenario())
-    assert kept, f"c2, held while its namespace's lister was being cancelled, was dropped with it: {state}"
+    assert kept, f"c2, pending while its namespace's lister was being cancelled, was dropped with it: {state}"
 
 
-# --- a Cluster whose spec moves while it is held ---------------------------------------------------
+# --- a Cluster whose spec moves while it is pending ---------------------------------------------------
 
 
 def test_a_running_cluster_whose_spec_moves_by_one_generation_during_each_listing_is_filed_at_last():
-    """Cluster c1 resumes (generation 3): held, its namespace's addresses listed again. During that LIST
+    """Cluster c1 resumes (generation 3): pending, its namespace's addresses listed again. During that LIST
     its spec changes once, running still (generation 4: a topology upgrade, a GitOps tool reapplying a
     field that a webhook defaults). One write cannot pause and unpause it: the LIST, begun after the
     unpause, holds every moved address. Yet the change ends the resumption, and the next one waits for a
@@ -223,7 +227,7 @@ def test_a_running_cluster_whose_spec_moves_by_one_generation_during_each_listin
     namespace's addresses (seconds, in a namespace of tens of thousands) is never filed, while the API
     server answers every LIST: its claims wait for good."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(after, after, most=6)
+    listings = GatedListings(after, after, most=6)
     listings.created = True
     churns = 4
 
@@ -253,12 +257,6 @@ def test_a_running_cluster_whose_spec_moves_by_one_generation_during_each_listin
 
 # --- a state machine over Cluster news, LISTs and address creations --------------------------------
 
-import hypothesis.strategies as st  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
-
-from metal3_ipam.controller.resuming import Resumptions  # noqa: E402
-
 
 class ResumingInTheWorld(RuleBasedStateMachine):
     """One namespace, one Cluster name. The API server: c1 created paused (a move), moved addresses
@@ -271,7 +269,7 @@ class ResumingInTheWorld(RuleBasedStateMachine):
     After every step: c1 filed running under uid u at version v means every address created before
     u's last unpause up to v is known (a LIST begun after that unpause is in); a uid that a LIST of
     Clusters, taken after its deletion, showed gone is not filed again. And once kopf told the current
-    state and every LIST went through, c1 is filed as it is (nothing held for good).
+    state and every LIST went through, c1 is filed as it is (nothing pending for good).
 
     Found by it (the first, which the rest of it then hides): c1 filed running, restored onto itself
     (paused, addresses created, unpaused), seen running again by one folded event, is filed at once."""
@@ -402,7 +400,7 @@ class ResumingInTheWorld(RuleBasedStateMachine):
     @rule()
     def kopf_tells_the_cluster(self):
         obj = copy.deepcopy(self.cluster)
-        self._run(lambda: self.resumptions.park(obj) or self.inventory.upsert(obj))
+        self._run(lambda: self.resumptions.pending(obj) or self.inventory.upsert(obj))
 
     @precondition(lambda self: self.told_deleted)
     @rule(lost=st.booleans())
@@ -426,7 +424,7 @@ class ResumingInTheWorld(RuleBasedStateMachine):
 
         def settle():
             filing = self.inventory.listing(kinds.CLUSTER, None)
-            for _ in filing.file(items, hold=self.resumptions.park):
+            for _ in filing.file(items, pending=self.resumptions.pending):
                 pass
             for _ in filing.finish(str(version)):
                 pass
@@ -459,18 +457,18 @@ class ResumingInTheWorld(RuleBasedStateMachine):
                 return c and (o.meta(c)["uid"], o.meta(c)["generation"], o.cluster_paused(c))
             assert state(filed) == state(self.cluster), (
                 f"every LIST went through, and c1 is filed as {state(filed)}, not as it is: {state(self.cluster)} "
-                f"(held: {list(self.resumptions._pending)}, listers: {list(self.resumptions._listers)})")
+                f"(pending: {list(self.resumptions._pending)}, listers: {list(self.resumptions._listers)})")
 
     @invariant()
     def a_cluster_proved_gone_is_not_filed_again(self):
         """A uid a LIST of Clusters proved gone is not filed again, nor left running. It may stay filed
-        paused while another uid of the name is held (that LIST showed the name): its claims are left
+        paused while another uid of the name is pending (that LIST showed the name): its claims are left
         alone, the safe side, until the new uid is filed."""
         filed = self.inventory.get(kinds.CLUSTER, NS, "c1")
         if filed is None or o.meta(filed)["uid"] not in self.proved_gone:
             return
-        held = self.resumptions._pending.get((NS, "c1"))
-        assert o.cluster_paused(filed) and held is not None and o.meta(held[1])["uid"] != o.meta(filed)["uid"], (
+        pending = self.resumptions._pending.get((NS, "c1"))
+        assert o.cluster_paused(filed) and pending is not None and o.meta(pending[1])["uid"] != o.meta(filed)["uid"], (
             f"c1 {o.meta(filed)['uid']} filed after a LIST of Clusters taken after its deletion was filed")
 
     @invariant()

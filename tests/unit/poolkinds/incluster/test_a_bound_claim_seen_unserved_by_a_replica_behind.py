@@ -25,12 +25,12 @@ def _bound_then_replaced():
     deleted (finalizer stripped) and one of the same name written at 10.0.0.9 in its place."""
     pool = gi.ip_pool("p", namespace=NS, prefix=24, gateway="10.0.0.2", addresses=["10.0.0.1-10.0.0.254"])
     world = loaded(pool, capi_claim("test", pool="p", api_group=IN_CLUSTER[0], kind=IN_CLUSTER[1]))
-    unserved = copy.deepcopy(get(world, kinds.CAPI_CLAIM, "test"))
+    pending = copy.deepcopy(get(world, kinds.CAPI_CLAIM, "test"))
     converge(world)
     assert ready(world, kinds.CAPI_CLAIM, "test")["message"] == "bound to 10.0.0.1"
     world.inventory.remove(get(world, kinds.CAPI_ADDRESS, "test"))
     world.load(capi_address("test", "test", IN_CLUSTER, "p", "10.0.0.9"))
-    return world, unserved
+    return world, pending
 
 
 def test_a_bound_claims_address_replaced_at_another_ip_is_a_stray_the_claim_keeps_its_ip():
@@ -41,17 +41,17 @@ def test_a_bound_claims_address_replaced_at_another_ip_is_a_stray_the_claim_keep
     assert sorted(o.spec(a)["address"] for a in world.inventory.of_kind(kinds.IPADDRESS)) == ["10.0.0.1"] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="the replica's view shows the claim unserved, its lock at 10.0.0.1 named by "
+@pytest.mark.xfail(strict=True, reason="the replica's view shows the claim pending, its lock at 10.0.0.1 named by "
                    "no status and no IPAddress of the claim showing that IP: the lock gives way to the address at "
                    "10.0.0.9 (``written_over_lock``); that step creates the lock of 10.0.0.9 and takes the address up "
                    "before its status write is refused (the claim changed since), and the next pass keeps the lock "
                    "whose IP the IPAddress the status names by name shows: the claim bound to 10.0.0.1 ends bound to "
                    "10.0.0.9, and the guard 10-0-0-1.nsip is left while it lives")
-def test_a_replica_that_sees_a_bound_claim_unserved_does_not_move_it_to_an_address_written_since():
-    world, unserved = _bound_then_replaced()
+def test_a_replica_that_sees_a_bound_claim_pending_does_not_move_it_to_an_address_written_since():
+    world, pending = _bound_then_replaced()
     view = MemoryApi(now=world.now)  # its watch of claims behind; the addresses' up to date
     for obj in world.inventory.objects.values():
-        view.inventory.upsert(copy.deepcopy(unserved if kinds.kind_of(obj) == kinds.CAPI_CLAIM else obj))
+        view.inventory.upsert(copy.deepcopy(pending if kinds.kind_of(obj) == kinds.CAPI_CLAIM else obj))
     world.apply(reconcile(view.inventory.snapshot(KEY, view.now)))
     converge(world)
     assert ready(world, kinds.CAPI_CLAIM, "test")["message"] == "bound to 10.0.0.1"

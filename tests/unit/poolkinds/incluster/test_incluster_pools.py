@@ -44,7 +44,7 @@ def members(pool) -> list[int]:
 def lowest_free(pool, used=()):
     allocator = Allocator(pool)
     for value in used:
-        allocator.take(ip(value))
+        allocator.hold(ip(value))
     return str(allocator.allocate("claim").ip)
 
 
@@ -256,7 +256,7 @@ def test_lowest_free_first_whatever_the_order(case, data):
     used = data.draw(st.lists(st.sampled_from(sorted(model)), unique=True) if model else st.just([]))
     allocator = Allocator(pool_of(**shuffled))
     for value in used:
-        allocator.take(value)
+        allocator.hold(value)
     handed = []
     for _ in range(len(model) - len(used)):
         handed.append(int(allocator.allocate("claim").ip))

@@ -59,7 +59,7 @@ def test_a_copy_refused_for_a_key_whose_claim_left_for_a_move_does_not_take_the_
     2. A copy of its manifest, key annotation and all, is applied as ``other/copy``: refused, naming ``m``.
     3. ``clusterctl move`` of namespace ``default`` to T: ``m`` deleted with delete-for-move (its key is
        remembered in ``Inventory.moved_away``: the address is the copy's in T now, where ``m`` keeps 10.0.0.2).
-    4. ``other/copy`` is woken (``_wake_carriers`` / the ledger's ``awaiting``, or an audit) and, the only
+    4. ``other/copy`` is woken (``_wake_carriers`` / the ledger's ``pending_answers``, or an audit) and, the only
        carrier of ``k1`` left here, asks NetBox for ``k1``: NetBox hands back m's address, and ``other/copy``
        is bound to 10.0.0.2 in S while ``m`` holds 10.0.0.2 in T (two live claims, one IP: §10.1, §10.4).
     5. ``other/copy`` is deleted: its finalizer releases ``k1`` in NetBox, the address m still uses in T (§10.3).

@@ -65,7 +65,7 @@ def test_a_refusal_is_the_claims_reason_until_a_grant_comes():
     assert ready(world.claim("a"))["status"] == "True"
 
 
-def test_claims_held_back_behind_a_server_that_is_down_show_its_refusal():
+def test_claims_pending_behind_a_server_that_is_down_show_its_refusal():
     world = World(claim("a"), claim("b"))
     first, *_ = world.first_asks()
     world.asking.file(Refused(first.key, first.attempt, "NetBoxUnreachable", "connection refused", server_down=True),
@@ -80,8 +80,8 @@ def test_claims_held_back_behind_a_server_that_is_down_show_its_refusal():
     assert {ready(world.claim(n))["status"] for n in "ab"} == {"True"}
 
 
-def test_claims_held_back_are_not_rewritten_at_every_probe_of_a_server_still_down():
-    """Claims wanting an address while their server is down are held back, showing the server's refusal; each
+def test_claims_pending_are_not_rewritten_at_every_probe_of_a_server_still_down():
+    """Claims wanting an address while their server is down are pending, showing the server's refusal; each
     probe is another key's, refused with its own message: the waiting claims keep the status they have (no write
     per probe), and still say why."""
     world = World(claim("z"))
@@ -92,7 +92,7 @@ def test_claims_held_back_are_not_rewritten_at_every_probe_of_a_server_still_dow
         world.api.load(claim(n))
     for _ in range(3):
         world.pass_()
-    assert world.out == []  # held back: the circuit is open
+    assert world.out == []  # put off: the circuit is open
     versions = {n: world.claim(n)["metadata"]["resourceVersion"] for n in "abcdef"}
     assert {ready(world.claim(n))["reason"] for n in "abcdef"} == {"NetBoxUnreachable"}
     probed = set()
@@ -297,13 +297,13 @@ def test_claims_of_an_invalid_netbox_pool_are_refused_naming_the_field_and_nothi
 
 class KeptWorld(World):
     """The same world, its passes deciding only what changed (``plan_pass`` over a kept ``Ledger``), and each
-    answer waking the pool as the adapter does (``NetBoxPools._answered``): the claims awaiting its key, or
-    every claim awaiting an answer when it changed what they show of their server."""
+    answer waking the pool as the adapter does (``NetBoxPools._answered``): the claims pending its key, or
+    every claim pending an answer when it changed what they show of their server."""
 
     def __init__(self, *objs, seed=0):
         super().__init__(*objs, seed=seed)
         self.ledger = Ledger()
-        self.decided: list[set[str]] = []  # per pass: the claims decided as still awaiting their release
+        self.decided: list[set[str]] = []  # per pass: the claims decided as still pending their release
 
     def pass_(self):
         reload, changes = self.api.inventory.drain(POOL)
@@ -364,7 +364,7 @@ def test_a_release_answered_decides_again_only_the_claims_carrying_its_key():
     assert not list(world.api.inventory.of_kind(kinds.IPADDRESS))
 
 
-def test_a_server_going_down_or_coming_back_decides_again_every_claim_awaiting_it():
+def test_a_server_going_down_or_coming_back_decides_again_every_claim_pending_on_it():
     """What the waiting claims show of their server changes with an answer of another key (the server refused
     as down, or answered again): all of them are decided again, and say so."""
     world = KeptWorld(*(claim(n) for n in "abc"))
@@ -386,7 +386,7 @@ def test_a_claim_refused_for_a_key_carried_first_by_another_is_served_once_that_
     """Two claims carry one allocation key (a manifest copied with its annotation); the one created first has
     it, the other is refused naming it. That first claim is deleted before its address came: the key, and the
     address it is granted, are the remaining claim's, which a kept ledger must decide again then (nothing of
-    the pool is freed, and the refused claim awaits no answer)."""
+    the pool is freed, and the refused claim has no answer pending)."""
     a = claim("a")
     a["metadata"].update(annotations={KEY_ANNOTATION: "k1"}, creationTimestamp="2024-01-01T00:00:00Z")
     b = claim("b")

@@ -179,7 +179,7 @@ def test_an_answer_that_never_comes_times_out_in_the_kinds_own_words():
     assert world.ip("a") == "10.0.0.2" and len(world.source.made) == 1
 
 
-def test_claims_held_back_behind_a_source_that_is_down_say_so_naming_no_other_kind():
+def test_claims_pending_behind_a_source_that_is_down_say_so_naming_no_other_kind():
     world = World(queued_claim("a"), queued_claim("b"))
     world.settle()
     world.source.refuse(reason="SourceDown", message="connection refused", server_down=True)

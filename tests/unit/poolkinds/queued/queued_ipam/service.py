@@ -18,7 +18,7 @@ from .keys import read_key
 from .source import QueuedSource, spec_of
 
 TIMEOUT = "QueuedIpamTimeout"  # the reason of an ask its deadline passed on
-SERVER = "queued"  # the one server of the queued source: all its pools' asks are held back together
+SERVER = "queued"  # the one server of the queued source: all its pools' asks are put off together
 
 
 class QueuedPools:

@@ -4,7 +4,7 @@ Every request (an ``Ask`` of ``core.asking``: allocate or release by key) waits 
 takes it out: ``answer`` carries it out and delivers the answer (``twice``: delivered again), ``lose`` carries
 it out and delivers nothing (the answer lost on its way), ``refuse`` delivers a refusal without carrying it
 out. It holds one address per key (asked again, a key gets the address it holds), the lowest free host of the
-prefix first (the gateway kept back); a release frees the key's address, and a release of a key holding
+prefix first (the gateway reserved); a release frees the key's address, and a release of a key holding
 nothing is answered released. What it did is counted for the tests: ``made`` (address id -> key) and
 ``freed`` (address id -> times freed).
 """

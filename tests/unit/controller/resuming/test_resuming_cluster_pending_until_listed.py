@@ -1,10 +1,10 @@
-"""Orders of events in which a Cluster held while it resumes (``Controller._pending``) is filed too early.
+"""Orders of events in which a Cluster pending while it resumes (``Controller._pending``) is filed too early.
 
-A Cluster that resumes is held (paused in the inventory) until its namespace's
+A Cluster that resumes is pending (paused in the inventory) until its namespace's
 addresses have been listed again (``resuming.Resumptions``): ``clusterctl move``
 creates the moved addresses right before it unpauses the Cluster, and the watch
 of addresses may lag. The listing that releases a Cluster must therefore have
-begun after the unpause it releases. Here the listings are held back (a page on
+begun after the unpause it releases. Here the listings are gated (a page on
 its way) while the Cluster goes through more than one resumption, and the
 reconcile is asked what it would do once a listing ends.
 """
@@ -21,22 +21,22 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing.listing import at_hand
 from resuming import DEADLINE, WatchedKicks
 from resuming import NS, creates
-from resuming import HeldListings, at, paused, the_move_there_and_back, until, until_done
+from resuming import GatedListings, at, paused, the_move_there_and_back, until, until_done
 
 
 def _a_second_resumption_while_the_first_lists(between) -> tuple[list[str], bool, Inventory]:
-    """Cluster c1 resumes: held, its namespace's addresses listed again (a slow LIST). ``between(
+    """Cluster c1 resumes: pending, its namespace's addresses listed again (a slow LIST). ``between(
     controller, unpaused, version)`` plays what comes before that LIST ends (c's moved address is
     created meanwhile); then it ends. Returns what a pass would create at that moment, whether c1 is
     paused then, and the inventory once every listing is in."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     kicks = WatchedKicks(inventory)
 
     async def scenario() -> tuple[list[str], bool]:
         controller = Controller(inventory, kicks, writer=None, relist=listings.relist)
         try:
-            controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: held
+            controller.on_event("MODIFIED", copy.deepcopy(unpaused))  # the first resumption: pending
             await until(listings.asked[0], "the first resumption's LIST went out")
             [first] = list(controller.resumptions.tasks)
             between(controller, unpaused, version, listings)
@@ -72,7 +72,7 @@ def test_a_cluster_moved_away_and_back_while_its_first_resume_lists_is_not_relea
     assert creates(inventory) == []
 
 
-def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begun_after_that_unpause():
+def test_a_cluster_paused_and_unpaused_again_while_pending_waits_for_a_listing_begun_after_that_unpause():
     """Before the first resumption's LIST ends the Cluster is paused again (filed: paused in the
     inventory), c's moved address is created, and the Cluster is unpaused again: a resumption like
     the first. Released by the first LIST, which began before c's address existed, claim c would be
@@ -94,14 +94,14 @@ def test_a_cluster_paused_and_unpaused_again_while_held_waits_for_a_listing_begu
 def test_a_listing_older_than_the_paused_cluster_does_not_start_the_listing_that_releases_its_next_unpause():
     """The Cluster is paused in the inventory (the watch told, at version P). A resync's LIST of Clusters,
     taken before that pause and filed after it, shows the Cluster unpaused (older than what is filed):
-    it is held all the same, and a LIST of the namespace's addresses goes out. Then clusterctl creates
-    c's moved address and unpauses the Cluster (newer than P): held, it waits on the LIST the stale
+    it is pending all the same, and a LIST of the namespace's addresses goes out. Then clusterctl creates
+    c's moved address and unpauses the Cluster (newer than P): pending, it waits on the LIST the stale
     copy started, begun before c's address existed, and is released by it: claim c is served anew
     (SPEC §10, 4)."""
     inventory, unpaused, before, after, version = the_move_there_and_back()
     stored = int(o.meta(inventory.get(kinds.CLUSTER, NS, "c1"))["resourceVersion"])
     stale = paused(at(unpaused, stored - 1), False)
-    listings = HeldListings(before, after)
+    listings = GatedListings(before, after)
     kicks = WatchedKicks(inventory)
 
     async def scenario() -> tuple[list[str], bool]:
@@ -134,7 +134,7 @@ def test_a_listing_refused_once_is_not_taken_for_the_addresses_listed_again():
     """Cluster c1 resumes; the LIST of its namespace's addresses is refused once (an API server busy
     with the move's creations answers 429, or restarts), and would go through if asked again. The
     Cluster is released at once, unpaused, with c's moved address not listed: the reconcile looks at
-    claim c with its Cluster unpaused and serves it anew (SPEC §10, 4). A Cluster need not be held
+    claim c with its Cluster unpaused and serves it anew (SPEC §10, 4). A Cluster need not be pending
     for good when its LIST never goes through, but one refusal is not that."""
     inventory, unpaused, _, after, version = the_move_there_and_back()
     kicks = WatchedKicks(inventory)
