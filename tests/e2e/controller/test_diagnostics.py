@@ -71,6 +71,20 @@ def roles(api_client):
             rbac.delete_cluster_role_binding(binding.metadata.name)
 
 
+def _controller_account(api: client.ApiClient, namespace: str, roles: dict[str, str]) -> str:
+    """The controller's ServiceAccount as config/rbac binds it: the manager's and the diagnostics ClusterRoles, and
+    the leader-election Role (Leases: the lock store) in its namespace, which the controller runs as its own."""
+    token = _account(api, namespace, "controller", roles["manager-role"], roles["diagnostics-role"])
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(namespace, permissions.leader_election_role())
+    rbac.create_namespaced_role_binding(namespace, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "controller-leader-election"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leader-election-role"},
+        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": namespace}]})
+    return token
+
+
 def _kubeconfig(control_plane, token: str, path: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "sa",
@@ -105,13 +119,14 @@ def _get(port: int, token: str | None = None, context: ssl.SSLContext | None = N
 
 
 def test_metrics_need_a_token_allowed_to_get_them(control_plane, api_client, namespace, roles, tmp_path):
-    controller_token = _account(api_client, namespace, "controller", roles["manager-role"], roles["diagnostics-role"])
+    controller_token = _controller_account(api_client, namespace, roles)
     without = _account(api_client, namespace, "scraper-without-role")
     with_role = _account(api_client, namespace, "scraper", roles["metrics-reader"])
     port = _free_port()
     ctl = ControllerProcess(_kubeconfig(control_plane, controller_token, tmp_path / "controller.kubeconfig"),
                             ["-n", namespace, "--no-leader-elect", f"--diagnostics-address=127.0.0.1:{port}",
-                             "--tls-min-version=VersionTLS13"], name="diagnostics", log_dir=tmp_path)
+                             "--leader-election-namespace", namespace, "--tls-min-version=VersionTLS13"],
+                            name="diagnostics", log_dir=tmp_path)
     try:
         ctl.start()
         assert _get(port, context=_tls())[0] == 401
@@ -136,7 +151,7 @@ def test_profiles_and_the_log_verbosity_need_a_token_allowed_their_own_paths(con
                                                                               roles, tmp_path):
     """``/debug/pprof/`` and ``/debug/flags/v``, as a Go manager serves them beside its metrics (what each holds
     is Python's): each path and verb reviewed on its own, so the metrics reader may not use them."""
-    controller_token = _account(api_client, namespace, "controller", roles["manager-role"], roles["diagnostics-role"])
+    controller_token = _controller_account(api_client, namespace, roles)
     reader = _account(api_client, namespace, "scraper", roles["metrics-reader"])
     rbac = client.RbacAuthorizationV1Api(api_client)
     debugger_role = f"debugger-{uuid.uuid4().hex[:8]}"
@@ -146,7 +161,8 @@ def test_profiles_and_the_log_verbosity_need_a_token_allowed_their_own_paths(con
     debugger = _account(api_client, namespace, "debugger", debugger_role)
     port = _free_port()
     ctl = ControllerProcess(_kubeconfig(control_plane, controller_token, tmp_path / "controller.kubeconfig"),
-                            ["-n", namespace, "--no-leader-elect", f"--diagnostics-address=127.0.0.1:{port}"],
+                            ["-n", namespace, "--no-leader-elect", f"--diagnostics-address=127.0.0.1:{port}",
+                             "--leader-election-namespace", namespace],
                             name="debugging", log_dir=tmp_path)
     try:
         ctl.start()
