@@ -78,8 +78,11 @@ Such a claim, live and bound to the address all the same, holds it
 paused hold makes its cluster take the address once its home is unpaused, a
 live one never does (the address was taken over first, from its home or a
 third cluster's). The release of the key by the cluster that took it over
-keeps an address another cluster holds (:func:`held_elsewhere`), as the
-release by the other keeps one taken over from it (:func:`kept_on_release`).
+keeps an address another cluster holds (:func:`held_elsewhere`), marked
+released so that the holding claim takes it back, as the release by the
+other keeps one taken over from it (:func:`kept_on_release`); each release
+takes its own cluster's hold off first (a Cluster being deleted is still
+here), so that the other side releases the address once its claim goes.
 A claim here bound to an address homed at another cluster's object that
 nobody took over yet (a copy deleted before a sweep here homed it) leaves it
 taken over and marked released (:func:`left_on_release`): the claim there,
@@ -436,8 +439,13 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
-    An address another cluster holds, or took over (:func:`kept_on_release`), is left as it is. One homed at
-    an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
+    First this cluster's own hold comes off (the claim that held it is the one released: a hold left would
+    keep the address from every sweep once this cluster is gone). An address another cluster holds, or took
+    over (:func:`kept_on_release`), is then left as it is; but one homed here that another cluster holds (a
+    claim there bound to it, or paused) is marked released too (``swept=`` now): its home lets it go, and
+    the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it.
+
+    One homed at an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
     another cluster) may be a live claim's there: a copy restored from a directory while the source runs,
     bound here and deleted before a sweep here homed the address (or a move finished while the source was
     down, the source gone). It is taken over marked released (homed at the released claim's home, ``from=``
@@ -446,9 +454,14 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
     never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
     released by its home."""
-    if kept_on_release(text, home):
-        return text
+    held = hold_in(text)
+    if held is not None and home(held.home) != ABSENT:
+        text = with_held(text, None)
     there, at = home_in(text), home_in(released)
+    if kept_on_release(text, home):
+        if there is not None and home(there) != ABSENT and swept_at(text) is None:
+            return with_swept(text, wall)
+        return text
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
     if released is None or at is None or home(at) == ABSENT:
@@ -493,7 +506,9 @@ def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Ho
     A NetBoxIPPool belongs to no Cluster, so ``clusterctl move`` never pauses it: it pauses every Cluster
     of the namespace it moves, creates the copies, deletes the claims, and only then the pools, and a move
     that stops in between leaves the claims gone and the pool here. So a pool is paused (for the sweep)
-    while a Cluster of its namespace is, as well as by its own paused annotation."""
+    while a Cluster of its namespace is, as well as by its own paused annotation. A Cluster being deleted is
+    still here (its claims are released while it is deleted: the marks naming it are this cluster's still); a
+    NetBoxIPPool being deleted is not."""
     by_uid: dict[tuple[str, str], Mapping[str, Any]] = {}
     paused_namespaces: set[Any] = set()
     for kind, obj in objects:
@@ -505,7 +520,7 @@ def home_state(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Callable[[Ho
 
     def state(h: Home) -> str:
         obj = by_uid.get((h.kind, h.uid))
-        if obj is None or o.is_deleting(obj):
+        if obj is None or (h.kind != kinds.CLUSTER[1] and o.is_deleting(obj)):
             return ABSENT
         if h.kind == kinds.CLUSTER[1]:
             paused = o.cluster_paused(obj)

@@ -26,14 +26,17 @@ cluster's, and only the cluster holding the object a mark names removes it.
 Homing is first come (:func:`mend`). A live claim here homes a floating IP
 homed nowhere (made by it, or by an earlier version of this controller). One
 homed at an object absent here it first holds; its home, seeing a hold of
-another cluster while its own claim lives (present, not paused), answers with
+another cluster while its own claim lives (paused or not), answers with
 a hold of its own; the next sweep here takes the floating IP over only if no
 other cluster holds it then (the source of a finished move, or of a move
 stopped half-way, is gone or has no claim to answer), and never one taken
 over from this very home (``from``: a claim there took it first). A paused
 claim only holds (both sides of a move under way are paused: they would write
-it back and forth). Where two clusters took it over at once, the lowest home
-stays and the other yields to a hold. A claim left holding a floating IP
+it back and forth), and at home answers another cluster's hold as a live one
+does: a paused claim is a live claim, so a floating IP homed at a paused
+Cluster is neither taken over nor released by the other cluster. Where two
+clusters took it over at once, the lowest home stays and the other yields to
+a hold. A claim left holding a floating IP
 homed at another cluster is told (:attr:`Change.elsewhere`). Known limit: a
 home whose controller misses the taker's waiting sweep (down, or sweeping at a
 longer interval) looks like a finished move's source, and loses the floating IP
@@ -142,8 +145,8 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
     theirs = {h for h in marks.homes if home(h) == ABSENT}
     elsewhere = None
     if home(mine) == PAUSED:
-        if mine not in marks.homes:
-            ensure(HELD, mine)
+        if mine not in marks.homes or any(home(h) == ABSENT for h in marks.holds):
+            ensure(HELD, mine)  # holds (homed elsewhere), or answers another cluster's hold: its claim lives
     elif mine in marks.homes:
         drop(HOME, ours)
         rivals = theirs - marks.froms  # a home it was taken over from is left of a take over cut short

@@ -255,7 +255,10 @@ class Sweeper:
                     change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
                 else:
                     change = homes.Change()
-                    if (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                    if self._paused(pool):
+                        pass  # a move under way: nothing released, and the wait for an answer starts once unpaused
+                    elif (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone,
+                                                                                         released):
                         left.add((fip.id, gone))
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
@@ -282,13 +285,14 @@ class Sweeper:
     async def _release_left(self, pool: OpenStackPool, key: str, fip: FloatingIP, gone: homes.Home,
                             released: list[FloatingIP]) -> bool:
         """A floating IP a claim here left homed at another cluster that answered no hold for a whole sweep (the
-        source of a finished move is gone): released as its pool says, if still so when read again."""
+        source of a finished move is gone): released as its pool says, if still so when read again (and its pool
+        still not paused)."""
         owner = self.pools.asks.owner
 
         def still(now: FloatingIP) -> bool:
             home = self.pools.home_state()
             return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
-                and not homes.answered(owner, now.tags, home)
+                and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
             done = await self.pools.asks.run(pool, release_one, fip, still)
         except OpenStackError as exc:

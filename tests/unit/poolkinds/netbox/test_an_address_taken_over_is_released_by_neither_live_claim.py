@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import asyncio
 
-from metal3_ipam.poolkinds.netbox.client import Allocation, NetBoxClient
+from metal3_ipam.poolkinds.netbox.client import Allocation
 from metal3_ipam.poolkinds.netbox.sweep import Found, Hold, Home, description, held_in, hold_in, home_in, taken_from
 
-from sweep_sides import C1, SP, T1, TP, ClusterSide, SharedNetBox, cluster_c1, keyed_claim, shared_netbox_pool
+from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, SharedNetBoxClient, cluster_c1, keyed_claim,
+                         shared_netbox_pool)
 
 
-class _Client(NetBoxClient):
-    """A client's release with no server: ``find`` answers the one address, ``release_allocation`` records."""
+class _Client(SharedNetBoxClient):
+    """A client's release with no server: ``find`` answers the one address, ``describe`` writes its description,
+    ``release_allocation`` records."""
 
     def __init__(self, netbox: SharedNetBox):
-        super().__init__("http://netbox.example", "token", owner="o")
-        self.netbox = netbox
+        super().__init__(netbox)
         self.released: list[Allocation] = []
-
-    async def find(self, key):
-        item = next(i for i in self.netbox.items.values() if i.key == key)
-        return Allocation(item.id, item.address, item.key, None, item.description)
 
     async def release_allocation(self, allocation):
         self.released.append(allocation)

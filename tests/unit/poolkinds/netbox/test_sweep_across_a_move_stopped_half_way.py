@@ -17,8 +17,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
-                                    description, disown, held_in, hold, home_in, home_of, home_state,
-                                    left_on_release, rehome, settle, swept_at, unclaimed_here)
+                                    description, disown, held_in, hold, hold_in, home_in, home_of, home_state,
+                                    left_on_release, rehome, settle, swept_at, unclaimed_here, with_held)
 
 NS = "ns"
 C1, C2, T1 = (f"0b3e1f7a-1111-4c2d-9e8f-00000000000{i}" for i in (1, 2, 3))
@@ -227,6 +227,11 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st
 @example(paused={"S": False, "T": False}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
          homed="elsewhere", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("carry", "T", False), ("sweep", "T", 20),
                                    ("sweep", "S", 20), ("sweep", "T", 20)])
+# The target takes the address over, the source's live claim holds it live: the source's claim deleted, its
+# release takes its own hold off, and the target's sweeps keep the address its live claim is bound to.
+@example(paused={"S": False, "T": False}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
+         homed="S", steps=[("sweep", "T", 0), ("sweep", "S", 0), ("carry", "S", False), ("sweep", "S", 20),
+                           ("sweep", "T", 20), ("sweep", "T", 40), ("sweep", "T", 40)])
 # Both claims live and unpaused, the address homed at the target's: the source's copy deleted before its sweep
 # homed the address leaves it taken over marked released, and the target's sweep takes it back.
 @example(paused={"S": False, "T": False}, carries={"S": True, "T": True}, moved={"S": False, "T": False},
@@ -247,7 +252,8 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
       release never deletes an address that names a home while the other side carries its key and swept
       after its last change (one that names none, made before homes were written or edited by hand, no
       sweep holds: it is homed at the first sweep or allocation of a cluster whose claim carries its key);
-      an address it does not delete it leaves as it is, or takes over marked released.
+      an address it does not delete it leaves as it is but for its own hold (taken off: its claim is gone),
+      or takes over (or, homed there, leaves) marked released.
     * A side that sweeps while carrying no key leaves no hold of its own on the address.
     * The home token stays first and whole, the description within NetBox's limit.
     """
@@ -272,9 +278,10 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
                     other = "T" if side == "S" else "S"
                     assert not (carries[other] and saw[other] and home_in(text) is not None), \
                         f"{side}'s release deleted what {other} carries"  # one naming no home is held by no one
-                elif left != text:
+                elif left != with_held(text, None if held_in(text) == Home("Cluster", uid) else hold_in(text)):
                     assert swept_at(left) is not None and home_in(left) == Home("Cluster", uid), left
                     saw = {s: False for s in SIDES}
+                assert left is None or held_in(left) != Home("Cluster", uid), left
                 text = left
             if states[side] != value:
                 states[side] = value

@@ -349,13 +349,6 @@ def _two_live_claims_one_taken_over() -> tuple[SharedNetBox, _Side, _Side, dict,
     return netbox, source, target, mine, copy
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "An address two clusters' live claims carried, taken over by the target (home=Cluster:<target> "
-    "live-held=Cluster:<source> from=Cluster:<source>), outlives every claim when the source's Cluster is deleted "
-    "with its claim: the source's Cluster being deleted is ABSENT to its sweep, so held_by keeps its own "
-    "live-held= as another cluster's hold and never takes it off; the target's claim deleted later keeps the "
-    "address (kept_on_release: held elsewhere) and its sweeps never release it (unclaimed_here: a hold). "
-    "Leaked in NetBox, every claim gone through its finalizer"))
 def test_an_address_taken_over_is_released_once_the_holding_claims_cluster_is_deleted_and_the_takers_claim_is_too():
     netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
     source.inventory.upsert(_being_deleted(cluster_c1(C1, False, "ns")))  # the user deletes the source's Cluster
@@ -371,12 +364,6 @@ def test_an_address_taken_over_is_released_once_the_holding_claims_cluster_is_de
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "An address two clusters' live claims carried, taken over by the target, outlives every claim when the "
-    "target's Cluster is deleted with its claim first: the target's release keeps it (live-held= of the source), "
-    "then the source's release keeps it too (kept_on_release: homed at an object absent there with from=), the "
-    "source's sweep takes its live-held= off and leaves it homed at the deleted target Cluster, which no sweep "
-    "anywhere releases. Leaked in NetBox, every claim gone through its finalizer"))
 def test_an_address_taken_over_is_released_once_the_takers_cluster_is_deleted_and_the_holding_claim_is_too():
     netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
     target.inventory.upsert(_being_deleted(cluster_c1(T1, False, "t")))  # the user deletes the restored copy
@@ -424,12 +411,6 @@ def test_an_address_of_an_earlier_version_is_held_by_a_paused_copys_sweep_and_ke
     assert netbox.released == [], "released the address the target's paused claim t/m is bound to"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "once the taker's claim is deleted (its release keeps the address: live-held= of the source), nothing ever "
-    "gives the address back to the source's live claim: taken_over refuses a take over from=its very home, the "
-    "taker's cluster never lifts another cluster's hold, so the source's claim keeps the AddressHomedElsewhere "
-    "condition ('a claim there carries the key too ... delete one of the two claims') at every sweep though no "
-    "claim there does, and the key's allocation (the claim applied again) is refused with that reason forever"))
 def test_the_holding_claim_gets_its_address_back_once_the_takers_claim_is_deleted():
     netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
     _released_with_its_finalizer(target, netbox, copy)  # the user deletes one of the two claims, as told

@@ -772,11 +772,6 @@ def test_a_move_stopped_half_way_and_retried_loses_no_floating_ip_and_ends_homed
     assert [f.id for f in neutron.deleted] == ["fip-1"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a home whose Cluster is paused never answers another cluster's hold (homes.mend does nothing for a paused "
-    "claim at home), so with both controllers up and sweeping in turn the live copy's cluster takes the floating "
-    "IP over after one sweep, and its claim deleted before the paused home's next sweep writes its hold deletes "
-    "the floating IP the paused claim is still bound to (on_release: no mark of another cluster)"))
 def test_a_floating_ip_homed_at_a_paused_cluster_is_not_released_by_the_live_copys_claim():
     neutron, source, target = two_sides()
     source.sweep()  # homed at the source's
@@ -788,12 +783,6 @@ def test_a_floating_ip_homed_at_a_paused_cluster_is_not_released_by_the_live_cop
     assert neutron.deleted == [], "released under the source's paused, bound claim ns/m1"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a floating IP a copy's claim left (held and marked left, homed at the source that had not answered yet) is "
-    "released by the copy's sweep a sweep later (Sweeper._release_left) while both Clusters are paused: the "
-    "paused home never answers the hold (homes.mend does nothing for a paused claim at home) and the release of "
-    "a left floating IP checks no pause, neither of its own pool nor of the home, so the source's paused claim "
-    "bound to it loses it"))
 def test_a_floating_ip_a_copy_left_is_not_released_while_the_clusters_are_paused():
     neutron, source, target = two_sides()
     source.sweep()  # homed at the source's
