@@ -1076,11 +1076,13 @@ class Inventory:
         return sorted(found)
 
     def global_claims_in_flight(self, namespace: str, version: int, length: int) -> list[dict]:
-        """The live claims of ``namespace`` bound to no address, of global pools keeping their IPs apart (one being
+        """The live claims of ``namespace`` that hold no address, of global pools keeping their IPs apart (one being
         deleted too) whose IPs or sub-prefixes are smaller than a sub-prefix of ``length``: a pass allocating for one
         may be on its way, made before a namespaced pool's sub-prefix holding its IP could be seen
         (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
-        guards the IPs named so and writes each claim, so that a pass made before it is refused)."""
+        guards the IPs named so and writes each claim, so that a pass made before it is refused). What a claim
+        holds is what its pass goes by (``holds_address``), not what its status says: one whose Ready condition
+        names an IP whose address objects were deleted is given an IP by its next pass."""
         found = []
         for key in sorted(self._pool_names.get("", ())):
             pool = self.objects[(key.kind, key.namespace, key.name)]
@@ -1091,8 +1093,32 @@ class Inventory:
             if not any(unit > length for unit in units):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
-                      and not o.is_deleting(claim) and bound_ip(claim) is None]
+                      and not o.is_deleting(claim) and not self.holds_address(key, claim)]
         return found
+
+    def holds_address(self, pool_key: o.PoolKey, claim: dict) -> bool:
+        """Whether a claim of ``pool_key`` holds an address of that pool, as its pass sees it (``reconcile``: a
+        lock not let go, or a live Cluster API IPAddress, made for this incarnation of the claim), so that its
+        pass keeps or takes that up and hands it nothing new. Looked for where the claim's addresses are
+        (``_addresses_of``); one found nowhere there counts as none."""
+        finalizer = poolkind.REGISTRY[pool_key.kind].finalizers.address.get(kinds.IPADDRESS)
+        uid = o.meta(claim).get("uid")
+        for key in self._addresses_of(self.key(claim), claim):
+            address = self.objects.get(key)
+            if address is None or self._filed(key) != pool_key or o.is_guard(address):
+                continue
+            capi = key[0] == kinds.CAPI_ADDRESS
+            named = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+            if named is None or named[0] != claim.get("kind") or named[1] != o.name(claim) \
+                    or (named[2] if len(named) > 2 else o.namespace(address)) != o.namespace(claim):
+                continue
+            owner = o.claim_uid_of(address, named)
+            if owner is not None and uid is not None and owner != uid:
+                continue  # another incarnation's
+            if not o.is_deleting(address) or (not capi and finalizer in o.finalizers(address)
+                                              and not o.deleted_for_move(address)):
+                return True
+        return False
 
     def namespaced_lengths(self, namespace: str, version: int) -> list[int]:
         """The lengths of the sub-prefixes the prefix pools of ``namespace`` keeping their IPs apart hand out (one

@@ -43,9 +43,13 @@ def _span_base(guard: dict, ip) -> int:
 
 
 def held_by_pools(guard: dict) -> bool:
-    """A guard the namespace's pools own (``Span.shared``), not a claim."""
-    return any(kind_named((kinds.group_of(str(r.get("apiVersion") or "")), str(r.get("kind")))) is not None
-               for r in o.owner_references(guard))
+    """A guard the namespace's pools own (``Span.shared``), with the claims holding IPs under it; not a claim's."""
+    return any(_names_a_pool(r) for r in o.owner_references(guard))
+
+
+def _names_a_pool(ref: dict) -> bool:
+    """Whether an owner reference names a pool (of a kind registered)."""
+    return kind_named((kinds.group_of(str(ref.get("apiVersion") or "")), str(ref.get("kind")))) is not None
 
 
 class Guards(PassState):
@@ -241,27 +245,41 @@ class Guards(PassState):
         actions: list = self.order_actions(claim, unit)
         for span in self.guard_spans(claim, unit) or []:
             found = self.guard_at(o.namespace(claim), span)
-            if found is not None and _owned_by(found, claim if not span.shared else self.pool_obj):
-                continue  # its own, from an earlier try (or the pool's)
+            if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)):
+                continue  # its own, from an earlier try
             if found is not None and span.shared and held_by_pools(found):
-                owners = tuple(o.owner_references(found)) + (_owner(self.pool_obj),)
-                actions.append(SetMetadata(o.ref(found), owner_references=owners,
+                actions.append(SetMetadata(o.ref(found), owner_references=self.joined_owners(found, claim),
                                            resource_version=o.meta(found).get("resourceVersion")))
                 continue
             # One found here is left over (``held_elsewhere`` passed it over): that incarnation goes first.
             actions += ([Delete(o.ref(found))] if found is not None else []) + [Create(self.guard(claim, span))]
         return actions
 
+    def joined_owners(self, guard: dict, claim: dict) -> tuple[dict, ...]:
+        """The owners of a guard the namespace's pools share once ``claim``'s allocation joins it: this pool and
+        the claim added, the claims this pass sees gone dropped (the pools stay until collected with it)."""
+        kept = [r for r in o.owner_references(guard) if _names_a_pool(r) or self.claim_lives(r, o.namespace(guard))]
+        return tuple(kept) + tuple(_owner(x) for x in (self.pool_obj, claim) if not _owned_by(guard, x))
+
+    def claim_lives(self, ref: dict, namespace: str) -> bool:
+        """Whether the claim an owner reference names is stored, that incarnation (its uid)."""
+        kind = (kinds.group_of(str(ref.get("apiVersion") or "")), str(ref.get("kind") or ""))
+        found = self.snap.claim_named(kind, namespace, str(ref.get("name") or ""))
+        return found is not None and o.meta(found).get("uid") == ref.get("uid")
+
     def guard(self, claim: dict, span: Span) -> dict:
-        """The guard of ``span`` for ``claim``: owned by the claim, or by this pool for a shared span."""
+        """The guard of ``span`` for ``claim``: owned by the claim, and by this pool for a shared span (which
+        outlives every claim holding an IP under it: its pool may be gone before them, deleted while their
+        allocation was on its way, or before its finalizer was written)."""
         pool, ip = self.pool_obj, ip_from_int(span.ip, self.pool.version)
         claim_ref: dict[str, Any] = {"name": o.name(claim), "namespace": o.namespace(claim),
                                      "apiVersion": claim.get("apiVersion"), "kind": claim.get("kind")}
         guard = {"apiVersion": kinds.METAL3_API_VERSION, "kind": "IPAddress",
                  "metadata": {"name": guard_name(ip, span.length), "namespace": o.namespace(claim),
                               "labels": {kinds.GUARD_LABEL: address_label(ip)},
-                              # Gone with its claim (or its pools: the garbage collector), and moved with it.
-                              "ownerReferences": [_owner(pool if span.shared else claim)]},
+                              # Gone with its claim (or its pools and claims: the garbage collector), and
+                              # moved with it.
+                              "ownerReferences": [_owner(pool), _owner(claim)] if span.shared else [_owner(claim)]},
                  "spec": {"address": ip_text(ip), "claim": claim_ref,
                           "pool": {"apiVersion": pool.get("apiVersion"), "kind": pool.get("kind"),
                                    "name": o.name(pool), "namespace": o.namespace(pool)}}}

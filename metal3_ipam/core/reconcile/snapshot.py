@@ -89,9 +89,9 @@ class Snapshot:
     # The lengths of the sub-prefixes the prefix pools of (namespace, version) keeping theirs apart hand out: a
     # global pool's allocation to a claim there joins the guard of each sub-prefix of those lengths holding it.
     namespaced_lengths: Callable[[str, int], list[int]] = lambda namespace, version: []
-    # The live claims of (namespace) bound to no address, of global pools whose IPs or sub-prefixes of (version)
-    # are smaller than a sub-prefix of (length): a namespaced prefix pool's allocation guards the span each names
-    # (``kinds.ALLOCATING_ANNOTATION``) inside its own, and writes each.
+    # The live claims of (namespace) holding no address (whatever their status says), of global pools whose IPs
+    # or sub-prefixes of (version) are smaller than a sub-prefix of (length): a namespaced prefix pool's allocation
+    # guards the span each names (``kinds.ALLOCATING_ANNOTATION``) inside its own, and writes each.
     global_claims_in_flight: Callable[[str, int, int], list[dict]] = lambda namespace, version, length: []
     # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
     # claim has its lock yet.

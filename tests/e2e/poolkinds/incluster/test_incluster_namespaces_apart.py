@@ -206,9 +206,9 @@ def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out
         control_plane, api_client, controller_factory, incluster):
     """Claim d of a global prefix pool is planned fd00::/126 by a pass that saw no pool in its namespace; two IP
     pools created then give their claims fd00::1 and fd00::3 (another writer, up to date): the first guards the
-    sub-prefix for the namespace's pools, the second joins it as an owner. The stale pass lands last: the API
-    server refuses its guard. The controller serving the namespace then gives d the next sub-prefix, and deletes
-    the guard once both pools are gone."""
+    sub-prefix for the namespace's pools, the second joins it, each pool and its claim owners. The stale pass lands
+    last: the API server refuses its guard. The controller serving the namespace then gives d the next sub-prefix,
+    and deletes the guard once both pools and their claims are gone."""
     locks, ns = incluster.ns, incluster.namespace()
     g = incluster.global_name("prefixes-beside-ips")
     incluster.global_pools.append((gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, g))
@@ -225,7 +225,8 @@ def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out
             assert not _carry_out(control_plane, api_client, fresh, locks).failures
         assert incluster.get_address(claim, namespace=ns) is not None, claim
     owners = o.owner_references(_guard(incluster, locks, ns, guard))
-    assert [(ref["kind"], ref["name"]) for ref in owners] == [("InClusterIPPool", "n1"), ("InClusterIPPool", "n2")]
+    assert [(ref["kind"], ref["name"]) for ref in owners] == [
+        ("InClusterIPPool", "n1"), ("IPAddressClaim", "a1"), ("InClusterIPPool", "n2"), ("IPAddressClaim", "a2")]
     outcome = _carry_out(control_plane, api_client, stale, locks)
     assert outcome.again and any(guard in failure for failure in outcome.failures), outcome
     assert incluster.get_address("d", namespace=ns) is None
@@ -233,13 +234,13 @@ def test_a_global_prefix_pools_pass_landing_after_namespaced_ip_pools_handed_out
     d = incluster.served("d", namespace=ns)
     assert (d["spec"]["address"], d["spec"]["prefix"]) == ("fd00::4", 126), d["spec"]
     assert {incluster.ip("a1", namespace=ns), incluster.ip("a2", namespace=ns)} == {"fd00::1", "fd00::3"}
-    assert [r["name"] for r in o.owner_references(_guard(incluster, locks, ns, guard))] == ["n1", "n2"]
+    assert [r["name"] for r in o.owner_references(_guard(incluster, locks, ns, guard))] == ["n1", "a1", "n2", "a2"]
     for pool, claim in (("n1", "a1"), ("n2", "a2")):
         incluster.delete_claim(claim, namespace=ns)
         incluster.claim_gone(claim, namespace=ns)
         incluster.custom.delete_namespaced_custom_object(gi.GROUP, gi.POOL_VERSION, ns,
                                                          gi.PLURALS[gi.IN_CLUSTER_IP_POOL], pool)
         eventually(lambda: incluster.pool(pool, namespace=ns) is None, what=f"InClusterIPPool {ns}/{pool} gone")
-    # No garbage collector takes a Lease: the controller deletes the guard once neither of its pools exists.
+    # No garbage collector takes a Lease: the controller deletes the guard once none of its owners exists.
     eventually(lambda: not any(o.name(x) == guard for x in lease_locks(incluster.custom.api_client, locks)),
-               what=f"the guard {guard} its pools shared, once both are gone")
+               what=f"the guard {guard} its pools shared, once they and their claims are gone")

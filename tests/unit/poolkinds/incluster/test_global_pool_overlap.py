@@ -532,7 +532,7 @@ def test_a_namespaced_ip_pool_created_while_a_global_prefix_pool_hands_out_a_sub
         **{(NS, int(netaddr.IPAddress(f"fd00::{i:x}"))): {"c"} for i in range(4)}, (NS, 0xfd00 << 112 | 4): {"a"},
         **{(NS, int(netaddr.IPAddress(f"fd00::{i:x}"))): {"d"} for i in range(8, 12)}}
     (guard,) = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a) and "126" in o.name(a)
-                and [r["kind"] for r in o.owner_references(a)] == ["InClusterIPPool"]]
+                and [r["kind"] for r in o.owner_references(a)] == ["InClusterIPPool", kinds.CAPI_CLAIM[1]]]
     assert o.name(guard) == "fd00-0-0-0-0-0-0-4.126.nsip" and o.spec(guard)["prefix"] == 126
 
 

@@ -249,8 +249,9 @@ def _live_owners(api):
 
 def test_a_sub_prefix_guard_the_namespaces_pools_share_is_a_lease_kept_until_the_last_of_them_is_gone():
     """A global prefix pool's sub-prefix that two namespaced pools hand IPs out of: one guard, a Lease whose
-    annotation names both pools as its owners (the second added on condition that the Lease is unchanged since
-    read); no upkeep takes it while one of them lives, the garbage collector's part once neither does."""
+    annotation names both pools and the claims holding IPs under it as its owners (the second pool and its claim
+    added on condition that the Lease is unchanged since read); no upkeep takes it while one of them lives, the
+    garbage collector's part once none does."""
     sub = "fd00-0-0-0-0-0-0-4.126.nsip"
     gp = gi.prefix_pool("gp", prefixes=["fd00::/124"], allocation_prefix_length=126)
     first = gi.ip_pool("n1", namespace="ns-a", addresses=["fd00::4-fd00::5"], prefix=64)
@@ -262,13 +263,14 @@ def test_a_sub_prefix_guard_the_namespaces_pools_share_is_a_lease_kept_until_the
                                         gi.claim("b", "ns-a", gi.IN_CLUSTER_IP_POOL, "n2"), lock_namespace=LOCK_NS)
     guard = get(api, kinds.IPADDRESS, sub, "ns-a")
     assert lockstore.stored_in_lease(guard) and lockstore.lease_name("ns-a", sub) in api.leases
-    assert sorted(r["name"] for r in o.owner_references(guard)) == ["n1", "n2"]
+    assert sorted(r["name"] for r in o.owner_references(guard)) == ["a", "b", "n1", "n2"]
     assert api.leases[lockstore.lease_name("ns-a", sub)]["metadata"].get("ownerReferences") is None
     views = list(api.inventory.of_kind(kinds.IPADDRESS))
-    uids = {o.name(p): str(o.meta(p)["uid"]) for p in (get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), n, "ns-a")
-                                                         for n in ("n1", "n2"))}
+    uids = {o.name(p): str(o.meta(p)["uid"]) for p in [get(api, (gi.GROUP, gi.IN_CLUSTER_IP_POOL), n, "ns-a")
+                                                         for n in ("n1", "n2")]
+            + [get(api, kinds.CAPI_CLAIM, n, "ns-a") for n in ("a", "b")]}
     assert guard not in lockstore.orphan_guards(views, _live_owners(api))
-    assert guard not in lockstore.orphan_guards(views, _live_owners(api) - {uids["n1"]})
+    assert guard not in lockstore.orphan_guards(views, _live_owners(api) - {uids["n1"], uids["n2"], uids["a"]})
     assert guard in lockstore.orphan_guards(views, _live_owners(api) - set(uids.values()))
 
     for claim, pool in (("a", "n1"), ("b", "n2")):
@@ -281,6 +283,26 @@ def test_a_sub_prefix_guard_the_namespaces_pools_share_is_a_lease_kept_until_the
     assert lockstore.lease_name("ns-a", sub) not in api.leases
     api.load(gi.claim("d", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "gp"))
     converge(api, random.Random(0))
+    assert_no_ip_twice(api)
+
+
+def test_a_claim_joining_a_shared_sub_prefix_guard_drops_the_claims_gone_from_its_owners():
+    """The owners of a guard the namespace's pools share do not grow with every claim ever served: a claim whose
+    allocation joins it adds itself and drops the claims that are gone (the pools stay)."""
+    sub = "fd00-0-0-0-0-0-0-4.126.nsip"
+    gp = gi.prefix_pool("gp", prefixes=["fd00::/124"], allocation_prefix_length=126)
+    local = gi.ip_pool("n1", namespace="ns-a", addresses=["fd00::4-fd00::5"], prefix=64)
+    gp["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    local["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+    api = converged_with_lock_namespace(gp, gi.claim("c", "ns-a", gi.GLOBAL_IN_CLUSTER_PREFIX_POOL, "gp"), local,
+                                        gi.claim("a", "ns-a", gi.IN_CLUSTER_IP_POOL, "n1"), lock_namespace=LOCK_NS)
+    assert sorted(r["name"] for r in o.owner_references(get(api, kinds.IPADDRESS, sub, "ns-a"))) == ["a", "n1"]
+    user_delete(api, kinds.CAPI_CLAIM, "a", "ns-a")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "a", "ns-a") is None
+    api.load(gi.claim("e", "ns-a", gi.IN_CLUSTER_IP_POOL, "n1"))
+    converge(api, random.Random(0))
+    assert sorted(r["name"] for r in o.owner_references(get(api, kinds.IPADDRESS, sub, "ns-a"))) == ["e", "n1"]
     assert_no_ip_twice(api)
 
 

@@ -1,9 +1,9 @@
-"""A guard of a sub-prefix that the namespace's pools share is owned by those pools (not by a claim), and the
-garbage collector takes it once they are gone. A namespaced pool can be gone while a claim of its holds an IP: deleted
-while a pass of its is on its way (no address held it yet), or deleted before its finalizer was written (that write
-refused, the claim's step landed). Its shared guard is then collected while the claim keeps its IP. Found by the
-property of test_global_pool_overlap, with more examples and more events than it runs; pinned here as the sequences
-it found. Run through the real reconcile in the in-memory store."""
+"""A guard of a sub-prefix that the namespace's pools share is owned by those pools and by the claims whose
+allocations joined it, and the garbage collector takes it once they are all gone. A namespaced pool can be gone while
+a claim of its holds an IP: deleted while a pass of its is on its way (no address held it yet), or deleted before its
+finalizer was written (that write refused, the claim's step landed). Its shared guard must then stay while the claim
+keeps its IP. Found by the property of test_global_pool_overlap, with more examples and more events than it
+runs; pinned here as the sequences it found. Run through the real reconcile in the in-memory store."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import copy
 import random
 
 import netaddr
-import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -38,11 +37,6 @@ def _spans(api, lengths):
     return held
 
 
-@pytest.mark.xfail(strict=True, reason="the namespaced pool's allocation of fd00::4 joins the global prefix pool's "
-                   "sub-prefix guard fd00-0-0-0-0-0-0-4.126.nsip owned by its pool alone; that pool deleted (and gone) "
-                   "before the pass lands, the garbage collector takes the guard as soon as it is written, while "
-                   "claim a keeps fd00::4; the global pool's pass on its way then creates that guard for claim d and "
-                   "binds fd00::4/126 to it: fd00::4 ends held by claims a and d of namespace default")
 def test_a_namespaced_pools_pass_landing_after_its_pool_was_deleted_still_meets_a_global_pools_pass_on_its_way():
     """A global prefix pool's pass for claim d (fd00::4/126) made; the global pool edited off that sub-prefix; an
     InClusterIPPool over fd00::4-fd00::7 created and claimed from, its pass (fd00::4) made, then the pool deleted
@@ -67,12 +61,6 @@ def test_a_namespaced_pools_pass_landing_after_its_pool_was_deleted_still_meets_
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason="the namespaced pool's finalizer write was refused (the pool edited since its "
-                   "pass read it) while the claim's step landed: the pool holds claim a's address at fd00::4 without "
-                   "its finalizer, so deleting it removes it at once, and the garbage collector takes the shared guard "
-                   "fd00-0-0-0-0-0-0-4.126.nsip it alone owned while claim a keeps fd00::4; the global pool's pass on "
-                   "its way then creates that guard for claim d: fd00::4 ends held by claims a and d of namespace "
-                   "default")
 def test_a_namespaced_pool_deleted_before_its_finalizer_was_written_still_meets_a_global_pools_pass_on_its_way():
     """An InClusterIPPool over fd00::4-fd00::7 created and claimed from; its pass (fd00::4, joining the global
     prefix pool's guard of fd00::4/126) made; the pool edited off fd00::4; the global prefix pool's pass for claim
