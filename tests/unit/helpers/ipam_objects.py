@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import netaddr
+
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
@@ -247,3 +249,16 @@ def admission_request(operation: str, obj: dict | None, old: dict | None = None,
     return {"uid": uid, "operation": operation, "namespace": subject["metadata"].get("namespace"),
             "name": subject["metadata"]["name"], "kind": {"group": group, "version": version, "kind": subject["kind"]},
             "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}
+
+
+def held_spans(api, lengths: dict[str, int]) -> dict[tuple[str, str], set[str]]:
+    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it; an address of a pool kind named in
+    ``lengths`` holds the sub-prefix of that length (each of its IPs)."""
+    held: dict = {}
+    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
+        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
+        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
+            continue
+        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
+            held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
+    return held

@@ -9,31 +9,18 @@ from __future__ import annotations
 import copy
 import random
 
-import netaddr
-
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import converged_with_lock_namespace as _converged
+from ipam_objects import converged_with_lock_namespace as _converged, held_spans
 from ipam_objects import dated_ip_pool, get
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
 PREFIX = (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)
 
-
-def _spans(api, lengths):
-    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it (a sub-prefix each of its IPs)."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
-            continue
-        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
-            held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
-    return held
 
 
 def _edit_addresses(api, addresses):
@@ -63,5 +50,5 @@ def test_a_global_pools_pass_for_a_claim_that_lost_its_address_objects_meets_a_p
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
     api.apply(global_plan)
     converge(api, random.Random(0))
-    spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
+    spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
     assert all(len(claims) == 1 for claims in spans.values()), spans

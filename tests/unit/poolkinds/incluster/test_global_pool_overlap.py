@@ -22,7 +22,7 @@ from metal3_ipam.core.actions import Create, Plan, Step
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import converged_with_lock_namespace as _converged
+from ipam_objects import converged_with_lock_namespace as _converged, held_spans
 from ipam_objects import dated_ip_pool as _pool
 from ipam_objects import admission_request, cluster, get, inventory_of, user_delete
 
@@ -464,17 +464,6 @@ SHAPES = {
 }
 
 
-def _spans(api, lengths):
-    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it (a sub-prefix each of its IPs)."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
-            continue
-        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
-            held.setdefault((o.namespace(a), int(ip)), set()).add(o.name(claim))
-    return held
-
 
 @settings(max_examples=300, deadline=None)
 @given(shape=st.sampled_from(sorted(SHAPES)), order=st.permutations(EVENTS), settled=st.booleans(),
@@ -509,9 +498,9 @@ def test_a_global_pool_and_a_namespaced_pool_never_hold_one_ip_for_two_claims_in
             on_its_way[side].append(reconcile(api.inventory.snapshot(keys[side], api.now, rng)))
         elif what == "lands" and on_its_way[side]:
             api.apply(on_its_way[side].pop(0))
-        assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), (event, _spans(api, lengths))
+        assert all(len(claims) == 1 for claims in held_spans(api, lengths).values()), (event, held_spans(api, lengths))
     converge(api, rng)
-    assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), _spans(api, lengths)
+    assert all(len(claims) == 1 for claims in held_spans(api, lengths).values()), held_spans(api, lengths)
     for claim in api.inventory.of_kind(kinds.CAPI_CLAIM):
         assert o.condition(o.status(claim), "Ready") is not None, o.name(claim)
 
@@ -528,9 +517,9 @@ def test_a_namespaced_ip_pool_created_while_a_global_prefix_pool_hands_out_a_sub
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", LOCAL), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    assert _spans(api, {GLOBAL_PREFIXES[1]: 126, LOCAL[1]: 128}) == {
-        **{(NS, int(netaddr.IPAddress(f"fd00::{i:x}"))): {"c"} for i in range(4)}, (NS, 0xfd00 << 112 | 4): {"a"},
-        **{(NS, int(netaddr.IPAddress(f"fd00::{i:x}"))): {"d"} for i in range(8, 12)}}
+    assert held_spans(api, {GLOBAL_PREFIXES[1]: 126, LOCAL[1]: 128}) == {
+        **{(NS, str(netaddr.IPAddress(f"fd00::{i:x}"))): {"c"} for i in range(4)}, (NS, "fd00::4"): {"a"},
+        **{(NS, str(netaddr.IPAddress(f"fd00::{i:x}"))): {"d"} for i in range(8, 12)}}
     (guard,) = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a) and "126" in o.name(a)
                 and [r["kind"] for r in o.owner_references(a)] == ["InClusterIPPool", kinds.CAPI_CLAIM[1]]]
     assert o.name(guard) == "fd00-0-0-0-0-0-0-4.126.nsip" and o.spec(guard)["prefix"] == 126
@@ -671,7 +660,7 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_a_n
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), _spans(api, lengths)
+    assert all(len(claims) == 1 for claims in held_spans(api, lengths).values()), held_spans(api, lengths)
 
 
 @pytest.mark.parametrize("shape, how", _orders({}))
@@ -688,7 +677,7 @@ def test_a_namespaced_pools_pass_landing_after_its_pool_changed_never_takes_what
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", global_kind), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    assert all(len(claims) == 1 for claims in _spans(api, lengths).values()), _spans(api, lengths)
+    assert all(len(claims) == 1 for claims in held_spans(api, lengths).values()), held_spans(api, lengths)
 
 
 # -- the same orders, for a Metal3 IPPool against a global in-cluster IP pool --------------------------------
@@ -828,7 +817,7 @@ def test_a_global_pools_pass_for_a_claim_whose_cluster_was_paused_since_never_ta
     api._store({**cluster("cl", paused=True), "metadata": copy.deepcopy(get(api, kinds.CLUSTER, "cl")["metadata"])})
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
     api.apply(on_its_way)
-    spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
+    spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
@@ -845,5 +834,5 @@ def test_a_namespaced_pass_of_single_address_sub_prefixes_landing_late_never_tak
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    spans = _spans(api, {GLOBAL[1]: 128, PREFIX[1]: 128})
+    spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import random
 
-import netaddr
 import pytest
 
 from metal3_ipam.core import kinds
@@ -18,7 +17,7 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import converged_with_lock_namespace as _converged
+from ipam_objects import converged_with_lock_namespace as _converged, held_spans
 from ipam_objects import get, user_delete
 
 NS = "default"
@@ -63,17 +62,6 @@ def _claim(name, pool, kind):
                 "spec": {"poolRef": {"apiGroup": kinds.METAL3_GROUP, "kind": "IPPool", "name": pool}}}
     return gi.claim(name, NS, kind[1], pool)
 
-
-def _spans(api, lengths):
-    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it (a sub-prefix each of its IPs)."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
-            continue
-        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
-            held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
-    return held
 
 
 # (the namespaced pool's kind, its length; the global pool's length) -> why it fails, for those that do.
@@ -124,7 +112,7 @@ def test_a_namespaced_pass_made_before_a_global_pool_existed_never_takes_what_th
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", global_kind), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    spans = _spans(api, {global_kind[1]: global_length, local_kind[1]: local_length})
+    spans = held_spans(api, {global_kind[1]: global_length, local_kind[1]: local_length})
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
@@ -151,5 +139,5 @@ def test_a_global_pools_allocation_by_a_controller_started_after_a_prefix_pool_b
     api.apply(reconcile(started.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    spans = _spans(api, {GLOBAL_IPS[1]: 128, PREFIXES[1]: 127})
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, PREFIXES[1]: 127})
     assert all(len(claims) == 1 for claims in spans.values()), spans

@@ -10,31 +10,17 @@ from __future__ import annotations
 import copy
 import random
 
-import netaddr
-
-from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import converged_with_lock_namespace as _converged
+from ipam_objects import converged_with_lock_namespace as _converged, held_spans
 from ipam_objects import dated_ip_pool, get, user_delete
 
 NS = "default"
 GLOBAL_PREFIXES = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_PREFIX_POOL)
 IPS = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
 
-
-def _spans(api, lengths):
-    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it (a sub-prefix each of its IPs)."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
-            continue
-        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
-            held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
-    return held
 
 
 def test_a_namespaced_pools_pass_landing_after_its_pool_was_deleted_still_meets_a_global_pools_pass_on_its_way():
@@ -57,7 +43,7 @@ def test_a_namespaced_pools_pass_landing_after_its_pool_was_deleted_still_meets_
     api.apply(local_plan)
     api.apply(global_plan)
     converge(api, random.Random(0))
-    spans = _spans(api, {GLOBAL_PREFIXES[1]: 126, IPS[1]: 128})
+    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, IPS[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
@@ -83,5 +69,5 @@ def test_a_namespaced_pool_deleted_before_its_finalizer_was_written_still_meets_
     assert get(api, IPS, "n", NS) is None
     api.apply(global_plan)
     converge(api, random.Random(0))
-    spans = _spans(api, {GLOBAL_PREFIXES[1]: 126, IPS[1]: 128})
+    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, IPS[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
