@@ -808,7 +808,9 @@ READ_RULES = [{"apiGroups": sorted({"ipam.metal3.io", "ipam.cluster.x-k8s.io", "
                "resources": ["*"], "verbs": ["get", "list", "watch"]},
               {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                "verbs": ["get", "list", "watch"]},
-              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
+              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+              # The lock store of the in-cluster kinds: Leases (in the controller's namespace, as its Role grants).
+              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]}]
 
 
 def rules_with_ipaddress_verbs(verbs: list[str]) -> list[dict]:
@@ -820,7 +822,8 @@ def rules_with_ipaddress_verbs(verbs: list[str]) -> list[dict]:
             {"apiGroups": sorted({"ipam.cluster.x-k8s.io", "cluster.x-k8s.io"} | {
                 kind.group for kind in poolkind.REGISTRY.values() if kind.group != "ipam.metal3.io"}),
              "resources": ["*"], "verbs": ["*"]},
-            *READ_RULES[1:],
+            *READ_RULES[1:-1],
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 
 
