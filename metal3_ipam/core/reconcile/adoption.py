@@ -125,8 +125,9 @@ class Adoption(PassState):
         return None if refusal is not None and not locking else (mirror, refusal)
 
     def adopt_over(self, claim: dict, live: list[dict], mirror: dict, refusal: str | None, step: Step) -> None:
-        """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there), the address's
-        owner references and finalizer, the status naming it; or, refused it, is told why. Then its other locks
+        """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there, after a write on
+        condition that the claim is unchanged since read, and its guards), the address's owner references and
+        finalizer, the status naming it; or, refused it, is told why. Then its other locks
         go, and their guards: after a status that never names them (a status write refused, the claim changed since it was read,
         keeps them)."""
         ip = _ip_of(mirror)
