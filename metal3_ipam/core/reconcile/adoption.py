@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from .. import kinds
 from .. import objects as o
-from ..actions import Create, Delete, Step
+from ..actions import Create, Delete, SetMetadata, Step
 from ..allocator import ALLOCATION_FAILED
 from ..kept import binds_none, named_ip, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
@@ -17,6 +17,7 @@ from ..overlap import withheld_spans
 from .. import poolkind
 from ..validation import written_before_its_claim
 from .conditions import ADDRESS_CONFLICT
+from .guards import GUARDS_PER_ALLOCATION
 from .pieces import _address_text, _bounded, _held, _held_text, _ip_of, _let_go, _live
 from .state import PassState
 
@@ -42,6 +43,8 @@ class Adoption(PassState):
             # Its IP is another's (the lock's name taken included: state an earlier IPAM left, where two pools
             # with one namePrefix gave one IP twice), or one the pool could not have given it.
             return self.refuse(claim, step, mirror, refusal)
+        if self.guard_waits(claim, mirror, ip, step):
+            return
         lock = self.lock_of(claim, mirror, ip, step)
         self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
         self.complete_owners(mirror, claim, step)
@@ -55,13 +58,37 @@ class Adoption(PassState):
         return sorted(mirrors, key=lambda a: (o.name(a) != named, str(o.meta(a).get("creationTimestamp") or ""),
                                               o.name(a)))[0]
 
+    def guard_waits(self, claim: dict, mirror: dict, ip, step: Step) -> bool:
+        """Whether taking ``mirror`` up waits (or fails): the guard its IP needs in the claim's namespace
+        (``guard_spans``) is another claim's, whose allocation may be on its way (a pass made before this one could
+        see it); this claim is served again once that allocation lands (its address then holds the IP: refused)
+        or its guard is left over. Fails when the IP could not be guarded at all."""
+        unit = self.pool.unit_of(int(ip))
+        spans = self.guard_spans(claim, unit)
+        if spans is None:
+            self.fail(claim, step, ALLOCATION_FAILED,
+                      f"{_address_text(mirror)} holds {ip_text(ip)}, which cannot be taken up: it meets more than "
+                      f"{GUARDS_PER_ALLOCATION} addresses or sub-prefixes of global pools (it could not be guarded "
+                      "against theirs)")
+            return True
+        taken = next((span for span in spans if self.span_taken(claim, span)), None)
+        if taken is None:
+            return False
+        self.plan.notes.append(f"{o.name(claim)}: {_address_text(mirror)} is taken up once the guard "
+                               f"{o.name(self.guard_at(o.namespace(claim), taken))} of another claim's allocation of "
+                               f"{ip_text(ip)} lands with its address or is left over")
+        return True
+
     def lock_of(self, claim: dict, mirror: dict, ip, step: Step) -> dict:
-        """The lock created for an address taken up as it is, at its IP, with its prefix and gateway."""
+        """The lock created for an address taken up as it is, at its IP, with its prefix and gateway, after the
+        guards an allocation of that IP by this pool writes."""
         spec = o.spec(mirror)
         entry = self.pool.entry_of(self.pool.unit_of(int(ip)))
         lock = self.lock_for(claim, ip, prefix=spec.get("prefix"), gateway=spec.get("gateway") or None,
                              dns_servers=entry.dns_servers if entry is not None else ())
         self.adopting += 1
+        for action in self.guard_actions(claim, self.pool.unit_of(int(ip))):  # before its lock, as an allocation's
+            step.add(action)
         step.add(Create(lock))
         return lock
 
@@ -98,8 +125,9 @@ class Adoption(PassState):
         return None if refusal is not None and not locking else (mirror, refusal)
 
     def adopt_over(self, claim: dict, live: list[dict], mirror: dict, refusal: str | None, step: Step) -> None:
-        """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there), the address's
-        owner references and finalizer, the status naming it; or, refused it, is told why. Then its other locks
+        """``claim`` takes up ``mirror`` (``written_over_lock``): its lock (created unless there, after a write on
+        condition that the claim is unchanged since read, and its guards), the address's owner references and
+        finalizer, the status naming it; or, refused it, is told why. Then its other locks
         go, and their guards: after a status that never names them (a status write refused, the claim changed since it was read,
         keeps them)."""
         ip = _ip_of(mirror)
@@ -108,6 +136,11 @@ class Adoption(PassState):
             self.refuse(claim, step, mirror, refusal)
         else:
             if lock is None:
+                if self.guard_waits(claim, mirror, ip, step):
+                    return
+                # The rule holds of the claim as read: a view behind shows a claim bound since as unserved. The
+                # step is refused as a whole, before it locks a new IP, when the claim changed since.
+                step.add(SetMetadata(o.ref(claim), resource_version=o.meta(claim).get("resourceVersion")))
                 lock = self.lock_of(claim, mirror, ip, step)
             self.ledger.bound[o.claim_key(claim)] = ip_text(ip)
             self.complete_owners(mirror, claim, step)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.reconcile import reconcile
@@ -41,12 +39,6 @@ def test_a_bound_claims_address_replaced_at_another_ip_is_a_stray_the_claim_keep
     assert sorted(o.spec(a)["address"] for a in world.inventory.of_kind(kinds.IPADDRESS)) == ["10.0.0.1"] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="the replica's view shows the claim pending, its lock at 10.0.0.1 named by "
-                   "no status and no IPAddress of the claim showing that IP: the lock gives way to the address at "
-                   "10.0.0.9 (``written_over_lock``); that step creates the lock of 10.0.0.9 and takes the address up "
-                   "before its status write is refused (the claim changed since), and the next pass keeps the lock "
-                   "whose IP the IPAddress the status names by name shows: the claim bound to 10.0.0.1 ends bound to "
-                   "10.0.0.9, and the guard 10-0-0-1.nsip is left while it lives")
 def test_a_replica_that_sees_a_bound_claim_pending_does_not_move_it_to_an_address_written_since():
     world, pending = _bound_then_replaced()
     view = MemoryApi(now=world.now)  # its watch of claims behind; the addresses' up to date

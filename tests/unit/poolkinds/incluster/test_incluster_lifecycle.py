@@ -461,7 +461,8 @@ def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept
     """``clusterctl move`` copies a global pool's IPAddresses but not its locks (they live in the lock
     namespace), and where the pool exists in the target already it writes the source pool's uid into their
     owner reference. The address keeps its IP and gets an owner reference to the target's pool in place of
-    that one, its lock is made at its IP, and nothing else is created or deleted."""
+    that one, its lock is made at its IP after the guard of its IP in the claim's namespace (as its allocation
+    wrote them in the source), and nothing else is created or deleted."""
     source = converged(_global(), _claim("m", "ns-a", gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
     moved = _address(source, "m", "ns-a")
     target = converged(_global())
@@ -482,7 +483,8 @@ def test_a_moved_address_of_a_global_pool_that_was_in_the_target_already_is_kept
     assert o.spec(address) == o.spec(moved)
     assert o.owner_references(address) == [claim_ref, {**stale_pool, "uid": o.meta(pool)["uid"]}]
     assert o.spec(moved)["address"] == "10.0.0.2" and _locks(target) == {(LOCK_NS, "g.10-0-0-2.gip"): "10.0.0.2"}
-    assert [kinds.kind_of(c) for c in target.created] == [kinds.IPADDRESS]
+    assert [(kinds.kind_of(c), o.namespace(c), o.name(c)) for c in target.created] \
+        == [(kinds.IPADDRESS, "ns-a", "10-0-0-2.nsip"), (kinds.IPADDRESS, LOCK_NS, "g.10-0-0-2.gip")]
 
 
 @pytest.mark.parametrize("pool_first", [False, True], ids=["claim-then-pool", "pool-then-claim"])

@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, SetStatus
+from metal3_ipam.core.actions import Create, SetStatus, StepVersions
 from metal3_ipam.core.inventory import Inventory, served, of_every_namespace
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, Refused
@@ -236,8 +236,10 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
         cache = self.caches[replica]
         plan = reconcile(cache.snapshot(pool_key, self.store.now, self.rng))
         for step in plan.steps:
+            versions = StepVersions()  # as the controller runs a step: a second write expects what the first wrote
             for action in step.actions:
                 try:
+                    action = versions.current(action)
                     self.store.do(action)
                 except Refused:
                     if isinstance(action, Create):  # the writer reads the name that is taken
@@ -250,6 +252,8 @@ class TwoReplicasServeGlobalPools(RuleBasedStateMachine):
                 if target is None:
                     continue
                 stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+                if not isinstance(action, Create):
+                    versions.wrote(action, stored and stored["metadata"].get("resourceVersion"))
                 if stored is not None and watched(self.scopes[replica], stored):
                     cache.upsert(copy.deepcopy(stored))
                 elif stored is not None:
