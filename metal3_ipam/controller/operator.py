@@ -113,7 +113,7 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
     return resources
 
 
-def pending(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+def unserved_kinds(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
     """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
     those this controller may not list."""
     ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)

@@ -51,7 +51,7 @@ from ..core import lockstore
 from .locks import LockUpkeep
 from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
                        lease_store, listable, listings, lock_listings, login_from, settings,
-                       pending)
+                       unserved_kinds)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -163,7 +163,7 @@ class Runtime:
         self.credentials: Credentials | None = None
         self.api: client.ApiClient | None = None
         self.resources: dict[tuple[str, str], Resource] = {}
-        self.pending_free: list[str] = []  # what /readyz says of the kinds whose CRDs are not installed
+        self.kinds_unserved: list[str] = []  # what /readyz says of the kinds whose CRDs are not installed
         self.lease_store = False  # whether locks are Leases of the lock namespace (``core.lockstore``)
         self.upkeep: LockUpkeep | None = None
         self.upkeep_task: asyncio.Task | None = None
@@ -254,7 +254,7 @@ class Runtime:
             denied: set = set()
             self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
                                                      (self.options.namespaces or [None])[0], denied)
-            self.pending_free = pending(self.resources, denied)
+            self.kinds_unserved = unserved_kinds(self.resources, denied)
             self.lease_store = lease_store(self.resources)
         except NotInstalled as err:
             raise CannotStart(str(err)) from None
@@ -307,7 +307,7 @@ class Runtime:
                                              alive=liveness(self.stopping, self.elector,
                                                             lambda: self.catch_up_task),
                                              ready=self.readiness, with_metrics=options.diagnostics is None,
-                                             more=options.more_health, notes=lambda: self.pending_free)
+                                             more=options.more_health, notes=lambda: self.kinds_unserved)
         except OSError as err:
             where = ", ".join(f"{h}:{p}" for h, p in ((options.health_host, options.health_port), *options.more_health))
             what = "health and metrics" if options.diagnostics is None else "the health probes"

@@ -164,7 +164,7 @@ def test_a_kind_installed_that_this_controller_may_not_list_is_not_served(monkey
     assert denied == {kinds.IPPOOL, kinds.IPCLAIM, kinds.IPADDRESS}
     assert [r.message for r in caplog.records if "may not list" in r.message] == [
         "ipam.metal3.io is served, but this controller may not list IPPool, IPClaim, IPAddress (RBAC): not served"]
-    said = operator.pending(resources, denied)
+    said = operator.unserved_kinds(resources, denied)
     assert said[-1] == "not served (not listable by this controller): IPPool.ipam.metal3.io, " \
                        "IPClaim.ipam.metal3.io, IPAddress.ipam.metal3.io"
 
