@@ -228,8 +228,10 @@ class LockUpkeep:
             resource = self.writer.resources.get(kind)
             if resource is None:
                 return True
+            pool_kind = poolkind.REGISTRY.get(kind)
+            where = None if pool_kind is not None and pool_kind.cluster_scoped else o.namespace(guard)
             found = await self.writer._call(
-                "GET", resource.path(o.namespace(guard)) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
+                "GET", resource.path(where) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
             items = found.get("items") if isinstance(found, dict) else None
             if any(str(o.meta(x).get("uid")) == str(owner.get("uid")) for x in items or [] if isinstance(x, dict)):
                 return True

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import Resource
@@ -61,12 +60,6 @@ def _guard_of_global_pool() -> dict:
     return lockstore.from_lease(lease)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LockUpkeep._an_owner_lives lists every owner at resource.path(<the guard's namespace>): for a guard a global "
-    "pool owns it asks /namespaces/ns-a/globalinclusterippools, which the API server answers 404; the ApiException "
-    "ends collect_guards (LockUpkeep.run logs it), at every sweep: the guard's Lease, whose owners are all gone, is "
-    "never deleted, and no orphan guard after it in the listing is either (invariant 3; a shared guard left keeps "
-    "its sub-prefix from the global pools)"))
 def test_a_guard_a_global_pool_shared_is_collected_once_neither_it_nor_its_claim_lives():
     inventory = Inventory()
     inventory.upsert(_guard_of_global_pool())
