@@ -59,15 +59,16 @@ def components(path: Path, image: str) -> list[dict]:
     return objects
 
 
-@pytest.fixture(scope="module")
-def metal3_go(control_plane_binaries, built, tmp_path_factory):
-    objects = components(METAL3_COMPONENTS, built.tag)
+def _installed(control_plane_binaries, tmp_path_factory, path, image: str, certs_name: str):
+    """A control plane with a Go provider's components file applied as clusterctl applies it (only the image
+    changed), its webhooks pointed at a port of this machine with a certificate of their Service's name."""
+    objects = components(path, image)
     plane = start_control_plane(control_plane_binaries, serving_hosts=[image_mod.HOST_LOOPBACK],
                                 crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
     try:
         with plane.api_client() as admin:
             install(admin, objects, "clusterctl")
-            certs = tmp_path_factory.mktemp("ipam-webhook-service-cert")
+            certs = tmp_path_factory.mktemp(certs_name)
             authority = Authority.create()
             authority.issue(certs)
             image_mod.readable(certs)
@@ -76,6 +77,12 @@ def metal3_go(control_plane_binaries, built, tmp_path_factory):
             yield objects, (plane, admin, certs, webhook_port)
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="module")
+def metal3_go(control_plane_binaries, built, tmp_path_factory):
+    yield from _installed(control_plane_binaries, tmp_path_factory, METAL3_COMPONENTS, built.tag,
+                          "ipam-webhook-service-cert")
 
 
 def _https_status(port: int, token: str | None = None) -> int:
@@ -149,21 +156,8 @@ def _pool(kind: str, name: str, spec: dict, version: str = "v1alpha2") -> dict:
 @pytest.fixture(scope="module")
 def in_cluster_go(control_plane_binaries, built, tmp_path_factory):
     """The in-cluster provider's file applied as clusterctl applies it: its CRDs and RBAC, no ipam.metal3.io."""
-    objects = components(IN_CLUSTER_COMPONENTS, built.tag)
-    plane = start_control_plane(control_plane_binaries, serving_hosts=[image_mod.HOST_LOOPBACK],
-                                crd_paths=[REPO / "config" / "crd" / "capi", CERT_MANAGER_CRDS])
-    try:
-        with plane.api_client() as admin:
-            install(admin, objects, "clusterctl")
-            certs = tmp_path_factory.mktemp("in-cluster-webhook-service-cert")
-            authority = Authority.create()
-            authority.issue(certs)
-            image_mod.readable(certs)
-            webhook_port = free_port()
-            use_webhooks_at(admin, objects, webhook_port, authority.pem)
-            yield objects, (plane, admin, certs, webhook_port)
-    finally:
-        plane.stop()
+    yield from _installed(control_plane_binaries, tmp_path_factory, IN_CLUSTER_COMPONENTS, built.tag,
+                          "in-cluster-webhook-service-cert")
 
 
 def test_the_go_in_cluster_components_run_this_image_unchanged_but_for_the_image(in_cluster_go, tmp_path):
