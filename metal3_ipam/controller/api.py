@@ -488,19 +488,32 @@ class ApiWriter:
                 raise
 
     async def _own_twin(self, view: Mapping[str, Any], owner_references: tuple[dict, ...]) -> None:
-        """The owners a lock's Lease is given, given to its twin first: the garbage collector then keeps the twin
-        (which an earlier version reads) as long as the controller keeps the Lease."""
-        twin = await self.twin_of(view)
-        if twin is None:
-            return
-        uid = o.meta(twin).get("uid")
-        try:
-            await self._call("PATCH", self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin)),
-                             body={"metadata": {"ownerReferences": [dict(r) for r in owner_references],
-                                                **({"uid": uid} if uid else {})}}, content_type=MERGE_PATCH)
-        except ApiException as err:
-            if err.status not in (404, 409):
-                raise
+        """The owners a lock's Lease is given, added to its twin first: the garbage collector then keeps the twin
+        (which an earlier version reads) as long as the controller keeps the Lease. Added, never put in the place
+        of the twin's: an owner an earlier version gave the twin (its own pool) stays, and so do those of a write
+        refused afterwards (a twin owned longer is held longer, never freed early). On the twin's version, read
+        again when another writer changed it meanwhile."""
+        for _ in range(3):
+            twin = await self.twin_of(view)
+            if twin is None:
+                return
+            have = [dict(r) for r in o.owner_references(twin)]
+            known = {str(r.get("uid")) for r in have}
+            added = [dict(r) for r in owner_references if str(r.get("uid")) not in known]
+            if not added:
+                return
+            meta = o.meta(twin)
+            condition = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+            try:
+                await self._call("PATCH", self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin)),
+                                 body={"metadata": {"ownerReferences": have + added, **condition}},
+                                 content_type=MERGE_PATCH)
+                return
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                if err.status != 409:
+                    raise
 
     async def _create(self, action: Create) -> dict:
         obj = action.obj
