@@ -18,7 +18,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.testing import go_incluster as gi
 
 from resuming import Kicks
-from test_guards_collected_from_the_lease_store import NS, POOLS, SUB, Server, _pool, _shared_guard
+from shared_guard_store import NS, POOLS, SUB, Server, pool_body as _pool, shared_guard as _shared_guard
 
 
 class TwinNewsMeanwhile(Server):

@@ -16,7 +16,7 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
 
-from test_lock_written_in_both_stores import METAL3, NAME, NS, Server, _lock, _writer
+from two_lock_stores import METAL3, NAME, NS, Server, lock_body as _lock, make_writer as _writer
 
 
 @pytest.mark.xfail(strict=True, reason=(

@@ -16,7 +16,7 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, SetMetadata
 from metal3_ipam.testing import go_incluster as gi
 
-from test_lock_written_in_both_stores import METAL3, NS, Server, _writer
+from two_lock_stores import METAL3, NS, Server, make_writer as _writer
 
 SUB = "fd00-0-0-0-0-0-0-4.126.nsip"
 
