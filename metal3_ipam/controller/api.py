@@ -440,8 +440,14 @@ class ApiWriter:
         resource, home = self.leases
         twin = None
         if self.twins():
-            twin = await self._call("POST", self._resource(kinds.IPADDRESS).path(o.namespace(obj)), body=obj,
-                                    content_type="application/json")
+            try:
+                twin = await self._call("POST", self._resource(kinds.IPADDRESS).path(o.namespace(obj)), body=obj,
+                                        content_type="application/json")
+            except ApiException as err:
+                # 404: the Metal3 IPAddress kind is no longer served (its CRD removed since start-up); no earlier
+                # version can write its locks either, so the Lease alone is the lock.
+                if err.status != 404:
+                    raise
         try:
             return self._as_view(await self._call("POST", resource.path(home), body=lockstore.to_lease(obj, home),
                                                   content_type="application/json"))

@@ -42,10 +42,6 @@ class CrdRemoved(Server):
         return await super()._call(method, path, body, content_type)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ApiWriter._create_lock writes the twin whenever the Metal3 kind was served at start: with the Metal3 CRD "
-    "removed since, the twin's POST answers 404, which _create raises as it is (no Lease written), so no lock of "
-    "the Lease store is taken and no claim of an in-cluster pool is bound until the controller restarts (invariant 2)"))
 def test_a_lock_is_taken_as_its_lease_once_the_metal3_crd_is_removed():
     server = CrdRemoved()
     writer = _writer(server)  # discovered while the Metal3 CRD was installed
