@@ -106,10 +106,19 @@ cached() {
     return 1
 }
 
-# tools_go DIR PACKAGE -> DIR/tools.go, which pins the command PACKAGE in the generated module
+# tools_go DIR PACKAGE... -> DIR/tools.go, which pins the commands PACKAGE... in the generated module
 tools_go() {
-    printf '//go:build tools\n\n// Package tools pins the command this module builds.\npackage tools\n\nimport _ "%s"\n' \
-        "$2" >"$1/tools.go"
+    local dir="$1"; shift
+    if (( $# == 1 )); then
+        printf '//go:build tools\n\n// Package tools pins the command this module builds.\npackage tools\n\nimport _ "%s"\n' \
+            "$1" >"$dir/tools.go"
+        return
+    fi
+    {
+        printf '//go:build tools\n\n// Package tools pins the commands this module builds.\npackage tools\n\nimport (\n'
+        printf '\t_ "%s"\n' "$@"
+        printf ')\n'
+    } >"$dir/tools.go"
 }
 
 # installed NAME STAMP T0 -> puts the fresh build (BIN_DIR/.NAME.tmp) in place and stamps it
@@ -197,17 +206,7 @@ prepare_kubernetes_module() {
         done
         echo ")"
     } >"$dir/go.mod" || return 1
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the commands this module builds.
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-EOF
+    tools_go "$dir" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
     log "resolving k8s.io/kubernetes ${K8S_VERSION} ($(staging_modules "$gomod" | wc -l) staging modules replaced with ${staging_version})" >&2
     (cd "$dir" && go mod tidy) >&2 || return 1
     echo "$K8S_VERSION" >"$dir/.ready"
@@ -465,17 +464,7 @@ ${goline}
 
 require github.com/prometheus/prometheus ${version}
 EOF
-    cat >"$dir/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools pins the commands this module builds.
-package tools
-
-import (
-	_ "github.com/prometheus/prometheus/cmd/prometheus"
-	_ "github.com/prometheus/prometheus/cmd/promtool"
-)
-EOF
+    tools_go "$dir" github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
     local minor patch ldflags
     minor="${version#v0.}"; patch="${minor#*.}"; minor="${minor%%.*}"
     ldflags="-s -w -X github.com/prometheus/common/version.Version=3.$(( minor - 300 )).${patch}"
