@@ -251,14 +251,16 @@ def admission_request(operation: str, obj: dict | None, old: dict | None = None,
             "object": obj, "oldObject": old, "userInfo": {"username": "someone"}}
 
 
-def held_spans(api, lengths: dict[str, int]) -> dict[tuple[str, str], set[str]]:
+def held_spans(api, lengths: dict[str, int] | None = None) -> dict[tuple[str, str], set[str]]:
     """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it; an address of a pool kind named in
-    ``lengths`` holds the sub-prefix of that length (each of its IPs)."""
+    ``lengths`` holds the sub-prefix of that length (each of its IPs), any other its address as written."""
     held: dict = {}
     for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
         claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
         if o.is_deleting(a) or claim is None or o.is_deleting(claim):
             continue
-        for ip in netaddr.IPNetwork(f"{o.spec(a)['address']}/{lengths[o.spec(a)['poolRef']['kind']]}"):
+        length = (lengths or {}).get(o.spec(a)["poolRef"]["kind"])
+        ips = [o.spec(a)["address"]] if length is None else netaddr.IPNetwork(f"{o.spec(a)['address']}/{length}")
+        for ip in ips:
             held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
     return held

@@ -19,7 +19,7 @@ from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import assert_no_ip_twice, capi_address, ready
 from ipam_objects import converged_with_lock_namespace as _converged
 from ipam_objects import dated_ip_pool as _pool
-from ipam_objects import get
+from ipam_objects import get, held_spans
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -29,15 +29,6 @@ LOCAL = (gi.GROUP, gi.IN_CLUSTER_IP_POOL)
 def _claim(name, pool, kind=gi.GLOBAL_IN_CLUSTER_IP_POOL):
     return gi.claim(name, NS, kind, pool)
 
-
-def _held(api):
-    """(namespace, IP) -> the live claims whose live Cluster API IPAddress holds it."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if not o.is_deleting(a) and claim is not None and not o.is_deleting(claim):
-            held.setdefault((o.namespace(a), o.spec(a)["address"]), set()).add(o.name(claim))
-    return held
 
 
 def _pass(api, key):
@@ -64,7 +55,7 @@ def test_a_restored_address_taken_up_by_a_namespaced_pools_claim_meets_a_global_
     for plan in ([global_plan, local_plan] if order.startswith("global") else [local_plan, global_plan]):
         api.apply(plan)
     converge(api, random.Random(0))
-    held = _held(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -97,7 +88,7 @@ def test_a_restored_address_taken_up_by_a_global_pools_claim_meets_a_namespaced_
     for plan in ([global_plan, local_plan] if order.startswith("taking") else [local_plan, global_plan]):
         api.apply(plan)
     converge(api, random.Random(0))
-    held = _held(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -124,5 +115,5 @@ def test_an_address_is_taken_up_once_another_claims_guard_of_its_ip_is_left_over
     assert ready(api, kinds.CAPI_CLAIM, "a")["message"] == "bound to 10.9.0.2"
     assert ready(api, kinds.CAPI_CLAIM, "d")["status"] == "True"
     assert_no_ip_twice(api)
-    held = _held(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held

@@ -527,15 +527,6 @@ def test_a_namespaced_ip_pool_created_while_a_global_prefix_pool_hands_out_a_sub
 
 # -- a global pool's pass landing after it was deleted or edited ---------------------------------------------
 
-def _one_claim_per_ip(api):
-    """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it."""
-    held: dict = {}
-    for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
-        claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if not o.is_deleting(a) and claim is not None and not o.is_deleting(claim):
-            held.setdefault((o.namespace(a), o.spec(a)["address"]), set()).add(o.name(claim))
-    return held
-
 
 def _global_pass_on_its_way_then(change):
     """A global pool's pass for a claim of the namespace made, then ``change`` to the global pool, then a
@@ -554,7 +545,7 @@ def _global_pass_on_its_way_then(change):
 
 def test_a_global_pools_pass_landing_after_its_deletion_never_takes_an_ip_a_namespaced_pool_handed_out_meanwhile():
     api = _global_pass_on_its_way_then(lambda api: user_delete(api, GLOBAL, "g", ""))
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -564,7 +555,7 @@ def test_a_global_pools_pass_landing_after_an_edit_that_dropped_the_ip_never_tak
         pool["spec"]["addresses"] = ["10.9.0.1", "10.9.0.5-10.9.0.8"]
         api._store(pool)
     api = _global_pass_on_its_way_then(drop_the_ip)
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -586,7 +577,7 @@ def _namespaced_pass_on_its_way_then(change):
 
 def test_a_namespaced_pools_pass_landing_after_its_deletion_never_takes_an_ip_a_new_global_pool_handed_out():
     api = _namespaced_pass_on_its_way_then(lambda api: user_delete(api, LOCAL, "n"))
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -596,7 +587,7 @@ def test_a_namespaced_pools_pass_landing_after_an_edit_that_dropped_the_ip_never
         pool["spec"]["addresses"] = ["10.9.0.1"]
         api._store(pool)
     api = _namespaced_pass_on_its_way_then(drop_the_ip)
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -719,7 +710,7 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_an_
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPPOOL), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -739,7 +730,7 @@ def test_an_ippools_pass_landing_after_its_pool_changed_never_takes_what_a_new_g
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
@@ -754,7 +745,7 @@ def test_an_ippool_created_while_a_global_pools_allocation_is_on_its_way_never_h
     for plan in ([global_plan, local_plan] if order == "global first" else [local_plan, global_plan]):
         api.apply(plan)
     converge(api, random.Random(0))
-    held = _one_claim_per_ip(api)
+    held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
