@@ -345,9 +345,13 @@ class Inventory:
         name = ref.get("name") if isinstance(ref, Mapping) else None
         if ip is None or not isinstance(name, str) or not name:
             return
+        requested = o.pool_of(claim)
+        own = poolkind.REGISTRY[requested.kind].finalizers.claim.get(key[0]) \
+            if requested is not None and requested.kind in poolkind.REGISTRY else None
         for kind, pool_kind in poolkind.REGISTRY.items():
-            if pool_kind.finalizers.claim.get(key[0]) not in o.finalizers(claim):
-                continue
+            finalizer = pool_kind.finalizers.claim.get(key[0])
+            if finalizer not in o.finalizers(claim) or finalizer == own:
+                continue  # a finalizer its own kind writes too (the Go provider's one for every kind) tells nothing
             guess = o.PoolKey("" if pool_kind.cluster_scoped else key[1], name, kind)
             pool = self.objects.get((kind, guess.namespace, name))
             model = self.pool_model(pool)[0] if pool is not None else None
@@ -403,14 +407,15 @@ class Inventory:
             claim = self.objects.get(key)
             if claim is None:
                 continue
-            home = self._home(key, claim)
-            if home == self._filed(key):
+            home, was_filed = self._home(key, claim), self._filed(key)
+            if home == was_filed:
                 continue
             before = self._as_filed(key, claim)
             touched |= self._unfile(key, claim)
             self._set_home(key, claim, home)
             self._index_outside_key(key, before, self._as_filed(key, claim))
             touched |= self._file(key, claim)
+            touched |= self._spread_moved(key, was_filed, self._filed(key))
         return touched
 
     def _as_filed(self, key: ObjKey, obj: dict) -> dict:
