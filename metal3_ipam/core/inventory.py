@@ -185,8 +185,8 @@ class Inventory:
         # global pools with claims there withhold of each other (namespace "": the global ones among themselves).
         self._models: dict[ObjKey, tuple[tuple | None, Pool | None, list[Problem]]] = {}
         self._withheld: dict[str, dict[o.PoolKey, list[Withheld]]] = {}
-        # The (version, sub-prefix length) each prefix pool's valid specs had, by its uid: kept through an edit
-        # that left the spec invalid (what a pass of it made before may still hand out; ``unit_lengths``).
+        # The (version, sub-prefix length) each pool's valid specs had (an IP pool's: one IP's), by its uid: kept
+        # through an edit (what a pass of it made before may still hand out; ``unit_lengths``, ``_may_hand_out``).
         self._lengths: dict[ObjKey, tuple[str | None, frozenset[tuple[int, int]]]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
         # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
@@ -954,10 +954,11 @@ class Inventory:
         model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
-        if model is not None and model.unit_length is not None:
+        if model is not None:  # an IP pool's as the length of one IP
             uid, known = self._lengths.get(key, (None, frozenset()))
             fresh = known if uid == _uid(pool) else frozenset()
-            self._lengths[key] = (_uid(pool), fresh | {(model.version, model.unit_length)})
+            unit = model.unit_length if model.unit_length is not None else FAMILY_BITS[model.version]
+            self._lengths[key] = (_uid(pool), fresh | {(model.version, unit)})
         return model, problems
 
     def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
@@ -1094,12 +1095,21 @@ class Inventory:
             if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
                 continue
             units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
-                {FAMILY_BITS[version]}
+                {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
             if not any(unit > length for unit in units):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
         return found
+
+    def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
+        """Whether an IP pool's pass may hand out an address of ``version``: its spec's family, or one a valid spec
+        of it seen here had (a pass made before an edit may still land); while its spec is invalid and none was
+        seen, any."""
+        model, _ = self.pool_model(pool)
+        uid, known = self._lengths.get(self.key(pool), (None, frozenset()))
+        seen = {v for v, _ in known} if uid == _uid(pool) else set()
+        return version in seen or (model is None and not seen)
 
     def holds_address(self, pool_key: o.PoolKey, claim: dict) -> bool:
         """Whether a claim of ``pool_key`` holds an address of that pool, as its pass sees it (``reconcile``: a

@@ -46,6 +46,8 @@ class Allocation(PassState):
         if self.pool is None:
             return self.fail(claim, step, POOL_NOT_READY, f"{pool_ref} is invalid: {self.pool_problem}")
         if self.fencing_waits(claim):
+            # Nothing in the store will change for it: decided again in the pass that follows this one.
+            self.ledger.pending_claims[o.claim_key(claim)] = None
             self.plan.notes.append(f"{o.name(claim)}: allocated at the next pass (this one wrote the claims of global "
                                    "pools whose allocation may be on its way already)")
             return

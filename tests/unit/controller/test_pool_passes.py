@@ -8,6 +8,7 @@ REST writer: what is tested is how passes are cut and checked, not the API.
 from __future__ import annotations
 
 import asyncio
+import random
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import Outcome
@@ -17,9 +18,10 @@ from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create
 from metal3_ipam.core.ledger import LOAD_CHUNK, PLANNED, Ledger
 from metal3_ipam.core.reconcile import DECISIONS_PER_YIELD, plan_pass, run_to_end
-from metal3_ipam.memory import MemoryApi
+from metal3_ipam.memory import MemoryApi, converge
+from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.bound_pool import bound_pool
-from ipam_objects import NS, capi_claim, ipclaim, ippool, loaded
+from ipam_objects import NS, capi_claim, dated_ip_pool, ipclaim, ippool, loaded
 from pool_workers import MemoryWriter, POOL, until_quiet
 
 
@@ -177,3 +179,24 @@ def test_planned_allocations_are_given_back_when_their_writes_did_not_happen():
     assert any(h[0] == PLANNED for ip in ledger.holders for h in ledger.holders_of(ip))
     ledger.settle()  # nothing was written
     assert ledger.allocated == 0 and ledger.allocator.free_count == 5
+
+
+def test_claims_a_prefix_pools_pass_left_for_the_next_after_fencing_global_claims_are_served_by_it():
+    """A namespaced prefix pool's allocation writes the claims of a global pool waiting in its namespace (their
+    pass may be on its way into its sub-prefixes), and so makes one allocation a pass: nothing in the store
+    changes for the claims it left, and its next passes serve them all the same."""
+    prefix_kind = (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL)
+    pool = o.PoolKey(NS, "n", prefix_kind)
+    api = loaded(dated_ip_pool("g", ["fd00:9::1"], "2024-01-01T00:00:00Z"),
+                 gi.claim("held", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"),
+                 gi.claim("waits", NS, gi.GLOBAL_IN_CLUSTER_IP_POOL, "g"))
+    converge(api, random.Random(0))
+    api.load(gi.prefix_pool("n", prefixes=["fd00::/120"], namespace=NS, allocation_prefix_length=124))
+    for n in range(3):
+        api.load(gi.claim(f"p{n}", NS, gi.IN_CLUSTER_PREFIX_POOL, "n"))
+
+    async def scenario():
+        await until_quiet(PoolWorkers(api.inventory, MemoryWriter(api)), pool)
+
+    asyncio.run(scenario())
+    assert all(api.inventory.get(kinds.CAPI_ADDRESS, NS, f"p{n}") is not None for n in range(3))

@@ -52,3 +52,22 @@ def test_a_global_pools_pass_for_a_claim_that_lost_its_address_objects_meets_a_p
     converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
     assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def test_a_prefix_pools_allocation_leaves_the_waiting_claims_of_a_global_pool_of_the_other_family_alone():
+    """A global IPv4 pool's claim waits (the pool exhausted): no pass of it can land in an IPv6 prefix pool, so the
+    prefix pool's allocations in the namespace write nothing on it (each such write would refuse the next status
+    the global pool writes on its claim, and its own allocation with it)."""
+    api = _converged(dated_ip_pool("g", ["10.0.0.1"], "2024-01-01T00:00:00Z"),
+                     gi.claim("held", NS, GLOBAL[1], "g"), gi.claim("waits", NS, GLOBAL[1], "g"))
+    waiting = get(api, kinds.CAPI_CLAIM, "waits")
+    assert o.condition(o.status(waiting), "Ready")["status"] == "False"
+    api.load(gi.prefix_pool("n", prefixes=["fd00::/120"], namespace=NS, allocation_prefix_length=124))
+    for n in range(3):
+        api.load(gi.claim(f"p{n}", NS, PREFIX[1], "n"))
+    plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now))
+    assert not [a for a in plan.writes if getattr(a, "target", None) is not None and a.target.name == "waits"], plan
+    api.apply(plan)
+    converge(api, random.Random(0))
+    assert kinds.FENCED_ANNOTATION not in o.annotations(get(api, kinds.CAPI_CLAIM, "waits"))
+    assert all(get(api, kinds.CAPI_ADDRESS, f"p{n}") is not None for n in range(3))
