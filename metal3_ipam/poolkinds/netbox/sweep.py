@@ -52,7 +52,9 @@ the source's Cluster is paused too during a move, and the two would write it
 back and forth. Its sweep marks the address held by that paused home, a second
 token after the home: ``metal3-ipam home=Cluster:<uid> held=Cluster:<uid>
 claim ns/name`` (the home first and whole; what is cut to NetBox's 200
-characters is the claim's name). No sweep releases an address that names a
+characters is the claim's name); an address an earlier version wrote (no home,
+no ``moved-from=``) a paused claim here holds the same way, ``metal3-ipam
+held=Cluster:<uid> claim ns/name``. No sweep releases an address that names a
 hold, whoever's: another cluster's object may be gone or not, nothing here can
 tell, and leaving an address behind is the safe side. A hold is written only
 where none is (any hold is enough), and changed only by the controller that
@@ -115,6 +117,8 @@ _HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+#: Where a hold goes in a description an earlier version wrote (no home).
+_HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
 _AFTER_HOME = (_HELD, _FROM, _SWEPT)
@@ -186,7 +190,7 @@ def _with(text: str, pattern: re.Pattern, token: str | None) -> str:
     and the tokens that come before it (:data:`_AFTER_HOME`), so that a description cut at
     :data:`MAX_DESCRIPTION` loses the claim's name, never a token. Nothing is written where no home is."""
     text = pattern.sub("", text, count=1)
-    home = _HOME.search(text)
+    home = _HOME.search(text) or (_HOMELESS.match(text) if pattern is _HELD else None)
     if token is not None and home is not None:
         ends = [home.end()] + [m.end() for p in _AFTER_HOME[:_AFTER_HOME.index(pattern)] if (m := p.search(text))]
         at = max(ends)
@@ -398,7 +402,8 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way: ``held=``); or by the live home of the claim here that carries its key, when another cluster
+    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``: one a source
+    took the home off needs no hold, and the source's sweep would take it off); or by the live home of the claim here that carries its key, when another cluster
     took the address over and :func:`taken_over` does not give it to this claim, bound to it all the same
     (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
     release its claim is not the only one. A live hold stays live while its home is paused (pausing it
@@ -411,6 +416,8 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
         return held
     text = wanted(item.key)
     at, there = home_in(text), home_in(item.description)
+    if at is not None and there is None and moved_from(item.description) is None:
+        return Hold(at) if home(at) == PAUSED else None  # an earlier version's: a live claim here homes it (rehome)
     if at is None or there is None or home(there) != ABSENT:
         return None
     if home(at) == PAUSED:

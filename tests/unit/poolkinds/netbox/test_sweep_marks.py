@@ -396,11 +396,6 @@ def test_a_copy_deleted_after_its_sweep_took_the_address_over_leaves_it_to_the_l
     assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a paused claim's sweep holds only an address that names a home (held_by: no home, no hold), so an address "
-    "written by an earlier version (no home) whose key a paused copy carries is left unmarked however often that "
-    "cluster sweeps, and the release of the other cluster's live claim deletes it (left_on_release: no home) "
-    "while the paused copy is bound to it"))
 def test_an_address_of_an_earlier_version_is_held_by_a_paused_copys_sweep_and_kept_by_the_other_claims_release():
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", "metal3-ipam claim ns/m"))  # no home: an earlier version's
     mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
