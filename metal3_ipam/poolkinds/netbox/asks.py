@@ -58,7 +58,7 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
+                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle, taken_unasked,
                                                swept_at, taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
@@ -360,6 +360,8 @@ class NetBoxPools(OutsidePools):
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
+        #: key -> the home of another cluster a sweep here took its address over from unasked (``taken_unasked``)
+        self._taken_unasked: dict[str, Home] = {}
 
     # -- what is NetBox's ---------------------------------------------------------------
 
@@ -416,7 +418,7 @@ class NetBoxPools(OutsidePools):
         over yet (a claim there may carry the key)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        return left_on_release(text, released, home_state(self._homes()), self.wall())
+        return left_on_release(text, released, home_state(self._homes()), self.wall(), self._taken_unasked.get(key))
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
@@ -468,6 +470,12 @@ class NetBoxPools(OutsidePools):
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
+            home = home_state(self._homes())
+            for item, text in described:
+                if (taken := taken_unasked(item.description, text, home)) is not None:
+                    self._taken_unasked[item.key] = taken
+                elif home_in(text) != home_in(item.description):
+                    self._taken_unasked.pop(item.key, None)
             counts = Counter(_change(item, text) for item, text in described)
             for item, text in described:
                 log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
