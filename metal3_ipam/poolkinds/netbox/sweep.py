@@ -518,10 +518,13 @@ def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], m
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
-    home is paused."""
+    home is paused. No address of a key whose claim was seen leave for a move is taken over from another
+    cluster's home that did not let it go (:func:`taken_unasked`): it is that claim's there, and a claim
+    carrying the key here again is a copy the passes refuse."""
     found = list(found)
     out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
-    out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
+    out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)
+                if not (moved_away(item.key) and taken_unasked(item.description, text, home))})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
     return [out[item.id] for item in found if item.id in out]

@@ -337,12 +337,6 @@ def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_onc
                steps=[("sweep", "S", 0), ("sweep", "T", 0), ("sweep", "S", 0)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a claim that came back to the source of a move (its key seen leave, then carried again) takes over the "
-    "address homed at the target's live claim (first take), then leaves again for a move: the target writes its "
-    "live-held=, the source's sweep takes the home off (disown: moved-from=), and the target's sweep homes it "
-    "there again, the target writing it twice with no change of pause or carrying between (found by the "
-    "property itself, run with more steps and examples than CI runs)"))
 def test_a_claim_that_left_the_source_again_has_the_address_written_once_by_the_target(monkeypatch):
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": False},
                moved={"S": True, "T": False}, homed="T",
