@@ -72,7 +72,9 @@ Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
 before; a take writes ``from=`` the home it was taken from, which that cluster
-never takes back. So two clusters whose live claims carry one key (a move
+never takes back. An address an earlier version wrote (no home) is homed first
+come the same way: ``from=`` the home that took it, so no other cluster takes
+it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
 Such a claim, live and bound to the address all the same, holds it
@@ -298,7 +300,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     address says its home let it go (homed nowhere: ``moved-from=``, its claim seen leave for a move; or
     marked released by a sweep there, ``swept=``), or when a paused claim here held it (the target of a move,
     whose source was down when the claims left), or when nobody took it over before (no ``from=``: the
-    first claim here to find it homed at a Cluster gone with the source of a finished move). Each such take
+    first claim here to find it homed at a Cluster gone with the source of a finished move; an address an
+    earlier version wrote, with no home, is homed here ``from=`` this very home: first come). Each such take
     writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
     third one over) until the new home lets it go: two clusters whose live claims carry one key write it
     once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one marked
@@ -316,6 +319,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         return None  # taken over from this very home: a claim of another cluster carries the key
     elif there is None:
         given = moved_from(current)
+        if given is None:  # an earlier version's: homed first come, as if taken over (from= its own home)
+            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
     elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
         given = there
     else:

@@ -325,12 +325,6 @@ def _two_sides(monkeypatch, **example):
         **example)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an address of an earlier version (no home) whose key live, unpaused claims of two clusters carry is written "
-    "twice by the first to sweep: it homes it (taken_over: homed nowhere), the other's sweep takes it over at once "
-    "(no from= yet: the first take), and the first then writes its live-held=; homing is not first come for the "
-    "cluster that homed it first, and the property's one write per side between changes fails (found by the "
-    "property itself, run with more steps and examples than CI runs)"))
 def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_once_by_each(monkeypatch):
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": True},
                moved={"S": False, "T": False}, homed="nowhere",
