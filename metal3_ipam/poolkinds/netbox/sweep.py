@@ -403,7 +403,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     return out
 
 
-def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Hold | None:
+def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str], refused: bool = False
+            ) -> Hold | None:
     """What the hold token of an address should say in this controller's view.
 
     A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
@@ -418,7 +419,8 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
     write). Nothing holds it when no such claim here carries its key any longer (a hold of this
     controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
-    contested key deleted)."""
+    contested key deleted). ``refused``: the claim here may not take the address over (:func:`describe_anew`),
+    and holds it live as one :func:`taken_over` refuses."""
     held = hold_in(item.description)
     if held is not None and home(held.home) == ABSENT:
         return held
@@ -430,7 +432,7 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
         return None
     if home(at) == PAUSED:
         return Hold(at, live=held == Hold(at, live=True))
-    if home(at) == PRESENT and taken_over(item.description, text, home) is None:
+    if home(at) == PRESENT and (refused or taken_over(item.description, text, home) is None):
         return Hold(at, live=True)
     return None
 
@@ -502,15 +504,15 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     return with_swept(_with(released, _FROM, _named("from", there)), wall)
 
 
-def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
-         ) -> list[tuple[Found, str]]:
+def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str],
+         refused: Callable[[int], bool] = lambda id: False) -> list[tuple[Found, str]]:
     """The addresses whose ``held=`` token is not what :func:`held_by` says, each with its description
     mended: the token written (after the home, which stays as it is: homing an address at a paused
     object would have the two sides of a paused move write it back and forth), replaced, or taken out; a hold
     written takes off a mark of release (``swept=``): a claim here carries the key."""
     out = []
     for item in found:
-        held = held_by(item, wanted, home)
+        held = held_by(item, wanted, home, refused(item.id))
         if held != hold_in(item.description):
             text = with_held(item.description, held)
             out.append((item, with_swept(text, None) if held is not None else text))
@@ -528,9 +530,14 @@ def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], m
     carrying the key here again is a copy the passes refuse."""
     found = list(found)
     out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
-    out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)
-                if not (moved_away(item.key) and taken_unasked(item.description, text, home))})
-    for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
+    refused = set()
+    for item, text in rehome(found, wanted, home):
+        if moved_away(item.key) and taken_unasked(item.description, text, home):
+            refused.add(item.id)
+        else:
+            out[item.id] = (item, text)
+    for item, text in hold([item for item in found if item.id not in out], holder or wanted, home,
+                           refused.__contains__):
         out[item.id] = (item, text)
     return [out[item.id] for item in found if item.id in out]
 
