@@ -321,6 +321,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         given = moved_from(current)
         if given is None:  # an earlier version's: homed first come, as if taken over (from= its own home)
             return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
+        if hold_in(current) == Hold(at, live=True):
+            return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
     elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
         given = there
     else:
@@ -392,19 +394,21 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
     the claim lives in the target, which homes the address there; until then no sweep releases it, here
     (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there.
-    Nor a hold: an address homed nowhere needs none, and the target would take a hold of its own off again."""
+    Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
+    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`)."""
     out = []
     for item in found:
         at = home_in(item.description)
         if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
             continue
-        text = with_swept(_FROM.sub("", with_held(item.description, None), count=1), None)
+        held = hold_in(item.description)
+        kept = held if held is not None and held.live and home(held.home) == ABSENT else None
+        text = with_swept(_FROM.sub("", with_held(item.description, kept), count=1), None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
 
-def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str], refused: bool = False
-            ) -> Hold | None:
+def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Hold | None:
     """What the hold token of an address should say in this controller's view.
 
     A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
@@ -419,8 +423,7 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
     write). Nothing holds it when no such claim here carries its key any longer (a hold of this
     controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
-    contested key deleted). ``refused``: the claim here may not take the address over (:func:`describe_anew`),
-    and holds it live as one :func:`taken_over` refuses."""
+    contested key deleted)."""
     held = hold_in(item.description)
     if held is not None and home(held.home) == ABSENT:
         return held
@@ -428,11 +431,13 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     at, there = home_in(text), home_in(item.description)
     if at is not None and there is None and moved_from(item.description) is None:
         return Hold(at) if home(at) == PAUSED else None  # an earlier version's: a live claim here homes it (rehome)
+    if at is not None and there is None:  # its source let it go: a live claim here holding it keeps it so
+        return held if held == Hold(at, live=True) else None
     if at is None or there is None or home(there) != ABSENT:
         return None
     if home(at) == PAUSED:
         return Hold(at, live=held == Hold(at, live=True))
-    if home(at) == PRESENT and (refused or taken_over(item.description, text, home) is None):
+    if home(at) == PRESENT and taken_over(item.description, text, home) is None:
         return Hold(at, live=True)
     return None
 
@@ -504,15 +509,15 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     return with_swept(_with(released, _FROM, _named("from", there)), wall)
 
 
-def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str],
-         refused: Callable[[int], bool] = lambda id: False) -> list[tuple[Found, str]]:
+def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
+         ) -> list[tuple[Found, str]]:
     """The addresses whose ``held=`` token is not what :func:`held_by` says, each with its description
     mended: the token written (after the home, which stays as it is: homing an address at a paused
     object would have the two sides of a paused move write it back and forth), replaced, or taken out; a hold
     written takes off a mark of release (``swept=``): a claim here carries the key."""
     out = []
     for item in found:
-        held = held_by(item, wanted, home, refused(item.id))
+        held = held_by(item, wanted, home)
         if held != hold_in(item.description):
             text = with_held(item.description, held)
             out.append((item, with_swept(text, None) if held is not None else text))
@@ -525,19 +530,11 @@ def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], m
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
-    home is paused. No address of a key whose claim was seen leave for a move is taken over from another
-    cluster's home that did not let it go (:func:`taken_unasked`): it is that claim's there, and a claim
-    carrying the key here again is a copy the passes refuse."""
+    home is paused."""
     found = list(found)
     out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
-    refused = set()
-    for item, text in rehome(found, wanted, home):
-        if moved_away(item.key) and taken_unasked(item.description, text, home):
-            refused.add(item.id)
-        else:
-            out[item.id] = (item, text)
-    for item, text in hold([item for item in found if item.id not in out], holder or wanted, home,
-                           refused.__contains__):
+    out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
+    for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
     return [out[item.id] for item in found if item.id in out]
 
