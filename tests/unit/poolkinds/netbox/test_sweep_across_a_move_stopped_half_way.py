@@ -9,7 +9,6 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
