@@ -58,8 +58,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle, taken_unasked,
-                                               swept_at, taken_from, unclaimed_here)
+                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
+                                               swept_at, taken_from, taken_unasked, unclaimed_here)
 
 log = logging.getLogger(__name__)
 

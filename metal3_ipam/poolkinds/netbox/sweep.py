@@ -415,10 +415,11 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``: one a source
-    took the home off needs no hold, and the source's sweep would take it off); or by the live home of the claim here that carries its key, when another cluster
-    took the address over and :func:`taken_over` does not give it to this claim, bound to it all the same
-    (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
+    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``; one a
+    source took the home off needs no paused hold, which that source's sweep would take off again, and
+    keeps a live one of the claim here, :func:`disown`); or by the live home of the claim here that carries
+    its key, when another cluster took the address over and :func:`taken_over` does not give it to this
+    claim, bound to it all the same (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
     release its claim is not the only one. A live hold stays live while its home is paused (pausing it
     moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
     write). Nothing holds it when no such claim here carries its key any longer (a hold of this

@@ -191,11 +191,12 @@ def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str], rel
     """The release of a floating IP's key here by a claim at home ``released`` (None: not known here): whether it
     is kept, and the marks written on it. Not kept: no home, hold or ``from`` names an object absent here (taken
     over from another cluster, whose controller may have missed the sweep that would have answered: its claim
-    may live); this cluster's marks (its ``from`` too: taken from here, let go) come off. Kept: a claim of another cluster is bound to it. Where that cluster answered a hold (its
-    claim lives) or none was asked, this cluster's marks come off and it is that cluster's; where it is homed at
-    another cluster that answered no hold (the source of a finished move, gone with its Cluster; or a live claim
-    there whose controller did not sweep yet), this cluster holds it and says its claim left
-    (``<owner>-left:``): that cluster answers if its claim lives, else the sweep here releases it
+    may live); this cluster's marks (its ``from`` too: taken from here, let go) come off. Kept: a claim of
+    another cluster may be bound to it. Where that cluster answered a hold (its claim lives) or none was asked,
+    this cluster's marks come off and it is that cluster's; where it is homed at (or taken from) another
+    cluster that answered no hold (the source of a finished move, gone with its Cluster; or a live claim there
+    whose controller did not sweep yet, or missed the sweep before the take), this cluster holds it and says
+    its claim left (``<owner>-left:``): that cluster answers if its claim lives, else the sweep here releases it
     (:func:`left_here`)."""
     tags = list(tags)
     marks = marks_in(owner, tags)
