@@ -420,9 +420,9 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     keeps a live one of the claim here, :func:`disown`); or by the live home of the claim here that carries
     its key, when another cluster took the address over and :func:`taken_over` does not give it to this
     claim, bound to it all the same (taken over from this very home, or from a third one: ``live-held=``):
-    the hold tells that cluster's release its claim is not the only one. A live hold stays live while its home is paused (pausing it
-    moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
-    write). Nothing holds it when no such claim here carries its key any longer (a hold of this
+    the hold tells that cluster's release its claim is not the only one. A live hold stays live while its
+    home is paused (pausing it moves nothing: unpaused, a paused hold would take the address from the live
+    claim there, a second write). Nothing holds it when no such claim here carries its key any longer (a hold of this
     controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
     contested key deleted)."""
     held = hold_in(item.description)
