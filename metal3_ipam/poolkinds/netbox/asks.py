@@ -441,6 +441,7 @@ class NetBoxPools(OutsidePools):
             if model is not None:
                 servers.setdefault(model.server, model)
         released: list[Found] = []
+        every_key: set[str] | None = set()  # the keys every server listed; None: a server was not swept
         for server, model in servers.items():
             judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
 
@@ -466,7 +467,10 @@ class NetBoxPools(OutsidePools):
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
+                every_key = None
                 continue
+            if every_key is not None:
+                every_key |= listed_keys
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
@@ -487,6 +491,8 @@ class NetBoxPools(OutsidePools):
             await self._tell(server, described, contests)
             self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
+        if every_key is not None:  # the takes of keys whose address is gone are forgotten
+            self._taken_unasked = {k: h for k, h in self._taken_unasked.items() if k in every_key}
         return released
 
     def _remember_moved_away(self, found: list[Found], home: Callable[[Home], str]) -> None:
