@@ -59,7 +59,7 @@ from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
-                                               swept_at, taken_from, taken_unasked, unclaimed_here)
+                                               swept_at, taken_from, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -360,8 +360,6 @@ class NetBoxPools(OutsidePools):
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
-        #: key -> the home of another cluster a sweep here took its address over from unasked (``taken_unasked``)
-        self._taken_unasked: dict[str, Home] = {}
 
     # -- what is NetBox's ---------------------------------------------------------------
 
@@ -418,7 +416,7 @@ class NetBoxPools(OutsidePools):
         over yet (a claim there may carry the key)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        return left_on_release(text, released, home_state(self._homes()), self.wall(), self._taken_unasked.get(key))
+        return left_on_release(text, released, home_state(self._homes()), self.wall())
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
@@ -441,7 +439,6 @@ class NetBoxPools(OutsidePools):
             if model is not None:
                 servers.setdefault(model.server, model)
         released: list[Found] = []
-        every_key: set[str] | None = set()  # the keys every server listed; None: a server was not swept
         for server, model in servers.items():
             judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
 
@@ -467,19 +464,10 @@ class NetBoxPools(OutsidePools):
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
-                every_key = None
                 continue
-            if every_key is not None:
-                every_key |= listed_keys
             for item in done:
                 log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
                          item.address, item.key, item.description)
-            home = home_state(self._homes())
-            for item, text in described:
-                if (taken := taken_unasked(item.description, text, home)) is not None:
-                    self._taken_unasked[item.key] = taken
-                elif home_in(text) != home_in(item.description):
-                    self._taken_unasked.pop(item.key, None)
             counts = Counter(_change(item, text) for item, text in described)
             for item, text in described:
                 log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
@@ -491,8 +479,6 @@ class NetBoxPools(OutsidePools):
             await self._tell(server, described, contests)
             self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
-        if every_key is not None:  # the takes of keys whose address is gone are forgotten
-            self._taken_unasked = {k: h for k, h in self._taken_unasked.items() if k in every_key}
         return released
 
     def _remember_moved_away(self, found: list[Found], home: Callable[[Home], str]) -> None:

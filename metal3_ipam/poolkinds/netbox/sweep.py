@@ -87,9 +87,6 @@ released so that the holding claim takes it back, as the release by the
 other keeps one taken over from it (:func:`kept_on_release`); each release
 takes its own cluster's hold off first (a Cluster being deleted is still
 here), so that the other side releases the address once its claim goes.
-The release by the cluster that took an address over from a home that did not let it go, before
-that home's hold came, marks it released too (:func:`taken_unasked`; the taker remembers such takes in
-memory, until it restarts): the claim there may be live, its sweep not come yet.
 A claim here bound to an address homed at another cluster's object that
 nobody took over yet (a copy deleted before a sweep here homed it) leaves it
 taken over and marked released (:func:`left_on_release`): the claim there,
@@ -458,19 +455,7 @@ def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
                                           and home(there) == ABSENT)
 
 
-def taken_unasked(current: str, text: str, home: Callable[[Home], str]) -> Home | None:
-    """The home an address described ``current`` is taken from by the description ``text`` written here, when that
-    home did not let it go (no ``swept=``, not homed nowhere) nor did a paused claim here hold it: the first take
-    of :func:`taken_over`, which a live claim there may be bound to (its controller swept before the take, or
-    missed the sweep since); else None."""
-    there = home_in(current)
-    if there is None or home(there) != ABSENT or swept_at(current) is not None or _held_here(current, home):
-        return None
-    return there if taken_from(text) == there and home_in(text) != there else None
-
-
-def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float,
-                    unanswered: Home | None = None) -> str | None:
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
     """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
@@ -487,11 +472,8 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). One homed here that this controller took over from ``unanswered``
-    (:func:`taken_unasked`, ``from=`` it still) with no hold of that home since is marked released too
-    (``swept=`` now): a claim there may be bound to it without having swept since the take, and takes it back
-    at its next sweep; otherwise the sweeps here release it once the release grace is over. Any other address
-    is deleted: homed here, homed nowhere, or marked released by its home."""
+    never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
+    released by its home."""
     held = hold_in(text)
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
@@ -500,9 +482,6 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         if there is not None and home(there) != ABSENT and swept_at(text) is None:
             return with_swept(text, wall)
         return text
-    if there is not None and home(there) != ABSENT and unanswered is not None and taken_from(text) == unanswered \
-            and home(unanswered) == ABSENT:
-        return text if swept_at(text) is not None else with_swept(text, wall)
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
     if released is None or at is None or home(at) == ABSENT:
