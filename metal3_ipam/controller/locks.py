@@ -200,13 +200,17 @@ class LockUpkeep:
                 break
             if not held_by_pools(guard) and now - _time(o.meta(guard).get("creationTimestamp")) < settle:
                 young = True
-            elif not await self._an_owner_lives(guard):
-                await self._delete(guard)
+            else:
+                asked: set[str] = set()
+                if not await self._an_owner_lives(guard, asked):
+                    await self._delete(guard, asked)
         if young:
             self.wake_later(settle.total_seconds())
 
-    async def _delete(self, guard: dict) -> None:
-        """The guard's Lease deleted, that incarnation unchanged since read; kept filed when it changed."""
+    async def _delete(self, guard: dict, asked: set[str]) -> None:
+        """The guard's Lease deleted, that incarnation unchanged since read; kept filed when it changed. Its twin,
+        named by an owner not ``asked`` about (an earlier version added its pool while the Lease was being
+        deleted), holds as it is: filed in its place."""
         meta = o.meta(guard)
         preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
         try:
@@ -218,24 +222,41 @@ class LockUpkeep:
             if err.status != 404:
                 raise
         self.controller.forget(guard)  # and the pools it kept a span from passed again
+        twin = self._twin(guard)
+        if twin is not None and any(str(r.get("uid")) not in asked for r in o.owner_references(twin)):
+            self.controller.file(twin)
 
-    async def _an_owner_lives(self, guard: dict) -> bool:
+    def _twin(self, guard: dict) -> dict | None:
+        """The guard's twin as last seen (``Controller.legacy``), when it is the same lock."""
+        twin = self.controller.legacy.get((o.namespace(guard), o.name(guard)))
+        return twin if lockstore.same_lock(twin, guard) else None
+
+    async def _an_owner_lives(self, guard: dict, asked: set[str]) -> bool:
         """Whether an object a guard names as its owner exists, that incarnation, as the API server says: listed by
         name (the verb the controller has on every kind it serves). One of a kind not served here is taken to
-        live: nothing here can tell it is gone."""
-        for owner in o.owner_references(guard):
-            kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or ""))
-            resource = self.writer.resources.get(kind)
-            if resource is None:
+        live: nothing here can tell it is gone. The owners are those of its Lease and of its twin (an earlier
+        version adds its pools there), looked at again after each read: news of the twin may come meanwhile.
+        The uids asked about are added to ``asked``."""
+        while True:
+            owner = next((r for r in (*o.owner_references(guard), *o.owner_references(self._twin(guard) or {}))
+                          if str(r.get("uid")) not in asked), None)
+            if owner is None:
+                return False
+            asked.add(str(owner.get("uid")))
+            if await self._lives(guard, owner):
                 return True
-            pool_kind = poolkind.REGISTRY.get(kind)
-            where = None if pool_kind is not None and pool_kind.cluster_scoped else o.namespace(guard)
-            found = await self.writer._call(
-                "GET", resource.path(where) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
-            items = found.get("items") if isinstance(found, dict) else None
-            if any(str(o.meta(x).get("uid")) == str(owner.get("uid")) for x in items or [] if isinstance(x, dict)):
-                return True
-        return False
+
+    async def _lives(self, guard: dict, owner: dict) -> bool:
+        kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or ""))
+        resource = self.writer.resources.get(kind)
+        if resource is None:
+            return True
+        pool_kind = poolkind.REGISTRY.get(kind)
+        where = None if pool_kind is not None and pool_kind.cluster_scoped else o.namespace(guard)
+        found = await self.writer._call(
+            "GET", resource.path(where) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
+        items = found.get("items") if isinstance(found, dict) else None
+        return any(str(o.meta(x).get("uid")) == str(owner.get("uid")) for x in items or [] if isinstance(x, dict))
 
     def wake_later(self, seconds: float) -> None:
         """The guards looked over again in ``seconds`` (one was too young to collect)."""
