@@ -15,7 +15,8 @@ namespace, so a guard none of whose owners lives is deleted here: each owner rea
 one a claim owns only once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``),
 and the Lease deleted on condition that it is unchanged since read (a pool adding itself to the owners of a
 shared guard does so on the same condition, so one of the two is refused). Its twin, whose owners are of its
-namespace, is the garbage collector's.
+namespace, is the garbage collector's; the owners it names count as the Lease's (an earlier version adds its pools
+there, and the Lease is given them only at the next wake).
 
 Both run while this replica may write (leading, caught up): the Leases given whenever the watches or a listing
 file such an IPAddress, the look over the guards at start, at every resync, when the lead is taken and when a
