@@ -70,7 +70,6 @@ ACCESS_RECHECK_SECONDS = 10.0
 
 MERGE_PATCH = "application/merge-patch+json"
 
-
 @dataclass(frozen=True)
 class Resource:
     group: str
@@ -86,6 +85,10 @@ class Resource:
         if subresource:
             path += f"/{subresource}"
         return path
+
+
+# Where a Metal3 IPAddress is written when that kind was not discovered at start (it may have come since).
+METAL3_ADDRESSES = Resource(kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses")
 
 
 @dataclass
@@ -169,6 +172,12 @@ class ApiWriter:
         # Where the locks of the Lease store live (``core.lockstore``): the Leases resource and the lock namespace;
         # None: every lock is a Metal3 IPAddress.
         self.leases: tuple[Resource, str] | None = None
+        # Where the Lease store is used and the Metal3 IPAddress kind was not served at start: whether it may come
+        # (its CRD installed while this controller runs; False where it is served but not listable by this
+        # controller), whether it came (a twin written, or refused by one of its name), and whom to tell.
+        self.metal3_may_come = True
+        self.metal3_came = False
+        self.on_metal3_came: Callable[[], None] = lambda: None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -430,24 +439,47 @@ class ApiWriter:
 
     def twins(self) -> bool:
         """Whether a lock of the Lease store is written as a Metal3 IPAddress too, first (its twin): where that kind
-        is served and this controller may list it, so that an earlier version's lock of the name refuses it."""
-        return self.leases is not None and kinds.IPADDRESS in self.resources
+        is served and this controller may list it, so that an earlier version's lock of the name refuses it; or
+        where it came since start-up (``metal3_came``)."""
+        return self.leases is not None and (kinds.IPADDRESS in self.resources or self.metal3_came)
+
+    def _metal3_addresses(self) -> Resource:
+        return self.resources.get(kinds.IPADDRESS) or METAL3_ADDRESSES
+
+    def metal3_served_now(self) -> None:
+        """The Metal3 IPAddress kind is served now (it was not at start): twins from now on, and the controller told
+        (it starts again to list and watch that kind, ``runtime``)."""
+        if not self.metal3_came:
+            self.metal3_came = True
+            log.warning("the Metal3 IPAddress kind is served now (it was not at start): locks of the Lease store "
+                        "are written as Metal3 IPAddresses too")
+            self.on_metal3_came()
 
     async def _create_lock(self, obj: dict) -> dict:
         """A lock of the Lease store created, its twin first (a 409 there: an earlier version's lock, or another
         replica's, holds the name), then its Lease; a Lease of another lock refuses it (409), and the twin made
-        for it is let go. One of the same lock (an answer lost on the way) is taken as made."""
+        for it is let go. One of the same lock (an answer lost on the way) is taken as made.
+
+        Where the Metal3 IPAddress kind was not served at start, its twin is tried all the same (``metal3_may_come``):
+        404 (still not served) or 403 (not this controller's to write) leave the Lease alone the lock; a twin made,
+        or one refused by an IPAddress of its name (an earlier version's lock, written once its CRD came), say that
+        the kind came (``metal3_served_now``)."""
         resource, home = self.leases
         twin = None
-        if self.twins():
+        probe = not self.twins() and self.metal3_may_come
+        if self.twins() or probe:
             try:
-                twin = await self._call("POST", self._resource(kinds.IPADDRESS).path(o.namespace(obj)), body=obj,
+                twin = await self._call("POST", self._metal3_addresses().path(o.namespace(obj)), body=obj,
                                         content_type="application/json")
             except ApiException as err:
-                # 404: the Metal3 IPAddress kind is no longer served (its CRD removed since start-up); no earlier
-                # version can write its locks either, so the Lease alone is the lock.
-                if err.status != 404:
+                if probe and err.status == 409:
+                    self.metal3_served_now()
+                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
+                # no earlier version can write its locks either, so the Lease alone is the lock.
+                if err.status != 404 and not (probe and err.status == 403):
                     raise
+            if probe and twin is not None:
+                self.metal3_served_now()
         try:
             return self._as_view(await self._call("POST", resource.path(home), body=lockstore.to_lease(obj, home),
                                                   content_type="application/json"))
@@ -472,7 +504,7 @@ class ApiWriter:
         if not self.twins():
             return None
         try:
-            found = await self._call("GET", self._resource(kinds.IPADDRESS).path(o.namespace(view), o.name(view)))
+            found = await self._call("GET", self._metal3_addresses().path(o.namespace(view), o.name(view)))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -481,7 +513,7 @@ class ApiWriter:
 
     async def let_twin_go(self, twin: Mapping[str, Any]) -> None:
         """A twin (that incarnation) deleted, its finalizers taken off first; gone or replaced already is fine."""
-        path = self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin))
+        path = self._metal3_addresses().path(o.namespace(twin), o.name(twin))
         uid = o.meta(twin).get("uid")
         try:
             if o.finalizers(twin):
@@ -511,7 +543,7 @@ class ApiWriter:
             meta = o.meta(twin)
             condition = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
             try:
-                await self._call("PATCH", self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin)),
+                await self._call("PATCH", self._metal3_addresses().path(o.namespace(twin), o.name(twin)),
                                  body={"metadata": {"ownerReferences": have + added, **condition}},
                                  content_type=MERGE_PATCH)
                 return

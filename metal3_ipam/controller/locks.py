@@ -73,6 +73,7 @@ class LockUpkeep:
                 await self.move_over()
                 if self.sweep_due:
                     self.sweep_due = False
+                    await self.give_twins()
                     await self.collect_guards()
             except asyncio.CancelledError:
                 raise
@@ -180,6 +181,47 @@ class LockUpkeep:
         if view is not None:
             self.controller.file(view)
         return True
+
+    async def give_twins(self) -> None:
+        """Where locks have twins (``ApiWriter.twins``), each lock filed as its Lease whose twin was not seen (made
+        where, or while, the Metal3 IPAddress kind was not served) given one, so that an earlier version's lock of
+        its name is refused. Kept only while its Lease is, that incarnation: one released meanwhile lets it go."""
+        if not self.writer.twins():
+            return
+        controller = self.controller
+        for view in list(controller.inventory.of_kind(kinds.IPADDRESS)):
+            key = (o.namespace(view), o.name(view))
+            if not lockstore.stored_in_lease(view) or o.is_deleting(view) or key in controller.legacy:
+                continue
+            if not self.may_act():
+                return
+            twin = lockstore.moved_over(view)
+            twin["metadata"]["annotations"] = {k: v for k, v in o.annotations(twin).items()
+                                               if k != lockstore.STORED_IN}
+            try:
+                made = await self.writer._call("POST", self.writer._metal3_addresses().path(key[0]), body=twin,
+                                               content_type="application/json")
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                continue  # an IPAddress of its name: its news come (its twin, or another lock, said then)
+            if not await self._lease_stands(view):
+                await self.writer.let_twin_go(made)
+                continue
+            log.info("lock %s/%s of %s given its twin (a Metal3 IPAddress)", key[0], key[1],
+                     o.spec(view).get("address"))
+
+    async def _lease_stands(self, view: dict) -> bool:
+        """Whether the Lease a lock of the reconcile's view is stored in is still stored, that incarnation, not
+        being deleted."""
+        try:
+            found = await self.writer._call("GET", LEASES.path(self.home, lockstore.stored_in_lease(view)))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        uid = o.meta(view).get("uid")
+        return isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
 
     async def collect_guards(self) -> None:
         """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a

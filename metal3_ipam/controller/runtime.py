@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import ssl
 from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
@@ -58,6 +59,9 @@ from .webhook_server import WebhookServer
 from .workers import PoolWorkers
 
 log = logging.getLogger("metal3_ipam")
+
+# The exit status of a controller that stopped to be started again (a kind it serves came while it ran).
+RESTART_STATUS = 3
 
 # The errors of an API server that cannot be reached or answers with an error: expected, never a traceback.
 UNREACHABLE = (ApiException, OSError, urllib3.exceptions.HTTPError)
@@ -165,6 +169,9 @@ class Runtime:
         self.resources: dict[tuple[str, str], Resource] = {}
         self.kinds_unserved: list[str] = []  # what /readyz says of the kinds whose CRDs are not installed
         self.lease_store = False  # whether locks are Leases of the lock namespace (``core.lockstore``)
+        # Whether the Metal3 IPAddress kind, not served at start, may come while this runs (``ApiWriter.twins``).
+        self.metal3_may_come = False
+        self.exit_status = 0
         self.upkeep: LockUpkeep | None = None
         self.upkeep_task: asyncio.Task | None = None
         self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
@@ -228,7 +235,7 @@ class Runtime:
             await self.serve()
         finally:
             await self.stop()
-        return 0
+        return self.exit_status
 
     # -- the phases -------------------------------------------------------------------
 
@@ -256,6 +263,8 @@ class Runtime:
                                                      (self.options.namespaces or [None])[0], denied)
             self.kinds_unserved = unserved_kinds(self.resources, denied)
             self.lease_store = lease_store(self.resources)
+            self.metal3_may_come = self.lease_store and kinds.IPADDRESS not in self.resources \
+                and kinds.IPADDRESS not in denied
         except NotInstalled as err:
             raise CannotStart(str(err)) from None
         except UNREACHABLE as err:
@@ -290,6 +299,8 @@ class Runtime:
                 k[1] for k, kind in poolkind.REGISTRY.items() if kind.locks_in_leases and k in resources),
                 options.lock_namespace)
             self.writer.leases = (LEASES, options.lock_namespace)
+            self.writer.metal3_may_come = self.metal3_may_come
+            self.writer.on_metal3_came = self._metal3_came
             self.upkeep = LockUpkeep(self.controller, self.writer, options.lock_namespace, may_act)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
@@ -533,6 +544,9 @@ class Runtime:
         # unchanged pool costs no API call).
         while True:
             await asyncio.sleep(self.options.resync_seconds)
+            if self.metal3_may_come and not self.writer.metal3_came \
+                    and await asyncio.to_thread(self._metal3_served):
+                self.writer.metal3_served_now()
             try:
                 for listing in self._listings(self._served()):
                     await self.controller.settle(listing)
@@ -541,6 +555,30 @@ class Runtime:
             if self.may_write():
                 self.workers.kick_all()
                 self._upkeep()
+
+    def _metal3_served(self) -> bool:
+        """Whether the Metal3 IPAddress kind is served now, and this controller may list it (asked as ``discover``
+        asks, for that kind alone)."""
+        try:
+            served = {v["version"] for v in request(self.api, "GET", f"/apis/{kinds.METAL3_GROUP}")["versions"]}
+            return kinds.METAL3_VERSION in served and listable(self.api)(
+                kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses", (self.options.namespaces or [None])[0])
+        except UNREACHABLE as err:  # 404: the group is not served
+            log.debug("could not ask whether the Metal3 IPAddress kind is served: %s",
+                      getattr(err, "reason", None) or err)
+            return False
+        except (KeyError, TypeError):
+            return False
+
+    def _metal3_came(self) -> None:
+        """The Metal3 IPAddress kind came while this runs (``ApiWriter.metal3_served_now``): its twins are written
+        from now on, and the controller stops to be started again (by its Deployment) with that kind listed and
+        watched: the locks an earlier version writes there are read, and the Leases made without a twin are given
+        one (``locks.LockUpkeep``)."""
+        self.exit_status = RESTART_STATUS
+        log.warning("stopping to be started again with the Metal3 IPAddress kind listed and watched (exit status %d)",
+                    RESTART_STATUS)
+        signal.raise_signal(signal.SIGTERM)  # the way kopf stops, and everything beside it in order (``stop``)
 
     def _addresses_of(self, namespace: str) -> list[Listing]:
         """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""

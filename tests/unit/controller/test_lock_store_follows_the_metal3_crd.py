@@ -12,18 +12,13 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import Refusal
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create
+from metal3_ipam.core.actions import Create, Delete
 
 from two_lock_stores import METAL3, NAME, NS, Server, lock_body as _lock, make_writer as _writer
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the resources are discovered once at start: a replica started before the Metal3 CRD was installed writes each "
-    "lock as its Lease alone and never reads a Metal3 IPAddress, so an earlier version running once the CRD is there "
-    "(its lock p.10-0-0-5.ip for claim d) and this replica (a Lease of that name for claim a) both take 10.0.0.5 "
-    "(invariant 1)"))
 def test_a_lock_made_after_the_metal3_crd_came_is_refused_by_an_earlier_versions_ipaddress_of_its_name():
     server = Server()
     writer = _writer(server, metal3_served=False)  # discovered before the Metal3 CRD was installed
@@ -47,3 +42,36 @@ def test_a_lock_is_taken_as_its_lease_once_the_metal3_crd_is_removed():
     writer = _writer(server)  # discovered while the Metal3 CRD was installed
     view = asyncio.run(writer._create(Create(_lock("a"))))
     assert server.lease() is not None and o.name(view) == NAME
+
+
+def test_a_lock_made_after_the_metal3_crd_came_is_written_with_its_twin_and_the_controller_told():
+    server = Server()  # the Metal3 CRD installed since start-up
+    writer = _writer(server, metal3_served=False)
+    told = []
+    writer.on_metal3_came = lambda: told.append(True)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert server.metal3() is not None and server.lease() is not None
+    assert told == [True] and writer.twins()
+    writer.inventory.upsert(lockstore.from_lease(server.lease()))
+    server.lease()["metadata"].pop("finalizers")
+    asyncio.run(writer._delete(Delete(o.ref(writer.inventory.get(kinds.IPADDRESS, NS, NAME)))))
+    assert server.lease() is None and server.metal3() is None  # its twin let go after it
+
+
+def test_a_lock_where_the_metal3_crd_has_not_come_is_its_lease_alone_and_nothing_is_told():
+    server = Server(metal3_served=False)
+    writer = _writer(server, metal3_served=False)
+    told = []
+    writer.on_metal3_came = lambda: told.append(True)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert server.lease() is not None and told == [] and not writer.twins()
+
+
+def test_the_controller_stops_to_be_started_again_once_the_metal3_ipaddress_kind_came(monkeypatch):
+    from metal3_ipam.controller import runtime as rt
+
+    raised = []
+    monkeypatch.setattr(rt.signal, "raise_signal", raised.append)
+    runtime = rt.Runtime(rt.Options(lock_namespace="ipam-system", namespaces=[]))
+    runtime._metal3_came()
+    assert raised == [rt.signal.SIGTERM] and runtime.exit_status == rt.RESTART_STATUS != 0
