@@ -202,6 +202,8 @@ class LockUpkeep:
                 made = await self.writer._call("POST", self.writer._metal3_addresses().path(key[0]), body=twin,
                                                content_type="application/json")
             except ApiException as err:
+                if err.status in (403, 404):
+                    return  # the kind no longer served (its CRD removed), or not this controller's to write
                 if err.status != 409:
                     raise
                 continue  # an IPAddress of its name: its news come (its twin, or another lock, said then)

@@ -57,3 +57,13 @@ def test_a_lease_is_given_no_twin_where_locks_have_none():
     upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
     asyncio.run(upkeep.give_twins())
     assert [c for c in server.calls if c[0] == "POST"] == []
+
+
+def test_no_twin_is_given_and_nothing_fails_once_the_metal3_crd_is_removed():
+    """Giving twins ends quietly where none can be written (the kind no longer served): the guards are collected
+    after it, in the same wake."""
+    server = Server(metal3_served=False)  # removed since start-up
+    writer = make_writer(server)
+    upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    assert server.lease() is not None and server.metal3() is None
