@@ -530,7 +530,8 @@ class ApiWriter:
         (which an earlier version reads) as long as the controller keeps the Lease. Added, never put in the place
         of the twin's: an owner an earlier version gave the twin (its own pool) stays, and so do those of a write
         refused afterwards (a twin owned longer is held longer, never freed early). On the twin's version, read
-        again when another writer changed it meanwhile."""
+        again when another writer changed it meanwhile; changed at each of three tries, the write is refused (the
+        Lease is given no owner its twin lacks: the garbage collector would take the twin while that owner lives)."""
         for _ in range(3):
             twin = await self.twin_of(view)
             if twin is None:
@@ -552,6 +553,8 @@ class ApiWriter:
                     return
                 if err.status != 409:
                     raise
+        raise Refusal(f"the twin of {o.namespace(view)}/{o.name(view)} changed at each try; its owners not given",
+                      again=True)
 
     async def _create(self, action: Create) -> dict:
         obj = action.obj
