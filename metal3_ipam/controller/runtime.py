@@ -52,7 +52,7 @@ from ..core import lockstore
 from .locks import LockUpkeep
 from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
                        lease_store, listable, listings, lock_listings, login_from, settings,
-                       unserved_kinds)
+                       unserved_kinds, without_leases)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -259,9 +259,12 @@ class Runtime:
             self.rate_limit.limit(self.api)
         try:
             denied: set = set()
-            self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
+            leaseless: set = set()
+            may_list = listable(self.api)
+            self.resources = await asyncio.to_thread(discover, self.api, may_list,
                                                      (self.options.namespaces or [None])[0], denied)
-            self.kinds_unserved = unserved_kinds(self.resources, denied)
+            await asyncio.to_thread(without_leases, self.resources, may_list, self.options.lock_namespace, leaseless)
+            self.kinds_unserved = unserved_kinds(self.resources, denied, leaseless, self.options.lock_namespace)
             self.lease_store = lease_store(self.resources)
             self.metal3_may_come = self.lease_store and kinds.IPADDRESS not in self.resources \
                 and kinds.IPADDRESS not in denied
