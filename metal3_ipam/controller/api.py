@@ -70,6 +70,7 @@ ACCESS_RECHECK_SECONDS = 10.0
 
 MERGE_PATCH = "application/merge-patch+json"
 
+
 @dataclass(frozen=True)
 class Resource:
     group: str
