@@ -462,9 +462,9 @@ class ApiWriter:
         for it is let go. One of the same lock (an answer lost on the way) is taken as made.
 
         Where the Metal3 IPAddress kind was not served at start, its twin is tried all the same (``metal3_may_come``):
-        404 (still not served) or 403 (not this controller's to write) leave the Lease alone the lock; a twin made,
-        or one refused by an IPAddress of its name (an earlier version's lock, written once its CRD came), say that
-        the kind came (``metal3_served_now``)."""
+        404 (still not served) or 403 (not this controller's to write: not tried again) leave the Lease alone the
+        lock; a twin made, or one refused by an IPAddress of its name (an earlier version's lock, written once its
+        CRD came), say that the kind came (``metal3_served_now``)."""
         resource, home = self.leases
         twin = None
         probe = not self.twins() and self.metal3_may_come
@@ -475,6 +475,10 @@ class ApiWriter:
             except ApiException as err:
                 if probe and err.status == 409:
                     self.metal3_served_now()
+                elif probe and err.status == 403:  # not this controller's to write: not tried again
+                    self.metal3_may_come = False
+                    log.info("Metal3 IPAddresses may not be written by this controller (403): each lock of the "
+                             "Lease store is its Lease alone")
                 # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
                 # no earlier version can write its locks either, so the Lease alone is the lock.
                 if err.status != 404 and not (probe and err.status == 403):

@@ -75,3 +75,26 @@ def test_the_controller_stops_to_be_started_again_once_the_metal3_ipaddress_kind
     runtime = rt.Runtime(rt.Options(lock_namespace="ipam-system", namespaces=[]))
     runtime._metal3_came()
     assert raised == [rt.signal.SIGTERM] and runtime.exit_status == rt.RESTART_STATUS != 0
+
+
+class Metal3Forbidden(Server):
+    """A role that grants nothing on ipam.metal3.io (the Go in-cluster provider's): its resources answer 403, served
+    or not."""
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if path.startswith(f"/apis/{kinds.METAL3_GROUP}/"):
+            self.calls.append((method, path))
+            raise ApiException(status=403)
+        return await super()._call(method, path, body, content_type)
+
+
+def test_a_controller_refused_the_metal3_kind_tries_no_twin_again():
+    server = Metal3Forbidden()
+    writer = _writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    other = _lock("b")
+    other["metadata"]["name"] = "p.10-0-0-6.ip"
+    other["spec"]["address"] = "10.0.0.6"
+    asyncio.run(writer._create(Create(other)))
+    assert len([c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")]) == 1
+    assert not writer.twins() and len([c for c in server.calls if c[0] == "POST"]) == 3
