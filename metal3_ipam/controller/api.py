@@ -456,18 +456,31 @@ class ApiWriter:
                         "are written as Metal3 IPAddresses too")
             self.on_metal3_came()
 
+    async def _metal3_discovered(self) -> bool:
+        """Whether the API server's discovery lists the Metal3 IPAddress kind (404: its group version not served)."""
+        resource = METAL3_ADDRESSES
+        try:
+            found = await self._call("GET", f"/apis/{resource.group}/{resource.version}")
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        listed = found.get("resources") if isinstance(found, dict) else None
+        return any(isinstance(r, dict) and r.get("name") == resource.plural for r in listed or [])
+
     async def _create_lock(self, obj: dict) -> dict:
         """A lock of the Lease store created, its twin first (a 409 there: an earlier version's lock, or another
         replica's, holds the name), then its Lease; a Lease of another lock refuses it (409), and the twin made
         for it is let go. One of the same lock (an answer lost on the way) is taken as made.
 
-        Where the Metal3 IPAddress kind was not served at start, its twin is tried all the same (``metal3_may_come``):
-        404 (still not served) or 403 (not this controller's to write: not tried again) leave the Lease alone the
-        lock; a twin made, or one refused by an IPAddress of its name (an earlier version's lock, written once its
-        CRD came), say that the kind came (``metal3_served_now``)."""
+        Where the Metal3 IPAddress kind was not served at start (``metal3_may_come``), the API server's discovery is
+        asked whether it is now (a read every client may make), and where it is, the twin is tried: 404 (gone again)
+        or 403 (not this controller's to write: not tried again) leave the Lease alone the lock; a twin made, or one
+        refused by an IPAddress of its name (an earlier version's lock, written once its CRD came), say that the kind
+        came (``metal3_served_now``)."""
         resource, home = self.leases
         twin = None
-        probe = not self.twins() and self.metal3_may_come
+        probe = not self.twins() and self.metal3_may_come and await self._metal3_discovered()
         if self.twins() or probe:
             try:
                 twin = await self._call("POST", self._metal3_addresses().path(o.namespace(obj)), body=obj,

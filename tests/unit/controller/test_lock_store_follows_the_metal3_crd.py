@@ -78,11 +78,11 @@ def test_the_controller_stops_to_be_started_again_once_the_metal3_ipaddress_kind
 
 
 class Metal3Forbidden(Server):
-    """A role that grants nothing on ipam.metal3.io (the Go in-cluster provider's): its resources answer 403, served
-    or not."""
+    """The Metal3 CRDs installed since start-up, and a role that grants nothing on ipam.metal3.io (the Go in-cluster
+    provider's): its resources answer 403; its discovery answers, as it does every client."""
 
     async def _call(self, method, path, body=None, content_type=None):
-        if path.startswith(f"/apis/{kinds.METAL3_GROUP}/"):
+        if path.startswith(f"/apis/{kinds.METAL3_GROUP}/") and path != f"/apis/{METAL3.group}/{METAL3.version}":
             self.calls.append((method, path))
             raise ApiException(status=403)
         return await super()._call(method, path, body, content_type)
@@ -96,5 +96,17 @@ def test_a_controller_refused_the_metal3_kind_tries_no_twin_again():
     other["metadata"]["name"] = "p.10-0-0-6.ip"
     other["spec"]["address"] = "10.0.0.6"
     asyncio.run(writer._create(Create(other)))
-    assert len([c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")]) == 1
+    assert [c for c in server.calls if c[0] != "GET" and c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
+        ("POST", METAL3.path(NS))]
     assert not writer.twins() and len([c for c in server.calls if c[0] == "POST"]) == 3
+
+
+def test_a_controller_where_the_metal3_kind_is_not_served_only_reads_its_discovery():
+    """Where the Metal3 CRDs are not installed (the Go in-cluster provider's manifests), nothing is written there, and
+    so nothing is refused (that role grants nothing on ipam.metal3.io)."""
+    server = Server(metal3_served=False)
+    writer = _writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert [c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
+        ("GET", f"/apis/{METAL3.group}/{METAL3.version}")]
+    assert server.lease() is not None

@@ -51,6 +51,9 @@ class Server:
         self.calls.append((method, path))
         if not self.metal3_served and path.startswith(f"/apis/{kinds.METAL3_GROUP}/"):
             raise ApiException(status=404)
+        if method == "GET" and path == f"/apis/{METAL3.group}/{METAL3.version}":  # discovery
+            return {"kind": "APIResourceList", "groupVersion": f"{METAL3.group}/{METAL3.version}",
+                    "resources": [{"name": METAL3.plural, "namespaced": True, "kind": "IPAddress"}]}
         if method == "POST":
             at = f"{path}/{body['metadata']['name']}"
             if at in self.objects:
