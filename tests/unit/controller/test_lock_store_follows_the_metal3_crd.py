@@ -67,14 +67,26 @@ def test_a_lock_where_the_metal3_crd_has_not_come_is_its_lease_alone_and_nothing
     assert server.lease() is not None and told == [] and not writer.twins()
 
 
-def test_the_controller_stops_to_be_started_again_once_the_metal3_ipaddress_kind_came(monkeypatch):
+def test_the_metal3_ipaddress_kind_that_came_is_served_as_a_kind_granted_since_start_up():
+    """Listed and watched without a restart (``Runtime._serve_granted``), as a kind this controller may list since
+    start-up is: its locks are read, and the Leases made without a twin given one."""
     from metal3_ipam.controller import runtime as rt
 
-    raised = []
-    monkeypatch.setattr(rt.signal, "raise_signal", raised.append)
     runtime = rt.Runtime(rt.Options(lock_namespace="ipam-system", namespaces=[]))
-    runtime._metal3_came()
-    assert raised == [rt.signal.SIGTERM] and runtime.exit_status == rt.RESTART_STATUS != 0
+    runtime.metal3_may_come = True
+    served = []
+
+    async def serve_granted():
+        served.append(dict(runtime.refused))
+
+    runtime._serve_granted = serve_granted
+
+    async def came():
+        runtime._metal3_came()
+        await runtime.grant_task
+
+    asyncio.run(came())
+    assert served == [{kinds.IPADDRESS: METAL3}] and not runtime.metal3_may_come
 
 
 class Metal3Forbidden(Server):
