@@ -449,7 +449,7 @@ class ApiWriter:
 
     def metal3_served_now(self) -> None:
         """The Metal3 IPAddress kind is served now (it was not at start): twins from now on, and the controller told
-        (it starts again to list and watch that kind, ``runtime``)."""
+        (it lists and watches that kind from then on, ``runtime``)."""
         if not self.metal3_came:
             self.metal3_came = True
             log.warning("the Metal3 IPAddress kind is served now (it was not at start): locks of the Lease store "
