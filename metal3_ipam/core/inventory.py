@@ -964,7 +964,8 @@ class Inventory:
     def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
         """The lengths of the sub-prefixes a prefix pool keeping its IPs apart hands out (one being deleted too),
         of ``version``: its spec's, or while its spec is invalid, those its valid specs had (a sub-prefix length
-        is immutable at admission, and a pass of it made before the edit may still land)."""
+        is immutable at admission, and a pass of it made before the edit may still land), and where none was seen
+        here (a controller started after the edit), the length the invalid spec still names."""
         if not keeps_apart(key.kind) or not poolkind.REGISTRY[key.kind].holds_prefixes:
             return set()
         pool = self.objects[(key.kind, key.namespace, key.name)]
@@ -973,6 +974,9 @@ class Inventory:
         lengths = {length for v, length in known if v == version} if uid == _uid(pool) else set()
         if model is not None and model.version == version and model.unit_length is not None:
             lengths.add(model.unit_length)
+        named = poolkind.REGISTRY[key.kind].named_unit_length(pool) if model is None and not lengths else None
+        if named is not None and named[0] == version:
+            lengths.add(named[1])
         return lengths
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:

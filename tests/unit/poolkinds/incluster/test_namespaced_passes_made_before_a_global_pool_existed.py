@@ -116,11 +116,6 @@ def test_a_namespaced_pass_made_before_a_global_pool_existed_never_takes_what_th
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason="the length of a prefix pool whose spec became invalid is remembered by the "
-                   "process that saw it valid (``Inventory._lengths``), not read from the spec "
-                   "(allocationPrefixLength is still there): a controller started after the edit knows no length of "
-                   "it, so its global pool's allocation of fd00::1 joins no guard of length 127, and the namespaced "
-                   "pool's pass made before the edit lands: fd00::1 ends held by claims a and d of namespace default")
 def test_a_global_pools_allocation_by_a_controller_started_after_a_prefix_pool_became_invalid_meets_its_pass():
     """A namespaced prefix pool's pass (fd00::/127) made; its spec edited invalid (an unaligned prefix, the webhook
     bypassed); a controller started afresh serves a global IP pool created over it; the namespaced pass lands."""
