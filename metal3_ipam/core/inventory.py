@@ -1106,6 +1106,25 @@ class Inventory:
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
         return found
 
+    def namespaced_claims_in_flight(self, namespace: str, version: int) -> list[dict]:
+        """The live claims of ``namespace`` that hold no address, of the namespace's pools keeping their IPs apart
+        that hand out addresses themselves (one being deleted or gone too, whose pass may still land; an outside
+        IPAM's are not): a pass allocating for one may be on its way, made before a global pool handing out an IP
+        or sub-prefix meeting its own could be seen (``reconcile``'s guards: such a pass names its IP or sub-prefix
+        on the claim first, and a global pool's allocation to a claim of the namespace keeps off the spans named so
+        and writes each claim, so that a pass made before it is refused)."""
+        found = []
+        for key in sorted(k for k in self.groups if k.namespace == namespace):
+            pool_kind = poolkind.REGISTRY.get(key.kind)
+            if pool_kind is None or not pool_kind.unique_in_namespace or pool_kind.outside is not None:
+                continue
+            pool = self.objects.get((key.kind, key.namespace, key.name))
+            if pool is not None and not self._may_hand_out(key, pool, version):
+                continue
+            found += [claim for claim in self.claims_of(key)
+                      if not o.is_deleting(claim) and not self.holds_address(key, claim)]
+        return found
+
     def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
         """Whether an IP pool's pass may hand out an address of ``version``: its spec's family, or one a valid spec
         of it seen here had (a pass made before an edit may still land); while its spec is invalid and none was
@@ -1229,6 +1248,7 @@ class Inventory:
             global_ip_pool_exists=self.global_ip_pool_exists,
             namespaced_lengths=self.namespaced_lengths,
             global_claims_in_flight=self.global_claims_in_flight,
+            namespaced_claims_in_flight=self.namespaced_claims_in_flight,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -714,11 +714,6 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_an_
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
-@pytest.mark.xfail(strict=True, reason="an IPPool's pass made while no global IP pool existed writes no guard (an "
-                   "IPPool writes the objects the Go Metal3 IPAM writes, and a guard only while a global IP pool "
-                   "exists), and a global pool withholds only what the namespaced pools' current specs hold (a pool "
-                   "being deleted owns nothing): landing after the IPPool's deletion or edit and the new global "
-                   "pool's allocation of the same IP, it binds 10.9.0.2 to claims a and d")
 @pytest.mark.parametrize("how", ["deleted", "edited"])
 def test_an_ippools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(how):
     api = _converged(_ippool("10.9.0.1-10.9.0.3", "2024-01-01T00:00:00Z"), _ippool_claim("b"))

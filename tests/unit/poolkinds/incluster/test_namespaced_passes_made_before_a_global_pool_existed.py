@@ -63,35 +63,13 @@ def _claim(name, pool, kind):
     return gi.claim(name, NS, kind[1], pool)
 
 
-
-# (the namespaced pool's kind, its length; the global pool's length) -> why it fails, for those that do.
-NO_SHARED_NAME = ("the namespaced pool's pass, made while no global prefix pool existed, guards {mine} alone; the "
-                  "global prefix pool's allocation guards its /126 and joins no guard of a length it does not know "
-                  "({why}): the names differ, and an IP of fd00::/126 ends held by claims a and d of namespace default")
-GONE = "the namespaced pool is gone, and with it the length the global allocation would join"
-PINNED = {
-    (IPS[1], 128, 126, "deleted"): NO_SHARED_NAME.format(mine="its IP's", why="an IP pool hands out no sub-prefix"),
-    (IPS[1], 128, 126, "edited"): NO_SHARED_NAME.format(mine="its IP's", why="an IP pool hands out no sub-prefix"),
-    ("IPPool", 128, 126, "deleted"): NO_SHARED_NAME.format(mine="nothing", why="an IP pool hands out no sub-prefix"),
-    ("IPPool", 128, 126, "edited"): NO_SHARED_NAME.format(mine="nothing", why="an IP pool hands out no sub-prefix"),
-    (PREFIXES[1], 127, 126, "deleted"): NO_SHARED_NAME.format(mine="its /127's", why="127 is longer than 126"),
-    (PREFIXES[1], 127, 126, "edited"): NO_SHARED_NAME.format(mine="its /127's", why="127 is longer than 126"),
-    (PREFIXES[1], 125, 126, "deleted"): NO_SHARED_NAME.format(mine="its /125's", why=GONE),
-    (PREFIXES[1], 127, 128, "deleted"): ("the namespaced prefix pool's pass, made while no global IP pool existed, "
-                                         "guards its /127 alone; the global IP pool's allocation of fd00::1 joins no "
-                                         f"guard of length 127 ({GONE}): fd00::1 ends held by claims a and d of "
-                                         "namespace default"),
-}
+# (the namespaced pool's kind, its length; the global pool's length)
 CASES = [(IPS[1], 128, 126), ("IPPool", 128, 126), (PREFIXES[1], 127, 126), (PREFIXES[1], 125, 126),
          (PREFIXES[1], 126, 126), (PREFIXES[1], 127, 128), (IPS[1], 128, 128)]
 
 
-def _cases():
-    return [pytest.param(*case, how, marks=pytest.mark.xfail(strict=True, reason=PINNED[(*case, how)]))
-            if (*case, how) in PINNED else (*case, how) for case in CASES for how in ("deleted", "edited")]
-
-
-@pytest.mark.parametrize("local, local_length, global_length, how", _cases())
+@pytest.mark.parametrize("local, local_length, global_length, how",
+                         [(*case, how) for case in CASES for how in ("deleted", "edited")])
 def test_a_namespaced_pass_made_before_a_global_pool_existed_never_takes_what_that_pool_handed_out(
         local, local_length, global_length, how):
     local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
