@@ -1098,13 +1098,25 @@ class Inventory:
             pool = self.objects[(key.kind, key.namespace, key.name)]
             if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
                 continue
-            units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
-                {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
-            if not any(unit > length for unit in units):
+            if not any(unit > length for unit in self._global_units(key, version)):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
         return found
+
+    def global_units(self, claim: dict, version: int) -> set[int]:
+        """The lengths of the IPs or sub-prefixes of ``version`` the global pool a claim is filed under may hand
+        out (an IP's: every bit), whatever its spec is now; none for a claim of another pool."""
+        key = self._filed(self.key(claim))
+        if key is None or key.namespace or (key.kind, "", key.name) not in self.objects:
+            return set()
+        return self._global_units(key, version)
+
+    def _global_units(self, key: o.PoolKey, version: int) -> set[int]:
+        if poolkind.REGISTRY[key.kind].holds_prefixes:
+            return self.unit_lengths(key, version)
+        pool = self.objects[(key.kind, key.namespace, key.name)]
+        return {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
 
     def namespaced_claims_in_flight(self, namespace: str, version: int) -> list[dict]:
         """The live claims of ``namespace`` that hold no address, of the namespace's pools keeping their IPs apart
@@ -1249,6 +1261,7 @@ class Inventory:
             namespaced_lengths=self.namespaced_lengths,
             global_claims_in_flight=self.global_claims_in_flight,
             namespaced_claims_in_flight=self.namespaced_claims_in_flight,
+            global_units=self.global_units,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

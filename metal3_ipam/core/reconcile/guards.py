@@ -104,8 +104,11 @@ class Guards(PassState):
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
         mine = [own] if kind.holds_prefixes else []
+        paused = self.paused_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []
+        if paused is None:
+            return None
         exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
-            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else [])))
+            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []) + paused))
         shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
                   if Span(span.ip, span.length) not in exclusive]
         if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
@@ -163,6 +166,26 @@ class Guards(PassState):
             if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
                 spans.append(span)
         return spans
+
+    def paused_spans(self, namespace: str, first: int, last: int) -> list[Span] | None:
+        """For a namespaced prefix pool: each IP or sub-prefix inside ``first``..``last`` of the lengths the pool of
+        a paused claim of a global pool in ``namespace`` may hand out, holding no address (``global_claims_in_flight``):
+        a pass of its pool made before the pause may be on its way, and a paused claim is not written
+        (``order_actions``), so every span it could be handed here is guarded as its allocation would guard it.
+        None: more than ``GUARDS_PER_ALLOCATION``."""
+        version, width = self.pool.version, FAMILY_BITS[self.pool.version]
+        spans: dict[Span, None] = {}
+        for claim in self.snap.global_claims_in_flight(namespace, version, self.pool.unit_length):
+            if not (o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))):
+                continue
+            for length in sorted(self.snap.global_units(claim, version)):
+                if length <= (self.pool.unit_length or width):
+                    continue
+                step = 1 << (width - length)
+                if len(spans) + (last - first + 1) // step > GUARDS_PER_ALLOCATION:
+                    return None
+                spans.update((_span(base, length, width), None) for base in range(first, last + 1, step))
+        return list(spans)
 
     def fencing_waits(self, claim: dict) -> bool:
         """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits

@@ -97,6 +97,9 @@ class Snapshot:
     # an address of (version): a global pool's allocation to a claim there keeps off the span each names
     # (``kinds.ALLOCATING_ANNOTATION``), and writes each.
     namespaced_claims_in_flight: Callable[[str, int], list[dict]] = lambda namespace, version: []
+    # The lengths of the IPs or sub-prefixes of (version) a claim's global pool may hand out, whatever its spec now:
+    # what a namespaced prefix pool's allocation guards of a paused claim in flight, which it does not write.
+    global_units: Callable[[dict, int], set[int]] = lambda claim, version: set()
     # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
     # claim has its lock yet.
     addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []

@@ -792,10 +792,6 @@ def test_a_prefix_pools_allocation_writes_no_paused_claim_of_a_global_pool():
     assert not [a for a in local_plan.writes if getattr(a, "target", None) and a.target.name == "d"]
 
 
-@pytest.mark.xfail(strict=True, reason="a claim whose Cluster is paused is not written (it may be on its way "
-                   "elsewhere), so a global pool's pass made for it before the pause, before its pool was edited off "
-                   "the IP and before a prefix pool existed there, is not refused: landing after that pool handed out "
-                   "the sub-prefix holding the IP, it binds fd00::2 to claims a and d")
 def test_a_global_pools_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_prefix_pool_handed_out():
     claim = _claim("d", "g")
     claim["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "cl"}
