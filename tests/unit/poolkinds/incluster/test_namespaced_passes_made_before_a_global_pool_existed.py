@@ -14,6 +14,7 @@ import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Plan, Step
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
@@ -113,4 +114,31 @@ def test_a_global_pools_allocation_by_a_controller_started_after_a_prefix_pool_b
     api.apply(on_its_way)
     converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL_IPS[1]: 128, PREFIXES[1]: 127})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+@pytest.mark.parametrize("local", [IPS[1], "IPPool"])
+def test_a_global_pools_allocation_keeps_off_the_ip_a_namespaced_pools_claim_names_as_being_handed_to_it(local):
+    """The namespaced pool's pass wrote its claim (naming its first IP) before the global pool's pass read it, the rest of
+    it on its way: the global pool's allocation keeps off the span holding that IP, and writes the claim, which
+    refuses only the status write of the namespaced pass; the claim takes up what that pass wrote."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api = _converged(_namespaced(local_kind, 128))
+    api.load(_claim("a", "n", local_kind))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now))
+    (step,) = [s for s in on_its_way.steps if s.subject.endswith(f"{NS}/a")]
+    api.do(step.actions[0])
+    named = o.annotations(get(api, kinds.CAPI_CLAIM, "a"))[kinds.ALLOCATING_ANNOTATION]
+    assert named in ("fd00::", "fd00::1"), named  # each kind's first IP of fd00::/124, in fd00::/126
+    user_delete(api, local_kind, "n", NS)
+    api.load(_global(126))
+    api.load(_claim("d", "g", GLOBAL_PREFIXES))
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now))
+    assert kinds.FENCED_ANNOTATION in next(a.annotations for a in global_plan.writes
+                                           if getattr(a, "target", None) and a.target.name == "a")
+    assert not api.apply(global_plan)
+    api.apply(Plan(steps=[Step(step.subject, step.actions[1:], step.about)]))
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS))["address"] == "fd00::4"
+    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, local_kind[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
