@@ -119,9 +119,9 @@ def test_a_global_pools_allocation_by_a_controller_started_after_a_prefix_pool_b
 
 @pytest.mark.parametrize("local", [IPS[1], "IPPool"])
 def test_a_global_pools_allocation_keeps_off_the_ip_a_namespaced_pools_claim_names_as_being_handed_to_it(local):
-    """The namespaced pool's pass wrote its claim (naming its first IP) before the global pool's pass read it, the rest of
-    it on its way: the global pool's allocation keeps off the span holding that IP, and writes the claim, which
-    refuses only the status write of the namespaced pass; the claim takes up what that pass wrote."""
+    """The namespaced pool's pass wrote its claim (naming its first IP) before the global pool's pass read it, the
+    rest of it on its way: the global pool's allocation keeps off the span holding that IP, and writes the claim,
+    which refuses only the status write of the namespaced pass; the claim takes up what that pass wrote."""
     local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
     api = _converged(_namespaced(local_kind, 128))
     api.load(_claim("a", "n", local_kind))
