@@ -1118,6 +1118,21 @@ class Inventory:
         pool = self.objects[(key.kind, key.namespace, key.name)]
         return {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
 
+    def namespaced_units(self, claim: dict, version: int) -> set[int] | None:
+        """The lengths of the IPs or sub-prefixes of ``version`` the namespaced pool a claim is filed under may hand
+        out and guards by a name (``reconcile``'s guards), whatever its spec is now; None when they are not known
+        (a prefix pool gone) or its allocation may guard none (a kind that guards its IP only while a global IP
+        pool exists): nothing is guarded for it then."""
+        key = self._filed(self.key(claim))
+        if key is None or not key.namespace or key.kind not in poolkind.REGISTRY:
+            return None
+        pool_kind, pool = poolkind.REGISTRY[key.kind], self.objects.get((key.kind, key.namespace, key.name))
+        if pool_kind.holds_prefixes:
+            return self.unit_lengths(key, version) if pool is not None else None
+        if pool is not None and not self._may_hand_out(key, pool, version):
+            return set()
+        return {FAMILY_BITS[version]} if pool_kind.guards_every_ip else None
+
     def namespaced_claims_in_flight(self, namespace: str, version: int) -> list[dict]:
         """The live claims of ``namespace`` that hold no address, of the namespace's pools keeping their IPs apart
         that hand out addresses themselves (one being deleted or gone too, whose pass may still land; an outside
@@ -1262,6 +1277,7 @@ class Inventory:
             global_claims_in_flight=self.global_claims_in_flight,
             namespaced_claims_in_flight=self.namespaced_claims_in_flight,
             global_units=self.global_units,
+            namespaced_units=self.namespaced_units,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

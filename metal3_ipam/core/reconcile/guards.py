@@ -90,9 +90,12 @@ class Guards(PassState):
             if separate_network(self.pool_obj):
                 return []
             longest = pool.unit_length if pool.unit_length is not None else width
-            return [own] + [Span(first >> (width - length) << (width - length), length, shared=True)
-                            for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version)
-                            if length < longest]
+            paused = self.paused_spans(o.namespace(claim), first, first + (1 << pool.unit_bits) - 1)
+            if paused is None:
+                return None
+            return list(dict.fromkeys([own] + paused)) + [
+                Span(first >> (width - length) << (width - length), length, shared=True)
+                for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version) if length < longest]
         if not kind.unique_in_namespace:
             return []
         last = first + (1 << pool.unit_bits) - 1
@@ -168,19 +171,29 @@ class Guards(PassState):
         return spans
 
     def paused_spans(self, namespace: str, first: int, last: int) -> list[Span] | None:
-        """For a namespaced prefix pool: each IP or sub-prefix inside ``first``..``last`` of the lengths the pool of
-        a paused claim of a global pool in ``namespace`` may hand out, holding no address (``global_claims_in_flight``):
-        a pass of its pool made before the pause may be on its way, and a paused claim is not written
-        (``order_actions``), so every span it could be handed here is guarded as its allocation would guard it.
-        None: more than ``GUARDS_PER_ALLOCATION``."""
+        """Each IP or sub-prefix inside ``first``..``last`` (this allocation's span) that a paused claim of the other
+        side in ``namespace``, holding no address, may be handed there by a pass of its pool made before the pause,
+        and that is smaller than this span, guarded as that pool's allocation guards it: a paused claim is not
+        written (``order_actions``), and what that pass hands out is not known (its pool may have been edited
+        since). For a namespaced prefix pool, of the global pools' claims (``global_claims_in_flight``); for a
+        global pool, of the namespace's pools' (``namespaced_claims_in_flight``) whose allocation guards its span by
+        a name (not an IPPool's, which guards its IP only while a global IP pool exists, nor a prefix pool's gone,
+        whose length is lost: left open). None: more than ``GUARDS_PER_ALLOCATION``."""
         version, width = self.pool.version, FAMILY_BITS[self.pool.version]
+        length_here = self.pool.unit_length or width
+        if self.kind.cluster_scoped:
+            found = [(c, self.snap.namespaced_units(c, version))
+                     for c in self.snap.namespaced_claims_in_flight(namespace, version)]
+        else:
+            found = [(c, self.snap.global_units(c, version))
+                     for c in self.snap.global_claims_in_flight(namespace, version, self.pool.unit_length)]
         spans: dict[Span, None] = {}
-        for claim in self.snap.global_claims_in_flight(namespace, version, self.pool.unit_length):
+        for claim, units in found:
             if not (o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))):
                 continue
-            for length in sorted(self.snap.global_units(claim, version)):
-                if length <= (self.pool.unit_length or width):
-                    continue
+            for length in sorted(units or ()):
+                if length <= length_here:
+                    continue  # its allocation's span holds this one: their guards meet by name (``guard_spans``)
                 step = 1 << (width - length)
                 if len(spans) + (last - first + 1) // step > GUARDS_PER_ALLOCATION:
                     return None

@@ -144,24 +144,28 @@ def test_a_global_pools_allocation_keeps_off_the_ip_a_namespaced_pools_claim_nam
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason="a claim whose Cluster is paused is not written, so the global prefix pool's "
-                   "allocation neither writes claim a (whose pass, made before the pause, names nothing yet) nor can "
-                   "guard what a's pool may hand it (its spec edited away since, an IP pool's IP guarded by no name "
-                   "the global allocation of a /126 writes): a's pass lands after it, and an IP of fd00::/126 ends "
-                   "held by claims a and d of namespace default")
-def test_a_namespaced_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_global_pool_handed_out():
-    api = _converged(_namespaced(IPS, 128), cluster("cl"))
-    claim = _claim("a", "n", IPS)
+@pytest.mark.parametrize("local", [IPS[1], pytest.param("IPPool", marks=pytest.mark.xfail(
+    strict=True, reason="a claim whose Cluster is paused is not written, and an IPPool's pass made while no global IP "
+    "pool existed guards its IP by no name (an IPPool writes the objects the Go Metal3 IPAM writes, and a guard only "
+    "while a global IP pool exists): the global prefix pool's allocation can neither refuse it nor meet it, and an IP "
+    "of fd00::/126 ends held by claims a and d of namespace default"))])
+def test_a_namespaced_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_global_pool_handed_out(
+        local):
+    """A paused claim is not written: the global pool's allocation guards each IP of its sub-prefix as the
+    namespaced pool's allocation guards its IP, and the two meet on one guard's name."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api = _converged(_namespaced(local_kind, 128), cluster("cl"))
+    claim = _claim("a", "n", local_kind)
     claim["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "cl"}
     api.load(claim)
-    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPS), api.now))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now))
     api._store({**cluster("cl", paused=True), "metadata": copy.deepcopy(get(api, kinds.CLUSTER, "cl")["metadata"])})
-    pool = copy.deepcopy(get(api, IPS, "n", NS))
-    pool["spec"] = {**pool["spec"], **AWAY[IPS]}
+    pool = copy.deepcopy(get(api, local_kind, "n", NS))
+    pool["spec"] = {**pool["spec"], **AWAY[local_kind]}
     api._store(pool)
     api.load(_global(126))
     api.load(_claim("d", "g", GLOBAL_PREFIXES))
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
     api.apply(on_its_way)
-    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, IPS[1]: 128})
+    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, local_kind[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
