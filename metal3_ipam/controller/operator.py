@@ -75,11 +75,12 @@ def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ..
 
 
 def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | None], bool] | None = None,
-             namespace: str | None = None, denied: set | None = None) -> dict[tuple[str, str], Resource]:
+             namespace: str | None = None, denied: set | None = None,
+             refused_resources: dict | None = None) -> dict[tuple[str, str], Resource]:
     """Which versions of our kinds the cluster serves; Cluster API kinds are optional. With ``may_list``
     (group, version, plural, namespace or None: whether this controller may list them, see ``listable``), a kind it may
     not list is not served either (another provider's, installed beside: its RBAC is not this one's), and is
-    added to ``denied``."""
+    added to ``denied``, and with its resource to ``refused_resources`` (asked again: ``listable_again``)."""
     resources = {}
     served_by_group: dict[str, set[str]] = {}
     for group, preferred, group_kinds in wanted_kinds():
@@ -104,6 +105,8 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
                         ", ".join(kind[1] for kind in refused))
             if denied is not None:
                 denied.update(refused)
+            if refused_resources is not None:
+                refused_resources.update((kind, Resource(group, version, plural_of(kind))) for kind in refused)
         for kind in group_kinds:
             if kind not in refused:
                 resources[kind] = Resource(group, version, plural_of(kind))
@@ -135,6 +138,14 @@ def listable(api: client.ApiClient) -> Callable[[str, str, str, str | None], boo
             return err.status != 403
         return True
     return may_list
+
+
+def listable_again(may_list: Callable[[str, str, str, str | None], bool],
+                   refused: dict[tuple[str, str], Resource], namespace: str | None = None) -> list[tuple[str, str]]:
+    """The kinds of ``refused`` (their resources, as ``discover`` found them) this controller may list now: a right
+    granted since (RBAC applied after the Deployment). One listing of one item per kind (``listable``)."""
+    return [kind for kind, resource in refused.items()
+            if may_list(resource.group, resource.version, resource.plural, None if _cluster_scoped(kind) else namespace)]
 
 
 def lease_store(resources: dict[tuple[str, str], Resource]) -> bool:

@@ -28,7 +28,7 @@ from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet, normalise
-from .kept import binds_none, bound_ip, own_ip
+from .kept import binds_none, bound_ip, own_ip, precedence
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -559,6 +559,25 @@ class Inventory:
         IP, which it gets back if its address objects are gone (``kept``), and which no pool may hand out."""
         return any(self._filed(k) not in pools_apart
                    for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
+
+    def keeper_elsewhere(self, pools_apart: set[o.PoolKey], namespace: str, version: int, ip: int,
+                         claim: dict) -> dict | None:
+        """Of the live claims of ``namespace`` in other pools than ``pools_apart`` whose status names ``ip``, the
+        first by ``kept.precedence`` if it goes before ``claim``, whose status names it too: the IP is kept for that
+        one. A claim holding an address of its pool is bound by that address, not by its status: it counts for
+        nothing here. One naming no pool of ours (``_orphan_status_ip``) holds the IP while it lives."""
+        first, order = None, precedence(claim)
+        for key in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))):
+            pool, other = self._filed(key), self.objects.get(key)
+            if pool in pools_apart or other is None:
+                continue
+            if pool is None or pool.kind not in poolkind.REGISTRY:
+                return other
+            if self.holds_address(pool, other):
+                continue
+            if precedence(other) < order:
+                first, order = other, precedence(other)
+        return first
 
     def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
         """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
@@ -1265,6 +1284,8 @@ class Inventory:
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
             kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
+            keeper_elsewhere=lambda namespace, version, ip, claim: self.keeper_elsewhere(
+                mates(namespace), namespace, version, ip, claim),
             held_twice=lambda namespace, version, ip: self.held_twice(pool_key, mates(namespace), namespace, version,
                                                                       ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),

@@ -391,8 +391,13 @@ class Guards(PassState):
         first, version = int(self.pool.address_of(ip)), self.pool.version
         last = first + (1 << self.pool.unit_bits) - 1
         # A claim of another pool of the namespace keeps it (a pool sharing the namePrefix takes the same lock:
-        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone).
-        if self.snap.kept_elsewhere(claim_namespace or namespace, version, first):
+        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone); from a
+        # claim whose status names it too, only when that one goes first (``kept.precedence``).
+        where = claim_namespace or namespace
+        if for_keeper and claim is not None:
+            if self.snap.keeper_elsewhere(where, version, first, claim) is not None:
+                return True
+        elif self.snap.kept_elsewhere(where, version, first):
             return True
         if unique:
             return self.snap.held_elsewhere(namespace, version, first, last, for_keeper=for_keeper)

@@ -40,6 +40,9 @@ class Snapshot:
     held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
     # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
     kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # Of those claims, holding no address object, the one that gets (version, ip) back before the claim given
+    # (``kept.precedence``), or None.
+    keeper_elsewhere: Callable[[str, int, int, dict], dict | None] = lambda namespace, version, ip, claim: None
     # What holds (version, ip) for another claim of the namespace in a pool this one keeps its IPs apart from
     # across namespaces, not as a separate network: (pool, "Kind namespace/name" of the claim, address) each.
     held_twice: Callable[[str, int, int], list] = lambda namespace, version, ip: []

@@ -7,8 +7,6 @@ import uuid
 import urllib.error
 from contextlib import contextmanager
 
-import pytest
-
 from kubernetes import client
 
 from controller_fixtures import _NO_PROXY, Kube, controller_as_user, rules_with_ipaddress_verbs
@@ -74,10 +72,6 @@ def test_readyz_names_the_kinds_this_controller_may_not_list(control_plane, api_
         assert "Traceback" not in proc.log_text()
 
 
-@pytest.mark.xfail(strict=True, reason="whether a kind may be listed is asked once, at start-up: a right granted "
-                   "after the controller started (RBAC applied after the Deployment) is not seen until it restarts, "
-                   "so the IPPool's claim waits; the listing should be asked again, or the refused listing retried "
-                   "and /readyz say which listing fails and why until it goes through")
 def test_a_right_to_list_granted_after_start_up_is_used_without_a_restart(control_plane, api_client, tmp_path):
     with _without_listing_metal3_ipaddresses(control_plane, api_client, tmp_path) as (proc, kube, grant):
         eventually(lambda: readyz(proc)[0] != 0, timeout=60, what="/readyz answering")
