@@ -94,8 +94,8 @@ class Allocation(PassState):
                     message += (f"; {len(self.unguardable)} free sub-prefix(es) such as "
                                 f"{ip_text(self.pool.address_of(min(self.unguardable)))}/{self.pool.unit_length} "
                                 f"meet more than {GUARDS_PER_ALLOCATION} addresses or sub-prefixes of global "
-                                f"pools, and a namespaced pool hands out none such (its allocation could not be "
-                                f"guarded against theirs)")
+                                f"pools (or that a paused claim of a global pool may be handed), and a namespaced "
+                                f"pool hands out none such (its allocation could not be guarded against theirs)")
                 return self.fail(claim, step, reason, message, event_message=message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
