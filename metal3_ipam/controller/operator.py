@@ -116,14 +116,37 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
     return resources
 
 
-def unserved_kinds(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+def unserved_kinds(resources: dict[tuple[str, str], Resource], denied: set = frozenset(),
+                   leaseless: set = frozenset(), lock_namespace: str = "") -> list[str]:
     """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
-    those this controller may not list."""
+    those this controller may not list, one for those whose locks are Leases it may not list (``without_leases``)."""
     ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)
-    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied]
+    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied and k not in leaseless]
     refused = [f"{k[1]}.{k[0]}" for k in ours if k in denied]
+    unlocked = [f"{k[1]}.{k[0]}" for k in ours if k in leaseless]
     return ([f"not served (CRD not installed): {', '.join(missing)}"] if missing else []) + \
-        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else [])
+        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else []) + \
+        ([f"not served ({LEASES.plural}.{LEASES.group} in {lock_namespace} not listable by this controller): "
+          f"{', '.join(unlocked)}"] if unlocked else [])
+
+
+def without_leases(resources: dict[tuple[str, str], Resource], may_list: Callable[[str, str, str, str | None], bool],
+                   lock_namespace: str, leaseless: set) -> None:
+    """Where the Lease store would hold locks (``lease_store``) and this controller may not list the Leases of the
+    lock namespace (a role without them), the kinds whose locks are Leases are not served (taken out of
+    ``resources``, added to ``leaseless``), said once in the log, instead of a listing of the Leases refused
+    forever; NotInstalled when no kind of pool is left."""
+    if not lease_store(resources) or may_list(LEASES.group, LEASES.version, LEASES.plural, lock_namespace):
+        return
+    leased = [k for k, kind in poolkind.REGISTRY.items() if k in resources and kind.locks_in_leases]
+    for kind in leased:
+        del resources[kind]
+    leaseless.update(leased)
+    said = (f"this controller may not list {LEASES.plural}.{LEASES.group} in {lock_namespace} (RBAC), where the "
+            f"locks of {', '.join(k[1] for k in leased)} are kept")
+    if not any(kind in resources for kind in poolkind.REGISTRY):
+        raise NotInstalled(f"{said}: no kind of pool is served")
+    log.warning("%s: not served", said)
 
 
 def listable(api: client.ApiClient) -> Callable[[str, str, str, str | None], bool]:

@@ -47,7 +47,7 @@ from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
 from . import diagnostics, health, metrics
 from .admission import Admission
-from .api import ApiWriter, Resource, request
+from .api import METAL3_ADDRESSES, ApiWriter, Resource, request
 from .certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE, Tls
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
@@ -55,7 +55,7 @@ from ..core import lockstore
 from .locks import LockUpkeep
 from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
                        lease_store, listable, listable_again, listings, lock_listings, login_from, settings,
-                       unserved_kinds)
+                       unserved_kinds, without_leases)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -173,7 +173,11 @@ class Runtime:
         # The kinds this controller may not list (their resources): asked again until it may (``_serve_granted``).
         self.refused: dict[tuple[str, str], Resource] = {}
         self.restart_to_serve: list[str] = []  # listable now, but served only from a start-up (``_live``)
+        # The kinds whose locks are Leases this controller may not list (``operator.without_leases``).
+        self.leaseless: set[tuple[str, str]] = set()
         self.lease_store = False  # whether locks are Leases of the lock namespace (``core.lockstore``)
+        # Whether the Metal3 IPAddress kind, not served at start, may come while this runs (``ApiWriter.twins``).
+        self.metal3_may_come = False
         self.upkeep: LockUpkeep | None = None
         self.upkeep_task: asyncio.Task | None = None
         self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
@@ -264,10 +268,15 @@ class Runtime:
         if self.rate_limit is not None:
             self.rate_limit.limit(self.api)
         try:
-            self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
+            may_list = listable(self.api)
+            self.resources = await asyncio.to_thread(discover, self.api, may_list,
                                                      (self.options.namespaces or [None])[0], set(), self.refused)
+            await asyncio.to_thread(without_leases, self.resources, may_list, self.options.lock_namespace,
+                                    self.leaseless)
             self._say_unserved()
             self.lease_store = lease_store(self.resources)
+            self.metal3_may_come = self.lease_store and kinds.IPADDRESS not in self.resources \
+                and kinds.IPADDRESS not in self.refused
         except NotInstalled as err:
             raise CannotStart(str(err)) from None
         except UNREACHABLE as err:
@@ -302,6 +311,8 @@ class Runtime:
                 k[1] for k, kind in poolkind.REGISTRY.items() if kind.locks_in_leases and k in resources),
                 options.lock_namespace)
             self.writer.leases = (LEASES, options.lock_namespace)
+            self.writer.metal3_may_come = self.metal3_may_come
+            self.writer.on_metal3_came = self._metal3_came
             self.upkeep = LockUpkeep(self.controller, self.writer, options.lock_namespace, may_act)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
@@ -502,7 +513,8 @@ class Runtime:
 
     def _say_unserved(self) -> None:
         """What /readyz says of the kinds not served."""
-        self.kinds_unserved = unserved_kinds(self.resources, set(self.refused)) + (
+        self.kinds_unserved = unserved_kinds(self.resources, set(self.refused), self.leaseless,
+                                             self.options.lock_namespace) + (
             [f"listable since start-up, served once restarted: {', '.join(self.restart_to_serve)}"]
             if self.restart_to_serve else [])
 
@@ -628,6 +640,9 @@ class Runtime:
         # unchanged pool costs no API call).
         while True:
             await asyncio.sleep(self.options.resync_seconds)
+            if self.metal3_may_come and not self.writer.metal3_came \
+                    and await asyncio.to_thread(self._metal3_served):
+                self.writer.metal3_served_now()
             try:
                 for listing in self._listings(self._served()):
                     await self.controller.settle(listing)
@@ -636,6 +651,34 @@ class Runtime:
             if self.may_write():
                 self.workers.kick_all()
                 self._upkeep()
+
+    def _metal3_served(self) -> bool:
+        """Whether the Metal3 IPAddress kind is served now, and this controller may list it (asked as ``discover``
+        asks, for that kind alone)."""
+        try:
+            served = {v["version"] for v in request(self.api, "GET", f"/apis/{kinds.METAL3_GROUP}")["versions"]}
+            return kinds.METAL3_VERSION in served and listable(self.api)(
+                kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses", (self.options.namespaces or [None])[0])
+        except UNREACHABLE as err:  # 404: the group is not served
+            log.debug("could not ask whether the Metal3 IPAddress kind is served: %s",
+                      getattr(err, "reason", None) or err)
+            return False
+        except (KeyError, TypeError):
+            return False
+
+    def _metal3_came(self) -> None:
+        """The Metal3 IPAddress kind came while this runs (``ApiWriter.metal3_served_now``): its twins are written from
+        now on, and it is served as a kind refused at start-up is once it may be listed (``_serve_granted``): listed
+        and watched, so that the locks an earlier version writes there are read, then the pools looked at again and
+        the Leases made without a twin given one (``locks.LockUpkeep.give_twins``)."""
+        self.metal3_may_come = False
+        if kinds.IPADDRESS in self.resources or kinds.IPADDRESS in self.refused:
+            return
+        self.refused[kinds.IPADDRESS] = METAL3_ADDRESSES
+        log.warning("the Metal3 IPAddress kind came since start-up: it is listed and watched")
+        if self.grant_task is None or self.grant_task.done():
+            self.grant_task = asyncio.get_running_loop().create_task(self._serve_granted(),
+                                                                     name="the kinds not listable asked again")
 
     def _addresses_of(self, namespace: str) -> list[Listing]:
         """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""
