@@ -88,6 +88,10 @@ class Resource:
         return path
 
 
+# Where a Metal3 IPAddress is written when that kind was not discovered at start (it may have come since).
+METAL3_ADDRESSES = Resource(kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses")
+
+
 @dataclass
 class Outcome:
     """What executing a plan came to."""
@@ -169,6 +173,12 @@ class ApiWriter:
         # Where the locks of the Lease store live (``core.lockstore``): the Leases resource and the lock namespace;
         # None: every lock is a Metal3 IPAddress.
         self.leases: tuple[Resource, str] | None = None
+        # Where the Lease store is used and the Metal3 IPAddress kind was not served at start: whether it may come
+        # (its CRD installed while this controller runs; False where it is served but not listable by this
+        # controller), whether it came (a twin written, or refused by one of its name), and whom to tell.
+        self.metal3_may_come = True
+        self.metal3_came = False
+        self.on_metal3_came: Callable[[], None] = lambda: None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -430,24 +440,64 @@ class ApiWriter:
 
     def twins(self) -> bool:
         """Whether a lock of the Lease store is written as a Metal3 IPAddress too, first (its twin): where that kind
-        is served and this controller may list it, so that an earlier version's lock of the name refuses it."""
-        return self.leases is not None and kinds.IPADDRESS in self.resources
+        is served and this controller may list it, so that an earlier version's lock of the name refuses it; or
+        where it came since start-up (``metal3_came``)."""
+        return self.leases is not None and (kinds.IPADDRESS in self.resources or self.metal3_came)
+
+    def _metal3_addresses(self) -> Resource:
+        return self.resources.get(kinds.IPADDRESS) or METAL3_ADDRESSES
+
+    def metal3_served_now(self) -> None:
+        """The Metal3 IPAddress kind is served now (it was not at start): twins from now on, and the controller told
+        (it lists and watches that kind from then on, ``runtime``)."""
+        if not self.metal3_came:
+            self.metal3_came = True
+            log.warning("the Metal3 IPAddress kind is served now (it was not at start): locks of the Lease store "
+                        "are written as Metal3 IPAddresses too")
+            self.on_metal3_came()
+
+    async def _metal3_discovered(self) -> bool:
+        """Whether the API server's discovery lists the Metal3 IPAddress kind (404: its group version not served)."""
+        resource = METAL3_ADDRESSES
+        try:
+            found = await self._call("GET", f"/apis/{resource.group}/{resource.version}")
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        listed = found.get("resources") if isinstance(found, dict) else None
+        return any(isinstance(r, dict) and r.get("name") == resource.plural for r in listed or [])
 
     async def _create_lock(self, obj: dict) -> dict:
         """A lock of the Lease store created, its twin first (a 409 there: an earlier version's lock, or another
         replica's, holds the name), then its Lease; a Lease of another lock refuses it (409), and the twin made
-        for it is let go. One of the same lock (an answer lost on the way) is taken as made."""
+        for it is let go. One of the same lock (an answer lost on the way) is taken as made.
+
+        Where the Metal3 IPAddress kind was not served at start (``metal3_may_come``), the API server's discovery is
+        asked whether it is now (a read every client may make), and where it is, the twin is tried: 404 (gone again)
+        or 403 (not this controller's to write: not tried again) leave the Lease alone the lock; a twin made, or one
+        refused by an IPAddress of its name (an earlier version's lock, written once its CRD came), say that the kind
+        came (``metal3_served_now``)."""
         resource, home = self.leases
         twin = None
-        if self.twins():
+        probe = not self.twins() and self.metal3_may_come and await self._metal3_discovered()
+        if self.twins() or probe:
             try:
-                twin = await self._call("POST", self._resource(kinds.IPADDRESS).path(o.namespace(obj)), body=obj,
+                twin = await self._call("POST", self._metal3_addresses().path(o.namespace(obj)), body=obj,
                                         content_type="application/json")
             except ApiException as err:
-                # 404: the Metal3 IPAddress kind is no longer served (its CRD removed since start-up); no earlier
-                # version can write its locks either, so the Lease alone is the lock.
-                if err.status != 404:
+                if probe and err.status == 409:
+                    self.metal3_served_now()
+                elif probe and err.status == 403:  # not this controller's to write: not tried again
+                    self.metal3_may_come = False
+                    log.info("Metal3 IPAddresses may not be written by this controller (403): each lock of the "
+                             "Lease store is its Lease alone")
+                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
+                # no earlier version can write its locks either, so the Lease alone is the lock.
+                if err.status != 404 and not (probe and err.status == 403):
                     raise
+            if probe and twin is not None:
+                self.metal3_served_now()
         try:
             return self._as_view(await self._call("POST", resource.path(home), body=lockstore.to_lease(obj, home),
                                                   content_type="application/json"))
@@ -472,7 +522,7 @@ class ApiWriter:
         if not self.twins():
             return None
         try:
-            found = await self._call("GET", self._resource(kinds.IPADDRESS).path(o.namespace(view), o.name(view)))
+            found = await self._call("GET", self._metal3_addresses().path(o.namespace(view), o.name(view)))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -481,7 +531,7 @@ class ApiWriter:
 
     async def let_twin_go(self, twin: Mapping[str, Any]) -> None:
         """A twin (that incarnation) deleted, its finalizers taken off first; gone or replaced already is fine."""
-        path = self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin))
+        path = self._metal3_addresses().path(o.namespace(twin), o.name(twin))
         uid = o.meta(twin).get("uid")
         try:
             if o.finalizers(twin):
@@ -498,7 +548,8 @@ class ApiWriter:
         (which an earlier version reads) as long as the controller keeps the Lease. Added, never put in the place
         of the twin's: an owner an earlier version gave the twin (its own pool) stays, and so do those of a write
         refused afterwards (a twin owned longer is held longer, never freed early). On the twin's version, read
-        again when another writer changed it meanwhile."""
+        again when another writer changed it meanwhile; changed at each of three tries, the write is refused (the
+        Lease is given no owner its twin lacks: the garbage collector would take the twin while that owner lives)."""
         for _ in range(3):
             twin = await self.twin_of(view)
             if twin is None:
@@ -511,7 +562,7 @@ class ApiWriter:
             meta = o.meta(twin)
             condition = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
             try:
-                await self._call("PATCH", self._resource(kinds.IPADDRESS).path(o.namespace(twin), o.name(twin)),
+                await self._call("PATCH", self._metal3_addresses().path(o.namespace(twin), o.name(twin)),
                                  body={"metadata": {"ownerReferences": have + added, **condition}},
                                  content_type=MERGE_PATCH)
                 return
@@ -520,6 +571,8 @@ class ApiWriter:
                     return
                 if err.status != 409:
                     raise
+        raise Refusal(f"the twin of {o.namespace(view)}/{o.name(view)} changed at each try; its owners not given",
+                      again=True)
 
     async def _create(self, action: Create) -> dict:
         obj = action.obj

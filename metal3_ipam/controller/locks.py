@@ -15,7 +15,8 @@ namespace, so a guard none of whose owners lives is deleted here: each owner rea
 one a claim owns only once it is older than a lock is left to its maker (``Inventory.lock_settle_seconds``),
 and the Lease deleted on condition that it is unchanged since read (a pool adding itself to the owners of a
 shared guard does so on the same condition, so one of the two is refused). Its twin, whose owners are of its
-namespace, is the garbage collector's.
+namespace, is the garbage collector's; the owners it names count as the Lease's (an earlier version adds its pools
+there, and the Lease is given them only at the next wake).
 
 Both run while this replica may write (leading, caught up): the Leases given whenever the watches or a listing
 file such an IPAddress, the look over the guards at start, at every resync, when the lead is taken and when a
@@ -72,6 +73,7 @@ class LockUpkeep:
                 await self.move_over()
                 if self.sweep_due:
                     self.sweep_due = False
+                    await self.give_twins()
                     await self.collect_guards()
             except asyncio.CancelledError:
                 raise
@@ -180,6 +182,49 @@ class LockUpkeep:
             self.controller.file(view)
         return True
 
+    async def give_twins(self) -> None:
+        """Where locks have twins (``ApiWriter.twins``), each lock filed as its Lease whose twin was not seen (made
+        where, or while, the Metal3 IPAddress kind was not served) given one, so that an earlier version's lock of
+        its name is refused. Kept only while its Lease is, that incarnation: one released meanwhile lets it go."""
+        if not self.writer.twins():
+            return
+        controller = self.controller
+        for view in list(controller.inventory.of_kind(kinds.IPADDRESS)):
+            key = (o.namespace(view), o.name(view))
+            if not lockstore.stored_in_lease(view) or o.is_deleting(view) or key in controller.legacy:
+                continue
+            if not self.may_act():
+                return
+            twin = lockstore.moved_over(view)
+            twin["metadata"]["annotations"] = {k: v for k, v in o.annotations(twin).items()
+                                               if k != lockstore.STORED_IN}
+            try:
+                made = await self.writer._call("POST", self.writer._metal3_addresses().path(key[0]), body=twin,
+                                               content_type="application/json")
+            except ApiException as err:
+                if err.status in (403, 404):
+                    return  # the kind no longer served (its CRD removed), or not this controller's to write
+                if err.status != 409:
+                    raise
+                continue  # an IPAddress of its name: its news come (its twin, or another lock, said then)
+            if not await self._lease_stands(view):
+                await self.writer.let_twin_go(made)
+                continue
+            log.info("lock %s/%s of %s given its twin (a Metal3 IPAddress)", key[0], key[1],
+                     o.spec(view).get("address"))
+
+    async def _lease_stands(self, view: dict) -> bool:
+        """Whether the Lease a lock of the reconcile's view is stored in is still stored, that incarnation, not
+        being deleted."""
+        try:
+            found = await self.writer._call("GET", LEASES.path(self.home, lockstore.stored_in_lease(view)))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        uid = o.meta(view).get("uid")
+        return isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+
     async def collect_guards(self) -> None:
         """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a
         guard stored in its namespace: one its claim owns once the claim is gone, one the namespace's pools share
@@ -200,13 +245,17 @@ class LockUpkeep:
                 break
             if not held_by_pools(guard) and now - _time(o.meta(guard).get("creationTimestamp")) < settle:
                 young = True
-            elif not await self._an_owner_lives(guard):
-                await self._delete(guard)
+            else:
+                asked: set[str] = set()
+                if not await self._an_owner_lives(guard, asked):
+                    await self._delete(guard, asked)
         if young:
             self.wake_later(settle.total_seconds())
 
-    async def _delete(self, guard: dict) -> None:
-        """The guard's Lease deleted, that incarnation unchanged since read; kept filed when it changed."""
+    async def _delete(self, guard: dict, asked: set[str]) -> None:
+        """The guard's Lease deleted, that incarnation unchanged since read; kept filed when it changed. Its twin,
+        named by an owner not ``asked`` about (an earlier version added its pool while the Lease was being
+        deleted), holds as it is: filed in its place."""
         meta = o.meta(guard)
         preconditions = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
         try:
@@ -218,24 +267,41 @@ class LockUpkeep:
             if err.status != 404:
                 raise
         self.controller.forget(guard)  # and the pools it kept a span from passed again
+        twin = self._twin(guard)
+        if twin is not None and any(str(r.get("uid")) not in asked for r in o.owner_references(twin)):
+            self.controller.file(twin)
 
-    async def _an_owner_lives(self, guard: dict) -> bool:
+    def _twin(self, guard: dict) -> dict | None:
+        """The guard's twin as last seen (``Controller.legacy``), when it is the same lock."""
+        twin = self.controller.legacy.get((o.namespace(guard), o.name(guard)))
+        return twin if lockstore.same_lock(twin, guard) else None
+
+    async def _an_owner_lives(self, guard: dict, asked: set[str]) -> bool:
         """Whether an object a guard names as its owner exists, that incarnation, as the API server says: listed by
         name (the verb the controller has on every kind it serves). One of a kind not served here is taken to
-        live: nothing here can tell it is gone."""
-        for owner in o.owner_references(guard):
-            kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or ""))
-            resource = self.writer.resources.get(kind)
-            if resource is None:
+        live: nothing here can tell it is gone. The owners are those of its Lease and of its twin (an earlier
+        version adds its pools there), looked at again after each read: news of the twin may come meanwhile.
+        The uids asked about are added to ``asked``."""
+        while True:
+            owner = next((r for r in (*o.owner_references(guard), *o.owner_references(self._twin(guard) or {}))
+                          if str(r.get("uid")) not in asked), None)
+            if owner is None:
+                return False
+            asked.add(str(owner.get("uid")))
+            if await self._lives(guard, owner):
                 return True
-            pool_kind = poolkind.REGISTRY.get(kind)
-            where = None if pool_kind is not None and pool_kind.cluster_scoped else o.namespace(guard)
-            found = await self.writer._call(
-                "GET", resource.path(where) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
-            items = found.get("items") if isinstance(found, dict) else None
-            if any(str(o.meta(x).get("uid")) == str(owner.get("uid")) for x in items or [] if isinstance(x, dict)):
-                return True
-        return False
+
+    async def _lives(self, guard: dict, owner: dict) -> bool:
+        kind = (kinds.group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or ""))
+        resource = self.writer.resources.get(kind)
+        if resource is None:
+            return True
+        pool_kind = poolkind.REGISTRY.get(kind)
+        where = None if pool_kind is not None and pool_kind.cluster_scoped else o.namespace(guard)
+        found = await self.writer._call(
+            "GET", resource.path(where) + f"?fieldSelector=metadata.name%3D{owner.get('name')}")
+        items = found.get("items") if isinstance(found, dict) else None
+        return any(str(o.meta(x).get("uid")) == str(owner.get("uid")) for x in items or [] if isinstance(x, dict))
 
     def wake_later(self, seconds: float) -> None:
         """The guards looked over again in ``seconds`` (one was too young to collect)."""

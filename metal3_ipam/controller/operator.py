@@ -75,11 +75,12 @@ def wanted_kinds() -> list[tuple[str, tuple[str, ...], tuple[tuple[str, str], ..
 
 
 def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | None], bool] | None = None,
-             namespace: str | None = None, denied: set | None = None) -> dict[tuple[str, str], Resource]:
+             namespace: str | None = None, denied: set | None = None,
+             refused_resources: dict | None = None) -> dict[tuple[str, str], Resource]:
     """Which versions of our kinds the cluster serves; Cluster API kinds are optional. With ``may_list``
     (group, version, plural, namespace or None: whether this controller may list them, see ``listable``), a kind it may
     not list is not served either (another provider's, installed beside: its RBAC is not this one's), and is
-    added to ``denied``."""
+    added to ``denied``, and with its resource to ``refused_resources`` (asked again: ``listable_again``)."""
     resources = {}
     served_by_group: dict[str, set[str]] = {}
     for group, preferred, group_kinds in wanted_kinds():
@@ -104,6 +105,8 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
                         ", ".join(kind[1] for kind in refused))
             if denied is not None:
                 denied.update(refused)
+            if refused_resources is not None:
+                refused_resources.update((kind, Resource(group, version, plural_of(kind))) for kind in refused)
         for kind in group_kinds:
             if kind not in refused:
                 resources[kind] = Resource(group, version, plural_of(kind))
@@ -113,14 +116,37 @@ def discover(api: client.ApiClient, may_list: Callable[[str, str, str, str | Non
     return resources
 
 
-def unserved_kinds(resources: dict[tuple[str, str], Resource], denied: set = frozenset()) -> list[str]:
+def unserved_kinds(resources: dict[tuple[str, str], Resource], denied: set = frozenset(),
+                   leaseless: set = frozenset(), lock_namespace: str = "") -> list[str]:
     """What /readyz says of the kinds not served: one line for those whose CRDs are not installed, one for
-    those this controller may not list."""
+    those this controller may not list, one for those whose locks are Leases it may not list (``without_leases``)."""
     ours = (*poolkind.REGISTRY, kinds.IPCLAIM, kinds.IPADDRESS)
-    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied]
+    missing = [f"{k[1]}.{k[0]}" for k in ours if k not in resources and k not in denied and k not in leaseless]
     refused = [f"{k[1]}.{k[0]}" for k in ours if k in denied]
+    unlocked = [f"{k[1]}.{k[0]}" for k in ours if k in leaseless]
     return ([f"not served (CRD not installed): {', '.join(missing)}"] if missing else []) + \
-        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else [])
+        ([f"not served (not listable by this controller): {', '.join(refused)}"] if refused else []) + \
+        ([f"not served ({LEASES.plural}.{LEASES.group} in {lock_namespace} not listable by this controller): "
+          f"{', '.join(unlocked)}"] if unlocked else [])
+
+
+def without_leases(resources: dict[tuple[str, str], Resource], may_list: Callable[[str, str, str, str | None], bool],
+                   lock_namespace: str, leaseless: set) -> None:
+    """Where the Lease store would hold locks (``lease_store``) and this controller may not list the Leases of the
+    lock namespace (a role without them), the kinds whose locks are Leases are not served (taken out of
+    ``resources``, added to ``leaseless``), said once in the log, instead of a listing of the Leases refused
+    forever; NotInstalled when no kind of pool is left."""
+    if not lease_store(resources) or may_list(LEASES.group, LEASES.version, LEASES.plural, lock_namespace):
+        return
+    leased = [k for k, kind in poolkind.REGISTRY.items() if k in resources and kind.locks_in_leases]
+    for kind in leased:
+        del resources[kind]
+    leaseless.update(leased)
+    said = (f"this controller may not list {LEASES.plural}.{LEASES.group} in {lock_namespace} (RBAC), where the "
+            f"locks of {', '.join(k[1] for k in leased)} are kept")
+    if not any(kind in resources for kind in poolkind.REGISTRY):
+        raise NotInstalled(f"{said}: no kind of pool is served")
+    log.warning("%s: not served", said)
 
 
 def listable(api: client.ApiClient) -> Callable[[str, str, str, str | None], bool]:
@@ -135,6 +161,14 @@ def listable(api: client.ApiClient) -> Callable[[str, str, str, str | None], boo
             return err.status != 403
         return True
     return may_list
+
+
+def listable_again(may_list: Callable[[str, str, str, str | None], bool],
+                   refused: dict[tuple[str, str], Resource], namespace: str | None = None) -> list[tuple[str, str]]:
+    """The kinds of ``refused`` (their resources, as ``discover`` found them) this controller may list now: a right
+    granted since (RBAC applied after the Deployment). One listing of one item per kind (``listable``)."""
+    return [kind for kind, resource in refused.items()
+            if may_list(resource.group, resource.version, resource.plural, None if _cluster_scoped(kind) else namespace)]
 
 
 def lease_store(resources: dict[tuple[str, str], Resource]) -> bool:

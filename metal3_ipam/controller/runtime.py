@@ -13,6 +13,10 @@ pass without it and the REST writer sends nothing without it. At shutdown the
 gate closes first, the passes under way end, and only then is the Lease
 released, so a standby that takes over at once never overlaps with us.
 
+A kind this controller may not list at start-up (RBAC not granted yet) is not
+served; it is asked again, with a growing pause, and served once it may be
+listed: listed, watched, and only then written (:meth:`~Runtime._serve_granted`).
+
 Leadership gained opens the gate only once the Metal3 IPAddresses (the locks)
 have been listed afresh and filed (:meth:`~Runtime._catch_up`): the watches of
 a standby may not show yet what the previous leader wrote just before it
@@ -43,15 +47,15 @@ from ..core.inventory import Inventory
 from ..core.reconcile import LOCK_SETTLE_SECONDS
 from . import diagnostics, health, metrics
 from .admission import Admission
-from .api import ApiWriter, Resource, request
+from .api import METAL3_ADDRESSES, ApiWriter, Resource, request
 from .certificates import CERT_FILE, DEFAULT_CERT_DIR, KEY_FILE, Tls
 from .credentials import Credentials, CredentialsError, load as load_credentials
 from .leader import LeaderElector, LeaseTiming
 from ..core import lockstore
 from .locks import LockUpkeep
 from .operator import (LEASES, hot_kinds, Controller, Listing, NotInstalled, build_registry, discover, lease_listing,
-                       lease_store, listable, listings, lock_listings, login_from, settings,
-                       unserved_kinds)
+                       lease_store, listable, listable_again, listings, lock_listings, login_from, settings,
+                       unserved_kinds, without_leases)
 from .ratelimit import rate_limit
 from .watch import KindWatch, Streams
 from .webhook_server import WebhookServer
@@ -61,6 +65,8 @@ log = logging.getLogger("metal3_ipam")
 
 # The errors of an API server that cannot be reached or answers with an error: expected, never a traceback.
 UNREACHABLE = (ApiException, OSError, urllib3.exceptions.HTTPError)
+# How soon, then how seldom at most (doubling in between), the kinds this controller may not list are asked again.
+ASK_AGAIN_FIRST, ASK_AGAIN_MOST = 1.0, 30.0
 
 
 @dataclass
@@ -163,8 +169,15 @@ class Runtime:
         self.credentials: Credentials | None = None
         self.api: client.ApiClient | None = None
         self.resources: dict[tuple[str, str], Resource] = {}
-        self.kinds_unserved: list[str] = []  # what /readyz says of the kinds whose CRDs are not installed
+        self.kinds_unserved: list[str] = []  # what /readyz says of the kinds not served (CRD missing, not listable)
+        # The kinds this controller may not list (their resources): asked again until it may (``_serve_granted``).
+        self.refused: dict[tuple[str, str], Resource] = {}
+        self.restart_to_serve: list[str] = []  # listable now, but served only from a start-up (``_live``)
+        # The kinds whose locks are Leases this controller may not list (``operator.without_leases``).
+        self.leaseless: set[tuple[str, str]] = set()
         self.lease_store = False  # whether locks are Leases of the lock namespace (``core.lockstore``)
+        # Whether the Metal3 IPAddress kind, not served at start, may come while this runs (``ApiWriter.twins``).
+        self.metal3_may_come = False
         self.upkeep: LockUpkeep | None = None
         self.upkeep_task: asyncio.Task | None = None
         self.rate_limit = rate_limit(options.kube_api_qps, options.kube_api_burst)
@@ -190,7 +203,11 @@ class Runtime:
         self.election: asyncio.Task | None = None
         self.resync_task: asyncio.Task | None = None
         self.load_task: asyncio.Task | None = None
+        self.grant_task: asyncio.Task | None = None
         self.watches: list[asyncio.Task] = []
+        # Held while a kind refused at start-up is listed and becomes served, and while the catch-up on leadership
+        # lists the locks: a gain of the lead meanwhile lists them again once that kind is served.
+        self._kinds_lock = asyncio.Lock()
         # What /readyz and /healthz read.
         self.kopf_ready = asyncio.Event()
         self.stopping = asyncio.Event()
@@ -251,11 +268,15 @@ class Runtime:
         if self.rate_limit is not None:
             self.rate_limit.limit(self.api)
         try:
-            denied: set = set()
-            self.resources = await asyncio.to_thread(discover, self.api, listable(self.api),
-                                                     (self.options.namespaces or [None])[0], denied)
-            self.kinds_unserved = unserved_kinds(self.resources, denied)
+            may_list = listable(self.api)
+            self.resources = await asyncio.to_thread(discover, self.api, may_list,
+                                                     (self.options.namespaces or [None])[0], set(), self.refused)
+            await asyncio.to_thread(without_leases, self.resources, may_list, self.options.lock_namespace,
+                                    self.leaseless)
+            self._say_unserved()
             self.lease_store = lease_store(self.resources)
+            self.metal3_may_come = self.lease_store and kinds.IPADDRESS not in self.resources \
+                and kinds.IPADDRESS not in self.refused
         except NotInstalled as err:
             raise CannotStart(str(err)) from None
         except UNREACHABLE as err:
@@ -290,6 +311,8 @@ class Runtime:
                 k[1] for k, kind in poolkind.REGISTRY.items() if kind.locks_in_leases and k in resources),
                 options.lock_namespace)
             self.writer.leases = (LEASES, options.lock_namespace)
+            self.writer.metal3_may_come = self.metal3_may_come
+            self.writer.on_metal3_came = self._metal3_came
             self.upkeep = LockUpkeep(self.controller, self.writer, options.lock_namespace, may_act)
         # Pools, claims and addresses are watched by streams of our own (watch.py); kopf watches the rest.
         self.hot = tuple(kind for kind in hot_kinds() if kind in resources)
@@ -323,6 +346,8 @@ class Runtime:
         for service in self.outside.values():
             service.start()
         self.load_task = asyncio.create_task(self._load(), name="initial load")
+        if self.refused:
+            self.grant_task = asyncio.create_task(self._serve_granted(), name="the kinds not listable asked again")
         if self.upkeep is not None:
             self.upkeep_task = asyncio.create_task(self.upkeep.run(), name="the Lease store's upkeep")
         log.info("serving %s in %s", ", ".join(f"{r.plural}.{r.group}/{r.version}" for r in self.resources.values()),
@@ -345,8 +370,8 @@ class Runtime:
            sends nothing more and no pass starts; the Lease is still ours.
         3. The passes under way end: half the renew deadline to reach their next action, where the
            closed gate stops them; those still running then are cancelled.
-        4. The watches, the resync, the initial load and the catch-up on leadership end: nothing
-           files or kicks any more.
+        4. The watches, the resync, the initial load, the asking again for the kinds not listable and the
+           catch-up on leadership end: nothing files or kicks any more.
         5. The Lease is released, only now: no request of ours can still be on its way, so a standby
            that takes over at once never overlaps with us. If a pass had to be cancelled, one may be:
            the Lease is left to expire instead.
@@ -466,20 +491,102 @@ class Runtime:
                 locks_listed = True
                 self._locks_loaded_in = self.gains if self._leading() else None
             version = await self._settle_until_done(listing)
-            if listing.leases:
-                watch = KindWatch(self.streams, LEASES, lockstore.LEASE, self.options.lock_namespace,
-                                  self.controller.on_lease_event, self._relist_kind, selector=lockstore.LOCK_LABEL)
-                self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
-            elif listing.kind in self.hot:
-                watch = KindWatch(self.streams, self.resources[listing.kind], listing.kind, listing.namespace,
-                                  self.controller.on_event, self._relist_kind, known=self.controller.knows)
-                self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
+            self._watch(listing, version, self.resources.get(listing.kind))
         self.watching = True
         self.loaded = True
         self._load_done.set()
         log.info("inventory loaded: %d objects", len(self.inventory.objects))
         self.workers.kick_all()
         self._upkeep()
+
+    def _watch(self, listing: Listing, version: str | None, resource: Resource | None) -> None:
+        """The watch of what ``listing`` listed (of ``resource``), from the version it was taken at."""
+        if listing.leases:
+            watch = KindWatch(self.streams, LEASES, lockstore.LEASE, self.options.lock_namespace,
+                              self.controller.on_lease_event, self._relist_kind, selector=lockstore.LOCK_LABEL)
+        elif listing.kind in self.hot and resource is not None:
+            watch = KindWatch(self.streams, resource, listing.kind, listing.namespace,
+                              self.controller.on_event, self._relist_kind, known=self.controller.knows)
+        else:
+            return
+        self.watches.append(asyncio.create_task(watch.run(version), name=f"watch {watch}"))
+
+    def _say_unserved(self) -> None:
+        """What /readyz says of the kinds not served."""
+        self.kinds_unserved = unserved_kinds(self.resources, set(self.refused), self.leaseless,
+                                             self.options.lock_namespace) + (
+            [f"listable since start-up, served once restarted: {', '.join(self.restart_to_serve)}"]
+            if self.restart_to_serve else [])
+
+    def _live(self, kind: tuple[str, str]) -> bool:
+        """Whether a kind refused at start-up can be served once listable, without a restart: one our own watches
+        follow (kopf's watches are set at start-up), and no kind of pool whose parts are made at start-up (an
+        outside IPAM's service; locks in the Lease store where it is not used)."""
+        pool_kind = poolkind.REGISTRY.get(kind)
+        return kind in hot_kinds() and (pool_kind is None or (
+            pool_kind.outside is None and (self.lease_store or not pool_kind.locks_in_leases)))
+
+    async def _serve_granted(self) -> None:
+        """The kinds this controller could not list at start-up, asked again (one listing of one item each, a
+        read: a standby does it too), after ``ASK_AGAIN_FIRST`` seconds, then twice as long each time up to
+        ``ASK_AGAIN_MOST``; one that may be listed now is served (``_serve_kind``), once the initial load is done."""
+        pause = ASK_AGAIN_FIRST
+        may_list = listable(self.api)
+        namespace = (self.options.namespaces or [None])[0]
+        while self.refused:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, ASK_AGAIN_MOST)
+            await self._load_done.wait()
+            try:
+                granted = await asyncio.to_thread(listable_again, may_list, dict(self.refused), namespace)
+            except UNREACHABLE as err:
+                log.warning("asking again whether the kinds not listable may be listed failed: %s",
+                            getattr(err, "reason", None) or err)
+                continue
+            for kind in granted:
+                if not self._live(kind):
+                    self.restart_to_serve.append(f"{kind[1]}.{kind[0]}")
+                    del self.refused[kind]
+                    self._say_unserved()
+                    log.warning("%s.%s may be listed now: it is served once this controller is restarted", *kind[::-1])
+                elif await self._serve_kind(kind):
+                    pause = ASK_AGAIN_FIRST
+
+    async def _serve_kind(self, kind: tuple[str, str]) -> bool:
+        """A kind refused at start-up served: listed (where the Lease store holds the locks, only the Metal3
+        IPAddresses: the Leases are listed and watched already) and watched, and only then handed to the writer
+        and /readyz, and every pool looked at: a pass never writes an object of a kind whose objects it has not
+        read. False when a listing is refused again (asked again later)."""
+        resource = self.refused[kind]
+        async with self._kinds_lock:
+            resources, namespaces, home = {**self.resources, kind: resource}, self.options.namespaces, \
+                self.options.lock_namespace
+            if self.lease_store and kind == kinds.IPADDRESS:
+                found = [x for x in lock_listings(self.api, resources, namespaces, home, home) if not x.leases]
+            else:
+                found = [x for x in listings(self.api, resources, namespaces, home) if x.kind == kind]
+            listed = []
+            for listing in found:
+                try:
+                    listed.append((listing, await self.controller.settle(listing)))
+                except UNREACHABLE as err:
+                    log.warning("listing %s, which may be listed now, failed: %s; asked again later", listing,
+                                getattr(err, "reason", None) or err)
+                    return False
+            for listing, version in listed:
+                self._watch(listing, version, resource)
+            self.resources[kind] = resource  # the writer's too: it may write objects of the kind from now on
+            self.hot = (*self.hot, kind)
+            del self.refused[kind]
+            self._say_unserved()
+        if kind in poolkind.REGISTRY:
+            metrics.init_controller(metrics.controller_name(kind))
+        log.info("%s.%s may be listed now: served, as %s.%s/%s", kind[1], kind[0], resource.plural, resource.group,
+                 resource.version)
+        if self.may_write():
+            self.workers.kick_all()
+            self._upkeep()
+        return True
 
     def _upkeep(self) -> None:
         if self.upkeep is not None:
@@ -533,6 +640,9 @@ class Runtime:
         # unchanged pool costs no API call).
         while True:
             await asyncio.sleep(self.options.resync_seconds)
+            if self.metal3_may_come and not self.writer.metal3_came \
+                    and await asyncio.to_thread(self._metal3_served):
+                self.writer.metal3_served_now()
             try:
                 for listing in self._listings(self._served()):
                     await self.controller.settle(listing)
@@ -541,6 +651,34 @@ class Runtime:
             if self.may_write():
                 self.workers.kick_all()
                 self._upkeep()
+
+    def _metal3_served(self) -> bool:
+        """Whether the Metal3 IPAddress kind is served now, and this controller may list it (asked as ``discover``
+        asks, for that kind alone)."""
+        try:
+            served = {v["version"] for v in request(self.api, "GET", f"/apis/{kinds.METAL3_GROUP}")["versions"]}
+            return kinds.METAL3_VERSION in served and listable(self.api)(
+                kinds.METAL3_GROUP, kinds.METAL3_VERSION, "ipaddresses", (self.options.namespaces or [None])[0])
+        except UNREACHABLE as err:  # 404: the group is not served
+            log.debug("could not ask whether the Metal3 IPAddress kind is served: %s",
+                      getattr(err, "reason", None) or err)
+            return False
+        except (KeyError, TypeError):
+            return False
+
+    def _metal3_came(self) -> None:
+        """The Metal3 IPAddress kind came while this runs (``ApiWriter.metal3_served_now``): its twins are written from
+        now on, and it is served as a kind refused at start-up is once it may be listed (``_serve_granted``): listed
+        and watched, so that the locks an earlier version writes there are read, then the pools looked at again and
+        the Leases made without a twin given one (``locks.LockUpkeep.give_twins``)."""
+        self.metal3_may_come = False
+        if kinds.IPADDRESS in self.resources or kinds.IPADDRESS in self.refused:
+            return
+        self.refused[kinds.IPADDRESS] = METAL3_ADDRESSES
+        log.warning("the Metal3 IPAddress kind came since start-up: it is listed and watched")
+        if self.grant_task is None or self.grant_task.done():
+            self.grant_task = asyncio.get_running_loop().create_task(self._serve_granted(),
+                                                                     name="the kinds not listable asked again")
 
     def _addresses_of(self, namespace: str) -> list[Listing]:
         """A namespace's addresses (of both APIs), to be listed again (a Cluster resuming; see resuming.py)."""
@@ -585,12 +723,15 @@ class Runtime:
             gain = self.gains
             await self._load_done.wait()
             await self.workers.passes_ended()
-            if self._locks_loaded_in == gain:
-                log.info("the start-up listing of the IPAddresses was taken while leading: not listed again")
-            elif not await self._list_locks_afresh(gain):
-                continue  # leadership was lost (or gained again) meanwhile
-            if gain == self.gains:
-                self.caught_up = gain
+            async with self._kinds_lock:
+                if self._locks_loaded_in == gain:
+                    log.info("the start-up listing of the IPAddresses was taken while leading: not listed again")
+                elif not await self._list_locks_afresh(gain):
+                    continue  # leadership was lost (or gained again) meanwhile
+                caught_up = gain == self.gains
+                if caught_up:
+                    self.caught_up = gain
+            if caught_up:
                 if self.may_write():
                     log.info("leading with the IPAddresses listed since the lead was taken: writes allowed")
                     self.workers.kick_all()
@@ -621,8 +762,8 @@ class Runtime:
         await self.wind_down()
 
     async def _stop_background(self) -> None:
-        tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, self.upkeep_task,
-                                   *self.watches)
+        tasks = [task for task in (self.catch_up_task, self.resync_task, self.load_task, self.grant_task,
+                                   self.upkeep_task, *self.watches)
                  if task is not None]
         for task in tasks:
             task.cancel()

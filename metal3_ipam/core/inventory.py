@@ -28,7 +28,7 @@ from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet, normalise
-from .kept import binds_none, bound_ip, own_ip
+from .kept import binds_none, bound_ip, own_ip, precedence
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -560,6 +560,25 @@ class Inventory:
         return any(self._filed(k) not in pools_apart
                    for k in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))))
 
+    def keeper_elsewhere(self, pools_apart: set[o.PoolKey], namespace: str, version: int, ip: int,
+                         claim: dict) -> dict | None:
+        """Of the live claims of ``namespace`` in other pools than ``pools_apart`` whose status names ``ip``, the
+        first by ``kept.precedence`` if it goes before ``claim``, whose status names it too: the IP is kept for that
+        one. A claim holding an address of its pool is bound by that address, not by its status: it counts for
+        nothing here. One naming no pool of ours (``_orphan_status_ip``) holds the IP while it lives."""
+        first, order = None, precedence(claim)
+        for key in each(self._status_ips.get(namespace, {}).get(_ip_key(version, ip))):
+            pool, other = self._filed(key), self.objects.get(key)
+            if pool in pools_apart or other is None:
+                continue
+            if pool is None or pool.kind not in poolkind.REGISTRY:
+                return other
+            if self.holds_address(pool, other):
+                continue
+            if precedence(other) < order:
+                first, order = other, precedence(other)
+        return first
+
     def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
         """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
         the outside IPAM says of it (an address whose home this controller took off, ``moved-from=``), after a
@@ -964,7 +983,8 @@ class Inventory:
     def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
         """The lengths of the sub-prefixes a prefix pool keeping its IPs apart hands out (one being deleted too),
         of ``version``: its spec's, or while its spec is invalid, those its valid specs had (a sub-prefix length
-        is immutable at admission, and a pass of it made before the edit may still land)."""
+        is immutable at admission, and a pass of it made before the edit may still land), and where none was seen
+        here (a controller started after the edit), the length the invalid spec still names."""
         if not keeps_apart(key.kind) or not poolkind.REGISTRY[key.kind].holds_prefixes:
             return set()
         pool = self.objects[(key.kind, key.namespace, key.name)]
@@ -973,6 +993,9 @@ class Inventory:
         lengths = {length for v, length in known if v == version} if uid == _uid(pool) else set()
         if model is not None and model.version == version and model.unit_length is not None:
             lengths.add(model.unit_length)
+        named = poolkind.REGISTRY[key.kind].named_unit_length(pool) if model is None and not lengths else None
+        if named is not None and named[0] == version:
+            lengths.add(named[1])
         return lengths
 
     def withheld(self, pool_key: o.PoolKey) -> list[Withheld]:
@@ -1094,12 +1117,58 @@ class Inventory:
             pool = self.objects[(key.kind, key.namespace, key.name)]
             if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
                 continue
-            units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
-                {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
-            if not any(unit > length for unit in units):
+            if not any(unit > length for unit in self._global_units(key, version)):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
+        return found
+
+    def global_units(self, claim: dict, version: int) -> set[int]:
+        """The lengths of the IPs or sub-prefixes of ``version`` the global pool a claim is filed under may hand
+        out (an IP's: every bit), whatever its spec is now; none for a claim of another pool."""
+        key = self._filed(self.key(claim))
+        if key is None or key.namespace or (key.kind, "", key.name) not in self.objects:
+            return set()
+        return self._global_units(key, version)
+
+    def _global_units(self, key: o.PoolKey, version: int) -> set[int]:
+        if poolkind.REGISTRY[key.kind].holds_prefixes:
+            return self.unit_lengths(key, version)
+        pool = self.objects[(key.kind, key.namespace, key.name)]
+        return {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
+
+    def namespaced_units(self, claim: dict, version: int) -> set[int] | None:
+        """The lengths of the IPs or sub-prefixes of ``version`` the namespaced pool a claim is filed under may hand
+        out and guards by a name (``reconcile``'s guards), whatever its spec is now; None when they are not known
+        (a prefix pool gone) or its allocation may guard none (a kind that guards its IP only while a global IP
+        pool exists): nothing is guarded for it then."""
+        key = self._filed(self.key(claim))
+        if key is None or not key.namespace or key.kind not in poolkind.REGISTRY:
+            return None
+        pool_kind, pool = poolkind.REGISTRY[key.kind], self.objects.get((key.kind, key.namespace, key.name))
+        if pool_kind.holds_prefixes:
+            return self.unit_lengths(key, version) if pool is not None else None
+        if pool is not None and not self._may_hand_out(key, pool, version):
+            return set()
+        return {FAMILY_BITS[version]} if pool_kind.guards_every_ip else None
+
+    def namespaced_claims_in_flight(self, namespace: str, version: int) -> list[dict]:
+        """The live claims of ``namespace`` that hold no address, of the namespace's pools keeping their IPs apart
+        that hand out addresses themselves (one being deleted or gone too, whose pass may still land; an outside
+        IPAM's are not): a pass allocating for one may be on its way, made before a global pool handing out an IP
+        or sub-prefix meeting its own could be seen (``reconcile``'s guards: such a pass names its IP or sub-prefix
+        on the claim first, and a global pool's allocation to a claim of the namespace keeps off the spans named so
+        and writes each claim, so that a pass made before it is refused)."""
+        found = []
+        for key in sorted(k for k in self.groups if k.namespace == namespace):
+            pool_kind = poolkind.REGISTRY.get(key.kind)
+            if pool_kind is None or not pool_kind.unique_in_namespace or pool_kind.outside is not None:
+                continue
+            pool = self.objects.get((key.kind, key.namespace, key.name))
+            if pool is not None and not self._may_hand_out(key, pool, version):
+                continue
+            found += [claim for claim in self.claims_of(key)
+                      if not o.is_deleting(claim) and not self.holds_address(key, claim)]
         return found
 
     def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
@@ -1215,6 +1284,8 @@ class Inventory:
             held_by_others=lambda namespace, version, ip, every_pool=False: self.held_by_others(
                 pool_key, namespace, version, ip, every_pool),
             kept_elsewhere=lambda namespace, version, ip: self.kept_elsewhere(mates(namespace), namespace, version, ip),
+            keeper_elsewhere=lambda namespace, version, ip, claim: self.keeper_elsewhere(
+                mates(namespace), namespace, version, ip, claim),
             held_twice=lambda namespace, version, ip: self.held_twice(pool_key, mates(namespace), namespace, version,
                                                                       ip),
             cluster_named=lambda namespace, cluster_name: self.get(kinds.CLUSTER, namespace, cluster_name),
@@ -1225,6 +1296,9 @@ class Inventory:
             global_ip_pool_exists=self.global_ip_pool_exists,
             namespaced_lengths=self.namespaced_lengths,
             global_claims_in_flight=self.global_claims_in_flight,
+            namespaced_claims_in_flight=self.namespaced_claims_in_flight,
+            global_units=self.global_units,
+            namespaced_units=self.namespaced_units,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),

@@ -24,6 +24,16 @@ A claim that is preallocated gets that IP as it is; nothing is kept for it.
 One that asks for an IP (``ipAddress``) keeps it when its status names that
 IP. Nothing is kept for a claim being deleted.
 
+Two live claims whose statuses name one IP while neither holds an address
+object (a status rewritten by hand with another claim's, a botched restore)
+cannot both get it back. The address objects settle it while they exist: a
+claim holding one is bound to it, whatever its status says. Else the IP goes
+to the claim an IPAM served (it carries the claim finalizer of one of our
+kinds, as one bound by this controller or by the Go IPAM it replaces does;
+one that carries none was never served, so nothing runs on that IP for it),
+then to the one created first (``precedence``), in whichever pool of the
+namespace each one is; the other is given another IP and told why.
+
 A Cluster API IPAddress written by hand before its claim holds a kept IP
 against no one while no claim is bound to it (``binds_none``): its claim is
 refused that IP, and the keeper takes it back all the same.
@@ -36,6 +46,7 @@ from typing import Any
 
 from . import kinds
 from . import objects as o
+from . import poolkind
 from .addresses import AddressError, parse_ip
 from .naming import ip_of_name
 from .pool import Pool
@@ -64,6 +75,18 @@ def own_ip(claim: Mapping[str, Any], pool: Pool) -> int | None:
         except AddressError:
             return None
     return ip
+
+
+def served(claim: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` carries the claim finalizer of one of our pool kinds: an IPAM served it."""
+    kind, finalizers = kinds.kind_of(claim), o.finalizers(claim)
+    return any(pool_kind.finalizers.claim.get(kind) in finalizers for pool_kind in poolkind.REGISTRY.values())
+
+
+def precedence(claim: Mapping[str, Any]) -> tuple:
+    """The order in which claims whose statuses name one IP, holding no address object, get it back (the least
+    first): a claim an IPAM served before one never served, then the one created first, then by kind and name."""
+    return (not served(claim), str(o.meta(claim).get("creationTimestamp") or ""), o.claim_key(claim))
 
 
 def bound_ip(claim: Mapping[str, Any]):

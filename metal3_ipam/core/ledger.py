@@ -36,7 +36,7 @@ from . import objects as o
 from .addresses import FAMILY_BITS
 from .allocator import Allocator
 from .indexes import StatusIndex
-from .kept import own_ip
+from .kept import own_ip, precedence
 from .pool import Pool
 from .several import each, entry_of
 
@@ -324,11 +324,11 @@ class Ledger:
                 self._freed = True
 
     def keeper_of(self, ip: int) -> o.ClaimKey | None:
-        """The claim ``ip`` is kept for: of the claims whose status names it, the one created first."""
+        """The claim ``ip`` is kept for: of the claims whose status names it, the first by ``kept.precedence``."""
         keepers = each(self.keepers.get(ip))
         if len(keepers) <= 1:
             return keepers[0] if keepers else None
-        return min(keepers, key=lambda k: (str(o.meta(self.claims[k]).get("creationTimestamp") or ""), k))
+        return min(keepers, key=lambda k: precedence(self.claims[k]))
 
     def _keep(self, ip: int) -> None:
         """The allocator keeps ``ip`` for its keeper, or no longer keeps it."""

@@ -194,6 +194,10 @@ class PoolKind:
     # dropped the IP, or before this pool's, lands on it and is refused. False: its IP is guarded only while a
     # global IP pool exists (where there is none, Metal3's IPPool writes the objects the Go Metal3 IPAM writes).
     guards_every_ip: bool = False
+    # The (IP version, sub-prefix length) a pool's spec names, read alone, or None (a kind handing out single IPs,
+    # or no valid length): what a prefix pool whose spec is invalid otherwise still hands out, for the length is
+    # immutable and a pass of it made before the edit may still land (``Inventory.unit_lengths``).
+    named_unit_length: Callable[[Mapping[str, Any]], tuple[int, int] | None] = lambda pool: None
     # The tag ending the names of the pool's locks (``naming.lock_name``; ``read`` names them with ``locked_as``),
     # one no other kind has; None: Metal3's ``<namePrefix>-<ip>``.
     lock_tag: str | None = None

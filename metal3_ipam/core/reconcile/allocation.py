@@ -7,6 +7,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Event, Step
 from ..allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
+from ..kept import precedence, served
 from ..ledger import METAL3, PLANNED
 from ..naming import ip_text
 from ..several import each
@@ -66,10 +67,10 @@ class Allocation(PassState):
                 # Its IP comes free once that address is gone (a change that brings the claim back).
                 self.plan.notes.append(f"{o.name(claim)}: waits for {going} to go, to take its IP back")
                 return
-            rival = self.rival_for(key, own)
+            rival = self.rival_for(claim, own)
             if rival is not None:
                 lost = (f"its address {ip_text(self.pool.address_of(own))} is named by the status of "
-                        f"{rival[0]} {rival[1]} too, which was created first; its address objects were deleted")
+                        f"{self.claim_text(rival)} too, {_goes_first(rival, claim)}; its address objects were deleted")
             else:
                 try:
                     grant = self.allocator.reclaim(
@@ -93,8 +94,8 @@ class Allocation(PassState):
                     message += (f"; {len(self.unguardable)} free sub-prefix(es) such as "
                                 f"{ip_text(self.pool.address_of(min(self.unguardable)))}/{self.pool.unit_length} "
                                 f"meet more than {GUARDS_PER_ALLOCATION} addresses or sub-prefixes of global "
-                                f"pools, and a namespaced pool hands out none such (its allocation could not be "
-                                f"guarded against theirs)")
+                                f"pools (or that a paused claim of a global pool may be handed), and a namespaced "
+                                f"pool hands out none such (its allocation could not be guarded against theirs)")
                 return self.fail(claim, step, reason, message, event_message=message + (f"; {lost}" if lost else ""))
         address = self.lock_for(claim, grant.ip, grant.prefix, grant.gateway, grant.dns_servers)
         self.ledger.planned(grant.unit, o.name(address))
@@ -107,16 +108,25 @@ class Allocation(PassState):
                                     f"{ip_text(self.pool.address_of(own))} must move")))
         self.ensure_bound(claim, address, step)
 
-    def rival_for(self, key: o.ClaimKey, ip: int) -> o.ClaimKey | None:
-        """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding
-        no address either, wants it back: the one created first gets it. None when that is ``key``."""
-        ledger = self.ledger
+    def rival_for(self, claim: dict, ip: int) -> dict | None:
+        """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding no
+        address either, wants it back before ``claim`` (``kept.precedence``), of this pool or of another pool of
+        the namespace; None when ``claim`` goes first."""
+        ledger, key = self.ledger, o.claim_key(claim)
         wanting = [k for k in each(ledger.keepers.get(ip))
                    if k == key or (k in ledger.claims and not self.holds_anything(ledger.claims[k]))]
-        if len(wanting) <= 1:
-            return None
-        first = min(wanting, key=lambda k: (str(o.meta(ledger.claims[k]).get("creationTimestamp") or ""), k))
-        return None if first == key else first
+        first = min(wanting, key=lambda k: precedence(ledger.claims[k])) if len(wanting) > 1 else key
+        if first != key:
+            return ledger.claims[first]
+        return self.snap.keeper_elsewhere(o.namespace(claim), self.pool.version, int(self.pool.address_of(ip)), claim)
+
+    def claim_text(self, claim: dict) -> str:
+        """A claim as a message names it: its kind and name, and its pool when that is not this one."""
+        text = f"{kinds.kind_of(claim)[1]} {o.name(claim)}"
+        pool = o.pool_of(claim)
+        if pool is None or (pool.kind, pool.name) == (self.kind.kind, self.snap.pool_name):
+            return text
+        return f"{text} of {pool.kind[1]} {pool.namespace + '/' if pool.namespace else ''}{pool.name}"
 
     def still_going(self, key: o.ClaimKey, ip: int) -> str | None:
         """What holds ``ip`` that is on its way out: an address of this claim being deleted, or one whose
@@ -146,3 +156,10 @@ class Allocation(PassState):
                                 f"{o.name(holder)} is held by the IPAddress of {ip_text(_ip_of(holder))} of {pool} "
                                 f"(their names <namePrefix>-<ip> meet; a namePrefix that does not start with the "
                                 f"other's followed by '-' keeps them apart): {err.message}")
+
+
+def _goes_first(rival: dict, claim: dict) -> str:
+    """Why ``rival`` gets the IP both statuses name before ``claim`` (``kept.precedence``)."""
+    if served(rival) and not served(claim):
+        return "which an IPAM served (this claim carries no claim finalizer: none ever served it)"
+    return "which was created first"

@@ -75,9 +75,11 @@ class Guards(PassState):
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
           inside it the pool holds, for the namespace's pools.
 
-        The order with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
-        its pool edited off the span meanwhile) meets on the global pool's claim (``order_actions``), and a
-        namespaced prefix pool's allocation guards what such claims name (``named_spans``). None: more
+        The orders with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
+        its pool edited off the span meanwhile; a namespaced pool's pass made before a global pool existed, its
+        pool edited or deleted meanwhile) meet on the claim of the pass made first (``order_actions``): a
+        namespaced prefix pool's allocation guards what such claims of global pools name (``named_spans``), and a
+        global pool's keeps off what such claims of the namespace's pools name (``named_taken``). None: more
         than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
         if pool is None or kind.outside is not None:
@@ -88,9 +90,12 @@ class Guards(PassState):
             if separate_network(self.pool_obj):
                 return []
             longest = pool.unit_length if pool.unit_length is not None else width
-            return [own] + [Span(first >> (width - length) << (width - length), length, shared=True)
-                            for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version)
-                            if length < longest]
+            paused = self.paused_spans(o.namespace(claim), first, first + (1 << pool.unit_bits) - 1)
+            if paused is None:
+                return None
+            return list(dict.fromkeys([own] + paused)) + [
+                Span(first >> (width - length) << (width - length), length, shared=True)
+                for length in self.snap.namespaced_lengths(o.namespace(claim), pool.version) if length < longest]
         if not kind.unique_in_namespace:
             return []
         last = first + (1 << pool.unit_bits) - 1
@@ -102,8 +107,11 @@ class Guards(PassState):
         if ips is None or blocks is None or len(ips) + len(blocks) > GUARDS_PER_ALLOCATION:
             return None
         mine = [own] if kind.holds_prefixes else []
+        paused = self.paused_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []
+        if paused is None:
+            return None
         exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
-            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else [])))
+            self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []) + paused))
         shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
                   if Span(span.ip, span.length) not in exclusive]
         if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
@@ -111,14 +119,45 @@ class Guards(PassState):
         return exclusive + shared
 
     def in_flight(self, namespace: str) -> list[dict]:
-        """The claims of global pools in ``namespace`` (this namespaced prefix pool's) whose pass may be on its
-        way into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``), read once a pass; not those
-        paused (or left to another controller by the watch filter), which are not written."""
+        """The claims of the other side in ``namespace`` whose pass may be on its way, read once a pass: for a
+        namespaced prefix pool, of global pools, into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``);
+        for a global pool, of the namespace's pools (``Snapshot.namespaced_claims_in_flight``). Not those paused
+        (or left to another controller by the watch filter), which are not written."""
         if self._in_flight is None:
-            self._in_flight = [c for c in self.snap.global_claims_in_flight(namespace, self.pool.version,
-                                                                             self.pool.unit_length)
-                               if not self.claim_paused(c)]
+            found = self.snap.namespaced_claims_in_flight(namespace, self.pool.version) if self.kind.cluster_scoped \
+                else self.snap.global_claims_in_flight(namespace, self.pool.version, self.pool.unit_length)
+            self._in_flight = [c for c in found if not self.claim_paused(c)]
         return self._in_flight
+
+    def fences(self) -> bool:
+        """Whether an allocation of this pool writes the claims ``in_flight`` of the other side: a global pool's
+        (but a separate network's), and a namespaced prefix pool's that keeps its IPs apart."""
+        if self.kind.outside is not None:
+            return False
+        if self.kind.cluster_scoped:
+            return not separate_network(self.pool_obj)
+        return self.kind.holds_prefixes and self.kind.unique_in_namespace
+
+    def names_allocation(self) -> bool:
+        """Whether an allocation of this pool names on its claim what it hands out, first: a global pool's (but a
+        separate network's), and a namespaced pool's that keeps its IPs apart."""
+        if self.kind.outside is not None:
+            return False
+        return not separate_network(self.pool_obj) if self.kind.cluster_scoped else self.kind.unique_in_namespace
+
+    def named_taken(self, claim: dict, unit: int) -> bool:
+        """For a global pool: whether the IP or sub-prefix ``unit`` meets a span a claim of the namespace's pools
+        ``in_flight`` names as being handed to it (its pass may land: ``order_actions``)."""
+        if not self.fences() or not self.kind.cluster_scoped:
+            return False
+        width = FAMILY_BITS[self.pool.version]
+        first = int(self.pool.address_of(unit))
+        last = first + (1 << self.pool.unit_bits) - 1
+        for other in self.in_flight(o.namespace(claim)):
+            span = _allocating(other, self.pool.version)
+            if span is not None and span.ip <= last and first <= span.ip + (1 << (width - (span.length or width))) - 1:
+                return True
+        return False
 
     def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
         """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``in_flight`` name as being handed to
@@ -131,34 +170,65 @@ class Guards(PassState):
                 spans.append(span)
         return spans
 
+    def paused_spans(self, namespace: str, first: int, last: int) -> list[Span] | None:
+        """Each IP or sub-prefix inside ``first``..``last`` (this allocation's span) that a paused claim of the other
+        side in ``namespace``, holding no address, may be handed there by a pass of its pool made before the pause,
+        and that is smaller than this span, guarded as that pool's allocation guards it: a paused claim is not
+        written (``order_actions``), and what that pass hands out is not known (its pool may have been edited
+        since). For a namespaced prefix pool, of the global pools' claims (``global_claims_in_flight``); for a
+        global pool, of the namespace's pools' (``namespaced_claims_in_flight``) whose allocation guards its span by
+        a name (not an IPPool's, which guards its IP only while a global IP pool exists, nor a prefix pool's gone,
+        whose length is lost: left open). None: more than ``GUARDS_PER_ALLOCATION``."""
+        version, width = self.pool.version, FAMILY_BITS[self.pool.version]
+        length_here = self.pool.unit_length or width
+        if self.kind.cluster_scoped:
+            found = [(c, self.snap.namespaced_units(c, version))
+                     for c in self.snap.namespaced_claims_in_flight(namespace, version)]
+        else:
+            found = [(c, self.snap.global_units(c, version))
+                     for c in self.snap.global_claims_in_flight(namespace, version, self.pool.unit_length)]
+        spans: dict[Span, None] = {}
+        for claim, units in found:
+            if not (o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))):
+                continue
+            for length in sorted(units or ()):
+                if length <= length_here:
+                    continue  # its allocation's span holds this one: their guards meet by name (``guard_spans``)
+                step = 1 << (width - length)
+                if len(spans) + (last - first + 1) // step > GUARDS_PER_ALLOCATION:
+                    return None
+                spans.update((_span(base, length, width), None) for base in range(first, last + 1, step))
+        return list(spans)
+
     def fencing_waits(self, claim: dict) -> bool:
         """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits
         for the next pass (each write expects the version the pass read, so a second would be refused)."""
-        return self.fenced and self.kind.holds_prefixes and not self.kind.cluster_scoped \
-            and self.kind.unique_in_namespace and bool(self.in_flight(o.namespace(claim)))
+        return self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
 
     def order_actions(self, claim: dict, unit: int) -> list:
         """What orders this allocation with a pass of the other side made before it could see this one, written
-        first, each on condition that its claim is unchanged since this pass read it. A global pool's names on
-        its claim the IP or sub-prefix it hands out (a namespaced pool's pass that read the claim before guards
-        it, and one that wrote the claim since refuses this). A namespaced prefix pool's writes each claim
-        ``in_flight`` (a pass of its global pool that read it before is refused; one that wrote it first was
-        read by this pass, which guards what it names, or this write is refused). Two passes that never saw each
-        other thus meet on the claim, whose versions the API server orders: of a pass made before a namespaced
-        pool existed, and that pool's pass made after the global pool was edited off the IP, one is refused."""
-        version = o.meta(claim).get("resourceVersion")
-        if self.kind.cluster_scoped:
-            if separate_network(self.pool_obj):
-                return []
-            ip = ip_text(self.pool.address_of(unit))
-            text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
-            return [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text},
-                                resource_version=version)]
-        if not (self.kind.holds_prefixes and self.kind.unique_in_namespace):
+        first, each on condition that its claim is unchanged since this pass read it. A global pool's, and a
+        namespaced pool's keeping its IPs apart, names on its claim the IP or sub-prefix it hands out (a pass of the
+        other side that read the claim before guards it or keeps off it, and one that wrote the claim since refuses
+        this). A global pool's, and a namespaced prefix pool's, writes each claim of the other side ``in_flight``
+        (a pass of that claim's pool that read it before is refused; one that wrote it first was read by this
+        pass, which guards what it names or keeps off it, or this write is refused). Two passes that never saw
+        each other thus meet on the claim of the one made first, whose versions the API server orders: of a pass
+        made before the other side's pool existed, and that pool's pass made after the first one's pool was
+        edited off the IP or deleted, one is refused."""
+        if not self.names_allocation():
             return []
+        ip = ip_text(self.pool.address_of(unit))
+        text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
+        actions: list = [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text},
+                                     resource_version=o.meta(claim).get("resourceVersion"))]
+        if not self.fences():
+            return actions
         self.fenced = True
-        return [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)}, resource_version=read)
-                for other in self.in_flight(o.namespace(claim)) for read in [o.meta(other).get("resourceVersion")]]
+        return actions + [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)},
+                                      resource_version=read)
+                          for other in self.in_flight(o.namespace(claim))
+                          for read in [o.meta(other).get("resourceVersion")]]
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""
@@ -307,7 +377,7 @@ class Guards(PassState):
             if spans is None:
                 self.unguardable.add(ip)
                 return True
-            if any(self.span_taken(claim, span) for span in spans):
+            if any(self.span_taken(claim, span) for span in spans) or self.named_taken(claim, ip):
                 return True
         # An outside IPAM knows nothing of the namespace's other pools: an IP one of them holds is refused.
         unique = self.kind.unique_in_namespace or self.kind.outside is not None
@@ -321,8 +391,13 @@ class Guards(PassState):
         first, version = int(self.pool.address_of(ip)), self.pool.version
         last = first + (1 << self.pool.unit_bits) - 1
         # A claim of another pool of the namespace keeps it (a pool sharing the namePrefix takes the same lock:
-        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone).
-        if self.snap.kept_elsewhere(claim_namespace or namespace, version, first):
+        # only its own pool's ledger knows the IP is kept, once the claim's address objects are gone); from a
+        # claim whose status names it too, only when that one goes first (``kept.precedence``).
+        where = claim_namespace or namespace
+        if for_keeper and claim is not None:
+            if self.snap.keeper_elsewhere(where, version, first, claim) is not None:
+                return True
+        elif self.snap.kept_elsewhere(where, version, first):
             return True
         if unique:
             return self.snap.held_elsewhere(namespace, version, first, last, for_keeper=for_keeper)

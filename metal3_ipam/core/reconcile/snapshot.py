@@ -40,6 +40,9 @@ class Snapshot:
     held_by_others: Callable[..., list[dict]] = lambda namespace, version, ip, every_pool=False: []
     # A claim of another pool of the namespace has a status naming (version, ip): kept for it (``kept``).
     kept_elsewhere: Callable[[str, int, int], bool] = lambda namespace, version, ip: False
+    # Of those claims, holding no address object, the one that gets (version, ip) back before the claim given
+    # (``kept.precedence``), or None.
+    keeper_elsewhere: Callable[[str, int, int, dict], dict | None] = lambda namespace, version, ip, claim: None
     # What holds (version, ip) for another claim of the namespace in a pool this one keeps its IPs apart from
     # across namespaces, not as a separate network: (pool, "Kind namespace/name" of the claim, address) each.
     held_twice: Callable[[str, int, int], list] = lambda namespace, version, ip: []
@@ -93,6 +96,16 @@ class Snapshot:
     # or sub-prefixes of (version) are smaller than a sub-prefix of (length): a namespaced prefix pool's allocation
     # guards the span each names (``kinds.ALLOCATING_ANNOTATION``) inside its own, and writes each.
     global_claims_in_flight: Callable[[str, int, int], list[dict]] = lambda namespace, version, length: []
+    # The live claims of (namespace) holding no address, of the namespace's pools (one gone too) that may hand out
+    # an address of (version): a global pool's allocation to a claim there keeps off the span each names
+    # (``kinds.ALLOCATING_ANNOTATION``), and writes each.
+    namespaced_claims_in_flight: Callable[[str, int], list[dict]] = lambda namespace, version: []
+    # The lengths of the IPs or sub-prefixes of (version) a claim's global pool may hand out, whatever its spec now:
+    # what a namespaced prefix pool's allocation guards of a paused claim in flight, which it does not write.
+    global_units: Callable[[dict, int], set[int]] = lambda claim, version: set()
+    # The same of a claim's namespaced pool, guarded by a name, or None when not known or not guarded: what a global
+    # pool's allocation guards of a paused claim of the namespace in flight (nothing for None).
+    namespaced_units: Callable[[dict, int], set[int] | None] = lambda claim, version: None
     # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
     # claim has its lock yet.
     addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []

@@ -60,6 +60,15 @@ def _reader(kind: tuple[str, str], cluster_scoped: bool):
     return read
 
 
+def _named_unit_length(pool: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The IPv6 sub-prefix length a prefix pool's spec names, whatever else is wrong with the spec."""
+    spec = pool.get("spec")
+    length = prefixes.allocation_prefix_length(spec) if isinstance(spec, Mapping) else None
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= prefixes.BITS:
+        return None
+    return 6, length
+
+
 def _validate_update(old: Any, new: Any, in_use: Mapping[str, str] | None) -> list[Problem]:
     """The update rules, the addresses in use taken at the length they were handed out with (the
     allocation length is immutable, and its change is refused first)."""
@@ -74,7 +83,7 @@ def _prefix_pool_kind(kind: tuple[str, str], scope: str, plural: str) -> PoolKin
                            lock_tag=GLOBAL_LOCK_TAG if scope == CLUSTER else LOCK_TAG,
                            validate=prefixes.validate_prefix_pool, validate_update=_validate_update,
                            validate_delete=prefixes.validate_prefix_pool_delete, unique_in_namespace=scope == NAMESPACED,
-                           holds_prefixes=True)
+                           holds_prefixes=True, named_unit_length=_named_unit_length)
 
 
 IN_CLUSTER_PREFIX_POOL_KIND = _prefix_pool_kind(prefixes.IN_CLUSTER_PREFIX_POOL, NAMESPACED, "inclusterprefixpools")

@@ -7,8 +7,6 @@ import uuid
 import urllib.error
 from contextlib import contextmanager
 
-import pytest
-
 from kubernetes import client
 
 from controller_fixtures import _NO_PROXY, Kube, controller_as_user, rules_with_ipaddress_verbs
@@ -74,12 +72,33 @@ def test_readyz_names_the_kinds_this_controller_may_not_list(control_plane, api_
         assert "Traceback" not in proc.log_text()
 
 
-@pytest.mark.xfail(strict=True, reason="whether a kind may be listed is asked once, at start-up: a right granted "
-                   "after the controller started (RBAC applied after the Deployment) is not seen until it restarts, "
-                   "so the IPPool's claim waits; the listing should be asked again, or the refused listing retried "
-                   "and /readyz say which listing fails and why until it goes through")
 def test_a_right_to_list_granted_after_start_up_is_used_without_a_restart(control_plane, api_client, tmp_path):
     with _without_listing_metal3_ipaddresses(control_plane, api_client, tmp_path) as (proc, kube, grant):
         eventually(lambda: readyz(proc)[0] != 0, timeout=60, what="/readyz answering")
         grant()
         assert kube.bound("c1", timeout=60)["spec"]["address"] == "10.74.0.10"
+
+
+def test_readyz_names_the_kinds_whose_locks_are_leases_this_controller_may_not_list(control_plane, api_client,
+                                                                                    tmp_path):
+    """A role without Leases beside the in-cluster CRDs: the kinds whose locks are Leases are not served, /readyz and
+    the log say so once, and the rest is served (an IPPool's claim is bound) rather than a listing of the Leases
+    retried for ever."""
+    user = f"no-leases-{uuid.uuid4().hex[:6]}"
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    client.CoreV1Api(api_client).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    kube = Kube(api_client, namespace)
+    kube.pool("p", pools=[{"start": "10.75.0.10", "end": "10.75.0.19"}], prefix=24)
+    kube.claim("c1", "p")
+    rules = [r for r in rules_with_ipaddress_verbs(["*"]) if "coordination.k8s.io" not in r["apiGroups"]]
+    with controller_as_user(control_plane, api_client, namespace, tmp_path, user, rules) as proc:
+        proc.start(ready_timeout=0)
+
+        def says_why():
+            status, text = readyz(proc)
+            return status == 200 and "leases.coordination.k8s.io in" in text and "InClusterIPPool" in text and text
+
+        eventually(says_why, timeout=60, what="/readyz naming the in-cluster kinds as not served for want of Leases")
+        assert kube.bound("c1", timeout=60)["spec"]["address"] == "10.75.0.10"
+        said = [line for line in proc.log_text().splitlines() if "may not list leases.coordination.k8s.io" in line]
+        assert len(said) == 1 and "Traceback" not in proc.log_text()

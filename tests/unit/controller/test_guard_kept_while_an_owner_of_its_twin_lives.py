@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import copy
 
-import pytest
-
 from metal3_ipam.controller.locks import LockUpkeep
 from metal3_ipam.controller.operator import Controller
 from metal3_ipam.core import kinds, lockstore
@@ -36,13 +34,6 @@ class TwinNewsMeanwhile(Server):
         return await super()._call(method, path, body, content_type)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LockUpkeep.collect_guards looks at the owners of the Lease only: the twin's news that an earlier version added "
-    "pool n2 (stored) to the shared guard's owners, filed in Controller.legacy while n1 was being read, do not stop "
-    "the Lease's deletion; Controller._unhide then files nothing (the twin is the same lock), so until the next "
-    "move_over re-creates the Lease this replica shows no guard of fd00::4/126 while n2 lives and its twin holds "
-    "it (and a replica whose move_over met the Lease's 404 drops the key for good until a resync): the global pool "
-    "may allocate inside n2's span meanwhile (invariant 1)"))
 def test_a_shared_guard_stays_filed_while_an_owner_an_earlier_version_gave_its_twin_lives():
     inventory = Inventory()
     n1, n2 = _pool("n1", "u1"), _pool("n2", "u2")
@@ -64,3 +55,57 @@ def test_a_shared_guard_stays_filed_while_an_owner_an_earlier_version_gave_its_t
     asyncio.run(upkeep.collect_guards())
     assert "u2" in {r["uid"] for r in o.owner_references(controller.legacy[(NS, SUB)])}  # the news were filed
     assert inventory.get(kinds.IPADDRESS, NS, SUB) is not None  # as its Lease, or as its twin
+
+
+class TwinNewsWhileDeleting(Server):
+    """While the Lease is being deleted, the news of the twin arrive: an earlier version added n2 to its owners."""
+
+    def __init__(self, stored, news) -> None:
+        super().__init__(stored)
+        self.news = news
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if method == "DELETE" and self.news is not None:
+            news, self.news = self.news, None
+            news()
+        return await super()._call(method, path, body, content_type)
+
+
+def test_a_twin_given_an_owner_while_its_shared_guards_lease_is_deleted_is_filed_in_its_place():
+    inventory = Inventory()
+    n1 = _pool("n1", "u1")
+    guard = _shared_guard(n1)  # the Lease, owned by n1 (gone)
+    twin = lockstore.moved_over(guard)
+    twin["metadata"]["annotations"] = {k: v for k, v in o.annotations(twin).items() if k != lockstore.STORED_IN}
+    twin["metadata"].update(uid="metal3-guard", resourceVersion="50")
+    server = TwinNewsWhileDeleting({}, news=None)
+    controller = Controller(inventory, Kicks(), writer=server)
+    inventory.upsert(guard)
+    controller.on_event("ADDED", copy.deepcopy(twin))
+    controller.unsettled.clear()
+    joined = copy.deepcopy(twin)
+    joined["metadata"].update(resourceVersion="51", ownerReferences=[
+        *o.owner_references(twin), {"apiVersion": gi.POOL_API_VERSION, "kind": gi.IN_CLUSTER_IP_POOL,
+                                    "name": "n2", "uid": "u2"}])
+    server.news = lambda: controller.on_event("MODIFIED", joined)
+    upkeep = LockUpkeep(controller, server, "ipam-system", may_act=lambda: True)
+    asyncio.run(upkeep.collect_guards())
+    assert any(m == "DELETE" for m, _, _ in server.calls)  # the Lease's owners were gone when read
+    filed = inventory.get(kinds.IPADDRESS, NS, SUB)
+    assert filed is not None and not lockstore.stored_in_lease(filed)  # the twin holds as it is
+    assert "u2" in {r["uid"] for r in o.owner_references(filed)}
+
+
+def test_a_shared_guards_lease_and_twin_both_owned_by_pools_gone_are_let_go():
+    inventory = Inventory()
+    guard = _shared_guard(_pool("n1", "u1"))
+    twin = lockstore.moved_over(guard)
+    twin["metadata"]["annotations"] = {k: v for k, v in o.annotations(twin).items() if k != lockstore.STORED_IN}
+    twin["metadata"].update(uid="metal3-guard", resourceVersion="50")
+    server = Server({})
+    controller = Controller(inventory, Kicks(), writer=server)
+    inventory.upsert(guard)
+    controller.on_event("ADDED", copy.deepcopy(twin))
+    upkeep = LockUpkeep(controller, server, "ipam-system", may_act=lambda: True)
+    asyncio.run(upkeep.collect_guards())
+    assert inventory.get(kinds.IPADDRESS, NS, SUB) is None  # the twin is the garbage collector's

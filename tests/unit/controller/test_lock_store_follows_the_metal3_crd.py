@@ -12,18 +12,13 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import Refusal
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create
+from metal3_ipam.core.actions import Create, Delete
 
 from two_lock_stores import METAL3, NAME, NS, Server, lock_body as _lock, make_writer as _writer
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the resources are discovered once at start: a replica started before the Metal3 CRD was installed writes each "
-    "lock as its Lease alone and never reads a Metal3 IPAddress, so an earlier version running once the CRD is there "
-    "(its lock p.10-0-0-5.ip for claim d) and this replica (a Lease of that name for claim a) both take 10.0.0.5 "
-    "(invariant 1)"))
 def test_a_lock_made_after_the_metal3_crd_came_is_refused_by_an_earlier_versions_ipaddress_of_its_name():
     server = Server()
     writer = _writer(server, metal3_served=False)  # discovered before the Metal3 CRD was installed
@@ -47,3 +42,83 @@ def test_a_lock_is_taken_as_its_lease_once_the_metal3_crd_is_removed():
     writer = _writer(server)  # discovered while the Metal3 CRD was installed
     view = asyncio.run(writer._create(Create(_lock("a"))))
     assert server.lease() is not None and o.name(view) == NAME
+
+
+def test_a_lock_made_after_the_metal3_crd_came_is_written_with_its_twin_and_the_controller_told():
+    server = Server()  # the Metal3 CRD installed since start-up
+    writer = _writer(server, metal3_served=False)
+    told = []
+    writer.on_metal3_came = lambda: told.append(True)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert server.metal3() is not None and server.lease() is not None
+    assert told == [True] and writer.twins()
+    writer.inventory.upsert(lockstore.from_lease(server.lease()))
+    server.lease()["metadata"].pop("finalizers")
+    asyncio.run(writer._delete(Delete(o.ref(writer.inventory.get(kinds.IPADDRESS, NS, NAME)))))
+    assert server.lease() is None and server.metal3() is None  # its twin let go after it
+
+
+def test_a_lock_where_the_metal3_crd_has_not_come_is_its_lease_alone_and_nothing_is_told():
+    server = Server(metal3_served=False)
+    writer = _writer(server, metal3_served=False)
+    told = []
+    writer.on_metal3_came = lambda: told.append(True)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert server.lease() is not None and told == [] and not writer.twins()
+
+
+def test_the_metal3_ipaddress_kind_that_came_is_served_as_a_kind_granted_since_start_up():
+    """Listed and watched without a restart (``Runtime._serve_granted``), as a kind this controller may list since
+    start-up is: its locks are read, and the Leases made without a twin given one."""
+    from metal3_ipam.controller import runtime as rt
+
+    runtime = rt.Runtime(rt.Options(lock_namespace="ipam-system", namespaces=[]))
+    runtime.metal3_may_come = True
+    served = []
+
+    async def serve_granted():
+        served.append(dict(runtime.refused))
+
+    runtime._serve_granted = serve_granted
+
+    async def came():
+        runtime._metal3_came()
+        await runtime.grant_task
+
+    asyncio.run(came())
+    assert served == [{kinds.IPADDRESS: METAL3}] and not runtime.metal3_may_come
+
+
+class Metal3Forbidden(Server):
+    """The Metal3 CRDs installed since start-up, and a role that grants nothing on ipam.metal3.io (the Go in-cluster
+    provider's): its resources answer 403; its discovery answers, as it does every client."""
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if path.startswith(f"/apis/{kinds.METAL3_GROUP}/") and path != f"/apis/{METAL3.group}/{METAL3.version}":
+            self.calls.append((method, path))
+            raise ApiException(status=403)
+        return await super()._call(method, path, body, content_type)
+
+
+def test_a_controller_refused_the_metal3_kind_tries_no_twin_again():
+    server = Metal3Forbidden()
+    writer = _writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    other = _lock("b")
+    other["metadata"]["name"] = "p.10-0-0-6.ip"
+    other["spec"]["address"] = "10.0.0.6"
+    asyncio.run(writer._create(Create(other)))
+    assert [c for c in server.calls if c[0] != "GET" and c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
+        ("POST", METAL3.path(NS))]
+    assert not writer.twins() and len([c for c in server.calls if c[0] == "POST"]) == 3
+
+
+def test_a_controller_where_the_metal3_kind_is_not_served_only_reads_its_discovery():
+    """Where the Metal3 CRDs are not installed (the Go in-cluster provider's manifests), nothing is written there, and
+    so nothing is refused (that role grants nothing on ipam.metal3.io)."""
+    server = Server(metal3_served=False)
+    writer = _writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(_lock("a"))))
+    assert [c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
+        ("GET", f"/apis/{METAL3.group}/{METAL3.version}")]
+    assert server.lease() is not None

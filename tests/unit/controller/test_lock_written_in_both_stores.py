@@ -87,8 +87,17 @@ def test_a_lock_deleted_keeps_an_ipaddress_of_its_name_that_is_anotherlock_body(
 
 
 def test_where_metal3_ipaddresses_are_not_served_a_lock_is_its_lease_alone():
+    server = Server(metal3_served=False)
+    writer = make_writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(lock_body())))
+    assert server.metal3() is None and server.lease() is not None
+    assert not writer.twins()
+
+
+def test_where_metal3_ipaddresses_are_served_but_not_listable_a_lock_is_its_lease_alone():
     server = Server()
     writer = make_writer(server, metal3_served=False)
+    writer.metal3_may_come = False  # served, but this controller may not list them
     asyncio.run(writer._create(Create(lock_body())))
     assert [c for c in server.calls if c[0] == "POST"] == [("POST", LEASES.path(HOME))]
     assert server.metal3() is None and server.lease() is not None

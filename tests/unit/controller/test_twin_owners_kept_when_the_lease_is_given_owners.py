@@ -11,12 +11,13 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller.api import Refusal
-from metal3_ipam.core import kinds
+from metal3_ipam.controller.operator import LEASES
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, SetMetadata
 from metal3_ipam.testing import go_incluster as gi
 
-from two_lock_stores import METAL3, NS, Server, make_writer as _writer
+from two_lock_stores import HOME, METAL3, NS, Server, make_writer as _writer
 
 SUB = "fd00-0-0-0-0-0-0-4.126.nsip"
 
@@ -81,3 +82,30 @@ def test_owners_refused_to_a_lease_changed_since_read_take_no_owner_from_its_twi
         asyncio.run(writer._patch(SetMetadata(o.ref(view), owner_references=(_owner("n1", "u1"), _owner("n3", "u3")),
                                               resource_version=read)))
     assert {"u1", "u2"} <= {r["uid"] for r in o.owner_references(server.objects[twin_path])}
+
+
+class TwinBusy(VersionChecked):
+    """An earlier version writes the twin (its labels) before each of this version's writes to it reaches the
+    server: each is refused as changed since read."""
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if method == "PATCH" and path == METAL3.path(NS, SUB):
+            twin = self.objects[path]
+            self.put(path, {**twin, "metadata": {**twin["metadata"], "labels": {**o.labels(twin), "x": path[-1]}}})
+        return await super()._call(method, path, body, content_type)
+
+
+def test_a_lease_is_given_no_owner_its_twin_could_not_be_given():
+    """Else the twin, owned by fewer, is taken by the garbage collector while an owner the Lease names lives, and
+    an earlier version, which reads the twin alone, sees no guard."""
+    server = TwinBusy()
+    writer = _writer(server)
+    view = asyncio.run(writer._create(Create(_shared_guard())))
+    try:
+        asyncio.run(writer._patch(SetMetadata(o.ref(view), owner_references=(_owner("n1", "u1"), _owner("n2", "u2")),
+                                              resource_version=o.meta(view).get("resourceVersion"))))
+    except Refusal:
+        pass
+    lease = writer._as_view(server.objects[LEASES.path(HOME, lockstore.lease_name(NS, SUB))])
+    assert {r["uid"] for r in o.owner_references(lease)} <= \
+        {r["uid"] for r in o.owner_references(server.objects[METAL3.path(NS, SUB)])}

@@ -125,10 +125,11 @@ def test_two_claims_whose_statuses_name_one_ip_never_both_get_it():
     statuses_name_distinct_ips(api)
 
 
-def test_of_two_statuses_naming_one_ip_the_claim_created_first_gets_it_even_while_paused():
-    """The order the model found: a Go-served claim's address deleted, and a paused claim created before it
-    given (by hand) a status naming that address. The statuses cannot be told apart, so the earlier claim
-    gets the IP (kept for it while paused), and the Go-served one a new IP with an Event saying why."""
+def test_of_two_statuses_naming_one_ip_the_claim_an_ipam_served_gets_it_before_one_never_served():
+    """The order the model found: a Go-served claim's address deleted, and a paused claim created before it,
+    never served (it carries no claim finalizer), given by hand a status naming that address. Nothing runs on that
+    IP for the claim never served: the Go-served one gets its IP back, and the other, once unpaused, a new IP
+    with an Event saying why."""
     gopool = go_pool("pool1", NS, {"namePrefix": "pool1", "pools": [{"start": "10.7.0.1", "end": "10.7.0.3"}]})
     api = loaded(gopool, *go_served_ipclaim("go", gopool, "10.7.0.2"))  # created 2026-11-21T23:48:33Z
     api.load(ipclaim("early", annotations={kinds.PAUSED_ANNOTATION: ""}))  # created 2024-01-01T00:00:00Z
@@ -136,6 +137,36 @@ def test_of_two_statuses_naming_one_ip_the_claim_created_first_gets_it_even_whil
     assert ip_of(api, "go") == "10.7.0.2" and address_of(api, "IPClaim", "early") == []
     strip_and_delete(api, ADDRESS, "pool1-10-7-0-2")
     early = get(api, IPCLAIM, "early")
+    assert not o.finalizers(early)
+    api.inventory.upsert({**early, "status": o.status(get(api, IPCLAIM, "go")),
+                          "metadata": {**early["metadata"], "resourceVersion": api._next_version()}})
+    api.load(ipclaim("new"))
+    converge(api, random.Random(0))
+    assert ip_of(api, "go") == "10.7.0.2" and ip_of(api, "new") == "10.7.0.1"
+    assert not [e for e in api.events if e.reason == "AddressChanged"]
+    set_meta(api, IPCLAIM, "early", annotations={})
+    converge(api, random.Random(0))
+    assert ip_of(api, "early") == "10.7.0.3" and ip_of(api, "go") == "10.7.0.2"
+    (event,) = [e for e in api.events if e.reason == "AddressChanged"]
+    assert event.target.name == "early" and "10.7.0.2" in event.message and "10.7.0.3" in event.message
+    statuses_name_distinct_ips(api)
+
+
+def test_of_two_statuses_naming_one_ip_of_claims_both_served_the_claim_created_first_gets_it_even_while_paused():
+    """Both claims served (a Go-served one, and one this controller bound, created before it), both address
+    objects deleted, and the earlier one's status rewritten by hand with the other's: the statuses cannot be told
+    apart, so the earlier claim gets the IP (kept for it while paused), and the Go-served one a new IP with an
+    Event saying why."""
+    gopool = go_pool("pool1", NS, {"namePrefix": "pool1", "pools": [{"start": "10.7.0.1", "end": "10.7.0.4"}]})
+    api = loaded(gopool, *go_served_ipclaim("go", gopool, "10.7.0.2"))  # created 2026-11-21T23:48:33Z
+    api.load(ipclaim("early"))  # created 2024-01-01T00:00:00Z
+    converge(api, random.Random(0))
+    assert ip_of(api, "go") == "10.7.0.2" and ip_of(api, "early") == "10.7.0.1"
+    set_meta(api, IPCLAIM, "early", annotations={kinds.PAUSED_ANNOTATION: ""})
+    for name in ("pool1-10-7-0-2", "pool1-10-7-0-1"):
+        strip_and_delete(api, ADDRESS, name)
+    early = get(api, IPCLAIM, "early")
+    assert o.finalizers(early)
     api.inventory.upsert({**early, "status": o.status(get(api, IPCLAIM, "go")),
                           "metadata": {**early["metadata"], "resourceVersion": api._next_version()}})
     api.load(ipclaim("new"))
@@ -147,6 +178,7 @@ def test_of_two_statuses_naming_one_ip_the_claim_created_first_gets_it_even_whil
     converge(api, random.Random(0))
     assert ip_of(api, "early") == "10.7.0.2"
     statuses_name_distinct_ips(api)
+
 
 def test_a_claim_waits_while_its_own_deleted_address_is_still_held_by_another_finalizer():
     """Deleted, our finalizer stripped, another one left: the name is still taken, by the claim's own old address."""

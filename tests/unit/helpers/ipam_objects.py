@@ -253,14 +253,24 @@ def admission_request(operation: str, obj: dict | None, old: dict | None = None,
 
 def held_spans(api, lengths: dict[str, int] | None = None) -> dict[tuple[str, str], set[str]]:
     """(namespace, IP) -> the live claims whose Cluster API IPAddress holds it; an address of a pool kind named in
-    ``lengths`` holds the sub-prefix of that length (each of its IPs), any other its address as written."""
+    ``lengths`` holds the sub-prefix of that length (each of its IPs), any other its address as written. An address
+    holds for its claim once the claim has it (its status names it, or it is owned by that incarnation of the claim,
+    as an allocation on its way or an address taken up is): one a user wrote that the claim never took up (refused,
+    left as written) holds nothing."""
     held: dict = {}
     for a in api.inventory.of_kind(kinds.CAPI_ADDRESS):
         claim = get(api, kinds.CAPI_CLAIM, o.spec(a)["claimRef"]["name"], o.namespace(a))
-        if o.is_deleting(a) or claim is None or o.is_deleting(claim):
+        if o.is_deleting(a) or claim is None or o.is_deleting(claim) or not _has(claim, a):
             continue
         length = (lengths or {}).get(o.spec(a)["poolRef"]["kind"])
         ips = [o.spec(a)["address"]] if length is None else netaddr.IPNetwork(f"{o.spec(a)['address']}/{length}")
         for ip in ips:
             held.setdefault((o.namespace(a), str(ip)), set()).add(o.name(claim))
     return held
+
+
+def _has(claim: dict, address: dict) -> bool:
+    """Whether a claim has a Cluster API IPAddress: its status names it, or the address is owned by the claim."""
+    uid = o.meta(claim).get("uid")
+    owned = uid is not None and any(r.get("uid") == uid for r in o.owner_references(address))
+    return owned or (o.status(claim).get("addressRef") or {}).get("name") == o.name(address)

@@ -33,7 +33,8 @@ class Server:
     """Both stores as the API server keeps them: a name taken once, a uid precondition checked, an object with
     finalizers only marked for deletion."""
 
-    def __init__(self) -> None:
+    def __init__(self, metal3_served: bool = True) -> None:
+        self.metal3_served = metal3_served  # False: the Metal3 CRD is not installed, its paths answer 404
         self.objects: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
         self._version = 10
@@ -48,6 +49,11 @@ class Server:
 
     async def _call(self, method: str, path: str, body=None, content_type=None):
         self.calls.append((method, path))
+        if not self.metal3_served and path.startswith(f"/apis/{kinds.METAL3_GROUP}/"):
+            raise ApiException(status=404)
+        if method == "GET" and path == f"/apis/{METAL3.group}/{METAL3.version}":  # discovery
+            return {"kind": "APIResourceList", "groupVersion": f"{METAL3.group}/{METAL3.version}",
+                    "resources": [{"name": METAL3.plural, "namespaced": True, "kind": "IPAddress"}]}
         if method == "POST":
             at = f"{path}/{body['metadata']['name']}"
             if at in self.objects:

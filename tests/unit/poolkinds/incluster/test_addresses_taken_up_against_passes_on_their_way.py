@@ -35,12 +35,7 @@ def _pass(api, key):
     return reconcile(api.inventory.snapshot(key, api.now))
 
 
-@pytest.mark.parametrize("order", [pytest.param("global pass lands first", marks=pytest.mark.xfail(
-    strict=True, reason="d's pass lands whole (nothing in it is named after a's address) and binds 10.9.0.2; taking "
-    "a's address up is then refused at 10-9-0-2.nsip and a is refused (AddressConflict, nothing held, its address "
-    "left as written, as for any address written at another claim's IP): no IP is bound twice (live_bindings), but "
-    "a's IPAddress left as written still names 10.9.0.2, which this test counts as held by a and d")),
-    "taking up lands first"])
+@pytest.mark.parametrize("order", ["global pass lands first", "taking up lands first"])
 def test_a_restored_address_taken_up_by_a_namespaced_pools_claim_meets_a_global_pools_pass_on_its_way(order):
     """A global pool's pass for claim d of the namespace is made (10.9.0.2); then the namespace is restored: an
     InClusterIPPool over that IP, claim a's IPAddress at 10.9.0.2 written before it, and claim a. The namespaced
@@ -55,8 +50,19 @@ def test_a_restored_address_taken_up_by_a_namespaced_pools_claim_meets_a_global_
     for plan in ([global_plan, local_plan] if order.startswith("global") else [local_plan, global_plan]):
         api.apply(plan)
     converge(api, random.Random(0))
+    _each_bound_or_told(api, "a", "d")
+
+
+def _each_bound_or_told(api, *names):
+    """No IP held by two live claims (an address the claim never took up holds nothing: ``held_spans``), and each
+    claim bound, or told why not (its address conflicts with the other's, left as written; its pool is exhausted)."""
+    assert_no_ip_twice(api)
     held = held_spans(api)
     assert all(len(claims) == 1 for claims in held.values()), held
+    for name in names:
+        condition = ready(api, kinds.CAPI_CLAIM, name)
+        assert condition.get("status") == "True" or condition.get("reason") in ("AddressConflict", "PoolExhausted"), \
+            (name, condition)
 
 
 def _view_without(api, name):
@@ -68,12 +74,7 @@ def _view_without(api, name):
     return view
 
 
-@pytest.mark.parametrize("order", ["taking up lands first", pytest.param("namespaced pass lands first", marks=(
-    pytest.mark.xfail(strict=True, reason="a's allocation lands whole (nothing in it is named after d's address) and "
-                      "binds 10.9.0.2; taking d's address up is then refused at 10-9-0-2.nsip and d is refused "
-                      "(AddressConflict, nothing held, its address left as written, as for any address written at "
-                      "another claim's IP): no IP is bound twice (live_bindings), but d's IPAddress left as written "
-                      "still names 10.9.0.2, which this test counts as held by a and d")))])
+@pytest.mark.parametrize("order", ["taking up lands first", "namespaced pass lands first"])
 def test_a_restored_address_taken_up_by_a_global_pools_claim_meets_a_namespaced_pools_pass_on_its_way(order):
     """Claim d of a global pool and its IPAddress at 10.9.0.2, written before it, restored in the namespace; the
     global pool takes the address up. An InClusterIPPool of the namespace holding 10.9.0.2 is created and claimed
@@ -88,8 +89,7 @@ def test_a_restored_address_taken_up_by_a_global_pools_claim_meets_a_namespaced_
     for plan in ([global_plan, local_plan] if order.startswith("taking") else [local_plan, global_plan]):
         api.apply(plan)
     converge(api, random.Random(0))
-    held = held_spans(api)
-    assert all(len(claims) == 1 for claims in held.values()), held
+    _each_bound_or_told(api, "a", "d")
 
 
 def test_an_address_is_taken_up_once_another_claims_guard_of_its_ip_is_left_over_never_over_it():

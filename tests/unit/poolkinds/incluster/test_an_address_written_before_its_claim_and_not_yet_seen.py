@@ -81,6 +81,11 @@ def _stored(world: MemoryApi, written: dict) -> dict:
     return found
 
 
+def _stored_claim(world: MemoryApi) -> dict:
+    """The claim as the API server holds it (its uid and resourceVersion): what a replica's view of it shows."""
+    return copy.deepcopy(get(world, kinds.CAPI_CLAIM, "test"))
+
+
 def _until_first_lock(step):
     """The step as far as its first create of a lock (after the guards it writes first), included."""
     cut = copy.copy(step)
@@ -193,7 +198,7 @@ def test_an_address_the_claim_may_not_take_up_is_refused_when_seen_late_as_when_
     world = loaded(*others, written)
     world.load(claim)
     left = copy.deepcopy(_stored(world, written))
-    _pass(loaded(*others, claim), world)
+    _pass(loaded(*others, _stored_claim(world)), world)
     assert _locks_of(world, "test") == ["10.0.0.6"]
     converge(world)
     assert ready(world, kinds.CAPI_CLAIM, "test")["reason"] == CONFLICT
@@ -251,7 +256,7 @@ def test_an_address_written_before_its_claim_is_taken_up_whenever_it_is_seen(ip,
     late = _with_written(loaded(*others), written, owner)
     left = copy.deepcopy(_stored(late, written))
     uid = o.meta(left)["uid"]
-    views = [loaded(*others, _claim()) for _ in range(replicas)]
+    views = [loaded(*others, _stored_claim(late)) for _ in range(replicas)]
     for _ in range(late_passes):
         for view in views:
             _pass(view, late)

@@ -714,11 +714,6 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_an_
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
-@pytest.mark.xfail(strict=True, reason="an IPPool's pass made while no global IP pool existed writes no guard (an "
-                   "IPPool writes the objects the Go Metal3 IPAM writes, and a guard only while a global IP pool "
-                   "exists), and a global pool withholds only what the namespaced pools' current specs hold (a pool "
-                   "being deleted owns nothing): landing after the IPPool's deletion or edit and the new global "
-                   "pool's allocation of the same IP, it binds 10.9.0.2 to claims a and d")
 @pytest.mark.parametrize("how", ["deleted", "edited"])
 def test_an_ippools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(how):
     api = _converged(_ippool("10.9.0.1-10.9.0.3", "2024-01-01T00:00:00Z"), _ippool_claim("b"))
@@ -797,10 +792,6 @@ def test_a_prefix_pools_allocation_writes_no_paused_claim_of_a_global_pool():
     assert not [a for a in local_plan.writes if getattr(a, "target", None) and a.target.name == "d"]
 
 
-@pytest.mark.xfail(strict=True, reason="a claim whose Cluster is paused is not written (it may be on its way "
-                   "elsewhere), so a global pool's pass made for it before the pause, before its pool was edited off "
-                   "the IP and before a prefix pool existed there, is not refused: landing after that pool handed out "
-                   "the sub-prefix holding the IP, it binds fd00::2 to claims a and d")
 def test_a_global_pools_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_prefix_pool_handed_out():
     claim = _claim("d", "g")
     claim["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "cl"}

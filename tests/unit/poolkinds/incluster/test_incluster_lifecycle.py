@@ -132,8 +132,9 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     (claim_step,) = [s for s in plan.steps if s.about is not None and s.about.kind == "IPAddressClaim"]
     kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion"), o.is_guard(getattr(a, "obj", {})))
                      for a in claim_step.actions]
-    # Its IP's guard first, which a global pool's allocation of that IP in the namespace would write too.
-    assert kinds_written[:4] == [("Create", kinds.METAL3_API_VERSION, True),
+    # The claim named the IP first (a global pool's pass made before fences it), then the IP's guard, which a
+    # global pool's allocation of that IP in the namespace would write too.
+    assert kinds_written[:5] == [("SetMetadata", None, False), ("Create", kinds.METAL3_API_VERSION, True),
                                  ("Create", kinds.METAL3_API_VERSION, False),
                                  ("Create", gi.CAPI_API_VERSION, False), ("SetStatus", None, False)]
     converge(api, random.Random(0))

@@ -1,0 +1,69 @@
+"""A lock made as its Lease alone (where, or while, the Metal3 IPAddress kind was not served) is given its twin once
+locks have twins (``locks.LockUpkeep.give_twins``): an earlier version, which reads Metal3 IPAddresses alone, is then
+refused the name as it is for a lock made with its twin."""
+
+from __future__ import annotations
+
+import asyncio
+
+from metal3_ipam.controller.locks import LockUpkeep
+from metal3_ipam.controller.operator import LEASES, Controller
+from metal3_ipam.core import lockstore
+from metal3_ipam.core import objects as o
+
+from resuming import Kicks
+from two_lock_stores import HOME, METAL3, NAME, NS, Server, lock_body, make_writer
+
+
+def _leased(server: Server, writer) -> Controller:
+    stored = server.put(LEASES.path(HOME, lockstore.lease_name(NS, NAME)), lockstore.to_lease(lock_body("a"), HOME))
+    controller = Controller(writer.inventory, Kicks(), writer=writer)
+    controller.on_lease_event("ADDED", stored)
+    return controller
+
+
+def test_a_lease_without_a_twin_is_given_one_where_locks_have_twins():
+    server = Server()
+    writer = make_writer(server)
+    upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    twin = server.metal3()
+    assert twin is not None and lockstore.same_lock(twin, lock_body("a"))
+    assert lockstore.STORED_IN not in o.annotations(twin)
+    assert [c for c in server.calls if c[0] == "POST"] == [("POST", METAL3.path(NS))]
+
+
+class LeaseReleasedMeanwhile(Server):
+    """The lock's claim released while its twin is being written: its Lease deleted."""
+
+    async def _call(self, method, path, body=None, content_type=None):
+        answer = await super()._call(method, path, body, content_type)
+        if method == "POST" and path == METAL3.path(NS):
+            del self.objects[[p for p in self.objects if "/leases/" in p][0]]
+        return answer
+
+
+def test_a_twin_given_to_a_lease_released_meanwhile_is_let_go():
+    server = LeaseReleasedMeanwhile()
+    writer = make_writer(server)
+    upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    assert server.lease() is None and server.metal3() is None
+
+
+def test_a_lease_is_given_no_twin_where_locks_have_none():
+    server = Server(metal3_served=False)
+    writer = make_writer(server, metal3_served=False)
+    upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    assert [c for c in server.calls if c[0] == "POST"] == []
+
+
+def test_no_twin_is_given_and_nothing_fails_once_the_metal3_crd_is_removed():
+    """Giving twins ends quietly where none can be written (the kind no longer served): the guards are collected
+    after it, in the same wake."""
+    server = Server(metal3_served=False)  # removed since start-up
+    writer = make_writer(server)
+    upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    assert server.lease() is not None and server.metal3() is None
