@@ -52,7 +52,9 @@ the source's Cluster is paused too during a move, and the two would write it
 back and forth. Its sweep marks the address held by that paused home, a second
 token after the home: ``metal3-ipam home=Cluster:<uid> held=Cluster:<uid>
 claim ns/name`` (the home first and whole; what is cut to NetBox's 200
-characters is the claim's name). No sweep releases an address that names a
+characters is the claim's name); an address an earlier version wrote (no home,
+no ``moved-from=``) a paused claim here holds the same way, ``metal3-ipam
+held=Cluster:<uid> claim ns/name``. No sweep releases an address that names a
 hold, whoever's: another cluster's object may be gone or not, nothing here can
 tell, and leaving an address behind is the safe side. A hold is written only
 where none is (any hold is enough), and changed only by the controller that
@@ -70,7 +72,9 @@ Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
 before; a take writes ``from=`` the home it was taken from, which that cluster
-never takes back. So two clusters whose live claims carry one key (a move
+never takes back. An address an earlier version wrote (no home) is homed first
+come the same way: ``from=`` the home that took it, so no other cluster takes
+it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
 Such a claim, live and bound to the address all the same, holds it
@@ -115,6 +119,8 @@ _HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+#: Where a hold goes in a description an earlier version wrote (no home).
+_HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
 _AFTER_HOME = (_HELD, _FROM, _SWEPT)
@@ -186,7 +192,7 @@ def _with(text: str, pattern: re.Pattern, token: str | None) -> str:
     and the tokens that come before it (:data:`_AFTER_HOME`), so that a description cut at
     :data:`MAX_DESCRIPTION` loses the claim's name, never a token. Nothing is written where no home is."""
     text = pattern.sub("", text, count=1)
-    home = _HOME.search(text)
+    home = _HOME.search(text) or (_HOMELESS.match(text) if pattern is _HELD else None)
     if token is not None and home is not None:
         ends = [home.end()] + [m.end() for p in _AFTER_HOME[:_AFTER_HOME.index(pattern)] if (m := p.search(text))]
         at = max(ends)
@@ -291,7 +297,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     address says its home let it go (homed nowhere: ``moved-from=``, its claim seen leave for a move; or
     marked released by a sweep there, ``swept=``), or when a paused claim here held it (the target of a move,
     whose source was down when the claims left), or when nobody took it over before (no ``from=``: the
-    first claim here to find it homed at a Cluster gone with the source of a finished move). Each such take
+    first claim here to find it homed at a Cluster gone with the source of a finished move; an address an
+    earlier version wrote, with no home, is homed here ``from=`` this very home: first come). Each such take
     writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
     third one over) until the new home lets it go: two clusters whose live claims carry one key write it
     once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one marked
@@ -309,6 +316,10 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         return None  # taken over from this very home: a claim of another cluster carries the key
     elif there is None:
         given = moved_from(current)
+        if given is None:  # an earlier version's: homed first come, as if taken over (from= its own home)
+            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
+        if hold_in(current) == Hold(at, live=True):
+            return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
     elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
         given = there
     else:
@@ -380,13 +391,16 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
     the claim lives in the target, which homes the address there; until then no sweep releases it, here
     (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there.
-    Nor a hold: an address homed nowhere needs none, and the target would take a hold of its own off again."""
+    Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
+    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`)."""
     out = []
     for item in found:
         at = home_in(item.description)
         if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
             continue
-        text = with_swept(_FROM.sub("", with_held(item.description, None), count=1), None)
+        held = hold_in(item.description)
+        kept = held if held is not None and held.live and home(held.home) == ABSENT else None
+        text = with_swept(_FROM.sub("", with_held(item.description, kept), count=1), None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -398,12 +412,14 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
     address is held by the paused home of the claim here that carries its key, when it is homed at an
     object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way: ``held=``); or by the live home of the claim here that carries its key, when another cluster
-    took the address over and :func:`taken_over` does not give it to this claim, bound to it all the same
-    (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
-    release its claim is not the only one. A live hold stays live while its home is paused (pausing it
-    moves nothing: unpaused, a paused hold would take the address from the live claim there, a second
-    write). Nothing holds it when no such claim here carries its key any longer (a hold of this
+    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``; one a
+    source took the home off needs no paused hold, which that source's sweep would take off again, and
+    keeps a live one of the claim here, :func:`disown`); or by the live home of the claim here that carries
+    its key, when another cluster took the address over and :func:`taken_over` does not give it to this
+    claim, bound to it all the same (taken over from this very home, or from a third one: ``live-held=``):
+    the hold tells that cluster's release its claim is not the only one. A live hold stays live while its
+    home is paused (pausing it moves nothing: unpaused, a paused hold would take the address from the live
+    claim there, a second write). Nothing holds it when no such claim here carries its key any longer (a hold of this
     controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
     contested key deleted)."""
     held = hold_in(item.description)
@@ -411,6 +427,10 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
         return held
     text = wanted(item.key)
     at, there = home_in(text), home_in(item.description)
+    if at is not None and there is None and moved_from(item.description) is None:
+        return Hold(at) if home(at) == PAUSED else None  # an earlier version's: a live claim here homes it (rehome)
+    if at is not None and there is None:  # its source let it go: a live claim here holding it keeps it so
+        return held if held == Hold(at, live=True) else None
     if at is None or there is None or home(there) != ABSENT:
         return None
     if home(at) == PAUSED:

@@ -37,15 +37,18 @@ does: a paused claim is a live claim, so a floating IP homed at a paused
 Cluster is neither taken over nor released by the other cluster. Where two
 clusters took it over at once, the lowest home stays and the other yields to
 a hold. A claim left holding a floating IP
-homed at another cluster is told (:attr:`Change.elsewhere`). Known limit: a
-home whose controller misses the taker's waiting sweep (down, or sweeping at a
-longer interval) looks like a finished move's source, and loses the floating IP
-if the taker's claim is deleted before it sweeps again.
+homed at another cluster is told (:attr:`Change.elsewhere`). A home whose
+controller misses the taker's waiting sweep (down, or sweeping at a longer
+interval) looks like a finished move's source, and is taken over from; so the
+taker's release of a floating IP it took over (``from``) leaves it as one homed
+at the other cluster (below). Known limit: that other cluster's controller must
+sweep within the two sweeps here that follow.
 
 The release of a key here (:func:`on_release`) keeps a floating IP that names
-a home or hold of another cluster: a claim there is bound to it; only this
-cluster's marks come off, and that cluster's next sweep homes it there. Where
-it is homed at another cluster that answered no hold (a finished move's source,
+a home or hold of another cluster, or was taken over from one (``from``): a
+claim there may be bound to it; only this cluster's marks come off, and that
+cluster's next sweep homes it there (answering a hold it finds). Where it is
+homed at another cluster (or taken from one) that answered no hold (a finished move's source,
 gone), this cluster keeps its hold and marks it ``<owner>-left:`` instead: the
 home answers if its claim lives, else the sweep here releases it a sweep later
 (:func:`left_here`); a hold marked left keeps nothing. The sweep releases only
@@ -163,7 +166,10 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
     elif not theirs:
         ensure(HOME, mine)
         drop(HOME, ours)
-        drop(HELD, [mine] if mine in marks.holds else [])
+        if any(home(h) == ABSENT for h in marks.holds):  # held by a claim of another cluster that left it, say
+            ensure(HELD, mine)  # the home answers: its claim here lives
+        else:
+            drop(HELD, [mine] if mine in marks.holds else [])
         if not ours:
             drop(FROM, marks.froms)  # homed nowhere: whoever it was taken from let it go
     elif (blocked := mine in marks.froms or answered(owner, tags, home)) or not take:
@@ -183,19 +189,21 @@ def mend(owner: str, tags: Iterable[str], mine: Home, home: Callable[[Home], str
 def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str], released: Home | None = None
                ) -> tuple[bool, Change]:
     """The release of a floating IP's key here by a claim at home ``released`` (None: not known here): whether it
-    is kept, and the marks written on it. Not kept: no home or hold names an object absent here; this cluster's
-    marks come off. Kept: a claim of another cluster is bound to it. Where that cluster answered a hold (its
-    claim lives) or none was asked, this cluster's marks come off and it is that cluster's; where it is homed at
-    another cluster that answered no hold (the source of a finished move, gone with its Cluster; or a live claim
-    there whose controller did not sweep yet), this cluster holds it and says its claim left
-    (``<owner>-left:``): that cluster answers if its claim lives, else the sweep here releases it
+    is kept, and the marks written on it. Not kept: no home, hold or ``from`` names an object absent here (taken
+    over from another cluster, whose controller may have missed the sweep that would have answered: its claim
+    may live); this cluster's marks (its ``from`` too: taken from here, let go) come off. Kept: a claim of
+    another cluster may be bound to it. Where that cluster answered a hold (its claim lives) or none was asked,
+    this cluster's marks come off and it is that cluster's; where it is homed at (or taken from) another
+    cluster that answered no hold (the source of a finished move, gone with its Cluster; or a live claim there
+    whose controller did not sweep yet, or missed the sweep before the take), this cluster holds it and says
+    its claim left (``<owner>-left:``): that cluster answers if its claim lives, else the sweep here releases it
     (:func:`left_here`)."""
     tags = list(tags)
     marks = marks_in(owner, tags)
-    mine = tuple(sorted(tag(owner, mark, h) for mark, found in ((HOME, marks.homes), (HELD, marks.holds),
-                                                              (LEFT, marks.lefts))
+    mine = tuple(sorted(tag(owner, mark, h) for mark, found in ((HOME, marks.homes), (FROM, marks.froms),
+                                                              (HELD, marks.holds), (LEFT, marks.lefts))
                         for h in found if home(h) != ABSENT))
-    if not marks.live(home):
+    if not marks.live(home) and not any(home(h) == ABSENT for h in marks.froms):
         return False, Change(remove=mine)
     if answered(owner, tags, home) or released is None or home(released) == ABSENT:
         return True, Change(remove=mine)

@@ -9,7 +9,6 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
@@ -325,24 +324,12 @@ def _two_sides(monkeypatch, **example):
         **example)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an address of an earlier version (no home) whose key live, unpaused claims of two clusters carry is written "
-    "twice by the first to sweep: it homes it (taken_over: homed nowhere), the other's sweep takes it over at once "
-    "(no from= yet: the first take), and the first then writes its live-held=; homing is not first come for the "
-    "cluster that homed it first, and the property's one write per side between changes fails (found by the "
-    "property itself, run with more steps and examples than CI runs)"))
 def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_once_by_each(monkeypatch):
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": True},
                moved={"S": False, "T": False}, homed="nowhere",
                steps=[("sweep", "S", 0), ("sweep", "T", 0), ("sweep", "S", 0)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a claim that came back to the source of a move (its key seen leave, then carried again) takes over the "
-    "address homed at the target's live claim (first take), then leaves again for a move: the target writes its "
-    "live-held=, the source's sweep takes the home off (disown: moved-from=), and the target's sweep homes it "
-    "there again, the target writing it twice with no change of pause or carrying between (found by the "
-    "property itself, run with more steps and examples than CI runs)"))
 def test_a_claim_that_left_the_source_again_has_the_address_written_once_by_the_target(monkeypatch):
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": False},
                moved={"S": True, "T": False}, homed="T",
