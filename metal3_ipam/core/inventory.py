@@ -1100,13 +1100,16 @@ class Inventory:
         (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
         guards the IPs named so and writes each claim, so that a pass made before it is refused). What a claim
         holds is what its pass goes by (``holds_address``), not what its status says: one whose Ready condition
-        names an IP whose address objects were deleted is given an IP by its next pass."""
+        names an IP whose address objects were deleted is given an IP by its next pass. Those of a global pool gone
+        too: a pass of it made before may still land, of any family and length."""
         found = []
-        for key in sorted(self._pool_names.get("", ())):
-            pool = self.objects[(key.kind, key.namespace, key.name)]
-            if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
+        for key in sorted(k for k in self.pools_in("") if k.kind in poolkind.REGISTRY):
+            pool = self.objects.get((key.kind, key.namespace, key.name))
+            if not keeps_apart(key.kind) or (pool is not None and separate_network(pool)) \
+                    or not self.has_claims_in(key, namespace):
                 continue
-            units = self.unit_lengths(key, version) if poolkind.REGISTRY[key.kind].holds_prefixes else \
+            units = {FAMILY_BITS[version]} if pool is None else self.unit_lengths(key, version) \
+                if poolkind.REGISTRY[key.kind].holds_prefixes else \
                 {FAMILY_BITS[version]} if self._may_hand_out(key, pool, version) else set()
             if not any(unit > length for unit in units):
                 continue
