@@ -188,6 +188,9 @@ class Inventory:
         # The (version, sub-prefix length) each pool's valid specs had (an IP pool's: one IP's), by its uid: kept
         # through an edit (what a pass of it made before may still hand out; ``unit_lengths``, ``_may_hand_out``).
         self._lengths: dict[ObjKey, tuple[str | None, frozenset[tuple[int, int]]]] = {}
+        # Each pool's uid and the generation up to which every spec it had was read here (None: one was not, or
+        # its versions are not known): whether ``_lengths`` holds every family its specs ever had (``_may_hand_out``).
+        self._read_through: dict[ObjKey, tuple[str | None, int | None]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
         # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
         # meanwhile (only the claim's own pool's ledger keeps it).
@@ -687,6 +690,7 @@ class Inventory:
                     or o.meta(previous).get("creationTimestamp") != o.meta(obj).get("creationTimestamp") \
                     or separate_network(previous) != separate_network(obj):
                 touched |= self._pools_changed(ns)
+                self.pool_model(obj)  # each spec read as it comes: the families its passes may hand out
                 self._reindex_status_ips(pool_key)
             return touched
         if kind == kinds.CLUSTER:
@@ -745,6 +749,7 @@ class Inventory:
             if incoming is None:
                 self._models.pop(key, None)
                 self._lengths.pop(key, None)
+                self._read_through.pop(key, None)
                 names = self._pool_names.get(ns, set())
                 names.discard(pool)
                 if not names:
@@ -973,6 +978,11 @@ class Inventory:
         model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
+        uid, through = self._read_through.get(key, (None, 0))
+        through = 0 if uid != _uid(pool) else through
+        generation = o.meta(pool).get("generation")
+        self._read_through[key] = (_uid(pool), generation if through is not None and generation == through + 1
+                                   else through if generation == through else None)
         if model is not None:  # an IP pool's as the length of one IP
             uid, known = self._lengths.get(key, (None, frozenset()))
             fresh = known if uid == _uid(pool) else frozenset()
@@ -1066,12 +1076,14 @@ class Inventory:
         return [ip for lo, hi in spans for ip in range(lo, hi + 1)]
 
     def global_ip_pool_exists(self, version: int) -> bool:
-        """Whether a global IP pool of ``version`` keeping its IPs apart is stored (one being deleted too), whatever
-        its addresses: a namespaced pool's allocation of an IP guards it, for a pass of that pool made before an
-        edit took the IP away may still land (``reconcile``'s guards)."""
+        """Whether a global IP pool keeping its IPs apart that may hand out ``version`` is stored (one being deleted
+        too), whatever its addresses or family now (``_may_hand_out``): a namespaced pool's allocation of an IP
+        guards it, for a pass of that pool made before an edit took the IP away may still land (``reconcile``'s
+        guards)."""
         for key in self._pool_names.get("", ()):
-            facts = self._facts(key, deleting=True) if not poolkind.REGISTRY[key.kind].holds_prefixes else None
-            if facts is not None and not facts.apart and facts.pool.version == version:
+            pool = self.objects[(key.kind, key.namespace, key.name)]
+            if keeps_apart(key.kind) and not poolkind.REGISTRY[key.kind].holds_prefixes \
+                    and not separate_network(pool) and self._may_hand_out(key, pool, version):
                 return True
         return False
 
@@ -1111,13 +1123,16 @@ class Inventory:
         (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
         guards the IPs named so and writes each claim, so that a pass made before it is refused). What a claim
         holds is what its pass goes by (``holds_address``), not what its status says: one whose Ready condition
-        names an IP whose address objects were deleted is given an IP by its next pass."""
+        names an IP whose address objects were deleted is given an IP by its next pass. Those of a global pool gone
+        too: a pass of it made before may still land, of any family and length."""
         found = []
-        for key in sorted(self._pool_names.get("", ())):
-            pool = self.objects[(key.kind, key.namespace, key.name)]
-            if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
+        for key in sorted(k for k in self.pools_in("") if k.kind in poolkind.REGISTRY):
+            pool = self.objects.get((key.kind, key.namespace, key.name))
+            if not keeps_apart(key.kind) or (pool is not None and separate_network(pool)) \
+                    or not self.has_claims_in(key, namespace):
                 continue
-            if not any(unit > length for unit in self._global_units(key, version)):
+            units = {FAMILY_BITS[version]} if pool is None else self._global_units(key, version)
+            if not any(unit > length for unit in units):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
@@ -1173,12 +1188,13 @@ class Inventory:
 
     def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
         """Whether an IP pool's pass may hand out an address of ``version``: its spec's family, or one a valid spec
-        of it seen here had (a pass made before an edit may still land); while its spec is invalid and none was
-        seen, any."""
-        model, _ = self.pool_model(pool)
+        of it seen here had (a pass made before an edit may still land); any, unless every spec it had since it was
+        created was read here (a controller started after an edit of its family never saw the family before)."""
+        self.pool_model(pool)
         uid, known = self._lengths.get(self.key(pool), (None, frozenset()))
         seen = {v for v, _ in known} if uid == _uid(pool) else set()
-        return version in seen or (model is None and not seen)
+        read_uid, through = self._read_through.get(self.key(pool), (None, None))
+        return version in seen or read_uid != _uid(pool) or through is None
 
     def holds_address(self, pool_key: o.PoolKey, claim: dict) -> bool:
         """Whether a claim of ``pool_key`` holds an address of that pool, as its pass sees it (``reconcile``: a

@@ -11,11 +11,12 @@ import random
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.inventory import Inventory, served
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged, held_spans
-from ipam_objects import dated_ip_pool, get
+from ipam_objects import dated_ip_pool, get, inventory_of, loaded, user_delete
 
 NS = "default"
 GLOBAL = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -71,3 +72,46 @@ def test_a_prefix_pools_allocation_leaves_the_waiting_claims_of_a_global_pool_of
     converge(api, random.Random(0))
     assert kinds.FENCED_ANNOTATION not in o.annotations(get(api, kinds.CAPI_CLAIM, "waits"))
     assert all(get(api, kinds.CAPI_ADDRESS, f"p{n}") is not None for n in range(3))
+
+
+def _restarted(api) -> Inventory:
+    """What a controller started now files: every stored object, none of what came before."""
+    cache = inventory_of(*(copy.deepcopy(obj) for kind in served() for obj in api.inventory.of_kind(kind)))
+    cache.lock_namespace = api.inventory.lock_namespace
+    return cache
+
+
+def test_a_global_pools_pass_made_before_its_pool_changed_family_meets_a_prefix_pools_allocation():
+    """Claim d of a global IPv6 pool: the pool's pass for it is made (fd00::1), then the pool is edited to IPv4.
+    A controller started after the edit never saw the IPv6 spec; a prefix pool over fd00::/127 is created
+    in d's namespace and claimed from; its pass (by that controller) lands, then the global one."""
+    api = loaded(dated_ip_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), gi.claim("d", NS, GLOBAL[1], "g"))
+    api.inventory.lock_namespace = "ipam-system"
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    _edit_addresses(api, ["10.0.0.1"])
+    prefixes = gi.prefix_pool("n", prefixes=["fd00::/127"], namespace=NS, allocation_prefix_length=127)
+    prefixes["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+    api.load(prefixes)
+    api.load(gi.claim("a", NS, PREFIX[1], "n"))
+    api.apply(reconcile(_restarted(api).snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
+    api.apply(global_plan)
+    spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def test_a_global_pools_pass_landing_after_its_pool_was_deleted_meets_a_prefix_pools_allocation():
+    """Claim d of a global IPv6 pool: the pool's pass for it is made (fd00::1), then the pool is deleted (gone:
+    no address held it). A prefix pool over fd00::/127 is created in d's namespace and claimed from; its pass
+    lands, then the global one."""
+    api = loaded(dated_ip_pool("g", ["fd00::1-fd00::8"], "2024-01-01T00:00:00Z"), gi.claim("d", NS, GLOBAL[1], "g"))
+    api.inventory.lock_namespace = "ipam-system"
+    global_plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    user_delete(api, GLOBAL, "g", "")
+    prefixes = gi.prefix_pool("n", prefixes=["fd00::/127"], namespace=NS, allocation_prefix_length=127)
+    prefixes["metadata"]["creationTimestamp"] = "2024-01-01T00:01:00Z"
+    api.load(prefixes)
+    api.load(gi.claim("a", NS, PREFIX[1], "n"))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
+    api.apply(global_plan)
+    spans = held_spans(api, {GLOBAL[1]: 128, PREFIX[1]: 127})
+    assert all(len(claims) == 1 for claims in spans.values()), spans

@@ -714,6 +714,22 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_an_
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
+def test_a_global_pools_pass_landing_after_its_pool_changed_family_never_takes_what_an_ippool_handed_out():
+    """The global pool's pass for d (10.9.0.1) made, the pool edited to IPv6 (no address of it in use): no global
+    IPv4 pool is left, and the IPPool's allocation of 10.9.0.1 must still guard it, as the pass on its way does."""
+    api = _converged(_pool("g", ["10.9.0.1-10.9.0.8"], "2024-01-01T00:00:00Z"))
+    api.load(_claim("d", "g"))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
+    _change(GLOBAL, "g", "", "edited", {"addresses": ["fd00::1"]})(api)
+    api.load(_ippool("10.9.0.1-10.9.0.3"))
+    api.load(_ippool_claim("a"))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", IPPOOL), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    held = held_spans(api)
+    assert all(len(claims) == 1 for claims in held.values()), held
+
+
 @pytest.mark.parametrize("how", ["deleted", "edited"])
 def test_an_ippools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(how):
     api = _converged(_ippool("10.9.0.1-10.9.0.3", "2024-01-01T00:00:00Z"), _ippool_claim("b"))

@@ -335,3 +335,10 @@ def test_a_claim_that_left_the_source_again_has_the_address_written_once_by_the_
                moved={"S": True, "T": False}, homed="T",
                steps=[("carry", "T", True), ("sweep", "S", 0), ("carry", "S", False), ("sweep", "T", 0),
                       ("sweep", "S", 0), ("sweep", "T", 0)])
+
+
+def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_once_by_each_the_target_first(
+        monkeypatch):
+    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": True},
+               moved={"S": False, "T": False}, homed="nowhere",
+               steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
