@@ -10,6 +10,7 @@ from ..allocator import ALLOCATION_FAILED, POOL_NOT_READY, AllocationError
 from ..kept import precedence, served
 from ..ledger import METAL3, PLANNED
 from ..naming import ip_text
+from ..poolkind import kind_named
 from ..several import each
 from .guards import GUARDS_PER_ALLOCATION
 from .pieces import _bounded, _ip_of
@@ -53,6 +54,9 @@ class Allocation(PassState):
                                    "pools whose allocation may be on its way already)")
             return
         key = o.claim_key(claim)
+        paused = self.paused_unmet(claim)
+        if paused is not None:
+            return self.wait_for_paused(claim, step, paused)
         lock_namespace = self.lock_namespace(claim)
         held_elsewhere = lambda ip: self.held_elsewhere(lock_namespace, ip, o.namespace(claim), claim=claim)  # noqa: E731
         avoid = self.withheld_from(o.namespace(claim))
@@ -107,6 +111,24 @@ class Allocation(PassState):
                            _bounded(f"{lost}, so it is given {ip_text(grant.ip)} instead: whatever runs on "
                                     f"{ip_text(self.pool.address_of(own))} must move")))
         self.ensure_bound(claim, address, step)
+
+    def wait_for_paused(self, claim: dict, step: Step, paused: dict) -> None:
+        """The claim waits for a paused claim of its namespace's pools whose pass no allocation of this pool can
+        be kept apart from (``paused_unmet``); its status says so (one naming its IP is left as it is). Decided
+        again when that claim's Cluster is unpaused (which brings this pool a pass)."""
+        cluster = self.cluster_text((o.namespace(paused), o.cluster_name_of(paused) or ""))
+        if o.claim_key(claim) in self.ledger.kept:
+            self.plan.notes.append(f"{o.name(claim)}: waits for {self.claim_text(paused)} ({cluster} paused), "
+                                   "its IP kept for it")
+            return
+        pool = o.pool_of(paused)
+        kind = kind_named(pool.kind) if pool is not None else None
+        why = (f"{pool.kind[1]} {pool.name} is gone, and the length of its sub-prefixes with it"
+               if kind is not None and kind.holds_prefixes else
+               "its pool guards what it hands out by no name while no global IP pool exists")
+        self.set_pending(claim, step, f"waits for {self.claim_text(paused)} to be unpaused ({cluster} is paused): a "
+                                      f"pass of its pool made before the pause may still hand it an address this "
+                                      f"pool could hand out too ({why}), and could not be kept apart from it")
 
     def rival_for(self, claim: dict, ip: int) -> dict | None:
         """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding no

@@ -79,8 +79,11 @@ class Guards(PassState):
         its pool edited off the span meanwhile; a namespaced pool's pass made before a global pool existed, its
         pool edited or deleted meanwhile) meet on the claim of the pass made first (``order_actions``): a
         namespaced prefix pool's allocation guards what such claims of global pools name (``named_spans``), and a
-        global pool's keeps off what such claims of the namespace's pools name (``named_taken``). None: more
-        than ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
+        global pool's keeps off what such claims of the namespace's pools name (``named_taken``), paused ones too
+        (read, not written). A paused claim that names nothing yet is not written: its pass is met by the guards
+        of ``paused_spans``, or, where its pool's allocation guards by no name a global one's could meet, a global
+        pool's allocation in its namespace waits for it (``paused_unmet``). None: more than
+        ``GUARDS_PER_ALLOCATION`` guards, which the namespaced pool does not hand out."""
         kind, pool = self.kind, self.pool
         if pool is None or kind.outside is not None:
             return []
@@ -119,15 +122,22 @@ class Guards(PassState):
         return exclusive + shared
 
     def in_flight(self, namespace: str) -> list[dict]:
-        """The claims of the other side in ``namespace`` whose pass may be on its way, read once a pass: for a
-        namespaced prefix pool, of global pools, into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``);
-        for a global pool, of the namespace's pools (``Snapshot.namespaced_claims_in_flight``). Not those paused
+        """The claims of the other side in ``namespace`` whose pass may be on its way (``waiting``), but those paused
         (or left to another controller by the watch filter), which are not written."""
-        if self._in_flight is None:
-            found = self.snap.namespaced_claims_in_flight(namespace, self.pool.version) if self.kind.cluster_scoped \
+        if namespace not in self._in_flight:
+            self._in_flight[namespace] = [c for c in self.waiting(namespace) if not self.claim_paused(c)]
+        return self._in_flight[namespace]
+
+    def waiting(self, namespace: str) -> list[dict]:
+        """The claims of the other side in ``namespace`` whose pass may be on its way, read once a pass for each
+        namespace: for a namespaced prefix pool, of global pools, into a sub-prefix of this pool
+        (``Snapshot.global_claims_in_flight``); for a global pool, of the namespace's pools
+        (``Snapshot.namespaced_claims_in_flight``). Paused ones too: not written, but read."""
+        if namespace not in self._waiting:
+            self._waiting[namespace] = self.snap.namespaced_claims_in_flight(namespace, self.pool.version) \
+                if self.kind.cluster_scoped \
                 else self.snap.global_claims_in_flight(namespace, self.pool.version, self.pool.unit_length)
-            self._in_flight = [c for c in found if not self.claim_paused(c)]
-        return self._in_flight
+        return self._waiting[namespace]
 
     def fences(self) -> bool:
         """Whether an allocation of this pool writes the claims ``in_flight`` of the other side: a global pool's
@@ -147,23 +157,43 @@ class Guards(PassState):
 
     def named_taken(self, claim: dict, unit: int) -> bool:
         """For a global pool: whether the IP or sub-prefix ``unit`` meets a span a claim of the namespace's pools
-        ``in_flight`` names as being handed to it (its pass may land: ``order_actions``)."""
+        ``waiting`` names as being handed to it (its pass may land: ``order_actions``), one paused too (which is
+        read, not written: the allocation keeps off what it names)."""
         if not self.fences() or not self.kind.cluster_scoped:
             return False
         width = FAMILY_BITS[self.pool.version]
         first = int(self.pool.address_of(unit))
         last = first + (1 << self.pool.unit_bits) - 1
-        for other in self.in_flight(o.namespace(claim)):
+        for other in self.waiting(o.namespace(claim)):
             span = _allocating(other, self.pool.version)
             if span is not None and span.ip <= last and first <= span.ip + (1 << (width - (span.length or width))) - 1:
                 return True
         return False
 
+    def paused_unmet(self, claim: dict) -> dict | None:
+        """For a global pool (but a separate network's): a claim of the namespace's pools ``waiting`` whose own
+        Cluster is paused (the claim itself unchanged: a pass made before the claim was paused is refused), that
+        names nothing being handed to it and whose pool's allocation guards its span by no name this pool's could
+        meet (``namespaced_units`` None: an IPPool's made while no global IP pool existed, or a prefix pool's
+        gone, whose length went with it). A pass of its pool made before the pause may still land on any IP its
+        pool held, and neither refuses the other: an allocation to a claim of that namespace waits until that
+        claim is unpaused (then written), names what it is handed, is served or is gone. None when none is."""
+        if not self.fences() or not self.kind.cluster_scoped or self.pool is None:
+            return None
+        version = self.pool.version
+        for other in self.waiting(o.namespace(claim)):
+            if o.is_paused(other) or not self.cluster_paused(o.namespace(other), o.cluster_name_of(other)):
+                continue
+            if _allocating(other, version) is None and self.snap.namespaced_units(other, version) is None:
+                return other
+        return None
+
     def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
-        """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``in_flight`` name as being handed to
-        them (``kinds.ALLOCATING_ANNOTATION``): guarded as their global pool's allocation guards them."""
+        """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``waiting`` name as being handed to
+        them (``kinds.ALLOCATING_ANNOTATION``), paused ones too: guarded as their global pool's allocation guards
+        them."""
         spans = []
-        for claim in self.in_flight(namespace):
+        for claim in self.waiting(namespace):
             span = _allocating(claim, self.pool.version)
             width = FAMILY_BITS[self.pool.version]
             if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
@@ -178,15 +208,12 @@ class Guards(PassState):
         since). For a namespaced prefix pool, of the global pools' claims (``global_claims_in_flight``); for a
         global pool, of the namespace's pools' (``namespaced_claims_in_flight``) whose allocation guards its span by
         a name (not an IPPool's, which guards its IP only while a global IP pool exists, nor a prefix pool's gone,
-        whose length is lost: left open). None: more than ``GUARDS_PER_ALLOCATION``."""
+        whose length is lost: an allocation waits for those, ``paused_unmet``). None: more than
+        ``GUARDS_PER_ALLOCATION``."""
         version, width = self.pool.version, FAMILY_BITS[self.pool.version]
         length_here = self.pool.unit_length or width
-        if self.kind.cluster_scoped:
-            found = [(c, self.snap.namespaced_units(c, version))
-                     for c in self.snap.namespaced_claims_in_flight(namespace, version)]
-        else:
-            found = [(c, self.snap.global_units(c, version))
-                     for c in self.snap.global_claims_in_flight(namespace, version, self.pool.unit_length)]
+        units_of = self.snap.namespaced_units if self.kind.cluster_scoped else self.snap.global_units
+        found = [(c, units_of(c, version)) for c in self.waiting(namespace)]
         spans: dict[Span, None] = {}
         for claim, units in found:
             if not (o.is_paused(claim) or self.cluster_paused(o.namespace(claim), o.cluster_name_of(claim))):

@@ -50,9 +50,11 @@ class PassState:
         self.passed_over: dict[str, set[int]] = {}
         # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
         self.unguardable: set[int] = set()
-        # The claims of global pools whose pass may land in this namespaced prefix pool's sub-prefixes, read once
-        # (``guards``), and whether an allocation of this pass writes them already.
-        self._in_flight: list[dict] | None = None
+        # By namespace, the claims of the other side (of global pools for a namespaced pool, of the namespace's
+        # pools for a global one) whose pass may be on its way, read once (``guards``): all, and those not paused;
+        # and whether an allocation of this pass writes them already.
+        self._waiting: dict[str, list[dict]] = {}
+        self._in_flight: dict[str, list[dict]] = {}
         self.fenced = False
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}

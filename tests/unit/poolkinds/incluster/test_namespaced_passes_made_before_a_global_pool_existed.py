@@ -144,33 +144,43 @@ def test_a_global_pools_allocation_keeps_off_the_ip_a_namespaced_pools_claim_nam
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-PAUSED_LEFT_OPEN = {
-    ("IPPool", 128, "edited"): "an IPPool's pass made while no global IP pool existed guards its IP by no name (an "
-    "IPPool writes the objects the Go Metal3 IPAM writes, and a guard only while a global IP pool exists)",
-    (PREFIXES[1], 127, "deleted"): "the length of the deleted prefix pool's sub-prefixes is lost with it, so the "
-    "global allocation knows no name the namespaced pass's guard of its /127 has",
-}
+PAUSED = [(IPS[1], 128, "edited"), (IPS[1], 128, "deleted"), ("IPPool", 128, "edited"), (PREFIXES[1], 127, "edited"),
+          (PREFIXES[1], 127, "deleted")]
 
 
-@pytest.mark.parametrize("local, local_length, how", [
-    pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=(
-        f"a claim whose Cluster is paused is not written, and {PAUSED_LEFT_OPEN[case]}: the global prefix pool's "
-        "allocation can neither refuse the namespaced pass nor meet it, and an IP of fd00::/126 ends held by claims "
-        "a and d of namespace default"))) if case in PAUSED_LEFT_OPEN else case
-    for case in [(IPS[1], 128, "edited"), (IPS[1], 128, "deleted"), ("IPPool", 128, "edited"),
-                 (PREFIXES[1], 127, "edited"), (PREFIXES[1], 127, "deleted")]])
+@pytest.mark.parametrize("local, local_length, how", PAUSED)
 def test_a_namespaced_pass_for_a_claim_whose_cluster_was_paused_since_never_takes_what_a_global_pool_handed_out(
         local, local_length, how):
     """A paused claim is not written: the global pool's allocation guards each IP or sub-prefix of its own of the
     length the namespaced pool hands out, as the namespaced pool's allocation guards it, and the two meet on one
-    guard's name."""
+    guard's name; where no name could meet (an IPPool's pass made while no global IP pool existed, a prefix pool
+    gone with its length), the global pool hands nothing to a claim of the namespace meanwhile."""
     local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api, on_its_way = _paused_after_its_pass(local_kind, local_length, how)
+    api.load(_global(126))
+    api.load(_claim("d", "g", GLOBAL_PREFIXES))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
+    api.apply(on_its_way)
+    spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def _paused_after_its_pass(local_kind, local_length, how, named_first=False):
+    """Claim a (of Cluster cl) of the namespaced pool; its pool's pass made (``named_first``: the claim written as
+    its first action, naming what it hands out), then cl paused and the pool deleted or edited off fd00::/124.
+    The store, and the pass (the rest of it) on its way."""
     api = _converged(_namespaced(local_kind, local_length), cluster("cl"))
     claim = _claim("a", "n", local_kind)
     claim["metadata"]["labels"] = {kinds.CLUSTER_NAME_LABEL: "cl"}
     api.load(claim)
     on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now))
-    api._store({**cluster("cl", paused=True), "metadata": copy.deepcopy(get(api, kinds.CLUSTER, "cl")["metadata"])})
+    if named_first:
+        (step,) = [s for s in on_its_way.steps if s.subject.endswith(f"{NS}/a")]
+        api.do(step.actions[0])
+        assert kinds.ALLOCATING_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "a"))
+        on_its_way = Plan(steps=[Step(s.subject, s.actions[1:], s.about) if s is step else s
+                                 for s in on_its_way.steps])
+    _pause(api, True)
     if how == "deleted":
         user_delete(api, local_kind, "n", NS)
         api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now)))
@@ -179,9 +189,80 @@ def test_a_namespaced_pass_for_a_claim_whose_cluster_was_paused_since_never_take
         pool = copy.deepcopy(get(api, local_kind, "n", NS))
         pool["spec"] = {**pool["spec"], **AWAY[local_kind]}
         api._store(pool)
+    return api, on_its_way
+
+
+def _pause(api, paused):
+    api._store({**cluster("cl", paused=paused), "metadata": copy.deepcopy(get(api, kinds.CLUSTER, "cl")["metadata"])})
+
+
+@pytest.mark.parametrize("local, local_length, how", PAUSED)
+def test_a_global_pools_allocation_keeps_off_what_a_paused_claim_of_a_namespaced_pool_names_as_being_handed_to_it(
+        local, local_length, how):
+    """The namespaced pass named its IP or sub-prefix on claim a before a's Cluster was paused, the rest of it on its
+    way: the global pool's allocation reads the paused claim (without writing it) and keeps off that span, the
+    namespaced pass lands, and once unpaused every claim keeps what it has."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api, on_its_way = _paused_after_its_pass(local_kind, local_length, how, named_first=True)
     api.load(_global(126))
     api.load(_claim("d", "g", GLOBAL_PREFIXES))
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
-    api.apply(on_its_way)
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS))["address"] == "fd00::4"
+    api.apply(on_its_way)  # but its writes of the claim as read before it was named, and of its pool gone
+    named = o.annotations(get(api, kinds.CAPI_CLAIM, "a"))[kinds.ALLOCATING_ANNOTATION].partition("/")[0]
+    lengths = {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length}
+    spans = held_spans(api, lengths)
+    assert spans[(NS, named)] == {"a"} and spans[(NS, "fd00::4")] == {"d"}, spans
+    _pause(api, False)
+    converge(api, random.Random(0))
+    spans = held_spans(api, lengths)
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+@pytest.mark.parametrize("local, local_length, how", [("IPPool", 128, "edited"), (PREFIXES[1], 127, "deleted")])
+def test_a_global_pool_hands_nothing_in_a_namespace_while_a_paused_claim_there_may_be_handed_what_no_guard_meets(
+        local, local_length, how):
+    """Claim a's pass, made before its Cluster was paused and before the global pool existed, guards what it hands
+    out by no name the global pool's allocation could meet (an IPPool's, a prefix pool's gone with its length):
+    claim d of the global pool waits, its Ready condition naming claim a, until a's Cluster is unpaused; then both
+    are served apart."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api, on_its_way = _paused_after_its_pass(local_kind, local_length, how)
+    api.load(_global(126))
+    api.load(_claim("d", "g", GLOBAL_PREFIXES))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
+    assert get(api, kinds.CAPI_ADDRESS, "d", NS) is None
+    (ready,) = [c for c in o.status(get(api, kinds.CAPI_CLAIM, "d"))["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForCluster"), ready
+    assert "IPAddressClaim a of" in ready["message"] and "Cluster default/cl is paused" in ready["message"], ready
+    api.apply(on_its_way)  # but its write of its pool's status, when that is gone
+    _pause(api, False)
+    converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+    assert get(api, kinds.CAPI_ADDRESS, "d", NS) is not None
+
+
+def test_a_global_pools_allocation_in_one_namespace_writes_the_claims_in_flight_of_the_next_ones_pools():
+    """The global pool's pass serves a claim of another namespace first (no claim of a namespaced pool waiting
+    there), then claim d of the namespace where an IPPool's pass for claim a, made before the global pool existed,
+    is on its way (its pool edited off the IP since): d's allocation still writes claim a, whose pass is refused."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::f"}]  # a's IP: the global pool's second
+    api = _converged(pool)
+    api.load(_claim("a", "n", kinds.IPPOOL))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"] = {**pool["spec"], **AWAY[kinds.IPPOOL]}
+    api._store(pool)
+    api.load(_global(128))
+    api.load(gi.claim("x", "another", GLOBAL_IPS[1], "g"))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(2):  # d's allocation waits for the pass after the one that wrote claims in flight already
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert {o.namespace(a) for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)} >= {"another", NS}
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS))["address"] == "fd00::2"
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
