@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from metal3_ipam.controller.locks import LockUpkeep
-from metal3_ipam.controller.operator import LEASES, Controller
-from metal3_ipam.core import lockstore
+from metal3_ipam.controller.operator import LEASES, Controller, Listing, Page
+from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
+from metal3_ipam.core.actions import Create
 
 from resuming import Kicks
 from two_lock_stores import HOME, METAL3, NAME, NS, Server, lock_body, make_writer
@@ -67,3 +68,26 @@ def test_no_twin_is_given_and_nothing_fails_once_the_metal3_crd_is_removed():
     upkeep = LockUpkeep(_leased(server, writer), writer, HOME, may_act=lambda: True)
     asyncio.run(upkeep.give_twins())
     assert server.lease() is not None and server.metal3() is None
+
+
+def _listing_of_metal3(items: list[dict], version: str) -> Listing:
+    listing = Listing(kinds.IPADDRESS, NS, lambda token: Page(items, version, None))
+    listing.only = lambda stored: lockstore.stored_in_lease(stored) is None
+    return listing
+
+
+def test_a_lease_whose_twin_went_unseen_is_given_one_again_after_a_listing_without_it():
+    """The twin deleted while its Lease stands (the garbage collector, a user, the Metal3 CRD deleted and installed
+    again), and its DELETED event lost in a watch gap: the listing after the gap, which does not hold it, proves it
+    gone, and the Lease is given its twin again (else an earlier version sees the IP free)."""
+    server = Server()
+    writer = make_writer(server)
+    asyncio.run(writer._create(Create(lock_body("a"))))  # twin, then Lease
+    controller = Controller(writer.inventory, Kicks(), writer=writer)
+    controller.on_event("ADDED", server.metal3())  # the twin's news: hidden behind its Lease
+    assert (NS, NAME) in controller.legacy
+    del server.objects[METAL3.path(NS, NAME)]  # gone; its DELETED event lost
+    asyncio.run(controller.settle(_listing_of_metal3([], "100")))  # the listing after the gap, or at resync
+    upkeep = LockUpkeep(controller, writer, HOME, may_act=lambda: True)
+    asyncio.run(upkeep.give_twins())
+    assert server.metal3() is not None and lockstore.same_lock(server.metal3(), lock_body("a"))
