@@ -684,6 +684,10 @@ class ApiWriter:
                                 body=body, content_type=MERGE_PATCH)
             if lease is not None:
                 result = self._as_view(result)
+                if isinstance(action, SetMetadata) and action.owner_references is not None:
+                    # A twin given meanwhile (``locks.LockUpkeep.give_twins``, of the Lease as it read it before
+                    # this write) is given these owners too.
+                    await self._own_twin(current, action.owner_references)
         except ApiException as err:
             if err.status == 404:
                 self._forget(target)

@@ -207,23 +207,27 @@ class LockUpkeep:
                 if err.status != 409:
                     raise
                 continue  # an IPAddress of its name: its news come (its twin, or another lock, said then)
-            if not await self._lease_stands(view):
+            lease = await self._lease_stands(view)
+            if lease is None:
                 await self.writer.let_twin_go(made)
                 continue
+            # The owners the Lease was given since it was read (its twin asked first, when there was none yet).
+            await self.writer._own_twin(lease, o.owner_references(lease))
             log.info("lock %s/%s of %s given its twin (a Metal3 IPAddress)", key[0], key[1],
                      o.spec(view).get("address"))
 
-    async def _lease_stands(self, view: dict) -> bool:
-        """Whether the Lease a lock of the reconcile's view is stored in is still stored, that incarnation, not
-        being deleted."""
+    async def _lease_stands(self, view: dict) -> dict | None:
+        """The lock the Lease a lock of the reconcile's view is stored in stands for now, while it is still stored,
+        that incarnation, not being deleted; else None."""
         try:
             found = await self.writer._call("GET", LEASES.path(self.home, lockstore.stored_in_lease(view)))
         except ApiException as err:
             if err.status == 404:
-                return False
+                return None
             raise
         uid = o.meta(view).get("uid")
-        return isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+        stands = isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+        return lockstore.from_lease(found) if stands else None
 
     async def collect_guards(self) -> None:
         """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a
