@@ -709,7 +709,7 @@ class ApiWriter:
 
     async def _refresh(self, target: o.Ref) -> dict | None:
         """Read one object from the API server into the inventory (None when it does not exist). A lock is read
-        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where served."""
+        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where locks have twins."""
         if self.leases is not None and target.group_kind == kinds.IPADDRESS:
             resource, home = self.leases
             try:
@@ -723,11 +723,13 @@ class ApiWriter:
                 found = slim(found)
                 self.inventory.upsert(found)
                 return found
-            if kinds.IPADDRESS not in self.resources:
+            if not self.twins():
                 self._forget(target)
                 return None
         try:
-            resource = self._resource(target.group_kind)
+            # Where the Metal3 IPAddress kind came since start-up, before it is listed, too (``twins``).
+            resource = self._metal3_addresses() if self.leases is not None and target.group_kind == kinds.IPADDRESS \
+                else self._resource(target.group_kind)
         except Refusal:
             return None
         try:

@@ -122,3 +122,17 @@ def test_a_controller_where_the_metal3_kind_is_not_served_only_reads_its_discove
     assert [c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
         ("GET", f"/apis/{METAL3.group}/{METAL3.version}")]
     assert server.lease() is not None
+
+
+def test_the_earlier_versions_ipaddress_that_refused_a_lock_is_filed_before_that_kind_is_listed():
+    """The Metal3 IPAddress kind came (a twin refused by an IPAddress of its name) and is not listed yet
+    (``Runtime._serve_granted``): the IPAddress that refused the lock is read and filed, so that the pool is decided
+    again with its IP held, not handed out again and again for as long as that kind is not listed."""
+    server = Server()
+    writer = _writer(server, metal3_served=False)
+    server.put(METAL3.path(NS, NAME), _lock("d"))
+    for _ in range(2):  # the pool decided again, the twin tried again (the kind came)
+        with pytest.raises(Refusal):
+            asyncio.run(writer._create(Create(_lock("a"))))
+        filed = writer.inventory.get(kinds.IPADDRESS, NS, NAME)
+        assert filed is not None and o.spec(filed)["claim"]["name"] == "d"
