@@ -486,15 +486,17 @@ class ApiWriter:
                 twin = await self._call("POST", self._metal3_addresses().path(o.namespace(obj)), body=obj,
                                         content_type="application/json")
             except ApiException as err:
+                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
+                # a namespace being deleted: nothing is created there. No earlier version can write its locks
+                # either, so the Lease alone is the lock.
+                unwritable = err.status == 404 or namespace_terminating(err)
                 if probe and err.status == 409:
                     self.metal3_served_now()
-                elif probe and err.status == 403:  # not this controller's to write: not tried again
+                elif probe and err.status == 403 and not unwritable:  # not this controller's: not tried again
                     self.metal3_may_come = False
                     log.info("Metal3 IPAddresses may not be written by this controller (403): each lock of the "
                              "Lease store is its Lease alone")
-                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
-                # no earlier version can write its locks either, so the Lease alone is the lock.
-                if err.status != 404 and not (probe and err.status == 403):
+                if not unwritable and not (probe and err.status == 403):
                     raise
             if probe and twin is not None:
                 self.metal3_served_now()
@@ -783,6 +785,18 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
     return decode(response.data) if response.data else None
+
+
+def namespace_terminating(err: ApiException) -> bool:
+    """Whether a create was refused because its namespace is being deleted (the API server's NamespaceLifecycle
+    admission, which refuses every client alike: it says nothing of this controller's rights)."""
+    if err.status != 403:
+        return False
+    try:
+        causes = (json.loads(err.body).get("details") or {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _verb_kind(action: Any) -> tuple[str, str]:

@@ -36,7 +36,7 @@ from kubernetes.client.rest import ApiException
 from ..core import kinds, lockstore, poolkind
 from ..core import objects as o
 from ..core.reconcile.guards import held_by_pools
-from .api import MERGE_PATCH, ApiWriter
+from .api import MERGE_PATCH, ApiWriter, namespace_terminating
 from .operator import LEASES, Controller
 
 log = logging.getLogger("metal3_ipam.locks")
@@ -202,6 +202,8 @@ class LockUpkeep:
                 made = await self.writer._call("POST", self.writer._metal3_addresses().path(key[0]), body=twin,
                                                content_type="application/json")
             except ApiException as err:
+                if namespace_terminating(err):
+                    continue  # nothing is created there, by any version: the Lease alone holds
                 if err.status in (403, 404):
                     return  # the kind no longer served (its CRD removed), or not this controller's to write
                 if err.status != 409:
