@@ -486,17 +486,17 @@ class ApiWriter:
                 twin = await self._call("POST", self._metal3_addresses().path(o.namespace(obj)), body=obj,
                                         content_type="application/json")
             except ApiException as err:
-                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
-                # a namespace being deleted: nothing is created there. No earlier version can write its locks
-                # either, so the Lease alone is the lock.
-                unwritable = err.status == 404 or namespace_terminating(err)
                 if probe and err.status == 409:
                     self.metal3_served_now()
-                elif probe and err.status == 403 and not unwritable:  # not this controller's: not tried again
+                elif probe and err.status == 403 and not namespace_terminating(err):
+                    # Not this controller's to write: not tried again. (One refused as its namespace is being
+                    # deleted says nothing of its rights: the other namespaces' locks are tried with their twins.)
                     self.metal3_may_come = False
                     log.info("Metal3 IPAddresses may not be written by this controller (403): each lock of the "
                              "Lease store is its Lease alone")
-                if not unwritable and not (probe and err.status == 403):
+                # 404: the Metal3 IPAddress kind is not served (its CRD not installed, or removed since start-up);
+                # no earlier version can write its locks either, so the Lease alone is the lock.
+                if err.status != 404 and not (probe and err.status == 403):
                     raise
             if probe and twin is not None:
                 self.metal3_served_now()

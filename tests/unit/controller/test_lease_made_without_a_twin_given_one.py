@@ -14,7 +14,7 @@ from metal3_ipam.core.actions import Create
 from metal3_ipam.testing import go_incluster as gi
 
 from resuming import Kicks
-from two_lock_stores import HOME, METAL3, NAME, NS, Server, lock_body, make_writer
+from two_lock_stores import HOME, METAL3, NAME, NS, NamespaceTerminating, Server, lock_body, make_writer
 
 
 def _leased(server: Server, writer) -> Controller:
@@ -120,3 +120,15 @@ def test_a_twin_given_to_a_lease_has_every_owner_the_lease_has_when_it_is_made()
     asyncio.run(upkeep.give_twins())
     twin = server.objects[METAL3.path(NS, o.name(guard))]
     assert {r["uid"] for r in o.owner_references(twin)} >= {"u1", "u2"}
+
+
+def test_a_twin_refused_in_a_namespace_being_deleted_does_not_stop_the_twins_of_the_others():
+    server = NamespaceTerminating()
+    writer = make_writer(server)
+    controller = _leased(server, writer)  # a Lease of ns-a, being deleted
+    other = lock_body("b")
+    other["metadata"]["namespace"] = other["spec"]["claim"]["namespace"] = other["spec"]["pool"]["namespace"] = "ns-b"
+    controller.on_lease_event("ADDED", server.put(LEASES.path(HOME, lockstore.lease_name("ns-b", NAME)),
+                                                  lockstore.to_lease(other, HOME)))
+    asyncio.run(LockUpkeep(controller, writer, HOME, may_act=lambda: True).give_twins())
+    assert server.objects.get(METAL3.path("ns-b", NAME)) is not None

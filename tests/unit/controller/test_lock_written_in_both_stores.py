@@ -14,7 +14,7 @@ from metal3_ipam.controller.operator import LEASES
 from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete
-from two_lock_stores import HOME, METAL3, NAME, NS, NamespaceTerminating, Server, lock_body, make_writer
+from two_lock_stores import HOME, METAL3, NAME, NS, Server, lock_body, make_writer
 
 def test_a_lock_is_written_as_its_metal3_ipaddress_first_then_as_its_lease():
     server = Server()
@@ -101,12 +101,3 @@ def test_where_metal3_ipaddresses_are_served_but_not_listable_a_lock_is_its_leas
     asyncio.run(writer._create(Create(lock_body())))
     assert [c for c in server.calls if c[0] == "POST"] == [("POST", LEASES.path(HOME))]
     assert server.metal3() is None and server.lease() is not None
-
-
-def test_a_lock_whose_namespace_is_being_deleted_is_its_lease_alone():
-    """Its twin refused by the API server's NamespaceLifecycle admission (a 403 every client gets there): no earlier
-    version can write a lock of its name either."""
-    server = NamespaceTerminating()
-    writer = make_writer(server)
-    view = asyncio.run(writer._create(Create(lock_body())))
-    assert server.lease() is not None and server.metal3() is None and lockstore.stored_in_lease(view)
