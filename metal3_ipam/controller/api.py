@@ -488,7 +488,9 @@ class ApiWriter:
             except ApiException as err:
                 if probe and err.status == 409:
                     self.metal3_served_now()
-                elif probe and err.status == 403:  # not this controller's to write: not tried again
+                elif probe and err.status == 403 and not namespace_terminating(err):
+                    # Not this controller's to write: not tried again. (One refused as its namespace is being
+                    # deleted says nothing of its rights: the other namespaces' locks are tried with their twins.)
                     self.metal3_may_come = False
                     log.info("Metal3 IPAddresses may not be written by this controller (403): each lock of the "
                              "Lease store is its Lease alone")
@@ -684,6 +686,10 @@ class ApiWriter:
                                 body=body, content_type=MERGE_PATCH)
             if lease is not None:
                 result = self._as_view(result)
+                if isinstance(action, SetMetadata) and action.owner_references is not None:
+                    # A twin given meanwhile (``locks.LockUpkeep.give_twins``, of the Lease as it read it before
+                    # this write) is given these owners too.
+                    await self._own_twin(current, action.owner_references)
         except ApiException as err:
             if err.status == 404:
                 self._forget(target)
@@ -705,7 +711,7 @@ class ApiWriter:
 
     async def _refresh(self, target: o.Ref) -> dict | None:
         """Read one object from the API server into the inventory (None when it does not exist). A lock is read
-        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where served."""
+        from the Lease store first, then as a Metal3 IPAddress (one an earlier version wrote) where locks have twins."""
         if self.leases is not None and target.group_kind == kinds.IPADDRESS:
             resource, home = self.leases
             try:
@@ -719,11 +725,13 @@ class ApiWriter:
                 found = slim(found)
                 self.inventory.upsert(found)
                 return found
-            if kinds.IPADDRESS not in self.resources:
+            if not self.twins():
                 self._forget(target)
                 return None
         try:
-            resource = self._resource(target.group_kind)
+            # Where the Metal3 IPAddress kind came since start-up, before it is listed, too (``twins``).
+            resource = self._metal3_addresses() if self.leases is not None and target.group_kind == kinds.IPADDRESS \
+                else self._resource(target.group_kind)
         except Refusal:
             return None
         try:
@@ -777,6 +785,18 @@ def request(api: client.ApiClient, method: str, path: str, body: Any = None,
     if not 200 <= response.status < 300:
         raise ApiException(http_resp=response)
     return decode(response.data) if response.data else None
+
+
+def namespace_terminating(err: ApiException) -> bool:
+    """Whether a create was refused because its namespace is being deleted (the API server's NamespaceLifecycle
+    admission, which refuses every client alike: it says nothing of this controller's rights)."""
+    if err.status != 403:
+        return False
+    try:
+        causes = (json.loads(err.body).get("details") or {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _verb_kind(action: Any) -> tuple[str, str]:

@@ -36,7 +36,7 @@ from kubernetes.client.rest import ApiException
 from ..core import kinds, lockstore, poolkind
 from ..core import objects as o
 from ..core.reconcile.guards import held_by_pools
-from .api import MERGE_PATCH, ApiWriter
+from .api import MERGE_PATCH, ApiWriter, namespace_terminating
 from .operator import LEASES, Controller
 
 log = logging.getLogger("metal3_ipam.locks")
@@ -202,28 +202,34 @@ class LockUpkeep:
                 made = await self.writer._call("POST", self.writer._metal3_addresses().path(key[0]), body=twin,
                                                content_type="application/json")
             except ApiException as err:
+                if namespace_terminating(err):
+                    continue  # nothing is created there, by any version: the Lease alone holds
                 if err.status in (403, 404):
                     return  # the kind no longer served (its CRD removed), or not this controller's to write
                 if err.status != 409:
                     raise
                 continue  # an IPAddress of its name: its news come (its twin, or another lock, said then)
-            if not await self._lease_stands(view):
+            lease = await self._lease_stands(view)
+            if lease is None:
                 await self.writer.let_twin_go(made)
                 continue
+            # The owners the Lease was given since it was read (its twin asked first, when there was none yet).
+            await self.writer._own_twin(lease, o.owner_references(lease))
             log.info("lock %s/%s of %s given its twin (a Metal3 IPAddress)", key[0], key[1],
                      o.spec(view).get("address"))
 
-    async def _lease_stands(self, view: dict) -> bool:
-        """Whether the Lease a lock of the reconcile's view is stored in is still stored, that incarnation, not
-        being deleted."""
+    async def _lease_stands(self, view: dict) -> dict | None:
+        """The lock the Lease a lock of the reconcile's view is stored in stands for now, while it is still stored,
+        that incarnation, not being deleted; else None."""
         try:
             found = await self.writer._call("GET", LEASES.path(self.home, lockstore.stored_in_lease(view)))
         except ApiException as err:
             if err.status == 404:
-                return False
+                return None
             raise
         uid = o.meta(view).get("uid")
-        return isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+        stands = isinstance(found, dict) and not o.is_deleting(found) and (not uid or o.meta(found).get("uid") == uid)
+        return lockstore.from_lease(found) if stands else None
 
     async def collect_guards(self) -> None:
         """The guards stored as Leases none of whose owners lives deleted, as the garbage collector deletes a

@@ -33,7 +33,7 @@ from ..core import kinds
 from ..core import lockstore
 from ..core import poolkind
 from ..core import objects as o
-from ..core.inventory import Inventory
+from ..core.inventory import Inventory, version_number
 from ..core.slim import slim
 from .api import ApiWriter, Resource, request
 from .credentials import Credentials
@@ -298,6 +298,20 @@ class Controller:
         return served is not None and lockstore.stored_in_lease(obj) is not None \
             and o.namespace(obj) not in served and o.namespace(obj) != self.inventory.lock_namespace
 
+    def _prove_gone(self, namespace: str | None, seen: set, version: str | None) -> None:
+        """A listing of the Metal3 IPAddresses (of ``namespace``, or every one) taken at ``version`` proves gone the
+        locks seen there (``legacy``) that it did not hold, seen at a version no newer: their DELETED news were lost
+        (a watch gap). A twin that went so is given again (``locks.LockUpkeep.give_twins``), as one whose news came."""
+        at = version_number(version)
+        if at is None:
+            return
+        for key, obj in list(self.legacy.items()):
+            seen_at = version_number(o.meta(obj).get("resourceVersion"))
+            if (namespace is None or key[0] == namespace) and (kinds.IPADDRESS, *key) not in seen \
+                    and seen_at is not None and seen_at <= at:
+                self.legacy.pop(key, None)
+                self.unsettled.discard(key)
+
     def _remove(self, obj: dict) -> None:
         self.workers.kick(self.inventory.remove(obj))
 
@@ -327,6 +341,8 @@ class Controller:
                     version = version or page.resource_version
                     await file_in_steps(filing.file(page.items, pending=hold), self.workers.kick, freezer)
             await file_in_steps(filing.finish(version), self.workers.kick, freezer)
+        if listing.kind == kinds.IPADDRESS and listing.only is not None and not listing.leases:
+            self._prove_gone(listing.namespace, filing.seen, version)
         if pending is not None and self.resumptions is not None:
             self.resumptions.listed(listing.namespace, filing.seen, version)  # pending ones it proves gone
         return version

@@ -132,14 +132,24 @@ def owners_patch(lock: Mapping[str, Any], owner_references: tuple[dict, ...]) ->
     return {LOCK_ANNOTATION: json.dumps(said, sort_keys=True, separators=(",", ":"))}
 
 
+def _claim_uids(lock: Mapping[str, Any]) -> set[str]:
+    """The uids of the owners of a lock that are its claim (of its kind and name): its incarnations."""
+    claim = o.spec(lock).get("claim") if isinstance(o.spec(lock).get("claim"), Mapping) else {}
+    kind = claim.get("kind") or kinds.IPCLAIM[1]
+    return {str(r.get("uid")) for r in o.owner_references(lock)
+            if r.get("kind") == kind and r.get("name") == claim.get("name") and r.get("uid")}
+
+
 def same_lock(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
-    """Whether two stored locks (either store) hold one IP for one claim of one pool."""
+    """Whether two stored locks (either store) hold one IP for one claim of one pool: for one incarnation of it,
+    where both are owned by their claim (a claim deleted and made again under its name is another claim)."""
     if a is None or b is None:
         return False
     sa, sb = o.spec(a), o.spec(b)
+    ua, ub = _claim_uids(a), _claim_uids(b)
     return (o.namespace(a), o.name(a)) == (o.namespace(b), o.name(b)) and o.pool_of(a) == o.pool_of(b) \
         and sa.get("address") == sb.get("address") and sa.get("prefix") == sb.get("prefix") \
-        and _holder(sa) == _holder(sb)
+        and _holder(sa) == _holder(sb) and (not ua or not ub or bool(ua & ub))
 
 
 def moved_over(legacy: Mapping[str, Any]) -> dict:

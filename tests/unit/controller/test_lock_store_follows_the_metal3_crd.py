@@ -16,7 +16,7 @@ from metal3_ipam.core import kinds, lockstore
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Create, Delete
 
-from two_lock_stores import METAL3, NAME, NS, Server, lock_body as _lock, make_writer as _writer
+from two_lock_stores import METAL3, NAME, NS, NamespaceTerminating, Server, lock_body as _lock, make_writer as _writer
 
 
 def test_a_lock_made_after_the_metal3_crd_came_is_refused_by_an_earlier_versions_ipaddress_of_its_name():
@@ -122,3 +122,29 @@ def test_a_controller_where_the_metal3_kind_is_not_served_only_reads_its_discove
     assert [c for c in server.calls if c[1].startswith(f"/apis/{kinds.METAL3_GROUP}/")] == [
         ("GET", f"/apis/{METAL3.group}/{METAL3.version}")]
     assert server.lease() is not None
+
+
+def test_the_earlier_versions_ipaddress_that_refused_a_lock_is_filed_before_that_kind_is_listed():
+    """The Metal3 IPAddress kind came (a twin refused by an IPAddress of its name) and is not listed yet
+    (``Runtime._serve_granted``): the IPAddress that refused the lock is read and filed, so that the pool is decided
+    again with its IP held, not handed out again and again for as long as that kind is not listed."""
+    server = Server()
+    writer = _writer(server, metal3_served=False)
+    server.put(METAL3.path(NS, NAME), _lock("d"))
+    for _ in range(2):  # the pool decided again, the twin tried again (the kind came)
+        with pytest.raises(Refusal):
+            asyncio.run(writer._create(Create(_lock("a"))))
+        filed = writer.inventory.get(kinds.IPADDRESS, NS, NAME)
+        assert filed is not None and o.spec(filed)["claim"]["name"] == "d"
+
+
+def test_a_twin_refused_in_a_namespace_being_deleted_does_not_end_the_twins_of_the_others():
+    """That 403 says nothing of this controller's rights: the locks of every other namespace are written with their
+    twins still, so that an earlier version's lock of their name refuses them."""
+    server = NamespaceTerminating()
+    writer = _writer(server, metal3_served=False)
+    asyncio.run(writer._create(Create(_lock("a"))))  # the lock of ns-a: its Lease alone
+    other = _lock("b")
+    other["metadata"]["namespace"] = other["spec"]["claim"]["namespace"] = other["spec"]["pool"]["namespace"] = "ns-b"
+    asyncio.run(writer._create(Create(other)))
+    assert server.objects.get(METAL3.path("ns-b", NAME)) is not None and writer.twins()

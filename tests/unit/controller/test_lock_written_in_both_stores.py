@@ -101,3 +101,28 @@ def test_where_metal3_ipaddresses_are_served_but_not_listable_a_lock_is_its_leas
     asyncio.run(writer._create(Create(lock_body())))
     assert [c for c in server.calls if c[0] == "POST"] == [("POST", LEASES.path(HOME))]
     assert server.metal3() is None and server.lease() is not None
+
+
+def _owned_by_claim(lock: dict, uid: str) -> dict:
+    claim = lock["spec"]["claim"]
+    lock["metadata"]["ownerReferences"] = [{"apiVersion": claim["apiVersion"], "kind": claim["kind"],
+                                            "name": claim["name"], "uid": uid}]
+    return lock
+
+
+def test_a_lock_deleted_keeps_the_ipaddress_of_its_name_held_for_another_incarnation_of_its_claim():
+    """Claim a deleted and made again under its name: an earlier version released the first one's lock (the twin)
+    and locked the IP again for the second before this version let the first one's Lease go. That IPAddress names
+    the same claim, pool and IP, but another incarnation of the claim (its owner's uid): it is the second one's
+    lock, and holds."""
+    server = Server()
+    writer = make_writer(server)
+    asyncio.run(writer._create(Create(_owned_by_claim(lock_body("a"), "claim-uid-1"))))
+    lease_path = LEASES.path(HOME, lockstore.lease_name(NS, NAME))
+    server.objects[lease_path]["metadata"].pop("finalizers")
+    writer.inventory.upsert(lockstore.from_lease(server.objects[lease_path]))
+    del server.objects[METAL3.path(NS, NAME)]
+    server.put(METAL3.path(NS, NAME), _owned_by_claim(lock_body("a"), "claim-uid-2"))
+    asyncio.run(writer._delete(Delete(o.ref(writer.inventory.get(kinds.IPADDRESS, NS, NAME)))))
+    assert server.lease() is None and server.metal3() is not None
+    assert o.owner_references(server.metal3())[0]["uid"] == "claim-uid-2"

@@ -109,3 +109,32 @@ def test_a_lease_is_given_no_owner_its_twin_could_not_be_given():
     lease = writer._as_view(server.objects[LEASES.path(HOME, lockstore.lease_name(NS, SUB))])
     assert {r["uid"] for r in o.owner_references(lease)} <= \
         {r["uid"] for r in o.owner_references(server.objects[METAL3.path(NS, SUB)])}
+
+
+class TwinGivenMeanwhile(Server):
+    """The upkeep gives the Lease its twin (``locks.LockUpkeep.give_twins``, from the Lease as read before) between
+    this write's look at the twin (none) and its write to the Lease."""
+
+    def __init__(self, twin: dict) -> None:
+        super().__init__()
+        self.twin = twin
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if method == "PATCH" and path.startswith(LEASES.path(HOME)) and self.twin is not None:
+            twin, self.twin = self.twin, None
+            await super()._call("POST", METAL3.path(NS), body=twin)
+        return await super()._call(method, path, body, content_type)
+
+
+def test_a_twin_given_while_its_lease_is_given_owners_is_given_them_too():
+    """Else the twin, owned by n1 alone, is taken by the garbage collector once n1 is gone while n2, which the Lease
+    names, lives: an earlier version, which reads the twin alone, sees no guard of that sub-prefix."""
+    guard = _shared_guard()
+    server = TwinGivenMeanwhile(lockstore.moved_over(guard))
+    writer = _writer(server)
+    lease = server.put(LEASES.path(HOME, lockstore.lease_name(NS, SUB)), lockstore.to_lease(guard, HOME))
+    view = writer._as_view(lease)  # a Lease made while the Metal3 IPAddress kind was not served: no twin
+    writer.inventory.upsert(view)
+    asyncio.run(writer._patch(SetMetadata(o.ref(view), owner_references=(_owner("n1", "u1"), _owner("n2", "u2")),
+                                          resource_version=o.meta(view).get("resourceVersion"))))
+    assert {r["uid"] for r in o.owner_references(server.objects[METAL3.path(NS, SUB)])} >= {"u1", "u2"}

@@ -4,6 +4,7 @@ the Lease), for the writer's tests: the server, a lock, and a writer that talks 
 from __future__ import annotations
 
 import copy
+import json
 
 from kubernetes.client.rest import ApiException
 
@@ -83,6 +84,25 @@ class Server:
 
     def lease(self) -> dict | None:
         return self.objects.get(LEASES.path(HOME, lockstore.lease_name(NS, NAME)))
+
+
+class NamespaceTerminating(Server):
+    """The namespace ns-a being deleted: a create of a Metal3 IPAddress there is refused (403) by
+    the API server's NamespaceLifecycle admission, as it refuses every client, whatever its rights."""
+
+    async def _call(self, method, path, body=None, content_type=None):
+        if method == "POST" and path == METAL3.path(NS):
+            self.calls.append((method, path))
+            err = ApiException(status=403, reason="Forbidden")
+            err.body = json.dumps({
+                "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                "message": f"ipaddresses.ipam.metal3.io is forbidden: unable to create new content in namespace {NS} "
+                           "because it is being terminated",
+                "details": {"group": "ipam.metal3.io", "kind": "ipaddresses", "causes": [
+                    {"reason": "NamespaceTerminating", "message": f"namespace {NS} is being terminated",
+                     "field": "metadata.namespace"}]}})
+            raise err
+        return await super()._call(method, path, body, content_type)
 
 
 def make_writer(server: Server, metal3_served: bool = True) -> ApiWriter:
