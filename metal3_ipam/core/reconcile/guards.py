@@ -123,11 +123,11 @@ class Guards(PassState):
         namespaced prefix pool, of global pools, into a sub-prefix of this pool (``Snapshot.global_claims_in_flight``);
         for a global pool, of the namespace's pools (``Snapshot.namespaced_claims_in_flight``). Not those paused
         (or left to another controller by the watch filter), which are not written."""
-        if self._in_flight is None:
+        if namespace not in self._in_flight:
             found = self.snap.namespaced_claims_in_flight(namespace, self.pool.version) if self.kind.cluster_scoped \
                 else self.snap.global_claims_in_flight(namespace, self.pool.version, self.pool.unit_length)
-            self._in_flight = [c for c in found if not self.claim_paused(c)]
-        return self._in_flight
+            self._in_flight[namespace] = [c for c in found if not self.claim_paused(c)]
+        return self._in_flight[namespace]
 
     def fences(self) -> bool:
         """Whether an allocation of this pool writes the claims ``in_flight`` of the other side: a global pool's
@@ -201,9 +201,10 @@ class Guards(PassState):
         return list(spans)
 
     def fencing_waits(self, claim: dict) -> bool:
-        """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits
-        for the next pass (each write expects the version the pass read, so a second would be refused)."""
-        return self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
+        """Whether this pass made an allocation that writes the claims ``in_flight`` of the claim's namespace
+        already: the next one there waits for the next pass (each write expects the version the pass read, so a
+        second would be refused)."""
+        return o.namespace(claim) in self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
 
     def order_actions(self, claim: dict, unit: int) -> list:
         """What orders this allocation with a pass of the other side made before it could see this one, written
@@ -224,7 +225,7 @@ class Guards(PassState):
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions
-        self.fenced = True
+        self.fenced.add(o.namespace(claim))
         return actions + [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)},
                                       resource_version=read)
                           for other in self.in_flight(o.namespace(claim))

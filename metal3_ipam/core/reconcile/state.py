@@ -50,10 +50,10 @@ class PassState:
         self.passed_over: dict[str, set[int]] = {}
         # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
         self.unguardable: set[int] = set()
-        # The claims of global pools whose pass may land in this namespaced prefix pool's sub-prefixes, read once
-        # (``guards``), and whether an allocation of this pass writes them already.
-        self._in_flight: list[dict] | None = None
-        self.fenced = False
+        # By namespace (a global pool's pass serves claims of many): the claims of the other side whose pass may be
+        # on its way, read once (``guards``), and the namespaces where an allocation of this pass writes them already.
+        self._in_flight: dict[str, list[dict]] = {}
+        self.fenced: set[str] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

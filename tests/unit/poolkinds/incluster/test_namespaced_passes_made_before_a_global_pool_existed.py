@@ -185,3 +185,26 @@ def test_a_namespaced_pass_for_a_claim_whose_cluster_was_paused_since_never_take
     api.apply(on_its_way)
     spans = held_spans(api, {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length})
     assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def test_a_global_pools_pass_serving_another_namespace_first_still_meets_a_namespaced_pass_on_its_way():
+    """A global IP pool's pass allocates for a claim of another namespace first, then for one of the namespace
+    where an IPPool's pass made before the global pool existed is on its way (its pool edited off the IP since):
+    the claims that pass may be on its way for are those of the second claim's namespace, not the first's, so the
+    global pool's allocation there still writes claim a (refusing that pass) and keeps off what it names."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::f"}]  # the IP the global pool hands out second
+    api = _converged(pool)
+    api.load(_claim("a", "n", kinds.IPPOOL))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"] = {**pool["spec"], **AWAY[kinds.IPPOOL]}
+    api._store(pool)
+    api.load(_global(128))
+    api.load(gi.claim("c", "aaa", GLOBAL_IPS[1], "g"))  # served before d: its namespace sorts first
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
