@@ -188,6 +188,9 @@ class Inventory:
         # The (version, sub-prefix length) each pool's valid specs had (an IP pool's: one IP's), by its uid: kept
         # through an edit (what a pass of it made before may still hand out; ``unit_lengths``, ``_may_hand_out``).
         self._lengths: dict[ObjKey, tuple[str | None, frozenset[tuple[int, int]]]] = {}
+        # Each pool's (uid, last generation read, whether every generation of its spec since its first was read
+        # here): only then do its valid specs read (``_lengths``) tell every family a pass of it may hand out.
+        self._generations: dict[ObjKey, tuple[str | None, int, bool]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
         # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
         # meanwhile (only the claim's own pool's ledger keeps it).
@@ -745,6 +748,7 @@ class Inventory:
             if incoming is None:
                 self._models.pop(key, None)
                 self._lengths.pop(key, None)
+                self._generations.pop(key, None)
                 names = self._pool_names.get(ns, set())
                 names.discard(pool)
                 if not names:
@@ -973,12 +977,33 @@ class Inventory:
         model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
+            self._spec_read(key, pool)
         if model is not None:  # an IP pool's as the length of one IP
             uid, known = self._lengths.get(key, (None, frozenset()))
             fresh = known if uid == _uid(pool) else frozenset()
             unit = model.unit_length if model.unit_length is not None else FAMILY_BITS[model.version]
             self._lengths[key] = (_uid(pool), fresh | {(model.version, unit)})
         return model, problems
+
+    def _spec_read(self, key: ObjKey, pool: dict) -> None:
+        """Count one generation of a pool's spec read (``_generations``)."""
+        generation = o.meta(pool).get("generation")
+        if isinstance(generation, bool) or not isinstance(generation, int):
+            return
+        uid, last, every = self._generations.get(key, (None, 0, True))
+        if uid != _uid(pool):
+            last, every = 0, True
+        if generation != last:
+            self._generations[key] = (_uid(pool), generation, every and generation == last + 1)
+
+    def _every_spec_read(self, pool: dict) -> bool:
+        """Whether every generation of a pool's spec up to its own was read here (``pool_model`` reads the current
+        one); not where a controller started after an edit, or its cache skipped one. One whose spec's generation
+        is not known counts as read whole."""
+        if _pool_generation(pool) is None:
+            return True
+        uid, last, every = self._generations.get(self.key(pool), (None, 0, True))
+        return every and uid == _uid(pool) and last == o.meta(pool).get("generation")
 
     def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
         """The lengths of the sub-prefixes a prefix pool keeping its IPs apart hands out (one being deleted too),
@@ -1174,11 +1199,12 @@ class Inventory:
     def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
         """Whether an IP pool's pass may hand out an address of ``version``: its spec's family, or one a valid spec
         of it seen here had (a pass made before an edit may still land); while its spec is invalid and none was
-        seen, any."""
+        seen, any; and any where a spec of it was not read here (an edit made before this controller started may
+        have changed its family, which the webhook allows while no address is in use)."""
         model, _ = self.pool_model(pool)
         uid, known = self._lengths.get(self.key(pool), (None, frozenset()))
         seen = {v for v, _ in known} if uid == _uid(pool) else set()
-        return version in seen or (model is None and not seen)
+        return version in seen or (model is None and not seen) or not self._every_spec_read(pool)
 
     def holds_address(self, pool_key: o.PoolKey, claim: dict) -> bool:
         """Whether a claim of ``pool_key`` holds an address of that pool, as its pass sees it (``reconcile``: a

@@ -235,3 +235,30 @@ def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_by_a_pass_that
     converge(api, random.Random(0))
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1", \
         o.condition(o.status(get(api, kinds.CAPI_CLAIM, "d")), "Ready")
+
+
+def test_a_global_pools_allocation_by_a_controller_started_after_an_ippool_changed_family_meets_its_pass():
+    """An IPPool's pass for claim a (fd00::1) made while no global pool existed; the pool's addresses edited to
+    IPv4 (the webhook allows it, no address being in use); a controller started afresh, which never read the IPv6
+    spec, serves a global IPv6 IP pool created over fd00::1; the IPPool's pass lands. The global pool's allocation
+    still writes claim a, refusing that pass: a pass made before an edit this controller did not read may hand out
+    either family."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::f"}]  # the global pool's first IP first
+    api = _converged(pool)
+    api.load(_claim("a", "n", kinds.IPPOOL))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"] = {**pool["spec"], "pools": [{"start": "10.0.0.1", "end": "10.0.0.9"}], "prefix": 24}
+    api._store(pool)
+    api.load(_global(128))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    started = MemoryApi(now=api.now)  # the new controller's view: every object as it is now
+    started.inventory.lock_namespace = api.inventory.lock_namespace
+    for obj in api.inventory.objects.values():
+        started.inventory.upsert(copy.deepcopy(obj))
+    api.apply(reconcile(started.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
