@@ -1131,18 +1131,22 @@ class Inventory:
 
     def global_claims_in_flight(self, namespace: str, version: int, length: int) -> list[dict]:
         """The live claims of ``namespace`` that hold no address, of global pools keeping their IPs apart (one being
-        deleted too) whose IPs or sub-prefixes are smaller than a sub-prefix of ``length``: a pass allocating for one
+        deleted too, and one gone, whatever it handed out) whose IPs or sub-prefixes are smaller than a sub-prefix of
+        ``length``: a pass allocating for one
         may be on its way, made before a namespaced pool's sub-prefix holding its IP could be seen
         (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
         guards the IPs named so and writes each claim, so that a pass made before it is refused). What a claim
         holds is what its pass goes by (``holds_address``), not what its status says: one whose Ready condition
         names an IP whose address objects were deleted is given an IP by its next pass."""
         found = []
-        for key in sorted(self._pool_names.get("", ())):
-            pool = self.objects[(key.kind, key.namespace, key.name)]
-            if not keeps_apart(key.kind) or separate_network(pool) or not self.has_claims_in(key, namespace):
+        for key in sorted(k for k in self.groups if not k.namespace and k.kind in poolkind.REGISTRY):
+            pool = self.objects.get((key.kind, key.namespace, key.name))
+            if not keeps_apart(key.kind) or poolkind.REGISTRY[key.kind].outside is not None:
                 continue
-            if not any(unit > length for unit in self._global_units(key, version)):
+            # A pool gone (deleted before its first pass wrote its finalizer) leaves no length to go by: a pass of
+            # it may be on its way with any.
+            if pool is not None and (separate_network(pool) or not self.has_claims_in(key, namespace)
+                                     or not any(unit > length for unit in self._global_units(key, version))):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]

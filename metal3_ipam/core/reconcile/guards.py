@@ -113,7 +113,7 @@ class Guards(PassState):
         exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
             self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []) + paused))
         shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
-                  if Span(span.ip, span.length) not in exclusive]
+                  if Span(span.ip, span.length) not in exclusive and span not in exclusive]
         if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
             return None
         return exclusive + shared
@@ -161,13 +161,20 @@ class Guards(PassState):
 
     def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
         """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``in_flight`` name as being handed to
-        them (``kinds.ALLOCATING_ANNOTATION``): guarded as their global pool's allocation guards them."""
+        them (``kinds.ALLOCATING_ANNOTATION``): guarded as their global pool's allocation guards them; and a
+        sub-prefix named that holds this span whole (of a global pool gone, whose length is known only so), its
+        guard joined as the namespace's pools join that of a global pool's sub-prefix holding theirs."""
         spans = []
         for claim in self.in_flight(namespace):
             span = _allocating(claim, self.pool.version)
             width = FAMILY_BITS[self.pool.version]
-            if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
+            if span is None:
+                continue
+            end = span.ip + (1 << (width - (span.length or width))) - 1
+            if first <= span.ip and end <= last:
                 spans.append(span)
+            elif span.ip <= first and last <= end:
+                spans.append(Span(span.ip, span.length, shared=True))
         return spans
 
     def paused_spans(self, namespace: str, first: int, last: int) -> list[Span] | None:
