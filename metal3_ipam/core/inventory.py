@@ -188,9 +188,9 @@ class Inventory:
         # The (version, sub-prefix length) each pool's valid specs had (an IP pool's: one IP's), by its uid: kept
         # through an edit (what a pass of it made before may still hand out; ``unit_lengths``, ``_may_hand_out``).
         self._lengths: dict[ObjKey, tuple[str | None, frozenset[tuple[int, int]]]] = {}
-        # Each pool's uid and the generation up to which every spec it had was read here (None: one was not, or
-        # its versions are not known): whether ``_lengths`` holds every family its specs ever had (``_may_hand_out``).
-        self._read_through: dict[ObjKey, tuple[str | None, int | None]] = {}
+        # Each pool's (uid, last generation read, whether every generation of its spec since its first was read
+        # here): only then do its valid specs read (``_lengths``) tell every family a pass of it may hand out.
+        self._generations: dict[ObjKey, tuple[str | None, int, bool]] = {}
         # The IP each claim's status says it holds (``kept.own_ip``), per namespace of the claims and IP: what a
         # claim whose address objects were deleted gets back, which no pool of the namespace may hand out
         # meanwhile (only the claim's own pool's ledger keeps it).
@@ -749,7 +749,7 @@ class Inventory:
             if incoming is None:
                 self._models.pop(key, None)
                 self._lengths.pop(key, None)
-                self._read_through.pop(key, None)
+                self._generations.pop(key, None)
                 names = self._pool_names.get(ns, set())
                 names.discard(pool)
                 if not names:
@@ -978,17 +978,33 @@ class Inventory:
         model, problems = poolkind.read(pool)
         if ident is not None:
             self._models[key] = (ident, model, problems)
-        uid, through = self._read_through.get(key, (None, 0))
-        through = 0 if uid != _uid(pool) else through
-        generation = o.meta(pool).get("generation")
-        self._read_through[key] = (_uid(pool), generation if through is not None and generation == through + 1
-                                   else through if generation == through else None)
+            self._spec_read(key, pool)
         if model is not None:  # an IP pool's as the length of one IP
             uid, known = self._lengths.get(key, (None, frozenset()))
             fresh = known if uid == _uid(pool) else frozenset()
             unit = model.unit_length if model.unit_length is not None else FAMILY_BITS[model.version]
             self._lengths[key] = (_uid(pool), fresh | {(model.version, unit)})
         return model, problems
+
+    def _spec_read(self, key: ObjKey, pool: dict) -> None:
+        """Count one generation of a pool's spec read (``_generations``)."""
+        generation = o.meta(pool).get("generation")
+        if isinstance(generation, bool) or not isinstance(generation, int):
+            return
+        uid, last, every = self._generations.get(key, (None, 0, True))
+        if uid != _uid(pool):
+            last, every = 0, True
+        if generation != last:
+            self._generations[key] = (_uid(pool), generation, every and generation == last + 1)
+
+    def _every_spec_read(self, pool: dict) -> bool:
+        """Whether every generation of a pool's spec up to its own was read here (``pool_model`` reads the current
+        one); not where a controller started after an edit, or its cache skipped one. One whose spec's generation
+        is not known counts as read whole."""
+        if _pool_generation(pool) is None:
+            return True
+        uid, last, every = self._generations.get(self.key(pool), (None, 0, True))
+        return every and uid == _uid(pool) and last == o.meta(pool).get("generation")
 
     def unit_lengths(self, key: o.PoolKey, version: int) -> set[int]:
         """The lengths of the sub-prefixes a prefix pool keeping its IPs apart hands out (one being deleted too),
@@ -1118,7 +1134,8 @@ class Inventory:
 
     def global_claims_in_flight(self, namespace: str, version: int, length: int) -> list[dict]:
         """The live claims of ``namespace`` that hold no address, of global pools keeping their IPs apart (one being
-        deleted too) whose IPs or sub-prefixes are smaller than a sub-prefix of ``length``: a pass allocating for one
+        deleted too, and one gone, whatever it handed out) whose IPs or sub-prefixes are smaller than a sub-prefix of
+        ``length``: a pass allocating for one
         may be on its way, made before a namespaced pool's sub-prefix holding its IP could be seen
         (``reconcile``'s guards: such a pass names its IP on the claim first, and the namespaced pool's allocation
         guards the IPs named so and writes each claim, so that a pass made before it is refused). What a claim
@@ -1126,13 +1143,14 @@ class Inventory:
         names an IP whose address objects were deleted is given an IP by its next pass. Those of a global pool gone
         too: a pass of it made before may still land, of any family and length."""
         found = []
-        for key in sorted(k for k in self.pools_in("") if k.kind in poolkind.REGISTRY):
+        for key in sorted(k for k in self.groups if not k.namespace and k.kind in poolkind.REGISTRY):
             pool = self.objects.get((key.kind, key.namespace, key.name))
-            if not keeps_apart(key.kind) or (pool is not None and separate_network(pool)) \
-                    or not self.has_claims_in(key, namespace):
+            if not keeps_apart(key.kind) or poolkind.REGISTRY[key.kind].outside is not None:
                 continue
-            units = {FAMILY_BITS[version]} if pool is None else self._global_units(key, version)
-            if not any(unit > length for unit in units):
+            # A pool gone (deleted before its first pass wrote its finalizer) leaves no length to go by: a pass of
+            # it may be on its way with any.
+            if pool is not None and (separate_network(pool) or not self.has_claims_in(key, namespace)
+                                     or not any(unit > length for unit in self._global_units(key, version))):
                 continue
             found += [claim for claim in self.claims_of(key) if o.namespace(claim) == namespace
                       and not o.is_deleting(claim) and not self.holds_address(key, claim)]
@@ -1188,13 +1206,13 @@ class Inventory:
 
     def _may_hand_out(self, key: o.PoolKey, pool: dict, version: int) -> bool:
         """Whether an IP pool's pass may hand out an address of ``version``: its spec's family, or one a valid spec
-        of it seen here had (a pass made before an edit may still land); any, unless every spec it had since it was
-        created was read here (a controller started after an edit of its family never saw the family before)."""
-        self.pool_model(pool)
+        of it seen here had (a pass made before an edit may still land); while its spec is invalid and none was
+        seen, any; and any where a spec of it was not read here (an edit made before this controller started may
+        have changed its family, which the webhook allows while no address is in use)."""
+        model, _ = self.pool_model(pool)
         uid, known = self._lengths.get(self.key(pool), (None, frozenset()))
         seen = {v for v, _ in known} if uid == _uid(pool) else set()
-        read_uid, through = self._read_through.get(self.key(pool), (None, None))
-        return version in seen or read_uid != _uid(pool) or through is None
+        return version in seen or (model is None and not seen) or not self._every_spec_read(pool)
 
     def holds_address(self, pool_key: o.PoolKey, claim: dict) -> bool:
         """Whether a claim of ``pool_key`` holds an address of that pool, as its pass sees it (``reconcile``: a

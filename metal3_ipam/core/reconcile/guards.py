@@ -116,7 +116,7 @@ class Guards(PassState):
         exclusive = list(dict.fromkeys(mine + [Span(ip) for ip in ips] + (
             self.named_spans(o.namespace(claim), first, last) if kind.holds_prefixes else []) + paused))
         shared = [span for span in (_span(base, length, width, shared=True) for base, length in blocks)
-                  if Span(span.ip, span.length) not in exclusive]
+                  if Span(span.ip, span.length) not in exclusive and span not in exclusive]
         if len(exclusive) + len(shared) > GUARDS_PER_ALLOCATION + len(mine):  # its own guard aside
             return None
         return exclusive + shared
@@ -191,13 +191,19 @@ class Guards(PassState):
     def named_spans(self, namespace: str, first: int, last: int) -> list[Span]:
         """The IPs and sub-prefixes inside ``first``..``last`` that the claims ``waiting`` name as being handed to
         them (``kinds.ALLOCATING_ANNOTATION``), paused ones too: guarded as their global pool's allocation guards
-        them."""
+        them; and a sub-prefix named that holds this span whole (of a global pool gone, whose length is known only
+        so), its guard joined as the namespace's pools join that of a global pool's sub-prefix holding theirs."""
         spans = []
         for claim in self.waiting(namespace):
             span = _allocating(claim, self.pool.version)
             width = FAMILY_BITS[self.pool.version]
-            if span is not None and first <= span.ip and span.ip + (1 << (width - (span.length or width))) - 1 <= last:
+            if span is None:
+                continue
+            end = span.ip + (1 << (width - (span.length or width))) - 1
+            if first <= span.ip and end <= last:
                 spans.append(span)
+            elif span.ip <= first and last <= end:
+                spans.append(Span(span.ip, span.length, shared=True))
         return spans
 
     def paused_spans(self, namespace: str, first: int, last: int) -> list[Span] | None:
@@ -228,9 +234,10 @@ class Guards(PassState):
         return list(spans)
 
     def fencing_waits(self, claim: dict) -> bool:
-        """Whether this pass made an allocation that writes the claims ``in_flight`` already: the next one waits
-        for the next pass (each write expects the version the pass read, so a second would be refused)."""
-        return self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
+        """Whether this pass made an allocation that writes the claims ``in_flight`` of the claim's namespace
+        already: the next one there waits for the next pass (each write expects the version the pass read, so a
+        second would be refused)."""
+        return o.namespace(claim) in self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
 
     def order_actions(self, claim: dict, unit: int) -> list:
         """What orders this allocation with a pass of the other side made before it could see this one, written
@@ -251,7 +258,7 @@ class Guards(PassState):
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions
-        self.fenced = True
+        self.fenced.add(o.namespace(claim))
         return actions + [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)},
                                       resource_version=read)
                           for other in self.in_flight(o.namespace(claim))

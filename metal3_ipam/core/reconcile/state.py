@@ -50,12 +50,13 @@ class PassState:
         self.passed_over: dict[str, set[int]] = {}
         # Sub-prefixes an allocation passed over as holding too many IPs of global pools to guard.
         self.unguardable: set[int] = set()
-        # By namespace, the claims of the other side (of global pools for a namespaced pool, of the namespace's
-        # pools for a global one) whose pass may be on its way, read once (``guards``): all, and those not paused;
-        # and whether an allocation of this pass writes them already.
+        # By namespace (a global pool's pass serves claims of many): the claims of the other side (of global pools
+        # for a namespaced pool, of the namespace's pools for a global one) whose pass may be on its way, read once
+        # (``guards``): all, and those not paused; and the namespaces where an allocation of this pass writes them
+        # already.
         self._waiting: dict[str, list[dict]] = {}
         self._in_flight: dict[str, list[dict]] = {}
-        self.fenced = False
+        self.fenced: set[str] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

@@ -549,6 +549,38 @@ def test_a_global_pools_pass_landing_after_its_deletion_never_takes_an_ip_a_name
     assert all(len(claims) == 1 for claims in held.values()), held
 
 
+@pytest.mark.parametrize("length", [128, 124])
+@pytest.mark.parametrize("named", [False, True])
+def test_a_global_pools_first_pass_landing_after_its_pool_went_never_takes_what_a_namespaced_prefix_pool_handed_out(
+        length, named):
+    """A global pool's first pass (an IP, or a /124 holding the namespaced pool's /127) made, the pool deleted
+    before that pass wrote its finalizer (gone at once: no length of it is left to go by), a namespaced prefix pool
+    created and its claim served, the global pass landing last: the namespaced allocation writes the gone pool's
+    waiting claim, refusing that pass, or (``named``: the pass wrote the claim first) guards what the claim names,
+    the /124 holding its /127 by the guard's name that pass writes."""
+    api = _converged()
+    glob = _pool("g", ["fd00::-fd00::ff"], "2024-01-01T00:00:00Z") if length == 128 else \
+        _global_prefix_pool("g", ["fd00::/120"], 124)
+    kind = kinds.kind_of(glob)
+    api.load(glob)
+    api.load(_claim("d", "g", kind[1]))
+    on_its_way = reconcile(api.inventory.snapshot(o.PoolKey("", "g", kind), api.now))
+    if named:
+        (step,) = [s for s in on_its_way.steps if s.subject.endswith(f"{NS}/d")]
+        api.do(step.actions[0])
+        on_its_way = Plan(steps=[Step(step.subject, step.actions[1:], step.about)])
+    user_delete(api, kind, "g", "")
+    assert get(api, kind, "g", "") is None
+    api.load(_prefix_pool("n", ["fd00::/124"], 127))
+    api.load(_claim("a", "n", PREFIX[1]))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", PREFIX), api.now)))
+    api.apply(on_its_way)
+    converge(api, random.Random(0))
+    held = held_spans(api, {kind[1]: length, PREFIX[1]: 127})
+    assert all(len(claims) == 1 for claims in held.values()), held
+    assert held[(NS, "fd00::")] == {"a"}
+
+
 def test_a_global_pools_pass_landing_after_an_edit_that_dropped_the_ip_never_takes_it_from_a_namespaced_pool():
     def drop_the_ip(api):
         pool = copy.deepcopy(get(api, GLOBAL, "g", ""))
