@@ -45,12 +45,15 @@ IP_ADDRESS_ANNOTATION = "ipAddress"
 # On a global pool, "true": its addresses are another network's, so an overlap with any other pool is shared
 # (both hand it out, both say so) instead of withheld by the later pool (see ``core.overlap``).
 SEPARATE_NETWORK_ANNOTATION = "ipam.metal3.io/separate-network"
-# On a claim of a global pool, the IP (or ``<base>/<length>`` sub-prefix) a pass allocating for it hands out, written
-# first, on condition that the claim is unchanged since the pass read it; and the claim's resourceVersion, written
-# there by a namespaced prefix pool's allocation of a sub-prefix where such a pass may land (``reconcile``'s
+# On a claim of a pool keeping its IPs apart, the IP (or ``<base>/<length>`` sub-prefix) a pass allocating for it
+# hands out, written first, on condition that the claim is unchanged since the pass read it; and the claim's
+# resourceVersion, written there by an allocation of the other side where such a pass may land (``reconcile``'s
 # guards): a pass made before either is refused.
 ALLOCATING_ANNOTATION = "ipam.metal3.io/allocating"
 FENCED_ANNOTATION = "ipam.metal3.io/allocation-fenced"
+# Beside the first, when that pass was made (RFC 3339): once older than a lock is left to its maker, that pass
+# landed or stopped (a later one names again first), and what it names is kept off no more.
+ALLOCATING_SINCE_ANNOTATION = "ipam.metal3.io/allocating-since"
 # On a Metal3 IPAddress that guards an IP in its namespace (``naming.guard_name``), the IP: it names a claim and
 # its pool as a lock does, and is filed with no pool (it is no address of the claim's).
 GUARD_LABEL = "ipam.metal3.io/guards-ip"

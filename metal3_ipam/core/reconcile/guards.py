@@ -4,6 +4,7 @@ one writes in the claim's namespace, and what holds an IP that this pool's own a
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
 from .binding import _settled
-from .pieces import _ip_of, _owned_by, _owner, _passed
+from .pieces import _instant, _ip_of, _owned_by, _owner, _passed
 from .state import PassState
 
 # The most guards one allocation writes: a namespaced IP or sub-prefix that would take more is not handed out
@@ -165,10 +166,29 @@ class Guards(PassState):
         first = int(self.pool.address_of(unit))
         last = first + (1 << self.pool.unit_bits) - 1
         for other in self.waiting(o.namespace(claim)):
-            span = _allocating(other, self.pool.version)
+            span = self.named(other, claim)
             if span is not None and span.ip <= last and first <= span.ip + (1 << (width - (span.length or width))) - 1:
                 return True
         return False
+
+    def named(self, other: dict, claim: dict) -> Span | None:
+        """What a claim of the other side names as being handed to it by a pass that may still land; none once
+        that naming is older than a lock is left to its maker (``lock_settle_seconds``): its pass landed or
+        stopped, and a later one names again first. Until then ``claim`` (the one it keeps off) is due a pass
+        when it is. A naming of no time is kept whatever its age."""
+        span = _allocating(other, self.pool.version)
+        since = str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or "")
+        if span is None or not since or self.snap.lock_settle_seconds <= 0:
+            return span
+        try:
+            settled = o.format_time(_instant(since) + datetime.timedelta(seconds=self.snap.lock_settle_seconds))
+        except ValueError:
+            return span
+        if _passed(settled, self.snap.now):
+            return None
+        key = o.claim_key(claim)
+        self.ledger.deadlines[key] = min(self.ledger.deadlines.get(key, settled), settled, key=_instant)
+        return span
 
     def paused_unmet(self, claim: dict) -> dict | None:
         """For a global pool (but a separate network's): a claim of the namespace's pools ``waiting`` whose own
@@ -254,7 +274,8 @@ class Guards(PassState):
             return []
         ip = ip_text(self.pool.address_of(unit))
         text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
-        actions: list = [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text},
+        actions: list = [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text,
+                                                                kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now},
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions

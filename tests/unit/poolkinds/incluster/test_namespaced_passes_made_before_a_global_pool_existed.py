@@ -268,11 +268,6 @@ def test_a_global_pools_allocation_in_one_namespace_writes_the_claims_in_flight_
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the ipam.metal3.io/allocating annotation an IPPool's pass wrote on claim z before it stopped (its replica gone "
-    "before its lock) is never cleared and bears no time: z's pool deleted, z waits for good holding no address, "
-    "and the global pool's claim d keeps off fd00::1 while z lives, a day after any pass could still land, "
-    "Ready=False PoolExhausted 'no free address left in the pool' while the pool's status counts fd00::1 free"))
 def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_by_a_pass_that_stopped_before_its_lock():
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
