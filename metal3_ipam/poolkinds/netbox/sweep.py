@@ -118,6 +118,7 @@ _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+_MOVED_FROM_TOKEN = re.compile(r" \bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
@@ -320,6 +321,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         if hold_in(current) == Hold(at, live=True):
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
+        if given != at:  # its source let it go: taken with its consent, which the source reads after a restart
+            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("moved-from", given))
     elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
         given = there
     else:
@@ -395,12 +398,18 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`)."""
     out = []
     for item in found:
-        at = home_in(item.description)
-        if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
+        at, given = home_in(item.description), taken_from(item.description)
+        if at is None or not moved_away(item.key) or wanted(item.key) is not None:
+            continue
+        if home(at) == ABSENT:  # the target homed it before this sweep: the take over consented to
+            if given is not None and home(given) != ABSENT:
+                text = _with(item.description, _FROM, _named("moved-from", given))
+                out.append((item, text))
             continue
         held = hold_in(item.description)
         kept = held if held is not None and held.live and home(held.home) == ABSENT else None
-        text = with_swept(_FROM.sub("", with_held(item.description, kept), count=1), None)
+        text = with_swept(_FROM.sub("", _MOVED_FROM_TOKEN.sub("", with_held(item.description, kept), count=1),
+                                    count=1), None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -478,6 +487,9 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
     there, at = home_in(text), home_in(released)
+    given = taken_from(text)
+    if there is not None and home(there) != ABSENT and given is not None and home(given) == ABSENT:
+        return text if swept_at(text) is not None else with_swept(text, wall)  # a live claim there may take it back
     if kept_on_release(text, home):
         if there is not None and home(there) != ABSENT and swept_at(text) is None:
             return with_swept(text, wall)

@@ -119,7 +119,7 @@ def test_the_source_takes_the_home_off_the_address_of_a_claim_it_saw_leave_for_a
     for now in range(0, 100, 10):  # the source restarted: it knows of no move, and the Cluster runs
         assert sweep.judge([homeless], carried=lambda key: False, home=running, now=now) == []
     target = description(Home("Cluster", T1), claim("m", "c1"))
-    taken = target.replace(" claim ", f" from=Cluster:{C1} claim ", 1)  # what it was moved from, kept
+    taken = target.replace(" claim ", f" moved-from=Cluster:{C1} claim ", 1)  # what it was moved from, kept
     assert rehome([homeless], {"k-m": target}.get, lambda h: PRESENT) == [(homeless, taken)]
     # Not when it is homed elsewhere already, when a claim here carries it, nor for a claim deleted by hand.
     assert disown([homeless], {"k-m"}.__contains__, nobody, running) == []

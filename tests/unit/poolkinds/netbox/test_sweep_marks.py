@@ -18,12 +18,13 @@ from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
 from metal3_ipam.core.actions import Event
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.poolkinds.netbox.source import Reason
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.core.reconcile import ADDRESS_HOMED_ELSEWHERE
-from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, settle, swept_at,
-                                    taken_from, taken_over, with_held, with_swept)
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PRESENT, Found, Home, description, held_in, home_in, moved_from,
+                                    settle, swept_at, taken_from, taken_over, with_held, with_swept)
 
 from sweep_sides import (C1, SP, T1, TP, SharedNetBoxClient, SweepingAsks, keyed_claim, cluster_c1, SharedNetBox,
                          shared_netbox_pool)
@@ -273,11 +274,13 @@ def test_a_claim_asking_for_a_key_whose_address_another_cluster_took_over_from_i
         asyncio.run(client._rehome(taken, mine, "allocating for key 'k'"))
     assert refused.value.reason is Reason.HOMED_ELSEWHERE and f"Cluster:{T1}" in str(refused.value)
     assert client.written == []
-    # Homed nowhere (its claim seen leave for a move) or never taken over: taken, the old home named.
+    # Homed nowhere (its claim seen leave for a move) or never taken over: taken, the old home named (given by
+    # its home, moved-from=; taken from it unasked, from=).
     for there in (f"metal3-ipam moved-from=Cluster:{T1} claim t/m", f"metal3-ipam home=Cluster:{T1} claim t/m"):
         found = dataclasses.replace(taken, description=there)
         assert home_in(asyncio.run(client._rehome(found, mine, "allocating")).description) == Home("Cluster", C1)
-    assert [taken_from(text) for text in client.written] == [Home("Cluster", T1)] * 2
+    assert [(moved_from(text), taken_from(text)) for text in client.written] == [(Home("Cluster", T1), None),
+                                                                                 (None, Home("Cluster", T1))]
 
 
 def test_a_bound_claim_whose_key_a_sweep_found_homed_in_another_cluster_says_so_in_a_condition_until_it_is_not():
@@ -303,7 +306,12 @@ def test_a_claim_deleted_here_leaves_its_keys_address_that_another_clusters_clai
     source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"))
     taken = netbox.items[3].description
     assert source.pools._left_on_release("k", taken) == taken
-    assert source.pools._left_on_release("k", f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m") is None
+    # Taken over here from the other cluster unasked: its claim may live (its sweep not come yet to hold it), so
+    # the address is marked released, for that claim to take it back; given by the other cluster: deleted.
+    left = source.pools._left_on_release("k", f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m")
+    assert left == with_swept(f"metal3-ipam home=Cluster:{C1} from=Cluster:{T1} claim ns/m", EPOCH), left
+    assert source.pools._left_on_release("k", f"metal3-ipam home=Cluster:{C1} moved-from=Cluster:{T1} claim ns/m") \
+        is None
 
     class Holding(_Client):
         async def find(self, key):
@@ -378,17 +386,6 @@ def test_an_address_taken_over_is_released_once_the_takers_cluster_is_deleted_an
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the copy's sweep takes over an address homed at the source's live claim at once (taken_over: no from= yet, "
-    "the first take), writing home=Cluster:<target> from=Cluster:<source> with no mark of the source's claim; the "
-    "copy deleted before the source's next sweep writes its live-held= then deletes the address "
-    "(left_on_release: homed here, held nowhere) while the source's live claim is bound to it. Both controllers "
-    "up, sweeping at one interval. Not closed by keeping such an address on release: the target of a plain "
-    "clusterctl move whose sweep homes the addresses before the source's sweep took their homes off "
-    "(moved-from=) leaves NetBox in the very same state (home=<target> from=<source>, no hold), and its "
-    "claims' deletions must release their addresses at once (tests/e2e/move/test_netbox_move.py); a mark "
-    "that tells the two apart is needed (the source's consent written where its sweep finds the target homed "
-    "first, without a second write after its own moved-from=)"))
 def test_a_copy_deleted_after_its_sweep_took_the_address_over_leaves_it_to_the_live_claim_of_the_source():
     netbox = SharedNetBox(homed_at_source())
     mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
@@ -420,3 +417,34 @@ def test_the_holding_claim_gets_its_address_back_once_the_takers_claim_is_delete
         source.sweep()
     assert home_in(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
     assert "k" not in source.inventory.homed_elsewhere, source.inventory.homed_elsewhere["k"]
+
+
+def _deleted_for_move(claim: dict) -> dict:
+    return {**claim, "metadata": {**claim["metadata"], "resourceVersion": "5",
+                                  "annotations": {**claim["metadata"]["annotations"],
+                                                  kinds.DELETE_FOR_MOVE_ANNOTATION: ""}}}
+
+
+@pytest.mark.parametrize("source_first", [True, False])
+def test_a_moved_claims_address_homed_in_the_target_before_or_after_the_source_took_its_home_off_is_released_at_once(
+        source_first):
+    """A plain ``clusterctl move``: the source saw its claim leave for the move. Whichever sweep comes first (the
+    source's, taking the home off; or the target's, taking the address over before that), the address ends homed
+    in the target with the source's consent (``moved-from=``), each side writing it once; the moved claim's
+    deletion there then releases it at once, not a release grace later."""
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    source.inventory.remove(_deleted_for_move(mine))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    sides = [source, target] if source_first else [target, source]
+    seen = [netbox.items[3].description]
+    for side in sides + sides:
+        side.sweep()
+        seen.append(netbox.items[3].description)
+    text = seen[-1]
+    assert home_in(text) == Home("Cluster", T1) and moved_from(text) == Home("Cluster", C1), text
+    assert taken_from(text) is None, text
+    assert seen[2:] == [text] * 3, seen  # written once by each side, then left as it is
+    _released_with_its_finalizer(target, netbox, copy)
+    assert [item.id for item in netbox.released] == [3]
