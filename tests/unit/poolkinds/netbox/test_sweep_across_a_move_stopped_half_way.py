@@ -335,3 +335,13 @@ def test_a_claim_that_left_the_source_again_has_the_address_written_once_by_the_
                moved={"S": True, "T": False}, homed="T",
                steps=[("carry", "T", True), ("sweep", "S", 0), ("carry", "S", False), ("sweep", "T", 0),
                       ("sweep", "S", 0), ("sweep", "T", 0)])
+
+
+def test_a_live_claim_leaves_an_address_a_paused_claim_of_another_cluster_holds_to_that_cluster(monkeypatch):
+    """Homed at a third cluster's object, held by the source's paused claim: the target's live claim does not take
+    it over (it would be taken twice: by the target, then by the source unpaused, and the target would write it
+    again to hold it); the source, unpaused, takes it, and the target holds it live, one write each."""
+    _two_sides(monkeypatch, paused={"S": True, "T": False}, carries={"S": True, "T": True},
+               moved={"S": False, "T": False}, homed="elsewhere",
+               steps=[("sweep", "S", 0), ("pause", "S", False), ("sweep", "T", 0), ("sweep", "S", 0),
+                      ("sweep", "T", 0)])
