@@ -71,7 +71,8 @@ its controller took it off stays: its address is found in NetBox by
 Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
-before (nor holds it with a paused claim of another cluster); a take writes ``from=`` the home it was taken from, which that cluster
+before (nor holds it with a paused claim of another cluster); a take writes
+``from=`` the home it was taken from, which that cluster
 never takes back (a take the home gave is written ``moved-from=`` instead: one
 homed nowhere by the source's :func:`disown`, or held by a paused claim here,
 the target of a move; and the source's :func:`disown` turns a target's
