@@ -74,8 +74,9 @@ another cluster is taken only when it says its home let it go (``moved-from=``,
 before (nor holds it with a paused claim of another cluster); a take writes
 ``from=`` the home it was taken from, which that cluster
 never takes back (a take the home gave is written ``moved-from=`` instead: one
-homed nowhere by the source's :func:`disown`, or held by a paused claim here,
-the target of a move; and the source's :func:`disown` turns a target's
+homed nowhere by the source's :func:`disown`, or held by a paused claim here
+whose home answered nothing, the target of a move: a live claim at home answers
+another cluster's paused hold with ``from=`` its own home, first come; and the source's :func:`disown` turns a target's
 ``from=`` into ``moved-from=`` where the target homed it first).
 An address an earlier version wrote (no home) is homed first
 come the same way: ``from=`` the home that took it, so no other cluster takes
@@ -312,7 +313,10 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
     third one over) until the new home lets it go: two clusters whose live claims carry one key write it
     once, not back and forth. A take its home gave (homed nowhere, or held by a paused claim here: the
-    target of a move) writes ``moved-from=`` instead, whose release here deletes it (:func:`left_on_release`).
+    target of a move, where the home answered nothing) writes ``moved-from=`` instead, whose release here
+    deletes it (:func:`left_on_release`). An address homed here at a live claim that a paused claim of another
+    cluster holds is answered: ``from=`` this very home (first come), so that cluster's take once unpaused is
+    one unasked, which its release does not delete.
     An address homed at an object here (ours) is rehomed freely, and one marked
     released is taken back whatever else it says."""
     at = home_in(text)
@@ -320,6 +324,9 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         return None
     there, swept, given_up = home_in(current), swept_at(current) is not None, False
     if there == at:
+        if not swept and taken_from(current) is None and _held_elsewhere_paused(current, home):
+            # answers a paused claim of another cluster holding it: the live claim here was first
+            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
             if swept else None
     if swept:
@@ -335,8 +342,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         given_up = True  # its source took the home off: it let it go
     elif home(there) != ABSENT:
         given = there
-    elif _held_here(current, home):  # the target of a move, its source down while the claims left: given
-        given, given_up = there, True
+    elif _held_here(current, home):  # given where its home answered no hold (a move's target, its source down)
+        given, given_up = there, taken_from(current) is None
     elif taken_from(current) is None and moved_from(current) is None and not _held_elsewhere_paused(current, home):
         given = there  # nobody took it over before, nor holds it paused in another cluster (first come)
     else:
@@ -516,6 +523,9 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
     there, at = home_in(text), home_in(released)
+    if held is not None and home(held.home) == PAUSED and not held.live and there is None \
+            and moved_from(text) is None and at is not None and home(at) != ABSENT:
+        return with_swept(released, wall)  # an earlier version's: a paused claim elsewhere may carry it, unheld
     given = taken_from(text)
     if there is not None and home(there) != ABSENT and given is not None and home(given) == ABSENT:
         return text if swept_at(text) is not None else with_swept(text, wall)  # a live claim there may take it back

@@ -469,20 +469,13 @@ def test_the_target_of_a_finished_move_whose_paused_copy_held_the_address_releas
     assert [item.id for item in netbox.released] == [3]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a copy restored from a directory into a paused target while the source runs holds the address (held=); the "
-    "source's live claim writes nothing (the hold is the target's, and the address is homed at its own Cluster), "
-    "so the target, unpaused, takes it as a move's target does (moved-from=<source>: given by a home that "
-    "answered no hold) and its copy deleted before the source's next sweep wrote live-held= deletes the address "
-    "the source's live claim is bound to. Nothing in NetBox tells a live source from the source of a finished "
-    "move here: its live claim would have to answer the paused hold"))
 def test_a_copy_held_while_paused_then_unpaused_and_deleted_leaves_the_address_to_the_live_claim_of_the_source():
     netbox = SharedNetBox(homed_at_source())
     mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
     source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
     target = _Side(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), copy)
     target.sweep()  # the copy paused: held
-    source.sweep()  # the source's live claim, homed there: nothing to write
+    source.sweep()  # the source's live claim, homed there, answers the hold: from= its own home (first come)
     target.inventory.upsert({**cluster_c1(T1, False, "t"), "metadata": {**cluster_c1(T1, False, "t")["metadata"],
                                                                       "resourceVersion": "2"}})
     target.sweep()  # unpaused: homed there
