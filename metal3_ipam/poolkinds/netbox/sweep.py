@@ -72,13 +72,13 @@ Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
 before (nor holds it with a paused claim of another cluster); a take writes
-``from=`` the home it was taken from, which that cluster
-never takes back (a take the home gave is written ``moved-from=`` instead: one
-homed nowhere by the source's :func:`disown`, or held by a paused claim here
-whose home answered nothing, the target of a move: a live claim at home answers
-another cluster's paused hold with ``from=`` its own home, first come; and the source's :func:`disown` turns a target's
-``from=`` into ``moved-from=`` where the target homed it first).
-An address an earlier version wrote (no home) is homed first
+``from=`` the home it was taken from, which that cluster never takes back. A
+take the home gave is written ``moved-from=`` instead: one homed nowhere by the
+source's :func:`disown`, or held by a paused claim here whose home answered
+nothing (the target of a move: a live claim at home answers another cluster's
+paused hold with ``from=`` its own home, first come); and the source's
+:func:`disown` turns a target's ``from=`` into ``moved-from=`` where the target
+homed it first. An address an earlier version wrote (no home) is homed first
 come the same way: ``from=`` the home that took it, so no other cluster takes
 it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -501,7 +501,10 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
     First this cluster's own hold comes off (the claim that held it is the one released: a hold left would
-    keep the address from every sweep once this cluster is gone). One homed here that was taken over from
+    keep the address from every sweep once this cluster is gone). One an earlier version wrote (no home) that
+    a paused claim here held is homed here marked released instead: an address carries one hold, so a paused
+    claim of another cluster carrying its key could not hold it too, and takes it at its next sweep. One homed
+    here that was taken over from
     another cluster unasked (``from=`` an object absent here, not ``moved-from=``) is marked released
     (``swept=`` now): a claim there may be bound to it, its sweep not come yet to hold it, and takes it back
     (:func:`taken_over`); else the sweeps here release it once the release grace is over. An address another

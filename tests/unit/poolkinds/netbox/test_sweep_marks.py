@@ -531,3 +531,21 @@ def test_a_copy_unpaused_while_the_sources_claim_is_paused_leaves_the_address_to
     target.sweep()  # unpaused by hand: homed there
     _released_with_its_finalizer(target, netbox, copy)
     assert netbox.released == [], "released the address the source's paused claim ns/m is bound to"
+
+
+def test_an_address_of_an_earlier_version_two_paused_claims_carry_is_kept_by_the_release_of_the_one_holding_it():
+    """A move under way of a claim whose address an earlier version wrote: both Clusters paused, the first to sweep
+    holds it (an address carries one hold). Its claim deleted by hand, its release does not delete the address the
+    other's paused claim is bound to: homed there marked released, the other's next sweep holds it."""
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", "metal3-ipam claim ns/m"))  # no home: an earlier version's
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    target = _Side(netbox, cluster_c1(T1, True, "t"), shared_netbox_pool(TP, "t"), copy)
+    source.sweep()
+    target.sweep()
+    assert held_in(netbox.items[3].description) == Home("Cluster", C1)
+    _released_with_its_finalizer(source, netbox, mine)
+    assert netbox.released == [], "released the address the target's paused claim t/m is bound to"
+    target.sweep()
+    assert held_in(netbox.items[3].description) == Home("Cluster", T1), netbox.items[3].description
+    assert swept_at(netbox.items[3].description) is None
