@@ -74,7 +74,7 @@ another cluster is taken only when it says its home let it go (``moved-from=``,
 before (nor holds it with a paused claim of another cluster); a take writes
 ``from=`` the home it was taken from, which that cluster never takes back. A
 take the home gave is written ``moved-from=`` instead: one homed nowhere by the
-source's :func:`disown`, or held by a paused claim here whose home answered
+source's :func:`disown`, one its home marked released (``swept=``), or held by a paused claim here whose home answered
 nothing (the target of a move: a live claim at home answers another cluster's
 paused hold with ``from=`` its own home, first come); and the source's
 :func:`disown` turns a target's ``from=`` into ``moved-from=`` where the target
@@ -312,8 +312,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     earlier version wrote, with no home, is homed here ``from=`` this very home: first come). Each such take
     writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
     third one over) until the new home lets it go: two clusters whose live claims carry one key write it
-    once, not back and forth. A take its home gave (homed nowhere, or held by a paused claim here: the
-    target of a move, where the home answered nothing) writes ``moved-from=`` instead, whose release here
+    once, not back and forth. A take its home gave (homed nowhere, marked released, or held by a paused claim
+    here: the target of a move, where the home answered nothing) writes ``moved-from=`` instead, whose release here
     deletes it (:func:`left_on_release`). An address homed here at a live claim that a paused claim of another
     cluster holds is answered: ``from=`` this very home (first come), so that cluster's take once unpaused is
     one unasked, which its release does not delete.
@@ -329,8 +329,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
             if swept else None
-    if swept:
-        given = there
+    if swept:  # marked released by its home: given
+        given, given_up = there, True
     elif taken_from(current) == at:
         return None  # taken over from this very home: a claim of another cluster carries the key
     elif there is None:

@@ -172,7 +172,7 @@ def test_a_copy_deleted_before_a_sweep_homed_its_address_leaves_it_to_the_live_c
     target.inventory.remove(copy)
     source.sweep()
     assert netbox.items[3].description == description(Home("Cluster", C1), keyed_claim("m", "k", "ns")) \
-        .replace(" claim", f" from=Cluster:{T1} claim")
+        .replace(" claim", f" moved-from=Cluster:{T1} claim")  # given back: the copy's release let it go
     assert source.reasons() == ["NetBoxAddressTakenBack"]
     target.sweep(times=4, every=GRACE)
     source.sweep(times=4, every=GRACE)
@@ -614,3 +614,16 @@ def test_two_clusters_live_or_paused_claims_of_one_key_lose_the_address_to_no_or
             for side in sides.values():
                 side.sweep(every=GRACE)
         assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items[3]}"
+
+
+def test_the_claim_that_took_back_an_address_the_other_clusters_release_marked_releases_it_at_once():
+    """Both clusters' live claims carried the key, the target took the address over and the source's claim held
+    it live; the target's copy deleted, its release marked the address released, and the source's sweep took it
+    back, given (``moved-from=``): the source's claim deleted, its release deletes the address at once."""
+    netbox, source, target, mine, copy = _two_live_claims_one_taken_over()
+    _released_with_its_finalizer(target, netbox, copy)
+    source.sweep()
+    text = netbox.items[3].description
+    assert home_in(text) == Home("Cluster", C1) and moved_from(text) == Home("Cluster", T1), text
+    _released_with_its_finalizer(source, netbox, mine)
+    assert [item.id for item in netbox.released] == [3]
