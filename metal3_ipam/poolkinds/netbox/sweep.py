@@ -74,11 +74,13 @@ another cluster is taken only when it says its home let it go (``moved-from=``,
 before (nor holds it with a paused claim of another cluster); a take writes
 ``from=`` the home it was taken from, which that cluster never takes back. A
 take the home gave is written ``moved-from=`` instead: one homed nowhere by the
-source's :func:`disown`, one its home marked released (``swept=``), or held by a paused claim here whose home answered
-nothing (the target of a move: a live claim at home answers another cluster's
-paused hold with ``from=`` its own home, first come); and the source's
-:func:`disown` turns a target's ``from=`` into ``moved-from=`` where the target
-homed it first. An address an earlier version wrote (no home) is homed first
+source's :func:`disown`, one its home marked released (``swept=``), or one
+homed plainly (no ``from=`` nor ``moved-from=``) held by a paused claim here
+whose home answered nothing (the target of a move: a live claim at home answers
+another cluster's paused hold with ``from=`` its own home, first come); and the
+source's :func:`disown` turns a target's ``from=`` into ``moved-from=`` where
+the target homed it first. An address an earlier version wrote (no home), or
+one back at the home that let it go (``moved-from=`` that home), is homed first
 come the same way: ``from=`` the home that took it, so no other cluster takes
 it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -324,7 +326,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         return None
     there, swept, given_up = home_in(current), swept_at(current) is not None, False
     if there == at:
-        if not swept and taken_from(current) is None and _held_elsewhere_paused(current, home):
+        if not swept and taken_from(current) is None and moved_from(current) is None \
+                and _held_elsewhere_paused(current, home):
             # answers a paused claim of another cluster holding it: the live claim here was first
             return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
@@ -343,13 +346,14 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     elif home(there) != ABSENT:
         given = there
     elif _held_here(current, home):  # given where its home answered no hold (a move's target, its source down)
-        given, given_up = there, taken_from(current) is None
+        given, given_up = there, taken_from(current) is None and moved_from(current) is None
     elif taken_from(current) is None and moved_from(current) is None and not _held_elsewhere_paused(current, home):
         given = there  # nobody took it over before, nor holds it paused in another cluster (first come)
     else:
         return None
-    return _with(with_held(text, _kept_hold(current, home)), _FROM,
-                 _named("moved-from" if given_up else "from", given if given != at else None))
+    if given == at:  # back at the home that let it go: first come, as an earlier version's (a copy may live)
+        return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
+    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("moved-from" if given_up else "from", given))
 
 
 def _held_here(text: str, home: Callable[[Home], str]) -> bool:
