@@ -345,3 +345,14 @@ def test_a_live_claim_leaves_an_address_a_paused_claim_of_another_cluster_holds_
                moved={"S": False, "T": False}, homed="elsewhere",
                steps=[("sweep", "S", 0), ("pause", "S", False), ("sweep", "T", 0), ("sweep", "S", 0),
                       ("sweep", "T", 0)])
+
+
+def test_a_claim_back_at_the_source_keeps_its_address_from_the_live_copy_where_it_went_writing_it_once(monkeypatch):
+    """Its claim seen leave for a move, the source took the home off; the claim back (moved back, or restored),
+    the source homes it first come (``from=`` its own home), and the live copy in the target, refused, holds it
+    live: one write each, not a take over and a hold written after it."""
+    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": False, "T": True},
+               moved={"S": True, "T": False}, homed="S",
+               steps=[("sweep", "S", 0), ("carry", "S", True), ("sweep", "S", 0), ("sweep", "T", 0),
+                      ("sweep", "S", 0)])
+

@@ -632,17 +632,6 @@ def test_the_claim_that_took_back_an_address_the_other_clusters_release_marked_r
     assert [item.id for item in netbox.released] == [3]
 
 
-def test_a_claim_back_at_the_source_keeps_its_address_from_the_live_copy_where_it_went_writing_it_once(monkeypatch):
-    """Its claim seen leave for a move, the source took the home off; the claim back (moved back, or restored),
-    the source homes it first come (``from=`` its own home), and the live copy in the target, refused, holds it
-    live: one write each, not a take over and a hold written after it."""
-    from test_sweep_across_a_move_stopped_half_way import _two_sides
-    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": False, "T": True},
-               moved={"S": True, "T": False}, homed="S",
-               steps=[("sweep", "S", 0), ("carry", "S", True), ("sweep", "S", 0), ("sweep", "T", 0),
-                      ("sweep", "S", 0)])
-
-
 @pytest.mark.xfail(strict=True, reason=(
     "a copy restored into a paused target holds the address homed at the source's live claim; unpaused, its "
     "next sweep comes before the source's first sweep since the hold, which would have answered it (from= its "
