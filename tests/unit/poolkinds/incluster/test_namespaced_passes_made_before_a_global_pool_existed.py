@@ -69,6 +69,15 @@ CASES = [(IPS[1], 128, 126), ("IPPool", 128, 126), (PREFIXES[1], 127, 126), (PRE
          (PREFIXES[1], 126, 126), (PREFIXES[1], 127, 128), (IPS[1], 128, 128)]
 
 
+def _started_afresh(api: MemoryApi) -> MemoryApi:
+    """A controller started now: its view holds every object as it is now, and none of their earlier specs."""
+    started = MemoryApi(now=api.now)
+    started.inventory.lock_namespace = api.inventory.lock_namespace
+    for obj in api.inventory.objects.values():
+        started.inventory.upsert(copy.deepcopy(obj))
+    return started
+
+
 @pytest.mark.parametrize("local, local_length, global_length, how",
                          [(*case, how) for case in CASES for how in ("deleted", "edited")])
 def test_a_namespaced_pass_made_before_a_global_pool_existed_never_takes_what_that_pool_handed_out(
@@ -106,11 +115,7 @@ def test_a_global_pools_allocation_by_a_controller_started_after_a_prefix_pool_b
     api._store(pool)
     api.load(_global(128))
     api.load(_claim("d", "g", GLOBAL_IPS))
-    started = MemoryApi(now=api.now)  # the new controller's view: every object as it is now
-    started.inventory.lock_namespace = api.inventory.lock_namespace
-    for obj in api.inventory.objects.values():
-        started.inventory.upsert(copy.deepcopy(obj))
-    api.apply(reconcile(started.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    api.apply(reconcile(_started_afresh(api).inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL_IPS[1]: 128, PREFIXES[1]: 127})
@@ -306,11 +311,7 @@ def test_a_global_pools_allocation_by_a_controller_started_after_an_ippool_chang
     api._store(pool)
     api.load(_global(128))
     api.load(_claim("d", "g", GLOBAL_IPS))
-    started = MemoryApi(now=api.now)  # the new controller's view: every object as it is now
-    started.inventory.lock_namespace = api.inventory.lock_namespace
-    for obj in api.inventory.objects.values():
-        started.inventory.upsert(copy.deepcopy(obj))
-    api.apply(reconcile(started.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    api.apply(reconcile(_started_afresh(api).inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
     api.apply(on_its_way)
     converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL_IPS[1]: 128})
