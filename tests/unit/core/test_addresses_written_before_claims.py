@@ -21,7 +21,7 @@ from metal3_ipam.memory import converge
 from metal3_ipam.testing import go_incluster as gi
 from go_ipam_objects import go_pool, go_served_capi_claim, go_served_ipclaim
 from ipam_objects import (CONFLICT, NS, assert_no_ip_twice, capi_address, capi_claim, converged, get, ipclaim, ippool,
-                          live_bindings, loaded, ready, user_delete)
+                          live_bindings, loaded, ready)
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from metal3_ipam.core.allocator import never_for
