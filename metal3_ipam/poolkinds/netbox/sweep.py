@@ -71,16 +71,8 @@ its controller took it off stays: its address is found in NetBox by
 Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
-before (nor holds it with a paused claim of another cluster); a take writes
-``from=`` the home it was taken from, which that cluster never takes back. A
-take the home gave is written ``moved-from=`` instead: one homed nowhere by the
-source's :func:`disown`, one its home marked released (``swept=``), or one
-homed plainly (no ``from=`` nor ``moved-from=``) held by a paused claim here
-whose home answered nothing (the target of a move: a live claim at home answers
-another cluster's paused hold with ``from=`` its own home, first come); and the
-source's :func:`disown` turns a target's ``from=`` into ``moved-from=`` where
-the target homed it first. An address an earlier version wrote (no home), or
-one back at the home that let it go (``moved-from=`` that home), is homed first
+before; a take writes ``from=`` the home it was taken from, which that cluster
+never takes back. An address an earlier version wrote (no home) is homed first
 come the same way: ``from=`` the home that took it, so no other cluster takes
 it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -95,9 +87,6 @@ released so that the holding claim takes it back, as the release by the
 other keeps one taken over from it (:func:`kept_on_release`); each release
 takes its own cluster's hold off first (a Cluster being deleted is still
 here), so that the other side releases the address once its claim goes.
-The release of an address taken over here unasked (``from=`` another cluster's
-home) marks it released rather than deleting it: the claim there may live, its
-sweep not come yet to hold it (:func:`left_on_release`).
 A claim here bound to an address homed at another cluster's object that
 nobody took over yet (a copy deleted before a sweep here homed it) leaves it
 taken over and marked released (:func:`left_on_release`): the claim there,
@@ -129,7 +118,6 @@ _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
-_MOVED_FROM_TOKEN = re.compile(r" \bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
@@ -308,32 +296,22 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     Homing is first-come: a cluster takes an address homed at an object it does not hold only when that
     address says its home let it go (homed nowhere: ``moved-from=``, its claim seen leave for a move; or
     marked released by a sweep there, ``swept=``), or when a paused claim here held it (the target of a move,
-    whose source was down when the claims left), or when nobody took it over before (no ``from=`` nor
-    ``moved-from=``, and no paused claim of another cluster holds it, which takes it once unpaused: the
+    whose source was down when the claims left), or when nobody took it over before (no ``from=``: the
     first claim here to find it homed at a Cluster gone with the source of a finished move; an address an
     earlier version wrote, with no home, is homed here ``from=`` this very home: first come). Each such take
     writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
     third one over) until the new home lets it go: two clusters whose live claims carry one key write it
-    once, not back and forth. A take its home gave (homed nowhere, marked released, or held by a paused claim
-    here: the target of a move, where the home answered nothing) writes ``moved-from=`` instead, whose release here
-    deletes it (:func:`left_on_release`). An address homed here at a live claim that a paused claim of another
-    cluster holds is answered: ``from=`` this very home (first come), so that cluster's take once unpaused is
-    one unasked, which its release does not delete.
-    An address homed at an object here (ours) is rehomed freely, and one marked
+    once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one marked
     released is taken back whatever else it says."""
     at = home_in(text)
     if text is None or at is None or home(at) != PRESENT:
         return None
-    there, swept, given_up = home_in(current), swept_at(current) is not None, False
+    there, swept = home_in(current), swept_at(current) is not None
     if there == at:
-        if not swept and taken_from(current) is None and moved_from(current) is None \
-                and _held_elsewhere_paused(current, home):
-            # answers a paused claim of another cluster holding it: the live claim here was first
-            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
             if swept else None
-    if swept:  # marked released by its home: given
-        given, given_up = there, True
+    if swept:
+        given = there
     elif taken_from(current) == at:
         return None  # taken over from this very home: a claim of another cluster carries the key
     elif there is None:
@@ -342,18 +320,11 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
         if hold_in(current) == Hold(at, live=True):
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
-        given_up = True  # its source took the home off: it let it go
-    elif home(there) != ABSENT:
+    elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
         given = there
-    elif _held_here(current, home):  # given where its home answered no hold (a move's target, its source down)
-        given, given_up = there, taken_from(current) is None and moved_from(current) is None
-    elif taken_from(current) is None and moved_from(current) is None and not _held_elsewhere_paused(current, home):
-        given = there  # nobody took it over before, nor holds it paused in another cluster (first come)
     else:
         return None
-    if given == at:  # back at the home that let it go: first come, as an earlier version's (a copy may live)
-        return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
-    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("moved-from" if given_up else "from", given))
+    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", given if given != at else None))
 
 
 def _held_here(text: str, home: Callable[[Home], str]) -> bool:
@@ -361,13 +332,6 @@ def _held_here(text: str, home: Callable[[Home], str]) -> bool:
     because another cluster took it over first, and that stays so)."""
     held = hold_in(text)
     return held is not None and not held.live and home(held.home) != ABSENT
-
-
-def _held_elsewhere_paused(text: str, home: Callable[[Home], str]) -> bool:
-    """Whether a paused claim of another cluster holds the address (``held=`` an object absent here): that
-    cluster takes it once unpaused, so no live claim here takes it over first."""
-    held = hold_in(text)
-    return held is not None and not held.live and home(held.home) == ABSENT
 
 
 def _kept_hold(text: str, home: Callable[[Home], str]) -> Hold | None:
@@ -428,24 +392,15 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     the claim lives in the target, which homes the address there; until then no sweep releases it, here
     (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there.
     Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
-    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
-    One the target homed first, taken from here (``from=``), is given the same way: ``from=`` becomes
-    ``moved-from=``, the consent that lets the release there delete it at once."""
+    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`)."""
     out = []
     for item in found:
-        at, given = home_in(item.description), taken_from(item.description)
-        if at is None or not moved_away(item.key) or wanted(item.key) is not None:
-            continue
-        if home(at) == ABSENT:  # the target homed it before this sweep: the take over consented to
-            if given is not None and home(given) != ABSENT:
-                text = _with(with_held(item.description, _kept_hold(item.description, home)), _FROM,
-                             _named("moved-from", given))
-                out.append((item, text))
+        at = home_in(item.description)
+        if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
             continue
         held = hold_in(item.description)
         kept = held if held is not None and held.live and home(held.home) == ABSENT else None
-        text = with_swept(_FROM.sub("", _MOVED_FROM_TOKEN.sub("", with_held(item.description, kept), count=1),
-                                    count=1), None)
+        text = with_swept(_FROM.sub("", with_held(item.description, kept), count=1), None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -505,14 +460,7 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
     First this cluster's own hold comes off (the claim that held it is the one released: a hold left would
-    keep the address from every sweep once this cluster is gone). One an earlier version wrote (no home) that
-    a paused claim here held is homed here marked released instead: an address carries one hold, so a paused
-    claim of another cluster carrying its key could not hold it too, and takes it at its next sweep. One homed
-    here that was taken over from
-    another cluster unasked (``from=`` an object absent here, not ``moved-from=``) is marked released
-    (``swept=`` now): a claim there may be bound to it, its sweep not come yet to hold it, and takes it back
-    (:func:`taken_over`); else the sweeps here release it once the release grace is over. An address another
-    cluster holds, or took
+    keep the address from every sweep once this cluster is gone). An address another cluster holds, or took
     over (:func:`kept_on_release`), is then left as it is; but one homed here that another cluster holds (a
     claim there bound to it, or paused) is marked released too (``swept=`` now): its home lets it go, and
     the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it.
@@ -530,12 +478,6 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
     there, at = home_in(text), home_in(released)
-    if held is not None and home(held.home) == PAUSED and not held.live and there is None \
-            and moved_from(text) is None and at is not None and home(at) != ABSENT:
-        return with_swept(released, wall)  # an earlier version's: a paused claim elsewhere may carry it, unheld
-    given = taken_from(text)
-    if there is not None and home(there) != ABSENT and given is not None and home(given) == ABSENT:
-        return text if swept_at(text) is not None else with_swept(text, wall)  # a live claim there may take it back
     if kept_on_release(text, home):
         if there is not None and home(there) != ABSENT and swept_at(text) is None:
             return with_swept(text, wall)
