@@ -27,7 +27,12 @@ LOCK_SETTLE_SECONDS = 10
 def _settled(lock: dict, seconds: int) -> str | None:
     """When a stored lock is old enough for its missing IPAddress to be made by anyone; None for a lock
     planned in this step (not stored yet) or when nothing is left to a maker."""
-    made = o.meta(lock).get("creationTimestamp")
+    return _settled_after(o.meta(lock).get("creationTimestamp"), seconds)
+
+
+def _settled_after(made: str | None, seconds: int) -> str | None:
+    """``seconds`` after ``made`` (RFC 3339): when what a maker wrote then is left to it no more; None without a
+    time, or when nothing is left to a maker. A time not of that form raises ValueError."""
     if not made or seconds <= 0:
         return None
     return o.format_time(_instant(made) + datetime.timedelta(seconds=seconds))

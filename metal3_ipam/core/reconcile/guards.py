@@ -4,7 +4,6 @@ one writes in the claim's namespace, and what holds an IP that this pool's own a
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,7 @@ from ..kept import bound_ip
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
-from .binding import _settled
+from .binding import _settled, _settled_after
 from .pieces import _instant, _ip_of, _owned_by, _owner, _passed
 from .state import PassState
 
@@ -177,18 +176,22 @@ class Guards(PassState):
         stopped, and a later one names again first. Until then ``claim`` (the one it keeps off) is due a pass
         when it is. A naming of no time is kept whatever its age."""
         span = _allocating(other, self.pool.version)
-        since = str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or "")
-        if span is None or not since or self.snap.lock_settle_seconds <= 0:
-            return span
         try:
-            settled = o.format_time(_instant(since) + datetime.timedelta(seconds=self.snap.lock_settle_seconds))
+            settled = _settled_after(str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or ""),
+                                     self.snap.lock_settle_seconds)
         except ValueError:
+            return span
+        if span is None or settled is None:
             return span
         if _passed(settled, self.snap.now):
             return None
+        self.due_then(claim, settled)
+        return span
+
+    def due_then(self, claim: dict, settled: str) -> None:
+        """``claim`` is due a pass at ``settled`` (what keeps an IP from it is let go then), or sooner."""
         key = o.claim_key(claim)
         self.ledger.deadlines[key] = min(self.ledger.deadlines.get(key, settled), settled, key=_instant)
-        return span
 
     def paused_unmet(self, claim: dict) -> dict | None:
         """For a global pool (but a separate network's): a claim of the namespace's pools ``waiting`` whose own
@@ -332,8 +335,7 @@ class Guards(PassState):
         if settled is None or _passed(settled, self.snap.now):
             return True
         if claim is not None:
-            key = o.claim_key(claim)
-            self.ledger.deadlines[key] = min(self.ledger.deadlines.get(key, settled), settled)
+            self.due_then(claim, settled)
         return False
 
     def span_taken(self, claim: dict, span: Span) -> bool:
