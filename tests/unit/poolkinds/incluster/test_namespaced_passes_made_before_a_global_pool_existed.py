@@ -69,6 +69,19 @@ CASES = [(IPS[1], 128, 126), ("IPPool", 128, 126), (PREFIXES[1], 127, 126), (PRE
          (PREFIXES[1], 126, 126), (PREFIXES[1], 127, 128), (IPS[1], 128, 128)]
 
 
+def _pool_changed(api, local_kind, how: str) -> None:
+    """The namespaced pool n deleted (no address holds it: gone once its finalizer is taken off) or edited off the
+    IPs its pass on its way hands out."""
+    if how == "deleted":
+        user_delete(api, local_kind, "n", NS)
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now)))
+        assert get(api, local_kind, "n", NS) is None
+    else:
+        pool = copy.deepcopy(get(api, local_kind, "n", NS))
+        pool["spec"] = {**pool["spec"], **AWAY[local_kind]}
+        api._store(pool)
+
+
 def _started_afresh(api: MemoryApi) -> MemoryApi:
     """A controller started now: its view holds every object as it is now, and none of their earlier specs."""
     started = MemoryApi(now=api.now)
@@ -87,14 +100,7 @@ def test_a_namespaced_pass_made_before_a_global_pool_existed_never_takes_what_th
     api = _converged(_namespaced(local_kind, local_length))
     api.load(_claim("a", "n", local_kind))
     on_its_way = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now))
-    if how == "deleted":  # no address holds it: gone once its finalizer is taken off
-        user_delete(api, local_kind, "n", NS)
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now)))
-        assert get(api, local_kind, "n", NS) is None
-    else:
-        pool = copy.deepcopy(get(api, local_kind, "n", NS))
-        pool["spec"] = {**pool["spec"], **AWAY[local_kind]}
-        api._store(pool)
+    _pool_changed(api, local_kind, how)
     api.load(_global(global_length))
     api.load(_claim("d", "g", global_kind))
     api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", global_kind), api.now)))
@@ -186,14 +192,7 @@ def _paused_after_its_pass(local_kind, local_length, how, named_first=False):
         on_its_way = Plan(steps=[Step(s.subject, s.actions[1:], s.about) if s is step else s
                                  for s in on_its_way.steps])
     _pause(api, True)
-    if how == "deleted":
-        user_delete(api, local_kind, "n", NS)
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", local_kind), api.now)))
-        assert get(api, local_kind, "n", NS) is None
-    else:
-        pool = copy.deepcopy(get(api, local_kind, "n", NS))
-        pool["spec"] = {**pool["spec"], **AWAY[local_kind]}
-        api._store(pool)
+    _pool_changed(api, local_kind, how)
     return api, on_its_way
 
 
