@@ -32,7 +32,7 @@ def _settled(lock: dict, seconds: int) -> str | None:
 
 def _settled_after(made: str | None, seconds: int) -> str | None:
     """``seconds`` after ``made`` (RFC 3339): when what a maker wrote then is left to it no more; None without a
-    time, or when nothing is left to a maker. A time not of that form raises ValueError."""
+    time, or when nothing is left to a maker (a time that cannot be read counts as long past: ``_instant``)."""
     if not made or seconds <= 0:
         return None
     return o.format_time(_instant(made) + datetime.timedelta(seconds=seconds))

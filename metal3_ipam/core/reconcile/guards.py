@@ -176,11 +176,12 @@ class Guards(PassState):
         stopped, and a later one names again first. Until then ``claim`` (the one it keeps off) is due a pass
         when it is. A naming of no time is kept whatever its age."""
         span = _allocating(other, self.pool.version)
+        since = str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or "")
         try:
-            settled = _settled_after(str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or ""),
-                                     self.snap.lock_settle_seconds)
+            o.parse_time(since) if since else None
         except ValueError:
-            return span
+            return span  # a time that cannot be read: kept whatever its age
+        settled = _settled_after(since, self.snap.lock_settle_seconds)
         if span is None or settled is None:
             return span
         if _passed(settled, self.snap.now):
