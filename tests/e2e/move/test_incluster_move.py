@@ -43,7 +43,7 @@ from move_fixtures import INFRA, MOVE_TIMEOUT, diff, owner_ref, planned_writes, 
 from move_fixtures import dangling_owner_references as owners_missing
 from webhook_fixtures import convert_at, converted_crds, register_webhooks
 from metal3_ipam.core.objects import is_guard as _is_guard
-from metal3_ipam.testing.locks import lease_locks
+from metal3_ipam.testing.locks import lease_locks, metal3_locks
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.certs import Authority
@@ -112,6 +112,14 @@ class Side:
         return {a["metadata"]["name"]: a["spec"] for a in lease_locks(self.api, LOCK_NAMESPACE)
                 if (a["spec"].get("pool") or {}).get("name") == self.global_pool and not _is_guard(a)
                 and a["spec"]["claim"].get("namespace") == (namespace or self.namespace)}
+
+    def global_lock_twins(self, namespace: str | None = None) -> list[str]:
+        """The names of the Metal3 IPAddresses of the lock namespace standing for locks of the global pool's IPs
+        held for claims of ``namespace`` (default: the moved one): a lock's twin, which goes after its Lease."""
+        return sorted(a["metadata"]["name"] for a in metal3_locks(self.api)
+                      if a["metadata"]["namespace"] == LOCK_NAMESPACE and not _is_guard(a)
+                      and ((a.get("spec") or {}).get("pool") or {}).get("name") == self.global_pool
+                      and ((a.get("spec") or {}).get("claim") or {}).get("namespace") == (namespace or self.namespace))
 
     def locks(self) -> dict[str, dict]:
         """The locks of the namespaced pool's IPs (Leases of the lock namespace): name -> spec."""
@@ -278,12 +286,9 @@ def leftovers(side: Side) -> dict[str, list[str]]:
 
 
 def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, what: str,
-         meanwhile: Callable[[], None] = lambda: None, source_neighbours: int = 0,
-         released_before: frozenset[str] = frozenset()) -> State:
+         meanwhile: Callable[[], None] = lambda: None, source_neighbours: int = 0) -> State:
     """clusterctl move source -> target with both controllers running, ``meanwhile`` run as it starts; every
-    check of one direction. ``source_neighbours``: the global pool's IPAddresses of other namespaces there;
-    ``released_before``: the names of locks the target released before the move, whose twins (Metal3 IPAddresses,
-    which go after their Leases) it may still be deleting."""
+    check of one direction. ``source_neighbours``: the global pool's IPAddresses of other namespaces there."""
     mark_clusters_provisioned(source.api, source.namespace)
     source_offset, target_offset = source.controller.log_size(), target.controller.log_size()
     running = clusterctl.start_move(source.cp, target.cp, source.namespace)
@@ -309,8 +314,16 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
              and w.split(": ", 1)[1].split()[2].endswith(".gip")]
     report(f"{what}: controller on {target.name} planned {len(writes)} writes, {len(locks)} of them locks "
            f"({sorted({w.split(': ', 1)[1].split()[0] for w in writes})})")
-    made = [w for w in made if not (w.split(": ", 1)[1].startswith("Delete IPAddress ")
-                                    and w.split(": ", 1)[1].split()[2].split("/")[-1] in released_before)]
+    # A lock of the lock namespace deleted before the target made the moved claim's lock of that name is one of
+    # the target's own earlier claims (released before the move) its cache still held: cleanup, never a moved IP's.
+    made_locks: set[str] = set()
+    for w in list(made):
+        subject, act = w.split(": ", 1)
+        if act.startswith(f"create IPAddress {LOCK_NAMESPACE}/"):
+            made_locks.add(act.split()[2])
+        elif act == f"Delete {subject}" and subject.startswith(f"IPAddress {LOCK_NAMESPACE}/") \
+                and subject.split()[1] not in made_locks:
+            made.remove(w)
     assert len(locks) == len(after.global_locks) and not set(made) - set(locks), \
         f"{what}: the controller on {target.name} created or deleted:\n" + "\n".join(sorted(set(made) - set(locks))[:30])
     assert not (bad := dangling_owner_references(target)), \
@@ -323,6 +336,8 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
         assert not left, f"left in {source.name}: {left}"
         locks_left = source.global_locks()
         assert not locks_left, f"locks of the global pool left in {source.name}: {sorted(locks_left)}"
+        twins_left = source.global_lock_twins()
+        assert not twins_left, f"twins of the global pool's locks left in {source.name}: {twins_left}"
         locks_left = source.locks()
         assert not locks_left, f"locks of {POOL} left in {source.name}: {sorted(locks_left)}"
         counts = ((source.global_pool_object() or {}).get("status") or {}).get("ipAddresses") or {}
@@ -418,10 +433,9 @@ def test_incluster_pools_move_there_and_back(control_plane_factory, controllers,
     assert len(a.global_locks(neighbours)) == 5
     # They go before the namespace comes back: B, which knows nothing of them, hands their IPs out meanwhile
     # (two management clusters serving one global pool each on its own do not know of each other's claims).
-    released = frozenset(a.global_locks(neighbours))
     a.custom.delete_collection_namespaced_custom_object(*GROUP_VERSION, neighbours, "ipaddressclaims")
-    eventually(lambda: not a.list(GROUP_VERSION, "ipaddresses", neighbours) and not a.global_locks(neighbours),
-               timeout=30, what="the other namespace's claims released in A")
+    eventually(lambda: not a.list(GROUP_VERSION, "ipaddresses", neighbours) and not a.global_locks(neighbours)
+               and not a.global_lock_twins(neighbours), timeout=30, what="the other namespace's claims released in A")
     grown = grow(b, there, "new", 3)
-    back = move(clusterctl, b, a, grown, "move B -> A", released_before=released)
+    back = move(clusterctl, b, a, grown, "move B -> A")
     grow(a, back, "back", 2)
