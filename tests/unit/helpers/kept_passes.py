@@ -20,6 +20,7 @@ class KeptPasses:
         self.rng = rng or random.Random(0)
         self.ledgers: dict[o.PoolKey, Ledger] = {}
         self.kicked: set[o.PoolKey] = set(api.inventory.pool_keys())
+        self.passed: list[o.PoolKey] = []  # the pools passed, in order
         self.full_passes: list[o.PoolKey] = []  # the pools whose ledger a pass loaded afresh, in order
         inventory = api.inventory
         for name in ("upsert", "remove"):
@@ -45,6 +46,7 @@ class KeptPasses:
 
     def run_pass(self, pool_key: o.PoolKey) -> None:
         inventory = self.api.inventory
+        self.passed.append(pool_key)
         ledger = self.ledgers.setdefault(pool_key, Ledger())
         reload, changes = inventory.drain(pool_key)
         context = inventory.snapshot(pool_key, self.api.now, self.rng, members=False)
