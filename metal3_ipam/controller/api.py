@@ -179,6 +179,9 @@ class ApiWriter:
         self.metal3_may_come = True
         self.metal3_came = False
         self.on_metal3_came: Callable[[], None] = lambda: None
+        # Told the pools each answer filed in the inventory concerns, as a watch event's are (the event of our own
+        # write comes later and is no news then): pools other than the one whose plan wrote may be among them.
+        self.on_filed: Callable[[set[o.PoolKey]], None] = lambda pools: None
 
     async def close(self) -> None:
         if self._access_check is not None:
@@ -593,7 +596,7 @@ class ApiWriter:
                 raise Refusal(f"{obj['kind']} {o.namespace(obj)}/{o.name(obj)} exists already", again=True) from None
             raise
         created = slim(created)
-        self.inventory.upsert(created)
+        self._file(created)
         return created
 
     async def _delete(self, action: Delete) -> dict | None:
@@ -638,10 +641,10 @@ class ApiWriter:
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata") \
                 and o.finalizers(result):
             result = slim(result)
-            self.inventory.upsert(result)  # still there, marked for deletion: finalizers pending
+            self._file(result)  # still there, marked for deletion: finalizers pending
             return result
         if isinstance(result, dict) and result.get("kind") == action.target.kind and result.get("metadata"):
-            self.inventory.remove(result)  # gone at once: its last state marks the deletion
+            self._file_gone(result)  # gone at once: its last state marks the deletion
         else:
             self._forget(action.target)
         return None
@@ -705,9 +708,9 @@ class ApiWriter:
     def _settle(self, obj: dict) -> None:
         """An object the server returned: gone if deleting with no finalizers left, else current."""
         if o.is_deleting(obj) and not o.finalizers(obj):
-            self.inventory.remove(obj)
+            self._file_gone(obj)
         else:
-            self.inventory.upsert(slim(obj))
+            self._file(slim(obj))
 
     async def _refresh(self, target: o.Ref) -> dict | None:
         """Read one object from the API server into the inventory (None when it does not exist). A lock is read
@@ -723,7 +726,7 @@ class ApiWriter:
                 found = None
             if found is not None:
                 found = slim(found)
-                self.inventory.upsert(found)
+                self._file(found)
                 return found
             if not self.twins():
                 self._forget(target)
@@ -742,11 +745,17 @@ class ApiWriter:
                 return None
             raise
         obj = slim(obj)
-        self.inventory.upsert(obj)
+        self._file(obj)
         return obj
 
     def _forget(self, target: o.Ref) -> None:
-        self.inventory.forget(target.group_kind, target.namespace, target.name)
+        self.on_filed(self.inventory.forget(target.group_kind, target.namespace, target.name))
+
+    def _file(self, obj: dict) -> None:
+        self.on_filed(self.inventory.upsert(obj))
+
+    def _file_gone(self, obj: dict) -> None:
+        self.on_filed(self.inventory.remove(obj))
 
     async def _post_event(self, event: Event) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -302,6 +302,7 @@ class Runtime:
         self.outside = {kind: pool_kind.outside.service(parts) for kind, pool_kind in poolkind.REGISTRY.items()
                         if kind in resources and pool_kind.outside is not None and pool_kind.outside.service}
         self.workers = PoolWorkers(self.inventory, self.writer, may_act=may_act, outside=self.outside)
+        self.writer.on_filed = self.workers.filed
         for kind in poolkind.REGISTRY:
             if kind in resources:
                 metrics.init_controller(metrics.controller_name(kind))

@@ -144,6 +144,12 @@ class PoolWorkers:
             if task is None or task.done():
                 self._tasks[pool] = asyncio.get_running_loop().create_task(self._work(pool), name=f"pool {pool}")
 
+    def filed(self, pools: set[o.PoolKey]) -> None:
+        """The writer filed an answer concerning ``pools``: those with changes to take get a pass, as a watch event
+        would bring them (the event of our own write comes later, and is no news then); among them another pool's
+        claims waiting for what was written (``Inventory._waiters``)."""
+        self.kick([pool for pool in pools if self.inventory.pending(pool)])
+
     def kick_all(self) -> None:
         self.kick(self.inventory.pool_keys(), RESYNC_PRIORITY)
 

@@ -32,7 +32,7 @@ from .kept import binds_none, bound_ip, own_ip, precedence
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
-from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from
+from .reconcile import POOL_REFERENCE_CHANGED, Snapshot, moved_from, waited_for
 from .reconcile.elsewhere import Elsewhere, cluster_of
 from .several import Several, each, entry_of
 
@@ -203,6 +203,12 @@ class Inventory:
         # loaded afresh (a pool of the namespace came, went or changed spec; a Cluster paused).
         self._changes: dict[o.PoolKey, dict[ObjKey, None]] = {}
         self._reload: set[o.PoolKey] = set()
+        # The claims whose status says they wait for a claim of their namespace (a global pool's claim waiting for
+        # a paused claim of the namespace's pools: ``reconcile.waited_for``), by the claim waited for, and back:
+        # a change of that claim, or of an address naming it, is a change of theirs too (their pool decides them
+        # again), as nothing filed with their own pool changes when it is unpaused, named, served or gone.
+        self._waiters: dict[ObjKey, dict[ObjKey, None]] = {}
+        self._waits_for: dict[ObjKey, ObjKey] = {}
         # The pools of each namespace, without a walk over every object.
         self._pool_names: dict[str, set[o.PoolKey]] = {}
         # Claims of an outside IPAM's pools by the allocation key they carry, in every namespace: a key is one
@@ -290,7 +296,8 @@ class Inventory:
             if key[0] in CLAIM_KINDS:
                 self._set_home(key, obj, home)
             self._index_outside_key(key, before, self._as_filed(key, obj))
-            return self._file(key, obj)
+            self._note_wait(key, obj)
+            return self._file(key, obj) | self._wake_waiters(key, stored, obj)
         was_filed = self._filed(key)
         touched = self._unfile(key, obj)
         self.objects[key] = obj
@@ -298,6 +305,8 @@ class Inventory:
             self._set_home(key, obj, home)
         self._index_outside_key(key, before, self._as_filed(key, obj))
         touched |= self._file(key, obj, previous=stored)
+        self._note_wait(key, obj)
+        touched |= self._wake_waiters(key, stored, obj)
         return touched | self._spread_moved(key, was_filed, self._filed(key))
 
     # -- claims and the pool that served them ------------------------------------
@@ -469,7 +478,44 @@ class Inventory:
         self._homes.pop(key, None)
         if key[0] in ADDRESS_KINDS:
             touched |= self._rehome({_claim_named_by(stored)} - {None})
+        self._note_wait(key, None)
+        touched |= self._wake_waiters(key, stored, None)
         return touched | self._spread_moved(key, was_filed, None)
+
+    def _note_wait(self, key: ObjKey, claim: dict | None) -> None:
+        """Note whom a claim stored (or, None, gone) waits for (``_waiters``)."""
+        if key[0] not in CLAIM_KINDS:
+            return
+        before, after = self._waits_for.get(key), waited_for(claim) if claim is not None else None
+        if before == after:
+            return
+        if before is not None:
+            waiters = self._waiters[before]
+            del waiters[key]
+            if not waiters:
+                del self._waiters[before]
+            del self._waits_for[key]
+        if after is not None:
+            self._waiters.setdefault(after, {})[key] = None
+            self._waits_for[key] = after
+
+    def _wake_waiters(self, key: ObjKey, old: dict | None, new: dict | None) -> set[o.PoolKey]:
+        """A claim, or an address naming one (before or now), stored or gone: the claims waiting for that claim
+        are changes of their pools (``_waiters``); returns those pools."""
+        if key[0] in CLAIM_KINDS:
+            named = {key}
+        elif key[0] in ADDRESS_KINDS:
+            named = {_claim_named_by(old), _claim_named_by(new)} - {None}
+        else:
+            return set()
+        touched = set()
+        for claim in named:
+            for waiter in self._waiters.get(claim, ()):
+                pool = self._filed(waiter)
+                if pool is not None:
+                    self._changes.setdefault(pool, {})[waiter] = None
+                    touched.add(pool)
+        return touched
 
     def _index_outside_key(self, key: ObjKey, old: dict | None, new: dict | None) -> None:
         if key[0] != kinds.CAPI_CLAIM:

@@ -90,7 +90,8 @@ claims are told), ``pool_status`` (the pool's own metadata and status),
 
 from .binding import LOCK_SETTLE_SECONDS
 from .conditions import (ADDRESS_CONFLICT, ADDRESS_HOMED_ELSEWHERE, ADDRESS_LOST, ALLOCATION_PENDING,
-                         DUPLICATE_ADDRESS, POOL_REFERENCE_CHANGED, READY, WAITING_FOR_CLUSTER, moved_from)
+                         DUPLICATE_ADDRESS, POOL_REFERENCE_CHANGED, READY, WAITING_FOR_CLUSTER, moved_from,
+                         waited_for)
 from .outside import first_carrier, left_with
 from .passes import DECISIONS_PER_YIELD, ident_of, load, needs_full, plan_pass, reconcile, run_to_end
 from .snapshot import Snapshot
@@ -100,5 +101,5 @@ __all__ = [
     "ADDRESS_CONFLICT", "ADDRESS_HOMED_ELSEWHERE", "ADDRESS_LOST", "ALLOCATION_PENDING", "DECISIONS_PER_YIELD",
     "DUPLICATE_ADDRESS", "LOCK_SETTLE_SECONDS", "POOL_REFERENCE_CHANGED", "READY", "WAITING_FOR_CLUSTER", "Snapshot",
     "first_carrier", "ident_of", "left_with", "load", "moved_from", "needs_full", "plan_pass", "reconcile",
-    "run_to_end",
+    "run_to_end", "waited_for",
 ]

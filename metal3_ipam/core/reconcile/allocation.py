@@ -12,6 +12,7 @@ from ..ledger import METAL3, PLANNED
 from ..naming import ip_text
 from ..poolkind import kind_named
 from ..several import each
+from .conditions import waiting_text
 from .guards import GUARDS_PER_ALLOCATION
 from .pieces import _bounded, _ip_of
 from .state import PassState
@@ -115,7 +116,8 @@ class Allocation(PassState):
     def wait_for_paused(self, claim: dict, step: Step, paused: dict) -> None:
         """The claim waits for a paused claim of its namespace's pools whose pass no allocation of this pool can
         be kept apart from (``paused_unmet``); its status says so (one naming its IP is left as it is). Decided
-        again when that claim's Cluster is unpaused (which brings this pool a pass)."""
+        again when that claim's Cluster is unpaused or deleted (which brings this pool a pass), and when that claim
+        or an address naming it changes or goes (the inventory reads whom it waits for: ``waited_for``)."""
         cluster = self.cluster_text((o.namespace(paused), o.cluster_name_of(paused) or ""))
         if o.claim_key(claim) in self.ledger.kept:
             self.plan.notes.append(f"{o.name(claim)}: waits for {self.claim_text(paused)} ({cluster} paused), "
@@ -126,9 +128,10 @@ class Allocation(PassState):
         why = (f"{pool.kind[1]} {pool.name} is gone, and the length of its sub-prefixes with it"
                if kind is not None and kind.holds_prefixes else
                "its pool guards what it hands out by no name while no global IP pool exists")
-        self.set_pending(claim, step, f"waits for {self.claim_text(paused)} to be unpaused ({cluster} is paused): a "
-                                      f"pass of its pool made before the pause may still hand it an address this "
-                                      f"pool could hand out too ({why}), and could not be kept apart from it")
+        self.set_pending(claim, step, f"{waiting_text(self.claim_text(paused))} to be unpaused ({cluster} is "
+                                      f"paused): a pass of its pool made before the pause may still hand it an "
+                                      f"address this pool could hand out too ({why}), and could not be kept apart "
+                                      f"from it")
 
     def rival_for(self, claim: dict, ip: int) -> dict | None:
         """Another live claim whose status names ``ip`` too (a status rewritten by hand) and that, holding no

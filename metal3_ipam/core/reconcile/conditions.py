@@ -36,6 +36,9 @@ WAITING_FOR_CLUSTER = "WaitingForCluster"
 
 
 _MOVED_FROM, _MOVED_UNTIL = ", away from ", ", which gave the claim its address"
+# How the Ready condition of a claim of a global pool waiting for a paused claim of its namespace's pools begins
+# (``Allocation.wait_for_paused``): followed by that claim's kind and name (``waiting_text``, ``waited_for``).
+_WAITS_FOR = "waits for "
 
 
 def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
@@ -55,6 +58,27 @@ def moved_from(claim: Mapping[str, Any]) -> o.PoolKey | None:
     if not name or (namespace == "") != scoped or (not scoped and namespace != o.namespace(claim)):
         return None
     return o.PoolKey(namespace, name, kind)
+
+
+def waiting_text(claim_text: str) -> str:
+    """The beginning of the Ready condition's message of a claim waiting for the claim ``claim_text`` names
+    (``Kind name``, and what it says further: its pool)."""
+    return f"{_WAITS_FOR}{claim_text}"
+
+
+def waited_for(claim: Mapping[str, Any]) -> tuple[tuple[str, str], str, str] | None:
+    """The claim (kind, namespace, name) that a claim's Ready condition says it waits for (``waiting_text``: a
+    paused claim of its namespace's pools, ``Allocation.wait_for_paused``), or None: when that claim changes or
+    goes, the claim is decided again (``Inventory``), as nothing of its own pool changes then."""
+    ready = o.condition(o.status(claim), READY)
+    message = ready.get("message") if ready and ready.get("status") == "False" \
+        and ready.get("reason") == WAITING_FOR_CLUSTER else None
+    if not isinstance(message, str) or not message.startswith(_WAITS_FOR):
+        return None
+    kind_name, _, rest = message[len(_WAITS_FOR):].partition(" ")
+    kind = next((k for k in (kinds.IPCLAIM, kinds.CAPI_CLAIM) if k[1] == kind_name), None)
+    name = rest.partition(" ")[0]
+    return (kind, o.namespace(claim), name) if kind is not None and name else None
 
 
 def _condition(status: Mapping[str, Any], type_: str, value: str, reason: str, message: str,
