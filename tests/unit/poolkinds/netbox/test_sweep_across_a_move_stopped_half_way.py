@@ -9,6 +9,7 @@ rollback. A NetBoxIPPool belongs to no Cluster: nothing pauses it.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
@@ -342,3 +343,31 @@ def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_onc
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": True},
                moved={"S": False, "T": False}, homed="nowhere",
                steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a live claim here takes over an address homed at a third cluster that another cluster's paused claim "
+    "holds (no from= yet); that cluster, unpaused, takes it as held by it, and the first writes it again to "
+    "hold it: two writes by one side with nothing changed"))
+def test_a_live_claim_leaves_an_address_a_paused_claim_of_another_cluster_holds_to_that_cluster(monkeypatch):
+    """Homed at a third cluster's object, held by the source's paused claim: the target's live claim does not take
+    it over (it would be taken twice: by the target, then by the source unpaused, and the target would write it
+    again to hold it); the source, unpaused, takes it, and the target holds it live, one write each."""
+    _two_sides(monkeypatch, paused={"S": True, "T": False}, carries={"S": True, "T": True},
+               moved={"S": False, "T": False}, homed="elsewhere",
+               steps=[("sweep", "S", 0), ("pause", "S", False), ("sweep", "T", 0), ("sweep", "S", 0),
+                      ("sweep", "T", 0)])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the claim back at the source homes the address it let go (moved-from=) without from=, so the live copy "
+    "in the target takes it over and the source then writes its live hold: two writes by one side with "
+    "nothing changed"))
+def test_a_claim_back_at_the_source_keeps_its_address_from_the_live_copy_where_it_went_writing_it_once(monkeypatch):
+    """Its claim seen leave for a move, the source took the home off; the claim back (moved back, or restored),
+    the source homes it first come (``from=`` its own home), and the live copy in the target, refused, holds it
+    live: one write each, not a take over and a hold written after it."""
+    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": False, "T": True},
+               moved={"S": True, "T": False}, homed="S",
+               steps=[("sweep", "S", 0), ("carry", "S", True), ("sweep", "S", 0), ("sweep", "T", 0),
+                      ("sweep", "S", 0)])
