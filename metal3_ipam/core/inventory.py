@@ -280,6 +280,8 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[(key, _store(obj))]
+        if stored is not None and key[0] in CLAIM_KINDS and o.deleted_for_move(obj):
+            obj = _leaving_with(obj, stored)
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
@@ -1441,6 +1443,16 @@ def of_every_namespace(obj: dict) -> bool:
         return False
     pool = o.pool_of(obj)
     return pool is not None and not pool.namespace
+
+
+def _leaving_with(obj: dict, stored: dict) -> dict:
+    """A claim annotated for deletion by ``clusterctl move``, with the annotations it carried before as well:
+    clusterctl's patch (a JSON patch ``add`` of ``/metadata/annotations``) replaces them all with its own, and the
+    claim leaves carrying what it carried (the key of its outside IPAM's address, say)."""
+    kept = {**o.annotations(stored), **o.annotations(obj)}
+    if kept == o.annotations(obj):
+        return obj
+    return {**obj, "metadata": {**o.meta(obj), "annotations": kept}}
 
 
 def _outside_key(claim: dict | None) -> str | None:

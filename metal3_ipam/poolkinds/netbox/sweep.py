@@ -71,10 +71,16 @@ its controller took it off stays: its address is found in NetBox by
 Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
-before; a take writes ``from=`` the home it was taken from, which that cluster
-never takes back. An address an earlier version wrote (no home) is homed first
-come the same way: ``from=`` the home that took it, so no other cluster takes
-it over at first sight. So two clusters whose live claims carry one key (a move
+before (nor holds it with a paused claim); a take writes the home it was taken
+from, which that cluster never takes back: ``moved-from=`` when that home gave
+it (:func:`took`), else ``from=`` (taken unasked: a claim there may live, so a
+release here marks the address released rather than deleting it,
+:func:`left_on_release`). The source of a move remembers the uids its moved
+claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
+:func:`disown`) also where the target homed it first, its own Cluster gone with
+the move since. An address an earlier version wrote (no home), or one back at
+the home that let it go, is homed first come the same way: ``from=`` the home
+that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
 Such a claim, live and bound to the address all the same, holds it

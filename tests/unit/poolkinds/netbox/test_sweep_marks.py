@@ -618,3 +618,27 @@ def test_a_moved_claim_deleted_in_the_target_before_its_source_gave_the_address_
     assert netbox.released == []
     target.sweep(times=4, every=GRACE)
     assert [item.id for item in netbox.released] == [3]
+
+
+def test_a_claim_clusterctl_deletes_for_a_move_is_remembered_with_its_key_though_its_annotations_were_replaced():
+    """clusterctl annotates a source object for deletion with a JSON patch ``add`` of ``/metadata/annotations``,
+    which replaces the claim's annotations (its key among them) with its own; then it takes the finalizers off and
+    deletes it. The source remembers the claim left with its key and the uids it belonged to, so that it gives the
+    address the target homed first, its own Cluster gone with the move since, and the moved claim's release there
+    deletes it at once."""
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    patched = {**mine, "metadata": {**mine["metadata"], "resourceVersion": "5",
+                                    "annotations": {kinds.DELETE_FOR_MOVE_ANNOTATION: ""}}}
+    source.inventory.upsert(patched)
+    source.inventory.remove({**patched, "metadata": {**patched["metadata"], "resourceVersion": "6"}})
+    assert source.inventory.moved_away.get("k") == ("ns", "m")
+    source.inventory.remove(cluster_c1(C1, True, "ns"))
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    target.sweep()
+    assert taken_from(netbox.items[3].description) == Home("Cluster", C1)
+    source.sweep()
+    assert moved_from(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
+    _released_with_its_finalizer(target, netbox, copy)
+    assert [item.id for item in netbox.released] == [3], netbox.items.get(3)
