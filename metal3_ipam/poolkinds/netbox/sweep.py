@@ -505,10 +505,16 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
     First this cluster's own hold comes off (the claim that held it is the one released: a hold left would
-    keep the address from every sweep once this cluster is gone). An address another cluster holds, or took
-    over (:func:`kept_on_release`), is then left as it is; but one homed here that another cluster holds (a
+    keep the address from every sweep once this cluster is gone). One an earlier version wrote (no home) that a
+    paused claim here held is homed here marked released instead: an address carries one hold, so a paused claim
+    of another cluster carrying its key could not hold it too, and holds it at its next sweep. An address another
+    cluster holds, or took over (:func:`kept_on_release`), is then left as it is; but one homed here that
+    another cluster holds (a
     claim there bound to it, or paused) is marked released too (``swept=`` now): its home lets it go, and
-    the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it.
+    the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it. So is
+    one homed here that was taken from another cluster unasked (``from=`` an object absent here, not
+    ``moved-from=``): a claim there may be bound to it, its sweep not come yet to hold it (a copy's source), and
+    takes it back; else the sweeps here release it once the release grace is over.
 
     One homed at an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
     another cluster) may be a live claim's there: a copy restored from a directory while the source runs,
