@@ -227,6 +227,9 @@ class Inventory:
         # What this process saw, and what the outside IPAM says: each sweep remembers the claims named by addresses
         # whose home this controller took off (``moved-from=`` an object here), so a restart forgets none of those.
         self.moved_away: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        # For each such key, the uids of the objects the claim belonged to when it left (its Cluster, its pool):
+        # the outside IPAM may name them after they are gone (the source's Cluster deleted by the same move).
+        self.moved_away_from: dict[str, frozenset[str]] = {}
         # The allocation keys whose outside address the last sweep found homed at another cluster's object, which
         # this cluster's claims may not take over (the kind's sweep): what the claims carrying them say.
         self.homed_elsewhere: dict[str, str] = {}
@@ -283,6 +286,8 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[(key, _store(obj))]
+        if stored is not None and key[0] in CLAIM_KINDS and o.deleted_for_move(obj):
+            obj = _leaving_with(obj, stored)
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
@@ -467,9 +472,10 @@ class Inventory:
         if key[0] in CLAIM_KINDS and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
             self._left_for_move(self._filed(key), filed)
         if key[0] == kinds.CAPI_CLAIM and (o.deleted_for_move(obj) or o.deleted_for_move(stored)):
-            self._moved_away(_outside_key(filed), key[1:])
+            self._moved_away(_outside_key(filed), key[1:], self._belonged_to(key, filed))
         elif key[0] == kinds.CAPI_CLAIM and self.moved_away.get(_outside_key(filed)) == key[1:]:
             del self.moved_away[_outside_key(filed)]  # the claim that came back is deleted here
+            self.moved_away_from.pop(_outside_key(filed), None)
         self._index_outside_key(key, filed, None)
         self._index_status_ip(key, stored, None)
         was_filed = self._filed(key)
@@ -628,19 +634,28 @@ class Inventory:
                 first, order = other, precedence(other)
         return first
 
-    def remember_moved_away(self, outside_key: str, claim: tuple[str, str]) -> None:
+    def remember_moved_away(self, outside_key: str, claim: tuple[str, str], uids: Iterable[str] = ()) -> None:
         """Count the claim (namespace, name) as seen leave for ``clusterctl move`` carrying ``outside_key``: what
         the outside IPAM says of it (an address whose home this controller took off, ``moved-from=``), after a
-        restart."""
-        self._moved_away(outside_key, claim)
+        restart; ``uids``: the objects it belonged to, as far as the outside IPAM names them."""
+        self._moved_away(outside_key, claim, frozenset(uids))
 
-    def _moved_away(self, outside_key: str | None, claim: tuple[str, str]) -> None:
+    def _moved_away(self, outside_key: str | None, claim: tuple[str, str], uids: frozenset[str] = frozenset()
+                    ) -> None:
         if outside_key is None:
             return
         self.moved_away[outside_key] = claim
         self.moved_away.move_to_end(outside_key)
+        self.moved_away_from[outside_key] = uids
         while len(self.moved_away) > MAX_TOMBSTONES:
-            self.moved_away.popitem(last=False)
+            self.moved_away_from.pop(self.moved_away.popitem(last=False)[0], None)
+
+    def _belonged_to(self, key: ObjKey, claim: dict) -> frozenset[str]:
+        """The uids of the Cluster and the pool of ``claim`` (filed under ``key``), as far as they are here."""
+        cluster, pool_key = o.cluster_name_of(claim), self._filed(key)
+        owners = [self.get(kinds.CLUSTER, o.namespace(claim), cluster) if cluster else None,
+                  self.get(pool_key.kind, pool_key.namespace, pool_key.name) if pool_key is not None else None]
+        return frozenset(uid for obj in owners if obj is not None and (uid := _uid(obj)))
 
     def _left_for_move(self, pool_key: o.PoolKey | None, claim: dict) -> None:
         cluster = cluster_of(claim)
@@ -1474,6 +1489,16 @@ def of_every_namespace(obj: dict) -> bool:
         return False
     pool = o.pool_of(obj)
     return pool is not None and not pool.namespace
+
+
+def _leaving_with(obj: dict, stored: dict) -> dict:
+    """A claim annotated for deletion by ``clusterctl move``, with the annotations it carried before as well:
+    clusterctl's patch (a JSON patch ``add`` of ``/metadata/annotations``) replaces them all with its own, and the
+    claim leaves carrying what it carried (the key of its outside IPAM's address, say)."""
+    kept = {**o.annotations(stored), **o.annotations(obj)}
+    if kept == o.annotations(obj):
+        return obj
+    return {**obj, "metadata": {**o.meta(obj), "annotations": kept}}
 
 
 def _outside_key(claim: dict | None) -> str | None:

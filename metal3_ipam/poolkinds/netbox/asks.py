@@ -59,7 +59,7 @@ from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
-                                               swept_at, taken_from, unclaimed_here)
+                                               swept_at, taken_from, took, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,8 @@ _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, 
             "unheld": "no longer held by a paused claim here",
             "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
                       "unless a claim carrying it takes it back)",
-            "taken": "taken back: it was marked released, and a claim here carries its key"}
+            "taken": "taken back: it was marked released, and a claim here carries its key",
+            "given": "given to the cluster its claim moved to, which homed it first (moved-from=)"}
 
 
 def _change(item: Found, text: str) -> str:
@@ -337,6 +338,8 @@ def _change(item: Found, text: str) -> str:
         return "taken"
     if home_in(text) != home_in(item.description):
         return "homed" if home_in(text) is not None else "moved"
+    if took(text) != took(item.description):
+        return "given"
     return "held" if held_in(text) is not None else "unheld"
 
 
@@ -451,7 +454,8 @@ class NetBoxPools(OutsidePools):
                 release, marks = settle(judged, self.wall(), self.release_grace_seconds)
                 marked = {item.id for item, _ in marks}
                 described = describe_anew([item for item in found if item.id not in marked], self._describe,
-                                          moved_away, home, holder=self._holder(home))
+                                          moved_away, home, holder=self._holder(home),
+                                          left_from=lambda key: self.inventory.moved_away_from.get(key, ()))
                 contests.extend(contested(found, self._describe, home))
                 return release, marks + described
 
@@ -473,9 +477,10 @@ class NetBoxPools(OutsidePools):
                 log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
                          _CHANGES[_change(item, text)])
             log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d marked released, %d taken back, "
-                     "%d homed here, %d moved away, %d held here, %d no longer held here", server.url, listed,
+                     "%d homed here, %d moved away, %d given to where they moved, %d held here, %d no longer held here",
+                     server.url, listed,
                      self.asks.owner, len(done), counts["marked"], counts["taken"], counts["homed"], counts["moved"],
-                     counts["held"], counts["unheld"])
+                     counts["given"], counts["held"], counts["unheld"])
             await self._tell(server, described, contests)
             self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
@@ -487,9 +492,10 @@ class NetBoxPools(OutsidePools):
         here (its address is that claim's in the target), also after a restart."""
         for item in found:
             left, named = moved_from(item.description), claim_in(item.description)
-            if left is None or named is None or home(left) == ABSENT or item.key in self.inventory.moved_away:
+            if left is None or named is None or home_in(item.description) is not None or home(left) == ABSENT \
+                    or item.key in self.inventory.moved_away:
                 continue
-            self.inventory.remember_moved_away(item.key, named)
+            self.inventory.remember_moved_away(item.key, named, [left.uid])
             self.wake_carriers(item.key, item.key)
 
     def _homed_elsewhere(self, server: Any, listed: set[str], contests: list[tuple[Found, Home]]) -> None:

@@ -71,10 +71,16 @@ its controller took it off stays: its address is found in NetBox by
 Homing is first come (:func:`taken_over`): an address homed at an object of
 another cluster is taken only when it says its home let it go (``moved-from=``,
 ``swept=``), when a paused claim here held it, or when nobody took it over
-before; a take writes ``from=`` the home it was taken from, which that cluster
-never takes back. An address an earlier version wrote (no home) is homed first
-come the same way: ``from=`` the home that took it, so no other cluster takes
-it over at first sight. So two clusters whose live claims carry one key (a move
+before (nor holds it with a paused claim); a take writes the home it was taken
+from, which that cluster never takes back: ``moved-from=`` when that home gave
+it (:func:`took`), else ``from=`` (taken unasked: a claim there may live, so a
+release here marks the address released rather than deleting it,
+:func:`left_on_release`). The source of a move remembers the uids its moved
+claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
+:func:`disown`) also where the target homed it first, its own Cluster gone with
+the move since. An address an earlier version wrote (no home), or one back at
+the home that let it go, is homed first come the same way: ``from=`` the home
+that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
 :func:`contested` names the claims left homed elsewhere, for their Events.
 Such a claim, live and bound to the address all the same, holds it
@@ -118,12 +124,14 @@ _HOME = re.compile(r"\bhome=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _HELD = re.compile(r" ?\b(live-)?held=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")  # not moved-from=
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+#: The take after a home: ``from=`` (taken unasked) or ``moved-from=`` (given by that home).
+_TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
-_AFTER_HOME = (_HELD, _FROM, _SWEPT)
+_AFTER_HOME = (_HELD, _TAKE, _SWEPT)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -224,6 +232,20 @@ def moved_from(text: Any) -> Home | None:
     return Home(found.group(1), found.group(2)) if found else None
 
 
+def took(text: Any) -> tuple[Home, bool] | None:
+    """The take an address homed somewhere records: the home it was taken from, and whether that home gave it
+    (``moved-from=`` after the home: its claim left for a move, or it marked the address released) or not
+    (``from=``: taken unasked, first come, or after a paused claim held it: a claim there may live)."""
+    found = _TAKE.search(text) if isinstance(text, str) and home_in(text) is not None else None
+    return (Home(found.group(2), found.group(3)), bool(found.group(1))) if found else None
+
+
+def _take_token(text: str) -> str | None:
+    """The take token of ``text`` as it is (:func:`took`), to be written again."""
+    taken = took(text)
+    return _named("moved-from" if taken[1] else "from", taken[0]) if taken is not None else None
+
+
 def claim_in(text: Any) -> tuple[str, str] | None:
     """The claim (namespace, name) a description names, if whole (not cut at :data:`MAX_DESCRIPTION`)."""
     found = _CLAIM.search(text) if isinstance(text, str) and len(text) < MAX_DESCRIPTION else None
@@ -295,36 +317,41 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
 
     Homing is first-come: a cluster takes an address homed at an object it does not hold only when that
     address says its home let it go (homed nowhere: ``moved-from=``, its claim seen leave for a move; or
-    marked released by a sweep there, ``swept=``), or when a paused claim here held it (the target of a move,
-    whose source was down when the claims left), or when nobody took it over before (no ``from=``: the
-    first claim here to find it homed at a Cluster gone with the source of a finished move; an address an
-    earlier version wrote, with no home, is homed here ``from=`` this very home: first come). Each such take
-    writes ``from=`` the home it was taken from, so the cluster it was taken from never takes it back (nor a
-    third one over) until the new home lets it go: two clusters whose live claims carry one key write it
-    once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one marked
-    released is taken back whatever else it says."""
+    marked released by a sweep or a release there, ``swept=``), or when a paused claim here held it (the target
+    of a move, whose source was down when the claims left), or when nobody took it over before (no take token,
+    and no paused claim of another cluster holds it, which takes it once unpaused: the first claim here to find
+    it homed at a Cluster gone with the source of a finished move; an address an earlier version wrote, with no
+    home, is homed here ``from=`` this very home: first come, as is one back at the home that let it go, a copy
+    of its claim maybe live where it went). A take its home gave (homed nowhere by it, or marked released by
+    it) writes ``moved-from=`` that home, whose release here deletes the address at once; any other take writes
+    ``from=`` it, taken unasked: a claim there may be bound to it, so the release here marks it released for
+    that claim to take back (:func:`left_on_release`). Either way the cluster it was taken from never takes it
+    back (nor a third one over) until the new home lets it go: two clusters whose live claims carry one key
+    write it once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one
+    marked released is taken back whatever else it says."""
     at = home_in(text)
     if text is None or at is None or home(at) != PRESENT:
         return None
-    there, swept = home_in(current), swept_at(current) is not None
+    there, swept, taken = home_in(current), swept_at(current) is not None, took(current)
+    mine = with_held(text, _kept_hold(current, home))
     if there == at:
-        return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", taken_from(current))) \
-            if swept else None
-    if swept:
-        given = there
-    elif taken_from(current) == at:
-        return None  # taken over from this very home: a claim of another cluster carries the key
-    elif there is None:
+        return _with(mine, _TAKE, _take_token(current)) if swept else None
+    if swept:  # marked released by its home: given
+        return _with(mine, _TAKE, _named("moved-from", there))
+    if taken is not None and taken[0] == at:
+        return None  # taken over (or given) from this very home: a claim of another cluster carries the key
+    if there is None:
         given = moved_from(current)
-        if given is None:  # an earlier version's: homed first come, as if taken over (from= its own home)
-            return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", at))
-        if hold_in(current) == Hold(at, live=True):
+        if given is not None and hold_in(current) == Hold(at, live=True):
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
-    elif home(there) != ABSENT or _held_here(current, home) or taken_from(current) is None:
-        given = there
-    else:
-        return None
-    return _with(with_held(text, _kept_hold(current, home)), _FROM, _named("from", given if given != at else None))
+        if given is None or given == at:  # an earlier version's, or back at the home that let it go: first come
+            return _with(mine, _TAKE, _named("from", at))
+        return _with(mine, _TAKE, _named("moved-from", given))
+    if home(there) != ABSENT:  # ours
+        return _with(mine, _TAKE, _named("from", there))
+    if _held_here(current, home) or (taken is None and not _held_elsewhere_paused(current, home)):
+        return _with(mine, _TAKE, _named("from", there))  # taken unasked: a claim there may live
+    return None
 
 
 def _held_here(text: str, home: Callable[[Home], str]) -> bool:
@@ -332,6 +359,13 @@ def _held_here(text: str, home: Callable[[Home], str]) -> bool:
     because another cluster took it over first, and that stays so)."""
     held = hold_in(text)
     return held is not None and not held.live and home(held.home) != ABSENT
+
+
+def _held_elsewhere_paused(text: str, home: Callable[[Home], str]) -> bool:
+    """Whether a paused claim of another cluster holds the address (``held=`` an object absent here): that
+    cluster takes it once unpaused, so no live claim here takes it over first."""
+    held = hold_in(text)
+    return held is not None and not held.live and home(held.home) == ABSENT
 
 
 def _kept_hold(text: str, home: Callable[[Home], str]) -> Hold | None:
@@ -386,21 +420,33 @@ def settle(judged: Iterable[Found], wall: float, keep: float) -> tuple[list[Foun
 
 
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
-           home: Callable[[Home], str]) -> list[tuple[Found, str]]:
-    """The addresses homed here (at an object present or paused) whose claim was seen leave for a
-    ``clusterctl move`` and that no claim here carries now, each with a description that names no home:
-    the claim lives in the target, which homes the address there; until then no sweep releases it, here
-    (also after a restart, once the Cluster is unpaused to retry a move that stopped half-way) or there.
+           home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: ()
+           ) -> list[tuple[Found, str]]:
+    """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here
+    carries now, each with a description that names no home: the claim lives in the target, which homes the
+    address there; until then no sweep releases it, here (also after a restart, once the Cluster is unpaused to
+    retry a move that stopped half-way) or there. Here: at an object present or paused, or at one the claim
+    belonged to when it left (``left_from(key)``, uids), gone since (the move deletes the source's Cluster).
     Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
-    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`)."""
+    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
+    One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
+    ``moved-from=``, which lets the release there delete it at once."""
     out = []
     for item in found:
-        at = home_in(item.description)
-        if at is None or not moved_away(item.key) or wanted(item.key) is not None or home(at) == ABSENT:
+        at, uids = home_in(item.description), frozenset(left_from(item.key))
+
+        def here(h: Home, uids: frozenset[str] = uids) -> bool:
+            return home(h) != ABSENT or h.uid in uids
+        if at is None or not moved_away(item.key) or wanted(item.key) is not None:
+            continue
+        if not here(at):
+            taken = took(item.description)
+            if taken is not None and not taken[1] and here(taken[0]):
+                out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
             continue
         held = hold_in(item.description)
         kept = held if held is not None and held.live and home(held.home) == ABSENT else None
-        text = with_swept(_FROM.sub("", with_held(item.description, kept), count=1), None)
+        text = with_swept(_TAKE.sub("", with_held(item.description, kept), count=1), None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -449,10 +495,9 @@ def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
 def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
     """Whether the release of a key here leaves its address described ``text`` (a claim of another cluster
     carries the key too): another cluster holds it (:func:`held_elsewhere`), or took it over (homed at an
-    object absent here, ``from=``)."""
+    object absent here, ``from=`` or ``moved-from=``)."""
     there = home_in(text)
-    return held_elsewhere(text, home) or (there is not None and taken_from(text) is not None
-                                          and home(there) == ABSENT)
+    return held_elsewhere(text, home) or (there is not None and took(text) is not None and home(there) == ABSENT)
 
 
 def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
@@ -460,10 +505,16 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
     First this cluster's own hold comes off (the claim that held it is the one released: a hold left would
-    keep the address from every sweep once this cluster is gone). An address another cluster holds, or took
-    over (:func:`kept_on_release`), is then left as it is; but one homed here that another cluster holds (a
+    keep the address from every sweep once this cluster is gone). One an earlier version wrote (no home) that a
+    paused claim here held is homed here marked released instead: an address carries one hold, so a paused claim
+    of another cluster carrying its key could not hold it too, and holds it at its next sweep. An address another
+    cluster holds, or took over (:func:`kept_on_release`), is then left as it is; but one homed here that
+    another cluster holds (a
     claim there bound to it, or paused) is marked released too (``swept=`` now): its home lets it go, and
-    the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it.
+    the claim there takes it back at its next sweep (:func:`taken_over`), where its release deletes it. So is
+    one homed here that was taken from another cluster unasked (``from=`` an object absent here, not
+    ``moved-from=``): a claim there may be bound to it, its sweep not come yet to hold it (a copy's source), and
+    takes it back; else the sweeps here release it once the release grace is over.
 
     One homed at an object absent here that nobody took over (no ``from=``, no mark of release by its home, no hold of
     another cluster) may be a live claim's there: a copy restored from a directory while the source runs,
@@ -478,15 +529,22 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
     there, at = home_in(text), home_in(released)
+    if held is not None and home(held.home) != ABSENT and not held.live and there is None \
+            and moved_from(text) is None and at is not None and home(at) != ABSENT:
+        return with_swept(released, wall)  # an earlier version's: a paused claim elsewhere may carry it, unheld
     if kept_on_release(text, home):
         if there is not None and home(there) != ABSENT and swept_at(text) is None:
             return with_swept(text, wall)
         return text
+    taken = took(text)
+    if there is not None and home(there) != ABSENT and taken is not None and not taken[1] \
+            and home(taken[0]) == ABSENT:  # taken unasked: a claim there may be bound to it
+        return text if swept_at(text) is not None else with_swept(text, wall)
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
     if released is None or at is None or home(at) == ABSENT:
         return text
-    return with_swept(_with(released, _FROM, _named("from", there)), wall)
+    return with_swept(_with(released, _TAKE, _named("from", there)), wall)
 
 
 def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str]
@@ -505,14 +563,14 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 
 
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
-                  home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None
-                  ) -> list[tuple[Found, str]]:
+                  home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
+                  left_from: Callable[[str], Iterable[str]] = lambda key: ()) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)

@@ -119,7 +119,7 @@ def test_the_source_takes_the_home_off_the_address_of_a_claim_it_saw_leave_for_a
     for now in range(0, 100, 10):  # the source restarted: it knows of no move, and the Cluster runs
         assert sweep.judge([homeless], carried=lambda key: False, home=running, now=now) == []
     target = description(Home("Cluster", T1), claim("m", "c1"))
-    taken = target.replace(" claim ", f" from=Cluster:{C1} claim ", 1)  # what it was moved from, kept
+    taken = target.replace(" claim ", f" moved-from=Cluster:{C1} claim ", 1)  # given by its source: moved-from=
     assert rehome([homeless], {"k-m": target}.get, lambda h: PRESENT) == [(homeless, taken)]
     # Not when it is homed elsewhere already, when a claim here carries it, nor for a claim deleted by hand.
     assert disown([homeless], {"k-m"}.__contains__, nobody, running) == []
@@ -342,3 +342,23 @@ def test_an_address_of_an_earlier_version_two_live_clusters_carry_is_written_onc
     _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": True},
                moved={"S": False, "T": False}, homed="nowhere",
                steps=[("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "T", 0)])
+
+
+def test_a_live_claim_leaves_an_address_a_paused_claim_of_another_cluster_holds_to_that_cluster(monkeypatch):
+    """Homed at a third cluster's object, held by the source's paused claim: the target's live claim does not take
+    it over (it would be taken twice: by the target, then by the source unpaused, and the target would write it
+    again to hold it); the source, unpaused, takes it, and the target holds it live, one write each."""
+    _two_sides(monkeypatch, paused={"S": True, "T": False}, carries={"S": True, "T": True},
+               moved={"S": False, "T": False}, homed="elsewhere",
+               steps=[("sweep", "S", 0), ("pause", "S", False), ("sweep", "T", 0), ("sweep", "S", 0),
+                      ("sweep", "T", 0)])
+
+
+def test_a_claim_back_at_the_source_keeps_its_address_from_the_live_copy_where_it_went_writing_it_once(monkeypatch):
+    """Its claim seen leave for a move, the source took the home off; the claim back (moved back, or restored),
+    the source homes it first come (``from=`` its own home), and the live copy in the target, refused, holds it
+    live: one write each, not a take over and a hold written after it."""
+    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": False, "T": True},
+               moved={"S": True, "T": False}, homed="S",
+               steps=[("sweep", "S", 0), ("carry", "S", True), ("sweep", "S", 0), ("sweep", "T", 0),
+                      ("sweep", "S", 0)])
