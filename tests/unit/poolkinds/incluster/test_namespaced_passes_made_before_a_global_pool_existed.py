@@ -317,11 +317,6 @@ def test_a_global_pools_allocation_by_a_controller_started_after_an_ippool_chang
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A namespaced IPPool's pass for claim z names fd00::1 on z (allocating-since T0), its remaining writes (the lock "
-    "and CAPI IPAddress) delayed past lock_settle_seconds; its pool deleted; a global IP pool created over fd00::1 then hands it to d "
-    "(Guards.named lets the naming go once settled, and the IPPool's pass, made while no global IP pool existed, "
-    "wrote no guard to meet); the delayed writes land: fd00::1 on two live claims (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes_what_a_global_pool_handed_out():
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
@@ -348,11 +343,6 @@ def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes
     assert held.count("fd00::1") <= 1, held
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "allocating-since is the naming replica's own clock (Snapshot.now), not the API server's (a lock's settle time "
-    "goes by its creationTimestamp): a replica 60 s behind names fd00::1 on claim z as made 60 s ago; its pool "
-    "deleted, a global IP pool's replica at once reads the naming as settled (Guards.named) and hands fd00::1 to d; "
-    "the namespaced pass's lock and address land 1 s later: fd00::1 on two live claims (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_made_by_a_replica_whose_clock_is_behind_never_takes_what_a_global_pool_handed_out():
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
@@ -402,11 +392,6 @@ def _named_then_stopped(since):
     return api, step
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A naming of no time (written by the controller before allocating-since existed, or the annotation removed) is "
-    "kept whatever its age (Guards.named): z's pass stopped after naming fd00::1, its pool deleted, z waits for good, "
-    "and a global IP pool's claim d over fd00::1 waits for good too, told PoolExhausted while its pool counts fd00::1 "
-    "free (SPEC §10 invariant 2: no clear error, no address)"))
 def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_with_no_time_by_a_pass_that_stopped():
     api, _ = _named_then_stopped(None)
     converge(api, random.Random(0))
