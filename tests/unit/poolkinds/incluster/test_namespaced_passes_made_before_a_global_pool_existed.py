@@ -223,6 +223,28 @@ def test_a_global_pools_allocation_keeps_off_what_a_paused_claim_of_a_namespaced
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
+@pytest.mark.parametrize("local, local_length, how", PAUSED)
+def test_a_global_pools_allocation_keeps_off_what_a_paused_claim_names_however_old_that_naming(
+        local, local_length, how):
+    """A paused claim is not written, so nothing would refuse its pass made before the pause: what it names is kept
+    off whatever the naming's age, and the pass on its way lands with its status."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api, on_its_way = _paused_after_its_pass(local_kind, local_length, how, named_first=True)
+    api.inventory.lock_settle_seconds = 30
+    api.now = "2024-01-01T00:01:00Z"  # the naming is 60 s old
+    api.load(_global(126))
+    api.load(_claim("d", "g", GLOBAL_PREFIXES))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
+    api.apply(on_its_way)
+    lengths = {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length}
+    spans = held_spans(api, lengths)
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+    _pause(api, False)
+    converge(api, random.Random(0))
+    spans = held_spans(api, lengths)
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
 @pytest.mark.parametrize("local, local_length, how", [("IPPool", 128, "edited"), (PREFIXES[1], 127, "deleted")])
 def test_a_global_pool_hands_nothing_in_a_namespace_while_a_paused_claim_there_may_be_handed_what_no_guard_meets(
         local, local_length, how):
@@ -318,6 +340,9 @@ def test_a_global_pools_allocation_by_a_controller_started_after_an_ippool_chang
 
 
 def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes_what_a_global_pool_handed_out():
+    """z's pass names fd00::1 and its lock and address land after the naming settled, once a global pool handed
+    fd00::1 to d: that allocation wrote z first, removing the naming, so z's status write is refused and z takes up
+    nothing its pass made (they go)."""
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
     api = _converged(pool)
@@ -344,6 +369,8 @@ def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes
 
 
 def test_a_namespaced_pass_made_by_a_replica_whose_clock_is_behind_never_takes_what_a_global_pool_handed_out():
+    """The naming's time is the naming replica's clock: read as settled at once, it is let go by a global pool's
+    allocation that writes the claim, and the pass landing after takes nothing (its time spares it nothing more)."""
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
     api = _converged(pool)
@@ -393,6 +420,8 @@ def _named_then_stopped(since):
 
 
 def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_with_no_time_by_a_pass_that_stopped():
+    """A naming of no time is given the global pool's pass's time (with its write of the claim): once settled, d is
+    handed fd00::1."""
     api, _ = _named_then_stopped(None)
     converge(api, random.Random(0))
     api.now = "2024-02-01T00:00:00Z"
@@ -402,7 +431,8 @@ def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_with_no_time_b
 
 
 def test_a_namespaced_pass_whose_naming_time_was_rewritten_unreadable_never_takes_what_a_global_pool_handed_out():
-    """A naming whose time cannot be read is kept whatever its age: d is not handed fd00::1 while z's pass may land."""
+    """A naming whose time cannot be read is given the global pool's pass's time (with its write of the claim): d is
+    not handed fd00::1 until that time settles; z's pass, landing meanwhile, takes up what it made, never d's IP."""
     api, step = _named_then_stopped("yesterday")
     converge(api, random.Random(0))
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") != "fd00::1"
