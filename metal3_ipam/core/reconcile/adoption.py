@@ -10,7 +10,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata, Step
 from ..allocator import ALLOCATION_FAILED
-from ..kept import binds_none, named_ip, status_ref
+from ..kept import binds_none, fenced_over_nothing, named_ip, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
 from ..naming import ip_text
 from ..overlap import withheld_spans
@@ -162,15 +162,15 @@ class Adoption(PassState):
         refused. Its locks and the Cluster API IPAddresses made for it then go, with their guards, and are not
         taken up: what they hold may be the other claim's. The claim is served anew once they are gone (it names
         again, after the fence). A claim whose status names one of them is bound: its extras go as any do."""
-        annotations, key = o.annotations(claim), o.claim_key(claim)
-        if kinds.FENCED_ANNOTATION not in annotations or kinds.ALLOCATING_ANNOTATION in annotations:
+        key, uid = o.claim_key(claim), o.meta(claim).get("uid")
+        if not fenced_over_nothing(claim) or uid is None:
             return False
-        uid = o.meta(claim).get("uid")
-        mirrors = [m for m in _live(self.ledger.mirrors_of(key)) if uid is not None and o.claim_uid_of(m, key) == uid]
+        finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
+        mirrors = [m for m in _held(self.ledger.mirrors_of(key), finalizer) if o.claim_uid_of(m, key) == uid]
         if not (live or mirrors) or any(self.named_by_status(claim, a) for a in live + mirrors):
             return False
         for mirror in mirrors:
-            _let_go(step, mirror, self.finalizers.address[kinds.CAPI_ADDRESS])
+            _let_go(step, mirror, finalizer)
         for lock in live:
             _let_go(step, lock, self.finalizers.address[kinds.IPADDRESS])
         for guard in self.guards_of(claim, live):  # they go with their locks, as on release
