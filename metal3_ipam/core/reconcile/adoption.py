@@ -159,12 +159,14 @@ class Adoption(PassState):
         claim is fenced (``kinds.FENCED_ANNOTATION``, which a naming made after it removes) and names nothing (a
         global pool's allocation removes a naming it lets go, ``Guards.fence``; one it keeps off stays, and its
         pass's objects are taken up). Every pass that named was made before the fence, and its status write was
-        refused. Its locks and the Cluster API IPAddresses made for it then go, with their guards, and are not
+        refused (a pool whose passes name nothing never removes a fence: its claims take up what they find). Its
+        locks and the Cluster API IPAddresses made for it then go, with their guards, and are not
         taken up: what they hold may be the other claim's. The claim is served anew once they are gone (it names
         again, after the fence). A claim whose status names one of them is bound: its extras go as any do."""
         key, uid = o.claim_key(claim), o.meta(claim).get("uid")
-        if not fenced_over_nothing(claim) or uid is None:
-            return False
+        if not fenced_over_nothing(claim) or uid is None or self.kind.outside is not None \
+                or (self.pool_obj is not None and not self.names_allocation()):
+            return False  # a pool gone is read as naming: its passes, made before, may have named
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
         mirrors = [m for m in _held(self.ledger.mirrors_of(key), finalizer) if o.claim_uid_of(m, key) == uid]
         if not (live or mirrors) or any(self.named_by_status(claim, a) for a in live + mirrors):
