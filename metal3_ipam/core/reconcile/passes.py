@@ -249,7 +249,7 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         written = self.written_over_lock(claim, live) if live else None
         if self.fenced_leftovers(claim, live, step):
-            pass
+            pass  # what a refused pass left goes, never taken up; the claim is served anew once it is gone
         elif written is not None:
             self.adopt_over(claim, live, *written, step)
         elif live:
