@@ -286,8 +286,11 @@ class MemoryApi:
             elif isinstance(action, SetMetadata):
                 if action.labels:
                     meta.setdefault("labels", {}).update(action.labels)
-                if action.annotations:
-                    meta.setdefault("annotations", {}).update(action.annotations)
+                if action.annotations:  # as a merge patch: None removes one
+                    annotations = meta.setdefault("annotations", {})
+                    annotations.update(action.annotations)
+                    for name in [k for k, v in action.annotations.items() if v is None]:
+                        annotations.pop(name)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
                     self._twin_owned(obj, meta["ownerReferences"])

@@ -48,13 +48,13 @@ class SetFinalizers:
 
 @dataclass(frozen=True)
 class SetMetadata:
-    """Merge labels and annotations and replace owner references."""
+    """Merge labels and annotations (an annotation given None is removed) and replace owner references."""
 
     target: Ref
     labels: dict[str, str] | None = None
     owner_references: tuple[dict, ...] | None = None
     resource_version: str | None = None
-    annotations: dict[str, str] | None = None
+    annotations: dict[str, str | None] | None = None
 
 
 @dataclass(frozen=True)

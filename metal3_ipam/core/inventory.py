@@ -28,7 +28,7 @@ from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet, normalise
-from .kept import binds_none, bound_ip, own_ip, precedence
+from .kept import binds_none, bound_ip, left_by_a_refused_pass, own_ip, precedence
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -1002,6 +1002,10 @@ class Inventory:
                 if claim is None or (capi and self._binds_none(self.key(address))):
                     continue
                 claim_namespace = claim[2] if len(claim) > 2 else o.namespace(address)
+                holder = self.get(kinds.CAPI_CLAIM if claim[0] == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM,
+                                  claim_namespace, claim[1])
+                if left_by_a_refused_pass(address, holder):
+                    continue  # never bound, and going
                 found.setdefault(f"{claim[0]} {claim_namespace}/{claim[1]}", (filed, address))
         return [(filed, who, address) for who, (filed, address) in sorted(found.items())]
 

@@ -138,6 +138,20 @@ def binds_none(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> b
     return claim is None or not names(claim, address)
 
 
+def fenced_over_nothing(claim: Mapping[str, Any]) -> bool:
+    """Whether a claim was written by another pool's allocation (``kinds.FENCED_ANNOTATION``) that removed its
+    naming, or found none, and names nothing since: what a pass of its own pool made before that write is never
+    bound (its status write was refused) and goes (``reconcile``'s ``fenced_leftovers``)."""
+    annotations = o.annotations(claim)
+    return kinds.FENCED_ANNOTATION in annotations and kinds.ALLOCATING_ANNOTATION not in annotations
+
+
+def left_by_a_refused_pass(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
+    """Whether ``address`` is what a refused pass of its claim's pool left (``fenced_over_nothing``), which its
+    claim's status does not name: it holds nothing for that claim, and goes."""
+    return claim is not None and fenced_over_nothing(claim) and not names(claim, address)
+
+
 def names(claim: Mapping[str, Any], address: Mapping[str, Any]) -> bool:
     """Whether ``claim``'s status names ``address`` (of its namespace): by name, or by the IP its Ready condition
     says it is bound to."""

@@ -172,22 +172,61 @@ class Guards(PassState):
 
     def named(self, other: dict, claim: dict) -> Span | None:
         """What a claim of the other side names as being handed to it by a pass that may still land; none once
-        that naming is older than a lock is left to its maker (``lock_settle_seconds``): its pass landed or
-        stopped, and a later one names again first. Until then ``claim`` (the one it keeps off) is due a pass
-        when it is. A naming of no time is kept whatever its age."""
+        that naming is older than a lock is left to its maker (``lock_settle_seconds``): its pass landed, or it is
+        let go. Until then ``claim`` (the one it keeps off) is due a pass when it is.
+
+        Letting it go takes nothing from that pass, however late it lands: the allocation that takes the span
+        writes the claim first (``order_actions``, on condition that it is unchanged since read), removing the
+        naming (``fence``), which refuses the pass's status write, and a claim so fenced does not take up what
+        that pass created (``fenced_leftovers``).
+        The time is the naming writer's clock, so it only spares a pass on its way a refusal. A paused claim is
+        not written: what it names is kept whatever its age. A naming of no time that can be read is given one
+        (``stamp``): this pass's, written with the fence."""
         span = _allocating(other, self.pool.version)
-        since = str(o.annotations(other).get(kinds.ALLOCATING_SINCE_ANNOTATION) or "")
-        try:
-            o.parse_time(since) if since else None
-        except ValueError:
-            return span  # a time that cannot be read: kept whatever its age
-        settled = _settled_after(since, self.snap.lock_settle_seconds)
-        if span is None or settled is None:
+        if span is None or self.claim_paused(other):
             return span
+        since = _naming_time(other)
+        if since is None:
+            self.stamp(other)
+            since = self.snap.now
+        settled = _settled_after(since, self.snap.lock_settle_seconds)
+        if settled is None:
+            return span  # nothing is left to a maker: kept
         if _passed(settled, self.snap.now):
             return None
         self.due_then(claim, settled)
         return span
+
+    def stamp(self, other: dict) -> None:
+        """A claim of the namespace's pools naming a span with no time that can be read (written before
+        ``allocating-since`` existed, or the annotation edited) is given this pass's time, with the fence
+        (``order_actions``), once: a pass of its pool on its way is refused at its status write, and the naming
+        is let go once that time has settled. The namespace's allocations of this pass wait for the next one
+        (its fences would expect the version read)."""
+        key = o.claim_key(other)
+        if key in self.stamped:
+            return
+        self.stamped.add(key)
+        self.fenced.add(o.namespace(other))
+        read = o.meta(other).get("resourceVersion")
+        step = self.plan.step(f"{key[0]} {o.namespace(other)}/{key[1]}", about=o.ref(other))
+        step.add(SetMetadata(o.ref(other), annotations=self.fence(other), resource_version=read))
+
+    def fence(self, other: dict) -> dict[str, str | None]:
+        """What an allocation's write of a claim of the other side sets (``order_actions``): the version it read;
+        for a global pool, the naming removed once it is let go (``named``: what the claim's pass left is then
+        not taken up, ``fenced_leftovers``), or a time given to one that has none that can be read (``stamp``)."""
+        fence: dict[str, str | None] = {kinds.FENCED_ANNOTATION: str(o.meta(other).get("resourceVersion"))}
+        if not self.kind.cluster_scoped or _allocating(other, self.pool.version) is None:
+            return fence
+        since = _naming_time(other)
+        if since is None:
+            fence[kinds.ALLOCATING_SINCE_ANNOTATION] = self.snap.now
+            return fence
+        settled = _settled_after(since, self.snap.lock_settle_seconds)
+        if settled is not None and _passed(settled, self.snap.now):
+            fence.update({kinds.ALLOCATING_ANNOTATION: None, kinds.ALLOCATING_SINCE_ANNOTATION: None})
+        return fence
 
     def due_then(self, claim: dict, settled: str) -> None:
         """``claim`` is due a pass at ``settled`` (what keeps an IP from it is let go then), or sooner."""
@@ -278,14 +317,16 @@ class Guards(PassState):
             return []
         ip = ip_text(self.pool.address_of(unit))
         text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
-        actions: list = [SetMetadata(o.ref(claim), annotations={kinds.ALLOCATING_ANNOTATION: text,
-                                                                kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now},
+        naming: dict[str, str | None] = {kinds.ALLOCATING_ANNOTATION: text,
+                                         kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
+        if kinds.FENCED_ANNOTATION in o.annotations(claim):
+            naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it (``fenced_leftovers``)
+        actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions
         self.fenced.add(o.namespace(claim))
-        return actions + [SetMetadata(o.ref(other), annotations={kinds.FENCED_ANNOTATION: str(read)},
-                                      resource_version=read)
+        return actions + [SetMetadata(o.ref(other), annotations=self.fence(other), resource_version=read)
                           for other in self.in_flight(o.namespace(claim))
                           for read in [o.meta(other).get("resourceVersion")]]
 
@@ -477,6 +518,17 @@ def _allocating(claim: dict, version: int) -> Span | None:
     if ip.version != version or (length and not (length.isdigit() and int(length) <= FAMILY_BITS[version])):
         return None
     return _span(int(ip), int(length) if length else None, FAMILY_BITS[version])
+
+
+def _naming_time(claim: dict) -> str | None:
+    """When a claim's naming was written (``kinds.ALLOCATING_SINCE_ANNOTATION``), or None: none, or none that can
+    be read."""
+    since = str(o.annotations(claim).get(kinds.ALLOCATING_SINCE_ANNOTATION) or "")
+    try:
+        o.parse_time(since)
+    except ValueError:
+        return None
+    return since or None
 
 
 def _span(ip: int, length: int | None, width: int, shared: bool = False) -> Span:

@@ -248,7 +248,9 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
         self.ledger.deadlines.pop(key, None)  # a live claim has no deadline but the one this pass may set again
         live = _held(mine, self.finalizers.address[kinds.IPADDRESS])
         written = self.written_over_lock(claim, live) if live else None
-        if written is not None:
+        if self.fenced_leftovers(claim, live, step):
+            pass  # what a refused pass left goes, never taken up; the claim is served anew once it is gone
+        elif written is not None:
             self.adopt_over(claim, live, *written, step)
         elif live:
             keep = self.keep_one(claim, live, step)

@@ -57,6 +57,8 @@ class PassState:
         self._waiting: dict[str, list[dict]] = {}
         self._in_flight: dict[str, list[dict]] = {}
         self.fenced: set[str] = set()
+        # The claims of the other side whose naming of no readable time this pass stamps (``Guards.stamp``).
+        self.stamped: set[o.ClaimKey] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

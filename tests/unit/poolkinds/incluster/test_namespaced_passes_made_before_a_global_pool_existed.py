@@ -223,6 +223,28 @@ def test_a_global_pools_allocation_keeps_off_what_a_paused_claim_of_a_namespaced
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
+@pytest.mark.parametrize("local, local_length, how", PAUSED)
+def test_a_global_pools_allocation_keeps_off_what_a_paused_claim_names_however_old_that_naming(
+        local, local_length, how):
+    """A paused claim is not written, so nothing would refuse its pass made before the pause: what it names is kept
+    off whatever the naming's age, and the pass on its way lands with its status."""
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api, on_its_way = _paused_after_its_pass(local_kind, local_length, how, named_first=True)
+    api.inventory.lock_settle_seconds = 30
+    api.now = "2024-01-01T00:01:00Z"  # the naming is 60 s old
+    api.load(_global(126))
+    api.load(_claim("d", "g", GLOBAL_PREFIXES))
+    api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_PREFIXES), api.now)))
+    api.apply(on_its_way)
+    lengths = {GLOBAL_PREFIXES[1]: 126, local_kind[1]: local_length}
+    spans = held_spans(api, lengths)
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+    _pause(api, False)
+    converge(api, random.Random(0))
+    spans = held_spans(api, lengths)
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
 @pytest.mark.parametrize("local, local_length, how", [("IPPool", 128, "edited"), (PREFIXES[1], 127, "deleted")])
 def test_a_global_pool_hands_nothing_in_a_namespace_while_a_paused_claim_there_may_be_handed_what_no_guard_meets(
         local, local_length, how):
@@ -317,12 +339,10 @@ def test_a_global_pools_allocation_by_a_controller_started_after_an_ippool_chang
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A namespaced IPPool's pass for claim z names fd00::1 on z (allocating-since T0), its remaining writes (the lock "
-    "and CAPI IPAddress) delayed past lock_settle_seconds; its pool deleted; a global IP pool created over fd00::1 then hands it to d "
-    "(Guards.named lets the naming go once settled, and the IPPool's pass, made while no global IP pool existed, "
-    "wrote no guard to meet); the delayed writes land: fd00::1 on two live claims (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes_what_a_global_pool_handed_out():
+    """z's pass names fd00::1 and its lock and address land after the naming settled, once a global pool handed
+    fd00::1 to d: that allocation wrote z first, removing the naming, so z's status write is refused and z takes up
+    nothing its pass made (they go)."""
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
     api = _converged(pool)
@@ -348,12 +368,9 @@ def test_a_namespaced_pass_whose_lock_lands_after_its_naming_settled_never_takes
     assert held.count("fd00::1") <= 1, held
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "allocating-since is the naming replica's own clock (Snapshot.now), not the API server's (a lock's settle time "
-    "goes by its creationTimestamp): a replica 60 s behind names fd00::1 on claim z as made 60 s ago; its pool "
-    "deleted, a global IP pool's replica at once reads the naming as settled (Guards.named) and hands fd00::1 to d; "
-    "the namespaced pass's lock and address land 1 s later: fd00::1 on two live claims (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_made_by_a_replica_whose_clock_is_behind_never_takes_what_a_global_pool_handed_out():
+    """The naming's time is the naming replica's clock: read as settled at once, it is let go by a global pool's
+    allocation that writes the claim, and the pass landing after takes nothing (its time spares it nothing more)."""
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
     api = _converged(pool)
@@ -402,12 +419,9 @@ def _named_then_stopped(since):
     return api, step
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A naming of no time (written by the controller before allocating-since existed, or the annotation removed) is "
-    "kept whatever its age (Guards.named): z's pass stopped after naming fd00::1, its pool deleted, z waits for good, "
-    "and a global IP pool's claim d over fd00::1 waits for good too, told PoolExhausted while its pool counts fd00::1 "
-    "free (SPEC §10 invariant 2: no clear error, no address)"))
 def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_with_no_time_by_a_pass_that_stopped():
+    """A naming of no time is given the global pool's pass's time (with its write of the claim): once settled, d is
+    handed fd00::1."""
     api, _ = _named_then_stopped(None)
     converge(api, random.Random(0))
     api.now = "2024-02-01T00:00:00Z"
@@ -417,7 +431,8 @@ def test_a_global_pools_claim_gets_an_ip_a_namespaced_claim_named_with_no_time_b
 
 
 def test_a_namespaced_pass_whose_naming_time_was_rewritten_unreadable_never_takes_what_a_global_pool_handed_out():
-    """A naming whose time cannot be read is kept whatever its age: d is not handed fd00::1 while z's pass may land."""
+    """A naming whose time cannot be read is given the global pool's pass's time (with its write of the claim): d is
+    not handed fd00::1 until that time settles; z's pass, landing meanwhile, takes up what it made, never d's IP."""
     api, step = _named_then_stopped("yesterday")
     converge(api, random.Random(0))
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") != "fd00::1"
