@@ -528,3 +528,34 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
         o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A replica's view of pools and addresses lags (IPPool n over fd00::1, no global pool, none of d's objects) "
+    "while its claims' watch delivered the write of claim z by a global pool's allocation that handed fd00::1 to d: "
+    "its pass reads z after that write, so nothing refuses it; it creates no guard (it knows of no global pool) and "
+    "its lock n-fd00--1 meets no name d's allocation took: z and d are both bound to fd00::1, neither told "
+    "DuplicateAddress (SPEC §10 invariant 1)"))
+def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_takes_what_a_global_pool_handed_out():
+    """The write of a namespaced claim by a global pool's allocation refuses the passes that read the claim before
+    it; a pass that reads it after, from a view of the pools and addresses older than that allocation, must not
+    hand out what it handed out either."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
+    api = _converged(pool)
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    lagging = _started_afresh(api).inventory  # from here its watches of pools and addresses lag
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::2"}]
+    api._store(pool)
+    api.load(gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    assert kinds.FENCED_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "z"))
+    lagging.upsert(copy.deepcopy(get(api, kinds.CAPI_CLAIM, "z")))  # its claims' watch delivered that write
+    api.apply(reconcile(lagging.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
