@@ -12,14 +12,14 @@ import random
 
 import pytest
 
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Plan, Step
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged, held_spans
-from ipam_objects import cluster, get, user_delete
+from ipam_objects import capi_address, cluster, get, user_delete
 
 NS = "default"
 GLOBAL_IPS = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -559,3 +559,36 @@ def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_take
     converge(api, random.Random(0))
     spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
     assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A claim moved (or restored) before its IPAddress arrives holds no address: a global pool's allocation in its "
+    "namespace meanwhile writes it (allocation-fenced; its naming from the source, settled, removed), so it is "
+    "fenced over nothing when its IPAddress (owned by it, as clusterctl move writes it) arrives: "
+    "Adoption.fenced_leftovers deletes that address as a refused pass's leftover and the claim is given another IP "
+    "(SPEC §10 invariant 4)"))
+@pytest.mark.parametrize("named", [True, False], ids=["named-in-the-source", "served-by-the-go-provider"])
+@pytest.mark.parametrize("local", ["IPPool", IPS[1]])
+def test_a_claim_moved_before_its_address_keeps_that_address_when_a_global_pool_allocates_in_its_namespace(
+        local, named):
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api = _converged(_namespaced(local_kind, 128), gi.ip_pool("g", addresses=["fd00::20-fd00::2f"], prefix=64))
+    api.inventory.lock_settle_seconds = 30
+    claim = _claim("z", "n", local_kind)
+    if named:  # the naming of the allocation made in the source, copied with the claim
+        claim["metadata"]["annotations"] = {kinds.ALLOCATING_ANNOTATION: "fd00::3",
+                                            kinds.ALLOCATING_SINCE_ANNOTATION: "2023-06-01T00:00:00Z"}
+    api.load(claim)  # the claim arrives first
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::20"
+    z = get(api, kinds.CAPI_CLAIM, "z")
+    owner = {"apiVersion": z["apiVersion"], "kind": z["kind"], "name": "z", "uid": o.meta(z)["uid"],
+             "controller": True, "blockOwnerDeletion": True}
+    finalizer = poolkind.REGISTRY[local_kind].finalizers.address[kinds.CAPI_ADDRESS]
+    api.load(capi_address("z", "z", local_kind, "n", "fd00::3", prefix=64, ownerReferences=[owner],
+                          finalizers=[finalizer]))  # then its address, as clusterctl move writes it
+    converge(api, random.Random(0))
+    assert o.status(get(api, kinds.CAPI_CLAIM, "z")).get("addressRef") == {"name": "z"}
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS))["address"] == "fd00::3"
