@@ -12,14 +12,14 @@ import random
 
 import pytest
 
-from metal3_ipam.core import kinds
+from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Plan, Step
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged, held_spans
-from ipam_objects import cluster, get, user_delete
+from ipam_objects import capi_address, cluster, get, user_delete
 
 NS = "default"
 GLOBAL_IPS = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -444,3 +444,151 @@ def test_a_namespaced_pass_whose_naming_time_was_rewritten_unreadable_never_take
     converge(api, random.Random(0))
     held = [o.spec(get(api, kinds.CAPI_ADDRESS, name, NS) or {}).get("address") for name in ("z", "d")]
     assert held.count("fd00::1") <= 1, held
+
+
+def _landing(api, actions) -> None:
+    """``actions`` land in order until one is refused (the rest of its step is then abandoned)."""
+    for action in actions:
+        try:
+            api.do(action)
+        except Exception:  # refused: the pass stops
+            return
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "z's first pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, removing the "
+    "settled naming and fencing z; z's next pass names fd00::2 (removing the fence) and the first pass's lock and "
+    "Cluster API IPAddress land only then: z is no longer fenced over nothing (Adoption.fenced_leftovers), so they "
+    "are neither deleted nor taken up; z's own IPAddress create is refused (its name taken) and z waits for good, "
+    "told AddressConflict, its leftovers holding d's fd00::1 while its pool has fd00::2 free (SPEC §10 inv. 2, 3)"))
+def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_holds_what_a_global_pool_handed_out():
+    """The objects of a pass refused by a global pool's allocation may land after the claim's next pass named again
+    (two replicas, the first one slow): they are let go all the same, and the claim is served from its pool."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::2"}]
+    api = _converged(pool)
+    api.inventory.lock_settle_seconds = 30
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    (first,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/z")]
+    api.do(first.actions[0])  # its naming of fd00::1 lands; the rest of the pass is delayed
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::2"}]
+    api._store(pool)
+    api.now = "2024-01-01T00:00:31Z"  # past the naming's settle time
+    api.load(gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    (second,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/z")]
+    api.do(second.actions[0])  # the next pass names fd00::2
+    assert o.annotations(get(api, kinds.CAPI_CLAIM, "z"))[kinds.ALLOCATING_ANNOTATION] == "fd00::2"
+    _landing(api, first.actions[1:])  # the first pass's lock and address land; its status write is refused
+    _landing(api, second.actions[1:])
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, removing the settled "
+    "naming and fencing z; the rest of z's pass lands (lock n-fd00--1, IPAddress z; its status write and finalizer "
+    "refused); z, holding no finalizer, is deleted and a new z (another uid) created at once: the new incarnation is "
+    "not fenced, so the old one's objects (owned by its uid) are neither let go (Adoption.fenced_leftovers) nor "
+    "released; the new z waits for good, told AddressConflict, while its pool has fd00::2 free (SPEC §10 inv. 2, 3)"))
+def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::2"}]
+    api = _converged(pool)
+    api.inventory.lock_settle_seconds = 30
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
+    (step,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/z")]
+    api.do(step.actions[0])  # its naming of fd00::1 lands; the rest of the pass is delayed
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::2"}]
+    api._store(pool)
+    api.now = "2024-01-01T00:00:31Z"  # past the naming's settle time
+    api.load(gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    _landing(api, step.actions[1:])  # its lock and address land; its status write is refused
+    old = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
+    user_delete(api, kinds.CAPI_CLAIM, "z")  # no finalizer yet: gone at once
+    assert get(api, kinds.CAPI_CLAIM, "z") is None
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    assert o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"] != old
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A replica's view of pools and addresses lags (IPPool n over fd00::1, no global pool, none of d's objects) "
+    "while its claims' watch delivered the write of claim z by a global pool's allocation that handed fd00::1 to d: "
+    "its pass reads z after that write, so nothing refuses it; it creates no guard (it knows of no global pool) and "
+    "its lock n-fd00--1 meets no name d's allocation took: z and d are both bound to fd00::1, neither told "
+    "DuplicateAddress (SPEC §10 invariant 1)"))
+def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_takes_what_a_global_pool_handed_out():
+    """The write of a namespaced claim by a global pool's allocation refuses the passes that read the claim before
+    it; a pass that reads it after, from a view of the pools and addresses older than that allocation, must not
+    hand out what it handed out either."""
+    pool = _namespaced(kinds.IPPOOL, 128)
+    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
+    api = _converged(pool)
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    lagging = _started_afresh(api).inventory  # from here its watches of pools and addresses lag
+    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
+    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::2"}]
+    api._store(pool)
+    api.load(gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    assert kinds.FENCED_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "z"))
+    lagging.upsert(copy.deepcopy(get(api, kinds.CAPI_CLAIM, "z")))  # its claims' watch delivered that write
+    api.apply(reconcile(lagging.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
+    converge(api, random.Random(0))
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A claim moved (or restored) before its IPAddress arrives holds no address: a global pool's allocation in its "
+    "namespace meanwhile writes it (allocation-fenced; its naming from the source, settled, removed), so it is "
+    "fenced over nothing when its IPAddress (owned by it, as clusterctl move writes it) arrives: "
+    "Adoption.fenced_leftovers deletes that address as a refused pass's leftover and the claim is given another IP "
+    "(SPEC §10 invariant 4)"))
+@pytest.mark.parametrize("named", [True, False], ids=["named-in-the-source", "served-by-the-go-provider"])
+@pytest.mark.parametrize("local", ["IPPool", IPS[1]])
+def test_a_claim_moved_before_its_address_keeps_that_address_when_a_global_pool_allocates_in_its_namespace(
+        local, named):
+    local_kind = kinds.IPPOOL if local == "IPPool" else (gi.GROUP, local)
+    api = _converged(_namespaced(local_kind, 128), gi.ip_pool("g", addresses=["fd00::20-fd00::2f"], prefix=64))
+    api.inventory.lock_settle_seconds = 30
+    claim = _claim("z", "n", local_kind)
+    if named:  # the naming of the allocation made in the source, copied with the claim
+        claim["metadata"]["annotations"] = {kinds.ALLOCATING_ANNOTATION: "fd00::3",
+                                            kinds.ALLOCATING_SINCE_ANNOTATION: "2023-06-01T00:00:00Z"}
+    api.load(claim)  # the claim arrives first
+    api.load(_claim("d", "g", GLOBAL_IPS))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::20"
+    z = get(api, kinds.CAPI_CLAIM, "z")
+    owner = {"apiVersion": z["apiVersion"], "kind": z["kind"], "name": "z", "uid": o.meta(z)["uid"],
+             "controller": True, "blockOwnerDeletion": True}
+    finalizer = poolkind.REGISTRY[local_kind].finalizers.address[kinds.CAPI_ADDRESS]
+    api.load(capi_address("z", "z", local_kind, "n", "fd00::3", prefix=64, ownerReferences=[owner],
+                          finalizers=[finalizer]))  # then its address, as clusterctl move writes it
+    converge(api, random.Random(0))
+    assert o.status(get(api, kinds.CAPI_CLAIM, "z")).get("addressRef") == {"name": "z"}
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS))["address"] == "fd00::3"
