@@ -138,18 +138,34 @@ def binds_none(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> b
     return claim is None or not names(claim, address)
 
 
-def fenced_over_nothing(claim: Mapping[str, Any]) -> bool:
-    """Whether a claim was written by another pool's allocation (``kinds.FENCED_ANNOTATION``) that removed its
-    naming, or found none, and names nothing since: what a pass of its own pool made before that write is never
-    bound (its status write was refused) and goes (``reconcile``'s ``fenced_leftovers``)."""
+def let_go_span(claim: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The span (first and last address, as integers) whose naming another pool's allocation removed from the
+    claim, taking it (``kinds.LET_GO_ANNOTATION``), when the claim names nothing since; else None. What a pass of
+    the claim's own pool made there before that write is never bound (its status write was refused) and goes
+    (``reconcile``'s ``fenced_leftovers``)."""
     annotations = o.annotations(claim)
-    return kinds.FENCED_ANNOTATION in annotations and kinds.ALLOCATING_ANNOTATION not in annotations
+    text = annotations.get(kinds.LET_GO_ANNOTATION)
+    if not isinstance(text, str) or kinds.ALLOCATING_ANNOTATION in annotations:
+        return None
+    ip_text, _, length = text.partition("/")
+    try:
+        ip = parse_ip(ip_text)
+        bits = (32 if ip.version == 4 else 128) - (int(length) if length else (32 if ip.version == 4 else 128))
+    except (AddressError, ValueError):
+        return None
+    if bits < 0:
+        return None
+    first = int(ip) >> bits << bits
+    return first, first + (1 << bits) - 1
 
 
 def left_by_a_refused_pass(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
-    """Whether ``address`` is what a refused pass of its claim's pool left (``fenced_over_nothing``), which its
-    claim's status does not name: it holds nothing for that claim, and goes."""
-    return claim is not None and fenced_over_nothing(claim) and not names(claim, address)
+    """Whether ``address`` is what a refused pass of its claim's pool left: inside the span ``let_go_span`` says
+    another pool's allocation took, and not named by its claim's status: it holds nothing for that claim, and
+    goes."""
+    span = let_go_span(claim) if claim is not None else None
+    ip = o.address_ip(address)
+    return span is not None and ip is not None and span[0] <= int(ip) <= span[1] and not names(claim, address)
 
 
 def names(claim: Mapping[str, Any], address: Mapping[str, Any]) -> bool:

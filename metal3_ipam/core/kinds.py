@@ -54,6 +54,10 @@ FENCED_ANNOTATION = "ipam.metal3.io/allocation-fenced"
 # Beside the first, when that pass was made (RFC 3339): once older than a lock is left to its maker, that pass
 # landed or stopped (a later one names again first), and what it names is kept off no more.
 ALLOCATING_SINCE_ANNOTATION = "ipam.metal3.io/allocating-since"
+# Written with the fence where a global pool's allocation takes a span a settled naming named, in its place: that
+# span. What a pass of the claim's pool made there before the fence is never taken up (its status write was
+# refused); anything else of the claim's (moved or restored with it) is, as ever. A naming made later removes it.
+LET_GO_ANNOTATION = "ipam.metal3.io/allocating-let-go"
 # On a Metal3 IPAddress that guards an IP in its namespace (``naming.guard_name``), the IP: it names a claim and
 # its pool as a lock does, and is filed with no pool (it is no address of the claim's).
 GUARD_LABEL = "ipam.metal3.io/guards-ip"

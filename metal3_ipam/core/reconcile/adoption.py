@@ -10,7 +10,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata, Step
 from ..allocator import ALLOCATION_FAILED
-from ..kept import binds_none, fenced_over_nothing, named_ip, status_ref
+from ..kept import binds_none, let_go_span, named_ip, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
 from ..naming import ip_text
 from ..overlap import withheld_spans
@@ -154,31 +154,39 @@ class Adoption(PassState):
                                f"at {ip_text(ip)}, written before it; its lock at another IP, never bound, goes")
 
     def fenced_leftovers(self, claim: dict, live: list[dict], step: Step) -> bool:
-        """Whether the claim's own address objects that its status does not name are what a pass of its pool
-        left, refused by an allocation of the other side that may have taken what that pass hands out: the
-        claim is fenced (``kinds.FENCED_ANNOTATION``, which a naming made after it removes) and names nothing (a
-        global pool's allocation removes a naming it lets go, ``Guards.fence``; one it keeps off stays, and its
-        pass's objects are taken up). Every pass that named was made before the fence, and its status write was
-        refused (a pool whose passes name nothing never removes a fence: its claims take up what they find). Its
-        locks and the Cluster API IPAddresses made for it then go, with their guards, and are not
-        taken up: what they hold may be the other claim's. The claim is served anew once they are gone (it names
-        again, after the fence). A claim whose status names one of them is bound: its extras go as any do."""
-        key, uid = o.claim_key(claim), o.meta(claim).get("uid")
-        if not fenced_over_nothing(claim) or uid is None or self.kind.outside is not None \
+        """Whether the claim's own address objects that its status does not name include what a pass of its pool
+        left, refused by an allocation of the other side that took what that pass hands out: that allocation
+        removed the claim's naming, settled, and wrote the span it named in its place (``kinds.LET_GO_ANNOTATION``,
+        which a naming made after it removes; ``Guards.fence``); the claim names nothing since. Every pass that
+        named there was made before that write, and its status write was refused. Its locks and the Cluster API
+        IPAddresses made for it inside that span then go, with their guards, and are not taken up: what they
+        hold is the other claim's. The claim is served anew once they are gone (it names again). Objects of the
+        claim elsewhere (moved or restored with it) are taken up as ever; one its status names binds it."""
+        key, uid, span = o.claim_key(claim), o.meta(claim).get("uid"), let_go_span(claim)
+        if span is None or uid is None or self.kind.outside is not None \
                 or (self.pool_obj is not None and not self.names_allocation()):
             return False  # a pool gone is read as naming: its passes, made before, may have named
+        if any(self.named_by_status(claim, a) for a in live + list(self.ledger.mirrors_of(key))):
+            return False
+
+        def inside(address: dict) -> bool:
+            ip = o.address_ip(address)
+            return ip is not None and span[0] <= int(ip) <= span[1]
+
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
-        mirrors = [m for m in _held(self.ledger.mirrors_of(key), finalizer) if o.claim_uid_of(m, key) == uid]
-        if not (live or mirrors) or any(self.named_by_status(claim, a) for a in live + mirrors):
+        mirrors = [m for m in _held(self.ledger.mirrors_of(key), finalizer)
+                   if o.claim_uid_of(m, key) == uid and inside(m)]
+        locks = [lock for lock in live if inside(lock)]
+        if not (locks or mirrors):
             return False
         for mirror in mirrors:
             _let_go(step, mirror, finalizer)
-        for lock in live:
+        for lock in locks:
             _let_go(step, lock, self.finalizers.address[kinds.IPADDRESS])
-        for guard in self.guards_of(claim, live):  # they go with their locks, as on release
+        for guard in self.guards_of(claim, locks):  # they go with their locks, as on release
             step.add(Delete(o.ref(guard)))
         self.plan.notes.append(f"{o.name(claim)}: its address objects were made by a pass refused by an allocation "
-                               "of another pool that wrote the claim after its naming; they go, not taken up")
+                               "of another pool that took what it named; they go, not taken up")
         return True
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:

@@ -166,7 +166,7 @@ class Guards(PassState):
         last = first + (1 << self.pool.unit_bits) - 1
         for other in self.waiting(o.namespace(claim)):
             span = self.named(other, claim)
-            if span is not None and span.ip <= last and first <= span.ip + (1 << (width - (span.length or width))) - 1:
+            if span is not None and span.ip <= last and first <= _span_end(span, width):
                 return True
         return False
 
@@ -212,20 +212,26 @@ class Guards(PassState):
         step = self.plan.step(f"{key[0]} {o.namespace(other)}/{key[1]}", about=o.ref(other))
         step.add(SetMetadata(o.ref(other), annotations=self.fence(other), resource_version=read))
 
-    def fence(self, other: dict) -> dict[str, str | None]:
+    def fence(self, other: dict, first: int | None = None, last: int | None = None) -> dict[str, str | None]:
         """What an allocation's write of a claim of the other side sets (``order_actions``): the version it read;
-        for a global pool, the naming removed once it is let go (``named``: what the claim's pass left is then
-        not taken up, ``fenced_leftovers``), or a time given to one that has none that can be read (``stamp``)."""
+        for a global pool, the naming removed once it is let go and this allocation's span ``first``..``last``
+        meets it (``named``: what the claim's pass left there is then not taken up, ``fenced_leftovers``; a
+        naming of a span this allocation does not take stays, and so is what it names taken up: nothing of the
+        other side holds it), or a time given to one that has none that can be read (``stamp``)."""
         fence: dict[str, str | None] = {kinds.FENCED_ANNOTATION: str(o.meta(other).get("resourceVersion"))}
-        if not self.kind.cluster_scoped or _allocating(other, self.pool.version) is None:
+        span = _allocating(other, self.pool.version)
+        if not self.kind.cluster_scoped or span is None:
             return fence
         since = _naming_time(other)
         if since is None:
             fence[kinds.ALLOCATING_SINCE_ANNOTATION] = self.snap.now
             return fence
         settled = _settled_after(since, self.snap.lock_settle_seconds)
-        if settled is not None and _passed(settled, self.snap.now):
-            fence.update({kinds.ALLOCATING_ANNOTATION: None, kinds.ALLOCATING_SINCE_ANNOTATION: None})
+        meets = first is not None and last is not None and span.ip <= last \
+            and first <= _span_end(span, FAMILY_BITS[self.pool.version])
+        if meets and settled is not None and _passed(settled, self.snap.now):
+            fence.update({kinds.ALLOCATING_ANNOTATION: None, kinds.ALLOCATING_SINCE_ANNOTATION: None,
+                          kinds.LET_GO_ANNOTATION: str(o.annotations(other).get(kinds.ALLOCATING_ANNOTATION))})
         return fence
 
     def due_then(self, claim: dict, settled: str) -> None:
@@ -262,7 +268,7 @@ class Guards(PassState):
             width = FAMILY_BITS[self.pool.version]
             if span is None:
                 continue
-            end = span.ip + (1 << (width - (span.length or width))) - 1
+            end = _span_end(span, width)
             if first <= span.ip and end <= last:
                 spans.append(span)
             elif span.ip <= first and last <= end:
@@ -319,14 +325,17 @@ class Guards(PassState):
         text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
         naming: dict[str, str | None] = {kinds.ALLOCATING_ANNOTATION: text,
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
-        if kinds.FENCED_ANNOTATION in o.annotations(claim):
-            naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it (``fenced_leftovers``)
+        for written in (kinds.FENCED_ANNOTATION, kinds.LET_GO_ANNOTATION):
+            if written in o.annotations(claim):
+                naming[written] = None  # read: this naming comes after it (``fenced_leftovers``)
         actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions
         self.fenced.add(o.namespace(claim))
-        return actions + [SetMetadata(o.ref(other), annotations=self.fence(other), resource_version=read)
+        first = int(self.pool.address_of(unit))
+        last = first + (1 << self.pool.unit_bits) - 1
+        return actions + [SetMetadata(o.ref(other), annotations=self.fence(other, first, last), resource_version=read)
                           for other in self.in_flight(o.namespace(claim))
                           for read in [o.meta(other).get("resourceVersion")]]
 
@@ -529,6 +538,11 @@ def _naming_time(claim: dict) -> str | None:
     except ValueError:
         return None
     return since or None
+
+
+def _span_end(span: Span, width: int) -> int:
+    """The last address of ``span`` (an IP, or a sub-prefix of ``span.length`` bits) in a family ``width`` bits wide."""
+    return span.ip + (1 << (width - (span.length or width))) - 1
 
 
 def _span(ip: int, length: int | None, width: int, shared: bool = False) -> Span:

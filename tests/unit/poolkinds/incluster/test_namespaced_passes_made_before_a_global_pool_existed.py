@@ -561,12 +561,6 @@ def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_take
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A claim moved (or restored) before its IPAddress arrives holds no address: a global pool's allocation in its "
-    "namespace meanwhile writes it (allocation-fenced; its naming from the source, settled, removed), so it is "
-    "fenced over nothing when its IPAddress (owned by it, as clusterctl move writes it) arrives: "
-    "Adoption.fenced_leftovers deletes that address as a refused pass's leftover and the claim is given another IP "
-    "(SPEC §10 invariant 4)"))
 @pytest.mark.parametrize("named", [True, False], ids=["named-in-the-source", "served-by-the-go-provider"])
 @pytest.mark.parametrize("local", ["IPPool", IPS[1]])
 def test_a_claim_moved_before_its_address_keeps_that_address_when_a_global_pool_allocates_in_its_namespace(
