@@ -100,6 +100,10 @@ def lost_message(pool: OpenStackPool, owner: str, key: str, address: str) -> str
             f"{address} and description {p.description(owner, key)!r} in the project")
 
 
+def read(neutron: Neutron, pool: OpenStackPool, owner: str, fip_id: str) -> FloatingIP | None:
+    return neutron.get(fip_id)
+
+
 def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
     """``fip`` released as ``pool`` says, if it still is as listed and ``still(fip as read again)`` holds, at the
     revision read again (a mark another cluster adds meanwhile keeps it); whether it was."""
@@ -116,8 +120,19 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Left:
+    """A floating IP a claim here left to another cluster (``homes.on_release``): the pool and key it was
+    released of, and the claim's home here, ``<owner>-left:`` on it."""
+
+    pool: OpenStackPool
+    key: str
+    home: homes.Home
+
+
 class Sweeper:
-    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service)."""
+    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service), and of the
+    pools gone whose claims left a floating IP to another cluster that has not answered yet (``leaving``)."""
 
     def __init__(self, pools: Any):
         self.pools = pools
@@ -129,6 +144,14 @@ class Sweeper:
         self._waiting: set[tuple[str, homes.Home]] = set()
         #: (floating IP id, home here) a claim here left homed at another cluster, found unanswered last sweep
         self._left: set[tuple[str, homes.Home]] = set()
+        #: floating IP id -> what a claim here left it as, waiting for the other cluster's answer: judged by id at
+        #: each sweep, also once its pool, its home and its Secret are gone (the namespace deleted meanwhile)
+        self.leaving: dict[str, Left] = {}
+
+    def remember_left(self, pool: OpenStackPool, key: str, fip_id: str, home: homes.Home | None) -> None:
+        """A release here kept floating IP ``fip_id`` of ``key``, marked left by the claim at ``home``."""
+        if home is not None:
+            self.leaving[fip_id] = Left(pool, key, home)
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -181,6 +204,7 @@ class Sweeper:
         swept: set[str] = set()
         waiting: set[tuple[str, homes.Home]] = set()
         left: set[tuple[str, homes.Home]] = set()
+        handled: set[str] = set()
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
@@ -188,7 +212,7 @@ class Sweeper:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
             carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
-            listed = await self._mark(listed, held, model, home, contests, waiting, left, released)
+            listed = await self._mark(listed, held, model, home, contests, waiting, left, released, handled)
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -222,6 +246,7 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
+        await self._sweep_leaving(handled, left, released)
         self._sighted, self._waiting, self._left = sighted, waiting, left
         await self._homed_elsewhere(contests, swept)
         return released
@@ -229,14 +254,15 @@ class Sweeper:
     async def _mark(self, listed: list[FloatingIP], held: dict[str, OpenStackPool], model: OpenStackPool,
                     home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                     waiting: set[tuple[str, homes.Home]], left: set[tuple[str, homes.Home]],
-                    released: list[FloatingIP]) -> list[FloatingIP]:
+                    released: list[FloatingIP], handled: set[str]) -> list[FloatingIP]:
         """The marks of the listed floating IPs mended (``homes.mend``): each bound to a claim here carrying its key
         (its lock holds that address) homed, taken over, or held by that claim's home; this cluster's holds taken
         off those whose key nothing here carries any more. The claims left bound to a floating IP homed at another
         cluster go in ``contests``; those held waiting for the cluster they are homed at to answer, in ``waiting``
         (taken over at the next sweep if it did not). A floating IP a claim here left homed at another cluster
         (``homes.on_release``) is left to that cluster if it answered, else released at the next sweep (found so
-        in ``left`` now; those released, in ``released``). The floating IPs as they are now."""
+        in ``left`` now; those released, in ``released``). The ids of those of a pool held here go in ``handled``
+        (judged here, not by ``leaving``). The floating IPs as they are now."""
         asks, owner, bound, carried = self.pools.asks, self.pools.asks.owner, self.pools.bound(), self.pools.carried()
         out = []
         for fip in listed:
@@ -246,6 +272,8 @@ class Sweeper:
             if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
                 out.append(fip)
                 continue
+            handled.add(fip.id)
+            self.leaving.pop(fip.id, None)
             if mine is not None and bound.get(key) == fip.address:
                 change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
                 if change.waiting:
@@ -255,11 +283,14 @@ class Sweeper:
                     change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
                 else:
                     change = homes.Change()
+                    self.leaving[fip.id] = Left(pool, key, gone)  # judged by id should its pool go meanwhile
                     if self._paused(pool):
                         pass  # a move under way: nothing released, and the wait for an answer starts once unpaused
                     elif (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone,
                                                                                          released):
                         left.add((fip.id, gone))
+                    else:
+                        del self.leaving[fip.id]
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
             else:
@@ -290,11 +321,11 @@ class Sweeper:
         owner = self.pools.asks.owner
 
         def still(now: FloatingIP) -> bool:
-            home = self.pools.home_state()
+            home = self._home_state()
             return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
-            done = await self.pools.asks.run(pool, release_one, fip, still)
+            done = await self.pools.asks.run_lingering(pool, release_one, fip, still)
         except OpenStackError as exc:
             log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
             return False
@@ -303,6 +334,50 @@ class Sweeper:
                      "which answered for no claim of its own there", fip.address, fip.id, pool.text)
             released.append(fip)
         return done
+
+    def _home_state(self) -> Any:
+        """``home_state`` of the service, where the homes of the claims here that left a floating IP (``leaving``)
+        are here still, gone or not: their marks are this cluster's, never another's."""
+        here, mine = self.pools.home_state(), {left.home for left in self.leaving.values()}
+        return lambda h: homes.PRESENT if h in mine and here(h) == homes.ABSENT else here(h)
+
+    async def _sweep_leaving(self, handled: set[str], left: set[tuple[str, homes.Home]],
+                             released: list[FloatingIP]) -> None:
+        """The floating IPs claims here left to another cluster that no pool held here judged this sweep (their
+        pool deleted, or being deleted, since: the namespace gone with it), read by id, with the client their
+        cloud was last asked with if their Secret went with them; each is judged as ``_mark`` does: forgotten once
+        its key is carried here again, another cluster answered (its marks here taken off: the floating IP is
+        that cluster's claim's), or it is gone; released once unanswered for a whole sweep, as its pool said."""
+        owner, asks = self.pools.asks.owner, self.pools.asks
+        for fip_id, leaving in list(self.leaving.items()):
+            if fip_id in handled:
+                continue
+            pool, key, gone = leaving.pool, leaving.key, leaving.home
+            try:
+                fip = await asks.run_lingering(pool, read, fip_id)
+            except OpenStackError as exc:
+                log.warning("sweep: floating IP %s (key %s) left by a claim of %s not read: %s", fip_id, key,
+                            pool.text, exc)
+                continue
+            home = self._home_state()
+            if fip is None or p.key_in(owner, fip.description) != key or self.pools.carried()(key) \
+                    or homes.tag(owner, homes.LEFT, gone) not in fip.tags:
+                del self.leaving[fip_id]  # gone, another key's, or a claim here carries its key: judged as any
+            elif homes.answered(owner, fip.tags, home):  # a claim there lives: the floating IP is its own
+                try:
+                    await asks.run_lingering(pool, mark, fip, homes.Change(
+                        remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT))))
+                except OpenStackError as exc:
+                    log.warning("sweep: the marks of floating IP %s (key %s) of %s not taken off: %s", fip.address,
+                                key, pool.text, exc)
+                    continue
+                del self.leaving[fip_id]
+            elif self._paused(pool):
+                pass  # a move under way: nothing released, and the wait for an answer starts once unpaused
+            elif (fip_id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                left.add((fip_id, gone))
+            else:
+                del self.leaving[fip_id]
 
     async def _homed_elsewhere(self, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                                swept: set[str]) -> None:
