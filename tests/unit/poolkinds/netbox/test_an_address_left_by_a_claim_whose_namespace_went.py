@@ -10,10 +10,11 @@ import pytest
 
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
-from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, swept_at
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, TokenUnavailable
+from metal3_ipam.poolkinds.netbox.pool import read_pool
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, swept_at
 
-from sweep_sides import (C1, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
+from sweep_sides import (C1, SP, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
 
 EPOCH = 1_790_000_000.0  # the wall clock at the first sweep
@@ -43,11 +44,6 @@ class _Side:
         self.inventory.remove(obj)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the release leaves the address homed at the released claim's Cluster, marked released (swept=), for the "
-    "sweeps here to release once the release grace is over; those sweeps sweep only the NetBox servers of live "
-    "pools held here, and judge an address homed at an object that is not here as another cluster's: the "
-    "namespace deleted within the grace (its claim, Cluster and pool), no sweep of any cluster releases it"))
 def test_an_address_a_claim_left_marked_released_is_released_when_its_namespace_goes_right_after_it():
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
     claim = keyed_claim("m", "k", "t")
@@ -63,3 +59,52 @@ def test_an_address_a_claim_left_marked_released_is_released_when_its_namespace_
     while target.now < 2 * GRACE:
         target.sweep()
     assert [item.id for item in netbox.released] == [3], f"no claim carries its key, yet NetBox keeps {netbox.items}"
+
+
+def test_an_address_a_claim_left_marked_released_stays_with_the_live_claim_there_when_its_namespace_goes():
+    """The copy's claim released before a sweep of its cluster homed the address (a move restored from a
+    directory while the source runs), then its namespace deleted: the source's live claim takes the address back,
+    and the sweeps of the copy's controller, swept on, never release it (SPEC §10.1)."""
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    target.inventory.remove(claim)
+    target.gone(cluster)
+    target.gone(pool)
+    while target.now < 2 * GRACE:
+        target.sweep()
+        source.now = target.now
+        source.sweep()
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
+    assert home_in(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
+
+
+class _Tokens:
+    """A Secret's token, until the Secret is deleted (``gone``)."""
+
+    gone = False
+
+    async def token(self, namespace, ref):
+        if self.gone:
+            raise TokenUnavailable("TokenMissing", f"Secret {namespace}/{ref.name} does not exist")
+        return "0123456789abcdef0123456789abcdef01234567"
+
+    def forget(self, namespace, ref):
+        pass
+
+
+def test_a_release_and_the_sweep_of_a_pool_gone_ask_with_the_token_last_read_once_its_secret_went():
+    tokens = _Tokens()
+    asks = NetBoxAsks(tokens, owner="o")
+    model = read_pool(shared_netbox_pool(TP, "t"))[0]
+    asks.pool_changed(model)
+    first = asyncio.run(asks._client(model))
+    tokens.gone = True  # the namespace deleted: its Secret goes at once
+    with pytest.raises(TokenUnavailable):
+        asyncio.run(asks._client(model))  # an allocation, or a survey, says the Secret is missing
+    assert asyncio.run(asks._client(model, lingering=True)) is first
