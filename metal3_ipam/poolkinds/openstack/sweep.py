@@ -268,7 +268,7 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
-        await self._sweep_marked(handled, left, released)
+        await self._sweep_marked(held, handled, left, released)
         self._sighted, self._waiting, self._left = sighted, waiting, left
         await self._homed_elsewhere(contests, swept)
         return released
@@ -362,22 +362,24 @@ class Sweeper:
         here, ours = self.pools.home_state(), frozenset(self._ours)
         return lambda h: homes.PRESENT if h in ours and here(h) == homes.ABSENT else here(h)
 
-    async def _sweep_marked(self, handled: set[str], left: set[tuple[str, homes.Home]],
-                            released: list[FloatingIP]) -> None:
+    async def _sweep_marked(self, held: dict[str, OpenStackPool], handled: set[str],
+                            left: set[tuple[str, homes.Home]], released: list[FloatingIP]) -> None:
         """The floating IPs carrying marks of objects here that no pool held here judged this sweep (their pool
         deleted, or being deleted, since: the namespace gone with it), read by id, with the client their cloud was
         last asked with if their Secret went with them. While a claim here carries the key (or an ask of it is out)
-        it waits. One a claim here left to another cluster (``homes.on_release``) is judged as ``_mark`` does:
-        this cluster's marks taken off once that cluster answered (a claim there lives: it is its own), released
-        once unanswered for a whole sweep, as its pool said. Off any other come this cluster's marks (its claim
-        deleted for a move, or without its finalizer, before its sweep took them off): no claim here is bound to
-        it, and a mark of a cluster whose pool is gone would keep it from every other cluster's sweep for good."""
+        it waits, as while its pool is held (its cloud not listed this sweep). One a claim here left to another
+        cluster (``homes.on_release``) is judged as ``_mark`` does: this cluster's marks taken off once that
+        cluster answered (a claim there lives: it is its own), released once unanswered for a whole sweep, as its
+        pool said. Off any other come this cluster's marks (its claim deleted for a move, or without its
+        finalizer, before its sweep took them off): no claim here is bound to it, and a mark of a cluster whose
+        pool is gone would keep it from every other cluster's sweep for good."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         for fip_id, marked in list(self.marked.items()):
             if fip_id in handled:
                 continue
             pool, key = marked.pool, marked.key
-            if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None:
+            if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None \
+                    or p.pool_tag(owner, pool.namespace, pool.name) in held:
                 continue
             try:
                 fip = await asks.run_lingering(pool, read, fip_id)
