@@ -57,8 +57,7 @@ from metal3_ipam.poolkinds.netbox.pool import (
 )
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
-from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
-                                               describe_anew, description,
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
                                                swept_at, taken_from, unclaimed_here)
 
@@ -144,8 +143,8 @@ class NetBoxAsks:
         self._in_use: dict[NetBoxClient, int] = {}  # asks and surveys running on a client
         self._retired: set[NetBoxClient] = set()  # its token refused: closed once nothing runs on it
         self._tasks: set[asyncio.Task] = set()
-        #: (namespace, Secret key) -> the token last read there: a release, or a sweep of what a pool gone left, still
-        #: asks with it once the Secret went with its namespace
+        #: (namespace, Secret key) -> the token last read there: a release still asks with it once the Secret went
+        #: with its namespace
         self._last_tokens: dict[tuple[str, SecretKeyRef], str] = {}
 
     # -- pools --------------------------------------------------------------------------
@@ -292,10 +291,8 @@ class NetBoxAsks:
         id first and changed only if its key and description are still as listed; one to release is released
         only if ``still(item)`` holds then too (a claim carrying its key may have come meanwhile: the reads
         and deletes before it take time). (How many were listed, the ones released, the ones described anew);
-        a refusal raises NetBoxError or TokenUnavailable. A pool gone (what it left swept on) is asked with the
-        token last read if its Secret went with it (``_client``)."""
-        gone = (pool.namespace, pool.name) not in self._pools
-        async with asyncio.timeout(self.timeout * 6), self._using(pool, lingering=gone) as client:
+        a refusal raises NetBoxError or TokenUnavailable."""
+        async with asyncio.timeout(self.timeout * 6), self._using(pool) as client:
             listed = {a.id: a for a in await client.owned()}
             release, describe = choose([Found(a.id, a.address, a.key, a.description) for a in listed.values()])
             released, described = [], []
@@ -377,11 +374,6 @@ class NetBoxPools(OutsidePools):
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
-        #: the Clusters and NetBoxIPPools seen here: the homes naming them are this cluster's, also once they are gone
-        self._ours: set[Home] = set()
-        #: NetBox server -> the pool it was last swept with, of the servers holding an address homed at an object of
-        #: this cluster gone since (its namespace deleted): swept on, with that pool's client, while they do
-        self._lingering: dict[Any, NetBoxPool] = {}
 
     # -- what is NetBox's ---------------------------------------------------------------
 
@@ -438,12 +430,7 @@ class NetBoxPools(OutsidePools):
         over yet (a claim there may carry the key)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        left = left_on_release(text, released, self._home_state(), self.wall())
-        ref = o.pool_of(claims[0]) if claims and left is not None else None
-        pool_obj = self.inventory.get(NETBOX_IP_POOL, o.namespace(claims[0]), ref.name) if ref is not None else None
-        if pool_obj is not None and (model := self.read_model(pool_obj)) is not None:
-            self._lingering.setdefault(model.server, model)  # swept on should its namespace go within the grace
-        return left
+        return left_on_release(text, released, home_state(self._homes()), self.wall())
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
@@ -458,38 +445,19 @@ class NetBoxPools(OutsidePools):
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def _home_state(self) -> Callable[[Home], str]:
-        """``home_state`` of the objects held here, where those seen here before and gone since (deleted with their
-        namespace) are here still, ``PRESENT``: an address homed at one is this cluster's, swept as if it stood
-        (released once no claim carries its key, past the grace), never another cluster's."""
-        objects = list(self._homes())
-        here = home_state(objects)
-        held = {Home(kind, str(uid)) for kind, obj in objects if (uid := o.meta(obj).get("uid"))}
-        self._ours |= held
-        gone = frozenset(self._ours - held)
-        return lambda h: PRESENT if h in gone else here(h)
-
     async def sweep(self) -> list[Found]:
-        """Each NetBox server of the pools held swept once (``sweep``), and each that held an address homed at an
-        object of this cluster gone since (with the pool it was last swept with); the addresses released."""
+        """Each NetBox server of the pools held swept once (``sweep``); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
         for pool_key in self.inventory.pool_keys():
             model = self.live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
             if model is not None:
                 servers.setdefault(model.server, model)
-        lingering = {server: model for server, model in self._lingering.items() if server not in servers}
         released: list[Found] = []
-        for server, model in {**servers, **lingering}.items():
+        for server, model in servers.items():
             judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
 
-            def choose(found: list[Found], judge: Sweep = judge, server: Any = server, model: NetBoxPool = model
-                       ) -> tuple[list[Found], list[tuple[Found, str]]]:
-                home = self._home_state()
-                held = {h for kind, obj in self._homes() if (h := Home(kind, str(o.meta(obj).get("uid"))))}
-                if any((at := home_in(item.description)) in self._ours and at not in held for item in found):
-                    self._lingering[server] = model
-                else:
-                    self._lingering.pop(server, None)
+            def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
+                home = home_state(self._homes())
                 listed_keys.update(item.key for item in found)
                 self._remember_moved_away(found, home)
                 moved_away = self.inventory.moved_away.__contains__
@@ -502,7 +470,7 @@ class NetBoxPools(OutsidePools):
                 return release, marks + described
 
             def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
-                return unclaimed_here(item, self.carried(), self._home_state())
+                return unclaimed_here(item, self.carried(), home_state(self._homes()))
             contests: list[tuple[Found, Home]] = []
             listed_keys: set[str] = set()
             try:
