@@ -45,15 +45,6 @@ class _Side:
         self.inventory.remove(obj)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the release leaves the address homed at the released claim's Cluster, marked released (swept=), for the "
-    "sweeps here to release once the release grace is over; those sweeps sweep only the NetBox servers of live "
-    "pools held here, and judge an address homed at an object no longer here as another cluster's: the "
-    "namespace deleted within the grace (its claim, Cluster and pool), no sweep of any cluster releases it. "
-    "Remembering the objects once held here is not enough: a Cluster gone here looks the same after a move "
-    "(its claims' addresses, homed at it, are the target's), so only the addresses a release here left may be "
-    "judged as this cluster's, apart from the sweep's judge of the others (tests/e2e/poolkinds/netbox/"
-    "test_netbox_sweep.py::test_the_sweep_releases_only_what_no_claim_of_this_cluster_will_ask_for)"))
 def test_an_address_a_claim_left_marked_released_is_released_when_its_namespace_goes_right_after_it():
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
     claim = keyed_claim("m", "k", "t")
