@@ -57,7 +57,8 @@ from metal3_ipam.poolkinds.netbox.pool import (
 )
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
-from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, Found, Home, Sweep, claim_in, contested, describe_anew, description,
+from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
+                                               describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
                                                swept_at, taken_from, took, unclaimed_here)
 
@@ -143,6 +144,9 @@ class NetBoxAsks:
         self._in_use: dict[NetBoxClient, int] = {}  # asks and surveys running on a client
         self._retired: set[NetBoxClient] = set()  # its token refused: closed once nothing runs on it
         self._tasks: set[asyncio.Task] = set()
+        #: (namespace, Secret key) -> the token last read there: a release still asks with it once the Secret went
+        #: with its namespace
+        self._last_tokens: dict[tuple[str, SecretKeyRef], str] = {}
 
     # -- pools --------------------------------------------------------------------------
 
@@ -154,8 +158,18 @@ class NetBoxAsks:
 
     # -- clients ------------------------------------------------------------------------
 
-    async def _client(self, pool: NetBoxPool) -> NetBoxClient:
-        token = await self.tokens.token(pool.namespace, pool.token)
+    async def _client(self, pool: NetBoxPool, lingering: bool = False) -> NetBoxClient:
+        """The pool's client, with the token of its Secret; ``lingering``: with the token last read there if the
+        Secret is gone (deleted with the namespace: what its claims hold is still released)."""
+        try:
+            token = await self.tokens.token(pool.namespace, pool.token)
+        except TokenUnavailable:
+            token = self._last_tokens.get((pool.namespace, pool.token)) if lingering else None
+            if token is None:
+                raise
+            log.info("NetBoxIPPool %s/%s: its token cannot be read; asked with the one last read", pool.namespace,
+                     pool.name)
+        self._last_tokens[(pool.namespace, pool.token)] = token
         key = (pool.server, token)
         client = self._clients.get(key)
         if client is None:
@@ -166,9 +180,9 @@ class NetBoxAsks:
         return client
 
     @contextlib.asynccontextmanager
-    async def _using(self, pool: NetBoxPool):
+    async def _using(self, pool: NetBoxPool, lingering: bool = False):
         """The pool's client, counted in use while the block runs (a retired one is closed after its last use)."""
-        client = await self._client(pool)
+        client = await self._client(pool, lingering)
         self._in_use[client] = self._in_use.get(client, 0) + 1
         try:
             yield client
@@ -219,7 +233,8 @@ class NetBoxAsks:
         what = f"{ask.op.value} for key {ask.key!r} of NetBoxIPPool {pool.namespace}/{pool.name}"
         client: NetBoxClient | None = None
         try:
-            async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), self._using(pool) as client:
+            async with asyncio.timeout(max(ask.deadline - self.clock(), 0.0)), \
+                    self._using(pool, lingering=ask.op is Op.RELEASE) as client:
                 if ask.op is Op.RELEASE:
                     await client.release(ask.key, leave)
                     return Released(ask.key, ask.attempt)
@@ -277,8 +292,10 @@ class NetBoxAsks:
         id first and changed only if its key and description are still as listed; one to release is released
         only if ``still(item)`` holds then too (a claim carrying its key may have come meanwhile: the reads
         and deletes before it take time). (How many were listed, the ones released, the ones described anew);
-        a refusal raises NetBoxError or TokenUnavailable."""
-        async with asyncio.timeout(self.timeout * 6), self._using(pool) as client:
+        a refusal raises NetBoxError or TokenUnavailable. A pool gone (what its claims left swept on) is asked with
+        the token last read if its Secret went with it (``_client``)."""
+        gone = (pool.namespace, pool.name) not in self._pools
+        async with asyncio.timeout(self.timeout * 6), self._using(pool, lingering=gone) as client:
             listed = {a.id: a for a in await client.owned()}
             release, describe = choose([Found(a.id, a.address, a.key, a.description) for a in listed.values()])
             released, described = [], []
@@ -363,6 +380,11 @@ class NetBoxPools(OutsidePools):
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
         self._sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of what may be released
+        #: per NetBox server, key -> (the pool, the home here) of each address a release here left homed at the
+        #: released claim's home, marked released (``sweep.left_on_release``): this cluster's to release once the
+        #: grace is over, also once that home is gone (its namespace deleted), when it would look another cluster's
+        self._released_here: dict[Any, dict[str, tuple[NetBoxPool, Home]]] = {}
+        self._released_sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of those
 
     # -- what is NetBox's ---------------------------------------------------------------
 
@@ -419,7 +441,13 @@ class NetBoxPools(OutsidePools):
         over yet (a claim there may carry the key)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        return left_on_release(text, released, home_state(self._homes()), self.wall())
+        left = left_on_release(text, released, home_state(self._homes()), self.wall())
+        at, ref = home_in(released), o.pool_of(claims[0]) if claims else None
+        pool_obj = self.inventory.get(NETBOX_IP_POOL, o.namespace(claims[0]), ref.name) if ref is not None else None
+        model = self.read_model(pool_obj) if pool_obj is not None else None
+        if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
+            self._released_here.setdefault(model.server, {})[key] = (model, at)
+        return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
         """For ``sweep.hold``: the description of a claim here carrying the key whose home is paused (any
@@ -434,24 +462,60 @@ class NetBoxPools(OutsidePools):
 
     # -- sweeps -------------------------------------------------------------------------
 
+    def _forget_released_here(self, server: Any, found: list[Found]) -> None:
+        """The addresses a release here left on ``server`` that are no longer so (released, taken back) forgotten,
+        as NetBox lists them (``found``: all of this owner's)."""
+        remembered = self._released_here.get(server, {})
+        listed = {item.key: item for item in found}
+        for key, (_, at) in list(remembered.items()):
+            item = listed.get(key)
+            if item is None or home_in(item.description) != at or swept_at(item.description) is None:
+                del remembered[key]
+        if not remembered:
+            self._released_here.pop(server, None)
+
+    def _left_here(self, server: Any, found: list[Found], home: Callable[[Home], str]) -> list[Found]:
+        """Those of ``found`` a release here left on ``server`` homed at the released claim's home, marked
+        released, that home gone since (the namespace deleted)."""
+        remembered = self._released_here.get(server, {})
+        return [item for item in found if (entry := remembered.get(item.key)) is not None
+                and home_in(item.description) == entry[1] and home(entry[1]) == ABSENT]
+
+    def _home_left(self, server: Any, home: Callable[[Home], str]) -> Callable[[Home], str]:
+        """``home`` where the homes of the claims released here that left addresses on ``server`` are here still."""
+        ours = {at for _, at in self._released_here.get(server, {}).values()}
+        return lambda h: PRESENT if h in ours else home(h)
+
     async def sweep(self) -> list[Found]:
-        """Each NetBox server of the pools held swept once (``sweep``); the addresses released."""
+        """Each NetBox server of the pools held swept once (``sweep``), and each a release here left an address
+        on whose pool is gone (with that pool's client); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
         for pool_key in self.inventory.pool_keys():
             model = self.live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
             if model is not None:
                 servers.setdefault(model.server, model)
+        for server, remembered in self._released_here.items():
+            if server not in servers and remembered:
+                servers[server] = next(iter(remembered.values()))[0]
         released: list[Found] = []
         for server, model in servers.items():
             judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+            judge_left = self._released_sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
 
-            def choose(found: list[Found], judge: Sweep = judge) -> tuple[list[Found], list[tuple[Found, str]]]:
+            def choose(found: list[Found], judge: Sweep = judge, judge_left: Sweep = judge_left, server: Any = server
+                       ) -> tuple[list[Found], list[tuple[Found, str]]]:
                 home = home_state(self._homes())
                 listed_keys.update(item.key for item in found)
                 self._remember_moved_away(found, home)
                 moved_away = self.inventory.moved_away.__contains__
                 judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
                 release, marks = settle(judged, self.wall(), self.release_grace_seconds)
+                # Left by a release here, their home gone since: this cluster's still, released past the grace.
+                self._forget_released_here(server, found)
+                left = judge_left.judge(self._left_here(server, found, home), carried=self.carried(),
+                                        home=self._home_left(server, home), now=self.clock())
+                release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
+                            if item not in release]
                 marked = {item.id for item, _ in marks}
                 described = describe_anew([item for item in found if item.id not in marked], self._describe,
                                           moved_away, home, holder=self._holder(home),
@@ -459,8 +523,10 @@ class NetBoxPools(OutsidePools):
                 contests.extend(contested(found, self._describe, home))
                 return release, marks + described
 
-            def still(item: Found) -> bool:  # looked at again just before its delete, as the sweep judged it
-                return unclaimed_here(item, self.carried(), home_state(self._homes()))
+            def still(item: Found, server: Any = server) -> bool:  # looked at again just before its delete
+                home = home_state(self._homes())
+                mine = bool(self._left_here(server, [item], home))
+                return unclaimed_here(item, self.carried(), self._home_left(server, home) if mine else home)
             contests: list[tuple[Found, Home]] = []
             listed_keys: set[str] = set()
             try:

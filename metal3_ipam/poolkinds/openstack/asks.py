@@ -280,18 +280,20 @@ def _settled(neutron: Neutron, made: FloatingIP, text: str, tags: list[str]) -> 
 
 
 def release(neutron: Neutron, pool: OpenStackPool, owner: str, key: str,
-            home: Callable[[homes.Home], str] = lambda h: homes.ABSENT, released: homes.Home | None = None
-            ) -> list[FloatingIP]:
+            home: Callable[[homes.Home], str] = lambda h: homes.ABSENT, released: homes.Home | None = None,
+            left: list[str] | None = None) -> list[FloatingIP]:
     """The key's floating IP let go: deleted (``Delete``), or kept for the pool's next claim (``Retain``,
     ``releaseWithoutDelete``, a pre-allocated one, listed or taken as one: ``pool.kept_tag``); but kept where
     its home or a hold names an object absent here (``home``; ``released``: the home of the claim releasing it):
-    another cluster's claim may be bound to it (``homes.on_release``). Returns the floating IPs let go."""
+    another cluster's claim may be bound to it (``homes.on_release``). Returns the floating IPs let go; the ids
+    of those kept marked left by ``released`` (for the sweeps here to release, unanswered) go in ``left``."""
     return [fip for fip in neutron.floating_ips(description=p.description(owner, key))
-            if let_go(neutron, pool, owner, fip, home, released)]
+            if let_go(neutron, pool, owner, fip, home, released, left)]
 
 
 def let_go(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP | None,
-           home: Callable[[homes.Home], str], released: homes.Home | None = None) -> bool:
+           home: Callable[[homes.Home], str], released: homes.Home | None = None,
+           left: list[str] | None = None) -> bool:
     """One floating IP of a key released here (see :func:`release`); whether it was let go. Written at the
     revision read (a mark another cluster adds meanwhile bumps it): read again and judged again if it changed."""
     text = fip.description if fip is not None else ""
@@ -301,6 +303,9 @@ def let_go(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP | 
         kept, change = homes.on_release(owner, fip.tags, home, released)
         if kept:
             marked(neutron, fip, change)
+            if left is not None and released is not None and \
+                    homes.tag(owner, homes.LEFT, released) in {*fip.tags, *change.add} - set(change.remove):
+                left.append(fip.id)  # its claim here left it to another cluster, which may answer
             log.warning("floating IP %s (%s) not released: %s names a home or hold of another cluster, whose "
                         "claim may carry the key too; marks %s added, %s taken off", fip.address, fip.id, fip.tags,
                         list(change.add), list(change.remove))
@@ -349,6 +354,8 @@ class OpenStackAsks:
         self.homes: Callable[[str], tuple[homes.Home | None, Callable[[homes.Home], str]]] = \
             lambda key: (None, lambda h: homes.ABSENT)
         self.released_home: Callable[[str], homes.Home | None] = lambda key: None  # of a claim here, deleted or not
+        #: (pool, key, floating IP id, home here): a floating IP a release kept, its claim here marked left
+        self.left_here: Callable[[OpenStackPool, str, str, homes.Home | None], None] = lambda *args: None
         #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
         #: floating IP was found gone: no other key is given those addresses
         self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
@@ -400,6 +407,24 @@ class OpenStackAsks:
         except Exception as exc:
             raise classify(exc, pool.text) from None
 
+    async def run_lingering(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`run`, but where the pool's Secret is gone (deleted with its namespace), with the client its
+        cloud was last asked with: what the pool's claims left in Neutron is still let go."""
+        try:
+            return await self.run(pool, work, *args)
+        except OpenStackError as exc:
+            last = next((c for k, c in self._clients.items() if k[:2] == self.cloud_of(pool)), None)
+            if exc.reason != p.IDENTITY_MISSING or last is None:
+                raise
+        log.info("%s: its Secret cannot be read; asked with the client its cloud was last asked with", pool.text)
+        try:
+            async with self._slots.setdefault(self.cloud_of(pool), asyncio.Semaphore(self.concurrency)):
+                return await asyncio.to_thread(work, last, pool, self.owner, *args)
+        except (OpenStackError, asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise classify(exc, pool.text) from None
+
     async def ask(self, ask: Ask) -> Answer:
         """Run one ask to its answer (never raises)."""
         pool = self._pools.get(ask.pool)  # type: ignore[arg-type]
@@ -408,7 +433,10 @@ class OpenStackAsks:
         what = f"{ask.op.value} for key {ask.key!r} of {pool.text}"
         try:
             if ask.op is Op.RELEASE:
-                gone = await self.run(pool, release, ask.key, self.homes(ask.key)[1], self.released_home(ask.key))
+                released, left = self.released_home(ask.key), []
+                gone = await self.run_lingering(pool, release, ask.key, self.homes(ask.key)[1], released, left)
+                for fip_id in left:
+                    self.left_here(pool, ask.key, fip_id, released)
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
                              "deleted" if p.deleted_on_release(pool, self.owner, fip.address, fip.tags) else "kept")
@@ -513,6 +541,7 @@ class OpenStackPools(OutsidePools):
         asks.bound_address = lambda key: self.bound().get(key)
         asks.homes = self.key_homes
         asks.released_home = lambda key: self.carrier_home(key, live=False)
+        asks.left_here = self.sweeper.remember_left
         asks.held_addresses = self.holders
         asks.capo_held_elsewhere = self.capo_held
 

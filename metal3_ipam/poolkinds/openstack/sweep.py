@@ -26,6 +26,16 @@ when:
 Such a floating IP is left by a claim deleted without its finalizer (forced),
 whose release was never asked.
 
+The marks of this cluster on a floating IP (``homes``) are taken off by the
+sweeps of its pool; once that pool is no longer held (its namespace deleted,
+the source of a finished move), by id: each floating IP a sweep found marked
+here, or a release here kept marked left, is remembered with its pool and key
+(``Sweeper.marked``), and judged at each sweep while no claim here carries its
+key (a floating IP left to another cluster released once that cluster answered
+no hold for a whole sweep; this cluster's marks taken off any other), with the
+client its cloud was last asked with if its Secret went with the namespace.
+That memory is this controller's only.
+
 The other way round, a floating IP deleted in Neutron behind the controller
 (by a user, or with its network) while a claim holds it: each sweep finds the
 keys of the locks of its live claims that no floating IP carries (looked up by
@@ -100,6 +110,10 @@ def lost_message(pool: OpenStackPool, owner: str, key: str, address: str) -> str
             f"{address} and description {p.description(owner, key)!r} in the project")
 
 
+def read(neutron: Neutron, pool: OpenStackPool, owner: str, fip_id: str) -> FloatingIP | None:
+    return neutron.get(fip_id)
+
+
 def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: FloatingIP, still: Any) -> bool:
     """``fip`` released as ``pool`` says, if it still is as listed and ``still(fip as read again)`` holds, at the
     revision read again (a mark another cluster adds meanwhile keeps it); whether it was."""
@@ -116,8 +130,17 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
     return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Marked:
+    """A floating IP carrying marks of objects here (``homes``): the pool it was last judged with, and its key."""
+
+    pool: OpenStackPool
+    key: str
+
+
 class Sweeper:
-    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service)."""
+    """The sweeps of one controller, over the clouds of the pools it holds (``pools``: the service), and of the
+    floating IPs marked here whose pool is no longer held (``marked``)."""
 
     def __init__(self, pools: Any):
         self.pools = pools
@@ -129,6 +152,28 @@ class Sweeper:
         self._waiting: set[tuple[str, homes.Home]] = set()
         #: (floating IP id, home here) a claim here left homed at another cluster, found unanswered last sweep
         self._left: set[tuple[str, homes.Home]] = set()
+        #: floating IP id -> its pool and key, of each carrying marks of objects here, found by a sweep of its pool
+        #: or kept marked left by a release here: judged by id at each sweep that its pool is no longer held (its
+        #: namespace deleted, its Cluster, pool and Secret with it), until this cluster's marks are off it
+        self.marked: dict[str, Marked] = {}
+        #: the objects here marks were found naming: still this cluster's once gone (never another cluster's)
+        self._ours: set[homes.Home] = set()
+
+    def remember_left(self, pool: OpenStackPool, key: str, fip_id: str, home: homes.Home | None) -> None:
+        """A release here kept floating IP ``fip_id`` of ``key``, marked left by the claim at ``home``."""
+        if home is not None:
+            self.marked[fip_id] = Marked(pool, key)
+            self._ours.add(home)
+
+    def _remember(self, fip: FloatingIP, pool: OpenStackPool, key: str, home: Any) -> None:
+        """``fip`` (as it is now, of ``pool``) remembered while it carries marks of objects here."""
+        named = homes.marks_in(self.pools.asks.owner, fip.tags)
+        ours = {h for h in named.homes | named.froms | named.holds | named.lefts if home(h) != homes.ABSENT}
+        if ours:
+            self._ours.update(ours)
+            self.marked[fip.id] = Marked(pool, key)
+        else:
+            self.marked.pop(fip.id, None)
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -181,6 +226,7 @@ class Sweeper:
         swept: set[str] = set()
         waiting: set[tuple[str, homes.Home]] = set()
         left: set[tuple[str, homes.Home]] = set()
+        handled: set[str] = set()
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
@@ -188,7 +234,7 @@ class Sweeper:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
             carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
-            listed = await self._mark(listed, held, model, home, contests, waiting, left, released)
+            listed = await self._mark(listed, held, model, home, contests, waiting, left, released, handled)
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -222,6 +268,7 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
+        await self._sweep_marked(held, handled, left, released)
         self._sighted, self._waiting, self._left = sighted, waiting, left
         await self._homed_elsewhere(contests, swept)
         return released
@@ -229,14 +276,15 @@ class Sweeper:
     async def _mark(self, listed: list[FloatingIP], held: dict[str, OpenStackPool], model: OpenStackPool,
                     home: Any, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                     waiting: set[tuple[str, homes.Home]], left: set[tuple[str, homes.Home]],
-                    released: list[FloatingIP]) -> list[FloatingIP]:
+                    released: list[FloatingIP], handled: set[str]) -> list[FloatingIP]:
         """The marks of the listed floating IPs mended (``homes.mend``): each bound to a claim here carrying its key
         (its lock holds that address) homed, taken over, or held by that claim's home; this cluster's holds taken
         off those whose key nothing here carries any more. The claims left bound to a floating IP homed at another
         cluster go in ``contests``; those held waiting for the cluster they are homed at to answer, in ``waiting``
         (taken over at the next sweep if it did not). A floating IP a claim here left homed at another cluster
         (``homes.on_release``) is left to that cluster if it answered, else released at the next sweep (found so
-        in ``left`` now; those released, in ``released``). The floating IPs as they are now."""
+        in ``left`` now; those released, in ``released``). The ids of those of a pool held here go in ``handled``
+        (judged here, not by ``marked``). The floating IPs as they are now."""
         asks, owner, bound, carried = self.pools.asks, self.pools.asks.owner, self.pools.bound(), self.pools.carried()
         out = []
         for fip in listed:
@@ -246,6 +294,7 @@ class Sweeper:
             if key is None or pool is None or asks.cloud_of(pool) != asks.cloud_of(model):
                 out.append(fip)
                 continue
+            handled.add(fip.id)
             if mine is not None and bound.get(key) == fip.address:
                 change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
                 if change.waiting:
@@ -273,12 +322,14 @@ class Sweeper:
                     log.warning("sweep: the marks of floating IP %s (key %s) of %s not written: %s", fip.address,
                                 key, pool.text, exc)
                     waiting.discard((fip.id, mine))  # its hold may not be there for the other cluster to answer
+                    self._remember(fip, pool, key, home)
                     out.append(fip)
                     continue
                 log.info("sweep: floating IP %s (key %s) of %s: marks %s added, %s taken off", fip.address, key,
                          pool.text, list(change.add), list(change.remove))
                 fip = dataclasses.replace(fip, tags=tuple(t for t in (*fip.tags, *change.add)
                                                           if t not in change.remove))
+            self._remember(fip, pool, key, home)
             out.append(fip)
         return out
 
@@ -290,11 +341,11 @@ class Sweeper:
         owner = self.pools.asks.owner
 
         def still(now: FloatingIP) -> bool:
-            home = self.pools.home_state()
+            home = self._home_state()
             return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
-            done = await self.pools.asks.run(pool, release_one, fip, still)
+            done = await self.pools.asks.run_lingering(pool, release_one, fip, still)
         except OpenStackError as exc:
             log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
             return False
@@ -302,7 +353,64 @@ class Sweeper:
             log.info("sweep: floating IP %s (%s) of %s released: its claim here left it homed at another cluster, "
                      "which answered for no claim of its own there", fip.address, fip.id, pool.text)
             released.append(fip)
+            self.marked.pop(fip.id, None)
         return done
+
+    def _home_state(self) -> Any:
+        """``home_state`` of the service, where the objects here that marks were found naming are here still, gone
+        or not: their marks are this cluster's, never another's."""
+        here, ours = self.pools.home_state(), frozenset(self._ours)
+        return lambda h: homes.PRESENT if h in ours and here(h) == homes.ABSENT else here(h)
+
+    async def _sweep_marked(self, held: dict[str, OpenStackPool], handled: set[str],
+                            left: set[tuple[str, homes.Home]], released: list[FloatingIP]) -> None:
+        """The floating IPs carrying marks of objects here that no pool held here judged this sweep (their pool
+        deleted, or being deleted, since: the namespace gone with it), read by id, with the client their cloud was
+        last asked with if their Secret went with them. While a claim here carries the key (or an ask of it is out)
+        it waits, as while its pool is held (its cloud not listed this sweep). One a claim here left to another
+        cluster (``homes.on_release``) is judged as ``_mark`` does: this cluster's marks taken off once that
+        cluster answered (a claim there lives: it is its own), released once unanswered for a whole sweep, as its
+        pool said. Off any other come this cluster's marks (its claim deleted for a move, or without its
+        finalizer, before its sweep took them off): no claim here is bound to it, and a mark of a cluster whose
+        pool is gone would keep it from every other cluster's sweep for good."""
+        owner, asks = self.pools.asks.owner, self.pools.asks
+        for fip_id, marked in list(self.marked.items()):
+            if fip_id in handled:
+                continue
+            pool, key = marked.pool, marked.key
+            if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None \
+                    or p.pool_tag(owner, pool.namespace, pool.name) in held:
+                continue
+            try:
+                fip = await asks.run_lingering(pool, read, fip_id)
+            except OpenStackError as exc:
+                log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not read: %s", fip_id, key,
+                            pool.text, exc)
+                continue
+            home = self._home_state()
+            named = homes.marks_in(owner, fip.tags) if fip is not None else homes.Marks()
+            ours = [homes.tag(owner, mark, h) for mark, found in ((homes.HOME, named.homes), (homes.FROM, named.froms),
+                                                                  (homes.HELD, named.holds), (homes.LEFT, named.lefts))
+                    for h in found if h in self._ours]
+            if fip is None or p.key_in(owner, fip.description) != key or not ours:
+                del self.marked[fip_id]  # gone, another key's, or no mark of this cluster's on it
+                continue
+            gone = homes.left_here(owner, fip.tags, home)
+            if gone is not None and not homes.answered(owner, fip.tags, home):
+                if self._paused(pool):
+                    continue  # a move under way: nothing released, and the wait for an answer starts once unpaused
+                if (fip_id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                    left.add((fip_id, gone))
+                continue
+            try:  # another cluster answered for a claim of its own there, or none here left it: its marks go
+                await asks.run_lingering(pool, mark, fip, homes.Change(remove=tuple(ours)))
+            except OpenStackError as exc:
+                log.warning("sweep: the marks of floating IP %s (key %s) of %s not taken off: %s", fip.address, key,
+                            pool.text, exc)
+                continue
+            log.info("sweep: floating IP %s (key %s) of %s, a pool no longer held here: marks %s taken off",
+                     fip.address, key, pool.text, ours)
+            del self.marked[fip_id]
 
     async def _homed_elsewhere(self, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                                swept: set[str]) -> None:

@@ -464,3 +464,43 @@ def test_keystones_refusal_and_a_missing_secret_are_each_their_own_reason(contro
     fip_claim(kube, "c", "nosecret")
     waits_with(kube, "c", p.IDENTITY_MISSING)
     assert "absent" in condition(kube.capi_ipclaim("c"), "Ready")["message"]
+
+
+def test_a_floating_ip_taken_over_is_released_when_its_namespace_is_deleted_right_after_its_claim(
+        controller_factory, openstack, api_client):
+    """The target of a finished move (the floating IP homed at the source's pool, gone), its sweeps took the floating
+    IP over; then the namespace is deleted whole: its Secret at once, the claim (its release keeps the floating IP,
+    held and marked left for the source to answer), then the pool. Nobody answers: the sweeps release it, with the
+    client the cloud was last asked with, though nothing of the namespace is left (SPEC §10.3)."""
+    core = k8s.CoreV1Api(api_client)
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    kube, who = Kube(api_client, ns), owner()
+    try:
+        put_clouds(api_client, ns, openstack.clouds_yaml("member"))
+        ctl = controller_factory(["-n", ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+        pool_uid = fip_pool(kube, "fips")["metadata"]["uid"]
+        fip_claim(kube, "a", "fips")
+        kube.capi_bound("a", timeout=90)
+        key = key_of(kube, "a")
+        [fip] = held(openstack, who, key)
+        here, source = f"{who}-home:OpenStackFloatingIPPool:{pool_uid}", f"{who}-home:OpenStackFloatingIPPool:{'a' * 8}"
+        eventually(lambda: here in openstack.neutron("GET", f"floatingips/{fip['id']}")["floatingip"]["tags"],
+                   timeout=30, what="the floating IP homed at the pool")
+        # as the source of a move left it: homed at the source's pool, which went with the move
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{source}", user="member")
+        openstack.neutron("DELETE", f"floatingips/{fip['id']}/tags/{here}", user="member")
+        taken = f"{who}-from:OpenStackFloatingIPPool:{'a' * 8}"
+        eventually(lambda: taken in openstack.neutron("GET", f"floatingips/{fip['id']}")["floatingip"]["tags"],
+                   timeout=30, what="the floating IP taken over from the source's home")
+    finally:
+        core.delete_namespace(ns)
+    # The namespace deletion takes the claim's IPAddresses first: its key, released holding no address within two
+    # minutes of the controller's start, is released once more when they are over (an allocation a process before
+    # may have left out), with the Secret long gone.
+    eventually(lambda: ns not in {n.metadata.name for n in core.list_namespace().items}, timeout=300,
+               what=f"namespace {ns} gone")
+    eventually(lambda: held(openstack, who, key) == [], timeout=60,
+               what="the floating IP the deleted namespace's claim left released by the sweeps")
+    eventually(lambda: "released: its claim here left it homed at another cluster" in ctl.log_text(), timeout=30,
+               what="the controller to say why it released the floating IP")

@@ -1,0 +1,111 @@
+"""An address a claim here left marked released to another cluster (``sweep.left_on_release``: homed at an object
+of another cluster that nobody took over), whose namespace is deleted right after the claim (its Cluster, pool and
+Secret with it): the sweeps here release it once the release grace is over, and nothing leaks (SPEC §10.3); a
+release asks with the token last read once the Secret went."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from metal3_ipam.core.asking import Asking
+from metal3_ipam.core.inventory import Inventory
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, TokenUnavailable
+from metal3_ipam.poolkinds.netbox.pool import read_pool
+from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, swept_at
+
+from sweep_sides import (C1, SP, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
+                         keyed_claim, shared_netbox_pool)
+
+EPOCH = 1_790_000_000.0  # the wall clock at the first sweep
+GRACE = 3600.0  # --netbox-release-grace-seconds
+
+
+class _Side:
+    """The target's controller, sweeping every 300 s of an injected clock (and of the wall clock it writes)."""
+
+    def __init__(self, netbox: SharedNetBox, *objs: dict):
+        self.now = 0.0
+        self.inventory = Inventory()
+        for obj in objs:
+            self.inventory.upsert(obj)
+        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
+                                 writer=EventWriter(), wake=lambda *a: None, sweep_seconds=300,
+                                 release_grace_seconds=GRACE, clock=lambda: self.now, wall=lambda: EPOCH + self.now)
+
+    def sweep(self) -> None:
+        self.now += 300
+        asyncio.run(self.pools.sweep())
+
+    def gone(self, obj: dict) -> None:
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "9",
+                                   "deletionTimestamp": "2026-11-29T07:00:00Z"}}
+        self.inventory.upsert(obj)
+        self.inventory.remove(obj)
+
+
+def test_an_address_a_claim_left_marked_released_is_released_when_its_namespace_goes_right_after_it():
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)  # a finished move's target; the source's Cluster gone
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.released == [] and swept_at(netbox.items[3].description) == EPOCH
+    target.inventory.remove(claim)  # the namespace deleted: the claim, then its Cluster and pool
+    target.gone(cluster)
+    target.gone(pool)
+    while target.now < 2 * GRACE:
+        target.sweep()
+    assert [item.id for item in netbox.released] == [3], f"no claim carries its key, yet NetBox keeps {netbox.items}"
+
+
+def test_an_address_a_claim_left_marked_released_stays_with_the_live_claim_there_when_its_namespace_goes():
+    """The copy's claim released before a sweep of its cluster homed the address (a move restored from a
+    directory while the source runs), then its namespace deleted: the source's live claim takes the address back,
+    and the sweeps of the copy's controller, swept on, never release it (SPEC §10.1)."""
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    target.inventory.remove(claim)
+    target.gone(cluster)
+    target.gone(pool)
+    while target.now < 2 * GRACE:
+        target.sweep()
+        source.now = target.now
+        source.sweep()
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
+    assert home_in(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
+
+
+class _Tokens:
+    """A Secret's token, until the Secret is deleted (``gone``)."""
+
+    gone = False
+
+    async def token(self, namespace, ref):
+        if self.gone:
+            raise TokenUnavailable("TokenMissing", f"Secret {namespace}/{ref.name} does not exist")
+        return "0123456789abcdef0123456789abcdef01234567"
+
+    def forget(self, namespace, ref):
+        pass
+
+
+def test_a_release_asks_with_the_token_last_read_once_its_secret_went_with_its_namespace():
+    tokens = _Tokens()
+    asks = NetBoxAsks(tokens, owner="o")
+    model = read_pool(shared_netbox_pool(TP, "t"))[0]
+    asks.pool_changed(model)
+    first = asyncio.run(asks._client(model))
+    tokens.gone = True  # the namespace deleted: its Secret goes at once
+    with pytest.raises(TokenUnavailable):
+        asyncio.run(asks._client(model))  # an allocation, or a survey, says the Secret is missing
+    assert asyncio.run(asks._client(model, lingering=True)) is first
