@@ -644,12 +644,6 @@ def test_a_claim_clusterctl_deletes_for_a_move_is_remembered_with_its_key_though
     assert [item.id for item in netbox.released] == [3], netbox.items.get(3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a move whose source never gave the address (its controller down while the claims left, or never sweeping "
-    "that NetBox again): the target takes it unasked (home=<target> from=<source>), and the release of a take "
-    "unasked marks the address released rather than deleting it (a live claim of the source may be bound to it); "
-    "the target's Cluster deleted with its claims before the release grace is over, the address is homed at a "
-    "Cluster no cluster holds, and no sweep ever releases it: leaked for good with every claim gone"))
 def test_an_address_taken_over_unasked_is_released_once_the_takers_cluster_is_deleted_within_the_grace():
     netbox = SharedNetBox(homed_at_source())  # the source's Cluster gone with the move
     copy = keyed_claim("m", "k", "t")
