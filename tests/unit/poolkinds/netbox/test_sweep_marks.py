@@ -700,11 +700,6 @@ def test_a_copys_take_is_not_given_to_it_when_the_sources_claim_moves_to_a_third
     assert home_in(netbox.items[3].description) == Home("Cluster", U1), netbox.items[3].description
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a claim of a new uid deleted for a move is filed over the stored claim of its name's earlier uid (whose "
-    "deletion a watch gap hid) with that claim's annotations merged in: the source counts the earlier claim's "
-    "key as moved away and its sweep takes the home off that key's address, which no claim carries and no sweep "
-    "releases once the move is given up: leaked for good"))
 def test_a_claim_deleted_for_a_move_does_not_leave_with_the_key_of_an_earlier_claim_of_its_name():
     old, new = keyed_claim("m", "k1", "ns"), keyed_claim("m", "k2", "ns")
     new["metadata"].update(uid="uid-ns-m-again", resourceVersion="7")
