@@ -286,8 +286,9 @@ class Inventory:
                     or (tombstone[0] is None and _uid(obj) == tombstone[1] and _uid(obj) is not None):
                 return set()
             del self._tombstones[(key, _store(obj))]
-        if stored is not None and key[0] in CLAIM_KINDS and o.deleted_for_move(obj):
-            obj = _leaving_with(obj, stored)
+        if stored is not None and key[0] in CLAIM_KINDS and o.deleted_for_move(obj) \
+                and _uid(stored) in (_uid(obj), None):
+            obj = _leaving_with(obj, stored)  # the same claim (an earlier one of its name carried its own)
         self.filed += 1
         before = self._as_filed(key, stored) if stored is not None else None
         home = self._home(key, obj) if key[0] in CLAIM_KINDS else None
