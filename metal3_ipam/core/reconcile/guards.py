@@ -217,19 +217,22 @@ class Guards(PassState):
         for a global pool, the naming removed once it is let go and this allocation's span ``first``..``last``
         meets it (``named``: what the claim's pass left there is then not taken up, ``fenced_leftovers``; a
         naming of a span this allocation does not take stays, and so is what it names taken up: nothing of the
-        other side holds it), or a time given to one that has none that can be read (``stamp``)."""
+        other side holds it), or a time given to one that has none that can be read (``stamp``). A claim whose guard
+        of that span this allocation lets go by time (``letting_go``, either side) has its naming of it removed so
+        too, whatever the naming's time."""
         fence: dict[str, str | None] = {kinds.FENCED_ANNOTATION: str(o.meta(other).get("resourceVersion"))}
         span = _allocating(other, self.pool.version)
-        if not self.kind.cluster_scoped or span is None:
+        stalled = o.claim_key(other) in self.letting_go
+        if not (self.kind.cluster_scoped or stalled) or span is None:
             return fence
         since = _naming_time(other)
-        if since is None:
+        if since is None and not stalled:
             fence[kinds.ALLOCATING_SINCE_ANNOTATION] = self.snap.now
             return fence
-        settled = _settled_after(since, self.snap.lock_settle_seconds)
+        settled = _settled_after(since, self.snap.lock_settle_seconds) if since is not None else None
         meets = first is not None and last is not None and span.ip <= last \
             and first <= _span_end(span, FAMILY_BITS[self.pool.version])
-        if meets and settled is not None and _passed(settled, self.snap.now):
+        if meets and (stalled or (settled is not None and _passed(settled, self.snap.now))):
             fence.update({kinds.ALLOCATING_ANNOTATION: None, kinds.ALLOCATING_SINCE_ANNOTATION: None,
                           kinds.LET_GO_ANNOTATION: str(o.annotations(other).get(kinds.ALLOCATING_ANNOTATION))})
         return fence
@@ -354,16 +357,30 @@ class Guards(PassState):
         no reason to delete it)."""
         if held_by_pools(guard):
             return True
-        ref = o.spec(guard).get("claim") or {}
-        kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
-                                                                                         kinds.IPCLAIM[1]))
-        holder = self.snap.claim_named(kind, o.namespace(guard), str(ref.get("name") or ""))
-        if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
+        holder = self.holder(guard)
+        if holder is None or (claim is not None and _owned_by(guard, claim)):
             return False
         bound, guarded = bound_ip(holder), _ip_of(guard)
         if bound is None:
             return guarded is None or self.lock_stored(guard, holder, guarded) or not self.settled(guard, claim)
         return guarded is not None and bound.version == guarded.version and int(bound) == _span_base(guard, guarded)
+
+    def holder(self, guard: dict) -> dict | None:
+        """The live claim a guard (not the namespace's pools') stands for: the incarnation owning it; else None."""
+        ref = o.spec(guard).get("claim") or {}
+        kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
+                                                                                         kinds.IPCLAIM[1]))
+        holder = self.snap.claim_named(kind, o.namespace(guard), str(ref.get("name") or ""))
+        return holder if holder is not None and _owned_by(guard, holder) else None
+
+    def stalled_holder(self, guard: dict) -> dict | None:
+        """The live claim, bound to none, of a guard found left over (``guard_holds``: its lock not stored, the guard
+        settled): the rest of its pass may still land (a slow replica), so an allocation taking the span writes that
+        claim first (``guard_actions``). None for any other."""
+        if held_by_pools(guard):
+            return None
+        holder = self.holder(guard)
+        return holder if holder is not None and bound_ip(holder) is None else None
 
     def lock_stored(self, guard: dict, holder: dict, guarded) -> bool:
         """Whether an address of the guard's claim (its lock, or its Cluster API IPAddress) at the guarded IP or
@@ -420,8 +437,25 @@ class Guards(PassState):
         left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
         pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
         already, or when it needs none."""
+        spans = self.guard_spans(claim, unit) or []
+        stalled = {}
+        for span in spans:
+            found = self.guard_at(o.namespace(claim), span)
+            holder = self.stalled_holder(found) if found is not None and not _owned_by(found, claim) else None
+            if holder is not None:
+                stalled[o.claim_key(holder)] = holder
+        self.letting_go = set(stalled)
         actions: list = self.order_actions(claim, unit)
-        for span in self.guard_spans(claim, unit) or []:
+        written = {o.claim_key(other) for other in self.in_flight(o.namespace(claim))} if self.fences() else set()
+        first = int(self.pool.address_of(unit))
+        last = first + (1 << self.pool.unit_bits) - 1
+        # The claim of a guard let go by time is written first (a fence, its naming let go): the rest of its pass,
+        # landing however late, is refused at its status write and its objects in that span are not taken up.
+        actions += [SetMetadata(o.ref(holder), annotations=self.fence(holder, first, last),
+                                resource_version=o.meta(holder).get("resourceVersion"))
+                    for key, holder in stalled.items() if key not in written]
+        self.letting_go = set()
+        for span in spans:
             found = self.guard_at(o.namespace(claim), span)
             if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)):
                 continue  # its own, from an earlier try
