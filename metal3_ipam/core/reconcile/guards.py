@@ -73,7 +73,10 @@ class Guards(PassState):
           IP pool exists, whatever its addresses) or sub-prefix (a prefix pool), each IP of it that a global IP
           pool holds (or one being deleted held), and joins, of each global
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
-          inside it the pool holds, for the namespace's pools.
+          inside it the pool holds, for the namespace's pools; and for a claim a global pool's allocation fenced
+          (``kinds.FENCED_ANNOTATION``), each IP of its span (up to ``GUARDS_PER_ALLOCATION``) as if a global IP
+          pool held it: a view of the pools older than that write (a replica behind) may know of no global pool,
+          and the allocation that fenced it holds its guard of the IP it handed out.
 
         The orders with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
         its pool edited off the span meanwhile; a namespaced pool's pass made before a global pool existed, its
@@ -103,7 +106,9 @@ class Guards(PassState):
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
-        if ips is not None and first == last and first not in ips and (
+        if ips is not None and kinds.FENCED_ANNOTATION in o.annotations(claim):
+            ips = sorted(set(ips) | set(_each_ip(first, last)))
+        elif ips is not None and first == last and first not in ips and (
                 kind.guards_every_ip or self.snap.global_ip_pool_exists(pool.version)):
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
@@ -426,7 +431,12 @@ class Guards(PassState):
             ip = _ip_of(address)
             if ip is None or pool is None or ip.version != pool.version:
                 continue
-            for span in self.guard_spans(claim, pool.unit_of(int(ip))) or []:
+            unit = pool.unit_of(int(ip))
+            first = int(pool.address_of(unit))
+            spans = self.guard_spans(claim, unit) or []
+            if not self.kind.cluster_scoped and self.kind.unique_in_namespace:  # a fenced claim's (``guard_spans``)
+                spans += [Span(each) for each in _each_ip(first, first + (1 << pool.unit_bits) - 1)]
+            for span in dict.fromkeys(spans):
                 guard = None if span.shared else self.guard_at(o.namespace(claim), span)
                 if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
                     found.append(guard)
@@ -572,6 +582,11 @@ def _naming_time(claim: dict) -> str | None:
     except ValueError:
         return None
     return since or None
+
+
+def _each_ip(first: int, last: int) -> list[int]:
+    """Each IP from ``first`` to ``last`` when they are no more than ``GUARDS_PER_ALLOCATION``; else none."""
+    return list(range(first, last + 1)) if last - first < GUARDS_PER_ALLOCATION else []
 
 
 def _span_end(span: Span, width: int) -> int:

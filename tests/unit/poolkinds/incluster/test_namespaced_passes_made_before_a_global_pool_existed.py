@@ -530,12 +530,6 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A replica's view of pools and addresses lags (IPPool n over fd00::1, no global pool, none of d's objects) "
-    "while its claims' watch delivered the write of claim z by a global pool's allocation that handed fd00::1 to d: "
-    "its pass reads z after that write, so nothing refuses it; it creates no guard (it knows of no global pool) and "
-    "its lock n-fd00--1 meets no name d's allocation took: z and d are both bound to fd00::1, neither told "
-    "DuplicateAddress (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_takes_what_a_global_pool_handed_out():
     """The write of a namespaced claim by a global pool's allocation refuses the passes that read the claim before
     it; a pass that reads it after, from a view of the pools and addresses older than that allocation, must not
