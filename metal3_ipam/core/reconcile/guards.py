@@ -11,7 +11,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip
+from ..kept import bound_ip, let_go_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -333,9 +333,13 @@ class Guards(PassState):
         text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
         naming: dict[str, str | None] = {kinds.ALLOCATING_ANNOTATION: text,
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
-        for written in (kinds.FENCED_ANNOTATION, kinds.LET_GO_ANNOTATION):
-            if written in o.annotations(claim):
-                naming[written] = None  # read: this naming comes after it (``fenced_leftovers``)
+        if kinds.FENCED_ANNOTATION in o.annotations(claim):
+            naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
+        if kinds.LET_GO_ANNOTATION in o.annotations(claim) and let_go_span({"metadata": {"annotations": {
+                **o.annotations(claim), kinds.ALLOCATING_ANNOTATION: text}}}) is None:
+            # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
+            # pass's objects there may land after this naming (``fenced_leftovers``).
+            naming[kinds.LET_GO_ANNOTATION] = None
         actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
