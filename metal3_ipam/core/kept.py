@@ -140,12 +140,21 @@ def binds_none(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> b
 
 def let_go_span(claim: Mapping[str, Any]) -> tuple[int, int] | None:
     """The span (first and last address, as integers) whose naming another pool's allocation removed from the
-    claim, taking it (``kinds.LET_GO_ANNOTATION``), when the claim names nothing since; else None. What a pass of
+    claim, taking it (``kinds.LET_GO_ANNOTATION``), when the claim names nothing since or a span apart from it (its
+    next pass named elsewhere: the refused pass's objects may land after that naming); else None. What a pass of
     the claim's own pool made there before that write is never bound (its status write was refused) and goes
     (``reconcile``'s ``fenced_leftovers``)."""
     annotations = o.annotations(claim)
-    text = annotations.get(kinds.LET_GO_ANNOTATION)
-    if not isinstance(text, str) or kinds.ALLOCATING_ANNOTATION in annotations:
+    span = _text_span(annotations.get(kinds.LET_GO_ANNOTATION))
+    if span is None or kinds.ALLOCATING_ANNOTATION not in annotations:
+        return span
+    named = _text_span(annotations.get(kinds.ALLOCATING_ANNOTATION))
+    return span if named is not None and (named[1] < span[0] or span[1] < named[0]) else None
+
+
+def _text_span(text: object) -> tuple[int, int] | None:
+    """The first and last address of an IP or sub-prefix written as text (``fd00::1``, ``fd00::/127``), or None."""
+    if not isinstance(text, str):
         return None
     ip_text, _, length = text.partition("/")
     try:

@@ -11,7 +11,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip
+from ..kept import bound_ip, let_go_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -73,7 +73,10 @@ class Guards(PassState):
           IP pool exists, whatever its addresses) or sub-prefix (a prefix pool), each IP of it that a global IP
           pool holds (or one being deleted held), and joins, of each global
           prefix pool, the guard of the sub-prefix holding it (whatever that pool's prefixes now) or of those
-          inside it the pool holds, for the namespace's pools.
+          inside it the pool holds, for the namespace's pools; and for a claim a global pool's allocation fenced
+          (``kinds.FENCED_ANNOTATION``), each IP of its span (up to ``GUARDS_PER_ALLOCATION``) as if a global IP
+          pool held it: a view of the pools older than that write (a replica behind) may know of no global pool,
+          and the allocation that fenced it holds its guard of the IP it handed out.
 
         The orders with no length to go by (a global pool's pass made before a namespaced prefix pool existed,
         its pool edited off the span meanwhile; a namespaced pool's pass made before a global pool existed, its
@@ -103,7 +106,9 @@ class Guards(PassState):
             return []
         last = first + (1 << pool.unit_bits) - 1
         ips = self.snap.global_held(pool.version, first, last, GUARDS_PER_ALLOCATION)
-        if ips is not None and first == last and first not in ips and (
+        if ips is not None and kinds.FENCED_ANNOTATION in o.annotations(claim):
+            ips = sorted(set(ips) | set(_each_ip(first, last)))
+        elif ips is not None and first == last and first not in ips and (
                 kind.guards_every_ip or self.snap.global_ip_pool_exists(pool.version)):
             ips = [first]
         blocks = self.snap.global_blocks(pool.version, first, last, GUARDS_PER_ALLOCATION)
@@ -217,19 +222,22 @@ class Guards(PassState):
         for a global pool, the naming removed once it is let go and this allocation's span ``first``..``last``
         meets it (``named``: what the claim's pass left there is then not taken up, ``fenced_leftovers``; a
         naming of a span this allocation does not take stays, and so is what it names taken up: nothing of the
-        other side holds it), or a time given to one that has none that can be read (``stamp``)."""
+        other side holds it), or a time given to one that has none that can be read (``stamp``). A claim whose guard
+        of that span this allocation lets go by time (``letting_go``, either side) has its naming of it removed so
+        too, whatever the naming's time."""
         fence: dict[str, str | None] = {kinds.FENCED_ANNOTATION: str(o.meta(other).get("resourceVersion"))}
         span = _allocating(other, self.pool.version)
-        if not self.kind.cluster_scoped or span is None:
+        stalled = o.claim_key(other) in self.letting_go
+        if not (self.kind.cluster_scoped or stalled) or span is None:
             return fence
         since = _naming_time(other)
-        if since is None:
+        if since is None and not stalled:
             fence[kinds.ALLOCATING_SINCE_ANNOTATION] = self.snap.now
             return fence
-        settled = _settled_after(since, self.snap.lock_settle_seconds)
+        settled = _settled_after(since, self.snap.lock_settle_seconds) if since is not None else None
         meets = first is not None and last is not None and span.ip <= last \
             and first <= _span_end(span, FAMILY_BITS[self.pool.version])
-        if meets and settled is not None and _passed(settled, self.snap.now):
+        if meets and (stalled or (settled is not None and _passed(settled, self.snap.now))):
             fence.update({kinds.ALLOCATING_ANNOTATION: None, kinds.ALLOCATING_SINCE_ANNOTATION: None,
                           kinds.LET_GO_ANNOTATION: str(o.annotations(other).get(kinds.ALLOCATING_ANNOTATION))})
         return fence
@@ -325,9 +333,13 @@ class Guards(PassState):
         text = ip if self.pool.unit_length is None else f"{ip}/{self.pool.unit_length}"
         naming: dict[str, str | None] = {kinds.ALLOCATING_ANNOTATION: text,
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
-        for written in (kinds.FENCED_ANNOTATION, kinds.LET_GO_ANNOTATION):
-            if written in o.annotations(claim):
-                naming[written] = None  # read: this naming comes after it (``fenced_leftovers``)
+        if kinds.FENCED_ANNOTATION in o.annotations(claim):
+            naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
+        if kinds.LET_GO_ANNOTATION in o.annotations(claim) and let_go_span({"metadata": {"annotations": {
+                **o.annotations(claim), kinds.ALLOCATING_ANNOTATION: text}}}) is None:
+            # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
+            # pass's objects there may land after this naming (``fenced_leftovers``).
+            naming[kinds.LET_GO_ANNOTATION] = None
         actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
@@ -354,16 +366,30 @@ class Guards(PassState):
         no reason to delete it)."""
         if held_by_pools(guard):
             return True
-        ref = o.spec(guard).get("claim") or {}
-        kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
-                                                                                         kinds.IPCLAIM[1]))
-        holder = self.snap.claim_named(kind, o.namespace(guard), str(ref.get("name") or ""))
-        if holder is None or not _owned_by(guard, holder) or (claim is not None and _owned_by(guard, claim)):
+        holder = self.holder(guard)
+        if holder is None or (claim is not None and _owned_by(guard, claim)):
             return False
         bound, guarded = bound_ip(holder), _ip_of(guard)
         if bound is None:
             return guarded is None or self.lock_stored(guard, holder, guarded) or not self.settled(guard, claim)
         return guarded is not None and bound.version == guarded.version and int(bound) == _span_base(guard, guarded)
+
+    def holder(self, guard: dict) -> dict | None:
+        """The live claim a guard (not the namespace's pools') stands for: the incarnation owning it; else None."""
+        ref = o.spec(guard).get("claim") or {}
+        kind = (kinds.group_of(str(ref.get("apiVersion") or kinds.METAL3_API_VERSION)), str(ref.get("kind") or
+                                                                                         kinds.IPCLAIM[1]))
+        holder = self.snap.claim_named(kind, o.namespace(guard), str(ref.get("name") or ""))
+        return holder if holder is not None and _owned_by(guard, holder) else None
+
+    def stalled_holder(self, guard: dict) -> dict | None:
+        """The live claim, bound to none, of a guard found left over (``guard_holds``: its lock not stored, the guard
+        settled): the rest of its pass may still land (a slow replica), so an allocation taking the span writes that
+        claim first (``guard_actions``). None for any other."""
+        if held_by_pools(guard):
+            return None
+        holder = self.holder(guard)
+        return holder if holder is not None and bound_ip(holder) is None else None
 
     def lock_stored(self, guard: dict, holder: dict, guarded) -> bool:
         """Whether an address of the guard's claim (its lock, or its Cluster API IPAddress) at the guarded IP or
@@ -409,7 +435,12 @@ class Guards(PassState):
             ip = _ip_of(address)
             if ip is None or pool is None or ip.version != pool.version:
                 continue
-            for span in self.guard_spans(claim, pool.unit_of(int(ip))) or []:
+            unit = pool.unit_of(int(ip))
+            first = int(pool.address_of(unit))
+            spans = self.guard_spans(claim, unit) or []
+            if not self.kind.cluster_scoped and self.kind.unique_in_namespace:  # a fenced claim's (``guard_spans``)
+                spans += [Span(each) for each in _each_ip(first, first + (1 << pool.unit_bits) - 1)]
+            for span in dict.fromkeys(spans):
                 guard = None if span.shared else self.guard_at(o.namespace(claim), span)
                 if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
                     found.append(guard)
@@ -420,8 +451,25 @@ class Guards(PassState):
         left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
         pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
         already, or when it needs none."""
+        spans = self.guard_spans(claim, unit) or []
+        stalled = {}
+        for span in spans:
+            found = self.guard_at(o.namespace(claim), span)
+            holder = self.stalled_holder(found) if found is not None and not _owned_by(found, claim) else None
+            if holder is not None:
+                stalled[o.claim_key(holder)] = holder
+        self.letting_go = set(stalled)
         actions: list = self.order_actions(claim, unit)
-        for span in self.guard_spans(claim, unit) or []:
+        written = {o.claim_key(other) for other in self.in_flight(o.namespace(claim))} if self.fences() else set()
+        first = int(self.pool.address_of(unit))
+        last = first + (1 << self.pool.unit_bits) - 1
+        # The claim of a guard let go by time is written first (a fence, its naming let go): the rest of its pass,
+        # landing however late, is refused at its status write and its objects in that span are not taken up.
+        actions += [SetMetadata(o.ref(holder), annotations=self.fence(holder, first, last),
+                                resource_version=o.meta(holder).get("resourceVersion"))
+                    for key, holder in stalled.items() if key not in written]
+        self.letting_go = set()
+        for span in spans:
             found = self.guard_at(o.namespace(claim), span)
             if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)):
                 continue  # its own, from an earlier try
@@ -538,6 +586,11 @@ def _naming_time(claim: dict) -> str | None:
     except ValueError:
         return None
     return since or None
+
+
+def _each_ip(first: int, last: int) -> list[int]:
+    """Each IP from ``first`` to ``last`` when they are no more than ``GUARDS_PER_ALLOCATION``; else none."""
+    return list(range(first, last + 1)) if last - first < GUARDS_PER_ALLOCATION else []
 
 
 def _span_end(span: Span, width: int) -> int:

@@ -59,6 +59,8 @@ class PassState:
         self.fenced: set[str] = set()
         # The claims of the other side whose naming of no readable time this pass stamps (``Guards.stamp``).
         self.stamped: set[o.ClaimKey] = set()
+        # The claims whose guards the allocation being written lets go by time (``Guards.guard_actions``).
+        self.letting_go: set[o.ClaimKey] = set()
         # Claims given an allocation key this pass (a kind with ``outside``).
         self.keyed: dict[o.ClaimKey, str] = {}
         # The pool's claims by the allocation key they carry, read once a pass needs them.

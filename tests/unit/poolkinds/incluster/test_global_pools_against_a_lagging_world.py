@@ -420,12 +420,6 @@ def _lands(api, actions: list, versions: StepVersions) -> None:
             versions.wrote(action, obj and obj["metadata"].get("resourceVersion"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Global pool g's pass for claim d lands d's naming and guard of fd00::1; the rest of it (d's lock, address, "
-    "status) is delayed past lock_settle_seconds (a slow replica); namespaced pool n edited over fd00::1 serves z: "
-    "Guards.guard_holds lets d's guard go as settled (d bound to none, its lock not stored) and n's allocation "
-    "writes nothing on d, so d's status write lands when the rest of its pass does: fd00::1 bound to d and z, "
-    "neither told DuplicateAddress (SPEC §10 invariant 1)"))
 @pytest.mark.parametrize("local", [NAMESPACED, kinds.IPPOOL])
 def test_a_global_pools_pass_landing_after_its_guard_settled_never_binds_what_a_namespaced_pool_handed_out(local):
     """A global pool's pass on its way past the settle time of its guard: the namespaced pool's allocation that

@@ -457,10 +457,11 @@ def _landing(api, actions) -> None:
 
 @pytest.mark.xfail(strict=True, reason=(
     "z's first pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, removing the "
-    "settled naming and fencing z; z's next pass names fd00::2 (removing the fence) and the first pass's lock and "
-    "Cluster API IPAddress land only then: z is no longer fenced over nothing (Adoption.fenced_leftovers), so they "
-    "are neither deleted nor taken up; z's own IPAddress create is refused (its name taken) and z waits for good, "
-    "told AddressConflict, its leftovers holding d's fd00::1 while its pool has fd00::2 free (SPEC §10 inv. 2, 3)"))
+    "settled naming and fencing z; z's next pass names fd00::2 (the span let go stays: it names apart from it) and "
+    "the first pass's lock and Cluster API IPAddress land only then, so z's own IPAddress create is refused (its "
+    "name taken). z's next pass deletes the leftovers (Adoption.fenced_leftovers), but then waits for the lock "
+    "n-fd00--2 to settle (binding: its maker may still write the IPAddress) before it makes its IPAddress: z is "
+    "served fd00::2 only once lock_settle_seconds have passed, not at this fixed point of an unmoving clock"))
 def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_holds_what_a_global_pool_handed_out():
     """The objects of a pass refused by a global pool's allocation may land after the claim's next pass named again
     (two replicas, the first one slow): they are let go all the same, and the claim is served from its pool."""
@@ -530,12 +531,6 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A replica's view of pools and addresses lags (IPPool n over fd00::1, no global pool, none of d's objects) "
-    "while its claims' watch delivered the write of claim z by a global pool's allocation that handed fd00::1 to d: "
-    "its pass reads z after that write, so nothing refuses it; it creates no guard (it knows of no global pool) and "
-    "its lock n-fd00--1 meets no name d's allocation took: z and d are both bound to fd00::1, neither told "
-    "DuplicateAddress (SPEC §10 invariant 1)"))
 def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_takes_what_a_global_pool_handed_out():
     """The write of a namespaced claim by a global pool's allocation refuses the passes that read the claim before
     it; a pass that reads it after, from a view of the pools and addresses older than that allocation, must not
