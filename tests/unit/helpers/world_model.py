@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Delete, SetStatus
+from metal3_ipam.core.actions import Create, Delete, SetStatus, StepVersions
 from metal3_ipam.core.inventory import Inventory, served
 from metal3_ipam.core.kept import own_ip
 from metal3_ipam.core.naming import ip_text
@@ -137,9 +137,12 @@ class LaggingWatch:
         return bool(plan)
 
     def carry_out(self, plan) -> None:
-        """A pass's writes, done on the store in order; a refused one ends its step."""
+        """A pass's writes, done on the store in order; a refused one ends its step. A write expects the version
+        the step's writes before it to that object left (``StepVersions``), as the controller runs a step."""
         for step in plan.steps:
+            versions = StepVersions()
             for action in step.actions:
+                action = versions.current(action)
                 try:
                     self.store.do(action)
                 except Refused:
@@ -151,6 +154,10 @@ class LaggingWatch:
                             self.cache.upsert(copy.deepcopy(taken))
                     break
                 self.answer(action)
+                target = getattr(action, "target", None)
+                if target is not None:
+                    stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+                    versions.wrote(action, stored and stored["metadata"].get("resourceVersion"))
 
     def answer(self, action):
         """The API server's answer goes into the cache at once, as the REST writer does."""

@@ -460,3 +460,18 @@ def test_a_global_pools_pass_landing_after_its_guard_settled_never_binds_what_a_
     converge(api, random.Random(0))
     spans = held_spans(api)
     assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_its_claim_served():
+    """A pass made from a view that has not seen its pool edited off the IP lands whole (its status write expects
+    the version its naming wrote): the claim is bound to what it was given, as a pool edit leaves bound claims."""
+    world = GlobalPoolInTheWorld()
+    world.start(seed=0, order=["g", "h", "n", "q"])
+    for _ in range(12):
+        world.a_list_is_filed()
+    world.an_event_arrives(k=0)
+    world.user_edits_a_global_pool(edit=1, which="g")
+    world.user_creates_claim(labelled=False, name="c0", ns="ns-b", which="g")
+    world.an_event_arrives(k=2)
+    world.a_pool_pass(which="g")
+    world.teardown()
