@@ -137,27 +137,36 @@ class LaggingWatch:
         return bool(plan)
 
     def carry_out(self, plan) -> None:
-        """A pass's writes, done on the store in order; a refused one ends its step. A write expects the version
-        the step's writes before it to that object left (``StepVersions``), as the controller runs a step."""
+        """A pass's writes, done on the store in order; a refused one ends its step. A step the rest of which was
+        left on its way (``step_versions``) goes on from the versions its writes so far left."""
         for step in plan.steps:
-            versions = StepVersions()
-            for action in step.actions:
-                action = versions.current(action)
-                try:
-                    self.store.do(action)
-                except Refused:
-                    if isinstance(action, Create):
-                        # The writer reads the name that is taken into its cache.
-                        obj = action.obj
-                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
-                        if taken is not None:
-                            self.cache.upsert(copy.deepcopy(taken))
-                    break
-                self.answer(action)
-                target = getattr(action, "target", None)
-                if target is not None:
-                    stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
-                    versions.wrote(action, stored and stored["metadata"].get("resourceVersion"))
+            self.land(step.actions, self.step_versions().pop(id(step), None) or StepVersions())
+
+    def step_versions(self) -> dict[int, StepVersions]:
+        """The versions written so far by each step (by ``id``) whose rest is still on its way."""
+        return self.__dict__.setdefault("_step_versions", {})
+
+    def land(self, actions, versions: StepVersions) -> bool:
+        """Writes of one step, done on the store in order until one is refused (then False). Each expects the
+        version the step's writes before it to that object left (``versions``), as the controller runs a step."""
+        for action in actions:
+            action = versions.current(action)
+            try:
+                self.store.do(action)
+            except Refused:
+                if isinstance(action, Create):
+                    # The writer reads the name that is taken into its cache.
+                    obj = action.obj
+                    taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+                    if taken is not None:
+                        self.cache.upsert(copy.deepcopy(taken))
+                return False
+            self.answer(action)
+            target = getattr(action, "target", None)
+            if target is not None:
+                stored = self.store.inventory.get(target.group_kind, target.namespace, target.name)
+                versions.wrote(action, stored and stored["metadata"].get("resourceVersion"))
+        return True
 
     def answer(self, action):
         """The API server's answer goes into the cache at once, as the REST writer does."""

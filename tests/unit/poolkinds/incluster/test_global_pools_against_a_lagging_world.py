@@ -346,20 +346,11 @@ class GlobalPoolInTheWorldWithPassesLandingInPart(GlobalPoolInTheWorld):
             return
         plan, rest = self.on_its_way.pop(k % len(self.on_its_way)), Plan()
         for step in plan.steps:
-            for n, action in enumerate(step.actions):
-                if n == cut:
-                    rest.steps.append(Step(step.subject, step.actions[n:], step.about))
-                    break
-                try:
-                    self.store.do(action)
-                except Refused:
-                    if isinstance(action, Create):  # the writer reads the name that is taken
-                        obj = action.obj
-                        taken = self.store.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
-                        if taken is not None:
-                            self.cache.upsert(copy.deepcopy(taken))
-                    break
-                self.answer(action)
+            versions = self.step_versions().pop(id(step), None) or StepVersions()
+            if self.land(step.actions[:cut], versions) and len(step.actions) > cut:
+                left = Step(step.subject, step.actions[cut:], step.about)
+                self.step_versions()[id(left)] = versions
+                rest.steps.append(left)
         if rest.steps:
             self.on_its_way.append(rest)
 
