@@ -120,7 +120,8 @@ class EventWriter:
 class ClusterSide:
     """One cluster's controller: its watch-fed inventory and its NetBoxPools (the real adapter)."""
 
-    def __init__(self, netbox: SharedNetBox, *objs: dict):
+    def __init__(self, netbox: SharedNetBox, *objs: dict, **pools):
+        """``pools``: further arguments of its NetBoxPools (a release grace, a wall clock)."""
         self.now = 0.0
         self.inventory = Inventory()
         for obj in objs:
@@ -128,7 +129,7 @@ class ClusterSide:
         self.writer = EventWriter()
         self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
                                  writer=self.writer,
-                                 wake=lambda *a: None, sweep_seconds=300, clock=lambda: self.now)
+                                 wake=lambda *a: None, sweep_seconds=300, clock=lambda: self.now, **pools)
 
     def sweep(self) -> list[Found]:
         self.now += 300

@@ -9,34 +9,22 @@ import asyncio
 
 import pytest
 
-from metal3_ipam.core.asking import Asking
-from metal3_ipam.core.inventory import Inventory
-from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, TokenUnavailable
+from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, TokenUnavailable
 from metal3_ipam.poolkinds.netbox.pool import read_pool
 from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, swept_at
 
-from sweep_sides import (C1, SP, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
+from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, SharedNetBoxClient, cluster_c1,
                          keyed_claim, shared_netbox_pool)
 
 EPOCH = 1_790_000_000.0  # the wall clock at the first sweep
 GRACE = 3600.0  # --netbox-release-grace-seconds
 
 
-class _Side:
+class _Side(ClusterSide):
     """The target's controller, sweeping every 300 s of an injected clock (and of the wall clock it writes)."""
 
     def __init__(self, netbox: SharedNetBox, *objs: dict):
-        self.now = 0.0
-        self.inventory = Inventory()
-        for obj in objs:
-            self.inventory.upsert(obj)
-        self.pools = NetBoxPools(SweepingAsks(netbox), Asking(deadline=30), inventory=self.inventory,
-                                 writer=EventWriter(), wake=lambda *a: None, sweep_seconds=300,
-                                 release_grace_seconds=GRACE, clock=lambda: self.now, wall=lambda: EPOCH + self.now)
-
-    def sweep(self) -> None:
-        self.now += 300
-        asyncio.run(self.pools.sweep())
+        super().__init__(netbox, *objs, release_grace_seconds=GRACE, wall=lambda: EPOCH + self.now)
 
     def gone(self, obj: dict) -> None:
         obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "9",
