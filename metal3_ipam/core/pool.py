@@ -98,6 +98,11 @@ class Pool:
         """The address a unit stands for: itself, or its sub-prefix's base address."""
         return ip_from_int(unit << self.unit_bits, self.version)
 
+    def span_of(self, unit: int) -> tuple[int, int]:
+        """The first and last address (as integers) a unit holds: its IP twice, or its sub-prefix's bounds."""
+        first = unit << self.unit_bits
+        return first, first + (1 << self.unit_bits) - 1
+
     def unit_of(self, value: int) -> int:
         """The unit holding the address ``value`` (an address of the pool's family)."""
         return value >> self.unit_bits

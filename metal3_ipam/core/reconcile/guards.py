@@ -167,8 +167,7 @@ class Guards(PassState):
         if not self.fences() or not self.kind.cluster_scoped:
             return False
         width = FAMILY_BITS[self.pool.version]
-        first = int(self.pool.address_of(unit))
-        last = first + (1 << self.pool.unit_bits) - 1
+        first, last = self.pool.span_of(unit)
         for other in self.waiting(o.namespace(claim)):
             span = self.named(other, claim)
             if span is not None and span.ip <= last and first <= _span_end(span, width):
@@ -345,8 +344,7 @@ class Guards(PassState):
         if not self.fences():
             return actions
         self.fenced.add(o.namespace(claim))
-        first = int(self.pool.address_of(unit))
-        last = first + (1 << self.pool.unit_bits) - 1
+        first, last = self.pool.span_of(unit)
         return actions + [SetMetadata(o.ref(other), annotations=self.fence(other, first, last), resource_version=read)
                           for other in self.in_flight(o.namespace(claim))
                           for read in [o.meta(other).get("resourceVersion")]]
@@ -436,10 +434,9 @@ class Guards(PassState):
             if ip is None or pool is None or ip.version != pool.version:
                 continue
             unit = pool.unit_of(int(ip))
-            first = int(pool.address_of(unit))
             spans = self.guard_spans(claim, unit) or []
             if not self.kind.cluster_scoped and self.kind.unique_in_namespace:  # a fenced claim's (``guard_spans``)
-                spans += [Span(each) for each in _each_ip(first, first + (1 << pool.unit_bits) - 1)]
+                spans += [Span(each) for each in _each_ip(*pool.span_of(unit))]
             for span in dict.fromkeys(spans):
                 guard = None if span.shared else self.guard_at(o.namespace(claim), span)
                 if guard is not None and _owned_by(guard, claim) and not o.is_deleting(guard):
@@ -461,8 +458,7 @@ class Guards(PassState):
         self.letting_go = set(stalled)
         actions: list = self.order_actions(claim, unit)
         written = {o.claim_key(other) for other in self.in_flight(o.namespace(claim))} if self.fences() else set()
-        first = int(self.pool.address_of(unit))
-        last = first + (1 << self.pool.unit_bits) - 1
+        first, last = self.pool.span_of(unit)
         # The claim of a guard let go by time is written first (a fence, its naming let go): the rest of its pass,
         # landing however late, is refused at its status write and its objects in that span are not taken up.
         actions += [SetMetadata(o.ref(holder), annotations=self.fence(holder, first, last),
