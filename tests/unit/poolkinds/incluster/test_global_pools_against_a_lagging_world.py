@@ -34,7 +34,8 @@ from metal3_ipam.core.inventory import Inventory, served
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import Refused, converge
 from metal3_ipam.testing import go_incluster as gi
-from ipam_objects import NS, assert_no_ip_twice, capi_claim, cluster, converged_with_lock_namespace, get, held_spans, ippool, ipclaim
+from ipam_objects import (NS, assert_no_ip_twice, capi_claim, cluster, converged_with_lock_namespace, get, held_spans,
+                          ippool, ipclaim)
 from ipam_objects import live_bindings as live_bindings_of
 from world_model import LaggingWatch, Store
 
