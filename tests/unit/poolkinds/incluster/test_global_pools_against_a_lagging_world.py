@@ -483,8 +483,9 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_i
 @pytest.mark.xfail(strict=True, reason=(
     "Global pool g's pass for d lands d's naming and guard of fd00::1 only; past the settle time Metal3 IPPool n's "
     "allocation for IPClaim z lets d's guard go (d fenced, its naming let go), deletes it and hands fd00::1 to z "
-    "under a guard of that name. A replica whose IPAddressClaim watch has that write of d but whose IPClaim and "
-    "address watches lag (d's guard still there, z and its objects not yet) makes d's next pass: nothing names "
+    "under a guard of that name; n is edited back off fd00::1 (z stays bound). A replica whose pool and "
+    "IPAddressClaim watches are up to date but whose IPClaim and IPAddress watches lag (d's guard still there, z and "
+    "its objects not yet) makes d's next pass: nothing names "
     "fd00::1, its naming meets the span let go (taken back), and the guard of that name in its view is d's own "
     "(Guards.guard_actions: 'its own, from an earlier try'), so the pass writes no guard; its lock (in the lock "
     "namespace) and IPAddress meet no name z's took: fd00::1 is bound to d and z (SPEC §10 invariant 1)"))
@@ -500,7 +501,7 @@ def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_ba
             break
         api.apply(plan)
     _lands(api, step.actions[:2], StepVersions())  # d's naming and guard of fd00::1; the rest never lands
-    lagging = copy.deepcopy(api.inventory)  # a replica's view of pools, IPClaims and addresses, from here on behind
+    lagging = copy.deepcopy(api.inventory)  # a replica's view of IPClaims and addresses, from here on behind
     changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
     changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
     api._store(changed)
@@ -510,7 +511,11 @@ def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_ba
         api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
     assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
     assert kinds.LET_GO_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "d"))
-    lagging.upsert(copy.deepcopy(get(api, kinds.CAPI_CLAIM, "d")))  # its IPAddressClaims' watch is up to date
+    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
+    api._store(back)
+    for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
+        lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
     plan = reconcile(lagging.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
     for step in plan.steps:
         _lands(api, step.actions, StepVersions())
