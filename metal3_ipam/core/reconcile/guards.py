@@ -465,10 +465,20 @@ class Guards(PassState):
                                 resource_version=o.meta(holder).get("resourceVersion"))
                     for key, holder in stalled.items() if key not in written]
         self.letting_go = set()
+        let_go = let_go_span(claim)
+        width = FAMILY_BITS[self.pool.version]
         for span in spans:
             found = self.guard_at(o.namespace(claim), span)
-            if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)):
+            doubted = let_go is not None and span.ip <= let_go[1] and let_go[0] <= _span_end(span, width)
+            if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)) \
+                    and not doubted:
                 continue  # its own, from an earlier try
+            if found is not None and doubted and not span.shared:
+                # Its own as this view has it, of a span let go from it since: another allocation may have taken the
+                # guard's name meanwhile (this view behind). That incarnation goes first, made anew: a view behind
+                # is refused, and decides again from what stands.
+                actions += [Delete(o.ref(found)), Create(self.guard(claim, span))]
+                continue
             if found is not None and span.shared and held_by_pools(found):
                 actions.append(SetMetadata(o.ref(found), owner_references=self.joined_owners(found, claim),
                                            resource_version=o.meta(found).get("resourceVersion")))

@@ -470,16 +470,6 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_i
     world.teardown()
 
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "Global pool g's pass for d lands d's naming and guard of fd00::1 only; past the settle time Metal3 IPPool n's "
-    "allocation for IPClaim z lets d's guard go (d fenced, its naming let go), deletes it and hands fd00::1 to z "
-    "under a guard of that name; n is edited back off fd00::1 (z stays bound). A replica whose pool and "
-    "IPAddressClaim watches are up to date but whose IPClaim and IPAddress watches lag (d's guard still there, z and "
-    "its objects not yet) makes d's next pass: nothing names "
-    "fd00::1, its naming meets the span let go (taken back), and the guard of that name in its view is d's own "
-    "(Guards.guard_actions: 'its own, from an earlier try'), so the pass writes no guard; its lock (in the lock "
-    "namespace) and IPAddress meet no name z's took: fd00::1 is bound to d and z (SPEC §10 invariant 1)"))
 def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_back_what_a_namespaced_pool_handed_out():
     n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
     api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
