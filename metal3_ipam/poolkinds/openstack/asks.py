@@ -344,6 +344,10 @@ class OpenStackAsks:
         self.clock = clock
         self._pools: dict[PoolRef, OpenStackPool] = {}
         self._clients: dict[tuple, Neutron] = {}
+        #: clients whose Secret changed since, kept while a floating IP remembered by the sweeps was found with them
+        #: (``keeps``): a Secret of that name made again may be another project's
+        self._kept: dict[tuple, Neutron] = {}
+        self.keeps: Callable[[tuple], bool] = lambda client: False
         self._slots: dict[tuple, asyncio.Semaphore] = {}
         self._pool_locks: dict[PoolRef, asyncio.Lock] = {}
         self._making: dict[PoolRef, int] = {}  # creates out per pool, counted for maxIPs
@@ -384,7 +388,11 @@ class OpenStackAsks:
         neutron = self._clients.get(key)
         if neutron is None:
             for old in [k for k in self._clients if k[:2] == key[:2]]:  # the Secret changed: the old client goes
-                self._clients.pop(old).close()
+                retired = self._clients.pop(old)
+                if self.keeps(old):
+                    self._kept[old] = retired
+                else:
+                    retired.close()
             neutron = await asyncio.to_thread(Neutron, clouds, pool.identity.cloud, pool.identity.region,
                                               cacert=cacert, timeout=self.timeout)
             self._clients[key] = neutron
@@ -407,16 +415,33 @@ class OpenStackAsks:
         except Exception as exc:
             raise classify(exc, pool.text) from None
 
-    async def run_lingering(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any) -> Any:
+    def client_of(self, pool: OpenStackPool) -> tuple | None:
+        """Which client ``pool``'s cloud was last asked with (its Secret's content then), or None."""
+        return next((k for k in reversed(self._clients) if k[:2] == self.cloud_of(pool)), None)
+
+    def has_client(self, client: tuple) -> bool:
+        return client in self._clients or client in self._kept
+
+    def forget_client(self, client: tuple) -> None:
+        """A client kept for the sweeps (``keeps``) no longer needed."""
+        if client in self._kept and not self.keeps(client):
+            self._kept.pop(client).close()
+
+    async def run_lingering(self, pool: OpenStackPool, work: Callable[..., Any], *args: Any,
+                            client: tuple | None = None) -> Any:
         """:meth:`run`, but where the pool's Secret is gone (deleted with its namespace), with the client its
-        cloud was last asked with: what the pool's claims left in Neutron is still let go."""
-        try:
-            return await self.run(pool, work, *args)
-        except OpenStackError as exc:
-            last = next((c for k, c in self._clients.items() if k[:2] == self.cloud_of(pool)), None)
-            if exc.reason != p.IDENTITY_MISSING or last is None:
-                raise
-        log.info("%s: its Secret cannot be read; asked with the client its cloud was last asked with", pool.text)
+        cloud was last asked with: what the pool's claims left in Neutron is still let go. With ``client`` (one
+        :meth:`client_of` gave) held still, with that one, whatever Secret has the name now (the namespace made
+        again with one for another project)."""
+        last = (self._clients.get(client) or self._kept.get(client)) if client is not None else None
+        if last is None:
+            try:
+                return await self.run(pool, work, *args)
+            except OpenStackError as exc:
+                last = next((c for k, c in self._clients.items() if k[:2] == self.cloud_of(pool)), None)
+                if exc.reason != p.IDENTITY_MISSING or last is None:
+                    raise
+            log.info("%s: its Secret cannot be read; asked with the client its cloud was last asked with", pool.text)
         try:
             async with self._slots.setdefault(self.cloud_of(pool), asyncio.Semaphore(self.concurrency)):
                 return await asyncio.to_thread(work, last, pool, self.owner, *args)
@@ -514,9 +539,10 @@ class OpenStackAsks:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for neutron in self._clients.values():
+        for neutron in [*self._clients.values(), *self._kept.values()]:
             neutron.close()
         self._clients.clear()
+        self._kept.clear()
 
 
 # --------------------------------------------------------------------------- serving claims
@@ -542,6 +568,7 @@ class OpenStackPools(OutsidePools):
         asks.homes = self.key_homes
         asks.released_home = lambda key: self.carrier_home(key, live=False)
         asks.left_here = self.sweeper.remember_left
+        asks.keeps = self.sweeper.keeps
         asks.held_addresses = self.holders
         asks.capo_held_elsewhere = self.capo_held
 

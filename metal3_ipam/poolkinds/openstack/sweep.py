@@ -29,12 +29,14 @@ whose release was never asked.
 The marks of this cluster on a floating IP (``homes``) are taken off by the
 sweeps of its pool; once that pool is no longer held (its namespace deleted,
 the source of a finished move), by id: each floating IP a sweep found marked
-here, or a release here kept marked left, is remembered with its pool and key
-(``Sweeper.marked``), and judged at each sweep while no claim here carries its
-key (a floating IP left to another cluster released once that cluster answered
-no hold for a whole sweep; this cluster's marks taken off any other), with the
-client its cloud was last asked with if its Secret went with the namespace.
-That memory is this controller's only.
+here, or a release here kept marked left, is remembered with its pool (that
+one, by its uid: a pool of that name made again is another), key and the
+client it was found with (kept for it when its Secret changes), and judged at
+each sweep while no claim here carries its key (a floating IP left to another
+cluster released once that cluster answered no hold for a whole sweep; this
+cluster's marks taken off any other), with that client: a Secret of that name
+made again may be another project's, and a read with other credentials that
+finds nothing leaves it remembered. That memory is this controller's only.
 
 The other way round, a floating IP deleted in Neutron behind the controller
 (by a user, or with its network) while a claim holds it: each sweep finds the
@@ -132,10 +134,13 @@ def release_one(neutron: Neutron, pool: OpenStackPool, owner: str, fip: Floating
 
 @dataclasses.dataclass(frozen=True)
 class Marked:
-    """A floating IP carrying marks of objects here (``homes``): the pool it was last judged with, and its key."""
+    """A floating IP carrying marks of objects here (``homes``): the pool it was last judged with (that very
+    pool, by its uid: one of that name made again is another), its key, and the client its cloud was asked with
+    then (``OpenStackAsks.client_of``; None: the asks keep none)."""
 
     pool: OpenStackPool
     key: str
+    client: tuple | None = None
 
 
 class Sweeper:
@@ -162,8 +167,26 @@ class Sweeper:
     def remember_left(self, pool: OpenStackPool, key: str, fip_id: str, home: homes.Home | None) -> None:
         """A release here kept floating IP ``fip_id`` of ``key``, marked left by the claim at ``home``."""
         if home is not None:
-            self.marked[fip_id] = Marked(pool, key)
+            self._keep(fip_id, Marked(pool, key, self.pools.asks.client_of(pool)))
             self._ours.add(home)
+
+    def keeps(self, client: tuple) -> bool:
+        """Whether a floating IP remembered here was found with ``client`` (kept for it when its Secret changes)."""
+        return any(marked.client == client for marked in self.marked.values())
+
+    def _keep(self, fip_id: str, marked: Marked) -> None:
+        """``fip_id`` remembered as ``marked`` (the client kept for it before, if another and no longer needed,
+        closed)."""
+        before = self.marked.get(fip_id)
+        self.marked[fip_id] = marked
+        if before is not None and before.client not in (None, marked.client):
+            self.pools.asks.forget_client(before.client)
+
+    def _forget(self, fip_id: str) -> None:
+        """``fip_id`` no longer remembered (nor the client kept for it alone)."""
+        marked = self.marked.pop(fip_id, None)
+        if marked is not None and marked.client is not None:
+            self.pools.asks.forget_client(marked.client)
 
     def _remember(self, fip: FloatingIP, pool: OpenStackPool, key: str, home: Any) -> None:
         """``fip`` (as it is now, of ``pool``) remembered while it carries marks of objects here."""
@@ -171,9 +194,9 @@ class Sweeper:
         ours = {h for h in named.homes | named.froms | named.holds | named.lefts if home(h) != homes.ABSENT}
         if ours:
             self._ours.update(ours)
-            self.marked[fip.id] = Marked(pool, key)
+            self._keep(fip.id, Marked(pool, key, self.pools.asks.client_of(pool)))
         else:
-            self.marked.pop(fip.id, None)
+            self._forget(fip.id)
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
         """The addresses of ``pool``'s claims whose floating IPs are gone from Neutron."""
@@ -334,7 +357,7 @@ class Sweeper:
         return out
 
     async def _release_left(self, pool: OpenStackPool, key: str, fip: FloatingIP, gone: homes.Home,
-                            released: list[FloatingIP]) -> bool:
+                            released: list[FloatingIP], client: tuple | None = None) -> bool:
         """A floating IP a claim here left homed at another cluster that answered no hold for a whole sweep (the
         source of a finished move is gone): released as its pool says, if still so when read again (and its pool
         still not paused)."""
@@ -345,7 +368,7 @@ class Sweeper:
             return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
-            done = await self.pools.asks.run_lingering(pool, release_one, fip, still)
+            done = await self.pools.asks.run_lingering(pool, release_one, fip, still, client=client)
         except OpenStackError as exc:
             log.warning("sweep: %s of %s (key %s) not released: %s", fip.address, pool.text, key, exc)
             return False
@@ -353,7 +376,7 @@ class Sweeper:
             log.info("sweep: floating IP %s (%s) of %s released: its claim here left it homed at another cluster, "
                      "which answered for no claim of its own there", fip.address, fip.id, pool.text)
             released.append(fip)
-            self.marked.pop(fip.id, None)
+            self._forget(fip.id)
         return done
 
     def _home_state(self) -> Any:
@@ -365,12 +388,12 @@ class Sweeper:
     async def _sweep_marked(self, held: dict[str, OpenStackPool], handled: set[str],
                             left: set[tuple[str, homes.Home]], released: list[FloatingIP]) -> None:
         """The floating IPs carrying marks of objects here that no pool held here judged this sweep (their pool
-        deleted, or being deleted, since: the namespace gone with it), read by id, with the client their cloud was
-        last asked with if their Secret went with them. While a claim here carries the key (or an ask of it is out)
-        it waits, as while its pool is held (its cloud not listed this sweep). One a claim here left to another
-        cluster (``homes.on_release``) is judged as ``_mark`` does: this cluster's marks taken off once that
-        cluster answered (a claim there lives: it is its own), released once unanswered for a whole sweep, as its
-        pool said. Off any other come this cluster's marks (its claim deleted for a move, or without its
+        deleted, or being deleted, since: the namespace gone with it), read by id, with the client they were found
+        with (else their pool's Secret as it is now, and not found so they stay remembered). While a claim here
+        carries the key (or an ask of it is out) it waits, as while that very pool (its uid) is held. One a claim
+        here left to another cluster (``homes.on_release``) is judged as ``_mark`` does: this cluster's marks taken
+        off once that cluster answered (a claim there lives: it is its own), released once unanswered for a whole
+        sweep, as its pool said. Off any other come this cluster's marks (its claim deleted for a move, or without its
         finalizer, before its sweep took them off): no claim here is bound to it, and a mark of a cluster whose
         pool is gone would keep it from every other cluster's sweep for good."""
         owner, asks = self.pools.asks.owner, self.pools.asks
@@ -378,14 +401,22 @@ class Sweeper:
             if fip_id in handled:
                 continue
             pool, key = marked.pool, marked.key
-            if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None \
-                    or p.pool_tag(owner, pool.namespace, pool.name) in held:
+            if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None:
                 continue
+            now = held.get(p.pool_tag(owner, pool.namespace, pool.name))
+            if now is not None and now.uid == pool.uid:  # that very pool, held: its Secret may change meanwhile
+                self._keep(fip_id, dataclasses.replace(marked, client=asks.client_of(now) or marked.client))
+                continue
+            client = marked.client if marked.client is not None and asks.has_client(marked.client) else None
             try:
-                fip = await asks.run_lingering(pool, read, fip_id)
+                fip = await asks.run_lingering(pool, read, fip_id, client=client)
             except OpenStackError as exc:
                 log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not read: %s", fip_id, key,
                             pool.text, exc)
+                continue
+            if fip is None and client is None and marked.client is not None:
+                log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not found with the credentials "
+                            "its Secret holds now (another project's?); remembered still", fip_id, key, pool.text)
                 continue
             home = self._home_state()
             named = homes.marks_in(owner, fip.tags) if fip is not None else homes.Marks()
@@ -393,24 +424,25 @@ class Sweeper:
                                                                   (homes.HELD, named.holds), (homes.LEFT, named.lefts))
                     for h in found if h in self._ours]
             if fip is None or p.key_in(owner, fip.description) != key or not ours:
-                del self.marked[fip_id]  # gone, another key's, or no mark of this cluster's on it
+                self._forget(fip_id)  # gone, another key's, or no mark of this cluster's on it
                 continue
             gone = homes.left_here(owner, fip.tags, home)
             if gone is not None and not homes.answered(owner, fip.tags, home):
                 if self._paused(pool):
                     continue  # a move under way: nothing released, and the wait for an answer starts once unpaused
-                if (fip_id, gone) not in self._left or not await self._release_left(pool, key, fip, gone, released):
+                if (fip_id, gone) not in self._left or \
+                        not await self._release_left(pool, key, fip, gone, released, client):
                     left.add((fip_id, gone))
                 continue
             try:  # another cluster answered for a claim of its own there, or none here left it: its marks go
-                await asks.run_lingering(pool, mark, fip, homes.Change(remove=tuple(ours)))
+                await asks.run_lingering(pool, mark, fip, homes.Change(remove=tuple(ours)), client=client)
             except OpenStackError as exc:
                 log.warning("sweep: the marks of floating IP %s (key %s) of %s not taken off: %s", fip.address, key,
                             pool.text, exc)
                 continue
             log.info("sweep: floating IP %s (key %s) of %s, a pool no longer held here: marks %s taken off",
                      fip.address, key, pool.text, ours)
-            del self.marked[fip_id]
+            self._forget(fip_id)
 
     async def _homed_elsewhere(self, contests: dict[str, tuple[FloatingIP, homes.Home, OpenStackPool]],
                                swept: set[str]) -> None:

@@ -1120,11 +1120,6 @@ class CloudsAsks(NeutronAsks):
         return work(self.clouds.setdefault(pool.identity.secret, FakeNeutron()), pool, self.owner, *args)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a floating IP a claim here left to another cluster is remembered (Sweeper.marked) with its pool, and "
-    "_sweep_marked skips it while a pool of that namespace and name is held; the namespace deleted and made again "
-    "with a pool of that name in another project (its Secret anew), that pool's sweeps never list it and "
-    "_sweep_marked never reads it again: it stays in Neutron with no claim left anywhere, leaked for good"))
 def test_a_floating_ip_taken_over_is_released_when_the_takers_namespace_is_made_again_with_a_pool_of_that_name():
     neutron, target = taken_over_by_the_target(asks=CloudsAsks)
     released_by(target)  # marked left: a claim of the home it was taken from may live
@@ -1152,12 +1147,6 @@ class RenamedCloudAsks(SecretAsks):
         return self.clouds, None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a floating IP a claim here left to another cluster, its pool gone with its namespace, is read by id "
-    "(Sweeper._sweep_marked) with the pool's Secret read anew if there is one (run_lingering falls back to the last "
-    "client only when the Secret is missing): the namespace made again with a Secret of that name for another "
-    "project, the read finds no such floating IP there, the sweep forgets it as gone, and it stays in Neutron "
-    "with no claim left anywhere: leaked for good"))
 def test_a_floating_ip_taken_over_is_released_when_the_takers_namespace_is_made_again_with_a_secret_of_that_name():
     neutron, target = taken_over_by_the_target(asks=RenamedCloudAsks)
     target.pools.asks.gone = True  # the namespace deleted: its Secret goes at once, its claim waits for its release
@@ -1167,3 +1156,26 @@ def test_a_floating_ip_taken_over_is_released_when_the_takers_namespace_is_made_
     for _ in range(4):
         target.sweep()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+def test_a_floating_ip_taken_over_is_released_with_its_old_client_when_a_pool_and_secret_of_those_names_come_again(
+        monkeypatch):
+    """The namespace made again with a pool and a Secret of the same names for another project: the new pool's
+    sweep makes its client anew (the Secret changed), and the client the floating IP was found with is kept for
+    it (not closed) until it is released, then closed."""
+    monkeypatch.setattr(FakeNeutron, "close", lambda self: setattr(self, "closed", True), raising=False)
+    other = FakeNeutron()
+    monkeypatch.setattr(a, "Neutron", lambda *args, **kw: other)
+    neutron, target = taken_over_by_the_target(asks=RenamedCloudAsks)
+    target.pools.asks.gone = True  # the namespace deleted: its Secret goes at once, its claim waits for its release
+    released_by(target)
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    target.pools.asks.gone, target.pools.asks.clouds = False, b"clouds-2.yaml"  # made again, for another project
+    again = pool_obj(uid="target-pool-uid-2")
+    again["metadata"]["resourceVersion"] = "8"
+    target.inventory.upsert(again)
+    target.pools.asks.pool_changed(p.read_pool(again)[0])
+    for _ in range(4):
+        target.sweep()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert getattr(neutron, "closed", False) and not getattr(other, "closed", False)
