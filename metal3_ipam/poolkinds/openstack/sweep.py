@@ -397,24 +397,24 @@ class Sweeper:
         finalizer, before its sweep took them off): no claim here is bound to it, and a mark of a cluster whose
         pool is gone would keep it from every other cluster's sweep for good."""
         owner, asks = self.pools.asks.owner, self.pools.asks
-        for fip_id, marked in list(self.marked.items()):
+        for fip_id, kept in list(self.marked.items()):
             if fip_id in handled:
                 continue
-            pool, key = marked.pool, marked.key
+            pool, key = kept.pool, kept.key
             if self.pools.inventory.claims_carrying(key) or self.pools.answers.state(key) is not None:
                 continue
             now = held.get(p.pool_tag(owner, pool.namespace, pool.name))
             if now is not None and now.uid == pool.uid:  # that very pool, held: its Secret may change meanwhile
-                self._keep(fip_id, dataclasses.replace(marked, client=asks.client_of(now) or marked.client))
+                self._keep(fip_id, dataclasses.replace(kept, client=asks.client_of(now) or kept.client))
                 continue
-            client = marked.client if marked.client is not None and asks.has_client(marked.client) else None
+            client = kept.client if kept.client is not None and asks.has_client(kept.client) else None
             try:
                 fip = await asks.run_lingering(pool, read, fip_id, client=client)
             except OpenStackError as exc:
                 log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not read: %s", fip_id, key,
                             pool.text, exc)
                 continue
-            if fip is None and client is None and marked.client is not None:
+            if fip is None and client is None and kept.client is not None:
                 log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not found with the credentials "
                             "its Secret holds now (another project's?); remembered still", fip_id, key, pool.text)
                 continue
