@@ -455,9 +455,10 @@ def _landing(api, actions) -> None:
             return
 
 
-def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_holds_what_a_global_pool_handed_out():
-    """The objects of a pass refused by a global pool's allocation may land after the claim's next pass named again
-    (two replicas, the first one slow): they are let go all the same, and the claim is served from its pool."""
+def _a_naming_a_global_pool_took():
+    """IPClaim z of IPPool n (fd00::1-2): its pass lands its naming of fd00::1 only; n is edited to fd00::2, and past
+    the naming's settle time a global pool's allocation hands fd00::1 to d (fencing z, its naming let go). Returns
+    the API and z's step, the rest of which is still on its way."""
     pool = _namespaced(kinds.IPPOOL, 128)
     pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::2"}]
     api = _converged(pool)
@@ -475,6 +476,13 @@ def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_hold
     for _ in range(3):
         api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    return api, first
+
+
+def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_holds_what_a_global_pool_handed_out():
+    """The objects of a pass refused by a global pool's allocation may land after the claim's next pass named again
+    (two replicas, the first one slow): they are let go all the same, and the claim is served from its pool."""
+    api, first = _a_naming_a_global_pool_took()
     plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
     (second,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/z")]
     api.do(second.actions[0])  # the next pass names fd00::2
@@ -501,23 +509,7 @@ def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_hold
     "not fenced, so the old one's objects (owned by its uid) are neither let go (Adoption.fenced_leftovers) nor "
     "released; the new z waits for good, told AddressConflict, while its pool has fd00::2 free (SPEC §10 inv. 2, 3)"))
 def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
-    pool = _namespaced(kinds.IPPOOL, 128)
-    pool["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::2"}]
-    api = _converged(pool)
-    api.inventory.lock_settle_seconds = 30
-    api.load(_claim("z", "n", kinds.IPPOOL))
-    plan = reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now))
-    (step,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/z")]
-    api.do(step.actions[0])  # its naming of fd00::1 lands; the rest of the pass is delayed
-    pool = copy.deepcopy(get(api, kinds.IPPOOL, "n", NS))
-    pool["spec"]["pools"] = [{"start": "fd00::2", "end": "fd00::2"}]
-    api._store(pool)
-    api.now = "2024-01-01T00:00:31Z"  # past the naming's settle time
-    api.load(gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
-    api.load(_claim("d", "g", GLOBAL_IPS))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL_IPS), api.now)))
-    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS) or {}).get("address") == "fd00::1"
+    api, step = _a_naming_a_global_pool_took()
     _landing(api, step.actions[1:])  # its lock and address land; its status write is refused
     old = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
     user_delete(api, kinds.CAPI_CLAIM, "z")  # no finalizer yet: gone at once
