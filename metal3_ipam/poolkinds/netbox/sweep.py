@@ -538,7 +538,9 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         return text
     taken = took(text)
     if there is not None and home(there) != ABSENT and taken is not None and not taken[1] \
-            and home(taken[0]) == ABSENT:  # taken unasked: a claim there may be bound to it
+            and (home(taken[0]) == ABSENT or taken[0] == there):
+        # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
+        # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
