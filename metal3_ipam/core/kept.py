@@ -145,14 +145,14 @@ def let_go_span(claim: Mapping[str, Any]) -> tuple[int, int] | None:
     the claim's own pool made there before that write is never bound (its status write was refused) and goes
     (``reconcile``'s ``fenced_leftovers``)."""
     annotations = o.annotations(claim)
-    span = _text_span(annotations.get(kinds.LET_GO_ANNOTATION))
+    span = text_span(annotations.get(kinds.LET_GO_ANNOTATION))
     if span is None or kinds.ALLOCATING_ANNOTATION not in annotations:
         return span
-    named = _text_span(annotations.get(kinds.ALLOCATING_ANNOTATION))
+    named = text_span(annotations.get(kinds.ALLOCATING_ANNOTATION))
     return span if named is not None and (named[1] < span[0] or span[1] < named[0]) else None
 
 
-def _text_span(text: object) -> tuple[int, int] | None:
+def text_span(text: object) -> tuple[int, int] | None:
     """The first and last address of an IP or sub-prefix written as text (``fd00::1``, ``fd00::/127``), or None."""
     if not isinstance(text, str):
         return None

@@ -11,7 +11,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip, let_go_span
+from ..kept import bound_ip, let_go_span, text_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -334,11 +334,12 @@ class Guards(PassState):
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
         if kinds.FENCED_ANNOTATION in o.annotations(claim):
             naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
-        if kinds.LET_GO_ANNOTATION in o.annotations(claim) and let_go_span({"metadata": {"annotations": {
-                **o.annotations(claim), kinds.ALLOCATING_ANNOTATION: text}}}) is None:
+        if kinds.LET_GO_ANNOTATION in o.annotations(claim):
             # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
             # pass's objects there may land after this naming (``fenced_leftovers``).
-            naming[kinds.LET_GO_ANNOTATION] = None
+            let_go, (first, last) = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION]), self.pool.span_of(unit)
+            if let_go is None or (let_go[0] <= last and first <= let_go[1]):
+                naming[kinds.LET_GO_ANNOTATION] = None
         actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
