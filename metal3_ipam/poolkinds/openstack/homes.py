@@ -54,7 +54,10 @@ home answers if its claim lives, else the sweep here releases it a sweep later
 (:func:`left_here`); a hold marked left keeps nothing. The sweep releases only
 a floating IP whose marks all name objects here, present and not paused, or
 claims of other clusters that left it (:func:`sweepable`); one with no mark at
-all (made by an earlier version) is judged as before.
+all (made by an earlier version) is judged as before. A claim here that went
+without a release (a move, or no finalizer) after another cluster's claim let
+the floating IP go on this cluster's answer is marked left the same way once
+its pool is gone (:func:`left_unreleased`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ cluster released once that cluster answered no hold for a whole sweep; this
 cluster's marks taken off any other), with that client: a Secret of that name
 made again may be another project's, and a read with other credentials that
 finds nothing leaves it remembered. That memory is this controller's only.
+One found there still homed and answered here, with no other cluster's mark
+(the claim there let it go on that answer, and the claim here went unreleased:
+moved, or deleted without its finalizer) is marked left as a release here
+marks it (``homes.left_unreleased``), and released once unanswered.
 
 The other way round, a floating IP deleted in Neutron behind the controller
 (by a user, or with its network) while a claim holds it: each sweep finds the

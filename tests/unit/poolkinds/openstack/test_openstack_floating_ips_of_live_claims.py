@@ -990,7 +990,10 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
     "a floating IP a claim here left to another cluster is remembered for the sweeps in memory only "
     "(Sweeper.marked): a controller restarted after the claim's release whose pool went before its first sweep "
     "holds no pool of that cloud and no record of the floating IP (and its Secret may be gone with the "
-    "namespace), so no sweep of any cluster looks at it again: leaked"))
+    "namespace), so no sweep of any cluster looks at it again: leaked. Neutron's marks are durable but reading "
+    "them needs credentials, and nothing left in the cluster names the cloud: closing it needs a record that "
+    "outlives the namespace (the cloud's credentials kept by the controller, or the pool held by its finalizer "
+    "until the floating IPs its claims left are judged)"))
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
     neutron, target = taken_over_by_the_target()
     released_by(target)
