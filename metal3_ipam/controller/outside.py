@@ -199,12 +199,12 @@ class OutsidePools:
             if (pool := o.pool_of(claim)) is not None:
                 self.wake(o.PoolKey(o.namespace(claim), pool.name, self.pool_kind), which)
 
-    def carried(self) -> Callable[[str], bool]:
-        """Whether a key is a claim's or a lock's, has an ask out or due, or its claim was seen leave for a
-        ``clusterctl move`` (its address is the copy's in the target)."""
+    def carried(self, moved: bool = True) -> Callable[[str], bool]:
+        """Whether a key is a claim's or a lock's, has an ask out or due, or (``moved``) its claim was seen leave
+        for a ``clusterctl move`` (its address is the copy's in the target)."""
         locks = {key for lock in self.inventory.of_kind(kinds.IPADDRESS) if (key := self.key_of(lock)) is not None}
         return lambda key: key in locks or bool(self.inventory.claims_carrying(key)) \
-            or self.answers.state(key) is not None or key in self.inventory.moved_away
+            or self.answers.state(key) is not None or (moved and key in self.inventory.moved_away)
 
     # -- surveys ------------------------------------------------------------------------
 

@@ -54,7 +54,10 @@ home answers if its claim lives, else the sweep here releases it a sweep later
 (:func:`left_here`); a hold marked left keeps nothing. The sweep releases only
 a floating IP whose marks all name objects here, present and not paused, or
 claims of other clusters that left it (:func:`sweepable`); one with no mark at
-all (made by an earlier version) is judged as before.
+all (made by an earlier version) is judged as before. A claim here that went
+without a release (a move, or no finalizer) after another cluster's claim let
+the floating IP go on this cluster's answer is marked left the same way once
+its pool is gone (:func:`left_unreleased`).
 """
 
 from __future__ import annotations
@@ -209,6 +212,27 @@ def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str], rel
         return True, Change(remove=mine)
     keep = (tag(owner, HELD, released), tag(owner, LEFT, released))
     return True, Change(add=tuple(t for t in keep if t not in tags), remove=tuple(t for t in mine if t not in keep))
+
+
+def left_unreleased(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> Change | None:
+    """The marks written on a floating IP whose claim here went without a release (deleted for a ``clusterctl
+    move``, or without its finalizer) once its pool is gone too, or None where this cluster's marks simply come
+    off. Where this cluster answered another cluster's hold (its own hold next to its home) and that hold is gone
+    since, with no mark of another cluster's claim left (no home, hold or ``from`` naming an object absent here,
+    nor a ``left`` of one): the claim there let the floating IP go trusting this cluster's answer, and the claim
+    that went from here (moved there, maybe) was the last. Its marks then become a hold marked ``left`` (the home
+    comes off), as a release here writes: a claim of another cluster bound to it homes the floating IP where it
+    is and answers; unanswered for a whole sweep, the sweep here releases it (:func:`left_here`)."""
+    tags = list(tags)
+    marks = marks_in(owner, tags)
+    held = sorted(h for h in marks.holds if home(h) != ABSENT)
+    if not held or marks.lefts or marks.live(home) or any(home(h) == ABSENT for h in marks.froms):
+        return None
+    mine = held[0]
+    keep = (tag(owner, HELD, mine), tag(owner, LEFT, mine))
+    ours = [tag(owner, mark, h) for mark, found in ((HOME, marks.homes), (FROM, marks.froms), (HELD, marks.holds))
+            for h in found if home(h) != ABSENT]
+    return Change(add=tuple(t for t in keep if t not in tags), remove=tuple(sorted(t for t in ours if t not in keep)))
 
 
 def answered(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> bool:

@@ -37,6 +37,10 @@ cluster released once that cluster answered no hold for a whole sweep; this
 cluster's marks taken off any other), with that client: a Secret of that name
 made again may be another project's, and a read with other credentials that
 finds nothing leaves it remembered. That memory is this controller's only.
+One found there still homed and answered here, with no other cluster's mark
+(the claim there let it go on that answer, and the claim here went unreleased:
+moved, or deleted without its finalizer) is marked left as a release here
+marks it (``homes.left_unreleased``), and released once unanswered.
 
 The other way round, a floating IP deleted in Neutron behind the controller
 (by a user, or with its network) while a claim holds it: each sweep finds the
@@ -363,9 +367,9 @@ class Sweeper:
         still not paused)."""
         owner = self.pools.asks.owner
 
-        def still(now: FloatingIP) -> bool:
+        def still(now: FloatingIP) -> bool:  # a claim here that left for a move: its copy answers if it lives
             home = self._home_state()
-            return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
+            return not self.pools.carried(moved=False)(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
             done = await self.pools.asks.run_lingering(pool, release_one, fip, still, client=client)
@@ -432,6 +436,22 @@ class Sweeper:
                     continue  # a move under way: nothing released, and the wait for an answer starts once unpaused
                 if (fip_id, gone) not in self._left or \
                         not await self._release_left(pool, key, fip, gone, released, client):
+                    left.add((fip_id, gone))
+                continue
+            handed = homes.left_unreleased(owner, fip.tags, home)
+            if handed is not None:  # the claim there let it go on this cluster's answer: held, marked left
+                if self._paused(pool):
+                    continue  # a move under way
+                try:
+                    await asks.run_lingering(pool, mark, fip, handed, client=client)
+                except OpenStackError as exc:
+                    log.warning("sweep: floating IP %s (key %s) of %s not marked left: %s", fip.address, key,
+                                pool.text, exc)
+                    continue
+                log.info("sweep: floating IP %s (key %s) of %s, whose claim here went unreleased after another "
+                         "cluster's claim let it go: marks %s added, %s taken off", fip.address, key, pool.text,
+                         list(handed.add), list(handed.remove))
+                if (gone := homes.left_here(owner, [*fip.tags, *handed.add], home)) is not None:
                     left.add((fip_id, gone))
                 continue
             try:  # another cluster answered for a claim of its own there, or none here left it: its marks go

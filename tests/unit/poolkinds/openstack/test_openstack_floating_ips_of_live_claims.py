@@ -990,7 +990,10 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
     "a floating IP a claim here left to another cluster is remembered for the sweeps in memory only "
     "(Sweeper.marked): a controller restarted after the claim's release whose pool went before its first sweep "
     "holds no pool of that cloud and no record of the floating IP (and its Secret may be gone with the "
-    "namespace), so no sweep of any cluster looks at it again: leaked"))
+    "namespace), so no sweep of any cluster looks at it again: leaked. Neutron's marks are durable but reading "
+    "them needs credentials, and nothing left in the cluster names the cloud: closing it needs a record that "
+    "outlives the namespace (the cloud's credentials kept by the controller, or the pool held by its finalizer "
+    "until the floating IPs its claims left are judged)"))
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
     neutron, target = taken_over_by_the_target()
     released_by(target)
@@ -1087,12 +1090,6 @@ def test_the_source_of_a_finished_move_takes_its_marks_off_a_floating_ip_once_it
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the source of a finished move that answered the hold of the target's copy keeps that answer on the floating "
-    "IP until its next sweep after its pool went (its claim left for the move: no release takes it off); the "
-    "target's claim deleted with its namespace before that sweep reads the answer as a live claim of the source's "
-    "and leaves the floating IP to it without a mark of its own, and the source's sweep then only takes its own "
-    "marks off: no cluster's sweep judges it again"))
 def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_finished_moves_source_swept():
     neutron, source, target = two_sides()
     source.sweep()  # homed at the source
@@ -1107,6 +1104,51 @@ def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_fi
         target.sweep()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
+
+
+
+def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_source_that_saw_its_claim_move_swept():
+    """As above, the source's claim deleted by ``clusterctl move`` itself (its delete-for-move annotation: the
+    source counts it moved away, and its copy in the target is the target's claim)."""
+    from metal3_ipam.core import kinds
+    neutron, source, target = two_sides()
+    source.sweep()  # homed at the source
+    target.sweep()  # held by the target's copy
+    source.sweep()  # answered: the source's claim lives
+    for obj in bound_objects():
+        obj["metadata"]["annotations"][kinds.DELETE_FOR_MOVE_ANNOTATION] = "true"
+        gone_from(source, obj)
+    assert LOST_KEY in source.inventory.moved_away
+    gone_from(source, pool_obj())
+    gone_from(source, cluster_obj("c1-uid"))
+    released_by(target)  # the target's namespace deleted right after the move
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    gone_from(target, cluster_obj("t1-uid"))
+    for _ in range(4):
+        source.sweep()
+        target.sweep()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+def test_the_source_of_a_move_whose_copy_in_a_third_cluster_answers_keeps_no_mark_and_releases_nothing():
+    """The source answered the hold of a copy in another cluster, whose claim was deleted; the move of the source's
+    namespace then went to a third cluster, whose claim is bound to the floating IP: the source's marks become a
+    hold marked left, the third cluster homes the floating IP and answers, and the source's marks come off."""
+    from metal3_ipam.poolkinds.openstack import homes
+    neutron, source, target = two_sides()
+    for side in (source, target, source):
+        side.sweep()  # homed at the source, held by the copy, answered
+    released_by(target)  # the copy deleted: its hold comes off, the source's answer stays
+    moved_away_from(source, "c1-uid")
+    source.sweep()  # the source's marks: a hold marked left
+    third = Side(neutron, cluster_obj("u1-uid"), pool_obj(uid="third-pool-uid"), *bound_objects())
+    third.pools.writer = Writer()
+    for side in (third, source, third, source, third, source):
+        side.sweep()
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
+        "released under the third cluster's live claim ns/m1"
+    assert homes.marks_in(OWNER, neutron.fips["fip-1"].tags) == homes.Marks(
+        homes=frozenset({homes.Home(homes.POOL, "third-pool-uid")})), neutron.fips["fip-1"].tags
 
 
 class CloudsAsks(NeutronAsks):
