@@ -291,6 +291,8 @@ class MemoryApi:
                     annotations.update(action.annotations)
                     for name in [k for k, v in action.annotations.items() if v is None]:
                         annotations.pop(name)
+                if action.finalizers is not None:
+                    meta["finalizers"] = list(action.finalizers)
                 if action.owner_references is not None:
                     meta["ownerReferences"] = [dict(r) for r in action.owner_references]
                     self._twin_owned(obj, meta["ownerReferences"])

@@ -670,6 +670,8 @@ class ApiWriter:
                 metadata["labels"] = action.labels
             if action.annotations:
                 metadata["annotations"] = action.annotations
+            if action.finalizers is not None:
+                metadata["finalizers"] = list(action.finalizers)
             if action.owner_references is not None and lease is not None:
                 # A Lease keeps the lock's owners in its annotation (they are of another namespace).
                 current = self.inventory.get(target.group_kind, target.namespace, target.name)

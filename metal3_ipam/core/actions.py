@@ -48,13 +48,15 @@ class SetFinalizers:
 
 @dataclass(frozen=True)
 class SetMetadata:
-    """Merge labels and annotations (an annotation given None is removed) and replace owner references."""
+    """Merge labels and annotations (an annotation given None is removed) and replace owner references, and the
+    finalizer list when given."""
 
     target: Ref
     labels: dict[str, str] | None = None
     owner_references: tuple[dict, ...] | None = None
     resource_version: str | None = None
     annotations: dict[str, str | None] | None = None
+    finalizers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

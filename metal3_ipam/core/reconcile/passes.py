@@ -22,7 +22,7 @@ from .binding import Binding
 from .conditions import ClaimStatus
 from .guards import Guards
 from .outside import OutsideKeys
-from .pieces import _held, _instant, _live, _moving, _passed, _with_finalizer, _without_finalizer
+from .pieces import _add_finalizer, _held, _instant, _live, _moving, _passed, _without_finalizer
 from .pool_status import PoolStatus
 from .release import Release
 from .snapshot import Snapshot
@@ -277,6 +277,6 @@ class _Reconciler(Release, Adoption, Binding, Allocation, Guards, OutsideKeys, P
             key in self.ledger.bound or bool(mine) or bool(self.ledger.mirrors_of(key))
             or self.outside_key(claim) is not None)
         if holds and finalizer not in o.finalizers(claim) and key not in self.keyed:
-            step.add(_with_finalizer(claim, finalizer))
+            _add_finalizer(step, claim, finalizer)
         elif not holds and finalizer in o.finalizers(claim):
             step.add(_without_finalizer(claim, finalizer))

@@ -3,12 +3,13 @@ address objects and times, and messages as claims and pools are told them."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Mapping
 
 from .. import kinds
 from .. import objects as o
-from ..actions import Delete, SetFinalizers, Step
+from ..actions import Delete, SetFinalizers, SetMetadata, Step
 from ..addresses import ip_from_int
 from ..naming import ip_text
 
@@ -21,6 +22,18 @@ MAX_REFERENCE_TEXT = 400
 
 def _with_finalizer(obj: dict, finalizer: str) -> SetFinalizers:
     return SetFinalizers(o.ref(obj), tuple(o.finalizers(obj) + [finalizer]), o.meta(obj).get("resourceVersion"))
+
+
+def _add_finalizer(step: Step, obj: dict, finalizer: str) -> None:
+    """Add ``finalizer`` to ``obj`` in ``step``: in the step's write of its metadata as read (an allocation's naming,
+    made first), one write less; else in a write of its own, last."""
+    version = o.meta(obj).get("resourceVersion")
+    for at, action in enumerate(step.actions):
+        if isinstance(action, SetMetadata) and action.target == o.ref(obj) and action.finalizers is None \
+                and action.resource_version == version:
+            step.actions[at] = dataclasses.replace(action, finalizers=tuple(o.finalizers(obj) + [finalizer]))
+            return
+    step.add(_with_finalizer(obj, finalizer))
 
 
 def _delete(obj: dict, unless_exists: o.Ref | None = None, guard_pool: o.PoolKey | None = None) -> Delete:
