@@ -41,7 +41,7 @@ refused that IP, and the keeper takes it back all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import kinds
@@ -152,6 +152,13 @@ def let_go_span(claim: Mapping[str, Any]) -> tuple[int, int] | None:
     return span if named is not None and (named[1] < span[0] or span[1] < named[0]) else None
 
 
+def let_go_from(claim: Mapping[str, Any]) -> frozenset[str]:
+    """The uids of the claims whose span let go meets what ``claim``'s allocation named, as that allocation wrote
+    them (``kinds.LET_GO_FROM_ANNOTATION``): incarnations that lived in this cluster and were fenced there."""
+    text = o.annotations(claim).get(kinds.LET_GO_FROM_ANNOTATION)
+    return frozenset(uid for uid in text.split(",") if uid) if isinstance(text, str) else frozenset()
+
+
 def text_span(text: object) -> tuple[int, int] | None:
     """The first and last address of an IP or sub-prefix written as text (``fd00::1``, ``fd00::/127``), or None."""
     if not isinstance(text, str):
@@ -175,6 +182,26 @@ def left_by_a_refused_pass(address: Mapping[str, Any], claim: Mapping[str, Any] 
     span = let_go_span(claim) if claim is not None else None
     ip = o.address_ip(address)
     return span is not None and ip is not None and span[0] <= int(ip) <= span[1] and not names(claim, address)
+
+
+def left_by_an_earlier_incarnation(address: Mapping[str, Any], owner: str | None, claim: Mapping[str, Any] | None,
+                                   takers: Iterable[Mapping[str, Any] | None]) -> bool:
+    """Whether ``address``, made for the incarnation ``owner`` (the uid its owner reference names) of a claim's name
+    of which ``claim`` is the live one (or None), is what a refused pass of that incarnation left in this cluster:
+    another incarnation, and one of ``takers`` (the live claims holding its IP) names a span holding it, handed
+    to it by an allocation that let that incarnation's naming go (``let_go_from``). That incarnation was deleted
+    before it carried a finalizer (nothing released its objects); they hold nothing for anyone. An object of
+    another uid that a move or a restore brought is of an incarnation no allocation here let go: never one."""
+    ip = o.address_ip(address)
+    if owner is None or ip is None or (claim is not None and o.meta(claim).get("uid") == owner):
+        return False
+    for taker in takers:
+        if taker is None or o.meta(taker).get("uid") in (None, owner) or owner not in let_go_from(taker):
+            continue
+        named = text_span(o.annotations(taker).get(kinds.ALLOCATING_ANNOTATION))
+        if named is not None and named[0] <= int(ip) <= named[1]:
+            return True
+    return False
 
 
 def names(claim: Mapping[str, Any], address: Mapping[str, Any]) -> bool:
