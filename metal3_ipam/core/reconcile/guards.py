@@ -4,6 +4,7 @@ one writes in the claim's namespace, and what holds an IP that this pool's own a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,7 +316,7 @@ class Guards(PassState):
         second would be refused)."""
         return o.namespace(claim) in self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
 
-    def order_actions(self, claim: dict, unit: int, stalled: list[tuple[dict, dict]] = ()) -> list:
+    def order_actions(self, claim: dict, unit: int, stalled: Sequence[tuple[dict, dict]] = ()) -> list:
         """What orders this allocation with a pass of the other side made before it could see this one, written
         first, each on condition that its claim is unchanged since this pass read it. A global pool's, and a
         namespaced pool's keeping its IPs apart, names on its claim the IP or sub-prefix it hands out (a pass of the
@@ -335,13 +336,13 @@ class Guards(PassState):
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
         if kinds.FENCED_ANNOTATION in o.annotations(claim):
             naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
+        first, last = self.pool.span_of(unit)
         if kinds.LET_GO_ANNOTATION in o.annotations(claim):
             # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
             # pass's objects there may land after this naming (``fenced_leftovers``).
-            let_go, (first, last) = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION]), self.pool.span_of(unit)
+            let_go = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION])
             if let_go is None or (let_go[0] <= last and first <= let_go[1]):
                 naming[kinds.LET_GO_ANNOTATION] = None
-        first, last = self.pool.span_of(unit)
         fences = [(other, self.fence(other, first, last)) for other in self.in_flight(o.namespace(claim))] \
             if self.fences() else []
         let_go_from = _let_go_from([*fences, *stalled], first, last)
@@ -589,7 +590,7 @@ def _allocating(claim: dict, version: int) -> Span | None:
     return _span(int(ip), int(length) if length else None, FAMILY_BITS[version])
 
 
-def _let_go_from(fenced: list[tuple[dict, dict]], first: int, last: int) -> str | None:
+def _let_go_from(fenced: Sequence[tuple[dict, dict]], first: int, last: int) -> str | None:
     """The uids of the claims ``fenced`` (each with what its fence writes) whose span let go, once written, meets
     ``first``..``last``, comma-separated (up to ``GUARDS_PER_ALLOCATION``), or None: the claims of the other side
     whose refused pass may have left objects in the span an allocation hands out (``kinds.LET_GO_FROM_ANNOTATION``)."""
