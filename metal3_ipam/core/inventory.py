@@ -1005,8 +1005,8 @@ class Inventory:
                     continue
                 (kind, claim_namespace, claim_name), holder = claim, self.get(*claim)
                 if left_by_a_refused_pass(address, holder) or left_by_an_earlier_incarnation(
-                        address, o.claim_uid_of(address, (kind[1], claim_name)), holder,
-                        (self.get(*named) for named in map(o.claim_named_by, (a for _, a in at)) if named)):
+                        address, holder, (self.get(*named) for named in map(o.claim_named_by, (a for _, a in at))
+                                          if named)):
                     continue  # never bound, and going
                 found.setdefault(f"{kind[1]} {claim_namespace}/{claim_name}", (filed, address))
         return [(filed, who, address) for who, (filed, address) in sorted(found.items())]

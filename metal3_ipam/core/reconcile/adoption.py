@@ -192,18 +192,17 @@ class Adoption(PassState):
         return True
 
     def left_by_an_earlier_incarnation(self, claim: dict, address: dict) -> bool:
-        """Whether ``address``, made for an earlier incarnation of the claim's name (its owner reference names
-        another uid), is what a refused pass of that incarnation left (``kept.left_by_an_earlier_incarnation``),
-        asked of the claims whose address or guard holds its IP in the claim's namespace."""
-        owner, ip = o.claim_uid_of(address, o.claim_key(claim)), _ip_of(address)
-        if owner is None or owner == o.meta(claim).get("uid") or ip is None or self.pool is None:
+        """Whether ``address``, not made for this incarnation of the claim, is what a refused pass of an earlier one
+        left (``kept.left_by_an_earlier_incarnation``), asked of the claims whose address or guard holds its IP in
+        the claim's namespace."""
+        ip, uid = _ip_of(address), o.meta(claim).get("uid")
+        if ip is None or self.pool is None or o.claim_uid_of(address, o.claim_key(claim)) == uid:
             return False
         namespace = o.namespace(claim)
         takers = [self.snap.claim_named(*named) for named in map(o.claim_named_by, self.snap.addresses_at(
             namespace, ip.version, int(ip))) if named is not None]
         guard = self.guard_at(namespace, Span(int(ip))) if ip.version == self.pool.version else None
-        return left_by_an_earlier_incarnation(address, owner, claim,
-                                              takers + ([self.holder(guard)] if guard is not None else []))
+        return left_by_an_earlier_incarnation(address, claim, takers + ([self.holder(guard)] if guard else []))
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
         """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not

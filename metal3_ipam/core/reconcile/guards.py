@@ -12,7 +12,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip, let_go_span, text_span
+from ..kept import bound_ip, let_go_entry, let_go_span, text_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -591,16 +591,16 @@ def _allocating(claim: dict, version: int) -> Span | None:
 
 
 def _let_go_from(fenced: Sequence[tuple[dict, dict]], first: int, last: int) -> str | None:
-    """The uids of the claims ``fenced`` (each with what its fence writes) whose span let go, once written, meets
-    ``first``..``last``, comma-separated (up to ``GUARDS_PER_ALLOCATION``), or None: the claims of the other side
-    whose refused pass may have left objects in the span an allocation hands out (``kinds.LET_GO_FROM_ANNOTATION``)."""
-    uids = set()
+    """The claims ``fenced`` (each with what its fence writes) whose span let go, once written, meets
+    ``first``..``last`` (``kept.let_go_entry``), comma-separated (up to ``GUARDS_PER_ALLOCATION``), or None: the
+    claims of the other side whose refused pass may have left objects in the span an allocation hands out
+    (``kinds.LET_GO_FROM_ANNOTATION``)."""
+    entries = set()
     for other, fence in fenced:
         span = text_span(fence.get(kinds.LET_GO_ANNOTATION) or o.annotations(other).get(kinds.LET_GO_ANNOTATION))
-        uid = o.meta(other).get("uid")
-        if uid and span is not None and span[0] <= last and first <= span[1]:
-            uids.add(str(uid))
-    return ",".join(sorted(uids)[:GUARDS_PER_ALLOCATION]) or None
+        if o.meta(other).get("uid") and span is not None and span[0] <= last and first <= span[1]:
+            entries.add(let_go_entry(other))
+    return ",".join(sorted(entries)[:GUARDS_PER_ALLOCATION]) or None
 
 
 def _naming_time(claim: dict) -> str | None:

@@ -537,6 +537,28 @@ def test_a_claim_recreated_before_its_refused_pass_landed_is_served_from_its_poo
     assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
+def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_references_off_its_objects_is_served():
+    """As above, the new z created in the same second the old one's lock and address landed; the garbage collector
+    then takes the reference to the old z off them (their pool, another owner, lives): owned by no claim now, they
+    name z at the IP d holds, and d's allocation let an incarnation of z other than the live one go: they go."""
+    api, step = _a_naming_a_global_pool_took()
+    _landing(api, step.actions[1:])
+    user_delete(api, kinds.CAPI_CLAIM, "z")
+    for kind, name in ((kinds.IPADDRESS, "n-fd00--1"), (kinds.CAPI_ADDRESS, "z")):
+        obj = copy.deepcopy(get(api, kind, name, NS))
+        obj["metadata"]["ownerReferences"] = [r for r in obj["metadata"]["ownerReferences"]
+                                              if r["kind"] != kinds.CAPI_CLAIM[1]]
+        assert obj["metadata"]["ownerReferences"], name  # its pool's
+        api._store(obj)
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
 SOURCE_UID = "uid-of-z-in-the-source-cluster"
 
 
@@ -567,7 +589,7 @@ def test_a_claim_moved_in_with_objects_of_another_uid_keeps_them_where_a_global_
     (d's) it is told AddressConflict and its objects are left as written, never deleted; no IP is bound twice."""
     api, step = _a_naming_a_global_pool_took()
     let_go = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
-    assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.LET_GO_FROM_ANNOTATION] == let_go
+    assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.LET_GO_FROM_ANNOTATION] == f"IPAddressClaim/z={let_go}"
     user_delete(api, kinds.CAPI_CLAIM, "z")
     api.load(_claim("z", "n", kinds.IPPOOL))  # clusterctl creates the claim first (its status is not moved)
     moved = _moved_in(step, SOURCE_UID, ip)
