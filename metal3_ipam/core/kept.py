@@ -205,12 +205,10 @@ def left_by_an_earlier_incarnation(address: Mapping[str, Any], claim: Mapping[st
     carried a finalizer (nothing released its objects); they hold nothing for anyone. An object of another uid
     that a move or a restore brought is of an incarnation no allocation here let go: never one."""
     ip, named = o.address_ip(address), o.claim_named_by(address)
-    if ip is None or named is None:
+    if ip is None or named is None or not of_another_incarnation(address, claim):
         return False
     kind, name = named[0][1], named[2]
     owner, live = o.claim_uid_of(address, (kind, name)), o.meta(claim).get("uid") if claim is not None else None
-    if (owner is not None and owner == live) or (owner is None and not _claim_reference_collected(address)):
-        return False
     for taker in takers:
         if taker is None:
             continue
@@ -219,6 +217,18 @@ def left_by_an_earlier_incarnation(address: Mapping[str, Any], claim: Mapping[st
         if (owner in uids if owner is not None else uids) and span is not None and span[0] <= int(ip) <= span[1]:
             return True
     return False
+
+
+def of_another_incarnation(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
+    """Whether ``address`` is owned by an incarnation of its claim's name other than ``claim`` (the live one, or
+    None), or by none once it had one (``_claim_reference_collected``)."""
+    named = o.claim_named_by(address)
+    if named is None:
+        return False
+    owner = o.claim_uid_of(address, (named[0][1], named[2]))
+    if owner is None:
+        return _claim_reference_collected(address)
+    return claim is None or o.meta(claim).get("uid") != owner
 
 
 def _claim_reference_collected(address: Mapping[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata, Step
 from ..allocator import ALLOCATION_FAILED
-from ..kept import binds_none, left_by_an_earlier_incarnation, let_go_span, named_ip, status_ref
+from ..kept import binds_none, left_by_an_earlier_incarnation, let_go_span, named_ip, of_another_incarnation, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
 from ..naming import ip_text
 from ..overlap import withheld_spans
@@ -195,8 +195,8 @@ class Adoption(PassState):
         """Whether ``address``, not made for this incarnation of the claim, is what a refused pass of an earlier one
         left (``kept.left_by_an_earlier_incarnation``), asked of the claims whose address or guard holds its IP in
         the claim's namespace."""
-        ip, uid = _ip_of(address), o.meta(claim).get("uid")
-        if ip is None or self.pool is None or o.claim_uid_of(address, o.claim_key(claim)) == uid:
+        ip = _ip_of(address)
+        if ip is None or self.pool is None or not of_another_incarnation(address, claim):
             return False
         namespace = o.namespace(claim)
         takers = [self.snap.claim_named(*named) for named in map(o.claim_named_by, self.snap.addresses_at(
