@@ -28,7 +28,7 @@ from . import objects as o
 from . import poolkind
 from .addresses import FAMILY_BITS
 from .intervals import IntervalSet, normalise
-from .kept import binds_none, bound_ip, left_by_a_refused_pass, own_ip, precedence
+from .kept import binds_none, bound_ip, left_by_a_refused_pass, left_by_an_earlier_incarnation, own_ip, precedence
 from .overlap import PoolFacts, Withheld, merged, separate_network, withheld_by_pool
 from .pool import Pool
 from .problems import Problem
@@ -994,20 +994,21 @@ class Inventory:
         spaces = [namespace] + ([self.lock_namespace] if not pool_key.namespace else [])
         found: dict[str, tuple[o.PoolKey, dict]] = {}
         for space in dict.fromkeys(spaces):
-            for filed, address in self.addresses_at(space, version, ip):
+            at = self.addresses_at(space, version, ip)
+            for filed, address in at:
                 if filed in apart or not keeps_apart(filed.kind) or o.is_deleting(address) \
                         or (filed.namespace and (filed.namespace != namespace or pool_key.namespace)):
                     continue
                 capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
-                claim = (o.claim_of_capi_address if capi else o.claim_of_address)(address)
+                claim = o.claim_named_by(address)
                 if claim is None or (capi and self._binds_none(self.key(address))):
                     continue
-                claim_namespace = claim[2] if len(claim) > 2 else o.namespace(address)
-                holder = self.get(kinds.CAPI_CLAIM if claim[0] == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM,
-                                  claim_namespace, claim[1])
-                if left_by_a_refused_pass(address, holder):
+                (kind, claim_namespace, claim_name), holder = claim, self.get(*claim)
+                if left_by_a_refused_pass(address, holder) or left_by_an_earlier_incarnation(
+                        address, holder, (self.get(*named) for named in map(o.claim_named_by, (a for _, a in at))
+                                          if named)):
                     continue  # never bound, and going
-                found.setdefault(f"{claim[0]} {claim_namespace}/{claim[1]}", (filed, address))
+                found.setdefault(f"{kind[1]} {claim_namespace}/{claim_name}", (filed, address))
         return [(filed, who, address) for who, (filed, address) in sorted(found.items())]
 
     def _binds_none(self, key: ObjKey) -> bool:

@@ -41,7 +41,7 @@ refused that IP, and the keeper takes it back all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import kinds
@@ -152,6 +152,24 @@ def let_go_span(claim: Mapping[str, Any]) -> tuple[int, int] | None:
     return span if named is not None and (named[1] < span[0] or span[1] < named[0]) else None
 
 
+def let_go_from(claim: Mapping[str, Any]) -> frozenset[tuple[str, str, str]]:
+    """The claims (kind, name and uid) whose span let go meets what ``claim``'s allocation named, as that allocation
+    wrote them (``kinds.LET_GO_FROM_ANNOTATION``): incarnations that lived in this cluster and were fenced there."""
+    text = o.annotations(claim).get(kinds.LET_GO_FROM_ANNOTATION)
+    found = set()
+    for entry in text.split(",") if isinstance(text, str) else ():
+        kind_name, _, uid = entry.partition("=")
+        kind, _, name = kind_name.partition("/")
+        if kind and name and uid:
+            found.add((kind, name, uid))
+    return frozenset(found)
+
+
+def let_go_entry(claim: Mapping[str, Any]) -> str:
+    """How ``let_go_from`` lists a claim: ``<kind>/<name>=<uid>``."""
+    return f"{claim.get('kind')}/{o.name(claim)}={o.meta(claim).get('uid')}"
+
+
 def text_span(text: object) -> tuple[int, int] | None:
     """The first and last address of an IP or sub-prefix written as text (``fd00::1``, ``fd00::/127``), or None."""
     if not isinstance(text, str):
@@ -175,6 +193,54 @@ def left_by_a_refused_pass(address: Mapping[str, Any], claim: Mapping[str, Any] 
     span = let_go_span(claim) if claim is not None else None
     ip = o.address_ip(address)
     return span is not None and ip is not None and span[0] <= int(ip) <= span[1] and not names(claim, address)
+
+
+def left_by_an_earlier_incarnation(address: Mapping[str, Any], claim: Mapping[str, Any] | None,
+                                   takers: Iterable[Mapping[str, Any] | None]) -> bool:
+    """Whether ``address`` is what a refused pass of an earlier incarnation of its claim's name left in this cluster
+    (``claim`` is the live one, or None): one of ``takers`` (the live claims holding its IP) names a span holding it,
+    handed to it by an allocation that let that incarnation's naming go (``let_go_from``), and ``address`` is owned
+    by that incarnation, or by none (``_claim_reference_collected``: the garbage collector took the reference off
+    once it was gone, while another incarnation of the name was let go). That incarnation was deleted before it
+    carried a finalizer (nothing released its objects); they hold nothing for anyone. An object of another uid
+    that a move or a restore brought is of an incarnation no allocation here let go: never one."""
+    ip, named = o.address_ip(address), o.claim_named_by(address)
+    if ip is None or named is None or not of_another_incarnation(address, claim):
+        return False
+    kind, name = named[0][1], named[2]
+    owner, live = o.claim_uid_of(address, (kind, name)), o.meta(claim).get("uid") if claim is not None else None
+    for taker in takers:
+        if taker is None:
+            continue
+        uids = {uid for k, n, uid in let_go_from(taker) if (k, n) == (kind, name)} - {live, o.meta(taker).get("uid")}
+        span = text_span(o.annotations(taker).get(kinds.ALLOCATING_ANNOTATION))
+        if (owner in uids if owner is not None else uids) and span is not None and span[0] <= int(ip) <= span[1]:
+            return True
+    return False
+
+
+def of_another_incarnation(address: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
+    """Whether ``address`` is owned by an incarnation of its claim's name other than ``claim`` (the live one, or
+    None), or by none once it had one (``_claim_reference_collected``)."""
+    named = o.claim_named_by(address)
+    if named is None:
+        return False
+    owner = o.claim_uid_of(address, (named[0][1], named[2]))
+    if owner is None:
+        return _claim_reference_collected(address)
+    return claim is None or o.meta(claim).get("uid") != owner
+
+
+def _claim_reference_collected(address: Mapping[str, Any]) -> bool:
+    """Whether ``address`` lacks the owner reference to its claim that this controller writes (a Cluster API
+    IPAddress's, a namespaced pool's lock's) and keeps the one to its pool: the garbage collector takes off the
+    reference to an owner gone while another owner lives."""
+    pool, refs = o.pool_of(address), o.owner_references(address)
+    pool_kind = poolkind.REGISTRY.get(pool.kind) if pool is not None else None
+    if pool_kind is None or (kinds.kind_of(address) != kinds.CAPI_ADDRESS and pool_kind.cluster_scoped):
+        return False
+    return any(r.get("kind") == pool.kind[1] and r.get("name") == pool.name for r in refs) \
+        and not any(r.get("kind") in (kinds.CAPI_CLAIM[1], kinds.IPCLAIM[1]) for r in refs)
 
 
 def names(claim: Mapping[str, Any], address: Mapping[str, Any]) -> bool:

@@ -58,6 +58,11 @@ ALLOCATING_SINCE_ANNOTATION = "ipam.metal3.io/allocating-since"
 # span. What a pass of the claim's pool made there before the fence is never taken up (its status write was
 # refused); anything else of the claim's (moved or restored with it) is, as ever. A naming made later removes it.
 LET_GO_ANNOTATION = "ipam.metal3.io/allocating-let-go"
+# Beside the naming of the allocation that wrote those, the claims whose span let go meets what it hands out
+# (``<kind>/<name>=<uid>``, comma-separated): what their refused passes made there outlives them when they are
+# deleted, and is no address of a later claim of their name (a claim moved or restored with objects of another uid
+# has none here).
+LET_GO_FROM_ANNOTATION = "ipam.metal3.io/allocating-let-go-from"
 # On a Metal3 IPAddress that guards an IP in its namespace (``naming.guard_name``), the IP: it names a claim and
 # its pool as a lock does, and is filed with no pool (it is no address of the claim's).
 GUARD_LABEL = "ipam.metal3.io/guards-ip"

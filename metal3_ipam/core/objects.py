@@ -332,6 +332,16 @@ def claim_of_capi_address(address: Mapping[str, Any]) -> ClaimKey | None:
     return _one_key((kinds.CAPI_CLAIM[1], str(claim["name"])))
 
 
+def claim_named_by(address: Mapping[str, Any]) -> tuple[tuple[str, str], str, str] | None:
+    """The kind, namespace and name of the claim an address object (of either API) names, or None."""
+    capi = kinds.kind_of(address) == kinds.CAPI_ADDRESS
+    claim = (claim_of_capi_address if capi else claim_of_address)(address)
+    if claim is None:
+        return None
+    kind = kinds.CAPI_CLAIM if claim[0] == kinds.CAPI_CLAIM[1] else kinds.IPCLAIM
+    return kind, claim[2] if len(claim) > 2 else namespace(address), claim[1]
+
+
 def address_ip(address: Mapping[str, Any]):
     """The IP an address object (of either API) holds, as netaddr, or None.
 

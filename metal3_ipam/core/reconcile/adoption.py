@@ -10,14 +10,14 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata, Step
 from ..allocator import ALLOCATION_FAILED
-from ..kept import binds_none, let_go_span, named_ip, status_ref
+from ..kept import binds_none, left_by_an_earlier_incarnation, let_go_span, named_ip, of_another_incarnation, status_ref
 from ..ledger import CAPI, METAL3, PLANNED, AddressKey
 from ..naming import ip_text
 from ..overlap import withheld_spans
 from .. import poolkind
 from ..validation import written_before_its_claim
 from .conditions import ADDRESS_CONFLICT
-from .guards import GUARDS_PER_ALLOCATION
+from .guards import GUARDS_PER_ALLOCATION, Span
 from .pieces import _address_text, _bounded, _held, _held_text, _ip_of, _let_go, _live
 from .state import PassState
 
@@ -160,24 +160,26 @@ class Adoption(PassState):
         which a naming made after it removes; ``Guards.fence``); the claim names nothing since. Every pass that
         named there was made before that write, and its status write was refused. Its locks and the Cluster API
         IPAddresses made for it inside that span then go, with their guards, and are not taken up: what they
-        hold is the other claim's. The claim is served anew once they are gone (it names again). Objects of the
-        claim elsewhere (moved or restored with it) are taken up as ever; one its status names binds it."""
+        hold is the other claim's. So do those such a pass made for an earlier incarnation of the claim's name
+        (``left_by_an_earlier_incarnation``). The claim is served anew once they are gone (it names again).
+        Objects of the claim elsewhere (moved or restored with it) are taken up as ever; one its status names
+        binds it."""
         key, uid, span = o.claim_key(claim), o.meta(claim).get("uid"), let_go_span(claim)
-        if span is None or uid is None or self.kind.outside is not None \
-                or (self.pool_obj is not None and not self.names_allocation()):
-            return False  # a pool gone is read as naming: its passes, made before, may have named
-        if any(self.named_by_status(claim, a) for a in live + list(self.ledger.mirrors_of(key))):
+        if uid is None or self.kind.outside is not None:
             return False
+        if span is not None and self.pool_obj is not None and not self.names_allocation():
+            span = None  # a pool gone is read as naming: its passes, made before, may have named
 
         def inside(address: dict) -> bool:
             ip = o.address_ip(address)
-            return ip is not None and span[0] <= int(ip) <= span[1]
+            return span is not None and ip is not None and span[0] <= int(ip) <= span[1]
 
         finalizer = self.finalizers.address[kinds.CAPI_ADDRESS]
         mirrors = [m for m in _held(self.ledger.mirrors_of(key), finalizer)
-                   if o.claim_uid_of(m, key) == uid and inside(m)]
-        locks = [lock for lock in live if inside(lock)]
-        if not (locks or mirrors):
+                   if (o.claim_uid_of(m, key) == uid and inside(m)) or self.left_by_an_earlier_incarnation(claim, m)]
+        locks = [lock for lock in live if inside(lock) or self.left_by_an_earlier_incarnation(claim, lock)]
+        if not (locks or mirrors) \
+                or any(self.named_by_status(claim, a) for a in live + list(self.ledger.mirrors_of(key))):
             return False
         for mirror in mirrors:
             _let_go(step, mirror, finalizer)
@@ -188,6 +190,19 @@ class Adoption(PassState):
         self.plan.notes.append(f"{o.name(claim)}: its address objects were made by a pass refused by an allocation "
                                "of another pool that took what it named; they go, not taken up")
         return True
+
+    def left_by_an_earlier_incarnation(self, claim: dict, address: dict) -> bool:
+        """Whether ``address``, not made for this incarnation of the claim, is what a refused pass of an earlier one
+        left (``kept.left_by_an_earlier_incarnation``), asked of the claims whose address or guard holds its IP in
+        the claim's namespace."""
+        ip = _ip_of(address)
+        if ip is None or self.pool is None or not of_another_incarnation(address, claim):
+            return False
+        namespace = o.namespace(claim)
+        takers = [self.snap.claim_named(*named) for named in map(o.claim_named_by, self.snap.addresses_at(
+            namespace, ip.version, int(ip))) if named is not None]
+        guard = self.guard_at(namespace, Span(int(ip))) if ip.version == self.pool.version else None
+        return left_by_an_earlier_incarnation(address, claim, takers + ([self.holder(guard)] if guard else []))
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
         """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not

@@ -4,6 +4,7 @@ one writes in the claim's namespace, and what holds an IP that this pool's own a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip, let_go_span, text_span
+from ..kept import bound_ip, let_go_entry, let_go_span, text_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -315,7 +316,7 @@ class Guards(PassState):
         second would be refused)."""
         return o.namespace(claim) in self.fenced and self.fences() and bool(self.in_flight(o.namespace(claim)))
 
-    def order_actions(self, claim: dict, unit: int) -> list:
+    def order_actions(self, claim: dict, unit: int, stalled: Sequence[tuple[dict, dict]] = ()) -> list:
         """What orders this allocation with a pass of the other side made before it could see this one, written
         first, each on condition that its claim is unchanged since this pass read it. A global pool's, and a
         namespaced pool's keeping its IPs apart, names on its claim the IP or sub-prefix it hands out (a pass of the
@@ -325,7 +326,8 @@ class Guards(PassState):
         pass, which guards what it names or keeps off it, or this write is refused). Two passes that never saw
         each other thus meet on the claim of the one made first, whose versions the API server orders: of a pass
         made before the other side's pool existed, and that pool's pass made after the first one's pool was
-        edited off the IP or deleted, one is refused."""
+        edited off the IP or deleted, one is refused. The naming lists the claims whose span let go (by these
+        writes, the fences of ``stalled`` claims, or before) meets this one (``let_go_from``)."""
         if not self.names_allocation():
             return []
         ip = ip_text(self.pool.address_of(unit))
@@ -334,21 +336,25 @@ class Guards(PassState):
                                          kinds.ALLOCATING_SINCE_ANNOTATION: self.snap.now}
         if kinds.FENCED_ANNOTATION in o.annotations(claim):
             naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
+        first, last = self.pool.span_of(unit)
         if kinds.LET_GO_ANNOTATION in o.annotations(claim):
             # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
             # pass's objects there may land after this naming (``fenced_leftovers``).
-            let_go, (first, last) = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION]), self.pool.span_of(unit)
+            let_go = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION])
             if let_go is None or (let_go[0] <= last and first <= let_go[1]):
                 naming[kinds.LET_GO_ANNOTATION] = None
+        fences = [(other, self.fence(other, first, last)) for other in self.in_flight(o.namespace(claim))] \
+            if self.fences() else []
+        let_go_from = _let_go_from([*fences, *stalled], first, last)
+        if let_go_from is not None or kinds.LET_GO_FROM_ANNOTATION in o.annotations(claim):
+            naming[kinds.LET_GO_FROM_ANNOTATION] = let_go_from
         actions: list = [SetMetadata(o.ref(claim), annotations=naming,
                                      resource_version=o.meta(claim).get("resourceVersion"))]
         if not self.fences():
             return actions
         self.fenced.add(o.namespace(claim))
-        first, last = self.pool.span_of(unit)
-        return actions + [SetMetadata(o.ref(other), annotations=self.fence(other, first, last), resource_version=read)
-                          for other in self.in_flight(o.namespace(claim))
-                          for read in [o.meta(other).get("resourceVersion")]]
+        return actions + [SetMetadata(o.ref(other), annotations=fence,
+                                      resource_version=o.meta(other).get("resourceVersion")) for other, fence in fences]
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""
@@ -457,14 +463,14 @@ class Guards(PassState):
             if holder is not None:
                 stalled[o.claim_key(holder)] = holder
         self.letting_go = set(stalled)
-        actions: list = self.order_actions(claim, unit)
         written = {o.claim_key(other) for other in self.in_flight(o.namespace(claim))} if self.fences() else set()
         first, last = self.pool.span_of(unit)
+        fences = [(holder, self.fence(holder, first, last)) for key, holder in stalled.items() if key not in written]
+        actions: list = self.order_actions(claim, unit, fences)
         # The claim of a guard let go by time is written first (a fence, its naming let go): the rest of its pass,
         # landing however late, is refused at its status write and its objects in that span are not taken up.
-        actions += [SetMetadata(o.ref(holder), annotations=self.fence(holder, first, last),
-                                resource_version=o.meta(holder).get("resourceVersion"))
-                    for key, holder in stalled.items() if key not in written]
+        actions += [SetMetadata(o.ref(holder), annotations=fence,
+                                resource_version=o.meta(holder).get("resourceVersion")) for holder, fence in fences]
         self.letting_go = set()
         let_go = let_go_span(claim)
         width = FAMILY_BITS[self.pool.version]
@@ -582,6 +588,19 @@ def _allocating(claim: dict, version: int) -> Span | None:
     if ip.version != version or (length and not (length.isdigit() and int(length) <= FAMILY_BITS[version])):
         return None
     return _span(int(ip), int(length) if length else None, FAMILY_BITS[version])
+
+
+def _let_go_from(fenced: Sequence[tuple[dict, dict]], first: int, last: int) -> str | None:
+    """The claims ``fenced`` (each with what its fence writes) whose span let go, once written, meets
+    ``first``..``last`` (``kept.let_go_entry``), comma-separated (up to ``GUARDS_PER_ALLOCATION``), or None: the
+    claims of the other side whose refused pass may have left objects in the span an allocation hands out
+    (``kinds.LET_GO_FROM_ANNOTATION``)."""
+    entries = set()
+    for other, fence in fenced:
+        span = text_span(fence.get(kinds.LET_GO_ANNOTATION) or o.annotations(other).get(kinds.LET_GO_ANNOTATION))
+        if o.meta(other).get("uid") and span is not None and span[0] <= last and first <= span[1]:
+            entries.add(let_go_entry(other))
+    return ",".join(sorted(entries)[:GUARDS_PER_ALLOCATION]) or None
 
 
 def _naming_time(claim: dict) -> str | None:

@@ -502,13 +502,12 @@ def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_hold
         o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, removing the settled "
-    "naming and fencing z; the rest of z's pass lands (lock n-fd00--1, IPAddress z; its status write and finalizer "
-    "refused); z, holding no finalizer, is deleted and a new z (another uid) created at once: the new incarnation is "
-    "not fenced, so the old one's objects (owned by its uid) are neither let go (Adoption.fenced_leftovers) nor "
-    "released; the new z waits for good, told AddressConflict, while its pool has fd00::2 free (SPEC §10 inv. 2, 3)"))
 def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
+    """z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, letting z's naming
+    go (and saying so on d); the rest of z's pass lands (lock n-fd00--1, IPAddress z; its status write and finalizer
+    refused); z, holding no finalizer, is deleted and a new z (another uid) created in the same second: the old
+    incarnation's objects are no address of the new one (d's allocation let that incarnation go), so they go, and
+    the new z is served from its pool."""
     api, step = _a_naming_a_global_pool_took()
     _landing(api, step.actions[1:])  # its lock and address land; its status write is refused
     old = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
@@ -520,6 +519,95 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
         o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+
+
+def test_a_claim_recreated_before_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
+    """As above, but the new z is created before the rest of the old one's pass lands: its lock and address, owned
+    by the incarnation d's allocation let go, are younger than the new z, and go all the same."""
+    api, step = _a_naming_a_global_pool_took()
+    user_delete(api, kinds.CAPI_CLAIM, "z")
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    _landing(api, step.actions[1:])  # the lock and address land; the status write (of the old uid) is refused
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is not None
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_references_off_its_objects_is_served():
+    """As above, the new z created in the same second the old one's lock and address landed; the garbage collector
+    then takes the reference to the old z off them (their pool, another owner, lives): owned by no claim now, they
+    name z at the IP d holds, and d's allocation let an incarnation of z other than the live one go: they go."""
+    api, step = _a_naming_a_global_pool_took()
+    _landing(api, step.actions[1:])
+    user_delete(api, kinds.CAPI_CLAIM, "z")
+    for kind, name in ((kinds.IPADDRESS, "n-fd00--1"), (kinds.CAPI_ADDRESS, "z")):
+        obj = copy.deepcopy(get(api, kind, name, NS))
+        obj["metadata"]["ownerReferences"] = [r for r in obj["metadata"]["ownerReferences"]
+                                              if r["kind"] != kinds.CAPI_CLAIM[1]]
+        assert obj["metadata"]["ownerReferences"], name  # its pool's
+        api._store(obj)
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
+SOURCE_UID = "uid-of-z-in-the-source-cluster"
+
+
+def _moved_in(step: Step, uid: str, ip: str) -> list[dict]:
+    """The lock and Cluster API IPAddress ``step`` creates for claim z, at ``ip``, as a move or a restore that kept
+    the owner uids of the cluster they came from writes them: owned by incarnation ``uid`` of z."""
+    objs = []
+    for action in step.actions:
+        obj = copy.deepcopy(getattr(action, "obj", None))
+        if obj is None or obj["kind"] != "IPAddress" or o.is_guard(obj):
+            continue
+        for ref in obj["metadata"]["ownerReferences"]:
+            if ref["kind"] == kinds.CAPI_CLAIM[1]:
+                ref["uid"] = uid
+        obj["spec"]["address"] = ip
+        if obj["metadata"]["name"].startswith("n-"):
+            obj["metadata"]["name"] = f"n-{ip.replace(':', '-')}"
+        objs.append(obj)
+    assert sorted(obj["apiVersion"] for obj in objs) == [f"{kinds.CAPI_IPAM_GROUP}/v1beta2", kinds.METAL3_API_VERSION]
+    return objs
+
+
+@pytest.mark.parametrize("ip", ["fd00::2", "fd00::1"], ids=["a-free-ip", "the-ip-a-global-pool-took"])
+def test_a_claim_moved_in_with_objects_of_another_uid_keeps_them_where_a_global_pool_let_an_earlier_one_go(ip):
+    """Claim z's naming of fd00::1 is let go by a global pool's allocation to d (which says so on d); z is deleted
+    and a claim z arrives by a move, then its lock and IPAddress, owned by the uid z had in the source. Only the
+    incarnation d's allocation let go is one whose objects go: z keeps fd00::2 (in its pool, free), and at fd00::1
+    (d's) it is told AddressConflict and its objects are left as written, never deleted; no IP is bound twice."""
+    api, step = _a_naming_a_global_pool_took()
+    let_go = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
+    assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.LET_GO_FROM_ANNOTATION] == f"IPAddressClaim/z={let_go}"
+    user_delete(api, kinds.CAPI_CLAIM, "z")
+    api.load(_claim("z", "n", kinds.IPPOOL))  # clusterctl creates the claim first (its status is not moved)
+    moved = _moved_in(step, SOURCE_UID, ip)
+    for obj in moved:
+        api.load(obj)
+    converge(api, random.Random(0))
+    for obj in moved:
+        stored = api.inventory.get(kinds.kind_of(obj), NS, o.name(obj))
+        assert stored is not None and not o.is_deleting(stored), o.name(obj)
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "d", NS))["address"] == "fd00::1"
+    ready = o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    if ip == "fd00::2":
+        assert (ready["status"], ready["message"]) == ("True", "bound to fd00::2"), ready
+        assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS))["address"] == "fd00::2"
+    else:
+        assert (ready["status"], ready["reason"]) == ("False", "AddressConflict"), ready
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
 
 
 def test_a_namespaced_pass_from_a_view_of_pools_older_than_its_claims_never_takes_what_a_global_pool_handed_out():
