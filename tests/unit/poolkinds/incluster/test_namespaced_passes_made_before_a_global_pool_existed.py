@@ -19,7 +19,7 @@ from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged_with_lock_namespace as _converged, held_spans
-from ipam_objects import capi_address, cluster, get, user_delete
+from ipam_objects import capi_address, cluster, get, set_meta, user_delete
 
 NS = "default"
 GLOBAL_IPS = (gi.GROUP, gi.GLOBAL_IN_CLUSTER_IP_POOL)
@@ -502,16 +502,23 @@ def test_a_refused_pass_whose_lock_lands_after_the_claims_next_naming_never_hold
         o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
 
 
+def _deleted_by_force(api, name: str) -> None:
+    """Claim ``name`` deleted with its finalizers taken off first (by hand, as users force a delete; or never
+    written: an earlier version added ours after the claim's status): gone at once, whatever it left."""
+    set_meta(api, kinds.CAPI_CLAIM, name, finalizers=[])
+    user_delete(api, kinds.CAPI_CLAIM, name)
+
+
 def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
     """z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, letting z's naming
     go (and saying so on d); the rest of z's pass lands (lock n-fd00--1, IPAddress z; its status write and finalizer
-    refused); z, holding no finalizer, is deleted and a new z (another uid) created in the same second: the old
+    refused); z is deleted by force (``_deleted_by_force``) and a new z (another uid) created in the same second: the old
     incarnation's objects are no address of the new one (d's allocation let that incarnation go), so they go, and
     the new z is served from its pool."""
     api, step = _a_naming_a_global_pool_took()
     _landing(api, step.actions[1:])  # its lock and address land; its status write is refused
     old = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
-    user_delete(api, kinds.CAPI_CLAIM, "z")  # no finalizer yet: gone at once
+    _deleted_by_force(api, "z")
     assert get(api, kinds.CAPI_CLAIM, "z") is None
     api.load(_claim("z", "n", kinds.IPPOOL))
     assert o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"] != old
@@ -521,11 +528,29 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
 
 
+def test_a_claim_deleted_after_its_refused_pass_landed_lets_its_objects_go_and_one_made_again_is_served():
+    """As above, z deleted as users delete (our finalizer, written with its naming, holds it): its release takes
+    the lock and address its refused pass left, the finalizer comes off, and a z made again is served."""
+    api, step = _a_naming_a_global_pool_took()
+    _landing(api, step.actions[1:])
+    assert kinds.FINALIZERS[kinds.CAPI_CLAIM] in o.finalizers(get(api, kinds.CAPI_CLAIM, "z"))
+    user_delete(api, kinds.CAPI_CLAIM, "z")
+    converge(api, random.Random(0))
+    assert get(api, kinds.CAPI_CLAIM, "z") is None
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None and get(api, kinds.CAPI_ADDRESS, "z", NS) is None
+    api.load(_claim("z", "n", kinds.IPPOOL))
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
 def test_a_claim_recreated_before_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
     """As above, but the new z is created before the rest of the old one's pass lands: its lock and address, owned
     by the incarnation d's allocation let go, are younger than the new z, and go all the same."""
     api, step = _a_naming_a_global_pool_took()
-    user_delete(api, kinds.CAPI_CLAIM, "z")
+    _deleted_by_force(api, "z")
     api.load(_claim("z", "n", kinds.IPPOOL))
     _landing(api, step.actions[1:])  # the lock and address land; the status write (of the old uid) is refused
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is not None
@@ -543,7 +568,7 @@ def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_refer
     name z at the IP d holds, and d's allocation let an incarnation of z other than the live one go: they go."""
     api, step = _a_naming_a_global_pool_took()
     _landing(api, step.actions[1:])
-    user_delete(api, kinds.CAPI_CLAIM, "z")
+    _deleted_by_force(api, "z")
     for kind, name in ((kinds.IPADDRESS, "n-fd00--1"), (kinds.CAPI_ADDRESS, "z")):
         obj = copy.deepcopy(get(api, kind, name, NS))
         obj["metadata"]["ownerReferences"] = [r for r in obj["metadata"]["ownerReferences"]
@@ -590,7 +615,7 @@ def test_a_claim_moved_in_with_objects_of_another_uid_keeps_them_where_a_global_
     api, step = _a_naming_a_global_pool_took()
     let_go = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
     assert o.annotations(get(api, kinds.CAPI_CLAIM, "d"))[kinds.LET_GO_FROM_ANNOTATION] == f"IPAddressClaim/z={let_go}"
-    user_delete(api, kinds.CAPI_CLAIM, "z")
+    _deleted_by_force(api, "z")
     api.load(_claim("z", "n", kinds.IPPOOL))  # clusterctl creates the claim first (its status is not moved)
     moved = _moved_in(step, SOURCE_UID, ip)
     for obj in moved:
