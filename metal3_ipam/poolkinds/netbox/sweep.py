@@ -78,7 +78,8 @@ release here marks the address released rather than deleting it,
 :func:`left_on_release`). The source of a move remembers the uids its moved
 claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
 :func:`disown`) also where the target homed it first, its own Cluster gone with
-the move since. An address an earlier version wrote (no home), or one back at
+the move since, but not a take it can tell a copy made (:func:`copies_took`:
+made while its claim was here). An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -419,9 +420,32 @@ def settle(judged: Iterable[Found], wall: float, keep: float) -> tuple[list[Foun
     return release, mark
 
 
+def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str],
+                left_from: Callable[[str], Iterable[str]] = lambda key: ()) -> list[tuple[str, Home]]:
+    """The takes of addresses homed at an object here by another cluster (homed at an object absent here, taken
+    ``from=`` an object here, unasked) that this cluster can tell were a copy's, not a move's target's: a claim
+    here carries the key still, or held the address (a hold of an object here, or of one the key's claim
+    belonged to when it left, ``left_from(key)``), so the take came before the claim left. ``clusterctl move``
+    pauses the source's Cluster, makes the target's copies paused, deletes the source's claims and only then
+    unpauses the target, whose claims take nothing before (a paused claim holds). (key, the home that took it):
+    :func:`disown` never gives such a take, whichever cluster the claim moves to later."""
+    out = []
+    for item in found:
+        there, taken, held = home_in(item.description), took(item.description), hold_in(item.description)
+        uids = frozenset(left_from(item.key))
+
+        def here(h: Home, uids: frozenset[str] = uids) -> bool:
+            return home(h) != ABSENT or h.uid in uids
+        if there is None or here(there) or taken is None or taken[1] or not here(taken[0]):
+            continue
+        if wanted(item.key) is not None or (held is not None and here(held.home)):
+            out.append((item.key, there))
+    return out
+
+
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
-           home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: ()
-           ) -> list[tuple[Found, str]]:
+           home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
+           copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
     """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here
     carries now, each with a description that names no home: the claim lives in the target, which homes the
     address there; until then no sweep releases it, here (also after a restart, once the Cluster is unpaused to
@@ -430,7 +454,10 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
     again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
     One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
-    ``moved-from=``, which lets the release there delete it at once."""
+    ``moved-from=``, which lets the release there delete it at once; but not one a copy took
+    (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an object here
+    on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked (the
+    copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -440,8 +467,10 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         if at is None or not moved_away(item.key) or wanted(item.key) is not None:
             continue
         if not here(at):
-            taken = took(item.description)
-            if taken is not None and not taken[1] and here(taken[0]):
+            taken, held = took(item.description), hold_in(item.description)
+            if held is not None and here(held.home):  # taken while the claim was here: a copy's take
+                out.append((item, with_held(item.description, None)))
+            elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
                 out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
             continue
         held = hold_in(item.description)
@@ -566,13 +595,14 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
-                  left_from: Callable[[str], Iterable[str]] = lambda key: ()) -> list[tuple[Found, str]]:
+                  left_from: Callable[[str], Iterable[str]] = lambda key: (),
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
