@@ -323,7 +323,9 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     and no paused claim of another cluster holds it, which takes it once unpaused: the first claim here to find
     it homed at a Cluster gone with the source of a finished move; an address an earlier version wrote, with no
     home, is homed here ``from=`` this very home: first come, as is one back at the home that let it go, a copy
-    of its claim maybe live where it went). A take its home gave (homed nowhere by it, or marked released by
+    of its claim maybe live where it went). One homed nowhere that still names a take unasked (``from=``: a
+    copy's take whose claim moved on) is taken unasked from that home again (``from=`` it; first come, where
+    that home is here). A take its home gave (homed nowhere by it, or marked released by
     it) writes ``moved-from=`` that home, whose release here deletes the address at once; any other take writes
     ``from=`` it, taken unasked: a claim there may be bound to it, so the release here marks it released for
     that claim to take back (:func:`left_on_release`). Either way the cluster it was taken from never takes it
@@ -347,6 +349,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
         if given is None or given == at:  # an earlier version's, or back at the home that let it go: first come
             return _with(mine, _TAKE, _named("from", at))
+        if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
+            return _with(mine, _TAKE, _named("from", origin))
         return _with(mine, _TAKE, _named("moved-from", given))
     if home(there) != ABSENT:  # ours
         return _with(mine, _TAKE, _named("from", there))
@@ -453,7 +457,9 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     belonged to when it left (``left_from(key)``, uids), gone since (the move deletes the source's Cluster).
     Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
     again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
-    One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
+    A take unasked from another cluster (``from=`` an object absent here: this claim was a copy, whose source's
+    claim may live) stays, after ``moved-from=``: where the claim lands it is taken unasked from that cluster
+    still (:func:`taken_over`). One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
     ``moved-from=``, which lets the release there delete it at once; but not one a copy took
     (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an object here
     on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked (the
@@ -473,9 +479,12 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
             elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
                 out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
             continue
-        held = hold_in(item.description)
+        held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and held.live and home(held.home) == ABSENT else None
-        text = with_swept(_TAKE.sub("", with_held(item.description, kept), count=1), None)
+        text = with_held(item.description, kept)
+        if taken is None or taken[1] or not home(taken[0]) == ABSENT:  # an unasked take from another cluster stays
+            text = _TAKE.sub("", text, count=1)
+        text = with_swept(text, None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 

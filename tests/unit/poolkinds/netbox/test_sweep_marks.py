@@ -738,3 +738,41 @@ def test_a_copys_take_the_source_held_is_not_given_nor_held_on_once_the_move_del
     assert taken_from(text) == Home("Cluster", C1) and moved_from(text) is None, text
     _released_with_its_finalizer(copied, netbox, copy)
     assert netbox.released == [] and swept_at(netbox.items[3].description) is not None
+
+
+def test_a_copys_take_moved_on_to_a_third_cluster_keeps_naming_the_source_it_was_taken_from_unasked():
+    """A copy of ns/m restored in a second cluster while the source runs takes the address unasked (``from=`` the
+    source); the copy's Cluster is then moved by clusterctl to a third cluster. The copy's old cluster takes its
+    home off (``moved-from=``) and keeps ``from=`` the source; the third cluster homes it taken unasked from the
+    source still, so the moved copy's release marks it released (the source's live claim is bound to it, and
+    takes it back) rather than deleting it."""
+    netbox = SharedNetBox(homed_at_source())
+    mine, copy, moved = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    copied = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    copied.sweep()
+    assert taken_from(netbox.items[3].description) == Home("Cluster", C1)
+    copied.inventory.upsert({**cluster_c1(T1, True, "t"), "metadata": {**cluster_c1(T1, True, "t")["metadata"],
+                                                                     "resourceVersion": "2"}})
+    copied.inventory.remove(_deleted_for_move(copy))
+    copied.sweep()
+    gone = netbox.items[3].description
+    assert home_in(gone) is None and moved_from(gone) == Home("Cluster", T1), gone
+    assert taken_from(gone) == Home("Cluster", C1), gone
+    third = _Side(netbox, cluster_c1(U1, False, "u"), shared_netbox_pool(UP, "u"), moved)
+    third.sweep()
+    text = netbox.items[3].description
+    assert home_in(text) == Home("Cluster", U1) and taken_from(text) == Home("Cluster", C1), text
+    _released_with_its_finalizer(third, netbox, moved)
+    assert netbox.released == [], "released the address the source's live claim ns/m is bound to"
+    source.sweep()
+    assert home_in(netbox.items[3].description) == Home("Cluster", C1), netbox.items[3].description
+
+
+def test_the_source_finds_its_address_a_copy_took_and_whose_copy_moved_on_and_takes_it_back_first_come():
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k",
+                                f"metal3-ipam moved-from=Cluster:{T1} from=Cluster:{C1} claim t/m"))
+    source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
+    source.sweep()
+    text = netbox.items[3].description
+    assert home_in(text) == Home("Cluster", C1) and taken_from(text) == Home("Cluster", C1), text
