@@ -347,6 +347,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         given = moved_from(current)
         if given is not None and hold_in(current) == Hold(at, live=True):
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
+        if given is not None and given != at and _held_elsewhere_paused(current, home):
+            return None  # the claim that moved holds it, paused where it landed: a claim here is a copy
         if given is None or given == at:  # an earlier version's, or back at the home that let it go: first come
             return _with(mine, _TAKE, _named("from", at))
         if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
@@ -450,20 +452,20 @@ def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], hom
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
            home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
            copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
-    """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here
-    carries now, each with a description that names no home: the claim lives in the target, which homes the
-    address there; until then no sweep releases it, here (also after a restart, once the Cluster is unpaused to
-    retry a move that stopped half-way) or there. Here: at an object present or paused, or at one the claim
-    belonged to when it left (``left_from(key)``, uids), gone since (the move deletes the source's Cluster).
-    Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
-    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
-    A take unasked from another cluster (``from=`` an object absent here: this claim was a copy, whose source's
-    claim may live) stays, after ``moved-from=``: where the claim lands it is taken unasked from that cluster
-    still (:func:`taken_over`). One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
-    ``moved-from=``, which lets the release there delete it at once; but not one a copy took
-    (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an object here
-    on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked (the
-    copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
+    """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here carries now,
+    each with a description that names no home: the claim lives in the target, which homes the address there; until
+    then no sweep releases it, here (also after a restart, once the Cluster is unpaused to retry a move that stopped
+    half-way) or there. Here: at an object present or paused, or at one the claim belonged to when it left
+    (``left_from(key)``, uids), gone since (the move deletes the source's Cluster). A hold of another cluster stays:
+    a live one (its claim, bound to the address, keeps it so: :func:`held_by`), and a paused one (the move's target,
+    whose paused claim holds the address homed nowhere too, so that no live copy of the claim elsewhere takes it
+    first as given). A take unasked from another cluster (``from=`` an object absent here: this claim was a copy,
+    whose source's claim may live) stays, after ``moved-from=``: where the claim lands it is taken unasked from that
+    cluster still (:func:`taken_over`). One the target homed before this (taken ``from=`` here, unasked) is given
+    the same way: its take becomes ``moved-from=``, which lets the release there delete it at once; but not one a
+    copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
+    object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
+    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -480,7 +482,7 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
                 out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
             continue
         held, taken = hold_in(item.description), took(item.description)
-        kept = held if held is not None and held.live and home(held.home) == ABSENT else None
+        kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
         if taken is None or taken[1] or not home(taken[0]) == ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
@@ -492,20 +494,19 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
 def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Hold | None:
     """What the hold token of an address should say in this controller's view.
 
-    A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
-    know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
-    address is held by the paused home of the claim here that carries its key, when it is homed at an
-    object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``; one a
-    source took the home off needs no paused hold, which that source's sweep would take off again, and
-    keeps a live one of the claim here, :func:`disown`); or by the live home of the claim here that carries
-    its key, when another cluster took the address over and :func:`taken_over` does not give it to this
-    claim, bound to it all the same (taken over from this very home, or from a third one: ``live-held=``):
-    the hold tells that cluster's release its claim is not the only one. A live hold stays live while its
-    home is paused (pausing it moves nothing: unpaused, a paused hold would take the address from the live
-    claim there, a second write). Nothing holds it when no such claim here carries its key any longer (a hold of this
-    controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
-    contested key deleted)."""
+    A hold another controller wrote (its object is absent here) stays as it is: this controller cannot know that
+    object is gone, and any hold is enough to keep every sweep off the address. Otherwise the address is held by the
+    paused home of the claim here that carries its key, when it is homed at an object of another cluster (a claim
+    moved here, its Cluster paused: a move under way or stopped half-way: ``held=``), also when it is homed nowhere
+    (by an earlier version, or by the source of the move, ``moved-from=``: a live copy of the claim elsewhere does
+    not take it as given while a paused claim holds it, :func:`taken_over`; one a source took the home off keeps a
+    live hold of the claim here, :func:`disown`); or by the live home of the claim here that carries its key, when
+    another cluster took the address over and :func:`taken_over` does not give it to this claim, bound to it all the
+    same (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
+    release its claim is not the only one. A live hold stays live while its home is paused (pausing it moves
+    nothing: unpaused, a paused hold would take the address from the live claim there, a second write). Nothing
+    holds it when no such claim here carries its key any longer (a hold of this controller's that went stale: the
+    copies of an aborted move deleted, the move finished, the claim of a contested key deleted)."""
     held = hold_in(item.description)
     if held is not None and home(held.home) == ABSENT:
         return held
@@ -513,6 +514,8 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     at, there = home_in(text), home_in(item.description)
     if at is not None and there is None and moved_from(item.description) is None:
         return Hold(at) if home(at) == PAUSED else None  # an earlier version's: a live claim here homes it (rehome)
+    if at is not None and there is None and home(at) == PAUSED:  # its source let it go: the move's paused claim
+        return Hold(at, live=held == Hold(at, live=True))  # holds it, so that no live copy elsewhere takes it first
     if at is not None and there is None:  # its source let it go: a live claim here holding it keeps it so
         return held if held == Hold(at, live=True) else None
     if at is None or there is None or home(there) != ABSENT:
