@@ -484,7 +484,7 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
-        if taken is None or taken[1] or not home(taken[0]) == ABSENT:  # an unasked take from another cluster stays
+        if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
         text = with_swept(text, None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
