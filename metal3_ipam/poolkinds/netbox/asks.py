@@ -58,7 +58,7 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
-                                               describe_anew, description,
+                                               copies_took, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
                                                swept_at, taken_from, took, unclaimed_here)
 
@@ -385,6 +385,9 @@ class NetBoxPools(OutsidePools):
         #: grace is over, also once that home is gone (its namespace deleted), when it would look another cluster's
         self._released_here: dict[Any, dict[str, tuple[NetBoxPool, Home]]] = {}
         self._released_sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of those
+        #: per NetBox server, (key, the home that took it) of each address a copy took from a claim here
+        #: (``sweep.copies_took``), while NetBox says so: never given, wherever that claim moves
+        self._copy_takes: dict[Any, set[tuple[str, Home]]] = {}
 
     # -- what is NetBox's ---------------------------------------------------------------
 
@@ -474,6 +477,20 @@ class NetBoxPools(OutsidePools):
         if not remembered:
             self._released_here.pop(server, None)
 
+    def _copies_took(self, server: Any, found: list[Found], home: Callable[[Home], str],
+                     left_from: Callable[[str], Iterable[str]]) -> set[tuple[str, Home]]:
+        """The takes of ``server``'s addresses a copy made (``sweep.copies_took``), as seen by this sweep or an earlier
+        one and still so in NetBox (homed at that home, taken unasked)."""
+        listed = {item.key: item.description for item in found}
+        seen = {(key, there) for key, there in self._copy_takes.get(server, set())
+                if home_in(listed.get(key)) == there and (taken := took(listed[key])) is not None and not taken[1]}
+        seen.update(copies_took(found, self._describe, home, left_from))
+        if seen:
+            self._copy_takes[server] = seen
+        else:
+            self._copy_takes.pop(server, None)
+        return seen
+
     def _left_here(self, server: Any, found: list[Found], home: Callable[[Home], str]) -> list[Found]:
         """Those of ``found`` a release here left on ``server`` homed at the released claim's home, marked
         released, that home gone since (the namespace deleted)."""
@@ -517,9 +534,11 @@ class NetBoxPools(OutsidePools):
                 release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
                             if item not in release]
                 marked = {item.id for item, _ in marks}
+                left_from = lambda key: self.inventory.moved_away_from.get(key, ())  # noqa: E731
+                copy_took = self._copies_took(server, found, home, left_from)
                 described = describe_anew([item for item in found if item.id not in marked], self._describe,
-                                          moved_away, home, holder=self._holder(home),
-                                          left_from=lambda key: self.inventory.moved_away_from.get(key, ()))
+                                          moved_away, home, holder=self._holder(home), left_from=left_from,
+                                          copy_took=lambda key, there: (key, there) in copy_took)
                 contests.extend(contested(found, self._describe, home))
                 return release, marks + described
 

@@ -78,7 +78,8 @@ release here marks the address released rather than deleting it,
 :func:`left_on_release`). The source of a move remembers the uids its moved
 claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
 :func:`disown`) also where the target homed it first, its own Cluster gone with
-the move since. An address an earlier version wrote (no home), or one back at
+the move since, but not a take it can tell a copy made (:func:`copies_took`:
+made while its claim was here). An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -322,7 +323,9 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     and no paused claim of another cluster holds it, which takes it once unpaused: the first claim here to find
     it homed at a Cluster gone with the source of a finished move; an address an earlier version wrote, with no
     home, is homed here ``from=`` this very home: first come, as is one back at the home that let it go, a copy
-    of its claim maybe live where it went). A take its home gave (homed nowhere by it, or marked released by
+    of its claim maybe live where it went). One homed nowhere that still names a take unasked (``from=``: a
+    copy's take whose claim moved on) is taken unasked from that home again (``from=`` it; first come, where
+    that home is here). A take its home gave (homed nowhere by it, or marked released by
     it) writes ``moved-from=`` that home, whose release here deletes the address at once; any other take writes
     ``from=`` it, taken unasked: a claim there may be bound to it, so the release here marks it released for
     that claim to take back (:func:`left_on_release`). Either way the cluster it was taken from never takes it
@@ -344,8 +347,12 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
         given = moved_from(current)
         if given is not None and hold_in(current) == Hold(at, live=True):
             return None  # a live claim here bound to it holds it, homed nowhere: its release deletes it
+        if given is not None and given != at and _held_elsewhere_paused(current, home):
+            return None  # the claim that moved holds it, paused where it landed: a claim here is a copy
         if given is None or given == at:  # an earlier version's, or back at the home that let it go: first come
             return _with(mine, _TAKE, _named("from", at))
+        if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
+            return _with(mine, _TAKE, _named("from", origin))
         return _with(mine, _TAKE, _named("moved-from", given))
     if home(there) != ABSENT:  # ours
         return _with(mine, _TAKE, _named("from", there))
@@ -419,18 +426,46 @@ def settle(judged: Iterable[Found], wall: float, keep: float) -> tuple[list[Foun
     return release, mark
 
 
+def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], home: Callable[[Home], str],
+                left_from: Callable[[str], Iterable[str]] = lambda key: ()) -> list[tuple[str, Home]]:
+    """The takes of addresses homed at an object here by another cluster (homed at an object absent here, taken
+    ``from=`` an object here, unasked) that this cluster can tell were a copy's, not a move's target's: a claim
+    here carries the key still, or held the address (a hold of an object here, or of one the key's claim
+    belonged to when it left, ``left_from(key)``), so the take came before the claim left. ``clusterctl move``
+    pauses the source's Cluster, makes the target's copies paused, deletes the source's claims and only then
+    unpauses the target, whose claims take nothing before (a paused claim holds). (key, the home that took it):
+    :func:`disown` never gives such a take, whichever cluster the claim moves to later."""
+    out = []
+    for item in found:
+        there, taken, held = home_in(item.description), took(item.description), hold_in(item.description)
+        uids = frozenset(left_from(item.key))
+
+        def here(h: Home, uids: frozenset[str] = uids) -> bool:
+            return home(h) != ABSENT or h.uid in uids
+        if there is None or here(there) or taken is None or taken[1] or not here(taken[0]):
+            continue
+        if wanted(item.key) is not None or (held is not None and here(held.home)):
+            out.append((item.key, there))
+    return out
+
+
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
-           home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: ()
-           ) -> list[tuple[Found, str]]:
-    """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here
-    carries now, each with a description that names no home: the claim lives in the target, which homes the
-    address there; until then no sweep releases it, here (also after a restart, once the Cluster is unpaused to
-    retry a move that stopped half-way) or there. Here: at an object present or paused, or at one the claim
-    belonged to when it left (``left_from(key)``, uids), gone since (the move deletes the source's Cluster).
-    Nor a paused hold: an address homed nowhere needs none, and the target would take a hold of its own off
-    again. A live hold of another cluster stays (its claim, bound to the address, keeps it so: :func:`held_by`).
-    One the target homed before this (taken ``from=`` here, unasked) is given the same way: its take becomes
-    ``moved-from=``, which lets the release there delete it at once."""
+           home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
+           copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
+    """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here carries now,
+    each with a description that names no home: the claim lives in the target, which homes the address there; until
+    then no sweep releases it, here (also after a restart, once the Cluster is unpaused to retry a move that stopped
+    half-way) or there. Here: at an object present or paused, or at one the claim belonged to when it left
+    (``left_from(key)``, uids), gone since (the move deletes the source's Cluster). A hold of another cluster stays:
+    a live one (its claim, bound to the address, keeps it so: :func:`held_by`), and a paused one (the move's target,
+    whose paused claim holds the address homed nowhere too, so that no live copy of the claim elsewhere takes it
+    first as given). A take unasked from another cluster (``from=`` an object absent here: this claim was a copy,
+    whose source's claim may live) stays, after ``moved-from=``: where the claim lands it is taken unasked from that
+    cluster still (:func:`taken_over`). One the target homed before this (taken ``from=`` here, unasked) is given
+    the same way: its take becomes ``moved-from=``, which lets the release there delete it at once; but not one a
+    copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
+    object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
+    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -440,13 +475,18 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         if at is None or not moved_away(item.key) or wanted(item.key) is not None:
             continue
         if not here(at):
-            taken = took(item.description)
-            if taken is not None and not taken[1] and here(taken[0]):
+            taken, held = took(item.description), hold_in(item.description)
+            if held is not None and here(held.home):  # taken while the claim was here: a copy's take
+                out.append((item, with_held(item.description, None)))
+            elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
                 out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
             continue
-        held = hold_in(item.description)
-        kept = held if held is not None and held.live and home(held.home) == ABSENT else None
-        text = with_swept(_TAKE.sub("", with_held(item.description, kept), count=1), None)
+        held, taken = hold_in(item.description), took(item.description)
+        kept = held if held is not None and home(held.home) == ABSENT else None
+        text = with_held(item.description, kept)
+        if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
+            text = _TAKE.sub("", text, count=1)
+        text = with_swept(text, None)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -454,20 +494,19 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
 def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> Hold | None:
     """What the hold token of an address should say in this controller's view.
 
-    A hold another controller wrote (its object is absent here) stays as it is: this controller cannot
-    know that object is gone, and any hold is enough to keep every sweep off the address. Otherwise the
-    address is held by the paused home of the claim here that carries its key, when it is homed at an
-    object of another cluster (a claim moved here, its Cluster paused: a move under way or stopped
-    half-way: ``held=``), also when it is homed nowhere by an earlier version (no ``moved-from=``; one a
-    source took the home off needs no paused hold, which that source's sweep would take off again, and
-    keeps a live one of the claim here, :func:`disown`); or by the live home of the claim here that carries
-    its key, when another cluster took the address over and :func:`taken_over` does not give it to this
-    claim, bound to it all the same (taken over from this very home, or from a third one: ``live-held=``):
-    the hold tells that cluster's release its claim is not the only one. A live hold stays live while its
-    home is paused (pausing it moves nothing: unpaused, a paused hold would take the address from the live
-    claim there, a second write). Nothing holds it when no such claim here carries its key any longer (a hold of this
-    controller's that went stale: the copies of an aborted move deleted, the move finished, the claim of a
-    contested key deleted)."""
+    A hold another controller wrote (its object is absent here) stays as it is: this controller cannot know that
+    object is gone, and any hold is enough to keep every sweep off the address. Otherwise the address is held by the
+    paused home of the claim here that carries its key, when it is homed at an object of another cluster (a claim
+    moved here, its Cluster paused: a move under way or stopped half-way: ``held=``), also when it is homed nowhere
+    (by an earlier version, or by the source of the move, ``moved-from=``: a live copy of the claim elsewhere does
+    not take it as given while a paused claim holds it, :func:`taken_over`; one a source took the home off keeps a
+    live hold of the claim here, :func:`disown`); or by the live home of the claim here that carries its key, when
+    another cluster took the address over and :func:`taken_over` does not give it to this claim, bound to it all the
+    same (taken over from this very home, or from a third one: ``live-held=``): the hold tells that cluster's
+    release its claim is not the only one. A live hold stays live while its home is paused (pausing it moves
+    nothing: unpaused, a paused hold would take the address from the live claim there, a second write). Nothing
+    holds it when no such claim here carries its key any longer (a hold of this controller's that went stale: the
+    copies of an aborted move deleted, the move finished, the claim of a contested key deleted)."""
     held = hold_in(item.description)
     if held is not None and home(held.home) == ABSENT:
         return held
@@ -475,6 +514,8 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     at, there = home_in(text), home_in(item.description)
     if at is not None and there is None and moved_from(item.description) is None:
         return Hold(at) if home(at) == PAUSED else None  # an earlier version's: a live claim here homes it (rehome)
+    if at is not None and there is None and home(at) == PAUSED:  # its source let it go: the move's paused claim
+        return Hold(at, live=held == Hold(at, live=True))  # holds it, so that no live copy elsewhere takes it first
     if at is not None and there is None:  # its source let it go: a live claim here holding it keeps it so
         return held if held == Hold(at, live=True) else None
     if at is None or there is None or home(there) != ABSENT:
@@ -566,13 +607,14 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
-                  left_from: Callable[[str], Iterable[str]] = lambda key: ()) -> list[tuple[Found, str]]:
+                  left_from: Callable[[str], Iterable[str]] = lambda key: (),
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
