@@ -509,6 +509,17 @@ def _deleted_by_force(api, name: str) -> None:
     user_delete(api, kinds.CAPI_CLAIM, name)
 
 
+def _served_from_its_pool_the_old_objects_gone(api) -> None:
+    """After the passes: the z of now holds fd00::2 from its pool, the lock its refused pass left at fd00::1 (d's)
+    is gone, and no IP or sub-prefix is held twice."""
+    converge(api, random.Random(0))
+    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
+        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
+    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
+    assert all(len(claims) == 1 for claims in spans.values()), spans
+
+
 def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
     """z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, letting z's naming
     go (and saying so on d); the rest of z's pass lands (lock n-fd00--1, IPAddress z; its status write and finalizer
@@ -522,10 +533,7 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     assert get(api, kinds.CAPI_CLAIM, "z") is None
     api.load(_claim("z", "n", kinds.IPPOOL))
     assert o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"] != old
-    converge(api, random.Random(0))
-    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
-        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
-    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
+    _served_from_its_pool_the_old_objects_gone(api)
 
 
 def test_a_claim_deleted_after_its_refused_pass_landed_lets_its_objects_go_and_one_made_again_is_served():
@@ -539,11 +547,7 @@ def test_a_claim_deleted_after_its_refused_pass_landed_lets_its_objects_go_and_o
     assert get(api, kinds.CAPI_CLAIM, "z") is None
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None and get(api, kinds.CAPI_ADDRESS, "z", NS) is None
     api.load(_claim("z", "n", kinds.IPPOOL))
-    converge(api, random.Random(0))
-    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
-        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
-    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
-    assert all(len(claims) == 1 for claims in spans.values()), spans
+    _served_from_its_pool_the_old_objects_gone(api)
 
 
 def test_a_claim_recreated_before_its_refused_pass_landed_is_served_from_its_pool_and_the_old_objects_go():
@@ -554,12 +558,7 @@ def test_a_claim_recreated_before_its_refused_pass_landed_is_served_from_its_poo
     api.load(_claim("z", "n", kinds.IPPOOL))
     _landing(api, step.actions[1:])  # the lock and address land; the status write (of the old uid) is refused
     assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is not None
-    converge(api, random.Random(0))
-    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
-        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
-    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
-    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
-    assert all(len(claims) == 1 for claims in spans.values()), spans
+    _served_from_its_pool_the_old_objects_gone(api)
 
 
 def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_references_off_its_objects_is_served():
@@ -576,12 +575,7 @@ def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_refer
         assert obj["metadata"]["ownerReferences"], name  # its pool's
         api._store(obj)
     api.load(_claim("z", "n", kinds.IPPOOL))
-    converge(api, random.Random(0))
-    assert o.spec(get(api, kinds.CAPI_ADDRESS, "z", NS) or {}).get("address") == "fd00::2", \
-        o.condition(o.status(get(api, kinds.CAPI_CLAIM, "z")), "Ready")
-    assert get(api, kinds.IPADDRESS, "n-fd00--1", NS) is None
-    spans = held_spans(api, {GLOBAL_IPS[1]: 128, kinds.IPPOOL[1]: 128})
-    assert all(len(claims) == 1 for claims in spans.values()), spans
+    _served_from_its_pool_the_old_objects_gone(api)
 
 
 SOURCE_UID = "uid-of-z-in-the-source-cluster"
