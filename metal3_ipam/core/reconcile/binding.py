@@ -127,6 +127,11 @@ class Binding(PassState):
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is made at {settled} unless its lock's maker "
                                    "shows it first")
             return None
+        if o.meta(lock).get("resourceVersion"):
+            # A stored lock completed: this view may trail the claim's deletion (it saw the address go in the
+            # release, address then lock, and not yet why). A create has no precondition, so the step writes the
+            # claim first on condition that it is unchanged since read, and is refused as a whole when it changed.
+            step.add(SetMetadata(o.ref(claim), resource_version=o.meta(claim).get("resourceVersion")))
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))
         return mirror
