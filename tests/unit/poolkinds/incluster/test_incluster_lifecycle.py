@@ -133,9 +133,10 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion"), o.is_guard(getattr(a, "obj", {})))
                      for a in claim_step.actions]
     # The claim named the IP first (a global pool's pass made before fences it), then the IP's guard, which a
-    # global pool's allocation of that IP in the namespace would write too.
-    assert kinds_written[:5] == [("SetMetadata", None, False), ("Create", kinds.METAL3_API_VERSION, True),
-                                 ("Create", kinds.METAL3_API_VERSION, False),
+    # global pool's allocation of that IP in the namespace would write too. The claim is written again, on
+    # condition that it is unchanged since read, right before its address: none is created for a claim deleted since.
+    assert kinds_written[:6] == [("SetMetadata", None, False), ("Create", kinds.METAL3_API_VERSION, True),
+                                 ("Create", kinds.METAL3_API_VERSION, False), ("SetMetadata", None, False),
                                  ("Create", gi.CAPI_API_VERSION, False), ("SetStatus", None, False)]
     converge(api, random.Random(0))
     user_delete(api, kinds.CAPI_CLAIM, "a")
