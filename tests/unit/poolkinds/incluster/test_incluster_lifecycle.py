@@ -4,18 +4,19 @@ the one lock namespace), the reuse grace period from what is stored, adoption of
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetMetadata, SetStatus
+from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetMetadata, SetStatus, StepVersions
 from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
 from metal3_ipam.core.inventory import of_every_namespace
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.core.slim import slim
-from metal3_ipam.memory import converge
+from metal3_ipam.memory import Refused, converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
 
@@ -608,6 +609,54 @@ def test_an_address_planned_from_a_view_that_trails_its_claims_deletion_is_never
     converge(api, random.Random(0))
     assert o.spec(_address(api, "b"))["address"] == ip  # free again, given to the next claim alone
     assert [o.spec(a)["address"] for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)] == [ip]
+
+
+def _land(api, actions, versions):
+    """``actions`` of one step land in order until one is refused (True when all did), each expecting the version
+    the step's writes before it wrote, as the controller runs a step."""
+    for action in actions:
+        action = versions.current(action)
+        try:
+            api.do(action)
+        except Refused:
+            return False
+        target = getattr(action, "target", None)
+        obj = target is not None and api.inventory.get(target.group_kind, target.namespace, target.name)
+        if obj:
+            versions.wrote(action, obj["metadata"].get("resourceVersion"))
+    return True
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_claim_served_anew_whose_release_comes_between_its_lock_and_its_address_gets_no_address(kind):
+    """The trailing view saw the claim's address and lock go (deleted by hand, or in a release it has not seen
+    yet) and serves the claim anew: its own IP locked again, then its address. The claim is deleted and released
+    after the lock landed (the lock of a deleting claim goes with it) and before the address: the write on the
+    claim right before the address is refused, so no address stands at an IP no lock holds."""
+    pool, claim, key, ip = KINDS[kind]
+    api = converged(pool, claim)
+    view = copy.deepcopy(api.inventory)
+    gone = [*view.of_kind(kinds.CAPI_ADDRESS), *(a for a in view.of_kind(kinds.IPADDRESS) if not o.is_guard(a))]
+    for obj in gone:
+        view.remove(obj)
+    stale = reconcile(view.snapshot(key, api.now, random.Random(0)))
+    (step,) = [s for s in stale.steps if any(isinstance(a, Create) for a in s.actions)]
+    at = next(i for i, a in enumerate(step.actions)
+              if isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.IPADDRESS and not o.is_guard(a.obj)) + 1
+    assert [o.spec(a.obj)["address"] for a in step.actions[at:] if isinstance(a, Create)] == [ip]  # its address
+    for obj in gone:  # deleted (their finalizers taken off), as that view saw them go
+        stored = api.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+        api.do(SetFinalizers(o.ref(stored), (), o.meta(stored)["resourceVersion"]))
+        api.do(Delete(o.ref(stored)))
+    versions = StepVersions()
+    assert _land(api, step.actions[:at], versions)  # up to its lock
+    assert _locks(api)
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))  # released: its lock goes, then the claim's finalizer
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and not _locks(api)
+
+    assert not _land(api, step.actions[at:], versions)  # the write on the claim is refused: it is gone
+    assert _address(api, "a") is None and not _locks(api)
 
 
 def test_an_address_planned_from_a_view_that_trails_never_takes_the_ip_from_the_claim_that_got_it_since():
