@@ -302,7 +302,8 @@ class MemoryApi:
                                                                                        o.name(obj)))
             elif isinstance(action, SetStatus):
                 obj["status"] = copy.deepcopy(action.status)
-            self._store(obj)
+            if obj != self._get(action.target):  # as the API server: a write that changes nothing keeps the version
+                self._store(obj)
 
 
 def converge(api: MemoryApi, rng: random.Random | None = None, max_rounds: int = 50) -> int:

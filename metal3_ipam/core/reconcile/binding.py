@@ -18,9 +18,9 @@ from .state import PassState
 
 
 #: How long a controller leaves a stored lock to its maker before it writes the Cluster API IPAddress the
-#: lock lacks: the maker writes it right after the lock, and a view of IPAddresses may trail one of locks.
-#: It narrows, for replicas writing at once (no leader election), a race no write can close: a create has no
-#: precondition, so an address written from a view that trails can land after its claim was released.
+#: lock lacks: the maker writes it right after the lock, and a view of IPAddresses may trail one of locks, so
+#: replicas writing at once (no leader election) spare a write that would be refused. An address written from a
+#: view that trails its claim's deletion is refused by the write on its claim before it (``ensure_mirror``).
 LOCK_SETTLE_SECONDS = 10
 
 
@@ -127,6 +127,12 @@ class Binding(PassState):
             self.plan.notes.append(f"{o.name(claim)}: its IPAddress is made at {settled} unless its lock's maker "
                                    "shows it first")
             return None
+        # This view may trail the claim's deletion: it saw the address go in the release (address, then lock),
+        # or the lock come from a replica that serves a claim deleted since, and not yet why. A create has no
+        # precondition, and landing after the release it would show the IP with no lock behind it; so the claim
+        # is written right before, on condition that it is unchanged since read, and the step is refused when it
+        # changed (a no-op on the API server: no new version, no event).
+        step.add(SetMetadata(o.ref(claim), resource_version=o.meta(claim).get("resourceVersion")))
         mirror = self.capi_address_for(claim, lock)
         step.add(Create(mirror))
         return mirror

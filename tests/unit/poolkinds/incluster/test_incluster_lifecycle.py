@@ -4,18 +4,19 @@ the one lock namespace), the reuse grace period from what is stored, adoption of
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
 
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetStatus
+from metal3_ipam.core.actions import Create, Delete, SetFinalizers, SetMetadata, SetStatus, StepVersions
 from metal3_ipam.core.reconcile import LOCK_SETTLE_SECONDS, plan_pass, reconcile, run_to_end
 from metal3_ipam.core.inventory import of_every_namespace
 from metal3_ipam.core.ledger import Ledger
 from metal3_ipam.core.slim import slim
-from metal3_ipam.memory import converge
+from metal3_ipam.memory import Refused, converge
 from metal3_ipam.testing import go_incluster as gi
 from ipam_objects import converged, get, loaded, user_delete
 
@@ -133,9 +134,10 @@ def test_write_order_lock_address_status_and_release_the_other_way_round():
     kinds_written = [(type(a).__name__, getattr(a, "obj", {}).get("apiVersion"), o.is_guard(getattr(a, "obj", {})))
                      for a in claim_step.actions]
     # The claim named the IP first (a global pool's pass made before fences it), then the IP's guard, which a
-    # global pool's allocation of that IP in the namespace would write too.
-    assert kinds_written[:5] == [("SetMetadata", None, False), ("Create", kinds.METAL3_API_VERSION, True),
-                                 ("Create", kinds.METAL3_API_VERSION, False),
+    # global pool's allocation of that IP in the namespace would write too. The claim is written again, on
+    # condition that it is unchanged since read, right before its address: none is created for a claim deleted since.
+    assert kinds_written[:6] == [("SetMetadata", None, False), ("Create", kinds.METAL3_API_VERSION, True),
+                                 ("Create", kinds.METAL3_API_VERSION, False), ("SetMetadata", None, False),
                                  ("Create", gi.CAPI_API_VERSION, False), ("SetStatus", None, False)]
     converge(api, random.Random(0))
     user_delete(api, kinds.CAPI_CLAIM, "a")
@@ -561,44 +563,107 @@ def test_a_young_lock_without_its_address_is_left_to_its_maker_until_it_settles(
     assert plan.due is None
 
 
-def _stale_create_of(api, claim):
-    """The create of ``claim``'s Cluster API IPAddress that a replica whose view shows the lock but not yet
-    the address plans (the settle left at 0, as where the view trails by more than it)."""
+PREFIX_POOL = o.PoolKey(NS, "pp", (gi.GROUP, gi.IN_CLUSTER_PREFIX_POOL))
+# Each pool kind of a namespace with the claim its test makes, the pool's key and what the claim is given first.
+KINDS = {"ip": (_pool(), _claim("a"), POOL, "10.0.0.2"),
+         "prefix": (gi.prefix_pool("pp", namespace=NS, prefixes=["fd00:10::/56"], allocation_prefix_length=64),
+                    _claim("a", kind=gi.IN_CLUSTER_PREFIX_POOL, pool="pp"), PREFIX_POOL, "fd00:10::")}
+
+
+def _stale_pass_of(api, claim, pool=POOL):
+    """The pass a replica whose view shows ``claim`` bound, its lock, but not its Cluster API IPAddress plans (it
+    saw that address go and not yet why, or not yet the address its lock's maker wrote): its step creates the
+    address, after a write on condition that the claim is unchanged since read."""
     address = _address(api, claim)
     api.inventory.remove(address)
-    plan = reconcile(api.inventory.snapshot(POOL, api.now, random.Random(0)))
+    plan = reconcile(api.inventory.snapshot(pool, api.now, random.Random(0)))
     api.inventory.upsert(address)
-    made = [a for a in plan.writes if isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.CAPI_ADDRESS]
-    assert [o.name(a.obj) for a in made] == [claim]
-    return made[0]
+    made = [a.obj for a in plan.writes if isinstance(a, Create)]
+    assert [(kinds.kind_of(m), o.name(m)) for m in made] == [(kinds.CAPI_ADDRESS, claim)]
+    return plan
 
 
-def test_an_address_written_from_a_view_that_trails_after_its_claims_release_goes_at_the_next_pass():
-    """What is left of the race where the settle cannot help (replicas writing at once, a view trailing by
-    more): a create has no precondition, so the address planned from a view that shows the lock but not the
-    address lands after the claim was released, at an IP no lock holds. While it stands its IP is kept from
-    the next claim; the next pass removes it."""
-    api = converged(_pool(), _claim("a"))
-    stale = _stale_create_of(api, "a")
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("settle", [0, LOCK_SETTLE_SECONDS])
+def test_an_address_planned_from_a_view_that_trails_its_claims_deletion_is_never_written_after_the_release(kind,
+                                                                                                         settle):
+    """A replica sees a bound claim's Cluster API IPAddress go (the other replica releasing the claim: address,
+    then lock, then the claim's finalizer) before it sees the claim deleted; its view shows the claim bound and
+    its lock, settled, so it writes the address anew. A create has no precondition, so landing after the release
+    it would show the IP (sub-prefix) with no lock behind it, for the next claim to be given too. The step writes
+    the claim first on condition that it is unchanged since read: refused, nothing of the claim is written."""
+    pool, claim, key, ip = KINDS[kind]
+    api = converged(pool, claim)
+    api.inventory.lock_settle_seconds = settle  # as a controller has it, or left at 0
+    api.now = "2024-01-01T00:01:00Z"  # the lock settled long ago
+    stale = _stale_pass_of(api, "a", key)
     user_delete(api, kinds.CAPI_CLAIM, "a")
     converge(api, random.Random(0))  # released: address, then lock, then the claim's finalizer
     assert get(api, kinds.CAPI_CLAIM, "a") is None and _address(api, "a") is None and not _locks(api)
 
-    api.do(stale)  # the trailing replica's create lands: nothing refuses it
-    assert o.spec(_address(api, "a"))["address"] == "10.0.0.2" and not _locks(api)
+    refused = api.apply(stale)  # the trailing replica's pass lands
+    assert refused and "not found" in refused[0], refused
+    assert _address(api, "a") is None and not _locks(api)
 
-    api.load(_claim("b"))
+    api.load(gi.claim("b", NS, o.spec(claim)["poolRef"]["kind"], o.spec(claim)["poolRef"]["name"]))
     converge(api, random.Random(0))
-    assert _address(api, "a") is None
-    assert o.spec(_address(api, "b"))["address"] == "10.0.0.3"
-    assert _locks(api) == {(LOCK_NS, "p.10-0-0-3.ip"): "10.0.0.3"}
+    assert o.spec(_address(api, "b"))["address"] == ip  # free again, given to the next claim alone
+    assert [o.spec(a)["address"] for a in api.inventory.of_kind(kinds.CAPI_ADDRESS)] == [ip]
 
 
-def test_an_address_written_from_a_view_that_trails_never_takes_the_ip_from_the_claim_that_got_it_since():
-    """The stale address lands after the next claim was given its IP: for a moment two IPAddresses show the
-    IP, one of a gone claim; the next pass removes that one and leaves the live claim its address and lock."""
+def _land(api, actions, versions):
+    """``actions`` of one step land in order until one is refused (True when all did), each expecting the version
+    the step's writes before it wrote, as the controller runs a step."""
+    for action in actions:
+        action = versions.current(action)
+        try:
+            api.do(action)
+        except Refused:
+            return False
+        target = getattr(action, "target", None)
+        obj = target is not None and api.inventory.get(target.group_kind, target.namespace, target.name)
+        if obj:
+            versions.wrote(action, obj["metadata"].get("resourceVersion"))
+    return True
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_claim_served_anew_whose_release_comes_between_its_lock_and_its_address_gets_no_address(kind):
+    """The trailing view saw the claim's address and lock go (deleted by hand, or in a release it has not seen
+    yet) and serves the claim anew: its own IP locked again, then its address. The claim is deleted and released
+    after the lock landed (the lock of a deleting claim goes with it) and before the address: the write on the
+    claim right before the address is refused, so no address stands at an IP no lock holds."""
+    pool, claim, key, ip = KINDS[kind]
+    api = converged(pool, claim)
+    view = copy.deepcopy(api.inventory)
+    gone = [*view.of_kind(kinds.CAPI_ADDRESS), *(a for a in view.of_kind(kinds.IPADDRESS) if not o.is_guard(a))]
+    for obj in gone:
+        view.remove(obj)
+    stale = reconcile(view.snapshot(key, api.now, random.Random(0)))
+    (step,) = [s for s in stale.steps if any(isinstance(a, Create) for a in s.actions)]
+    at = next(i for i, a in enumerate(step.actions)
+              if isinstance(a, Create) and kinds.kind_of(a.obj) == kinds.IPADDRESS and not o.is_guard(a.obj)) + 1
+    assert [o.spec(a.obj)["address"] for a in step.actions[at:] if isinstance(a, Create)] == [ip]  # its address
+    for obj in gone:  # deleted (their finalizers taken off), as that view saw them go
+        stored = api.inventory.get(kinds.kind_of(obj), o.namespace(obj), o.name(obj))
+        api.do(SetFinalizers(o.ref(stored), (), o.meta(stored)["resourceVersion"]))
+        api.do(Delete(o.ref(stored)))
+    versions = StepVersions()
+    assert _land(api, step.actions[:at], versions)  # up to its lock
+    assert _locks(api)
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))  # released: its lock goes, then the claim's finalizer
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and not _locks(api)
+
+    assert not _land(api, step.actions[at:], versions)  # the write on the claim is refused: it is gone
+    assert _address(api, "a") is None and not _locks(api)
+
+
+def test_an_address_planned_from_a_view_that_trails_never_takes_the_ip_from_the_claim_that_got_it_since():
+    """The stale pass lands after the next claim was given the IP: refused before it writes anything, so no
+    second IPAddress shows the IP even for a moment; the live claim keeps its address, lock and status."""
     api = converged(_pool(), _claim("a"))
-    stale = _stale_create_of(api, "a")
+    stale = _stale_pass_of(api, "a")
     user_delete(api, kinds.CAPI_CLAIM, "a")
     converge(api, random.Random(0))
     api.load(_claim("b"))
@@ -606,14 +671,36 @@ def test_an_address_written_from_a_view_that_trails_never_takes_the_ip_from_the_
     assert o.spec(_address(api, "b"))["address"] == "10.0.0.2"
     bound = get(api, kinds.CAPI_CLAIM, "b")["status"]
 
-    api.do(stale)
-    assert o.spec(_address(api, "a"))["address"] == "10.0.0.2"
-
-    converge(api, random.Random(0))
+    assert api.apply(stale)
     assert _address(api, "a") is None
     assert o.spec(_address(api, "b"))["address"] == "10.0.0.2"
     assert get(api, kinds.CAPI_CLAIM, "b")["status"] == bound
     assert _locks(api) == {(LOCK_NS, "p.10-0-0-2.ip"): "10.0.0.2"}
+
+
+def test_an_address_whose_create_lands_after_a_release_between_its_steps_writes_goes_at_the_next_pass():
+    """What is left of the race: the claim deleted and released between the step's write on the claim and its
+    create (two writes of one replica in a row). The address stands at an IP no lock holds, its claim gone;
+    while it stands its IP is kept from the next claim, and the next pass removes it."""
+    api = converged(_pool(), _claim("a"))
+    stale = _stale_pass_of(api, "a")
+    (step,) = stale.steps
+    at = next(i for i, a in enumerate(step.actions) if isinstance(a, Create))
+    fence, create = step.actions[:at], step.actions[at]
+    assert [(type(a), a.target.name) for a in fence] == [(SetMetadata, "a")] and fence[0].resource_version
+    api.do(fence[0])  # the claim is unchanged so far
+    user_delete(api, kinds.CAPI_CLAIM, "a")
+    converge(api, random.Random(0))  # released: address, then lock, then the claim's finalizer
+    assert get(api, kinds.CAPI_CLAIM, "a") is None and _address(api, "a") is None and not _locks(api)
+
+    api.do(create)  # the create lands: nothing refuses it
+    assert o.spec(_address(api, "a"))["address"] == "10.0.0.2" and not _locks(api)
+
+    api.load(_claim("b"))
+    converge(api, random.Random(0))
+    assert _address(api, "a") is None
+    assert o.spec(_address(api, "b"))["address"] == "10.0.0.3"
+    assert _locks(api) == {(LOCK_NS, "p.10-0-0-3.ip"): "10.0.0.3"}
 
 
 def test_a_pools_free_count_keeps_an_ip_only_another_pools_address_holds_whichever_claims_a_pass_served():

@@ -14,7 +14,7 @@ import pytest
 
 from metal3_ipam.core import kinds, poolkind
 from metal3_ipam.core import objects as o
-from metal3_ipam.core.actions import Plan, Step
+from metal3_ipam.core.actions import Plan, Step, StepVersions
 from metal3_ipam.core.reconcile import reconcile
 from metal3_ipam.memory import MemoryApi, converge
 from metal3_ipam.testing import go_incluster as gi
@@ -188,9 +188,13 @@ def _paused_after_its_pass(local_kind, local_length, how, named_first=False):
     if named_first:
         (step,) = [s for s in on_its_way.steps if s.subject.endswith(f"{NS}/a")]
         api.do(step.actions[0])
-        assert kinds.ALLOCATING_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "a"))
-        on_its_way = Plan(steps=[Step(s.subject, s.actions[1:], s.about) if s is step else s
-                                 for s in on_its_way.steps])
+        named = get(api, kinds.CAPI_CLAIM, "a")
+        assert kinds.ALLOCATING_ANNOTATION in o.annotations(named)
+        # The rest of the step expects the version its first write made, as the controller runs a step.
+        versions = StepVersions()
+        versions.wrote(step.actions[0], o.meta(named)["resourceVersion"])
+        rest = [versions.current(a) for a in step.actions[1:]]
+        on_its_way = Plan(steps=[Step(s.subject, rest, s.about) if s is step else s for s in on_its_way.steps])
     _pause(api, True)
     _pool_changed(api, local_kind, how)
     return api, on_its_way
