@@ -528,8 +528,8 @@ def test_a_claim_recreated_after_its_refused_pass_landed_is_served_from_its_pool
     """z's pass (fd00::1) lands its naming only; a global pool's allocation hands fd00::1 to d, letting z's naming
     go (and saying so on d); the rest of z's pass lands as far as it can (lock n-fd00--1; its IPAddress, behind a
     write of z, and its status refused); z is deleted by force (``_deleted_by_force``) and a new z (another uid)
-    created in the same second: the old incarnation's objects are no address of the new one (d's allocation let that incarnation go), so they go, and
-    the new z is served from its pool."""
+    created in the same second: the old incarnation's objects are no address of the new one (d's allocation let
+    that incarnation go), so they go, and the new z is served from its pool."""
     api, step = _a_naming_a_global_pool_took()
     _landing(api, step.actions[1:])  # its lock lands; the write of z before its address is refused
     old = o.meta(get(api, kinds.CAPI_CLAIM, "z"))["uid"]
