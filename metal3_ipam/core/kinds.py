@@ -63,6 +63,10 @@ LET_GO_ANNOTATION = "ipam.metal3.io/allocating-let-go"
 # deleted, and is no address of a later claim of their name (a claim moved or restored with objects of another uid
 # has none here).
 LET_GO_FROM_ANNOTATION = "ipam.metal3.io/allocating-let-go-from"
+# Written in its place by a naming that meets that span (the claim takes it back): its guard there, as a view may
+# still hold it, is in doubt until made anew (another allocation may have taken the guard's name meanwhile); the
+# write after that guard is made anew removes it. A pass landing in part leaves the doubt in place.
+TAKEN_BACK_ANNOTATION = "ipam.metal3.io/allocating-taken-back"
 # On a Metal3 IPAddress that guards an IP in its namespace (``naming.guard_name``), the IP: it names a claim and
 # its pool as a lock does, and is filed with no pool (it is no address of the claim's).
 GUARD_LABEL = "ipam.metal3.io/guards-ip"

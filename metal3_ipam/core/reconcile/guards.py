@@ -12,7 +12,7 @@ from .. import kinds
 from .. import objects as o
 from ..actions import Create, Delete, SetMetadata
 from ..addresses import FAMILY_BITS, AddressError, ip_from_int, parse_ip
-from ..kept import bound_ip, let_go_entry, let_go_span, text_span
+from ..kept import bound_ip, let_go_entry, text_span
 from ..naming import address_label, guard_name, ip_text
 from ..overlap import separate_network
 from ..poolkind import kind_named
@@ -338,11 +338,14 @@ class Guards(PassState):
             naming[kinds.FENCED_ANNOTATION] = None  # read: this naming comes after it
         first, last = self.pool.span_of(unit)
         if kinds.LET_GO_ANNOTATION in o.annotations(claim):
-            # A span let go that this naming meets is its own again; one apart from it stays let go: the refused
-            # pass's objects there may land after this naming (``fenced_leftovers``).
+            # A span let go that this naming meets is its own again (taken back, ``taken_back``); one apart from it
+            # stays let go: the refused pass's objects there may land after this naming (``fenced_leftovers``).
             let_go = text_span(o.annotations(claim)[kinds.LET_GO_ANNOTATION])
             if let_go is None or (let_go[0] <= last and first <= let_go[1]):
                 naming[kinds.LET_GO_ANNOTATION] = None
+        back = self.taken_back(claim, first, last)
+        if back is not None or kinds.TAKEN_BACK_ANNOTATION in o.annotations(claim):
+            naming[kinds.TAKEN_BACK_ANNOTATION] = back
         fences = [(other, self.fence(other, first, last)) for other in self.in_flight(o.namespace(claim))] \
             if self.fences() else []
         let_go_from = _let_go_from([*fences, *stalled], first, last)
@@ -355,6 +358,21 @@ class Guards(PassState):
         self.fenced.add(o.namespace(claim))
         return actions + [SetMetadata(o.ref(other), annotations=fence,
                                       resource_version=o.meta(other).get("resourceVersion")) for other, fence in fences]
+
+    def taken_back(self, claim: dict, first: int, last: int) -> str | None:
+        """The span (as written) let go from ``claim`` that its naming of ``first``..``last`` meets: taken back
+        (``kinds.LET_GO_ANNOTATION``, or ``kinds.TAKEN_BACK_ANNOTATION`` written in its place by a naming before,
+        whose pass may have stopped before its guard there was made anew). Its guard of that span, as a view
+        behind may hold it, is in doubt (``guard_actions``): another allocation may have taken the guard's name
+        meanwhile. None when there is none, or the claim's pool names nothing (``names_allocation``)."""
+        if not self.names_allocation():
+            return None
+        for name in (kinds.LET_GO_ANNOTATION, kinds.TAKEN_BACK_ANNOTATION):
+            text = o.annotations(claim).get(name)
+            span = text_span(text)
+            if span is not None and span[0] <= last and first <= span[1]:
+                return str(text)
+        return None
 
     def guard_at(self, namespace: str, span: Span) -> dict | None:
         """The guard of ``span`` in ``namespace``, if one is stored."""
@@ -452,9 +470,9 @@ class Guards(PassState):
 
     def guard_actions(self, claim: dict, unit: int) -> list:
         """What guards ``unit`` for ``claim`` before its lock is written: for each span, its guard created (a
-        left-over one of that name deleted first, that incarnation only), or, one the namespace's pools own, this
-        pool added to its owners (on condition that it is unchanged since read); nothing for a guard it has
-        already, or when it needs none."""
+        left-over one of that name deleted first, that incarnation only: ``left_over``), or, one the namespace's
+        pools own, this pool added to its owners (on condition that it is unchanged since read); nothing for a
+        guard it has already, or when it needs none."""
         spans = self.guard_spans(claim, unit) or []
         stalled = {}
         for span in spans:
@@ -472,15 +490,15 @@ class Guards(PassState):
         actions += [SetMetadata(o.ref(holder), annotations=fence,
                                 resource_version=o.meta(holder).get("resourceVersion")) for holder, fence in fences]
         self.letting_go = set()
-        let_go = let_go_span(claim)
-        width = FAMILY_BITS[self.pool.version]
+        back = self.taken_back(claim, first, last)
+        let_go, width = text_span(back), FAMILY_BITS[self.pool.version]
         for span in spans:
             found = self.guard_at(o.namespace(claim), span)
             doubted = let_go is not None and span.ip <= let_go[1] and let_go[0] <= _span_end(span, width)
-            if found is not None and _owned_by(found, claim) and (not span.shared or _owned_by(found, self.pool_obj)) \
-                    and not doubted:
+            own = found is not None and _owned_by(found, claim)
+            if own and (not span.shared or _owned_by(found, self.pool_obj)) and not doubted:
                 continue  # its own, from an earlier try
-            if found is not None and doubted and not span.shared:
+            if own and doubted and not span.shared:
                 # Its own as this view has it, of a span let go from it since: another allocation may have taken the
                 # guard's name meanwhile (this view behind). That incarnation goes first, made anew: a view behind
                 # is refused, and decides again from what stands.
@@ -491,8 +509,29 @@ class Guards(PassState):
                                            resource_version=o.meta(found).get("resourceVersion")))
                 continue
             # One found here is left over (``held_elsewhere`` passed it over): that incarnation goes first.
-            actions += ([Delete(o.ref(found))] if found is not None else []) + [Create(self.guard(claim, span))]
+            actions += ([self.left_over(found)] if found is not None else []) + [Create(self.guard(claim, span))]
+        if back is not None:
+            # Its guards made anew: the doubt goes, after them (a pass stopped before leaves it for the next one).
+            actions.append(SetMetadata(o.ref(claim), annotations={kinds.TAKEN_BACK_ANNOTATION: None},
+                                       resource_version=o.meta(claim).get("resourceVersion")))
         return actions
+
+    def left_over(self, guard: dict) -> Delete:
+        """The delete of a guard found left over (``guard_holds``). One whose claim this view holds (that
+        incarnation) goes as it is. One whose claim it does not hold, under the name and uid its owner reference
+        gives, goes only if the API server, read again, has no such claim either (``Delete.unless_exists``): a
+        view behind on claims (or one that read the guard again after a refused write) holds the guard of a claim
+        it has not seen yet, live and bound to its IP."""
+        ref = o.spec(guard).get("claim") or {}
+        if self.holder(guard) is not None:
+            return Delete(o.ref(guard))
+        kind, name = str(ref.get("kind") or kinds.IPCLAIM[1]), str(ref.get("name") or "")
+        owner = next((r for r in o.owner_references(guard) if r.get("kind") == kind and r.get("name") == name
+                      and r.get("uid")), None)
+        if owner is None:
+            return Delete(o.ref(guard))  # it names no owner claim: no claim holds it (``holder``), whatever is seen
+        return Delete(o.ref(guard), unless_exists=o.Ref(str(owner.get("apiVersion") or ref.get("apiVersion") or ""),
+                                                        kind, o.namespace(guard), name, str(owner["uid"])))
 
     def joined_owners(self, guard: dict, claim: dict) -> tuple[dict, ...]:
         """The owners of a guard the namespace's pools share once ``claim``'s allocation joins it: this pool and

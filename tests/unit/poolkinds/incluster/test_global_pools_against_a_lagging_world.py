@@ -503,14 +503,6 @@ def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_ba
     assert_no_ip_twice(api)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Global pool g's pass for d lands d's naming and guard of fd00::1 only; past the settle time IPPool n's "
-    "allocation for IPClaim z lets d's guard go and hands fd00::1 to z under a guard of that name; n is edited back. "
-    "A replica lagging on IPClaims and IPAddresses makes d's next pass, which takes fd00::1 back: its first write "
-    "(d's naming of fd00::1, removing the let-go annotation) lands, the rest (the old guard deleted and made anew) "
-    "does not (the pass stopped there). The next pass from that view finds d naming fd00::1 with no span let go, so "
-    "the guard of that name it still holds is d's own from an earlier try (Guards.guard_actions: not 'doubted'): no "
-    "guard is written, and d's lock and address meet no name z took: fd00::1 bound to d and z (SPEC §10 invariant 1)"))
 def test_a_global_pass_taking_back_its_let_go_span_that_lands_only_its_naming_leaves_a_view_behind_refused():
     """The order above, the taking-back pass stopped after its first write (a lost leadership, a dropped
     connection): the let-go annotation is gone from d, and the view still behind must not take the stale guard
@@ -556,13 +548,6 @@ def test_a_global_pass_taking_back_its_let_go_span_that_lands_only_its_naming_le
     assert_no_ip_twice(api)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "The order of the test above, d's taking-back pass landing whole: its naming lands, its delete of the old guard "
-    "incarnation is refused (replaced since read: z's guard), and the controller reads that guard again into its "
-    "view (api.py _delete on 409). The view, still behind on IPClaims and IPAddresses, now holds z's guard but "
-    "neither IPClaim z nor z's lock: Guards.guard_holds finds no live holder, so the next pass takes z's guard for "
-    "one left over, deletes it (its uid matches) and guards, locks and binds fd00::1 for d: fd00::1 bound to d and z "
-    "(SPEC §10 invariant 1)"))
 def test_a_global_pass_refused_at_its_guard_made_anew_never_deletes_the_guard_it_read_again_from_a_view_behind():
     n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
     api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
@@ -621,4 +606,42 @@ def test_a_global_pass_refused_at_its_guard_made_anew_never_deletes_the_guard_it
                     stored = api.inventory.get(target.group_kind, target.namespace, target.name)
                     versions.wrote(action, stored and stored["metadata"].get("resourceVersion"))
     assert any(isinstance(action, Delete) for action in refused)  # the old incarnation was replaced: refused
+    assert_no_ip_twice(api)
+
+
+@pytest.mark.parametrize("seen", ["nothing", "an-older-incarnation"])
+def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes_it(seen):
+    """Whatever brought a guard into a view before its claim and that claim's lock (a watch of IPClaims and
+    IPAddresses behind, the guard read again after a refused write), the view must not take it for one left over:
+    IPPool n's IPClaim z holds fd00::1 under its guard; a replica whose view holds that guard but not IPClaim z
+    (or only an older incarnation of z, another uid) nor z's lock makes global pool g's passes for claim d."""
+    n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
+    api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
+    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
+    api._store(changed)
+    api.load(ipclaim("z", pool="n"))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
+    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
+    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
+    api._store(back)
+    (guard,) = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)]
+    api.load(gi.claim("d", NS, GLOBAL[1], "g"))
+    lagging = copy.deepcopy(api.inventory)
+    for address in list(lagging.of_kind(kinds.IPADDRESS)):  # z's lock not seen yet
+        if not o.is_guard(address):
+            lagging.forget(kinds.IPADDRESS, o.namespace(address), o.name(address))
+    lagging.forget(kinds.IPCLAIM, NS, "z")
+    if seen == "an-older-incarnation":
+        older = ipclaim("z", pool="n")
+        older["metadata"]["uid"] = "an-older-incarnation-of-z"
+        lagging.upsert(older)
+    for _ in range(4):
+        for step in reconcile(lagging.snapshot(o.PoolKey("", "g", GLOBAL), api.now)).steps:
+            _lands(api, step.actions, StepVersions())
+        lagging.upsert(copy.deepcopy(get(api, kinds.CAPI_CLAIM, "d")))  # d's writes, filed at once
+    assert o.meta(get(api, kinds.IPADDRESS, o.name(guard))).get("uid") == o.meta(guard).get("uid")
+    assert not o.is_deleting(get(api, kinds.IPADDRESS, o.name(guard)))
     assert_no_ip_twice(api)
