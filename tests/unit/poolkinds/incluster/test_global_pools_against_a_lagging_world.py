@@ -470,7 +470,11 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_i
     world.teardown()
 
 
-def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_back_what_a_namespaced_pool_handed_out():
+def _a_guard_let_go_and_its_ip_bound_to_z():
+    """Global pool g's pass for claim d lands its naming and guard of fd00::1 only; past the guard's settle time
+    IPPool n, edited onto fd00::1, lets that guard go and binds fd00::1 to IPClaim z, then is edited back. Returns
+    the API and a replica's view of IPClaims and addresses behind since d's pass (its pools and IPAddressClaims
+    current)."""
     n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
     api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
     api.inventory.lock_settle_seconds = 30
@@ -491,12 +495,17 @@ def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_ba
     for _ in range(3):
         api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
     assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    assert kinds.LET_GO_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "d"))
     back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
     back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
     api._store(back)
     for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
         lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
+    return api, lagging
+
+
+def test_a_global_pass_from_a_view_still_holding_its_guard_let_go_never_takes_back_what_a_namespaced_pool_handed_out():
+    api, lagging = _a_guard_let_go_and_its_ip_bound_to_z()
+    assert kinds.LET_GO_ANNOTATION in o.annotations(get(api, kinds.CAPI_CLAIM, "d"))
     plan = reconcile(lagging.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
     for step in plan.steps:
         _lands(api, step.actions, StepVersions())
@@ -507,31 +516,7 @@ def test_a_global_pass_taking_back_its_let_go_span_that_lands_only_its_naming_le
     """The order above, the taking-back pass stopped after its first write (a lost leadership, a dropped
     connection): the let-go annotation is gone from d, and the view still behind must not take the stale guard
     for d's own."""
-    n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
-    api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
-    api.inventory.lock_settle_seconds = 30
-    api.load(gi.claim("d", NS, GLOBAL[1], "g"))
-    for _ in range(3):  # its finalizer and status first
-        plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
-        (step,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/d")]
-        if any(isinstance(a, Create) for a in step.actions):
-            break
-        api.apply(plan)
-    _lands(api, step.actions[:2], StepVersions())  # d's naming and guard of fd00::1; the rest never lands
-    lagging = copy.deepcopy(api.inventory)  # a replica's view of IPClaims and addresses, from here on behind
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
-    api.now = "2024-01-01T00:00:31Z"  # past the guard's settle time
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
-    for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
-        lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
+    api, lagging = _a_guard_let_go_and_its_ip_bound_to_z()
     plan = reconcile(lagging.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
     (step,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/d")]
     assert isinstance(step.actions[0], SetMetadata)  # d's naming of fd00::1, its let-go annotation removed
@@ -549,31 +534,7 @@ def test_a_global_pass_taking_back_its_let_go_span_that_lands_only_its_naming_le
 
 
 def test_a_global_pass_refused_at_its_guard_made_anew_never_deletes_the_guard_it_read_again_from_a_view_behind():
-    n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
-    api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
-    api.inventory.lock_settle_seconds = 30
-    api.load(gi.claim("d", NS, GLOBAL[1], "g"))
-    for _ in range(3):  # its finalizer and status first
-        plan = reconcile(api.inventory.snapshot(o.PoolKey("", "g", GLOBAL), api.now))
-        (step,) = [s for s in plan.steps if s.subject.endswith(f"{NS}/d")]
-        if any(isinstance(a, Create) for a in step.actions):
-            break
-        api.apply(plan)
-    _lands(api, step.actions[:2], StepVersions())  # d's naming and guard of fd00::1; the rest never lands
-    lagging = copy.deepcopy(api.inventory)  # a replica's view of IPClaims and addresses, from here on behind
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
-    api.now = "2024-01-01T00:00:31Z"  # past the guard's settle time
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
-    for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
-        lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
+    api, lagging = _a_guard_let_go_and_its_ip_bound_to_z()
 
     def carried_out(action) -> bool:
         """One write, its answer filed into the view at once; a refused one read again (as the controller does)."""
