@@ -159,7 +159,8 @@ class OutsidePools:
         self._judgements: dict[PoolRef, Left] = {}
         self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
         self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
-        asking.judges_pools = self.secret_finalizer is not None
+        if asking is not None:
+            asking.judges_pools = self.secret_finalizer is not None
 
     # -- what is the backend's ----------------------------------------------------------
 
