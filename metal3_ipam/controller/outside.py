@@ -384,6 +384,12 @@ class OutsidePools:
 
     # -- what pools' claims left outside ------------------------------------------------
 
+    def unjudge(self, ref: PoolRef) -> None:
+        """A release of a claim of pool ``ref`` left an address outside: what was judged of the pool is stale, and
+        the pool, being deleted, is held until a sweep judged it again."""
+        self._judgements.pop(ref, None)
+        self.answers.unjudged(ref)
+
     def judge(self, ref: PoolRef, left: Left) -> None:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
         self._judgements[ref] = left

@@ -453,6 +453,7 @@ class NetBoxPools(OutsidePools):
         model = self.read_model(pool_obj) if pool_obj is not None else None
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
+            self.unjudge((model.namespace, model.name))
         return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:

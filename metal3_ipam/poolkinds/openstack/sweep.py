@@ -175,6 +175,7 @@ class Sweeper:
         if home is not None:
             self._keep(fip_id, Marked(pool, key, self.pools.asks.client_of(pool)))
             self._ours.add(home)
+            self.pools.unjudge((pool.namespace, pool.name))
 
     def keeps(self, client: tuple) -> bool:
         """Whether a floating IP remembered here was found with ``client`` (kept for it when its Secret changes)."""
@@ -232,10 +233,11 @@ class Sweeper:
                 found[p.pool_tag(owner, model.namespace, model.name)] = model
         return found
 
-    async def _sweep_terminating(self, terminating: dict[str, OpenStackPool]) -> set[str]:
+    async def _sweep_terminating(self, terminating: dict[str, OpenStackPool], shared: dict[str, int]) -> set[str]:
         """The floating IPs of the pools being deleted that carry marks of objects here, found again in Neutron
         (listed with their Secret as it is now) and remembered for ``_sweep_marked`` to judge: what a claim here
-        left is found again after a restart. The pool tags of those whose cloud was listed."""
+        left is found again after a restart. The pool tags of those whose cloud was listed; how many of each one's
+        floating IPs another cluster marks too, in ``shared``."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         listed_tags: set[str] = set()
         for tag, model in terminating.items():
@@ -248,6 +250,8 @@ class Sweeper:
             home = self._home_state()
             for fip in listed:
                 key = p.key_in(owner, fip.description)
+                if key is not None and tag in fip.tags and self._shared(fip, home):
+                    shared[tag] = shared.get(tag, 0) + 1
                 if key is not None and tag in fip.tags and fip.id not in self.marked:
                     self._remember(fip, model, key, home)
         return listed_tags
@@ -258,7 +262,8 @@ class Sweeper:
         inventory = self.pools.inventory
         for tag, model in models.items():
             waiting = tuple(sorted(kept.address or fip_id for fip_id, kept in self.marked.items()
-                                   if kept.pool.uid == model.uid and not inventory.claims_carrying(kept.key)))
+                                   if kept.pool.uid == model.uid and all(o.is_deleting(claim) for claim in
+                                                                          inventory.claims_carrying(kept.key))))
             self.pools.judge((model.namespace, model.name), Left(model.uid, waiting, shared.get(tag, 0),
                                                                  model.identity.secret))
 
@@ -348,7 +353,7 @@ class Sweeper:
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
         terminating = self._terminating()
-        listed_tags = await self._sweep_terminating(terminating)
+        listed_tags = await self._sweep_terminating(terminating, shared)
         await self._sweep_marked(held, handled, left, released, terminating)
         judged.update((t, m) for t, m in terminating.items() if t in listed_tags)
         self._judge(judged, shared)

@@ -1300,3 +1300,24 @@ def test_a_floating_ip_taken_over_is_released_when_its_pools_secret_is_rotated_a
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
     assert target.pools.answers.held(("ns", "fips"), "target-pool-uid") is None
     assert holds.calls[-1] == ("ns", "cloud", False)
+
+
+def test_a_release_that_leaves_a_floating_ip_holds_its_pool_being_deleted_until_a_sweep_judged_it():
+    """The pool deleted first, judged by a sweep while its claim lived (and its Secret held: the floating IP was
+    taken over from another cluster); the claim's release then marks the floating IP left: the pool is held again
+    until a sweep judged it, which releases it once unanswered, and only then are the pool and the Secret let go."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    deleting(target, pool_obj(uid="target-pool-uid"))  # the pool deleted first: it waits for its claim
+    target.swept()
+    ref = ("ns", "fips")
+    assert target.pools.answers.held(ref, "target-pool-uid") is None  # only its claim holds it
+    assert holds.calls == [("ns", "cloud", True)], "a floating IP taken over, and its credentials' Secret not held"
+    released_by(target)
+    assert neutron.deleted == []
+    assert target.pools.answers.held(ref, "target-pool-uid") is not None, "let go with a floating IP left unjudged"
+    for _ in range(3):
+        target.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert target.pools.answers.held(ref, "target-pool-uid") is None
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)]
