@@ -435,7 +435,9 @@ class OutsidePools:
             if pool_obj is None or o.meta(pool_obj).get("uid") != left.uid:
                 continue
             message = self.waiting_message(left)
-            if message is None and left.secret is not None and (ref[0], left.secret) in failed:
+            secret = (ref[0], left.secret) if left.secret is not None else None
+            if message is None and secret is not None and not needs.get(secret) and \
+                    (secret in failed or self._secrets_held.get(secret)):  # the pool's going would leave it held
                 message = f"waits to take finalizer {self.secret_finalizer} off Secret {left.secret}"
             before = self.answers.held(ref, left.uid)
             self.answers.judged(ref, left.uid, message)

@@ -598,8 +598,8 @@ class NetBoxPools(OutsidePools):
     def _shared(self, item: Found, home: Callable[[Home], str]) -> bool:
         """Whether an address a claim here carries the key of is marked by another cluster too (homed at, or taken
         over from, an object not here): its release may leave it for that cluster to answer."""
-        if not self.inventory.claims_carrying(item.key):
-            return False
+        if all(o.is_deleting(claim) for claim in self.inventory.claims_carrying(item.key)):
+            return False  # no live claim here carries its key
         at, taken = home_in(item.description), taken_from(item.description)
         return (at is not None and home(at) == ABSENT) or (taken is not None and home(taken) == ABSENT)
 

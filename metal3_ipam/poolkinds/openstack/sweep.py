@@ -451,8 +451,11 @@ class Sweeper:
         return lambda h: homes.PRESENT if h in ours and here(h) == homes.ABSENT else here(h)
 
     def _shared(self, fip: FloatingIP, home: Any) -> bool:
-        """Whether a floating IP carries a mark of another cluster's object (a home, hold, ``from`` or ``left``):
-        a release here may leave it for that cluster to answer."""
+        """Whether a floating IP a live claim here carries the key of carries a mark of another cluster's object (a
+        home, hold, ``from`` or ``left``): its release may leave it for that cluster to answer."""
+        key = p.key_in(self.pools.asks.owner, fip.description)
+        if key is None or all(o.is_deleting(claim) for claim in self.pools.inventory.claims_carrying(key)):
+            return False  # no live claim here carries its key: left (judged as such), or none of this cluster's
         named = homes.marks_in(self.pools.asks.owner, fip.tags)
         return any(home(h) == homes.ABSENT for h in named.homes | named.holds | named.froms | named.lefts)
 
