@@ -394,11 +394,16 @@ class OutsidePools:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
         self._judgements[ref] = left
 
+    def left_seconds(self) -> float:
+        """How long from now an address left for another cluster to answer may wait, at most, before the sweeps
+        release it: two sweeps (unless the kind says otherwise)."""
+        return 2 * self.sweep_seconds
+
     def waiting_message(self, left: Left) -> str | None:
         """What a pool being deleted says it waits for, or None."""
         if not left.waiting:
             return None
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2 * self.sweep_seconds))
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.left_seconds()))
         return (f"waits for {len(left.waiting)} {self.addresses_called} its claims left for another cluster to answer "
                 f"({', '.join(sorted(left.waiting)[:5])}{', ...' if len(left.waiting) > 5 else ''}): released by the "
                 f"sweeps by {at} unless a claim of that cluster answers for them (then that cluster's)")

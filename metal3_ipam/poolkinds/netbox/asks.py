@@ -397,6 +397,9 @@ class NetBoxPools(OutsidePools):
     def secret_of(self, model: NetBoxPool) -> str | None:
         return model.token.name
 
+    def left_seconds(self) -> float:
+        return self.release_grace_seconds + 2 * self.sweep_seconds  # the grace from its mark, then two sightings
+
     def server_of(self, model: NetBoxPool) -> Hashable:
         return model.server
 
