@@ -18,7 +18,19 @@ every such kind lives here:
 * each pool's status is the outside IPAM's (the asks' ``survey``), written when
   the pool is first seen or changed and every ``survey_seconds``; one survey
   runs per pool at a time, and one asked for while it runs runs again after it;
-* the kind's sweep (:meth:`OutsidePools.sweep`) runs every ``sweep_seconds``.
+* the kind's sweep (:meth:`OutsidePools.sweep`) runs every ``sweep_seconds``;
+* a pool whose claims left addresses outside for another cluster to answer (a
+  release that could not tell whether a claim there is bound to it) keeps its
+  finalizer while they are not judged (:class:`Left`, filed by the kind's sweep
+  with :meth:`OutsidePools.judge`): deleted, it stays Terminating, saying what it
+  waits for, and the sweeps judge those addresses from its spec and its Secret as
+  they are then. A pool being deleted that no sweep of this process judged yet is
+  held too, and swept soon (a restart forgets nothing: the marks are outside).
+  While a pool has such addresses, or addresses of live claims that another
+  cluster marks too (whose release may leave them), the Secret of its
+  credentials carries :attr:`OutsidePools.secret_finalizer`, so a namespace
+  deleted whole keeps it until they are judged; it comes off once no pool of the
+  namespace needs it.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
@@ -27,21 +39,75 @@ leader, or before the catch-up).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Hashable, Mapping
 from typing import Any, Callable, Iterable
 
+from kubernetes.client.rest import ApiException
+
+from metal3_ipam.controller.api import request
 from metal3_ipam.controller.workers import utc_now
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Plan, SetStatus
+from metal3_ipam.core.reconcile.conditions import READY, _condition
 from metal3_ipam.core.asking import Answer, Ask, Intent
 
 log = logging.getLogger(__name__)
 
 PoolRef = tuple[str, str]  # namespace, name
+
+
+@dataclasses.dataclass(frozen=True)
+class Left:
+    """What a pool's claims left outside, as its kind's sweep found it: ``waiting``, the addresses left for another
+    cluster to answer (released by the sweep unless answered), each with its address; ``shared``, how many
+    addresses of its live claims another cluster marks too (a release may leave them so); ``secret``, the Secret
+    of its credentials (in its namespace), or None."""
+
+    uid: Any
+    waiting: tuple[str, ...] = ()
+    shared: int = 0
+    secret: str | None = None
+
+
+class SecretHolds:
+    """Our finalizer on the Secrets of pools' credentials, put on and taken off with a Kubernetes ``ApiClient``
+    (a conditional patch at the resourceVersion read)."""
+
+    def __init__(self, api_client: Any):
+        self._api = api_client
+
+    async def hold(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
+        """The Secret carries ``finalizer`` (``held``) or not; False when it could not be written (the API
+        refused, or it is gone while it should be held). A Secret being deleted gets no new finalizer (the API
+        server refuses it): it is held only if it carries ours already."""
+        path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
+        try:
+            secret = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
+        except ApiException as exc:
+            return exc.status == 404 and not held
+        metadata = secret.get("metadata") or {}
+        finalizers = list(metadata.get("finalizers") or [])
+        if (finalizer in finalizers) == held:
+            return True
+        if held and metadata.get("deletionTimestamp"):
+            return False
+        wanted = [*finalizers, finalizer] if held else [f for f in finalizers if f != finalizer]
+        body = {"metadata": {"finalizers": wanted, "resourceVersion": metadata.get("resourceVersion")}}
+        try:
+            await asyncio.to_thread(request, self._api, "PATCH", path, body=body,
+                                    headers={"Accept": "application/json",
+                                             "Content-Type": "application/merge-patch+json"}, timeout=10)
+        except ApiException as exc:
+            log.warning("Secret %s/%s: finalizer %s not %s: %s %s", namespace, name, finalizer,
+                        "put on" if held else "taken off", exc.status, exc.reason)
+            return exc.status == 404 and not held
+        log.info("Secret %s/%s: finalizer %s %s", namespace, name, finalizer, "put on" if held else "taken off")
+        return True
 
 
 class OutsidePools:
@@ -60,11 +126,16 @@ class OutsidePools:
     label: str
     #: A survey this many seconds after answers (see :meth:`survey_later`).
     survey_after_answers = 3.0
+    #: The finalizer a pool's Secret carries while what its claims left outside is not judged (see the module's
+    #: docstring); None: the kind's sweep judges nothing of the sort (:meth:`judge` is never called).
+    secret_finalizer: str | None = None
+    #: What the addresses are called, in a pool's status (plural).
+    addresses_called = "addresses"
 
     def __init__(self, asks: Any, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, secret_holds: Any = None):
         self.asks = asks
         self.answers = asking
         self.inventory = inventory
@@ -81,6 +152,15 @@ class OutsidePools:
         self._survey_timers: dict[PoolRef, asyncio.TimerHandle] = {}
         self._loop_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
+        self._sweep_soon: asyncio.Task | None = None
+        self._sweeping = asyncio.Lock()
+        #: each pool's judgement by the last sweep that judged it (see :meth:`judge`)
+        self.left: dict[PoolRef, Left] = {}
+        self._judgements: dict[PoolRef, Left] = {}
+        self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
+        self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
+        if asking is not None:
+            asking.judges_pools = self.secret_finalizer is not None
 
     # -- what is the backend's ----------------------------------------------------------
 
@@ -126,7 +206,8 @@ class OutsidePools:
             self._timer.cancel()
         for timer in self._survey_timers.values():
             timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, *self._surveying.values()) if t is not None]
+        tasks = [t for t in (self._loop_task, self._sweep_task, self._sweep_soon, *self._surveying.values())
+                 if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -153,11 +234,18 @@ class OutsidePools:
             self.answers.intend(key, intent, ref, server, now)
         self.answers.carried(ref, {self.key_of(claim) for claim in claims} | set(intents), now)
         self.pump()
+        if pool_obj is not None and o.is_deleting(pool_obj) and self.secret_finalizer is not None \
+                and ref not in self._judgements and self.may_act():
+            self.sweep_soon()  # a pool being deleted no sweep judged yet: judged now, not a sweep period later
 
     def pool_gone(self, pool_key: Any) -> None:
         """The pool and everything filed under it are gone: surveyed afresh should it come back. (Its
         server stays known to the asks: a release still out for one of its keys may still need it.)"""
-        self._seen.pop((pool_key.namespace, pool_key.name), None)
+        ref = (pool_key.namespace, pool_key.name)
+        self._seen.pop(ref, None)
+        self.left.pop(ref, None)
+        self._judgements.pop(ref, None)
+        self.answers.unjudged(ref)
 
     def pump(self) -> None:
         """Send what is due; come back at the next time something falls due."""
@@ -274,4 +362,115 @@ class OutsidePools:
         while True:
             await asyncio.sleep(self.sweep_seconds)
             if self.may_act():
-                await self.sweep()
+                await self.swept()
+
+    def sweep_soon(self) -> None:
+        """A sweep now (one at a time; one asked for while one is running waits for it)."""
+        if self._sweep_soon is None or self._sweep_soon.done():
+            self._sweep_soon = asyncio.create_task(self.swept(), name=f"{self.label} sweep soon")
+
+    async def swept(self) -> list:
+        """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`)."""
+        async with self._sweeping:
+            try:
+                released = await self.sweep()
+                await self.settle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug of ours must not end the sweeps
+                log.exception("%s: sweep failed", self.label)
+                return []
+            return released
+
+    # -- what pools' claims left outside ------------------------------------------------
+
+    def unjudge(self, ref: PoolRef) -> None:
+        """A release of a claim of pool ``ref`` left an address outside: what was judged of the pool is stale, and
+        the pool, being deleted, is held until a sweep judged it again."""
+        self._judgements.pop(ref, None)
+        self.answers.unjudged(ref)
+
+    def judge(self, ref: PoolRef, left: Left) -> None:
+        """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
+        self._judgements[ref] = left
+
+    def left_seconds(self) -> float:
+        """How long from now an address left for another cluster to answer may wait, at most, before the sweeps
+        release it: two sweeps (unless the kind says otherwise)."""
+        return 2 * self.sweep_seconds
+
+    def waiting_message(self, left: Left) -> str | None:
+        """What a pool being deleted says it waits for, or None."""
+        if not left.waiting:
+            return None
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.left_seconds()))
+        return (f"waits for {len(left.waiting)} {self.addresses_called} its claims left for another cluster to answer "
+                f"({', '.join(sorted(left.waiting)[:5])}{', ...' if len(left.waiting) > 5 else ''}): released by the "
+                f"sweeps by {at} unless a claim of that cluster answers for them (then that cluster's)")
+
+    async def settle(self) -> None:
+        """The judgements of the last sweep applied: each pool's Secret held while it (or another pool of its
+        namespace naming it) needs it, else let go; each pool being deleted held while what its claims left
+        waits (its status saying so), else let go (passed over again, its finalizer off)."""
+        if self.secret_finalizer is None:
+            return
+        needs: dict[tuple[str, str], bool] = {}
+        for ref, left in self._judgements.items():
+            if left.secret is not None:
+                key = (ref[0], left.secret)
+                needs[key] = needs.get(key, False) or bool(left.waiting or left.shared)
+        for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has
+            if pool_key.kind == self.pool_kind and (pool_key.namespace, pool_key.name) not in self._judgements:
+                pool_obj = self.inventory.get(self.pool_kind, pool_key.namespace, pool_key.name)
+                model = self.read_model(pool_obj) if pool_obj is not None else None
+                if model is not None and (secret := self.secret_of(model)) is not None:
+                    needs.pop((pool_key.namespace, secret), None)
+        failed: set[tuple[str, str]] = set()
+        for (namespace, secret), held in needs.items():
+            if self._secrets_held.get((namespace, secret)) == held:
+                continue
+            done = True if self.secret_holds is None else \
+                await self.secret_holds.hold(namespace, secret, self.secret_finalizer, held)
+            if done:
+                self._secrets_held[(namespace, secret)] = held
+            else:
+                failed.add((namespace, secret))
+        for ref, left in list(self._judgements.items()):
+            pool_obj = self.inventory.get(self.pool_kind, *ref)
+            if pool_obj is None or o.meta(pool_obj).get("uid") != left.uid:
+                continue
+            message = self.waiting_message(left)
+            secret = (ref[0], left.secret) if left.secret is not None else None
+            if message is None and secret is not None and not needs.get(secret) and \
+                    (secret in failed or self._secrets_held.get(secret)):  # the pool's going would leave it held
+                message = f"waits to take finalizer {self.secret_finalizer} off Secret {left.secret}"
+            before = self.answers.held(ref, left.uid)
+            self.answers.judged(ref, left.uid, message)
+            self.left[ref] = left
+            if not o.is_deleting(pool_obj):
+                continue
+            pool_key = o.PoolKey(ref[0], ref[1], self.pool_kind)
+            if message is not None:
+                await self._say_waiting(pool_key, pool_obj, message)
+            if (before is None) != (message is None):
+                self.wake(pool_key, None)
+
+    async def _say_waiting(self, pool_key: Any, pool_obj: Mapping[str, Any], message: str) -> None:
+        """A pool being deleted says what it waits for (Ready=False, reason Deleting)."""
+        current = o.status(pool_obj)
+        ready = _condition(current, READY, "False", "Deleting", f"the pool is being deleted; it {message}", utc_now())
+        conditions = [ready] + [c for c in current.get("conditions") or []
+                                if isinstance(c, Mapping) and c.get("type") != READY]
+        if current.get("conditions") == conditions:
+            return
+        plan = Plan()
+        plan.step(f"{self.pool_kind[1]} {pool_key.namespace}/{pool_key.name}", about=o.ref(pool_obj)).add(
+            SetStatus(o.ref(pool_obj), {**current, "conditions": conditions}))
+        try:
+            await self.writer.execute(plan, pool_key)
+        except Exception:  # a status lost is no reason to end the sweeps
+            log.exception("%s %s/%s: status not written", self.pool_kind[1], pool_key.namespace, pool_key.name)
+
+    def secret_of(self, model: Any) -> str | None:
+        """The Secret (in the pool's namespace) a pool's credentials come from, or None."""
+        return None

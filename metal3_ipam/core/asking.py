@@ -204,6 +204,31 @@ class Asking:
     _forgotten: dict[str, float] = field(default_factory=dict)
     _attempts: int = 0
     since: float | None = None  # when the lifecycle first said what it wants: this process's start
+    #: whether the kind's sweep judges what a pool's claims left outside (``judged``): a pool being deleted is held
+    #: until it did, for this process (a restart forgets nothing the outside IPAM keeps: it is judged again)
+    judges_pools: bool = False
+    _judged: dict[Hashable, tuple[Hashable, str | None]] = field(default_factory=dict)
+
+    # -- what holds a pool being deleted -----------------------------------------------
+
+    def judged(self, pool: Hashable, uid: Hashable, waiting: str | None) -> None:
+        """The kind's sweep judged what the claims of ``pool`` (that very one: ``uid``) left outside: ``waiting``
+        says what it still waits for (addresses left for another cluster to answer), None: nothing."""
+        self._judged[pool] = (uid, waiting)
+
+    def unjudged(self, pool: Hashable) -> None:
+        """``pool`` is gone: what was judged of it is forgotten."""
+        self._judged.pop(pool, None)
+
+    def held(self, pool: Hashable, uid: Hashable) -> str | None:
+        """What keeps ``pool`` (being deleted) from going beyond its claims: what its claims left outside that is
+        not judged yet, or None. Before the kind's sweep judged it in this process, it is held (``judges_pools``)."""
+        if not self.judges_pools:
+            return None
+        found = self._judged.get(pool)
+        if found is None or found[0] != uid:
+            return "waits for a sweep of its IPAM to find the addresses its claims left for another cluster"
+        return found[1]
 
     # -- what the lifecycle wants -----------------------------------------------------
 

@@ -131,13 +131,15 @@ def test_the_cluster_role_is_the_table():
     granted = {(group, resource, verb) for rule in permissions.cluster_role()["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted == permissions.granted(permissions.cluster_rules())
-    # Nothing outside the kinds the controller serves, Events, reading the Secrets of NetBox tokens and clouds.yaml,
+    # Nothing outside the kinds the controller serves, Events, the Secrets of NetBox tokens and clouds.yaml,
     # and reading the CAPO pool an OpenStackFloatingIPPool adopts from.
     groups = {g for g, _, _ in granted}
     assert groups == {kinds.METAL3_GROUP, kinds.CAPI_IPAM_GROUP, kinds.CLUSTER_GROUP, netbox_pool.GROUP,
                       openstack_pool.GROUP, capo.GROUP, ""}
     assert {(g, r, v) for g, r, v in granted if g == capo.GROUP} == {(capo.GROUP, capo.PLURAL, "get")}
-    assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get")}
+    # Patching Secrets: the finalizer of the Secret of an OpenStackFloatingIPPool whose claims left floating IPs.
+    assert {(g, r, v) for g, r, v in granted if g == ""} == {("", "events", "create"), ("", "secrets", "get"),
+                                                             ("", "secrets", "patch")}
     assert not any(v == "delete" and r in ("ippools", "ipclaims", "ipaddressclaims") for _, r, v in granted)
     for rule in permissions.cluster_rules() + permissions.LEADER_ELECTION_RULES:
         assert rule.why, rule
@@ -153,7 +155,7 @@ def test_the_role_grants_what_each_kinds_outside_ipam_needs_once(monkeypatch):
     monkeypatch.setitem(poolkind.REGISTRY, twin.kind, twin)
     rules = permissions.cluster_rules()
     assert extra in rules
-    assert [(r.group, r.resource) for r in rules].count(("", "secrets")) == 1
+    assert [(r.group, r.resource, r.verbs) for r in rules].count(("", "secrets", ("get",))) == 1
     assert {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]} in \
         permissions.cluster_role()["rules"]
 

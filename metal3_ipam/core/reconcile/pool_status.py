@@ -43,13 +43,17 @@ class PoolStatus(PassState):
         if o.is_deleting(pool):
             in_use = len(self.ledger.addresses) + len(self.ledger.capi_addresses)
             unreleased = self.release_waiting_keys() if self.kind.outside is not None else []
-            if finalizer in o.finalizers(pool) and not in_use and not unreleased:
+            held = self.snap.answers.held((o.namespace(pool), o.name(pool)), o.meta(pool).get("uid")) \
+                if self.kind.outside is not None and self.snap.answers is not None else None
+            if finalizer in o.finalizers(pool) and not in_use and not unreleased and not held:
                 step.add(_without_finalizer(pool, finalizer))
             elif in_use:
                 self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for {in_use} address(es) to go")
             if unreleased:
                 self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} waits for its IPAM to release what it "
                                        f"holds for {len(unreleased)} key(s) of claims holding no address")
+            if held and not in_use and not unreleased:
+                self.plan.notes.append(f"{self.kind.kind[1]} {o.name(pool)} {held}")
             return
         if finalizer not in o.finalizers(pool):
             step.add(_with_finalizer(pool, finalizer))

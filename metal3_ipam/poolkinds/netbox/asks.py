@@ -37,7 +37,7 @@ from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.outside import OutsidePools
+from metal3_ipam.controller.outside import Left, OutsidePools
 from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -55,7 +55,7 @@ from metal3_ipam.poolkinds.netbox.pool import (
     pool_status,
     read_pool,
 )
-from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL
+from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL, SECRET_FINALIZER
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
                                                copies_took, describe_anew, description,
@@ -285,7 +285,7 @@ class NetBoxAsks:
     # -- sweeps -------------------------------------------------------------------------
 
     async def sweep(self, pool: NetBoxPool, choose: Callable[[list[Found]], tuple[list[Found], list[tuple[Found, str]]]],
-                    still: Callable[[Found], bool] = lambda item: True
+                    still: Callable[[Found], bool] = lambda item: True, lingering: bool = False
                     ) -> tuple[int, list[Found], list[tuple[Found, str]]]:
         """One sweep of the server of ``pool``, with its token: every address carrying this owner's keys
         listed; ``choose`` says which to release and which to give a new description. Each is read again by
@@ -294,7 +294,7 @@ class NetBoxAsks:
         and deletes before it take time). (How many were listed, the ones released, the ones described anew);
         a refusal raises NetBoxError or TokenUnavailable. A pool gone (what its claims left swept on) is asked with
         the token last read if its Secret went with it (``_client``)."""
-        gone = (pool.namespace, pool.name) not in self._pools
+        gone = lingering or (pool.namespace, pool.name) not in self._pools
         async with asyncio.timeout(self.timeout * 6), self._using(pool, lingering=gone) as client:
             listed = {a.id: a for a in await client.owned()}
             release, describe = choose([Found(a.id, a.address, a.key, a.description) for a in listed.values()])
@@ -369,13 +369,16 @@ class NetBoxPools(OutsidePools):
 
     pool_kind = NETBOX_IP_POOL
     label = "netbox"
+    secret_finalizer = SECRET_FINALIZER
 
     def __init__(self, asks: NetBoxAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0, release_grace_seconds: float = 86400.0,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 secret_holds: Any = None):
         super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
-                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
+                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock,
+                         secret_holds=secret_holds)
         self.release_grace_seconds = release_grace_seconds
         self.wall = wall  # the time a mark of release says, which NetBox keeps across restarts
         self._told: set[tuple[str, Home]] = set()  # (key, other home) a claim here was warned of
@@ -393,6 +396,12 @@ class NetBoxPools(OutsidePools):
 
     def read_model(self, pool_obj: Mapping[str, Any]) -> NetBoxPool | None:
         return read_pool(pool_obj)[0]
+
+    def secret_of(self, model: NetBoxPool) -> str | None:
+        return model.token.name
+
+    def left_seconds(self) -> float:
+        return self.release_grace_seconds + 2 * self.sweep_seconds  # the grace from its mark, then two sightings
 
     def server_of(self, model: NetBoxPool) -> Hashable:
         return model.server
@@ -450,6 +459,7 @@ class NetBoxPools(OutsidePools):
         model = self.read_model(pool_obj) if pool_obj is not None else None
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
+            self.unjudge((model.namespace, model.name))
         return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
@@ -507,10 +517,15 @@ class NetBoxPools(OutsidePools):
         """Each NetBox server of the pools held swept once (``sweep``), and each a release here left an address
         on whose pool is gone (with that pool's client); the addresses released."""
         servers: dict[Any, NetBoxPool] = {}
+        pools: dict[Any, list[tuple[NetBoxPool, Any]]] = {}  # per server: each pool held here, with its uid
         for pool_key in self.inventory.pool_keys():
-            model = self.live_pool(pool_key) if pool_key.kind == NETBOX_IP_POOL else None
+            pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name) \
+                if pool_key.kind == NETBOX_IP_POOL else None
+            model = self.read_model(pool_obj) if pool_obj is not None else None
             if model is not None:
-                servers.setdefault(model.server, model)
+                pools.setdefault(model.server, []).append((model, o.meta(pool_obj).get("uid")))
+                if not o.is_deleting(pool_obj) or model.server not in servers:
+                    servers[model.server] = model  # a live pool's token first; a pool being deleted's else
         for server, remembered in self._released_here.items():
             if server not in servers and remembered:
                 servers[server] = next(iter(remembered.values()))[0]
@@ -524,6 +539,9 @@ class NetBoxPools(OutsidePools):
                 home = home_state(self._homes())
                 listed_keys.update(item.key for item in found)
                 self._remember_moved_away(found, home)
+                self._find_released_here(server, found, home, pools.get(server, ()))
+                addresses.update((item.key, item.address) for item in found)
+                shared.update(item.key for item in found if self._shared(item, home))
                 moved_away = self.inventory.moved_away.__contains__
                 judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
                 release, marks = settle(judged, self.wall(), self.release_grace_seconds)
@@ -548,8 +566,11 @@ class NetBoxPools(OutsidePools):
                 return unclaimed_here(item, self.carried(), self._home_left(server, home) if mine else home)
             contests: list[tuple[Found, Home]] = []
             listed_keys: set[str] = set()
+            addresses: dict[str, str] = {}
+            shared: set[str] = set()
             try:
-                listed, done, described = await self.asks.sweep(model, choose, still)
+                listed, done, described = await self.asks.sweep(
+                    model, choose, still, **({"lingering": True} if self._deleting(model) else {}))
             except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
@@ -569,7 +590,54 @@ class NetBoxPools(OutsidePools):
             await self._tell(server, described, contests)
             self._homed_elsewhere(server, listed_keys, contests)
             released.extend(done)
+            self._judge(server, pools.get(server, ()), addresses, shared)
         return released
+
+    def _deleting(self, model: NetBoxPool) -> bool:
+        """Whether the pool is being deleted (swept with the token last read if its Secret went)."""
+        pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
+        return pool_obj is None or o.is_deleting(pool_obj)
+
+    def _find_released_here(self, server: Any, found: list[Found], home: Callable[[Home], str],
+                            pools: Iterable[tuple[NetBoxPool, Any]]) -> None:
+        """The addresses a release here left marked released, found again in NetBox for a pool held here being
+        deleted (its finalizer keeps it while they wait): those of a claim of its namespace (``claim_in``), homed
+        at an object gone from here, whose key nothing here carries. What a release here remembers
+        (``_released_here``) is so found again after a restart."""
+        carried = self.carried()
+        remembered = self._released_here.setdefault(server, {})
+        for model, _ in pools:
+            pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
+            if pool_obj is None or not o.is_deleting(pool_obj):
+                continue
+            for item in found:
+                at, claimed = home_in(item.description), claim_in(item.description)
+                if at is not None and claimed is not None and claimed[0] == model.namespace \
+                        and swept_at(item.description) is not None and home(at) == ABSENT \
+                        and not carried(item.key) and item.key not in remembered:
+                    remembered[item.key] = (model, at)
+
+    def _shared(self, item: Found, home: Callable[[Home], str]) -> bool:
+        """Whether an address a claim here carries the key of is marked by another cluster too (homed at, or taken
+        over from, an object not here): its release may leave it for that cluster to answer."""
+        if all(o.is_deleting(claim) for claim in self.inventory.claims_carrying(item.key)):
+            return False  # no live claim here carries its key
+        at, taken = home_in(item.description), taken_from(item.description)
+        return (at is not None and home(at) == ABSENT) or (taken is not None and home(taken) == ABSENT)
+
+    def _judge(self, server: Any, pools: Iterable[tuple[NetBoxPool, Any]], addresses: Mapping[str, str],
+               shared: set[str]) -> None:
+        """What the claims of each pool of ``server`` left (``OutsidePools.judge``): the addresses released here
+        that wait for the grace, and those of its live claims another cluster marks too."""
+        remembered = self._released_here.get(server, {})
+        for model, uid in pools:
+            mine = (model.namespace, model.name)
+            waiting = tuple(sorted(addresses.get(key, key) for key, (pool, _) in remembered.items()
+                                   if (pool.namespace, pool.name) == mine))
+            ours = sum(1 for key in shared for claim in self.inventory.claims_carrying(key)[:1]
+                       if o.namespace(claim) == model.namespace and (ref := o.pool_of(claim)) is not None
+                       and ref.name == model.name)
+            self.judge(mine, Left(uid, waiting, ours, model.token.name))
 
     def _remember_moved_away(self, found: list[Found], home: Callable[[Home], str]) -> None:
         """The claims NetBox says left an object here for ``clusterctl move`` (``moved-from=``, written by this

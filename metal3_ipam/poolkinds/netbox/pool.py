@@ -33,6 +33,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NetBoxIPPool"
 NETBOX_IP_POOL = (GROUP, KIND)
 PLURAL = "netboxippools"
+#: The finalizer the Secret of a pool's token carries while addresses its claims left for another cluster to answer
+#: (or may leave: marked by one) are not judged (``controller.outside``).
+SECRET_FINALIZER = f"{GROUP}/addresses-left"
 
 #: On a claim: the key its NetBox address is found by. Written before NetBox is asked;
 #: copied by ``clusterctl move`` with the claim (its uid is not), absent on a new claim

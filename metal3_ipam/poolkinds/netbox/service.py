@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metal3_ipam.core.asking import Asking
+from metal3_ipam.controller.outside import SecretHolds
 from metal3_ipam.core.poolkind import Flag, Rule
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, NetBoxPools, SecretTokens
 from metal3_ipam.poolkinds.netbox.pool import condition_reason
@@ -54,6 +55,9 @@ FLAGS = (
 ROLE_RULES = (
     Rule("", "secrets", ("get",), "a NetBoxIPPool's API token, read from the Secret its spec names "
                                   "(asks.SecretTokens)"),
+    Rule("", "secrets", ("patch",), "the finalizer the Secret of a pool's credentials carries while addresses its "
+                                    "claims left for another cluster to answer are not judged "
+                                    "(controller.outside.SecretHolds)"),
 )
 
 
@@ -65,7 +69,8 @@ def service(parts: Any) -> NetBoxPools:
                        writer=parts.writer, wake=parts.wake,
                        may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                        sweep_seconds=flags.get("netbox_sweep_seconds", FLAGS[1].default),
-                       release_grace_seconds=flags.get("netbox_release_grace_seconds", FLAGS[2].default))
+                       release_grace_seconds=flags.get("netbox_release_grace_seconds", FLAGS[2].default),
+                       secret_holds=SecretHolds(parts.api))
 
 
 def answers(url: str, timeout: float = 3.0) -> str | None:

@@ -556,13 +556,16 @@ class OpenStackPools(OutsidePools):
 
     pool_kind = OPENSTACK_FLOATING_IP_POOL
     label = "openstack"
+    secret_finalizer = p.SECRET_FINALIZER
+    addresses_called = "floating IPs"
 
     def __init__(self, asks: OpenStackAsks, asking: Any, *, inventory: Any, writer: Any,
                  wake: Callable[[Any, str | None], None], may_act: Callable[[], bool] = lambda: True,
                  survey_seconds: float = 60.0, sweep_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, secret_holds: Any = None):
         super().__init__(asks, asking, inventory=inventory, writer=writer, wake=wake, may_act=may_act,
-                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock)
+                         survey_seconds=survey_seconds, sweep_seconds=sweep_seconds, clock=clock,
+                         secret_holds=secret_holds)
         self.sweeper = Sweeper(self)
         asks.bound_address = lambda key: self.bound().get(key)
         asks.homes = self.key_homes
@@ -574,6 +577,9 @@ class OpenStackPools(OutsidePools):
 
     def read_model(self, pool_obj: Mapping[str, Any]) -> OpenStackPool | None:
         return p.read_pool(pool_obj)[0]
+
+    def secret_of(self, model: OpenStackPool) -> str | None:
+        return model.identity.secret
 
     def server_of(self, model: OpenStackPool) -> Any:
         return self.asks.cloud_of(model)

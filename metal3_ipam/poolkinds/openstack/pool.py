@@ -37,6 +37,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "OpenStackFloatingIPPool"
 OPENSTACK_FLOATING_IP_POOL = (GROUP, KIND)
 PLURAL = "openstackfloatingippools"
+#: The finalizer the Secret of a pool's clouds.yaml carries while floating IPs its claims left for another cluster
+#: to answer (or may leave: shared with one) are not judged (``controller.outside``).
+SECRET_FINALIZER = f"{GROUP}/floating-ips-left"
 
 #: On a claim: the key its floating IP is found by. Written before Neutron is asked; copied by
 #: ``clusterctl move`` with the claim.

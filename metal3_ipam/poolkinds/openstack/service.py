@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from metal3_ipam.controller.outside import SecretHolds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.poolkind import Flag, Rule
 from metal3_ipam.poolkinds.openstack.asks import OpenStackAsks, OpenStackPools, SecretClouds
@@ -50,7 +51,8 @@ def service(parts: Any) -> OpenStackPools:
     return OpenStackPools(asks, Asking(timeout_reason=TIMEOUT_REASON), inventory=parts.inventory,
                           writer=parts.writer, wake=parts.wake,
                           may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
-                          sweep_seconds=flags.get("openstack_sweep_seconds", FLAGS[1].default))
+                          sweep_seconds=flags.get("openstack_sweep_seconds", FLAGS[1].default),
+                          secret_holds=SecretHolds(parts.api))
 
 
 # The reason a claim is refused with when Neutron does not answer an ask in time.
@@ -59,6 +61,9 @@ TIMEOUT_REASON = "OpenStackTimeout"
 ROLE_RULES = (
     Rule("", "secrets", ("get",), "an OpenStackFloatingIPPool's clouds.yaml, read from the Secret its "
                                   "spec.identityRef names"),
+    Rule("", "secrets", ("patch",), "the finalizer the Secret an OpenStackFloatingIPPool's spec.identityRef names "
+                                    "carries while floating IPs its claims left for another cluster to answer are "
+                                    "not judged (controller.outside.SecretHolds)"),
     Rule("infrastructure.cluster.x-k8s.io", "openstackfloatingippools", ("get",),
          "the status of Cluster API Provider OpenStack's pool an OpenStackFloatingIPPool's spec.adoptFromCAPOPool "
          "names, in its namespace: which of the floating IPs of its tag it keeps free (capo.CAPOPools)"),

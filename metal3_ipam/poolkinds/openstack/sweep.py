@@ -69,6 +69,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from metal3_ipam.controller.outside import Left
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.actions import Event, Plan
@@ -145,6 +146,7 @@ class Marked:
     pool: OpenStackPool
     key: str
     client: tuple | None = None
+    address: str = ""
 
 
 class Sweeper:
@@ -173,6 +175,7 @@ class Sweeper:
         if home is not None:
             self._keep(fip_id, Marked(pool, key, self.pools.asks.client_of(pool)))
             self._ours.add(home)
+            self.pools.unjudge((pool.namespace, pool.name))
 
     def keeps(self, client: tuple) -> bool:
         """Whether a floating IP remembered here was found with ``client`` (kept for it when its Secret changes)."""
@@ -198,7 +201,7 @@ class Sweeper:
         ours = {h for h in named.homes | named.froms | named.holds | named.lefts if home(h) != homes.ABSENT}
         if ours:
             self._ours.update(ours)
-            self._keep(fip.id, Marked(pool, key, self.pools.asks.client_of(pool)))
+            self._keep(fip.id, Marked(pool, key, self.pools.asks.client_of(pool), fip.address))
         else:
             self._forget(fip.id)
 
@@ -215,6 +218,54 @@ class Sweeper:
             if pool_key.kind == OPENSTACK_FLOATING_IP_POOL and (model := self.pools.live_pool(pool_key)) is not None:
                 found[p.pool_tag(owner, model.namespace, model.name)] = model
         return found
+
+    def _terminating(self) -> dict[str, OpenStackPool]:
+        """The pools held here being deleted (not paused: a move under way), by their pool tag: held by their
+        finalizer while what their claims left for another cluster to answer is not judged."""
+        owner, inventory, found = self.pools.asks.owner, self.pools.inventory, {}
+        for pool_key in inventory.pool_keys():
+            pool_obj = inventory.get(OPENSTACK_FLOATING_IP_POOL, pool_key.namespace, pool_key.name) \
+                if pool_key.kind == OPENSTACK_FLOATING_IP_POOL else None
+            if pool_obj is None or not o.is_deleting(pool_obj):
+                continue
+            model = self.pools.read_model(pool_obj)
+            if model is not None and not self._paused(model):
+                found[p.pool_tag(owner, model.namespace, model.name)] = model
+        return found
+
+    async def _sweep_terminating(self, terminating: dict[str, OpenStackPool], shared: dict[str, int]) -> set[str]:
+        """The floating IPs of the pools being deleted that carry marks of objects here, found again in Neutron
+        (listed with their Secret as it is now) and remembered for ``_sweep_marked`` to judge: what a claim here
+        left is found again after a restart. The pool tags of those whose cloud was listed; how many of each one's
+        floating IPs another cluster marks too, in ``shared``."""
+        owner, asks = self.pools.asks.owner, self.pools.asks
+        listed_tags: set[str] = set()
+        for tag, model in terminating.items():
+            try:
+                listed = await asks.run_lingering(model, owned)
+            except OpenStackError as exc:
+                log.warning("sweep of the cloud of %s, being deleted: %s", model.text, exc)
+                continue
+            listed_tags.add(tag)
+            home = self._home_state()
+            for fip in listed:
+                key = p.key_in(owner, fip.description)
+                if key is not None and tag in fip.tags and self._shared(fip, home):
+                    shared[tag] = shared.get(tag, 0) + 1
+                if key is not None and tag in fip.tags and fip.id not in self.marked:
+                    self._remember(fip, model, key, home)
+        return listed_tags
+
+    def _judge(self, models: dict[str, OpenStackPool], shared: dict[str, int]) -> None:
+        """What the claims of each pool judged this sweep left (``OutsidePools.judge``): the floating IPs
+        remembered for it whose key no claim here carries, and those of its live claims another cluster marks."""
+        inventory = self.pools.inventory
+        for tag, model in models.items():
+            waiting = tuple(sorted(kept.address or fip_id for fip_id, kept in self.marked.items()
+                                   if kept.pool.uid == model.uid and all(o.is_deleting(claim) for claim in
+                                                                          inventory.claims_carrying(kept.key))))
+            self.pools.judge((model.namespace, model.name), Left(model.uid, waiting, shared.get(tag, 0),
+                                                                 model.identity.secret))
 
     def _paused(self, pool: OpenStackPool) -> bool:
         """Whether ``pool`` is paused for the sweep: by its own paused annotation, or while a Cluster of its
@@ -254,14 +305,20 @@ class Sweeper:
         waiting: set[tuple[str, homes.Home]] = set()
         left: set[tuple[str, homes.Home]] = set()
         handled: set[str] = set()
+        judged: dict[str, OpenStackPool] = {}
+        shared: dict[str, int] = {}
         for model in clouds.values():
             try:
                 listed = await asks.run(model, owned)
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s: %s", model.text, exc)
                 continue
+            judged.update((t, m) for t, m in held.items() if asks.cloud_of(m) == asks.cloud_of(model))
             carried, bound, home = self.pools.carried(), self.pools.bound(), self.pools.home_state()
             listed = await self._mark(listed, held, model, home, contests, waiting, left, released, handled)
+            for fip in listed:
+                if (tag := next((t for t in fip.tags if t in held), None)) is not None and self._shared(fip, home):
+                    shared[tag] = shared.get(tag, 0) + 1
             addresses: dict[str, set[str]] = {}
             for fip in listed:
                 addresses.setdefault(p.key_in(owner, fip.description) or "", set()).add(fip.address)
@@ -295,7 +352,11 @@ class Sweeper:
                      owner, sum(1 for fip in released if fip in listed))
             await self._find_lost(model, listed, held)
             swept.update(k for fip in listed if (k := p.key_in(owner, fip.description)) is not None)
-        await self._sweep_marked(held, handled, left, released)
+        terminating = self._terminating()
+        listed_tags = await self._sweep_terminating(terminating, shared)
+        await self._sweep_marked(held, handled, left, released, terminating)
+        judged.update((t, m) for t, m in terminating.items() if t in listed_tags)
+        self._judge(judged, shared)
         self._sighted, self._waiting, self._left = sighted, waiting, left
         await self._homed_elsewhere(contests, swept)
         return released
@@ -389,8 +450,18 @@ class Sweeper:
         here, ours = self.pools.home_state(), frozenset(self._ours)
         return lambda h: homes.PRESENT if h in ours and here(h) == homes.ABSENT else here(h)
 
+    def _shared(self, fip: FloatingIP, home: Any) -> bool:
+        """Whether a floating IP a live claim here carries the key of carries a mark of another cluster's object (a
+        home, hold, ``from`` or ``left``): its release may leave it for that cluster to answer."""
+        key = p.key_in(self.pools.asks.owner, fip.description)
+        if key is None or all(o.is_deleting(claim) for claim in self.pools.inventory.claims_carrying(key)):
+            return False  # no live claim here carries its key: left (judged as such), or none of this cluster's
+        named = homes.marks_in(self.pools.asks.owner, fip.tags)
+        return any(home(h) == homes.ABSENT for h in named.homes | named.holds | named.froms | named.lefts)
+
     async def _sweep_marked(self, held: dict[str, OpenStackPool], handled: set[str],
-                            left: set[tuple[str, homes.Home]], released: list[FloatingIP]) -> None:
+                            left: set[tuple[str, homes.Home]], released: list[FloatingIP],
+                            terminating: dict[str, OpenStackPool] | None = None) -> None:
         """The floating IPs carrying marks of objects here that no pool held here judged this sweep (their pool
         deleted, or being deleted, since: the namespace gone with it), read by id, with the client they were found
         with (else their pool's Secret as it is now, and not found so they stay remembered). While a claim here
@@ -412,13 +483,16 @@ class Sweeper:
                 self._keep(fip_id, dataclasses.replace(kept, client=asks.client_of(now) or kept.client))
                 continue
             client = kept.client if kept.client is not None and asks.has_client(kept.client) else None
+            deleting = (terminating or {}).get(p.pool_tag(owner, pool.namespace, pool.name))
+            if deleting is not None and deleting.uid == pool.uid:  # held by its finalizer: its Secret as it is now
+                pool, client = deleting, None
             try:
                 fip = await asks.run_lingering(pool, read, fip_id, client=client)
             except OpenStackError as exc:
                 log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not read: %s", fip_id, key,
                             pool.text, exc)
                 continue
-            if fip is None and client is None and kept.client is not None:
+            if fip is None and client is None and kept.client is not None and deleting is None:
                 log.warning("sweep: floating IP %s (key %s) marked by a claim of %s not found with the credentials "
                             "its Secret holds now (another project's?); remembered still", fip_id, key, pool.text)
                 continue

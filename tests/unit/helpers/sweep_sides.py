@@ -89,7 +89,7 @@ class SweepingAsks:
     def pool_changed(self, model) -> None:
         pass
 
-    async def sweep(self, model, choose, still=lambda item: True):
+    async def sweep(self, model, choose, still=lambda item: True, lingering=False):
         listed = list(self.netbox.items.values())
         release, describe = choose(listed)
         released, described = [], []

@@ -375,3 +375,23 @@ def test_a_pool_deleted_while_netbox_is_down_waits_for_the_release_of_its_waitin
     user_delete(world.api, kinds.CAPI_CLAIM, "a")
     world.settle()
     assert world.claim("a") is None and world.ipam.held == {}
+
+
+def test_a_pool_whose_claims_left_addresses_for_another_cluster_keeps_its_finalizer_until_they_are_judged():
+    """A kind whose sweep judges what a pool's claims left outside (``Asking.judges_pools``): the pool deleted with
+    no claim left stays while no sweep judged it, and while the sweep says addresses wait for another cluster's
+    answer; it goes once the sweep found none."""
+    world = World()
+    world.asking.judges_pools = True
+    world.settle()
+    pool = _pool(world)
+    ref, uid = (o.namespace(pool), o.name(pool)), o.meta(pool).get("uid")
+    _delete_pool(world)
+    world.settle()
+    assert _pool(world) is not None, "the pool went before any sweep judged what its claims left"
+    world.asking.judged(ref, uid, "waits for 1 addresses its claims left for another cluster to answer")
+    world.settle()
+    assert _pool(world) is not None, "the pool went while an address its claim left waits for an answer"
+    world.asking.judged(ref, uid, None)
+    world.settle()
+    assert _pool(world) is None

@@ -159,6 +159,10 @@ class Side:
     def sweep(self):
         return asyncio.run(self.pools.sweeper.sweep())
 
+    def swept(self):
+        """One sweep as the controller runs it: what it judged of the pools settled after it."""
+        return asyncio.run(self.pools.swept())
+
 
 def paused_side(neutron):
     """A cluster holding the pool ns/fips and a paused Cluster of its namespace, and no claim."""
@@ -869,11 +873,19 @@ def taken_over_by_the_target(cluster=False, asks=None):
         target.pools = a.OpenStackPools(asks(neutron), Asking(deadline=30), inventory=target.inventory,
                                         writer=None, wake=lambda *args: None)
     target.pools.writer = Writer()
-    target.pools.asks.pool_changed(model())
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
     target.sweep()
     target.sweep()  # nobody answered: taken over
     assert SOURCE_HOME not in neutron.fips["fip-1"].tags
     return neutron, target
+
+
+def deleting(side, obj, version="7"):
+    """``obj`` deleted in ``side``, its finalizers holding it: seen deleting."""
+    obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version,
+                               "deletionTimestamp": "2026-11-29T07:00:00Z"}}
+    side.inventory.upsert(obj)
+    return obj
 
 
 def gone_from(side, obj, version="7"):
@@ -986,25 +998,41 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a floating IP a claim here left to another cluster is remembered for the sweeps in memory only "
-    "(Sweeper.marked): a controller restarted after the claim's release whose pool went before its first sweep "
-    "holds no pool of that cloud and no record of the floating IP (and its Secret may be gone with the "
-    "namespace), so no sweep of any cluster looks at it again: leaked. Neutron's marks are durable but reading "
-    "them needs credentials, and nothing left in the cluster names the cloud: closing it needs a record that "
-    "outlives the namespace (the cloud's credentials kept by the controller, or the pool held by its finalizer "
-    "until the floating IPs its claims left are judged)"))
+class Holds:
+    """The Secret holds written (``controller.outside.SecretHolds``): (namespace, name, held) in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    async def hold(self, namespace, name, finalizer, held):
+        assert finalizer == p.SECRET_FINALIZER
+        self.calls.append((namespace, name, held))
+        return True
+
+
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
+    """The namespace deleted right after the claim's release marked its floating IP left: the pool stays
+    Terminating on its finalizer (and its Secret on ours), so a controller restarted before any sweep finds the
+    floating IP again in Neutron through the pool as it is now, releases it once unanswered, and only then lets
+    the pool go."""
     neutron, target = taken_over_by_the_target()
     released_by(target)
-    gone_from(target, pool_obj(uid="target-pool-uid"))
+    deleting(target, pool_obj(uid="target-pool-uid"))  # the namespace deleted: the pool waits on its finalizer
     restarted = Side(neutron)
     restarted.inventory = target.inventory
+    holds = Holds()
     restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
-                                       writer=Writer(), wake=lambda *args: None)
-    for _ in range(4):
-        restarted.sweep()
+                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    ref = ("ns", "fips")
+    assert restarted.pools.answers.held(ref, "target-pool-uid") is not None, "let go before any sweep judged it"
+    restarted.swept()
+    assert neutron.deleted == [] and "1 floating IPs" in restarted.pools.answers.held(ref, "target-pool-uid")
+    assert holds.calls == [("ns", "cloud", True)]
+    for _ in range(3):
+        restarted.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert restarted.pools.answers.held(ref, "target-pool-uid") is None, "the pool is held once nothing is left"
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "the user's Secret is held still"
 
 
 @settings(max_examples=200, deadline=None)
@@ -1253,21 +1281,43 @@ class RotatedCloudAsks(SecretAsks):
         return self.clouds, None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a floating IP a claim here left to another cluster is remembered with the client it was found with; its pool "
-    "deleted (the namespace and its Secret stay), the Secret then given new credentials of the same project and the "
-    "old ones revoked: each sweep reads the floating IP by id with that client only (run_lingering with client=), "
-    "Keystone refuses it (CredentialsRefused), the sweep logs and goes on, and the Secret as it is now is never "
-    "asked: no claim anywhere carries its key, yet it stays in Neutron for good (SPEC §10.3)"))
 def test_a_floating_ip_taken_over_is_released_when_its_pools_secret_is_rotated_after_the_pool_went(monkeypatch):
+    """The pool deleted after its claim left a floating IP for another cluster to answer (the namespace and its
+    Secret stay), then the Secret given new credentials of the same project and the old ones revoked: the pool
+    stays Terminating, and its sweeps read the floating IP with the Secret as it is now (never the client it was
+    found with), release it once unanswered, and then let the pool and the Secret go."""
     neutron = None
     monkeypatch.setattr(a, "Neutron", lambda *args, **kw: _ProjectClient(neutron))  # the new credentials' client
     neutron, target = taken_over_by_the_target(asks=RotatedCloudAsks)
+    holds = target.pools.secret_holds = Holds()
     released_by(target)  # marked left: a claim of the home it was taken from may live
     assert neutron.deleted == []
-    gone_from(target, pool_obj(uid="target-pool-uid"))  # the pool deleted; its namespace and Secret stay
+    deleting(target, pool_obj(uid="target-pool-uid"))  # the pool deleted; its namespace and Secret stay
     asks = target.pools.asks
     asks.clouds, asks.first.revoked = b"clouds-rotated.yaml", True  # new credentials, same project; old revoked
     for _ in range(4):
-        target.sweep()
+        target.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert target.pools.answers.held(("ns", "fips"), "target-pool-uid") is None
+    assert holds.calls[-1] == ("ns", "cloud", False)
+
+
+def test_a_release_that_leaves_a_floating_ip_holds_its_pool_being_deleted_until_a_sweep_judged_it():
+    """The pool deleted first, judged by a sweep while its claim lived (and its Secret held: the floating IP was
+    taken over from another cluster); the claim's release then marks the floating IP left: the pool is held again
+    until a sweep judged it, which releases it once unanswered, and only then are the pool and the Secret let go."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    deleting(target, pool_obj(uid="target-pool-uid"))  # the pool deleted first: it waits for its claim
+    target.swept()
+    ref = ("ns", "fips")
+    assert target.pools.answers.held(ref, "target-pool-uid") is None  # only its claim holds it
+    assert holds.calls == [("ns", "cloud", True)], "a floating IP taken over, and its credentials' Secret not held"
+    released_by(target)
+    assert neutron.deleted == []
+    assert target.pools.answers.held(ref, "target-pool-uid") is not None, "let go with a floating IP left unjudged"
+    for _ in range(3):
+        target.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert target.pools.answers.held(ref, "target-pool-uid") is None
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)]
