@@ -1274,9 +1274,10 @@ def test_a_floating_ip_taken_over_is_released_when_its_pools_secret_is_rotated_a
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the source's marks become a hold marked left once its claim moved away after answering a copy that went, "
-    "and two of its sweeps unanswered release the floating IP: a third cluster whose controller is down (or its "
-    "moved Cluster still paused) for those sweeps finds the moved claim's floating IP deleted in Neutron"))
+    "the source's marks become a hold marked left once its claim moved away after answering a copy that went "
+    "(homes.left_unreleased), and a whole sweep unanswered releases the floating IP: the moved claim's cluster, "
+    "whose controller is down (or not yet started) for those sweeps, finds its live claim's floating IP deleted in "
+    "Neutron (SPEC §10 invariant 4: a claim keeps its address across a move)"))
 def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_has_not_swept_yet():
     """As above, the move's target (the third cluster) holds ns/m1 bound to fip-1, but its controller does not
     sweep while the source sweeps three times (down, or started late): the source never saw the moved claim
