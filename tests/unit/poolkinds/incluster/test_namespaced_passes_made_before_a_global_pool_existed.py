@@ -585,9 +585,11 @@ def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_refer
     _served_from_its_pool_the_old_objects_gone(api)
 
 
-@pytest.mark.xfail(strict=True, reason="an object owned by no claim (the garbage collector took the reference off) is "
-                   "taken for what the fenced incarnation's refused pass left whatever incarnation it belonged to: "
-                   "the objects of a later z that held fd00::1 (a separate network) go, and z loses its IP to w")
+@pytest.mark.xfail(strict=True, reason=(
+    "kept.left_by_an_earlier_incarnation takes an object owned by no claim (the garbage collector took the reference "
+    "off) for what the fenced incarnation's refused pass left whatever incarnation it belonged to (any uid d's "
+    "let-go-from lists will do): the lock and IPAddress of the second z, which held fd00::1 in a separate network, "
+    "go under the z made again, and w of the same pool is given fd00::1 (the recreated claim loses its IP)"))
 def test_a_claim_recreated_over_the_objects_of_an_incarnation_no_allocation_let_go_keeps_its_ip():
     """d's allocation let z's first incarnation go (its let-go-from lists that uid) and z was served fd00::2; the
     global pool g is then marked a separate network, z is deleted, n edited to fd00::1 alone, and a second z is
