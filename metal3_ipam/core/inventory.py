@@ -1006,7 +1006,7 @@ class Inventory:
                 (kind, claim_namespace, claim_name), holder = claim, self.get(*claim)
                 if left_by_a_refused_pass(address, holder) or left_by_an_earlier_incarnation(
                         address, holder, (self.get(*named) for named in map(o.claim_named_by, (a for _, a in at))
-                                          if named)):
+                                          if named), self.separate_network):
                     continue  # never bound, and going
                 found.setdefault(f"{kind[1]} {claim_namespace}/{claim_name}", (filed, address))
         return [(filed, who, address) for who, (filed, address) in sorted(found.items())]
@@ -1017,6 +1017,11 @@ class Inventory:
             return False
         claim = o.claim_of_capi_address(address) if kinds.kind_of(address) == kinds.CAPI_ADDRESS else None
         return binds_none(address, self.get(kinds.CAPI_CLAIM, o.namespace(address), claim[1]) if claim else None)
+
+    def separate_network(self, key: o.PoolKey | None) -> bool:
+        """Whether ``key`` is a stored global pool marked a separate network (``overlap.separate_network``)."""
+        pool = self.objects.get((key.kind, key.namespace, key.name)) if key is not None else None
+        return pool is not None and separate_network(pool)
 
     def addresses_at(self, namespace: str, version: int, ip: int) -> list[tuple[o.PoolKey, dict]]:
         """The addresses (of either API, any pool of ours) in ``namespace`` that hold ``ip``, with their pool."""
@@ -1401,6 +1406,7 @@ class Inventory:
             global_units=self.global_units,
             namespaced_units=self.namespaced_units,
             addresses_at=lambda namespace, version, ip: [a for _, a in self.addresses_at(namespace, version, ip)],
+            separate_network=self.separate_network,
             clusters_served=self.clusters_served,
             capi_address_named=lambda namespace, address_name: self.get(kinds.CAPI_ADDRESS, namespace, address_name),
             withheld=withheld,

@@ -41,7 +41,7 @@ refused that IP, and the keeper takes it back all the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import kinds
@@ -196,21 +196,24 @@ def left_by_a_refused_pass(address: Mapping[str, Any], claim: Mapping[str, Any] 
 
 
 def left_by_an_earlier_incarnation(address: Mapping[str, Any], claim: Mapping[str, Any] | None,
-                                   takers: Iterable[Mapping[str, Any] | None]) -> bool:
+                                   takers: Iterable[Mapping[str, Any] | None],
+                                   separate_network: Callable[[Any], bool] = lambda key: False) -> bool:
     """Whether ``address`` is what a refused pass of an earlier incarnation of its claim's name left in this cluster
     (``claim`` is the live one, or None): one of ``takers`` (the live claims holding its IP) names a span holding it,
     handed to it by an allocation that let that incarnation's naming go (``let_go_from``), and ``address`` is owned
     by that incarnation, or by none (``_claim_reference_collected``: the garbage collector took the reference off
     once it was gone, while another incarnation of the name was let go). That incarnation was deleted before it
     carried a finalizer (nothing released its objects); they hold nothing for anyone. An object of another uid
-    that a move or a restore brought is of an incarnation no allocation here let go: never one."""
+    that a move or a restore brought is of an incarnation no allocation here let go: never one. A taker of a pool
+    marked a separate network since (``separate_network``, of its pool key) takes nothing from the namespace's
+    pools: what it let go is no leftover of theirs any more, and the objects there may be a live claim's."""
     ip, named = o.address_ip(address), o.claim_named_by(address)
     if ip is None or named is None or not of_another_incarnation(address, claim):
         return False
     kind, name = named[0][1], named[2]
     owner, live = o.claim_uid_of(address, (kind, name)), o.meta(claim).get("uid") if claim is not None else None
     for taker in takers:
-        if taker is None:
+        if taker is None or separate_network(o.pool_of(taker)):
             continue
         uids = {uid for k, n, uid in let_go_from(taker) if (k, n) == (kind, name)} - {live, o.meta(taker).get("uid")}
         span = text_span(o.annotations(taker).get(kinds.ALLOCATING_ANNOTATION))

@@ -202,7 +202,8 @@ class Adoption(PassState):
         takers = [self.snap.claim_named(*named) for named in map(o.claim_named_by, self.snap.addresses_at(
             namespace, ip.version, int(ip))) if named is not None]
         guard = self.guard_at(namespace, Span(int(ip))) if ip.version == self.pool.version else None
-        return left_by_an_earlier_incarnation(address, claim, takers + ([self.holder(guard)] if guard else []))
+        return left_by_an_earlier_incarnation(address, claim, takers + ([self.holder(guard)] if guard else []),
+                                              self.snap.separate_network)
 
     def refusal(self, claim: dict, address: dict, locking: bool) -> str | None:
         """Why ``claim`` may not take up ``address`` (its own address object, of either API, that it is not

@@ -109,6 +109,8 @@ class Snapshot:
     # The addresses (of either API, any pool of ours) in a namespace that hold (version, ip): whether a guard's
     # claim has its lock yet.
     addresses_at: Callable[[str, int, int], list[dict]] = lambda namespace, version, ip: []
+    # Whether a pool is a global pool marked a separate network: what its claims hold meets no namespace's pool.
+    separate_network: Callable[[Any], bool] = lambda key: False  # of an ``objects.PoolKey``
     # Where the locks of a pool of cluster scope live (the controller's namespace): one namespace for all
     # of them, so that the API server's name uniqueness guards each IP across every namespace.
     lock_namespace: str = "default"

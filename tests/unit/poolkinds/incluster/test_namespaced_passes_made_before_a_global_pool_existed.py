@@ -585,11 +585,6 @@ def test_a_claim_recreated_after_the_garbage_collector_took_the_old_claims_refer
     _served_from_its_pool_the_old_objects_gone(api)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kept.left_by_an_earlier_incarnation takes an object owned by no claim (the garbage collector took the reference "
-    "off) for what the fenced incarnation's refused pass left whatever incarnation it belonged to (any uid d's "
-    "let-go-from lists will do): the lock and IPAddress of the second z, which held fd00::1 in a separate network, "
-    "go under the z made again, and w of the same pool is given fd00::1 (the recreated claim loses its IP)"))
 def test_a_claim_recreated_over_the_objects_of_an_incarnation_no_allocation_let_go_keeps_its_ip():
     """d's allocation let z's first incarnation go (its let-go-from lists that uid) and z was served fd00::2; the
     global pool g is then marked a separate network, z is deleted, n edited to fd00::1 alone, and a second z is
@@ -633,11 +628,6 @@ def test_a_claim_recreated_over_the_objects_of_an_incarnation_no_allocation_let_
     assert o.condition(o.status(get(api, kinds.CAPI_CLAIM, "w")), "Ready")["reason"] == "PoolExhausted"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kept.left_by_an_earlier_incarnation takes the objects of the incarnation d's allocation let go for its refused "
-    "pass's leftovers wherever they stand inside d's span, also those that incarnation was given there later (the "
-    "global pool marked a separate network): restored with their owner uids kept, they go under the z made again "
-    "and w of the same pool is given fd00::1 (the restored claim loses its IP)"))
 def test_a_claim_restored_with_the_objects_its_let_go_incarnation_was_given_later_keeps_its_ip():
     """d's allocation let z's naming of fd00::1 go (its let-go-from lists z's uid) and z was served fd00::2; the
     global pool g is then marked a separate network, n edited to fd00::1 alone, and z's objects at fd00::2 deleted by
