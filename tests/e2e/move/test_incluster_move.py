@@ -334,6 +334,7 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
         elif deletes_subject and subject.startswith(f"IPAddress {target.namespace}/") \
                 and (guard := stale_claim_guard(act)) is not None and guard not in live_claims:
             made.remove(w)
+            report(f"{what}: controller on {target.name} let go of a lock of an earlier claim: {act}")
     assert len(locks) == len(after.global_locks) and not set(made) - set(locks), \
         f"{what}: the controller on {target.name} created or deleted:\n" + "\n".join(sorted(set(made) - set(locks))[:30])
     assert not (bad := dangling_owner_references(target)), \
