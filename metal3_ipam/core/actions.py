@@ -137,6 +137,11 @@ def _describe(action: Any) -> str:
         return f"create {action.obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
     if isinstance(action, Event):
         return f"event {action.type} {action.reason}: {action.message}"
+    if isinstance(action, Delete) and action.unless_exists is not None:
+        # Which claim's going it waits for, that incarnation: the lock of a claim deleted (or moved away) and that
+        # of its namesake made since are told apart in the log.
+        guard = action.unless_exists
+        return f"Delete {action.target} unless {guard}{f' uid {guard.uid}' if guard.uid else ''} exists"
     return f"{type(action).__name__} {action.target}"
 
 

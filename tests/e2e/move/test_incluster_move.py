@@ -316,14 +316,25 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
            f"({sorted({w.split(': ', 1)[1].split()[0] for w in writes})})")
     # A lock of the lock namespace deleted before the target made the moved claim's lock of that name is one of
     # the target's own earlier claims (released before the move) its cache still held: cleanup, never a moved IP's.
+    # So is a lock of the namespaced pool deleted as the claim incarnation it was held for is gone: one of the
+    # target's claims from before an earlier move away (its cache still held the lock, or its twin), never a moved
+    # claim, which has a uid of its own here (clusterctl rewrites the owner references of what it creates, the locks
+    # it moves included, to the new uids). The delete's guard names that incarnation; one naming a claim of the
+    # namespace here, or none, is a fault.
+    live_claims = {c["metadata"]["uid"] for c in target.list(GROUP_VERSION, "ipaddressclaims")}
     made_locks: set[str] = set()
     for w in list(made):
         subject, act = w.split(": ", 1)
+        words = act.split()
+        deletes_subject = words[:3] == ["Delete", *subject.split()]
         if act.startswith(f"create IPAddress {LOCK_NAMESPACE}/"):
-            made_locks.add(act.split()[2])
-        elif act == f"Delete {subject}" and subject.startswith(f"IPAddress {LOCK_NAMESPACE}/") \
-                and subject.split()[1] not in made_locks:
+            made_locks.add(words[2])
+        elif deletes_subject and subject.startswith(f"IPAddress {LOCK_NAMESPACE}/") and words[2] not in made_locks:
             made.remove(w)
+        elif deletes_subject and subject.startswith(f"IPAddress {target.namespace}/") \
+                and (guard := stale_claim_guard(act)) is not None and guard not in live_claims:
+            made.remove(w)
+            report(f"{what}: controller on {target.name} let go of a lock of an earlier claim: {act}")
     assert len(locks) == len(after.global_locks) and not set(made) - set(locks), \
         f"{what}: the controller on {target.name} created or deleted:\n" + "\n".join(sorted(set(made) - set(locks))[:30])
     assert not (bad := dangling_owner_references(target)), \
@@ -353,12 +364,22 @@ def move(clusterctl: Clusterctl, source: Side, target: Side, expected: State, wh
         + "\n".join(created[:30])
     # clusterctl leaves the global pool's addresses in the source (it deletes nothing a global object owns);
     # the controller there lets each go once its Cluster is gone, and the lock of its IP after it.
-    deleted = {w.split(": ", 1)[1].split()[-1]: n for n, w in enumerate(source_writes)
+    deleted = {w.split(": ", 1)[1].split()[2]: n for n, w in enumerate(source_writes)
                if w.split(": ", 1)[1].startswith("Delete IPAddress")}
     early = [f"{lock} ({held})" for lock, held in expected.global_locks.items()
              if deleted.get(f"{LOCK_NAMESPACE}/{lock}", -1) < deleted.get(held.split()[1], len(source_writes))]
     assert not early, f"{what}: in {source.name}, locks let go before the IPAddress showing their IP: {early[:10]}"
     return after
+
+
+def stale_claim_guard(act: str) -> str | None:
+    """The uid of the claim incarnation a planned delete waits to be gone ("Delete <kind> <ns>/<name> unless
+    IPAddressClaim <ns>/<claim> uid <uid> exists"), or None when it names none."""
+    words = act.split()
+    if len(words) == 9 and words[0] == "Delete" and (words[3], words[4], words[6], words[8]) == \
+            ("unless", "IPAddressClaim", "uid", "exists"):
+        return words[7]
+    return None
 
 
 def grow(side: Side, state: State, tag: str, hosts: int) -> State:
