@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
@@ -1001,13 +1002,19 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
 class Holds:
     """The Secret holds written (``controller.outside.SecretHolds``): (namespace, name, held) in order."""
 
-    def __init__(self):
+    def __init__(self, recorded=()):
         self.calls = []
+        self.record = set(recorded)  # what the record outside the pools lists (``SecretHolds.recorded``)
 
     async def hold(self, namespace, name, finalizer, held):
         assert finalizer == p.SECRET_FINALIZER
         self.calls.append((namespace, name, held))
+        (self.record.add if held else self.record.discard)((namespace, name))
         return True
+
+    async def recorded(self, finalizer):
+        assert finalizer == p.SECRET_FINALIZER
+        return set(self.record)
 
 
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
@@ -1321,3 +1328,51 @@ def test_a_release_that_leaves_a_floating_ip_holds_its_pool_being_deleted_until_
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
     assert target.pools.answers.held(ref, "target-pool-uid") is None
     assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)]
+
+
+def pool_went(side, obj):
+    """The pool removed (its finalizers stripped, as ``clusterctl move`` or a forced deletion does) and forgotten as
+    the controller forgets a pool gone; the Secrets it named settled."""
+    gone_from(side, obj)
+
+    async def forgotten():
+        side.pools.pool_gone(o.PoolKey("ns", "fips", side.pools.pool_kind))
+        await side.pools.settling
+
+    asyncio.run(forgotten())
+
+
+def test_a_pools_secret_is_let_go_when_the_pool_goes_without_its_finalizer():
+    """The Secret held while a live claim's floating IP is marked by another cluster too; the pool then removed
+    with its finalizers stripped: the Secret is let go at once, no pool naming it any more."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    assert holds.calls == [("ns", "cloud", True)]
+    pool_went(target, pool_obj(uid="target-pool-uid"))
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "a Secret held for a pool that went"
+
+
+def test_a_pools_secret_is_kept_when_its_pool_goes_while_another_pool_naming_it_needs_it():
+    """Two pools of a namespace name one Secret; one goes without its finalizer while the other, not judged yet,
+    still names it: the Secret stays held."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    target.inventory.upsert(pool_obj(name="other-fips", uid="other-pool-uid"))
+    pool_went(target, pool_obj(uid="target-pool-uid"))
+    assert holds.calls == [("ns", "cloud", True)], "a Secret let go that another pool names"
+
+
+def test_a_secret_recorded_held_is_let_go_by_a_controller_started_after_its_pool_went():
+    """The record lists a Secret our finalizer held for a pool that went while no controller ran: the first sweep
+    of a controller started then lets it go."""
+    neutron, target = taken_over_by_the_target()
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    restarted = Side(neutron)
+    restarted.inventory = target.inventory
+    holds = Holds(recorded=[("ns", "cloud")])
+    restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
+                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    restarted.swept()
+    assert holds.calls == [("ns", "cloud", False)] and holds.record == set(), "a Secret held for no pool"
