@@ -321,6 +321,10 @@ class OutsidePools:
             self.answers.intend(key, intent, ref, server, now)
         self.answers.carried(ref, {self.key_of(claim) for claim in claims} | set(intents), now)
         self.pump()
+        if pool_obj is None and self.secret_finalizer is not None and \
+                (self._judgements.pop(ref, None) is not None) | (self.left.pop(ref, None) is not None):
+            if self.secret_holds is not None and self.may_act():
+                self.settle_soon()  # the pool went before its claims: the Secret it named is judged again now
         if pool_obj is not None and o.is_deleting(pool_obj) and self.secret_finalizer is not None \
                 and ref not in self._judgements and self.may_act():
             self.sweep_soon()  # a pool being deleted no sweep judged yet: judged now, not a sweep period later
@@ -519,7 +523,8 @@ class OutsidePools:
             return
         needs: dict[tuple[str, str], bool] = {}
         for ref, left in self._judgements.items():
-            if left.secret is not None:
+            pool_obj = self.inventory.get(self.pool_kind, *ref)
+            if left.secret is not None and pool_obj is not None and o.meta(pool_obj).get("uid") == left.uid:
                 key = (ref[0], left.secret)
                 needs[key] = needs.get(key, False) or bool(left.waiting or left.shared)
         # Secrets held (as written here, or as recorded, whatever process wrote it) that no pool judged needs: let

@@ -1376,3 +1376,14 @@ def test_a_secret_recorded_held_is_let_go_by_a_controller_started_after_its_pool
                                        writer=Writer(), wake=lambda *args: None, secret_holds=holds)
     restarted.swept()
     assert holds.calls == [("ns", "cloud", False)] and holds.record == set(), "a Secret held for no pool"
+
+
+def test_a_pools_secret_is_let_go_by_the_next_sweep_when_the_pool_went_before_its_live_claim():
+    """The pool removed with its finalizers stripped while its claim lives (the claim keeps what is filed under the
+    pool): the next sweep judges no pool naming the Secret, and lets it go."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    target.swept()
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "a Secret held for a pool that went"
