@@ -509,8 +509,8 @@ def test_a_floating_ip_taken_over_is_released_when_its_namespace_is_deleted_righ
 def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(controller_factory, openstack,
                                                                                api_client):
     """A floating IP taken over from another cluster keeps the pool's Secret held (our finalizer on it); the pool
-    is then deleted as ``clusterctl move`` deletes its source objects, finalizers stripped first, then its claim
-    and address: the finalizer comes off the Secret with no pool naming it, and the namespace's deletion
+    is then deleted as ``clusterctl move`` deletes its source objects, finalizers stripped first, then its claim:
+    the finalizer comes off the Secret with no pool naming it, and the namespace's deletion
     completes."""
     core = k8s.CoreV1Api(api_client)
     ns = f"t-{uuid.uuid4().hex[:10]}"
@@ -535,8 +535,6 @@ def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(c
         eventually(lambda: p.SECRET_FINALIZER not in finalizers(), timeout=60,
                    what="the Secret let go once the pool naming it went")
         kube.delete_past_finalizers(CAPI, "ipaddressclaims", "a")
-        for address in kube.list(CAPI, "ipaddresses"):
-            kube.delete_past_finalizers(CAPI, "ipaddresses", address["metadata"]["name"])
     finally:
         core.delete_namespace(ns)
     eventually(lambda: ns not in {n.metadata.name for n in core.list_namespace().items}, timeout=120,
