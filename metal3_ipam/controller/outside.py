@@ -30,7 +30,9 @@ every such kind lives here:
   cluster marks too (whose release may leave them), the Secret of its
   credentials carries :attr:`OutsidePools.secret_finalizer`, so a namespace
   deleted whole keeps it until they are judged; it comes off once no pool of the
-  namespace needs it.
+  namespace needs it, also when a pool went past its finalizers or while no
+  controller ran: each Secret held is recorded first (:class:`SecretHolds`), and
+  every sweep lets go what the record lists that no stored pool names.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
