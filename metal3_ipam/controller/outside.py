@@ -532,7 +532,10 @@ class OutsidePools:
         # Secrets held (as written here, or as recorded, whatever process wrote it) that no pool judged needs: let
         # go, unless a stored pool not judged yet names them (below). A pool that went, even without its
         # finalizer or while no controller ran, holds nothing.
-        recorded = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        # (Of the namespaces served only: another controller sharing the record may serve the others.)
+        served = self.inventory.namespaces
+        recorded = set() if self.secret_holds is None else \
+            {key for key in await self.secret_holds.recorded(self.secret_finalizer) if served is None or key[0] in served}
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
         for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has

@@ -1387,3 +1387,13 @@ def test_a_pools_secret_is_let_go_by_the_next_sweep_when_the_pool_went_before_it
     gone_from(target, pool_obj(uid="target-pool-uid"))
     target.swept()
     assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "a Secret held for a pool that went"
+
+
+def test_a_secret_recorded_held_in_a_namespace_not_served_is_left_to_the_controller_serving_it():
+    """The record, shared by the controllers of a cluster, lists a Secret of a namespace this one does not serve:
+    it is not this controller's to let go."""
+    neutron, target = taken_over_by_the_target()
+    target.inventory.namespaces = frozenset({"ns"})
+    holds = target.pools.secret_holds = Holds(recorded=[("elsewhere", "cloud")])
+    target.swept()
+    assert ("elsewhere", "cloud", False) not in holds.calls and holds.record >= {("elsewhere", "cloud")}
