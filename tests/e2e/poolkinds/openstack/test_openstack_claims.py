@@ -506,12 +506,14 @@ def test_a_floating_ip_taken_over_is_released_when_its_namespace_is_deleted_righ
                what="the controller to say why it released the floating IP")
 
 
+@pytest.mark.parametrize("stopped", [False, True], ids=["running", "while-no-controller-runs"])
 def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(controller_factory, openstack,
-                                                                               api_client):
+                                                                               api_client, stopped):
     """A floating IP taken over from another cluster keeps the pool's Secret held (our finalizer on it); the pool
     is then deleted as ``clusterctl move`` deletes its source objects, finalizers stripped first, then its claim:
     the finalizer comes off the Secret with no pool naming it, and the namespace's deletion
-    completes."""
+    completes; so too when the pool went while no controller ran (the one started then finds the Secret in the
+    record of those held)."""
     core = k8s.CoreV1Api(api_client)
     ns = f"t-{uuid.uuid4().hex[:10]}"
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
@@ -519,7 +521,8 @@ def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(c
     finalizers = lambda: core.read_namespaced_secret("cloud", ns).metadata.finalizers or []  # noqa: E731
     try:
         put_clouds(api_client, ns, openstack.clouds_yaml("member"))
-        controller_factory(["-n", ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"])
+        args = ["-n", ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"]
+        ctl = controller_factory(args)
         pool_uid = fip_pool(kube, "fips")["metadata"]["uid"]
         fip_claim(kube, "a", "fips")
         kube.capi_bound("a", timeout=90)
@@ -531,7 +534,12 @@ def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(c
         openstack.neutron("DELETE", f"floatingips/{fip['id']}/tags/{here}", user="member")
         eventually(lambda: p.SECRET_FINALIZER in finalizers(), timeout=60,
                    what="the Secret held while another cluster marks the floating IP of a live claim")
+        if stopped:
+            ctl.stop()
         kube.delete_past_finalizers(FIPS, PLURAL, "fips")
+        if stopped:
+            assert p.SECRET_FINALIZER in finalizers()
+            controller_factory(args)
         eventually(lambda: p.SECRET_FINALIZER not in finalizers(), timeout=60,
                    what="the Secret let go once the pool naming it went")
         kube.delete_past_finalizers(CAPI, "ipaddressclaims", "a")
