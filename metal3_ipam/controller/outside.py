@@ -534,8 +534,8 @@ class OutsidePools:
         # finalizer or while no controller ran, holds nothing.
         # (Of the namespaces served only: another controller sharing the record may serve the others.)
         served = self.inventory.namespaces
-        recorded = set() if self.secret_holds is None else \
-            {key for key in await self.secret_holds.recorded(self.secret_finalizer) if served is None or key[0] in served}
+        listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        recorded = {key for key in listed if served is None or key[0] in served}
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
         for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has
