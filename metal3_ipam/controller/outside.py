@@ -30,7 +30,9 @@ every such kind lives here:
   cluster marks too (whose release may leave them), the Secret of its
   credentials carries :attr:`OutsidePools.secret_finalizer`, so a namespace
   deleted whole keeps it until they are judged; it comes off once no pool of the
-  namespace needs it.
+  namespace needs it, also when a pool went past its finalizers or while no
+  controller ran: each Secret held is recorded first (:class:`SecretHolds`), and
+  every sweep lets go what the record lists that no stored pool names.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import logging
 import time
 from collections.abc import Hashable, Mapping
@@ -74,17 +77,92 @@ class Left:
     secret: str | None = None
 
 
+#: The Lease (in the controller's lock namespace) that records which Secrets carry our finalizers: an annotation
+#: named after each finalizer lists them (a JSON list of "namespace/name"). It outlives the pools that needed them,
+#: so a Secret is let go even when its pool went without its finalizer or while no controller ran.
+HELD_SECRETS_RECORD = "metal3-ipam-held-secrets"
+
+
 class SecretHolds:
     """Our finalizer on the Secrets of pools' credentials, put on and taken off with a Kubernetes ``ApiClient``
-    (a conditional patch at the resourceVersion read)."""
+    (a conditional patch at the resourceVersion read), each Secret held recorded first in the Lease
+    :data:`HELD_SECRETS_RECORD` of ``record_namespace()`` (no record: none), and struck off once let go."""
 
-    def __init__(self, api_client: Any):
+    def __init__(self, api_client: Any, record_namespace: Callable[[], str] = lambda: ""):
         self._api = api_client
+        self._record_namespace = record_namespace
+
+    def _record_path(self) -> str | None:
+        namespace = self._record_namespace()
+        return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{HELD_SECRETS_RECORD}" \
+            if namespace else None
+
+    async def recorded(self, finalizer: str) -> set[tuple[str, str]]:
+        """The Secrets recorded as carrying ``finalizer``: (namespace, name)."""
+        path = self._record_path()
+        if path is None:
+            return set()
+        try:
+            lease = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("Lease %s: not read: %s %s", HELD_SECRETS_RECORD, exc.status, exc.reason)
+            return set()
+        return _held_in(lease, finalizer)
+
+    async def _record(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
+        """The record lists the Secret (``held``) or not; False when it could not be written."""
+        path = self._record_path()
+        if path is None:
+            return True
+        for _ in range(5):  # a conflict (another kind wrote the record meanwhile): read again
+            try:
+                try:
+                    lease = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    lease = None
+                listed = _held_in(lease, finalizer) if lease is not None else set()
+                if ((namespace, name) in listed) == held:
+                    return True
+                listed = listed | {(namespace, name)} if held else listed - {(namespace, name)}
+                value = json.dumps(sorted(f"{ns}/{n}" for ns, n in listed))
+                if lease is None:
+                    lease_namespace = path.split("/")[5]
+                    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {},
+                            "metadata": {"name": HELD_SECRETS_RECORD, "namespace": lease_namespace,
+                                         "annotations": {finalizer: value}}}
+                    await asyncio.to_thread(request, self._api, "POST", path.rsplit("/", 1)[0], body=body,
+                                            timeout=10)
+                else:
+                    body = {"metadata": {"annotations": {finalizer: value},
+                                         "resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")}}
+                    await asyncio.to_thread(request, self._api, "PATCH", path, body=body,
+                                            headers={"Accept": "application/json",
+                                                     "Content-Type": "application/merge-patch+json"}, timeout=10)
+                return True
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue
+                log.warning("Lease %s: Secret %s/%s not %s: %s %s", HELD_SECRETS_RECORD, namespace, name,
+                            "recorded" if held else "struck off", exc.status, exc.reason)
+                return False
+        return False
 
     async def hold(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
         """The Secret carries ``finalizer`` (``held``) or not; False when it could not be written (the API
         refused, or it is gone while it should be held). A Secret being deleted gets no new finalizer (the API
-        server refuses it): it is held only if it carries ours already."""
+        server refuses it): it is held only if it carries ours already. A Secret is recorded before it is held,
+        and struck off the record once it is not."""
+        if held and not await self._record(namespace, name, finalizer, True):
+            return False
+        done = await self._finalizer(namespace, name, finalizer, held)
+        if done and not held:
+            return await self._record(namespace, name, finalizer, False)
+        return done
+
+    async def _finalizer(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
         path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
         try:
             secret = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
@@ -108,6 +186,15 @@ class SecretHolds:
             return exc.status == 404 and not held
         log.info("Secret %s/%s: finalizer %s %s", namespace, name, finalizer, "put on" if held else "taken off")
         return True
+
+
+def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[tuple[str, str]]:
+    """The Secrets the record lists under ``finalizer`` (what cannot be read of it: none)."""
+    try:
+        listed = json.loads(((lease.get("metadata") or {}).get("annotations") or {}).get(finalizer) or "[]")
+    except ValueError:
+        return set()
+    return {tuple(item.split("/", 1)) for item in listed if isinstance(item, str) and item.count("/") == 1}
 
 
 class OutsidePools:
@@ -153,6 +240,8 @@ class OutsidePools:
         self._loop_task: asyncio.Task | None = None
         self._sweep_task: asyncio.Task | None = None
         self._sweep_soon: asyncio.Task | None = None
+        #: the settling of the Secrets a pool that went named (see :meth:`pool_gone`)
+        self.settling: asyncio.Task | None = None
         self._sweeping = asyncio.Lock()
         #: each pool's judgement by the last sweep that judged it (see :meth:`judge`)
         self.left: dict[PoolRef, Left] = {}
@@ -234,6 +323,10 @@ class OutsidePools:
             self.answers.intend(key, intent, ref, server, now)
         self.answers.carried(ref, {self.key_of(claim) for claim in claims} | set(intents), now)
         self.pump()
+        if pool_obj is None and self.secret_finalizer is not None and \
+                (self._judgements.pop(ref, None) is not None) | (self.left.pop(ref, None) is not None):
+            if self.secret_holds is not None and self.may_act():
+                self.settle_soon()  # the pool went before its claims: the Secret it named is judged again now
         if pool_obj is not None and o.is_deleting(pool_obj) and self.secret_finalizer is not None \
                 and ref not in self._judgements and self.may_act():
             self.sweep_soon()  # a pool being deleted no sweep judged yet: judged now, not a sweep period later
@@ -246,6 +339,22 @@ class OutsidePools:
         self.left.pop(ref, None)
         self._judgements.pop(ref, None)
         self.answers.unjudged(ref)
+        if self.secret_finalizer is not None and self.secret_holds is not None and self.may_act():
+            self.settle_soon()  # however the pool went, the Secret it named is let go unless another pool needs it
+
+    def settle_soon(self) -> None:
+        """The Secrets held settled now, with what the last sweeps judged (one at a time, with the sweeps)."""
+        if self.settling is None or self.settling.done():
+            self.settling = asyncio.create_task(self._settled(), name=f"{self.label} Secrets settled")
+
+    async def _settled(self) -> None:
+        async with self._sweeping:
+            try:
+                await self.settle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug of ours must not end the sweeps
+                log.exception("%s: Secrets not settled", self.label)
 
     def pump(self) -> None:
         """Send what is due; come back at the next time something falls due."""
@@ -416,9 +525,19 @@ class OutsidePools:
             return
         needs: dict[tuple[str, str], bool] = {}
         for ref, left in self._judgements.items():
-            if left.secret is not None:
+            pool_obj = self.inventory.get(self.pool_kind, *ref)
+            if left.secret is not None and pool_obj is not None and o.meta(pool_obj).get("uid") == left.uid:
                 key = (ref[0], left.secret)
                 needs[key] = needs.get(key, False) or bool(left.waiting or left.shared)
+        # Secrets held (as written here, or as recorded, whatever process wrote it) that no pool judged needs: let
+        # go, unless a stored pool not judged yet names them (below). A pool that went, even without its
+        # finalizer or while no controller ran, holds nothing.
+        # (Of the namespaces served only: another controller sharing the record may serve the others.)
+        served = self.inventory.namespaces
+        listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        recorded = {key for key in listed if served is None or key[0] in served}
+        for key in recorded | {key for key, held in self._secrets_held.items() if held}:
+            needs.setdefault(key, False)
         for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has
             if pool_key.kind == self.pool_kind and (pool_key.namespace, pool_key.name) not in self._judgements:
                 pool_obj = self.inventory.get(self.pool_kind, pool_key.namespace, pool_key.name)
@@ -427,7 +546,7 @@ class OutsidePools:
                     needs.pop((pool_key.namespace, secret), None)
         failed: set[tuple[str, str]] = set()
         for (namespace, secret), held in needs.items():
-            if self._secrets_held.get((namespace, secret)) == held:
+            if self._secrets_held.get((namespace, secret)) == held and (held or (namespace, secret) not in recorded):
                 continue
             done = True if self.secret_holds is None else \
                 await self.secret_holds.hold(namespace, secret, self.secret_finalizer, held)

@@ -70,7 +70,7 @@ def service(parts: Any) -> NetBoxPools:
                        may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                        sweep_seconds=flags.get("netbox_sweep_seconds", FLAGS[1].default),
                        release_grace_seconds=flags.get("netbox_release_grace_seconds", FLAGS[2].default),
-                       secret_holds=SecretHolds(parts.api))
+                       secret_holds=SecretHolds(parts.api, lambda: parts.inventory.lock_namespace))
 
 
 def answers(url: str, timeout: float = 3.0) -> str | None:

@@ -52,7 +52,7 @@ def service(parts: Any) -> OpenStackPools:
                           writer=parts.writer, wake=parts.wake,
                           may_act=parts.may_act, survey_seconds=SURVEY_SECONDS,
                           sweep_seconds=flags.get("openstack_sweep_seconds", FLAGS[1].default),
-                          secret_holds=SecretHolds(parts.api))
+                          secret_holds=SecretHolds(parts.api, lambda: parts.inventory.lock_namespace))
 
 
 # The reason a claim is refused with when Neutron does not answer an ask in time.

@@ -504,3 +504,46 @@ def test_a_floating_ip_taken_over_is_released_when_its_namespace_is_deleted_righ
                what="the floating IP the deleted namespace's claim left released by the sweeps")
     eventually(lambda: "released: its claim here left it homed at another cluster" in ctl.log_text(), timeout=30,
                what="the controller to say why it released the floating IP")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["running", "while-no-controller-runs"])
+def test_a_pools_secret_is_let_go_when_the_pool_is_deleted_past_its_finalizers(controller_factory, openstack,
+                                                                               api_client, stopped):
+    """A floating IP taken over from another cluster keeps the pool's Secret held (our finalizer on it); the pool
+    is then deleted as ``clusterctl move`` deletes its source objects, finalizers stripped first, then its claim:
+    the finalizer comes off the Secret with no pool naming it, and the namespace's deletion
+    completes; so too when the pool went while no controller ran (the one started then finds the Secret in the
+    record of those held)."""
+    core = k8s.CoreV1Api(api_client)
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    kube, who = Kube(api_client, ns), owner()
+    finalizers = lambda: core.read_namespaced_secret("cloud", ns).metadata.finalizers or []  # noqa: E731
+    try:
+        put_clouds(api_client, ns, openstack.clouds_yaml("member"))
+        args = ["-n", ns, "--openstack-owner", who, "--openstack-sweep-seconds", "2"]
+        ctl = controller_factory(args)
+        pool_uid = fip_pool(kube, "fips")["metadata"]["uid"]
+        fip_claim(kube, "a", "fips")
+        kube.capi_bound("a", timeout=90)
+        [fip] = held(openstack, who, key_of(kube, "a"))
+        here, source = f"{who}-home:OpenStackFloatingIPPool:{pool_uid}", f"{who}-home:OpenStackFloatingIPPool:{'a' * 8}"
+        eventually(lambda: here in openstack.neutron("GET", f"floatingips/{fip['id']}")["floatingip"]["tags"],
+                   timeout=30, what="the floating IP homed at the pool")
+        openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{source}", user="member")
+        openstack.neutron("DELETE", f"floatingips/{fip['id']}/tags/{here}", user="member")
+        eventually(lambda: p.SECRET_FINALIZER in finalizers(), timeout=60,
+                   what="the Secret held while another cluster marks the floating IP of a live claim")
+        if stopped:
+            ctl.stop()
+        kube.delete_past_finalizers(FIPS, PLURAL, "fips")
+        if stopped:
+            assert p.SECRET_FINALIZER in finalizers()
+            controller_factory(args)
+        eventually(lambda: p.SECRET_FINALIZER not in finalizers(), timeout=60,
+                   what="the Secret let go once the pool naming it went")
+        kube.delete_past_finalizers(CAPI, "ipaddressclaims", "a")
+    finally:
+        core.delete_namespace(ns)
+    eventually(lambda: ns not in {n.metadata.name for n in core.list_namespace().items}, timeout=120,
+               what=f"namespace {ns} gone")

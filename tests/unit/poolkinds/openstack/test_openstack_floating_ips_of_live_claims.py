@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
@@ -1001,13 +1002,19 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
 class Holds:
     """The Secret holds written (``controller.outside.SecretHolds``): (namespace, name, held) in order."""
 
-    def __init__(self):
+    def __init__(self, recorded=()):
         self.calls = []
+        self.record = set(recorded)  # what the record outside the pools lists (``SecretHolds.recorded``)
 
     async def hold(self, namespace, name, finalizer, held):
         assert finalizer == p.SECRET_FINALIZER
         self.calls.append((namespace, name, held))
+        (self.record.add if held else self.record.discard)((namespace, name))
         return True
+
+    async def recorded(self, finalizer):
+        assert finalizer == p.SECRET_FINALIZER
+        return set(self.record)
 
 
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
@@ -1344,3 +1351,72 @@ def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_ha
     assert neutron.deleted == [], "released under the third cluster's live claim ns/m1 (its controller not yet up)"
     third.sweep()
     assert neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+
+
+def pool_went(side, obj):
+    """The pool removed (its finalizers stripped, as ``clusterctl move`` or a forced deletion does) and forgotten as
+    the controller forgets a pool gone; the Secrets it named settled."""
+    gone_from(side, obj)
+
+    async def forgotten():
+        side.pools.pool_gone(o.PoolKey("ns", "fips", side.pools.pool_kind))
+        await side.pools.settling
+
+    asyncio.run(forgotten())
+
+
+def test_a_pools_secret_is_let_go_when_the_pool_goes_without_its_finalizer():
+    """The Secret held while a live claim's floating IP is marked by another cluster too; the pool then removed
+    with its finalizers stripped: the Secret is let go at once, no pool naming it any more."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    assert holds.calls == [("ns", "cloud", True)]
+    pool_went(target, pool_obj(uid="target-pool-uid"))
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "a Secret held for a pool that went"
+
+
+def test_a_pools_secret_is_kept_when_its_pool_goes_while_another_pool_naming_it_needs_it():
+    """Two pools of a namespace name one Secret; one goes without its finalizer while the other, not judged yet,
+    still names it: the Secret stays held."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    target.inventory.upsert(pool_obj(name="other-fips", uid="other-pool-uid"))
+    pool_went(target, pool_obj(uid="target-pool-uid"))
+    assert holds.calls == [("ns", "cloud", True)], "a Secret let go that another pool names"
+
+
+def test_a_secret_recorded_held_is_let_go_by_a_controller_started_after_its_pool_went():
+    """The record lists a Secret our finalizer held for a pool that went while no controller ran: the first sweep
+    of a controller started then lets it go."""
+    neutron, target = taken_over_by_the_target()
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    restarted = Side(neutron)
+    restarted.inventory = target.inventory
+    holds = Holds(recorded=[("ns", "cloud")])
+    restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
+                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    restarted.swept()
+    assert holds.calls == [("ns", "cloud", False)] and holds.record == set(), "a Secret held for no pool"
+
+
+def test_a_pools_secret_is_let_go_by_the_next_sweep_when_the_pool_went_before_its_live_claim():
+    """The pool removed with its finalizers stripped while its claim lives (the claim keeps what is filed under the
+    pool): the next sweep judges no pool naming the Secret, and lets it go."""
+    neutron, target = taken_over_by_the_target()
+    holds = target.pools.secret_holds = Holds()
+    target.swept()
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    target.swept()
+    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)], "a Secret held for a pool that went"
+
+
+def test_a_secret_recorded_held_in_a_namespace_not_served_is_left_to_the_controller_serving_it():
+    """The record, shared by the controllers of a cluster, lists a Secret of a namespace this one does not serve:
+    it is not this controller's to let go."""
+    neutron, target = taken_over_by_the_target()
+    target.inventory.namespaces = frozenset({"ns"})
+    holds = target.pools.secret_holds = Holds(recorded=[("elsewhere", "cloud")])
+    target.swept()
+    assert ("elsewhere", "cloud", False) not in holds.calls and holds.record >= {("elsewhere", "cloud")}
