@@ -25,6 +25,7 @@ from controller_fixtures import (CAPI, METAL3, REPO, ControllerProcess, Kube, as
                                  start_control_plane)
 from metal3_ipam import packaging
 from metal3_ipam.controller import permissions
+from metal3_ipam.poolkinds.openstack import pool as osp
 from metal3_ipam.testing import controlplane as cp_mod
 from metal3_ipam.testing import go_incluster as gi
 from metal3_ipam.testing.waiting import eventually
@@ -138,7 +139,8 @@ def test_the_controller_needs_exactly_the_roles_of_config_rbac(audited_plane, au
         client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         kube = Kube(admin, ns)
         lease_ns, _ = service_account()
-        leader = ControllerProcess(kubeconfig, ["-A", "--leader-election-namespace", lease_ns],
+        leader = ControllerProcess(kubeconfig, ["-A", "--leader-election-namespace", lease_ns,
+                                                "--openstack-sweep-seconds", "2"],
                                    name="sa-controller", log_dir=tmp_path)
         leader.start()
         try:
@@ -315,12 +317,33 @@ def adopting_scenario(kube: Kube, openstack) -> None:
     try:
         kube.capi_claim("os-claim", "adopting", group=osk[0], kind="OpenStackFloatingIPPool")
         kube.capi_bound("os-claim", timeout=90)
+        secret_held_while_another_cluster_marks(kube, openstack, osk)
         kube.delete(CAPI, "ipaddressclaims", "os-claim")
         kube.gone(CAPI, "ipaddressclaims", "os-claim", timeout=60)
         kube.delete(osk, "openstackfloatingippools", "adopting")
         kube.gone(osk, "openstackfloatingippools", "adopting")
     finally:
         openstack.reset()
+
+
+def secret_held_while_another_cluster_marks(kube: Kube, openstack, osk: tuple[str, str]) -> None:
+    """The claim's floating IP marked as homed at another cluster's pool (as taken over from it): the pool's
+    Secret carries our finalizer while it is so; marked back, the Secret is let go."""
+    core = client.CoreV1Api(kube.api_client)
+    finalizers = lambda: core.read_namespaced_secret("cloud", kube.ns).metadata.finalizers or []  # noqa: E731
+    uid = kube.get(osk, "openstackfloatingippools", "adopting")["metadata"]["uid"]
+    here = f"{osp.DEFAULT_OWNER}-home:{osp.KIND}:{uid}"
+    elsewhere = f"{osp.DEFAULT_OWNER}-home:{osp.KIND}:{'a' * 8}"
+    [fip] = eventually(lambda: [f for f in openstack.neutron("GET", "floatingips")["floatingips"]
+                                if here in f["tags"]], timeout=60, what="the claim's floating IP homed at its pool")
+    openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{elsewhere}", user="member")
+    openstack.neutron("DELETE", f"floatingips/{fip['id']}/tags/{here}", user="member")
+    eventually(lambda: osp.SECRET_FINALIZER in finalizers(), timeout=60,
+               what="the Secret held while another cluster marks the floating IP of a live claim")
+    openstack.neutron("PUT", f"floatingips/{fip['id']}/tags/{here}", user="member")
+    openstack.neutron("DELETE", f"floatingips/{fip['id']}/tags/{elsewhere}", user="member")
+    eventually(lambda: osp.SECRET_FINALIZER not in finalizers(), timeout=60,
+               what="the Secret let go once no other cluster marks the floating IP")
 
 
 def race(kube: Kube, audit_log: Path, kubeconfig: Path, tmp_path: Path) -> None:
