@@ -984,13 +984,19 @@ def test_the_other_clusters_live_claim_keeps_the_floating_ip_the_takers_claim_le
     assert [f.id for f in neutron.deleted] == ["fip-1"]
 
 
-def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_swept_before_its_pool_went():
-    neutron, target = taken_over_by_the_target()
-    released_by(target)
+def restarted_side(neutron, target, **pools_args) -> "Side":
+    """``target``'s controller restarted: its memory gone, its cluster (the inventory) as it was."""
     restarted = Side(neutron)
     restarted.inventory = target.inventory
     restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
-                                       writer=Writer(), wake=lambda *args: None)
+                                       writer=Writer(), wake=lambda *args: None, **pools_args)
+    return restarted
+
+
+def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_swept_before_its_pool_went():
+    neutron, target = taken_over_by_the_target()
+    released_by(target)
+    restarted = restarted_side(neutron, target)
     restarted.pools.asks.pool_changed(model())
     restarted.sweep()  # found left by its claim here, unanswered
     gone_from(restarted, pool_obj(uid="target-pool-uid"))
@@ -1025,11 +1031,8 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
     neutron, target = taken_over_by_the_target()
     released_by(target)
     deleting(target, pool_obj(uid="target-pool-uid"))  # the namespace deleted: the pool waits on its finalizer
-    restarted = Side(neutron)
-    restarted.inventory = target.inventory
     holds = Holds()
-    restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
-                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    restarted = restarted_side(neutron, target, secret_holds=holds)
     ref = ("ns", "fips")
     assert restarted.pools.answers.held(ref, "target-pool-uid") is not None, "let go before any sweep judged it"
     restarted.swept()
@@ -1392,11 +1395,8 @@ def test_a_secret_recorded_held_is_let_go_by_a_controller_started_after_its_pool
     of a controller started then lets it go."""
     neutron, target = taken_over_by_the_target()
     gone_from(target, pool_obj(uid="target-pool-uid"))
-    restarted = Side(neutron)
-    restarted.inventory = target.inventory
     holds = Holds(recorded=[("ns", "cloud")])
-    restarted.pools = a.OpenStackPools(NeutronAsks(neutron), Asking(deadline=30), inventory=target.inventory,
-                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    restarted = restarted_side(neutron, target, secret_holds=holds)
     restarted.swept()
     assert holds.calls == [("ns", "cloud", False)] and holds.record == set(), "a Secret held for no pool"
 
