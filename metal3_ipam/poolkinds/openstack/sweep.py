@@ -433,9 +433,9 @@ class Sweeper:
         still not paused)."""
         owner = self.pools.asks.owner
 
-        def still(now: FloatingIP) -> bool:  # a claim here that left for a move: its copy answers if it lives
+        def still(now: FloatingIP) -> bool:  # a claim here seen leave for a move meanwhile: the moved claim's
             home = self._home_state()
-            return not self.pools.carried(moved=False)(key) and homes.left_here(owner, now.tags, home) == gone \
+            return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
             done = await self.pools.asks.run_lingering(pool, release_one, fip, still, client=client)
@@ -509,6 +509,8 @@ class Sweeper:
             if fip is None or p.key_in(owner, fip.description) != key or not ours:
                 self._forget(fip_id)  # gone, another key's, or no mark of this cluster's on it
                 continue
+            if key in self.pools.inventory.moved_away and not named.live(home):
+                continue  # its claim left for a move: kept, marks and all, until the moved claim's cluster marks it
             gone = homes.left_here(owner, fip.tags, home)
             if gone is not None and not homes.answered(owner, fip.tags, home):
                 if self._paused(pool):
