@@ -1370,6 +1370,22 @@ def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_ha
         homes=frozenset({homes.Home(homes.POOL, "third-pool-uid")})), neutron.fips["fip-1"].tags
 
 
+def test_a_pool_being_deleted_after_its_claim_moved_away_is_not_held_for_the_floating_ip_the_move_keeps():
+    """A move stopped after deleting the claim, its Cluster then unpaused and the pool deleted: the floating IP the
+    moved claim keeps is released by no sweep here, so the pool is not held waiting for it (it would wait for good
+    while the moved claim's cluster does not sweep, saying a release is due)."""
+    neutron, source, target = two_sides()
+    for side in (source, target, source):
+        side.sweep()  # homed at the source, held by the copy, answered
+    released_by(target)  # the copy deleted: its hold comes off, the source's answer stays
+    deleted_for_move(source)
+    deleting(source, pool_obj())
+    for _ in range(3):
+        source.swept()
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+    assert source.pools.answers.held(("ns", "fips"), "pool-uid") is None, "held for a floating IP it never releases"
+
+
 def pool_went(side, obj):
     """The pool removed (its finalizers stripped, as ``clusterctl move`` or a forced deletion does) and forgotten as
     the controller forgets a pool gone; the Secrets it named settled."""
