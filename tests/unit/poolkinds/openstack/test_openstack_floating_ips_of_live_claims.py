@@ -1080,7 +1080,8 @@ def test_one_key_live_in_two_clusters_loses_its_floating_ip_to_no_order_of_relea
             for obj in objects.pop(name):
                 gone_from(sides[name], obj)
             if verb == "move":
-                sides[name].sweep()  # its next sweep before the target's claim goes: the order after, pinned apart
+                sides[name].sweep()  # its next sweep before the target's claim goes; after it, the floating
+                # IP is kept (test_a_floating_ip_the_moved_claims_cluster_let_go_before_the_moves_source_saw_it_...)
         if live:
             assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
                 f"released under the live claim of {live}"
