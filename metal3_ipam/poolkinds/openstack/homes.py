@@ -55,9 +55,9 @@ home answers if its claim lives, else the sweep here releases it a sweep later
 a floating IP whose marks all name objects here, present and not paused, or
 claims of other clusters that left it (:func:`sweepable`); one with no mark at
 all (made by an earlier version) is judged as before. A claim here that went
-without a release (a move, or no finalizer) after another cluster's claim let
-the floating IP go on this cluster's answer is marked left the same way once
-its pool is gone (:func:`left_unreleased`).
+without a release (no finalizer; a move the sweep no longer knows of) after
+another cluster's claim let the floating IP go on this cluster's answer is
+marked left the same way once its pool is gone (:func:`left_unreleased`).
 """
 
 from __future__ import annotations
@@ -215,14 +215,15 @@ def on_release(owner: str, tags: Iterable[str], home: Callable[[Home], str], rel
 
 
 def left_unreleased(owner: str, tags: Iterable[str], home: Callable[[Home], str]) -> Change | None:
-    """The marks written on a floating IP whose claim here went without a release (deleted for a ``clusterctl
-    move``, or without its finalizer) once its pool is gone too, or None where this cluster's marks simply come
-    off. Where this cluster answered another cluster's hold (its own hold next to its home) and that hold is gone
-    since, with no mark of another cluster's claim left (no home, hold or ``from`` naming an object absent here,
-    nor a ``left`` of one): the claim there let the floating IP go trusting this cluster's answer, and the claim
-    that went from here (moved there, maybe) was the last. Its marks then become a hold marked ``left`` (the home
-    comes off), as a release here writes: a claim of another cluster bound to it homes the floating IP where it
-    is and answers; unanswered for a whole sweep, the sweep here releases it (:func:`left_here`)."""
+    """The marks written on a floating IP whose claim here went without a release (deleted without its finalizer;
+    one seen deleted for a ``clusterctl move`` is kept by the sweep instead, until the moved claim's cluster marks
+    it) once its pool is gone too, or None where this cluster's marks simply come off. Where this cluster answered
+    another cluster's hold (its own hold next to its home) and that hold is gone since, with no mark of another
+    cluster's claim left (no home, hold or ``from`` naming an object absent here, nor a ``left`` of one): the claim
+    there let the floating IP go trusting this cluster's answer, and the claim that went from here was the last.
+    Its marks then become a hold marked ``left`` (the home comes off), as a release here writes: a claim of another
+    cluster bound to it homes the floating IP where it is and answers; unanswered for a whole sweep, the sweep here
+    releases it (:func:`left_here`)."""
     tags = list(tags)
     marks = marks_in(owner, tags)
     held = sorted(h for h in marks.holds if home(h) != ABSENT)

@@ -37,10 +37,16 @@ cluster released once that cluster answered no hold for a whole sweep; this
 cluster's marks taken off any other), with that client: a Secret of that name
 made again may be another project's, and a read with other credentials that
 finds nothing leaves it remembered. That memory is this controller's only.
-One found there still homed and answered here, with no other cluster's mark
-(the claim there let it go on that answer, and the claim here went unreleased:
-moved, or deleted without its finalizer) is marked left as a release here
-marks it (``homes.left_unreleased``), and released once unanswered.
+One whose claim here was seen leave for a ``clusterctl move``
+(``Inventory.moved_away``) is kept, with this cluster's marks, until another
+cluster's home or live hold shows the moved claim there; this cluster's marks
+then come off, and that cluster decides (one it let go before this cluster saw
+its mark is kept: a leak, never a release under the moved claim). Any other
+found there still homed and answered here, with no other cluster's mark (the
+claim there let it go on that answer, and the claim here went unreleased:
+deleted without its finalizer, or moved before a restart here) is marked left
+as a release here marks it (``homes.left_unreleased``), and released once
+unanswered.
 
 The other way round, a floating IP deleted in Neutron behind the controller
 (by a user, or with its network) while a claim holds it: each sweep finds the
@@ -263,12 +269,13 @@ class Sweeper:
 
     def _judge(self, models: dict[str, OpenStackPool], shared: dict[str, int]) -> None:
         """What the claims of each pool judged this sweep left (``OutsidePools.judge``): the floating IPs
-        remembered for it whose key no claim here carries, and those of its live claims another cluster marks."""
+        remembered for it whose key no claim here carries (but those of claims seen leave for a move: kept, never
+        released here), and those of its live claims another cluster marks."""
         inventory = self.pools.inventory
         for tag, model in models.items():
             waiting = tuple(sorted(kept.address or fip_id for fip_id, kept in self.marked.items()
-                                   if kept.pool.uid == model.uid and all(o.is_deleting(claim) for claim in
-                                                                          inventory.claims_carrying(kept.key))))
+                                   if kept.pool.uid == model.uid and kept.key not in inventory.moved_away
+                                   and all(o.is_deleting(claim) for claim in inventory.claims_carrying(kept.key))))
             self.pools.judge((model.namespace, model.name), Left(model.uid, waiting, shared.get(tag, 0),
                                                                  model.identity.secret))
 
@@ -433,9 +440,9 @@ class Sweeper:
         still not paused)."""
         owner = self.pools.asks.owner
 
-        def still(now: FloatingIP) -> bool:  # a claim here that left for a move: its copy answers if it lives
+        def still(now: FloatingIP) -> bool:  # a claim here seen leave for a move meanwhile: the moved claim's
             home = self._home_state()
-            return not self.pools.carried(moved=False)(key) and homes.left_here(owner, now.tags, home) == gone \
+            return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
             done = await self.pools.asks.run_lingering(pool, release_one, fip, still, client=client)
@@ -473,9 +480,10 @@ class Sweeper:
         carries the key (or an ask of it is out) it waits, as while that very pool (its uid) is held. One a claim
         here left to another cluster (``homes.on_release``) is judged as ``_mark`` does: this cluster's marks taken
         off once that cluster answered (a claim there lives: it is its own), released once unanswered for a whole
-        sweep, as its pool said. Off any other come this cluster's marks (its claim deleted for a move, or without its
-        finalizer, before its sweep took them off): no claim here is bound to it, and a mark of a cluster whose
-        pool is gone would keep it from every other cluster's sweep for good."""
+        sweep, as its pool said. One whose claim here was seen leave for a move is kept, marks and all, until another
+        cluster's home or live hold shows the moved claim. Off any other come this cluster's marks (its claim deleted
+        for a move, or without its finalizer, before its sweep took them off): no claim here is bound to it, and a
+        mark of a cluster whose pool is gone would keep it from every other cluster's sweep for good."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         for fip_id, kept in list(self.marked.items()):
             if fip_id in handled:
@@ -509,6 +517,8 @@ class Sweeper:
             if fip is None or p.key_in(owner, fip.description) != key or not ours:
                 self._forget(fip_id)  # gone, another key's, or no mark of this cluster's on it
                 continue
+            if key in self.pools.inventory.moved_away and not named.live(home):
+                continue  # its claim left for a move: kept, marks and all, until the moved claim's cluster marks it
             gone = homes.left_here(owner, fip.tags, home)
             if gone is not None and not homes.answered(owner, fip.tags, home):
                 if self._paused(pool):

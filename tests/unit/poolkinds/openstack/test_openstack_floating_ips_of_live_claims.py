@@ -1071,9 +1071,7 @@ def test_one_key_live_in_two_clusters_loses_its_floating_ip_to_no_order_of_relea
         elif verb == "move":
             if live != {"source", "target"}:
                 continue  # the target's claim is the moved one: a move of a claim gone there is not this one
-            sides[name].inventory.remember_moved_away(LOST_KEY, ("ns", "m1"))
-            for obj in bound_objects():
-                sides[name].inventory.remove(obj)
+            deleted_for_move(sides[name])
             live.discard(name)
         elif name in live:
             released_by(sides[name])
@@ -1082,7 +1080,8 @@ def test_one_key_live_in_two_clusters_loses_its_floating_ip_to_no_order_of_relea
             for obj in objects.pop(name):
                 gone_from(sides[name], obj)
             if verb == "move":
-                sides[name].sweep()  # its next sweep before the target's claim goes: the order after, pinned apart
+                sides[name].sweep()  # its next sweep before the target's claim goes; after it, the floating
+                # IP is kept (test_a_floating_ip_the_moved_claims_cluster_let_go_before_the_moves_source_saw_it_...)
         if live:
             assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY), \
                 f"released under the live claim of {live}"
@@ -1093,12 +1092,20 @@ def test_one_key_live_in_two_clusters_loses_its_floating_ip_to_no_order_of_relea
         assert [fip.id for fip in neutron.deleted] == ["fip-1"], neutron.fips
 
 
+def deleted_for_move(side):
+    """ns/m1 and its lock deleted from ``side`` as ``clusterctl move`` deletes them: annotated for the move (same
+    uid), then gone; released nowhere, and the claim seen leave for the move."""
+    from metal3_ipam.core import kinds
+    for obj in bound_objects():
+        obj["metadata"]["annotations"][kinds.DELETE_FOR_MOVE_ANNOTATION] = "true"
+        gone_from(side, obj)
+    assert side.inventory.moved_away.get(LOST_KEY) == ("ns", "m1")
+
+
 def moved_away_from(side, cluster_uid, pool_uid="pool-uid"):
     """ns/m1 left ``side`` for a finished ``clusterctl move``: its claim deleted for the move (released nowhere),
     then its pool and Cluster."""
-    side.inventory.remember_moved_away(LOST_KEY, ("ns", "m1"))
-    for obj in bound_objects():
-        side.inventory.remove(obj)
+    deleted_for_move(side)
     gone_from(side, pool_obj(uid=pool_uid))
     gone_from(side, cluster_obj(cluster_uid))
 
@@ -1128,7 +1135,33 @@ def test_the_source_of_a_finished_move_takes_its_marks_off_a_floating_ip_once_it
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_finished_moves_source_swept():
+def test_a_floating_ip_is_released_when_the_targets_namespace_goes_after_the_moves_source_saw_the_moved_claims_mark():
+    """The source answered the hold of the target's copy, then its claim moved there (deleted for the move); its
+    next sweep finds the target's mark (the moved claim's cluster) and takes its own marks off: the floating IP is
+    the target's, and the target's namespace deleted then lets it go."""
+    neutron, source, target = two_sides()
+    source.sweep()  # homed at the source
+    target.sweep()  # held by the target's copy
+    source.sweep()  # answered: the source's claim lives
+    moved_away_from(source, "c1-uid")
+    source.sweep()  # the moved claim's cluster marks it: the source's marks come off, that cluster decides
+    assert neutron.deleted == [] and source.pools.sweeper.marked == {}
+    released_by(target)  # the target's namespace deleted after the move
+    gone_from(target, pool_obj(uid="target-pool-uid"))
+    gone_from(target, cluster_obj("t1-uid"))
+    for _ in range(4):
+        source.sweep()
+        target.sweep()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+def test_a_floating_ip_the_moved_claims_cluster_let_go_before_the_moves_source_saw_it_there_is_kept():
+    """Known limit (a leak, never a release under a live claim): the target's namespace deleted right after the move,
+    before any sweep of the source since. The target's release kept the floating IP (the source had answered its
+    hold) and took its marks off; the source finds only its own marks, as when the moved claim's cluster has not
+    swept yet (``test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_has_not_swept_yet``), and
+    cannot tell the two apart: it keeps the floating IP, marks and all."""
+    from metal3_ipam.poolkinds.openstack import homes
     neutron, source, target = two_sides()
     source.sweep()  # homed at the source
     target.sweep()  # held by the target's copy
@@ -1140,45 +1173,25 @@ def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_fi
     for _ in range(4):
         source.sweep()
         target.sweep()
-    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
-
-
-
-
-def test_a_floating_ip_is_released_when_the_targets_namespace_goes_before_the_source_that_saw_its_claim_move_swept():
-    """As above, the source's claim deleted by ``clusterctl move`` itself (its delete-for-move annotation: the
-    source counts it moved away, and its copy in the target is the target's claim)."""
-    from metal3_ipam.core import kinds
-    neutron, source, target = two_sides()
-    source.sweep()  # homed at the source
-    target.sweep()  # held by the target's copy
-    source.sweep()  # answered: the source's claim lives
-    for obj in bound_objects():
-        obj["metadata"]["annotations"][kinds.DELETE_FOR_MOVE_ANNOTATION] = "true"
-        gone_from(source, obj)
-    assert LOST_KEY in source.inventory.moved_away
-    gone_from(source, pool_obj())
-    gone_from(source, cluster_obj("c1-uid"))
-    released_by(target)  # the target's namespace deleted right after the move
-    gone_from(target, pool_obj(uid="target-pool-uid"))
-    gone_from(target, cluster_obj("t1-uid"))
-    for _ in range(4):
-        source.sweep()
-        target.sweep()
-    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+    marks = homes.marks_in(OWNER, neutron.fips["fip-1"].tags)
+    assert marks == homes.Marks(homes=frozenset({homes.Home(homes.POOL, "pool-uid")}),
+                                holds=frozenset({homes.Home(homes.POOL, "pool-uid")})), marks
+    assert set(source.pools.sweeper.marked) == {"fip-1"}, "the source forgot the floating IP it keeps"
 
 
 def test_the_source_of_a_move_whose_copy_in_a_third_cluster_answers_keeps_no_mark_and_releases_nothing():
     """The source answered the hold of a copy in another cluster, whose claim was deleted; the move of the source's
-    namespace then went to a third cluster, whose claim is bound to the floating IP: the source's marks become a
-    hold marked left, the third cluster homes the floating IP and answers, and the source's marks come off."""
+    namespace then went to a third cluster, whose claim is bound to the floating IP: the source keeps its marks until
+    the third cluster's hold shows the moved claim, then takes them off, and the third cluster homes the floating
+    IP."""
     from metal3_ipam.poolkinds.openstack import homes
     neutron, source, target = two_sides()
     for side in (source, target, source):
         side.sweep()  # homed at the source, held by the copy, answered
     released_by(target)  # the copy deleted: its hold comes off, the source's answer stays
     moved_away_from(source, "c1-uid")
-    source.sweep()  # the source's marks: a hold marked left
+    source.sweep()  # no mark of the moved claim's cluster yet: the source's marks stay
     third = Side(neutron, cluster_obj("u1-uid"), pool_obj(uid="third-pool-uid"), *bound_objects())
     third.pools.writer = Writer()
     for side in (third, source, third, source, third, source):
@@ -1333,15 +1346,13 @@ def test_a_release_that_leaves_a_floating_ip_holds_its_pool_being_deleted_until_
     assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the source's marks become a hold marked left once its claim moved away after answering a copy that went "
-    "(homes.left_unreleased), and a whole sweep unanswered releases the floating IP: the moved claim's cluster, "
-    "whose controller is down (or not yet started) for those sweeps, finds its live claim's floating IP deleted in "
-    "Neutron (SPEC §10 invariant 4: a claim keeps its address across a move)"))
 def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_has_not_swept_yet():
-    """As above, the move's target (the third cluster) holds ns/m1 bound to fip-1, but its controller does not
-    sweep while the source sweeps three times (down, or started late): the source never saw the moved claim
-    answer and never saw it let go; the floating IP is the live moved claim's, and stays."""
+    """The source answered the hold of a copy in another cluster, whose claim was deleted; the move of the source's
+    namespace then went to a third cluster, which holds ns/m1 bound to fip-1 but whose controller does not sweep
+    while the source sweeps three times (down, or started late): the source never saw the moved claim's mark, and
+    keeps the floating IP, marks and all (SPEC §10 invariant 4: a claim keeps its address across a move). Once
+    the third cluster marks it, the source's marks come off and the floating IP is homed there."""
+    from metal3_ipam.poolkinds.openstack import homes
     neutron, source, target = two_sides()
     for side in (source, target, source):
         side.sweep()  # homed at the source, held by the copy, answered
@@ -1352,8 +1363,28 @@ def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_ha
     for _ in range(3):
         source.sweep()  # the third cluster's controller is down
     assert neutron.deleted == [], "released under the third cluster's live claim ns/m1 (its controller not yet up)"
-    third.sweep()
     assert neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+    for side in (third, source, third):
+        side.sweep()  # held by the moved claim; the source's marks come off; homed at the third cluster
+    assert neutron.deleted == [] and source.pools.sweeper.marked == {}
+    assert homes.marks_in(OWNER, neutron.fips["fip-1"].tags) == homes.Marks(
+        homes=frozenset({homes.Home(homes.POOL, "third-pool-uid")})), neutron.fips["fip-1"].tags
+
+
+def test_a_pool_being_deleted_after_its_claim_moved_away_is_not_held_for_the_floating_ip_the_move_keeps():
+    """A move stopped after deleting the claim, its Cluster then unpaused and the pool deleted: the floating IP the
+    moved claim keeps is released by no sweep here, so the pool is not held waiting for it (it would wait for good
+    while the moved claim's cluster does not sweep, saying a release is due)."""
+    neutron, source, target = two_sides()
+    for side in (source, target, source):
+        side.sweep()  # homed at the source, held by the copy, answered
+    released_by(target)  # the copy deleted: its hold comes off, the source's answer stays
+    deleted_for_move(source)
+    deleting(source, pool_obj())
+    for _ in range(3):
+        source.swept()
+    assert neutron.deleted == [] and neutron.fips["fip-1"].description == p.description(OWNER, LOST_KEY)
+    assert source.pools.answers.held(("ns", "fips"), "pool-uid") is None, "held for a floating IP it never releases"
 
 
 def pool_went(side, obj):
