@@ -53,6 +53,14 @@ log = logging.getLogger(__name__)
 PoolRef = tuple[str, str]  # namespace, name
 
 
+
+def secret_unread(where: str, exc: ApiException) -> OpenStackError:
+    """What the API server's refusal to give the Secret of a pool's credentials says: that it does not exist (for
+    good), or that it could not be read (``passing``: read again, it may be)."""
+    if exc.status == 404:
+        return OpenStackError(p.IDENTITY_MISSING, f"{where} does not exist")
+    return OpenStackError(p.IDENTITY_MISSING, f"{where} could not be read ({exc.status} {exc.reason})", passing=True)
+
 class SecretClouds:
     """The ``clouds.yaml`` (and ``cacert``) of Secrets, read with a Kubernetes ``ApiClient``, kept ``ttl`` seconds
     (or until forgotten)."""
@@ -72,10 +80,9 @@ class SecretClouds:
             secret = await asyncio.to_thread(request, self._api, "GET",
                                              f"/api/v1/namespaces/{namespace}/secrets/{name}", timeout=10)
         except ApiException as exc:
-            message = "does not exist" if exc.status == 404 else f"could not be read ({exc.status} {exc.reason})"
-            raise OpenStackError(p.IDENTITY_MISSING, f"{where} {message}") from None
+            raise secret_unread(where, exc) from None
         except Exception as exc:
-            raise OpenStackError(p.IDENTITY_MISSING, f"{where} could not be read ({exc})") from None
+            raise OpenStackError(p.IDENTITY_MISSING, f"{where} could not be read ({exc})", passing=True) from None
         data = secret.get("data") or {}
         if not data.get(p.CLOUDS_YAML_KEY):
             raise OpenStackError(p.IDENTITY_MISSING, f"{where} has no key {p.CLOUDS_YAML_KEY!r}")

@@ -39,11 +39,13 @@ from metal3_ipam.poolkinds.openstack import pool as p
 
 
 class OpenStackError(Exception):
-    """A refusal or a failure, with its condition reason (``pool.OVER_QUOTA``, …) and a message."""
+    """A refusal or a failure, with its condition reason (``pool.OVER_QUOTA``, …) and a message; ``passing``: one
+    that may pass, asked again (a read that failed, not an answer that the thing is not there)."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, passing: bool = False):
         super().__init__(message)
         self.reason = reason
+        self.passing = passing
 
     @property
     def server_down(self) -> bool:

@@ -251,10 +251,10 @@ class Sweeper:
                 listed = await asks.run_lingering(model, owned)
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s, being deleted: %s", model.text, exc)
-                if exc.reason == p.IDENTITY_MISSING:
-                    # No credentials to list its cloud with (its Secret missing or unreadable, and not held by our
+                if exc.reason == p.IDENTITY_MISSING and not exc.passing:
+                    # No credentials to list its cloud with (its Secret missing or unusable, and not held by our
                     # finalizer, which keeps it while a pool needs it): judged from what this process found, or
-                    # let go; else its deletion would wait for good.
+                    # let go; else its deletion would wait for good. A read that failed is tried again.
                     listed_tags.add(tag)
                 continue
             listed_tags.add(tag)

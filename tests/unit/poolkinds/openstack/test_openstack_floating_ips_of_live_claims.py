@@ -10,6 +10,7 @@ import itertools
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from kubernetes.client.rest import ApiException
 
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking
@@ -1466,17 +1467,12 @@ class RestartedSecretAsks(SecretAsks):
     async def read(self, namespace, name):
         if self.fails:
             self.fails -= 1
-            raise a.OpenStackError(p.IDENTITY_MISSING, f"Secret {namespace}/{name} (spec.identityRef) could not be "
-                                                       "read (500 Internal Server Error)")
+            raise a.secret_unread(f"Secret {namespace}/{name} (spec.identityRef)",
+                                  ApiException(status=500, reason="Internal Server Error"))
         self._clients.setdefault(("ns", model().identity, b"clouds.yaml", None), self.neutron)
         return b"clouds.yaml", None
 
 
-@pytest.mark.xfail(strict=True, reason="a read of the Secret that fails once (an API server error, a timeout) is "
-                                       "taken for credentials that cannot be read: a pool being deleted is judged "
-                                       "from what a controller just restarted found (nothing) and let go, so the "
-                                       "floating IP its claim left for another cluster is remembered by nothing and "
-                                       "stays in Neutron for good (SPEC §10.3)")
 def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_its_secret_after_a_restart():
     """As above (the namespace deleted right after the claim's release marked its floating IP left, the controller
     restarted before any sweep), but the first read of the Secret the restarted controller makes fails: the pool is
