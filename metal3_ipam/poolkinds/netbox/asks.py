@@ -72,9 +72,10 @@ SERVER_DOWN_REASONS = frozenset(condition_reason(reason) for reason in SERVER_DO
 class TokenUnavailable(Exception):
     """The token could not be read: ``reason`` (a condition reason) and a message naming the Secret."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, passing: bool = False):
         super().__init__(message)
         self.reason = reason
+        self.passing = passing  # a read that failed (read again, it may be had), not a token that is not there
 
 
 class Tokens(Protocol):
@@ -103,9 +104,10 @@ class SecretTokens:
         except ApiException as exc:
             if exc.status == 404:
                 raise TokenUnavailable(TOKEN_MISSING, f"{where} (spec.server.tokenSecretRef) does not exist") from None
-            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc.status} {exc.reason})") from None
+            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc.status} {exc.reason})",
+                                   passing=True) from None
         except Exception as exc:  # the API server unreachable: not NetBox's fault, but no token either
-            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc})") from None
+            raise TokenUnavailable(TOKEN_MISSING, f"{where} could not be read ({exc})", passing=True) from None
         encoded = (secret.get("data") or {}).get(ref.key)
         if not encoded:
             raise TokenUnavailable(TOKEN_MISSING, f"{where} has no key {ref.key!r} (spec.server.tokenSecretRef.key)")
@@ -516,7 +518,7 @@ class NetBoxPools(OutsidePools):
     async def sweep(self) -> list[Found]:
         """Each NetBox server of the pools held swept once (``sweep``), and each a release here left an address
         on whose pool is gone (with that pool's client); the addresses released."""
-        servers: dict[Any, NetBoxPool] = {}
+        servers: dict[Any, list[NetBoxPool]] = {}  # per server: the pools whose tokens may sweep it, in turn
         pools: dict[Any, list[tuple[NetBoxPool, Any]]] = {}  # per server: each pool held here, with its uid
         for pool_key in self.inventory.pool_keys():
             pool_obj = self.inventory.get(NETBOX_IP_POOL, pool_key.namespace, pool_key.name) \
@@ -524,74 +526,100 @@ class NetBoxPools(OutsidePools):
             model = self.read_model(pool_obj) if pool_obj is not None else None
             if model is not None:
                 pools.setdefault(model.server, []).append((model, o.meta(pool_obj).get("uid")))
-                if not o.is_deleting(pool_obj) or model.server not in servers:
-                    servers[model.server] = model  # a live pool's token first; a pool being deleted's else
+                tokens = servers.setdefault(model.server, [])
+                # A live pool's token first; a pool being deleted's after (its Secret may be going).
+                tokens.insert(sum(1 for m in tokens if not self._deleting(m)) if not o.is_deleting(pool_obj)
+                              else len(tokens), model)
         for server, remembered in self._released_here.items():
             if server not in servers and remembered:
-                servers[server] = next(iter(remembered.values()))[0]
+                servers[server] = [next(iter(remembered.values()))[0]]
         released: list[Found] = []
-        for server, model in servers.items():
-            judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
-            judge_left = self._released_sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+        for server, models in servers.items():
+            swept = await self._swept(server, models, pools.get(server, ()))
+            released.extend(swept)
+        return released
 
-            def choose(found: list[Found], judge: Sweep = judge, judge_left: Sweep = judge_left, server: Any = server
-                       ) -> tuple[list[Found], list[tuple[Found, str]]]:
-                home = home_state(self._homes())
-                listed_keys.update(item.key for item in found)
-                self._remember_moved_away(found, home)
-                self._find_released_here(server, found, home, pools.get(server, ()))
-                addresses.update((item.key, item.address) for item in found)
-                shared.update(item.key for item in found if self._shared(item, home))
-                moved_away = self.inventory.moved_away.__contains__
-                judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
-                release, marks = settle(judged, self.wall(), self.release_grace_seconds)
-                # Left by a release here, their home gone since: this cluster's still, released past the grace.
-                self._forget_released_here(server, found)
-                left = judge_left.judge(self._left_here(server, found, home), carried=self.carried(),
-                                        home=self._home_left(server, home), now=self.clock())
-                release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
-                            if item not in release]
-                marked = {item.id for item, _ in marks}
-                left_from = lambda key: self.inventory.moved_away_from.get(key, ())  # noqa: E731
-                copy_took = self._copies_took(server, found, home, left_from)
-                described = describe_anew([item for item in found if item.id not in marked], self._describe,
-                                          moved_away, home, holder=self._holder(home), left_from=left_from,
-                                          copy_took=lambda key, there: (key, there) in copy_took)
-                contests.extend(contested(found, self._describe, home))
-                return release, marks + described
-
-            def still(item: Found, server: Any = server) -> bool:  # looked at again just before its delete
-                home = home_state(self._homes())
-                mine = bool(self._left_here(server, [item], home))
-                return unclaimed_here(item, self.carried(), self._home_left(server, home) if mine else home)
-            contests: list[tuple[Found, Home]] = []
-            listed_keys: set[str] = set()
-            addresses: dict[str, str] = {}
-            shared: set[str] = set()
+    async def _swept(self, server: Any, models: list[NetBoxPool], pools: Iterable[tuple[NetBoxPool, Any]]
+                     ) -> list[Found]:
+        """``server`` swept with the token of the first of ``models`` that can be read (another pool's Secret
+        missing holds no pool of that server back); the addresses released. Where none can be, a pool being
+        deleted whose own token is not there (its Secret gone unheld, or never made: nothing of its claims was
+        kept for it) is judged from what this process found, not held for good."""
+        unavailable: list[tuple[NetBoxPool, TokenUnavailable]] = []
+        for model in models:
             try:
-                listed, done, described = await self.asks.sweep(
-                    model, choose, still, **({"lingering": True} if self._deleting(model) else {}))
-            except (NetBoxError, TokenUnavailable, TimeoutError) as exc:
+                return await self._sweep_server(server, model, list(pools))
+            except TokenUnavailable as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
-                continue
-            for item in done:
-                log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
-                         item.address, item.key, item.description)
-            counts = Counter(_change(item, text) for item, text in described)
-            for item, text in described:
-                log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
-                         _CHANGES[_change(item, text)])
-            log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d marked released, %d taken back, "
-                     "%d homed here, %d moved away, %d given to where they moved, %d held here, %d no longer held here",
-                     server.url, listed,
-                     self.asks.owner, len(done), counts["marked"], counts["taken"], counts["homed"], counts["moved"],
-                     counts["given"], counts["held"], counts["unheld"])
-            await self._tell(server, described, contests)
-            self._homed_elsewhere(server, listed_keys, contests)
-            released.extend(done)
-            self._judge(server, pools.get(server, ()), addresses, shared)
-        return released
+                unavailable.append((model, exc))
+            except (NetBoxError, TimeoutError) as exc:
+                log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
+                            server.url, model.namespace, model.name, exc)
+                return []
+        for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
+        self._judge(server, [(m, uid) for m, uid in pools
+                             if (m.namespace, m.name) in for_good and self._deleting(m)], {}, set())
+        return []
+
+    async def _sweep_server(self, server: Any, model: NetBoxPool, pools: list[tuple[NetBoxPool, Any]]
+                            ) -> list[Found]:
+        """One sweep of ``server`` with ``model``'s token (see :meth:`sweep`); raises what the asks' sweep does."""
+        judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+        judge_left = self._released_sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+
+        def choose(found: list[Found], judge: Sweep = judge, judge_left: Sweep = judge_left, server: Any = server
+                   ) -> tuple[list[Found], list[tuple[Found, str]]]:
+            home = home_state(self._homes())
+            listed_keys.update(item.key for item in found)
+            self._remember_moved_away(found, home)
+            self._find_released_here(server, found, home, pools)
+            addresses.update((item.key, item.address) for item in found)
+            shared.update(item.key for item in found if self._shared(item, home))
+            moved_away = self.inventory.moved_away.__contains__
+            judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
+            release, marks = settle(judged, self.wall(), self.release_grace_seconds)
+            # Left by a release here, their home gone since: this cluster's still, released past the grace.
+            self._forget_released_here(server, found)
+            left = judge_left.judge(self._left_here(server, found, home), carried=self.carried(),
+                                    home=self._home_left(server, home), now=self.clock())
+            release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
+                        if item not in release]
+            marked = {item.id for item, _ in marks}
+            left_from = lambda key: self.inventory.moved_away_from.get(key, ())  # noqa: E731
+            copy_took = self._copies_took(server, found, home, left_from)
+            described = describe_anew([item for item in found if item.id not in marked], self._describe,
+                                      moved_away, home, holder=self._holder(home), left_from=left_from,
+                                      copy_took=lambda key, there: (key, there) in copy_took)
+            contests.extend(contested(found, self._describe, home))
+            return release, marks + described
+
+        def still(item: Found, server: Any = server) -> bool:  # looked at again just before its delete
+            home = home_state(self._homes())
+            mine = bool(self._left_here(server, [item], home))
+            return unclaimed_here(item, self.carried(), self._home_left(server, home) if mine else home)
+        contests: list[tuple[Found, Home]] = []
+        listed_keys: set[str] = set()
+        addresses: dict[str, str] = {}
+        shared: set[str] = set()
+        listed, done, described = await self.asks.sweep(
+            model, choose, still, **({"lingering": True} if self._deleting(model) else {}))
+        for item in done:
+            log.info("NetBox at %s: released %s (key %s, %s): no claim carries its key", server.url,
+                     item.address, item.key, item.description)
+        counts = Counter(_change(item, text) for item, text in described)
+        for item, text in described:
+            log.info("NetBox at %s: %s (key %s) %s", server.url, item.address, item.key,
+                     _CHANGES[_change(item, text)])
+        log.info("swept NetBox at %s: %d addresses of owner %s, %d released, %d marked released, %d taken back, "
+                 "%d homed here, %d moved away, %d given to where they moved, %d held here, %d no longer held here",
+                 server.url, listed,
+                 self.asks.owner, len(done), counts["marked"], counts["taken"], counts["homed"], counts["moved"],
+                 counts["given"], counts["held"], counts["unheld"])
+        await self._tell(server, described, contests)
+        self._homed_elsewhere(server, listed_keys, contests)
+        self._judge(server, pools, addresses, shared)
+        return done
 
     def _deleting(self, model: NetBoxPool) -> bool:
         """Whether the pool is being deleted (swept with the token last read if its Secret went)."""

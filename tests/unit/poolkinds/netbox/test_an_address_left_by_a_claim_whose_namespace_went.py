@@ -136,10 +136,6 @@ def _terminating(pool: dict) -> dict:
                                  "deletionTimestamp": "2026-11-29T07:00:00Z", "finalizers": ["netbox.metal3-ipam.io"]}}
 
 
-@pytest.mark.xfail(strict=True, reason="a NetBoxIPPool being deleted whose token cannot be read (its Secret never "
-                                       "existed, or went with its namespace before this controller read it) is never "
-                                       "judged: every sweep fails on the token, so the pool (and its namespace) waits "
-                                       "on its finalizer for good although nothing of its claims was ever left")
 def test_a_pool_being_deleted_whose_token_cannot_be_read_is_not_held_for_good():
     """Its namespace deleted: the Secret (not held: nothing was left) goes at once, the pool waits on its finalizer;
     the controller restarted meanwhile (or the pool named a Secret that never existed), so no token was ever read."""
@@ -169,10 +165,6 @@ class _OneTokenMissing(SweepingAsks):
         return await super().sweep(model, choose, still, lingering)
 
 
-@pytest.mark.xfail(strict=True, reason="the sweep of a NetBox server goes with one pool's token (a live pool's "
-                                       "first): a live pool of another namespace whose Secret is missing makes every "
-                                       "sweep of that server fail, so a pool being deleted there, whose own token "
-                                       "works, is never judged and waits on its finalizer for good")
 def test_a_pool_being_deleted_is_judged_while_another_namespaces_pool_of_its_server_has_no_token():
     pool = _terminating(shared_netbox_pool(TP, "a"))
     broken = shared_netbox_pool(SP, "b")  # live, its tokenSecretRef naming a Secret that does not exist
