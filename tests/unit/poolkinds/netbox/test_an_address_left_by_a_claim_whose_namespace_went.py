@@ -184,10 +184,6 @@ class _NeverAnswers(SweepingAsks):
         raise TimeoutError()
 
 
-@pytest.mark.xfail(strict=True, reason="a NetBoxIPPool being deleted is held until a sweep of its NetBox succeeds: "
-                                       "one whose server never answered (a mistyped URL, a NetBox taken down first), "
-                                       "no claim of which ever got an address, waits on its finalizer for good, its "
-                                       "namespace with it; nothing but stripping the finalizer lets it go")
 def test_a_pool_being_deleted_whose_netbox_never_answered_and_whose_claims_never_left_anything_goes():
     netbox = SharedNetBox()
     side = _Side(netbox, _terminating(shared_netbox_pool(TP, "t")))
