@@ -593,3 +593,13 @@ class OutsidePools:
     def secret_of(self, model: Any) -> str | None:
         """The Secret (in the pool's namespace) a pool's credentials come from, or None."""
         return None
+
+    async def secrets_held(self) -> set[tuple[str, str]]:
+        """The Secrets (namespace, name) our finalizer may hold: as written here, or as recorded by whatever process
+        wrote it. A pool being deleted whose outside IPAM cannot be swept is held only while its Secret is one of
+        them (what its claims left waits); else it is judged from what this process found: an IPAM that never
+        answers, or a Secret never made, would hold it for good."""
+        held = {key for key, on in self._secrets_held.items() if on}
+        if self.secret_holds is not None and self.secret_finalizer is not None:
+            held |= await self.secret_holds.recorded(self.secret_finalizer)
+        return held

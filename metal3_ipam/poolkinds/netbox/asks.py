@@ -560,12 +560,12 @@ class NetBoxPools(OutsidePools):
         # Not swept: a pool being deleted is judged from what this process found, where nothing says more was left
         # (its token not there; or its Secret, which our finalizer holds while what its claims left waits, not held
         # nor recorded held): a NetBox that never answers, or a Secret never made, holds it for good else.
-        for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
-        held = await self.secret_holds.recorded(self.secret_finalizer) \
-            if self.secret_holds is not None and self.secret_finalizer is not None else set()
-        held |= {key for key, on in self._secrets_held.items() if on}
-        self._judge(server, [(m, uid) for m, uid in pools if self._deleting(m) and (
-            (m.namespace, m.name) in for_good or (m.namespace, m.token.name) not in held)], {}, set())
+        deleting = [(m, uid) for m, uid in pools if self._deleting(m)]
+        if deleting:
+            for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
+            held = await self.secrets_held()
+            self._judge(server, [(m, uid) for m, uid in deleting if (m.namespace, m.name) in for_good
+                                 or (m.namespace, m.token.name) not in held], {}, set())
         return []
 
     async def _sweep_server(self, server: Any, model: NetBoxPool, pools: list[tuple[NetBoxPool, Any]]

@@ -246,15 +246,20 @@ class Sweeper:
         floating IPs another cluster marks too, in ``shared``."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         listed_tags: set[str] = set()
+        held: set[tuple[str, str]] | None = None
         for tag, model in terminating.items():
             try:
                 listed = await asks.run_lingering(model, owned)
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s, being deleted: %s", model.text, exc)
-                if exc.reason == p.IDENTITY_MISSING and not exc.passing:
-                    # No credentials to list its cloud with (its Secret missing or unusable, and not held by our
-                    # finalizer, which keeps it while a pool needs it): judged from what this process found, or
-                    # let go; else its deletion would wait for good. A read that failed is tried again.
+                # Not listed: judged from what this process found where nothing says its claims left more: no
+                # credentials to list with (its Secret missing or unusable, which our finalizer keeps while a pool
+                # needs it), or its Secret neither held nor recorded held (``OutsidePools.secrets_held``). Else it
+                # waits for a sweep that lists its cloud.
+                if held is None:
+                    held = await self.pools.secrets_held()
+                if (exc.reason == p.IDENTITY_MISSING and not exc.passing) or \
+                        (model.namespace, model.identity.secret) not in held:
                     listed_tags.add(tag)
                 continue
             listed_tags.add(tag)

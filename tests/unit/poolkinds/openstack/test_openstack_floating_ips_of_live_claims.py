@@ -1481,7 +1481,7 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_its_secret_aft
     released_by(target)
     assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
     deleting(target, pool_obj(uid="target-pool-uid"))  # the namespace deleted: the pool waits on its finalizer
-    holds = Holds()
+    holds = Holds(recorded=[("ns", "cloud")])  # held since the sweeps that took the floating IP over
     restarted = restarted_side(neutron, target)
     restarted.pools = a.OpenStackPools(RestartedSecretAsks(neutron), Asking(deadline=30), inventory=target.inventory,
                                        writer=Writer(), wake=lambda *args: None, secret_holds=holds)
@@ -1493,3 +1493,52 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_its_secret_aft
     for _ in range(4):
         restarted.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class UnreachableAsks(NeutronAsks):
+    """:class:`NeutronAsks` of a cloud that never answers (Keystone and Neutron gone, or a mistyped URL)."""
+
+    async def run(self, pool, work, *args):
+        raise a.OpenStackError(p.UNREACHABLE, f"{pool.text}: cannot reach the cloud (connection refused)")
+
+
+def _never_answering(neutron, target, holds):
+    restarted = restarted_side(neutron, target, secret_holds=holds)
+    restarted.pools = a.OpenStackPools(UnreachableAsks(neutron), Asking(deadline=30), inventory=target.inventory,
+                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    return restarted
+
+
+def test_a_pool_being_deleted_whose_cloud_never_answers_and_whose_secret_is_not_held_goes():
+    """A pool deleted whose cloud never answered this controller (decommissioned, a mistyped URL), its Secret not
+    held by our finalizer nor recorded held (nothing its claims left waits): judged from what this controller
+    found (nothing), it goes, rather than holding its namespace's deletion for good."""
+    neutron = FakeNeutron()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"))
+    deleting(target, pool_obj(uid="target-pool-uid"))
+    holds = Holds()
+    restarted = _never_answering(neutron, target, holds)
+    ref = ("ns", "fips")
+    for _ in range(2):
+        restarted.swept()
+    assert restarted.pools.answers.held(ref, "target-pool-uid") is None, "held for good by a cloud that never answers"
+
+
+def test_a_pool_being_deleted_whose_cloud_does_not_answer_is_held_while_its_secret_is_recorded_held():
+    """As above, but the record lists its Secret held (an earlier sweep found a floating IP its claims left for
+    another cluster): the pool is held while its cloud does not answer, and swept once it does."""
+    neutron, target = taken_over_by_the_target()
+    released_by(target)
+    deleting(target, pool_obj(uid="target-pool-uid"))
+    holds = Holds(recorded=[("ns", "cloud")])
+    down = _never_answering(neutron, target, holds)
+    ref = ("ns", "fips")
+    for _ in range(3):
+        down.swept()
+    assert down.pools.answers.held(ref, "target-pool-uid") is not None, "let go with a floating IP left unjudged"
+    assert neutron.deleted == [] and holds.record == {("ns", "cloud")}
+    up = restarted_side(neutron, target, secret_holds=holds)
+    for _ in range(4):
+        up.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert up.pools.answers.held(ref, "target-pool-uid") is None
