@@ -46,7 +46,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Awaitable, Hashable, Mapping
 from typing import Any, Callable, Iterable
 
 from kubernetes.client.rest import ApiException
@@ -295,7 +295,8 @@ class OutsidePools:
             self._timer.cancel()
         for timer in self._survey_timers.values():
             timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, self._sweep_soon, *self._surveying.values())
+        tasks = [t for t in (self._loop_task, self._sweep_task, self._sweep_soon, self.settling,
+                             *self._surveying.values())
                  if t is not None]
         for task in tasks:
             task.cancel()
@@ -345,16 +346,20 @@ class OutsidePools:
     def settle_soon(self) -> None:
         """The Secrets held settled now, with what the last sweeps judged (one at a time, with the sweeps)."""
         if self.settling is None or self.settling.done():
-            self.settling = asyncio.create_task(self._settled(), name=f"{self.label} Secrets settled")
+            self.settling = asyncio.create_task(self._alone(self.settle, "Secrets not settled"),
+                                                name=f"{self.label} Secrets settled")
 
-    async def _settled(self) -> None:
+    async def _alone(self, work: Callable[[], Awaitable[Any]], failed: str) -> Any:
+        """``work()`` with no other sweep or settling beside it; None, logged, where it failed (a bug of ours must
+        not end the sweeps)."""
         async with self._sweeping:
             try:
-                await self.settle()
+                return await work()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug of ours must not end the sweeps
-                log.exception("%s: Secrets not settled", self.label)
+            except Exception:
+                log.exception("%s: %s", self.label, failed)
+                return None
 
     def pump(self) -> None:
         """Send what is due; come back at the next time something falls due."""
@@ -479,17 +484,12 @@ class OutsidePools:
             self._sweep_soon = asyncio.create_task(self.swept(), name=f"{self.label} sweep soon")
 
     async def swept(self) -> list:
-        """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`)."""
-        async with self._sweeping:
-            try:
-                released = await self.sweep()
-                await self.settle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug of ours must not end the sweeps
-                log.exception("%s: sweep failed", self.label)
-                return []
+        """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`); what it released."""
+        async def sweep_and_settle() -> list:
+            released = await self.sweep()
+            await self.settle()
             return released
+        return await self._alone(sweep_and_settle, "sweep failed") or []
 
     # -- what pools' claims left outside ------------------------------------------------
 

@@ -470,6 +470,21 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_i
     world.teardown()
 
 
+def _z_bound_to_fd00_1_through_an_edit_of_n(api) -> None:
+    """IPPool n edited to fd00::1 (the global pool's address), IPClaim z of n bound to it, n edited back: z keeps
+    what it is bound to."""
+    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
+    api._store(changed)
+    api.load(ipclaim("z", pool="n"))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
+    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
+    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]
+    api._store(back)
+
+
 def _a_guard_let_go_and_its_ip_bound_to_z():
     """Global pool g's pass for claim d lands its naming and guard of fd00::1 only; past the guard's settle time
     IPPool n, edited onto fd00::1, lets that guard go and binds fd00::1 to IPClaim z, then is edited back. Returns
@@ -487,17 +502,8 @@ def _a_guard_let_go_and_its_ip_bound_to_z():
         api.apply(plan)
     _lands(api, step.actions[:2], StepVersions())  # d's naming and guard of fd00::1; the rest never lands
     lagging = copy.deepcopy(api.inventory)  # a replica's view of IPClaims and addresses, from here on behind
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
     api.now = "2024-01-01T00:00:31Z"  # past the guard's settle time
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
+    _z_bound_to_fd00_1_through_an_edit_of_n(api)
     for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
         lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
     return api, lagging
@@ -578,16 +584,7 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
     (or only an older incarnation of z, another uid) nor z's lock makes global pool g's passes for claim d."""
     n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
     api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
+    _z_bound_to_fd00_1_through_an_edit_of_n(api)
     (guard,) = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)]
     api.load(gi.claim("d", NS, GLOBAL[1], "g"))
     lagging = copy.deepcopy(api.inventory)
