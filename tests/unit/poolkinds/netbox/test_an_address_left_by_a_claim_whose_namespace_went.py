@@ -12,6 +12,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import outside
+from metal3_ipam.core.actions import SetStatus
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, TokenUnavailable
 from metal3_ipam.poolkinds.netbox.client import NetBoxError
 from metal3_ipam.poolkinds.netbox.source import Reason, Refusal
@@ -413,3 +414,38 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_the_held_secre
     while restarted.now < 4 * GRACE:
         restarted.swept()
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+class _StatusWriter:
+    """Records the Ready messages a pool's status is written with."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    async def execute(self, plan, pool_key) -> None:
+        for step in plan.steps:
+            for action in step.actions:
+                if isinstance(action, SetStatus):
+                    self.messages += [c["message"] for c in action.status.get("conditions") or []
+                                      if c.get("type") == "Ready"]
+
+
+@pytest.mark.xfail(strict=True, reason="a pool being deleted that waits for an address its claim left names a "
+                                       "deadline counted from each sweep (now + the grace + two sweeps), not from "
+                                       "the address's mark: while NetBox does not answer the deadline moves on with "
+                                       "every sweep (and the status is written anew each time), and it names the "
+                                       "claim's key where the address is not listed")
+def test_a_pool_being_deleted_while_netbox_is_down_names_the_address_it_waits_for_and_a_deadline_that_stays(
+        monkeypatch):
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, terminating = _left_by_a_release(netbox)
+    target.pools.writer = _StatusWriter()
+    target.pools.asks = _NeverAnswers(netbox)
+    monkeypatch.setattr(outside.time, "time", lambda: EPOCH + target.now)  # the wall clock of the sweeps
+    for _ in range(3):
+        target.swept()
+    said = target.pools.writer.messages
+    assert said, "the pool being deleted says nothing of what it waits for"
+    assert len(set(said)) == 1, f"the deadline moved with every sweep: {said}"
+    assert "10.0.0.3" in said[0], said[0]
