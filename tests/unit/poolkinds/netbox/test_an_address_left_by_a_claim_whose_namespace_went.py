@@ -521,3 +521,26 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     while side.now < 4 * GRACE:
         side.swept()
     assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
+
+
+@pytest.mark.xfail(strict=True, reason="what a release left homed at its claim's Cluster is remembered in memory "
+                                       "only, and found again in NetBox after a restart only for a pool being "
+                                       "deleted: the Cluster deleted while the pool stays, a controller restarted "
+                                       "within the release grace sees an address homed at an object gone from here "
+                                       "(another cluster's, for all it knows) and no sweep ever releases it: leaked "
+                                       "for good (SPEC §10.3)")
+def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts_within_the_grace():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    target.inventory.remove(claim)
+    target.gone(cluster)  # the workload cluster torn down; the pool of its namespace stays
+    restarted = _restarted(target, netbox, pool)  # within the release grace
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
