@@ -1559,3 +1559,30 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
         side.swept()
     assert side.pools.answers.held(("ns", "fips"), "pool-uid") is None, side.pools.answers.held(("ns", "fips"),
                                                                                                  "pool-uid")
+
+
+@pytest.mark.xfail(strict=True, reason="a floating IP a release left marked left by its claim's Cluster is not "
+                                       "deleted once that Cluster is deleted while the pool stays: the live pool's "
+                                       "sweep reads the left mark with the homes here now (the Cluster absent), not "
+                                       "with those this cluster's marks named, so it waits while the pool lives even "
+                                       "in the same process, and what remembers it is memory only: a controller "
+                                       "restarted then never deletes it, leaked for good (SPEC §10.3)")
+def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts():
+    source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    claim, lock = bound_objects()
+    claim["metadata"]["labels"] = {"cluster.x-k8s.io/cluster-name": "c1"}
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
+    target.pools.writer = Writer()
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    released_by(target)  # deleted at once after the move: the floating IP is still homed at the source's pool
+    assert neutron.deleted == [] and "metal3-ipam-left:Cluster:t1-uid" in neutron.fips["fip-1"].tags, \
+        neutron.fips["fip-1"].tags
+    gone_from(target, cluster_obj("t1-uid"))  # the workload cluster torn down; the pool of its namespace stays
+    restarted = restarted_side(neutron, target)
+    restarted.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    for _ in range(4):
+        restarted.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
