@@ -97,17 +97,22 @@ class SecretHolds:
         return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{HELD_SECRETS_RECORD}" \
             if namespace else None
 
-    async def recorded(self, finalizer: str) -> set[tuple[str, str]]:
-        """The Secrets recorded as carrying ``finalizer``: (namespace, name)."""
+    async def recorded(self, finalizer: str) -> set[tuple[str, str]] | None:
+        """The Secrets recorded as carrying ``finalizer``: (namespace, name); None when the record could not be read
+        (not known: never taken for a record that lists nothing)."""
         path = self._record_path()
         if path is None:
             return set()
         try:
             lease = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
         except ApiException as exc:
-            if exc.status != 404:
-                log.warning("Lease %s: not read: %s %s", HELD_SECRETS_RECORD, exc.status, exc.reason)
-            return set()
+            if exc.status == 404:
+                return set()
+            log.warning("Lease %s: not read: %s %s", HELD_SECRETS_RECORD, exc.status, exc.reason)
+            return None
+        except Exception as exc:  # noqa: BLE001 - the API server unreachable or slow: not known
+            log.warning("Lease %s: not read: %s", HELD_SECRETS_RECORD, exc)
+            return None
         return _held_in(lease, finalizer)
 
     async def _record(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
@@ -487,6 +492,7 @@ class OutsidePools:
         """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`); what it released."""
         async def sweep_and_settle() -> list:
             released = await self.sweep()
+            self._judge_unreadable()
             await self.settle()
             return released
         return await self._alone(sweep_and_settle, "sweep failed") or []
@@ -498,6 +504,17 @@ class OutsidePools:
         the pool, being deleted, is held until a sweep judged it again."""
         self._judgements.pop(ref, None)
         self.answers.unjudged(ref)
+
+    def _judge_unreadable(self) -> None:
+        """The pools being deleted that cannot be read (a spec stored while the admission webhook was not serving,
+        or under an earlier version's rules), which no sweep can judge: judged from what this process found."""
+        for pool_key in self.inventory.pool_keys():
+            ref = (pool_key.namespace, pool_key.name)
+            pool_obj = self.inventory.get(self.pool_kind, *ref) if pool_key.kind == self.pool_kind else None
+            if pool_obj is not None and o.is_deleting(pool_obj) and ref not in self._judgements \
+                    and self.read_model(pool_obj) is None \
+                    and not self.remembers_left(ref, uid := o.meta(pool_obj).get("uid")):
+                self.judge(ref, Left(uid))
 
     def judge(self, ref: PoolRef, left: Left) -> None:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
@@ -535,6 +552,7 @@ class OutsidePools:
         # (Of the namespaces served only: another controller sharing the record may serve the others.)
         served = self.inventory.namespaces
         listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        listed = listed or set()  # not read: what only the record lists is let go at a later settling
         recorded = {key for key in listed if served is None or key[0] in served}
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
@@ -594,12 +612,20 @@ class OutsidePools:
         """The Secret (in the pool's namespace) a pool's credentials come from, or None."""
         return None
 
-    async def secrets_held(self) -> set[tuple[str, str]]:
-        """The Secrets (namespace, name) our finalizer may hold: as written here, or as recorded by whatever process
-        wrote it. A pool being deleted whose outside IPAM cannot be swept is held only while its Secret is one of
-        them (what its claims left waits); else it is judged from what this process found: an IPAM that never
-        answers, or a Secret never made, would hold it for good."""
+    def remembers_left(self, ref: PoolRef, uid: Any) -> bool:
+        """Whether this process remembers an address the claims of pool ``ref`` (that very one: ``uid``) left
+        outside that no sweep judged gone yet."""
+        return False
+
+    async def secrets_held(self) -> Callable[[str, str], bool]:
+        """Whether our finalizer may hold a Secret (namespace, name): as written here, or as recorded by whatever
+        process wrote it; any, when the record could not be read. A pool being deleted whose outside IPAM cannot be
+        swept is held only while its Secret may be held (what its claims left waits); else it is judged from what
+        this process found: an IPAM that never answers, or a Secret never made, would hold it for good."""
         held = {key for key, on in self._secrets_held.items() if on}
         if self.secret_holds is not None and self.secret_finalizer is not None:
-            held |= await self.secret_holds.recorded(self.secret_finalizer)
-        return held
+            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+            if recorded is None:
+                return lambda namespace, name: True
+            held |= recorded
+        return lambda namespace, name: (namespace, name) in held

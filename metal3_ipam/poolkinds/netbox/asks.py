@@ -556,7 +556,8 @@ class NetBoxPools(OutsidePools):
             except (NetBoxError, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
-                break
+                if not (isinstance(exc, NetBoxError) and exc.reason is Reason.TOKEN_REFUSED):
+                    break  # NetBox itself failed: no other token does better now
         # Not swept: a pool being deleted is judged from what this process found, where nothing says more was left
         # (its token not there; or its Secret, which our finalizer holds while what its claims left waits, not held
         # nor recorded held): a NetBox that never answers, or a Secret never made, holds it for good else.
@@ -565,7 +566,7 @@ class NetBoxPools(OutsidePools):
             for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
             held = await self.secrets_held()
             self._judge(server, [(m, uid) for m, uid in deleting if (m.namespace, m.name) in for_good
-                                 or (m.namespace, m.token.name) not in held], {}, set())
+                                 or not held(m.namespace, m.token.name)], {}, set())
         return []
 
     async def _sweep_server(self, server: Any, model: NetBoxPool, pools: list[tuple[NetBoxPool, Any]]
@@ -626,6 +627,10 @@ class NetBoxPools(OutsidePools):
         self._homed_elsewhere(server, listed_keys, contests)
         self._judge(server, pools, addresses, shared)
         return done
+
+    def remembers_left(self, ref: Any, uid: Any) -> bool:
+        return any((pool.namespace, pool.name) == tuple(ref)
+                   for remembered in self._released_here.values() for pool, _ in remembered.values())
 
     def _deleting(self, model: NetBoxPool) -> bool:
         """Whether the pool is being deleted (swept with the token last read if its Secret went)."""

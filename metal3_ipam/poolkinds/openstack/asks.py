@@ -614,6 +614,9 @@ class OpenStackPools(OutsidePools):
     async def sweep(self) -> list[FloatingIP]:
         return await self.sweeper.sweep()
 
+    def remembers_left(self, ref: Any, uid: Any) -> bool:
+        return any(marked.pool.uid == uid for marked in self.sweeper.marked.values())
+
     def holders(self) -> dict[str, tuple[str, str, str]]:
         """address -> (key, pool namespace, pool name): the address each lock holds for its key, and each found
         lost (its claim keeps it)."""

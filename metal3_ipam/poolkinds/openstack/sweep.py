@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from metal3_ipam.controller.outside import Left
 from metal3_ipam.core import kinds
@@ -246,7 +246,7 @@ class Sweeper:
         floating IPs another cluster marks too, in ``shared``."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         listed_tags: set[str] = set()
-        held: set[tuple[str, str]] | None = None
+        held: Callable[[str, str], bool] | None = None
         for tag, model in terminating.items():
             try:
                 listed = await asks.run_lingering(model, owned)
@@ -259,7 +259,7 @@ class Sweeper:
                 if held is None:
                     held = await self.pools.secrets_held()
                 if (exc.reason == p.IDENTITY_MISSING and not exc.passing) or \
-                        (model.namespace, model.identity.secret) not in held:
+                        not held(model.namespace, model.identity.secret):
                     listed_tags.add(tag)
                 continue
             listed_tags.add(tag)

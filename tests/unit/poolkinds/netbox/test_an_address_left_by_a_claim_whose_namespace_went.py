@@ -325,12 +325,6 @@ class _OneTokenRefused(SweepingAsks):
         return await super().sweep(model, choose, still, lingering)
 
 
-@pytest.mark.xfail(strict=True, reason="the sweep of a NetBox server stops at the first refusal NetBox gives, also a "
-                                       "refusal of one pool's token: a live pool of another namespace whose token "
-                                       "NetBox refuses (revoked, mistyped) comes first, so the pool being deleted, "
-                                       "whose own token works, is never swept: the address its claim left is never "
-                                       "released and the pool waits on its finalizer for good, its status promising "
-                                       "a release by a time long past")
 def test_a_pool_being_deleted_is_swept_with_its_own_token_while_another_namespaces_token_is_refused():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -386,12 +380,6 @@ class _ApiServer:
         return self.objects[self.SECRET]["metadata"].get("finalizers") or []
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted whose NetBox does not answer is let go when its Secret is "
-                                       "not recorded held, and a read of the record (the Lease) that failed is taken "
-                                       "for a record that lists nothing: after a restart, one failed read while NetBox "
-                                       "is down lets the pool go and takes our finalizer off its Secret although "
-                                       "what its claim left waits, and the address is released by no sweep once "
-                                       "NetBox answers again: leaked for good (SPEC §10.3)")
 def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_the_held_secrets_record_while_netbox_is_down(
         monkeypatch):
     server = _ApiServer()
@@ -508,10 +496,6 @@ def test_an_address_a_release_left_while_a_sweep_listed_netbox_is_released_when_
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted is held until a sweep judged it, and no sweep judges a "
-                                       "pool whose spec cannot be read (stored while the admission webhook was not "
-                                       "serving, or by an earlier version's rules): it waits on its finalizer for "
-                                       "good, its namespace with it, though no claim of it could ever get an address")
 def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     pool = shared_netbox_pool(TP, "t")
     pool["spec"]["server"]["caBundle"] = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"

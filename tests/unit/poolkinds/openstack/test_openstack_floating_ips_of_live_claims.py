@@ -1595,10 +1595,6 @@ def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_i
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted is held until a sweep judged it, and no sweep judges a "
-                                       "pool whose spec cannot be read (stored while the admission webhook was not "
-                                       "serving, or by an earlier version's rules): it waits on its finalizer for "
-                                       "good, its namespace with it, though no claim of it could ever get an address")
 def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     unreadable = pool_obj(preAllocatedFloatingIPs=["203.0.113.5", "203.0.113.5"])
     assert p.read_pool(unreadable)[0] is None
