@@ -251,6 +251,7 @@ class OutsidePools:
         #: each pool's judgement by the last sweep that judged it (see :meth:`judge`)
         self.left: dict[PoolRef, Left] = {}
         self._judgements: dict[PoolRef, Left] = {}
+        self._waiting_since: dict[PoolRef, dict[str, float]] = {}  # pool -> address waiting -> first found so
         self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
         self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
         if asking is not None:
@@ -344,6 +345,7 @@ class OutsidePools:
         self._seen.pop(ref, None)
         self.left.pop(ref, None)
         self._judgements.pop(ref, None)
+        self._waiting_since.pop(ref, None)
         self.answers.unjudged(ref)
         if self.secret_finalizer is not None and self.secret_holds is not None and self.may_act():
             self.settle_soon()  # however the pool went, the Secret it named is let go unless another pool needs it
@@ -525,11 +527,19 @@ class OutsidePools:
         release it: two sweeps (unless the kind says otherwise)."""
         return 2 * self.sweep_seconds
 
-    def waiting_message(self, left: Left) -> str | None:
-        """What a pool being deleted says it waits for, or None."""
+    def waiting_message(self, ref: PoolRef, left: Left) -> str | None:
+        """What a pool being deleted says it waits for, or None. The time named is counted from when this process
+        first found each address waiting, so it stays while nothing changes (a status not written anew at every
+        sweep, a promise that does not move on while the outside IPAM does not answer)."""
+        seen = self._waiting_since.setdefault(ref, {})
+        for address in set(seen) - set(left.waiting):
+            del seen[address]
         if not left.waiting:
+            self._waiting_since.pop(ref, None)
             return None
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.left_seconds()))
+        now = time.time()
+        since = max(seen.setdefault(address, now) for address in left.waiting)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + self.left_seconds()))
         return (f"waits for {len(left.waiting)} {self.addresses_called} its claims left for another cluster to answer "
                 f"({', '.join(sorted(left.waiting)[:5])}{', ...' if len(left.waiting) > 5 else ''}): released by the "
                 f"sweeps by {at} unless a claim of that cluster answers for them (then that cluster's)")
@@ -576,7 +586,7 @@ class OutsidePools:
             pool_obj = self.inventory.get(self.pool_kind, *ref)
             if pool_obj is None or o.meta(pool_obj).get("uid") != left.uid:
                 continue
-            message = self.waiting_message(left)
+            message = self.waiting_message(ref, left)
             secret = (ref[0], left.secret) if left.secret is not None else None
             if message is None and secret is not None and not needs.get(secret) and \
                     (secret in failed or self._secrets_held.get(secret)):  # the pool's going would leave it held
