@@ -546,14 +546,6 @@ def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_con
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted takes for its own claims' every address NetBox lists "
-                                       "marked released, homed at an object not here and naming a claim of a "
-                                       "namespace of its name: another management cluster's too (a namespace name "
-                                       "shared by clusters on one NetBox). The source of a move that marked a moved "
-                                       "claim's address before its Cluster went never releases it (its home is gone "
-                                       "there), but this cluster's sweeps do once the grace is over, while the moved "
-                                       "claim in the target, whose controller has not swept since, is bound to it "
-                                       "(SPEC §10.1, §10.4)")
 def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_for_a_claim_of_a_namespace_of_its_name():
     from metal3_ipam.poolkinds.netbox.sweep import with_swept
     # The source of a move (its controller down while clusterctl deleted the claims, started first with its Cluster
