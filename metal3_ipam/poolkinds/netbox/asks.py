@@ -59,8 +59,9 @@ from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL, SECRET_FINALIZER
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
                                                copies_took, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
-                                               swept_at, taken_from, took, unclaimed_here)
+                                               held_in, home_in, home_of, home_state, left_on_release, moved_from,
+                                               released_by, settle, swept_at, taken_from, took, unclaimed_here,
+                                               with_released_by)
 
 log = logging.getLogger(__name__)
 
@@ -452,7 +453,9 @@ class NetBoxPools(OutsidePools):
         is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
         cluster took it over (``from=``: homed at an object not here), or holds it (``held=``/``live-held=`` an
         object not here); taken over marked released when homed at another cluster's object that nobody took
-        over yet (a claim there may carry the key)."""
+        over yet (a claim there may carry the key). One left homed at the released claim's home, marked released,
+        is this cluster's to release once the grace is over: remembered, and its mark names the claim's pool
+        (``released-by=``), so that it is found again in NetBox after a restart (``_find_released_here``)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
         left = left_on_release(text, released, home_state(self._homes()), self.wall())
@@ -462,6 +465,8 @@ class NetBoxPools(OutsidePools):
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
             self.unjudge((model.namespace, model.name))
+            if uid := o.meta(pool_obj).get("uid"):
+                left = with_released_by(left, str(uid))
         return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
@@ -640,20 +645,21 @@ class NetBoxPools(OutsidePools):
     def _find_released_here(self, server: Any, found: list[Found], home: Callable[[Home], str],
                             pools: Iterable[tuple[NetBoxPool, Any]]) -> None:
         """The addresses a release here left marked released, found again in NetBox for a pool held here being
-        deleted (its finalizer keeps it while they wait): those of a claim of its namespace (``claim_in``), homed
-        at an object gone from here, whose key nothing here carries. What a release here remembers
-        (``_released_here``) is so found again after a restart."""
+        deleted (its finalizer keeps it while they wait): those whose mark names that pool (``released-by=`` its
+        uid, which no other cluster's pool has), homed at an object gone from here, whose key nothing here
+        carries. What a release here remembers (``_released_here``) is so found again after a restart. A mark
+        naming no pool (a sweep's, or an earlier version's release) may be another cluster's, whose claim may be
+        bound to the address still: it is not taken (left in NetBox rather than released under a live claim)."""
         carried = self.carried()
         remembered = self._released_here.setdefault(server, {})
-        for model, _ in pools:
+        for model, uid in pools:
             pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
-            if pool_obj is None or not o.is_deleting(pool_obj):
+            if pool_obj is None or not o.is_deleting(pool_obj) or not uid:
                 continue
             for item in found:
-                at, claimed = home_in(item.description), claim_in(item.description)
-                if at is not None and claimed is not None and claimed[0] == model.namespace \
-                        and swept_at(item.description) is not None and home(at) == ABSENT \
-                        and not carried(item.key) and item.key not in remembered:
+                at = home_in(item.description)
+                if at is not None and released_by(item.description) == str(uid) \
+                        and home(at) == ABSENT and not carried(item.key) and item.key not in remembered:
                     remembered[item.key] = (model, at)
 
     def _shared(self, item: Found, home: Callable[[Home], str]) -> bool:

@@ -17,7 +17,8 @@ from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, TokenUnavailable
 from metal3_ipam.poolkinds.netbox.client import NetBoxError
 from metal3_ipam.poolkinds.netbox.source import Reason, Refusal
 from metal3_ipam.poolkinds.netbox.pool import SECRET_FINALIZER, read_pool
-from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, swept_at
+from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, claim_in, description, home_in,
+                                               released_by, swept_at, with_held, with_released_by, with_swept)
 
 from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
@@ -135,6 +136,39 @@ def test_an_address_homed_here_first_come_from_no_home_is_freed_when_its_namespa
         restarted.swept()
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
     assert restarted.pools.answers.held(ref, uid) is None, "the pool is held once nothing its claims left waits"
+
+
+def test_an_address_a_release_left_taken_over_from_another_cluster_is_found_again_by_its_pool_after_a_restart():
+    """The mark a release leaves names the claim's pool (its uid), whole, though the claim's name is cut to fit
+    NetBox's 200 characters: the namespace deleted and the controller restarted within the grace, the pool being
+    deleted finds it again and its sweeps release it once the grace is over."""
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    name, ns = "workload-md-0-6f9c4b7d8-x2k4p-ip-0", "cluster-a-workload-production"
+    claim = keyed_claim(name, "k", ns)
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, ns), shared_netbox_pool(TP, ns)
+    target = _Side(netbox, cluster, pool, claim)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    left = netbox.items[3].description
+    assert released_by(left) == TP and home_in(left) == Home("Cluster", T1) and claim_in(left) is None, left
+    target.inventory.remove(claim)  # the namespace deleted: the claim, then its Cluster; its pool waits
+    target.gone(cluster)
+    restarted = _restarted(target, netbox, _terminating(pool), shared_netbox_pool(SP, "other"))
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    assert restarted.pools.answers.held((ns, "nb"), TP) is None, restarted.pools.answers.held((ns, "nb"), TP)
+
+
+def test_a_release_mark_too_long_to_name_its_pool_whole_names_none():
+    """Never a uid cut short (another pool's, for all a reader knows): the mark is left naming no pool."""
+    text = with_swept(with_held(description(Home("NetBoxIPPool", SP), keyed_claim("m", "k", "t", cluster=None)),
+                                Home("Cluster", T1)), EPOCH)
+    text = text.replace("swept=", f"from=NetBoxIPPool:{C1} swept=")
+    assert swept_at(text) == EPOCH and len(text) + len(f" released-by={TP}") > MAX_DESCRIPTION
+    assert with_released_by(text, TP) == text and released_by(text) is None
 
 
 def _terminating(pool: dict) -> dict:
@@ -528,14 +562,6 @@ def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_con
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted takes for its own claims' every address NetBox lists "
-                                       "marked released, homed at an object not here and naming a claim of a "
-                                       "namespace of its name: another management cluster's too (a namespace name "
-                                       "shared by clusters on one NetBox). The source of a move that marked a moved "
-                                       "claim's address before its Cluster went never releases it (its home is gone "
-                                       "there), but this cluster's sweeps do once the grace is over, while the moved "
-                                       "claim in the target, whose controller has not swept since, is bound to it "
-                                       "(SPEC §10.1, §10.4)")
 def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_for_a_claim_of_a_namespace_of_its_name():
     from metal3_ipam.poolkinds.netbox.sweep import with_swept
     # The source of a move (its controller down while clusterctl deleted the claims, started first with its Cluster
