@@ -605,15 +605,16 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
     assert_no_ip_twice(api)
 
 
-@pytest.mark.xfail(strict=True, reason="a view behind on IPAddressClaims holds a global pool's claim bound to the IP it "
-                   "had before its address objects were deleted by hand; its guard of the IP it was given since is "
+@pytest.mark.xfail(strict=True, reason="a view behind on IPAddressClaims holds a global pool's claim bound to the IP "
+                   "it had before its address objects were deleted by hand; its guard of the IP it was given since is "
                    "taken for one left over and deleted on its uid alone (no condition on the claim), and a "
                    "namespaced pool's claim is bound to that IP too")
 def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
     """Global pool g's claim c is bound to fd00::1; the user drops fd00::1 from g and deletes c's address objects by
-    hand (finalizers stripped), and c is given fd00::2 (``kept``: its IP is not in its pool any more). A replica
-    whose watches of IPAddressClaims and Cluster API IPAddresses are behind since c was bound to fd00::1 (its pools'
-    and the guards' and locks' current) then serves InClusterIPPool n, edited onto fd00::2, and n's new claim z."""
+    hand (its lock and its Cluster API IPAddress, finalizers stripped: a botched cleanup or restore), and c is given
+    fd00::2 (``kept``: its IP is not in its pool any more). A replica whose watches of IPAddressClaims and Cluster API
+    IPAddresses are behind since c was bound to fd00::1 (its pools', guards' and locks' current) then serves
+    InClusterIPPool n, edited onto fd00::2, and n's new claim z."""
     api = converged_with_lock_namespace(gi.ip_pool("n", namespace=NS, addresses=["fd00::9"], prefix=64),
                                         gi.ip_pool("g", addresses=["fd00::1-fd00::2"], prefix=64),
                                         gi.claim("c", NS, GLOBAL[1], "g"))
@@ -653,10 +654,10 @@ def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_th
                    "alone, and a global pool's claim is bound to that IP too")
 def test_a_view_behind_on_a_namespaced_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
     """InClusterIPPool n's claim z is bound to fd00::1; the user drops fd00::1 from n and deletes z's address objects
-    by hand, z is given fd00::2, and n is edited off it (z keeps it). A replica whose watches of IPAddressClaims and
-    Cluster API IPAddresses are behind since z was bound to fd00::1, and whose watch of locks has shown z's guard of
-    fd00::2 but not yet the lock made right after it, serves global pool g (fd00::2 and fd00::9) and its new claim d
-    in z's namespace."""
+    by hand (its lock and its Cluster API IPAddress), z is given fd00::2, and n is edited off it (z keeps it). A
+    replica whose watches of IPAddressClaims and Cluster API IPAddresses are behind since z was bound to fd00::1, and
+    whose watch of locks has shown z's guard of fd00::2 but not yet the lock made right after it, serves global pool
+    g (fd00::2 and fd00::9) and its new claim d in z's namespace."""
     api = converged_with_lock_namespace(gi.ip_pool("n", namespace=NS, addresses=["fd00::1-fd00::2"], prefix=64),
                                         gi.ip_pool("g", addresses=["fd00::2", "fd00::9"], prefix=64),
                                         gi.claim("z", NS, NAMESPACED[1], "n"), gi.claim("c", NS, GLOBAL[1], "g"))
