@@ -605,10 +605,6 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
     assert_no_ip_twice(api)
 
 
-@pytest.mark.xfail(strict=True, reason="a view behind on IPAddressClaims holds a global pool's claim bound to the IP "
-                   "it had before its address objects were deleted by hand; its guard of the IP it was given since is "
-                   "taken for one left over and deleted on its uid alone (no condition on the claim), and a "
-                   "namespaced pool's claim is bound to that IP too")
 def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
     """Global pool g's claim c is bound to fd00::1; the user drops fd00::1 from g and deletes c's address objects by
     hand (its lock and its Cluster API IPAddress, finalizers stripped: a botched cleanup or restore), and c is given
@@ -648,10 +644,6 @@ def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_th
     assert_no_ip_twice(api)
 
 
-@pytest.mark.xfail(strict=True, reason="a view behind on IPAddressClaims (and on the lock made after the guard) holds "
-                   "a namespaced pool's claim bound to the IP it had before its address objects were deleted by "
-                   "hand; its guard of the IP it was given since is taken for one left over and deleted on its uid "
-                   "alone, and a global pool's claim is bound to that IP too")
 def test_a_view_behind_on_a_namespaced_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
     """InClusterIPPool n's claim z is bound to fd00::1; the user drops fd00::1 from n and deletes z's address objects
     by hand (its lock and its Cluster API IPAddress), z is given fd00::2, and n is edited off it (z keeps it). A
