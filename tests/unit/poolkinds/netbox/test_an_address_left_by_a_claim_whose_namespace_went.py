@@ -252,13 +252,6 @@ class _Holds:
         return set(self.record)
 
 
-@pytest.mark.xfail(strict=True, reason="a release that leaves an address (marked released for another cluster's "
-                                       "claim) is remembered in memory only until a sweep judges it and holds the "
-                                       "pool's Secret: the namespace deleted right after, and the controller "
-                                       "restarted while NetBox does not answer, the pool is judged from what the "
-                                       "restarted process found (nothing: its Secret neither held nor recorded) and "
-                                       "let go, and the address, homed at the Cluster gone with the namespace, is "
-                                       "released by no sweep once NetBox answers again: leaked for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbox_is_down_across_a_restart():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -278,12 +271,6 @@ def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbo
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="the Secret of a pool whose claim's release left an address is held by our "
-                                       "finalizer only once a sweep judged it: the namespace deleted right after "
-                                       "the release takes the Secret at once, so a controller restarted then reads "
-                                       "no token (not there, for good), judges the pool from what it found "
-                                       "(nothing) and lets it go; the address, homed at the Cluster gone with the "
-                                       "namespace, is released by no sweep: leaked for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -479,12 +466,6 @@ class _ReleasedWhileListing(SweepingAsks):
         return len(listed), released, described
 
 
-@pytest.mark.xfail(strict=True, reason="a sweep that listed NetBox just before a release left an address (marked "
-                                       "released, homed here) forgets what the release remembered of it, as its "
-                                       "listing shows the address as it was: the pool being deleted is judged with "
-                                       "nothing waiting and let go, and once its namespace is gone the address, "
-                                       "homed at the Cluster gone with it, is released by no sweep: leaked for good "
-                                       "(SPEC §10.3)")
 def test_an_address_a_release_left_while_a_sweep_listed_netbox_is_released_when_its_namespace_goes():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -523,12 +504,6 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
 
 
-@pytest.mark.xfail(strict=True, reason="what a release left homed at its claim's Cluster is remembered in memory "
-                                       "only, and found again in NetBox after a restart only for a pool being "
-                                       "deleted: the Cluster deleted while the pool stays, a controller restarted "
-                                       "within the release grace sees an address homed at an object gone from here "
-                                       "(another cluster's, for all it knows) and no sweep ever releases it: leaked "
-                                       "for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts_within_the_grace():
     netbox = SharedNetBox()
     _left_source_found(netbox)
