@@ -526,6 +526,8 @@ class OutsidePools:
             return True
         key = (ref[0], secret)
         self._held_by_releases.add(key)
+        if self._secrets_held.get(key):
+            return True  # held already, as last written here
         if self.secret_holds is None or await self.secret_holds.hold(*key, self.secret_finalizer, True):
             self._secrets_held[key] = True
             return True

@@ -1557,13 +1557,6 @@ class GoneSecretAsks(RestartedSecretAsks):
         return await super().read(namespace, name)
 
 
-@pytest.mark.xfail(strict=True, reason="a release that leaves a floating IP (marked left: its claim was bound to one "
-                                       "homed at another cluster's object that nobody took over yet) holds the "
-                                       "pool's Secret only once a sweep judged it: the namespace deleted right after "
-                                       "takes the Secret at once, so a controller restarted then finds it not there "
-                                       "(for good), judges the pool from what it found (nothing) and lets it go; the "
-                                       "floating IP, homed at the source's pool gone with the move, is deleted by no "
-                                       "sweep: leaked for good (SPEC §10.3)")
 def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
     fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
@@ -1610,12 +1603,6 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
                                                                                                  "pool-uid")
 
 
-@pytest.mark.xfail(strict=True, reason="a floating IP a release left marked left by its claim's Cluster is not "
-                                       "deleted once that Cluster is deleted while the pool stays: the live pool's "
-                                       "sweep reads the left mark with the homes here now (the Cluster absent), not "
-                                       "with those this cluster's marks named, so it waits while the pool lives even "
-                                       "in the same process, and what remembers it is memory only: a controller "
-                                       "restarted then never deletes it, leaked for good (SPEC §10.3)")
 def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
     fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
