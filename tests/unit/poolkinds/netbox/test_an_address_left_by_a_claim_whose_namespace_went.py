@@ -541,3 +541,44 @@ def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_f
     while third.now < 4 * GRACE:
         third.swept()
     assert netbox.released == [], "released the address the moved claim t/m is bound to in the move's target"
+
+
+class _Unrecordable(_Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked released with its Secret neither held nor recorded, the address would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer), NetBox left as it was,
+    and asked again."""
+    from metal3_ipam.controller.outside import SecretNotHeld
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    before = netbox.items[3].description
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim)
+    target.pools.secret_holds = _Unrecordable()
+    with pytest.raises(SecretNotHeld):
+        asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.items[3].description == before and netbox.released == []
+    target.pools.secret_holds = _Holds()  # the API server answers again
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert swept_at(netbox.items[3].description) == EPOCH and ("t", "token") in target.pools.secret_holds.record
+
+
+def test_a_release_whose_pools_secret_went_first_records_it_and_leaves_the_address(monkeypatch):
+    """The namespace deleted: its Secret went at once, its claim waits for its release. The Secret cannot carry our
+    finalizer any more, but it is recorded held (the pool waits for what its claim left), and the release goes on."""
+    server = _ApiServer()
+    del server.objects[_ApiServer.SECRET]
+    monkeypatch.setattr(outside, "request", server.request)
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, _ = _left_by_a_release(netbox, secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
+    assert ("t", "token") in asyncio.run(target.pools.secret_holds.recorded(SECRET_FINALIZER))

@@ -1588,6 +1588,34 @@ def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_i
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
+class Unrecordable(Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_leaves_a_floating_ip_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked left with its Secret neither held nor recorded, the floating IP would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer) and asked again, which
+    holds the Secret once the API server answers."""
+    from metal3_ipam.core.asking import Ask, Op, Refused, Released
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    target.pools.secret_holds = Unrecordable()
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    answer = asyncio.run(target.pools.asks.ask(release))
+    assert isinstance(answer, Refused) and answer.reason == "SecretNotHeld", answer
+    assert neutron.deleted == []
+    target.pools.secret_holds = holds = Holds()  # the API server answers again
+    assert isinstance(asyncio.run(target.pools.asks.ask(release)), Released)
+    assert holds.record == {("ns", "cloud")} and neutron.deleted == []
+
+
 @pytest.mark.xfail(strict=True, reason="a pool being deleted is held until a sweep judged it, and no sweep judges a "
                                        "pool whose spec cannot be read (stored while the admission webhook was not "
                                        "serving, or by an earlier version's rules): it waits on its finalizer for "
