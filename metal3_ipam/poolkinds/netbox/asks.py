@@ -655,19 +655,24 @@ class NetBoxPools(OutsidePools):
 
     def _find_released_here(self, server: Any, found: list[Found], home: Callable[[Home], str],
                             pools: Iterable[tuple[NetBoxPool, Any]]) -> None:
-        """The addresses a release here left marked released, found again in NetBox for a pool held here (being
-        deleted, its finalizer keeps it while they wait; or live, the claim's Cluster deleted since): those of a
-        claim of its namespace (``claim_in``), homed at an object gone from here, whose key nothing here carries.
-        What a release here remembers (``_released_here``) is so found again after a restart."""
+        """The addresses a release here left marked released, found again in NetBox for a pool held here being
+        deleted (its finalizer keeps it while they wait): those of a claim of its namespace (``claim_in``), homed
+        at an object gone from here, whose key nothing here carries; and for a live pool (the claim's Cluster
+        deleted since, the pool staying), those of them taken over unasked (``from=``), as a release leaves them
+        (``sweep.left_on_release``), never a sweep's mark of an address its home let go. What a release here
+        remembers (``_released_here``) is so found again after a restart."""
         carried = self.carried()
         remembered = self._released_here.setdefault(server, {})
         for model, _ in pools:
-            if self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name) is None:
+            pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
+            if pool_obj is None:
                 continue
             for item in found:
                 at, claimed = home_in(item.description), claim_in(item.description)
                 if at is not None and claimed is not None and claimed[0] == model.namespace \
                         and swept_at(item.description) is not None and home(at) == ABSENT \
+                        and (o.is_deleting(pool_obj) or ((taken := took(item.description)) is not None
+                                                         and not taken[1])) \
                         and not carried(item.key) and item.key not in remembered:
                     remembered[item.key] = (model, at)
 
