@@ -175,12 +175,19 @@ class Sweeper:
         self.marked: dict[str, Marked] = {}
         #: the objects here marks were found naming: still this cluster's once gone (never another cluster's)
         self._ours: set[homes.Home] = set()
+        #: floating IP id -> the count of releases here that kept floating IPs marked left when that one was: a
+        #: sweep that began before (``_listing``) does not forget it for the tags it listed
+        self._released_at: dict[str, int] = {}
+        self._releases = 0
+        self._listing = 0
 
     def remember_left(self, pool: OpenStackPool, key: str, fip_id: str, home: homes.Home | None) -> None:
         """A release here kept floating IP ``fip_id`` of ``key``, marked left by the claim at ``home``."""
         if home is not None:
             self._keep(fip_id, Marked(pool, key, self.pools.asks.client_of(pool)))
             self._ours.add(home)
+            self._releases += 1
+            self._released_at[fip_id] = self._releases
             self.pools.unjudge((pool.namespace, pool.name))
 
     def keeps(self, client: tuple) -> bool:
@@ -197,6 +204,7 @@ class Sweeper:
 
     def _forget(self, fip_id: str) -> None:
         """``fip_id`` no longer remembered (nor the client kept for it alone)."""
+        self._released_at.pop(fip_id, None)
         marked = self.marked.pop(fip_id, None)
         if marked is not None and marked.client is not None:
             self.pools.asks.forget_client(marked.client)
@@ -208,7 +216,7 @@ class Sweeper:
         if ours:
             self._ours.update(ours)
             self._keep(fip.id, Marked(pool, key, self.pools.asks.client_of(pool), fip.address))
-        else:
+        elif self._released_at.get(fip.id, 0) <= self._listing:  # not kept by a release since it was listed
             self._forget(fip.id)
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
@@ -311,6 +319,7 @@ class Sweeper:
     async def sweep(self) -> list[FloatingIP]:
         """Each cloud of the pools held swept once; the floating IPs released."""
         asks, owner = self.pools.asks, self.pools.asks.owner
+        self._listing = self._releases  # the releases here that kept floating IPs before any cloud is listed
         held = self._held()
         clouds: dict[Any, OpenStackPool] = {}
         for model in held.values():

@@ -18,6 +18,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
 from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack import sweep
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
 
 OWNER = "metal3-ipam"
@@ -1585,6 +1586,51 @@ def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_i
         gone_from(restarted, pool_obj(uid="target-pool-uid"), version="8")  # its finalizer comes off: it goes
     for _ in range(4):
         restarted.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class ReleasedWhileListing(NeutronAsks):
+    """Neutron answers the sweep's listing, and the claim's release runs before the sweep reads it (two requests in
+    flight at once: the listing read before the release marked the floating IP left)."""
+
+    def __init__(self, neutron):
+        super().__init__(neutron)
+        self.release = None
+
+    async def run(self, pool, work, *args):
+        found = await super().run(pool, work, *args)
+        if work is sweep.owned and self.release is not None:
+            release, self.release = self.release, None
+            await release()
+        return found
+
+
+def test_a_floating_ip_a_release_left_while_a_sweep_listed_neutron_is_released_when_its_namespace_goes():
+    """The sweep listed the floating IP as it was before the release marked it left: the sweep does not forget what
+    the release remembered, so the pool, its namespace deleted, waits for it, and it is released once unanswered."""
+    from metal3_ipam.core.asking import Ask, Op
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    claim, lock = bound_objects()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
+    target.pools = a.OpenStackPools(ReleasedWhileListing(neutron), Asking(deadline=30), inventory=target.inventory,
+                                    writer=Writer(), wake=lambda *args: None, secret_holds=Holds())
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    target.pools.asks.release = lambda: target.pools.asks.ask(release)
+    claim = deleting(target, claim)
+    target.swept()  # the claim's release runs while the sweep lists Neutron
+    assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
+    for obj in (claim, lock):  # released: the claim and its lock go
+        target.inventory.remove(obj)
+    ref = ("ns", "fips")
+    terminating = deleting(target, pool_obj(uid="target-pool-uid"), version="8")  # then the namespace deleted
+    gone_from(target, cluster_obj("t1-uid"))
+    if target.pools.answers.held(ref, "target-pool-uid") is None:
+        gone_from(target, terminating, version="9")  # judged by the sweep, nothing waiting: its finalizer comes off
+    for _ in range(4):
+        target.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
