@@ -32,7 +32,12 @@ every such kind lives here:
   deleted whole keeps it until they are judged; it comes off once no pool of the
   namespace needs it, also when a pool went past its finalizers or while no
   controller ran: each Secret held is recorded first (:class:`SecretHolds`), and
-  every sweep lets go what the record lists that no stored pool names.
+  every sweep lets go what the record lists that no stored pool names. A release
+  that leaves an address outside holds the Secret itself, before the address is
+  marked (or, where the kind learns it only from the mark, right after), and is
+  refused (asked again) where not even the record could be written
+  (:meth:`OutsidePools.hold_left`): so a Secret neither held nor recorded held means
+  that nothing was left, whatever restart or deletion follows the release.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
@@ -81,6 +86,13 @@ class Left:
 #: named after each finalizer lists them (a JSON list of "namespace/name"). It outlives the pools that needed them,
 #: so a Secret is let go even when its pool went without its finalizer or while no controller ran.
 HELD_SECRETS_RECORD = "metal3-ipam-held-secrets"
+
+
+class SecretNotHeld(Exception):
+    """The Secret of a pool's credentials could be neither held nor recorded held for what a release leaves outside
+    (:meth:`OutsidePools.hold_left`): the release is refused, and asked again."""
+
+    reason = "SecretNotHeld"
 
 
 class SecretHolds:
@@ -254,6 +266,8 @@ class OutsidePools:
         self._waiting_since: dict[PoolRef, dict[str, float]] = {}  # pool -> address waiting -> first found so
         self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
         self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
+        #: the Secrets a release held since the settling under way began (see :meth:`hold_left`): not let go by it
+        self._held_by_releases: set[tuple[str, str]] = set()
         if asking is not None:
             asking.judges_pools = self.secret_finalizer is not None
 
@@ -518,6 +532,31 @@ class OutsidePools:
                     and not self.remembers_left(ref, uid := o.meta(pool_obj).get("uid")):
                 self.judge(ref, Left(uid))
 
+    async def hold_left(self, ref: PoolRef, secret: str | None) -> bool:
+        """A release of a claim of pool ``ref`` leaves an address outside (for another cluster to answer, or for the
+        sweeps here to release once unanswered): the pool is unjudged (:meth:`unjudge`), and the Secret of its
+        credentials (``secret``, in its namespace) held by :attr:`secret_finalizer`, recorded first, as part of the
+        release, not at the next sweep: a Secret neither held nor recorded held means that nothing was left
+        (:meth:`secrets_held`, and the kinds' sweeps, rely on it), also across a restart or a namespace deleted right
+        after the release. False when not even the record could be written (the release is to be refused and asked
+        again); a Secret gone or being deleted is recorded all the same."""
+        self.unjudge(ref)
+        if self.secret_finalizer is None or secret is None:
+            return True
+        key = (ref[0], secret)
+        self._held_by_releases.add(key)
+        if self._secrets_held.get(key):
+            return True  # held already, as last written here
+        if self.secret_holds is None or await self.secret_holds.hold(*key, self.secret_finalizer, True):
+            self._secrets_held[key] = True
+            return True
+        try:
+            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+        except Exception:  # not read: taken for not recorded
+            log.exception("%s: the record of Secrets held not read", self.label)
+            recorded = None
+        return key in (recorded or ())
+
     def judge(self, ref: PoolRef, left: Left) -> None:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
         self._judgements[ref] = left
@@ -550,6 +589,7 @@ class OutsidePools:
         waits (its status saying so), else let go (passed over again, its finalizer off)."""
         if self.secret_finalizer is None:
             return
+        self._held_by_releases = set()
         needs: dict[tuple[str, str], bool] = {}
         for ref, left in self._judgements.items():
             pool_obj = self.inventory.get(self.pool_kind, *ref)
@@ -576,8 +616,14 @@ class OutsidePools:
         for (namespace, secret), held in needs.items():
             if self._secrets_held.get((namespace, secret)) == held and (held or (namespace, secret) not in recorded):
                 continue
+            if not held and (namespace, secret) in self._held_by_releases:
+                continue  # a release left an address meanwhile: judged again by the next sweep
             done = True if self.secret_holds is None else \
                 await self.secret_holds.hold(namespace, secret, self.secret_finalizer, held)
+            if not held and (namespace, secret) in self._held_by_releases:  # a release held it while it was let go
+                held = True
+                done = True if self.secret_holds is None else \
+                    await self.secret_holds.hold(namespace, secret, self.secret_finalizer, True)
             if done:
                 self._secrets_held[(namespace, secret)] = held
             else:

@@ -37,7 +37,7 @@ from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.outside import Left, OutsidePools
+from metal3_ipam.controller.outside import HELD_SECRETS_RECORD, Left, OutsidePools, SecretNotHeld
 from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -226,7 +226,7 @@ class NetBoxAsks:
     # -- asks ---------------------------------------------------------------------------
 
     async def ask(self, ask: Ask, description: str | None = None,
-                  leave: Callable[[str, str], str | None] = lambda key, description: None) -> Answer:
+                  leave: Callable[[str, str], Any] = lambda key, description: None) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
         (its claim and home, ``sweep``); ``leave``: the description a release leaves the key's address with
         (another cluster's claim's maybe), None: deleted (``NetBoxClient.release``)."""
@@ -244,7 +244,7 @@ class NetBoxAsks:
                 allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
                                                    description=description)
                 return Granted(ask.key, ask.attempt, allocation.address, allocation.id)
-        except TokenUnavailable as exc:
+        except (TokenUnavailable, SecretNotHeld) as exc:
             return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}")
         except NetBoxError as exc:
             if exc.reason is Reason.TOKEN_REFUSED:
@@ -263,7 +263,7 @@ class NetBoxAsks:
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
              describe: Callable[[str], str | None] = lambda key: None,
-             leave: Callable[[str, str], str | None] = lambda key, description: None) -> list[asyncio.Task]:
+             leave: Callable[[str, str], Any] = lambda key, description: None) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
         ``describe(key)``: the description of an address allocated for the key; ``leave(key, description)``: the
         description a release leaves the key's address with, None: deleted (``NetBoxClient.release``)."""
@@ -279,7 +279,7 @@ class NetBoxAsks:
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
                    description: str | None = None,
-                   leave: Callable[[str, str], str | None] = lambda key, description: None) -> None:
+                   leave: Callable[[str, str], Any] = lambda key, description: None) -> None:
         answer = await self.ask(ask, description, leave)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
@@ -391,6 +391,10 @@ class NetBoxPools(OutsidePools):
         #: grace is over, also once that home is gone (its namespace deleted), when it would look another cluster's
         self._released_here: dict[Any, dict[str, tuple[NetBoxPool, Home]]] = {}
         self._released_sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of those
+        #: (server, key) -> the count of releases that left addresses when that key's was: a sweep whose listing began
+        #: before (``_releases`` then) does not forget it for what it listed
+        self._released_at: dict[tuple[Any, str], int] = {}
+        self._releases = 0
         #: per NetBox server, (key, the home that took it) of each address a copy took from a claim here
         #: (``sweep.copies_took``), while NetBox says so: never given, wherever that claim moves
         self._copy_takes: dict[Any, set[tuple[str, Home]]] = {}
@@ -453,9 +457,10 @@ class NetBoxPools(OutsidePools):
         is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
         cluster took it over (``from=``: homed at an object not here), or holds it (``held=``/``live-held=`` an
         object not here); taken over marked released when homed at another cluster's object that nobody took
-        over yet (a claim there may carry the key). One left homed at the released claim's home, marked released,
-        is this cluster's to release once the grace is over: remembered, and its mark names the claim's pool
-        (``released-by=``), so that it is found again in NetBox after a restart (``_find_released_here``)."""
+        over yet (a claim there may carry the key). Where it is this cluster's to release (homed at the released
+        claim's home, marked released), it is remembered, its mark names the claim's pool (``released-by=``) so
+        that it is found again in NetBox after a restart (``_find_released_here``), and an awaitable of that
+        description is given instead: the pool's Secret is held first (:meth:`_held_first`)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
         left = left_on_release(text, released, home_state(self._homes()), self.wall())
@@ -464,9 +469,19 @@ class NetBoxPools(OutsidePools):
         model = self.read_model(pool_obj) if pool_obj is not None else None
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
-            self.unjudge((model.namespace, model.name))
             if uid := o.meta(pool_obj).get("uid"):
                 left = with_released_by(left, str(uid))
+            self._releases += 1
+            self._released_at[(model.server, key)] = self._releases
+            return self._held_first(model, left)
+        return left
+
+    async def _held_first(self, model: NetBoxPool, left: str) -> str:
+        """``left``, once the pool's Secret is held for what the release leaves (``OutsidePools.hold_left``), before
+        NetBox is told; raises SecretNotHeld where it cannot be (the release is refused, and asked again)."""
+        if not await self.hold_left((model.namespace, model.name), self.secret_of(model)):
+            raise SecretNotHeld(f"Secret {model.namespace}/{model.token.name}: finalizer {SECRET_FINALIZER} neither "
+                                f"put on nor recorded in Lease {HELD_SECRETS_RECORD}; the release is asked again")
         return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
@@ -482,15 +497,19 @@ class NetBoxPools(OutsidePools):
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def _forget_released_here(self, server: Any, found: list[Found]) -> None:
+    def _forget_released_here(self, server: Any, found: list[Found], listing: int) -> None:
         """The addresses a release here left on ``server`` that are no longer so (released, taken back) forgotten,
-        as NetBox lists them (``found``: all of this owner's)."""
+        as NetBox lists them (``found``: all of this owner's, listed after ``listing`` releases had left addresses:
+        one a later release left may be listed as it was before)."""
         remembered = self._released_here.get(server, {})
         listed = {item.key: item for item in found}
         for key, (_, at) in list(remembered.items()):
+            if self._released_at.get((server, key), 0) > listing:
+                continue
             item = listed.get(key)
             if item is None or home_in(item.description) != at or swept_at(item.description) is None:
                 del remembered[key]
+                self._released_at.pop((server, key), None)
         if not remembered:
             self._released_here.pop(server, None)
 
@@ -579,6 +598,7 @@ class NetBoxPools(OutsidePools):
         """One sweep of ``server`` with ``model``'s token (see :meth:`sweep`); raises what the asks' sweep does."""
         judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
         judge_left = self._released_sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+        listing = self._releases  # the releases that left addresses before NetBox is listed
 
         def choose(found: list[Found], judge: Sweep = judge, judge_left: Sweep = judge_left, server: Any = server
                    ) -> tuple[list[Found], list[tuple[Found, str]]]:
@@ -592,7 +612,7 @@ class NetBoxPools(OutsidePools):
             judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
             release, marks = settle(judged, self.wall(), self.release_grace_seconds)
             # Left by a release here, their home gone since: this cluster's still, released past the grace.
-            self._forget_released_here(server, found)
+            self._forget_released_here(server, found, listing)
             left = judge_left.judge(self._left_here(server, found, home), carried=self.carried(),
                                     home=self._home_left(server, home), now=self.clock())
             release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
@@ -647,19 +667,23 @@ class NetBoxPools(OutsidePools):
         """The addresses a release here left marked released, found again in NetBox for a pool held here being
         deleted (its finalizer keeps it while they wait): those whose mark names that pool (``released-by=`` its
         uid, which no other cluster's pool has), homed at an object gone from here, whose key nothing here
-        carries. What a release here remembers (``_released_here``) is so found again after a restart. A mark
-        naming no pool (a sweep's, or an earlier version's release) may be another cluster's, whose claim may be
-        bound to the address still: it is not taken (left in NetBox rather than released under a live claim)."""
+        carries; and for a live pool (the claim's Cluster deleted since, the pool staying), those of them taken
+        over unasked (``from=``), as a release leaves them (``sweep.left_on_release``). What a release here
+        remembers (``_released_here``) is so found again after a restart. A mark naming no pool (a sweep's, or an
+        earlier version's release) may be another cluster's, whose claim may be bound to the address still: it
+        is not taken (left in NetBox rather than released under a live claim)."""
         carried = self.carried()
         remembered = self._released_here.setdefault(server, {})
         for model, uid in pools:
             pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
-            if pool_obj is None or not o.is_deleting(pool_obj) or not uid:
+            if pool_obj is None or not uid:
                 continue
             for item in found:
                 at = home_in(item.description)
-                if at is not None and released_by(item.description) == str(uid) \
-                        and home(at) == ABSENT and not carried(item.key) and item.key not in remembered:
+                if at is not None and released_by(item.description) == str(uid) and home(at) == ABSENT \
+                        and (o.is_deleting(pool_obj) or ((taken := took(item.description)) is not None
+                                                         and not taken[1])) \
+                        and not carried(item.key) and item.key not in remembered:
                     remembered[item.key] = (model, at)
 
     def _shared(self, item: Found, home: Callable[[Home], str]) -> bool:

@@ -286,13 +286,6 @@ class _Holds:
         return set(self.record)
 
 
-@pytest.mark.xfail(strict=True, reason="a release that leaves an address (marked released for another cluster's "
-                                       "claim) is remembered in memory only until a sweep judges it and holds the "
-                                       "pool's Secret: the namespace deleted right after, and the controller "
-                                       "restarted while NetBox does not answer, the pool is judged from what the "
-                                       "restarted process found (nothing: its Secret neither held nor recorded) and "
-                                       "let go, and the address, homed at the Cluster gone with the namespace, is "
-                                       "released by no sweep once NetBox answers again: leaked for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbox_is_down_across_a_restart():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -312,12 +305,6 @@ def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbo
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="the Secret of a pool whose claim's release left an address is held by our "
-                                       "finalizer only once a sweep judged it: the namespace deleted right after "
-                                       "the release takes the Secret at once, so a controller restarted then reads "
-                                       "no token (not there, for good), judges the pool from what it found "
-                                       "(nothing) and lets it go; the address, homed at the Cluster gone with the "
-                                       "namespace, is released by no sweep: leaked for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -499,12 +486,6 @@ class _ReleasedWhileListing(SweepingAsks):
         return len(listed), released, described
 
 
-@pytest.mark.xfail(strict=True, reason="a sweep that listed NetBox just before a release left an address (marked "
-                                       "released, homed here) forgets what the release remembered of it, as its "
-                                       "listing shows the address as it was: the pool being deleted is judged with "
-                                       "nothing waiting and let go, and once its namespace is gone the address, "
-                                       "homed at the Cluster gone with it, is released by no sweep: leaked for good "
-                                       "(SPEC §10.3)")
 def test_an_address_a_release_left_while_a_sweep_listed_netbox_is_released_when_its_namespace_goes():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -539,12 +520,6 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
 
 
-@pytest.mark.xfail(strict=True, reason="what a release left homed at its claim's Cluster is remembered in memory "
-                                       "only, and found again in NetBox after a restart only for a pool being "
-                                       "deleted: the Cluster deleted while the pool stays, a controller restarted "
-                                       "within the release grace sees an address homed at an object gone from here "
-                                       "(another cluster's, for all it knows) and no sweep ever releases it: leaked "
-                                       "for good (SPEC §10.3)")
 def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts_within_the_grace():
     netbox = SharedNetBox()
     _left_source_found(netbox)
@@ -574,3 +549,44 @@ def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_f
     while third.now < 4 * GRACE:
         third.swept()
     assert netbox.released == [], "released the address the moved claim t/m is bound to in the move's target"
+
+
+class _Unrecordable(_Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked released with its Secret neither held nor recorded, the address would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer), NetBox left as it was,
+    and asked again."""
+    from metal3_ipam.controller.outside import SecretNotHeld
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    before = netbox.items[3].description
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim)
+    target.pools.secret_holds = _Unrecordable()
+    with pytest.raises(SecretNotHeld):
+        asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.items[3].description == before and netbox.released == []
+    target.pools.secret_holds = _Holds()  # the API server answers again
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert swept_at(netbox.items[3].description) == EPOCH and ("t", "token") in target.pools.secret_holds.record
+
+
+def test_a_release_whose_pools_secret_went_first_records_it_and_leaves_the_address(monkeypatch):
+    """The namespace deleted: its Secret went at once, its claim waits for its release. The Secret cannot carry our
+    finalizer any more, but it is recorded held (the pool waits for what its claim left), and the release goes on."""
+    server = _ApiServer()
+    del server.objects[_ApiServer.SECRET]
+    monkeypatch.setattr(outside, "request", server.request)
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, _ = _left_by_a_release(netbox, secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
+    assert ("t", "token") in asyncio.run(target.pools.secret_holds.recorded(SECRET_FINALIZER))

@@ -18,6 +18,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
 from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack import sweep
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
 
 OWNER = "metal3-ipam"
@@ -1557,13 +1558,6 @@ class GoneSecretAsks(RestartedSecretAsks):
         return await super().read(namespace, name)
 
 
-@pytest.mark.xfail(strict=True, reason="a release that leaves a floating IP (marked left: its claim was bound to one "
-                                       "homed at another cluster's object that nobody took over yet) holds the "
-                                       "pool's Secret only once a sweep judged it: the namespace deleted right after "
-                                       "takes the Secret at once, so a controller restarted then finds it not there "
-                                       "(for good), judges the pool from what it found (nothing) and lets it go; the "
-                                       "floating IP, homed at the source's pool gone with the move, is deleted by no "
-                                       "sweep: leaked for good (SPEC §10.3)")
 def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
     fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
@@ -1595,6 +1589,79 @@ def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_i
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
+class ReleasedWhileListing(NeutronAsks):
+    """Neutron answers the sweep's listing, and the claim's release runs before the sweep reads it (two requests in
+    flight at once: the listing read before the release marked the floating IP left)."""
+
+    def __init__(self, neutron):
+        super().__init__(neutron)
+        self.release = None
+
+    async def run(self, pool, work, *args):
+        found = await super().run(pool, work, *args)
+        if work is sweep.owned and self.release is not None:
+            release, self.release = self.release, None
+            await release()
+        return found
+
+
+def test_a_floating_ip_a_release_left_while_a_sweep_listed_neutron_is_released_when_its_namespace_goes():
+    """The sweep listed the floating IP as it was before the release marked it left: the sweep does not forget what
+    the release remembered, so the pool, its namespace deleted, waits for it, and it is released once unanswered."""
+    from metal3_ipam.core.asking import Ask, Op
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    claim, lock = bound_objects()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
+    target.pools = a.OpenStackPools(ReleasedWhileListing(neutron), Asking(deadline=30), inventory=target.inventory,
+                                    writer=Writer(), wake=lambda *args: None, secret_holds=Holds())
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    target.pools.asks.release = lambda: target.pools.asks.ask(release)
+    claim = deleting(target, claim)
+    target.swept()  # the claim's release runs while the sweep lists Neutron
+    assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
+    for obj in (claim, lock):  # released: the claim and its lock go
+        target.inventory.remove(obj)
+    ref = ("ns", "fips")
+    terminating = deleting(target, pool_obj(uid="target-pool-uid"), version="8")  # then the namespace deleted
+    gone_from(target, cluster_obj("t1-uid"))
+    if target.pools.answers.held(ref, "target-pool-uid") is None:
+        gone_from(target, terminating, version="9")  # judged by the sweep, nothing waiting: its finalizer comes off
+    for _ in range(4):
+        target.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class Unrecordable(Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_leaves_a_floating_ip_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked left with its Secret neither held nor recorded, the floating IP would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer) and asked again, which
+    holds the Secret once the API server answers."""
+    from metal3_ipam.core.asking import Ask, Op, Refused, Released
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    target.pools.secret_holds = Unrecordable()
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    answer = asyncio.run(target.pools.asks.ask(release))
+    assert isinstance(answer, Refused) and answer.reason == "SecretNotHeld", answer
+    assert neutron.deleted == []
+    target.pools.secret_holds = holds = Holds()  # the API server answers again
+    assert isinstance(asyncio.run(target.pools.asks.ask(release)), Released)
+    assert holds.record == {("ns", "cloud")} and neutron.deleted == []
+
+
 def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
     unreadable = pool_obj(preAllocatedFloatingIPs=["203.0.113.5", "203.0.113.5"])
     assert p.read_pool(unreadable)[0] is None
@@ -1606,12 +1673,6 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
                                                                                                  "pool-uid")
 
 
-@pytest.mark.xfail(strict=True, reason="a floating IP a release left marked left by its claim's Cluster is not "
-                                       "deleted once that Cluster is deleted while the pool stays: the live pool's "
-                                       "sweep reads the left mark with the homes here now (the Cluster absent), not "
-                                       "with those this cluster's marks named, so it waits while the pool lives even "
-                                       "in the same process, and what remembers it is memory only: a controller "
-                                       "restarted then never deletes it, leaked for good (SPEC §10.3)")
 def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
     fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
