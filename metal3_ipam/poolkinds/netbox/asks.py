@@ -390,6 +390,9 @@ class NetBoxPools(OutsidePools):
         #: released claim's home, marked released (``sweep.left_on_release``): this cluster's to release once the
         #: grace is over, also once that home is gone (its namespace deleted), when it would look another cluster's
         self._released_here: dict[Any, dict[str, tuple[NetBoxPool, Home]]] = {}
+        #: the address (its IP) of each key a release here left so: what a pool being deleted says it waits for
+        #: while NetBox does not list it
+        self._left_addresses: dict[str, str] = {}
         self._released_sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of those
         #: (server, key) -> the count of releases that left addresses when that key's was: a sweep whose listing began
         #: before (``_releases`` then) does not forget it for what it listed
@@ -452,9 +455,9 @@ class NetBoxPools(OutsidePools):
             return None
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
-    def _left_on_release(self, key: str, text: str) -> str | None:
-        """The description a release of ``key`` here leaves its address (described ``text``) with, or None: it
-        is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
+    def _left_on_release(self, key: str, text: str, address: str | None = None) -> str | None:
+        """The description a release of ``key`` here leaves its address (``address``, described ``text``) with, or
+        None: it is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
         cluster took it over (``from=``: homed at an object not here), or holds it (``held=``/``live-held=`` an
         object not here); taken over marked released when homed at another cluster's object that nobody took
         over yet (a claim there may carry the key). Where it is this cluster's to release (homed at the released
@@ -469,6 +472,7 @@ class NetBoxPools(OutsidePools):
         model = self.read_model(pool_obj) if pool_obj is not None else None
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
+            self._left_addresses[key] = (address or key).partition("/")[0]
             if uid := o.meta(pool_obj).get("uid"):
                 left = with_released_by(left, str(uid))
             self._releases += 1
@@ -589,8 +593,10 @@ class NetBoxPools(OutsidePools):
         if deleting:
             for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
             held = await self.secrets_held()
+            # Those this process remembers addresses of are judged waiting for them (held, saying what for).
             self._judge(server, [(m, uid) for m, uid in deleting if (m.namespace, m.name) in for_good
-                                 or not held(m.namespace, m.token.name)], {}, set())
+                                 or not held(m.namespace, m.token.name)
+                                 or self.remembers_left((m.namespace, m.name), uid)], {}, set())
         return []
 
     async def _sweep_server(self, server: Any, model: NetBoxPool, pools: list[tuple[NetBoxPool, Any]]
@@ -699,10 +705,12 @@ class NetBoxPools(OutsidePools):
         """What the claims of each pool of ``server`` left (``OutsidePools.judge``): the addresses released here
         that wait for the grace, and those of its live claims another cluster marks too."""
         remembered = self._released_here.get(server, {})
+        for key in [k for k in self._left_addresses if not any(k in r for r in self._released_here.values())]:
+            del self._left_addresses[key]
         for model, uid in pools:
             mine = (model.namespace, model.name)
-            waiting = tuple(sorted(addresses.get(key, key) for key, (pool, _) in remembered.items()
-                                   if (pool.namespace, pool.name) == mine))
+            waiting = tuple(sorted(addresses.get(key) or self._left_addresses.get(key, key)
+                                   for key, (pool, _) in remembered.items() if (pool.namespace, pool.name) == mine))
             ours = sum(1 for key in shared for claim in self.inventory.claims_carrying(key)[:1]
                        if o.namespace(claim) == model.namespace and (ref := o.pool_of(claim)) is not None
                        and ref.name == model.name)

@@ -439,9 +439,6 @@ class _StatusWriter:
                                       if c.get("type") == "Ready"]
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted that waits for an address its claim left names the "
-                                       "claim's key where NetBox did not list the address (down since the release): "
-                                       "the release that left it knows the address, but only its key is remembered")
 def test_a_pool_being_deleted_while_netbox_is_down_names_the_address_it_waits_for_and_a_deadline_that_stays(
         monkeypatch):
     netbox = SharedNetBox()
