@@ -263,9 +263,10 @@ class NetBoxAsks:
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
              describe: Callable[[str], str | None] = lambda key: None,
-             leave: Callable[[str, str], Any] = lambda key, description: None) -> list[asyncio.Task]:
+             leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
-        ``describe(key)``: the description of an address allocated for the key; ``leave(key, description)``: the
+        ``describe(key)``: the description of an address allocated for the key; ``leave(key, description,
+        address)``: the
         description a release leaves the key's address with, None: deleted (``NetBoxClient.release``)."""
         started = []
         for ask in asks:
