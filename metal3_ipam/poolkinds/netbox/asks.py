@@ -226,7 +226,7 @@ class NetBoxAsks:
     # -- asks ---------------------------------------------------------------------------
 
     async def ask(self, ask: Ask, description: str | None = None,
-                  leave: Callable[[str, str], Any] = lambda key, description: None) -> Answer:
+                  leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
         (its claim and home, ``sweep``); ``leave``: the description a release leaves the key's address with
         (another cluster's claim's maybe), None: deleted (``NetBoxClient.release``)."""
@@ -280,7 +280,7 @@ class NetBoxAsks:
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
                    description: str | None = None,
-                   leave: Callable[[str, str], Any] = lambda key, description: None) -> None:
+                   leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> None:
         answer = await self.ask(ask, description, leave)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
