@@ -266,6 +266,19 @@ def _restarted(target: _Side, netbox: SharedNetBox, *objs: dict, **pools) -> _Si
     return restarted
 
 
+def _swept_while_netbox_is_down_then_back(restarted: _Side, netbox: SharedNetBox, terminating: dict) -> None:
+    """One sweep of the restarted controller with NetBox down (the pool t/nb goes if that sweep lets it go), then
+    sweeps with NetBox answering until the grace is well over: the address its claim left is released."""
+    restarted.pools.asks = _NeverAnswers(netbox)
+    restarted.swept()
+    if restarted.pools.answers.held(("t", "nb"), TP) is None:
+        restarted.gone(terminating)  # its finalizer comes off: it goes
+    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
 def _left_source_found(netbox: SharedNetBox) -> None:
     netbox.items[3] = Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns")))
 
@@ -293,16 +306,8 @@ def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbo
     target, terminating = _left_by_a_release(netbox, secret_holds=holds)
     # The controller restarted before any sweep; it sweeps that NetBox for a pool of another namespace too.
     restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"), secret_holds=holds)
-    ref, uid = ("t", "nb"), TP
-    assert restarted.pools.answers.held(ref, uid) is not None, "the pool let go before any sweep judged it"
-    restarted.pools.asks = _NeverAnswers(netbox)  # NetBox down at the restarted controller's first sweep
-    restarted.swept()
-    if restarted.pools.answers.held(ref, uid) is None:
-        restarted.gone(terminating)  # its finalizer comes off: it goes
-    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
-    while restarted.now < 4 * GRACE:
-        restarted.swept()
-    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    assert restarted.pools.answers.held(("t", "nb"), TP) is not None, "the pool let go before any sweep judged it"
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
 
 
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
@@ -413,16 +418,8 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_the_held_secre
     # The controller restarted while NetBox is down; its first read of the record fails.
     restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"),
                            secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
-    restarted.pools.asks = _NeverAnswers(netbox)
     server.failing_lease_reads = 1
-    ref, uid = ("t", "nb"), TP
-    restarted.swept()
-    if restarted.pools.answers.held(ref, uid) is None:
-        restarted.gone(terminating)  # its finalizer comes off: it goes
-    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
-    while restarted.now < 4 * GRACE:
-        restarted.swept()
-    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
 
 
 class _StatusWriter:
