@@ -605,6 +605,19 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
     assert_no_ip_twice(api)
 
 
+def _caught_up_but_on_claims(view, api, claim: str, unseen: str | None = None) -> None:
+    """``view`` caught up on pools g and n, on IPAddressClaim ``claim`` and on the guards and locks (but the lock
+    named ``unseen``); behind on every other claim and on Cluster API IPAddresses."""
+    for kind, ns, name in ((GLOBAL, "", "g"), (NAMESPACED, NS, "n"), (kinds.CAPI_CLAIM, NS, claim)):
+        view.upsert(copy.deepcopy(get(api, kind, name, ns)))
+    for address in list(view.of_kind(kinds.IPADDRESS)):
+        if api.inventory.get(kinds.IPADDRESS, o.namespace(address), o.name(address)) is None:
+            view.forget(kinds.IPADDRESS, o.namespace(address), o.name(address))
+    for address in api.inventory.of_kind(kinds.IPADDRESS):
+        if o.name(address) != unseen:
+            view.upsert(copy.deepcopy(address))
+
+
 def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
     """Global pool g's claim c is bound to fd00::1; the user drops fd00::1 from g and deletes c's address objects by
     hand (its lock and its Cluster API IPAddress, finalizers stripped: a botched cleanup or restore), and c is given
@@ -629,13 +642,7 @@ def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_th
     api.load(gi.claim("z", NS, NAMESPACED[1], "n"))
 
     def caught_up():  # the pools, z, and the guards and locks as they are
-        for kind, ns, name in ((GLOBAL, "", "g"), (NAMESPACED, NS, "n"), (kinds.CAPI_CLAIM, NS, "z")):
-            view.upsert(copy.deepcopy(get(api, kind, name, ns)))
-        for address in list(view.of_kind(kinds.IPADDRESS)):
-            if api.inventory.get(kinds.IPADDRESS, o.namespace(address), o.name(address)) is None:
-                view.forget(kinds.IPADDRESS, o.namespace(address), o.name(address))
-        for address in api.inventory.of_kind(kinds.IPADDRESS):
-            view.upsert(copy.deepcopy(address))
+        _caught_up_but_on_claims(view, api, "z")
 
     for _ in range(3):
         caught_up()
@@ -669,14 +676,7 @@ def test_a_view_behind_on_a_namespaced_pools_claim_given_another_ip_never_delete
     api.load(gi.claim("d", NS, GLOBAL[1], "g"))
 
     def caught_up():  # the pools, d, and the guards and locks as they are, but z's lock of fd00::2
-        for kind, ns, name in ((GLOBAL, "", "g"), (NAMESPACED, NS, "n"), (kinds.CAPI_CLAIM, NS, "d")):
-            view.upsert(copy.deepcopy(get(api, kind, name, ns)))
-        for address in list(view.of_kind(kinds.IPADDRESS)):
-            if api.inventory.get(kinds.IPADDRESS, o.namespace(address), o.name(address)) is None:
-                view.forget(kinds.IPADDRESS, o.namespace(address), o.name(address))
-        for address in api.inventory.of_kind(kinds.IPADDRESS):
-            if o.name(address) != lock:
-                view.upsert(copy.deepcopy(address))
+        _caught_up_but_on_claims(view, api, "d", unseen=lock)
 
     for _ in range(3):
         caught_up()
