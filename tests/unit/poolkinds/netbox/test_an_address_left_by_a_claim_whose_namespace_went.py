@@ -587,3 +587,52 @@ def test_a_release_whose_pools_secret_went_first_records_it_and_leaves_the_addre
     _left_source_found(netbox)
     target, _ = _left_by_a_release(netbox, secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
     assert ("t", "token") in asyncio.run(target.pools.secret_holds.recorded(SECRET_FINALIZER))
+
+
+class _OneServerNeverAnswers(SweepingAsks):
+    """Two NetBox servers: the shared one answers; the one at ``url`` never does (decommissioned before its pool)."""
+
+    def __init__(self, netbox: SharedNetBox, url: str):
+        super().__init__(netbox)
+        self.url = url
+
+    async def sweep(self, model, choose, still=lambda item: True, lingering=False):
+        if model.server.url == self.url:
+            raise TimeoutError()
+        return await super().sweep(model, choose, still, lingering)
+
+
+@pytest.mark.xfail(strict=True, reason="a pool being deleted whose NetBox never answers, sharing its token Secret "
+                                       "with a pool of its namespace whose claim left an address, is held for good: "
+                                       "unjudged, it keeps the Secret held (settle), and the Secret held keeps it "
+                                       "unjudged (_swept), long after that address was released")
+def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a_sibling_pool_left_is_released():
+    """Two pools of one namespace name one token Secret (one key per NetBox server): t/nb on the shared NetBox,
+    whose claim's release left an address there (the Secret held for it), and t/nb-y on a NetBox decommissioned
+    since, which nothing of its claims ever left anything in, deleted. Once the address t/nb's claim left is
+    released (no claim there answered), nothing needs the Secret: it is let go, and t/nb-y goes."""
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    holds = _Holds()
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    other_uid = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"
+    other = shared_netbox_pool(other_uid, "t")
+    other["metadata"]["name"] = "nb-y"
+    other["spec"]["server"] = {"url": "http://netbox-y.example", "tokenSecretRef": {"name": "token"}}
+    target = _Side(netbox, cluster, pool, claim, other)
+    target.pools.secret_holds = holds
+    target.pools.asks = _OneServerNeverAnswers(netbox, "http://netbox-y.example")
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert swept_at(netbox.items[3].description) == EPOCH and holds.record == {("t", "token")}
+    target.inventory.remove(claim)
+    target.gone(cluster)  # the workload cluster torn down; both pools stay
+    target.inventory.upsert(_terminating(other))  # then t/nb-y deleted
+    while target.now < 4 * GRACE:
+        target.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    assert target.pools.answers.held(("t", "nb-y"), other_uid) is None, target.pools.answers.held(("t", "nb-y"),
+                                                                                                    other_uid)
+    assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
