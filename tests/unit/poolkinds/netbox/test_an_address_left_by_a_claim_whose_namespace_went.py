@@ -667,3 +667,42 @@ def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_s
     while restarted.now < 4 * GRACE:
         restarted.swept()
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+@pytest.mark.xfail(strict=True, reason="a controller restarted while the claim's Cluster and pool stay does not find "
+                                       "the address a release took over (from=) homed at that live Cluster: it lets "
+                                       "the Secret go, and when the namespace goes while NetBox is down the pool "
+                                       "goes with nothing judged, leaving the address in NetBox for good")
+def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_while_netbox_is_down_after_a_restart():
+    """t/m's release took over the address homed at the source's Cluster (a finished move's target, the source
+    gone), marked released (``from=``, ``released-by=``); the controller restarts while t/m's Cluster and pool stay
+    (the Secret held for that address). Then the namespace is deleted while NetBox is down: the pool waits for
+    NetBox, and the address is released once NetBox answers."""
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    holds = _Holds()
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    target.pools.secret_holds = holds
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert swept_at(netbox.items[3].description) == EPOCH and holds.record == {("t", "token")}
+    target.inventory.remove(claim)
+    # The controller restarted (an upgrade, a leader handing over) while t/m's Cluster and pool stay.
+    restarted = _restarted(target, netbox, cluster, pool, secret_holds=holds)
+    restarted.swept()
+    # The namespace deleted while NetBox is down: its Cluster goes, its pool waits on its finalizer.
+    restarted.gone(cluster)
+    terminating = _terminating(pool)
+    restarted.inventory.upsert(terminating)
+    restarted.pools.asks = _NeverAnswers(netbox)
+    ref, uid = ("t", "nb"), TP
+    restarted.swept()
+    if restarted.pools.answers.held(ref, uid) is None:
+        restarted.gone(terminating)  # its finalizer comes off: it goes
+    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
