@@ -1692,3 +1692,47 @@ def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_
     for _ in range(4):
         restarted.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class OneCloudUnreachable(NeutronAsks):
+    """:class:`NeutronAsks` where the cloud of pool ``name`` never answers (decommissioned before its pool)."""
+
+    def __init__(self, neutron, name):
+        super().__init__(neutron)
+        self.name = name
+
+    async def run(self, pool, work, *args):
+        if pool.name == self.name:
+            raise a.OpenStackError(p.UNREACHABLE, f"{pool.text}: cannot reach the cloud (connection refused)")
+        return await super().run(pool, work, *args)
+
+
+@pytest.mark.xfail(strict=True, reason="a pool being deleted whose cloud never answers, sharing its clouds.yaml "
+                                       "Secret with a pool of its namespace whose claim left a floating IP, is held "
+                                       "for good: unjudged, it keeps the Secret held (settle), and the Secret held "
+                                       "keeps it unjudged (Sweeper._terminating), long after that floating IP went")
+def test_a_pool_being_deleted_whose_cloud_never_answers_goes_once_the_floating_ip_a_sibling_pool_left_is_released():
+    """Two pools of one namespace name one clouds.yaml Secret (two clouds in it): ns/fips, whose claim's release
+    left a floating IP homed at another cluster (the Secret held for it), and ns/fips-b of a cloud decommissioned
+    since, deleted, whose claims never left anything. Once the floating IP ns/fips's claim left is released (no
+    claim there answered), nothing needs the Secret: it is let go, and ns/fips-b goes."""
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    holds = Holds()
+    other = pool_obj(name="fips-b", uid="b-pool-uid", identityRef={"name": "cloud", "cloudName": "decommissioned"})
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), other, *bound_objects())
+    target.pools = a.OpenStackPools(OneCloudUnreachable(neutron, "fips-b"), Asking(deadline=30),
+                                    inventory=target.inventory, writer=Writer(), wake=lambda *args: None,
+                                    secret_holds=holds)
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    released_by(target)  # deleted at once after the move: the floating IP is still homed at the source's pool
+    assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
+    assert holds.record == {("ns", "cloud")}
+    deleting(target, other)  # then ns/fips-b deleted
+    for _ in range(6):
+        target.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert target.pools.answers.held(("ns", "fips-b"), "b-pool-uid") is None, \
+        target.pools.answers.held(("ns", "fips-b"), "b-pool-uid")
+    assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
