@@ -140,7 +140,9 @@ class SecretHolds:
                     if exc.status != 404:
                         raise
                     lease = None
-                listed = _held_in(lease, finalizer) if lease is not None else set()
+                # A record that cannot be read is written anew (what it listed is lost: those Secrets keep our
+                # finalizer until this controller settles them or it is removed by hand).
+                listed = (_held_in(lease, finalizer) if lease is not None else None) or set()
                 if ((namespace, name) in listed) == held:
                     return True
                 listed = listed | {(namespace, name)} if held else listed - {(namespace, name)}
@@ -205,12 +207,16 @@ class SecretHolds:
         return True
 
 
-def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[tuple[str, str]]:
-    """The Secrets the record lists under ``finalizer`` (what cannot be read of it: none)."""
+def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[tuple[str, str]] | None:
+    """The Secrets the record lists under ``finalizer``; None when its annotation is not a JSON list (edited by
+    hand, cut short): not known, never taken for a record that lists nothing."""
     try:
         listed = json.loads(((lease.get("metadata") or {}).get("annotations") or {}).get(finalizer) or "[]")
     except ValueError:
-        return set()
+        listed = None
+    if not isinstance(listed, list):
+        log.warning("Lease %s: annotation %s is not a JSON list of namespace/name", HELD_SECRETS_RECORD, finalizer)
+        return None
     return {tuple(item.split("/", 1)) for item in listed if isinstance(item, str) and item.count("/") == 1}
 
 
@@ -545,8 +551,7 @@ class OutsidePools:
             return True
         key = (ref[0], secret)
         self._held_by_releases.add(key)
-        if self._secrets_held.get(key):
-            return True  # held already, as last written here
+        # Written whatever this process last wrote: another leader may have let the Secret go since.
         if self.secret_holds is None or await self.secret_holds.hold(*key, self.secret_finalizer, True):
             self._secrets_held[key] = True
             return True
@@ -602,8 +607,8 @@ class OutsidePools:
         # (Of the namespaces served only: another controller sharing the record may serve the others.)
         served = self.inventory.namespaces
         listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
-        listed = listed or set()  # not read: what only the record lists is let go at a later settling
-        recorded = {key for key in listed if served is None or key[0] in served}
+        known = listed is not None  # not read: what only the record lists is let go at a later settling
+        recorded = {key for key in listed or () if served is None or key[0] in served}
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
         for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has
@@ -614,7 +619,9 @@ class OutsidePools:
                     needs.pop((pool_key.namespace, secret), None)
         failed: set[tuple[str, str]] = set()
         for (namespace, secret), held in needs.items():
-            if self._secrets_held.get((namespace, secret)) == held and (held or (namespace, secret) not in recorded):
+            # As last written here, and as the record says (another leader may have written it since): done.
+            if self._secrets_held.get((namespace, secret)) == held and \
+                    (not known or ((namespace, secret) in recorded) == held):
                 continue
             if not held and (namespace, secret) in self._held_by_releases:
                 continue  # a release left an address meanwhile: judged again by the next sweep

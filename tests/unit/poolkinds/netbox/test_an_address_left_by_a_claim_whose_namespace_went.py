@@ -635,10 +635,6 @@ def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a
     assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
 
 
-@pytest.mark.xfail(strict=True, reason="a record of held Secrets whose annotation cannot be parsed (edited by hand) "
-                                       "is read as listing none (outside._held_in), not as unreadable: a restarted "
-                                       "controller lets a pool being deleted go while NetBox is down, and the "
-                                       "address its claim left leaks")
 def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_secrets_record_cannot_be_parsed(
         monkeypatch):
     """A record that cannot be read is taken to list every Secret: also one whose annotation was edited into
@@ -705,10 +701,6 @@ def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_whil
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="OutsidePools.hold_left trusts _secrets_held, this process's memory of what it "
-                                       "wrote: a replica that leads again after another leader let the Secret go "
-                                       "marks the address its release leaves with the Secret neither held nor "
-                                       "recorded (and its settling never puts it back)")
 def test_a_release_by_a_replica_leading_again_holds_the_secret_another_leader_let_go_meanwhile():
     """Replica A's release of t/m took over address 3 (the Secret held for it); the source's live claim took it
     back. Replica B, leading meanwhile, let the Secret go (nothing waits). A leads again and releases t/m2, whose

@@ -1345,7 +1345,8 @@ def test_a_release_that_leaves_a_floating_ip_holds_its_pool_being_deleted_until_
         target.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
     assert target.pools.answers.held(ref, "target-pool-uid") is None
-    assert holds.calls == [("ns", "cloud", True), ("ns", "cloud", False)]
+    changes = [call for i, call in enumerate(holds.calls) if i == 0 or holds.calls[i - 1] != call]
+    assert changes == [("ns", "cloud", True), ("ns", "cloud", False)], holds.calls  # held (again by the release)
 
 
 def test_the_source_of_a_move_releases_nothing_while_the_moved_claims_cluster_has_not_swept_yet():
