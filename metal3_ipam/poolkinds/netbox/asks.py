@@ -673,9 +673,9 @@ class NetBoxPools(OutsidePools):
                             pools: Iterable[tuple[NetBoxPool, Any]]) -> None:
         """The addresses a release here left marked released, found again in NetBox for a pool held here being
         deleted (its finalizer keeps it while they wait): those whose mark names that pool (``released-by=`` its
-        uid, which no other cluster's pool has), homed at an object gone from here, whose key nothing here
-        carries; and for a live pool (the claim's Cluster deleted since, the pool staying), those of them taken
-        over unasked (``from=``), as a release leaves them (``sweep.left_on_release``). What a release here
+        uid, which no other cluster's pool has), whose key nothing here carries, homed where the release left them
+        (its claim's home, here or gone since); and for a live pool, those of them taken over unasked (``from=``),
+        as a release leaves them (``sweep.left_on_release``): its Secret held for them again. What a release here
         remembers (``_released_here``) is so found again after a restart. A mark naming no pool (a sweep's, or an
         earlier version's release) may be another cluster's, whose claim may be bound to the address still: it
         is not taken (left in NetBox rather than released under a live claim)."""
@@ -687,7 +687,7 @@ class NetBoxPools(OutsidePools):
                 continue
             for item in found:
                 at = home_in(item.description)
-                if at is not None and released_by(item.description) == str(uid) and home(at) == ABSENT \
+                if at is not None and released_by(item.description) == str(uid) \
                         and (o.is_deleting(pool_obj) or ((taken := took(item.description)) is not None
                                                          and not taken[1])) \
                         and not carried(item.key) and item.key not in remembered:

@@ -662,10 +662,6 @@ def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_s
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
 
 
-@pytest.mark.xfail(strict=True, reason="a controller restarted while the claim's Cluster and pool stay does not find "
-                                       "the address a release took over (from=) homed at that live Cluster: it lets "
-                                       "the Secret go, and when the namespace goes while NetBox is down the pool "
-                                       "goes with nothing judged, leaving the address in NetBox for good")
 def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_while_netbox_is_down_after_a_restart():
     """t/m's release took over the address homed at the source's Cluster (a finished move's target, the source
     gone), marked released (``from=``, ``released-by=``); the controller restarts while t/m's Cluster and pool stay
