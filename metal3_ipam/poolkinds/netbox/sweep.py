@@ -127,12 +127,15 @@ _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 #: The take after a home: ``from=`` (taken unasked) or ``moved-from=`` (given by that home).
 _TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+#: After a give its home made while paused here (a move under way): not confirmed by the taker's sweep yet.
+_MID_MOVE = re.compile(r"(?<=[0-9a-fA-F]) mid-move(?![\w-])")  # after a uid: never in a claim's name
+MID_MOVE = "mid-move"
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
-_AFTER_HOME = (_HELD, _TAKE, _SWEPT)
+_AFTER_HOME = (_HELD, _TAKE, _MID_MOVE, _SWEPT)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -247,6 +250,18 @@ def _take_token(text: str) -> str | None:
     return _named("moved-from" if taken[1] else "from", taken[0]) if taken is not None else None
 
 
+def given_mid_move(text: Any) -> bool:
+    """Whether an address's give (``moved-from=``) was made by a home paused here, a move under way, and no sweep
+    of the cluster that took it has confirmed it since (``mid-move`` after the take): the move's target is paused
+    until the move is over, so a live claim that took the address meanwhile may be a copy restored elsewhere."""
+    return isinstance(text, str) and _MID_MOVE.search(text) is not None
+
+
+def with_mid_move(text: str, on: bool) -> str:
+    """``text`` with ``mid-move`` written after its take (``on``) or taken out."""
+    return _with(text, _MID_MOVE, MID_MOVE if on else None)
+
+
 def claim_in(text: Any) -> tuple[str, str] | None:
     """The claim (namespace, name) a description names, if whole (not cut at :data:`MAX_DESCRIPTION`)."""
     found = _CLAIM.search(text) if isinstance(text, str) and len(text) < MAX_DESCRIPTION else None
@@ -353,7 +368,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(mine, _TAKE, _named("from", at))
         if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
             return _with(mine, _TAKE, _named("from", origin))
-        return _with(mine, _TAKE, _named("moved-from", given))
+        return with_mid_move(_with(mine, _TAKE, _named("moved-from", given)),
+                             given_mid_move(current) and home(given) != PRESENT)
     if home(there) != ABSENT:  # ours
         return _with(mine, _TAKE, _named("from", there))
     if _held_here(current, home) or (taken is None and not _held_elsewhere_paused(current, home)):
@@ -479,14 +495,15 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
             if held is not None and here(held.home):  # taken while the claim was here: a copy's take
                 out.append((item, with_held(item.description, None)))
             elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
-                out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
+                given = _with(item.description, _TAKE, _named("moved-from", taken[0]))
+                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT)))
             continue
         held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
         if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
-        text = with_swept(text, None)
+        text = with_mid_move(with_swept(text, None), home(at) != ABSENT)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -525,6 +542,17 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     if home(at) == PRESENT and taken_over(item.description, text, home) is None:
         return Hold(at, live=True)
     return None
+
+
+def confirm(item: Found, text: str, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> str:
+    """``text`` (the address's description as this sweep leaves it) with its ``mid-move`` taken off where a claim
+    here carrying the key is homed at the address's home, here and not paused: a sweep here after the one that
+    took it (or after its home gave it), a sweep interval in which a paused claim of another cluster carrying
+    the key (the move's target) could hold it. From then on its release here deletes it at once."""
+    there = home_in(text)
+    if not given_mid_move(text) or there is None or home(there) != PRESENT or home_in(wanted(item.key)) != there:
+        return text
+    return with_mid_move(text, False)
 
 
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
@@ -579,7 +607,7 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         return text
     taken = took(text)
     if there is not None and home(there) != ABSENT and taken is not None and not taken[1] \
-            and (home(taken[0]) == ABSENT or taken[0] == there):
+            and (home(taken[0]) == ABSENT or taken[0] == there) or taken is not None and given_mid_move(text):
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
@@ -618,6 +646,11 @@ def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], m
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
+    for item in found:  # a give this sweep found homed here already is confirmed, not one it homed here now
+        text = out.get(item.id, (item, item.description))[1]
+        if given_mid_move(item.description) and home_in(text) == home_in(item.description) \
+                and (confirmed := confirm(item, text, wanted, home)) != item.description:
+            out[item.id] = (item, confirmed)
     return [out[item.id] for item in found if item.id in out]
 
 
