@@ -58,9 +58,9 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL, SECRET_FINALIZER
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
-                                               copies_took, describe_anew, description,
-                                               held_in, home_in, home_of, home_state, left_on_release, moved_from, settle,
-                                               swept_at, taken_from, took, unclaimed_here)
+                                               copies_took, describe_anew, description, given_mid_move,
+                                               held_in, home_in, home_of, home_state, left_on_release, moved_from,
+                                               settle, swept_at, taken_from, took, unclaimed_here)
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,9 @@ _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, 
             "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
                       "unless a claim carrying it takes it back)",
             "taken": "taken back: it was marked released, and a claim here carries its key",
-            "given": "given to the cluster its claim moved to, which homed it first (moved-from=)"}
+            "given": "given to the cluster its claim moved to, which homed it first (moved-from=)",
+            "confirmed": "its take, given while the move may have been under way (mid-move), confirmed: a claim "
+                         "here carries its key a sweep later"}
 
 
 def _change(item: Found, text: str) -> str:
@@ -359,6 +361,8 @@ def _change(item: Found, text: str) -> str:
         return "homed" if home_in(text) is not None else "moved"
     if took(text) != took(item.description):
         return "given"
+    if given_mid_move(item.description) and not given_mid_move(text):
+        return "confirmed"
     return "held" if held_in(text) is not None else "unheld"
 
 

@@ -127,15 +127,17 @@ _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 #: The take after a home: ``from=`` (taken unasked) or ``moved-from=`` (given by that home).
 _TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
-#: After a give its home made while paused here (a move under way): not confirmed by the taker's sweep yet.
-_MID_MOVE = re.compile(r"(?<=[0-9a-fA-F]) mid-move(?![\w-])")  # after a uid: never in a claim's name
+#: After a give made while the move may be under way, not confirmed by a sweep of the cluster that took it yet;
+#: last of the tokens (a description cut at :data:`MAX_DESCRIPTION` loses it before a mark of release), after a uid
+#: or a time: never in a claim's name.
+_MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?![\w-])")
 MID_MOVE = "mid-move"
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
-_AFTER_HOME = (_HELD, _TAKE, _MID_MOVE, _SWEPT)
+_AFTER_HOME = (_HELD, _TAKE, _SWEPT, _MID_MOVE)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -353,7 +355,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     there, swept, taken = home_in(current), swept_at(current) is not None, took(current)
     mine = with_held(text, _kept_hold(current, home))
     if there == at:
-        return _with(mine, _TAKE, _take_token(current)) if swept else None
+        return with_mid_move(_with(mine, _TAKE, _take_token(current)), given_mid_move(current)) if swept else None
     if swept:  # marked released by its home: given
         return _with(mine, _TAKE, _named("moved-from", there))
     if taken is not None and taken[0] == at:
@@ -606,8 +608,8 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
             return with_swept(text, wall)
         return text
     taken = took(text)
-    if there is not None and home(there) != ABSENT and taken is not None and not taken[1] \
-            and (home(taken[0]) == ABSENT or taken[0] == there) or taken is not None and given_mid_move(text):
+    if there is not None and home(there) != ABSENT and taken is not None \
+            and (not taken[1] and (home(taken[0]) == ABSENT or taken[0] == there) or given_mid_move(text)):
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
