@@ -600,7 +600,8 @@ class NetBoxPools(OutsidePools):
             copy_took = self._copies_took(server, found, home, left_from)
             described = describe_anew([item for item in found if item.id not in marked], self._describe,
                                       moved_away, home, holder=self._holder(home), left_from=left_from,
-                                      copy_took=lambda key, there: (key, there) in copy_took)
+                                      copy_took=lambda key, there: (key, there) in copy_took, wall=self.wall(),
+                                      confirm_after=self.sweep_seconds * 0.9)
             contests.extend(contested(found, self._describe, home))
             return release, marks + described
 

@@ -130,8 +130,10 @@ _TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-
 #: After a give made while the move may be under way, not confirmed by a sweep of the cluster that took it yet;
 #: last of the tokens (a description cut at :data:`MAX_DESCRIPTION` loses it before a mark of release), after a uid
 #: or a time: never in a claim's name.
-_MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?![\w-])")
-MID_MOVE = "mid-move"
+_MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?:=(\d{8}T\d{6}Z))?(?![\w=-])")
+#: What is left of ``mid-move`` at the end of a description cut at :data:`MAX_DESCRIPTION`.
+_MID_MOVE_CUT = re.compile(r" m(?:i(?:d(?:-(?:m(?:o(?:v(?:e(?:=[\dTZ]*)?)?)?)?)?)?)?)?$")
+_MID_MOVE_TIME = "%Y%m%dT%H%M%SZ"  # ISO 8601's basic format: short, for the tokens to fit
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
@@ -253,15 +255,39 @@ def _take_token(text: str) -> str | None:
 
 
 def given_mid_move(text: Any) -> bool:
-    """Whether an address's give (``moved-from=``) was made by a home paused here, a move under way, and no sweep
-    of the cluster that took it has confirmed it since (``mid-move`` after the take): the move's target is paused
-    until the move is over, so a live claim that took the address meanwhile may be a copy restored elsewhere."""
-    return isinstance(text, str) and _MID_MOVE.search(text) is not None
+    """Whether an address's give (``moved-from=``) was made while the move may have been under way (its home still
+    in the source's cluster) and no sweep of the cluster that took it has confirmed it since (``mid-move``, last of
+    the tokens; also what is left of it in a description cut at :data:`MAX_DESCRIPTION`, on the safe side).
+    clusterctl makes the move's target paused and unpauses it only once the source's Cluster is deleted, so a live
+    claim that took the address meanwhile may be a copy of the claim restored from a directory."""
+    if not isinstance(text, str):
+        return False
+    return _MID_MOVE.search(text) is not None or (len(text) >= MAX_DESCRIPTION and " claim " not in text
+                                                  and _MID_MOVE_CUT.search(text) is not None)
 
 
-def with_mid_move(text: str, on: bool) -> str:
-    """``text`` with ``mid-move`` written after its take (``on``) or taken out."""
-    return _with(text, _MID_MOVE, MID_MOVE if on else None)
+def given_at(text: Any) -> float | None:
+    """When the give ``mid-move`` marks was made (``mid-move=<UTC time>``, wall-clock seconds of the cluster that
+    gave it), or None (not marked, or an earlier mark of no time)."""
+    found = _MID_MOVE.search(text) if isinstance(text, str) else None
+    if found is None or found.group(1) is None:
+        return None
+    return datetime.strptime(found.group(1), _MID_MOVE_TIME).replace(tzinfo=timezone.utc).timestamp()
+
+
+def with_mid_move(text: str, on: bool, at: float | None = None) -> str:
+    """``text`` with ``mid-move`` (``=<at>``, a UTC time, when known) written after its other tokens (``on``), or
+    taken out."""
+    token = None
+    if on:
+        stamp = datetime.fromtimestamp(int(at), timezone.utc).strftime(_MID_MOVE_TIME) if at is not None else None
+        token = f"mid-move={stamp}" if stamp else "mid-move"
+    return _with(text, _MID_MOVE, token)
+
+
+def _with_mid_move_of(text: str, current: str, on: bool = True) -> str:
+    """``text`` with the ``mid-move`` of ``current`` (if any, and ``on``), its time kept."""
+    return with_mid_move(text, on and given_mid_move(current), given_at(current))
 
 
 def claim_in(text: Any) -> tuple[str, str] | None:
@@ -355,7 +381,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     there, swept, taken = home_in(current), swept_at(current) is not None, took(current)
     mine = with_held(text, _kept_hold(current, home))
     if there == at:
-        return with_mid_move(_with(mine, _TAKE, _take_token(current)), given_mid_move(current)) if swept else None
+        return _with_mid_move_of(_with(mine, _TAKE, _take_token(current)), current) if swept else None
     if swept:  # marked released by its home: given
         return _with(mine, _TAKE, _named("moved-from", there))
     if taken is not None and taken[0] == at:
@@ -370,8 +396,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(mine, _TAKE, _named("from", at))
         if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
             return _with(mine, _TAKE, _named("from", origin))
-        return with_mid_move(_with(mine, _TAKE, _named("moved-from", given)),
-                             given_mid_move(current) and home(given) != PRESENT)
+        return _with_mid_move_of(_with(mine, _TAKE, _named("moved-from", given)), current, home(given) != PRESENT)
     if home(there) != ABSENT:  # ours
         return _with(mine, _TAKE, _named("from", there))
     if _held_here(current, home) or (taken is None and not _held_elsewhere_paused(current, home)):
@@ -469,7 +494,8 @@ def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], hom
 
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
            home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
-           copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
+           copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
+           ) -> list[tuple[Found, str]]:
     """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here carries now,
     each with a description that names no home: the claim lives in the target, which homes the address there; until
     then no sweep releases it, here (also after a restart, once the Cluster is unpaused to retry a move that stopped
@@ -498,14 +524,14 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
                 out.append((item, with_held(item.description, None)))
             elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
                 given = _with(item.description, _TAKE, _named("moved-from", taken[0]))
-                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT)))
+                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT, wall)))
             continue
         held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
         if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
-        text = with_mid_move(with_swept(text, None), home(at) != ABSENT)
+        text = with_mid_move(with_swept(text, None), home(at) != ABSENT, wall)
         out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
     return out
 
@@ -546,13 +572,16 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     return None
 
 
-def confirm(item: Found, text: str, wanted: Callable[[str], str | None], home: Callable[[Home], str]) -> str:
+def confirm(item: Found, text: str, wanted: Callable[[str], str | None], home: Callable[[Home], str],
+            wall: float | None = None, after: float = 0.0) -> str:
     """``text`` (the address's description as this sweep leaves it) with its ``mid-move`` taken off where a claim
     here carrying the key is homed at the address's home, here and not paused: a sweep here after the one that
     took it (or after its home gave it), a sweep interval in which a paused claim of another cluster carrying
     the key (the move's target) could hold it. From then on its release here deletes it at once."""
     there = home_in(text)
     if not given_mid_move(text) or there is None or home(there) != PRESENT or home_in(wanted(item.key)) != there:
+        return text
+    if (at := given_at(text)) is not None and wall is not None and wall - at < after:
         return text
     return with_mid_move(text, False)
 
@@ -638,20 +667,21 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
                   left_from: Callable[[str], Iterable[str]] = lambda key: (),
-                  copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None,
+                  confirm_after: float = 0.0) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took, wall)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
     for item in found:  # a give this sweep found homed here already is confirmed, not one it homed here now
         text = out.get(item.id, (item, item.description))[1]
         if given_mid_move(item.description) and home_in(text) == home_in(item.description) \
-                and (confirmed := confirm(item, text, wanted, home)) != item.description:
+                and (confirmed := confirm(item, text, wanted, home, wall, confirm_after)) != item.description:
             out[item.id] = (item, confirmed)
     return [out[item.id] for item in found if item.id in out]
 
