@@ -601,7 +601,7 @@ class NetBoxPools(OutsidePools):
             described = describe_anew([item for item in found if item.id not in marked], self._describe,
                                       moved_away, home, holder=self._holder(home), left_from=left_from,
                                       copy_took=lambda key, there: (key, there) in copy_took, wall=self.wall(),
-                                      confirm_after=self.sweep_seconds * 0.9)
+                                      confirm_after=self.sweep_seconds)
             contests.extend(contested(found, self._describe, home))
             return release, marks + described
 
