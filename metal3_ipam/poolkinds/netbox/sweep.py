@@ -642,6 +642,12 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
+    given = moved_from(text)
+    if there is None and given is not None and given_mid_move(text) and swept_at(text) is None \
+            and at is not None and at != given and home(at) != ABSENT:
+        # given while the move may be under way and taken by nobody yet: the claim released here may be a copy, the
+        # move's target paused, unheld: taken as given, marked released, for that claim to take back
+        return with_swept(_with_mid_move_of(_with(released, _TAKE, _named("moved-from", given)), text), wall)
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
     if released is None or at is None or home(at) == ABSENT:

@@ -127,16 +127,21 @@ def test_a_mid_move_mark_is_read_without_a_time_and_when_cut_and_never_in_a_clai
         assert given_mid_move(marked), marked
 
 
-OTHERS = st.lists(st.one_of(st.sampled_from(["sweep S", "sweep C", "sweep U", "restore C", "release C"]),
-                            st.sampled_from([5.0, 60.0, 150.0, SWEEP]).map(lambda d: ("wait", d))), max_size=24)
-MOVE = ["pause S", "create U", "leave S", "finish"]  # clusterctl's order
+SWEEPS = st.lists(st.one_of(st.sampled_from(["sweep S", "sweep C", "sweep U"]),
+                            st.sampled_from([5.0, 60.0, 150.0, SWEEP]).map(lambda d: ("wait", d))), max_size=16)
+#: clusterctl's order; the copy restored (from a directory made before the move) and deleted at any time.
+MOVE = ["pause S", "create U", "leave S", "finish"]
+COPY = ["restore C", "release C"]
 
 
-def _interleaved(others: list, at: list[int]) -> list:
-    steps = list(others)
-    for index, step in sorted(zip(at, range(len(MOVE))), reverse=True):
-        steps.insert(min(index, len(steps)), MOVE[step])
-    return steps
+def _interleaved(sweeps: list, move: list[int], copy: list[int]) -> list:
+    """``sweeps`` with the steps of the move and of the copy, each in its order, put before the sweeps ``move`` and
+    ``copy`` say (by index; past the end, after them all)."""
+    before: dict[int, list[str]] = {}
+    for steps, places in ((MOVE, move), (COPY, copy)):
+        for step, at in zip(steps, sorted(min(at, len(sweeps)) for at in places)):
+            before.setdefault(at, []).append(step)
+    return [step for at in range(len(sweeps) + 1) for step in before.get(at, []) + sweeps[at:at + 1]]
 
 
 @settings(max_examples=400, deadline=None)
@@ -144,7 +149,8 @@ def _interleaved(others: list, at: list[int]) -> list:
 @example(steps=["pause S", "create U", "leave S", "sweep S", "restore C", "sweep C", "release C"])
 @example(steps=["restore C", "sweep C", "pause S", "create U", "leave S", ("wait", 150.0), "sweep S",
                 ("wait", 150.0), "sweep C", ("wait", 150.0), "sweep C", "release C"])
-@given(steps=st.builds(_interleaved, OTHERS, st.lists(st.integers(0, 24), min_size=len(MOVE), max_size=len(MOVE))))
+@given(steps=st.builds(_interleaved, SWEEPS, st.lists(st.integers(0, 16), min_size=len(MOVE), max_size=len(MOVE)),
+                       st.lists(st.integers(0, 16), min_size=len(COPY), max_size=len(COPY))))
 def test_a_copys_release_never_deletes_the_address_of_the_claim_moved_whatever_the_order_of_sweeps(steps):
     """clusterctl's order (the source's Cluster paused, the target's copy made paused, the source's claim deleted
     for the move; the source's Cluster deleted and the target unpaused, only once the source swept since its claim
