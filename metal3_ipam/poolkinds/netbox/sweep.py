@@ -79,7 +79,14 @@ release here marks the address released rather than deleting it,
 claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
 :func:`disown`) also where the target homed it first, its own Cluster gone with
 the move since, but not a take it can tell a copy made (:func:`copies_took`:
-made while its claim was here). An address an earlier version wrote (no home), or one back at
+made while its claim was here). Nor can it tell a take it did not see from a copy's: a give made while the home
+it gives is still here (paused: the move under way, or stopped half-way; clusterctl unpauses the target only once
+it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` after the other tokens, on an address homed
+nowhere too, and a take keeps the mark. The taker's sweep a full sweep interval after the give confirms it
+(:func:`confirm`: the mark comes off; by then the move's target, whose paused claim exists before the give, has
+swept and held the address); till then a release here marks the address released rather than deleting it
+(:func:`left_on_release`), the taker's and that of a claim carrying the key that took nothing, so that a copy
+deleted early leaves the address to the moved claim. An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -371,7 +378,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     that home is here). A take its home gave (homed nowhere by it, or marked released by
     it) writes ``moved-from=`` that home, whose release here deletes the address at once; any other take writes
     ``from=`` it, taken unasked: a claim there may be bound to it, so the release here marks it released for
-    that claim to take back (:func:`left_on_release`). Either way the cluster it was taken from never takes it
+    that claim to take back (:func:`left_on_release`). A give's ``mid-move`` is kept (but where its home is here
+    and not paused: no move from it is under way). Either way the cluster it was taken from never takes it
     back (nor a third one over) until the new home lets it go: two clusters whose live claims carry one key
     write it once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one
     marked released is taken back whatever else it says."""
@@ -509,7 +517,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     the same way: its take becomes ``moved-from=``, which lets the release there delete it at once; but not one a
     copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
     object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
-    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
+    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off. A give
+    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>`` (:func:`confirm`)."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -623,8 +632,10 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
-    released by its home."""
+    never freed under a live claim). One homed here whose give is not confirmed (``mid-move``: a copy may have
+    taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
+    marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
+    other address is deleted: homed here, homed nowhere, or marked released by its home."""
     held = hold_in(text)
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
