@@ -58,7 +58,7 @@ from metal3_ipam.poolkinds.netbox.pool import (
 from metal3_ipam.poolkinds.netbox.pool import NETBOX_IP_POOL, SECRET_FINALIZER
 from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
-                                               copies_took, describe_anew, description, given_mid_move,
+                                               copies_took, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from,
                                                settle, swept_at, taken_from, took, unclaimed_here)
 
@@ -346,9 +346,7 @@ _CHANGES = {"homed": "homed here, its claim moved in", "moved": "homed nowhere, 
             "marked": "marked released: no claim carries its key (deleted once the release grace is over, "
                       "unless a claim carrying it takes it back)",
             "taken": "taken back: it was marked released, and a claim here carries its key",
-            "given": "given to the cluster its claim moved to, which homed it first (moved-from=)",
-            "confirmed": "its take, given while the move may have been under way (mid-move), confirmed: a claim "
-                         "here carries its key a sweep later"}
+            "given": "given to the cluster its claim moved to, which homed it first (moved-from=)"}
 
 
 def _change(item: Found, text: str) -> str:
@@ -361,8 +359,6 @@ def _change(item: Found, text: str) -> str:
         return "homed" if home_in(text) is not None else "moved"
     if took(text) != took(item.description):
         return "given"
-    if given_mid_move(item.description) and not given_mid_move(text):
-        return "confirmed"
     return "held" if held_in(text) is not None else "unheld"
 
 
@@ -459,7 +455,7 @@ class NetBoxPools(OutsidePools):
         over yet (a claim there may carry the key)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        left = left_on_release(text, released, home_state(self._homes()), self.wall())
+        left = left_on_release(text, released, home_state(self._homes()), self.wall(), self.sweep_seconds)
         at, ref = home_in(released), o.pool_of(claims[0]) if claims else None
         pool_obj = self.inventory.get(NETBOX_IP_POOL, o.namespace(claims[0]), ref.name) if ref is not None else None
         model = self.read_model(pool_obj) if pool_obj is not None else None
@@ -600,8 +596,7 @@ class NetBoxPools(OutsidePools):
             copy_took = self._copies_took(server, found, home, left_from)
             described = describe_anew([item for item in found if item.id not in marked], self._describe,
                                       moved_away, home, holder=self._holder(home), left_from=left_from,
-                                      copy_took=lambda key, there: (key, there) in copy_took, wall=self.wall(),
-                                      confirm_after=self.sweep_seconds)
+                                      copy_took=lambda key, there: (key, there) in copy_took, wall=self.wall())
             contests.extend(contested(found, self._describe, home))
             return release, marks + described
 

@@ -82,11 +82,12 @@ the move since, but not a take it can tell a copy made (:func:`copies_took`:
 made while its claim was here). Nor can it tell a take it did not see from a copy's: a give made while the home
 it gives is still here (paused: the move under way, or stopped half-way; clusterctl unpauses the target only once
 it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` after the other tokens, on an address homed
-nowhere too, and a take keeps the mark. The taker's sweep a full sweep interval after the give confirms it
-(:func:`confirm`: the mark comes off; by then the move's target, whose paused claim exists before the give, has
-swept and held the address); till then a release here marks the address released rather than deleting it
+nowhere too, and a take keeps the mark. A full sweep interval after the give (by the time it names) the give is
+confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the give, has swept and
+held the address); till then a release here marks the address released rather than deleting it
 (:func:`left_on_release`), the taker's and that of a claim carrying the key that took nothing, so that a copy
-deleted early leaves the address to the moved claim. An address an earlier version wrote (no home), or one back at
+deleted early leaves the address to the moved claim. The mark's age is read at the release; no sweep writes it
+off (the taker writes the address once). An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -134,7 +135,7 @@ _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 #: The take after a home: ``from=`` (taken unasked) or ``moved-from=`` (given by that home).
 _TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
-#: After a give made while the move may be under way, not confirmed by a sweep of the cluster that took it yet;
+#: After a give made while the move may be under way (confirmed a sweep interval after the time it names);
 #: last of the tokens (a description cut at :data:`MAX_DESCRIPTION` loses it before a mark of release), after a uid
 #: or a time: never in a claim's name.
 _MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?:=(\d{8}T\d{6}Z))?(?![\w=-])")
@@ -263,7 +264,7 @@ def _take_token(text: str) -> str | None:
 
 def given_mid_move(text: Any) -> bool:
     """Whether an address's give (``moved-from=``) was made while the move may have been under way (its home still
-    in the source's cluster) and no sweep of the cluster that took it has confirmed it since (``mid-move``, last of
+    in the source's cluster) (``mid-move``, confirmed once a sweep interval old: :func:`unconfirmed`; last of
     the tokens; also what is left of it in a description cut at :data:`MAX_DESCRIPTION`, on the safe side).
     clusterctl makes the move's target paused and unpauses it only once the source's Cluster is deleted, so a live
     claim that took the address meanwhile may be a copy of the claim restored from a directory."""
@@ -518,7 +519,7 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
     object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
     (the copy's release marks it released, for the moved claim to take back), and a hold here comes off. A give
-    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>`` (:func:`confirm`)."""
+    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>`` (:func:`unconfirmed`)."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -541,7 +542,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
         if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
         text = with_mid_move(with_swept(text, None), home(at) != ABSENT, wall)
-        out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
+        moved = text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
+        out.append((item, moved[:MAX_DESCRIPTION]))  # the longer token: the end (the claim's name first) cut
     return out
 
 
@@ -581,18 +583,15 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     return None
 
 
-def confirm(item: Found, text: str, wanted: Callable[[str], str | None], home: Callable[[Home], str],
-            wall: float | None = None, after: float = 0.0) -> str:
-    """``text`` (the address's description as this sweep leaves it) with its ``mid-move`` taken off where a claim
-    here carrying the key is homed at the address's home, here and not paused: a sweep here after the one that
-    took it (or after its home gave it), a sweep interval in which a paused claim of another cluster carrying
-    the key (the move's target) could hold it. From then on its release here deletes it at once."""
-    there = home_in(text)
-    if not given_mid_move(text) or there is None or home(there) != PRESENT or home_in(wanted(item.key)) != there:
-        return text
-    if (at := given_at(text)) is not None and wall is not None and wall - at < after:
-        return text
-    return with_mid_move(text, False)
+def unconfirmed(text: Any, wall: float | None, after: float) -> bool:
+    """Whether an address's give marked ``mid-move`` is not a full ``after`` (the sweep interval) old at ``wall``: a
+    paused claim of another cluster carrying the key (the move's target, made before the give) may not have swept
+    and held it yet. A mark of no time (an earlier one, or its time cut at :data:`MAX_DESCRIPTION`) never gets old.
+    Read at the release, not written off by a sweep: the cluster that took the address writes it once."""
+    if not given_mid_move(text):
+        return False
+    at = given_at(text)
+    return at is None or wall is None or wall - at < after
 
 
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
@@ -609,7 +608,8 @@ def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
     return held_elsewhere(text, home) or (there is not None and took(text) is not None and home(there) == ABSENT)
 
 
-def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float,
+                    confirm_after: float = 0.0) -> str | None:
     """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
@@ -632,7 +632,8 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). One homed here whose give is not confirmed (``mid-move``: a copy may have
+    never freed under a live claim). One homed here whose give is not confirmed (``mid-move`` less than ``confirm_after``, the
+    sweep interval, old at ``wall``: :func:`unconfirmed`; a copy may have
     taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
     marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
     other address is deleted: homed here, homed nowhere, or marked released by its home."""
@@ -649,7 +650,8 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
         return text
     taken = took(text)
     if there is not None and home(there) != ABSENT and taken is not None \
-            and (not taken[1] and (home(taken[0]) == ABSENT or taken[0] == there) or given_mid_move(text)):
+            and (not taken[1] and (home(taken[0]) == ABSENT or taken[0] == there)
+                 or unconfirmed(text, wall, confirm_after)):
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
@@ -684,8 +686,8 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
                   left_from: Callable[[str], Iterable[str]] = lambda key: (),
-                  copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None,
-                  confirm_after: float = 0.0) -> list[tuple[Found, str]]:
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
+                  ) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
@@ -695,11 +697,6 @@ def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], m
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)
-    for item in found:  # a give this sweep found homed here already is confirmed, not one it homed here now
-        text = out.get(item.id, (item, item.description))[1]
-        if given_mid_move(item.description) and home_in(text) == home_in(item.description) \
-                and (confirmed := confirm(item, text, wanted, home, wall, confirm_after)) != item.description:
-            out[item.id] = (item, confirmed)
     return [out[item.id] for item in found if item.id in out]
 
 
