@@ -32,7 +32,12 @@ every such kind lives here:
   deleted whole keeps it until they are judged; it comes off once no pool of the
   namespace needs it, also when a pool went past its finalizers or while no
   controller ran: each Secret held is recorded first (:class:`SecretHolds`), and
-  every sweep lets go what the record lists that no stored pool names.
+  every sweep lets go what the record lists that no stored pool names. A release
+  that leaves an address outside holds the Secret itself, before the address is
+  marked (or, where the kind learns it only from the mark, right after), and is
+  refused (asked again) where not even the record could be written
+  (:meth:`OutsidePools.hold_left`): so a Secret neither held nor recorded held means
+  that nothing was left, whatever restart or deletion follows the release.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
@@ -46,7 +51,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Awaitable, Hashable, Mapping
 from typing import Any, Callable, Iterable
 
 from kubernetes.client.rest import ApiException
@@ -83,6 +88,13 @@ class Left:
 HELD_SECRETS_RECORD = "metal3-ipam-held-secrets"
 
 
+class SecretNotHeld(Exception):
+    """The Secret of a pool's credentials could be neither held nor recorded held for what a release leaves outside
+    (:meth:`OutsidePools.hold_left`): the release is refused, and asked again."""
+
+    reason = "SecretNotHeld"
+
+
 class SecretHolds:
     """Our finalizer on the Secrets of pools' credentials, put on and taken off with a Kubernetes ``ApiClient``
     (a conditional patch at the resourceVersion read), each Secret held recorded first in the Lease
@@ -97,17 +109,22 @@ class SecretHolds:
         return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{HELD_SECRETS_RECORD}" \
             if namespace else None
 
-    async def recorded(self, finalizer: str) -> set[tuple[str, str]]:
-        """The Secrets recorded as carrying ``finalizer``: (namespace, name)."""
+    async def recorded(self, finalizer: str) -> set[tuple[str, str]] | None:
+        """The Secrets recorded as carrying ``finalizer``: (namespace, name); None when the record could not be read
+        (not known: never taken for a record that lists nothing)."""
         path = self._record_path()
         if path is None:
             return set()
         try:
             lease = await asyncio.to_thread(request, self._api, "GET", path, timeout=10)
         except ApiException as exc:
-            if exc.status != 404:
-                log.warning("Lease %s: not read: %s %s", HELD_SECRETS_RECORD, exc.status, exc.reason)
-            return set()
+            if exc.status == 404:
+                return set()
+            log.warning("Lease %s: not read: %s %s", HELD_SECRETS_RECORD, exc.status, exc.reason)
+            return None
+        except Exception as exc:  # noqa: BLE001 - the API server unreachable or slow: not known
+            log.warning("Lease %s: not read: %s", HELD_SECRETS_RECORD, exc)
+            return None
         return _held_in(lease, finalizer)
 
     async def _record(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
@@ -246,8 +263,11 @@ class OutsidePools:
         #: each pool's judgement by the last sweep that judged it (see :meth:`judge`)
         self.left: dict[PoolRef, Left] = {}
         self._judgements: dict[PoolRef, Left] = {}
+        self._waiting_since: dict[PoolRef, dict[str, float]] = {}  # pool -> address waiting -> first found so
         self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
         self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
+        #: the Secrets a release held since the settling under way began (see :meth:`hold_left`): not let go by it
+        self._held_by_releases: set[tuple[str, str]] = set()
         if asking is not None:
             asking.judges_pools = self.secret_finalizer is not None
 
@@ -295,7 +315,8 @@ class OutsidePools:
             self._timer.cancel()
         for timer in self._survey_timers.values():
             timer.cancel()
-        tasks = [t for t in (self._loop_task, self._sweep_task, self._sweep_soon, *self._surveying.values())
+        tasks = [t for t in (self._loop_task, self._sweep_task, self._sweep_soon, self.settling,
+                             *self._surveying.values())
                  if t is not None]
         for task in tasks:
             task.cancel()
@@ -338,6 +359,7 @@ class OutsidePools:
         self._seen.pop(ref, None)
         self.left.pop(ref, None)
         self._judgements.pop(ref, None)
+        self._waiting_since.pop(ref, None)
         self.answers.unjudged(ref)
         if self.secret_finalizer is not None and self.secret_holds is not None and self.may_act():
             self.settle_soon()  # however the pool went, the Secret it named is let go unless another pool needs it
@@ -345,16 +367,20 @@ class OutsidePools:
     def settle_soon(self) -> None:
         """The Secrets held settled now, with what the last sweeps judged (one at a time, with the sweeps)."""
         if self.settling is None or self.settling.done():
-            self.settling = asyncio.create_task(self._settled(), name=f"{self.label} Secrets settled")
+            self.settling = asyncio.create_task(self._alone(self.settle, "Secrets not settled"),
+                                                name=f"{self.label} Secrets settled")
 
-    async def _settled(self) -> None:
+    async def _alone(self, work: Callable[[], Awaitable[Any]], failed: str) -> Any:
+        """``work()`` with no other sweep or settling beside it; None, logged, where it failed (a bug of ours must
+        not end the sweeps)."""
         async with self._sweeping:
             try:
-                await self.settle()
+                return await work()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bug of ours must not end the sweeps
-                log.exception("%s: Secrets not settled", self.label)
+            except Exception:
+                log.exception("%s: %s", self.label, failed)
+                return None
 
     def pump(self) -> None:
         """Send what is due; come back at the next time something falls due."""
@@ -479,17 +505,13 @@ class OutsidePools:
             self._sweep_soon = asyncio.create_task(self.swept(), name=f"{self.label} sweep soon")
 
     async def swept(self) -> list:
-        """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`)."""
-        async with self._sweeping:
-            try:
-                released = await self.sweep()
-                await self.settle()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug of ours must not end the sweeps
-                log.exception("%s: sweep failed", self.label)
-                return []
+        """One sweep (:meth:`sweep`), then what it judged of the pools settled (:meth:`settle`); what it released."""
+        async def sweep_and_settle() -> list:
+            released = await self.sweep()
+            self._judge_unreadable()
+            await self.settle()
             return released
+        return await self._alone(sweep_and_settle, "sweep failed") or []
 
     # -- what pools' claims left outside ------------------------------------------------
 
@@ -498,6 +520,42 @@ class OutsidePools:
         the pool, being deleted, is held until a sweep judged it again."""
         self._judgements.pop(ref, None)
         self.answers.unjudged(ref)
+
+    def _judge_unreadable(self) -> None:
+        """The pools being deleted that cannot be read (a spec stored while the admission webhook was not serving,
+        or under an earlier version's rules), which no sweep can judge: judged from what this process found."""
+        for pool_key in self.inventory.pool_keys():
+            ref = (pool_key.namespace, pool_key.name)
+            pool_obj = self.inventory.get(self.pool_kind, *ref) if pool_key.kind == self.pool_kind else None
+            if pool_obj is not None and o.is_deleting(pool_obj) and ref not in self._judgements \
+                    and self.read_model(pool_obj) is None \
+                    and not self.remembers_left(ref, uid := o.meta(pool_obj).get("uid")):
+                self.judge(ref, Left(uid))
+
+    async def hold_left(self, ref: PoolRef, secret: str | None) -> bool:
+        """A release of a claim of pool ``ref`` leaves an address outside (for another cluster to answer, or for the
+        sweeps here to release once unanswered): the pool is unjudged (:meth:`unjudge`), and the Secret of its
+        credentials (``secret``, in its namespace) held by :attr:`secret_finalizer`, recorded first, as part of the
+        release, not at the next sweep: a Secret neither held nor recorded held means that nothing was left
+        (:meth:`secrets_held`, and the kinds' sweeps, rely on it), also across a restart or a namespace deleted right
+        after the release. False when not even the record could be written (the release is to be refused and asked
+        again); a Secret gone or being deleted is recorded all the same."""
+        self.unjudge(ref)
+        if self.secret_finalizer is None or secret is None:
+            return True
+        key = (ref[0], secret)
+        self._held_by_releases.add(key)
+        if self._secrets_held.get(key):
+            return True  # held already, as last written here
+        if self.secret_holds is None or await self.secret_holds.hold(*key, self.secret_finalizer, True):
+            self._secrets_held[key] = True
+            return True
+        try:
+            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+        except Exception:  # not read: taken for not recorded
+            log.exception("%s: the record of Secrets held not read", self.label)
+            recorded = None
+        return key in (recorded or ())
 
     def judge(self, ref: PoolRef, left: Left) -> None:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
@@ -508,11 +566,19 @@ class OutsidePools:
         release it: two sweeps (unless the kind says otherwise)."""
         return 2 * self.sweep_seconds
 
-    def waiting_message(self, left: Left) -> str | None:
-        """What a pool being deleted says it waits for, or None."""
+    def waiting_message(self, ref: PoolRef, left: Left) -> str | None:
+        """What a pool being deleted says it waits for, or None. The time named is counted from when this process
+        first found each address waiting, so it stays while nothing changes (a status not written anew at every
+        sweep, a promise that does not move on while the outside IPAM does not answer)."""
+        seen = self._waiting_since.setdefault(ref, {})
+        for address in set(seen) - set(left.waiting):
+            del seen[address]
         if not left.waiting:
+            self._waiting_since.pop(ref, None)
             return None
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.left_seconds()))
+        now = time.time()
+        since = max(seen.setdefault(address, now) for address in left.waiting)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + self.left_seconds()))
         return (f"waits for {len(left.waiting)} {self.addresses_called} its claims left for another cluster to answer "
                 f"({', '.join(sorted(left.waiting)[:5])}{', ...' if len(left.waiting) > 5 else ''}): released by the "
                 f"sweeps by {at} unless a claim of that cluster answers for them (then that cluster's)")
@@ -523,6 +589,7 @@ class OutsidePools:
         waits (its status saying so), else let go (passed over again, its finalizer off)."""
         if self.secret_finalizer is None:
             return
+        self._held_by_releases = set()
         needs: dict[tuple[str, str], bool] = {}
         for ref, left in self._judgements.items():
             pool_obj = self.inventory.get(self.pool_kind, *ref)
@@ -535,6 +602,7 @@ class OutsidePools:
         # (Of the namespaces served only: another controller sharing the record may serve the others.)
         served = self.inventory.namespaces
         listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        listed = listed or set()  # not read: what only the record lists is let go at a later settling
         recorded = {key for key in listed if served is None or key[0] in served}
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
@@ -548,8 +616,14 @@ class OutsidePools:
         for (namespace, secret), held in needs.items():
             if self._secrets_held.get((namespace, secret)) == held and (held or (namespace, secret) not in recorded):
                 continue
+            if not held and (namespace, secret) in self._held_by_releases:
+                continue  # a release left an address meanwhile: judged again by the next sweep
             done = True if self.secret_holds is None else \
                 await self.secret_holds.hold(namespace, secret, self.secret_finalizer, held)
+            if not held and (namespace, secret) in self._held_by_releases:  # a release held it while it was let go
+                held = True
+                done = True if self.secret_holds is None else \
+                    await self.secret_holds.hold(namespace, secret, self.secret_finalizer, True)
             if done:
                 self._secrets_held[(namespace, secret)] = held
             else:
@@ -558,7 +632,7 @@ class OutsidePools:
             pool_obj = self.inventory.get(self.pool_kind, *ref)
             if pool_obj is None or o.meta(pool_obj).get("uid") != left.uid:
                 continue
-            message = self.waiting_message(left)
+            message = self.waiting_message(ref, left)
             secret = (ref[0], left.secret) if left.secret is not None else None
             if message is None and secret is not None and not needs.get(secret) and \
                     (secret in failed or self._secrets_held.get(secret)):  # the pool's going would leave it held
@@ -593,3 +667,21 @@ class OutsidePools:
     def secret_of(self, model: Any) -> str | None:
         """The Secret (in the pool's namespace) a pool's credentials come from, or None."""
         return None
+
+    def remembers_left(self, ref: PoolRef, uid: Any) -> bool:
+        """Whether this process remembers an address the claims of pool ``ref`` (that very one: ``uid``) left
+        outside that no sweep judged gone yet."""
+        return False
+
+    async def secrets_held(self) -> Callable[[str, str], bool]:
+        """Whether our finalizer may hold a Secret (namespace, name): as written here, or as recorded by whatever
+        process wrote it; any, when the record could not be read. A pool being deleted whose outside IPAM cannot be
+        swept is held only while its Secret may be held (what its claims left waits); else it is judged from what
+        this process found: an IPAM that never answers, or a Secret never made, would hold it for good."""
+        held = {key for key, on in self._secrets_held.items() if on}
+        if self.secret_holds is not None and self.secret_finalizer is not None:
+            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+            if recorded is None:
+                return lambda namespace, name: True
+            held |= recorded
+        return lambda namespace, name: (namespace, name) in held

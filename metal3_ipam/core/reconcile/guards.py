@@ -509,29 +509,33 @@ class Guards(PassState):
                                            resource_version=o.meta(found).get("resourceVersion")))
                 continue
             # One found here is left over (``held_elsewhere`` passed it over): that incarnation goes first.
-            actions += ([self.left_over(found)] if found is not None else []) + [Create(self.guard(claim, span))]
+            actions += (self.left_over(found) if found is not None else []) + [Create(self.guard(claim, span))]
         if back is not None:
             # Its guards made anew: the doubt goes, after them (a pass stopped before leaves it for the next one).
             actions.append(SetMetadata(o.ref(claim), annotations={kinds.TAKEN_BACK_ANNOTATION: None},
                                        resource_version=o.meta(claim).get("resourceVersion")))
         return actions
 
-    def left_over(self, guard: dict) -> Delete:
+    def left_over(self, guard: dict) -> list:
         """The delete of a guard found left over (``guard_holds``). One whose claim this view holds (that
-        incarnation) goes as it is. One whose claim it does not hold, under the name and uid its owner reference
-        gives, goes only if the API server, read again, has no such claim either (``Delete.unless_exists``): a
-        view behind on claims (or one that read the guard again after a refused write) holds the guard of a claim
-        it has not seen yet, live and bound to its IP."""
+        incarnation, bound to another IP) goes right after a write of that claim on condition that it is unchanged
+        since read (a no-op on the API server): a view behind on that claim (it was given this IP since) is refused.
+        One whose claim it does not hold, under the name and uid its owner reference gives, goes only if the API
+        server, read again, has no such claim either (``Delete.unless_exists``): a view behind on claims (or one
+        that read the guard again after a refused write) holds the guard of a claim it has not seen yet, live and
+        bound to its IP."""
         ref = o.spec(guard).get("claim") or {}
-        if self.holder(guard) is not None:
-            return Delete(o.ref(guard))
+        holder = self.holder(guard)
+        if holder is not None:
+            return [SetMetadata(o.ref(holder), resource_version=o.meta(holder).get("resourceVersion")),
+                    Delete(o.ref(guard))]
         kind, name = str(ref.get("kind") or kinds.IPCLAIM[1]), str(ref.get("name") or "")
         owner = next((r for r in o.owner_references(guard) if r.get("kind") == kind and r.get("name") == name
                       and r.get("uid")), None)
         if owner is None:
-            return Delete(o.ref(guard))  # it names no owner claim: no claim holds it (``holder``), whatever is seen
-        return Delete(o.ref(guard), unless_exists=o.Ref(str(owner.get("apiVersion") or ref.get("apiVersion") or ""),
-                                                        kind, o.namespace(guard), name, str(owner["uid"])))
+            return [Delete(o.ref(guard))]  # it names no owner claim: no claim holds it (``holder``), whatever is seen
+        return [Delete(o.ref(guard), unless_exists=o.Ref(str(owner.get("apiVersion") or ref.get("apiVersion") or ""),
+                                                         kind, o.namespace(guard), name, str(owner["uid"])))]
 
     def joined_owners(self, guard: dict, claim: dict) -> tuple[dict, ...]:
         """The owners of a guard the namespace's pools share once ``claim``'s allocation joins it: this pool and

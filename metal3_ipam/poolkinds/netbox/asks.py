@@ -37,7 +37,7 @@ from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.outside import Left, OutsidePools
+from metal3_ipam.controller.outside import HELD_SECRETS_RECORD, Left, OutsidePools, SecretNotHeld
 from metal3_ipam.poolkinds.netbox.client import NetBoxClient, NetBoxError
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
@@ -60,7 +60,8 @@ from metal3_ipam.core.reconcile import first_carrier, left_with
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, PAUSED, PRESENT, Found, Home, Sweep, claim_in, contested,
                                                copies_took, describe_anew, description,
                                                held_in, home_in, home_of, home_state, left_on_release, moved_from,
-                                               settle, swept_at, taken_from, took, unclaimed_here)
+                                               released_by, settle, swept_at, taken_from, took, unclaimed_here,
+                                               with_released_by)
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class NetBoxAsks:
     # -- asks ---------------------------------------------------------------------------
 
     async def ask(self, ask: Ask, description: str | None = None,
-                  leave: Callable[[str, str], str | None] = lambda key, description: None) -> Answer:
+                  leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> Answer:
         """Run one ask to its answer (never raises), within its deadline. ``description``: an allocation's
         (its claim and home, ``sweep``); ``leave``: the description a release leaves the key's address with
         (another cluster's claim's maybe), None: deleted (``NetBoxClient.release``)."""
@@ -243,7 +244,7 @@ class NetBoxAsks:
                 allocation = await client.allocate(ask.key, pool.parent, avoid=[pool.gateway] if pool.gateway else (),
                                                    description=description)
                 return Granted(ask.key, ask.attempt, allocation.address, allocation.id)
-        except TokenUnavailable as exc:
+        except (TokenUnavailable, SecretNotHeld) as exc:
             return Refused(ask.key, ask.attempt, exc.reason, f"{what}: {exc}")
         except NetBoxError as exc:
             if exc.reason is Reason.TOKEN_REFUSED:
@@ -262,9 +263,10 @@ class NetBoxAsks:
 
     def send(self, asks: Iterable[Ask], deliver: Callable[[Answer], Awaitable[None] | None],
              describe: Callable[[str], str | None] = lambda key: None,
-             leave: Callable[[str, str], str | None] = lambda key, description: None) -> list[asyncio.Task]:
+             leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> list[asyncio.Task]:
         """Run ``asks`` concurrently; hand each answer to ``deliver`` as it comes. Returns the tasks.
-        ``describe(key)``: the description of an address allocated for the key; ``leave(key, description)``: the
+        ``describe(key)``: the description of an address allocated for the key; ``leave(key, description,
+        address)``: the
         description a release leaves the key's address with, None: deleted (``NetBoxClient.release``)."""
         started = []
         for ask in asks:
@@ -278,7 +280,7 @@ class NetBoxAsks:
 
     async def _run(self, ask: Ask, deliver: Callable[[Answer], Awaitable[None] | None],
                    description: str | None = None,
-                   leave: Callable[[str, str], str | None] = lambda key, description: None) -> None:
+                   leave: Callable[[str, str, str], Any] = lambda key, description, address: None) -> None:
         answer = await self.ask(ask, description, leave)
         result = deliver(answer)
         if asyncio.iscoroutine(result):
@@ -389,7 +391,14 @@ class NetBoxPools(OutsidePools):
         #: released claim's home, marked released (``sweep.left_on_release``): this cluster's to release once the
         #: grace is over, also once that home is gone (its namespace deleted), when it would look another cluster's
         self._released_here: dict[Any, dict[str, tuple[NetBoxPool, Home]]] = {}
+        #: the address (its IP) of each key a release here left so: what a pool being deleted says it waits for
+        #: while NetBox does not list it
+        self._left_addresses: dict[str, str] = {}
         self._released_sweeps: dict[Any, Sweep] = {}  # per NetBox server: the sightings of those
+        #: (server, key) -> the count of releases that left addresses when that key's was: a sweep whose listing began
+        #: before (``_releases`` then) does not forget it for what it listed
+        self._released_at: dict[tuple[Any, str], int] = {}
+        self._releases = 0
         #: per NetBox server, (key, the home that took it) of each address a copy took from a claim here
         #: (``sweep.copies_took``), while NetBox says so: never given, wherever that claim moves
         self._copy_takes: dict[Any, set[tuple[str, Home]]] = {}
@@ -447,12 +456,15 @@ class NetBoxPools(OutsidePools):
             return None
         return self._description(first_carrier(claims, lambda c: bool((o.status(c) or {}).get("addressRef"))))
 
-    def _left_on_release(self, key: str, text: str) -> str | None:
-        """The description a release of ``key`` here leaves its address (described ``text``) with, or None: it
-        is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
+    def _left_on_release(self, key: str, text: str, address: str | None = None) -> str | None:
+        """The description a release of ``key`` here leaves its address (``address``, described ``text``) with, or
+        None: it is deleted (``sweep.left_on_release``). Left as it is when it is another cluster's claim's too: that
         cluster took it over (``from=``: homed at an object not here), or holds it (``held=``/``live-held=`` an
         object not here); taken over marked released when homed at another cluster's object that nobody took
-        over yet (a claim there may carry the key)."""
+        over yet (a claim there may carry the key). Where it is this cluster's to release (homed at the released
+        claim's home, marked released), it is remembered, its mark names the claim's pool (``released-by=``) so
+        that it is found again in NetBox after a restart (``_find_released_here``), and an awaitable of that
+        description is given instead: the pool's Secret is held first (:meth:`_held_first`)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
         left = left_on_release(text, released, home_state(self._homes()), self.wall(), self.sweep_seconds)
@@ -461,7 +473,20 @@ class NetBoxPools(OutsidePools):
         model = self.read_model(pool_obj) if pool_obj is not None else None
         if left is not None and at is not None and home_in(left) == at and swept_at(left) is not None and model:
             self._released_here.setdefault(model.server, {})[key] = (model, at)
-            self.unjudge((model.namespace, model.name))
+            self._left_addresses[key] = (address or key).partition("/")[0]
+            if uid := o.meta(pool_obj).get("uid"):
+                left = with_released_by(left, str(uid))
+            self._releases += 1
+            self._released_at[(model.server, key)] = self._releases
+            return self._held_first(model, left)
+        return left
+
+    async def _held_first(self, model: NetBoxPool, left: str) -> str:
+        """``left``, once the pool's Secret is held for what the release leaves (``OutsidePools.hold_left``), before
+        NetBox is told; raises SecretNotHeld where it cannot be (the release is refused, and asked again)."""
+        if not await self.hold_left((model.namespace, model.name), self.secret_of(model)):
+            raise SecretNotHeld(f"Secret {model.namespace}/{model.token.name}: finalizer {SECRET_FINALIZER} neither "
+                                f"put on nor recorded in Lease {HELD_SECRETS_RECORD}; the release is asked again")
         return left
 
     def _holder(self, home: Callable[[Home], str]) -> Callable[[str], str | None]:
@@ -477,15 +502,19 @@ class NetBoxPools(OutsidePools):
 
     # -- sweeps -------------------------------------------------------------------------
 
-    def _forget_released_here(self, server: Any, found: list[Found]) -> None:
+    def _forget_released_here(self, server: Any, found: list[Found], listing: int) -> None:
         """The addresses a release here left on ``server`` that are no longer so (released, taken back) forgotten,
-        as NetBox lists them (``found``: all of this owner's)."""
+        as NetBox lists them (``found``: all of this owner's, listed after ``listing`` releases had left addresses:
+        one a later release left may be listed as it was before)."""
         remembered = self._released_here.get(server, {})
         listed = {item.key: item for item in found}
         for key, (_, at) in list(remembered.items()):
+            if self._released_at.get((server, key), 0) > listing:
+                continue
             item = listed.get(key)
             if item is None or home_in(item.description) != at or swept_at(item.description) is None:
                 del remembered[key]
+                self._released_at.pop((server, key), None)
         if not remembered:
             self._released_here.pop(server, None)
 
@@ -556,16 +585,19 @@ class NetBoxPools(OutsidePools):
             except (NetBoxError, TimeoutError) as exc:
                 log.warning("sweep of NetBox at %s (with the token of NetBoxIPPool %s/%s): %s",
                             server.url, model.namespace, model.name, exc)
-                break
+                if not (isinstance(exc, NetBoxError) and exc.reason is Reason.TOKEN_REFUSED):
+                    break  # NetBox itself failed: no other token does better now
         # Not swept: a pool being deleted is judged from what this process found, where nothing says more was left
         # (its token not there; or its Secret, which our finalizer holds while what its claims left waits, not held
         # nor recorded held): a NetBox that never answers, or a Secret never made, holds it for good else.
-        for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
-        held = await self.secret_holds.recorded(self.secret_finalizer) \
-            if self.secret_holds is not None and self.secret_finalizer is not None else set()
-        held |= {key for key, on in self._secrets_held.items() if on}
-        self._judge(server, [(m, uid) for m, uid in pools if self._deleting(m) and (
-            (m.namespace, m.name) in for_good or (m.namespace, m.token.name) not in held)], {}, set())
+        deleting = [(m, uid) for m, uid in pools if self._deleting(m)]
+        if deleting:
+            for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
+            held = await self.secrets_held()
+            # Those this process remembers addresses of are judged waiting for them (held, saying what for).
+            self._judge(server, [(m, uid) for m, uid in deleting if (m.namespace, m.name) in for_good
+                                 or not held(m.namespace, m.token.name)
+                                 or self.remembers_left((m.namespace, m.name), uid)], {}, set())
         return []
 
     async def _sweep_server(self, server: Any, model: NetBoxPool, pools: list[tuple[NetBoxPool, Any]]
@@ -573,6 +605,7 @@ class NetBoxPools(OutsidePools):
         """One sweep of ``server`` with ``model``'s token (see :meth:`sweep`); raises what the asks' sweep does."""
         judge = self._sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
         judge_left = self._released_sweeps.setdefault(server, Sweep(grace=self.sweep_seconds * 0.9))
+        listing = self._releases  # the releases that left addresses before NetBox is listed
 
         def choose(found: list[Found], judge: Sweep = judge, judge_left: Sweep = judge_left, server: Any = server
                    ) -> tuple[list[Found], list[tuple[Found, str]]]:
@@ -586,7 +619,7 @@ class NetBoxPools(OutsidePools):
             judged = judge.judge(found, carried=self.carried(), home=home, now=self.clock())
             release, marks = settle(judged, self.wall(), self.release_grace_seconds)
             # Left by a release here, their home gone since: this cluster's still, released past the grace.
-            self._forget_released_here(server, found)
+            self._forget_released_here(server, found, listing)
             left = judge_left.judge(self._left_here(server, found, home), carried=self.carried(),
                                     home=self._home_left(server, home), now=self.clock())
             release += [item for item in settle(left, self.wall(), self.release_grace_seconds)[0]
@@ -627,6 +660,10 @@ class NetBoxPools(OutsidePools):
         self._judge(server, pools, addresses, shared)
         return done
 
+    def remembers_left(self, ref: Any, uid: Any) -> bool:
+        return any((pool.namespace, pool.name) == tuple(ref)
+                   for remembered in self._released_here.values() for pool, _ in remembered.values())
+
     def _deleting(self, model: NetBoxPool) -> bool:
         """Whether the pool is being deleted (swept with the token last read if its Secret went)."""
         pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
@@ -635,19 +672,24 @@ class NetBoxPools(OutsidePools):
     def _find_released_here(self, server: Any, found: list[Found], home: Callable[[Home], str],
                             pools: Iterable[tuple[NetBoxPool, Any]]) -> None:
         """The addresses a release here left marked released, found again in NetBox for a pool held here being
-        deleted (its finalizer keeps it while they wait): those of a claim of its namespace (``claim_in``), homed
-        at an object gone from here, whose key nothing here carries. What a release here remembers
-        (``_released_here``) is so found again after a restart."""
+        deleted (its finalizer keeps it while they wait): those whose mark names that pool (``released-by=`` its
+        uid, which no other cluster's pool has), homed at an object gone from here, whose key nothing here
+        carries; and for a live pool (the claim's Cluster deleted since, the pool staying), those of them taken
+        over unasked (``from=``), as a release leaves them (``sweep.left_on_release``). What a release here
+        remembers (``_released_here``) is so found again after a restart. A mark naming no pool (a sweep's, or an
+        earlier version's release) may be another cluster's, whose claim may be bound to the address still: it
+        is not taken (left in NetBox rather than released under a live claim)."""
         carried = self.carried()
         remembered = self._released_here.setdefault(server, {})
-        for model, _ in pools:
+        for model, uid in pools:
             pool_obj = self.inventory.get(NETBOX_IP_POOL, model.namespace, model.name)
-            if pool_obj is None or not o.is_deleting(pool_obj):
+            if pool_obj is None or not uid:
                 continue
             for item in found:
-                at, claimed = home_in(item.description), claim_in(item.description)
-                if at is not None and claimed is not None and claimed[0] == model.namespace \
-                        and swept_at(item.description) is not None and home(at) == ABSENT \
+                at = home_in(item.description)
+                if at is not None and released_by(item.description) == str(uid) and home(at) == ABSENT \
+                        and (o.is_deleting(pool_obj) or ((taken := took(item.description)) is not None
+                                                         and not taken[1])) \
                         and not carried(item.key) and item.key not in remembered:
                     remembered[item.key] = (model, at)
 
@@ -664,10 +706,12 @@ class NetBoxPools(OutsidePools):
         """What the claims of each pool of ``server`` left (``OutsidePools.judge``): the addresses released here
         that wait for the grace, and those of its live claims another cluster marks too."""
         remembered = self._released_here.get(server, {})
+        for key in [k for k in self._left_addresses if not any(k in r for r in self._released_here.values())]:
+            del self._left_addresses[key]
         for model, uid in pools:
             mine = (model.namespace, model.name)
-            waiting = tuple(sorted(addresses.get(key, key) for key, (pool, _) in remembered.items()
-                                   if (pool.namespace, pool.name) == mine))
+            waiting = tuple(sorted(addresses.get(key) or self._left_addresses.get(key, key)
+                                   for key, (pool, _) in remembered.items() if (pool.namespace, pool.name) == mine))
             ours = sum(1 for key in shared for claim in self.inventory.claims_carrying(key)[:1]
                        if o.namespace(claim) == model.namespace and (ref := o.pool_of(claim)) is not None
                        and ref.name == model.name)

@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import ipaddress
 import json
 import logging
 import ssl
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import aiohttp
 
@@ -446,15 +447,19 @@ class NetBoxClient:
             raise NetBoxError(classify(status, answer, f"{what}: reserving {allocation.address}",
                                        field=self.key_field))
 
-    async def release(self, key: str, leave: Callable[[str, str], str | None] = lambda key, description: None
-                      ) -> Allocation | None:
+    async def release(self, key: str,
+                      leave: Callable[[str, str, str], str | None | Awaitable[str | None]]
+                      = lambda key, description, address: None) -> Allocation | None:
         """Delete the address holding ``key``; the one deleted, or None when there was none or it was left. An
-        address ``leave(key, description)`` leaves (``sweep.left_on_release``: a claim of another cluster may
-        carry the key too) is not deleted, but given the description it says."""
+        address ``leave(key, description, address)`` leaves (``sweep.left_on_release``: a claim of another cluster may
+        carry the key too) is not deleted, but given the description it says (awaited first where ``leave``
+        answers with an awaitable: what must be done before the address is so marked)."""
         found = await self.find(key)
         if found is None:
             return None
-        left = leave(key, found.description)
+        left = leave(key, found.description, found.address)
+        if inspect.isawaitable(left):
+            left = await left
         if left is not None:
             log.warning("NetBox at %s: %s (key %s) not released: a claim of another cluster may carry the key "
                         "(%s)%s", self.url, found.address, key, found.description,

@@ -143,11 +143,14 @@ _MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?:=(\d{8}T\d{6}Z))?(?![\w=-]
 _MID_MOVE_CUT = re.compile(r" m(?:i(?:d(?:-(?:m(?:o(?:v(?:e(?:=[\dTZ]*)?)?)?)?)?)?)?)?$")
 _MID_MOVE_TIME = "%Y%m%dT%H%M%SZ"  # ISO 8601's basic format: short, for the tokens to fit
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+#: The uid of the NetBoxIPPool whose claim's release left the address marked released (after ``swept=``; no kind,
+#: to keep the claim's name in more descriptions).
+_RELEASED_BY = re.compile(r" ?\breleased-by=([0-9a-fA-F-]{8,64})\b")
 #: Where a hold goes in a description an earlier version wrote (no home).
 _HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
-_AFTER_HOME = (_HELD, _TAKE, _SWEPT, _MID_MOVE)
+_AFTER_HOME = (_HELD, _TAKE, _SWEPT, _RELEASED_BY, _MID_MOVE)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -317,6 +320,23 @@ def with_swept(text: str, at: float | None) -> str:
     """``text`` marked released by a sweep at ``at`` (wall-clock seconds), or unmarked (``at`` None)."""
     stamp = datetime.fromtimestamp(int(at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else None
     return _with(text, _SWEPT, f"swept={stamp}" if stamp else None)
+
+
+def released_by(text: Any) -> str | None:
+    """The uid of the NetBoxIPPool whose claim's release left the address marked released (``released-by=<uid>``,
+    :func:`with_released_by`), or None: marked by a sweep, by an earlier version's release, or not marked. A pool's
+    uid is its cluster's alone: the mark tells a release of this cluster from one of another cluster, also once
+    the claim's home is gone."""
+    found = _RELEASED_BY.search(text) if isinstance(text, str) and swept_at(text) is not None else None
+    return found.group(1) if found else None
+
+
+def with_released_by(text: str, pool_uid: str) -> str:
+    """``text`` (marked released by a release) naming the pool of the released claim; as it is where the whole
+    token does not fit in :data:`MAX_DESCRIPTION` once the claim's name is cut (never found again after a restart:
+    left in NetBox)."""
+    marked = _with(text, _RELEASED_BY, f"released-by={pool_uid}")
+    return marked if released_by(marked) == pool_uid else text
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from kubernetes.client.rest import ApiException
 
 from metal3_ipam.controller import metrics
 from metal3_ipam.controller.api import request
-from metal3_ipam.controller.outside import OutsidePools
+from metal3_ipam.controller.outside import HELD_SECRETS_RECORD, OutsidePools, SecretNotHeld
 from metal3_ipam.core import kinds
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Answer, Ask, Granted, Op, Refused, Released
@@ -339,6 +339,10 @@ def survey(neutron: Neutron, pool: OpenStackPool, owner: str) -> Survey:
 
 # --------------------------------------------------------------------------- the asks
 
+async def _held(pool: OpenStackPool) -> bool:
+    return True
+
+
 class OpenStackAsks:
     """The asks of floating-IP pools, run against their clouds. See the module's docstring."""
 
@@ -367,6 +371,8 @@ class OpenStackAsks:
         self.released_home: Callable[[str], homes.Home | None] = lambda key: None  # of a claim here, deleted or not
         #: (pool, key, floating IP id, home here): a floating IP a release kept, its claim here marked left
         self.left_here: Callable[[OpenStackPool, str, str, homes.Home | None], None] = lambda *args: None
+        #: the pool's Secret held for what a release left (``OutsidePools.hold_left``); False: not even recorded
+        self.hold_secret: Callable[[OpenStackPool], Awaitable[bool]] = _held
         #: address -> (key, pool namespace, pool name), of the IPAddresses of the claims here and of the keys whose
         #: floating IP was found gone: no other key is given those addresses
         self.held_addresses: Callable[[], dict[str, tuple[str, str, str]]] = dict
@@ -469,6 +475,11 @@ class OpenStackAsks:
                 gone = await self.run_lingering(pool, release, ask.key, self.homes(ask.key)[1], released, left)
                 for fip_id in left:
                     self.left_here(pool, ask.key, fip_id, released)
+                if left and released is not None and not await self.hold_secret(pool):
+                    return Refused(ask.key, ask.attempt, SecretNotHeld.reason,
+                                   f"{what}: Secret {pool.namespace}/{pool.identity.secret}: finalizer "
+                                   f"{p.SECRET_FINALIZER} neither put on nor recorded in Lease {HELD_SECRETS_RECORD} "
+                                   f"for floating IPs {', '.join(left)} its claim left; asked again")
                 for fip in gone:
                     log.info("%s: floating IP %s (%s) %s", pool.text, fip.address, fip.id,
                              "deleted" if p.deleted_on_release(pool, self.owner, fip.address, fip.tags) else "kept")
@@ -578,6 +589,7 @@ class OpenStackPools(OutsidePools):
         asks.homes = self.key_homes
         asks.released_home = lambda key: self.carrier_home(key, live=False)
         asks.left_here = self.sweeper.remember_left
+        asks.hold_secret = lambda pool: self.hold_left((pool.namespace, pool.name), pool.identity.secret)
         asks.keeps = self.sweeper.keeps
         asks.held_addresses = self.holders
         asks.capo_held_elsewhere = self.capo_held
@@ -613,6 +625,9 @@ class OpenStackPools(OutsidePools):
 
     async def sweep(self) -> list[FloatingIP]:
         return await self.sweeper.sweep()
+
+    def remembers_left(self, ref: Any, uid: Any) -> bool:
+        return any(marked.pool.uid == uid for marked in self.sweeper.marked.values())
 
     def holders(self) -> dict[str, tuple[str, str, str]]:
         """address -> (key, pool namespace, pool name): the address each lock holds for its key, and each found

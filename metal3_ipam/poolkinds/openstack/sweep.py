@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from metal3_ipam.controller.outside import Left
 from metal3_ipam.core import kinds
@@ -175,12 +175,19 @@ class Sweeper:
         self.marked: dict[str, Marked] = {}
         #: the objects here marks were found naming: still this cluster's once gone (never another cluster's)
         self._ours: set[homes.Home] = set()
+        #: floating IP id -> the count of releases here that kept floating IPs marked left when that one was: a
+        #: sweep that began before (``_listing``) does not forget it for the tags it listed
+        self._released_at: dict[str, int] = {}
+        self._releases = 0
+        self._listing = 0
 
     def remember_left(self, pool: OpenStackPool, key: str, fip_id: str, home: homes.Home | None) -> None:
         """A release here kept floating IP ``fip_id`` of ``key``, marked left by the claim at ``home``."""
         if home is not None:
             self._keep(fip_id, Marked(pool, key, self.pools.asks.client_of(pool)))
             self._ours.add(home)
+            self._releases += 1
+            self._released_at[fip_id] = self._releases
             self.pools.unjudge((pool.namespace, pool.name))
 
     def keeps(self, client: tuple) -> bool:
@@ -197,6 +204,7 @@ class Sweeper:
 
     def _forget(self, fip_id: str) -> None:
         """``fip_id`` no longer remembered (nor the client kept for it alone)."""
+        self._released_at.pop(fip_id, None)
         marked = self.marked.pop(fip_id, None)
         if marked is not None and marked.client is not None:
             self.pools.asks.forget_client(marked.client)
@@ -208,7 +216,7 @@ class Sweeper:
         if ours:
             self._ours.update(ours)
             self._keep(fip.id, Marked(pool, key, self.pools.asks.client_of(pool), fip.address))
-        else:
+        elif self._released_at.get(fip.id, 0) <= self._listing:  # not kept by a release since it was listed
             self._forget(fip.id)
 
     def lost_of(self, pool: OpenStackPool) -> tuple[str, ...]:
@@ -246,15 +254,20 @@ class Sweeper:
         floating IPs another cluster marks too, in ``shared``."""
         owner, asks = self.pools.asks.owner, self.pools.asks
         listed_tags: set[str] = set()
+        held: Callable[[str, str], bool] | None = None
         for tag, model in terminating.items():
             try:
                 listed = await asks.run_lingering(model, owned)
             except OpenStackError as exc:
                 log.warning("sweep of the cloud of %s, being deleted: %s", model.text, exc)
-                if exc.reason == p.IDENTITY_MISSING and not exc.passing:
-                    # No credentials to list its cloud with (its Secret missing or unusable, and not held by our
-                    # finalizer, which keeps it while a pool needs it): judged from what this process found, or
-                    # let go; else its deletion would wait for good. A read that failed is tried again.
+                # Not listed: judged from what this process found where nothing says its claims left more: no
+                # credentials to list with (its Secret missing or unusable, which our finalizer keeps while a pool
+                # needs it), or its Secret neither held nor recorded held (``OutsidePools.secrets_held``). Else it
+                # waits for a sweep that lists its cloud.
+                if held is None:
+                    held = await self.pools.secrets_held()
+                if (exc.reason == p.IDENTITY_MISSING and not exc.passing) or \
+                        not held(model.namespace, model.identity.secret):
                     listed_tags.add(tag)
                 continue
             listed_tags.add(tag)
@@ -306,6 +319,7 @@ class Sweeper:
     async def sweep(self) -> list[FloatingIP]:
         """Each cloud of the pools held swept once; the floating IPs released."""
         asks, owner = self.pools.asks, self.pools.asks.owner
+        self._listing = self._releases  # the releases here that kept floating IPs before any cloud is listed
         held = self._held()
         clouds: dict[Any, OpenStackPool] = {}
         for model in held.values():
@@ -399,15 +413,15 @@ class Sweeper:
                 change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
                 if change.waiting:
                     waiting.add((fip.id, mine))
-            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, home)) is not None:
-                if homes.answered(owner, fip.tags, home):  # a claim there lives: the floating IP is its own
+            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, self._left_home(fip))) is not None:
+                if homes.answered(owner, fip.tags, self._left_home(fip)):  # a claim there lives: its own
                     change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
                 else:
                     change = homes.Change()
                     if self._paused(pool):
                         pass  # a move under way: nothing released, and the wait for an answer starts once unpaused
-                    elif (fip.id, gone) not in self._left or not await self._release_left(pool, key, fip, gone,
-                                                                                         released):
+                    elif (fip.id, gone) not in self._left or not await self._release_left(
+                            pool, key, fip, gone, released, home_of=self._left_home):
                         left.add((fip.id, gone))
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
@@ -434,14 +448,15 @@ class Sweeper:
         return out
 
     async def _release_left(self, pool: OpenStackPool, key: str, fip: FloatingIP, gone: homes.Home,
-                            released: list[FloatingIP], client: tuple | None = None) -> bool:
+                            released: list[FloatingIP], client: tuple | None = None,
+                            home_of: Callable[[FloatingIP], Any] | None = None) -> bool:
         """A floating IP a claim here left homed at another cluster that answered no hold for a whole sweep (the
         source of a finished move is gone): released as its pool says, if still so when read again (and its pool
-        still not paused)."""
+        still not paused). ``home_of(fip)``: the state of the objects its marks name (``_home_state()``)."""
         owner = self.pools.asks.owner
 
         def still(now: FloatingIP) -> bool:  # a claim here seen leave for a move meanwhile: the moved claim's
-            home = self._home_state()
+            home = home_of(now) if home_of is not None else self._home_state()
             return not self.pools.carried()(key) and homes.left_here(owner, now.tags, home) == gone \
                 and not homes.answered(owner, now.tags, home) and not self._paused(pool)
         try:
@@ -461,6 +476,17 @@ class Sweeper:
         or not: their marks are this cluster's, never another's."""
         here, ours = self.pools.home_state(), frozenset(self._ours)
         return lambda h: homes.PRESENT if h in ours and here(h) == homes.ABSENT else here(h)
+
+    def _left_home(self, fip: FloatingIP) -> Any:
+        """``_home_state()`` for the left mark of ``fip``, a floating IP of a pool held here whose key nothing here
+        carries: the objects absent here whose claim left it (a hold marked left) count as here too. A claim of this
+        cluster left it so, its Cluster deleted since (the pool staying); after a restart nothing but that mark
+        remembers it. (Were it another cluster's claim that left it, that cluster's sweep would release it the
+        same: unanswered for a whole sweep.)"""
+        home = self._home_state()
+        named = homes.marks_in(self.pools.asks.owner, fip.tags)
+        ours = frozenset(h for h in named.lefts & named.holds if home(h) == homes.ABSENT)
+        return (lambda h: homes.PRESENT if h in ours else home(h)) if ours else home
 
     def _shared(self, fip: FloatingIP, home: Any) -> bool:
         """Whether a floating IP a live claim here carries the key of carries a mark of another cluster's object (a

@@ -664,13 +664,10 @@ def _changed(kind, name, ns, how):
     return change
 
 
-def _orders(unguarded):
-    """Each shape and change, those ``unguarded`` pinned."""
-    return [pytest.param(shape, how, marks=pytest.mark.xfail(strict=True, reason=unguarded[(shape, how)]))
-            if (shape, how) in unguarded else (shape, how) for shape in sorted(SHAPES) for how in ("deleted", "edited")]
+ORDERS = [(shape, how) for shape in sorted(SHAPES) for how in ("deleted", "edited")]
 
 
-@pytest.mark.parametrize("shape, how", _orders({}))
+@pytest.mark.parametrize("shape, how", ORDERS)
 def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_a_namespaced_pool_handed_out(shape, how):
     glob, local, _, lengths = SHAPES[shape]
     global_kind, local_kind = kinds.kind_of(glob), kinds.kind_of(local)
@@ -686,7 +683,7 @@ def test_a_global_pools_pass_landing_after_its_pool_changed_never_takes_what_a_n
     assert all(len(claims) == 1 for claims in held_spans(api, lengths).values()), held_spans(api, lengths)
 
 
-@pytest.mark.parametrize("shape, how", _orders({}))
+@pytest.mark.parametrize("shape, how", ORDERS)
 def test_a_namespaced_pools_pass_landing_after_its_pool_changed_never_takes_what_a_new_global_pool_handed_out(
         shape, how):
     glob, local, _, lengths = SHAPES[shape]

@@ -470,6 +470,21 @@ def test_a_global_pools_pass_made_before_its_pool_was_edited_off_the_ip_leaves_i
     world.teardown()
 
 
+def _z_bound_to_fd00_1_through_an_edit_of_n(api) -> None:
+    """IPPool n edited to fd00::1 (the global pool's address), IPClaim z of n bound to it, n edited back: z keeps
+    what it is bound to."""
+    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
+    api._store(changed)
+    api.load(ipclaim("z", pool="n"))
+    for _ in range(3):
+        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
+    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
+    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
+    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]
+    api._store(back)
+
+
 def _a_guard_let_go_and_its_ip_bound_to_z():
     """Global pool g's pass for claim d lands its naming and guard of fd00::1 only; past the guard's settle time
     IPPool n, edited onto fd00::1, lets that guard go and binds fd00::1 to IPClaim z, then is edited back. Returns
@@ -487,17 +502,8 @@ def _a_guard_let_go_and_its_ip_bound_to_z():
         api.apply(plan)
     _lands(api, step.actions[:2], StepVersions())  # d's naming and guard of fd00::1; the rest never lands
     lagging = copy.deepcopy(api.inventory)  # a replica's view of IPClaims and addresses, from here on behind
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
     api.now = "2024-01-01T00:00:31Z"  # past the guard's settle time
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
+    _z_bound_to_fd00_1_through_an_edit_of_n(api)
     for kind, name in ((kinds.IPPOOL, "n"), (kinds.CAPI_CLAIM, "d")):  # its pools' and IPAddressClaims' watches
         lagging.upsert(copy.deepcopy(get(api, kind, name)))  # are up to date
     return api, lagging
@@ -578,16 +584,7 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
     (or only an older incarnation of z, another uid) nor z's lock makes global pool g's passes for claim d."""
     n = ippool("n", pools=[{"start": "fd00::5", "end": "fd00::5"}], prefix=64)
     api = converged_with_lock_namespace(n, gi.ip_pool("g", addresses=["fd00::1"], prefix=64))
-    changed = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    changed["spec"]["pools"] = [{"start": "fd00::1", "end": "fd00::1"}]
-    api._store(changed)
-    api.load(ipclaim("z", pool="n"))
-    for _ in range(3):
-        api.apply(reconcile(api.inventory.snapshot(o.PoolKey(NS, "n", kinds.IPPOOL), api.now)))
-    assert live_bindings_of(api) == {"fd00::1": {(NS, "z")}}
-    back = copy.deepcopy(get(api, kinds.IPPOOL, "n"))
-    back["spec"]["pools"] = [{"start": "fd00::5", "end": "fd00::5"}]  # edited back: z keeps what it is bound to
-    api._store(back)
+    _z_bound_to_fd00_1_through_an_edit_of_n(api)
     (guard,) = [a for a in api.inventory.of_kind(kinds.IPADDRESS) if o.is_guard(a)]
     api.load(gi.claim("d", NS, GLOBAL[1], "g"))
     lagging = copy.deepcopy(api.inventory)
@@ -605,4 +602,84 @@ def test_a_view_holding_a_guard_but_neither_its_claim_nor_its_lock_never_deletes
         lagging.upsert(copy.deepcopy(get(api, kinds.CAPI_CLAIM, "d")))  # d's writes, filed at once
     assert o.meta(get(api, kinds.IPADDRESS, o.name(guard))).get("uid") == o.meta(guard).get("uid")
     assert not o.is_deleting(get(api, kinds.IPADDRESS, o.name(guard)))
+    assert_no_ip_twice(api)
+
+
+def _caught_up_but_on_claims(view, api, claim: str, unseen: str | None = None) -> None:
+    """``view`` caught up on pools g and n, on IPAddressClaim ``claim`` and on the guards and locks (but the lock
+    named ``unseen``); behind on every other claim and on Cluster API IPAddresses."""
+    for kind, ns, name in ((GLOBAL, "", "g"), (NAMESPACED, NS, "n"), (kinds.CAPI_CLAIM, NS, claim)):
+        view.upsert(copy.deepcopy(get(api, kind, name, ns)))
+    for address in list(view.of_kind(kinds.IPADDRESS)):
+        if api.inventory.get(kinds.IPADDRESS, o.namespace(address), o.name(address)) is None:
+            view.forget(kinds.IPADDRESS, o.namespace(address), o.name(address))
+    for address in api.inventory.of_kind(kinds.IPADDRESS):
+        if o.name(address) != unseen:
+            view.upsert(copy.deepcopy(address))
+
+
+def test_a_view_behind_on_a_global_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
+    """Global pool g's claim c is bound to fd00::1; the user drops fd00::1 from g and deletes c's address objects by
+    hand (its lock and its Cluster API IPAddress, finalizers stripped: a botched cleanup or restore), and c is given
+    fd00::2 (``kept``: its IP is not in its pool any more). A replica whose watches of IPAddressClaims and Cluster API
+    IPAddresses are behind since c was bound to fd00::1 (its pools', guards' and locks' current) then serves
+    InClusterIPPool n, edited onto fd00::2, and n's new claim z."""
+    api = converged_with_lock_namespace(gi.ip_pool("n", namespace=NS, addresses=["fd00::9"], prefix=64),
+                                        gi.ip_pool("g", addresses=["fd00::1-fd00::2"], prefix=64),
+                                        gi.claim("c", NS, GLOBAL[1], "g"))
+    view = copy.deepcopy(api.inventory)  # its IPAddressClaims and Cluster API IPAddresses stay as they are here
+    edited = copy.deepcopy(get(api, GLOBAL, "g", ""))
+    edited["spec"]["addresses"] = ["fd00::2"]
+    api._store(edited)
+    for address in [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]:
+        if not o.is_guard(address):
+            api.inventory.remove(address)  # deleted by hand, finalizers stripped
+    converge(api, random.Random(0))
+    assert live_bindings_of(api) == {"fd00::2": {(NS, "c")}}
+    edited = copy.deepcopy(get(api, NAMESPACED, "n"))
+    edited["spec"]["addresses"] = ["fd00::2"]
+    api._store(edited)
+    api.load(gi.claim("z", NS, NAMESPACED[1], "n"))
+
+    def caught_up():  # the pools, z, and the guards and locks as they are
+        _caught_up_but_on_claims(view, api, "z")
+
+    for _ in range(3):
+        caught_up()
+        for step in reconcile(view.snapshot(o.PoolKey(NS, "n", NAMESPACED), api.now)).steps:
+            _lands(api, step.actions, StepVersions())
+    assert_no_ip_twice(api)
+
+
+def test_a_view_behind_on_a_namespaced_pools_claim_given_another_ip_never_deletes_that_claims_guard_of_it():
+    """InClusterIPPool n's claim z is bound to fd00::1; the user drops fd00::1 from n and deletes z's address objects
+    by hand (its lock and its Cluster API IPAddress), z is given fd00::2, and n is edited off it (z keeps it). A
+    replica whose watches of IPAddressClaims and Cluster API IPAddresses are behind since z was bound to fd00::1, and
+    whose watch of locks has shown z's guard of fd00::2 but not yet the lock made right after it, serves global pool
+    g (fd00::2 and fd00::9) and its new claim d in z's namespace."""
+    api = converged_with_lock_namespace(gi.ip_pool("n", namespace=NS, addresses=["fd00::1-fd00::2"], prefix=64),
+                                        gi.ip_pool("g", addresses=["fd00::2", "fd00::9"], prefix=64),
+                                        gi.claim("z", NS, NAMESPACED[1], "n"), gi.claim("c", NS, GLOBAL[1], "g"))
+    view = copy.deepcopy(api.inventory)  # its IPAddressClaims and Cluster API IPAddresses stay as they are here
+    for addresses in (["fd00::2"], ["fd00::7"]):  # z given fd00::2, then n edited off it
+        edited = copy.deepcopy(get(api, NAMESPACED, "n"))
+        edited["spec"]["addresses"] = addresses
+        api._store(edited)
+        for address in [*api.inventory.of_kind(kinds.IPADDRESS), *api.inventory.of_kind(kinds.CAPI_ADDRESS)]:
+            if addresses == ["fd00::2"] and not o.is_guard(address) \
+                    and "z" in (o.name(address), (o.spec(address).get("claim") or {}).get("name")):
+                api.inventory.remove(address)  # deleted by hand, finalizers stripped
+        converge(api, random.Random(0))
+    assert live_bindings_of(api) == {"fd00::2": {(NS, "z")}, "fd00::9": {(NS, "c")}}
+    lock = o.name(next(a for a in api.inventory.of_kind(kinds.IPADDRESS)
+                       if not o.is_guard(a) and o.spec(a).get("address") == "fd00::2"))
+    api.load(gi.claim("d", NS, GLOBAL[1], "g"))
+
+    def caught_up():  # the pools, d, and the guards and locks as they are, but z's lock of fd00::2
+        _caught_up_but_on_claims(view, api, "d", unseen=lock)
+
+    for _ in range(3):
+        caught_up()
+        for step in reconcile(view.snapshot(o.PoolKey("", "g", GLOBAL), api.now)).steps:
+            _lands(api, step.actions, StepVersions())
     assert_no_ip_twice(api)

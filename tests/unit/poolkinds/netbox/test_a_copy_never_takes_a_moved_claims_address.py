@@ -16,7 +16,8 @@ from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
 from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, description, given_at, given_mid_move,
-                                                home_in, moved_from, swept_at, with_mid_move)
+                                                home_in, moved_from, released_by, swept_at, with_mid_move,
+                                                with_released_by, with_swept)
 
 from sweep_sides import (C1, SP, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
@@ -124,6 +125,38 @@ def test_a_mid_move_mark_is_read_without_a_time_and_when_cut_and_never_in_a_clai
         long = (long + " " * (MAX_DESCRIPTION - len(long)))[:MAX_DESCRIPTION - cut - 1]
         marked = (long.rstrip() + " mid-move=20260101T000000Z")[:MAX_DESCRIPTION]
         assert given_mid_move(marked), marked
+
+
+def test_a_release_mark_naming_its_pool_and_a_mid_move_mark_read_back_within_netboxs_limit():
+    """A copy's release of a take given mid-move marks it released naming its pool (``released-by=``), before the
+    ``mid-move`` mark: every token reads back and the description stays within NetBox's limit; where the mark's time
+    does not fit, what is left of it still reads as a give not confirmed (of no time: never confirmed, the safe
+    side)."""
+    clock = [0.0]
+    netbox = SharedNetBox(_homed_at_source())
+    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
+    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    _leave(source, mine)
+    source.sweep()
+    copied = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    copied.sweep()
+    clock[0] = 10
+    copied.release(copy)
+    left = netbox.items[3].description
+    assert netbox.released == [] and len(left) <= MAX_DESCRIPTION, left
+    assert home_in(left) == Home("Cluster", T1) and moved_from(left) == Home("Cluster", C1), left
+    assert swept_at(left) == EPOCH + 10 and released_by(left) == TP and given_mid_move(left), left
+    # A home, a take, a mark of release naming its pool and a mid-move mark with its time are more than NetBox holds:
+    # the claim's name goes, then the end of the mid-move mark, never released-by= (found again after a restart).
+    short = with_swept(f"metal3-ipam home=Cluster:{T1} moved-from=Cluster:{C1} claim t/m", EPOCH)
+    marked = with_released_by(with_mid_move(short, True, EPOCH), TP)
+    assert marked == (f"metal3-ipam home=Cluster:{T1} moved-from=Cluster:{C1} swept=2026-09-21T14:13:20Z "
+                      f"released-by={TP} mid-move=20260921T141320Z claim t/m")[:MAX_DESCRIPTION], marked
+    assert released_by(marked) == TP and given_mid_move(marked) and given_at(marked) is None
+    # Where they fit, each reads back whole: released-by= ends in a hex digit, as mid-move's lookbehind wants.
+    bare = f"metal3-ipam home=NetBoxIPPool:{TP} swept=2026-09-21T14:13:20Z released-by={TP} mid-move=20260921T141320Z"
+    assert len(bare) < MAX_DESCRIPTION and released_by(bare) == TP and given_at(bare) == EPOCH
+    assert swept_at(bare) == EPOCH and home_in(bare) == Home("NetBoxIPPool", TP)
 
 
 SWEEPS = st.lists(st.one_of(st.sampled_from(["sweep S", "sweep C", "sweep U"]),

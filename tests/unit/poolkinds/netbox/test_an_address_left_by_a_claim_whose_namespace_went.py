@@ -6,12 +6,19 @@ release asks with the token last read once the Secret went."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
+from kubernetes.client.rest import ApiException
 
+from metal3_ipam.controller import outside
+from metal3_ipam.core.actions import SetStatus
 from metal3_ipam.poolkinds.netbox.asks import NetBoxAsks, TokenUnavailable
-from metal3_ipam.poolkinds.netbox.pool import read_pool
-from metal3_ipam.poolkinds.netbox.sweep import Found, Home, description, home_in, swept_at
+from metal3_ipam.poolkinds.netbox.client import NetBoxError
+from metal3_ipam.poolkinds.netbox.source import Reason, Refusal
+from metal3_ipam.poolkinds.netbox.pool import SECRET_FINALIZER, read_pool
+from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, claim_in, description, home_in,
+                                               released_by, swept_at, with_held, with_released_by, with_swept)
 
 from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
@@ -131,6 +138,39 @@ def test_an_address_homed_here_first_come_from_no_home_is_freed_when_its_namespa
     assert restarted.pools.answers.held(ref, uid) is None, "the pool is held once nothing its claims left waits"
 
 
+def test_an_address_a_release_left_taken_over_from_another_cluster_is_found_again_by_its_pool_after_a_restart():
+    """The mark a release leaves names the claim's pool (its uid), whole, though the claim's name is cut to fit
+    NetBox's 200 characters: the namespace deleted and the controller restarted within the grace, the pool being
+    deleted finds it again and its sweeps release it once the grace is over."""
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    name, ns = "workload-md-0-6f9c4b7d8-x2k4p-ip-0", "cluster-a-workload-production"
+    claim = keyed_claim(name, "k", ns)
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, ns), shared_netbox_pool(TP, ns)
+    target = _Side(netbox, cluster, pool, claim)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    left = netbox.items[3].description
+    assert released_by(left) == TP and home_in(left) == Home("Cluster", T1) and claim_in(left) is None, left
+    target.inventory.remove(claim)  # the namespace deleted: the claim, then its Cluster; its pool waits
+    target.gone(cluster)
+    restarted = _restarted(target, netbox, _terminating(pool), shared_netbox_pool(SP, "other"))
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    assert restarted.pools.answers.held((ns, "nb"), TP) is None, restarted.pools.answers.held((ns, "nb"), TP)
+
+
+def test_a_release_mark_too_long_to_name_its_pool_whole_names_none():
+    """Never a uid cut short (another pool's, for all a reader knows): the mark is left naming no pool."""
+    text = with_swept(with_held(description(Home("NetBoxIPPool", SP), keyed_claim("m", "k", "t", cluster=None)),
+                                Home("Cluster", T1)), EPOCH)
+    text = text.replace("swept=", f"from=NetBoxIPPool:{C1} swept=")
+    assert swept_at(text) == EPOCH and len(text) + len(f" released-by={TP}") > MAX_DESCRIPTION
+    assert with_released_by(text, TP) == text and released_by(text) is None
+
+
 def _terminating(pool: dict) -> dict:
     return {**pool, "metadata": {**pool["metadata"], "resourceVersion": "9",
                                  "deletionTimestamp": "2026-11-29T07:00:00Z", "finalizers": ["netbox.metal3-ipam.io"]}}
@@ -192,3 +232,355 @@ def test_a_pool_being_deleted_whose_netbox_never_answered_and_whose_claims_never
     while side.now < 4 * GRACE:
         side.swept()
     assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
+
+
+def _left_by_a_release(netbox: SharedNetBox, swept: bool = False, **pools) -> tuple[_Side, dict]:
+    """A finished move's target (the source's Cluster gone): its claim t/m, bound to the address homed at the
+    source's Cluster that nobody took over yet, released before any sweep here homed it, so the release leaves it
+    marked released (``sweep.left_on_release``); then (``swept``: after one sweep judged it) its namespace deleted:
+    the claim, its Cluster, and its pool, which waits on its finalizer. The side, and the pool as it waits."""
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    for name, value in pools.items():
+        setattr(target.pools, name, value)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.released == [] and swept_at(netbox.items[3].description) == EPOCH
+    target.inventory.remove(claim)
+    if swept:
+        target.swept()
+    target.gone(cluster)
+    terminating = _terminating(pool)
+    target.inventory.upsert(terminating)
+    return target, terminating
+
+
+def _restarted(target: _Side, netbox: SharedNetBox, *objs: dict, **pools) -> _Side:
+    """``target``'s controller restarted: its memory gone, its cluster as it was (``objs``)."""
+    restarted = _Side(netbox, *objs)
+    for name, value in pools.items():
+        setattr(restarted.pools, name, value)
+    restarted.now = target.now
+    return restarted
+
+
+def _swept_while_netbox_is_down_then_back(restarted: _Side, netbox: SharedNetBox, terminating: dict) -> None:
+    """One sweep of the restarted controller with NetBox down (the pool t/nb goes if that sweep lets it go), then
+    sweeps with NetBox answering until the grace is well over: the address its claim left is released."""
+    restarted.pools.asks = _NeverAnswers(netbox)
+    restarted.swept()
+    if restarted.pools.answers.held(("t", "nb"), TP) is None:
+        restarted.gone(terminating)  # its finalizer comes off: it goes
+    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+def _left_source_found(netbox: SharedNetBox) -> None:
+    netbox.items[3] = Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns")))
+
+
+class _Holds:
+    """Our finalizer on Secrets as the API server keeps it, with its record (the Lease), which outlive a restart."""
+
+    def __init__(self):
+        self.record: set[tuple[str, str]] = set()
+        self.calls: list[tuple[str, str, bool]] = []
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        (self.record.add if held else self.record.discard)((namespace, name))
+        return True
+
+    async def recorded(self, finalizer):
+        return set(self.record)
+
+
+def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbox_is_down_across_a_restart():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    holds = _Holds()
+    target, terminating = _left_by_a_release(netbox, secret_holds=holds)
+    # The controller restarted before any sweep; it sweeps that NetBox for a pool of another namespace too.
+    restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"), secret_holds=holds)
+    assert restarted.pools.answers.held(("t", "nb"), TP) is not None, "the pool let go before any sweep judged it"
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
+
+
+def test_an_address_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    holds = _Holds()
+    target, terminating = _left_by_a_release(netbox, secret_holds=holds)
+    tokens = _Tokens()
+    tokens.gone = ("t", "token") not in holds.record  # the namespace deleted: its Secret goes unless ours holds it
+    # The controller restarted before any sweep (no token read yet); a pool of another namespace, whose token
+    # works, shares that NetBox after its first sweep.
+    restarted = _restarted(target, netbox, terminating, secret_holds=holds)
+    restarted.pools.asks = NetBoxAsks(tokens, owner="o")
+    ref, uid = ("t", "nb"), TP
+    assert restarted.pools.answers.held(ref, uid) is not None, "the pool let go before any sweep judged it"
+    restarted.swept()
+    if restarted.pools.answers.held(ref, uid) is None:
+        restarted.gone(terminating)  # its finalizer comes off: it goes
+        restarted.inventory.upsert(shared_netbox_pool(SP, "other"))
+        restarted.pools.asks = SweepingAsks(netbox)  # swept with that pool's token
+    else:
+        tokens.gone = False
+        restarted.pools.asks = SweepingAsks(netbox)  # its Secret held: its token is read
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+class _OneTokenRefused(SweepingAsks):
+    """A NetBox both pools share, which refuses the token of the pool of namespace ``refused`` (revoked, or
+    mistyped by that namespace's user)."""
+
+    def __init__(self, netbox: SharedNetBox, refused: str):
+        super().__init__(netbox)
+        self.refused = refused
+
+    async def sweep(self, model, choose, still=lambda item: True, lingering=False):
+        if model.namespace == self.refused:
+            raise NetBoxError(Refusal(Reason.TOKEN_REFUSED, "listing addresses: the token was refused (403: "
+                                                            "Invalid token)", 403))
+        return await super().sweep(model, choose, still, lingering)
+
+
+def test_a_pool_being_deleted_is_swept_with_its_own_token_while_another_namespaces_token_is_refused():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, terminating = _left_by_a_release(netbox)
+    target.inventory.upsert(shared_netbox_pool(SP, "b"))  # live; NetBox refuses its token
+    target.pools.asks = _OneTokenRefused(netbox, "b")
+    ref, uid = ("t", "nb"), TP
+    while target.now < 4 * GRACE:
+        target.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    assert target.pools.answers.held(ref, uid) is None, target.pools.answers.held(ref, uid)
+
+
+class _ApiServer:
+    """The API server as ``controller.outside.SecretHolds`` reads and writes it (``request``): the Secret and the
+    Lease of the record; ``failing_lease_reads`` reads of the Lease answered 500."""
+
+    SECRET = "/api/v1/namespaces/t/secrets/token"
+
+    def __init__(self):
+        self.objects = {self.SECRET: {"metadata": {"name": "token", "namespace": "t", "resourceVersion": "1"},
+                                      "data": {"token": "MDEyMw=="}}}
+        self.failing_lease_reads = 0
+
+    def request(self, api, method, path, body=None, headers=None, timeout=None):
+        if method == "GET":
+            if "/leases/" in path and self.failing_lease_reads:
+                self.failing_lease_reads -= 1
+                raise ApiException(status=500, reason="Internal Server Error")
+            if path not in self.objects:
+                raise ApiException(status=404, reason="Not Found")
+            return copy.deepcopy(self.objects[path])
+        if method == "POST":
+            self.objects[f"{path}/{body['metadata']['name']}"] = {**body, "metadata": {**body["metadata"],
+                                                                                       "resourceVersion": "1"}}
+            return body
+        obj = self.objects.get(path)
+        if obj is None:
+            raise ApiException(status=404, reason="Not Found")
+        meta = obj["metadata"]
+        for field, value in body["metadata"].items():
+            if field == "resourceVersion":
+                if value != meta["resourceVersion"]:
+                    raise ApiException(status=409, reason="Conflict")
+            elif field == "annotations":
+                meta["annotations"] = {**meta.get("annotations", {}), **value}
+            else:
+                meta[field] = value
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        return copy.deepcopy(obj)
+
+    def finalizers(self) -> list:
+        return self.objects[self.SECRET]["metadata"].get("finalizers") or []
+
+
+def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_the_held_secrets_record_while_netbox_is_down(
+        monkeypatch):
+    server = _ApiServer()
+    monkeypatch.setattr(outside, "request", server.request)
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, terminating = _left_by_a_release(netbox, swept=True,
+                                             secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
+    assert server.finalizers() == [SECRET_FINALIZER], "the Secret not held for what the claim left"
+    # The controller restarted while NetBox is down; its first read of the record fails.
+    restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"),
+                           secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
+    server.failing_lease_reads = 1
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
+
+
+class _StatusWriter:
+    """Records the Ready messages a pool's status is written with."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    async def execute(self, plan, pool_key) -> None:
+        for step in plan.steps:
+            for action in step.actions:
+                if isinstance(action, SetStatus):
+                    self.messages += [c["message"] for c in action.status.get("conditions") or []
+                                      if c.get("type") == "Ready"]
+
+
+def test_a_pool_being_deleted_while_netbox_is_down_names_the_address_it_waits_for_and_a_deadline_that_stays(
+        monkeypatch):
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, terminating = _left_by_a_release(netbox)
+    target.pools.writer = _StatusWriter()
+    target.pools.asks = _NeverAnswers(netbox)
+    monkeypatch.setattr(outside.time, "time", lambda: EPOCH + target.now)  # the wall clock of the sweeps
+    for _ in range(3):
+        target.swept()
+    said = target.pools.writer.messages
+    assert said, "the pool being deleted says nothing of what it waits for"
+    assert len(set(said)) == 1, f"the deadline moved with every sweep: {said}"
+    assert "10.0.0.3" in said[0], said[0]
+
+
+class _ReleasedWhileListing(SweepingAsks):
+    """NetBox answers the sweep's listing, and the claim's release (``release``) runs before the sweep chooses from
+    it (two requests in flight at once: the listing read before the release wrote the address's description)."""
+
+    def __init__(self, netbox: SharedNetBox, release):
+        super().__init__(netbox)
+        self.release = release
+
+    async def sweep(self, model, choose, still=lambda item: True, lingering=False):
+        listed = list(self.netbox.items.values())
+        if self.release is not None:
+            release, self.release = self.release, None
+            await release()
+        release, describe = choose(listed)
+        released, described = [], []
+        for item, text in [(i, None) for i in release] + describe:
+            if self.netbox.items.get(item.id) != item:
+                continue  # changed since it was listed: read again by id first
+            if text is None:
+                if still(item):
+                    released.append(self.netbox.items.pop(item.id))
+                    self.netbox.released.append(item)
+            else:
+                self.netbox.items[item.id] = Found(item.id, item.address, item.key, text)
+                described.append((item, text))
+        return len(listed), released, described
+
+
+def test_an_address_a_release_left_while_a_sweep_listed_netbox_is_released_when_its_namespace_goes():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, terminating = cluster_c1(T1, False, "t"), _terminating(shared_netbox_pool(TP, "t"))
+    # The namespace deleted: its claim, its Cluster and its pool at once; a pool of another namespace shares NetBox.
+    target = _Side(netbox, cluster, terminating, claim, shared_netbox_pool(SP, "other"))
+    target.pools.asks = _ReleasedWhileListing(
+        netbox, lambda: SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    ref, uid = ("t", "nb"), TP
+    target.swept()  # the claim's release runs while the sweep lists NetBox
+    assert swept_at(netbox.items[3].description) is not None, netbox.items[3].description
+    target.inventory.remove(claim)  # released: the claim goes, then its Cluster
+    target.gone(cluster)
+    if target.pools.answers.held(ref, uid) is None:
+        target.gone(terminating)  # its finalizer comes off: it goes
+    while target.now < 4 * GRACE:
+        target.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
+    pool = shared_netbox_pool(TP, "t")
+    pool["spec"]["server"]["caBundle"] = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+    assert read_pool(pool)[0] is None  # its CRD schema's rule admits it; read_pool does not
+    side = _Side(SharedNetBox(), _terminating(pool), shared_netbox_pool(SP, "other"))
+    ref, uid = ("t", "nb"), TP
+    while side.now < 4 * GRACE:
+        side.swept()
+    assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
+
+
+def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts_within_the_grace():
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
+    target = _Side(netbox, cluster, pool, claim)
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    target.inventory.remove(claim)
+    target.gone(cluster)  # the workload cluster torn down; the pool of its namespace stays
+    restarted = _restarted(target, netbox, pool)  # within the release grace
+    while restarted.now < 4 * GRACE:
+        restarted.swept()
+    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+
+
+def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_for_a_claim_of_a_namespace_of_its_name():
+    from metal3_ipam.poolkinds.netbox.sweep import with_swept
+    # The source of a move (its controller down while clusterctl deleted the claims, started first with its Cluster
+    # unpaused for the retry) marked t/m's address released; the retry then finished and its Cluster C1 went. The
+    # moved claim t/m lives in the target, whose controller has not swept since.
+    moved = with_swept(description(Home("Cluster", C1), keyed_claim("m", "k", "t")), EPOCH)
+    netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", moved))
+    # A third management cluster on that NetBox, with a namespace of that name too, deletes its pool there.
+    third = _Side(netbox, cluster_c1(T1, False, "t"), _terminating(shared_netbox_pool(TP, "t")))
+    while third.now < 4 * GRACE:
+        third.swept()
+    assert netbox.released == [], "released the address the moved claim t/m is bound to in the move's target"
+
+
+class _Unrecordable(_Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked released with its Secret neither held nor recorded, the address would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer), NetBox left as it was,
+    and asked again."""
+    from metal3_ipam.controller.outside import SecretNotHeld
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    before = netbox.items[3].description
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim)
+    target.pools.secret_holds = _Unrecordable()
+    with pytest.raises(SecretNotHeld):
+        asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert netbox.items[3].description == before and netbox.released == []
+    target.pools.secret_holds = _Holds()  # the API server answers again
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert swept_at(netbox.items[3].description) == EPOCH and ("t", "token") in target.pools.secret_holds.record
+
+
+def test_a_release_whose_pools_secret_went_first_records_it_and_leaves_the_address(monkeypatch):
+    """The namespace deleted: its Secret went at once, its claim waits for its release. The Secret cannot carry our
+    finalizer any more, but it is recorded held (the pool waits for what its claim left), and the release goes on."""
+    server = _ApiServer()
+    del server.objects[_ApiServer.SECRET]
+    monkeypatch.setattr(outside, "request", server.request)
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    target, _ = _left_by_a_release(netbox, secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
+    assert ("t", "token") in asyncio.run(target.pools.secret_holds.recorded(SECRET_FINALIZER))

@@ -18,6 +18,7 @@ from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.openstack import asks as a
 from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
+from metal3_ipam.poolkinds.openstack import sweep
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
 
 OWNER = "metal3-ipam"
@@ -1481,7 +1482,7 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_its_secret_aft
     released_by(target)
     assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
     deleting(target, pool_obj(uid="target-pool-uid"))  # the namespace deleted: the pool waits on its finalizer
-    holds = Holds()
+    holds = Holds(recorded=[("ns", "cloud")])  # held since the sweeps that took the floating IP over
     restarted = restarted_side(neutron, target)
     restarted.pools = a.OpenStackPools(RestartedSecretAsks(neutron), Asking(deadline=30), inventory=target.inventory,
                                        writer=Writer(), wake=lambda *args: None, secret_holds=holds)
@@ -1490,6 +1491,204 @@ def test_a_pool_being_deleted_is_not_let_go_on_one_failed_read_of_its_secret_aft
     restarted.swept()  # its Secret's read fails once
     if restarted.pools.answers.held(ref, "target-pool-uid") is None:
         gone_from(restarted, pool_obj(uid="target-pool-uid"), version="8")  # its finalizer comes off: it goes
+    for _ in range(4):
+        restarted.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class UnreachableAsks(NeutronAsks):
+    """:class:`NeutronAsks` of a cloud that never answers (Keystone and Neutron gone, or a mistyped URL)."""
+
+    async def run(self, pool, work, *args):
+        raise a.OpenStackError(p.UNREACHABLE, f"{pool.text}: cannot reach the cloud (connection refused)")
+
+
+def _never_answering(neutron, target, holds):
+    restarted = restarted_side(neutron, target, secret_holds=holds)
+    restarted.pools = a.OpenStackPools(UnreachableAsks(neutron), Asking(deadline=30), inventory=target.inventory,
+                                       writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    return restarted
+
+
+def test_a_pool_being_deleted_whose_cloud_never_answers_and_whose_secret_is_not_held_goes():
+    """A pool deleted whose cloud never answered this controller (decommissioned, a mistyped URL), its Secret not
+    held by our finalizer nor recorded held (nothing its claims left waits): judged from what this controller
+    found (nothing), it goes, rather than holding its namespace's deletion for good."""
+    neutron = FakeNeutron()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"))
+    deleting(target, pool_obj(uid="target-pool-uid"))
+    holds = Holds()
+    restarted = _never_answering(neutron, target, holds)
+    ref = ("ns", "fips")
+    for _ in range(2):
+        restarted.swept()
+    assert restarted.pools.answers.held(ref, "target-pool-uid") is None, "held for good by a cloud that never answers"
+
+
+def test_a_pool_being_deleted_whose_cloud_does_not_answer_is_held_while_its_secret_is_recorded_held():
+    """As above, but the record lists its Secret held (an earlier sweep found a floating IP its claims left for
+    another cluster): the pool is held while its cloud does not answer, and swept once it does."""
+    neutron, target = taken_over_by_the_target()
+    released_by(target)
+    deleting(target, pool_obj(uid="target-pool-uid"))
+    holds = Holds(recorded=[("ns", "cloud")])
+    down = _never_answering(neutron, target, holds)
+    ref = ("ns", "fips")
+    for _ in range(3):
+        down.swept()
+    assert down.pools.answers.held(ref, "target-pool-uid") is not None, "let go with a floating IP left unjudged"
+    assert neutron.deleted == [] and holds.record == {("ns", "cloud")}
+    up = restarted_side(neutron, target, secret_holds=holds)
+    for _ in range(4):
+        up.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+    assert up.pools.answers.held(ref, "target-pool-uid") is None
+
+
+class GoneSecretAsks(RestartedSecretAsks):
+    """:class:`RestartedSecretAsks` whose Secret may be deleted (``gone``: not there)."""
+
+    def __init__(self, neutron):
+        super().__init__(neutron, fails=0)
+
+    async def read(self, namespace, name):
+        if self.gone:
+            raise a.secret_unread(f"Secret {namespace}/{name} (spec.identityRef)",
+                                  ApiException(status=404, reason="Not Found"))
+        return await super().read(namespace, name)
+
+
+def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
+    source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    holds = Holds()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    target.pools = a.OpenStackPools(SecretAsks(neutron), Asking(deadline=30), inventory=target.inventory,
+                                    writer=Writer(), wake=lambda *args: None, secret_holds=holds)
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    released_by(target)  # deleted at once after the move: the floating IP is still homed at the source's pool
+    assert neutron.deleted == [] and "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in \
+        neutron.fips["fip-1"].tags
+    deleting(target, pool_obj(uid="target-pool-uid"))  # the namespace deleted: the pool waits on its finalizer,
+    gone_from(target, cluster_obj("t1-uid"))  # its Cluster goes, and its Secret unless our finalizer holds it
+    restarted = restarted_side(neutron, target)
+    restarted.pools = a.OpenStackPools(GoneSecretAsks(neutron), Asking(deadline=30),
+                                       inventory=target.inventory, writer=Writer(), wake=lambda *args: None,
+                                       secret_holds=holds)
+    restarted.pools.asks.gone = ("ns", "cloud") not in holds.record
+    restarted.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    ref = ("ns", "fips")
+    assert restarted.pools.answers.held(ref, "target-pool-uid") is not None, "let go before any sweep judged it"
+    restarted.swept()
+    if restarted.pools.answers.held(ref, "target-pool-uid") is None:
+        gone_from(restarted, pool_obj(uid="target-pool-uid"), version="8")  # its finalizer comes off: it goes
+    for _ in range(4):
+        restarted.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class ReleasedWhileListing(NeutronAsks):
+    """Neutron answers the sweep's listing, and the claim's release runs before the sweep reads it (two requests in
+    flight at once: the listing read before the release marked the floating IP left)."""
+
+    def __init__(self, neutron):
+        super().__init__(neutron)
+        self.release = None
+
+    async def run(self, pool, work, *args):
+        found = await super().run(pool, work, *args)
+        if work is sweep.owned and self.release is not None:
+            release, self.release = self.release, None
+            await release()
+        return found
+
+
+def test_a_floating_ip_a_release_left_while_a_sweep_listed_neutron_is_released_when_its_namespace_goes():
+    """The sweep listed the floating IP as it was before the release marked it left: the sweep does not forget what
+    the release remembered, so the pool, its namespace deleted, waits for it, and it is released once unanswered."""
+    from metal3_ipam.core.asking import Ask, Op
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    claim, lock = bound_objects()
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
+    target.pools = a.OpenStackPools(ReleasedWhileListing(neutron), Asking(deadline=30), inventory=target.inventory,
+                                    writer=Writer(), wake=lambda *args: None, secret_holds=Holds())
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    target.pools.asks.release = lambda: target.pools.asks.ask(release)
+    claim = deleting(target, claim)
+    target.swept()  # the claim's release runs while the sweep lists Neutron
+    assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
+    for obj in (claim, lock):  # released: the claim and its lock go
+        target.inventory.remove(obj)
+    ref = ("ns", "fips")
+    terminating = deleting(target, pool_obj(uid="target-pool-uid"), version="8")  # then the namespace deleted
+    gone_from(target, cluster_obj("t1-uid"))
+    if target.pools.answers.held(ref, "target-pool-uid") is None:
+        gone_from(target, terminating, version="9")  # judged by the sweep, nothing waiting: its finalizer comes off
+    for _ in range(4):
+        target.swept()
+    assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
+
+
+class Unrecordable(Holds):
+    """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
+
+    async def hold(self, namespace, name, finalizer, held):
+        self.calls.append((namespace, name, held))
+        return False
+
+
+def test_a_release_that_leaves_a_floating_ip_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
+    """Marked left with its Secret neither held nor recorded, the floating IP would be forgotten by a restart or a
+    namespace deleted right after: the release is refused (the claim keeps its finalizer) and asked again, which
+    holds the Secret once the API server answers."""
+    from metal3_ipam.core.asking import Ask, Op, Refused, Released
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
+    target.pools.secret_holds = Unrecordable()
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    release = Ask(Op.RELEASE, LOST_KEY, ("ns", "fips"), None, 1, 0.0)
+    answer = asyncio.run(target.pools.asks.ask(release))
+    assert isinstance(answer, Refused) and answer.reason == "SecretNotHeld", answer
+    assert neutron.deleted == []
+    target.pools.secret_holds = holds = Holds()  # the API server answers again
+    assert isinstance(asyncio.run(target.pools.asks.ask(release)), Released)
+    assert holds.record == {("ns", "cloud")} and neutron.deleted == []
+
+
+def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
+    unreadable = pool_obj(preAllocatedFloatingIPs=["203.0.113.5", "203.0.113.5"])
+    assert p.read_pool(unreadable)[0] is None
+    side = Side(FakeNeutron(), pool_obj(ns="other", uid="other-pool-uid"))
+    deleting(side, unreadable)
+    for _ in range(4):
+        side.swept()
+    assert side.pools.answers.held(("ns", "fips"), "pool-uid") is None, side.pools.answers.held(("ns", "fips"),
+                                                                                                 "pool-uid")
+
+
+def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts():
+    source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
+    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    neutron = FakeNeutron(fip)
+    claim, lock = bound_objects()
+    claim["metadata"]["labels"] = {"cluster.x-k8s.io/cluster-name": "c1"}
+    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
+    target.pools.writer = Writer()
+    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    released_by(target)  # deleted at once after the move: the floating IP is still homed at the source's pool
+    assert neutron.deleted == [] and "metal3-ipam-left:Cluster:t1-uid" in neutron.fips["fip-1"].tags, \
+        neutron.fips["fip-1"].tags
+    gone_from(target, cluster_obj("t1-uid"))  # the workload cluster torn down; the pool of its namespace stays
+    restarted = restarted_side(neutron, target)
+    restarted.pools.asks.pool_changed(model(uid="target-pool-uid"))
     for _ in range(4):
         restarted.swept()
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
