@@ -539,7 +539,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
     object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
     (the copy's release marks it released, for the moved claim to take back), and a hold here comes off. A give
-    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>`` (:func:`unconfirmed`)."""
+    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>``
+    (:func:`unconfirmed`)."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -652,9 +653,9 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). One homed here whose give is not confirmed (``mid-move`` less than ``confirm_after``, the
-    sweep interval, old at ``wall``: :func:`unconfirmed`; a copy may have
-    taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
+    never freed under a live claim). One homed here whose give is not confirmed (``mid-move`` less than
+    ``confirm_after``, the sweep interval, old at ``wall``: :func:`unconfirmed`; a copy may have taken it, the
+    moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
     marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
     other address is deleted: homed here, homed nowhere, or marked released by its home."""
     held = hold_in(text)
