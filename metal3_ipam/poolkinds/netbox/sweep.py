@@ -79,7 +79,15 @@ release here marks the address released rather than deleting it,
 claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
 :func:`disown`) also where the target homed it first, its own Cluster gone with
 the move since, but not a take it can tell a copy made (:func:`copies_took`:
-made while its claim was here). An address an earlier version wrote (no home), or one back at
+made while its claim was here). Nor can it tell a take it did not see from a copy's: a give made while the home
+it gives is still here (paused: the move under way, or stopped half-way; clusterctl unpauses the target only once
+it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` after the other tokens, on an address homed
+nowhere too, and a take keeps the mark. A full sweep interval after the give (by the time it names) the give is
+confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the give, has swept and
+held the address); till then a release here marks the address released rather than deleting it
+(:func:`left_on_release`), the taker's and that of a claim carrying the key that took nothing, so that a copy
+deleted early leaves the address to the moved claim. The mark's age is read at the release; no sweep writes it
+off (the taker writes the address once). An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
 restored from a directory while the source runs) write it once, and
@@ -127,6 +135,13 @@ _FROM = re.compile(r" ?(?<![\w-])from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64}
 _MOVED_FROM = re.compile(r"\bmoved-from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
 #: The take after a home: ``from=`` (taken unasked) or ``moved-from=`` (given by that home).
 _TAKE = re.compile(r" ?(?<![\w-])(moved-)?from=(Cluster|NetBoxIPPool):([0-9a-fA-F-]{8,64})\b")
+#: After a give made while the move may be under way (confirmed a sweep interval after the time it names);
+#: last of the tokens (a description cut at :data:`MAX_DESCRIPTION` loses it before a mark of release), after a uid
+#: or a time: never in a claim's name.
+_MID_MOVE = re.compile(r"(?<=[0-9a-fA-FZ]) mid-move(?:=(\d{8}T\d{6}Z))?(?![\w=-])")
+#: What is left of ``mid-move`` at the end of a description cut at :data:`MAX_DESCRIPTION`.
+_MID_MOVE_CUT = re.compile(r" m(?:i(?:d(?:-(?:m(?:o(?:v(?:e(?:=[\dTZ]*)?)?)?)?)?)?)?)?$")
+_MID_MOVE_TIME = "%Y%m%dT%H%M%SZ"  # ISO 8601's basic format: short, for the tokens to fit
 _SWEPT = re.compile(r" ?\bswept=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
 #: The uid of the NetBoxIPPool whose claim's release left the address marked released (after ``swept=``; no kind,
 #: to keep the claim's name in more descriptions).
@@ -135,7 +150,7 @@ _RELEASED_BY = re.compile(r" ?\breleased-by=([0-9a-fA-F-]{8,64})\b")
 _HOMELESS = re.compile(r"metal3-ipam\b")
 _CLAIM = re.compile(r"\bclaim ([a-z0-9.-]+)/([a-z0-9.-]+)$")
 #: The tokens after the home, in the order they are written.
-_AFTER_HOME = (_HELD, _TAKE, _SWEPT, _RELEASED_BY)
+_AFTER_HOME = (_HELD, _TAKE, _SWEPT, _RELEASED_BY, _MID_MOVE)
 
 PRESENT, PAUSED, ABSENT = "present", "paused", "absent"
 
@@ -250,6 +265,42 @@ def _take_token(text: str) -> str | None:
     return _named("moved-from" if taken[1] else "from", taken[0]) if taken is not None else None
 
 
+def given_mid_move(text: Any) -> bool:
+    """Whether an address's give (``moved-from=``) was made while the move may have been under way (its home still
+    in the source's cluster) (``mid-move``, confirmed once a sweep interval old: :func:`unconfirmed`; last of
+    the tokens; also what is left of it in a description cut at :data:`MAX_DESCRIPTION`, on the safe side).
+    clusterctl makes the move's target paused and unpauses it only once the source's Cluster is deleted, so a live
+    claim that took the address meanwhile may be a copy of the claim restored from a directory."""
+    if not isinstance(text, str):
+        return False
+    return _MID_MOVE.search(text) is not None or (len(text) >= MAX_DESCRIPTION and " claim " not in text
+                                                  and _MID_MOVE_CUT.search(text) is not None)
+
+
+def given_at(text: Any) -> float | None:
+    """When the give ``mid-move`` marks was made (``mid-move=<UTC time>``, wall-clock seconds of the cluster that
+    gave it), or None (not marked, or an earlier mark of no time)."""
+    found = _MID_MOVE.search(text) if isinstance(text, str) else None
+    if found is None or found.group(1) is None:
+        return None
+    return datetime.strptime(found.group(1), _MID_MOVE_TIME).replace(tzinfo=timezone.utc).timestamp()
+
+
+def with_mid_move(text: str, on: bool, at: float | None = None) -> str:
+    """``text`` with ``mid-move`` (``=<at>``, a UTC time, when known) written after its other tokens (``on``), or
+    taken out."""
+    token = None
+    if on:
+        stamp = datetime.fromtimestamp(int(at), timezone.utc).strftime(_MID_MOVE_TIME) if at is not None else None
+        token = f"mid-move={stamp}" if stamp else "mid-move"
+    return _with(text, _MID_MOVE, token)
+
+
+def _with_mid_move_of(text: str, current: str, on: bool = True) -> str:
+    """``text`` with the ``mid-move`` of ``current`` (if any, and ``on``), its time kept."""
+    return with_mid_move(text, on and given_mid_move(current), given_at(current))
+
+
 def claim_in(text: Any) -> tuple[str, str] | None:
     """The claim (namespace, name) a description names, if whole (not cut at :data:`MAX_DESCRIPTION`)."""
     found = _CLAIM.search(text) if isinstance(text, str) and len(text) < MAX_DESCRIPTION else None
@@ -348,7 +399,8 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     that home is here). A take its home gave (homed nowhere by it, or marked released by
     it) writes ``moved-from=`` that home, whose release here deletes the address at once; any other take writes
     ``from=`` it, taken unasked: a claim there may be bound to it, so the release here marks it released for
-    that claim to take back (:func:`left_on_release`). Either way the cluster it was taken from never takes it
+    that claim to take back (:func:`left_on_release`). A give's ``mid-move`` is kept (but where its home is here
+    and not paused: no move from it is under way). Either way the cluster it was taken from never takes it
     back (nor a third one over) until the new home lets it go: two clusters whose live claims carry one key
     write it once, not back and forth. An address homed at an object here (ours) is rehomed freely, and one
     marked released is taken back whatever else it says."""
@@ -358,7 +410,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
     there, swept, taken = home_in(current), swept_at(current) is not None, took(current)
     mine = with_held(text, _kept_hold(current, home))
     if there == at:
-        return _with(mine, _TAKE, _take_token(current)) if swept else None
+        return _with_mid_move_of(_with(mine, _TAKE, _take_token(current)), current) if swept else None
     if swept:  # marked released by its home: given
         return _with(mine, _TAKE, _named("moved-from", there))
     if taken is not None and taken[0] == at:
@@ -373,7 +425,7 @@ def taken_over(current: str, text: str | None, home: Callable[[Home], str]) -> s
             return _with(mine, _TAKE, _named("from", at))
         if (origin := taken_from(current)) is not None:  # a copy's take, moved on: unasked from that home still
             return _with(mine, _TAKE, _named("from", origin))
-        return _with(mine, _TAKE, _named("moved-from", given))
+        return _with_mid_move_of(_with(mine, _TAKE, _named("moved-from", given)), current, home(given) != PRESENT)
     if home(there) != ABSENT:  # ours
         return _with(mine, _TAKE, _named("from", there))
     if _held_here(current, home) or (taken is None and not _held_elsewhere_paused(current, home)):
@@ -471,7 +523,8 @@ def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], hom
 
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
            home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
-           copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
+           copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
+           ) -> list[tuple[Found, str]]:
     """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here carries now,
     each with a description that names no home: the claim lives in the target, which homes the address there; until
     then no sweep releases it, here (also after a restart, once the Cluster is unpaused to retry a move that stopped
@@ -485,7 +538,9 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     the same way: its take becomes ``moved-from=``, which lets the release there delete it at once; but not one a
     copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
     object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
-    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off."""
+    (the copy's release marks it released, for the moved claim to take back), and a hold here comes off. A give
+    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>``
+    (:func:`unconfirmed`)."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -499,15 +554,17 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
             if held is not None and here(held.home):  # taken while the claim was here: a copy's take
                 out.append((item, with_held(item.description, None)))
             elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
-                out.append((item, _with(item.description, _TAKE, _named("moved-from", taken[0]))))
+                given = _with(item.description, _TAKE, _named("moved-from", taken[0]))
+                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT, wall)))
             continue
         held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
         if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
-        text = with_swept(text, None)
-        out.append((item, text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)))
+        text = with_mid_move(with_swept(text, None), home(at) != ABSENT, wall)
+        moved = text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
+        out.append((item, moved[:MAX_DESCRIPTION]))  # the longer token: the end (the claim's name first) cut
     return out
 
 
@@ -547,6 +604,17 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     return None
 
 
+def unconfirmed(text: Any, wall: float | None, after: float) -> bool:
+    """Whether an address's give marked ``mid-move`` is not a full ``after`` (the sweep interval) old at ``wall``: a
+    paused claim of another cluster carrying the key (the move's target, made before the give) may not have swept
+    and held it yet. A mark of no time (an earlier one, or its time cut at :data:`MAX_DESCRIPTION`) never gets old.
+    Read at the release, not written off by a sweep: the cluster that took the address writes it once."""
+    if not given_mid_move(text):
+        return False
+    at = given_at(text)
+    return at is None or wall is None or wall - at < after
+
+
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
     """Whether an address's description names a hold of another cluster (its object absent here): a claim
     there carries the key, paused or bound to the address after a cluster took it over."""
@@ -561,7 +629,8 @@ def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
     return held_elsewhere(text, home) or (there is not None and took(text) is not None and home(there) == ABSENT)
 
 
-def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float,
+                    confirm_after: float = 0.0) -> str | None:
     """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
@@ -584,8 +653,11 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). Any other address is deleted: homed here, homed nowhere, or marked
-    released by its home."""
+    never freed under a live claim). One homed here whose give is not confirmed (``mid-move`` less than
+    ``confirm_after``, the sweep interval, old at ``wall``: :func:`unconfirmed`; a copy may have taken it, the
+    moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
+    marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
+    other address is deleted: homed here, homed nowhere, or marked released by its home."""
     held = hold_in(text)
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)
@@ -598,11 +670,18 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
             return with_swept(text, wall)
         return text
     taken = took(text)
-    if there is not None and home(there) != ABSENT and taken is not None and not taken[1] \
-            and (home(taken[0]) == ABSENT or taken[0] == there):
+    if there is not None and home(there) != ABSENT and taken is not None \
+            and (not taken[1] and (home(taken[0]) == ABSENT or taken[0] == there)
+                 or unconfirmed(text, wall, confirm_after)):
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
+    given = moved_from(text)
+    if there is None and given is not None and given_mid_move(text) and swept_at(text) is None \
+            and at is not None and at != given and home(at) != ABSENT:
+        # given while the move may be under way and taken by nobody yet: the claim released here may be a copy, the
+        # move's target paused, unheld: taken as given, marked released, for that claim to take back
+        return with_swept(_with_mid_move_of(_with(released, _TAKE, _named("moved-from", given)), text), wall)
     if there is None or home(there) != ABSENT or swept_at(text) is not None:
         return None
     if released is None or at is None or home(at) == ABSENT:
@@ -628,13 +707,14 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
                   left_from: Callable[[str], Iterable[str]] = lambda key: (),
-                  copy_took: Callable[[str, Home], bool] = lambda key, there: False) -> list[tuple[Found, str]]:
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
+                  ) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took, wall)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)

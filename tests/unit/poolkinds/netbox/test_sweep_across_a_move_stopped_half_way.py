@@ -16,8 +16,8 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.pool import KEY_ANNOTATION
 from metal3_ipam.poolkinds.netbox.sweep import (ABSENT, MAX_DESCRIPTION, PAUSED, PRESENT, Found, Home, Sweep, describe_anew,
-                                    description, disown, held_in, hold, hold_in, home_in, home_of, home_state,
-                                    left_on_release, rehome, settle, swept_at, unclaimed_here, with_held)
+                                    description, disown, given_mid_move, held_in, hold, hold_in, home_in, home_of,
+                                    home_state, left_on_release, rehome, settle, swept_at, unclaimed_here, with_held)
 
 NS = "ns"
 C1, C2, T1 = (f"0b3e1f7a-1111-4c2d-9e8f-00000000000{i}" for i in (1, 2, 3))
@@ -199,6 +199,7 @@ def test_a_hold_keeps_the_home_whole_and_the_description_within_netboxs_limit():
 
 SIDES = {"S": (C1, "source"), "T": (T1, "target")}
 EPOCH, KEEP = 1_790_000_000, 30  # wall-clock seconds of the first sweep; how long a mark of release stands
+INTERVAL = 9  # the sweep interval: how old a give made mid-move is when a release reads it confirmed
 STEPS = st.lists(st.one_of(st.tuples(st.just("pause"), st.sampled_from("ST"), st.booleans()),
                            st.tuples(st.just("carry"), st.sampled_from("ST"), st.booleans()),
                            st.tuples(st.just("moved"), st.sampled_from("ST"), st.booleans()),
@@ -258,7 +259,7 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
     """
     homes = {"S": Home("Cluster", C1), "T": Home("Cluster", T1), "elsewhere": Home("Cluster", NB2)}
     text = description(homes.get(homed), claim("m", "c1"))
-    sweeps = {side: Sweep(grace=9) for side in SIDES}
+    sweeps = {side: Sweep(grace=INTERVAL) for side in SIDES}
     saw = {side: False for side in SIDES}  # swept while carrying since the address last changed
     writes = {side: 0 for side in SIDES}
     now = 0
@@ -272,7 +273,7 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
                 uid, ns = SIDES[side]
                 home = home_state([("Cluster", cluster("c1", uid, ns=ns))])
                 left = left_on_release(text, description(Home("Cluster", uid), claim("m", "c1", ns=ns)), home,
-                                       EPOCH + now)
+                                       EPOCH + now, INTERVAL)
                 if left is None:
                     other = "T" if side == "S" else "S"
                     assert not (carries[other] and saw[other] and home_in(text) is not None), \
@@ -297,7 +298,7 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
         found = [Found(3, "192.0.2.3/24", "k", text)]
         judged = sweeps[side].judge(found, carried=lambda key: carries[side] or moved[side], home=home, now=now)
         released, marked = settle(judged, wall=EPOCH + now, keep=KEEP)
-        changed = marked or describe_anew(found, wanted, lambda key: moved[side], home)
+        changed = marked or describe_anew(found, wanted, lambda key: moved[side], home, wall=EPOCH + now)
         if released:
             other = "T" if side == "S" else "S"
             assert not carries[side] and swept_at(text) is not None
@@ -362,3 +363,26 @@ def test_a_claim_back_at_the_source_keeps_its_address_from_the_live_copy_where_i
                moved={"S": True, "T": False}, homed="S",
                steps=[("sweep", "S", 0), ("carry", "S", True), ("sweep", "S", 0), ("sweep", "T", 0),
                       ("sweep", "S", 0)])
+
+
+def test_a_take_its_source_then_gives_while_its_cluster_is_here_is_written_once_by_the_taker(monkeypatch):
+    """The source's live claim takes over the address homed at the target's Cluster (``from=``); the target, which saw
+    its own claim leave for a move and cannot tell that take from the move's, gives it (``moved-from=``, marked
+    ``mid-move``: its Cluster is still here). The source's next sweep leaves it as it is: the mark's age is read at
+    its release, not written off by a sweep."""
+    _two_sides(monkeypatch, paused={"S": False, "T": False}, carries={"S": True, "T": False},
+               moved={"S": False, "T": True}, homed="T",
+               steps=[("sweep", "S", 0), ("sweep", "T", 0), ("sweep", "S", 0), ("sweep", "S", 20)])
+
+
+def test_the_source_takes_the_home_off_a_long_description_within_netboxs_limit():
+    """``moved-from=`` is longer than ``home=``: the description, at NetBox's limit already, is cut at its end (the
+    claim's name), and a ``mid-move`` mark stays readable."""
+    long = claim("m" * 253, "c1", ns="n" * 63)
+    item = Found(3, "192.0.2.3/24", "k-m", description(Home("Cluster", C1), long))
+    assert len(item.description) == MAX_DESCRIPTION
+    for state, mid_move in ((home_state([("Cluster", cluster("c1", C1, paused=True, ns="n" * 63))]), True),
+                            (home_state([]), False)):
+        [(_, text)] = disown([item], {"k-m"}.__contains__, {}.get, state, left_from=lambda key: [C1], wall=EPOCH)
+        assert len(text) <= MAX_DESCRIPTION and home_in(text) is None and given_mid_move(text) == mid_move, text
+        assert text.startswith(f"metal3-ipam moved-from=Cluster:{C1} "), text

@@ -664,11 +664,7 @@ U1, UP = "0b3e1f7a-1111-4c2d-9e8f-000000000005", "5a6b7c8d-2222-4c2d-9e8f-000000
 
 
 @pytest.mark.parametrize("held_first", [
-    pytest.param(False, id="unheld", marks=pytest.mark.xfail(strict=True, reason=(
-        "the source's first sweep after its claim left for a move to a third cluster finds the copy's take "
-        "(home=<copy's Cluster> from=<source>) just as it finds a take the move's target made before that sweep: "
-        "nothing in NetBox or in the source orders the take before the claim left, so it gives it (moved-from=), "
-        "and the copy's release deletes the address the moved claim, paused in the third cluster, is bound to"))),
+    pytest.param(False, id="unheld"),
     pytest.param(True, id="live-held")])
 def test_a_copys_take_is_not_given_to_it_when_the_sources_claim_moves_to_a_third_cluster(held_first):
     netbox = SharedNetBox(homed_at_source())
@@ -801,11 +797,7 @@ def _a_copy_of_a_moved_claim_takes_its_address_homed_nowhere(target_swept_first:
 
 
 @pytest.mark.parametrize("target_swept_first", [
-    pytest.param(False, id="target-not-swept", marks=pytest.mark.xfail(strict=True, reason=(
-        "the source of a move takes the home off the moved claim's address (moved-from=<source>); a copy of that "
-        "claim live in a third cluster (restored from a directory made before the move) finds it first and takes "
-        "it as given, as the move's target would: nothing tells the two apart, so the copy's release deletes the "
-        "address the moved claim, paused in the target, is bound to"))),
+    pytest.param(False, id="target-not-swept"),
     pytest.param(True, id="target-swept-first")])
 def test_a_copy_in_a_third_cluster_does_not_take_a_moved_claims_address_as_given_from_under_it(target_swept_first):
     _a_copy_of_a_moved_claim_takes_its_address_homed_nowhere(target_swept_first)
