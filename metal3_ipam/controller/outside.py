@@ -37,7 +37,9 @@ every such kind lives here:
   marked (or, where the kind learns it only from the mark, right after), and is
   refused (asked again) where not even the record could be written
   (:meth:`OutsidePools.hold_left`): so a Secret neither held nor recorded held means
-  that nothing was left, whatever restart or deletion follows the release.
+  that nothing was left, whatever restart or deletion follows the release. The
+  record says for which pools (by uid) each Secret is held, so that a pool being
+  deleted whose IPAM never answers is not held by what another pool's claims left.
 
 Nothing is sent, surveyed or swept while ``may_act()`` is false (not the
 leader, or before the catch-up).
@@ -83,9 +85,27 @@ class Left:
 
 
 #: The Lease (in the controller's lock namespace) that records which Secrets carry our finalizers: an annotation
-#: named after each finalizer lists them (a JSON list of "namespace/name"). It outlives the pools that needed them,
-#: so a Secret is let go even when its pool went without its finalizer or while no controller ran.
+#: named after each finalizer lists them (a JSON list of "namespace/name"), and for which pools each is held
+#: ("namespace/name/<pool uid>", "namespace/name/*" for any pool; earlier versions read only "namespace/name"). It
+#: outlives the pools that needed them, so a Secret is let go even when its pool went without its finalizer or while
+#: no controller ran.
 HELD_SECRETS_RECORD = "metal3-ipam-held-secrets"
+
+#: The pool entry of a Secret held for any pool (the pool a release left for not known, or a Secret recorded by an
+#: earlier version, which recorded no pools, given pool entries since).
+ANY_POOL = "*"
+
+Entry = tuple[str, ...]  # (namespace, Secret): the Secret held; (namespace, Secret, pool uid): held for that pool
+
+
+def held_for(entries: Iterable[Entry], secret: tuple[str, str], uid: Any) -> bool:
+    """Whether the record's ``entries`` say that ``secret`` may be held for the pool ``uid``: it is recorded held, and
+    lists no pools (recorded by an earlier version: any), or lists that pool or any."""
+    entries = set(entries)
+    if secret not in entries:
+        return False
+    pools = {entry[2] for entry in entries if len(entry) == 3 and entry[:2] == secret}
+    return not pools or ANY_POOL in pools or not uid or str(uid) in pools
 
 
 class SecretNotHeld(Exception):
@@ -112,6 +132,12 @@ class SecretHolds:
     async def recorded(self, finalizer: str) -> set[tuple[str, str]] | None:
         """The Secrets recorded as carrying ``finalizer``: (namespace, name); None when the record could not be read
         (not known: never taken for a record that lists nothing)."""
+        entries = await self.entries(finalizer)
+        return None if entries is None else {(entry[0], entry[1]) for entry in entries if len(entry) == 2}
+
+    async def entries(self, finalizer: str) -> set[Entry] | None:
+        """What the record lists under ``finalizer``: (namespace, name) for each Secret held, (namespace, name, pool
+        uid) for each pool it is held for; None when the record could not be read."""
         path = self._record_path()
         if path is None:
             return set()
@@ -128,7 +154,31 @@ class SecretHolds:
         return _held_in(lease, finalizer)
 
     async def _record(self, namespace: str, name: str, finalizer: str, held: bool) -> bool:
-        """The record lists the Secret (``held``) or not; False when it could not be written."""
+        """The record lists the Secret (``held``) or not (nor any pool it was held for); False when it could not be
+        written."""
+        secret = (namespace, name)
+        return await self._rewrite(finalizer, lambda listed: listed | {secret} if held else
+                                   {entry for entry in listed if entry[:2] != secret},
+                                   f"Secret {namespace}/{name} not {'recorded' if held else 'struck off'}")
+
+    async def hold_for(self, namespace: str, name: str, finalizer: str, pool: str, needed: bool) -> bool:
+        """The record lists the Secret held for the pool of uid ``pool`` (``needed``) or not; False when it could not
+        be written. A Secret recorded with no pools (by an earlier version) is held for any pool from then on."""
+        secret, entry = (namespace, name), (namespace, name, pool)
+
+        def change(listed: set[Entry]) -> set[Entry]:
+            if not needed:
+                return listed - {entry}
+            if secret in listed and not any(len(e) == 3 and e[:2] == secret for e in listed):
+                listed = listed | {(*secret, ANY_POOL)}
+            return listed | {entry}
+        return await self._rewrite(finalizer, change,
+                                   f"Secret {namespace}/{name} {'not recorded' if needed else 'not struck off'} "
+                                   f"for pool {pool}")
+
+    async def _rewrite(self, finalizer: str, change: Callable[[set[Entry]], set[Entry]], failed: str) -> bool:
+        """The record's entries under ``finalizer`` changed by ``change`` (written only where that changes them);
+        False when it could not be written."""
         path = self._record_path()
         if path is None:
             return True
@@ -143,10 +193,10 @@ class SecretHolds:
                 # A record that cannot be read is written anew (what it listed is lost: those Secrets keep our
                 # finalizer until this controller settles them or it is removed by hand).
                 listed = (_held_in(lease, finalizer) if lease is not None else None) or set()
-                if ((namespace, name) in listed) == held:
+                wanted = change(listed)
+                if wanted == listed:
                     return True
-                listed = listed | {(namespace, name)} if held else listed - {(namespace, name)}
-                value = json.dumps(sorted(f"{ns}/{n}" for ns, n in listed))
+                value = json.dumps(sorted("/".join(entry) for entry in wanted))
                 if lease is None:
                     lease_namespace = path.split("/")[5]
                     body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {},
@@ -164,8 +214,7 @@ class SecretHolds:
             except ApiException as exc:
                 if exc.status == 409:
                     continue
-                log.warning("Lease %s: Secret %s/%s not %s: %s %s", HELD_SECRETS_RECORD, namespace, name,
-                            "recorded" if held else "struck off", exc.status, exc.reason)
+                log.warning("Lease %s: %s: %s %s", HELD_SECRETS_RECORD, failed, exc.status, exc.reason)
                 return False
         return False
 
@@ -207,9 +256,9 @@ class SecretHolds:
         return True
 
 
-def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[tuple[str, str]] | None:
-    """The Secrets the record lists under ``finalizer``; None when its annotation is not a JSON list (edited by
-    hand, cut short): not known, never taken for a record that lists nothing."""
+def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[Entry] | None:
+    """The entries the record lists under ``finalizer`` (see :data:`HELD_SECRETS_RECORD`); None when its annotation
+    is not a JSON list (edited by hand, cut short): not known, never taken for a record that lists nothing."""
     try:
         listed = json.loads(((lease.get("metadata") or {}).get("annotations") or {}).get(finalizer) or "[]")
     except ValueError:
@@ -217,7 +266,7 @@ def _held_in(lease: Mapping[str, Any], finalizer: str) -> set[tuple[str, str]] |
     if not isinstance(listed, list):
         log.warning("Lease %s: annotation %s is not a JSON list of namespace/name", HELD_SECRETS_RECORD, finalizer)
         return None
-    return {tuple(item.split("/", 1)) for item in listed if isinstance(item, str) and item.count("/") == 1}
+    return {tuple(item.split("/")) for item in listed if isinstance(item, str) and item.count("/") in (1, 2)}
 
 
 class OutsidePools:
@@ -272,8 +321,9 @@ class OutsidePools:
         self._waiting_since: dict[PoolRef, dict[str, float]] = {}  # pool -> address waiting -> first found so
         self.secret_holds = secret_holds  # SecretHolds (None: no Secret is held)
         self._secrets_held: dict[tuple[str, str], bool] = {}  # (namespace, Secret) -> held, as last written
-        #: the Secrets a release held since the settling under way began (see :meth:`hold_left`): not let go by it
-        self._held_by_releases: set[tuple[str, str]] = set()
+        #: the Secrets a release held since the settling under way began (see :meth:`hold_left`), with the pools (uid)
+        #: held for: not let go by it
+        self._held_by_releases: dict[tuple[str, str], set[str]] = {}
         if asking is not None:
             asking.judges_pools = self.secret_finalizer is not None
 
@@ -541,26 +591,31 @@ class OutsidePools:
     async def hold_left(self, ref: PoolRef, secret: str | None) -> bool:
         """A release of a claim of pool ``ref`` leaves an address outside (for another cluster to answer, or for the
         sweeps here to release once unanswered): the pool is unjudged (:meth:`unjudge`), and the Secret of its
-        credentials (``secret``, in its namespace) held by :attr:`secret_finalizer`, recorded first, as part of the
-        release, not at the next sweep: a Secret neither held nor recorded held means that nothing was left
-        (:meth:`secrets_held`, and the kinds' sweeps, rely on it), also across a restart or a namespace deleted right
-        after the release. False when not even the record could be written (the release is to be refused and asked
-        again); a Secret gone or being deleted is recorded all the same."""
+        credentials (``secret``, in its namespace) held by :attr:`secret_finalizer`, recorded first (for that pool),
+        as part of the release, not at the next sweep: a Secret neither held nor recorded held for a pool means that
+        nothing of its claims was left (:meth:`secrets_held`, and the kinds' sweeps, rely on it), also across a
+        restart or a namespace deleted right after the release. False when not even the record could be written (the
+        release is to be refused and asked again); a Secret gone or being deleted is recorded all the same."""
         self.unjudge(ref)
         if self.secret_finalizer is None or secret is None:
             return True
         key = (ref[0], secret)
-        self._held_by_releases.add(key)
-        # Written whatever this process last wrote: another leader may have let the Secret go since.
-        if self.secret_holds is None or await self.secret_holds.hold(*key, self.secret_finalizer, True):
+        pool_obj = self.inventory.get(self.pool_kind, *ref)
+        uid = str(o.meta(pool_obj).get("uid") or ANY_POOL) if pool_obj is not None else ANY_POOL
+        self._held_by_releases.setdefault(key, set()).add(uid)
+        # Written whatever this process last wrote: another leader may have let the Secret go since. Recorded for
+        # the pool first: a Secret held with pools recorded is held for those only (see :meth:`secrets_held`).
+        if self.secret_holds is None or (
+                await self.secret_holds.hold_for(*key, self.secret_finalizer, uid, True)
+                and await self.secret_holds.hold(*key, self.secret_finalizer, True)):
             self._secrets_held[key] = True
             return True
         try:
-            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+            entries = await self.secret_holds.entries(self.secret_finalizer)
         except Exception:  # not read: taken for not recorded
             log.exception("%s: the record of Secrets held not read", self.label)
-            recorded = None
-        return key in (recorded or ())
+            entries = None
+        return entries is not None and held_for(entries, key, uid)
 
     def judge(self, ref: PoolRef, left: Left) -> None:
         """What the sweep found the claims of pool ``ref`` left outside (settled by :meth:`settle`)."""
@@ -594,21 +649,26 @@ class OutsidePools:
         waits (its status saying so), else let go (passed over again, its finalizer off)."""
         if self.secret_finalizer is None:
             return
-        self._held_by_releases = set()
+        self._held_by_releases = {}
         needs: dict[tuple[str, str], bool] = {}
+        pools_need: dict[tuple[tuple[str, str], str], bool] = {}  # (Secret, pool uid) -> needed by that pool
         for ref, left in self._judgements.items():
             pool_obj = self.inventory.get(self.pool_kind, *ref)
             if left.secret is not None and pool_obj is not None and o.meta(pool_obj).get("uid") == left.uid:
                 key = (ref[0], left.secret)
                 needs[key] = needs.get(key, False) or bool(left.waiting or left.shared)
+                pools_need[(key, str(left.uid))] = bool(left.waiting or left.shared)
         # Secrets held (as written here, or as recorded, whatever process wrote it) that no pool judged needs: let
         # go, unless a stored pool not judged yet names them (below). A pool that went, even without its
         # finalizer or while no controller ran, holds nothing.
         # (Of the namespaces served only: another controller sharing the record may serve the others.)
         served = self.inventory.namespaces
-        listed = set() if self.secret_holds is None else await self.secret_holds.recorded(self.secret_finalizer)
+        listed = set() if self.secret_holds is None else await self.secret_holds.entries(self.secret_finalizer)
         known = listed is not None  # not read: what only the record lists is let go at a later settling
-        recorded = {key for key in listed or () if served is None or key[0] in served}
+        listed = {entry for entry in listed or () if served is None or entry[0] in served}
+        recorded = {entry for entry in listed if len(entry) == 2}
+        if known:
+            await self._settle_pools(pools_need, listed)
         for key in recorded | {key for key, held in self._secrets_held.items() if held}:
             needs.setdefault(key, False)
         for pool_key in self.inventory.pool_keys():  # a pool not judged yet keeps what its Secret has
@@ -629,7 +689,9 @@ class OutsidePools:
                 await self.secret_holds.hold(namespace, secret, self.secret_finalizer, held)
             if not held and (namespace, secret) in self._held_by_releases:  # a release held it while it was let go
                 held = True
-                done = True if self.secret_holds is None else \
+                done = True if self.secret_holds is None else all(
+                    [await self.secret_holds.hold_for(namespace, secret, self.secret_finalizer, uid, True)
+                     for uid in sorted(self._held_by_releases[(namespace, secret)])]) and \
                     await self.secret_holds.hold(namespace, secret, self.secret_finalizer, True)
             if done:
                 self._secrets_held[(namespace, secret)] = held
@@ -654,6 +716,28 @@ class OutsidePools:
                 await self._say_waiting(pool_key, pool_obj, message)
             if (before is None) != (message is None):
                 self.wake(pool_key, None)
+
+    async def _settle_pools(self, pools_need: dict[tuple[tuple[str, str], str], bool], listed: set[Entry]) -> None:
+        """The pools each Secret is recorded held for (``listed``, as read) settled: each pool judged recorded
+        while it needs its Secret, struck off once it does not, or is gone; never struck off where a release held
+        the Secret for it since the settling began."""
+        stored = set()
+        for pool_key in self.inventory.pool_keys():
+            pool_obj = self.inventory.get(self.pool_kind, pool_key.namespace, pool_key.name) \
+                if pool_key.kind == self.pool_kind else None
+            if pool_obj is not None:
+                stored.add((pool_key.namespace, str(o.meta(pool_obj).get("uid"))))
+        for namespace, secret, uid in (entry for entry in listed if len(entry) == 3):
+            if uid != ANY_POOL and (namespace, uid) not in stored:
+                pools_need.setdefault(((namespace, secret), uid), False)
+        for (key, uid), needed in pools_need.items():
+            if (key + (uid,) in listed) == needed or self.secret_holds is None:
+                continue
+            if not needed and uid in self._held_by_releases.get(key, ()):
+                continue  # a release left an address meanwhile: judged again by the next sweep
+            if await self.secret_holds.hold_for(*key, self.secret_finalizer, uid, needed) and not needed and \
+                    uid in self._held_by_releases.get(key, ()):  # a release held it for that pool meanwhile
+                await self.secret_holds.hold_for(*key, self.secret_finalizer, uid, True)
 
     async def _say_waiting(self, pool_key: Any, pool_obj: Mapping[str, Any], message: str) -> None:
         """A pool being deleted says what it waits for (Ready=False, reason Deleting)."""
@@ -680,15 +764,17 @@ class OutsidePools:
         outside that no sweep judged gone yet."""
         return False
 
-    async def secrets_held(self) -> Callable[[str, str], bool]:
-        """Whether our finalizer may hold a Secret (namespace, name): as written here, or as recorded by whatever
-        process wrote it; any, when the record could not be read. A pool being deleted whose outside IPAM cannot be
-        swept is held only while its Secret may be held (what its claims left waits); else it is judged from what
-        this process found: an IPAM that never answers, or a Secret never made, would hold it for good."""
-        held = {key for key, on in self._secrets_held.items() if on}
+    async def secrets_held(self) -> Callable[[str, str, Any], bool]:
+        """Whether our finalizer may hold a Secret (namespace, name) for the pool of that uid: as written here, or
+        as recorded by whatever process wrote it, for that pool or any (a Secret the record lists no pools for, as an
+        earlier version wrote it: any); any, when the record could not be read. A pool being deleted whose outside
+        IPAM cannot be swept is held only while its Secret may be held for it (what its claims left waits); else it
+        is judged from what this process found: an IPAM that never answers, or a Secret never made, would hold it for
+        good, and so would another pool's claims' leaving an address, holding the Secret meanwhile."""
+        entries: set[Entry] = {key for key, on in self._secrets_held.items() if on}
         if self.secret_holds is not None and self.secret_finalizer is not None:
-            recorded = await self.secret_holds.recorded(self.secret_finalizer)
+            recorded = await self.secret_holds.entries(self.secret_finalizer)
             if recorded is None:
-                return lambda namespace, name: True
-            held |= recorded
-        return lambda namespace, name: (namespace, name) in held
+                return lambda namespace, name, uid: True
+            entries |= recorded
+        return lambda namespace, name, uid: held_for(entries, (namespace, name), uid)

@@ -589,14 +589,14 @@ class NetBoxPools(OutsidePools):
                     break  # NetBox itself failed: no other token does better now
         # Not swept: a pool being deleted is judged from what this process found, where nothing says more was left
         # (its token not there; or its Secret, which our finalizer holds while what its claims left waits, not held
-        # nor recorded held): a NetBox that never answers, or a Secret never made, holds it for good else.
+        # nor recorded held for it): a NetBox that never answers, or a Secret never made, holds it for good else.
         deleting = [(m, uid) for m, uid in pools if self._deleting(m)]
         if deleting:
             for_good = {(m.namespace, m.name) for m, exc in unavailable if not exc.passing}
             held = await self.secrets_held()
             # Those this process remembers addresses of are judged waiting for them (held, saying what for).
             self._judge(server, [(m, uid) for m, uid in deleting if (m.namespace, m.name) in for_good
-                                 or not held(m.namespace, m.token.name)
+                                 or not held(m.namespace, m.token.name, uid)
                                  or self.remembers_left((m.namespace, m.name), uid)], {}, set())
         return []
 

@@ -262,12 +262,12 @@ class Sweeper:
                 log.warning("sweep of the cloud of %s, being deleted: %s", model.text, exc)
                 # Not listed: judged from what this process found where nothing says its claims left more: no
                 # credentials to list with (its Secret missing or unusable, which our finalizer keeps while a pool
-                # needs it), or its Secret neither held nor recorded held (``OutsidePools.secrets_held``). Else it
-                # waits for a sweep that lists its cloud.
+                # needs it), or its Secret neither held nor recorded held for it (``OutsidePools.secrets_held``).
+                # Else it waits for a sweep that lists its cloud.
                 if held is None:
                     held = await self.pools.secrets_held()
                 if (exc.reason == p.IDENTITY_MISSING and not exc.passing) or \
-                        not held(model.namespace, model.identity.secret):
+                        not held(model.namespace, model.identity.secret, model.uid):
                     listed_tags.add(tag)
                 continue
             listed_tags.add(tag)
@@ -423,6 +423,8 @@ class Sweeper:
                     elif (fip.id, gone) not in self._left or not await self._release_left(
                             pool, key, fip, gone, released, home_of=self._left_home):
                         left.add((fip.id, gone))
+                    else:
+                        continue  # released, forgotten: not remembered again (its pool judged waiting for it)
             elif not carried(key):
                 change = homes.Change(remove=homes.stale(owner, fip.tags, home))
             else:

@@ -288,15 +288,27 @@ class _Holds:
 
     def __init__(self):
         self.record: set[tuple[str, str]] = set()
+        self.pools: set[tuple[str, str, str]] = set()  # (namespace, name, pool uid): what it is recorded held for
         self.calls: list[tuple[str, str, bool]] = []
 
     async def hold(self, namespace, name, finalizer, held):
         self.calls.append((namespace, name, held))
         (self.record.add if held else self.record.discard)((namespace, name))
+        if not held:
+            self.pools = {entry for entry in self.pools if entry[:2] != (namespace, name)}
+        return True
+
+    async def hold_for(self, namespace, name, finalizer, pool, needed):
+        if needed and (namespace, name) in self.record and not any(e[:2] == (namespace, name) for e in self.pools):
+            self.pools.add((namespace, name, outside.ANY_POOL))
+        (self.pools.add if needed else self.pools.discard)((namespace, name, pool))
         return True
 
     async def recorded(self, finalizer):
         return set(self.record)
+
+    async def entries(self, finalizer):
+        return set(self.record) | set(self.pools)
 
 
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbox_is_down_across_a_restart():
@@ -552,6 +564,9 @@ class _Unrecordable(_Holds):
         self.calls.append((namespace, name, held))
         return False
 
+    async def hold_for(self, namespace, name, finalizer, pool, needed):
+        return False
+
 
 def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
     """Marked released with its Secret neither held nor recorded, the address would be forgotten by a restart or a
@@ -599,10 +614,6 @@ class _OneServerNeverAnswers(SweepingAsks):
         return await super().sweep(model, choose, still, lingering)
 
 
-@pytest.mark.xfail(strict=True, reason="a pool being deleted whose NetBox never answers, sharing its token Secret "
-                                       "with a pool of its namespace whose claim left an address, is held for good: "
-                                       "unjudged, it keeps the Secret held (settle), and the Secret held keeps it "
-                                       "unjudged (_swept), long after that address was released")
 def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a_sibling_pool_left_is_released():
     """Two pools of one namespace name one token Secret (one key per NetBox server): t/nb on the shared NetBox,
     whose claim's release left an address there (the Secret held for it), and t/nb-y on a NetBox decommissioned
@@ -635,6 +646,38 @@ def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a
     assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
 
 
+def test_a_secret_an_earlier_version_recorded_held_for_no_pool_in_particular_keeps_holding_every_pool_naming_it(
+        monkeypatch):
+    """The record lists the token Secret as an earlier version wrote it (no pools): what it was held for is not known,
+    so a pool of the namespace naming it, deleted while its NetBox never answers, is held still after a release of
+    another pool recorded the Secret held for that pool."""
+    server = _ApiServer()
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/ipam-system/leases/{outside.HELD_SECRETS_RECORD}"
+    server.objects[lease_path] = {"metadata": {"name": outside.HELD_SECRETS_RECORD, "namespace": "ipam-system",
+                                               "resourceVersion": "1",
+                                               "annotations": {SECRET_FINALIZER: '["t/token"]'}}}
+    monkeypatch.setattr(outside, "request", server.request)
+    netbox = SharedNetBox()
+    _left_source_found(netbox)
+    claim = keyed_claim("m", "k", "t")
+    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                   "finalizers": ["ipam.metal3.io"]}}
+    other_uid = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"
+    other = shared_netbox_pool(other_uid, "t")
+    other["metadata"]["name"] = "nb-y"
+    other["spec"]["server"] = {"url": "http://netbox-y.example", "tokenSecretRef": {"name": "token"}}
+    target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim, other)
+    target.pools.secret_holds = outside.SecretHolds(None, lambda: "ipam-system")
+    target.pools.asks = _OneServerNeverAnswers(netbox, "http://netbox-y.example")
+    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    assert server.objects[lease_path]["metadata"]["annotations"][SECRET_FINALIZER] == \
+        f'["t/token", "t/token/*", "t/token/{TP}"]'
+    target.inventory.remove(claim)
+    target.inventory.upsert(_terminating(other))  # t/nb-y deleted
+    target.swept()
+    assert target.pools.answers.held(("t", "nb-y"), other_uid) is not None, "let go though the Secret may be held for it"
+
+
 def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_secrets_record_cannot_be_parsed(
         monkeypatch):
     """A record that cannot be read is taken to list every Secret: also one whose annotation was edited into
@@ -646,7 +689,7 @@ def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_s
     target, terminating = _left_by_a_release(netbox, swept=True,
                                              secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
     lease = server.objects[f"/apis/coordination.k8s.io/v1/namespaces/ipam-system/leases/{outside.HELD_SECRETS_RECORD}"]
-    assert lease["metadata"]["annotations"][SECRET_FINALIZER] == '["t/token"]'
+    assert lease["metadata"]["annotations"][SECRET_FINALIZER] == f'["t/token", "t/token/{TP}"]'
     lease["metadata"]["annotations"][SECRET_FINALIZER] = '["t/token"'  # edited by hand, cut short
     # The controller restarted while NetBox is down.
     restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"),
