@@ -86,14 +86,17 @@ class Left:
 
 #: The Lease (in the controller's lock namespace) that records which Secrets carry our finalizers: an annotation
 #: named after each finalizer lists them (a JSON list of "namespace/name"), and for which pools each is held
-#: ("namespace/name/<pool uid>", "namespace/name/*" for any pool; earlier versions read only "namespace/name"). It
-#: outlives the pools that needed them, so a Secret is let go even when its pool went without its finalizer or while
-#: no controller ran.
+#: ("namespace/name/<pool uid>", "namespace/name/*" for any pool, "namespace/name/-" once pools are listed; earlier
+#: versions read only "namespace/name"). It outlives the pools that needed them, so a Secret is let go even when its
+#: pool went without its finalizer or while no controller ran.
 HELD_SECRETS_RECORD = "metal3-ipam-held-secrets"
 
 #: The pool entry of a Secret held for any pool (the pool a release left for not known, or a Secret recorded by an
 #: earlier version, which recorded no pools, given pool entries since).
 ANY_POOL = "*"
+#: The pool entry that says this version keeps the Secret's pool entries (so that none left listed reads as held for
+#: no pool, not as a record an earlier version wrote, held for any).
+NO_POOL = "-"
 
 Entry = tuple[str, ...]  # (namespace, Secret): the Secret held; (namespace, Secret, pool uid): held for that pool
 
@@ -105,7 +108,19 @@ def held_for(entries: Iterable[Entry], secret: tuple[str, str], uid: Any) -> boo
     if secret not in entries:
         return False
     pools = {entry[2] for entry in entries if len(entry) == 3 and entry[:2] == secret}
-    return not pools or ANY_POOL in pools or not uid or str(uid) in pools
+    return not pools or ANY_POOL in pools or not uid or str(uid) in pools - {NO_POOL}
+
+
+def with_pool(entries: set[Entry], secret: tuple[str, str], pool: str, needed: bool) -> set[Entry]:
+    """The record's ``entries`` with ``secret`` recorded held for the pool of uid ``pool`` (``needed``) or not. A
+    Secret recorded with no pools (by an earlier version) is held for any pool from then on; one given pool entries
+    lists :data:`NO_POOL` too, so that it reads as held for no pool once none is left."""
+    entry = (*secret, pool)
+    if not needed:
+        return entries - {entry}
+    if secret in entries and not any(len(e) == 3 and e[:2] == secret for e in entries):
+        entries = entries | {(*secret, ANY_POOL)}
+    return entries | {entry, (*secret, NO_POOL)}
 
 
 class SecretNotHeld(Exception):
@@ -164,15 +179,7 @@ class SecretHolds:
     async def hold_for(self, namespace: str, name: str, finalizer: str, pool: str, needed: bool) -> bool:
         """The record lists the Secret held for the pool of uid ``pool`` (``needed``) or not; False when it could not
         be written. A Secret recorded with no pools (by an earlier version) is held for any pool from then on."""
-        secret, entry = (namespace, name), (namespace, name, pool)
-
-        def change(listed: set[Entry]) -> set[Entry]:
-            if not needed:
-                return listed - {entry}
-            if secret in listed and not any(len(e) == 3 and e[:2] == secret for e in listed):
-                listed = listed | {(*secret, ANY_POOL)}
-            return listed | {entry}
-        return await self._rewrite(finalizer, change,
+        return await self._rewrite(finalizer, lambda listed: with_pool(listed, (namespace, name), pool, needed),
                                    f"Secret {namespace}/{name} {'not recorded' if needed else 'not struck off'} "
                                    f"for pool {pool}")
 
@@ -728,7 +735,7 @@ class OutsidePools:
             if pool_obj is not None:
                 stored.add((pool_key.namespace, str(o.meta(pool_obj).get("uid"))))
         for namespace, secret, uid in (entry for entry in listed if len(entry) == 3):
-            if uid != ANY_POOL and (namespace, uid) not in stored:
+            if uid not in (ANY_POOL, NO_POOL) and (namespace, uid) not in stored:
                 pools_need.setdefault(((namespace, secret), uid), False)
         for (key, uid), needed in pools_need.items():
             if (key + (uid,) in listed) == needed or self.secret_holds is None:

@@ -467,7 +467,7 @@ class NetBoxPools(OutsidePools):
         description is given instead: the pool's Secret is held first (:meth:`_held_first`)."""
         claims = sorted(self.inventory.claims_carrying(key), key=lambda c: not o.is_deleting(c))
         released = self._description(claims[0]) if claims else None
-        left = left_on_release(text, released, home_state(self._homes()), self.wall(), self.sweep_seconds)
+        left = left_on_release(text, released, home_state(self._homes()), self.wall())
         at, ref = home_in(released), o.pool_of(claims[0]) if claims else None
         pool_obj = self.inventory.get(NETBOX_IP_POOL, o.namespace(claims[0]), ref.name) if ref is not None else None
         model = self.read_model(pool_obj) if pool_obj is not None else None
@@ -629,7 +629,8 @@ class NetBoxPools(OutsidePools):
             copy_took = self._copies_took(server, found, home, left_from)
             described = describe_anew([item for item in found if item.id not in marked], self._describe,
                                       moved_away, home, holder=self._holder(home), left_from=left_from,
-                                      copy_took=lambda key, there: (key, there) in copy_took, wall=self.wall())
+                                      copy_took=lambda key, there: (key, there) in copy_took,
+                                      confirmed_at=self.wall() + self.sweep_seconds)
             contests.extend(contested(found, self._describe, home))
             return release, marks + described
 

@@ -81,12 +81,12 @@ claims belonged to, and gives the address (``from=`` becomes ``moved-from=``,
 the move since, but not a take it can tell a copy made (:func:`copies_took`:
 made while its claim was here). Nor can it tell a take it did not see from a copy's: a give made while the home
 it gives is still here (paused: the move under way, or stopped half-way; clusterctl unpauses the target only once
-it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` after the other tokens, on an address homed
-nowhere too, and a take keeps the mark. A full sweep interval after the give (by the time it names) the give is
-confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the give, has swept and
+it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` (the give's, plus the giving cluster's sweep
+interval) after the other tokens, on an address homed
+nowhere too, and a take keeps the mark. From the time it names the give is confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the give, has swept and
 held the address); till then a release here marks the address released rather than deleting it
 (:func:`left_on_release`), the taker's and that of a claim carrying the key that took nothing, so that a copy
-deleted early leaves the address to the moved claim. The mark's age is read at the release; no sweep writes it
+deleted early leaves the address to the moved claim. The mark is read at the release; no sweep writes it
 off (the taker writes the address once). An address an earlier version wrote (no home), or one back at
 the home that let it go, is homed first come the same way: ``from=`` the home
 that took it, so no other cluster takes it over at first sight. So two clusters whose live claims carry one key (a move
@@ -278,8 +278,8 @@ def given_mid_move(text: Any) -> bool:
 
 
 def given_at(text: Any) -> float | None:
-    """When the give ``mid-move`` marks was made (``mid-move=<UTC time>``, wall-clock seconds of the cluster that
-    gave it), or None (not marked, or an earlier mark of no time)."""
+    """From when the give ``mid-move`` marks counts as confirmed (``mid-move=<UTC time>``: wall-clock seconds of the
+    cluster that gave it, its sweep interval after the give), or None (not marked, or a mark whose time was cut)."""
     found = _MID_MOVE.search(text) if isinstance(text, str) else None
     if found is None or found.group(1) is None:
         return None
@@ -523,7 +523,7 @@ def copies_took(found: Iterable[Found], wanted: Callable[[str], str | None], hom
 
 def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Callable[[str], str | None],
            home: Callable[[Home], str], left_from: Callable[[str], Iterable[str]] = lambda key: (),
-           copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
+           copy_took: Callable[[str, Home], bool] = lambda key, there: False, confirmed_at: float | None = None
            ) -> list[tuple[Found, str]]:
     """The addresses homed here whose claim was seen leave for a ``clusterctl move`` and that no claim here carries now,
     each with a description that names no home: the claim lives in the target, which homes the address there; until
@@ -539,8 +539,8 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
     copy took (:func:`copies_took`, ``copy_took(key, its home)``: remembered from earlier sweeps, or a hold of an
     object here on it): the claim moved elsewhere, where its copy may hold the address still. Its take stays unasked
     (the copy's release marks it released, for the moved claim to take back), and a hold here comes off. A give
-    made while the home it gives is here still (the move not over) is marked ``mid-move=<wall>``
-    (:func:`unconfirmed`)."""
+    made while the home it gives is here still (the move not over) is marked ``mid-move=<confirmed_at>``, the time
+    from which it counts as confirmed: now plus this cluster's sweep interval (:func:`unconfirmed`)."""
     out = []
     for item in found:
         at, uids = home_in(item.description), frozenset(left_from(item.key))
@@ -555,14 +555,14 @@ def disown(found: Iterable[Found], moved_away: Callable[[str], bool], wanted: Ca
                 out.append((item, with_held(item.description, None)))
             elif taken is not None and not taken[1] and here(taken[0]) and not copy_took(item.key, at):
                 given = _with(item.description, _TAKE, _named("moved-from", taken[0]))
-                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT, wall)))
+                out.append((item, with_mid_move(given, home(taken[0]) != ABSENT, confirmed_at)))
             continue
         held, taken = hold_in(item.description), took(item.description)
         kept = held if held is not None and home(held.home) == ABSENT else None
         text = with_held(item.description, kept)
         if taken is None or taken[1] or home(taken[0]) != ABSENT:  # an unasked take from another cluster stays
             text = _TAKE.sub("", text, count=1)
-        text = with_mid_move(with_swept(text, None), home(at) != ABSENT, wall)
+        text = with_mid_move(with_swept(text, None), home(at) != ABSENT, confirmed_at)
         moved = text.replace(f"home={at.kind}:{at.uid}", f"moved-from={at.kind}:{at.uid}", 1)
         out.append((item, moved[:MAX_DESCRIPTION]))  # the longer token: the end (the claim's name first) cut
     return out
@@ -604,15 +604,16 @@ def held_by(item: Found, wanted: Callable[[str], str | None], home: Callable[[Ho
     return None
 
 
-def unconfirmed(text: Any, wall: float | None, after: float) -> bool:
-    """Whether an address's give marked ``mid-move`` is not a full ``after`` (the sweep interval) old at ``wall``: a
-    paused claim of another cluster carrying the key (the move's target, made before the give) may not have swept
-    and held it yet. A mark of no time (an earlier one, or its time cut at :data:`MAX_DESCRIPTION`) never gets old.
-    Read at the release, not written off by a sweep: the cluster that took the address writes it once."""
+def unconfirmed(text: Any, wall: float | None) -> bool:
+    """Whether an address's give marked ``mid-move`` is not confirmed at ``wall``: before the time the mark names
+    (the give's, plus the giving cluster's sweep interval: whatever the releasing cluster's interval), a paused
+    claim of another cluster carrying the key (the move's target, made before the give) may not have swept and held
+    it yet. A mark of no time (its time cut at :data:`MAX_DESCRIPTION`) is never confirmed. Read at the release, not
+    written off by a sweep: the cluster that took the address writes it once."""
     if not given_mid_move(text):
         return False
     at = given_at(text)
-    return at is None or wall is None or wall - at < after
+    return at is None or wall is None or wall < at
 
 
 def held_elsewhere(text: Any, home: Callable[[Home], str]) -> bool:
@@ -629,8 +630,7 @@ def kept_on_release(text: Any, home: Callable[[Home], str]) -> bool:
     return held_elsewhere(text, home) or (there is not None and took(text) is not None and home(there) == ABSENT)
 
 
-def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float,
-                    confirm_after: float = 0.0) -> str | None:
+def left_on_release(text: str, released: str | None, home: Callable[[Home], str], wall: float) -> str | None:
     """The description the address of a key released here is left with, or None: it is deleted. ``text``: its
     description; ``released``: the description of the claim here that carried the key (its home), if known.
 
@@ -653,9 +653,8 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). One homed here whose give is not confirmed (``mid-move`` less than
-    ``confirm_after``, the sweep interval, old at ``wall``: :func:`unconfirmed`; a copy may have taken it, the
-    moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
+    never freed under a live claim). One homed here whose give is not confirmed at ``wall`` (:func:`unconfirmed`; a
+    copy may have taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
     marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
     other address is deleted: homed here, homed nowhere, or marked released by its home."""
     held = hold_in(text)
@@ -672,7 +671,7 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     taken = took(text)
     if there is not None and home(there) != ABSENT and taken is not None \
             and (not taken[1] and (home(taken[0]) == ABSENT or taken[0] == there)
-                 or unconfirmed(text, wall, confirm_after)):
+                 or unconfirmed(text, wall)):
         # taken unasked: a claim there may be bound to it; or first come from no home (an earlier version's, or
         # one back at the home that let it go): a claim of another cluster may carry its key, paused, unheld
         return text if swept_at(text) is not None else with_swept(text, wall)
@@ -707,14 +706,15 @@ def hold(found: Iterable[Found], wanted: Callable[[str], str | None], home: Call
 def describe_anew(found: Iterable[Found], wanted: Callable[[str], str | None], moved_away: Callable[[str], bool],
                   home: Callable[[Home], str], holder: Callable[[str], str | None] | None = None,
                   left_from: Callable[[str], Iterable[str]] = lambda key: (),
-                  copy_took: Callable[[str, Home], bool] = lambda key, there: False, wall: float | None = None
-                  ) -> list[tuple[Found, str]]:
+                  copy_took: Callable[[str, Home], bool] = lambda key, there: False,
+                  confirmed_at: float | None = None) -> list[tuple[Found, str]]:
     """Every description a sweep writes, one per address at most: :func:`rehome` (which writes the whole
     description, so drops its own hold), else :func:`disown`, else :func:`hold`, asking ``holder`` (by
     default ``wanted``) for a claim that holds the address: where several claims here carry a key, one whose
     home is paused."""
     found = list(found)
-    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took, wall)}
+    out = {item.id: (item, text) for item, text in disown(found, moved_away, wanted, home, left_from, copy_took,
+                                                               confirmed_at)}
     out.update({item.id: (item, text) for item, text in rehome(found, wanted, home)})
     for item, text in hold([item for item in found if item.id not in out], holder or wanted, home):
         out[item.id] = (item, text)

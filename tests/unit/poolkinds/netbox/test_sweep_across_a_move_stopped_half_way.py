@@ -273,7 +273,7 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
                 uid, ns = SIDES[side]
                 home = home_state([("Cluster", cluster("c1", uid, ns=ns))])
                 left = left_on_release(text, description(Home("Cluster", uid), claim("m", "c1", ns=ns)), home,
-                                       EPOCH + now, INTERVAL)
+                                       EPOCH + now)
                 if left is None:
                     other = "T" if side == "S" else "S"
                     assert not (carries[other] and saw[other] and home_in(text) is not None), \
@@ -298,7 +298,8 @@ def test_two_clusters_sweeps_under_any_pauses_never_write_back_and_forth_nor_fre
         found = [Found(3, "192.0.2.3/24", "k", text)]
         judged = sweeps[side].judge(found, carried=lambda key: carries[side] or moved[side], home=home, now=now)
         released, marked = settle(judged, wall=EPOCH + now, keep=KEEP)
-        changed = marked or describe_anew(found, wanted, lambda key: moved[side], home, wall=EPOCH + now)
+        changed = marked or describe_anew(found, wanted, lambda key: moved[side], home,
+                                                confirmed_at=EPOCH + now + INTERVAL)
         if released:
             other = "T" if side == "S" else "S"
             assert not carries[side] and swept_at(text) is not None
@@ -383,6 +384,7 @@ def test_the_source_takes_the_home_off_a_long_description_within_netboxs_limit()
     assert len(item.description) == MAX_DESCRIPTION
     for state, mid_move in ((home_state([("Cluster", cluster("c1", C1, paused=True, ns="n" * 63))]), True),
                             (home_state([]), False)):
-        [(_, text)] = disown([item], {"k-m"}.__contains__, {}.get, state, left_from=lambda key: [C1], wall=EPOCH)
+        [(_, text)] = disown([item], {"k-m"}.__contains__, {}.get, state, left_from=lambda key: [C1],
+                             confirmed_at=EPOCH)
         assert len(text) <= MAX_DESCRIPTION and home_in(text) is None and given_mid_move(text) == mid_move, text
         assert text.startswith(f"metal3-ipam moved-from=Cluster:{C1} "), text
