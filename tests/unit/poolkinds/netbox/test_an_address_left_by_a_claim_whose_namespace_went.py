@@ -646,11 +646,13 @@ class _OneServerNeverAnswers(SweepingAsks):
         return await super().sweep(model, choose, still, lingering)
 
 
-def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a_sibling_pool_left_is_released():
-    """Two pools of one namespace name one token Secret (one key per NetBox server): t/nb on the shared NetBox,
-    whose claim's release left an address there (the Secret held for it), and t/nb-y on a NetBox decommissioned
-    since, which nothing of its claims ever left anything in, deleted. Once the address t/nb's claim left is
-    released (no claim there answered), nothing needs the Secret: it is let go, and t/nb-y goes."""
+OTHER_UID = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"  # pool t/nb-y's
+
+
+def _a_sibling_pools_claim_released() -> tuple[SharedNetBox, _Holds, _Side, dict, dict, dict]:
+    """Pools t/nb (the shared NetBox) and t/nb-y (a NetBox that never answers) name one token Secret; t/nb's claim
+    t/m, bound to an address homed at the source's Cluster, is released (deleting), leaving the address marked
+    released. NetBox, the Secret holds, the side, the claim, its Cluster and pool t/nb-y."""
     netbox = SharedNetBox()
     _left_source_found(netbox)
     holds = _Holds()
@@ -658,14 +660,22 @@ def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a
     claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
                                    "finalizers": ["ipam.metal3.io"]}}
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
-    other_uid = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"
-    other = shared_netbox_pool(other_uid, "t")
+    other = shared_netbox_pool(OTHER_UID, "t")
     other["metadata"]["name"] = "nb-y"
     other["spec"]["server"] = {"url": "http://netbox-y.example", "tokenSecretRef": {"name": "token"}}
     target = _Side(netbox, cluster, pool, claim, other)
     target.pools.secret_holds = holds
     target.pools.asks = _OneServerNeverAnswers(netbox, "http://netbox-y.example")
     asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    return netbox, holds, target, claim, cluster, other
+
+
+def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a_sibling_pool_left_is_released():
+    """Two pools of one namespace name one token Secret (one key per NetBox server): t/nb on the shared NetBox,
+    whose claim's release left an address there (the Secret held for it), and t/nb-y on a NetBox decommissioned
+    since, which nothing of its claims ever left anything in, deleted. Once the address t/nb's claim left is
+    released (no claim there answered), nothing needs the Secret: it is let go, and t/nb-y goes."""
+    netbox, holds, target, claim, cluster, other = _a_sibling_pools_claim_released()
     assert swept_at(netbox.items[3].description) == EPOCH and holds.record == {("t", "token")}
     target.inventory.remove(claim)
     target.gone(cluster)  # the workload cluster torn down; both pools stay
@@ -673,8 +683,8 @@ def test_a_pool_being_deleted_whose_netbox_never_answers_goes_once_the_address_a
     while target.now < 4 * GRACE:
         target.swept()
     assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
-    assert target.pools.answers.held(("t", "nb-y"), other_uid) is None, target.pools.answers.held(("t", "nb-y"),
-                                                                                                    other_uid)
+    assert target.pools.answers.held(("t", "nb-y"), OTHER_UID) is None, target.pools.answers.held(("t", "nb-y"),
+                                                                                                    OTHER_UID)
     assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
 
 
@@ -682,21 +692,7 @@ def test_a_pool_deleted_whose_netbox_never_answers_goes_after_a_sibling_pools_le
     """As above, but t/nb-y is deleted only after the address t/nb's claim left was released: meanwhile t/nb-y, alive
     and unswept (its NetBox never answers), kept the Secret held while t/nb was struck off it. Nothing of t/nb-y's
     claims was ever left: it goes, and the Secret is let go."""
-    netbox = SharedNetBox()
-    _left_source_found(netbox)
-    holds = _Holds()
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
-    cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
-    other_uid = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"
-    other = shared_netbox_pool(other_uid, "t")
-    other["metadata"]["name"] = "nb-y"
-    other["spec"]["server"] = {"url": "http://netbox-y.example", "tokenSecretRef": {"name": "token"}}
-    target = _Side(netbox, cluster, pool, claim, other)
-    target.pools.secret_holds = holds
-    target.pools.asks = _OneServerNeverAnswers(netbox, "http://netbox-y.example")
-    asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
+    netbox, holds, target, claim, cluster, other = _a_sibling_pools_claim_released()
     assert holds.pools - {("t", "token", outside.NO_POOL)} == {("t", "token", TP)}
     target.inventory.remove(claim)
     target.gone(cluster)
@@ -708,8 +704,8 @@ def test_a_pool_deleted_whose_netbox_never_answers_goes_after_a_sibling_pools_le
     target.inventory.upsert(_terminating(other))  # then t/nb-y deleted
     while target.now < 8 * GRACE:
         target.swept()
-    assert target.pools.answers.held(("t", "nb-y"), other_uid) is None, target.pools.answers.held(("t", "nb-y"),
-                                                                                                    other_uid)
+    assert target.pools.answers.held(("t", "nb-y"), OTHER_UID) is None, target.pools.answers.held(("t", "nb-y"),
+                                                                                                    OTHER_UID)
     assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
 
 

@@ -1725,11 +1725,9 @@ class OneCloudUnreachable(NeutronAsks):
         return await super().run(pool, work, *args)
 
 
-def test_a_pool_being_deleted_whose_cloud_never_answers_goes_once_the_floating_ip_a_sibling_pool_left_is_released():
-    """Two pools of one namespace name one clouds.yaml Secret (two clouds in it): ns/fips, whose claim's release
-    left a floating IP homed at another cluster (the Secret held for it), and ns/fips-b of a cloud decommissioned
-    since, deleted, whose claims never left anything. Once the floating IP ns/fips's claim left is released (no
-    claim there answered), nothing needs the Secret: it is let go, and ns/fips-b goes."""
+def _two_pools_naming_one_secret_one_cloud_unreachable():
+    """ns/fips (its claim ns/m1 bound to fip-1, homed at the source's pool) and ns/fips-b, of a cloud that never
+    answers, name one clouds.yaml Secret: Neutron, the Secret holds, the side and ns/fips-b."""
     fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
                      (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
     neutron = FakeNeutron(fip)
@@ -1740,6 +1738,15 @@ def test_a_pool_being_deleted_whose_cloud_never_answers_goes_once_the_floating_i
                                     inventory=target.inventory, writer=Writer(), wake=lambda *args: None,
                                     secret_holds=holds)
     target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    return neutron, holds, target, other
+
+
+def test_a_pool_being_deleted_whose_cloud_never_answers_goes_once_the_floating_ip_a_sibling_pool_left_is_released():
+    """Two pools of one namespace name one clouds.yaml Secret (two clouds in it): ns/fips, whose claim's release
+    left a floating IP homed at another cluster (the Secret held for it), and ns/fips-b of a cloud decommissioned
+    since, deleted, whose claims never left anything. Once the floating IP ns/fips's claim left is released (no
+    claim there answered), nothing needs the Secret: it is let go, and ns/fips-b goes."""
+    neutron, holds, target, other = _two_pools_naming_one_secret_one_cloud_unreachable()
     released_by(target)  # deleted at once after the move: the floating IP is still homed at the source's pool
     assert "metal3-ipam-left:OpenStackFloatingIPPool:target-pool-uid" in neutron.fips["fip-1"].tags
     assert holds.record == {("ns", "cloud")}
@@ -1752,20 +1759,10 @@ def test_a_pool_being_deleted_whose_cloud_never_answers_goes_once_the_floating_i
     assert holds.record == set(), "the Secret stays held though no pool's claims left anything any more"
 
 
-
 def test_a_pool_deleted_whose_cloud_never_answers_goes_after_a_sibling_pools_left_floating_ip_was_released_before():
     """As above, but ns/fips-b is deleted only once the floating IP ns/fips's claim left was released: meanwhile
     ns/fips-b, alive and unswept (its cloud never answers), kept the Secret held while ns/fips was struck off it."""
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
-    neutron = FakeNeutron(fip)
-    holds = Holds()
-    other = pool_obj(name="fips-b", uid="b-pool-uid", identityRef={"name": "cloud", "cloudName": "decommissioned"})
-    target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), other, *bound_objects())
-    target.pools = a.OpenStackPools(OneCloudUnreachable(neutron, "fips-b"), Asking(deadline=30),
-                                    inventory=target.inventory, writer=Writer(), wake=lambda *args: None,
-                                    secret_holds=holds)
-    target.pools.asks.pool_changed(model(uid="target-pool-uid"))
+    neutron, holds, target, other = _two_pools_naming_one_secret_one_cloud_unreachable()
     released_by(target)
     assert holds.pools - {("ns", "cloud", NO_POOL)} == {("ns", "cloud", "target-pool-uid")}
     for _ in range(6):
