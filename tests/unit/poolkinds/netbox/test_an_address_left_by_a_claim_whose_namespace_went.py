@@ -20,6 +20,7 @@ from metal3_ipam.poolkinds.netbox.pool import SECRET_FINALIZER, read_pool
 from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, claim_in, description, home_in,
                                                released_by, swept_at, with_held, with_released_by, with_swept)
 
+from secret_holds import RecordedHolds, UnrecordableHolds
 from sweep_sides import (C1, SP, T1, TP, ClusterSide, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
 
@@ -47,9 +48,7 @@ class _Side(ClusterSide):
 
 def test_an_address_a_claim_left_marked_released_is_released_when_its_namespace_goes_right_after_it():
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     target = _Side(netbox, cluster, pool, claim)  # a finished move's target; the source's Cluster gone
     asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
@@ -67,9 +66,7 @@ def test_an_address_a_claim_left_marked_released_stays_with_the_live_claim_there
     directory while the source runs), then its namespace deleted: the source's live claim takes the address back,
     and the sweeps of the copy's controller, swept on, never release it (SPEC §10.1)."""
     netbox = SharedNetBox(Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns"))))
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     target = _Side(netbox, cluster, pool, claim)
     source = _Side(netbox, cluster_c1(C1, False, "ns"), shared_netbox_pool(SP, "ns"), keyed_claim("m", "k", "ns"))
@@ -234,14 +231,18 @@ def test_a_pool_being_deleted_whose_netbox_never_answered_and_whose_claims_never
     assert side.pools.answers.held(ref, uid) is None, side.pools.answers.held(ref, uid)
 
 
+def _being_deleted(claim: dict) -> dict:
+    """``claim`` deleted, our finalizer holding it."""
+    return {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
+                                  "finalizers": ["ipam.metal3.io"]}}
+
+
 def _left_by_a_release(netbox: SharedNetBox, swept: bool = False, **pools) -> tuple[_Side, dict]:
     """A finished move's target (the source's Cluster gone): its claim t/m, bound to the address homed at the
     source's Cluster that nobody took over yet, released before any sweep here homed it, so the release leaves it
     marked released (``sweep.left_on_release``); then (``swept``: after one sweep judged it) its namespace deleted:
     the claim, its Cluster, and its pool, which waits on its finalizer. The side, and the pool as it waits."""
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     target = _Side(netbox, cluster, pool, claim)
     for name, value in pools.items():
@@ -283,31 +284,10 @@ def _left_source_found(netbox: SharedNetBox) -> None:
     netbox.items[3] = Found(3, "10.0.0.3/24", "k", description(Home("Cluster", C1), keyed_claim("m", "k", "ns")))
 
 
-class _Holds:
+class _Holds(RecordedHolds):
     """Our finalizer on Secrets as the API server keeps it, with its record (the Lease), which outlive a restart."""
 
-    def __init__(self):
-        self.record: set[tuple[str, str]] = set()
-        self.pools: set[tuple[str, str, str]] = set()  # (namespace, name, pool uid): what it is recorded held for
-        self.calls: list[tuple[str, str, bool]] = []
-
-    async def hold(self, namespace, name, finalizer, held):
-        self.calls.append((namespace, name, held))
-        (self.record.add if held else self.record.discard)((namespace, name))
-        if not held:
-            self.pools = {entry for entry in self.pools if entry[:2] != (namespace, name)}
-        return True
-
-    async def hold_for(self, namespace, name, finalizer, pool, needed):
-        self.pools = {e for e in outside.with_pool(self.record | self.pools, (namespace, name), pool, needed)
-                      if len(e) == 3}
-        return True
-
-    async def recorded(self, finalizer):
-        return set(self.record)
-
-    async def entries(self, finalizer):
-        return set(self.record) | set(self.pools)
+    finalizer = SECRET_FINALIZER
 
 
 def test_an_address_a_release_left_is_released_when_its_namespace_goes_and_netbox_is_down_across_a_restart():
@@ -527,9 +507,7 @@ class _ReleasedWhileListing(SweepingAsks):
 def test_an_address_a_release_left_while_a_sweep_listed_netbox_is_released_when_its_namespace_goes():
     netbox = SharedNetBox()
     _left_source_found(netbox)
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, terminating = cluster_c1(T1, False, "t"), _terminating(shared_netbox_pool(TP, "t"))
     # The namespace deleted: its claim, its Cluster and its pool at once; a pool of another namespace shares NetBox.
     target = _Side(netbox, cluster, terminating, claim, shared_netbox_pool(SP, "other"))
@@ -561,9 +539,7 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
 def test_an_address_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts_within_the_grace():
     netbox = SharedNetBox()
     _left_source_found(netbox)
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     target = _Side(netbox, cluster, pool, claim)
     asyncio.run(SharedNetBoxClient(netbox).release("k", target.pools._left_on_release))
@@ -589,15 +565,10 @@ def test_a_pool_being_deleted_never_releases_an_address_another_cluster_marked_f
     assert netbox.released == [], "released the address the moved claim t/m is bound to in the move's target"
 
 
-class _Unrecordable(_Holds):
+class _Unrecordable(UnrecordableHolds):
     """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
 
-    async def hold(self, namespace, name, finalizer, held):
-        self.calls.append((namespace, name, held))
-        return False
-
-    async def hold_for(self, namespace, name, finalizer, pool, needed):
-        return False
+    finalizer = SECRET_FINALIZER
 
 
 def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
@@ -608,9 +579,7 @@ def test_a_release_that_would_leave_an_address_is_refused_while_its_pools_secret
     netbox = SharedNetBox()
     _left_source_found(netbox)
     before = netbox.items[3].description
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     target = _Side(netbox, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), claim)
     target.pools.secret_holds = _Unrecordable()
     with pytest.raises(SecretNotHeld):
@@ -656,9 +625,7 @@ def _a_sibling_pools_claim_released() -> tuple[SharedNetBox, _Holds, _Side, dict
     netbox = SharedNetBox()
     _left_source_found(netbox)
     holds = _Holds()
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     other = shared_netbox_pool(OTHER_UID, "t")
     other["metadata"]["name"] = "nb-y"
@@ -722,9 +689,7 @@ def test_a_secret_an_earlier_version_recorded_held_for_no_pool_in_particular_kee
     monkeypatch.setattr(outside, "request", server.request)
     netbox = SharedNetBox()
     _left_source_found(netbox)
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     other_uid = "0b3e1f7a-1111-4c2d-9e8f-0000000000ff"
     other = shared_netbox_pool(other_uid, "t")
     other["metadata"]["name"] = "nb-y"
@@ -757,15 +722,7 @@ def test_a_pool_being_deleted_is_not_let_go_while_netbox_is_down_when_the_held_s
     # The controller restarted while NetBox is down.
     restarted = _restarted(target, netbox, terminating, shared_netbox_pool(SP, "other"),
                            secret_holds=outside.SecretHolds(None, lambda: "ipam-system"))
-    restarted.pools.asks = _NeverAnswers(netbox)
-    ref, uid = ("t", "nb"), TP
-    restarted.swept()
-    if restarted.pools.answers.held(ref, uid) is None:
-        restarted.gone(terminating)  # its finalizer comes off: it goes
-    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
-    while restarted.now < 4 * GRACE:
-        restarted.swept()
-    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
 
 
 def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_while_netbox_is_down_after_a_restart():
@@ -776,9 +733,7 @@ def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_whil
     netbox = SharedNetBox()
     _left_source_found(netbox)
     holds = _Holds()
-    claim = keyed_claim("m", "k", "t")
-    claim = {**claim, "metadata": {**claim["metadata"], "deletionTimestamp": "2026-11-29T07:00:00Z",
-                                   "finalizers": ["ipam.metal3.io"]}}
+    claim = _being_deleted(keyed_claim("m", "k", "t"))
     cluster, pool = cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t")
     target = _Side(netbox, cluster, pool, claim)
     target.pools.secret_holds = holds
@@ -792,15 +747,7 @@ def test_an_address_a_release_took_over_is_released_when_its_namespace_goes_whil
     restarted.gone(cluster)
     terminating = _terminating(pool)
     restarted.inventory.upsert(terminating)
-    restarted.pools.asks = _NeverAnswers(netbox)
-    ref, uid = ("t", "nb"), TP
-    restarted.swept()
-    if restarted.pools.answers.held(ref, uid) is None:
-        restarted.gone(terminating)  # its finalizer comes off: it goes
-    restarted.pools.asks = SweepingAsks(netbox)  # NetBox answers again
-    while restarted.now < 4 * GRACE:
-        restarted.swept()
-    assert 3 not in netbox.items, f"no claim carries key k any more, yet NetBox keeps {netbox.items.get(3)}"
+    _swept_while_netbox_is_down_then_back(restarted, netbox, terminating)
 
 
 def test_a_release_by_a_replica_leading_again_holds_the_secret_another_leader_let_go_meanwhile():

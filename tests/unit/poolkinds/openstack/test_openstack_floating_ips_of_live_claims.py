@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
-from metal3_ipam.controller.outside import NO_POOL, with_pool
+from metal3_ipam.controller.outside import NO_POOL
 from metal3_ipam.core import objects as o
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
@@ -21,6 +21,8 @@ from metal3_ipam.poolkinds.openstack import capo
 from metal3_ipam.poolkinds.openstack import pool as p
 from metal3_ipam.poolkinds.openstack import sweep
 from metal3_ipam.poolkinds.openstack.client import FloatingIP
+
+from secret_holds import RecordedHolds, UnrecordableHolds
 
 OWNER = "metal3-ipam"
 NETWORK = "6f0c8a64-1b1e-4f4e-9d0a-8cb1d7a7e2a1"
@@ -1008,35 +1010,10 @@ def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-class Holds:
+class Holds(RecordedHolds):
     """The Secret holds written (``controller.outside.SecretHolds``): (namespace, name, held) in order."""
 
-    def __init__(self, recorded=()):
-        self.calls = []
-        self.record = set(recorded)  # what the record outside the pools lists (``SecretHolds.recorded``)
-        self.pools = set()  # (namespace, name, pool uid): what each Secret is recorded held for
-
-    async def hold(self, namespace, name, finalizer, held):
-        assert finalizer == p.SECRET_FINALIZER
-        self.calls.append((namespace, name, held))
-        (self.record.add if held else self.record.discard)((namespace, name))
-        if not held:
-            self.pools = {entry for entry in self.pools if entry[:2] != (namespace, name)}
-        return True
-
-    async def hold_for(self, namespace, name, finalizer, pool, needed):
-        assert finalizer == p.SECRET_FINALIZER
-        self.pools = {e for e in with_pool(self.record | self.pools, (namespace, name), pool, needed)
-                      if len(e) == 3}
-        return True
-
-    async def recorded(self, finalizer):
-        assert finalizer == p.SECRET_FINALIZER
-        return set(self.record)
-
-    async def entries(self, finalizer):
-        assert finalizer == p.SECRET_FINALIZER
-        return set(self.record) | set(self.pools)
+    finalizer = p.SECRET_FINALIZER
 
 
 def test_a_floating_ip_taken_over_is_released_when_the_taker_restarted_after_its_claim_and_its_pool_went_at_once():
@@ -1649,15 +1626,10 @@ def test_a_floating_ip_a_release_left_while_a_sweep_listed_neutron_is_released_w
     assert [f.id for f in neutron.deleted] == ["fip-1"], f"no claim carries its key, yet Neutron keeps {neutron.fips}"
 
 
-class Unrecordable(Holds):
+class Unrecordable(UnrecordableHolds):
     """The API server refuses the record (the Lease) and the finalizer: nothing can be held."""
 
-    async def hold(self, namespace, name, finalizer, held):
-        self.calls.append((namespace, name, held))
-        return False
-
-    async def hold_for(self, namespace, name, finalizer, pool, needed):
-        return False
+    finalizer = p.SECRET_FINALIZER
 
 
 def test_a_release_that_leaves_a_floating_ip_is_refused_while_its_pools_secret_can_be_neither_held_nor_recorded():
