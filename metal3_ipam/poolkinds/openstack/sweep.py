@@ -413,8 +413,9 @@ class Sweeper:
                 change = homes.mend(owner, fip.tags, mine, home, take=(fip.id, mine) in self._waiting)
                 if change.waiting:
                     waiting.add((fip.id, mine))
-            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, self._left_home(fip))) is not None:
-                if homes.answered(owner, fip.tags, self._left_home(fip)):  # a claim there lives: its own
+            elif not carried(key) and (gone := homes.left_here(owner, fip.tags, left_home := self._left_home(fip))) \
+                    is not None:
+                if homes.answered(owner, fip.tags, left_home):  # a claim there lives: its own
                     change = homes.Change(remove=tuple(homes.tag(owner, m, gone) for m in (homes.HELD, homes.LEFT)))
                 else:
                     change = homes.Change()
