@@ -82,9 +82,9 @@ the move since, but not a take it can tell a copy made (:func:`copies_took`:
 made while its claim was here). Nor can it tell a take it did not see from a copy's: a give made while the home
 it gives is still here (paused: the move under way, or stopped half-way; clusterctl unpauses the target only once
 it deleted the source's Cluster) is marked ``mid-move=<UTC time>`` (the give's, plus the giving cluster's sweep
-interval) after the other tokens, on an address homed
-nowhere too, and a take keeps the mark. From the time it names the give is confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the give, has swept and
-held the address); till then a release here marks the address released rather than deleting it
+interval) after the other tokens, on an address homed nowhere too, and a take keeps the mark. From the time it
+names the give is confirmed (:func:`unconfirmed`: by then the move's target, whose paused claim exists before the
+give, has swept and held the address); till then a release here marks the address released rather than deleting it
 (:func:`left_on_release`), the taker's and that of a claim carrying the key that took nothing, so that a copy
 deleted early leaves the address to the moved claim. The mark is read at the release; no sweep writes it
 off (the taker writes the address once). An address an earlier version wrote (no home), or one back at
@@ -277,7 +277,7 @@ def given_mid_move(text: Any) -> bool:
                                                   and _MID_MOVE_CUT.search(text) is not None)
 
 
-def given_at(text: Any) -> float | None:
+def confirmed_from(text: Any) -> float | None:
     """From when the give ``mid-move`` marks counts as confirmed (``mid-move=<UTC time>``: wall-clock seconds of the
     cluster that gave it, its sweep interval after the give), or None (not marked, or a mark whose time was cut)."""
     found = _MID_MOVE.search(text) if isinstance(text, str) else None
@@ -298,7 +298,7 @@ def with_mid_move(text: str, on: bool, at: float | None = None) -> str:
 
 def _with_mid_move_of(text: str, current: str, on: bool = True) -> str:
     """``text`` with the ``mid-move`` of ``current`` (if any, and ``on``), its time kept."""
-    return with_mid_move(text, on and given_mid_move(current), given_at(current))
+    return with_mid_move(text, on and given_mid_move(current), confirmed_from(current))
 
 
 def claim_in(text: Any) -> tuple[str, str] | None:
@@ -612,7 +612,7 @@ def unconfirmed(text: Any, wall: float | None) -> bool:
     written off by a sweep: the cluster that took the address writes it once."""
     if not given_mid_move(text):
         return False
-    at = given_at(text)
+    at = confirmed_from(text)
     return at is None or wall is None or wall < at
 
 
@@ -653,10 +653,10 @@ def left_on_release(text: str, released: str | None, home: Callable[[Home], str]
     the home it had, ``swept=`` now): a claim there carrying the key takes it back at its next sweep
     (:func:`taken_over`), and otherwise the sweeps here release it once the release grace is over. Where the
     released claim's home is not known here, it is left as it is (nothing here would ever sweep it: leaked,
-    never freed under a live claim). One homed here whose give is not confirmed at ``wall`` (:func:`unconfirmed`; a
-    copy may have taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed nowhere so
-    marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take back. Any
-    other address is deleted: homed here, homed nowhere, or marked released by its home."""
+    never freed under a live claim). One homed here whose give is not confirmed at ``wall`` (:func:`unconfirmed`;
+    a copy may have taken it, the moved claim paused elsewhere) is marked released as one taken unasked; one homed
+    nowhere so marked is taken as given (``moved-from=`` kept) and marked released, for the moved claim to take
+    back. Any other address is deleted: homed here, homed nowhere, or marked released by its home."""
     held = hold_in(text)
     if held is not None and home(held.home) != ABSENT:
         text = with_held(text, None)

@@ -16,9 +16,9 @@ from metal3_ipam.core import kinds
 from metal3_ipam.core.asking import Asking
 from metal3_ipam.core.inventory import Inventory
 from metal3_ipam.poolkinds.netbox.asks import NetBoxPools
-from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, description, given_at, given_mid_move,
-                                                home_in, moved_from, released_by, swept_at, with_mid_move,
-                                                with_released_by, with_swept)
+from metal3_ipam.poolkinds.netbox.sweep import (MAX_DESCRIPTION, Found, Home, confirmed_from, description,
+                                                given_mid_move, home_in, moved_from, released_by, swept_at,
+                                                with_mid_move, with_released_by, with_swept)
 
 from sweep_sides import (C1, SP, T1, TP, EventWriter, SharedNetBox, SharedNetBoxClient, SweepingAsks, cluster_c1,
                          keyed_claim, shared_netbox_pool)
@@ -79,12 +79,13 @@ def test_a_take_given_mid_move_is_confirmed_a_sweep_interval_after_the_give_and_
     _leave(source, mine)
     source.sweep()
     gone = netbox.items[3].description
-    assert home_in(gone) is None and moved_from(gone) == Home("Cluster", C1) and given_at(gone) == EPOCH + SWEEP, gone
+    assert home_in(gone) is None and moved_from(gone) == Home("Cluster", C1), gone
+    assert confirmed_from(gone) == EPOCH + SWEEP, gone
     target = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), moved)
     clock[0] = 10
     target.sweep()
     taken = netbox.items[3].description
-    assert home_in(taken) == Home("Cluster", T1) and given_at(taken) == EPOCH + SWEEP, taken  # kept
+    assert home_in(taken) == Home("Cluster", T1) and confirmed_from(taken) == EPOCH + SWEEP, taken  # kept
     clock[0] = SWEEP - 1
     target.sweep()
     assert netbox.items[3].description == taken  # not a sweep interval yet
@@ -153,9 +154,9 @@ def test_a_mid_move_mark_is_read_without_a_time_and_when_cut_and_never_in_a_clai
                                                                                  " claim")
     assert not given_mid_move(text)
     bare = with_mid_move(text, True)
-    assert given_mid_move(bare) and given_at(bare) is None and bare.endswith(" mid-move claim t/m"), bare
+    assert given_mid_move(bare) and confirmed_from(bare) is None and bare.endswith(" mid-move claim t/m"), bare
     timed = with_mid_move(text, True, EPOCH)
-    assert given_at(timed) == EPOCH and not given_mid_move(with_mid_move(timed, False))
+    assert confirmed_from(timed) == EPOCH and not given_mid_move(with_mid_move(timed, False))
     assert not given_mid_move(description(Home("Cluster", T1), keyed_claim("mid-move", "k", "mid-move")))
     for cut in range(len(" mid-move=20260101T000000Z")):
         long = f"metal3-ipam home=NetBoxIPPool:{UP} live-held=NetBoxIPPool:{U1} moved-from=NetBoxIPPool:{SP}"
@@ -189,10 +190,10 @@ def test_a_release_mark_naming_its_pool_and_a_mid_move_mark_read_back_within_net
     marked = with_released_by(with_mid_move(short, True, EPOCH), TP)
     assert marked == (f"metal3-ipam home=Cluster:{T1} moved-from=Cluster:{C1} swept=2026-09-21T14:13:20Z "
                       f"released-by={TP} mid-move=20260921T141320Z claim t/m")[:MAX_DESCRIPTION], marked
-    assert released_by(marked) == TP and given_mid_move(marked) and given_at(marked) is None
+    assert released_by(marked) == TP and given_mid_move(marked) and confirmed_from(marked) is None
     # Where they fit, each reads back whole: released-by= ends in a hex digit, as mid-move's lookbehind wants.
     bare = f"metal3-ipam home=NetBoxIPPool:{TP} swept=2026-09-21T14:13:20Z released-by={TP} mid-move=20260921T141320Z"
-    assert len(bare) < MAX_DESCRIPTION and released_by(bare) == TP and given_at(bare) == EPOCH
+    assert len(bare) < MAX_DESCRIPTION and released_by(bare) == TP and confirmed_from(bare) == EPOCH
     assert swept_at(bare) == EPOCH and home_in(bare) == Home("NetBoxIPPool", TP)
 
 
