@@ -68,16 +68,24 @@ def _leave(side: _Side, claim: dict) -> None:
         **claim["metadata"]["annotations"], kinds.DELETE_FOR_MOVE_ANNOTATION: ""}}})
 
 
+def _given_mid_move() -> tuple[list[float], SharedNetBox]:
+    """clusterctl deletes the source's claim ns/m for the move, its Cluster paused; the source's sweep at time 0 takes
+    the home off the address, marked ``mid-move``. The clock shared by all, and NetBox."""
+    clock = [0.0]
+    netbox = SharedNetBox(_homed_at_source())
+    mine = keyed_claim("m", "k", "ns")
+    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
+    _leave(source, mine)
+    source.sweep()
+    return clock, netbox
+
+
 def test_a_take_given_mid_move_is_confirmed_a_sweep_interval_after_the_give_and_its_release_deletes_it_then():
     """The source, its Cluster paused, takes the home off (``mid-move=<time>``: a sweep interval of the source from
     the give); the move's target, unpaused by hand, takes it, keeping that time, and writes it no more: from that
     time, its release deletes it."""
-    clock = [0.0]
-    netbox = SharedNetBox(_homed_at_source())
-    mine, moved = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
-    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
-    _leave(source, mine)
-    source.sweep()
+    clock, netbox = _given_mid_move()
+    moved = keyed_claim("m", "k", "t")
     gone = netbox.items[3].description
     assert home_in(gone) is None and moved_from(gone) == Home("Cluster", C1), gone
     assert confirmed_from(gone) == EPOCH + SWEEP, gone
@@ -97,12 +105,8 @@ def test_a_take_given_mid_move_is_confirmed_a_sweep_interval_after_the_give_and_
 
 
 def test_a_take_given_mid_move_and_released_before_it_was_confirmed_is_marked_released_for_the_moved_claim():
-    clock = [0.0]
-    netbox = SharedNetBox(_homed_at_source())
-    mine, copy, moved = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
-    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
-    _leave(source, mine)
-    source.sweep()
+    clock, netbox = _given_mid_move()
+    copy, moved = keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
     copied = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
     copied.sweep()
     clock[0] = SWEEP - 1
@@ -117,12 +121,8 @@ def test_a_take_given_mid_move_and_released_before_it_was_confirmed_is_marked_re
 def _copy_released_before_the_moved_claim_swept(**copy_side) -> tuple[SharedNetBox, _Side]:
     """The source gives the address mid-move; a copy in another cluster takes it and is deleted 61 s after the give;
     the move's target (sweeping every SWEEP, paused) has not swept yet: it sweeps then."""
-    clock = [0.0]
-    netbox = SharedNetBox(_homed_at_source())
-    mine, copy, moved = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
-    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
-    _leave(source, mine)
-    source.sweep()
+    clock, netbox = _given_mid_move()
+    copy, moved = keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
     copied = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy, **copy_side)
     clock[0] = 1
     copied.sweep()
@@ -170,12 +170,8 @@ def test_a_release_mark_naming_its_pool_and_a_mid_move_mark_read_back_within_net
     ``mid-move`` mark: every token reads back and the description stays within NetBox's limit; where the mark's time
     does not fit, what is left of it still reads as a give not confirmed (of no time: never confirmed, the safe
     side)."""
-    clock = [0.0]
-    netbox = SharedNetBox(_homed_at_source())
-    mine, copy = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t")
-    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine)
-    _leave(source, mine)
-    source.sweep()
+    clock, netbox = _given_mid_move()
+    copy = keyed_claim("m", "k", "t")
     copied = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
     copied.sweep()
     clock[0] = 10

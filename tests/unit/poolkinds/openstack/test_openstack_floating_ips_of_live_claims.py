@@ -519,13 +519,18 @@ def test_a_controller_serving_some_namespaces_adopts_what_the_ipaddresses_of_eve
 # --------------------------------------------------------------------------- one key, live claims in two clusters
 
 
+def lost_key_fip(*tags: str) -> FloatingIP:
+    """fip-1, of key LOST_KEY, tagged with ns/fips's pool tag and ``tags``, on the machine's port."""
+    return FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
+                      (OWNER, p.pool_tag(OWNER, "ns", "fips"), *tags), "port-of-the-machine", NETWORK)
+
+
 def test_a_floating_ip_two_clusters_live_claims_carry_is_released_by_neither_claims_deletion():
     """A move restored from a directory while the source runs: the claim ns/m1 and its copy in the target, both
     live and bound to one floating IP by their key. The copy deleted: its release leaves the floating IP that
     the source's live claim is bound to (SPEC §10.1, §10.3)."""
     from metal3_ipam.core.asking import Ask, Op, Released
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY), (OWNER, p.pool_tag(OWNER, "ns", "fips")),
-                     "port-of-the-machine", NETWORK)
+    fip = lost_key_fip()
     neutron = FakeNeutron(fip)
 
     def cluster(uid):
@@ -552,8 +557,7 @@ def cluster_obj(uid, paused=False):
 def two_sides(*tags):
     """ns/m1 live and bound to fip-1 by LOST_KEY in two clusters (a copy restored from a directory while the source
     runs), with a Writer each; fip-1 carries ``tags`` besides the owner's and the pool's."""
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), *tags), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(*tags)
     neutron = FakeNeutron(fip)
     source = Side(neutron, cluster_obj("c1-uid"), pool_obj(), *bound_objects())
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
@@ -610,8 +614,7 @@ def test_after_the_copys_release_the_source_homes_the_floating_ip_and_its_own_re
 
 def test_the_target_of_a_finished_move_takes_the_floating_ip_over_and_its_sweeps_delete_it_after_its_release():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(source_home)
     neutron = FakeNeutron(fip)
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
     target.pools.writer = Writer()
@@ -711,8 +714,7 @@ def test_a_claims_release_while_its_cluster_is_deleted_deletes_its_floating_ip()
     claim = {**claim, "metadata": {**claim["metadata"], "labels": {"cluster.x-k8s.io/cluster-name": "c1"}}}
     deleting = cluster_obj("c1-uid")
     deleting["metadata"]["deletionTimestamp"] = "2026-11-29T07:00:00Z"
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY), (OWNER, p.pool_tag(OWNER, "ns", "fips")),
-                     "port-of-the-machine", NETWORK)
+    fip = lost_key_fip()
     neutron = FakeNeutron(fip)
     side = Side(neutron, cluster_obj("c1-uid"), pool_obj(), claim, lock)
     side.pools.writer = Writer()
@@ -726,8 +728,7 @@ def test_a_claims_release_while_its_cluster_is_deleted_deletes_its_floating_ip()
 
 def test_a_claim_deleted_before_its_cluster_took_over_a_moved_floating_ip_releases_it_at_the_next_sweeps():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(source_home)
     neutron = FakeNeutron(fip)
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
     target.pools.writer = Writer()
@@ -843,8 +844,7 @@ def test_a_floating_ip_is_not_taken_over_when_the_homes_sweep_listed_it_just_bef
 
 def test_a_floating_ip_taken_over_is_released_when_the_takers_namespace_is_deleted_right_after_its_claim():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(source_home)
     neutron = FakeNeutron(fip)
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
     target.pools.writer = Writer()
@@ -868,8 +868,7 @@ SOURCE_HOME = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the sourc
 def taken_over_by_the_target(cluster=False, asks=None):
     """The target of a finished move: ns/m1 bound to fip-1 (homed at the source's pool, gone), taken over by the
     target's two sweeps. ``cluster``: the claim is of Cluster c1 (homed at it, not at its pool)."""
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(SOURCE_HOME)
     neutron = FakeNeutron(fip)
     claim, lock = bound_objects()
     if cluster:
@@ -956,8 +955,7 @@ def test_a_floating_ip_taken_over_is_released_when_the_takers_namespace_goes_wit
 
 
 def test_a_claim_whose_secret_went_with_its_namespace_still_has_its_floating_ip_released():
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY), (OWNER, p.pool_tag(OWNER, "ns", "fips")),
-                     "port-of-the-machine", NETWORK)
+    fip = lost_key_fip()
     neutron = FakeNeutron(fip)
     target = Side(neutron, pool_obj(), *bound_objects())
     target.pools = a.OpenStackPools(SecretAsks(neutron), Asking(deadline=30), inventory=target.inventory,
@@ -1552,8 +1550,7 @@ class GoneSecretAsks(RestartedSecretAsks):
 
 def test_a_floating_ip_a_release_left_is_released_when_its_namespace_goes_with_its_secret_across_a_restart():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(source_home)
     neutron = FakeNeutron(fip)
     holds = Holds()
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
@@ -1601,8 +1598,7 @@ def test_a_floating_ip_a_release_left_while_a_sweep_listed_neutron_is_released_w
     """The sweep listed the floating IP as it was before the release marked it left: the sweep does not forget what
     the release remembered, so the pool, its namespace deleted, waits for it, and it is released once unanswered."""
     from metal3_ipam.core.asking import Ask, Op
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(SOURCE_HOME)
     neutron = FakeNeutron(fip)
     claim, lock = bound_objects()
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), claim, lock)
@@ -1637,8 +1633,7 @@ def test_a_release_that_leaves_a_floating_ip_is_refused_while_its_pools_secret_c
     namespace deleted right after: the release is refused (the claim keeps its finalizer) and asked again, which
     holds the Secret once the API server answers."""
     from metal3_ipam.core.asking import Ask, Op, Refused, Released
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(SOURCE_HOME)
     neutron = FakeNeutron(fip)
     target = Side(neutron, cluster_obj("t1-uid"), pool_obj(uid="target-pool-uid"), *bound_objects())
     target.pools.secret_holds = Unrecordable()
@@ -1665,8 +1660,7 @@ def test_a_pool_being_deleted_whose_spec_cannot_be_read_is_not_held_for_good():
 
 def test_a_floating_ip_a_release_left_is_released_when_its_cluster_goes_and_the_controller_restarts():
     source_home = "metal3-ipam-home:OpenStackFloatingIPPool:" + "a" * 8  # the source's pool, gone with the move
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), source_home), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(source_home)
     neutron = FakeNeutron(fip)
     claim, lock = bound_objects()
     claim["metadata"]["labels"] = {"cluster.x-k8s.io/cluster-name": "c1"}
@@ -1700,8 +1694,7 @@ class OneCloudUnreachable(NeutronAsks):
 def _two_pools_naming_one_secret_one_cloud_unreachable():
     """ns/fips (its claim ns/m1 bound to fip-1, homed at the source's pool) and ns/fips-b, of a cloud that never
     answers, name one clouds.yaml Secret: Neutron, the Secret holds, the side and ns/fips-b."""
-    fip = FloatingIP("fip-1", "203.0.113.40", p.description(OWNER, LOST_KEY),
-                     (OWNER, p.pool_tag(OWNER, "ns", "fips"), SOURCE_HOME), "port-of-the-machine", NETWORK)
+    fip = lost_key_fip(SOURCE_HOME)
     neutron = FakeNeutron(fip)
     holds = Holds()
     other = pool_obj(name="fips-b", uid="b-pool-uid", identityRef={"name": "cloud", "cloudName": "decommissioned"})
