@@ -270,3 +270,26 @@ def test_a_copys_release_never_deletes_the_address_of_the_claim_moved_whatever_t
             state["finished"] = True
         if target is not None:
             assert netbox.released == [], f"released the address the moved claim u/m is bound to: {netbox.released}"
+
+
+@pytest.mark.xfail(strict=True, reason="the give is confirmed the giving cluster's sweep interval after it, whatever "
+                                       "the move target's interval: a source sweeping more often than the target "
+                                       "lets a copy's release delete the address before the moved claim swept")
+def test_a_copys_release_never_deletes_the_moved_claims_address_given_by_a_source_sweeping_more_often():
+    """The source sweeps every 60 s, the move's target (paused, its claim made before the give) every SWEEP: the
+    copy takes the address 1 s after the give and is deleted 61 s after it, before the target's next sweep."""
+    clock = [0.0]
+    netbox = SharedNetBox(_homed_at_source())
+    mine, copy, moved = keyed_claim("m", "k", "ns"), keyed_claim("m", "k", "t"), keyed_claim("m", "k", "u")
+    source = _Side(netbox, clock, cluster_c1(C1, True, "ns"), shared_netbox_pool(SP, "ns"), mine, sweep=60.0)
+    _leave(source, mine)
+    source.sweep()
+    copied = _Side(netbox, clock, cluster_c1(T1, False, "t"), shared_netbox_pool(TP, "t"), copy)
+    clock[0] = 1
+    copied.sweep()
+    clock[0] = 61
+    copied.release(copy)
+    assert netbox.released == [], "deleted before the move's target could sweep and hold it"
+    target = _Side(netbox, clock, cluster_c1(U1, False, "u"), shared_netbox_pool(UP, "u"), moved)
+    target.sweep()
+    assert home_in(netbox.items[3].description) == Home("Cluster", U1), netbox.items[3].description
